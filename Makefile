@@ -1,0 +1,46 @@
+# The two README commands: `make run` and `make test`. Both create and reuse .venv.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint typecheck pytest crds bench clean kubectl
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=25.1"
+
+$(STAMP): pyproject.toml $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[all]" --group dev
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/karpenter-capi simulate --demo
+
+# kubectl is optional: the kubectl tests skip with a reason when it is absent. Where we are
+# root on Debian and it is missing, install Debian's kubernetes-client so CI runs them.
+kubectl:
+	@command -v kubectl >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client) >/dev/null 2>&1 \
+	  || echo "kubectl not installed; kubectl tests will be skipped"; }
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP) kubectl
+	$(BIN)/pytest -q
+
+test: lint typecheck pytest
+
+crds: $(STAMP)
+	$(BIN)/karpenter-capi manifests --crds --split deploy/crds
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/apiserver_bench.py
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,171 @@
+"""Kubernetes API errors, shared by every transport.
+
+The in-memory API (``sim``) raises these directly and the official-client adapter maps HTTP
+``Status`` responses onto them, so controller code handles one set of exceptions whichever
+transport it runs on. Each error can render itself back into a ``metav1.Status`` body, which is
+how the HTTP front serves it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ApiError(Exception):
+    """An error answered by the Kubernetes API, shaped like ``metav1.Status``."""
+
+    code: int = 500
+    reason: str = "InternalError"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: int | None = None,
+        reason: str | None = None,
+        details: dict[str, Any] | None = None,
+        retry_after_seconds: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        if reason is not None:
+            self.reason = reason
+        self.details = details or {}
+        self.retry_after_seconds = retry_after_seconds
+
+    def to_status(self) -> dict[str, Any]:
+        """Render as a ``metav1.Status`` object, as the API server sends it."""
+        status: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        details = dict(self.details)
+        if self.retry_after_seconds is not None:
+            details["retryAfterSeconds"] = self.retry_after_seconds
+        if details:
+            status["details"] = details
+        return status
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.code} {self.reason}: {self.message})"
+
+
+class BadRequest(ApiError):
+    code = 400
+    reason = "BadRequest"
+
+
+class Unauthorized(ApiError):
+    code = 401
+    reason = "Unauthorized"
+
+
+class Forbidden(ApiError):
+    code = 403
+    reason = "Forbidden"
+
+
+class NotFound(ApiError):
+    code = 404
+    reason = "NotFound"
+
+
+class MethodNotAllowed(ApiError):
+    code = 405
+    reason = "MethodNotAllowed"
+
+
+class AlreadyExists(ApiError):
+    code = 409
+    reason = "AlreadyExists"
+
+
+class Conflict(ApiError):
+    """A stale resourceVersion or a failed precondition: re-read and try again."""
+
+    code = 409
+    reason = "Conflict"
+
+
+class Gone(ApiError):
+    """The requested resourceVersion is too old (watch history compacted): relist."""
+
+    code = 410
+    reason = "Expired"
+
+
+class UnsupportedMediaType(ApiError):
+    code = 415
+    reason = "UnsupportedMediaType"
+
+
+class Invalid(ApiError):
+    """422: the object failed validation; ``details.causes`` lists each field."""
+
+    code = 422
+    reason = "Invalid"
+
+
+class TooManyRequests(ApiError):
+    """429: throttled, or (for evictions) a PodDisruptionBudget forbids it right now."""
+
+    code = 429
+    reason = "TooManyRequests"
+
+
+class InternalError(ApiError):
+    code = 500
+    reason = "InternalError"
+
+
+class ServiceUnavailable(ApiError):
+    code = 503
+    reason = "ServiceUnavailable"
+
+
+class Timeout(ApiError):
+    code = 504
+    reason = "Timeout"
+
+
+_BY_CODE: dict[int, type[ApiError]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    405: MethodNotAllowed,
+    410: Gone,
+    415: UnsupportedMediaType,
+    422: Invalid,
+    429: TooManyRequests,
+    500: InternalError,
+    503: ServiceUnavailable,
+    504: Timeout,
+}
+
+
+def error_from_status(status: dict[str, Any], http_code: int | None = None) -> ApiError:
+    """Build the matching ``ApiError`` from a ``metav1.Status`` body (or an HTTP code alone)."""
+    code = int(status.get("code") or http_code or 500)
+    reason = str(status.get("reason") or "")
+    message = str(status.get("message") or f"HTTP {code}")
+    details = status.get("details") or {}
+    retry_after = details.get("retryAfterSeconds") if isinstance(details, dict) else None
+    if code == 409:
+        cls: type[ApiError] = AlreadyExists if reason == "AlreadyExists" else Conflict
+    else:
+        cls = _BY_CODE.get(code, ApiError)
+    return cls(
+        message,
+        code=code,
+        reason=reason or None,
+        details=details if isinstance(details, dict) else None,
+        retry_after_seconds=int(retry_after) if retry_after is not None else None,
+    )
