@@ -1,5 +1,345 @@
-"""Command line entry point (placeholder until the subcommands land)."""
+"""The ``karpenter-capi`` command.
+
+One entry point for every way the product runs: against a real cluster (``run``), on the
+embedded simulated cluster (``simulate``), as a stand-alone in-memory API server
+(``apiserver``), and the helpers an operator needs around it (``manifests``, ``plugins``,
+``instance-types``). Subcommands import their machinery lazily so ``--help`` stays instant and a
+missing optional extra only matters to the command that needs it.
+
+Every failure a user can cause ends as one line on stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from karpenter_capi import __version__
+
+_EXIT_USAGE = 2
+_EXIT_FAILURE = 1
 
 
-def main() -> int:
+class CliError(Exception):
+    """A user-facing failure: printed as one line, exit status 1."""
+
+
+def _add_plugin_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--plugins",
+        metavar="NAME[,NAME...]",
+        help="plugins to enable (default: $KARPENTER_CAPI_PLUGINS, else generic_capi)",
+    )
+    parser.add_argument(
+        "--plugin-option",
+        action="append",
+        default=[],
+        metavar="PLUGIN.KEY=VALUE",
+        help="an option for one plugin, seen as ctx.options (repeatable)",
+    )
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    from karpenter_capi.core.kube.config import add_cluster_arguments
+
+    parser = argparse.ArgumentParser(
+        prog="karpenter-capi",
+        description="Karpenter-compatible node autoprovisioner for Cluster API clusters.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "--log-level", default=os.environ.get("KARPENTER_CAPI_LOG_LEVEL", "WARNING"),
+        help="logging level (default: $KARPENTER_CAPI_LOG_LEVEL or WARNING)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    run = sub.add_parser(
+        "run",
+        help="run the controller against a cluster",
+        description="Watch pending pods and launch NodeClaims for them through the enabled "
+        "plugins, against the workload and management clusters given below.",
+    )
+    add_cluster_arguments(run)
+    _add_plugin_argument(run)
+    run.add_argument(
+        "--interval", type=float, default=10.0, help="seconds between provisioning passes"
+    )
+    run.add_argument("--once", action="store_true", help="run one provisioning pass and exit")
+    run.set_defaults(handler=_cmd_run)
+
+    simulate = sub.add_parser(
+        "simulate",
+        help="run the controller on the embedded simulated cluster",
+        description="Load a scenario (Cluster API objects, a ClusterAPINodeClass, NodePools and "
+        "pending pods) into an in-memory cluster, run the controller on it and print what it "
+        "decided.",
+    )
+    source = simulate.add_mutually_exclusive_group()
+    source.add_argument("--demo", action="store_true", help="the built-in demo scenario")
+    source.add_argument(
+        "-f", "--scenario", type=Path, action="append", default=[], metavar="MANIFEST.yaml",
+        help="scenario manifests (repeatable)",
+    )
+    _add_plugin_argument(simulate)
+    simulate.add_argument("--json", action="store_true", help="print the decisions as JSON")
+    simulate.set_defaults(handler=_cmd_simulate)
+
+    apiserver = sub.add_parser(
+        "apiserver",
+        help="serve an in-memory Kubernetes API on loopback (kubectl works)",
+        description="Serve an in-memory cluster with the project's CRDs and the Cluster API "
+        "resources registered, until interrupted.",
+    )
+    apiserver.add_argument(
+        "--listen", default="127.0.0.1:0", metavar="HOST:PORT",
+        help="address to listen on; port 0 picks a free port (default 127.0.0.1:0)",
+    )
+    apiserver.add_argument(
+        "--kubeconfig-out", type=Path, metavar="FILE", help="write a kubeconfig for it here"
+    )
+    apiserver.add_argument(
+        "-f", "--filename", type=Path, action="append", default=[], metavar="MANIFEST.yaml",
+        help="manifests to preload (repeatable)",
+    )
+    apiserver.set_defaults(handler=_cmd_apiserver)
+
+    manifests = sub.add_parser(
+        "manifests",
+        help="print the CustomResourceDefinitions",
+        description="Print the CRDs generated from the API models (NodePool, NodeClaim, "
+        "ClusterAPINodeClass) as multi-document YAML.",
+    )
+    manifests.add_argument("--crds", action="store_true", required=True, help="print the CRDs")
+    manifests.add_argument(
+        "--split", type=Path, metavar="DIR", help="write one file per CRD into DIR instead"
+    )
+    manifests.set_defaults(handler=_cmd_manifests)
+
+    plugins = sub.add_parser(
+        "plugins",
+        help="list installed and enabled plugins",
+        description="List the plugins installed in entry point group karpenter_capi.plugins, "
+        "with their distribution, version and whether they are enabled.",
+    )
+    _add_plugin_argument(plugins)
+    plugins.add_argument("--json", action="store_true", help="print as JSON")
+    plugins.set_defaults(handler=_cmd_plugins)
+
+    instance_types = sub.add_parser(
+        "instance-types",
+        help="print the instance types a NodeClass resolves to",
+        description="Resolve the inventory (instance types and offerings with prices) that the "
+        "enabled plugins offer for a NodePool's NodeClass, from a cluster or from manifests.",
+    )
+    add_cluster_arguments(instance_types)
+    _add_plugin_argument(instance_types)
+    instance_types.add_argument("--nodepool", help="NodePool name (default: every NodePool)")
+    instance_types.add_argument(
+        "-f", "--filename", type=Path, action="append", default=[], metavar="MANIFEST.yaml",
+        help="read objects from these manifests into an in-memory cluster instead of a cluster",
+    )
+    instance_types.add_argument("--json", action="store_true", help="print as JSON")
+    instance_types.set_defaults(handler=_cmd_instance_types)
+    return parser
+
+
+def _cmd_manifests(args: argparse.Namespace, out: TextIO) -> int:
+    from karpenter_capi.core.api.crds import crds_yaml, write_crds
+
+    if args.split is not None:
+        for path in write_crds(args.split):
+            out.write(f"wrote {path}\n")
+        return 0
+    out.write(crds_yaml())
     return 0
+
+
+def _cmd_plugins(args: argparse.Namespace, out: TextIO) -> int:
+    from karpenter_capi.core.plugins import describe_plugins
+
+    infos = describe_plugins(_plugin_names(args))
+    rows = [
+        {
+            "name": info.name,
+            "enabled": info.enabled,
+            "distribution": info.distribution,
+            "version": info.version,
+            "module": info.module,
+            "error": info.error,
+        }
+        for info in infos
+    ]
+    if args.json:
+        json.dump(rows, out, indent=2)
+        out.write("\n")
+        return 0
+    _print_table(
+        out,
+        ["NAME", "ENABLED", "DISTRIBUTION", "VERSION", "MODULE", "ERROR"],
+        [[str(r["name"]), "yes" if r["enabled"] else "no", str(r["distribution"] or "-"),
+          str(r["version"] or "-"), str(r["module"]), str(r["error"] or "")] for r in rows],
+    )
+    return 0
+
+
+def _cmd_apiserver(args: argparse.Namespace, out: TextIO) -> int:
+    from karpenter_capi.sim.apiserver.serve import run_apiserver
+
+    return run_apiserver(
+        listen=args.listen, kubeconfig_out=args.kubeconfig_out, manifests=args.filename, out=out
+    )
+
+
+def _cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
+    from karpenter_capi.sim.demo import DEMO_SCENARIO, run_scenario
+
+    paths: list[Path] = list(args.scenario) or [DEMO_SCENARIO]
+    report = run_scenario(paths, plugin_names=_plugin_names(args))
+    if args.json:
+        json.dump(report.to_json(), out, indent=2)
+        out.write("\n")
+    else:
+        report.print(out)
+    return 0
+
+
+def _cmd_instance_types(args: argparse.Namespace, out: TextIO) -> int:
+    from karpenter_capi.core.provisioning.inventory import resolve_inventory
+
+    workload, management = _clients(args)
+    plugins = _load_plugins(args, workload, management)
+    inventories = resolve_inventory(workload, plugins, nodepool_name=args.nodepool)
+    if args.json:
+        json.dump([inv.to_json() for inv in inventories], out, indent=2)
+        out.write("\n")
+        return 0
+    for inv in inventories:
+        out.write(f"NodePool {inv.nodepool} (NodeClass {inv.nodeclass})\n")
+        if inv.error:
+            out.write(f"  error: {inv.error}\n")
+            continue
+        rows = []
+        for it in inv.instance_types:
+            for off in it.offerings:
+                rows.append([
+                    it.name, _fmt_resource(it, "cpu"), _fmt_resource(it, "memory"),
+                    _fmt_resource(it, "pods"), off.zone, off.capacity_type, f"{off.price:.4f}",
+                    "yes" if off.available else "no",
+                ])
+        _print_table(
+            out, ["NAME", "CPU", "MEMORY", "PODS", "ZONE", "CAPACITY-TYPE", "PRICE", "AVAILABLE"],
+            rows, indent="  ",
+        )
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
+    from karpenter_capi.core.clock import SystemClock
+    from karpenter_capi.core.provisioning.loop import run_provisioning
+
+    workload, management = _clients(args)
+    plugins = _load_plugins(args, workload, management)
+    return run_provisioning(
+        workload, plugins, clock=SystemClock(), interval=args.interval, once=args.once, out=out
+    )
+
+
+def _fmt_resource(instance_type: Any, name: str) -> str:
+    value = instance_type.capacity.get(name)
+    return "-" if value is None else str(value)
+
+
+def _plugin_names(args: argparse.Namespace) -> list[str]:
+    from karpenter_capi.core.plugins import resolve_enabled
+
+    return resolve_enabled(args.plugins, os.environ)
+
+
+def _clients(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The workload and management clients: a cluster, or manifests in memory with ``-f``."""
+    if getattr(args, "filename", None):
+        from karpenter_capi.sim.cluster import new_cluster
+        from karpenter_capi.sim.manifests import load_manifest_files
+
+        server = new_cluster()
+        server.apply_manifests(load_manifest_files(args.filename))
+        return server, server
+    from karpenter_capi.core.kube.config import cluster_config_from_args, connect
+
+    config = cluster_config_from_args(args, os.environ)
+    workload = connect(config.workload)
+    management = connect(config.management) if config.management is not None else workload
+    return workload, management
+
+
+def _load_plugins(args: argparse.Namespace, workload: Any, management: Any) -> Any:
+    from karpenter_capi.core.clock import SystemClock
+    from karpenter_capi.core.plugins import PluginEnvironment, Plugins, parse_plugin_options
+
+    environment = PluginEnvironment(
+        workload=workload,
+        management=management,
+        clock=SystemClock(),
+        options=parse_plugin_options(args.plugin_option),
+    )
+    return Plugins.load(_plugin_names(args), environment)
+
+
+def _print_table(
+    out: TextIO, header: Sequence[str], rows: Sequence[Sequence[str]], indent: str = ""
+) -> None:
+    widths = [len(h) for h in header]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+    for row in [list(header), *rows]:
+        line = "   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
+        out.write(indent + line.rstrip() + "\n")
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean "the user's input or environment is wrong", not a bug."""
+    from karpenter_capi.core.kube.errors import ApiError
+
+    errors: list[type[BaseException]] = [CliError, ApiError, OSError, ValueError]
+    try:
+        from karpenter_capi.core.plugins import PluginLoadError
+    except ImportError:  # pragma: no cover - the plugin layer is part of core
+        pass
+    else:
+        errors.append(PluginLoadError)
+    try:
+        from urllib3.exceptions import HTTPError
+    except ImportError:  # pragma: no cover - urllib3 comes with kubernetes
+        pass
+    else:
+        errors.append(HTTPError)
+    return tuple(errors)
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    stdout = out or sys.stdout
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=str(args.log_level).upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    handler: Callable[[argparse.Namespace, TextIO], int] = args.handler
+    try:
+        return handler(args, stdout)
+    except KeyboardInterrupt:
+        return 130
+    except _user_errors() as exc:
+        message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+        print(f"karpenter-capi {args.command}: error: {message}", file=sys.stderr)
+        return _EXIT_FAILURE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -13,6 +13,7 @@ transport.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -156,7 +157,7 @@ class KubeClient(Protocol):
         self,
         resource: Resource,
         name: str,
-        patch: JsonObject | list[JsonObject],
+        patch: JsonObject | builtins.list[JsonObject],
         namespace: str | None = None,
         *,
         patch_type: PatchType = PatchType.MERGE,
@@ -182,6 +183,6 @@ class KubeClient(Protocol):
         """Evict a pod through the Eviction API; ``TooManyRequests`` when a PDB forbids it."""
         ...
 
-    def served_versions(self, group: str) -> list[str]:
+    def served_versions(self, group: str) -> builtins.list[str]:
         """The versions the server serves for an API group, preferred first; ``[]`` if none."""
         ...

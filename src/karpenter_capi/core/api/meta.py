@@ -1,0 +1,406 @@
+"""Shared building blocks of the Karpenter-compatible API: metadata, conditions, taints,
+requirements, references, label selectors and resource lists.
+
+They live apart from NodePool and NodeClaim because both (and the ClusterAPINodeClass) embed
+them, and because ``crds.py`` turns their JSON schema into the CRDs: the constraints declared
+here (enums, patterns, bounds) are enforced twice, once when Python validates an object and once
+by the API server through the generated CRD, so the two can never disagree.
+
+``KubeModel`` fixes the wire conventions once: camelCase keys, dumping by alias, unknown fields
+dropped (the API server prunes them too) and, like Go's ``omitempty``, empty optional lists and
+maps left out of the output so an object read and written back is unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, ClassVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    WithJsonSchema,
+    model_serializer,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from karpenter_capi.core.clock import format_timestamp
+
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+QUALIFIED_NAME_PATTERN = (
+    r"^((([a-zA-Z0-9]|[a-zA-Z0-9][-a-zA-Z0-9]*[a-zA-Z0-9])\.)*"
+    r"([a-zA-Z0-9]|[a-zA-Z0-9][-a-zA-Z0-9]*[a-zA-Z0-9])(\/))?"
+    r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$"
+)
+CONDITION_TYPE_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+)
+CONDITION_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+
+
+def _quantity_text(raw: Any) -> Any:
+    # YAML lets users write `cpu: 4`; the API server stores quantities as strings.
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, int | float):
+        return str(raw)
+    return raw
+
+
+Quantity = Annotated[
+    str,
+    BeforeValidator(_quantity_text),
+    Field(pattern=QUANTITY_PATTERN),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": QUANTITY_PATTERN,
+            "x-kubernetes-int-or-string": True,
+        }
+    ),
+]
+"""A Kubernetes resource quantity (``500m``, ``4Gi``), carried as its text."""
+
+ResourceList = dict[str, Quantity]
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+Timestamp = Annotated[
+    datetime, AfterValidator(_utc), PlainSerializer(format_timestamp, return_type=str)
+]
+"""A ``metav1.Time``: aware UTC in Python, RFC 3339 with a ``Z`` on the wire (even in
+``model_dump()``'s Python mode, so dumps are plain JSON-ready data)."""
+
+
+def validation_problems(error: ValidationError) -> list[str]:
+    """One ``path: reason`` line per problem (``spec.requirements[0].minValues: ...``), for
+    status conditions and Events that tell a user what to fix."""
+    problems = []
+    for item in error.errors():
+        path = ""
+        for part in item["loc"]:
+            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        message = item["msg"].removeprefix("Value error, ")
+        problems.append(f"{path}: {message}" if path else message)
+    return problems
+
+
+class KubeModel(BaseModel):
+    """Base of every API model: camelCase on the wire, Go ``omitempty`` semantics on output."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        extra="ignore",
+        use_attribute_docstrings=True,
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_empty(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if not isinstance(data, dict):
+            return data
+        for name, info in type(self).model_fields.items():
+            key = info.serialization_alias or info.alias or name
+            if key not in data:
+                continue
+            value = data[key]
+            if not info.is_required() and isinstance(value, dict | list) and not value:
+                del data[key]
+            # Plain str instead of StrEnum members, so yaml.safe_dump and friends accept it.
+            elif isinstance(value, StrEnum):
+                data[key] = value.value
+            elif isinstance(value, list) and value and isinstance(value[0], StrEnum):
+                data[key] = [item.value for item in value]
+        return data
+
+
+class OwnerReference(KubeModel):
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool | None = None
+    block_owner_deletion: bool | None = None
+
+
+class ObjectMeta(KubeModel):
+    """Standard object metadata; fields not modelled (managedFields, ...) are kept as-is."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str | None = None
+    generate_name: str | None = None
+    namespace: str | None = None
+    uid: str | None = None
+    resource_version: str | None = None
+    generation: int | None = None
+    creation_timestamp: Timestamp | None = None
+    deletion_timestamp: Timestamp | None = None
+    deletion_grace_period_seconds: int | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    finalizers: list[str] = Field(default_factory=list)
+    owner_references: list[OwnerReference] = Field(default_factory=list)
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(KubeModel):
+    """A status condition, as metav1.Condition (what Karpenter's operatorpkg writes)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "required": ["lastTransitionTime", "message", "reason", "status", "type"]
+        }
+    )
+
+    type: Annotated[str, Field(max_length=316, pattern=CONDITION_TYPE_PATTERN)]
+    """Type of condition in CamelCase."""
+    status: ConditionStatus
+    """Status of the condition: True, False or Unknown."""
+    observed_generation: Annotated[int | None, Field(ge=0)] = None
+    """The .metadata.generation that the condition was set based upon."""
+    last_transition_time: Timestamp
+    """The last time the condition transitioned from one status to another."""
+    reason: Annotated[str, Field(min_length=1, max_length=1024, pattern=CONDITION_REASON_PATTERN)]
+    """A programmatic identifier for the reason of the last transition, in CamelCase."""
+    message: Annotated[str, Field(max_length=32768)] = ""
+    """A human readable message with details about the transition."""
+
+    @property
+    def is_true(self) -> bool:
+        return self.status is ConditionStatus.TRUE
+
+
+def find_condition(conditions: list[Condition], condition_type: str) -> Condition | None:
+    """The condition of ``condition_type`` in a status, or None."""
+    return next((c for c in conditions if c.type == condition_type), None)
+
+
+class TaintEffect(StrEnum):
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+class Taint(KubeModel):
+    """A node taint (``core/v1 Taint``)."""
+
+    key: Annotated[str, Field(min_length=1, pattern=QUALIFIED_NAME_PATTERN)]
+    value: Annotated[str | None, Field(pattern=LABEL_VALUE_PATTERN)] = None
+    effect: TaintEffect
+    time_added: Timestamp | None = None
+
+    def matches(self, other: Taint) -> bool:
+        """Same identity as ``other`` (key and effect), like ``Taint.MatchTaint``."""
+        return self.key == other.key and self.effect == other.effect
+
+
+class NodeSelectorOperator(StrEnum):
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+    GT = "Gt"
+    LT = "Lt"
+    GTE = "Gte"
+    LTE = "Lte"
+
+
+_NUMERIC_OPERATORS = frozenset(
+    {NodeSelectorOperator.GT, NodeSelectorOperator.LT}
+    | {NodeSelectorOperator.GTE, NodeSelectorOperator.LTE}
+)
+
+
+_INTEGER = re.compile(r"[0-9]+")
+
+
+class NodeSelectorRequirementWithMinValues(KubeModel):
+    """A node selector requirement, plus how many distinct values must stay possible."""
+
+    key: Annotated[str, Field(max_length=316, pattern=QUALIFIED_NAME_PATTERN)]
+    """The label key that the selector applies to."""
+    operator: NodeSelectorOperator
+    """How the key relates to the values."""
+    values: Annotated[
+        list[Annotated[str, Field(max_length=63, pattern=LABEL_VALUE_PATTERN)]],
+        Field(json_schema_extra={"x-kubernetes-list-type": "atomic"}),
+    ] = Field(default_factory=list)
+    """Values for In/NotIn (non-empty for In), one integer for Gt/Lt/Gte/Lte, none otherwise."""
+    min_values: Annotated[int | None, Field(ge=1, le=50)] = None
+    """Minimum number of unique values this requirement must keep possible (flexibility)."""
+
+    @model_validator(mode="after")
+    def _check_values(self) -> NodeSelectorRequirementWithMinValues:
+        op = self.operator
+        if op is NodeSelectorOperator.IN and not self.values:
+            raise ValueError(f"requirement {self.key!r}: operator 'In' must have a value defined")
+        if op in {NodeSelectorOperator.EXISTS, NodeSelectorOperator.DOES_NOT_EXIST} and self.values:
+            raise ValueError(
+                f"requirement {self.key!r}: operator {op.value!r} must not have values"
+            )
+        if op in _NUMERIC_OPERATORS and (
+            len(self.values) != 1 or not _INTEGER.fullmatch(self.values[0])
+        ):
+            raise ValueError(
+                f"requirement {self.key!r}: operator {op.value!r} must have a single "
+                f"non-negative integer value, got {self.values!r}"
+            )
+        if (
+            op is NodeSelectorOperator.IN
+            and self.min_values is not None
+            and len(self.values) < self.min_values
+        ):
+            raise ValueError(
+                f"requirement {self.key!r}: minValues {self.min_values} needs at least that many "
+                f"values, got {len(self.values)}"
+            )
+        return self
+
+
+REQUIREMENTS_VALIDATIONS: list[dict[str, str]] = [
+    {
+        "message": "requirements with operator 'In' must have a value defined",
+        "rule": "self.all(x, x.operator == 'In' ? x.values.size() != 0 : true)",
+    },
+    {
+        "message": "requirements operator 'Gt' or 'Lt' must have a single positive integer value",
+        "rule": "self.all(x, (x.operator == 'Gt' || x.operator == 'Lt') ? "
+        "(x.values.size() == 1 && int(x.values[0]) >= 0) : true)",
+    },
+    {
+        "message": "requirements with 'minValues' must have at least that many values specified "
+        "in the 'values' field",
+        "rule": "self.all(x, (x.operator == 'In' && has(x.minValues)) ? "
+        "x.values.size() >= x.minValues : true)",
+    },
+]
+
+
+class NodeClassReference(KubeModel):
+    """Points at the provider-specific configuration (a ClusterAPINodeClass)."""
+
+    kind: Annotated[str, Field(min_length=1)]
+    """Kind of the referent."""
+    name: Annotated[str, Field(min_length=1)]
+    """Name of the referent."""
+    group: Annotated[str, Field(min_length=1, pattern=r"^[^/]*$")]
+    """API group of the referent."""
+
+
+class LabelSelectorOperator(StrEnum):
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+
+
+class LabelSelectorRequirement(KubeModel):
+    key: str
+    operator: LabelSelectorOperator
+    values: Annotated[list[str], Field(json_schema_extra={"x-kubernetes-list-type": "atomic"})] = (
+        Field(default_factory=list)
+    )
+
+    @model_validator(mode="after")
+    def _check_values(self) -> LabelSelectorRequirement:
+        needs_values = self.operator in {LabelSelectorOperator.IN, LabelSelectorOperator.NOT_IN}
+        if needs_values and not self.values:
+            raise ValueError(
+                f"selector {self.key!r}: operator {self.operator.value!r} needs values"
+            )
+        if not needs_values and self.values:
+            raise ValueError(
+                f"selector {self.key!r}: operator {self.operator.value!r} takes no values"
+            )
+        return self
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        present = self.key in labels
+        match self.operator:
+            case LabelSelectorOperator.IN:
+                return present and labels[self.key] in self.values
+            case LabelSelectorOperator.NOT_IN:
+                return not present or labels[self.key] not in self.values
+            case LabelSelectorOperator.EXISTS:
+                return present
+            case LabelSelectorOperator.DOES_NOT_EXIST:
+                return not present
+
+
+class LabelSelector(KubeModel):
+    """A ``metav1.LabelSelector``. An empty selector matches everything, as in Kubernetes."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-map-type": "atomic"})
+
+    match_labels: dict[str, str] = Field(default_factory=dict)
+    """Equivalent to matchExpressions with operator In and a single value; ANDed."""
+    match_expressions: Annotated[
+        list[LabelSelectorRequirement],
+        Field(json_schema_extra={"x-kubernetes-list-type": "atomic"}),
+    ] = Field(default_factory=list)
+    """Label selector requirements; ANDed."""
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if any(labels.get(k) != v for k, v in self.match_labels.items()):
+            return False
+        return all(expr.matches(labels) for expr in self.match_expressions)
+
+
+class TypedObject(KubeModel):
+    """Common shape of a top-level API object: apiVersion, kind and metadata."""
+
+    API_VERSION: ClassVar[str]
+    KIND: ClassVar[str]
+
+    api_version: str
+    kind: str
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_type_meta(cls, data: Any) -> Any:
+        # Objects built in code need not repeat apiVersion/kind; objects read from the API
+        # must carry the right ones.
+        if isinstance(data, dict):
+            data = dict(data)
+            api_version = data.pop("api_version", None) or data.get("apiVersion", cls.API_VERSION)
+            kind = data.get("kind", cls.KIND)
+            if api_version != cls.API_VERSION or kind != cls.KIND:
+                raise ValueError(
+                    f"expected apiVersion {cls.API_VERSION!r} and kind {cls.KIND!r}, got "
+                    f"{api_version!r} and {kind!r}"
+                )
+            data["apiVersion"] = api_version
+            data["kind"] = kind
+        return data
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name or ""

@@ -1,0 +1,148 @@
+"""``karpenter.sh/v1`` NodeClaim: one requested node, from launch to termination.
+
+The NodeClaim is the controller's unit of intent and memory: the provisioner writes the spec (the
+NodePool template narrowed to one shape), the lifecycle controllers write the status (provider
+ID, node name, capacity, conditions). Field names, defaults and printer columns follow upstream
+Karpenter v1 (``pkg/apis/v1/nodeclaim.go``, ``nodeclaim_status.go``) so ``kubectl get
+nodeclaims`` reads the same as with Karpenter.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, ClassVar
+
+from pydantic import Field, model_validator
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.api.duration import Duration, NillableDuration
+from karpenter_capi.core.api.meta import (
+    REQUIREMENTS_VALIDATIONS,
+    Condition,
+    KubeModel,
+    NodeClassReference,
+    NodeSelectorRequirementWithMinValues,
+    ResourceList,
+    Taint,
+    Timestamp,
+    TypedObject,
+    find_condition,
+)
+from karpenter_capi.core.api.nodepool import DEFAULT_EXPIRE_AFTER, requirement_key_problems
+
+
+class NodeClaimConditionType(StrEnum):
+    LAUNCHED = "Launched"
+    REGISTERED = "Registered"
+    INITIALIZED = "Initialized"
+    READY = "Ready"
+    DRIFTED = "Drifted"
+    CONSOLIDATABLE = "Consolidatable"
+    EMPTY = "Empty"
+    # Set while the node is being disrupted; upstream names it DisruptionReason (its reason
+    # says why: Drifted, Underutilized, Empty, Expired).
+    DISRUPTION_REASON = "DisruptionReason"
+    DISRUPTING = "Disrupting"
+    INSTANCE_TERMINATING = "InstanceTerminating"
+    CONSISTENT_STATE_FOUND = "ConsistentStateFound"
+
+
+# The conditions whose conjunction is Ready (upstream ``StatusConditions``).
+READINESS_CONDITIONS = (
+    NodeClaimConditionType.LAUNCHED,
+    NodeClaimConditionType.REGISTERED,
+    NodeClaimConditionType.INITIALIZED,
+)
+
+
+class ResourceRequirements(KubeModel):
+    requests: ResourceList = Field(default_factory=dict)
+    """The minimum resources the NodeClaim's node must provide."""
+
+
+class NodeClaimSpec(KubeModel):
+    """NodeClaimSpec describes the desired state of the NodeClaim."""
+
+    taints: list[Taint] = Field(default_factory=list)
+    """Taints applied to the node."""
+    startup_taints: list[Taint] = Field(default_factory=list)
+    """Taints expected to be removed by a daemon after startup; ignored when provisioning."""
+    requirements: Annotated[
+        list[NodeSelectorRequirementWithMinValues],
+        Field(
+            max_length=100, json_schema_extra={"x-kubernetes-validations": REQUIREMENTS_VALIDATIONS}
+        ),
+    ]
+    """Constraints on the node's labels."""
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    """Resources the node must offer to fit the pods it was launched for."""
+    node_class_ref: NodeClassReference
+    """The provider-specific configuration used to launch the node."""
+    termination_grace_period: Duration | None = None
+    """Longest time draining may take before pods are forcibly deleted; unlimited when unset."""
+    expire_after: Annotated[
+        NillableDuration, Field(json_schema_extra={"x-crd-default": DEFAULT_EXPIRE_AFTER})
+    ] = Field(default_factory=lambda: NillableDuration(DEFAULT_EXPIRE_AFTER))
+    """Age at which the node is replaced, or 'Never'."""
+
+    @model_validator(mode="after")
+    def _restricted_keys(self) -> NodeClaimSpec:
+        problems = requirement_key_problems(
+            self.requirements, "spec.requirements", allow_nodepool=True
+        )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+class NodeClaimStatus(KubeModel):
+    """NodeClaimStatus defines the observed state of NodeClaim."""
+
+    node_name: str | None = None
+    """Name of the corresponding Node."""
+    provider_id: Annotated[str | None, Field(alias="providerID")] = None
+    """Provider ID of the corresponding Node (and Machine)."""
+    image_id: Annotated[str | None, Field(alias="imageID")] = None
+    """Identifier of the image the node runs."""
+    capacity: ResourceList = Field(default_factory=dict)
+    """Estimated full capacity of the node."""
+    allocatable: ResourceList = Field(default_factory=dict)
+    """Estimated allocatable capacity of the node."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """Signals for health and readiness."""
+    last_pod_event_time: Timestamp | None = None
+    """Last time a pod was scheduled to or removed from the node."""
+
+
+class NodeClaim(TypedObject):
+    """NodeClaim is the Schema for the NodeClaims API."""
+
+    API_VERSION: ClassVar[str] = wellknown.KARPENTER_API_VERSION
+    KIND: ClassVar[str] = "NodeClaim"
+
+    spec: Annotated[
+        NodeClaimSpec,
+        Field(
+            json_schema_extra={
+                "x-kubernetes-validations": [
+                    {"message": "spec is immutable", "rule": "self == oldSelf"}
+                ]
+            }
+        ),
+    ]
+    status: NodeClaimStatus = Field(default_factory=NodeClaimStatus)
+
+    def condition(self, condition_type: str) -> Condition | None:
+        return find_condition(self.status.conditions, condition_type)
+
+    def is_condition_true(self, condition_type: str) -> bool:
+        found = self.condition(condition_type)
+        return found is not None and found.is_true
+
+    @property
+    def nodepool_name(self) -> str | None:
+        return self.metadata.labels.get(wellknown.LABEL_NODEPOOL)
+
+    @property
+    def is_deleting(self) -> bool:
+        return self.metadata.deletion_timestamp is not None

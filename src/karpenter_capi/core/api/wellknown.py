@@ -1,0 +1,174 @@
+"""Every well-known label, annotation, taint and finalizer name, in one place.
+
+The controller, the plugins and the simulator must agree byte for byte on these strings, and most
+of them are shared with upstream Karpenter (``pkg/apis/v1/labels.go``), Kubernetes
+(``k8s.io/api/core/v1`` well-known labels), Cluster API and the cluster-autoscaler's
+scale-from-zero annotations. A typo in one copy would silently split the contract, so every other
+module imports the constant from here instead of spelling it out.
+
+The restricted-domain rules mirror Karpenter's ``IsRestrictedLabel``: a NodePool may not set or
+require labels in domains the kubelet refuses to self-assign (``kubernetes.io``, ``k8s.io``) or
+that Karpenter reserves (``karpenter.sh``), except the well-known labels it understands and the
+sub-domains upstream explicitly allows (``node.kubernetes.io``, ``node-restriction.kubernetes.io``,
+``kops.k8s.io``).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- API groups ---------------------------------------------------------------------------------
+
+KARPENTER_GROUP: Final = "karpenter.sh"
+KARPENTER_VERSION: Final = "v1"
+KARPENTER_API_VERSION: Final = f"{KARPENTER_GROUP}/{KARPENTER_VERSION}"
+NODECLASS_GROUP: Final = "karpenter.cluster.x-k8s.io"
+NODECLASS_VERSION: Final = "v1alpha1"
+NODECLASS_API_VERSION: Final = f"{NODECLASS_GROUP}/{NODECLASS_VERSION}"
+NODECLASS_KIND: Final = "ClusterAPINodeClass"
+CAPI_GROUP: Final = "cluster.x-k8s.io"
+
+# --- Kubernetes well-known node labels ----------------------------------------------------------
+
+LABEL_HOSTNAME: Final = "kubernetes.io/hostname"
+LABEL_ARCH: Final = "kubernetes.io/arch"
+LABEL_OS: Final = "kubernetes.io/os"
+LABEL_INSTANCE_TYPE: Final = "node.kubernetes.io/instance-type"
+LABEL_TOPOLOGY_ZONE: Final = "topology.kubernetes.io/zone"
+LABEL_TOPOLOGY_REGION: Final = "topology.kubernetes.io/region"
+LABEL_WINDOWS_BUILD: Final = "node.kubernetes.io/windows-build"
+
+# Deprecated beta aliases that older manifests and pods still use.
+LABEL_ARCH_BETA: Final = "beta.kubernetes.io/arch"
+LABEL_OS_BETA: Final = "beta.kubernetes.io/os"
+LABEL_INSTANCE_TYPE_BETA: Final = "beta.kubernetes.io/instance-type"
+LABEL_ZONE_FAILURE_DOMAIN_BETA: Final = "failure-domain.beta.kubernetes.io/zone"
+LABEL_REGION_FAILURE_DOMAIN_BETA: Final = "failure-domain.beta.kubernetes.io/region"
+
+# Pod requirements written against an alias are translated to the stable label before solving,
+# exactly like Karpenter's ``NormalizedLabels``.
+NORMALIZED_LABELS: Final[dict[str, str]] = {
+    LABEL_ZONE_FAILURE_DOMAIN_BETA: LABEL_TOPOLOGY_ZONE,
+    LABEL_REGION_FAILURE_DOMAIN_BETA: LABEL_TOPOLOGY_REGION,
+    LABEL_ARCH_BETA: LABEL_ARCH,
+    LABEL_OS_BETA: LABEL_OS,
+    LABEL_INSTANCE_TYPE_BETA: LABEL_INSTANCE_TYPE,
+}
+
+ARCH_AMD64: Final = "amd64"
+ARCH_ARM64: Final = "arm64"
+
+# --- Karpenter labels ---------------------------------------------------------------------------
+
+LABEL_NODEPOOL: Final = "karpenter.sh/nodepool"
+LABEL_CAPACITY_TYPE: Final = "karpenter.sh/capacity-type"
+LABEL_REGISTERED: Final = "karpenter.sh/registered"
+LABEL_INITIALIZED: Final = "karpenter.sh/initialized"
+
+CAPACITY_TYPE_ON_DEMAND: Final = "on-demand"
+CAPACITY_TYPE_SPOT: Final = "spot"
+CAPACITY_TYPE_RESERVED: Final = "reserved"
+CAPACITY_TYPES: Final = (CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, CAPACITY_TYPE_RESERVED)
+
+# --- Karpenter annotations, taints, finalizer ---------------------------------------------------
+
+ANNOTATION_DO_NOT_DISRUPT: Final = "karpenter.sh/do-not-disrupt"
+ANNOTATION_NODEPOOL_HASH: Final = "karpenter.sh/nodepool-hash"
+ANNOTATION_NODEPOOL_HASH_VERSION: Final = "karpenter.sh/nodepool-hash-version"
+ANNOTATION_DO_NOT_SYNC_TAINTS: Final = "karpenter.sh/do-not-sync-taints"
+ANNOTATION_NODECLAIM_TERMINATION_TIMESTAMP: Final = "karpenter.sh/nodeclaim-termination-timestamp"
+
+TAINT_UNREGISTERED_KEY: Final = "karpenter.sh/unregistered"
+TAINT_UNREGISTERED_EFFECT: Final = "NoExecute"
+TAINT_DISRUPTED_KEY: Final = "karpenter.sh/disrupted"
+TAINT_DISRUPTED_EFFECT: Final = "NoSchedule"
+
+FINALIZER_TERMINATION: Final = "karpenter.sh/termination"
+
+# --- Cluster API --------------------------------------------------------------------------------
+
+ANNOTATION_CAPI_DELETE_MACHINE: Final = "cluster.x-k8s.io/delete-machine"
+ANNOTATION_CAPI_PAUSED: Final = "cluster.x-k8s.io/paused"
+LABEL_CAPI_CLUSTER_NAME: Final = "cluster.x-k8s.io/cluster-name"
+# Opts a MachineDeployment/MachineSet/MachinePool into being scaled by us.
+LABEL_KARPENTER_MEMBER: Final = "node.cluster.x-k8s.io/karpenter-member"
+ANNOTATION_AUTOSCALER_MIN_SIZE: Final = (
+    "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
+)
+ANNOTATION_AUTOSCALER_MAX_SIZE: Final = (
+    "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
+)
+
+# cluster-autoscaler scale-from-zero annotations: the node shape of a scalable resource that has
+# no Machine yet to look at.
+CAPACITY_ANNOTATION_PREFIX: Final = "capacity.cluster-autoscaler.kubernetes.io/"
+ANNOTATION_CAPACITY_CPU: Final = CAPACITY_ANNOTATION_PREFIX + "cpu"
+ANNOTATION_CAPACITY_MEMORY: Final = CAPACITY_ANNOTATION_PREFIX + "memory"
+ANNOTATION_CAPACITY_EPHEMERAL_DISK: Final = CAPACITY_ANNOTATION_PREFIX + "ephemeral-disk"
+ANNOTATION_CAPACITY_MAX_PODS: Final = CAPACITY_ANNOTATION_PREFIX + "maxPods"
+ANNOTATION_CAPACITY_GPU_COUNT: Final = CAPACITY_ANNOTATION_PREFIX + "gpu-count"
+ANNOTATION_CAPACITY_GPU_TYPE: Final = CAPACITY_ANNOTATION_PREFIX + "gpu-type"
+ANNOTATION_CAPACITY_LABELS: Final = CAPACITY_ANNOTATION_PREFIX + "labels"
+ANNOTATION_CAPACITY_TAINTS: Final = CAPACITY_ANNOTATION_PREFIX + "taints"
+
+# --- Restricted label domains -------------------------------------------------------------------
+
+RESTRICTED_LABEL_DOMAINS: Final = frozenset({"kubernetes.io", "k8s.io", KARPENTER_GROUP})
+# Sub-domains of the restricted ones that the kubelet accepts, so users may set them.
+LABEL_DOMAIN_EXCEPTIONS: Final = frozenset(
+    {"kops.k8s.io", "node.kubernetes.io", "node-restriction.kubernetes.io"}
+)
+# Labels in restricted domains that Karpenter understands and lets NodePools constrain.
+WELL_KNOWN_LABELS: Final = frozenset(
+    {
+        LABEL_NODEPOOL,
+        LABEL_TOPOLOGY_ZONE,
+        LABEL_TOPOLOGY_REGION,
+        LABEL_INSTANCE_TYPE,
+        LABEL_ARCH,
+        LABEL_OS,
+        LABEL_CAPACITY_TYPE,
+        LABEL_WINDOWS_BUILD,
+    }
+)
+# Labels that would break provisioning if a NodePool set them.
+RESTRICTED_LABELS: Final = frozenset({LABEL_HOSTNAME})
+
+
+def label_domain(key: str) -> str:
+    """The prefix of a qualified label key (``""`` when the key has no ``/``)."""
+    prefix, slash, _ = key.partition("/")
+    return prefix if slash else ""
+
+
+def is_restricted_node_label(key: str) -> bool:
+    """True when Karpenter must not inject ``key`` onto a node itself.
+
+    Well-known labels count as restricted here because the cloud provider, not Karpenter, sets
+    them; labels in an exception sub-domain are never restricted.
+    """
+    if key in WELL_KNOWN_LABELS:
+        return True
+    domain = label_domain(key)
+    if any(domain.endswith(exception) for exception in LABEL_DOMAIN_EXCEPTIONS):
+        return False
+    if any(domain.endswith(restricted) for restricted in RESTRICTED_LABEL_DOMAINS):
+        return True
+    return key in RESTRICTED_LABELS
+
+
+def restricted_label_reason(key: str) -> str | None:
+    """Why a NodePool may not use ``key`` as a label or requirement, or None when it may.
+
+    Deprecated aliases are accepted because they are normalised to a well-known label.
+    """
+    if key in WELL_KNOWN_LABELS or key in NORMALIZED_LABELS:
+        return None
+    if is_restricted_node_label(key):
+        domains = ", ".join(sorted(RESTRICTED_LABEL_DOMAINS))
+        known = ", ".join(sorted(WELL_KNOWN_LABELS))
+        return (
+            f"label {key!r} is restricted; use a well-known label ({known}) or a custom label "
+            f"outside the restricted domains ({domains})"
+        )
+    return None

@@ -1,0 +1,287 @@
+"""The plugin contract: every hook a provider plugin may implement (pluggy hook specifications).
+
+A provider (the generic Cluster API plugin, AWS, Azure, or a third party's package) is a module
+registered with ``pluggy.PluginManager("karpenter_capi")`` whose functions are decorated with
+``hookimpl`` and named like the specifications below. The docstrings here ARE the reference
+documentation (``docs/plugins.md`` repeats the signatures, and a test keeps the two in step).
+
+Rules that hold for every hook:
+
+* Hooks are **synchronous** and may block on network I/O: the runtime calls them from worker
+  threads, never from an event loop, so a plugin uses blocking SDKs (boto3, the Azure SDK, the
+  Kubernetes client in ``ctx``) directly. A plugin must be thread-safe: the same hook may run
+  concurrently for different NodeClaims.
+* Time comes from ``ctx.clock`` and Kubernetes from ``ctx.workload`` / ``ctx.management``; a
+  plugin never sleeps to wait for an instance. Launch is asynchronous: ``create`` records intent
+  and returns, and later rounds observe progress through ``get`` and ``list``.
+* An implementation may accept any subset of a hook's arguments, by name (pluggy's rule).
+* Hooks are called one plugin at a time by ``core.plugins.Plugins`` in the **plugin order**:
+  implementations marked ``hookimpl(tryfirst=True)`` first, then unmarked ones in the order
+  the plugins are enabled (``--plugins a,b``: ``a`` before ``b``), then ``trylast=True`` ones.
+* "firstresult" hooks stop at the first plugin that returns something other than ``None``;
+  returning ``None`` means "not mine, ask the next plugin". Other hooks ask every plugin.
+* Raise the errors of ``core.errors`` (``InsufficientCapacityError``, ``NodeClassNotReadyError``,
+  ``InstanceNotFoundError``, ``RetryableCreateError``) to tell the core what happened. Any other
+  exception, or a return value of the wrong type, is reported as a bug in the plugin, by name.
+
+Wrappers (``hookwrapper=True`` / ``wrapper=True``) are not supported: the facade calls each
+implementation itself so that it can give every plugin its own ``ctx`` and chain pricing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
+
+import pluggy
+
+from karpenter_capi.core.clock import Clock
+from karpenter_capi.core.instancetype import InstanceType
+from karpenter_capi.core.kube.client import KubeClient
+from karpenter_capi.core.scheduling.resources import ResourceList
+
+if TYPE_CHECKING:
+    from karpenter_capi.core.api.nodeclaim import NodeClaim
+    from karpenter_capi.core.api.nodeclass import ClusterAPINodeClass
+    from karpenter_capi.core.api.nodepool import NodePool
+
+PROJECT_NAME: Final = "karpenter_capi"
+"""The pluggy project name; also the prefix of every hook (``karpenter_capi_``)."""
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+NodeClass: TypeAlias = "ClusterAPINodeClass | Mapping[str, Any]"
+"""What hooks receive as ``nodeclass``: the validated ``ClusterAPINodeClass`` model when the
+NodePool references that kind, otherwise the raw object (a JSON dict) of a kind some plugin
+declared with ``karpenter_capi_nodeclass_kinds``."""
+
+
+def _frozen_empty() -> Mapping[str, str]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class PluginContext:
+    """What the core gives every hook call: clients, time, logging, and the plugin's options.
+
+    Each plugin gets its own context: ``plugin_name`` is its enabled name, ``logger`` a child of
+    the ``karpenter_capi.plugins`` logger named after it, and ``options`` only its own settings
+    (``--plugin-option capa.region=eu-west-1`` arrives in the ``capa`` plugin as
+    ``{"region": "eu-west-1"}``). ``workload`` serves Nodes and Pods; ``management`` serves the
+    Cluster API objects and this project's CRDs (they are the same client in a single cluster).
+    """
+
+    plugin_name: str
+    workload: KubeClient
+    management: KubeClient
+    clock: Clock
+    logger: logging.Logger
+    options: Mapping[str, str] = field(default_factory=_frozen_empty)
+
+    def option(self, name: str, default: str | None = None) -> str | None:
+        """One of this plugin's options, or ``default``."""
+        return self.options.get(name, default)
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    """What ``karpenter_capi_create`` knows when it returns (launch is asynchronous).
+
+    ``instance_type``, ``zone`` and ``capacity_type`` say which offering was chosen (they become
+    the NodeClaim's ``node.kubernetes.io/instance-type``, ``topology.kubernetes.io/zone`` and
+    ``karpenter.sh/capacity-type`` labels). ``provider_id`` is usually still ``None``: the
+    Machine or VM exists only as intent, and the core learns the ID later through
+    ``karpenter_capi_get``. ``labels`` and ``annotations`` are merged into the NodeClaim's
+    metadata; a plugin records its intent there (which scalable resource, which request) so it
+    can recognise the NodeClaim after a restart. ``capacity``/``allocatable`` override the
+    instance type's when the plugin knows better.
+    """
+
+    instance_type: str
+    capacity_type: str
+    zone: str | None = None
+    provider_id: str | None = None
+    image_id: str | None = None
+    capacity: ResourceList | None = None
+    allocatable: ResourceList | None = None
+    labels: Mapping[str, str] = field(default_factory=_frozen_empty)
+    annotations: Mapping[str, str] = field(default_factory=_frozen_empty)
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A machine a plugin manages, as ``karpenter_capi_get`` and ``karpenter_capi_list`` see it.
+
+    ``name`` identifies it within the plugin (a Machine name, an instance ID) even before it has
+    a ``provider_id``. ``nodeclaim_name`` is the NodeClaim it is bound to, when the plugin knows;
+    the garbage collector deletes instances that no NodeClaim claims. ``state`` is free text for
+    humans (``pending``, ``running``, ``deleting``).
+    """
+
+    name: str
+    provider_id: str | None = None
+    instance_type: str | None = None
+    zone: str | None = None
+    capacity_type: str | None = None
+    nodeclaim_name: str | None = None
+    image_id: str | None = None
+    created_at: datetime | None = None
+    state: str | None = None
+    labels: Mapping[str, str] = field(default_factory=_frozen_empty)
+
+
+@hookspec
+def karpenter_capi_nodeclass_kinds() -> list[tuple[str, str]]:
+    """The NodeClass kinds this plugin serves, as ``(API group, kind)`` pairs.
+
+    Called once when the plugins are loaded, on every plugin. The core watches these kinds and
+    accepts NodePools whose ``spec.template.spec.nodeClassRef`` points at one of them; several
+    plugins may serve the same kind (``generic_capi`` and ``capa`` both serve
+    ``("karpenter.cluster.x-k8s.io", "ClusterAPINodeClass")``).
+
+    Returns a list (possibly empty) of ``(group, kind)`` tuples of strings.
+    """
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def karpenter_capi_instance_types(
+    nodeclass: NodeClass, nodepool: NodePool, ctx: PluginContext
+) -> list[InstanceType] | None:
+    """The instance types a NodePool can launch through ``nodeclass`` (the inventory).
+
+    Called at every provisioning and consolidation round for each NodePool, so cache what is
+    expensive (cloud API calls) and keep the call cheap; results feed the scheduling solver.
+    firstresult: the first plugin (in plugin order) returning a list owns the inventory of that
+    NodeClass; return ``None`` when this plugin does not serve it. An empty list means "served,
+    but nothing can be launched now" (and the NodeClass should be marked not ready by raising
+    ``NodeClassNotReadyError`` when there is a reason to tell the user).
+
+    Returns ``list[InstanceType]`` with their offerings (zones, capacity types, prices,
+    availability), or ``None``.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def karpenter_capi_price_offerings(
+    instance_types: list[InstanceType],
+    nodeclass: NodeClass,
+    nodepool: NodePool,
+    ctx: PluginContext,
+) -> list[InstanceType] | None:
+    """Enrich or override the offerings (prices, zones, availability) of an inventory.
+
+    Called right after ``karpenter_capi_instance_types``, on every plugin, as a **chain** in
+    plugin order: each plugin receives the list the previous one returned (the first receives
+    the inventory), so the last plugin in the order has the last word on a price. Return the
+    new list (``InstanceType.with_offerings`` helps), or ``None`` to pass it on unchanged.
+    Never mutate the input (instance types are frozen). Removing an instance type from the list
+    removes it from consideration.
+
+    Returns ``list[InstanceType]`` or ``None``.
+    """
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def karpenter_capi_create(
+    nodeclaim: NodeClaim,
+    instance_types: list[InstanceType],
+    nodeclass: NodeClass,
+    ctx: PluginContext,
+) -> LaunchResult | None:
+    """Start launching one node for ``nodeclaim``, choosing among ``instance_types``.
+
+    Called by the NodeClaim lifecycle controller once per new NodeClaim (and again after a
+    ``RetryableCreateError``). ``instance_types`` are the types the solver found compatible,
+    cheapest first, each restricted to the offerings compatible with the NodeClaim's
+    requirements. **Asynchronous**: record the intent (raise a replica count, submit a fleet
+    request) and return at once; never wait for the machine. Must be idempotent: after a crash
+    the same NodeClaim may be created again, so recognise work already done (for example by an
+    annotation written through ``LaunchResult.annotations``).
+
+    firstresult: return ``None`` when this plugin does not serve ``nodeclass``. Raise
+    ``InsufficientCapacityError`` when no offering can be launched, ``NodeClassNotReadyError``
+    when the NodeClass is unusable, ``RetryableCreateError`` for transient failures.
+
+    Returns a ``LaunchResult`` or ``None``.
+    """
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def karpenter_capi_delete(nodeclaim: NodeClaim, ctx: PluginContext) -> bool | None:
+    """Start removing the machine behind ``nodeclaim`` (asynchronous, like create).
+
+    Called by the termination controller after the node is drained, and again on every
+    reconcile until the plugin raises ``InstanceNotFoundError``, which tells the core the
+    machine is gone and the NodeClaim's finalizer may be removed. Must be idempotent.
+
+    firstresult: return ``True`` when this plugin owns the NodeClaim and deletion is under way,
+    ``None`` when the NodeClaim is not this plugin's.
+
+    Returns ``True`` or ``None``; raises ``InstanceNotFoundError`` once the machine is gone.
+    """
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def karpenter_capi_get(provider_id: str, ctx: PluginContext) -> Instance | None:
+    """Look up one machine by its ``providerID`` (``aws:///us-east-1a/i-0abc``...).
+
+    Called by the lifecycle controllers while a NodeClaim launches and registers, and by
+    liveness checks. firstresult: return ``None`` when the ID is not this plugin's (for example
+    another provider's URI scheme); raise ``InstanceNotFoundError`` when it is this plugin's but
+    the machine no longer exists.
+
+    Returns an ``Instance`` or ``None``.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def karpenter_capi_list(ctx: PluginContext) -> list[Instance]:
+    """Every machine this plugin manages, including ones still without a provider ID.
+
+    Called periodically (minutes apart) by the garbage collector on every plugin; the results
+    are concatenated. A machine that no NodeClaim claims for long enough is deleted, so list
+    only machines this plugin launched (never foreign capacity).
+
+    Returns a list (possibly empty) of ``Instance``.
+    """
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def karpenter_capi_is_drifted(
+    nodeclaim: NodeClaim, nodeclass: NodeClass, ctx: PluginContext
+) -> str | None:
+    """Why ``nodeclaim`` no longer matches ``nodeclass``, or ``None`` when it still does.
+
+    Called by the disruption controller for each launched NodeClaim when its NodeClass changes
+    and periodically. The core already detects NodePool template drift itself; a plugin reports
+    provider-side drift (a new image, a changed machine template, a subnet removed).
+    firstresult: the first non-``None`` reason wins.
+
+    Returns a short reason (becomes the ``Drifted`` condition's reason, e.g. ``"ImageDrift"``)
+    or ``None``.
+    """
+    raise NotImplementedError
+
+
+HOOK_NAMES: Final = (
+    "karpenter_capi_nodeclass_kinds",
+    "karpenter_capi_instance_types",
+    "karpenter_capi_price_offerings",
+    "karpenter_capi_create",
+    "karpenter_capi_delete",
+    "karpenter_capi_get",
+    "karpenter_capi_list",
+    "karpenter_capi_is_drifted",
+)

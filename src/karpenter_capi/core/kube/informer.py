@@ -1,0 +1,539 @@
+"""List-then-watch informer: a local, indexed, event-driven mirror of one resource.
+
+This is the Python counterpart of client-go's reflector + DeltaFIFO + indexer, reduced to what
+the controllers need and written so that one piece of logic runs under two drivers:
+
+* ``run(stop)`` for real clusters: a thread that lists, then holds a long watch open
+  (5-10 minutes, jittered like client-go), resuming and relisting as needed;
+* ``step()`` for the deterministic simulation: each call does one unit of work (one list page,
+  or one non-blocking drain of the watch) and says whether anything happened, so a virtual-time
+  runtime can run the whole cluster in one thread.
+
+The semantics that keep the cache exact:
+
+* The initial list is paginated (``limit``/``continue``). If a continue token expires (410)
+  the list restarts from the beginning: pages of different snapshots must not be mixed.
+* The watch starts at the list's resourceVersion with bookmarks on, and every event (bookmarks
+  included) advances the resume point. When a stream ends or the connection drops, the watch
+  resumes from that point; nothing is relisted, missed or delivered twice.
+* A 410 Gone (the resume point fell out of the server's history) forces a relist. The relist is
+  reconciled against the cache like DeltaFIFO's ``Replace``: objects that vanished during the
+  gap get a synthesized delete, new ones an add, and ones whose resourceVersion moved an update.
+* Errors back off exponentially with jitter (1s doubling to 30s), reset after healthy work.
+* A malformed object (``transform`` raises) is logged and skipped; it never stops the informer.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, cast, overload
+
+from karpenter_capi.core.clock import Clock
+from karpenter_capi.core.kube.backoff import Backoff
+from karpenter_capi.core.kube.cache import IndexFunc, Store, object_key
+from karpenter_capi.core.kube.client import JsonObject, KubeClient, WatchEvent, WatchStream
+from karpenter_capi.core.kube.errors import Gone, error_from_status
+from karpenter_capi.core.kube.resources import Resource
+
+T = TypeVar("T")
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_WATCH_TIMEOUT = 300.0
+"""Base server-side watch timeout; each watch adds up to 100% jitter (client-go: 5-10 min)."""
+
+MIN_HEALTHY_WATCH = 1.0
+"""A stream that ends sooner than this without a single event counts as a failure."""
+
+
+class _Phase(enum.Enum):
+    LISTING = "listing"
+    WATCHING = "watching"
+
+
+@dataclass(frozen=True, slots=True)
+class EventHandler(Generic[T]):
+    """Callbacks for one consumer of an informer. Any of them may be ``None``."""
+
+    on_add: Callable[[T], None] | None = None
+    on_update: Callable[[T, T], None] | None = None
+    on_delete: Callable[[T], None] | None = None
+
+
+class _ShortWatchError(Exception):
+    """The watch ended immediately without delivering anything: treat like an error."""
+
+
+class Informer(Generic[T]):
+    """Keeps a ``Store`` of one resource in sync with the API server and notifies handlers.
+
+    Handlers run on the driver's thread after the cache has been updated, one at a time; an
+    exception in a handler is logged and does not affect the informer or other handlers. For
+    an object deleted while the informer could not watch (seen only at the relist), ``on_delete``
+    receives the last state the cache knew.
+    """
+
+    @overload
+    def __init__(
+        self: Informer[JsonObject],
+        client: KubeClient,
+        resource: Resource,
+        *,
+        clock: Clock,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int | None = 500,
+        transform: None = None,
+        indexers: Mapping[str, IndexFunc[JsonObject]] | None = None,
+        resync_period: float | None = None,
+        rand: Callable[[], float] = random.random,
+        watch_timeout: float = DEFAULT_WATCH_TIMEOUT,
+        name: str | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        client: KubeClient,
+        resource: Resource,
+        *,
+        clock: Clock,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int | None = 500,
+        transform: Callable[[JsonObject], T],
+        indexers: Mapping[str, IndexFunc[T]] | None = None,
+        resync_period: float | None = None,
+        rand: Callable[[], float] = random.random,
+        watch_timeout: float = DEFAULT_WATCH_TIMEOUT,
+        name: str | None = None,
+    ) -> None: ...
+
+    def __init__(
+        self,
+        client: KubeClient,
+        resource: Resource,
+        *,
+        clock: Clock,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int | None = 500,
+        transform: Callable[[JsonObject], Any] | None = None,
+        indexers: Mapping[str, IndexFunc[Any]] | None = None,
+        resync_period: float | None = None,
+        rand: Callable[[], float] = random.random,
+        watch_timeout: float = DEFAULT_WATCH_TIMEOUT,
+        name: str | None = None,
+    ) -> None:
+        if resync_period is not None and resync_period <= 0:
+            raise ValueError("resync_period must be positive (or None to disable)")
+        self.name = name or resource.group_resource
+        self._client = client
+        self._resource = resource
+        self._namespace = namespace
+        self._label_selector = label_selector
+        self._field_selector = field_selector
+        self._page_size = page_size if page_size and page_size > 0 else None
+        self._clock = clock
+        self._transform: Callable[[JsonObject], T] = transform or cast(
+            Callable[[JsonObject], T], _identity
+        )
+        self._resync_period = resync_period
+        self._rand = rand
+        self._watch_timeout = watch_timeout
+        self._store: Store[T] = Store(indexers)
+        self._backoff = Backoff(clock, initial=1.0, cap=30.0, factor=2.0, jitter=0.25, rand=rand)
+
+        self._handlers: list[EventHandler[T]] = []
+        # Serialises cache mutation + handler dispatch between the driver, the resync timer and
+        # add_handler, so handlers see events in cache order.
+        self._dispatch_lock = threading.RLock()
+        self._synced = threading.Event()
+
+        self._phase = _Phase.LISTING
+        self._continue_token: str | None = None
+        self._pending: dict[str, JsonObject] = {}
+        self._versions: dict[str, str] = {}  # key -> resourceVersion of the cached object
+        self._last_sync_rv = ""
+        self._watch_ok_since_list = False
+        self._next_resync: float | None = None
+
+        self._stream_lock = threading.Lock()
+        self._stream: WatchStream | None = None
+
+        self.skipped_total = 0
+        """Objects dropped because ``transform`` or key extraction failed."""
+        self.relists_total = 0
+        """Relists forced by 410 Gone (the initial list is not counted)."""
+
+    # Public reads.
+
+    @property
+    def store(self) -> Store[T]:
+        return self._store
+
+    @property
+    def resource(self) -> Resource:
+        return self._resource
+
+    def has_synced(self) -> bool:
+        """True once the first complete list is in the cache and its handlers have run."""
+        return self._synced.is_set()
+
+    def wait_for_sync(self, timeout: float | None = None) -> bool:
+        """Block (real time) until synced; for threaded start-up only."""
+        return self._synced.wait(timeout)
+
+    @property
+    def last_sync_resource_version(self) -> str:
+        """The resourceVersion the next watch resumes from (``""`` before the first list)."""
+        return self._last_sync_rv
+
+    @property
+    def next_retry_time(self) -> float | None:
+        """Clock-monotonic time of the next retry after an error; ``None`` when not backing off."""
+        return None if self._backoff.ready() else self._backoff.retry_at
+
+    @property
+    def next_resync_time(self) -> float | None:
+        return self._next_resync
+
+    @property
+    def consecutive_failures(self) -> int:
+        return self._backoff.failures
+
+    def add_handler(
+        self,
+        on_add: Callable[[T], None] | None = None,
+        on_update: Callable[[T, T], None] | None = None,
+        on_delete: Callable[[T], None] | None = None,
+    ) -> EventHandler[T]:
+        """Register callbacks; registered after sync, ``on_add`` first replays the cache."""
+        handler = EventHandler(on_add, on_update, on_delete)
+        with self._dispatch_lock:
+            self._handlers.append(handler)
+            if self._synced.is_set() and on_add is not None:
+                for obj in self._store.list():
+                    self._call(handler, "on_add", on_add, obj)
+        return handler
+
+    # Stepped driver.
+
+    def step(self) -> bool:
+        """Do the next unit of work without blocking; return whether anything happened.
+
+        One list page while listing; otherwise one drain of the watch (``timeout_seconds=0``),
+        and a resync if one is due. Errors schedule a retry (see ``next_retry_time``) and return
+        False, as does a call made while backing off.
+        """
+        progressed = self._resync_if_due()
+        if not self._backoff.ready():
+            return progressed
+        try:
+            if self._phase is _Phase.LISTING:
+                self._list_page()
+                return True
+            applied = self._watch(timeout_seconds=0, stop=None)
+            self._watch_ok_since_list = True
+            self._backoff.reset()
+            return applied > 0 or progressed
+        except Gone as gone:
+            return self._on_gone(gone) or progressed
+        except Exception:
+            self._on_failure()
+            return progressed
+
+    # Threaded driver.
+
+    def run(self, stop: threading.Event) -> None:
+        """List and watch until ``stop`` is set. Blocks; run it in its own thread."""
+        supervisor: threading.Thread | None = None
+        while not stop.is_set():
+            delay = self._backoff.remaining()
+            if delay > 0 and stop.wait(delay):
+                break
+            try:
+                if self._phase is _Phase.LISTING:
+                    while not self._list_page() and not stop.is_set():
+                        pass
+                    continue
+                if supervisor is None:
+                    # Started once synced, so the resync schedule it follows already exists.
+                    supervisor = threading.Thread(
+                        target=self._supervise,
+                        args=(stop,),
+                        name=f"informer-{self.name}-timer",
+                        daemon=True,
+                    )
+                    supervisor.start()
+                started = self._clock.monotonic()
+                timeout = self._watch_timeout * (1.0 + self._rand())
+                delivered = self._watch(timeout_seconds=timeout, stop=stop)
+                if stop.is_set():
+                    break
+                if delivered == 0 and self._clock.monotonic() - started < MIN_HEALTHY_WATCH:
+                    raise _ShortWatchError("watch ended at once without any event")
+                self._watch_ok_since_list = True
+                self._backoff.reset()
+            except Gone as gone:
+                self._on_gone(gone)
+            except Exception:
+                if stop.is_set():
+                    break
+                self._on_failure()
+        self._close_stream()
+
+    def _supervise(self, stop: threading.Event) -> None:
+        """Fires resyncs on time and interrupts a blocked watch when ``stop`` is set."""
+        while True:
+            wait = None
+            if self._next_resync is not None:
+                wait = max(0.0, self._next_resync - self._clock.monotonic())
+            if stop.wait(wait):
+                break
+            self._resync_if_due()
+        self._close_stream()
+
+    def _close_stream(self) -> None:
+        with self._stream_lock:
+            stream, self._stream = self._stream, None
+        if stream is not None:
+            try:
+                stream.close()
+            except Exception:
+                _log.debug("closing the %s watch failed", self.name, exc_info=True)
+
+    # Listing.
+
+    def _list_page(self) -> bool:
+        """Fetch one page; when it was the last one, reconcile the cache. True when complete."""
+        try:
+            page = self._client.list(
+                self._resource,
+                self._namespace,
+                label_selector=self._label_selector,
+                field_selector=self._field_selector,
+                limit=self._page_size,
+                continue_token=self._continue_token,
+            )
+        except Gone:
+            if self._continue_token is None:
+                raise
+            # The snapshot behind the continue token was compacted: start over, since pages
+            # from two snapshots would not form one consistent state.
+            _log.info("%s: list continue token expired, restarting the list", self.name)
+            self._continue_token = None
+            self._pending = {}
+            return False
+        for raw in page.items:
+            key = self._key_or_none(raw)
+            if key is not None:
+                self._pending[key] = raw
+        if page.continue_token:
+            self._continue_token = page.continue_token
+            return False
+        self._continue_token = None
+        pending, self._pending = self._pending, {}
+        self._replace(pending, page.resource_version)
+        return True
+
+    def _replace(self, listed: dict[str, JsonObject], resource_version: str) -> None:
+        """Make the cache equal the listed state, notifying what changed (DeltaFIFO Replace)."""
+        with self._dispatch_lock:
+            items: dict[str, T] = {}
+            versions: dict[str, str] = {}
+            changes: list[tuple[T | None, T | None]] = []
+            for key, raw in listed.items():
+                rv = _resource_version(raw)
+                old = self._store.get(key)
+                if old is not None and self._versions.get(key) == rv:
+                    items[key], versions[key] = old, rv
+                    continue
+                new = self._transform_or_none(raw, key)
+                if new is None:
+                    if old is not None:
+                        # Keep the last good state: the object still exists, only its new
+                        # version is unreadable.
+                        items[key], versions[key] = old, self._versions[key]
+                    continue
+                items[key], versions[key] = new, rv
+                changes.append((old, new))
+            for key, gone in self._store.snapshot().items.items():
+                if key not in listed:
+                    changes.append((gone, None))
+            self._store.replace(items)
+            self._versions = versions
+            self._last_sync_rv = resource_version
+            self._phase = _Phase.WATCHING
+            self._watch_ok_since_list = False
+            for old, new in changes:
+                self._notify(old, new)
+            if not self._synced.is_set():
+                self._synced.set()
+                _log.info("%s: synced %d objects at %s", self.name, len(items), resource_version)
+            if self._resync_period is not None and self._next_resync is None:
+                self._next_resync = self._clock.monotonic() + self._resync_period
+        self._backoff.reset()
+
+    # Watching.
+
+    def _watch(self, *, timeout_seconds: float, stop: threading.Event | None) -> int:
+        """Watch from the last resourceVersion until the stream ends; return events applied."""
+        stream = self._client.watch(
+            self._resource,
+            self._namespace,
+            resource_version=self._last_sync_rv,
+            label_selector=self._label_selector,
+            field_selector=self._field_selector,
+            allow_bookmarks=True,
+            timeout_seconds=timeout_seconds,
+        )
+        with self._stream_lock:
+            self._stream = stream
+        if stop is not None and stop.is_set():
+            self._close_stream()
+            return 0
+        delivered = 0
+        try:
+            for event in stream:
+                if stop is not None and stop.is_set():
+                    break
+                delivered += 1
+                self._apply(event)
+        finally:
+            self._close_stream()
+        return delivered
+
+    def _apply(self, event: WatchEvent) -> None:
+        if event.type == "ERROR":
+            # 410 comes out as Gone (relist); anything else backs off and resumes.
+            raise error_from_status(event.object)
+        rv = event.resource_version
+        if event.type == "BOOKMARK":
+            self._advance(rv)
+            return
+        key = self._key_or_none(event.object)
+        if key is None:
+            self._advance(rv)
+            return
+        with self._dispatch_lock:
+            # Cache and resume point move first, so handlers observe a consistent informer.
+            if event.type == "DELETED":
+                old = self._store.delete(key)
+                self._versions.pop(key, None)
+                self._advance(rv)
+                if old is not None:
+                    final = self._transform_or_none(event.object, key)
+                    self._notify(old, None, final=final)
+            elif self._versions.get(key) != rv:
+                new = self._transform_or_none(event.object, key)
+                self._advance(rv)
+                if new is not None:
+                    old = self._store.upsert(key, new)
+                    self._versions[key] = rv
+                    self._notify(old, new)
+            else:
+                self._advance(rv)
+
+    def _advance(self, resource_version: str) -> None:
+        if resource_version:
+            self._last_sync_rv = resource_version
+
+    def _on_gone(self, gone: Gone) -> bool:
+        """Relist after 410; immediately, unless the watch never worked since the last list."""
+        _log.info("%s: watch from %s expired (%s), relisting", self.name, self._last_sync_rv, gone)
+        self._phase = _Phase.LISTING
+        self._continue_token = None
+        self._pending = {}
+        self.relists_total += 1
+        if not self._watch_ok_since_list:
+            # A resourceVersion that is already too old right after a list means the server
+            # cannot keep up; relisting in a tight loop would only make that worse.
+            self._backoff.fail()
+            return False
+        return True
+
+    def _on_failure(self) -> None:
+        delay = self._backoff.fail()
+        _log.warning(
+            "%s: %s failed, retrying in %.1fs",
+            self.name,
+            self._phase.value,
+            delay,
+            exc_info=True,
+        )
+
+    # Resync and notification.
+
+    def _resync_if_due(self) -> bool:
+        """Re-deliver every cached object as an update (client-go resync), if it is time."""
+        if self._next_resync is None or self._resync_period is None:
+            return False
+        if self._clock.monotonic() < self._next_resync:
+            return False
+        with self._dispatch_lock:
+            self._next_resync = self._clock.monotonic() + self._resync_period
+            for obj in self._store.list():
+                self._notify(obj, obj)
+        return True
+
+    def _notify(self, old: T | None, new: T | None, *, final: T | None = None) -> None:
+        for handler in list(self._handlers):
+            if new is None:
+                if handler.on_delete is not None and old is not None:
+                    gone = final if final is not None else old
+                    self._call(handler, "on_delete", handler.on_delete, gone)
+            elif old is None:
+                if handler.on_add is not None:
+                    self._call(handler, "on_add", handler.on_add, new)
+            elif handler.on_update is not None:
+                self._call(handler, "on_update", handler.on_update, old, new)
+
+    def _call(self, handler: EventHandler[T], which: str, func: Any, *args: T) -> None:
+        try:
+            func(*args)
+        except Exception:
+            _log.exception("%s: %s handler %r raised", self.name, which, handler)
+
+    # Object helpers.
+
+    def _key_or_none(self, raw: JsonObject) -> str | None:
+        try:
+            return object_key(raw)
+        except (ValueError, AttributeError, TypeError):
+            self.skipped_total += 1
+            _log.warning("%s: skipping an object without a usable name", self.name)
+            return None
+
+    def _transform_or_none(self, raw: JsonObject, key: str) -> T | None:
+        try:
+            return self._transform(raw)
+        except Exception as error:
+            self.skipped_total += 1
+            _log.warning(
+                "%s: skipping malformed object %s at resourceVersion %s: %s",
+                self.name,
+                key,
+                _resource_version(raw),
+                error,
+            )
+            return None
+
+
+def _identity(obj: JsonObject) -> JsonObject:
+    return obj
+
+
+def _resource_version(obj: Mapping[str, Any]) -> str:
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return ""
+    return str(metadata.get("resourceVersion") or "")

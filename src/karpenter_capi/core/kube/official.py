@@ -1,0 +1,558 @@
+"""The ``KubeClient`` port implemented over the official ``kubernetes`` Python client.
+
+The official client brings what we must not reinvent: kubeconfig and in-cluster loading,
+exec/OIDC token refresh, client certificates, proxies and TLS. Its generated per-kind APIs and
+models, however, cost about ten times more than the bytes they carry, and the controller reads
+everything as plain JSON anyway. So this adapter uses only the client's transport
+(``ApiClient.param_serialize`` for auth headers and the base URL, ``ApiClient.call_api`` for the
+request), builds every URL from a ``Resource`` descriptor, and ``json.loads`` the raw bytes: one
+generic implementation serves every resource, built-in or custom.
+
+HTTP failures come back as the shared ``core.kube.errors`` exceptions (``Retry-After`` kept),
+so controller code never sees ``ApiException`` or a urllib3 error.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import json
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import urllib3
+from kubernetes.client import ApiClient, Configuration
+from kubernetes.client.exceptions import ApiException
+
+from karpenter_capi.core.kube.client import (
+    JsonObject,
+    ListResult,
+    PatchType,
+    Preconditions,
+    PropagationPolicy,
+    WatchEvent,
+)
+from karpenter_capi.core.kube.errors import (
+    ApiError,
+    BadRequest,
+    ServiceUnavailable,
+    Timeout,
+    error_from_status,
+)
+from karpenter_capi.core.kube.resources import PODS, Resource
+
+# Connections are held for the whole life of a watch, so the pool must hold one per informer
+# plus headroom for ordinary calls; urllib3 otherwise discards (and warns about) the extras.
+DEFAULT_POOL_MAXSIZE = 64
+DEFAULT_REQUEST_TIMEOUT_SECONDS = 60.0
+_CONNECT_TIMEOUT_SECONDS = 10.0
+# A watch the server should end after timeoutSeconds gets this much slack before the client
+# gives up reading, so a dead connection is noticed without racing the server's own timeout.
+_WATCH_READ_SLACK_SECONDS = 30.0
+_JSON = "application/json"
+_VALID_EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"})
+
+Query = list[tuple[str, str]]
+# Spelled out of class scope, where ``list`` names the verb.
+_Versions = list[str]
+_Patch = JsonObject | list[JsonObject]
+
+
+class OfficialClient:
+    """A ``KubeClient`` over one ``kubernetes.client.ApiClient`` (one cluster, one identity)."""
+
+    def __init__(
+        self,
+        api_client: ApiClient,
+        *,
+        request_timeout_seconds: float = DEFAULT_REQUEST_TIMEOUT_SECONDS,
+    ) -> None:
+        self._api = api_client
+        self._timeout = (_CONNECT_TIMEOUT_SECONDS, request_timeout_seconds)
+        self._closed = False
+
+    # ---------------------------------------------------------------- constructors
+
+    @classmethod
+    def from_configuration(
+        cls, configuration: Configuration, *, pool_maxsize: int = DEFAULT_POOL_MAXSIZE
+    ) -> OfficialClient:
+        configuration.connection_pool_maxsize = max(
+            pool_maxsize, configuration.connection_pool_maxsize or 0
+        )
+        return cls(ApiClient(configuration))
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        token: str | None = None,
+        ca_data: str | None = None,
+        insecure_skip_tls_verify: bool = False,
+        *,
+        pool_maxsize: int = DEFAULT_POOL_MAXSIZE,
+    ) -> OfficialClient:
+        """Connect to ``url`` with an optional bearer token and CA bundle.
+
+        ``ca_data`` is the base64-encoded PEM bundle as kubeconfig's
+        ``certificate-authority-data`` carries it (plain PEM text is accepted too).
+        """
+        configuration = Configuration(host=url.rstrip("/"))
+        if token:
+            configuration.api_key = {"BearerToken": token}
+            configuration.api_key_prefix = {"BearerToken": "Bearer"}
+        if ca_data:
+            configuration.ca_cert_data = decode_ca_data(ca_data)
+        configuration.verify_ssl = not insecure_skip_tls_verify
+        return cls.from_configuration(configuration, pool_maxsize=pool_maxsize)
+
+    @classmethod
+    def from_kubeconfig(
+        cls,
+        path: str | None = None,
+        context: str | None = None,
+        *,
+        pool_maxsize: int = DEFAULT_POOL_MAXSIZE,
+    ) -> OfficialClient:
+        """Load a kubeconfig (``None``: ``$KUBECONFIG`` or ``~/.kube/config``) into a fresh
+        ``Configuration``; the library's global default configuration is left untouched."""
+        from kubernetes.config import load_kube_config
+
+        configuration = type.__call__(Configuration)
+        load_kube_config(
+            config_file=path,
+            context=context,
+            client_configuration=configuration,
+            persist_config=False,
+        )  # type: ignore[no-untyped-call]
+        return cls.from_configuration(configuration, pool_maxsize=pool_maxsize)
+
+    @classmethod
+    def in_cluster(cls, *, pool_maxsize: int = DEFAULT_POOL_MAXSIZE) -> OfficialClient:
+        """Use the pod's service account (token file re-read as it rotates)."""
+        from kubernetes.config import load_incluster_config
+
+        configuration = type.__call__(Configuration)
+        load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        return cls.from_configuration(configuration, pool_maxsize=pool_maxsize)
+
+    @property
+    def api_client(self) -> ApiClient:
+        """The underlying official client, e.g. to call a generated API for comparison."""
+        return self._api
+
+    @property
+    def host(self) -> str:
+        return str(self._api.configuration.host)
+
+    def close(self) -> None:
+        """Drop pooled connections. Open watches should be closed by their owners first."""
+        if not self._closed:
+            self._closed = True
+            self._api.close()  # type: ignore[no-untyped-call]
+
+    def __enter__(self) -> OfficialClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- KubeClient verbs
+
+    def get(
+        self,
+        resource: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+    ) -> JsonObject:
+        path = self._item_path(resource, name, namespace, subresource)
+        return self._call("GET", path)
+
+    def list(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+        resource_version: str | None = None,
+    ) -> ListResult:
+        query: Query = []
+        _add(query, "labelSelector", label_selector)
+        _add(query, "fieldSelector", field_selector)
+        _add(query, "limit", str(limit) if limit is not None else None)
+        _add(query, "continue", continue_token)
+        _add(query, "resourceVersion", resource_version)
+        body = self._call("GET", _collection_path(resource, namespace), query=query)
+        items = body.get("items") or []
+        for item in items:
+            # The API server leaves these out of list items; callers handle objects alike.
+            item.setdefault("apiVersion", resource.api_version)
+            item.setdefault("kind", resource.kind)
+        metadata = body.get("metadata") or {}
+        remaining = metadata.get("remainingItemCount")
+        return ListResult(
+            items=items,
+            resource_version=str(metadata.get("resourceVersion", "")),
+            continue_token=metadata.get("continue") or None,
+            remaining_item_count=int(remaining) if remaining is not None else None,
+        )
+
+    def watch(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        resource_version: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        allow_bookmarks: bool = False,
+        timeout_seconds: float | None = None,
+    ) -> OfficialWatch:
+        query: Query = [("watch", "1")]
+        _add(query, "resourceVersion", resource_version)
+        _add(query, "labelSelector", label_selector)
+        _add(query, "fieldSelector", field_selector)
+        if allow_bookmarks:
+            query.append(("allowWatchBookmarks", "true"))
+        read_timeout: float | None = None
+        if timeout_seconds is not None:
+            # The API takes whole seconds; round up so the server never ends early.
+            query.append(("timeoutSeconds", str(max(1, int(-(-timeout_seconds // 1))))))
+            read_timeout = timeout_seconds + _WATCH_READ_SLACK_SECONDS
+        response = self._send(
+            "GET",
+            _collection_path(resource, namespace),
+            query=query,
+            timeout=(_CONNECT_TIMEOUT_SECONDS, read_timeout),
+        )
+        if not 200 <= response.status < 300:
+            raise _error_from_response(response, _read_all(response))
+        return OfficialWatch(response)
+
+    def create(
+        self,
+        resource: Resource,
+        obj: JsonObject,
+        namespace: str | None = None,
+    ) -> JsonObject:
+        namespace = namespace or obj.get("metadata", {}).get("namespace")
+        if resource.namespaced and not namespace:
+            raise BadRequest(f"creating {resource.group_resource} needs a namespace")
+        return self._call("POST", _collection_path(resource, namespace), body=obj)
+
+    def update(
+        self,
+        resource: Resource,
+        obj: JsonObject,
+        *,
+        subresource: str | None = None,
+    ) -> JsonObject:
+        metadata = obj.get("metadata") or {}
+        name = metadata.get("name")
+        if not name:
+            raise BadRequest(f"updating {resource.group_resource} needs metadata.name")
+        path = self._item_path(resource, name, metadata.get("namespace"), subresource)
+        return self._call("PUT", path, body=obj)
+
+    def patch(
+        self,
+        resource: Resource,
+        name: str,
+        patch: _Patch,
+        namespace: str | None = None,
+        *,
+        patch_type: PatchType = PatchType.MERGE,
+        subresource: str | None = None,
+    ) -> JsonObject:
+        path = self._item_path(resource, name, namespace, subresource)
+        # The REST layer keys JSON serialisation off the Content-Type and would turn a JSON
+        # patch whose body is not a list into a strategic merge patch, so the type is set here
+        # explicitly and the body passed as-is.
+        return self._call("PATCH", path, body=patch, content_type=str(patch_type))
+
+    def delete(
+        self,
+        resource: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        preconditions: Preconditions | None = None,
+        propagation_policy: PropagationPolicy | None = None,
+        grace_period_seconds: int | None = None,
+    ) -> JsonObject:
+        options: JsonObject = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if propagation_policy is not None:
+            options["propagationPolicy"] = str(propagation_policy)
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
+        if preconditions is not None:
+            wanted: JsonObject = {}
+            if preconditions.uid is not None:
+                wanted["uid"] = preconditions.uid
+            if preconditions.resource_version is not None:
+                wanted["resourceVersion"] = preconditions.resource_version
+            options["preconditions"] = wanted
+        path = self._item_path(resource, name, namespace, None)
+        return self._call("DELETE", path, body=options)
+
+    def evict(self, name: str, namespace: str, *, grace_period_seconds: int | None = None) -> None:
+        eviction: JsonObject = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        if grace_period_seconds is not None:
+            eviction["deleteOptions"] = {"gracePeriodSeconds": grace_period_seconds}
+        self._call("POST", PODS.path(namespace, _segment(name), "eviction"), body=eviction)
+
+    def served_versions(self, group: str) -> _Versions:
+        if not group:
+            return [str(v) for v in self._call("GET", "/api").get("versions", [])]
+        for entry in self._call("GET", "/apis").get("groups", []):
+            if entry.get("name") != group:
+                continue
+            versions = [str(v.get("version")) for v in entry.get("versions", [])]
+            preferred = (entry.get("preferredVersion") or {}).get("version")
+            if preferred in versions:
+                versions.remove(preferred)
+                versions.insert(0, preferred)
+            return versions
+        return []
+
+    # ---------------------------------------------------------------- transport
+
+    def request_json(
+        self, method: str, path: str, *, query: Query | None = None, body: Any = None
+    ) -> JsonObject:
+        """Any other call (discovery documents, ``/version``), answered as parsed JSON."""
+        return self._call(method, path, query=query, body=body)
+
+    def _item_path(
+        self, resource: Resource, name: str, namespace: str | None, subresource: str | None
+    ) -> str:
+        if resource.namespaced and not namespace:
+            raise BadRequest(f"{resource.group_resource} {name!r} needs a namespace")
+        return resource.path(namespace, _segment(name), subresource)
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Query | None = None,
+        body: Any = None,
+        content_type: str = _JSON,
+    ) -> JsonObject:
+        response = self._send(method, path, query=query, body=body, content_type=content_type)
+        data = _read_all(response)
+        if not 200 <= response.status < 300:
+            raise _error_from_response(response, data)
+        try:
+            parsed = json.loads(data) if data else {}
+        except ValueError as exc:
+            raise ServiceUnavailable(
+                f"{method} {path}: the server answered with a body that is not JSON"
+            ) from exc
+        if not isinstance(parsed, dict):
+            raise ServiceUnavailable(f"{method} {path}: expected a JSON object")
+        return parsed
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Query | None = None,
+        body: Any = None,
+        content_type: str = _JSON,
+        timeout: tuple[float, float | None] | None = None,
+    ) -> urllib3.BaseHTTPResponse:
+        headers = {"Accept": _JSON}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        # param_serialize adds the default headers and the (possibly refreshed) bearer token
+        # and prefixes the configured host. The body is passed to call_api untouched: the REST
+        # layer json.dumps it, which is all the generic path needs.
+        _method, url, header_params, _body, _post = self._api.param_serialize(
+            method=method,
+            resource_path=path,
+            header_params=headers,
+            auth_settings=["BearerToken"],
+        )
+        if query:
+            url += "?" + urlencode(query)
+        try:
+            rest_response = self._api.call_api(
+                method,
+                url,
+                header_params=header_params,
+                body=body,
+                _request_timeout=timeout or self._timeout,
+            )
+        except ApiException as exc:  # TLS failures and client-side retries end up here
+            raise _error_from_api_exception(exc, method, path) from exc
+        except urllib3.exceptions.ReadTimeoutError as exc:
+            raise Timeout(f"{method} {path}: timed out waiting for the API server") from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise ServiceUnavailable(
+                f"{method} {path}: cannot reach the API server: {exc}"
+            ) from exc
+        response: urllib3.BaseHTTPResponse = rest_response.response
+        return response
+
+
+class OfficialWatch:
+    """One open watch: a chunked HTTP response read line by line into ``WatchEvent``s.
+
+    ``close()`` may be called from any thread; it shuts the socket down so a reader blocked
+    waiting for the next event returns at once, and the iteration then simply ends.
+    """
+
+    def __init__(self, response: urllib3.BaseHTTPResponse) -> None:
+        self._response = response
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        pending = b""
+        try:
+            for chunk in self._chunks():
+                pending += chunk
+                # A chunk may hold several events, or end in the middle of one.
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    event = _parse_event(line)
+                    if event is not None:
+                        yield event
+            event = _parse_event(pending)
+            if event is not None:
+                yield event
+        except (urllib3.exceptions.HTTPError, OSError, AttributeError):
+            # A closed or reset connection ends the watch (the informer then rewatches); urllib3
+            # may also trip over a socket torn down by close() with an AttributeError.
+            pass
+        finally:
+            self.close()
+
+    def _chunks(self) -> Iterator[bytes]:
+        response = self._response
+        if getattr(response, "chunked", False):
+            yield from response.read_chunked(decode_content=True)
+            return
+        while not self._closed.is_set():
+            data = response.read1(65536) if hasattr(response, "read1") else response.read(65536)
+            if not data:
+                return
+            yield data
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed.is_set():
+                return
+            self._closed.set()
+        response = self._response
+        shutdown = getattr(response, "shutdown", None)
+        if shutdown is not None:
+            # RuntimeError: the stream already ended and its connection went back to the pool.
+            with contextlib.suppress(OSError, RuntimeError):
+                shutdown()
+        with contextlib.suppress(OSError, urllib3.exceptions.HTTPError):
+            response.close()
+        response.release_conn()
+
+    def __enter__(self) -> OfficialWatch:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+def decode_ca_data(ca_data: str) -> str:
+    """PEM text from base64 (kubeconfig ``certificate-authority-data`` style) or PEM itself."""
+    text = ca_data.strip()
+    if text.startswith("-----BEGIN"):
+        return text
+    try:
+        decoded = base64.b64decode(text, validate=True).decode("ascii")
+    except (binascii.Error, UnicodeDecodeError) as exc:
+        raise ValueError("CA data is neither PEM nor base64-encoded PEM") from exc
+    if "-----BEGIN" not in decoded:
+        raise ValueError("CA data decodes from base64 but is not a PEM bundle")
+    return decoded
+
+
+def _add(query: Query, key: str, value: str | None) -> None:
+    if value:
+        query.append((key, value))
+
+
+def _segment(name: str) -> str:
+    return quote(name, safe="")
+
+
+def _collection_path(resource: Resource, namespace: str | None) -> str:
+    return resource.path(namespace if resource.namespaced else None)
+
+
+def _read_all(response: urllib3.BaseHTTPResponse) -> bytes:
+    try:
+        return response.data
+    finally:
+        response.release_conn()
+
+
+def _parse_event(line: bytes) -> WatchEvent | None:
+    line = line.strip()
+    if not line:
+        return None
+    raw = json.loads(line)
+    event_type = raw.get("type")
+    if event_type not in _VALID_EVENT_TYPES:
+        raise ValueError(f"unexpected watch event type {event_type!r}")
+    return WatchEvent(type=event_type, object=raw.get("object") or {})
+
+
+def _error_from_response(response: urllib3.BaseHTTPResponse, data: bytes) -> ApiError:
+    status: JsonObject = {}
+    try:
+        parsed = json.loads(data) if data else {}
+        if isinstance(parsed, dict) and parsed.get("kind") == "Status":
+            status = parsed
+    except ValueError:
+        pass
+    if not status:
+        text = data.decode("utf-8", "replace").strip()[:200]
+        status = {"message": text or f"HTTP {response.status} {response.reason or ''}".strip()}
+    return _with_retry_after(error_from_status(status, response.status), response.headers)
+
+
+def _error_from_api_exception(exc: ApiException, method: str, path: str) -> ApiError:
+    if not exc.status:
+        return ServiceUnavailable(f"{method} {path}: cannot reach the API server: {exc.reason}")
+    status: JsonObject = {}
+    body = getattr(exc, "body", None)
+    if body:
+        try:
+            parsed = json.loads(body)
+            if isinstance(parsed, dict):
+                status = parsed
+        except ValueError:
+            pass
+    status.setdefault("message", str(exc.reason or f"HTTP {exc.status}"))
+    return _with_retry_after(error_from_status(status, exc.status), exc.headers or {})
+
+
+def _with_retry_after(error: ApiError, headers: Mapping[str, str]) -> ApiError:
+    if error.retry_after_seconds is None:
+        value = headers.get("Retry-After")
+        if value is not None and value.strip().isdigit():
+            error.retry_after_seconds = int(value.strip())
+    return error

@@ -1,0 +1,128 @@
+"""What each NodePool can launch: its NodeClass resolved through the plugins, priced.
+
+Every provisioning pass, and the ``instance-types`` command, needs the same thing: for a
+NodePool, fetch the NodeClass its ``nodeClassRef`` names, ask the plugin that serves that kind
+for the inventory, and let the pricing chain adjust the offerings. A NodePool whose NodeClass is
+missing, invalid or not ready gets an error string instead of instance types, so one broken
+NodePool never stops the others.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from karpenter_capi.core.api.nodeclass import ClusterAPINodeClass
+from karpenter_capi.core.api.nodepool import NodePool
+from karpenter_capi.core.errors import ProviderError
+from karpenter_capi.core.instancetype import InstanceType
+from karpenter_capi.core.kube.client import KubeClient
+from karpenter_capi.core.kube.errors import ApiError, NotFound
+from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES, NODEPOOLS
+from karpenter_capi.core.plugins import PluginError, Plugins
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class NodePoolInventory:
+    nodepool: str
+    nodeclass: str
+    model: NodePool | None
+    raw: dict[str, Any]
+    instance_types: list[InstanceType] = field(default_factory=list)
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "nodepool": self.nodepool,
+            "nodeclass": self.nodeclass,
+            "error": self.error,
+            "instanceTypes": [
+                {
+                    "name": it.name,
+                    "capacity": it.capacity.to_dict(),
+                    "allocatable": it.allocatable.to_dict(),
+                    "requirements": {k: sorted(v) for k, v in sorted(it.requirements.items())},
+                    "taints": [str(t) for t in it.taints],
+                    "offerings": [
+                        {
+                            "zone": o.zone,
+                            "capacityType": o.capacity_type,
+                            "price": o.price,
+                            "available": o.available,
+                        }
+                        for o in it.offerings
+                    ],
+                }
+                for it in self.instance_types
+            ],
+        }
+
+
+def _validation_message(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first.get("loc", ()))
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where}: {first.get('msg')}{more}"
+
+
+def nodepools_by_weight(client: KubeClient) -> list[dict[str, Any]]:
+    """NodePools highest weight first, then by name, as Karpenter orders them."""
+    pools = client.list(NODEPOOLS).items
+    return sorted(
+        pools,
+        key=lambda p: (-int((p.get("spec") or {}).get("weight") or 0), p["metadata"]["name"]),
+    )
+
+
+def resolve_nodepool(client: KubeClient, plugins: Plugins, raw: dict[str, Any]) -> NodePoolInventory:
+    name = str(raw.get("metadata", {}).get("name", ""))
+    ref = ((raw.get("spec") or {}).get("template") or {}).get("spec", {}).get("nodeClassRef") or {}
+    inventory = NodePoolInventory(name, str(ref.get("name", "")), None, raw)
+    try:
+        inventory.model = NodePool.model_validate(raw)
+    except ValidationError as exc:
+        inventory.error = f"invalid NodePool: {_validation_message(exc)}"
+        return inventory
+    kind, group = ref.get("kind"), ref.get("group")
+    if (group, kind) != (CLUSTER_API_NODE_CLASSES.group, CLUSTER_API_NODE_CLASSES.kind):
+        inventory.error = f"nodeClassRef {group}/{kind} is not a kind this controller can read"
+        return inventory
+    try:
+        nodeclass = ClusterAPINodeClass.model_validate(
+            client.get(CLUSTER_API_NODE_CLASSES, inventory.nodeclass)
+        )
+    except NotFound:
+        inventory.error = f"ClusterAPINodeClass {inventory.nodeclass} not found"
+        return inventory
+    except ValidationError as exc:
+        inventory.error = f"invalid ClusterAPINodeClass: {_validation_message(exc)}"
+        return inventory
+    try:
+        inventory.instance_types = plugins.instance_types(nodeclass, inventory.model)
+    except (ProviderError, PluginError, ApiError) as exc:
+        inventory.error = str(exc)
+    return inventory
+
+
+def resolve_inventory(
+    client: KubeClient, plugins: Plugins, nodepool_name: str | None = None
+) -> list[NodePoolInventory]:
+    """The inventory of every NodePool (or of one), in weight order."""
+    pools: Sequence[dict[str, Any]]
+    if nodepool_name is not None:
+        pools = [client.get(NODEPOOLS, nodepool_name)]
+    else:
+        pools = nodepools_by_weight(client)
+    result = []
+    for raw in pools:
+        inventory = resolve_nodepool(client, plugins, raw)
+        if inventory.error:
+            log.warning("NodePool %s: %s", inventory.nodepool, inventory.error)
+        result.append(inventory)
+    return result

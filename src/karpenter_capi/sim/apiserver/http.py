@@ -1,0 +1,810 @@
+"""The in-memory API server, reachable over HTTP on loopback at the real Kubernetes URL paths.
+
+Why a second front on one store: the controller ships with the official ``kubernetes`` client
+as its transport, and ``kubectl`` is how a user looks at a cluster. Serving the in-memory API at
+``/api/v1/...`` and ``/apis/<group>/<version>/...`` lets the same contract tests run through the
+official client (URL building, JSON patch content types, chunked watch parsing, error mapping)
+and lets a person point ``kubectl`` at a simulated cluster. Only the wire lives here: every
+semantic (resourceVersion, selectors, patches, finalizers) is the in-memory server's.
+
+Plain ``http.server`` is enough: HTTP/1.1 with keep-alive for ordinary calls, chunked transfer
+encoding for watches, one daemon thread per connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import select
+import socket
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from karpenter_capi.core.kube.client import JsonObject, PatchType, Preconditions, PropagationPolicy
+from karpenter_capi.core.kube.errors import (
+    ApiError,
+    BadRequest,
+    InternalError,
+    MethodNotAllowed,
+    NotFound,
+    UnsupportedMediaType,
+)
+from karpenter_capi.core.kube.resources import Resource
+from karpenter_capi.sim.apiserver.http_openapi import openapi_group_version, openapi_root
+from karpenter_capi.sim.apiserver.http_tables import (
+    Table,
+    TableRenderer,
+    wants_table,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from karpenter_capi.core.kube.client import WatchStream
+    from karpenter_capi.sim.apiserver import InMemoryAPIServer, ResourceDefinition
+
+# What this front claims to be; kubectl prints it and some clients gate features on it.
+VERSION_INFO: JsonObject = {
+    "major": "1",
+    "minor": "31",
+    "gitVersion": "v1.31.0",
+    "gitCommit": "9edcffcde5595e8a5b1a35f88c421764e575afce",
+    "gitTreeState": "clean",
+    "buildDate": "2024-08-13T07:28:49Z",
+    "goVersion": "go1.22.5",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+
+_OBJECT_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+_PATCH_TYPES = {str(t): t for t in PatchType}
+_APPLY_PATCH = "application/apply-patch+yaml"
+_JSON_TYPE = "application/json"
+# How often a watch checks whether its client hung up while no events flow.
+_DISCONNECT_POLL_SECONDS = 0.5
+
+
+@dataclass(slots=True)
+class _Reply:
+    code: int
+    body: Any
+    headers: dict[str, str] = field(default_factory=dict)
+    content_type: str = _JSON_TYPE
+
+
+class HttpFront:
+    """Serve ``server`` on ``http://host:port`` until ``close()`` (port 0 picks a free one)."""
+
+    def __init__(self, server: InMemoryAPIServer, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.api = server
+        self._host = host
+        self._requested_port = port
+        self._httpd: _Httpd | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            raise RuntimeError("HttpFront is not started")
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://{self._host}:{self.port}"
+
+    def start(self) -> HttpFront:
+        if self._httpd is not None:
+            return self
+        self._httpd = _Httpd((self._host, self._requested_port), self)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name=f"http-front-{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop accepting, end open watches and drop kept-alive connections."""
+        httpd, self._httpd = self._httpd, None
+        if httpd is None:
+            return
+        httpd.shutdown()
+        httpd.end_all_connections()
+        httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> HttpFront:
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+class _Httpd(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    # Benchmarks open many connections at once; the default backlog of 5 refuses some.
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], front: HttpFront) -> None:
+        self.front = front
+        self.tables = TableRenderer()
+        self._lock = threading.Lock()
+        self._connections: set[socket.socket] = set()
+        self._watches: set[WatchStream] = set()
+        super().__init__(address, _Handler)
+
+    def track_connection(self, conn: socket.socket, active: bool) -> None:
+        with self._lock:
+            if active:
+                self._connections.add(conn)
+            else:
+                self._connections.discard(conn)
+
+    def track_watch(self, stream: WatchStream, active: bool) -> None:
+        with self._lock:
+            if active:
+                self._watches.add(stream)
+            else:
+                self._watches.discard(stream)
+
+    def end_all_connections(self) -> None:
+        with self._lock:
+            watches, self._watches = list(self._watches), set()
+            connections, self._connections = list(self._connections), set()
+        for stream in watches:
+            stream.close()
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Httpd
+    server_version = "karpenter-capi-sim"
+
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body go out in two writes; without NODELAY, Nagle plus the client's
+        # delayed ACK would add ~40 ms to every kept-alive request.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server.track_connection(self.connection, True)
+
+    def finish(self) -> None:
+        self.server.track_connection(self.connection, False)
+        with contextlib.suppress(OSError):
+            super().finish()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: a simulated cluster serving kubectl should not flood the terminal."""
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
+    def do_PATCH(self) -> None:
+        self._dispatch("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    # ---------------------------------------------------------------- plumbing
+
+    def _dispatch(self, method: str) -> None:
+        try:
+            body = self._read_body()
+            reply = _Router(self, method, body).route()
+        except ApiError as exc:
+            reply = _error_reply(exc)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+            return
+        except Exception as exc:  # a bug in the store must still answer like an API server
+            reply = _error_reply(InternalError(f"{type(exc).__name__}: {exc}"))
+        if reply is not None:
+            self._send(reply)
+
+    def _read_body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            parts = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return b"".join(parts)
+                parts.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _send(self, reply: _Reply) -> None:
+        if isinstance(reply.body, bytes | str):
+            data = reply.body.encode() if isinstance(reply.body, str) else reply.body
+        else:
+            data = _dumps(reply.body)
+        try:
+            self.send_response(reply.code)
+            self.send_header("Content-Type", reply.content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Cache-Control", "no-cache, private")
+            for key, value in reply.headers.items():
+                self.send_header(key, value)
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def stream_watch(self, stream: WatchStream, encode: Any) -> None:
+        """Write each event as one chunk until the stream ends or the client hangs up."""
+        self.server.track_watch(stream, True)
+        finished = threading.Event()
+        monitor = threading.Thread(
+            target=_close_on_hangup,
+            args=(self.connection, stream, finished),
+            name="watch-hangup",
+            daemon=True,
+        )
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", _JSON_TYPE)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Cache-Control", "no-cache, private")
+            self.end_headers()
+            self.wfile.flush()
+            monitor.start()
+            for event in stream:
+                line = _dumps(encode(event)) + b"\n"
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self.close_connection = True
+        finally:
+            finished.set()
+            stream.close()
+            self.server.track_watch(stream, False)
+
+
+def _close_on_hangup(conn: socket.socket, stream: WatchStream, finished: threading.Event) -> None:
+    """End a quiet watch whose client went away, so its thread and store watcher are freed."""
+    while not finished.is_set():
+        try:
+            readable, _, _ = select.select([conn], [], [], _DISCONNECT_POLL_SECONDS)
+            if not readable:
+                continue
+            if conn.recv(1, socket.MSG_PEEK) == b"":
+                break
+            # A well-behaved HTTP/1.1 client sends nothing while a watch is open.
+            finished.wait(_DISCONNECT_POLL_SECONDS)
+        except (OSError, ValueError):
+            break
+    if not finished.is_set():
+        stream.close()
+
+
+class _Router:
+    """One request: path and query parsing, then the matching store call."""
+
+    def __init__(self, handler: _Handler, method: str, body: bytes) -> None:
+        self.handler = handler
+        self.method = method
+        self.body = body
+        self.api = handler.server.front.api
+        parts = urlsplit(handler.path)
+        self.segments = [unquote(s) for s in parts.path.split("/") if s]
+        self.query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+        self.accept = handler.headers.get("Accept", "")
+
+    def route(self) -> _Reply | None:
+        segs = self.segments
+        if not segs:
+            return _Reply(200, {"paths": ["/api", "/api/v1", "/apis", "/healthz", "/version"]})
+        head = segs[0]
+        if head in ("healthz", "readyz", "livez") and len(segs) == 1:
+            return _Reply(200, "ok", content_type="text/plain; charset=utf-8")
+        if head == "version" and len(segs) == 1:
+            return _Reply(200, VERSION_INFO)
+        if head == "openapi":
+            return self._openapi(segs[1:])
+        if head == "api":
+            if len(segs) == 1:
+                return self._get_only(self._api_versions)
+            return self._under_group_version("", segs[1], segs[2:])
+        if head == "apis":
+            if len(segs) == 1:
+                return self._get_only(self._api_group_list)
+            if len(segs) == 2:
+                return self._get_only(lambda: self._api_group(segs[1]))
+            return self._under_group_version(segs[1], segs[2], segs[3:])
+        raise NotFound("the server could not find the requested resource")
+
+    # ---------------------------------------------------------------- discovery
+
+    def _openapi(self, rest: list[str]) -> _Reply:
+        not_found = NotFound("the server could not find the requested resource")
+        if not rest or rest[0] != "v3":
+            raise not_found  # v2 is not served; kubectl only needs v3 (see http_openapi)
+        definitions = self.api.definitions()
+        if len(rest) == 1:
+            return self._get_only(lambda: openapi_root(definitions))
+        group, version = ("", rest[2]) if rest[1] == "api" and len(rest) == 3 else ("", "")
+        if rest[1] == "apis" and len(rest) == 4:
+            group, version = rest[2], rest[3]
+        document = openapi_group_version(
+            definitions, group, version, str(VERSION_INFO["gitVersion"])
+        )
+        if not version or document is None:
+            raise not_found
+        return self._get_only(lambda: document)
+
+    def _get_only(self, build: Any) -> _Reply:
+        if self.method != "GET":
+            raise MethodNotAllowed(f"{self.method} is not allowed on discovery documents")
+        return _Reply(200, build())
+
+    def _api_versions(self) -> JsonObject:
+        host, port = self.handler.server.server_address[:2]
+        return {
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [
+                {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{host!s}:{port}"}
+            ],
+        }
+
+    def _groups(self) -> dict[str, list[str]]:
+        """Served versions per named group, preferred first."""
+        groups: dict[str, list[str]] = {}
+        for definition in self.api.definitions():
+            if not definition.group:
+                continue
+            versions = groups.setdefault(definition.group, [])
+            for version in definition.versions:
+                if version not in versions:
+                    versions.append(version)
+        for group, versions in groups.items():
+            preferred = self.api.served_versions(group)
+            versions.sort(key=lambda v: preferred.index(v) if v in preferred else len(preferred))
+        return groups
+
+    @staticmethod
+    def _group_document(group: str, versions: list[str]) -> JsonObject:
+        entries = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+        return {"name": group, "versions": entries, "preferredVersion": entries[0]}
+
+    def _api_group_list(self) -> JsonObject:
+        groups = [self._group_document(g, vs) for g, vs in sorted(self._groups().items())]
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
+    def _api_group(self, group: str) -> JsonObject:
+        versions = self._groups().get(group)
+        if not versions:
+            raise NotFound(f"the server could not find the requested resource (group {group})")
+        return {"kind": "APIGroup", "apiVersion": "v1", **self._group_document(group, versions)}
+
+    def _api_resource_list(self, group: str, version: str) -> JsonObject:
+        resources: list[JsonObject] = []
+        for definition in self._definitions_in(group, version):
+            resources.extend(_discovery_entries(definition))
+        if not resources:
+            raise NotFound(f"the server could not find the requested resource ({group} {version})")
+        group_version = f"{group}/{version}" if group else version
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": group_version,
+            "resources": resources,
+        }
+
+    def _definitions_in(self, group: str, version: str) -> Iterable[ResourceDefinition]:
+        return [d for d in self.api.definitions() if d.group == group and version in d.versions]
+
+    def _lookup(self, group: str, version: str, plural: str) -> ResourceDefinition | None:
+        for definition in self._definitions_in(group, version):
+            if definition.plural == plural:
+                return definition
+        return None
+
+    # ---------------------------------------------------------------- resources
+
+    def _under_group_version(self, group: str, version: str, rest: list[str]) -> _Reply | None:
+        if not rest:
+            return self._get_only(lambda: self._api_resource_list(group, version))
+        namespace: str | None = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            inner = self._lookup(group, version, rest[2])
+            if inner is not None and inner.namespaced:
+                namespace, rest = rest[1], rest[2:]
+        if len(rest) > 3:
+            raise NotFound("the server could not find the requested resource")
+        definition = self._lookup(group, version, rest[0])
+        if definition is None:
+            gv = f"{group}/{version}" if group else version
+            raise NotFound(f"the server could not find the requested resource ({rest[0]} in {gv})")
+        if namespace is not None and not definition.namespaced:
+            raise NotFound(f"{definition.plural} is not namespaced")
+        resource = Resource(
+            group, version, definition.plural, definition.kind, definition.namespaced
+        )
+        name = rest[1] if len(rest) > 1 else None
+        subresource = rest[2] if len(rest) > 2 else None
+        if subresource is not None and subresource not in definition.subresources:
+            raise NotFound(f"{definition.plural} has no subresource {subresource!r}")
+        if self.method != "GET" and self.query.get("dryRun"):
+            # Refused rather than silently persisted: a dry run that writes would be a lie.
+            raise BadRequest("dryRun is not supported by the simulated API server")
+        request = _ResourceRequest(
+            self,
+            definition,
+            resource=resource,
+            namespace=namespace,
+            name=name,
+            subresource=subresource,
+        )
+        return request.handle()
+
+    def _truthy(self, key: str) -> bool:
+        return self.query.get(key, "").lower() in ("1", "true")
+
+    def json_body(self) -> Any:
+        if not self.body:
+            return None
+        try:
+            return json.loads(self.body)
+        except ValueError as exc:
+            raise BadRequest(f"the request body is not valid JSON: {exc}") from None
+
+
+class _ResourceRequest:
+    """A request on one resource: collection, item or subresource, in one namespace or all."""
+
+    def __init__(
+        self,
+        router: _Router,
+        definition: ResourceDefinition,
+        *,
+        resource: Resource,
+        namespace: str | None,
+        name: str | None,
+        subresource: str | None,
+    ) -> None:
+        self.router = router
+        self.api = router.api
+        self.definition = definition
+        self.resource = resource
+        self.namespace = namespace
+        self.name = name
+        self.subresource = subresource
+        self.query = router.query
+
+    def handle(self) -> _Reply | None:
+        method = self.router.method
+        if self.name is None:
+            if method == "GET":
+                if self.router._truthy("watch"):
+                    self._watch()
+                    return None
+                return self._list()
+            if method == "POST":
+                return self._create()
+            if method == "DELETE":
+                return self._delete_collection()
+        elif self.subresource == "eviction":
+            if method == "POST":
+                return self._evict()
+        elif method == "GET":
+            obj = self.api.get(
+                self.resource, self.name, self.namespace, subresource=self.subresource
+            )
+            return self._object_reply(200, obj)
+        elif method == "PUT":
+            return self._update()
+        elif method == "PATCH":
+            return self._patch()
+        elif method == "DELETE" and self.subresource is None:
+            return self._delete()
+        raise MethodNotAllowed(f"{method} is not supported on this path")
+
+    # ---------------------------------------------------------------- reads
+
+    def _list_kwargs(self) -> dict[str, Any]:
+        return {
+            "label_selector": self.query.get("labelSelector") or None,
+            "field_selector": self.query.get("fieldSelector") or None,
+        }
+
+    def _list(self) -> _Reply:
+        limit_text = self.query.get("limit")
+        limit = _int_param("limit", limit_text) if limit_text else None
+        result = self.api.list(
+            self.resource,
+            self.namespace,
+            limit=limit if limit and limit > 0 else None,
+            continue_token=self.query.get("continue") or None,
+            resource_version=self.query.get("resourceVersion") or None,
+            **self._list_kwargs(),
+        )
+        metadata: JsonObject = {"resourceVersion": result.resource_version}
+        if result.continue_token:
+            metadata["continue"] = result.continue_token
+        if result.remaining_item_count is not None:
+            metadata["remainingItemCount"] = result.remaining_item_count
+        if wants_table(self.router.accept):
+            table = self.router.handler.server.tables.render(
+                self.definition, result.items, self._include_object()
+            )
+            table["metadata"] = metadata
+            return _Reply(200, table)
+        return _Reply(
+            200,
+            {
+                "kind": self.definition.list_kind,
+                "apiVersion": self.resource.api_version,
+                "metadata": metadata,
+                "items": result.items,
+            },
+        )
+
+    def _include_object(self) -> str:
+        return self.query.get("includeObject") or "Metadata"
+
+    def _watch(self) -> None:
+        timeout_text = self.query.get("timeoutSeconds")
+        stream = self.api.watch(
+            self.resource,
+            self.namespace,
+            resource_version=self.query.get("resourceVersion") or None,
+            allow_bookmarks=self.router._truthy("allowWatchBookmarks"),
+            timeout_seconds=float(_int_param("timeoutSeconds", timeout_text))
+            if timeout_text
+            else None,
+            **self._list_kwargs(),
+        )
+        table: Table | None = None
+        if wants_table(self.router.accept):
+            table = self.router.handler.server.tables.for_watch(
+                self.definition, self._include_object()
+            )
+
+        def encode(event: Any) -> JsonObject:
+            obj = event.object
+            if table is not None and event.type in ("ADDED", "MODIFIED", "DELETED"):
+                obj = table.event_object(obj)
+            return {"type": event.type, "object": obj}
+
+        self.router.handler.stream_watch(stream, encode)
+
+    def _object_reply(self, code: int, obj: JsonObject) -> _Reply:
+        if wants_table(self.router.accept) and self.subresource is None:
+            table = self.router.handler.server.tables.render(
+                self.definition, [obj], self._include_object()
+            )
+            table["metadata"] = {"resourceVersion": obj.get("metadata", {}).get("resourceVersion")}
+            return _Reply(code, table)
+        return _Reply(code, obj)
+
+    # ---------------------------------------------------------------- writes
+
+    def _body_object(self) -> JsonObject:
+        obj = self.router.json_body()
+        if not isinstance(obj, dict):
+            raise BadRequest("the request body must be a JSON object")
+        metadata = obj.setdefault("metadata", {})
+        if not isinstance(metadata, dict):
+            raise BadRequest("metadata must be an object")
+        if self.resource.namespaced and self.namespace is not None:
+            given = metadata.get("namespace")
+            if given and given != self.namespace:
+                raise BadRequest(
+                    "the namespace of the provided object does not match "
+                    "the namespace sent on the request"
+                )
+            metadata["namespace"] = self.namespace
+        return obj
+
+    def _create(self) -> _Reply:
+        obj = self._body_object()
+        if self.resource.namespaced and not obj["metadata"].get("namespace"):
+            raise BadRequest(f"{self.resource.plural} must be created in a namespace")
+        created = self.api.create(self.resource, obj, self.namespace)
+        return _Reply(201, created)
+
+    def _update(self) -> _Reply:
+        obj = self._body_object()
+        name = obj["metadata"].get("name")
+        if name and name != self.name:
+            raise BadRequest(
+                f"the name of the object ({name}) does not match the name on the URL ({self.name})"
+            )
+        obj["metadata"]["name"] = self.name
+        assert self.name is not None
+        if self.subresource == "scale":
+            # A Scale is addressed by its target's name; keep the target's kind out of it.
+            obj.setdefault("kind", "Scale")
+            obj.setdefault("apiVersion", "autoscaling/v1")
+        updated = self.api.update(self.resource, obj, subresource=self.subresource)
+        return _Reply(200, updated)
+
+    def _patch(self) -> _Reply:
+        content_type = self.router.handler.headers.get("Content-Type", "").split(";")[0].strip()
+        if content_type == _APPLY_PATCH:
+            raise UnsupportedMediaType(
+                "server-side apply (application/apply-patch+yaml) is not supported by the "
+                "simulated API server; use client-side apply (kubectl apply without "
+                "--server-side) or a merge/JSON patch"
+            )
+        patch_type = _PATCH_TYPES.get(content_type)
+        if patch_type is None:
+            supported = ", ".join(_PATCH_TYPES)
+            raise UnsupportedMediaType(
+                f"the body of the request was in an unknown format - accepted media types "
+                f"include: {supported}"
+            )
+        patch = self.router.json_body()
+        if patch_type is PatchType.JSON:
+            if not isinstance(patch, list):
+                raise BadRequest("a JSON patch must be a list of operations")
+        elif not isinstance(patch, dict):
+            raise BadRequest("a merge patch must be a JSON object")
+        assert self.name is not None
+        patched = self.api.patch(
+            self.resource,
+            self.name,
+            patch,
+            self.namespace,
+            patch_type=patch_type,
+            subresource=self.subresource,
+        )
+        return _Reply(200, patched)
+
+    def _delete_options(self) -> tuple[Preconditions | None, PropagationPolicy | None, int | None]:
+        options = self.router.json_body() or {}
+        if not isinstance(options, dict):
+            raise BadRequest("DeleteOptions must be a JSON object")
+        policy_text = self.query.get("propagationPolicy") or options.get("propagationPolicy")
+        if not policy_text and options.get("orphanDependents") is True:
+            policy_text = "Orphan"
+        policy: PropagationPolicy | None = None
+        if policy_text:
+            try:
+                policy = PropagationPolicy(policy_text)
+            except ValueError:
+                raise BadRequest(f"unknown propagationPolicy {policy_text!r}") from None
+        grace_text = self.query.get("gracePeriodSeconds")
+        grace = options.get("gracePeriodSeconds")
+        if grace_text:
+            grace = _int_param("gracePeriodSeconds", grace_text)
+        wanted = options.get("preconditions") or {}
+        preconditions = None
+        if wanted.get("uid") or wanted.get("resourceVersion"):
+            preconditions = Preconditions(
+                uid=wanted.get("uid"), resource_version=wanted.get("resourceVersion")
+            )
+        return preconditions, policy, int(grace) if grace is not None else None
+
+    def _delete(self) -> _Reply:
+        preconditions, policy, grace = self._delete_options()
+        assert self.name is not None
+        deleted = self.api.delete(
+            self.resource,
+            self.name,
+            self.namespace,
+            preconditions=preconditions,
+            propagation_policy=policy,
+            grace_period_seconds=grace,
+        )
+        # 202: accepted but still present (finalizers or foreground deletion pending).
+        pending = bool(deleted.get("metadata", {}).get("finalizers"))
+        return _Reply(202 if pending else 200, deleted)
+
+    def _delete_collection(self) -> _Reply:
+        _preconditions, policy, grace = self._delete_options()
+        result = self.api.list(self.resource, self.namespace, **self._list_kwargs())
+        deleted = []
+        for item in result.items:
+            metadata = item.get("metadata", {})
+            with contextlib.suppress(NotFound):  # gone meanwhile: nothing left to delete
+                deleted.append(
+                    self.api.delete(
+                        self.resource,
+                        metadata["name"],
+                        metadata.get("namespace"),
+                        propagation_policy=policy,
+                        grace_period_seconds=grace,
+                    )
+                )
+        return _Reply(
+            200,
+            {
+                "kind": self.definition.list_kind,
+                "apiVersion": self.resource.api_version,
+                "metadata": {"resourceVersion": result.resource_version},
+                "items": deleted,
+            },
+        )
+
+    def _evict(self) -> _Reply:
+        eviction = self.router.json_body() or {}
+        if not isinstance(eviction, dict):
+            raise BadRequest("the Eviction must be a JSON object")
+        name = eviction.get("metadata", {}).get("name")
+        if name and name != self.name:
+            raise BadRequest(f"the eviction is for {name} but was posted to {self.name}")
+        grace = (eviction.get("deleteOptions") or {}).get("gracePeriodSeconds")
+        assert self.name is not None
+        if self.namespace is None:
+            raise BadRequest("evictions are namespaced")
+        self.api.evict(
+            self.name,
+            self.namespace,
+            grace_period_seconds=int(grace) if grace is not None else None,
+        )
+        return _Reply(
+            201,
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "code": 201,
+            },
+        )
+
+
+def _discovery_entries(definition: ResourceDefinition) -> list[JsonObject]:
+    entry: JsonObject = {
+        "name": definition.plural,
+        "singularName": definition.singular,
+        "namespaced": definition.namespaced,
+        "kind": definition.kind,
+        "verbs": list(_OBJECT_VERBS),
+    }
+    if definition.short_names:
+        entry["shortNames"] = list(definition.short_names)
+    if definition.categories:
+        entry["categories"] = list(definition.categories)
+    entries = [entry]
+    for sub in sorted(definition.subresources):
+        sub_entry: JsonObject = {
+            "name": f"{definition.plural}/{sub}",
+            "singularName": "",
+            "namespaced": definition.namespaced,
+            "kind": definition.kind,
+            "verbs": ["get", "patch", "update"],
+        }
+        if sub == "scale":
+            sub_entry.update(group="autoscaling", version="v1", kind="Scale")
+        elif sub == "eviction":
+            sub_entry.update(group="policy", version="v1", kind="Eviction", verbs=["create"])
+        entries.append(sub_entry)
+    return entries
+
+
+def _error_reply(exc: ApiError) -> _Reply:
+    headers = {}
+    if exc.retry_after_seconds is not None:
+        headers["Retry-After"] = str(exc.retry_after_seconds)
+    return _Reply(exc.code, exc.to_status(), headers)
+
+
+def _int_param(name: str, text: str | None) -> int:
+    try:
+        return int(text or "")
+    except ValueError:
+        raise BadRequest(f"{name} must be an integer, not {text!r}") from None
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()

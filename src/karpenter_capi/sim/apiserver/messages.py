@@ -1,0 +1,139 @@
+"""The errors the in-memory API server raises, worded and detailed as kube-apiserver words them.
+
+Controllers and kubectl users read these messages (``pods "web-1" not found``, ``Operation
+cannot be fulfilled on ...``), and clients branch on ``details`` (name, group, kind, causes), so
+they are built in one place from the same templates kube's ``apimachinery/pkg/api/errors`` uses.
+Name validation lives here too because its only output is an ``Invalid`` error.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from karpenter_capi.core.kube.errors import AlreadyExists, Conflict, Forbidden, Invalid, NotFound
+from karpenter_capi.sim.apiserver.definitions import ResourceDefinition
+
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_SUBDOMAIN_HELP = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
+    "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+_LABEL_HELP = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
+    "must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex "
+    "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+# Kinds whose names must be DNS-1123 labels rather than subdomains.
+_LABEL_NAMED = frozenset({"namespaces", "services"})
+
+
+@dataclass(frozen=True, slots=True)
+class FieldError:
+    """One ``details.causes`` entry: ``reason`` is kube's ``FieldValue*`` cause type."""
+
+    field: str
+    reason: str
+    detail: str
+
+    @property
+    def message(self) -> str:
+        return self.detail
+
+    def render(self) -> str:
+        return f"{self.field}: {self.detail}"
+
+
+def _details(definition: ResourceDefinition, name: str) -> dict[str, Any]:
+    return {"name": name, "group": definition.group, "kind": definition.plural}
+
+
+def not_found(definition: ResourceDefinition, name: str) -> NotFound:
+    return NotFound(
+        f'{definition.group_resource} "{name}" not found', details=_details(definition, name)
+    )
+
+
+def namespace_not_found(namespace: str) -> NotFound:
+    return NotFound(
+        f'namespaces "{namespace}" not found',
+        details={"name": namespace, "group": "", "kind": "namespaces"},
+    )
+
+
+def already_exists(definition: ResourceDefinition, name: str) -> AlreadyExists:
+    return AlreadyExists(
+        f'{definition.group_resource} "{name}" already exists',
+        details=_details(definition, name),
+    )
+
+
+def conflict(definition: ResourceDefinition, name: str, why: str | None = None) -> Conflict:
+    reason = why or (
+        "the object has been modified; please apply your changes to the latest version and "
+        "try again"
+    )
+    return Conflict(
+        f'Operation cannot be fulfilled on {definition.group_resource} "{name}": {reason}',
+        details=_details(definition, name),
+    )
+
+
+def forbidden(definition: ResourceDefinition, name: str, why: str) -> Forbidden:
+    return Forbidden(
+        f'{definition.group_resource} "{name}" is forbidden: {why}',
+        details=_details(definition, name),
+    )
+
+
+def qualified_kind(definition: ResourceDefinition) -> str:
+    """``Pod``, ``Deployment.apps``: how kube names a kind in ``is invalid`` messages."""
+    return f"{definition.kind}.{definition.group}" if definition.group else definition.kind
+
+
+def invalid(
+    definition: ResourceDefinition, name: str, errors: list[FieldError], *, kind: str | None = None
+) -> Invalid:
+    rendered = [error.render() for error in errors]
+    summary = rendered[0] if len(rendered) == 1 else "[" + ", ".join(rendered) + "]"
+    shown_kind = kind or qualified_kind(definition)
+    return Invalid(
+        f'{shown_kind} "{name}" is invalid: {summary}',
+        details={
+            "name": name,
+            "group": definition.group,
+            "kind": definition.kind,
+            "causes": [
+                {"reason": e.reason, "message": e.message, "field": e.field} for e in errors
+            ],
+        },
+    )
+
+
+def required(field: str, detail: str) -> FieldError:
+    return FieldError(field, "FieldValueRequired", f"Required value: {detail}")
+
+
+def invalid_value(field: str, value: Any, detail: str) -> FieldError:
+    shown = f'"{value}"' if isinstance(value, str) else str(value)
+    return FieldError(field, "FieldValueInvalid", f"Invalid value: {shown}: {detail}")
+
+
+def forbidden_field(field: str, detail: str) -> FieldError:
+    return FieldError(field, "FieldValueForbidden", f"Forbidden: {detail}")
+
+
+def validate_name(definition: ResourceDefinition, name: str) -> list[FieldError]:
+    """kube's name validation: DNS-1123 subdomain (labels for namespaces and services)."""
+    if not name:
+        return [required("metadata.name", "name or generateName is required")]
+    if definition.plural in _LABEL_NAMED:
+        if len(name) > 63 or not _DNS1123_LABEL.match(name):
+            return [invalid_value("metadata.name", name, _LABEL_HELP)]
+        return []
+    if len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
+        return [invalid_value("metadata.name", name, _SUBDOMAIN_HELP)]
+    return []

@@ -1,0 +1,282 @@
+"""Watch: a bounded event log per resource and the streams that read it.
+
+kube-apiserver's watch cache keeps a window of recent events per resource; a watch starting at
+a resourceVersion replays what came after it, and one starting before the window gets a 410
+``Expired`` so the client relists. Informers depend on exactly that contract (resume after a
+dropped connection, relist on 410, bookmarks to advance their resourceVersion), so it is
+reproduced here: one log per resource shared by all streams, guarded by the server's lock and
+a condition variable, so a slow reader never blocks a writer.
+
+The log also keeps each event's previous object. That lets a label-selector watch turn a
+MODIFIED into ADDED or DELETED when the object starts or stops matching (as kube's cacher
+does), and lets paginated lists rebuild the snapshot their continue token refers to.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from karpenter_capi.core.kube.client import WatchEvent, WatchEventType
+from karpenter_capi.core.kube.errors import Gone
+from karpenter_capi.sim.apiserver.objects import copy_object
+
+JsonObject = dict[str, Any]
+Presenter = Callable[[JsonObject], JsonObject]
+
+
+@dataclass(slots=True, frozen=True)
+class LoggedEvent:
+    """A committed change. ``obj`` is the stored object after it (the last state if DELETED)."""
+
+    rv: int
+    type: WatchEventType
+    obj: JsonObject
+    prev: JsonObject | None
+
+
+class EventLog:
+    """The retained events of one resource, oldest first, at least ``capacity`` of them."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self._events: list[LoggedEvent] = []
+        self._rvs: list[int] = []
+        # Events at or below this resourceVersion are gone; a reader at an older one is 410.
+        self.compacted_rv = 0
+
+    def append(self, event: LoggedEvent) -> None:
+        self._events.append(event)
+        self._rvs.append(event.rv)
+        # Trim in batches so a large window costs O(1) amortized per write.
+        slack = self.capacity // 8
+        if len(self._events) > self.capacity + slack:
+            self._drop(len(self._events) - self.capacity)
+
+    def _drop(self, count: int) -> None:
+        if count <= 0:
+            return
+        self.compacted_rv = max(self.compacted_rv, self._rvs[count - 1])
+        del self._events[:count]
+        del self._rvs[:count]
+
+    def set_capacity(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self._drop(len(self._events) - self.capacity)
+
+    def compact(self, up_to_rv: int) -> None:
+        """Forget every event (history before ``up_to_rv`` can no longer be replayed)."""
+        self._events.clear()
+        self._rvs.clear()
+        self.compacted_rv = max(self.compacted_rv, up_to_rv)
+
+    def expired(self, rv: int) -> bool:
+        return rv < self.compacted_rv
+
+    def since(self, rv: int) -> list[LoggedEvent] | None:
+        """Events after ``rv``, or ``None`` when some of them were already dropped."""
+        if self.expired(rv):
+            return None
+        start = bisect_right(self._rvs, rv)
+        return self._events[start:]
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+
+def gone_status(requested: int, oldest: int) -> JsonObject:
+    """The 410 ``Status`` an expired watch ends with, worded as kube's watch cache words it."""
+    return Gone(f"too old resource version: {requested} ({oldest})").to_status()
+
+
+@dataclass(frozen=True, slots=True)
+class WatchFilter:
+    """Which events a stream wants: namespace (None = all) and an object predicate."""
+
+    namespace: str | None
+    predicate: Callable[[JsonObject], bool] | None
+
+
+class WatchHub:
+    """The open streams of one server, and the condition writers notify."""
+
+    def __init__(self, condition: threading.Condition) -> None:
+        self.condition = condition
+        self._streams: weakref.WeakSet[InMemoryWatch] = weakref.WeakSet()
+
+    def register(self, stream: InMemoryWatch) -> None:
+        self._streams.add(stream)
+
+    def unregister(self, stream: InMemoryWatch) -> None:
+        self._streams.discard(stream)
+
+    def open_streams(self) -> list[InMemoryWatch]:
+        return list(self._streams)
+
+    def drop_all(self) -> int:
+        """End every open stream as if its connection dropped; returns how many."""
+        with self.condition:
+            streams = self.open_streams()
+            for stream in streams:
+                stream.mark_closed()
+            self.condition.notify_all()
+        return len(streams)
+
+    def request_bookmarks(self) -> None:
+        with self.condition:
+            for stream in self.open_streams():
+                stream.mark_bookmark_due()
+            self.condition.notify_all()
+
+
+class InMemoryWatch:
+    """A ``WatchStream`` over an ``EventLog``.
+
+    ``timeout_seconds`` is real time (a transport-level limit, as in kube). ``0`` means:
+    deliver what is already available, then end without blocking; the stepped simulation
+    runtime relies on this to poll watches deterministically. When bookmarks are allowed, a
+    stream that ends by timeout sends one last BOOKMARK carrying the server's current
+    resourceVersion, so the reader can resume from there without replaying anything.
+    """
+
+    def __init__(
+        self,
+        hub: WatchHub,
+        log: EventLog,
+        *,
+        position: int,
+        initial: list[WatchEvent],
+        selection: WatchFilter,
+        present: Presenter,
+        bookmark: Callable[[], JsonObject] | None,
+        current_rv: Callable[[], int],
+        timeout_seconds: float | None,
+    ) -> None:
+        self._hub = hub
+        self._log = log
+        self._position = position
+        self._initial = initial
+        self._selection = selection
+        self._present = present
+        self._bookmark = bookmark
+        self._current_rv = current_rv
+        self._timeout = timeout_seconds
+        self._closed = False
+        self._bookmark_due = False
+        self._started = False
+        hub.register(self)
+
+    # Called with the hub's condition held.
+    def mark_closed(self) -> None:
+        self._closed = True
+
+    def mark_bookmark_due(self) -> None:
+        if self._bookmark is not None:
+            self._bookmark_due = True
+
+    def close(self) -> None:
+        with self._hub.condition:
+            self._closed = True
+            self._hub.condition.notify_all()
+        self._hub.unregister(self)
+
+    def __enter__(self) -> InMemoryWatch:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        if self._started:
+            raise RuntimeError("a watch stream can be iterated only once")
+        self._started = True
+        return self._events()
+
+    def _events(self) -> Iterator[WatchEvent]:
+        try:
+            initial, self._initial = self._initial, []
+            for event in initial:
+                if self._closed:
+                    return
+                yield event
+            deadline = None if self._timeout is None else time.monotonic() + self._timeout
+            while True:
+                batch, finished = self._next_batch(deadline)
+                for event in batch:
+                    if self._closed:
+                        return
+                    yield event
+                if finished:
+                    return
+        finally:
+            self._hub.unregister(self)
+
+    def _next_batch(self, deadline: float | None) -> tuple[list[WatchEvent], bool]:
+        condition = self._hub.condition
+        with condition:
+            while True:
+                if self._closed:
+                    return [], True
+                logged = self._log.since(self._position)
+                if logged is None:
+                    status = gone_status(self._position, self._log.compacted_rv)
+                    return [WatchEvent("ERROR", status)], True
+                if logged:
+                    self._position = logged[-1].rv
+                    out = [e for e in map(self._translate, logged) if e is not None]
+                    if out:
+                        return out, False
+                    continue
+                if self._bookmark_due:
+                    self._bookmark_due = False
+                    return [self._bookmark_event()], False
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return ([self._bookmark_event()] if self._bookmark else []), True
+                condition.wait(remaining)
+
+    def _bookmark_event(self) -> WatchEvent:
+        assert self._bookmark is not None
+        # Everything of this resource up to the current resourceVersion was delivered.
+        self._position = max(self._position, self._current_rv())
+        obj = self._bookmark()
+        obj["metadata"] = {"resourceVersion": str(self._position)}
+        return WatchEvent("BOOKMARK", obj)
+
+    def _translate(self, event: LoggedEvent) -> WatchEvent | None:
+        selection = self._selection
+        if selection.namespace is not None:
+            if (event.obj.get("metadata") or {}).get("namespace") != selection.namespace:
+                return None
+        predicate = selection.predicate
+        if predicate is None:
+            return WatchEvent(event.type, self._present(event.obj))
+        matches_now = predicate(event.obj)
+        if event.type != "MODIFIED" or event.prev is None:
+            return WatchEvent(event.type, self._present(event.obj)) if matches_now else None
+        matched_before = predicate(event.prev)
+        if matches_now:
+            kind: WatchEventType = "MODIFIED" if matched_before else "ADDED"
+            return WatchEvent(kind, self._present(event.obj))
+        if not matched_before:
+            return None
+        # It left the selection: a DELETED carrying the old content at the new version.
+        left = self._present(event.prev)
+        left["metadata"]["resourceVersion"] = str(event.rv)
+        return WatchEvent("DELETED", left)
+
+
+def present_copy(api_version: str) -> Presenter:
+    """A presenter that copies a stored object and labels it with the requested version."""
+
+    def present(obj: JsonObject) -> JsonObject:
+        copied = copy_object(obj)
+        copied["apiVersion"] = api_version
+        return copied
+
+    return present

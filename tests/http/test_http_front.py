@@ -1,0 +1,386 @@
+"""What a client sees on the wire: paths, codes, Status bodies, discovery, Tables, chunked watch.
+
+These talk raw HTTP (``http.client``) to the front, so they pin the bytes kubectl and the
+official client depend on, independently of either client's behaviour.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from karpenter_capi.core.kube.resources import PODS
+from karpenter_capi.sim.apiserver import InMemoryAPIServer
+from karpenter_capi.sim.apiserver.http import HttpFront
+
+TABLE_ACCEPT = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+
+
+class Wire:
+    """A keep-alive HTTP/1.1 connection to the front, answering (status, headers, json)."""
+
+    def __init__(self, front: HttpFront) -> None:
+        self.front = front
+        self.conn = http.client.HTTPConnection("127.0.0.1", front.port, timeout=10)
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        accept: str = "application/json",
+    ) -> tuple[int, http.client.HTTPMessage, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Accept": accept}
+        if data is not None:
+            headers["Content-Type"] = content_type
+        self.conn.request(method, path, body=data, headers=headers)
+        response = self.conn.getresponse()
+        raw = response.read()
+        ctype = response.headers.get("Content-Type", "")
+        parsed = json.loads(raw) if raw and ctype.startswith("application/json") else raw
+        return response.status, response.headers, parsed
+
+
+@pytest.fixture
+def front(apiserver: InMemoryAPIServer) -> Iterator[HttpFront]:
+    with HttpFront(apiserver) as serving:
+        yield serving
+
+
+@pytest.fixture
+def wire(front: HttpFront) -> Iterator[Wire]:
+    client = Wire(front)
+    yield client
+    client.conn.close()
+
+
+def _pod(name: str, namespace: str = "default", **labels: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"containers": [{"name": "app", "image": "app:1"}]},
+    }
+
+
+def test_front_serves_on_a_free_loopback_port(front: HttpFront) -> None:
+    assert front.url == f"http://127.0.0.1:{front.port}"
+    assert front.port > 0
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/livez"])
+def test_health_endpoints(wire: Wire, path: str) -> None:
+    status, _, body = wire.call("GET", path)
+    assert (status, body) == (200, b"ok")
+
+
+def test_version_looks_like_a_kube_apiserver(wire: Wire) -> None:
+    status, _, body = wire.call("GET", "/version")
+    assert status == 200
+    assert body["gitVersion"] == "v1.31.0"
+    assert (body["major"], body["minor"]) == ("1", "31")
+
+
+def test_core_discovery(wire: Wire) -> None:
+    status, _, versions = wire.call("GET", "/api")
+    assert status == 200
+    assert versions["kind"] == "APIVersions"
+    assert versions["versions"] == ["v1"]
+
+    status, _, resources = wire.call("GET", "/api/v1")
+    assert status == 200
+    assert resources["kind"] == "APIResourceList"
+    assert resources["groupVersion"] == "v1"
+    by_name = {r["name"]: r for r in resources["resources"]}
+    pods = by_name["pods"]
+    assert pods["kind"] == "Pod"
+    assert pods["namespaced"] is True
+    assert pods["singularName"] == "pod"
+    assert "po" in pods["shortNames"]
+    assert {"create", "delete", "get", "list", "patch", "update", "watch"} <= set(pods["verbs"])
+    assert by_name["pods/status"]["verbs"] == ["get", "patch", "update"]
+    eviction = by_name["pods/eviction"]
+    assert (eviction["group"], eviction["version"], eviction["kind"]) == (
+        "policy",
+        "v1",
+        "Eviction",
+    )
+    assert by_name["nodes"]["namespaced"] is False
+
+
+def test_group_discovery_names_the_preferred_version(
+    apiserver: InMemoryAPIServer, wire: Wire
+) -> None:
+    apiserver.register_cluster_api()
+    status, _, groups = wire.call("GET", "/apis")
+    assert status == 200
+    assert groups["kind"] == "APIGroupList"
+    capi = next(g for g in groups["groups"] if g["name"] == "cluster.x-k8s.io")
+    preferred = apiserver.served_versions("cluster.x-k8s.io")[0]
+    assert capi["preferredVersion"] == {
+        "groupVersion": f"cluster.x-k8s.io/{preferred}",
+        "version": preferred,
+    }
+    assert capi["versions"][0]["version"] == preferred
+
+    status, _, resources = wire.call("GET", f"/apis/cluster.x-k8s.io/{preferred}")
+    assert status == 200
+    scale = next(r for r in resources["resources"] if r["name"] == "machinedeployments/scale")
+    assert (scale["group"], scale["version"], scale["kind"]) == ("autoscaling", "v1", "Scale")
+
+
+def test_unknown_group_version_is_404(wire: Wire) -> None:
+    status, _, body = wire.call("GET", "/apis/nope.example.com/v1")
+    assert status == 404
+    assert body["kind"] == "Status"
+
+
+def test_create_answers_201_and_conflicts_answer_409_status(wire: Wire) -> None:
+    status, _, created = wire.call("POST", "/api/v1/namespaces/default/pods", _pod("web"))
+    assert status == 201
+    assert created["metadata"]["uid"]
+    assert created["metadata"]["resourceVersion"]
+
+    status, _, body = wire.call("POST", "/api/v1/namespaces/default/pods", _pod("web"))
+    assert status == 409
+    assert body["kind"] == "Status"
+    assert body["status"] == "Failure"
+    assert body["reason"] == "AlreadyExists"
+    assert body["code"] == 409
+
+
+def test_missing_object_is_404_status(wire: Wire) -> None:
+    status, _, body = wire.call("GET", "/api/v1/namespaces/default/pods/ghost")
+    assert status == 404
+    assert (body["kind"], body["reason"], body["code"]) == ("Status", "NotFound", 404)
+
+
+def test_namespace_in_body_must_match_the_path(wire: Wire) -> None:
+    status, _, body = wire.call("POST", "/api/v1/namespaces/default/pods", _pod("x", "other"))
+    assert status == 400
+    assert "does not match" in body["message"]
+
+
+def test_lists_in_one_namespace_and_across_all(apiserver: InMemoryAPIServer, wire: Wire) -> None:
+    apiserver.create(PODS, _pod("a", "default", app="web"))
+    apiserver.create(PODS, _pod("b", "default", app="db"))
+    apiserver.create(PODS, _pod("c", "kube-system", app="web"))
+
+    _, _, in_default = wire.call("GET", "/api/v1/namespaces/default/pods")
+    assert in_default["kind"] == "PodList"
+    assert sorted(p["metadata"]["name"] for p in in_default["items"]) == ["a", "b"]
+    assert in_default["metadata"]["resourceVersion"]
+
+    _, _, everywhere = wire.call("GET", "/api/v1/pods?labelSelector=app%3Dweb")
+    assert sorted(p["metadata"]["name"] for p in everywhere["items"]) == ["a", "c"]
+
+
+def test_paginated_list_hands_out_continue_tokens(apiserver: InMemoryAPIServer, wire: Wire) -> None:
+    for i in range(5):
+        apiserver.create(PODS, _pod(f"p{i}"))
+    names: list[str] = []
+    path = "/api/v1/namespaces/default/pods?limit=2"
+    while True:
+        _, _, page = wire.call("GET", path)
+        names += [p["metadata"]["name"] for p in page["items"]]
+        token = page["metadata"].get("continue")
+        if not token:
+            break
+        path = f"/api/v1/namespaces/default/pods?limit=2&continue={token}"
+    assert sorted(names) == [f"p{i}" for i in range(5)]
+
+
+def test_merge_and_json_patch_by_content_type(apiserver: InMemoryAPIServer, wire: Wire) -> None:
+    apiserver.create(PODS, _pod("web"))
+    path = "/api/v1/namespaces/default/pods/web"
+    status, _, merged = wire.call(
+        "PATCH",
+        path,
+        {"metadata": {"labels": {"tier": "front"}}},
+        content_type="application/merge-patch+json",
+    )
+    assert status == 200
+    assert merged["metadata"]["labels"]["tier"] == "front"
+    status, _, patched = wire.call(
+        "PATCH",
+        path,
+        [{"op": "replace", "path": "/metadata/labels/tier", "value": "back"}],
+        content_type="application/json-patch+json",
+    )
+    assert status == 200
+    assert patched["metadata"]["labels"]["tier"] == "back"
+
+
+def test_server_side_apply_is_refused_with_415(apiserver: InMemoryAPIServer, wire: Wire) -> None:
+    apiserver.create(PODS, _pod("web"))
+    status, _, body = wire.call(
+        "PATCH",
+        "/api/v1/namespaces/default/pods/web",
+        _pod("web"),
+        content_type="application/apply-patch+yaml",
+    )
+    assert status == 415
+    assert body["reason"] == "UnsupportedMediaType"
+    assert "server-side apply" in body["message"]
+
+
+def test_dry_run_is_refused_rather_than_persisted(wire: Wire) -> None:
+    status, _, body = wire.call("POST", "/api/v1/namespaces/default/pods?dryRun=All", _pod("x"))
+    assert status == 400
+    assert "dryRun" in body["message"]
+    status, _, _ = wire.call("GET", "/api/v1/namespaces/default/pods/x")
+    assert status == 404
+
+
+def test_delete_preconditions_in_the_body(apiserver: InMemoryAPIServer, wire: Wire) -> None:
+    apiserver.create(PODS, _pod("web"))
+    options = {"kind": "DeleteOptions", "preconditions": {"uid": "not-the-uid"}}
+    status, _, body = wire.call("DELETE", "/api/v1/namespaces/default/pods/web", options)
+    assert status == 409
+    assert body["reason"] == "Conflict"
+    status, _, _ = wire.call("DELETE", "/api/v1/namespaces/default/pods/web", {})
+    assert status in (200, 202)
+
+
+def test_delete_collection_by_label(apiserver: InMemoryAPIServer, wire: Wire) -> None:
+    apiserver.create(PODS, _pod("a", app="web"))
+    apiserver.create(PODS, _pod("b", app="db"))
+    status, _, body = wire.call("DELETE", "/api/v1/namespaces/default/pods?labelSelector=app%3Dweb")
+    assert status == 200
+    assert [p["metadata"]["name"] for p in body["items"]] == ["a"]
+    remaining = apiserver.list(PODS, "default").items
+    live = [p["metadata"]["name"] for p in remaining if not p["metadata"].get("deletionTimestamp")]
+    assert live == ["b"]
+
+
+def test_eviction_post_answers_201_success(apiserver: InMemoryAPIServer, wire: Wire) -> None:
+    apiserver.create(PODS, _pod("web"))
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": "web", "namespace": "default"},
+    }
+    status, _, body = wire.call("POST", "/api/v1/namespaces/default/pods/web/eviction", eviction)
+    assert status == 201
+    assert body["status"] == "Success"
+
+
+def test_table_for_pods_has_kubectl_columns(apiserver: InMemoryAPIServer, wire: Wire) -> None:
+    apiserver.create(PODS, _pod("web"))
+    status, _, table = wire.call("GET", "/api/v1/namespaces/default/pods", accept=TABLE_ACCEPT)
+    assert status == 200
+    assert (table["kind"], table["apiVersion"]) == ("Table", "meta.k8s.io/v1")
+    columns = [c["name"] for c in table["columnDefinitions"] if c["priority"] == 0]
+    assert columns == ["Name", "Ready", "Status", "Restarts", "Age"]
+    (row,) = table["rows"]
+    assert row["cells"][:4] == ["web", "0/1", "Pending", 0]
+    assert row["object"]["kind"] == "PartialObjectMetadata"
+    assert row["object"]["metadata"]["name"] == "web"
+
+
+def test_table_evaluates_crd_printer_columns(apiserver: InMemoryAPIServer, wire: Wire) -> None:
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Cluster",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                    "additionalPrinterColumns": [
+                        {
+                            "name": "Ready",
+                            "type": "string",
+                            "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+                        },
+                        {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
+                    ],
+                }
+            ],
+        },
+    }
+    status, _, _ = wire.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    assert status == 201
+    widget = {
+        "apiVersion": "example.com/v1",
+        "kind": "Widget",
+        "metadata": {"name": "w1"},
+        "spec": {"size": 3},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    status, _, _ = wire.call("POST", "/apis/example.com/v1/widgets", widget)
+    assert status == 201
+    status, _, table = wire.call(
+        "GET", "/apis/example.com/v1/widgets?includeObject=Object", accept=TABLE_ACCEPT
+    )
+    assert status == 200
+    assert [c["name"] for c in table["columnDefinitions"]] == ["Name", "Ready", "Size", "Age"]
+    (row,) = table["rows"]
+    assert row["cells"][:3] == ["w1", "True", 3]
+    assert row["object"]["spec"] == {"size": 3}
+
+
+def _read_watch_line(response: http.client.HTTPResponse) -> dict[str, Any]:
+    line = response.readline()
+    assert line, "watch stream ended before an event arrived"
+    parsed: dict[str, Any] = json.loads(line)
+    return parsed
+
+
+def test_watch_streams_chunked_events(apiserver: InMemoryAPIServer, front: HttpFront) -> None:
+    rv = apiserver.list(PODS, "default").resource_version
+    conn = http.client.HTTPConnection("127.0.0.1", front.port, timeout=10)
+    conn.request("GET", f"/api/v1/namespaces/default/pods?watch=1&resourceVersion={rv}")
+    response = conn.getresponse()
+    assert response.status == 200
+    assert response.headers["Transfer-Encoding"] == "chunked"
+    creator = threading.Thread(target=lambda: apiserver.create(PODS, _pod("late")))
+    creator.start()
+    event = _read_watch_line(response)
+    creator.join()
+    assert event["type"] == "ADDED"
+    assert event["object"]["metadata"]["name"] == "late"
+    conn.close()
+
+
+def test_watch_ends_after_timeout_seconds(front: HttpFront) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", front.port, timeout=10)
+    conn.request("GET", "/api/v1/namespaces/default/pods?watch=true&timeoutSeconds=1")
+    response = conn.getresponse()
+    assert response.read() == b""  # the chunked body ends cleanly, no events
+    conn.close()
+
+
+def test_watch_as_table_for_kubectl_get_w(apiserver: InMemoryAPIServer, front: HttpFront) -> None:
+    apiserver.create(PODS, _pod("web"))
+    conn = http.client.HTTPConnection("127.0.0.1", front.port, timeout=10)
+    conn.request(
+        "GET",
+        "/api/v1/namespaces/default/pods?watch=1&timeoutSeconds=5",
+        headers={"Accept": TABLE_ACCEPT},
+    )
+    response = conn.getresponse()
+    event = _read_watch_line(response)
+    assert event["type"] == "ADDED"
+    assert event["object"]["kind"] == "Table"
+    assert event["object"]["rows"][0]["cells"][0] == "web"
+    conn.close()

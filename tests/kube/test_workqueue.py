@@ -1,0 +1,223 @@
+"""The work queue's guarantees, as a controller relies on them."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from karpenter_capi.core.clock import FakeClock
+from karpenter_capi.core.kube.workqueue import (
+    BucketRateLimiter,
+    ItemExponentialFailureRateLimiter,
+    QueueHooks,
+    WorkQueue,
+    default_controller_rate_limiter,
+)
+
+
+def drain(queue: WorkQueue[str]) -> list[str]:
+    taken = []
+    while (item := queue.pop_ready()) is not None:
+        taken.append(item)
+        queue.done(item)
+    return taken
+
+
+def test_a_key_added_twice_before_processing_is_processed_once() -> None:
+    queue: WorkQueue[str] = WorkQueue(FakeClock())
+    queue.add("default/a")
+    queue.add("default/b")
+    queue.add("default/a")
+    assert len(queue) == 2
+    assert drain(queue) == ["default/a", "default/b"]
+    assert queue.adds_total == 2
+
+
+def test_a_key_re_added_while_processing_is_requeued_only_after_done() -> None:
+    queue: WorkQueue[str] = WorkQueue(FakeClock())
+    queue.add("a")
+    taken = queue.pop_ready()
+    assert taken == "a"
+    queue.add("a")
+    # Never handed to a second worker while the first still holds it.
+    assert queue.pop_ready() is None
+    assert queue.processing() == 1
+    queue.done("a")
+    assert queue.pop_ready() == "a"
+    queue.done("a")
+    assert queue.pop_ready() is None
+
+
+def test_item_exponential_backoff_matches_client_go_defaults() -> None:
+    limiter = ItemExponentialFailureRateLimiter()
+    delays = [limiter.when("x") for _ in range(5)]
+    assert delays == pytest.approx([0.005, 0.010, 0.020, 0.040, 0.080])
+    assert limiter.num_requeues("x") == 5
+    for _ in range(40):
+        limiter.when("x")
+    assert limiter.when("x") == 1000.0
+    limiter.forget("x")
+    assert limiter.num_requeues("x") == 0
+    assert limiter.when("x") == pytest.approx(0.005)
+    # Other keys have their own counters.
+    assert limiter.when("y") == pytest.approx(0.005)
+
+
+def test_token_bucket_allows_a_burst_then_spreads_retries_at_qps() -> None:
+    clock = FakeClock()
+    bucket = BucketRateLimiter(clock, qps=10.0, burst=100)
+    assert all(bucket.when(f"k{i}") == 0.0 for i in range(100))
+    assert bucket.when("k100") == pytest.approx(0.1)
+    assert bucket.when("k101") == pytest.approx(0.2)
+    # The two reservations made on credit are paid back first, then the bucket refills to
+    # the full burst and no further.
+    clock.advance(60)
+    assert all(bucket.when(f"j{i}") == 0.0 for i in range(100))
+    assert bucket.when("j100") == pytest.approx(0.1)
+
+
+def test_rate_limited_requeue_waits_for_the_backoff_on_the_clock() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[str] = WorkQueue(clock, rate_limiter=default_controller_rate_limiter(clock))
+    for expected in (0.005, 0.010, 0.020):
+        queue.add_rate_limited("a")
+        assert queue.pop_ready() is None
+        assert queue.next_ready_time() == pytest.approx(clock.monotonic() + expected)
+        clock.advance(expected)
+        assert queue.pop_ready() == "a"
+        queue.done("a")
+    assert queue.num_requeues("a") == 3
+    assert queue.retries_total == 3
+    queue.forget("a")
+    assert queue.num_requeues("a") == 0
+
+
+def test_delayed_adds_become_ready_in_time_order_and_keep_the_earliest_time() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[str] = WorkQueue(clock)
+    start = clock.monotonic()
+    queue.add_after("late", 30)
+    queue.add_after("soon", 5)
+    queue.add_after("soon", 20)  # a later time does not postpone an earlier one
+    queue.add_after("late", 10)  # an earlier time wins
+    assert queue.waiting() == 2
+    assert queue.next_ready_time() == pytest.approx(start + 5)
+    assert queue.pop_ready() is None
+    clock.advance(5)
+    assert drain(queue) == ["soon"]
+    assert queue.next_ready_time() == pytest.approx(start + 10)
+    clock.advance(5)
+    assert drain(queue) == ["late"]
+    assert queue.next_ready_time() is None
+    assert queue.waiting() == 0
+
+
+def test_a_delayed_key_already_queued_is_not_processed_twice() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[str] = WorkQueue(clock)
+    queue.add("a")
+    queue.add_after("a", 1)
+    clock.advance(1)
+    assert drain(queue) == ["a"]
+
+
+def test_add_after_with_no_delay_is_an_immediate_add() -> None:
+    queue: WorkQueue[str] = WorkQueue(FakeClock())
+    queue.add_after("a", 0)
+    assert queue.pop_ready() == "a"
+
+
+def test_shutdown_drains_queued_items_then_ends_and_ignores_new_ones() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[str] = WorkQueue(clock)
+    queue.add("a")
+    queue.add_after("later", 1)
+    queue.shutdown()
+    queue.add("b")
+    clock.advance(5)
+    assert queue.shutting_down
+    assert queue.get(timeout=1) == "a"
+    queue.done("a")
+    assert queue.get() is None  # does not block once shut down and empty
+    assert queue.next_ready_time() is None
+
+
+def test_shutdown_wakes_a_blocked_worker() -> None:
+    queue: WorkQueue[str] = WorkQueue(FakeClock())
+    results: list[str | None] = []
+    entered = threading.Event()
+
+    def worker() -> None:
+        entered.set()
+        results.append(queue.get())
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    assert entered.wait(5)
+    queue.shutdown()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert results == [None]
+
+
+def test_blocking_get_returns_an_item_added_by_another_thread() -> None:
+    queue: WorkQueue[str] = WorkQueue(FakeClock())
+    got: list[str | None] = []
+    thread = threading.Thread(target=lambda: got.append(queue.get(timeout=10)))
+    thread.start()
+    queue.add("a")
+    thread.join(10)
+    assert got == ["a"]
+
+
+def test_blocking_get_wakes_for_a_timer_when_the_clock_is_advanced() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[str] = WorkQueue(clock)
+    queue.add_after("a", 60)
+    got: list[str | None] = []
+    thread = threading.Thread(target=lambda: got.append(queue.get(timeout=10)))
+    thread.start()
+    clock.advance(60)
+    queue.notify_clock_advanced()
+    thread.join(10)
+    assert got == ["a"]
+
+
+def test_get_times_out_when_nothing_is_ready() -> None:
+    queue: WorkQueue[str] = WorkQueue(FakeClock())
+    assert queue.get(timeout=0.01) is None
+    assert queue.get(block=False) is None
+
+
+def test_metric_hooks_see_adds_depth_latency_retries_and_work_time() -> None:
+    clock = FakeClock()
+    seen: dict[str, list[object]] = {
+        "add": [],
+        "retry": [],
+        "depth": [],
+        "latency": [],
+        "work": [],
+    }
+    hooks = QueueHooks(
+        on_add=seen["add"].append,
+        on_retry=seen["retry"].append,
+        on_depth=seen["depth"].append,
+        on_queue_latency=seen["latency"].append,
+        on_work_duration=seen["work"].append,
+    )
+    queue: WorkQueue[str] = WorkQueue(clock, hooks=hooks)
+    queue.add("a")
+    queue.add("b")
+    clock.advance(2)
+    item = queue.pop_ready()
+    assert item == "a"
+    clock.advance(3)
+    queue.done(item)
+    queue.add_rate_limited("c")
+    assert seen["add"] == ["a", "b"]
+    assert seen["depth"] == [1, 2, 1]
+    assert seen["latency"] == [pytest.approx(2.0)]
+    assert seen["work"] == [pytest.approx(3.0)]
+    assert seen["retry"] == ["c"]
+    assert queue.depth == 1
