@@ -276,9 +276,7 @@ def machine_v1beta2() -> dict[str, Any]:
                 "kind": "AWSMachine",
                 "name": "md-0-abcde-x1",
             },
-            "taints": [
-                {"key": "example.com/gpu", "effect": "NoSchedule", "propagation": "Always"}
-            ],
+            "taints": [{"key": "example.com/gpu", "effect": "NoSchedule", "propagation": "Always"}],
         },
         "status": {
             "phase": "Running",

@@ -75,7 +75,8 @@ def test_fields_keep_spelling_and_compare_by_value() -> None:
 
 def test_never() -> None:
     holder = _Holder.model_validate({"expire": "Never"})
-    assert holder.expire.is_never and holder.expire.value is None
+    assert holder.expire.is_never
+    assert holder.expire.value is None
     assert holder.expire == "Never"
     assert holder.model_dump(exclude_none=True) == {"expire": "Never"}
     with pytest.raises(ValidationError, match="invalid duration 'Never'"):

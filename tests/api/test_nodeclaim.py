@@ -21,7 +21,8 @@ from karpenter_capi.core.api.nodeclaim import (
     NodeClaimConditionType,
 )
 from karpenter_capi.core.api.nodeclass import ClusterAPINodeClass
-from tests.api.examples import NODECLAIM_YAML, NODECLASS_YAML, load
+
+from .examples import NODECLAIM_YAML, NODECLASS_YAML, load
 
 
 def test_upstream_nodeclaim_round_trips_unchanged() -> None:
@@ -105,7 +106,12 @@ def test_condition_requires_a_reason_and_writes_rfc3339() -> None:
     }
     with pytest.raises(ValidationError, match="reason"):
         Condition.model_validate(
-            {"type": "Launched", "status": "True", "reason": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+            {
+                "type": "Launched",
+                "status": "True",
+                "reason": "",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }
         )
 
 
@@ -129,12 +135,18 @@ def test_nodeclass_round_trips_and_selects() -> None:
     [
         ({}, {"a": "1"}, True),
         ({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]}, {}, True),
-        ({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]}, {"a": "1"}, False),
+        (
+            {"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]},
+            {"a": "1"},
+            False,
+        ),
         ({"matchExpressions": [{"key": "a", "operator": "Exists"}]}, {"a": ""}, True),
         ({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}, {"a": ""}, False),
     ],
 )
-def test_label_selector_semantics(selector: dict[str, object], labels: dict[str, str], expected: bool) -> None:
+def test_label_selector_semantics(
+    selector: dict[str, object], labels: dict[str, str], expected: bool
+) -> None:
     assert LabelSelector.model_validate(selector).matches(labels) is expected
 
 

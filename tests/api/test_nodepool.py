@@ -22,12 +22,14 @@ from karpenter_capi.core.api.nodepool import (
     nodepool_json,
     order_by_weight,
 )
-from tests.api.examples import NODEPOOL_YAML, load
+
+from .examples import NODEPOOL_YAML, load
 
 
 def _minimal(**spec_overrides: Any) -> dict[str, Any]:
     obj = nodepool_json(
-        "np", requirements=[{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]
+        "np",
+        requirements=[{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}],
     )
     obj["spec"].update(spec_overrides)
     return obj
@@ -62,11 +64,15 @@ def test_upstream_example_is_read_into_typed_fields() -> None:
     assert template.node_class_ref.kind == "ClusterAPINodeClass"
     disruption = nodepool.spec.disruption
     assert disruption.consolidate_after.value == timedelta(minutes=1)
-    assert disruption.budgets[1].reasons == [DisruptionReason.DRIFTED, DisruptionReason.UNDERUTILIZED]
+    assert disruption.budgets[1].reasons == [
+        DisruptionReason.DRIFTED,
+        DisruptionReason.UNDERUTILIZED,
+    ]
     assert nodepool.spec.limits == {"cpu": "1000", "memory": "1000Gi"}
     assert nodepool.weight == 10
     ready = nodepool.condition(NodePoolConditionType.READY)
-    assert ready is not None and ready.is_true
+    assert ready is not None
+    assert ready.is_true
     assert ready.last_transition_time == datetime(2024, 2, 2, 19, 54, 34, tzinfo=UTC)
     assert nodepool.status.nodes == 5
 
@@ -79,7 +85,8 @@ def test_defaults_match_upstream() -> None:
         ConsolidationPolicy.WHEN_EMPTY_OR_UNDERUTILIZED
     )
     assert [b.nodes for b in nodepool.spec.disruption.budgets] == ["10%"]
-    assert nodepool.spec.weight is None and nodepool.weight == 0
+    assert nodepool.spec.weight is None
+    assert nodepool.weight == 0
     dumped = nodepool.model_dump(exclude_none=True)
     assert dumped["spec"]["disruption"] == {
         "consolidateAfter": "0s",
@@ -88,7 +95,8 @@ def test_defaults_match_upstream() -> None:
     }
     assert dumped["spec"]["template"]["spec"]["expireAfter"] == "720h"
     # Empty optional collections are omitted like Go's omitempty, not written as {} / [].
-    assert "status" not in dumped and "limits" not in dumped["spec"]
+    assert "status" not in dumped
+    assert "limits" not in dumped["spec"]
     assert "taints" not in dumped["spec"]["template"]["spec"]
 
 
@@ -125,7 +133,9 @@ def test_integer_quantities_are_accepted_and_written_as_strings() -> None:
         ),
         (
             lambda o: o["spec"]["template"]["spec"].update(
-                requirements=[{"key": f"example.com/k{i}", "operator": "Exists"} for i in range(101)]
+                requirements=[
+                    {"key": f"example.com/k{i}", "operator": "Exists"} for i in range(101)
+                ]
             ),
             ["spec.template.spec.requirements", "at most 100 items"],
         ),
@@ -162,7 +172,10 @@ def test_integer_quantities_are_accepted_and_written_as_strings() -> None:
         ),
         (
             lambda o: o["spec"].update(
-                disruption={"consolidateAfter": "0s", "budgets": [{"nodes": "10%", "duration": "1h"}]}
+                disruption={
+                    "consolidateAfter": "0s",
+                    "budgets": [{"nodes": "10%", "duration": "1h"}],
+                }
             ),
             ["'schedule' must be set with 'duration'"],
         ),
@@ -207,11 +220,13 @@ def test_integer_quantities_are_accepted_and_written_as_strings() -> None:
             ["spec.template.spec.nodeClassRef", "Field required"],
         ),
         (
-            lambda o: o["spec"]["template"]["spec"]["taints"].append(
-                {"key": "a", "effect": "NoWhere"}
-            )
-            if "taints" in o["spec"]["template"]["spec"]
-            else o["spec"]["template"]["spec"].update(taints=[{"key": "a", "effect": "NoWhere"}]),
+            lambda o: (
+                o["spec"]["template"]["spec"]["taints"].append({"key": "a", "effect": "NoWhere"})
+                if "taints" in o["spec"]["template"]["spec"]
+                else o["spec"]["template"]["spec"].update(
+                    taints=[{"key": "a", "effect": "NoWhere"}]
+                )
+            ),
             ["taints.0.effect", "'NoSchedule', 'PreferNoSchedule' or 'NoExecute'"],
         ),
     ],
@@ -317,3 +332,25 @@ def test_order_by_weight_puts_heavier_first_then_later_names() -> None:
 
     ordered = order_by_weight([pool("a", None), pool("b", 50), pool("c", 50), pool("d", 10)])
     assert [p.name for p in ordered] == ["c", "b", "d", "a"]
+
+
+def test_model_dump_is_api_json_without_exclude_none() -> None:
+    raw = load(NODEPOOL_YAML)
+    assert NodePool.model_validate(raw).model_dump() == raw
+
+
+def test_template_hash_tracks_what_drift_compares() -> None:
+    base = NodePool.model_validate(load(NODEPOOL_YAML))
+    same = load(NODEPOOL_YAML)
+    template = same["spec"]["template"]
+    template["spec"]["expireAfter"] = "720h0m0s"
+    template["spec"]["taints"] = list(reversed(template["spec"]["taints"]))
+    template["spec"]["requirements"].pop()
+    same["spec"]["weight"] = 99
+    assert NodePool.model_validate(same).template_hash() == base.template_hash()
+    changed = load(NODEPOOL_YAML)
+    changed["spec"]["template"]["metadata"]["labels"]["billing-team"] = "other"
+    assert NodePool.model_validate(changed).template_hash() != base.template_hash()
+    changed = load(NODEPOOL_YAML)
+    changed["spec"]["template"]["spec"]["expireAfter"] = "Never"
+    assert NodePool.model_validate(changed).template_hash() != base.template_hash()

@@ -29,7 +29,8 @@ def test_well_known_and_aliases_are_allowed_in_nodepools() -> None:
     for key in (*wellknown.WELL_KNOWN_LABELS, *wellknown.NORMALIZED_LABELS):
         assert wellknown.restricted_label_reason(key) is None, key
     reason = wellknown.restricted_label_reason("k8s.io/thing")
-    assert reason is not None and "'k8s.io/thing' is restricted" in reason
+    assert reason is not None
+    assert "'k8s.io/thing' is restricted" in reason
 
 
 def test_aliases_normalise_to_stable_labels() -> None:
@@ -37,9 +38,13 @@ def test_aliases_normalise_to_stable_labels() -> None:
         wellknown.LABEL_TOPOLOGY_ZONE
     )
     assert set(wellknown.NORMALIZED_LABELS.values()) <= wellknown.WELL_KNOWN_LABELS
-    assert wellknown.label_domain("a.b/c") == "a.b" and wellknown.label_domain("c") == ""
+    assert wellknown.label_domain("a.b/c") == "a.b"
+    assert wellknown.label_domain("c") == ""
 
 
 def test_capacity_annotations_share_the_autoscaler_prefix() -> None:
-    assert wellknown.ANNOTATION_CAPACITY_MAX_PODS == "capacity.cluster-autoscaler.kubernetes.io/maxPods"
+    assert (
+        wellknown.ANNOTATION_CAPACITY_MAX_PODS
+        == "capacity.cluster-autoscaler.kubernetes.io/maxPods"
+    )
     assert wellknown.ANNOTATION_CAPACITY_GPU_COUNT.endswith("/gpu-count")

@@ -31,8 +31,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 def kubeconfig(tmp_path: Path) -> Path:
     path = tmp_path / "workload.yaml"
     path.write_text(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'http://127.0.0.1:1'}\n"
-        "users:\n- name: u\n  user: {token: t}\ncontexts:\n- name: ctx\n  context: {cluster: c, user: u}\n"
+        "apiVersion: v1\nkind: Config\n"
+        "clusters:\n- name: c\n  cluster: {server: 'http://127.0.0.1:1'}\n"
+        "users:\n- name: u\n  user: {token: t}\n"
+        "contexts:\n- name: ctx\n  context: {cluster: c, user: u}\n"
         "current-context: ctx\n"
     )
     return path

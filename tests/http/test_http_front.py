@@ -6,9 +6,11 @@ official client depend on, independently of either client's behaviour.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -384,3 +386,100 @@ def test_watch_as_table_for_kubectl_get_w(apiserver: InMemoryAPIServer, front: H
     assert event["object"]["kind"] == "Table"
     assert event["object"]["rows"][0]["cells"][0] == "web"
     conn.close()
+
+
+def test_injected_throttle_answers_429_with_retry_after(
+    apiserver: InMemoryAPIServer, wire: Wire
+) -> None:
+    apiserver.create(PODS, _pod("web"))
+    apiserver.faults.throttle("get", "pods", retry_after_seconds=5)
+    status, headers, body = wire.call("GET", "/api/v1/namespaces/default/pods/web")
+    assert status == 429
+    assert headers["Retry-After"] == "5"
+    assert body["reason"] == "TooManyRequests"
+    assert body["details"]["retryAfterSeconds"] == 5
+    status, _, _ = wire.call("GET", "/api/v1/namespaces/default/pods/web")
+    assert status == 200  # the fault was for one request only
+
+
+def test_adapter_keeps_retry_after_from_the_front(
+    apiserver: InMemoryAPIServer, front: HttpFront
+) -> None:
+    from karpenter_capi.core.kube.errors import TooManyRequests
+    from karpenter_capi.core.kube.official import OfficialClient
+
+    apiserver.faults.throttle("list", "pods", retry_after_seconds=2)
+    with OfficialClient.from_url(front.url) as client:
+        with pytest.raises(TooManyRequests) as info:
+            client.list(PODS, "default")
+        assert info.value.retry_after_seconds == 2
+
+
+def test_dropped_watches_end_the_http_stream(
+    apiserver: InMemoryAPIServer, front: HttpFront
+) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", front.port, timeout=10)
+    rv = apiserver.list(PODS, "default").resource_version
+    conn.request("GET", f"/api/v1/namespaces/default/pods?watch=1&resourceVersion={rv}")
+    response = conn.getresponse()
+    assert response.status == 200
+    apiserver.faults.drop_watches()
+    assert response.read() == b""
+    conn.close()
+
+
+def test_calls_share_one_kept_alive_connection(wire: Wire) -> None:
+    wire.call("GET", "/api/v1/namespaces/default/pods")
+    first_socket = wire.conn.sock
+    status, _, _ = wire.call("GET", "/api/v1/nodes")
+    assert status == 200
+    assert wire.conn.sock is first_socket
+
+
+def test_unknown_patch_type_is_415(apiserver: InMemoryAPIServer, wire: Wire) -> None:
+    apiserver.create(PODS, _pod("web"))
+    status, _, body = wire.call(
+        "PATCH", "/api/v1/namespaces/default/pods/web", {}, content_type="text/plain"
+    )
+    assert status == 415
+    assert "application/merge-patch+json" in body["message"]
+
+
+def test_openapi_v3_declares_server_side_field_validation(wire: Wire) -> None:
+    status, _, root = wire.call("GET", "/openapi/v3")
+    assert status == 200
+    url = root["paths"]["api/v1"]["serverRelativeURL"]
+    status, _, document = wire.call("GET", url)
+    assert status == 200
+    patch = document["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["patch"]
+    assert patch["x-kubernetes-group-version-kind"] == {"group": "", "version": "v1", "kind": "Pod"}
+    assert any(p["name"] == "fieldValidation" for p in patch["parameters"])
+    status, _, _ = wire.call("GET", "/openapi/v2")
+    assert status == 404
+
+
+def test_closing_the_front_ends_open_watches(apiserver: InMemoryAPIServer) -> None:
+    front = HttpFront(apiserver).start()
+    conn = http.client.HTTPConnection("127.0.0.1", front.port, timeout=10)
+    conn.request("GET", "/api/v1/pods?watch=1&resourceVersion=0")
+    response = conn.getresponse()
+    assert response.status == 200
+    front.close()
+    with contextlib.suppress(http.client.IncompleteRead, ConnectionError):
+        assert response.read() == b""
+    conn.close()
+
+
+def test_a_client_hanging_up_ends_its_quiet_watch(front: HttpFront) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", front.port, timeout=10)
+    conn.request("GET", "/api/v1/pods?watch=1&resourceVersion=0")
+    response = conn.getresponse()
+    assert response.status == 200
+    assert front.open_watches == 1
+    response.close()
+    conn.close()
+    # No event will ever flow on this watch; the front must notice the hang-up by itself.
+    deadline = time.monotonic() + 20
+    while front.open_watches and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert front.open_watches == 0

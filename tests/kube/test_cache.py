@@ -62,7 +62,7 @@ def test_keys_are_namespace_slash_name_or_just_name() -> None:
     assert make_key("web", "default") == "default/web"
     assert split_key("default/web") == ("default", "web")
     assert split_key("node-1") == (None, "node-1")
-    with pytest.raises(ValueError, match="metadata.name"):
+    with pytest.raises(ValueError, match=r"metadata\.name"):
         object_key({"metadata": {}})
 
 
@@ -87,9 +87,7 @@ def test_nodes_by_provider_id_including_one_set_late() -> None:
     store.upsert("n1", {"metadata": {"name": "n1"}, "spec": {}})
     assert store.index_values(BY_PROVIDER_ID) == []
     store.upsert("n1", {"metadata": {"name": "n1"}, "spec": {"providerID": "aws:///a/i-1"}})
-    assert [n["metadata"]["name"] for n in store.by_index(BY_PROVIDER_ID, "aws:///a/i-1")] == [
-        "n1"
-    ]
+    assert [n["metadata"]["name"] for n in store.by_index(BY_PROVIDER_ID, "aws:///a/i-1")] == ["n1"]
 
 
 def test_machines_by_provider_id_owner_and_scalable_resource() -> None:

@@ -16,12 +16,22 @@ from pydantic import BaseModel, ConfigDict
 
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube.client import KubeClient
-from karpenter_capi.core.kube.errors import Gone, ServiceUnavailable
-from karpenter_capi.core.kube.indexes import BY_NODE_NAME, POD_INDEXERS, index_by
+from karpenter_capi.core.kube.discovery import capi_resources
+from karpenter_capi.core.kube.errors import ServiceUnavailable
+from karpenter_capi.core.kube.indexes import (
+    BY_MACHINE_DEPLOYMENT,
+    BY_NODE_NAME,
+    BY_OWNER_UID,
+    BY_PROVIDER_ID,
+    MACHINE_INDEXERS,
+    POD_INDEXERS,
+    index_by,
+)
 from karpenter_capi.core.kube.informer import Informer
 from karpenter_capi.core.kube.resources import NODES, PODS
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
-from tests.kube.conftest import RecordingClient
+
+from .recording import RecordingClient
 
 JsonObject = dict[str, Any]
 
@@ -63,13 +73,11 @@ class Recorder:
         informer.add_handler(self.on_add, self.on_update, self.on_delete)
 
 
-def settle(informer: Informer[Any], limit: int = 100) -> int:
-    """Step until nothing more happens; return how many steps did something."""
-    busy = 0
+def settle(informer: Informer[Any], limit: int = 100) -> None:
+    """Step until a step reports that nothing happened."""
     for _ in range(limit):
         if not informer.step():
-            return busy
-        busy += 1
+            return
     raise AssertionError("informer never settled")
 
 
@@ -207,27 +215,45 @@ def test_relist_after_410_converges_and_synthesizes_the_missed_delete(clock: Fak
     assert informer.relists_total == 1
 
 
+def test_a_410_right_after_a_relist_backs_off_instead_of_looping(clock: FakeClock) -> None:
+    apiserver = InMemoryAPIServer(watch_history=1)
+    informer, client = make_informer(apiserver, clock)
+    assert informer.step()  # the list
+    # History moves past the list's resourceVersion before the first watch ever succeeds.
+    apiserver.create(PODS, pod("a"))
+    apiserver.create(PODS, pod("b"))
+    apiserver.compact()
+    assert not informer.step()  # 410 on the first watch: relist, but not in a tight loop
+    assert informer.relists_total == 1
+    retry_at = informer.next_retry_time
+    assert retry_at is not None
+    assert not informer.step()
+    assert len(client.lists) == 1
+    clock.advance(retry_at - clock.monotonic())
+    settle(informer)
+    assert names(informer) == ["a", "b"]
+    assert len(client.lists) == 2
+
+
 def test_an_expired_continue_token_restarts_the_list(
     apiserver: InMemoryAPIServer, clock: FakeClock
 ) -> None:
     for i in range(5):
         apiserver.create(PODS, pod(f"p{i}"))
     informer, client = make_informer(apiserver, clock, page_size=2)
-    expired = Gone("continue token expired")
-
-    def expire_once(call: Any) -> None:
-        if call.continue_token is not None and expired not in client.list_failures:
-            if not getattr(expire_once, "done", False):
-                client.list_failures.append(expired)
-                expire_once.done = True  # type: ignore[attr-defined]
-
-    client.before_list = expire_once
+    assert informer.step()  # page 1 of the snapshot
+    # Meanwhile the snapshot behind the continue token changes and is compacted away.
+    apiserver.delete(PODS, "p4", "default")
+    apiserver.create(PODS, pod("p5"))
+    apiserver.compact()
     settle(informer)
 
     assert informer.has_synced()
-    assert names(informer) == [f"p{i}" for i in range(5)]
+    # One consistent state, not page 1 of the old snapshot glued to the rest of the new one.
+    assert names(informer) == ["p0", "p1", "p2", "p3", "p5"]
     assert client.first_page_lists == 2
     assert informer.consecutive_failures == 0
+    assert informer.relists_total == 0
 
 
 def test_bookmarks_advance_the_resume_point(clock: FakeClock) -> None:
@@ -236,11 +262,13 @@ def test_bookmarks_advance_the_resume_point(clock: FakeClock) -> None:
     settle(informer)
     synced_at = informer.last_sync_resource_version
 
-    # Changes the informer does not select still move the server's resourceVersion; bookmarks
-    # carry that forward so a later resume is not already out of history.
+    # Changes the informer does not select still move the server's resourceVersion (and push
+    # older events out of its small history); bookmarks carry the informer's resume point
+    # forward although no event it selects arrives.
     for i in range(6):
         apiserver.create(PODS, pod(f"other{i}", labels={"app": "db"}))
-    settle(informer)
+        assert not informer.step()  # nothing for the cache
+    assert informer.last_sync_resource_version == apiserver.resource_version
     assert informer.last_sync_resource_version != synced_at
     apiserver.compact()
     apiserver.create(PODS, pod("web", labels={"app": "web"}))
@@ -266,6 +294,10 @@ def to_view(obj: JsonObject) -> PodView:
     )
 
 
+def node_of(view: PodView) -> str | None:
+    return view.node_name
+
+
 def test_a_malformed_object_is_logged_and_skipped(
     apiserver: InMemoryAPIServer, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -279,7 +311,7 @@ def test_a_malformed_object_is_logged_and_skipped(
         PODS,
         clock=clock,
         transform=to_view,
-        indexers={BY_NODE_NAME: index_by(lambda p: p.node_name)},
+        indexers={BY_NODE_NAME: index_by(node_of)},
     )
     added: list[str] = []
     informer.add_handler(on_add=lambda view: added.append(view.name))
@@ -307,8 +339,8 @@ def test_errors_back_off_with_jitter_and_reset_after_success(
     apiserver: InMemoryAPIServer, clock: FakeClock
 ) -> None:
     apiserver.create(PODS, pod("a"))
+    apiserver.faults.fail("list", "pods", ServiceUnavailable("apiserver down"), times=3)
     client = RecordingClient(cast(KubeClient, apiserver))
-    client.list_failures.extend(ServiceUnavailable("apiserver down") for _ in range(3))
     jitter = iter([0.0, 1.0, 0.5, 0.0, 0.0])
     informer = Informer(cast(KubeClient, client), PODS, clock=clock, rand=lambda: next(jitter))
 
@@ -331,7 +363,7 @@ def test_errors_back_off_with_jitter_and_reset_after_success(
     assert informer.next_retry_time is None
 
     # After the reset the next failure starts again from one second.
-    client.watch_failures.append(ServiceUnavailable("flaky"))
+    apiserver.faults.internal_error("watch", "pods")
     assert not informer.step()
     retry_at = informer.next_retry_time
     assert retry_at is not None
@@ -343,12 +375,29 @@ def test_errors_back_off_with_jitter_and_reset_after_success(
     assert len(client.lists) == 4  # a failed watch resumes, it does not relist
 
 
-def test_an_error_event_other_than_410_backs_off_and_resumes(
+def test_a_throttled_list_waits_at_least_as_long_as_retry_after(
+    apiserver: InMemoryAPIServer, clock: FakeClock
+) -> None:
+    apiserver.faults.throttle("list", "pods", retry_after_seconds=7)
+    informer, client = make_informer(apiserver, clock)
+    assert not informer.step()
+    retry_at = informer.next_retry_time
+    assert retry_at is not None
+    assert retry_at - clock.monotonic() == pytest.approx(7.0)
+    clock.advance(6.9)
+    assert not informer.step()
+    assert len(client.lists) == 1
+    clock.advance(0.1)
+    settle(informer)
+    assert informer.has_synced()
+
+
+def test_a_watch_error_other_than_410_backs_off_and_resumes_without_relist(
     apiserver: InMemoryAPIServer, clock: FakeClock
 ) -> None:
     informer, client = make_informer(apiserver, clock)
     settle(informer)
-    client.watch_failures.append(ServiceUnavailable("etcd leader changed"))
+    apiserver.faults.timeout("watch", "pods")
     apiserver.create(PODS, pod("a"))
     assert not informer.step()
     assert informer.next_retry_time is not None
@@ -388,6 +437,7 @@ def test_resync_redelivers_cached_objects_as_updates(
     recorder.attach(informer)
     settle(informer)
     assert informer.next_resync_time == pytest.approx(clock.monotonic() + 60)
+    assert informer.next_wakeup_time == informer.next_resync_time
     assert not informer.step()
     clock.advance(60)
     assert informer.step()
@@ -445,3 +495,80 @@ def test_selectors_narrow_what_is_cached(apiserver: InMemoryAPIServer, clock: Fa
     settle(informer)
     assert names(informer) == ["db", "web"]
     assert client.lists[0].label_selector == "app=web"
+
+
+def test_the_informer_behaves_the_same_over_both_transports(
+    kube: KubeClient, apiserver: InMemoryAPIServer, clock: FakeClock
+) -> None:
+    for i in range(5):
+        apiserver.create(PODS, pod(f"p{i}", node="n1"))
+    informer = Informer(kube, PODS, clock=clock, page_size=2, indexers=POD_INDEXERS)
+    recorder = Recorder()
+    recorder.attach(informer)
+    for _ in range(3):  # three pages (each watch poll costs a second over HTTP: keep them few)
+        assert informer.step()
+    assert informer.has_synced()
+
+    apiserver.delete(PODS, "p0", "default")
+    apiserver.patch(PODS, "p1", {"metadata": {"labels": {"x": "1"}}}, "default")
+    apiserver.create(PODS, pod("p5", node="n2"))
+    assert informer.step()
+
+    assert recorder.events[5:] == [("delete", "p0"), ("update", "p1"), ("add", "p5")]
+    assert [p["metadata"]["name"] for p in informer.store.by_index(BY_NODE_NAME, "n1")] == [
+        "p1",
+        "p2",
+        "p3",
+        "p4",
+    ]
+    assert informer.last_sync_resource_version == apiserver.resource_version
+
+
+def test_machine_indexes_follow_capi_changes_through_discovery_and_informer(
+    apiserver: InMemoryAPIServer, clock: FakeClock
+) -> None:
+    apiserver.register_cluster_api()
+    capi = capi_resources(cast(KubeClient, apiserver), {})
+    informer = Informer(
+        cast(KubeClient, apiserver), capi.machines, clock=clock, indexers=MACHINE_INDEXERS
+    )
+
+    def machine(name: str, owner_uid: str, provider_id: str | None = None) -> JsonObject:
+        spec: JsonObject = {"clusterName": "c1", "bootstrap": {"dataSecretName": "b"}}
+        if provider_id:
+            spec["providerID"] = provider_id
+        return {
+            "apiVersion": capi.api_version,
+            "kind": "Machine",
+            "metadata": {
+                "name": name,
+                "namespace": "default",
+                "labels": {"cluster.x-k8s.io/deployment-name": "workers"},
+                "ownerReferences": [
+                    {
+                        "apiVersion": capi.api_version,
+                        "kind": "MachineSet",
+                        "name": "workers-abc",
+                        "uid": owner_uid,
+                    }
+                ],
+            },
+            "spec": spec,
+        }
+
+    apiserver.create(capi.machines, machine("m1", "set-1", "aws:///a/i-1"))
+    apiserver.create(capi.machines, machine("m2", "set-1"))
+    settle(informer)
+    assert informer.store.index_keys(BY_OWNER_UID, "set-1") == ["default/m1", "default/m2"]
+    assert informer.store.index_keys(BY_MACHINE_DEPLOYMENT, "default/workers") == [
+        "default/m1",
+        "default/m2",
+    ]
+
+    # The infrastructure provider reports m2's instance; m1 is deleted.
+    apiserver.patch(capi.machines, "m2", {"spec": {"providerID": "aws:///a/i-2"}}, "default")
+    apiserver.delete(capi.machines, "m1", "default")
+    settle(informer)
+    assert informer.store.by_index(BY_PROVIDER_ID, "aws:///a/i-1") == []
+    assert informer.store.index_keys(BY_PROVIDER_ID, "aws:///a/i-2") == ["default/m2"]
+    assert informer.store.index_keys(BY_OWNER_UID, "set-1") == ["default/m2"]

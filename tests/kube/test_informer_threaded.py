@@ -1,7 +1,8 @@
 """The threaded driver: a real blocking watch, a dropped connection, and a prompt stop.
 
-Waits are bounded and event-driven (``queue.get(timeout=...)``, ``Event.wait``): the tests never
-sleep and hope.
+Each test runs in process and through the official client over the HTTP front. Waits are
+bounded and event-driven (``queue.get(timeout=...)``, ``Event.wait``): the tests never sleep
+and hope.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.informer import Informer
 from karpenter_capi.core.kube.resources import PODS
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
-from tests.kube.conftest import RecordingClient
+
+from .recording import RecordingClient
 
 JsonObject = dict[str, Any]
 WAIT = 10.0  # generous upper bound; the tests finish as soon as the event arrives
@@ -36,8 +38,8 @@ def pod(name: str) -> JsonObject:
 class Running:
     """An informer running in a thread, with its handler events on a queue."""
 
-    def __init__(self, server: InMemoryAPIServer) -> None:
-        self.client = RecordingClient(cast(KubeClient, server))
+    def __init__(self, client: KubeClient) -> None:
+        self.client = RecordingClient(client)
         self.informer: Informer[JsonObject] = Informer(
             cast(KubeClient, self.client), PODS, clock=FakeClock()
         )
@@ -55,8 +57,9 @@ class Running:
 
 
 @pytest.fixture
-def running(apiserver: InMemoryAPIServer) -> Iterator[Running]:
-    runner = Running(apiserver)
+def running(kube: KubeClient) -> Iterator[Running]:
+    """Runs over both transports: in process, and the official client over HTTP."""
+    runner = Running(kube)
     runner.thread.start()
     assert runner.informer.wait_for_sync(WAIT)
     yield runner
@@ -98,8 +101,8 @@ def test_dropped_watch_resumes_without_relist_or_lost_events(
     assert running.client.watches[1].resource_version == resume_from
 
 
-def test_stop_interrupts_a_blocked_watch(apiserver: InMemoryAPIServer) -> None:
-    runner = Running(apiserver)
+def test_stop_interrupts_a_blocked_watch(kube: KubeClient, apiserver: InMemoryAPIServer) -> None:
+    runner = Running(kube)
     runner.thread.start()
     assert runner.informer.wait_for_sync(WAIT)
     # The watch is now blocked waiting for events with a timeout of several minutes.
@@ -107,4 +110,39 @@ def test_stop_interrupts_a_blocked_watch(apiserver: InMemoryAPIServer) -> None:
     assert runner.next_event() == ("add", "a")
     runner.stop.set()
     runner.thread.join(WAIT)
+    assert not runner.thread.is_alive()
+
+
+def test_threaded_relist_after_410_reports_what_was_deleted_during_the_gap(
+    kube: KubeClient, apiserver: InMemoryAPIServer
+) -> None:
+    apiserver.create(PODS, pod("doomed"))
+    runner = Running(kube)
+    gate = threading.Event()
+    gate.set()
+    runner.client.before_watch = lambda _call: gate.wait(WAIT) and None
+    runner.thread.start()
+    try:
+        assert runner.informer.wait_for_sync(WAIT)
+        assert runner.next_event() == ("add", "doomed")
+        apiserver.create(PODS, pod("a"))
+        assert runner.next_event() == ("add", "a")
+
+        # Hold the informer's next watch call while the connection is down...
+        gate.clear()
+        apiserver.faults.drop_watches()
+        # ...and meanwhile the server forgets what happened.
+        apiserver.delete(PODS, "doomed", "default")
+        apiserver.create(PODS, pod("b"))
+        apiserver.compact()
+        gate.set()
+
+        assert {runner.next_event(), runner.next_event()} == {("delete", "doomed"), ("add", "b")}
+        assert runner.informer.relists_total == 1
+        assert sorted(o["metadata"]["name"] for o in runner.informer.store.list()) == ["a", "b"]
+        assert runner.client.first_page_lists == 2
+    finally:
+        gate.set()
+        runner.stop.set()
+        runner.thread.join(WAIT)
     assert not runner.thread.is_alive()

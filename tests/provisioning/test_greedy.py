@@ -16,20 +16,30 @@ def _pod(name: str, cpu: str, memory: str = "1Gi", **spec: Any) -> dict[str, Any
     return {
         "metadata": {"name": name, "namespace": "default"},
         "spec": {
-            "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+            "containers": [
+                {"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}
+            ],
             **spec,
         },
     }
 
 
 def _type(
-    name: str, cpu: str, memory: str, price: float, zone: str = "a", arch: str = "amd64",
-    taints: tuple[Taint, ...] = (), available: bool = True,
+    name: str,
+    cpu: str,
+    memory: str,
+    price: float,
+    zone: str = "a",
+    arch: str = "amd64",
+    taints: tuple[Taint, ...] = (),
+    available: bool = True,
 ) -> InstanceType:
     return InstanceType(
         name=name,
         capacity=ResourceList.parse({"cpu": cpu, "memory": memory, "pods": "110"}),
-        offerings=(Offering(zone=zone, capacity_type="on-demand", price=price, available=available),),
+        offerings=(
+            Offering(zone=zone, capacity_type="on-demand", price=price, available=available),
+        ),
         requirements={"kubernetes.io/arch": frozenset({arch})},
         taints=taints,
     )
@@ -73,12 +83,16 @@ def test_instance_type_taints_need_tolerations() -> None:
     packer = GreedyPacker(POOL, [gpu, LARGE])
     plain = packer.pack([_pod("plain", "1")])
     assert [n.instance_type.name for n in plain.nodes] == ["large"]
-    tolerant = packer.pack([_pod("t", "1", tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}])])
+    tolerant = packer.pack(
+        [_pod("t", "1", tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}])]
+    )
     assert [n.instance_type.name for n in tolerant.nodes] == ["gpu"]
 
 
 def test_nodepool_requirements_and_unavailable_offerings_are_respected() -> None:
-    pool = PoolTemplate("p", {}, (), ({"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]},))
+    pool = PoolTemplate(
+        "p", {}, (), ({"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]},)
+    )
     result = GreedyPacker(pool, [SMALL, LARGE]).pack([_pod("a", "1")])
     assert not result.nodes
     assert result.unplaced[0].reason == "no available offering in the NodePool"
@@ -102,12 +116,23 @@ def test_pods_fill_in_flight_claims_before_new_nodes() -> None:
 )
 def test_required_node_affinity_operators(operator: str, values: list[str], placed: bool) -> None:
     cores = InstanceType(
-        name="big", capacity=ResourceList.parse({"cpu": "8", "memory": "8Gi", "pods": "10"}),
+        name="big",
+        capacity=ResourceList.parse({"cpu": "8", "memory": "8Gi", "pods": "10"}),
         offerings=(Offering("a", "on-demand", 1.0),),
         requirements={"example.com/cores": frozenset({"8"})},
     )
-    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [
-            {"key": "example.com/cores", "operator": operator, "values": values}]}]}}}
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "example.com/cores", "operator": operator, "values": values}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
     result = GreedyPacker(POOL, [cores]).pack([_pod("a", "1", affinity=affinity)])
     assert bool(result.nodes) is placed

@@ -7,8 +7,8 @@ here (enums, patterns, bounds) are enforced twice, once when Python validates an
 by the API server through the generated CRD, so the two can never disagree.
 
 ``KubeModel`` fixes the wire conventions once: camelCase keys, dumping by alias, unknown fields
-dropped (the API server prunes them too) and, like Go's ``omitempty``, empty optional lists and
-maps left out of the output so an object read and written back is unchanged.
+dropped (the API server prunes them too) and, like Go's ``omitempty``, unset or empty optional
+fields left out of the output so an object read and written back is unchanged.
 """
 
 from __future__ import annotations
@@ -104,7 +104,11 @@ def validation_problems(error: ValidationError) -> list[str]:
 
 
 class KubeModel(BaseModel):
-    """Base of every API model: camelCase on the wire, Go ``omitempty`` semantics on output."""
+    """Base of every API model: camelCase on the wire, Go ``omitempty`` semantics on output.
+
+    ``model_dump()`` therefore already is API JSON: no ``null``, no empty optional containers,
+    enums as plain strings, timestamps as RFC 3339 text.
+    """
 
     model_config = ConfigDict(
         alias_generator=to_camel,
@@ -121,11 +125,15 @@ class KubeModel(BaseModel):
         if not isinstance(data, dict):
             return data
         for name, info in type(self).model_fields.items():
-            key = info.serialization_alias or info.alias or name
+            alias = info.serialization_alias or info.alias or name
+            key = alias if alias in data else name
             if key not in data:
                 continue
             value = data[key]
-            if not info.is_required() and isinstance(value, dict | list) and not value:
+            # Go's omitempty: an unset optional field is absent, never null/{}/[].
+            if not info.is_required() and (
+                value is None or (isinstance(value, dict | list) and not value)
+            ):
                 del data[key]
             # Plain str instead of StrEnum members, so yaml.safe_dump and friends accept it.
             elif isinstance(value, StrEnum):

@@ -12,9 +12,11 @@ active now, how many nodes does a percentage allow) because every consumer needs
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar
 
@@ -22,7 +24,7 @@ from croniter import croniter
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.api.duration import Duration, NillableDuration
+from karpenter_capi.core.api.duration import NEVER, Duration, NillableDuration, format_duration
 from karpenter_capi.core.api.meta import (
     LABEL_VALUE_PATTERN,
     REQUIREMENTS_VALIDATIONS,
@@ -96,6 +98,19 @@ _RESTRICTED_LABEL_RULES: list[dict[str, str]] = [
     {
         "message": 'label "kubernetes.io/hostname" is restricted',
         "rule": 'self.all(x, x != "kubernetes.io/hostname")',
+    },
+]
+
+
+# NodeClaims carry the nodepool requirement themselves; a NodePool template may not.
+_TEMPLATE_KEY_RULES: list[dict[str, str]] = [
+    {
+        "message": 'label "karpenter.sh/nodepool" is restricted',
+        "rule": "self.all(x, x.key != 'karpenter.sh/nodepool')",
+    },
+    {
+        "message": 'label "kubernetes.io/hostname" is restricted',
+        "rule": "self.all(x, x.key != 'kubernetes.io/hostname')",
     },
 ]
 
@@ -226,7 +241,10 @@ class NodeClaimTemplateSpec(KubeModel):
     requirements: Annotated[
         list[NodeSelectorRequirementWithMinValues],
         Field(
-            max_length=100, json_schema_extra={"x-kubernetes-validations": REQUIREMENTS_VALIDATIONS}
+            max_length=100,
+            json_schema_extra={
+                "x-kubernetes-validations": REQUIREMENTS_VALIDATIONS + _TEMPLATE_KEY_RULES
+            },
         ),
     ]
     """Constraints on the node's labels (instance type, zone, capacity type, ...)."""
@@ -343,6 +361,31 @@ class NodePool(TypedObject):
     def weight(self) -> int:
         """Weight for ordering; an unset weight orders as 0, like upstream."""
         return self.spec.weight or 0
+
+    def template_hash(self) -> str:
+        """A stable digest of what drift compares (``karpenter.sh/nodepool-hash``).
+
+        Like upstream, requirements are left out (they drift by label comparison instead),
+        taints compare as sets, and durations by value, so ``720h`` and ``720h0m0s`` hash alike.
+        The digest is ours, not byte-compatible with Go's hashstructure.
+        """
+        template = self.spec.template.model_dump(mode="json")
+        spec = template["spec"]
+        spec.pop("requirements", None)
+        for key in ("taints", "startupTaints"):
+            if key in spec:
+                spec[key] = sorted(spec[key], key=lambda t: json.dumps(t, sort_keys=True))
+        spec["expireAfter"] = _canonical(self.spec.template.spec.expire_after.value)
+        grace = self.spec.template.spec.termination_grace_period
+        if grace is not None:
+            spec["terminationGracePeriod"] = _canonical(grace.value)
+        text = json.dumps(template, sort_keys=True, separators=(",", ":"))
+        digest = hashlib.sha256(text.encode()).digest()
+        return str(int.from_bytes(digest[:8], "big"))
+
+
+def _canonical(value: timedelta | None) -> str:
+    return NEVER if value is None else format_duration(value)
 
 
 def order_by_weight(nodepools: list[NodePool]) -> list[NodePool]:

@@ -56,9 +56,12 @@ class Backoff:
         """The un-jittered delay the next failure will get."""
         return min(self._cap, self._initial * self._factor**self._failures)
 
-    def fail(self) -> float:
-        """Record a failure; return the delay to wait and remember when the wait ends."""
-        delay = self.base_delay() * (1.0 - self._jitter * self._rand())
+    def fail(self, at_least: float = 0.0) -> float:
+        """Record a failure; return the delay to wait and remember when the wait ends.
+
+        ``at_least`` honours a server's ``Retry-After`` when it asks for longer than the backoff.
+        """
+        delay = max(at_least, self.base_delay() * (1.0 - self._jitter * self._rand()))
         self._failures += 1
         self._retry_at = self._clock.monotonic() + delay
         return delay

@@ -18,7 +18,6 @@ import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, cast
 
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.resources import (
@@ -92,9 +91,7 @@ def capi_resources(client: KubeClient, environ: Mapping[str, str]) -> CapiResour
     """Discover the Cluster API version to use (see the module docstring for the rules)."""
     group = environ.get(CAPI_GROUP_ENV, "").strip() or CAPI_GROUP
     pinned = environ.get(CAPI_VERSION_ENV, "").strip()
-    # Copied through Any: the protocol's ``list`` method shadows the builtin in its own
-    # annotations, so type checkers misread ``served_versions``' declared return type.
-    served: list[str] = [str(version) for version in cast(Any, client.served_versions(group))]
+    served = list(client.served_versions(group))
     if pinned:
         if pinned not in served:
             raise CapiNotServedError(group, served, [f"{pinned} (from {CAPI_VERSION_ENV})"])

@@ -37,7 +37,7 @@ from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.kube.backoff import Backoff
 from karpenter_capi.core.kube.cache import IndexFunc, Store, object_key
 from karpenter_capi.core.kube.client import JsonObject, KubeClient, WatchEvent, WatchStream
-from karpenter_capi.core.kube.errors import Gone, error_from_status
+from karpenter_capi.core.kube.errors import ApiError, Gone, error_from_status
 from karpenter_capi.core.kube.resources import Resource
 
 T = TypeVar("T")
@@ -76,6 +76,15 @@ class Informer(Generic[T]):
     exception in a handler is logged and does not affect the informer or other handlers. For
     an object deleted while the informer could not watch (seen only at the relist), ``on_delete``
     receives the last state the cache knew.
+
+    Typical use, with a narrow model and an index::
+
+        pods = Informer(client, PODS, clock=clock, transform=PodView.model_validate,
+                        indexers={BY_NODE_NAME: index_by(lambda pod: pod.spec.node_name)})
+        pods.add_handler(on_add=enqueue, on_update=lambda _, new: enqueue(new))
+        threading.Thread(target=pods.run, args=(stop,), daemon=True).start()  # or: pods.step()
+        pods.wait_for_sync(60)
+        pods.store.by_index(BY_NODE_NAME, "node-1")
     """
 
     @overload
@@ -207,6 +216,16 @@ class Informer(Generic[T]):
         return self._next_resync
 
     @property
+    def next_wakeup_time(self) -> float | None:
+        """The earliest clock time at which ``step`` has timed work (a retry or a resync).
+
+        A stepped runtime that finds every informer idle advances its virtual clock to the
+        minimum of these (and of its work queues' ``next_ready_time``).
+        """
+        times = [t for t in (self.next_retry_time, self._next_resync) if t is not None]
+        return min(times) if times else None
+
+    @property
     def consecutive_failures(self) -> int:
         return self._backoff.failures
 
@@ -241,14 +260,14 @@ class Informer(Generic[T]):
             if self._phase is _Phase.LISTING:
                 self._list_page()
                 return True
-            applied = self._watch(timeout_seconds=0, stop=None)
+            changes, _ = self._watch(timeout_seconds=0, stop=None)
             self._watch_ok_since_list = True
             self._backoff.reset()
-            return applied > 0 or progressed
+            return changes > 0 or progressed
         except Gone as gone:
             return self._on_gone(gone) or progressed
-        except Exception:
-            self._on_failure()
+        except Exception as error:
+            self._on_failure(error)
             return progressed
 
     # Threaded driver.
@@ -276,7 +295,7 @@ class Informer(Generic[T]):
                     supervisor.start()
                 started = self._clock.monotonic()
                 timeout = self._watch_timeout * (1.0 + self._rand())
-                delivered = self._watch(timeout_seconds=timeout, stop=stop)
+                _, delivered = self._watch(timeout_seconds=timeout, stop=stop)
                 if stop.is_set():
                     break
                 if delivered == 0 and self._clock.monotonic() - started < MIN_HEALTHY_WATCH:
@@ -285,10 +304,10 @@ class Informer(Generic[T]):
                 self._backoff.reset()
             except Gone as gone:
                 self._on_gone(gone)
-            except Exception:
+            except Exception as error:
                 if stop.is_set():
                     break
-                self._on_failure()
+                self._on_failure(error)
         self._close_stream()
 
     def _supervise(self, stop: threading.Event) -> None:
@@ -385,8 +404,12 @@ class Informer(Generic[T]):
 
     # Watching.
 
-    def _watch(self, *, timeout_seconds: float, stop: threading.Event | None) -> int:
-        """Watch from the last resourceVersion until the stream ends; return events applied."""
+    def _watch(self, *, timeout_seconds: float, stop: threading.Event | None) -> tuple[int, int]:
+        """Watch from the last resourceVersion until the stream ends.
+
+        Returns ``(changes, events)``: object events applied, and all events including
+        bookmarks (a bookmark proves the stream was healthy but changes nothing).
+        """
         stream = self._client.watch(
             self._resource,
             self._namespace,
@@ -400,30 +423,32 @@ class Informer(Generic[T]):
             self._stream = stream
         if stop is not None and stop.is_set():
             self._close_stream()
-            return 0
-        delivered = 0
+            return 0, 0
+        changes = events = 0
         try:
             for event in stream:
                 if stop is not None and stop.is_set():
                     break
-                delivered += 1
-                self._apply(event)
+                events += 1
+                if self._apply(event):
+                    changes += 1
         finally:
             self._close_stream()
-        return delivered
+        return changes, events
 
-    def _apply(self, event: WatchEvent) -> None:
+    def _apply(self, event: WatchEvent) -> bool:
+        """Apply one event; False for a bookmark, which only moves the resume point."""
         if event.type == "ERROR":
             # 410 comes out as Gone (relist); anything else backs off and resumes.
             raise error_from_status(event.object)
         rv = event.resource_version
         if event.type == "BOOKMARK":
             self._advance(rv)
-            return
+            return False
         key = self._key_or_none(event.object)
         if key is None:
             self._advance(rv)
-            return
+            return True
         with self._dispatch_lock:
             # Cache and resume point move first, so handlers observe a consistent informer.
             if event.type == "DELETED":
@@ -442,6 +467,7 @@ class Informer(Generic[T]):
                     self._notify(old, new)
             else:
                 self._advance(rv)
+        return True
 
     def _advance(self, resource_version: str) -> None:
         if resource_version:
@@ -461,8 +487,9 @@ class Informer(Generic[T]):
             return False
         return True
 
-    def _on_failure(self) -> None:
-        delay = self._backoff.fail()
+    def _on_failure(self, error: Exception) -> None:
+        retry_after = error.retry_after_seconds if isinstance(error, ApiError) else None
+        delay = self._backoff.fail(at_least=float(retry_after or 0))
         _log.warning(
             "%s: %s failed, retrying in %.1fs",
             self.name,

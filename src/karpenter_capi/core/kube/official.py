@@ -20,7 +20,7 @@ import contextlib
 import json
 import threading
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 import urllib3
@@ -29,6 +29,7 @@ from kubernetes.client.exceptions import ApiException
 
 from karpenter_capi.core.kube.client import (
     JsonObject,
+    KubeClient,
     ListResult,
     PatchType,
     Preconditions,
@@ -83,6 +84,19 @@ class OfficialClient:
         configuration.connection_pool_maxsize = max(
             pool_maxsize, configuration.connection_pool_maxsize or 0
         )
+        if configuration.retries is None:
+            # urllib3's default would quietly sleep out a 429's Retry-After and resend GETs;
+            # the caller's work queue owns that decision (the error carries Retry-After), so
+            # only failures to connect, where nothing reached the server, are retried here.
+            configuration.retries = urllib3.Retry(
+                total=3,
+                connect=3,
+                read=0,
+                redirect=0,
+                status=0,
+                other=0,
+                respect_retry_after_header=False,
+            )
         return cls(ApiClient(configuration))
 
     @classmethod
@@ -556,3 +570,9 @@ def _with_retry_after(error: ApiError, headers: Mapping[str, str]) -> ApiError:
         if value is not None and value.strip().isdigit():
             error.retry_after_seconds = int(value.strip())
     return error
+
+
+if TYPE_CHECKING:
+    # mypy proves the adapter satisfies the port it is written for.
+    def _satisfies_port(client: OfficialClient) -> KubeClient:
+        return client

@@ -152,7 +152,9 @@ BUILTIN_DEFINITIONS: tuple[ResourceDefinition, ...] = (
         subresources=_STATUS_SCALE,
         scale_selector_path=".spec.selector",
     ),
-    _core("storageclasses", "StorageClass", group="storage.k8s.io", namespaced=False, short=("sc",)),
+    _core(
+        "storageclasses", "StorageClass", group="storage.k8s.io", namespaced=False, short=("sc",)
+    ),
     _core("csinodes", "CSINode", group="storage.k8s.io", namespaced=False),
     _core(
         "priorityclasses",

@@ -46,7 +46,7 @@ class ResourceDefinition:
 
     @property
     def group_resource(self) -> str:
-        """``plural.group`` as kube's error messages spell it (``pods``, ``machines.cluster.x-k8s.io``)."""
+        """``plural.group`` as kube's messages spell it (``machines.cluster.x-k8s.io``)."""
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
     @property

@@ -75,7 +75,7 @@ class FaultInjector:
         subresource: str | None = None,
         times: int | None = 1,
     ) -> FaultRule:
-        """Fail ``verb`` on ``resource`` (optionally one ``name``) ``times`` times (None: always)."""
+        """Fail ``verb`` on ``resource`` (optionally one ``name``) ``times`` times (None: ever)."""
         if verb not in VERBS:
             raise ValueError(f"unknown verb {verb!r}; expected one of {sorted(VERBS)}")
         rule = FaultRule(verb, resource, error, name, subresource, times)

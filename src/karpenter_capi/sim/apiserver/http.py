@@ -18,33 +18,29 @@ import json
 import select
 import socket
 import threading
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from karpenter_capi.core.kube.client import JsonObject, PatchType, Preconditions, PropagationPolicy
+from karpenter_capi.core.kube.client import JsonObject
 from karpenter_capi.core.kube.errors import (
     ApiError,
     BadRequest,
     InternalError,
     MethodNotAllowed,
     NotFound,
-    UnsupportedMediaType,
 )
 from karpenter_capi.core.kube.resources import Resource
 from karpenter_capi.sim.apiserver.http_openapi import openapi_group_version, openapi_root
-from karpenter_capi.sim.apiserver.http_tables import (
-    Table,
-    TableRenderer,
-    wants_table,
-)
+from karpenter_capi.sim.apiserver.http_resources import JSON_TYPE, Reply, ResourceRequest
+from karpenter_capi.sim.apiserver.http_tables import TableRenderer
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
-    from karpenter_capi.core.kube.client import WatchStream
-    from karpenter_capi.sim.apiserver import InMemoryAPIServer, ResourceDefinition
+    from karpenter_capi.core.kube.client import WatchEvent, WatchStream
+    from karpenter_capi.sim.apiserver import InMemoryAPIServer
+    from karpenter_capi.sim.apiserver.definitions import ResourceDefinition
 
 # What this front claims to be; kubectl prints it and some clients gate features on it.
 VERSION_INFO: JsonObject = {
@@ -60,19 +56,8 @@ VERSION_INFO: JsonObject = {
 }
 
 _OBJECT_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-_PATCH_TYPES = {str(t): t for t in PatchType}
-_APPLY_PATCH = "application/apply-patch+yaml"
-_JSON_TYPE = "application/json"
 # How often a watch checks whether its client hung up while no events flow.
 _DISCONNECT_POLL_SECONDS = 0.5
-
-
-@dataclass(slots=True)
-class _Reply:
-    code: int
-    body: Any
-    headers: dict[str, str] = field(default_factory=dict)
-    content_type: str = _JSON_TYPE
 
 
 class HttpFront:
@@ -95,13 +80,18 @@ class HttpFront:
     def url(self) -> str:
         return f"http://{self._host}:{self.port}"
 
+    @property
+    def open_watches(self) -> int:
+        """Watches currently streaming to clients (ended ones, hung-up clients included, leave)."""
+        return 0 if self._httpd is None else self._httpd.watch_count()
+
     def start(self) -> HttpFront:
         if self._httpd is not None:
             return self
         self._httpd = _Httpd((self._host, self._requested_port), self)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.2},
+            kwargs={"poll_interval": 0.05},  # bounds how long close() waits
             name=f"http-front-{self.port}",
             daemon=True,
         )
@@ -133,8 +123,12 @@ class _Httpd(ThreadingHTTPServer):
     request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], front: HttpFront) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
         self.front = front
-        self.tables = TableRenderer()
+        # Ages are measured on the server's clock, which a simulation may be running fast.
+        clock = getattr(front.api, "clock", None)
+        self.tables = TableRenderer(clock.now if clock is not None else None)
         self._lock = threading.Lock()
         self._connections: set[socket.socket] = set()
         self._watches: set[WatchStream] = set()
@@ -153,6 +147,10 @@ class _Httpd(ThreadingHTTPServer):
                 self._watches.add(stream)
             else:
                 self._watches.discard(stream)
+
+    def watch_count(self) -> int:
+        with self._lock:
+            return len(self._watches)
 
     def end_all_connections(self) -> None:
         with self._lock:
@@ -218,7 +216,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _read_body(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            parts = []
+            parts: list[bytes] = []
             while True:
                 size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
                 if size == 0:
@@ -229,7 +227,7 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
 
-    def _send(self, reply: _Reply) -> None:
+    def _send(self, reply: Reply) -> None:
         if isinstance(reply.body, bytes | str):
             data = reply.body.encode() if isinstance(reply.body, str) else reply.body
         else:
@@ -247,7 +245,7 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
-    def stream_watch(self, stream: WatchStream, encode: Any) -> None:
+    def stream_watch(self, stream: WatchStream, encode: Callable[[WatchEvent], JsonObject]) -> None:
         """Write each event as one chunk until the stream ends or the client hangs up."""
         self.server.track_watch(stream, True)
         finished = threading.Event()
@@ -259,7 +257,7 @@ class _Handler(BaseHTTPRequestHandler):
         )
         try:
             self.send_response(200)
-            self.send_header("Content-Type", _JSON_TYPE)
+            self.send_header("Content-Type", JSON_TYPE)
             self.send_header("Transfer-Encoding", "chunked")
             self.send_header("Cache-Control", "no-cache, private")
             self.end_headers()
@@ -306,16 +304,21 @@ class _Router:
         self.segments = [unquote(s) for s in parts.path.split("/") if s]
         self.query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
         self.accept = handler.headers.get("Accept", "")
+        self.content_type = handler.headers.get("Content-Type", "").split(";")[0].strip()
+        self.tables = handler.server.tables
 
-    def route(self) -> _Reply | None:
+    def stream_watch(self, stream: WatchStream, encode: Callable[[WatchEvent], JsonObject]) -> None:
+        self.handler.stream_watch(stream, encode)
+
+    def route(self) -> Reply | None:
         segs = self.segments
         if not segs:
-            return _Reply(200, {"paths": ["/api", "/api/v1", "/apis", "/healthz", "/version"]})
+            return Reply(200, {"paths": ["/api", "/api/v1", "/apis", "/healthz", "/version"]})
         head = segs[0]
         if head in ("healthz", "readyz", "livez") and len(segs) == 1:
-            return _Reply(200, "ok", content_type="text/plain; charset=utf-8")
+            return Reply(200, "ok", content_type="text/plain; charset=utf-8")
         if head == "version" and len(segs) == 1:
-            return _Reply(200, VERSION_INFO)
+            return Reply(200, VERSION_INFO)
         if head == "openapi":
             return self._openapi(segs[1:])
         if head == "api":
@@ -332,7 +335,7 @@ class _Router:
 
     # ---------------------------------------------------------------- discovery
 
-    def _openapi(self, rest: list[str]) -> _Reply:
+    def _openapi(self, rest: list[str]) -> Reply:
         not_found = NotFound("the server could not find the requested resource")
         if not rest or rest[0] != "v3":
             raise not_found  # v2 is not served; kubectl only needs v3 (see http_openapi)
@@ -349,10 +352,10 @@ class _Router:
             raise not_found
         return self._get_only(lambda: document)
 
-    def _get_only(self, build: Any) -> _Reply:
+    def _get_only(self, build: Any) -> Reply:
         if self.method != "GET":
             raise MethodNotAllowed(f"{self.method} is not allowed on discovery documents")
-        return _Reply(200, build())
+        return Reply(200, build())
 
     def _api_versions(self) -> JsonObject:
         host, port = self.handler.server.server_address[:2]
@@ -419,7 +422,7 @@ class _Router:
 
     # ---------------------------------------------------------------- resources
 
-    def _under_group_version(self, group: str, version: str, rest: list[str]) -> _Reply | None:
+    def _under_group_version(self, group: str, version: str, rest: list[str]) -> Reply | None:
         if not rest:
             return self._get_only(lambda: self._api_resource_list(group, version))
         namespace: str | None = None
@@ -445,7 +448,7 @@ class _Router:
         if self.method != "GET" and self.query.get("dryRun"):
             # Refused rather than silently persisted: a dry run that writes would be a lie.
             raise BadRequest("dryRun is not supported by the simulated API server")
-        request = _ResourceRequest(
+        request = ResourceRequest(
             self,
             definition,
             resource=resource,
@@ -455,7 +458,7 @@ class _Router:
         )
         return request.handle()
 
-    def _truthy(self, key: str) -> bool:
+    def truthy(self, key: str) -> bool:
         return self.query.get(key, "").lower() in ("1", "true")
 
     def json_body(self) -> Any:
@@ -465,302 +468,6 @@ class _Router:
             return json.loads(self.body)
         except ValueError as exc:
             raise BadRequest(f"the request body is not valid JSON: {exc}") from None
-
-
-class _ResourceRequest:
-    """A request on one resource: collection, item or subresource, in one namespace or all."""
-
-    def __init__(
-        self,
-        router: _Router,
-        definition: ResourceDefinition,
-        *,
-        resource: Resource,
-        namespace: str | None,
-        name: str | None,
-        subresource: str | None,
-    ) -> None:
-        self.router = router
-        self.api = router.api
-        self.definition = definition
-        self.resource = resource
-        self.namespace = namespace
-        self.name = name
-        self.subresource = subresource
-        self.query = router.query
-
-    def handle(self) -> _Reply | None:
-        method = self.router.method
-        if self.name is None:
-            if method == "GET":
-                if self.router._truthy("watch"):
-                    self._watch()
-                    return None
-                return self._list()
-            if method == "POST":
-                return self._create()
-            if method == "DELETE":
-                return self._delete_collection()
-        elif self.subresource == "eviction":
-            if method == "POST":
-                return self._evict()
-        elif method == "GET":
-            obj = self.api.get(
-                self.resource, self.name, self.namespace, subresource=self.subresource
-            )
-            return self._object_reply(200, obj)
-        elif method == "PUT":
-            return self._update()
-        elif method == "PATCH":
-            return self._patch()
-        elif method == "DELETE" and self.subresource is None:
-            return self._delete()
-        raise MethodNotAllowed(f"{method} is not supported on this path")
-
-    # ---------------------------------------------------------------- reads
-
-    def _list_kwargs(self) -> dict[str, Any]:
-        return {
-            "label_selector": self.query.get("labelSelector") or None,
-            "field_selector": self.query.get("fieldSelector") or None,
-        }
-
-    def _list(self) -> _Reply:
-        limit_text = self.query.get("limit")
-        limit = _int_param("limit", limit_text) if limit_text else None
-        result = self.api.list(
-            self.resource,
-            self.namespace,
-            limit=limit if limit and limit > 0 else None,
-            continue_token=self.query.get("continue") or None,
-            resource_version=self.query.get("resourceVersion") or None,
-            **self._list_kwargs(),
-        )
-        metadata: JsonObject = {"resourceVersion": result.resource_version}
-        if result.continue_token:
-            metadata["continue"] = result.continue_token
-        if result.remaining_item_count is not None:
-            metadata["remainingItemCount"] = result.remaining_item_count
-        if wants_table(self.router.accept):
-            table = self.router.handler.server.tables.render(
-                self.definition, result.items, self._include_object()
-            )
-            table["metadata"] = metadata
-            return _Reply(200, table)
-        return _Reply(
-            200,
-            {
-                "kind": self.definition.list_kind,
-                "apiVersion": self.resource.api_version,
-                "metadata": metadata,
-                "items": result.items,
-            },
-        )
-
-    def _include_object(self) -> str:
-        return self.query.get("includeObject") or "Metadata"
-
-    def _watch(self) -> None:
-        timeout_text = self.query.get("timeoutSeconds")
-        stream = self.api.watch(
-            self.resource,
-            self.namespace,
-            resource_version=self.query.get("resourceVersion") or None,
-            allow_bookmarks=self.router._truthy("allowWatchBookmarks"),
-            timeout_seconds=float(_int_param("timeoutSeconds", timeout_text))
-            if timeout_text
-            else None,
-            **self._list_kwargs(),
-        )
-        table: Table | None = None
-        if wants_table(self.router.accept):
-            table = self.router.handler.server.tables.for_watch(
-                self.definition, self._include_object()
-            )
-
-        def encode(event: Any) -> JsonObject:
-            obj = event.object
-            if table is not None and event.type in ("ADDED", "MODIFIED", "DELETED"):
-                obj = table.event_object(obj)
-            return {"type": event.type, "object": obj}
-
-        self.router.handler.stream_watch(stream, encode)
-
-    def _object_reply(self, code: int, obj: JsonObject) -> _Reply:
-        if wants_table(self.router.accept) and self.subresource is None:
-            table = self.router.handler.server.tables.render(
-                self.definition, [obj], self._include_object()
-            )
-            table["metadata"] = {"resourceVersion": obj.get("metadata", {}).get("resourceVersion")}
-            return _Reply(code, table)
-        return _Reply(code, obj)
-
-    # ---------------------------------------------------------------- writes
-
-    def _body_object(self) -> JsonObject:
-        obj = self.router.json_body()
-        if not isinstance(obj, dict):
-            raise BadRequest("the request body must be a JSON object")
-        metadata = obj.setdefault("metadata", {})
-        if not isinstance(metadata, dict):
-            raise BadRequest("metadata must be an object")
-        if self.resource.namespaced and self.namespace is not None:
-            given = metadata.get("namespace")
-            if given and given != self.namespace:
-                raise BadRequest(
-                    "the namespace of the provided object does not match "
-                    "the namespace sent on the request"
-                )
-            metadata["namespace"] = self.namespace
-        return obj
-
-    def _create(self) -> _Reply:
-        obj = self._body_object()
-        if self.resource.namespaced and not obj["metadata"].get("namespace"):
-            raise BadRequest(f"{self.resource.plural} must be created in a namespace")
-        created = self.api.create(self.resource, obj, self.namespace)
-        return _Reply(201, created)
-
-    def _update(self) -> _Reply:
-        obj = self._body_object()
-        name = obj["metadata"].get("name")
-        if name and name != self.name:
-            raise BadRequest(
-                f"the name of the object ({name}) does not match the name on the URL ({self.name})"
-            )
-        obj["metadata"]["name"] = self.name
-        assert self.name is not None
-        if self.subresource == "scale":
-            # A Scale is addressed by its target's name; keep the target's kind out of it.
-            obj.setdefault("kind", "Scale")
-            obj.setdefault("apiVersion", "autoscaling/v1")
-        updated = self.api.update(self.resource, obj, subresource=self.subresource)
-        return _Reply(200, updated)
-
-    def _patch(self) -> _Reply:
-        content_type = self.router.handler.headers.get("Content-Type", "").split(";")[0].strip()
-        if content_type == _APPLY_PATCH:
-            raise UnsupportedMediaType(
-                "server-side apply (application/apply-patch+yaml) is not supported by the "
-                "simulated API server; use client-side apply (kubectl apply without "
-                "--server-side) or a merge/JSON patch"
-            )
-        patch_type = _PATCH_TYPES.get(content_type)
-        if patch_type is None:
-            supported = ", ".join(_PATCH_TYPES)
-            raise UnsupportedMediaType(
-                f"the body of the request was in an unknown format - accepted media types "
-                f"include: {supported}"
-            )
-        patch = self.router.json_body()
-        if patch_type is PatchType.JSON:
-            if not isinstance(patch, list):
-                raise BadRequest("a JSON patch must be a list of operations")
-        elif not isinstance(patch, dict):
-            raise BadRequest("a merge patch must be a JSON object")
-        assert self.name is not None
-        patched = self.api.patch(
-            self.resource,
-            self.name,
-            patch,
-            self.namespace,
-            patch_type=patch_type,
-            subresource=self.subresource,
-        )
-        return _Reply(200, patched)
-
-    def _delete_options(self) -> tuple[Preconditions | None, PropagationPolicy | None, int | None]:
-        options = self.router.json_body() or {}
-        if not isinstance(options, dict):
-            raise BadRequest("DeleteOptions must be a JSON object")
-        policy_text = self.query.get("propagationPolicy") or options.get("propagationPolicy")
-        if not policy_text and options.get("orphanDependents") is True:
-            policy_text = "Orphan"
-        policy: PropagationPolicy | None = None
-        if policy_text:
-            try:
-                policy = PropagationPolicy(policy_text)
-            except ValueError:
-                raise BadRequest(f"unknown propagationPolicy {policy_text!r}") from None
-        grace_text = self.query.get("gracePeriodSeconds")
-        grace = options.get("gracePeriodSeconds")
-        if grace_text:
-            grace = _int_param("gracePeriodSeconds", grace_text)
-        wanted = options.get("preconditions") or {}
-        preconditions = None
-        if wanted.get("uid") or wanted.get("resourceVersion"):
-            preconditions = Preconditions(
-                uid=wanted.get("uid"), resource_version=wanted.get("resourceVersion")
-            )
-        return preconditions, policy, int(grace) if grace is not None else None
-
-    def _delete(self) -> _Reply:
-        preconditions, policy, grace = self._delete_options()
-        assert self.name is not None
-        deleted = self.api.delete(
-            self.resource,
-            self.name,
-            self.namespace,
-            preconditions=preconditions,
-            propagation_policy=policy,
-            grace_period_seconds=grace,
-        )
-        # 202: accepted but still present (finalizers or foreground deletion pending).
-        pending = bool(deleted.get("metadata", {}).get("finalizers"))
-        return _Reply(202 if pending else 200, deleted)
-
-    def _delete_collection(self) -> _Reply:
-        _preconditions, policy, grace = self._delete_options()
-        result = self.api.list(self.resource, self.namespace, **self._list_kwargs())
-        deleted = []
-        for item in result.items:
-            metadata = item.get("metadata", {})
-            with contextlib.suppress(NotFound):  # gone meanwhile: nothing left to delete
-                deleted.append(
-                    self.api.delete(
-                        self.resource,
-                        metadata["name"],
-                        metadata.get("namespace"),
-                        propagation_policy=policy,
-                        grace_period_seconds=grace,
-                    )
-                )
-        return _Reply(
-            200,
-            {
-                "kind": self.definition.list_kind,
-                "apiVersion": self.resource.api_version,
-                "metadata": {"resourceVersion": result.resource_version},
-                "items": deleted,
-            },
-        )
-
-    def _evict(self) -> _Reply:
-        eviction = self.router.json_body() or {}
-        if not isinstance(eviction, dict):
-            raise BadRequest("the Eviction must be a JSON object")
-        name = eviction.get("metadata", {}).get("name")
-        if name and name != self.name:
-            raise BadRequest(f"the eviction is for {name} but was posted to {self.name}")
-        grace = (eviction.get("deleteOptions") or {}).get("gracePeriodSeconds")
-        assert self.name is not None
-        if self.namespace is None:
-            raise BadRequest("evictions are namespaced")
-        self.api.evict(
-            self.name,
-            self.namespace,
-            grace_period_seconds=int(grace) if grace is not None else None,
-        )
-        return _Reply(
-            201,
-            {
-                "kind": "Status",
-                "apiVersion": "v1",
-                "metadata": {},
-                "status": "Success",
-                "code": 201,
-            },
-        )
 
 
 def _discovery_entries(definition: ResourceDefinition) -> list[JsonObject]:
@@ -792,18 +499,11 @@ def _discovery_entries(definition: ResourceDefinition) -> list[JsonObject]:
     return entries
 
 
-def _error_reply(exc: ApiError) -> _Reply:
+def _error_reply(exc: ApiError) -> Reply:
     headers = {}
     if exc.retry_after_seconds is not None:
         headers["Retry-After"] = str(exc.retry_after_seconds)
-    return _Reply(exc.code, exc.to_status(), headers)
-
-
-def _int_param(name: str, text: str | None) -> int:
-    try:
-        return int(text or "")
-    except ValueError:
-        raise BadRequest(f"{name} must be an integer, not {text!r}") from None
+    return Reply(exc.code, exc.to_status(), headers)
 
 
 def _dumps(obj: Any) -> bytes:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from karpenter_capi.core.kube.client import JsonObject
 
 if TYPE_CHECKING:
-    from karpenter_capi.sim.apiserver import ResourceDefinition
+    from karpenter_capi.sim.apiserver.definitions import ResourceDefinition
 
 
 def _gv_key(group: str, version: str) -> str:

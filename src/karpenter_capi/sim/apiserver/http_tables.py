@@ -20,7 +20,7 @@ from karpenter_capi.core.clock import parse_timestamp
 from karpenter_capi.core.kube.client import JsonObject
 
 if TYPE_CHECKING:
-    from karpenter_capi.sim.apiserver import ResourceDefinition
+    from karpenter_capi.sim.apiserver.definitions import ResourceDefinition
 
 _NAME_COLUMN: JsonObject = {
     "name": "Name",

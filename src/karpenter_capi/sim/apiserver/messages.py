@@ -15,7 +15,9 @@ from typing import Any
 from karpenter_capi.core.kube.errors import AlreadyExists, Conflict, Forbidden, Invalid, NotFound
 from karpenter_capi.sim.apiserver.definitions import ResourceDefinition
 
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _SUBDOMAIN_HELP = (
     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
@@ -137,3 +139,65 @@ def validate_name(definition: ResourceDefinition, name: str) -> list[FieldError]
     if len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
         return [invalid_value("metadata.name", name, _SUBDOMAIN_HELP)]
     return []
+
+
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_NAME_PART_HELP = (
+    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and "
+    "end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex "
+    "used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
+_LABEL_VALUE_HELP = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
+    "'my_value',  or '12345', regex used for validation is "
+    "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+)
+_ANNOTATIONS_LIMIT = 256 * 1024
+
+
+def _qualified_name_errors(field: str, key: str) -> list[FieldError]:
+    prefix, slash, name = key.rpartition("/")
+    errors: list[FieldError] = []
+    if slash and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
+        errors.append(invalid_value(field, key, f"prefix part {_SUBDOMAIN_HELP}"))
+    if not name:
+        errors.append(invalid_value(field, key, "name part must be non-empty"))
+    elif len(name) > 63:
+        errors.append(invalid_value(field, key, "name part must be no more than 63 characters"))
+    elif not _QUALIFIED_NAME.match(name):
+        errors.append(invalid_value(field, key, _NAME_PART_HELP))
+    return errors
+
+
+def validate_metadata(meta: dict[str, Any]) -> list[FieldError]:
+    """Labels, annotation keys and owner references, checked as kube's ObjectMeta validation."""
+    errors: list[FieldError] = []
+    for key, value in (meta.get("labels") or {}).items():
+        errors.extend(_qualified_name_errors("metadata.labels", str(key)))
+        text = str(value) if value is not None else ""
+        if len(text) > 63:
+            errors.append(
+                invalid_value("metadata.labels", text, "must be no more than 63 characters")
+            )
+        elif not _LABEL_VALUE.match(text):
+            errors.append(invalid_value("metadata.labels", text, _LABEL_VALUE_HELP))
+    annotations = meta.get("annotations") or {}
+    for key in annotations:
+        errors.extend(_qualified_name_errors("metadata.annotations", str(key).lower()))
+    size = sum(len(str(k)) + len(str(v)) for k, v in annotations.items())
+    if size > _ANNOTATIONS_LIMIT:
+        errors.append(
+            FieldError(
+                "metadata.annotations",
+                "FieldValueTooLong",
+                f"Too long: must have at most {_ANNOTATIONS_LIMIT} bytes",
+            )
+        )
+    for index, ref in enumerate(meta.get("ownerReferences") or []):
+        where = f"metadata.ownerReferences[{index}]"
+        for part in ("apiVersion", "kind", "name", "uid"):
+            if not ref.get(part):
+                errors.append(invalid_value(f"{where}.{part}", "", f"{part} must not be empty"))
+    return errors

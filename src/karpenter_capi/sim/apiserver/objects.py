@@ -28,15 +28,6 @@ def copy_object(obj: JsonObject) -> JsonObject:
     return copied
 
 
-def metadata(obj: JsonObject) -> JsonObject:
-    """The object's metadata dict (created if absent, so callers can write to it)."""
-    meta = obj.get("metadata")
-    if not isinstance(meta, dict):
-        meta = {}
-        obj["metadata"] = meta
-    return meta
-
-
 def object_key(namespace: str | None, name: str) -> str:
     """The storage key, ordered like etcd keys so lists come back sorted as kube sorts them."""
     return f"{namespace}/{name}" if namespace else name

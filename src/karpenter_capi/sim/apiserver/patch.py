@@ -63,12 +63,12 @@ def _parent(doc: Any, tokens: list[str], path: str) -> Any:
     for token in tokens[:-1]:
         if isinstance(current, dict):
             if token not in current:
-                raise Invalid(f"doc is missing path: \"{path}\": missing value")
+                raise Invalid(f'doc is missing path: "{path}": missing value')
             current = current[token]
         elif isinstance(current, list):
             current = current[_index(current, token, path, allow_end=False)]
         else:
-            raise Invalid(f"doc is missing path: \"{path}\": missing value")
+            raise Invalid(f'doc is missing path: "{path}": missing value')
     return current
 
 
@@ -80,11 +80,11 @@ def _get(doc: Any, path: str) -> Any:
     last = tokens[-1]
     if isinstance(parent, dict):
         if last not in parent:
-            raise Invalid(f"doc is missing path: \"{path}\": missing value")
+            raise Invalid(f'doc is missing path: "{path}": missing value')
         return parent[last]
     if isinstance(parent, list):
         return parent[_index(parent, last, path, allow_end=False)]
-    raise Invalid(f"doc is missing path: \"{path}\": missing value")
+    raise Invalid(f'doc is missing path: "{path}": missing value')
 
 
 def _add(doc: Any, path: str, value: Any) -> Any:
@@ -98,7 +98,7 @@ def _add(doc: Any, path: str, value: Any) -> Any:
     elif isinstance(parent, list):
         parent.insert(_index(parent, last, path, allow_end=True), value)
     else:
-        raise Invalid(f"doc is missing path: \"{path}\": missing value")
+        raise Invalid(f'doc is missing path: "{path}": missing value')
     return doc
 
 
@@ -110,11 +110,11 @@ def _remove(doc: Any, path: str) -> tuple[Any, Any]:
     last = tokens[-1]
     if isinstance(parent, dict):
         if last not in parent:
-            raise Invalid(f'Unable to remove nonexistent key: {last}: missing value')
+            raise Invalid(f"Unable to remove nonexistent key: {last}: missing value")
         return doc, parent.pop(last)
     if isinstance(parent, list):
         return doc, parent.pop(_index(parent, last, path, allow_end=False))
-    raise Invalid(f"doc is missing path: \"{path}\": missing value")
+    raise Invalid(f'doc is missing path: "{path}": missing value')
 
 
 def _replace(doc: Any, path: str, value: Any) -> Any:
@@ -125,12 +125,14 @@ def _replace(doc: Any, path: str, value: Any) -> Any:
     last = tokens[-1]
     if isinstance(parent, dict):
         if last not in parent:
-            raise Invalid(f'replace operation does not apply: doc is missing key: {path}: missing value')
+            raise Invalid(
+                f"replace operation does not apply: doc is missing key: {path}: missing value"
+            )
         parent[last] = value
     elif isinstance(parent, list):
         parent[_index(parent, last, path, allow_end=False)] = value
     else:
-        raise Invalid(f"doc is missing path: \"{path}\": missing value")
+        raise Invalid(f'doc is missing path: "{path}": missing value')
     return doc
 
 

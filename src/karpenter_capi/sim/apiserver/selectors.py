@@ -115,7 +115,7 @@ def _parse_requirement(text: str) -> _Requirement:
             key, value = text.split(operator, 1)
             value = value.strip()
             if name in ("gt", "lt") and not value.lstrip("-").isdigit():
-                raise _invalid_label(f"for 'Gt', 'Lt' operators, the value must be an integer")
+                raise _invalid_label("for 'Gt', 'Lt' operators, the value must be an integer")
             return _Requirement(_check_key(key), name, (value,))
     words = text.split(None, 1)
     if len(words) == 2:
@@ -161,18 +161,13 @@ class FieldSelector:
     terms: tuple[tuple[str, bool, str], ...] = ()
 
     def matches_object(self, obj: JsonObject) -> bool:
-        return all((_field_value(obj, label) == value) == equal for label, equal, value in self.terms)
+        return all(
+            (_field_value(obj, label) == value) == equal for label, equal, value in self.terms
+        )
 
     @property
     def empty(self) -> bool:
         return not self.terms
-
-    def required_value(self, label: str) -> str | None:
-        """The value an equality term pins ``label`` to (lets the server skip a full scan)."""
-        for term_label, equal, value in self.terms:
-            if term_label == label and equal:
-                return value
-        return None
 
 
 def parse_field_selector(text: str | None, definition: ResourceDefinition) -> FieldSelector:
@@ -198,7 +193,7 @@ def parse_field_selector(text: str | None, definition: ResourceDefinition) -> Fi
             raise BadRequest(f"invalid selector: '{text}'; can't understand '{part}'")
         label = label.strip()
         if label not in supported:
-            raise BadRequest(f'field label not supported: {label}')
+            raise BadRequest(f"field label not supported: {label}")
         terms.append((label, equal, value.strip()))
     return FieldSelector(tuple(terms))
 

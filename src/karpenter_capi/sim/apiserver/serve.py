@@ -57,16 +57,20 @@ def build_server(manifests: list[dict[str, Any]]) -> Any:
     from karpenter_capi.sim.apiserver import InMemoryAPIServer
 
     server = InMemoryAPIServer()
-    try:
-        from karpenter_capi.core.api.crds import generate_crds
-    except ImportError:  # the CRD generator is optional while the API models are being built
-        generate_crds = None
-    if generate_crds is not None:
-        server.apply_manifests(list(generate_crds()))
+    server.apply_manifests(_project_crds())
     server.register_cluster_api()
     if manifests:
         server.apply_manifests(manifests)
     return server
+
+
+def _project_crds() -> list[dict[str, Any]]:
+    """NodePool, NodeClaim, ClusterAPINodeClass CRDs, generated from the API models."""
+    try:
+        from karpenter_capi.core.api.crds import generate_crds
+    except ImportError:  # the models package is optional while it is being built
+        return []
+    return [dict(crd) for crd in generate_crds()]
 
 
 def run_apiserver(

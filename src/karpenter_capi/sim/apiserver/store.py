@@ -64,7 +64,7 @@ class Table:
         return self._sorted
 
     def snapshot_at(self, rv: int) -> tuple[dict[str, JsonObject], list[str]]:
-        """The objects as they were at ``rv`` (undoing later events), sorted keys; 410 if unknown."""
+        """The objects at ``rv`` (later events undone) and their sorted keys; 410 if unknown."""
         later = self.log.since(rv)
         if later is None:
             raise Gone(_EXPIRED_CONTINUE)
@@ -89,6 +89,8 @@ class Store:
         self.tables: dict[str, Table] = {}
         self.by_uid: dict[str, TableRef] = {}
         self.dependents: dict[str, set[TableRef]] = {}
+        # Objects per namespace, so a terminating namespace knows when it is empty.
+        self.namespace_counts: dict[str, int] = {}
 
     def table(self, definition: ResourceDefinition) -> Table:
         """The table of a resource, created on first use (kept when a CRD is re-created)."""
@@ -126,14 +128,19 @@ class Store:
         key = key_of(stored)
         uid = str(stored["metadata"].get("uid", ""))
         ref = (table.name, key)
+        namespace = stored["metadata"].get("namespace")
         if event_type == "DELETED":
             if table.objects.pop(key, None) is not None:
                 table._sorted = None
+                if namespace:
+                    self.namespace_counts[namespace] -= 1
             self.by_uid.pop(uid, None)
             self._reindex_owners(ref, prev, None)
         else:
             if key not in table.objects:
                 table._sorted = None
+                if namespace:
+                    self.namespace_counts[namespace] = self.namespace_counts.get(namespace, 0) + 1
             table.objects[key] = stored
             self.by_uid[uid] = ref
             self._reindex_owners(ref, prev, stored)

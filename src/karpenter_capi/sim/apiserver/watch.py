@@ -127,6 +127,14 @@ class WatchHub:
             self.condition.notify_all()
         return len(streams)
 
+    def drop_for(self, log: EventLog) -> None:
+        """End the streams reading ``log`` (their resource stopped being served)."""
+        with self.condition:
+            for stream in self.open_streams():
+                if stream.reads(log):
+                    stream.mark_closed()
+            self.condition.notify_all()
+
     def request_bookmarks(self) -> None:
         with self.condition:
             for stream in self.open_streams():
@@ -141,7 +149,8 @@ class InMemoryWatch:
     deliver what is already available, then end without blocking; the stepped simulation
     runtime relies on this to poll watches deterministically. When bookmarks are allowed, a
     stream that ends by timeout sends one last BOOKMARK carrying the server's current
-    resourceVersion, so the reader can resume from there without replaying anything.
+    resourceVersion, so the reader can resume from there without replaying anything; an idle
+    stream also sends one every ``bookmark_interval`` seconds (kube: about once a minute).
     """
 
     def __init__(
@@ -156,6 +165,7 @@ class InMemoryWatch:
         bookmark: Callable[[], JsonObject] | None,
         current_rv: Callable[[], int],
         timeout_seconds: float | None,
+        bookmark_interval: float | None = None,
     ) -> None:
         self._hub = hub
         self._log = log
@@ -166,10 +176,15 @@ class InMemoryWatch:
         self._bookmark = bookmark
         self._current_rv = current_rv
         self._timeout = timeout_seconds
+        self._bookmark_interval = bookmark_interval if bookmark is not None else None
         self._closed = False
         self._bookmark_due = False
+        self._last_sent = time.monotonic()
         self._started = False
         hub.register(self)
+
+    def reads(self, log: EventLog) -> bool:
+        return self._log is log
 
     # Called with the hub's condition held.
     def mark_closed(self) -> None:
@@ -211,6 +226,7 @@ class InMemoryWatch:
                     if self._closed:
                         return
                     yield event
+                self._last_sent = time.monotonic()
                 if finished:
                     return
         finally:
@@ -235,9 +251,15 @@ class InMemoryWatch:
                 if self._bookmark_due:
                     self._bookmark_due = False
                     return [self._bookmark_event()], False
-                remaining = None if deadline is None else deadline - time.monotonic()
+                now = time.monotonic()
+                remaining = None if deadline is None else deadline - now
                 if remaining is not None and remaining <= 0:
                     return ([self._bookmark_event()] if self._bookmark else []), True
+                if self._bookmark_interval is not None:
+                    idle_until = self._last_sent + self._bookmark_interval
+                    if now >= idle_until:
+                        return [self._bookmark_event()], False
+                    remaining = min(remaining or idle_until - now, idle_until - now)
                 condition.wait(remaining)
 
     def _bookmark_event(self) -> WatchEvent:
@@ -250,9 +272,9 @@ class InMemoryWatch:
 
     def _translate(self, event: LoggedEvent) -> WatchEvent | None:
         selection = self._selection
-        if selection.namespace is not None:
-            if (event.obj.get("metadata") or {}).get("namespace") != selection.namespace:
-                return None
+        namespace = (event.obj.get("metadata") or {}).get("namespace")
+        if selection.namespace is not None and namespace != selection.namespace:
+            return None
         predicate = selection.predicate
         if predicate is None:
             return WatchEvent(event.type, self._present(event.obj))

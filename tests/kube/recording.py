@@ -41,6 +41,7 @@ class RecordingClient:
     list_failures: list[Exception] = field(default_factory=list)
     watch_failures: list[Exception] = field(default_factory=list)
     before_list: Callable[[ListCall], None] | None = None
+    before_watch: Callable[[WatchCall], None] | None = None
 
     def list(
         self,
@@ -80,7 +81,10 @@ class RecordingClient:
         allow_bookmarks: bool = False,
         timeout_seconds: float | None = None,
     ) -> WatchStream:
-        self.watches.append(WatchCall(resource, resource_version, allow_bookmarks, timeout_seconds))
+        call = WatchCall(resource, resource_version, allow_bookmarks, timeout_seconds)
+        self.watches.append(call)
+        if self.before_watch is not None:
+            self.before_watch(call)
         if self.watch_failures:
             raise self.watch_failures.pop(0)
         return self.inner.watch(

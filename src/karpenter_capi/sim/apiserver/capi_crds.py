@@ -1,0 +1,225 @@
+"""The CustomResourceDefinitions of Cluster API (core) and the infrastructure kinds plugins use.
+
+The simulated cluster serves CAPI through the same path a real cluster does: these CRDs are
+created like any other object, which makes their resources served. They mirror the upstream
+CRDs where the controller can tell the difference (names, scope, short names, categories,
+served versions, status and scale subresources with CAPI's paths, printer columns) and leave
+the schema open (``x-kubernetes-preserve-unknown-fields``), since the simulator does not
+validate CAPI fields.
+
+The core kinds are served as v1beta2 (storage) and v1beta1: an object is stored once and shown
+at the version asked for, with only ``apiVersion`` rewritten (no field conversion).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+JsonObject = dict[str, Any]
+
+CAPI_GROUP = "cluster.x-k8s.io"
+INFRASTRUCTURE_GROUP = "infrastructure.cluster.x-k8s.io"
+
+_OPEN_SCHEMA: JsonObject = {
+    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+}
+_AGE: JsonObject = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+_CLUSTER: JsonObject = {
+    "name": "Cluster",
+    "type": "string",
+    "jsonPath": ".spec.clusterName",
+    "description": "Cluster",
+}
+_PHASE: JsonObject = {"name": "Phase", "type": "string", "jsonPath": ".status.phase"}
+_DESIRED: JsonObject = {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"}
+_REPLICAS: JsonObject = {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas"}
+_READY: JsonObject = {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"}
+_TEMPLATE_VERSION: JsonObject = {
+    "name": "Version",
+    "type": "string",
+    "jsonPath": ".spec.template.spec.version",
+}
+_SCALE: JsonObject = {
+    "specReplicasPath": ".spec.replicas",
+    "statusReplicasPath": ".status.replicas",
+    "labelSelectorPath": ".status.selector",
+}
+
+
+def crd(
+    group: str,
+    kind: str,
+    plural: str,
+    versions: tuple[str, ...],
+    *,
+    namespaced: bool = True,
+    short_names: tuple[str, ...] = (),
+    categories: tuple[str, ...] = ("cluster-api",),
+    status: bool = True,
+    scale: JsonObject | None = None,
+    columns: tuple[JsonObject, ...] = (_AGE,),
+) -> JsonObject:
+    """A ``CustomResourceDefinition``; the first version is the storage version."""
+    subresources: JsonObject = {}
+    if status:
+        subresources["status"] = {}
+    if scale is not None:
+        subresources["scale"] = dict(scale)
+    names: JsonObject = {
+        "kind": kind,
+        "listKind": f"{kind}List",
+        "plural": plural,
+        "singular": kind.lower(),
+    }
+    if short_names:
+        names["shortNames"] = list(short_names)
+    if categories:
+        names["categories"] = list(categories)
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "names": names,
+            "scope": "Namespaced" if namespaced else "Cluster",
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": index == 0,
+                    "schema": _OPEN_SCHEMA,
+                    "subresources": subresources,
+                    "additionalPrinterColumns": [dict(c) for c in columns],
+                }
+                for index, version in enumerate(versions)
+            ],
+        },
+    }
+
+
+_CORE_VERSIONS = ("v1beta2", "v1beta1")
+
+
+def cluster_api_crds() -> list[JsonObject]:
+    """The CRDs ``register_cluster_api`` creates: CAPI core plus AWS, Azure, Docker kinds."""
+    return [
+        crd(
+            CAPI_GROUP,
+            "Cluster",
+            "clusters",
+            _CORE_VERSIONS,
+            short_names=("cl",),
+            columns=(
+                _PHASE,
+                _AGE,
+                {"name": "Version", "type": "string", "jsonPath": ".spec.topology.version"},
+            ),
+        ),
+        crd(
+            CAPI_GROUP,
+            "Machine",
+            "machines",
+            _CORE_VERSIONS,
+            short_names=("ma",),
+            columns=(
+                _CLUSTER,
+                {"name": "NodeName", "type": "string", "jsonPath": ".status.nodeRef.name"},
+                {"name": "ProviderID", "type": "string", "jsonPath": ".spec.providerID"},
+                _PHASE,
+                _AGE,
+                {"name": "Version", "type": "string", "jsonPath": ".spec.version"},
+            ),
+        ),
+        crd(
+            CAPI_GROUP,
+            "MachineSet",
+            "machinesets",
+            _CORE_VERSIONS,
+            short_names=("ms",),
+            scale=_SCALE,
+            columns=(
+                _CLUSTER,
+                _DESIRED,
+                _REPLICAS,
+                _READY,
+                {
+                    "name": "Available",
+                    "type": "integer",
+                    "jsonPath": ".status.availableReplicas",
+                },
+                _AGE,
+                _TEMPLATE_VERSION,
+            ),
+        ),
+        crd(
+            CAPI_GROUP,
+            "MachineDeployment",
+            "machinedeployments",
+            _CORE_VERSIONS,
+            short_names=("md",),
+            scale=_SCALE,
+            columns=(
+                _CLUSTER,
+                _DESIRED,
+                _REPLICAS,
+                _READY,
+                {"name": "Updated", "type": "integer", "jsonPath": ".status.updatedReplicas"},
+                {
+                    "name": "Unavailable",
+                    "type": "integer",
+                    "jsonPath": ".status.unavailableReplicas",
+                },
+                _PHASE,
+                _AGE,
+                _TEMPLATE_VERSION,
+            ),
+        ),
+        crd(
+            CAPI_GROUP,
+            "MachinePool",
+            "machinepools",
+            _CORE_VERSIONS,
+            short_names=("mp",),
+            scale=_SCALE,
+            columns=(_CLUSTER, _DESIRED, _REPLICAS, _PHASE, _AGE, _TEMPLATE_VERSION),
+        ),
+        crd(
+            INFRASTRUCTURE_GROUP,
+            "AWSCluster",
+            "awsclusters",
+            ("v1beta2", "v1beta1"),
+            categories=("cluster-api", "capa"),
+        ),
+        crd(
+            INFRASTRUCTURE_GROUP,
+            "AWSMachineTemplate",
+            "awsmachinetemplates",
+            ("v1beta2", "v1beta1"),
+            short_names=("awsmt",),
+            categories=("cluster-api", "capa"),
+        ),
+        crd(
+            INFRASTRUCTURE_GROUP,
+            "AzureCluster",
+            "azureclusters",
+            ("v1beta1",),
+            categories=("cluster-api", "capz"),
+        ),
+        crd(
+            INFRASTRUCTURE_GROUP,
+            "AzureMachineTemplate",
+            "azuremachinetemplates",
+            ("v1beta1",),
+            short_names=("amt",),
+            categories=("cluster-api", "capz"),
+            status=False,
+        ),
+        crd(
+            INFRASTRUCTURE_GROUP,
+            "DockerMachineTemplate",
+            "dockermachinetemplates",
+            ("v1beta1",),
+            categories=("cluster-api", "capd"),
+        ),
+    ]

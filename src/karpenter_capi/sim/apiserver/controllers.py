@@ -1,0 +1,239 @@
+"""The parts of the control plane that must react inside the write that triggers them.
+
+Two things in a real cluster change server behaviour as a consequence of objects being
+written: creating a ``CustomResourceDefinition`` makes a new resource served (the
+apiextensions-apiserver), and the disruption controller keeps every PodDisruptionBudget's
+``status`` current, which the eviction subresource then trusts. Both run here, synchronously,
+so a CRD is usable the moment its create returns and ``kubectl get pdb`` and evictions always
+see budgets that reflect the pods as they are now.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from karpenter_capi.core.clock import Clock
+from karpenter_capi.core.kube.client import WatchEventType
+from karpenter_capi.sim.apiserver import messages, schema
+from karpenter_capi.sim.apiserver.definitions import ResourceDefinition, definition_from_crd
+from karpenter_capi.sim.apiserver.eviction import pdb_selects, pdb_status
+from karpenter_capi.sim.apiserver.lifecycle import Lifecycle
+from karpenter_capi.sim.apiserver.objects import get_path
+from karpenter_capi.sim.apiserver.store import Table, key_of
+
+JsonObject = dict[str, Any]
+
+CRD_GROUP = "apiextensions.k8s.io"
+
+
+def _is(definition: ResourceDefinition, group: str, plural: str) -> bool:
+    return definition.group == group and definition.plural == plural
+
+
+def _in_namespace(table: Table, namespace: str) -> list[JsonObject]:
+    prefix = f"{namespace}/"
+    return [obj for key, obj in table.objects.items() if key.startswith(prefix)]
+
+
+class Controllers(Lifecycle):
+    """CRD registration and PodDisruptionBudget status, hooked into every commit."""
+
+    def __init__(self, clock: Clock | None, watch_history: int, random_seed: int | None) -> None:
+        # The storage version's openAPIV3Schema of each custom resource, by (group, plural).
+        self._schemas: dict[tuple[str, str], JsonObject] = {}
+        super().__init__(clock, watch_history, random_seed)
+
+    def _admit(self, definition: ResourceDefinition, obj: JsonObject) -> JsonObject:
+        if not definition.custom:
+            return obj
+        found = self._schemas.get((definition.group, definition.plural))
+        if found is None:
+            return obj
+        stored = schema.prune_and_default(obj, found)
+        errors = schema.validate(stored, found)
+        if errors:
+            raise messages.invalid(definition, str(stored["metadata"].get("name", "")), errors)
+        return stored
+
+    def _after_commit(
+        self, table: Table, event_type: WatchEventType, stored: JsonObject, prev: JsonObject | None
+    ) -> None:
+        definition = table.definition
+        if _is(definition, CRD_GROUP, "customresourcedefinitions"):
+            self._sync_crd(event_type, stored)
+        elif _is(definition, "", "pods"):
+            changed = [stored] if prev is None else [stored, prev]
+            self._refresh_budgets(str(stored["metadata"]["namespace"]), changed)
+        elif (
+            _is(definition, "policy", "poddisruptionbudgets")
+            and event_type != "DELETED"
+            and (prev is None or prev.get("spec") != stored.get("spec"))
+        ):
+            self._refresh_budget(table, stored)
+        elif definition.has_scale and definition.namespaced and event_type == "MODIFIED":
+            # A controller's replicas are the expected pod count of the budgets over its pods.
+            self._refresh_budgets(str(stored["metadata"]["namespace"]), None)
+        super()._after_commit(table, event_type, stored, prev)
+
+    # ------------------------------------------------------------------------------ budgets
+
+    def _refresh_budgets(self, namespace: str, changed_pods: list[JsonObject] | None) -> None:
+        budgets_table = self._table("policy", "poddisruptionbudgets")
+        if budgets_table is None:
+            return
+        for budget in _in_namespace(budgets_table, namespace):
+            if changed_pods is None or any(pdb_selects(budget, pod) for pod in changed_pods):
+                self._refresh_budget(budgets_table, budget)
+
+    def _refresh_budget(self, budgets_table: Table, budget: JsonObject) -> None:
+        pods_table = self._store.tables["pods"]
+        namespace = str(budget["metadata"]["namespace"])
+        status = pdb_status(budget, _in_namespace(pods_table, namespace), self._expected_scale)
+        if status != budget.get("status"):
+            self._commit(budgets_table, "MODIFIED", {**budget, "status": status}, budget)
+
+    def _expected_scale(self, pods: list[JsonObject]) -> int | None:
+        """Sum of the desired replicas of the pods' controllers (None if a pod has none)."""
+        scales: dict[str, int] = {}
+        for pod in pods:
+            controller = self._scalable_controller(pod)
+            if controller is None:
+                return None
+            uid, replicas = controller
+            scales[uid] = replicas
+        return sum(scales.values())
+
+    def _scalable_controller(self, obj: JsonObject) -> tuple[str, int] | None:
+        """The topmost controller with a scale (a ReplicaSet's Deployment, a StatefulSet...)."""
+        found: tuple[str, int] | None = None
+        current = obj
+        for _ in range(4):  # pod -> ReplicaSet -> Deployment is as deep as kube looks
+            ref = next(
+                (
+                    r
+                    for r in current["metadata"].get("ownerReferences") or []
+                    if r.get("controller")
+                ),
+                None,
+            )
+            if ref is None:
+                return found
+            owner = self._store.lookup_uid(str(ref.get("uid")))
+            if owner is None:
+                return found
+            table = self._store.tables[self._store.by_uid[str(ref["uid"])][0]]
+            if table.definition.has_scale:
+                replicas = get_path(owner, table.definition.scale_spec_path)
+                found = (str(ref["uid"]), int(replicas or 0))
+            current = owner
+        return found
+
+    def budgets_in(self, namespace: str) -> list[JsonObject]:
+        budgets_table = self._table("policy", "poddisruptionbudgets")
+        return [] if budgets_table is None else _in_namespace(budgets_table, namespace)
+
+    # --------------------------------------------------------------------------------- CRDs
+
+    def _prepare_create_hook(self, definition: ResourceDefinition, obj: JsonObject) -> None:
+        if _is(definition, CRD_GROUP, "customresourcedefinitions"):
+            self._validate_crd(definition, obj)
+            obj["status"] = self._crd_status(obj)
+
+    def _prepare_update_hook(
+        self, definition: ResourceDefinition, old: JsonObject, new: JsonObject
+    ) -> None:
+        if _is(definition, CRD_GROUP, "customresourcedefinitions") and old.get("spec") != new.get(
+            "spec"
+        ):
+            self._validate_crd(definition, new)
+            new["status"] = self._crd_status(new)
+
+    def _validate_crd(self, definition: ResourceDefinition, crd: JsonObject) -> None:
+        spec = crd.get("spec") or {}
+        names = spec.get("names") or {}
+        name = str(crd["metadata"].get("name", ""))
+        errors: list[messages.FieldError] = []
+        plural, group = names.get("plural"), spec.get("group")
+        if not group:
+            errors.append(messages.required("spec.group", ""))
+        if not plural:
+            errors.append(messages.required("spec.names.plural", ""))
+        if not names.get("kind"):
+            errors.append(messages.required("spec.names.kind", ""))
+        if plural and group and name != f"{plural}.{group}":
+            errors.append(
+                messages.invalid_value(
+                    "metadata.name", name, 'must be spec.names.plural+"."+spec.group'
+                )
+            )
+        versions = spec.get("versions") or []
+        if not versions:
+            errors.append(messages.required("spec.versions", "must have exactly one version"))
+        elif sum(1 for v in versions if v.get("storage")) != 1:
+            errors.append(
+                messages.invalid_value(
+                    "spec.versions", "", "must have exactly one version marked as storage version"
+                )
+            )
+        existing = self._served.get((str(group), str(plural)))
+        if existing is not None and not existing.custom:
+            errors.append(
+                messages.invalid_value("spec.group", group, "is served by the API server itself")
+            )
+        if errors:
+            raise messages.invalid(definition, name, errors)
+
+    @staticmethod
+    def _crd_status(crd: JsonObject) -> JsonObject:
+        spec = crd.get("spec") or {}
+        names = dict(spec.get("names") or {})
+        names.setdefault("singular", str(names.get("kind", "")).lower())
+        names.setdefault("listKind", f"{names.get('kind')}List")
+        storage = [v["name"] for v in spec.get("versions") or [] if v.get("storage")]
+        previous = (crd.get("status") or {}).get("storedVersions") or []
+        stored_versions = list(dict.fromkeys([*previous, *storage]))
+
+        def condition(kind: str, reason: str, message: str) -> JsonObject:
+            return {
+                "type": kind,
+                "status": "True",
+                "reason": reason,
+                "message": message,
+                "lastTransitionTime": (crd.get("metadata") or {}).get("creationTimestamp"),
+            }
+
+        return {
+            "acceptedNames": names,
+            "conditions": [
+                condition("NamesAccepted", "NoConflicts", "no conflicts found"),
+                condition(
+                    "Established", "InitialNamesAccepted", "the initial names have been accepted"
+                ),
+            ],
+            "storedVersions": stored_versions,
+        }
+
+    def _sync_crd(self, event_type: WatchEventType, crd: JsonObject) -> None:
+        definition = definition_from_crd(crd)
+        key = (definition.group, definition.plural)
+        if event_type != "DELETED":
+            self._serve(definition)
+            self._schemas[key] = _storage_schema(crd)
+            return
+        served = self._served.get(key)
+        if served is None or not served.custom:
+            return
+        table = self._store.tables[served.group_resource]
+        for stored in [table.objects[k] for k in table.sorted_keys()]:
+            if table.objects.get(key_of(stored)) is stored:
+                self._finish_deletion(table, stored, stored)
+        del self._served[key]
+        self._schemas.pop(key, None)
+        self._hub.drop_for(table.log)  # as kube ends watches of a resource that is gone
+
+
+def _storage_schema(crd: JsonObject) -> JsonObject:
+    versions = (crd.get("spec") or {}).get("versions") or []
+    storage = next((v for v in versions if v.get("storage")), versions[0] if versions else {})
+    found: JsonObject = ((storage.get("schema") or {}).get("openAPIV3Schema")) or {}
+    return found

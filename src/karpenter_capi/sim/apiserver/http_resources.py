@@ -1,0 +1,363 @@
+"""The resource half of the HTTP front: one request on one collection, object or subresource.
+
+``http.py`` owns the socket, the URL grammar and discovery; this module maps a resolved request
+(resource, namespace, name, subresource, query, body) onto the in-memory server's verbs and
+shapes the answer (``List``, object, ``Table``, ``Status``, a streamed watch) the way
+kube-apiserver does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from karpenter_capi.core.kube.client import (
+    JsonObject,
+    PatchType,
+    Preconditions,
+    PropagationPolicy,
+    WatchEvent,
+    WatchStream,
+)
+from karpenter_capi.core.kube.errors import (
+    BadRequest,
+    MethodNotAllowed,
+    NotFound,
+    UnsupportedMediaType,
+)
+from karpenter_capi.core.kube.resources import Resource
+from karpenter_capi.sim.apiserver.http_tables import Table, TableRenderer, wants_table
+
+if TYPE_CHECKING:
+    from karpenter_capi.sim.apiserver import InMemoryAPIServer
+    from karpenter_capi.sim.apiserver.definitions import ResourceDefinition
+
+_PATCH_TYPES = {str(t): t for t in PatchType}
+_APPLY_PATCH = "application/apply-patch+yaml"
+JSON_TYPE = "application/json"
+
+
+@dataclass(slots=True)
+class Reply:
+    code: int
+    body: Any
+    headers: dict[str, str] = field(default_factory=dict)
+    content_type: str = JSON_TYPE
+
+
+class RequestContext(Protocol):
+    """What a resource request needs from the HTTP request it came in."""
+
+    method: str
+    query: dict[str, str]
+    accept: str
+    content_type: str
+    api: InMemoryAPIServer
+    tables: TableRenderer
+
+    def truthy(self, key: str) -> bool: ...
+
+    def json_body(self) -> Any: ...
+
+    def stream_watch(
+        self, stream: WatchStream, encode: Callable[[WatchEvent], JsonObject]
+    ) -> None: ...
+
+
+class ResourceRequest:
+    """A request on one resource: collection, item or subresource, in one namespace or all."""
+
+    def __init__(
+        self,
+        router: RequestContext,
+        definition: ResourceDefinition,
+        *,
+        resource: Resource,
+        namespace: str | None,
+        name: str | None,
+        subresource: str | None,
+    ) -> None:
+        self.router = router
+        self.api = router.api
+        self.definition = definition
+        self.resource = resource
+        self.namespace = namespace
+        self.name = name
+        self.subresource = subresource
+        self.query = router.query
+
+    def handle(self) -> Reply | None:
+        method = self.router.method
+        if self.name is None:
+            if method == "GET":
+                if self.router.truthy("watch"):
+                    self._watch()
+                    return None
+                return self._list()
+            if method == "POST":
+                return self._create()
+            if method == "DELETE":
+                return self._delete_collection()
+        elif self.subresource == "eviction":
+            if method == "POST":
+                return self._evict()
+        elif method == "GET":
+            obj = self.api.get(
+                self.resource, self.name, self.namespace, subresource=self.subresource
+            )
+            return self._object_reply(200, obj)
+        elif method == "PUT":
+            return self._update()
+        elif method == "PATCH":
+            return self._patch()
+        elif method == "DELETE" and self.subresource is None:
+            return self._delete()
+        raise MethodNotAllowed(f"{method} is not supported on this path")
+
+    # ---------------------------------------------------------------- reads
+
+    def _list_kwargs(self) -> dict[str, Any]:
+        return {
+            "label_selector": self.query.get("labelSelector") or None,
+            "field_selector": self.query.get("fieldSelector") or None,
+        }
+
+    def _list(self) -> Reply:
+        limit_text = self.query.get("limit")
+        limit = _int_param("limit", limit_text) if limit_text else None
+        result = self.api.list(
+            self.resource,
+            self.namespace,
+            limit=limit if limit and limit > 0 else None,
+            continue_token=self.query.get("continue") or None,
+            resource_version=self.query.get("resourceVersion") or None,
+            **self._list_kwargs(),
+        )
+        metadata: JsonObject = {"resourceVersion": result.resource_version}
+        if result.continue_token:
+            metadata["continue"] = result.continue_token
+        if result.remaining_item_count is not None:
+            metadata["remainingItemCount"] = result.remaining_item_count
+        if wants_table(self.router.accept):
+            table = self.router.tables.render(self.definition, result.items, self._include_object())
+            table["metadata"] = metadata
+            return Reply(200, table)
+        return Reply(
+            200,
+            {
+                "kind": self.definition.list_kind,
+                "apiVersion": self.resource.api_version,
+                "metadata": metadata,
+                "items": result.items,
+            },
+        )
+
+    def _include_object(self) -> str:
+        return self.query.get("includeObject") or "Metadata"
+
+    def _watch(self) -> None:
+        timeout_text = self.query.get("timeoutSeconds")
+        stream = self.api.watch(
+            self.resource,
+            self.namespace,
+            resource_version=self.query.get("resourceVersion") or None,
+            allow_bookmarks=self.router.truthy("allowWatchBookmarks"),
+            timeout_seconds=float(_int_param("timeoutSeconds", timeout_text))
+            if timeout_text
+            else None,
+            **self._list_kwargs(),
+        )
+        table: Table | None = None
+        if wants_table(self.router.accept):
+            table = self.router.tables.for_watch(self.definition, self._include_object())
+
+        def encode(event: WatchEvent) -> JsonObject:
+            obj = event.object
+            if table is not None and event.type in ("ADDED", "MODIFIED", "DELETED"):
+                obj = table.event_object(obj)
+            return {"type": event.type, "object": obj}
+
+        self.router.stream_watch(stream, encode)
+
+    def _object_reply(self, code: int, obj: JsonObject) -> Reply:
+        if wants_table(self.router.accept) and self.subresource is None:
+            table = self.router.tables.render(self.definition, [obj], self._include_object())
+            table["metadata"] = {"resourceVersion": obj.get("metadata", {}).get("resourceVersion")}
+            return Reply(code, table)
+        return Reply(code, obj)
+
+    # ---------------------------------------------------------------- writes
+
+    def _body_object(self) -> JsonObject:
+        obj = self.router.json_body()
+        if not isinstance(obj, dict):
+            raise BadRequest("the request body must be a JSON object")
+        metadata = obj.setdefault("metadata", {})
+        if not isinstance(metadata, dict):
+            raise BadRequest("metadata must be an object")
+        if self.resource.namespaced and self.namespace is not None:
+            given = metadata.get("namespace")
+            if given and given != self.namespace:
+                raise BadRequest(
+                    "the namespace of the provided object does not match "
+                    "the namespace sent on the request"
+                )
+            metadata["namespace"] = self.namespace
+        return obj
+
+    def _create(self) -> Reply:
+        obj = self._body_object()
+        if self.resource.namespaced and not obj["metadata"].get("namespace"):
+            raise BadRequest(f"{self.resource.plural} must be created in a namespace")
+        created = self.api.create(self.resource, obj, self.namespace)
+        return Reply(201, created)
+
+    def _update(self) -> Reply:
+        obj = self._body_object()
+        name = obj["metadata"].get("name")
+        if name and name != self.name:
+            raise BadRequest(
+                f"the name of the object ({name}) does not match the name on the URL ({self.name})"
+            )
+        obj["metadata"]["name"] = self.name
+        assert self.name is not None
+        if self.subresource == "scale":
+            # A Scale is addressed by its target's name; keep the target's kind out of it.
+            obj.setdefault("kind", "Scale")
+            obj.setdefault("apiVersion", "autoscaling/v1")
+        updated = self.api.update(self.resource, obj, subresource=self.subresource)
+        return Reply(200, updated)
+
+    def _patch(self) -> Reply:
+        content_type = self.router.content_type
+        if content_type == _APPLY_PATCH:
+            raise UnsupportedMediaType(
+                "server-side apply (application/apply-patch+yaml) is not supported by the "
+                "simulated API server; use client-side apply (kubectl apply without "
+                "--server-side) or a merge/JSON patch"
+            )
+        patch_type = _PATCH_TYPES.get(content_type)
+        if patch_type is None:
+            supported = ", ".join(_PATCH_TYPES)
+            raise UnsupportedMediaType(
+                f"the body of the request was in an unknown format - accepted media types "
+                f"include: {supported}"
+            )
+        patch = self.router.json_body()
+        if patch_type is PatchType.JSON:
+            if not isinstance(patch, list):
+                raise BadRequest("a JSON patch must be a list of operations")
+        elif not isinstance(patch, dict):
+            raise BadRequest("a merge patch must be a JSON object")
+        assert self.name is not None
+        patched = self.api.patch(
+            self.resource,
+            self.name,
+            patch,
+            self.namespace,
+            patch_type=patch_type,
+            subresource=self.subresource,
+        )
+        return Reply(200, patched)
+
+    def _delete_options(self) -> tuple[Preconditions | None, PropagationPolicy | None, int | None]:
+        options = self.router.json_body() or {}
+        if not isinstance(options, dict):
+            raise BadRequest("DeleteOptions must be a JSON object")
+        policy_text = self.query.get("propagationPolicy") or options.get("propagationPolicy")
+        if not policy_text and options.get("orphanDependents") is True:
+            policy_text = "Orphan"
+        policy: PropagationPolicy | None = None
+        if policy_text:
+            try:
+                policy = PropagationPolicy(policy_text)
+            except ValueError:
+                raise BadRequest(f"unknown propagationPolicy {policy_text!r}") from None
+        grace_text = self.query.get("gracePeriodSeconds")
+        grace = options.get("gracePeriodSeconds")
+        if grace_text:
+            grace = _int_param("gracePeriodSeconds", grace_text)
+        wanted = options.get("preconditions") or {}
+        preconditions = None
+        if wanted.get("uid") or wanted.get("resourceVersion"):
+            preconditions = Preconditions(
+                uid=wanted.get("uid"), resource_version=wanted.get("resourceVersion")
+            )
+        return preconditions, policy, int(grace) if grace is not None else None
+
+    def _delete(self) -> Reply:
+        preconditions, policy, grace = self._delete_options()
+        assert self.name is not None
+        deleted = self.api.delete(
+            self.resource,
+            self.name,
+            self.namespace,
+            preconditions=preconditions,
+            propagation_policy=policy,
+            grace_period_seconds=grace,
+        )
+        # 202: accepted but still present (finalizers or foreground deletion pending).
+        pending = bool(deleted.get("metadata", {}).get("finalizers"))
+        return Reply(202 if pending else 200, deleted)
+
+    def _delete_collection(self) -> Reply:
+        _preconditions, policy, grace = self._delete_options()
+        result = self.api.list(self.resource, self.namespace, **self._list_kwargs())
+        deleted = []
+        for item in result.items:
+            metadata = item.get("metadata", {})
+            with contextlib.suppress(NotFound):  # gone meanwhile: nothing left to delete
+                deleted.append(
+                    self.api.delete(
+                        self.resource,
+                        metadata["name"],
+                        metadata.get("namespace"),
+                        propagation_policy=policy,
+                        grace_period_seconds=grace,
+                    )
+                )
+        return Reply(
+            200,
+            {
+                "kind": self.definition.list_kind,
+                "apiVersion": self.resource.api_version,
+                "metadata": {"resourceVersion": result.resource_version},
+                "items": deleted,
+            },
+        )
+
+    def _evict(self) -> Reply:
+        eviction = self.router.json_body() or {}
+        if not isinstance(eviction, dict):
+            raise BadRequest("the Eviction must be a JSON object")
+        name = eviction.get("metadata", {}).get("name")
+        if name and name != self.name:
+            raise BadRequest(f"the eviction is for {name} but was posted to {self.name}")
+        grace = (eviction.get("deleteOptions") or {}).get("gracePeriodSeconds")
+        assert self.name is not None
+        if self.namespace is None:
+            raise BadRequest("evictions are namespaced")
+        self.api.evict(
+            self.name,
+            self.namespace,
+            grace_period_seconds=int(grace) if grace is not None else None,
+        )
+        return Reply(
+            201,
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "code": 201,
+            },
+        )
+
+
+def _int_param(name: str, text: str | None) -> int:
+    try:
+        return int(text or "")
+    except ValueError:
+        raise BadRequest(f"{name} must be an integer, not {text!r}") from None

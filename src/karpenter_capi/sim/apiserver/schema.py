@@ -1,0 +1,262 @@
+"""Structural OpenAPI schemas of CRDs: pruning, defaulting and validation of custom resources.
+
+kube-apiserver does three things with a CRD's ``openAPIV3Schema`` on every write of a custom
+resource: it drops fields the schema does not know (pruning), fills in declared ``default``s,
+and rejects values that break the schema with 422. The project's CRDs are generated from its
+models and rely on the server for Karpenter's defaults (``consolidateAfter``, disruption
+budgets...), and a controller writing a misspelled field must see it vanish as it would on a
+real cluster, so the same rules apply here. CEL rules (``x-kubernetes-validations``) and
+``format`` are not evaluated, and the storage version's schema applies to every served version
+(objects are stored once; versions differ only in name here).
+
+Every function returns new containers and never mutates its input: stored objects are shared
+with watch events and list snapshots.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from karpenter_capi.sim.apiserver.messages import FieldError, invalid_value, required
+from karpenter_capi.sim.apiserver.objects import copy_json
+
+JsonObject = dict[str, Any]
+_ROOT_FIELDS = ("apiVersion", "kind", "metadata")
+
+
+# ---------------------------------------------------------------------- pruning + defaulting
+
+
+def _normalize(value: Any, schema: JsonObject) -> Any:
+    if isinstance(value, dict):
+        properties = schema.get("properties")
+        additional = schema.get("additionalProperties")
+        keep_unknown = bool(schema.get("x-kubernetes-preserve-unknown-fields"))
+        if properties is None and not isinstance(additional, dict) and keep_unknown:
+            return value
+        result: JsonObject = {}
+        for key, item in value.items():
+            if properties is not None and key in properties:
+                child = properties[key]
+                if item is None and not child.get("nullable"):
+                    continue  # a null for a non-nullable field is dropped (then defaulted)
+                result[key] = _normalize(item, child)
+            elif isinstance(additional, dict):
+                result[key] = _normalize(item, additional)
+            elif additional is True or keep_unknown:
+                result[key] = item
+        for key, child in (properties or {}).items():
+            if key not in result and "default" in child:
+                result[key] = _normalize(copy_json(child["default"]), child)
+        return result
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [_normalize(item, schema["items"]) for item in value]
+    return value
+
+
+def prune_and_default(obj: JsonObject, schema: JsonObject | None) -> JsonObject:
+    """``obj`` as the API server would store it: unknown fields dropped, defaults applied."""
+    if not schema:
+        return obj
+    body = {k: v for k, v in obj.items() if k not in _ROOT_FIELDS}
+    normalized = _normalize(body, {**schema, "properties": _without_root(schema)})
+    return {**{k: obj[k] for k in _ROOT_FIELDS if k in obj}, **normalized}
+
+
+def _without_root(schema: JsonObject) -> JsonObject:
+    properties: JsonObject = schema.get("properties") or {}
+    return {k: v for k, v in properties.items() if k not in _ROOT_FIELDS}
+
+
+# --------------------------------------------------------------------------------- validation
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _has_type(value: Any, schema: JsonObject) -> bool:
+    if schema.get("x-kubernetes-int-or-string"):
+        return _type_name(value) in ("integer", "string")
+    expected = schema.get("type")
+    if expected is None:
+        return True
+    actual = _type_name(value)
+    return actual == expected or (expected == "number" and actual == "integer")
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+class _Validator:
+    def __init__(self) -> None:
+        self.errors: list[FieldError] = []
+
+    def fail(self, field: str, reason: str, detail: str) -> None:
+        self.errors.append(FieldError(field, reason, detail))
+
+    def check(self, value: Any, schema: JsonObject, path: str) -> None:
+        if value is None and schema.get("nullable"):
+            return
+        if not _has_type(value, schema):
+            expected = (
+                "integer or string" if schema.get("x-kubernetes-int-or-string") else schema["type"]
+            )
+            actual = _type_name(value)
+            self.fail(
+                path,
+                "FieldValueTypeInvalid",
+                f'Invalid value: "{actual}": {path} in body must be of type {expected}: "{actual}"',
+            )
+            return
+        self._scalar_rules(value, schema, path)
+        for keyword in ("anyOf", "oneOf"):
+            branches = schema.get(keyword)
+            if branches and not any(_matches(value, branch, path) for branch in branches):
+                self.errors.append(
+                    invalid_value(
+                        path, _shown(value), f"must validate at least one schema ({keyword})"
+                    )
+                )
+        for branch in schema.get("allOf") or []:
+            self.check(value, branch, path)
+        if isinstance(value, dict):
+            self._object_rules(value, schema, path)
+        elif isinstance(value, list):
+            self._array_rules(value, schema, path)
+
+    def _scalar_rules(self, value: Any, schema: JsonObject, path: str) -> None:
+        enum = schema.get("enum")
+        if enum is not None and value not in enum:
+            supported = ", ".join(f'"{v}"' if isinstance(v, str) else str(v) for v in enum)
+            self.fail(
+                path,
+                "FieldValueNotSupported",
+                f"Unsupported value: {_shown(value)}: supported values: {supported}",
+            )
+        if isinstance(value, str):
+            pattern = schema.get("pattern")
+            if pattern is not None and not re.search(pattern, value):
+                self.errors.append(
+                    invalid_value(path, value, f"{path} in body should match '{pattern}'")
+                )
+            if "maxLength" in schema and len(value) > schema["maxLength"]:
+                self.fail(
+                    path,
+                    "FieldValueTooLong",
+                    f"Too long: may not be longer than {schema['maxLength']}",
+                )
+            if "minLength" in schema and len(value) < schema["minLength"]:
+                self.errors.append(
+                    invalid_value(
+                        path,
+                        value,
+                        f"{path} in body should be at least {schema['minLength']} chars long",
+                    )
+                )
+        if _type_name(value) in ("integer", "number"):
+            if "minimum" in schema and value < schema["minimum"]:
+                self.errors.append(
+                    invalid_value(
+                        path,
+                        value,
+                        f"{path} in body should be greater than or equal to {schema['minimum']}",
+                    )
+                )
+            if "maximum" in schema and value > schema["maximum"]:
+                self.errors.append(
+                    invalid_value(
+                        path,
+                        value,
+                        f"{path} in body should be less than or equal to {schema['maximum']}",
+                    )
+                )
+
+    def _object_rules(self, value: JsonObject, schema: JsonObject, path: str) -> None:
+        for key in schema.get("required") or []:
+            if key not in value:
+                self.errors.append(required(_join(path, key), ""))
+        if "maxProperties" in schema and len(value) > schema["maxProperties"]:
+            self.fail(
+                path,
+                "FieldValueTooMany",
+                f"Too many: {len(value)}: must have at most {schema['maxProperties']} items",
+            )
+        properties = schema.get("properties") or {}
+        additional = schema.get("additionalProperties")
+        for key, item in value.items():
+            if key in properties:
+                self.check(item, properties[key], _join(path, key))
+            elif isinstance(additional, dict):
+                self.check(item, additional, _join(path, key))
+
+    def _array_rules(self, value: list[Any], schema: JsonObject, path: str) -> None:
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            self.fail(
+                path,
+                "FieldValueTooMany",
+                f"Too many: {len(value)}: must have at most {schema['maxItems']} items",
+            )
+        if "minItems" in schema and len(value) < schema["minItems"]:
+            self.errors.append(
+                invalid_value(
+                    path,
+                    len(value),
+                    f"{path} in body should have at least {schema['minItems']} items",
+                )
+            )
+        items = schema.get("items")
+        if isinstance(items, dict):
+            for index, item in enumerate(value):
+                self.check(item, items, f"{path}[{index}]")
+        list_type = schema.get("x-kubernetes-list-type")
+        if list_type in ("set", "map"):
+            keys = schema.get("x-kubernetes-list-map-keys") or []
+            seen: list[Any] = []
+            for index, item in enumerate(value):
+                identity = (
+                    [item.get(k) for k in keys]
+                    if list_type == "map" and isinstance(item, dict)
+                    else item
+                )
+                if identity in seen:
+                    self.fail(
+                        f"{path}[{index}]",
+                        "FieldValueDuplicate",
+                        f"Duplicate value: {_shown(identity)}",
+                    )
+                seen.append(identity)
+
+
+def _shown(value: Any) -> str:
+    return f'"{value}"' if isinstance(value, str) else str(value)
+
+
+def _matches(value: Any, schema: JsonObject, path: str) -> bool:
+    probe = _Validator()
+    probe.check(value, schema, path)
+    return not probe.errors
+
+
+def validate(obj: JsonObject, schema: JsonObject | None) -> list[FieldError]:
+    """Schema violations of a custom resource (``metadata`` is validated elsewhere)."""
+    if not schema:
+        return []
+    validator = _Validator()
+    body = {k: v for k, v in obj.items() if k not in _ROOT_FIELDS}
+    root = {**schema, "properties": _without_root(schema)}
+    root["required"] = [k for k in schema.get("required") or [] if k not in _ROOT_FIELDS]
+    validator.check(body, root, "")
+    return validator.errors

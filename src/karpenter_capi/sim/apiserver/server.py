@@ -1,0 +1,549 @@
+"""``InMemoryAPIServer``: a stateful Kubernetes API in process, implementing ``KubeClient``.
+
+Tests and the simulator need a Kubernetes API that behaves like the real one (resourceVersion,
+conflicts, watch replay and 410, selectors, patches, subresources, finalizers, cascades,
+evictions under PDBs) without a cluster. This class is that API: it implements the
+``KubeClient`` protocol directly, so controller code runs against it unchanged, and the HTTP
+front (``sim.apiserver.http``) serves the same object to the official client and kubectl.
+
+Every public method takes the one server lock, so the HTTP front may call it from many threads;
+every object returned is a private copy, so callers can never alias stored state.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import builtins
+import json
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable
+from typing import Any
+
+from karpenter_capi.core.clock import Clock
+from karpenter_capi.core.kube.client import (
+    ListResult,
+    PatchType,
+    Preconditions,
+    PropagationPolicy,
+    WatchEvent,
+    WatchStream,
+)
+from karpenter_capi.core.kube.errors import (
+    BadRequest,
+    NotFound,
+    Timeout,
+    UnsupportedMediaType,
+)
+from karpenter_capi.core.kube.resources import NAMESPACES, Resource
+from karpenter_capi.core.kube.selectors import selector_to_string
+from karpenter_capi.sim.apiserver import manifests, messages
+from karpenter_capi.sim.apiserver.builtin import BUILTIN_DEFINITIONS, INITIAL_NAMESPACES
+from karpenter_capi.sim.apiserver.capi_crds import cluster_api_crds
+from karpenter_capi.sim.apiserver.controllers import Controllers
+from karpenter_capi.sim.apiserver.definitions import ResourceDefinition, version_priority
+from karpenter_capi.sim.apiserver.eviction import check_eviction
+from karpenter_capi.sim.apiserver.faults import FaultInjector
+from karpenter_capi.sim.apiserver.objects import copy_object, get_path, set_path
+from karpenter_capi.sim.apiserver.patch import json_patch, merge_patch
+from karpenter_capi.sim.apiserver.selectors import (
+    object_filter,
+    parse_field_selector,
+    parse_label_selector,
+)
+from karpenter_capi.sim.apiserver.store import Table
+from karpenter_capi.sim.apiserver.strategic import strategic_merge_patch
+from karpenter_capi.sim.apiserver.watch import InMemoryWatch, WatchFilter, present_copy
+
+JsonObject = dict[str, Any]
+
+# kube-apiserver's NamespaceLifecycle admission refuses to delete these.
+_UNDELETABLE = frozenset({"default", "kube-system", "kube-public"})
+
+
+def _encode_continue(rv: int, start: str) -> str:
+    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": start}).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def _decode_continue(token: str) -> tuple[int, str]:
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return int(decoded["rv"]), str(decoded["start"])
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        raise BadRequest(f"continue key is not valid: {token!r}") from None
+
+
+class InMemoryAPIServer(Controllers):
+    """A Kubernetes API server in memory. See the module docstring."""
+
+    def __init__(
+        self,
+        clock: Clock | None = None,
+        watch_history: int = 50_000,
+        *,
+        random_seed: int | None = None,
+    ) -> None:
+        """``random_seed`` makes generated names and uids reproducible (simulations)."""
+        super().__init__(clock, watch_history, random_seed)
+        self.faults = FaultInjector(self._hub.drop_all, self.compact)
+        # Idle watches that allow bookmarks get one this often (real time, like kube's ~1/min).
+        self.bookmark_interval_seconds: float | None = 60.0
+        for definition in BUILTIN_DEFINITIONS:
+            self._serve(definition)
+        for name in INITIAL_NAMESPACES:
+            self.create(NAMESPACES, {"metadata": {"name": name}})
+
+    # -------------------------------------------------------------------------- registry
+
+    def definitions(self) -> builtins.list[ResourceDefinition]:
+        """Every served resource (built-in and custom), sorted by group then plural."""
+        with self._lock:
+            return sorted(self._served.values(), key=lambda d: (d.group, d.plural))
+
+    def definition(self, group: str, version: str, plural: str) -> ResourceDefinition:
+        """The served resource ``plural`` in ``group/version``; NotFound if it is not served."""
+        with self._lock:
+            found = self._served.get((group, plural))
+        if found is None or version not in found.versions:
+            gv = f"{group}/{version}" if group else version
+            raise NotFound(f"the server could not find the requested resource ({plural} in {gv})")
+        return found
+
+    def resource(self, group: str, version: str, plural: str) -> Resource:
+        return self.definition(group, version, plural).resource(version)
+
+    def served_versions(self, group: str) -> builtins.list[str]:
+        with self._lock:
+            versions = {v for d in self._served.values() if d.group == group for v in d.versions}
+        return sorted(versions, key=version_priority)
+
+    def apply_manifests(self, docs: Iterable[JsonObject | None]) -> builtins.list[JsonObject]:
+        """Create or replace each object (CRDs first, then namespaces); returns what is stored.
+
+        Like ``seed``, a ``status`` in a document is kept, so scenario files can describe
+        nodes and machines as they are, not only as they were created.
+        """
+        return manifests.apply_manifests(self, docs)
+
+    def register_cluster_api(self) -> builtins.list[JsonObject]:
+        """Serve the Cluster API core and infrastructure kinds, by creating their CRDs."""
+        return manifests.apply_manifests(self, cluster_api_crds())
+
+    # ------------------------------------------------------------------------ watch control
+
+    def send_bookmarks(self) -> None:
+        """Make every open watch that allows bookmarks emit one at the current version."""
+        self._hub.request_bookmarks()
+
+    def set_watch_history(self, events: int) -> None:
+        """Retain this many events per resource (older resourceVersions become 410)."""
+        with self._lock:
+            self._store.set_watch_history(events)
+
+    def compact(self) -> None:
+        """Drop all retained watch history, as an etcd compaction does."""
+        with self._lock:
+            self._store.compact()
+
+    @property
+    def resource_version(self) -> str:
+        """The latest resourceVersion the server has handed out."""
+        with self._lock:
+            return str(self._store.rv)
+
+    # -------------------------------------------------------------------------------- reads
+
+    def _check_fault(
+        self,
+        verb: str,
+        definition: ResourceDefinition,
+        name: str | None = None,
+        subresource: str | None = None,
+    ) -> None:
+        self.faults.check(verb, definition.plural, definition.group_resource, name, subresource)
+
+    def _present(self, obj: JsonObject, resource: Resource) -> JsonObject:
+        copied = copy_object(obj)
+        copied["apiVersion"] = resource.api_version
+        return copied
+
+    def get(
+        self,
+        resource: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+    ) -> JsonObject:
+        definition, table = self._resolve(resource)
+        self._check_subresource(definition, subresource)
+        self._check_fault("get", definition, name, subresource)
+        with self._lock:
+            stored = self._get_stored(definition, table, name, namespace)
+            if subresource == "scale":
+                return self._scale_of(definition, stored)
+            return self._present(stored, resource)
+
+    def list(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+        resource_version: str | None = None,
+    ) -> ListResult:
+        definition, table = self._resolve(resource)
+        self._check_fault("list", definition)
+        predicate = object_filter(
+            parse_label_selector(label_selector), parse_field_selector(field_selector, definition)
+        )
+        scope = namespace if definition.namespaced else None
+        with self._lock:
+            self._check_not_too_new(resource_version)
+            if continue_token:
+                snapshot_rv, start = _decode_continue(continue_token)
+                objects, keys = table.snapshot_at(snapshot_rv)
+            else:
+                snapshot_rv, start = self._store.rv, ""
+                objects, keys = table.objects, table.sorted_keys()
+            low, high = 0, len(keys)
+            if scope:
+                low, high = bisect_left(keys, f"{scope}/"), bisect_left(keys, f"{scope}0")
+            if start:
+                low = max(low, bisect_right(keys, start))
+            matched: builtins.list[JsonObject] = []
+            index = low
+            last_key = ""
+            while index < high:
+                key = keys[index]
+                index += 1
+                obj = objects[key]
+                if predicate is None or predicate(obj):
+                    matched.append(obj)
+                    last_key = key
+                    if limit and len(matched) >= limit:
+                        break
+        # Stored objects are never mutated, so copying them needs no lock.
+        more = bool(limit) and index < high
+        return ListResult(
+            items=[self._present(obj, resource) for obj in matched],
+            resource_version=str(snapshot_rv),
+            continue_token=_encode_continue(snapshot_rv, last_key) if more else None,
+            remaining_item_count=(high - index) if more and predicate is None else None,
+        )
+
+    def _check_not_too_new(self, resource_version: str | None) -> None:
+        if not resource_version or resource_version == "0":
+            return
+        try:
+            requested = int(resource_version)
+        except ValueError:
+            raise BadRequest(f"invalid resource version: {resource_version}") from None
+        if requested > self._store.rv:
+            raise Timeout(
+                f"Too large resource version: {requested}, current: {self._store.rv}",
+                details={"causes": [{"reason": "ResourceVersionTooLarge"}]},
+                retry_after_seconds=1,
+            )
+
+    def watch(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        resource_version: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        allow_bookmarks: bool = False,
+        timeout_seconds: float | None = None,
+    ) -> WatchStream:
+        """Watch changes after ``resource_version``.
+
+        ``None``, ``""`` and ``"0"`` all start with a synthetic ADDED per current object (kube
+        may serve ``"0"`` from its cache; here the cache is always current). An expired version
+        yields one ERROR event carrying the 410 Status, then the stream ends.
+        ``timeout_seconds=0`` delivers what is already there and ends without blocking (see
+        ``InMemoryWatch``), which is how the stepped simulation polls.
+        """
+        definition, table = self._resolve(resource)
+        self._check_fault("watch", definition)
+        predicate = object_filter(
+            parse_label_selector(label_selector), parse_field_selector(field_selector, definition)
+        )
+        scope = namespace if definition.namespaced else None
+        present = present_copy(resource.api_version)
+        with self._lock:
+            initial: builtins.list[WatchEvent] = []
+            if resource_version in (None, "", "0"):
+                position = self._store.rv
+                for key in table.sorted_keys():
+                    obj = table.objects[key]
+                    if scope and obj["metadata"].get("namespace") != scope:
+                        continue
+                    if predicate is None or predicate(obj):
+                        initial.append(WatchEvent("ADDED", present(obj)))
+            else:
+                try:
+                    position = int(str(resource_version))
+                except ValueError:
+                    raise BadRequest(f"invalid resource version: {resource_version}") from None
+
+            def bookmark() -> JsonObject:
+                return {"kind": definition.kind, "apiVersion": resource.api_version}
+
+            return InMemoryWatch(
+                self._hub,
+                table.log,
+                position=position,
+                initial=initial,
+                selection=WatchFilter(scope, predicate),
+                present=present,
+                bookmark=bookmark if allow_bookmarks else None,
+                current_rv=lambda: self._store.rv,
+                timeout_seconds=timeout_seconds,
+                bookmark_interval=self.bookmark_interval_seconds,
+            )
+
+    # ------------------------------------------------------------------------------- writes
+
+    def create(
+        self,
+        resource: Resource,
+        obj: JsonObject,
+        namespace: str | None = None,
+    ) -> JsonObject:
+        definition, table = self._resolve(resource)
+        self._check_fault("create", definition, (obj.get("metadata") or {}).get("name"))
+        body = self._private_copy(obj)
+        with self._lock:
+            stored = self._create_object(definition, table, body, namespace, resource.version)
+            return self._present(stored, resource)
+
+    def seed(self, resource: Resource, obj: JsonObject, namespace: str | None = None) -> JsonObject:
+        """Create keeping the ``status`` the caller wrote (a fixture shortcut; no API does this)."""
+        definition, table = self._resolve(resource)
+        body = self._private_copy(obj)
+        with self._lock:
+            stored = self._create_object(
+                definition, table, body, namespace, resource.version, keep_status=True
+            )
+            return self._present(stored, resource)
+
+    def update(
+        self,
+        resource: Resource,
+        obj: JsonObject,
+        *,
+        subresource: str | None = None,
+    ) -> JsonObject:
+        definition, table = self._resolve(resource)
+        self._check_subresource(definition, subresource)
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name") or "")
+        self._check_fault("update", definition, name, subresource)
+        body = self._private_copy(obj)
+        with self._lock:
+            stored = self._get_stored(definition, table, name, meta.get("namespace"))
+            if subresource == "scale":
+                return self._write_scale(definition, table, stored, body)
+            if subresource is None:
+                self._check_type(definition, body, resource.version)
+            written = self._update_object(
+                table,
+                stored,
+                body,
+                subresource=subresource,
+                precondition=str(meta.get("resourceVersion") or "") or None,
+                require_version=definition.custom,
+            )
+            return self._present(written, resource)
+
+    def patch(
+        self,
+        resource: Resource,
+        name: str,
+        patch: JsonObject | builtins.list[JsonObject],
+        namespace: str | None = None,
+        *,
+        patch_type: PatchType = PatchType.MERGE,
+        subresource: str | None = None,
+    ) -> JsonObject:
+        definition, table = self._resolve(resource)
+        self._check_subresource(definition, subresource)
+        self._check_fault("patch", definition, name, subresource)
+        if patch_type == PatchType.STRATEGIC and definition.custom:
+            raise UnsupportedMediaType(
+                "the body of the request was in an unknown format - accepted media types "
+                "include: application/json-patch+json, application/merge-patch+json, "
+                "application/apply-patch+yaml"
+            )
+        with self._lock:
+            stored = self._get_stored(definition, table, name, namespace)
+            if subresource == "scale":
+                patched_scale = self._apply_patch(
+                    self._scale_of(definition, stored), patch, patch_type, "Scale"
+                )
+                return self._write_scale(definition, table, stored, patched_scale)
+            patched = self._apply_patch(
+                self._present(stored, resource), patch, patch_type, definition.kind
+            )
+            patched_meta = patched.get("metadata") or {}
+            if patched_meta.get("name") != name:
+                raise BadRequest(
+                    f"the name of the object ({patched_meta.get('name')}) does not match the "
+                    f"name on the URL ({name})"
+                )
+            written = self._update_object(
+                table,
+                stored,
+                patched,
+                subresource=subresource,
+                precondition=str(patched_meta.get("resourceVersion") or "") or None,
+                require_version=False,
+            )
+            return self._present(written, resource)
+
+    @staticmethod
+    def _apply_patch(
+        base: JsonObject,
+        patch: JsonObject | builtins.list[JsonObject],
+        patch_type: PatchType,
+        kind: str,
+    ) -> JsonObject:
+        if patch_type == PatchType.JSON:
+            result = json_patch(base, patch)
+        elif isinstance(patch, dict):
+            if patch_type == PatchType.STRATEGIC:
+                result = strategic_merge_patch(base, patch, kind)
+            else:
+                result = merge_patch(base, patch)
+        else:
+            raise BadRequest(f"a {patch_type.value} patch must be a JSON object")
+        if not isinstance(result, dict):
+            raise BadRequest("the patched document is not a JSON object")
+        return result
+
+    def delete(
+        self,
+        resource: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        preconditions: Preconditions | None = None,
+        propagation_policy: PropagationPolicy | None = None,
+        grace_period_seconds: int | None = None,
+    ) -> JsonObject:
+        definition, table = self._resolve(resource)
+        self._check_fault("delete", definition, name)
+        if definition.group == "" and definition.plural == "namespaces" and name in _UNDELETABLE:
+            raise messages.forbidden(definition, name, "this namespace may not be deleted")
+        with self._lock:
+            stored = self._get_stored(definition, table, name, namespace)
+            self._check_preconditions(definition, stored, preconditions)
+            policy = propagation_policy or PropagationPolicy.BACKGROUND
+            result = self._delete_object(table, stored, policy, grace_period_seconds)
+            return self._present(result, resource)
+
+    def _check_preconditions(
+        self,
+        definition: ResourceDefinition,
+        stored: JsonObject,
+        preconditions: Preconditions | None,
+    ) -> None:
+        if preconditions is None:
+            return
+        meta = stored["metadata"]
+        name = str(meta["name"])
+        if preconditions.uid and preconditions.uid != meta.get("uid"):
+            raise messages.conflict(
+                definition,
+                name,
+                f"Precondition failed: UID in precondition: {preconditions.uid}, UID in object "
+                f"meta: {meta.get('uid')}",
+            )
+        version = preconditions.resource_version
+        if version and version != meta.get("resourceVersion"):
+            raise messages.conflict(
+                definition,
+                name,
+                f"Precondition failed: ResourceVersion in precondition: {version}, "
+                f"ResourceVersion in object meta: {meta.get('resourceVersion')}",
+            )
+
+    def evict(self, name: str, namespace: str, *, grace_period_seconds: int | None = None) -> None:
+        """The Eviction API: delete the pod unless its PodDisruptionBudget forbids it (429)."""
+        pods = self._served[("", "pods")]
+        self._check_fault("evict", pods, name, "eviction")
+        self.faults.check("create", pods.plural, pods.group_resource, name, "eviction")
+        with self._lock:
+            table = self._store.tables["pods"]
+            stored = self._get_stored(pods, table, name, namespace)
+            check_eviction(stored, self.budgets_in(namespace))
+            self._delete_object(table, stored, PropagationPolicy.BACKGROUND, grace_period_seconds)
+
+    # ------------------------------------------------------------------------- subresources
+
+    @staticmethod
+    def _check_subresource(definition: ResourceDefinition, subresource: str | None) -> None:
+        if subresource is None:
+            return
+        if subresource not in definition.subresources or subresource == "eviction":
+            raise NotFound(
+                f"the server could not find the requested resource "
+                f"({definition.plural}/{subresource})"
+            )
+
+    def _scale_of(self, definition: ResourceDefinition, stored: JsonObject) -> JsonObject:
+        meta = stored["metadata"]
+        scale_meta = {
+            key: meta[key]
+            for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+            if key in meta
+        }
+        status: JsonObject = {"replicas": int(get_path(stored, definition.scale_status_path) or 0)}
+        if definition.scale_selector_path:
+            selector = get_path(stored, definition.scale_selector_path)
+            if isinstance(selector, dict):
+                selector = selector_to_string(selector)
+            if selector:
+                status["selector"] = selector
+        return {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": scale_meta,
+            "spec": {"replicas": int(get_path(stored, definition.scale_spec_path) or 0)},
+            "status": status,
+        }
+
+    def _write_scale(
+        self, definition: ResourceDefinition, table: Table, stored: JsonObject, scale: JsonObject
+    ) -> JsonObject:
+        name = str(stored["metadata"]["name"])
+        replicas = (scale.get("spec") or {}).get("replicas")
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise messages.invalid(
+                definition,
+                name,
+                [
+                    messages.invalid_value(
+                        "spec.replicas", replicas, "must be greater than or equal to 0"
+                    )
+                ],
+                kind="Scale.autoscaling",
+            )
+        meta = scale.get("metadata") or {}
+        new = copy_object(stored)
+        set_path(new, definition.scale_spec_path, replicas)
+        written = self._update_object(
+            table,
+            stored,
+            new,
+            subresource=None,
+            precondition=str(meta.get("resourceVersion") or "") or None,
+            require_version=False,
+        )
+        return self._scale_of(definition, written)

@@ -1,0 +1,105 @@
+"""The ``karpenter-capi`` command as a user runs it: output, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from karpenter_capi.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = main(list(argv), out=out)
+    return code, out.getvalue()
+
+
+def test_every_subcommand_has_help() -> None:
+    for command in ("run", "simulate", "apiserver", "manifests", "plugins", "instance-types"):
+        result = subprocess.run(
+            [sys.executable, "-m", "karpenter_capi.cli", command, "--help"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        assert "usage: karpenter-capi" in result.stdout
+
+
+def test_manifests_prints_the_crds_deploy_holds() -> None:
+    code, text = _run("manifests", "--crds")
+    assert code == 0
+    names = [doc["metadata"]["name"] for doc in yaml.safe_load_all(text)]
+    assert set(names) == {
+        "nodepools.karpenter.sh",
+        "nodeclaims.karpenter.sh",
+        "clusterapinodeclasses.karpenter.cluster.x-k8s.io",
+    }
+    on_disk = sorted(p.name for p in (ROOT / "deploy" / "crds").glob("*.yaml"))
+    assert len(on_disk) == len(names)
+
+
+def test_plugins_lists_the_builtin_ones_with_distribution() -> None:
+    code, text = _run("plugins", "--plugins", "generic_capi", "--json")
+    assert code == 0
+    rows = {row["name"]: row for row in json.loads(text)}
+    assert rows["generic_capi"]["enabled"] is True
+    assert rows["generic_capi"]["distribution"] == "karpenter-capi"
+    assert rows["capa"]["enabled"] is False
+
+
+def test_unknown_plugin_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _ = _run("simulate", "--demo", "--plugins", "nosuchplugin")
+    assert code == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("karpenter-capi simulate: error:")
+    assert "nosuchplugin" in err
+    assert "\n" not in err
+
+
+def test_missing_manifest_file_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _ = _run("instance-types", "-f", "/nonexistent/objs.yaml")
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "/nonexistent/objs.yaml" in err
+    assert "Traceback" not in err
+
+
+def test_simulate_demo_launches_cheapest_nodes_and_is_idempotent() -> None:
+    code, text = _run("simulate", "--demo", "--json")
+    assert code == 0
+    report = json.loads(text)
+    first, second = report["passes"]
+    launched = first["launched"]
+    pods = {pod for decision in launched for pod in decision["pods"]}
+    # Every pod that some offering can hold is covered; the 64-CPU pod is reported, not launched.
+    assert "default/too-big" in first["unschedulable"]
+    assert "default/trainer" in pods and "default/arm-only" in pods
+    assert len(pods) == first["pending"] - len(first["unschedulable"])
+    by_pod = {pod: d for d in launched for pod in d["pods"]}
+    assert by_pod["default/trainer"]["instanceType"] == "g5.xlarge"
+    assert by_pod["default/arm-only"]["instanceType"] == "m6g.xlarge"
+    # The second pass finds every pod covered by a NodeClaim already launching.
+    assert second["launched"] == []
+    assert second["inFlightPods"] == len(pods)
+    assert len(report["nodeClaims"]) == len(launched)
+
+
+def test_instance_types_from_manifests(tmp_path: Path) -> None:
+    scenario = ROOT / "src" / "karpenter_capi" / "sim" / "scenarios" / "demo.yaml"
+    code, text = _run("instance-types", "-f", str(scenario), "--json")
+    assert code == 0
+    (inventory,) = json.loads(text)
+    types = {it["name"]: it for it in inventory["instanceTypes"]}
+    assert set(types) == {"m5.large", "m5.2xlarge", "m6g.xlarge", "g5.xlarge"}
+    zones = sorted(o["zone"] for o in types["m5.large"]["offerings"])
+    assert zones == ["zone-a", "zone-b"]
+    assert types["g5.xlarge"]["taints"] == ["nvidia.com/gpu=present:NoSchedule"]
