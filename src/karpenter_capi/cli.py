@@ -54,7 +54,8 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
-        "--log-level", default=os.environ.get("KARPENTER_CAPI_LOG_LEVEL", "WARNING"),
+        "--log-level",
+        default=os.environ.get("KARPENTER_CAPI_LOG_LEVEL", "WARNING"),
         help="logging level (default: $KARPENTER_CAPI_LOG_LEVEL or WARNING)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -83,7 +84,12 @@ def _build_parser() -> argparse.ArgumentParser:
     source = simulate.add_mutually_exclusive_group()
     source.add_argument("--demo", action="store_true", help="the built-in demo scenario")
     source.add_argument(
-        "-f", "--scenario", type=Path, action="append", default=[], metavar="MANIFEST.yaml",
+        "-f",
+        "--scenario",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="MANIFEST.yaml",
         help="scenario manifests (repeatable)",
     )
     _add_plugin_argument(simulate)
@@ -97,14 +103,21 @@ def _build_parser() -> argparse.ArgumentParser:
         "resources registered, until interrupted.",
     )
     apiserver.add_argument(
-        "--listen", default="127.0.0.1:0", metavar="HOST:PORT",
+        "--listen",
+        default="127.0.0.1:0",
+        metavar="HOST:PORT",
         help="address to listen on; port 0 picks a free port (default 127.0.0.1:0)",
     )
     apiserver.add_argument(
         "--kubeconfig-out", type=Path, metavar="FILE", help="write a kubeconfig for it here"
     )
     apiserver.add_argument(
-        "-f", "--filename", type=Path, action="append", default=[], metavar="MANIFEST.yaml",
+        "-f",
+        "--filename",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="MANIFEST.yaml",
         help="manifests to preload (repeatable)",
     )
     apiserver.set_defaults(handler=_cmd_apiserver)
@@ -141,7 +154,12 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_plugin_argument(instance_types)
     instance_types.add_argument("--nodepool", help="NodePool name (default: every NodePool)")
     instance_types.add_argument(
-        "-f", "--filename", type=Path, action="append", default=[], metavar="MANIFEST.yaml",
+        "-f",
+        "--filename",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="MANIFEST.yaml",
         help="read objects from these manifests into an in-memory cluster instead of a cluster",
     )
     instance_types.add_argument("--json", action="store_true", help="print as JSON")
@@ -182,8 +200,17 @@ def _cmd_plugins(args: argparse.Namespace, out: TextIO) -> int:
     _print_table(
         out,
         ["NAME", "ENABLED", "DISTRIBUTION", "VERSION", "MODULE", "ERROR"],
-        [[str(r["name"]), "yes" if r["enabled"] else "no", str(r["distribution"] or "-"),
-          str(r["version"] or "-"), str(r["module"]), str(r["error"] or "")] for r in rows],
+        [
+            [
+                str(r["name"]),
+                "yes" if r["enabled"] else "no",
+                str(r["distribution"] or "-"),
+                str(r["version"] or "-"),
+                str(r["module"]),
+                str(r["error"] or ""),
+            ]
+            for r in rows
+        ],
     )
     return 0
 
@@ -227,14 +254,23 @@ def _cmd_instance_types(args: argparse.Namespace, out: TextIO) -> int:
         rows = []
         for it in inv.instance_types:
             for off in it.offerings:
-                rows.append([
-                    it.name, _fmt_resource(it, "cpu"), _fmt_resource(it, "memory"),
-                    _fmt_resource(it, "pods"), off.zone, off.capacity_type, f"{off.price:.4f}",
-                    "yes" if off.available else "no",
-                ])
+                rows.append(
+                    [
+                        it.name,
+                        _fmt_resource(it, "cpu"),
+                        _fmt_resource(it, "memory"),
+                        _fmt_resource(it, "pods"),
+                        off.zone,
+                        off.capacity_type,
+                        f"{off.price:.4f}",
+                        "yes" if off.available else "no",
+                    ]
+                )
         _print_table(
-            out, ["NAME", "CPU", "MEMORY", "PODS", "ZONE", "CAPACITY-TYPE", "PRICE", "AVAILABLE"],
-            rows, indent="  ",
+            out,
+            ["NAME", "CPU", "MEMORY", "PODS", "ZONE", "CAPACITY-TYPE", "PRICE", "AVAILABLE"],
+            rows,
+            indent="  ",
         )
     return 0
 

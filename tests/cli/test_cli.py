@@ -82,7 +82,8 @@ def test_simulate_demo_launches_cheapest_nodes_and_is_idempotent() -> None:
     pods = {pod for decision in launched for pod in decision["pods"]}
     # Every pod that some offering can hold is covered; the 64-CPU pod is reported, not launched.
     assert "default/too-big" in first["unschedulable"]
-    assert "default/trainer" in pods and "default/arm-only" in pods
+    assert "default/trainer" in pods
+    assert "default/arm-only" in pods
     assert len(pods) == first["pending"] - len(first["unschedulable"])
     by_pod = {pod: d for d in launched for pod in d["pods"]}
     assert by_pod["default/trainer"]["instanceType"] == "g5.xlarge"

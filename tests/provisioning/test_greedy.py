@@ -29,6 +29,7 @@ def _type(
     cpu: str,
     memory: str,
     price: float,
+    *,
     zone: str = "a",
     arch: str = "amd64",
     taints: tuple[Taint, ...] = (),

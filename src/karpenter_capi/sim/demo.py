@@ -14,7 +14,7 @@ simulator issue.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -23,8 +23,8 @@ from karpenter_capi.core.clock import FakeClock, format_timestamp
 from karpenter_capi.core.kube.resources import NODECLAIMS, NODES, PODS
 from karpenter_capi.core.plugins import PluginEnvironment, Plugins
 from karpenter_capi.core.provisioning.loop import (
-    ProvisioningReport,
     Provisioner,
+    ProvisioningReport,
     print_report,
 )
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
@@ -47,11 +47,18 @@ class ScenarioReport:
             print_report(report, out)
         out.write(f"\n{len(self.nodeclaims)} NodeClaims in the cluster:\n")
         for claim in self.nodeclaims:
-            requirement = next(
-                (r for r in claim["spec"]["requirements"]
-                 if r["key"] == "node.kubernetes.io/instance-type"), {"values": []})
-            out.write(f"  {claim['metadata']['name']}: instance types "
-                      f"{', '.join(requirement['values'])}\n")
+            requirement: Mapping[str, Any] = next(
+                (
+                    r
+                    for r in claim["spec"]["requirements"]
+                    if r["key"] == "node.kubernetes.io/instance-type"
+                ),
+                {"values": []},
+            )
+            out.write(
+                f"  {claim['metadata']['name']}: instance types "
+                f"{', '.join(requirement['values'])}\n"
+            )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -61,11 +68,17 @@ class ScenarioReport:
                     "pending": r.pending,
                     "inFlightPods": r.in_flight_pods,
                     "launched": [
-                        {"nodeClaim": d.nodeclaim, "nodePool": d.nodepool,
-                         "instanceType": d.instance_type, "zone": d.zone,
-                         "capacityType": d.capacity_type, "price": d.price,
-                         "pods": list(d.pods), "requests": dict(d.requests),
-                         "alternatives": list(d.alternatives)}
+                        {
+                            "nodeClaim": d.nodeclaim,
+                            "nodePool": d.nodepool,
+                            "instanceType": d.instance_type,
+                            "zone": d.zone,
+                            "capacityType": d.capacity_type,
+                            "price": d.price,
+                            "pods": list(d.pods),
+                            "requests": dict(d.requests),
+                            "alternatives": list(d.alternatives),
+                        }
                         for d in r.launched
                     ],
                     "unschedulable": r.unschedulable,
@@ -86,11 +99,26 @@ def mark_unschedulable(server: InMemoryAPIServer) -> int:
         if (pod.get("spec") or {}).get("nodeName"):
             continue
         meta = pod["metadata"]
-        server.patch(PODS, meta["name"], {"status": {"phase": "Pending", "conditions": [{
-            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-            "message": f"0/{node_count} nodes are available",
-            "lastTransitionTime": format_timestamp(server.clock.now()),
-        }]}}, meta["namespace"], subresource="status")
+        server.patch(
+            PODS,
+            meta["name"],
+            {
+                "status": {
+                    "phase": "Pending",
+                    "conditions": [
+                        {
+                            "type": "PodScheduled",
+                            "status": "False",
+                            "reason": "Unschedulable",
+                            "message": f"0/{node_count} nodes are available",
+                            "lastTransitionTime": format_timestamp(server.clock.now()),
+                        }
+                    ],
+                }
+            },
+            meta["namespace"],
+            subresource="status",
+        )
         marked += 1
     return marked
 
@@ -103,7 +131,9 @@ def run_scenario(
     server.apply_manifests(load_manifest_files(paths))
     mark_unschedulable(server)
     environment = PluginEnvironment(
-        workload=server, management=server, clock=clock,
+        workload=server,
+        management=server,
+        clock=clock,
         logger=logging.getLogger("karpenter_capi.plugins"),
     )
     plugins = Plugins.load(plugin_names, environment)

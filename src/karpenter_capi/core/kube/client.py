@@ -163,7 +163,10 @@ class KubeClient(Protocol):
         patch_type: PatchType = PatchType.MERGE,
         subresource: str | None = None,
     ) -> JsonObject:
-        """Patch an object. A ``metadata.resourceVersion`` inside a merge patch is a precondition."""
+        """Patch an object.
+
+        A ``metadata.resourceVersion`` inside a merge patch is a precondition.
+        """
         ...
 
     def delete(
@@ -176,7 +179,10 @@ class KubeClient(Protocol):
         propagation_policy: PropagationPolicy | None = None,
         grace_period_seconds: int | None = None,
     ) -> JsonObject:
-        """Delete an object. With finalizers it stays, with ``deletionTimestamp`` set, and is returned."""
+        """Delete an object.
+
+        With finalizers it stays, with ``deletionTimestamp`` set, and is returned.
+        """
         ...
 
     def evict(self, name: str, namespace: str, *, grace_period_seconds: int | None = None) -> None:

@@ -24,10 +24,12 @@ class Resource:
 
     @property
     def group_resource(self) -> str:
-        """``plural.group`` as kubectl and error messages spell it (``pods``, ``machines.cluster.x-k8s.io``)."""
+        """``plural.group`` as kubectl and errors spell it: ``machines.cluster.x-k8s.io``."""
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
-    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+    def path(
+        self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
+    ) -> str:
         """The REST path, e.g. ``/apis/apps/v1/namespaces/default/deployments/web/scale``."""
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
         if self.namespaced and namespace:
@@ -56,9 +58,13 @@ EVENTS = Resource("", "v1", "events", "Event", True)
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap", True)
 SECRETS = Resource("", "v1", "secrets", "Secret", True)
 SERVICES = Resource("", "v1", "services", "Service", True)
-PERSISTENT_VOLUME_CLAIMS = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True)
+PERSISTENT_VOLUME_CLAIMS = Resource(
+    "", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True
+)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
-POD_DISRUPTION_BUDGETS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True)
+POD_DISRUPTION_BUDGETS = Resource(
+    "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True
+)
 DAEMONSETS = Resource("apps", "v1", "daemonsets", "DaemonSet", True)
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment", True)
 REPLICASETS = Resource("apps", "v1", "replicasets", "ReplicaSet", True)
@@ -80,5 +86,7 @@ CLUSTER_API_NODE_CLASSES = Resource(
 CLUSTERS = Resource(CAPI_GROUP, "v1beta2", "clusters", "Cluster", True)
 MACHINES = Resource(CAPI_GROUP, "v1beta2", "machines", "Machine", True)
 MACHINE_SETS = Resource(CAPI_GROUP, "v1beta2", "machinesets", "MachineSet", True)
-MACHINE_DEPLOYMENTS = Resource(CAPI_GROUP, "v1beta2", "machinedeployments", "MachineDeployment", True)
+MACHINE_DEPLOYMENTS = Resource(
+    CAPI_GROUP, "v1beta2", "machinedeployments", "MachineDeployment", True
+)
 MACHINE_POOLS = Resource(CAPI_GROUP, "v1beta2", "machinepools", "MachinePool", True)

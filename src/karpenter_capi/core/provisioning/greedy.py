@@ -84,9 +84,9 @@ def _matches_requirement(labels: Mapping[str, str], requirement: Mapping[str, An
             have, want = int(value), int(values[0])
         except (ValueError, IndexError):
             return False
-        return {
-            "Gt": have > want, "Lt": have < want, "Gte": have >= want, "Lte": have <= want
-        }[str(operator)]
+        return {"Gt": have > want, "Lt": have < want, "Gte": have >= want, "Lte": have <= want}[
+            str(operator)
+        ]
     return False
 
 
@@ -108,7 +108,9 @@ def _pod_accepts_labels(pod: Mapping[str, Any], labels: Mapping[str, str]) -> st
     return None
 
 
-def node_labels(pool: PoolTemplate, instance_type: InstanceType, offering: Offering) -> dict[str, str]:
+def node_labels(
+    pool: PoolTemplate, instance_type: InstanceType, offering: Offering
+) -> dict[str, str]:
     """The labels a node of this instance type and offering will carry (single-valued only)."""
     labels = dict(pool.labels)
     for key, values in instance_type.requirements.items():
@@ -141,7 +143,9 @@ class GreedyPacker:
                     self._choices.append((instance_type, offering, labels))
         self._choices.sort(key=lambda c: (c[1].price, c[0].name, c[1].zone))
 
-    def _compatible(self, pod: Mapping[str, Any], choice: tuple[InstanceType, Offering, dict[str, str]]) -> str | None:
+    def _compatible(
+        self, pod: Mapping[str, Any], choice: tuple[InstanceType, Offering, dict[str, str]]
+    ) -> str | None:
         instance_type, _, labels = choice
         why = _pod_accepts_labels(pod, labels)
         if why:
@@ -168,7 +172,11 @@ class GreedyPacker:
             need = requests[id(pod)]
             placed = False
             for node in nodes:
-                choice = (node.instance_type, node.offering, node_labels(self._pool, node.instance_type, node.offering))
+                choice = (
+                    node.instance_type,
+                    node.offering,
+                    node_labels(self._pool, node.instance_type, node.offering),
+                )
                 if self._compatible(pod, choice) is None and node.requests.add(need).fits(
                     node.instance_type.allocatable
                 ):
@@ -236,4 +244,6 @@ def _summarise(reasons: Sequence[str]) -> str:
     counts: dict[str, int] = {}
     for reason in reasons:
         counts[reason] = counts.get(reason, 0) + 1
-    return "; ".join(f"{reason} ({n} offering{'s' if n > 1 else ''})" for reason, n in counts.items())
+    return "; ".join(
+        f"{reason} ({n} offering{'s' if n > 1 else ''})" for reason, n in counts.items()
+    )

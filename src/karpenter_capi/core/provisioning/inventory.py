@@ -80,7 +80,9 @@ def nodepools_by_weight(client: KubeClient) -> list[dict[str, Any]]:
     )
 
 
-def resolve_nodepool(client: KubeClient, plugins: Plugins, raw: dict[str, Any]) -> NodePoolInventory:
+def resolve_nodepool(
+    client: KubeClient, plugins: Plugins, raw: dict[str, Any]
+) -> NodePoolInventory:
     name = str(raw.get("metadata", {}).get("name", ""))
     ref = ((raw.get("spec") or {}).get("template") or {}).get("spec", {}).get("nodeClassRef") or {}
     inventory = NodePoolInventory(name, str(ref.get("name", "")), None, raw)

@@ -84,26 +84,37 @@ def nodeclaim_body(raw_pool: Mapping[str, Any], node: PlannedNode) -> JsonObject
     spec = template.get("spec") or {}
     name = str(meta["name"])
     requirements = [
-        r for r in spec.get("requirements") or []
+        r
+        for r in spec.get("requirements") or []
         if r.get("key") not in (wellknown.LABEL_INSTANCE_TYPE, wellknown.LABEL_NODEPOOL)
     ]
-    requirements.append({
-        "key": wellknown.LABEL_INSTANCE_TYPE, "operator": "In",
-        "values": [it.name for it in node.alternatives] or [node.instance_type.name],
-    })
+    requirements.append(
+        {
+            "key": wellknown.LABEL_INSTANCE_TYPE,
+            "operator": "In",
+            "values": [it.name for it in node.alternatives] or [node.instance_type.name],
+        }
+    )
     requirements.append({"key": wellknown.LABEL_NODEPOOL, "operator": "In", "values": [name]})
     body: JsonObject = {
         "apiVersion": NODECLAIMS.api_version,
         "kind": NODECLAIMS.kind,
         "metadata": {
             "generateName": f"{name}-",
-            "labels": {**((template.get("metadata") or {}).get("labels") or {}),
-                       wellknown.LABEL_NODEPOOL: name},
+            "labels": {
+                **((template.get("metadata") or {}).get("labels") or {}),
+                wellknown.LABEL_NODEPOOL: name,
+            },
             "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
-            "ownerReferences": [{
-                "apiVersion": NODEPOOLS.api_version, "kind": NODEPOOLS.kind, "name": name,
-                "uid": meta.get("uid", ""), "blockOwnerDeletion": True,
-            }],
+            "ownerReferences": [
+                {
+                    "apiVersion": NODEPOOLS.api_version,
+                    "kind": NODEPOOLS.kind,
+                    "name": name,
+                    "uid": meta.get("uid", ""),
+                    "blockOwnerDeletion": True,
+                }
+            ],
         },
         "spec": {
             "requirements": requirements,
@@ -130,8 +141,11 @@ def _in_flight(
         if (meta.get("labels") or {}).get(wellknown.LABEL_NODEPOOL) != inventory.nodepool:
             continue
         names = next(
-            (r.get("values") or [] for r in (claim.get("spec") or {}).get("requirements") or []
-             if r.get("key") == wellknown.LABEL_INSTANCE_TYPE and r.get("operator") == "In"),
+            (
+                r.get("values") or []
+                for r in (claim.get("spec") or {}).get("requirements") or []
+                if r.get("key") == wellknown.LABEL_INSTANCE_TYPE and r.get("operator") == "In"
+            ),
             [],
         )
         candidates = [by_name[n] for n in names if n in by_name]
@@ -139,7 +153,9 @@ def _in_flight(
             continue
         # Until launch says which type it got, assume the smallest the claim allows.
         smallest = min(candidates, key=lambda it: (it.allocatable.milli("cpu"), it.name))
-        offering = smallest.cheapest_offering() or (smallest.offerings[0] if smallest.offerings else None)
+        offering = smallest.cheapest_offering() or (
+            smallest.offerings[0] if smallest.offerings else None
+        )
         if offering is None:
             continue
         nodes.append(PlannedNode(smallest, offering, claim_name=str(meta.get("name", ""))))
@@ -156,7 +172,9 @@ class Provisioner:
 
     def reconcile(self) -> ProvisioningReport:
         report = ProvisioningReport()
-        remaining = [p for p in self._client.list(PODS).items if is_provisionable(p)]
+        remaining: list[Mapping[str, Any]] = [
+            p for p in self._client.list(PODS).items if is_provisionable(p)
+        ]
         report.pending = len(remaining)
         if not remaining:
             return report
@@ -176,7 +194,9 @@ class Provisioner:
                     continue
                 report.launched.append(self._launch(inventory.raw, node))
             for unplaced in result.unplaced:
-                last_reason[pod_key(unplaced.pod)] = f"NodePool {inventory.nodepool}: {unplaced.reason}"
+                last_reason[pod_key(unplaced.pod)] = (
+                    f"NodePool {inventory.nodepool}: {unplaced.reason}"
+                )
             remaining = [u.pod for u in result.unplaced]
         for pod in remaining:
             key = pod_key(pod)
@@ -186,7 +206,9 @@ class Provisioner:
     def _launch(self, raw_pool: Mapping[str, Any], node: PlannedNode) -> LaunchDecision:
         created = self._client.create(NODECLAIMS, nodeclaim_body(raw_pool, node))
         name = str(created["metadata"]["name"])
-        log.info("created NodeClaim %s (%s) for %d pods", name, node.instance_type.name, len(node.pods))
+        log.info(
+            "created NodeClaim %s (%s) for %d pods", name, node.instance_type.name, len(node.pods)
+        )
         return LaunchDecision(
             nodeclaim=name,
             nodepool=str(raw_pool["metadata"]["name"]),
@@ -201,8 +223,10 @@ class Provisioner:
 
 
 def print_report(report: ProvisioningReport, out: TextIO) -> None:
-    out.write(f"{report.pending} provisionable pods; "
-              f"{report.in_flight_pods} fit on NodeClaims already launching\n")
+    out.write(
+        f"{report.pending} provisionable pods; "
+        f"{report.in_flight_pods} fit on NodeClaims already launching\n"
+    )
     for pool, error in sorted(report.nodepool_errors.items()):
         out.write(f"NodePool {pool}: {error}\n")
     for decision in report.launched:
@@ -243,4 +267,3 @@ def run_provisioning(
             out.flush()
         if once or stop.wait(interval):
             return 0
-

@@ -35,7 +35,9 @@ class Taint:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Taint:
-        return cls(str(data.get("key", "")), str(data.get("effect", "")), str(data.get("value") or ""))
+        return cls(
+            str(data.get("key", "")), str(data.get("effect", "")), str(data.get("value") or "")
+        )
 
     @classmethod
     def parse(cls, text: str) -> Taint:
@@ -53,7 +55,9 @@ class Taint:
         return data
 
     def __str__(self) -> str:
-        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+        return (
+            f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+        )
 
 
 def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Taint) -> bool:

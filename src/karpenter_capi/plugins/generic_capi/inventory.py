@@ -26,12 +26,19 @@ from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.plugins.generic_capi.shape import NodeShape, ShapeError, shape_from_annotations
 
 # Labels CAPI copies from a Machine template onto the Node (the rest stay on the Machine).
-_PROPAGATED_DOMAINS: Final = ("node.cluster.x-k8s.io", "node-role.kubernetes.io",
-                              "node-restriction.kubernetes.io")
+_PROPAGATED_DOMAINS: Final = (
+    "node.cluster.x-k8s.io",
+    "node-role.kubernetes.io",
+    "node-restriction.kubernetes.io",
+)
 _MIB: Final = 1024 * 1024
 # (from millicores, to millicores, share reserved): the GKE/EKS kube-reserved CPU schedule.
-_CPU_RESERVATION_STEPS: Final = ((0, 1000, 0.06), (1000, 2000, 0.01), (2000, 4000, 0.005),
-                                 (4000, None, 0.0025))
+_CPU_RESERVATION_STEPS: Final = (
+    (0, 1000, 0.06),
+    (1000, 2000, 0.01),
+    (2000, 4000, 0.005),
+    (4000, None, 0.0025),
+)
 
 
 @dataclass(frozen=True)
@@ -130,7 +137,8 @@ def describe_resource(resource: Resource, obj: Mapping[str, Any]) -> ScalableRes
     template = _template(obj)
     template_labels: Mapping[str, str] = (template.get("metadata") or {}).get("labels") or {}
     labels = {
-        key: value for key, value in template_labels.items()
+        key: value
+        for key, value in template_labels.items()
         if key.split("/", 1)[0].endswith(_PROPAGATED_DOMAINS) and "/" in key
     }
     labels.update(shape.labels)
@@ -176,16 +184,19 @@ def _shape_name(shape: NodeShape) -> str:
 
 
 def _owned_by_machine_deployment(obj: Mapping[str, Any]) -> bool:
-    return any(ref.get("kind") == "MachineDeployment"
-               for ref in _metadata(obj).get("ownerReferences") or [])
+    return any(
+        ref.get("kind") == "MachineDeployment"
+        for ref in _metadata(obj).get("ownerReferences") or []
+    )
 
 
 def select_resources(
     client: KubeClient, capi: CapiResources, selector: Mapping[str, Any] | None
 ) -> list[tuple[Resource, dict[str, Any]]]:
     """Opted-in scalable resources matching a NodeClass selector, filtered by the server."""
-    label_selector = ",".join(filter(None, (selector_to_string(selector),
-                                            wellknown.LABEL_KARPENTER_MEMBER)))
+    label_selector = ",".join(
+        filter(None, (selector_to_string(selector), wellknown.LABEL_KARPENTER_MEMBER))
+    )
     found: list[tuple[Resource, dict[str, Any]]] = []
     for resource in (capi.machine_deployments, capi.machine_sets, capi.machine_pools):
         for obj in client.list(resource, label_selector=label_selector).items:
@@ -203,8 +214,9 @@ def build_inventory(selected: Iterable[tuple[Resource, Mapping[str, Any]]]) -> I
         annotations = meta.get("annotations") or {}
         problem_base = (resource.kind, str(meta.get("namespace") or ""), str(meta.get("name")))
         if wellknown.ANNOTATION_CAPI_PAUSED in annotations:
-            inventory.problems.append(ResourceProblem(*problem_base, "Paused",
-                                                      "paused (cluster.x-k8s.io/paused)"))
+            inventory.problems.append(
+                ResourceProblem(*problem_base, "Paused", "paused (cluster.x-k8s.io/paused)")
+            )
             continue
         try:
             inventory.resources.append(describe_resource(resource, obj))
@@ -218,11 +230,20 @@ def build_inventory(selected: Iterable[tuple[Resource, Mapping[str, Any]]]) -> I
         consistent = [first]
         for other in members[1:]:
             if (other.shape.capacity, other.shape.taints, other.labels) != (
-                first.shape.capacity, first.shape.taints, first.labels):
-                inventory.problems.append(ResourceProblem(
-                    other.resource.kind, other.namespace, other.name, "ShapeMismatch",
-                    f"instance type {name} is described differently by "
-                    f"{first.resource.kind} {first.namespace}/{first.name}; left out"))
+                first.shape.capacity,
+                first.shape.taints,
+                first.labels,
+            ):
+                inventory.problems.append(
+                    ResourceProblem(
+                        other.resource.kind,
+                        other.namespace,
+                        other.name,
+                        "ShapeMismatch",
+                        f"instance type {name} is described differently by "
+                        f"{first.resource.kind} {first.namespace}/{first.name}; left out",
+                    )
+                )
                 continue
             consistent.append(other)
         inventory.instance_types.append(_instance_type(name, consistent))
@@ -251,4 +272,3 @@ def _instance_type(name: str, members: Sequence[ScalableResource]) -> InstanceTy
         overhead=default_overhead(first.shape.capacity),
         taints=first.shape.taints,
     )
-

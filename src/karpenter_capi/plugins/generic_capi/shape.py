@@ -11,6 +11,7 @@ the value, and the caller marks only that resource unusable (DESIGN decision 9).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -80,13 +81,9 @@ def _price(annotations: Mapping[str, str]) -> float | None:
     try:
         price = float(raw)
     except ValueError:
-        raise ShapeError(
-            f"annotation {PRICE_ANNOTATION}={raw!r}: not a decimal number"
-        ) from None
-    if price < 0 or price != price or price == float("inf"):
-        raise ShapeError(
-            f"annotation {PRICE_ANNOTATION}={raw!r}: must be a finite price >= 0"
-        )
+        raise ShapeError(f"annotation {PRICE_ANNOTATION}={raw!r}: not a decimal number") from None
+    if price < 0 or not math.isfinite(price):
+        raise ShapeError(f"annotation {PRICE_ANNOTATION}={raw!r}: must be a finite price >= 0")
     return price
 
 
@@ -101,7 +98,11 @@ def shape_from_annotations(annotations: Mapping[str, str]) -> NodeShape | None:
     if cpu is None and memory is None:
         return None
     if cpu is None or memory is None:
-        missing = wellknown.ANNOTATION_CAPACITY_CPU if cpu is None else wellknown.ANNOTATION_CAPACITY_MEMORY
+        missing = (
+            wellknown.ANNOTATION_CAPACITY_CPU
+            if cpu is None
+            else wellknown.ANNOTATION_CAPACITY_MEMORY
+        )
         raise ShapeError(f"annotation {missing} is required with the other one")
     capacity: dict[str, str] = {"cpu": cpu, "memory": memory}
     pods = _quantity(annotations, wellknown.ANNOTATION_CAPACITY_MAX_PODS)
