@@ -306,12 +306,9 @@ def _clients(args: argparse.Namespace) -> tuple[Any, Any]:
         server = new_cluster()
         server.apply_manifests(load_manifest_files(args.filename))
         return server, server
-    from karpenter_capi.core.kube.config import cluster_config_from_args, connect
+    from karpenter_capi.core.kube.config import cluster_config_from_args, connect_clusters
 
-    config = cluster_config_from_args(args, os.environ)
-    workload = connect(config.workload)
-    management = connect(config.management) if config.management is not None else workload
-    return workload, management
+    return connect_clusters(cluster_config_from_args(args, os.environ))
 
 
 def _load_plugins(args: argparse.Namespace, workload: Any, management: Any) -> Any:

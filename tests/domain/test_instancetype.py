@@ -8,6 +8,14 @@ from typing import Any
 
 import pytest
 
+from karpenter_capi.core.api.wellknown import (
+    CAPACITY_TYPE_ON_DEMAND,
+    CAPACITY_TYPE_SPOT,
+    LABEL_ARCH,
+    LABEL_CAPACITY_TYPE,
+    LABEL_INSTANCE_TYPE,
+)
+from karpenter_capi.core.api.wellknown import LABEL_TOPOLOGY_ZONE as LABEL_ZONE
 from karpenter_capi.core.errors import (
     InstanceNotFoundError,
     InsufficientCapacityError,
@@ -16,12 +24,6 @@ from karpenter_capi.core.errors import (
     RetryableCreateError,
 )
 from karpenter_capi.core.instancetype import (
-    CAPACITY_TYPE_ON_DEMAND,
-    CAPACITY_TYPE_SPOT,
-    LABEL_ARCH,
-    LABEL_CAPACITY_TYPE,
-    LABEL_INSTANCE_TYPE,
-    LABEL_ZONE,
     InstanceType,
     InstanceTypeOverhead,
     Offering,

@@ -111,6 +111,30 @@ def test_pods_fill_in_flight_claims_before_new_nodes() -> None:
     assert len(result.nodes[0].pods) == 3
 
 
+def test_a_pod_keeps_the_in_flight_claim_it_was_nominated_to() -> None:
+    # Two launching arm64 claims with room for one 3-CPU pod each; the bigger pods come
+    # first in the queue and could take both, but the arm-only pod was nominated to the
+    # second, so it goes there and only one of the others needs a new node.
+    arm = _type("arm", "4", "16Gi", 0.2, arch="arm64")
+    first = PlannedNode(arm, arm.offerings[0], claim_name="a-first")
+    second = PlannedNode(
+        arm, arm.offerings[0], claim_name="b-second", nominated=frozenset({"default/arm-only"})
+    )
+    pods = [
+        _pod("big-1", "3500m"),
+        _pod("big-2", "3500m"),
+        _pod("arm-only", "3", nodeSelector={"kubernetes.io/arch": "arm64"}),
+    ]
+    result = GreedyPacker(POOL, [arm, LARGE]).pack(pods, existing=[first, second])
+    assert not result.unplaced
+    placement = {
+        pod["metadata"]["name"]: node.claim_name for node in result.nodes for pod in node.pods
+    }
+    assert placement["arm-only"] == "b-second"
+    assert placement["big-1"] == "a-first"
+    assert placement["big-2"] is None  # a new node
+
+
 @pytest.mark.parametrize(
     ("operator", "values", "placed"),
     [("Gt", ["4"], True), ("Lt", ["4"], False), ("In", ["x"], False), ("DoesNotExist", [], False)],

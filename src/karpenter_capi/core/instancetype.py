@@ -17,21 +17,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Final
 
+from karpenter_capi.core.api.wellknown import (
+    LABEL_CAPACITY_TYPE,
+    LABEL_INSTANCE_TYPE,
+    LABEL_TOPOLOGY_ZONE,
+)
 from karpenter_capi.core.scheduling.resources import ResourceList, empty
 from karpenter_capi.core.scheduling.taints import Taint
-
-LABEL_INSTANCE_TYPE: Final = "node.kubernetes.io/instance-type"
-LABEL_ZONE: Final = "topology.kubernetes.io/zone"
-LABEL_REGION: Final = "topology.kubernetes.io/region"
-LABEL_CAPACITY_TYPE: Final = "karpenter.sh/capacity-type"
-LABEL_ARCH: Final = "kubernetes.io/arch"
-LABEL_OS: Final = "kubernetes.io/os"
-
-CAPACITY_TYPE_ON_DEMAND: Final = "on-demand"
-CAPACITY_TYPE_SPOT: Final = "spot"
-CAPACITY_TYPE_RESERVED: Final = "reserved"
 
 Requirements = Mapping[str, frozenset[str]]
 """Label key -> the values a node may have for it (minimal form; see module docstring)."""
@@ -89,13 +82,13 @@ class Offering:
     def requirements(self) -> Requirements:
         """The labels a node bought through this offering has, as single-value requirements."""
         result = {key: frozenset((value,)) for key, value in self.labels.items()}
-        result[LABEL_ZONE] = frozenset((self.zone,))
+        result[LABEL_TOPOLOGY_ZONE] = frozenset((self.zone,))
         result[LABEL_CAPACITY_TYPE] = frozenset((self.capacity_type,))
         return MappingProxyType(result)
 
     def compatible_with(self, requirements: Requirements) -> bool:
         """True when this offering's zone, capacity type and labels satisfy ``requirements``."""
-        if not requirements_allow(requirements, LABEL_ZONE, self.zone):
+        if not requirements_allow(requirements, LABEL_TOPOLOGY_ZONE, self.zone):
             return False
         if not requirements_allow(requirements, LABEL_CAPACITY_TYPE, self.capacity_type):
             return False

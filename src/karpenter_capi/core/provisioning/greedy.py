@@ -19,12 +19,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from karpenter_capi.core.api.wellknown import LABEL_CAPACITY_TYPE, LABEL_TOPOLOGY_ZONE
 from karpenter_capi.core.instancetype import (
-    LABEL_CAPACITY_TYPE,
-    LABEL_ZONE,
     InstanceType,
     Offering,
 )
+from karpenter_capi.core.provisioning.pending import pod_key
 from karpenter_capi.core.scheduling.resources import ResourceList, empty, pod_requests
 from karpenter_capi.core.scheduling.taints import Taint, untolerated
 
@@ -51,6 +51,7 @@ class PlannedNode:
     requests: ResourceList = field(default_factory=empty)
     alternatives: list[InstanceType] = field(default_factory=list)
     claim_name: str | None = None  # set for NodeClaims already launching
+    nominated: frozenset[str] = frozenset()  # pod keys this in-flight NodeClaim was made for
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +118,7 @@ def node_labels(
         if len(values) == 1:
             labels[key] = next(iter(values))
     labels.update(offering.labels)
-    labels[LABEL_ZONE] = offering.zone
+    labels[LABEL_TOPOLOGY_ZONE] = offering.zone
     labels[LABEL_CAPACITY_TYPE] = offering.capacity_type
     labels["karpenter.sh/nodepool"] = pool.name
     return labels
@@ -168,23 +169,16 @@ class GreedyPacker:
         )
         nodes: list[PlannedNode] = list(existing)
         unplaced: list[Unplaced] = []
+        nominated_to = {key: node for node in existing for key in node.nominated}
+        placed_early = {
+            id(pod)
+            for pod in queue
+            if (node := nominated_to.get(pod_key(pod))) and self._try_place(node, pod, requests)
+        }
+        queue = [pod for pod in queue if id(pod) not in placed_early]
         for index, pod in enumerate(queue):
             need = requests[id(pod)]
-            placed = False
-            for node in nodes:
-                choice = (
-                    node.instance_type,
-                    node.offering,
-                    node_labels(self._pool, node.instance_type, node.offering),
-                )
-                if self._compatible(pod, choice) is None and node.requests.add(need).fits(
-                    node.instance_type.allocatable
-                ):
-                    node.pods.append(pod)
-                    node.requests = node.requests.add(need)
-                    placed = True
-                    break
-            if placed:
+            if any(self._try_place(node, pod, requests) for node in nodes):
                 continue
             best: tuple[float, float, int] | None = None
             best_choice: tuple[InstanceType, Offering, dict[str, str]] | None = None
@@ -210,6 +204,24 @@ class GreedyPacker:
             if node.claim_name is None:
                 node.alternatives = self._alternatives(node)
         return PackResult(used, unplaced)
+
+    def _try_place(
+        self, node: PlannedNode, pod: Mapping[str, Any], requests: Mapping[int, ResourceList]
+    ) -> bool:
+        """Put ``pod`` on ``node`` if the node accepts it and it still fits."""
+        choice = (
+            node.instance_type,
+            node.offering,
+            node_labels(self._pool, node.instance_type, node.offering),
+        )
+        total = node.requests.add(requests[id(pod)])
+        if self._compatible(pod, choice) is not None or not total.fits(
+            node.instance_type.allocatable
+        ):
+            return False
+        node.pods.append(pod)
+        node.requests = total
+        return True
 
     def _would_hold(
         self,

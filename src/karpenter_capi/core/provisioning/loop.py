@@ -29,15 +29,10 @@ from karpenter_capi.core.provisioning.greedy import (
     PoolTemplate,
 )
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory, resolve_inventory
-from karpenter_capi.core.provisioning.pending import is_provisionable
+from karpenter_capi.core.provisioning.pending import is_provisionable, pod_key
 from karpenter_capi.core.scheduling.taints import Taint
 
 log = logging.getLogger(__name__)
-
-
-def pod_key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 @dataclass(frozen=True)
@@ -129,12 +124,18 @@ def nodeclaim_body(raw_pool: Mapping[str, Any], node: PlannedNode) -> JsonObject
 
 
 def _in_flight(
-    claims: Sequence[Mapping[str, Any]], inventory: NodePoolInventory
+    claims: Sequence[Mapping[str, Any]],
+    inventory: NodePoolInventory,
+    nominations: Mapping[str, frozenset[str]],
 ) -> list[PlannedNode]:
-    """NodeClaims of this NodePool that have no Node yet, as nodes pods can still go to."""
+    """NodeClaims of this NodePool that have no Node yet, as nodes pods can still go to.
+
+    Ordered by name so a pass does not depend on list order; each carries the pods this
+    controller nominated to it, so those pods find their place before others can take it.
+    """
     by_name = {it.name: it for it in inventory.instance_types}
     nodes = []
-    for claim in claims:
+    for claim in sorted(claims, key=lambda c: str((c.get("metadata") or {}).get("name", ""))):
         meta, status = claim.get("metadata") or {}, claim.get("status") or {}
         if status.get("nodeName") or meta.get("deletionTimestamp"):
             continue
@@ -158,7 +159,12 @@ def _in_flight(
         )
         if offering is None:
             continue
-        nodes.append(PlannedNode(smallest, offering, claim_name=str(meta.get("name", ""))))
+        name = str(meta.get("name", ""))
+        nodes.append(
+            PlannedNode(
+                smallest, offering, claim_name=name, nominated=nominations.get(name, frozenset())
+            )
+        )
     return nodes
 
 
@@ -169,6 +175,9 @@ class Provisioner:
         self._client = client
         self._plugins = plugins
         self._clock = clock
+        # Like Karpenter's cluster state: the pods each NodeClaim was launched (or later
+        # counted) for, kept in memory; a restart loses them and packing starts afresh.
+        self._nominations: dict[str, frozenset[str]] = {}
 
     def reconcile(self) -> ProvisioningReport:
         report = ProvisioningReport()
@@ -187,12 +196,16 @@ class Provisioner:
             if not remaining:
                 break
             packer = GreedyPacker(pool_template(inventory.raw), inventory.instance_types)
-            result = packer.pack(remaining, existing=_in_flight(claims, inventory))
+            existing = _in_flight(claims, inventory, self._nominations)
+            result = packer.pack(remaining, existing=existing)
             for node in result.nodes:
                 if node.claim_name:
                     report.in_flight_pods += len(node.pods)
+                    self._nominations[node.claim_name] = frozenset(map(pod_key, node.pods))
                     continue
-                report.launched.append(self._launch(inventory.raw, node))
+                decision = self._launch(inventory.raw, node)
+                self._nominations[decision.nodeclaim] = frozenset(decision.pods)
+                report.launched.append(decision)
             for unplaced in result.unplaced:
                 last_reason[pod_key(unplaced.pod)] = (
                     f"NodePool {inventory.nodepool}: {unplaced.reason}"

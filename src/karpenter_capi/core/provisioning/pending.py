@@ -42,3 +42,9 @@ def is_provisionable(pod: Mapping[str, Any]) -> bool:
         and scheduled.get("status") == "False"
         and scheduled.get("reason") == "Unschedulable"
     )
+
+
+def pod_key(pod: Mapping[str, Any]) -> str:
+    """``namespace/name``, the key pods are reported and nominated by."""
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
