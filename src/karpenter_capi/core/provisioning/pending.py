@@ -11,6 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from karpenter_capi.core.scheduling.model import pod_key
+
+__all__ = ["is_owned_by_daemonset", "is_provisionable", "pod_key"]
+
 
 def _condition(pod: Mapping[str, Any], condition_type: str) -> Mapping[str, Any] | None:
     for condition in (pod.get("status") or {}).get("conditions") or []:
@@ -42,9 +46,3 @@ def is_provisionable(pod: Mapping[str, Any]) -> bool:
         and scheduled.get("status") == "False"
         and scheduled.get("reason") == "Unschedulable"
     )
-
-
-def pod_key(pod: Mapping[str, Any]) -> str:
-    """``namespace/name``, the key pods are reported and nominated by."""
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
