@@ -298,8 +298,10 @@ REQUIREMENTS_VALIDATIONS: list[dict[str, str]] = [
         "rule": "self.all(x, x.operator == 'In' ? x.values.size() != 0 : true)",
     },
     {
-        "message": "requirements operator 'Gt' or 'Lt' must have a single positive integer value",
-        "rule": "self.all(x, (x.operator == 'Gt' || x.operator == 'Lt') ? "
+        "message": "requirements operator 'Gt', 'Lt', 'Gte', or 'Lte' must have a single "
+        "positive integer value",
+        "rule": "self.all(x, (x.operator == 'Gt' || x.operator == 'Lt' || "
+        "x.operator == 'Gte' || x.operator == 'Lte') ? "
         "(x.values.size() == 1 && int(x.values[0]) >= 0) : true)",
     },
     {

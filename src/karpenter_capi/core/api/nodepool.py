@@ -220,10 +220,8 @@ class NodeClaimTemplateMetadata(KubeModel):
     labels: Annotated[
         dict[str, Annotated[str, Field(max_length=63, pattern=LABEL_VALUE_PATTERN)]],
         Field(
-            json_schema_extra={
-                "maxProperties": 100,
-                "x-kubernetes-validations": _RESTRICTED_LABEL_RULES,
-            }
+            max_length=100,
+            json_schema_extra={"x-kubernetes-validations": _RESTRICTED_LABEL_RULES},
         ),
     ] = Field(default_factory=dict)
     """Labels applied to every NodeClaim and Node launched from the NodePool."""

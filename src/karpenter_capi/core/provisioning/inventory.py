@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from karpenter_capi.core.api.meta import validation_problems
 from karpenter_capi.core.api.nodeclass import ClusterAPINodeClass
 from karpenter_capi.core.api.nodepool import NodePool
 from karpenter_capi.core.errors import ProviderError
@@ -65,18 +66,18 @@ class NodePoolInventory:
 
 
 def _validation_message(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(part) for part in first.get("loc", ()))
-    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"{where}: {first.get('msg')}{more}"
+    problems = validation_problems(exc)
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return f"{problems[0]}{more}"
 
 
 def nodepools_by_weight(client: KubeClient) -> list[dict[str, Any]]:
-    """NodePools highest weight first, then by name, as Karpenter orders them."""
+    """NodePools highest weight first, ties by name descending, as upstream's OrderByWeight."""
     pools = client.list(NODEPOOLS).items
     return sorted(
         pools,
-        key=lambda p: (-int((p.get("spec") or {}).get("weight") or 0), p["metadata"]["name"]),
+        key=lambda p: (int((p.get("spec") or {}).get("weight") or 0), p["metadata"]["name"]),
+        reverse=True,
     )
 
 

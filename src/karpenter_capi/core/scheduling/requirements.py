@@ -121,13 +121,17 @@ class Requirement:
             case "DoesNotExist":
                 return cls(key, False, min_values=min_values)
             case "Gt":
-                return cls(key, True, greater_than=_int_bound(key, operator, vals))
+                bound = _int_bound(key, operator, vals)
+                return cls(key, True, greater_than=bound, min_values=min_values)
             case "Gte":
-                return cls(key, True, greater_than=_int_bound(key, operator, vals) - 1)
+                bound = _int_bound(key, operator, vals) - 1
+                return cls(key, True, greater_than=bound, min_values=min_values)
             case "Lt":
-                return cls(key, True, less_than=_int_bound(key, operator, vals))
+                bound = _int_bound(key, operator, vals)
+                return cls(key, True, less_than=bound, min_values=min_values)
             case "Lte":
-                return cls(key, True, less_than=_int_bound(key, operator, vals) + 1)
+                bound = _int_bound(key, operator, vals) + 1
+                return cls(key, True, less_than=bound, min_values=min_values)
         raise RequirementError(
             f"requirement {key}: operator {operator!r} is not one of {', '.join(OPERATORS)}"
         )
@@ -171,9 +175,9 @@ class Requirement:
 
     def is_empty(self) -> bool:
         """No value satisfies it (``DoesNotExist`` is empty: it allows only absence)."""
-        if self._bounds_empty():
-            return True
-        return not self.complement and not self.values
+        if self.complement:
+            return self.count() == 0
+        return not self.values
 
     def allows_absence(self) -> bool:
         """Whether a node without this label satisfies it (``NotIn`` and ``DoesNotExist``)."""
@@ -206,10 +210,12 @@ class Requirement:
             values = frozenset(v for v in self.values if other.has(v))
         else:
             values = self.values & other.values
-        bounded = Requirement(self.key, False, values, greater, less, min_values)
         if greater is not None or less is not None:
+            bounded = Requirement(self.key, False, values, greater, less)
             values = frozenset(v for v in values if bounded._in_bounds(v))
-        return Requirement(self.key, False, values, greater, less, min_values)
+        # The bounds are spent on the explicit values; keeping them would only make equal
+        # value sets compare unequal.
+        return Requirement(self.key, False, values, min_values=min_values)
 
     def intersects(self, other: Requirement) -> bool:
         """Whether some node could satisfy both.
@@ -456,7 +462,8 @@ def node_selector_terms(pod: Mapping[str, Any]) -> list[Requirements]:
         return [selector]
     alternatives = []
     for term in terms:
-        if term.get("matchFields"):
+        # A term selecting by field pins an existing node; an empty term selects no node.
+        if term.get("matchFields") or not term.get("matchExpressions"):
             continue
         alternatives.append(
             selector.merged(Requirements.from_dicts(term.get("matchExpressions") or []))

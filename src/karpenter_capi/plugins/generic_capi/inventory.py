@@ -149,7 +149,8 @@ def describe_resource(resource: Resource, obj: Mapping[str, Any]) -> ScalableRes
     )
     zone = (
         (template.get("spec") or {}).get("failureDomain")
-        or (obj.get("spec") or {}).get("failureDomains", [None])[0]
+        # A MachinePool lists its failure domains; an empty or null list names none.
+        or ((obj.get("spec") or {}).get("failureDomains") or [None])[0]
         or labels.get(wellknown.LABEL_TOPOLOGY_ZONE)
         or ""
     )
@@ -171,7 +172,8 @@ def describe_resource(resource: Resource, obj: Mapping[str, Any]) -> ScalableRes
         labels=labels,
         zone=str(zone),
         capacity_type=str(capacity_type),
-        replicas=int(replicas) if replicas is not None else 0,
+        # CAPI defaults an unset spec.replicas to 1 (as capi_views does).
+        replicas=int(replicas) if replicas is not None else 1,
         max_size=_int_annotation(annotations, wellknown.ANNOTATION_AUTOSCALER_MAX_SIZE),
     )
 

@@ -1,0 +1,111 @@
+"""Kubernetes Events: how the controller tells users, in ``kubectl describe``, what it did.
+
+Events are written as ``core/v1`` Events (what ``kubectl describe`` and ``kubectl get events``
+read). Like client-go's recorder, a repeat of the same event on the same object within a short
+window bumps ``count`` and ``lastTimestamp`` on the existing Event instead of creating another,
+so a pod that stays unschedulable for an hour does not produce thousands of objects. Failing to
+record is logged and never stops the caller: events are for humans, not for correctness.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Final
+
+from karpenter_capi.core.clock import Clock, format_timestamp
+from karpenter_capi.core.kube.client import KubeClient
+from karpenter_capi.core.kube.errors import ApiError
+from karpenter_capi.core.kube.resources import EVENTS
+
+log = logging.getLogger(__name__)
+
+COMPONENT: Final = "karpenter"
+NORMAL: Final = "Normal"
+WARNING: Final = "Warning"
+_REPEAT_WINDOW: Final = timedelta(minutes=10)
+_DEFAULT_NAMESPACE: Final = "default"
+
+
+@dataclass
+class _Recorded:
+    name: str
+    namespace: str
+    count: int
+    last: float
+
+
+class EventRecorder:
+    """Records Events against objects, folding repeats into one Event with a count."""
+
+    def __init__(self, client: KubeClient, clock: Clock, component: str = COMPONENT) -> None:
+        self._client = client
+        self._clock = clock
+        self._component = component
+        self._recent: dict[tuple[str, str, str, str], _Recorded] = {}
+
+    def record(
+        self, involved: Mapping[str, Any], event_type: str, reason: str, message: str
+    ) -> None:
+        """Record ``reason``/``message`` on ``involved`` (any object with kind and metadata)."""
+        meta = involved.get("metadata") or {}
+        namespace = str(meta.get("namespace") or _DEFAULT_NAMESPACE)
+        uid = str(meta.get("uid") or f"{namespace}/{meta.get('name')}")
+        key = (uid, event_type, reason, message)
+        now = self._clock.now()
+        stamp = format_timestamp(now)
+        seen = self._recent.get(key)
+        try:
+            if seen is not None and now.timestamp() - seen.last < _REPEAT_WINDOW.total_seconds():
+                seen.count += 1
+                seen.last = now.timestamp()
+                self._client.patch(
+                    EVENTS,
+                    seen.name,
+                    {"count": seen.count, "lastTimestamp": stamp},
+                    seen.namespace,
+                )
+                return
+            created = self._client.create(
+                EVENTS,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Event",
+                    "metadata": {
+                        "generateName": f"{meta.get('name', 'object')}.",
+                        "namespace": namespace,
+                    },
+                    "involvedObject": {
+                        "apiVersion": involved.get("apiVersion", ""),
+                        "kind": involved.get("kind", ""),
+                        "name": meta.get("name", ""),
+                        "namespace": meta.get("namespace") or "",
+                        "uid": meta.get("uid", ""),
+                        "resourceVersion": meta.get("resourceVersion", ""),
+                    },
+                    "type": event_type,
+                    "reason": reason,
+                    "message": message,
+                    "source": {"component": self._component},
+                    "reportingComponent": self._component,
+                    "firstTimestamp": stamp,
+                    "lastTimestamp": stamp,
+                    "count": 1,
+                },
+                namespace,
+            )
+        except ApiError as exc:
+            log.warning("could not record event %s on %s: %s", reason, meta.get("name"), exc)
+            self._recent.pop(key, None)
+            return
+        self._recent[key] = _Recorded(
+            str(created["metadata"]["name"]), namespace, 1, now.timestamp()
+        )
+        if len(self._recent) > 10_000:
+            self._forget_old(now.timestamp())
+
+    def _forget_old(self, now: float) -> None:
+        window = _REPEAT_WINDOW.total_seconds()
+        self._recent = {k: v for k, v in self._recent.items() if now - v.last < window}

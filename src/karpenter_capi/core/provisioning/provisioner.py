@@ -1,0 +1,274 @@
+"""One provisioning round: pending pods in, NodeClaims created, Events on every pod.
+
+A round reads the cluster once (:mod:`.state`), resolves every NodePool's inventory through the
+plugins, runs the solver, and creates the NodeClaims it proposes, as upstream Karpenter's
+provisioner does: ``generateName`` ``<nodepool>-``, the NodePool's labels and the requirements'
+single values as labels, the requirements with ``node.kubernetes.io/instance-type In [...]``
+and ``karpenter.sh/capacity-type In [...]``, the resource requests, the NodePool's taints and
+startup taints, an owner reference to the NodePool and its template hash. Limits are checked
+again, against a fresh read, just before each creation, because another replica or a user may
+have added capacity since the solve started.
+
+Pods placed on a NodeClaim are remembered (Karpenter's "nominated" pods): the next round sends
+them back to the same claim first, so a claim still launching is not asked for twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.api.nodepool import NodePool
+from karpenter_capi.core.clock import Clock
+from karpenter_capi.core.kube.client import JsonObject, KubeClient
+from karpenter_capi.core.kube.events import NORMAL, WARNING, EventRecorder
+from karpenter_capi.core.kube.resources import NODECLAIMS, NODEPOOLS
+from karpenter_capi.core.plugins import Plugins
+from karpenter_capi.core.provisioning.inventory import resolve_inventory
+from karpenter_capi.core.provisioning.pending import is_provisionable
+from karpenter_capi.core.provisioning.state import (
+    ClusterSnapshot,
+    existing_nodes,
+    nodepool_option,
+    nodepool_usage,
+)
+from karpenter_capi.core.scheduling.model import (
+    ProposedNodeClaim,
+    compatible_offerings,
+    pod_key,
+)
+from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.core.scheduling.solver import (
+    DEFAULT_MAX_INSTANCE_TYPES,
+    DEFAULT_TIMEOUT_SECONDS,
+    Solver,
+)
+
+log = logging.getLogger(__name__)
+
+NODEPOOL_HASH_VERSION: Final = "v3"
+
+
+@dataclass(frozen=True)
+class LaunchDecision:
+    """A NodeClaim this round created, and what it expects to get."""
+
+    nodeclaim: str
+    nodepool: str
+    instance_type: str
+    zone: str
+    capacity_type: str
+    price: float
+    pods: tuple[str, ...]
+    requests: Mapping[str, str]
+    alternatives: tuple[str, ...]
+
+
+@dataclass
+class ProvisioningReport:
+    launched: list[LaunchDecision] = field(default_factory=list)
+    unschedulable: dict[str, str] = field(default_factory=dict)  # pod key -> why
+    nodepool_errors: dict[str, str] = field(default_factory=dict)
+    pending: int = 0
+    in_flight_pods: int = 0
+    existing_pods: int = 0
+    timed_out: bool = False
+
+    @property
+    def hourly_cost(self) -> float:
+        return sum(decision.price for decision in self.launched)
+
+
+def _without_hostname(claim: ProposedNodeClaim) -> list[dict[str, Any]]:
+    return [r for r in claim.requirements.to_dicts() if r["key"] != wellknown.LABEL_HOSTNAME]
+
+
+def nodeclaim_body(raw_pool: Mapping[str, Any], claim: ProposedNodeClaim) -> JsonObject:
+    """The NodeClaim Karpenter would create for a proposed claim of this NodePool."""
+    meta = raw_pool["metadata"]
+    template = (raw_pool.get("spec") or {}).get("template") or {}
+    spec = template.get("spec") or {}
+    name = str(meta["name"])
+    requirements = _without_hostname(claim)
+    capacity_types = sorted(
+        {
+            offering.capacity_type
+            for instance_type in claim.instance_types
+            for offering in compatible_offerings(instance_type, claim.requirements)
+        }
+    )
+    requirements = [r for r in requirements if r["key"] != wellknown.LABEL_CAPACITY_TYPE]
+    requirements.append(
+        {"key": wellknown.LABEL_CAPACITY_TYPE, "operator": "In", "values": capacity_types}
+    )
+    requirements.sort(key=lambda r: (r["key"], r["operator"]))
+    labels = dict((template.get("metadata") or {}).get("labels") or {})
+    labels.update(
+        (key, value)
+        for key, value in claim.requirements.labels().items()
+        if key != wellknown.LABEL_HOSTNAME
+    )
+    labels[wellknown.LABEL_NODEPOOL] = name
+    annotations = dict((template.get("metadata") or {}).get("annotations") or {})
+    annotations[wellknown.ANNOTATION_NODEPOOL_HASH] = NodePool.model_validate(
+        raw_pool
+    ).template_hash()
+    annotations[wellknown.ANNOTATION_NODEPOOL_HASH_VERSION] = NODEPOOL_HASH_VERSION
+    body: JsonObject = {
+        "apiVersion": NODECLAIMS.api_version,
+        "kind": NODECLAIMS.kind,
+        "metadata": {
+            "generateName": f"{name}-",
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [
+                {
+                    "apiVersion": NODEPOOLS.api_version,
+                    "kind": NODEPOOLS.kind,
+                    "name": name,
+                    "uid": meta.get("uid", ""),
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "requirements": requirements,
+            "resources": {"requests": claim.requests.to_dict()},
+            "nodeClassRef": spec.get("nodeClassRef"),
+        },
+    }
+    for key in ("taints", "startupTaints", "expireAfter", "terminationGracePeriod"):
+        if spec.get(key) is not None:
+            body["spec"][key] = spec[key]
+    return body
+
+
+class Provisioner:
+    """Runs provisioning rounds against one cluster through the enabled plugins."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        plugins: Plugins,
+        clock: Clock,
+        *,
+        recorder: EventRecorder | None = None,
+        max_instance_types: int = DEFAULT_MAX_INSTANCE_TYPES,
+        solve_timeout: float = DEFAULT_TIMEOUT_SECONDS,
+    ) -> None:
+        self._client = client
+        self._plugins = plugins
+        self._clock = clock
+        self._recorder = recorder or EventRecorder(client, clock)
+        self._max_instance_types = max_instance_types
+        self._solve_timeout = solve_timeout
+        # Like Karpenter's cluster state: the pods each NodeClaim was launched (or later
+        # counted) for, kept in memory; a restart loses them and packing starts afresh.
+        self._nominations: dict[str, frozenset[str]] = {}
+
+    def pending_pods(self, snapshot: ClusterSnapshot) -> list[Mapping[str, Any]]:
+        return [p for p in snapshot.pods if is_provisionable(p)]
+
+    def reconcile(self) -> ProvisioningReport:
+        report = ProvisioningReport()
+        snapshot = ClusterSnapshot.read(self._client)
+        pending = self.pending_pods(snapshot)
+        report.pending = len(pending)
+        if not pending:
+            return report
+        inventories = resolve_inventory(self._client, self._plugins)
+        usable = []
+        for inventory in inventories:
+            if inventory.error:
+                report.nodepool_errors[inventory.nodepool] = inventory.error
+                self._recorder.record(inventory.raw, WARNING, "NodePoolNotReady", inventory.error)
+            else:
+                usable.append(inventory)
+        solver = Solver(
+            [nodepool_option(inventory, snapshot) for inventory in usable],
+            existing_nodes=existing_nodes(snapshot, usable, self._nominations),
+            daemonsets=snapshot.daemonsets,
+            namespaces=snapshot.namespaces,
+            max_instance_types=self._max_instance_types,
+            clock=self._clock,
+            timeout_seconds=self._solve_timeout,
+        )
+        result = solver.solve(pending)
+        report.timed_out = result.timed_out
+        claim_names = {str(c["metadata"]["name"]) for c in snapshot.nodeclaims}
+        for node_name, pods in result.existing.items():
+            if node_name in claim_names:
+                report.in_flight_pods += len(pods)
+                self._nominations[node_name] = frozenset(map(pod_key, pods))
+            else:
+                report.existing_pods += len(pods)
+        raw_pools = {inventory.nodepool: inventory for inventory in usable}
+        for claim in result.new_nodeclaims:
+            inventory = raw_pools[claim.nodepool.name]
+            why = self._limits_exceeded(claim, inventory.instance_types)
+            if why is not None:
+                for pod in claim.pods:
+                    report.unschedulable[pod_key(pod)] = f"NodePool {claim.nodepool.name}: {why}"
+                continue
+            report.launched.append(self._launch(inventory.raw, claim))
+        for key, reason in result.unschedulable.items():
+            report.unschedulable.setdefault(key, reason)
+        by_key = {pod_key(p): p for p in pending}
+        for key, reason in sorted(report.unschedulable.items()):
+            log.info("cannot provision %s: %s", key, reason)
+            self._recorder.record(by_key[key], WARNING, "FailedScheduling", reason)
+        return report
+
+    def _limits_exceeded(
+        self, claim: ProposedNodeClaim, instance_types: Sequence[Any]
+    ) -> str | None:
+        """Why creating ``claim`` now would break its NodePool's limits, read afresh."""
+        limits = claim.nodepool.limits
+        if limits is None:
+            return None
+        fresh = ClusterSnapshot(
+            pods=[],
+            nodes=[],
+            nodeclaims=list(self._client.list(NODECLAIMS).items),
+            daemonsets=[],
+        )
+        usage = nodepool_usage(claim.nodepool.name, fresh, {it.name: it for it in instance_types})
+        largest = ResourceList.from_milli({"nodes": 1000})
+        for instance_type in claim.instance_types:
+            largest = largest.max_merge(instance_type.capacity)
+        exceeded = usage.add(largest).exceeded_resources(limits)
+        if exceeded:
+            return f"limits would be exceeded ({', '.join(sorted(exceeded))})"
+        return None
+
+    def _launch(self, raw_pool: Mapping[str, Any], claim: ProposedNodeClaim) -> LaunchDecision:
+        created = self._client.create(NODECLAIMS, nodeclaim_body(raw_pool, claim))
+        name = str(created["metadata"]["name"])
+        instance_type, offering = claim.cheapest()
+        keys = tuple(sorted(pod_key(p) for p in claim.pods))
+        self._nominations[name] = frozenset(keys)
+        log.info(
+            "created NodeClaim %s (%s, %d instance types) for %d pods",
+            name,
+            instance_type.name,
+            len(claim.instance_types),
+            len(claim.pods),
+        )
+        for pod in claim.pods:
+            self._recorder.record(
+                pod, NORMAL, "Nominated", f"Pod should schedule on: nodeclaim/{name}"
+            )
+        return LaunchDecision(
+            nodeclaim=name,
+            nodepool=str(raw_pool["metadata"]["name"]),
+            instance_type=instance_type.name,
+            zone=offering.zone,
+            capacity_type=offering.capacity_type,
+            price=offering.price,
+            pods=keys,
+            requests=claim.requests.to_dict(),
+            alternatives=tuple(it.name for it in claim.instance_types),
+        )

@@ -1,0 +1,206 @@
+"""The cluster as the solver needs to see it, read from the API in one pass.
+
+Nodes and NodeClaims still launching become :class:`ExistingNode` values, NodePools with their
+resolved inventories become :class:`NodePoolOption` values, and what each NodePool's machines
+already count against its limits is added up. Kept apart from the provisioner so the
+consolidation simulation (which asks "could these pods go elsewhere?") reads the same view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.instancetype import InstanceType
+from karpenter_capi.core.kube.client import KubeClient
+from karpenter_capi.core.kube.resources import DAEMONSETS, NAMESPACES, NODECLAIMS, NODES, PODS
+from karpenter_capi.core.provisioning.inventory import NodePoolInventory
+from karpenter_capi.core.scheduling.model import ExistingNode, NodePoolOption, Pod
+from karpenter_capi.core.scheduling.requirements import Requirements
+from karpenter_capi.core.scheduling.resources import ResourceList, empty, pod_requests
+from karpenter_capi.core.scheduling.taints import Taint
+
+UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "NoSchedule")
+
+
+@dataclass
+class ClusterSnapshot:
+    """Everything one provisioning round reads, listed once."""
+
+    pods: list[Pod]
+    nodes: list[Mapping[str, Any]]
+    nodeclaims: list[Mapping[str, Any]]
+    daemonsets: list[Mapping[str, Any]]
+    namespaces: dict[str, Mapping[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, client: KubeClient) -> ClusterSnapshot:
+        return cls(
+            pods=list(client.list(PODS).items),
+            nodes=list(client.list(NODES).items),
+            nodeclaims=list(client.list(NODECLAIMS).items),
+            daemonsets=list(client.list(DAEMONSETS).items),
+            namespaces={
+                str(ns["metadata"]["name"]): dict(ns["metadata"].get("labels") or {})
+                for ns in client.list(NAMESPACES).items
+            },
+        )
+
+
+def _is_active(pod: Pod) -> bool:
+    phase = (pod.get("status") or {}).get("phase")
+    return phase not in ("Succeeded", "Failed")
+
+
+def _taints(items: Iterable[Mapping[str, Any]] | None) -> tuple[Taint, ...]:
+    return tuple(Taint.from_dict(t) for t in items or ())
+
+
+def _claim_instance_types(claim: Mapping[str, Any]) -> list[str]:
+    for requirement in (claim.get("spec") or {}).get("requirements") or []:
+        key, operator = requirement.get("key"), requirement.get("operator")
+        if key == wellknown.LABEL_INSTANCE_TYPE and operator == "In":
+            return [str(v) for v in requirement.get("values") or []]
+    return []
+
+
+def _claim_labels(claim: Mapping[str, Any]) -> dict[str, str]:
+    """The labels a claim's node will have: its own labels and single-valued requirements."""
+    spec = claim.get("spec") or {}
+    requirements = Requirements.from_dicts(spec.get("requirements") or [])
+    labels = dict((claim.get("metadata") or {}).get("labels") or {})
+    labels.update(requirements.labels())
+    labels.setdefault(wellknown.LABEL_HOSTNAME, str(claim["metadata"]["name"]))
+    return labels
+
+
+def existing_nodes(
+    snapshot: ClusterSnapshot,
+    inventories: Sequence[NodePoolInventory],
+    nominations: Mapping[str, frozenset[str]],
+) -> list[ExistingNode]:
+    """Registered nodes and in-flight NodeClaims, in name order (deterministic passes)."""
+    bound: dict[str, list[Pod]] = {}
+    for pod in snapshot.pods:
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if node_name and _is_active(pod):
+            bound.setdefault(str(node_name), []).append(pod)
+    result = []
+    registered = set()
+    for node in sorted(snapshot.nodes, key=lambda n: str(n["metadata"]["name"])):
+        meta, spec = node["metadata"], node.get("spec") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        name = str(meta["name"])
+        registered.add(name)
+        taints = _taints(spec.get("taints"))
+        if spec.get("unschedulable"):
+            taints = (*taints, UNSCHEDULABLE_TAINT)
+        pods = bound.get(name, [])
+        labels = dict(meta.get("labels") or {})
+        labels.setdefault(wellknown.LABEL_HOSTNAME, name)
+        result.append(
+            ExistingNode(
+                name=name,
+                labels=labels,
+                allocatable=ResourceList.parse((node.get("status") or {}).get("allocatable")),
+                requested=ResourceList.sum(pod_requests(p, include_pod_count=True) for p in pods),
+                taints=taints,
+                pods=pods,
+                nodepool=labels.get(wellknown.LABEL_NODEPOOL),
+            )
+        )
+    types_by_pool = {
+        inv.nodepool: {it.name: it for it in inv.instance_types} for inv in inventories
+    }
+    for claim in sorted(snapshot.nodeclaims, key=lambda c: str(c["metadata"]["name"])):
+        meta, status = claim["metadata"], claim.get("status") or {}
+        if meta.get("deletionTimestamp") or status.get("nodeName") in registered:
+            continue
+        labels = _claim_labels(claim)
+        pool = labels.get(wellknown.LABEL_NODEPOOL, "")
+        allocatable = _in_flight_allocatable(claim, types_by_pool.get(pool, {}))
+        if allocatable is None:
+            continue  # nothing known about what it will be; it cannot be counted on
+        name = str(meta["name"])
+        result.append(
+            ExistingNode(
+                name=name,
+                labels=labels,
+                allocatable=allocatable,
+                taints=_taints((claim.get("spec") or {}).get("taints")),
+                nodepool=pool or None,
+                in_flight=True,
+                nominated=nominations.get(name, frozenset()),
+            )
+        )
+    return result
+
+
+def _in_flight_allocatable(
+    claim: Mapping[str, Any], types: Mapping[str, InstanceType]
+) -> ResourceList | None:
+    """What a launching claim will offer: its reported allocatable, else its smallest type's."""
+    reported = (claim.get("status") or {}).get("allocatable")
+    if reported:
+        return ResourceList.parse(reported)
+    candidates = [types[n] for n in _claim_instance_types(claim) if n in types]
+    if not candidates:
+        return None
+    smallest = min(
+        candidates,
+        key=lambda it: (it.allocatable.milli("cpu"), it.allocatable.milli("memory"), it.name),
+    )
+    return smallest.allocatable
+
+
+def nodepool_usage(
+    nodepool: str, snapshot: ClusterSnapshot, types: Mapping[str, InstanceType]
+) -> ResourceList:
+    """What a NodePool's NodeClaims count against its limits, plus ``nodes``: their number.
+
+    A claim counts its reported capacity, or until it reports one, the largest capacity among
+    the instance types it may become (as Karpenter: pessimistic until launched).
+    """
+    total = empty()
+    count = 0
+    for claim in snapshot.nodeclaims:
+        labels = claim["metadata"].get("labels") or {}
+        if labels.get(wellknown.LABEL_NODEPOOL) != nodepool:
+            continue
+        count += 1
+        capacity = (claim.get("status") or {}).get("capacity")
+        if capacity:
+            total = total.add(ResourceList.parse(capacity))
+            continue
+        largest = empty()
+        for name in _claim_instance_types(claim):
+            if name in types:
+                largest = largest.max_merge(types[name].capacity)
+        total = total.add(largest)
+    return total.add(ResourceList.from_milli({"nodes": count * 1000}))
+
+
+def nodepool_option(inventory: NodePoolInventory, snapshot: ClusterSnapshot) -> NodePoolOption:
+    """A resolved (and validated) NodePool as the solver takes it."""
+    assert inventory.model is not None
+    template = (inventory.raw.get("spec") or {}).get("template") or {}
+    spec = template.get("spec") or {}
+    labels = (template.get("metadata") or {}).get("labels") or {}
+    requirements = Requirements.from_dicts(spec.get("requirements") or []).merged(
+        Requirements.from_labels(labels)
+    )
+    limits = (inventory.raw.get("spec") or {}).get("limits")
+    by_name = {it.name: it for it in inventory.instance_types}
+    return NodePoolOption(
+        name=inventory.nodepool,
+        instance_types=tuple(inventory.instance_types),
+        requirements=requirements,
+        weight=inventory.model.weight,
+        taints=_taints(spec.get("taints")),
+        startup_taints=_taints(spec.get("startupTaints")),
+        limits=ResourceList.parse(limits) if limits else None,
+        usage=nodepool_usage(inventory.nodepool, snapshot, by_name),
+    )

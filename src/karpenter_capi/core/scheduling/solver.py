@@ -1,0 +1,751 @@
+"""The scheduling simulation: where pending pods can go, and the cheapest NodeClaims for the rest.
+
+It follows Karpenter's scheduler, so a pod Karpenter would place we place the same way: pods in
+order of decreasing CPU then memory; each goes to an existing node (registered, or a NodeClaim
+still launching) if one can take it, else to a NodeClaim already proposed in this solve, else
+to a new NodeClaim from the NodePools in weight order. A proposed NodeClaim keeps every
+instance type that can still hold its pods; the provider launches the cheapest it can get.
+A pod that fits nowhere is relaxed one preference at a time and retried.
+
+Where it departs from Karpenter is speed. Pods with the same scheduling-relevant spec (same
+requests, selectors, affinities, tolerations, spreads, ports, labels and namespace: typically
+the replicas of one Deployment) form a class, and everything that depends only on the spec is
+decided once per class: the requirements, the toleration verdicts, and which nodes can never
+take the class again (a node that rejected a class for lack of room, a port, a label or a taint
+rejects it for good, since nodes only fill up during a solve). A NodeClaim's instance types
+are kept in price order with a moving cut-off instead of being refiltered for every pod.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.clock import Clock, SystemClock
+from karpenter_capi.core.instancetype import InstanceType
+from karpenter_capi.core.scheduling.daemons import DaemonOverhead
+from karpenter_capi.core.scheduling.hostports import HostPort, HostPortUsage, pod_host_ports
+from karpenter_capi.core.scheduling.model import (
+    ExistingNode,
+    NodePoolOption,
+    Pod,
+    ProposedNodeClaim,
+    SolveResult,
+    compatible_offerings,
+    pod_key,
+)
+from karpenter_capi.core.scheduling.preferences import relax, strictest, strictly_untolerated
+from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
+from karpenter_capi.core.scheduling.resources import ResourceList, pod_requests
+from karpenter_capi.core.scheduling.taints import Taint
+from karpenter_capi.core.scheduling.topology import NodeInfo, Topology
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_INSTANCE_TYPES: Final = 60
+DEFAULT_TIMEOUT_SECONDS: Final = 60.0
+HOSTNAME_PLACEHOLDER: Final = "hostname-placeholder-"
+_DEADLINE_CHECK_EVERY: Final = 64
+
+Vector = tuple[int, ...]
+
+
+def _fits(total: Vector, allocatable: Vector) -> bool:
+    # A plain loop: the hottest function of a solve, and faster than all() over a generator.
+    for used, available in zip(total, allocatable, strict=True):  # noqa: SIM110
+        if used > available:
+            return False
+    return True
+
+
+def _add(a: Vector, b: Vector) -> Vector:
+    return tuple(x + y for x, y in zip(a, b, strict=True))
+
+
+def _scheduling_spec(pod: Pod) -> Mapping[str, Any]:
+    spec = pod.get("spec") or {}
+    meta = pod.get("metadata") or {}
+    return {
+        "namespace": meta.get("namespace"),
+        "labels": meta.get("labels"),
+        "nodeSelector": spec.get("nodeSelector"),
+        "affinity": spec.get("affinity"),
+        "tolerations": spec.get("tolerations"),
+        "topologySpreadConstraints": spec.get("topologySpreadConstraints"),
+        "containers": [(c.get("resources"), c.get("ports")) for c in spec.get("containers") or ()],
+        "initContainers": [
+            (c.get("resources"), c.get("ports"), c.get("restartPolicy"))
+            for c in spec.get("initContainers") or ()
+        ],
+        "overhead": spec.get("overhead"),
+        "resources": spec.get("resources"),
+    }
+
+
+def pod_requirements(pod: Pod) -> Requirements | None:
+    """What a pod asks of a node's labels, with preferences treated as requirements.
+
+    As Karpenter: ``nodeSelector``, the first required node-affinity term, and the heaviest
+    preferred node-affinity term; relaxation removes the terms one at a time when the pod does
+    not fit. ``None`` when the first required term can never match a new node: it selects by
+    ``matchFields`` (an existing node's name) or is empty (Kubernetes: selects no node).
+    """
+    spec = pod.get("spec") or {}
+    requirements = Requirements.from_labels(spec.get("nodeSelector") or {})
+    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    preferred = node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+    if preferred:
+        heaviest = max(preferred, key=lambda term: int(term.get("weight") or 0))
+        expressions = (heaviest.get("preference") or {}).get("matchExpressions") or []
+        requirements = requirements.merged(Requirements.from_dicts(expressions))
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = required.get("nodeSelectorTerms") or []
+    if terms:
+        if terms[0].get("matchFields") or not terms[0].get("matchExpressions"):
+            return None
+        requirements = requirements.merged(
+            Requirements.from_dicts(terms[0].get("matchExpressions") or [])
+        )
+    return requirements
+
+
+def _has_soft_topology(pod: Pod) -> bool:
+    spec = pod.get("spec") or {}
+    affinity = spec.get("affinity") or {}
+    for kind in ("podAffinity", "podAntiAffinity"):
+        if (affinity.get(kind) or {}).get("preferredDuringSchedulingIgnoredDuringExecution"):
+            return True
+    return any(
+        s.get("whenUnsatisfiable") == "ScheduleAnyway"
+        for s in spec.get("topologySpreadConstraints") or ()
+    )
+
+
+def strict_for_topology(pod: Pod) -> Pod:
+    """The pod with its topology preferences as requirements, until relaxation drops them.
+
+    Karpenter honours preferred pod affinity and anti-affinity and ``ScheduleAnyway`` spreads
+    as if required on each attempt; the topology model only knows required constraints, so it
+    is handed this stricter copy (the pod itself when it has no such preferences).
+    """
+    return strictest(pod) if _has_soft_topology(pod) else pod
+
+
+@dataclass(eq=False)
+class _TypeInfo:
+    instance_type: InstanceType
+    allocatable: Vector
+    capacity: Vector
+    requirements: Requirements
+    price: float
+
+
+@dataclass(eq=False)
+class _Pool:
+    option: NodePoolOption
+    requirements: Requirements
+    types: list[_TypeInfo]
+    remaining: Vector | None  # limits minus usage minus proposed claims; None: unlimited
+    min_values: bool
+    tainted_types: bool
+
+
+@dataclass(eq=False)
+class _PodClass:
+    """What every pod with this scheduling spec shares."""
+
+    signature: str
+    requests: ResourceList
+    vector: Vector
+    requirements: Requirements | None
+    tolerations: Sequence[Mapping[str, Any]]
+    host_ports: tuple[HostPort, ...]
+    topological: bool
+    pool_taint: dict[str, Taint | None] = field(default_factory=dict)
+    # Nodes and claims that can never take this class again, by index.
+    rejected_claims: set[int] = field(default_factory=set)
+    rejected_nodes: set[int] = field(default_factory=set)
+    first_claim: int = 0
+
+
+@dataclass(eq=False)
+class _Node:
+    index: int
+    node: ExistingNode
+    requirements: Requirements
+    allocatable: Vector
+    total: Vector
+    ports: HostPortUsage
+    placed: list[Pod] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class _Claim:
+    index: int
+    pool: _Pool
+    hostname: str
+    requirements: Requirements
+    taints: tuple[Taint, ...]
+    types: list[_TypeInfo]
+    first: int  # types[:first] cannot hold the pods any more
+    pods_total: Vector
+    daemon: Vector
+    ports: HostPortUsage
+    reserved: Vector  # what it counts against the NodePool's limits
+    pods: list[Pod] = field(default_factory=list)
+
+
+class Solver:
+    """One scheduling simulation over a fixed view of the cluster.
+
+    Create one per provisioning round; ``solve`` may be called once. ``clock`` bounds the
+    solve by ``timeout_seconds``: pods not reached by then are reported unschedulable with a
+    reason saying so, and the provisioner retries them in the next round.
+    """
+
+    def __init__(
+        self,
+        nodepools: Sequence[NodePoolOption],
+        *,
+        existing_nodes: Sequence[ExistingNode] = (),
+        daemonsets: Sequence[Mapping[str, Any]] = (),
+        namespaces: Mapping[str, Mapping[str, str]] | None = None,
+        max_instance_types: int = DEFAULT_MAX_INSTANCE_TYPES,
+        clock: Clock | None = None,
+        timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+    ) -> None:
+        # Upstream's OrderByWeight: heaviest first, ties by name, later names first.
+        self._options = sorted(nodepools, key=lambda p: (p.weight, p.name), reverse=True)
+        self._existing = existing_nodes
+        self._daemons = DaemonOverhead(daemonsets)
+        self._namespaces = dict(namespaces or {})
+        self._max_instance_types = max_instance_types
+        self._clock = clock or SystemClock()
+        self._timeout = timeout_seconds
+        self._resources: tuple[str, ...] = ()
+        self._classes: dict[str, _PodClass] = {}
+        self._claims: list[_Claim] = []
+        self._nodes: list[_Node] = []
+        self._pools: list[_Pool] = []
+        self._topology: Topology | None = None
+        self._merge_cache: dict[tuple[str, int], tuple[Requirements, Requirements | str]] = {}
+        self._types_cache: dict[tuple[int, Requirements, str], list[_TypeInfo]] = {}
+
+    # -- set-up ----------------------------------------------------------------------------
+
+    def _vector(self, resources: ResourceList) -> Vector:
+        return tuple(resources.milli(name) for name in self._resources)
+
+    def _index_resources(self, pods: Sequence[Pod]) -> None:
+        names: set[str] = {"cpu", "memory", "pods"}
+        for option in self._options:
+            for instance_type in option.instance_types:
+                names.update(instance_type.allocatable)
+        for pod in pods:
+            names.update(pod_requests(pod))
+        for node in self._existing:
+            names.update(node.allocatable)
+        first = ("cpu", "memory", "pods")
+        self._resources = first + tuple(sorted(names - set(first)))
+
+    def _build_pools(self) -> None:
+        for option in self._options:
+            base = option.requirements.merged(
+                [Requirement.new(wellknown.LABEL_NODEPOOL, "In", [option.name])]
+            )
+            types = []
+            for instance_type in option.instance_types:
+                requirements = Requirements.from_value_sets(instance_type.requirements)
+                if base.intersects(requirements) is not None:
+                    continue
+                offerings = compatible_offerings(instance_type, base)
+                if not offerings:
+                    continue
+                types.append(
+                    _TypeInfo(
+                        instance_type,
+                        self._vector(instance_type.allocatable),
+                        self._vector(instance_type.capacity),
+                        requirements,
+                        min(o.price for o in offerings),
+                    )
+                )
+            types.sort(key=lambda t: (t.price, t.instance_type.name))
+            remaining = None
+            if option.limits is not None:
+                limits = self._limit_vector(option.limits)
+                remaining = tuple(
+                    limit - used
+                    for limit, used in zip(limits, self._limit_usage(option), strict=True)
+                )
+            self._pools.append(
+                _Pool(
+                    option,
+                    base,
+                    types,
+                    remaining,
+                    any(r.min_values for r in base.values()),
+                    any(t.instance_type.taints for t in types),
+                )
+            )
+
+    def _limit_vector(self, limits: ResourceList) -> Vector:
+        # Resources the limits do not name are unlimited; "nodes" is counted in pods' place.
+        unlimited = 1 << 62
+        vector = [limits.milli(n) if n in limits else unlimited for n in self._resources]
+        pods_index = self._resources.index("pods")
+        vector[pods_index] = limits.milli("nodes") if "nodes" in limits else unlimited
+        return tuple(vector)
+
+    def _limit_usage(self, option: NodePoolOption) -> Vector:
+        usage = [option.usage.milli(n) for n in self._resources]
+        usage[self._resources.index("pods")] = option.usage.milli("nodes")
+        return tuple(usage)
+
+    def _build_nodes(self) -> None:
+        for index, node in enumerate(self._existing):
+            ports = HostPortUsage()
+            for pod in node.pods:
+                ports.add(pod_host_ports(pod))
+            requested = self._vector(node.requested)
+            if node.in_flight:
+                labels = Requirements.from_labels(node.labels)
+                taints = tuple(node.taints)
+                requested = _add(requested, self._vector(self._daemons.for_node(labels, taints)))
+            self._nodes.append(
+                _Node(
+                    index,
+                    node,
+                    Requirements.from_labels(node.labels),
+                    self._vector(node.allocatable),
+                    requested,
+                    ports,
+                )
+            )
+
+    def _build_topology(self, pods: Sequence[Pod]) -> Topology:
+        domains: dict[str, set[str]] = {}
+        for pool in self._pools:
+            for key, requirement in pool.requirements.items():
+                if not requirement.complement:
+                    domains.setdefault(key, set()).update(requirement.values)
+            for info in pool.types:
+                for key, values in info.instance_type.requirements.items():
+                    domains.setdefault(key, set()).update(values)
+                for offering in compatible_offerings(info.instance_type, pool.requirements):
+                    domains.setdefault(wellknown.LABEL_TOPOLOGY_ZONE, set()).add(offering.zone)
+                    domains.setdefault(wellknown.LABEL_CAPACITY_TYPE, set()).add(
+                        offering.capacity_type
+                    )
+        existing_pods: list[tuple[Pod, NodeInfo]] = []
+        for node in self._existing:
+            labels = dict(node.labels)
+            labels.setdefault(wellknown.LABEL_HOSTNAME, node.name)
+            for key, value in labels.items():
+                domains.setdefault(key, set()).add(value)
+            info = NodeInfo(node.name, labels, tuple(node.taints))
+            existing_pods.extend((pod, info) for pod in node.pods)
+        return Topology(
+            domains=domains,
+            existing_pods=existing_pods,
+            pending_pods=[strict_for_topology(p) for p in pods],
+            namespaces=self._namespaces,
+        )
+
+    def _class_of(self, pod: Pod) -> _PodClass:
+        signature = json.dumps(_scheduling_spec(pod), sort_keys=True, default=str)
+        found = self._classes.get(signature)
+        if found is not None:
+            return found
+        requests = pod_requests(pod, include_pod_count=True)
+        spec = pod.get("spec") or {}
+        assert self._topology is not None
+        pod_class = _PodClass(
+            signature=signature,
+            requests=requests,
+            vector=self._vector(requests),
+            requirements=pod_requirements(pod),
+            tolerations=spec.get("tolerations") or (),
+            host_ports=pod_host_ports(pod),
+            topological=self._topology.has_constraints(strict_for_topology(pod)),
+        )
+        self._classes[signature] = pod_class
+        return pod_class
+
+    # -- solving ----------------------------------------------------------------------------
+
+    def solve(self, pods: Sequence[Pod]) -> SolveResult:
+        """Place ``pods``; see the module docstring for the order things are tried in."""
+        deadline = self._clock.now().timestamp() + self._timeout
+        self._index_resources(pods)
+        self._build_pools()
+        self._build_nodes()
+        self._topology = self._build_topology(pods)
+        result = SolveResult()
+        queue = deque(sorted(pods, key=self._order))
+        errors: dict[str, str] = {}
+        stalled = 0  # pods retried since the last one was placed
+        handled = 0
+        while queue:
+            if handled % _DEADLINE_CHECK_EVERY == 0 and self._clock.now().timestamp() > deadline:
+                result.timed_out = True
+                for pod in queue:
+                    errors.setdefault(pod_key(pod), "the solve timed out before reaching it")
+                break
+            handled += 1
+            pod = queue.popleft()
+            key = pod_key(pod)
+            why = self._place(pod)
+            if why is None:
+                errors.pop(key, None)
+                stalled = 0
+                continue
+            errors[key] = why
+            relaxed = relax(pod)
+            if relaxed is not None:
+                queue.append(relaxed)
+                continue
+            # Nothing left to relax; retry once everything else has had its turn, since a
+            # pod placed later (an affinity target) may make room for it.
+            stalled += 1
+            if stalled <= len(queue):
+                queue.append(pod)
+        for node in self._nodes:
+            if node.placed:
+                result.existing[node.node.name] = node.placed
+        result.new_nodeclaims = [self._finish(claim) for claim in self._claims]
+        result.unschedulable = errors
+        return result
+
+    def _order(self, pod: Pod) -> tuple[int, int, str]:
+        requests = pod_requests(pod)
+        return (-requests.milli("cpu"), -requests.milli("memory"), pod_key(pod))
+
+    def _place(self, pod: Pod) -> str | None:
+        pod_class = self._class_of(pod)
+        strict = strict_for_topology(pod) if pod_class.topological else pod
+        if pod_class.requirements is None:
+            return (
+                "its required node affinity term is empty or selects by field, "
+                "which no new node matches"
+            )
+        key = pod_key(pod)
+        # Back to the in-flight NodeClaim this pod was launched for, before anything else.
+        for node in self._nodes:
+            if key in node.node.nominated and self._try_node(node, pod_class, pod, strict) is None:
+                return None
+        for node in self._nodes:
+            if node.index in pod_class.rejected_nodes:
+                continue
+            if self._try_node(node, pod_class, pod, strict) is None:
+                return None
+        claims = self._claims
+        start = pod_class.first_claim
+        while start < len(claims) and start in pod_class.rejected_claims:
+            pod_class.rejected_claims.discard(start)
+            start += 1
+        pod_class.first_claim = start
+        for claim in claims[start:]:
+            if claim.index in pod_class.rejected_claims:
+                continue
+            if self._try_claim(claim, pod_class, pod, strict) is None:
+                return None
+        reasons = []
+        for pool in self._pools:
+            why = self._new_claim(pool, pod_class, pod, strict)
+            if why is None:
+                return None
+            reasons.append(f"NodePool {pool.option.name}: {why}")
+        if not reasons:
+            return "no NodePool is available"
+        return "; ".join(reasons)
+
+    def _tolerates(self, pod_class: _PodClass, pool: _Pool) -> Taint | None:
+        name = pool.option.name
+        if name not in pod_class.pool_taint:
+            pod_class.pool_taint[name] = strictly_untolerated(
+                pod_class.tolerations, pool.option.taints
+            )
+        return pod_class.pool_taint[name]
+
+    def _try_node(self, node: _Node, pod_class: _PodClass, pod: Pod, strict: Pod) -> str | None:
+        assert pod_class.requirements is not None
+        assert self._topology is not None
+        permanent = None
+        if strictly_untolerated(pod_class.tolerations, node.node.taints) is not None:
+            permanent = "taint"
+        elif not pod_class.requirements.satisfied_by(node.node.labels):
+            permanent = "labels"
+        elif not _fits(_add(node.total, pod_class.vector), node.allocatable):
+            permanent = "resources"
+        elif pod_class.host_ports and node.ports.conflicts(pod_class.host_ports):
+            permanent = "host port"
+        if permanent is not None:
+            pod_class.rejected_nodes.add(node.index)
+            return permanent
+        if pod_class.topological:
+            narrowed = self._topology.add_requirements(
+                strict, pod_class.requirements, node.requirements, node.node.taints
+            )
+            if isinstance(narrowed, str):
+                return narrowed
+        self._topology.record(strict, node.requirements)
+        node.total = _add(node.total, pod_class.vector)
+        node.ports.add(pod_class.host_ports)
+        node.placed.append(pod)
+        return None
+
+    def _merged(self, pod_class: _PodClass, requirements: Requirements) -> Requirements | str:
+        """The claim's requirements with the pod's, or why they conflict (cached per class)."""
+        assert pod_class.requirements is not None
+        cache_key = (pod_class.signature, id(requirements))
+        cached = self._merge_cache.get(cache_key)
+        if cached is not None and cached[0] is requirements:
+            return cached[1]
+        why = requirements.compatible(pod_class.requirements)
+        merged: Requirements | str
+        if why is not None:
+            merged = why
+        else:
+            merged = requirements.merged(pod_class.requirements)
+            if merged == requirements:
+                merged = requirements  # keep identity: the claim's fast path relies on it
+        self._merge_cache[cache_key] = (requirements, merged)
+        return merged
+
+    def _try_claim(self, claim: _Claim, pod_class: _PodClass, pod: Pod, strict: Pod) -> str | None:
+        assert pod_class.requirements is not None
+        assert self._topology is not None
+        if self._tolerates(pod_class, claim.pool) is not None:
+            pod_class.rejected_claims.add(claim.index)
+            return "taint"
+        if pod_class.host_ports and claim.ports.conflicts(pod_class.host_ports):
+            pod_class.rejected_claims.add(claim.index)
+            return "host port"
+        merged = self._merged(pod_class, claim.requirements)
+        if isinstance(merged, str):
+            pod_class.rejected_claims.add(claim.index)
+            return merged
+        narrowed = merged
+        if pod_class.topological:
+            topological = self._topology.add_requirements(
+                strict, pod_class.requirements, merged, claim.taints
+            )
+            if isinstance(topological, str):
+                return topological
+            narrowed = claim.requirements if topological == claim.requirements else topological
+        pods_total = _add(claim.pods_total, pod_class.vector)
+        if narrowed is claim.requirements:
+            daemon = claim.daemon
+            fit = self._first_fit(claim.types, claim.first, _add(pods_total, daemon), pod_class)
+            if fit is None:
+                pod_class.rejected_claims.add(claim.index)
+                return "no instance type can hold it with the pods already there"
+            types, first = claim.types, fit
+        else:
+            daemon = self._vector(self._daemons.for_node(narrowed, claim.taints))
+            total = _add(pods_total, daemon)
+            allowed = {id(t) for t in self._compatible_types(claim.pool, narrowed, pod_class)}
+            types = [
+                t
+                for t in claim.types[claim.first :]
+                if id(t) in allowed and _fits(total, t.allocatable)
+            ]
+            if not types:
+                if not pod_class.topological:
+                    pod_class.rejected_claims.add(claim.index)
+                return "no instance type can hold it with the pods already there"
+            first = 0
+        if claim.pool.min_values and self._min_values_problem(
+            narrowed, types[first:], _add(pods_total, daemon)
+        ):
+            return "minValues would no longer be met"
+        claim.requirements = narrowed
+        claim.types, claim.first = types, first
+        claim.pods_total, claim.daemon = pods_total, daemon
+        claim.ports.add(pod_class.host_ports)
+        claim.pods.append(pod)
+        self._topology.record(strict, narrowed)
+        return None
+
+    def _first_fit(
+        self, types: list[_TypeInfo], first: int, total: Vector, pod_class: _PodClass
+    ) -> int | None:
+        """Index of the cheapest type from ``first`` on that holds ``total``."""
+        for index in range(first, len(types)):
+            if _fits(total, types[index].allocatable) and self._type_tolerated(
+                types[index], pod_class
+            ):
+                return index
+        return None
+
+    def _type_tolerated(self, info: _TypeInfo, pod_class: _PodClass) -> bool:
+        taints = info.instance_type.taints
+        return not taints or strictly_untolerated(pod_class.tolerations, taints) is None
+
+    def _compatible_types(
+        self, pool: _Pool, requirements: Requirements, pod_class: _PodClass
+    ) -> list[_TypeInfo]:
+        """The pool's types (price order) that ``requirements`` and the pod's tolerations allow.
+
+        Cached by the requirements without the hostname, which every claim has its own of and
+        no instance type speaks about; the list is shared, so callers never change it.
+        """
+        relevant = Requirements(
+            r for key, r in requirements.items() if key != wellknown.LABEL_HOSTNAME
+        )
+        tolerations = pod_class.signature if pool.tainted_types else ""
+        cache_key = (id(pool), relevant, tolerations)
+        cached = self._types_cache.get(cache_key)
+        if cached is None:
+            cached = [
+                t
+                for t in pool.types
+                if relevant.intersects(t.requirements) is None
+                and compatible_offerings(t.instance_type, relevant)
+                and self._type_tolerated(t, pod_class)
+            ]
+            self._types_cache[cache_key] = cached
+        return cached
+
+    def _min_values_problem(
+        self, requirements: Requirements, types: Sequence[_TypeInfo], total: Vector
+    ) -> str | None:
+        values: dict[str, set[str]] = {}
+        for info in types:
+            if not _fits(total, info.allocatable):
+                continue
+            for key, allowed in info.instance_type.requirements.items():
+                values.setdefault(key, set()).update(allowed)
+        return requirements.min_values_problem(values)
+
+    def _new_claim(self, pool: _Pool, pod_class: _PodClass, pod: Pod, strict: Pod) -> str | None:
+        assert pod_class.requirements is not None
+        assert self._topology is not None
+        taint = self._tolerates(pod_class, pool)
+        if taint is not None:
+            return f"taint {taint} not tolerated"
+        why = pool.requirements.compatible(pod_class.requirements)
+        if why is not None:
+            return f"incompatible requirements: {why}"
+        hostname = f"{HOSTNAME_PLACEHOLDER}{len(self._claims):04d}"
+        requirements = pool.requirements.merged(pod_class.requirements).with_requirement(
+            Requirement.new(wellknown.LABEL_HOSTNAME, "In", [hostname])
+        )
+        taints = pool.option.taints
+        if pod_class.topological:
+            self._topology.register_domain(wellknown.LABEL_HOSTNAME, hostname)
+            narrowed = self._topology.add_requirements(
+                strict, pod_class.requirements, requirements, taints
+            )
+            if isinstance(narrowed, str):
+                return narrowed
+            requirements = narrowed
+        daemon = self._vector(self._daemons.for_node(requirements, taints))
+        ports = self._daemons.host_ports_for_node(requirements, taints)
+        clash = ports.conflicts(pod_class.host_ports) if pod_class.host_ports else None
+        if clash is not None:
+            return f"host port {clash} is taken by a DaemonSet on every such node"
+        total = _add(pod_class.vector, daemon)
+        types = self._compatible_types(pool, requirements, pod_class)
+        if not types:
+            return "no instance type meets its requirements and tolerations"
+        if pool.remaining is not None:
+            remaining = pool.remaining
+            types = [t for t in types if _fits(_limit_use(t.capacity), remaining)]
+            if not types:
+                return "the NodePool's limits would be exceeded"
+        first = self._first_fit(types, 0, total, pod_class)
+        if first is None:
+            return "no instance type is large enough for its requests"
+        if pool.min_values:
+            problem = self._min_values_problem(requirements, types[first:], total)
+            if problem is not None:
+                return problem
+        if not pod_class.topological:
+            self._topology.register_domain(wellknown.LABEL_HOSTNAME, hostname)
+        claim = _Claim(
+            index=len(self._claims),
+            pool=pool,
+            hostname=hostname,
+            requirements=requirements,
+            taints=taints,
+            types=types,
+            first=first,
+            pods_total=pod_class.vector,
+            daemon=daemon,
+            ports=ports,
+            reserved=_max_capacity(types[first:]) if pool.remaining is not None else (),
+        )
+        claim.ports.add(pod_class.host_ports)
+        claim.pods.append(pod)
+        if pool.remaining is not None:
+            pool.remaining = tuple(
+                r - u for r, u in zip(pool.remaining, _limit_use(claim.reserved), strict=True)
+            )
+        self._claims.append(claim)
+        self._topology.record(strict, requirements)
+        return None
+
+    def _finish(self, claim: _Claim) -> ProposedNodeClaim:
+        total = _add(claim.pods_total, claim.daemon)
+        pool_requirements = claim.pool.requirements
+        same_offerings = all(
+            claim.requirements.get(key) == pool_requirements.get(key)
+            for key in (wellknown.LABEL_TOPOLOGY_ZONE, wellknown.LABEL_CAPACITY_TYPE)
+        )
+        types: list[_TypeInfo] = []
+        for info in claim.types[claim.first :]:
+            if _fits(total, info.allocatable):
+                types.append(info)
+                # In pool price order already unless the claim narrowed zone or capacity type.
+                if same_offerings and len(types) == self._max_instance_types:
+                    break
+        if not same_offerings:
+            types.sort(key=lambda t: (_cheapest_price(t, claim.requirements), t.instance_type.name))
+        chosen = [t.instance_type for t in types[: self._max_instance_types]]
+        requirements = claim.requirements.with_requirement(
+            Requirement.new(wellknown.LABEL_INSTANCE_TYPE, "In", [t.name for t in chosen])
+        )
+        names = self._resources
+        return ProposedNodeClaim(
+            nodepool=claim.pool.option,
+            hostname=claim.hostname,
+            requirements=requirements,
+            instance_types=chosen,
+            pods=claim.pods,
+            requests=_resource_list(names, total),
+            daemon_requests=_resource_list(names, claim.daemon),
+        )
+
+
+def _cheapest_price(info: _TypeInfo, requirements: Requirements) -> float:
+    offerings = compatible_offerings(info.instance_type, requirements)
+    return min((o.price for o in offerings), default=float("inf"))
+
+
+def _max_capacity(types: Iterable[_TypeInfo]) -> Vector:
+    result: Vector | None = None
+    for info in types:
+        result = (
+            info.capacity
+            if result is None
+            else tuple(max(a, b) for a, b in zip(result, info.capacity, strict=True))
+        )
+    assert result is not None
+    return result
+
+
+def _limit_use(capacity: Vector) -> Vector:
+    """A node's capacity as it counts against limits: the ``pods`` slot counts one node."""
+    # The resource index puts cpu, memory, pods first; see Solver._index_resources.
+    return (*capacity[:2], 1000, *capacity[3:])
+
+
+def _resource_list(names: Sequence[str], vector: Vector) -> ResourceList:
+    return ResourceList.from_milli({n: v for n, v in zip(names, vector, strict=True) if v})

@@ -1,0 +1,514 @@
+"""Topology spread, pod affinity and anti-affinity narrow a node's domains as kube-scheduler would."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.scheduling.requirements import (
+    Requirement,
+    Requirements,
+    node_selector_terms,
+)
+from karpenter_capi.core.scheduling.taints import Taint
+from karpenter_capi.core.scheduling.topology import (
+    NodeInfo,
+    Topology,
+    schedule_anyway_constraints,
+)
+
+ZONE = wellknown.LABEL_TOPOLOGY_ZONE
+HOST = wellknown.LABEL_HOSTNAME
+ZONES = ("a", "b", "c")
+WEB = {"app": "web"}
+
+Pod = dict[str, Any]
+
+
+def make_pod(
+    name: str,
+    labels: Mapping[str, str] = WEB,
+    *,
+    namespace: str = "default",
+    spread: Sequence[Mapping[str, Any]] = (),
+    affinity: Sequence[Mapping[str, Any]] = (),
+    anti: Sequence[Mapping[str, Any]] = (),
+    spec: Mapping[str, Any] | None = None,
+    uid: str | None = None,
+) -> Pod:
+    body: dict[str, Any] = dict(spec or {})
+    if spread:
+        body["topologySpreadConstraints"] = list(spread)
+    pod_affinity: dict[str, Any] = dict(body.get("affinity") or {})
+    if affinity:
+        pod_affinity["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": affinity}
+    if anti:
+        pod_affinity["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": anti}
+    if pod_affinity:
+        body["affinity"] = pod_affinity
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
+    if uid is not None:
+        meta["uid"] = uid
+    return {"metadata": meta, "spec": body}
+
+
+def spread(key: str = ZONE, selector: Mapping[str, str] = WEB, **extra: Any) -> dict[str, Any]:
+    return {
+        "maxSkew": 1,
+        "topologyKey": key,
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": dict(selector)},
+        **extra,
+    }
+
+
+def term(key: str = ZONE, selector: Mapping[str, str] = WEB, **extra: Any) -> dict[str, Any]:
+    return {"topologyKey": key, "labelSelector": {"matchLabels": dict(selector)}, **extra}
+
+
+def node(name: str, zone: str, taints: Iterable[Taint] = (), **labels: str) -> NodeInfo:
+    return NodeInfo(name, {HOST: name, ZONE: zone, **labels}, tuple(taints))
+
+
+def claim(zones: Iterable[str] = ZONES, hostname: str | None = None) -> Requirements:
+    """A new NodeClaim's requirements: the zones it may launch in, its hostname placeholder."""
+    requirements = [Requirement.new(ZONE, "In", zones)]
+    if hostname is not None:
+        requirements.append(Requirement.new(HOST, "In", [hostname]))
+    return Requirements(requirements)
+
+
+def pod_requirements(pod: Mapping[str, Any]) -> Requirements:
+    return node_selector_terms(pod)[0]
+
+
+def allowed(
+    topology: Topology, pod: Mapping[str, Any], node_requirements: Requirements, key: str = ZONE
+) -> set[str]:
+    narrowed = topology.add_requirements(pod, pod_requirements(pod), node_requirements)
+    assert not isinstance(narrowed, str), narrowed
+    return set(narrowed[key].values)
+
+
+def place(topology: Topology, pod: Mapping[str, Any], node_requirements: Requirements) -> str:
+    """Narrow, pin the alphabetically first zone left (the solver would pick by price), record."""
+    narrowed = topology.add_requirements(pod, pod_requirements(pod), node_requirements)
+    assert not isinstance(narrowed, str), narrowed
+    zone = min(narrowed[ZONE].values)
+    topology.record(pod, narrowed.with_requirement(Requirement.new(ZONE, "In", [zone])))
+    return zone
+
+
+def refused(topology: Topology, pod: Mapping[str, Any], node_requirements: Requirements) -> str:
+    narrowed = topology.add_requirements(pod, pod_requirements(pod), node_requirements)
+    assert isinstance(narrowed, str), f"expected a refusal, got {narrowed}"
+    return narrowed
+
+
+def existing(
+    pods: Iterable[tuple[str, NodeInfo]],
+    labels: Mapping[str, str] = WEB,
+    namespace: str = "default",
+) -> list[tuple[Pod, NodeInfo]]:
+    return [(make_pod(name, labels, namespace=namespace), info) for name, info in pods]
+
+
+# --- topology spread ---------------------------------------------------------------------------
+
+
+def test_zonal_spread_balances_within_max_skew() -> None:
+    pods = [make_pod(f"web-{i}", spread=[spread()]) for i in range(9)]
+    topology = Topology(domains={ZONE: ZONES}, existing_pods=[], pending_pods=pods)
+    counts: Counter[str] = Counter()
+    for pod in pods:
+        counts[place(topology, pod, claim())] += 1
+        assert max(counts[z] for z in ZONES) - min(counts[z] for z in ZONES) <= 1
+    assert counts == {"a": 3, "b": 3, "c": 3}
+
+
+def test_zonal_spread_fills_the_emptiest_zones_first() -> None:
+    zone_a = node("n-a", "a")
+    pods = [make_pod(f"web-{i}", spread=[spread()]) for i in range(4)]
+    topology = Topology(
+        domains={ZONE: ZONES},
+        existing_pods=existing([("old-1", zone_a), ("old-2", zone_a)]),
+        pending_pods=pods,
+    )
+    assert allowed(topology, pods[0], claim()) == {"b", "c"}
+    assert [place(topology, pod, claim()) for pod in pods] == ["b", "c", "b", "c"]
+    assert allowed(topology, make_pod("next", spread=[spread()]), claim()) == set(ZONES)
+
+
+def test_spread_ignores_pods_its_selector_or_namespace_does_not_match() -> None:
+    zone_a = node("n-a", "a")
+    topology = Topology(
+        domains={ZONE: ZONES},
+        existing_pods=[
+            *existing([("api", zone_a)], labels={"app": "api"}),
+            *existing([("web-elsewhere", zone_a)], namespace="other"),
+        ],
+        pending_pods=[],
+    )
+    assert allowed(topology, make_pod("web", spread=[spread()]), claim()) == set(ZONES)
+
+
+def test_a_larger_max_skew_tolerates_more_imbalance() -> None:
+    zone_a = node("n-a", "a")
+    topology = Topology(
+        domains={ZONE: ZONES},
+        existing_pods=existing([("old-1", zone_a)]),
+        pending_pods=[],
+    )
+    assert allowed(topology, make_pod("web", spread=[spread(maxSkew=2)]), claim()) == {"b", "c"}
+    assert allowed(topology, make_pod("web", spread=[spread(maxSkew=2)]), claim(["a"])) == {"a"}
+    refused(topology, make_pod("web", spread=[spread()]), claim(["a"]))
+
+
+def test_min_domains_forces_spreading_onto_new_domains() -> None:
+    pods = [make_pod(f"web-{i}", spread=[spread(minDomains=3)]) for i in range(4)]
+    topology = Topology(domains={ZONE: ["a", "b"]}, existing_pods=[], pending_pods=pods)
+    assert place(topology, pods[0], claim(["a", "b"])) == "a"
+    assert place(topology, pods[1], claim(["a", "b"])) == "b"
+    # Two eligible zones, fewer than minDomains: the global minimum is 0, so no zone takes a
+    # second pod until a third zone exists.
+    reason = refused(topology, pods[2], claim(["a", "b"]))
+    assert "minDomains 3" in reason
+    topology.register_domain(ZONE, "c")
+    assert place(topology, pods[2], claim()) == "c"
+    assert allowed(topology, pods[3], claim()) == set(ZONES)
+
+
+def test_without_min_domains_two_zones_keep_filling() -> None:
+    pods = [make_pod(f"web-{i}", spread=[spread()]) for i in range(4)]
+    topology = Topology(domains={ZONE: ["a", "b"]}, existing_pods=[], pending_pods=pods)
+    assert [place(topology, pod, claim(["a", "b"])) for pod in pods] == ["a", "b", "a", "b"]
+
+
+def zone_a_only(policy: str) -> Pod:
+    return make_pod(
+        "web",
+        spread=[spread(nodeAffinityPolicy=policy)],
+        spec={"nodeSelector": {ZONE: "a"}},
+    )
+
+
+def test_node_affinity_policy_honor_counts_only_the_zones_the_pod_may_use() -> None:
+    topology = Topology(
+        domains={ZONE: ZONES},
+        existing_pods=existing([("old", node("n-a", "a"))]),
+        pending_pods=[],
+    )
+    # Honor: zone a is the only eligible domain, so it is also the global minimum.
+    assert allowed(topology, zone_a_only("Honor"), claim(["a"])) == {"a"}
+    # Ignore: the empty zones b and c hold the minimum at 0, and zone a already has one pod.
+    assert "maxSkew 1" in refused(topology, zone_a_only("Ignore"), claim(["a"]))
+
+
+@pytest.mark.parametrize(("policy", "zones"), [("Honor", {"a", "b"}), ("Ignore", {"b"})])
+def test_node_affinity_policy_decides_whether_pods_on_other_nodes_count(
+    policy: str, zones: set[str]
+) -> None:
+    other_pool = node("n-a", "a", pool="other")
+    topology = Topology(
+        domains={ZONE: ["a", "b"]},
+        existing_pods=existing([("old", other_pool)]),
+        pending_pods=[],
+    )
+    pod = make_pod(
+        "web", spread=[spread(nodeAffinityPolicy=policy)], spec={"nodeSelector": {"pool": "x"}}
+    )
+    node_requirements = claim(["a", "b"]).merged(pod_requirements(pod))
+    assert allowed(topology, pod, node_requirements) == zones
+
+
+GPU = Taint("gpu", "NoSchedule")
+
+
+def test_node_taints_policy_honor_leaves_out_zones_only_tainted_nodes_offer() -> None:
+    topology = Topology(
+        domains={ZONE: ZONES},
+        domain_taints={ZONE: {"c": [[GPU]]}},
+        existing_pods=existing([("old-a", node("n-a", "a")), ("old-b", node("n-b", "b"))]),
+        pending_pods=[],
+    )
+    honor = make_pod("web", spread=[spread(nodeTaintsPolicy="Honor")])
+    assert allowed(topology, honor, claim(["a", "b"])) == {"a", "b"}
+    # The default, Ignore, counts the empty tainted zone c as the minimum.
+    refused(topology, make_pod("web", spread=[spread()]), claim(["a", "b"]))
+    # A pod that tolerates the taint can use zone c, so c counts for it even under Honor.
+    tolerant = make_pod(
+        "web",
+        spread=[spread(nodeTaintsPolicy="Honor")],
+        spec={"tolerations": [{"key": "gpu", "operator": "Exists"}]},
+    )
+    refused(topology, tolerant, claim(["a", "b"]))
+    assert allowed(topology, tolerant, claim()) == {"c"}
+
+
+@pytest.mark.parametrize(("policy", "zones"), [("Honor", {"a", "b"}), ("Ignore", {"b"})])
+def test_node_taints_policy_decides_whether_pods_on_untolerated_nodes_count(
+    policy: str, zones: set[str]
+) -> None:
+    dedicated = node("n-a", "a", taints=[Taint("dedicated", "NoSchedule", "batch")])
+    topology = Topology(
+        domains={ZONE: ["a", "b"]},
+        existing_pods=existing([("old", dedicated)]),
+        pending_pods=[],
+    )
+    pod = make_pod("web", spread=[spread(nodeTaintsPolicy=policy)])
+    assert allowed(topology, pod, claim(["a", "b"])) == zones
+
+
+def test_spread_counts_pods_recorded_on_untolerated_nodes_only_under_ignore() -> None:
+    honor = make_pod("web-1", spread=[spread(nodeTaintsPolicy="Honor")])
+    topology = Topology(domains={ZONE: ["a", "b"]}, existing_pods=[], pending_pods=[honor])
+    tainted = claim(["a"])
+    topology.record(make_pod("web-0"), tainted, node_taints=[GPU])
+    assert allowed(topology, honor, claim(["a", "b"])) == {"a", "b"}
+    topology.record(make_pod("web-2"), tainted)
+    assert allowed(topology, honor, claim(["a", "b"])) == {"b"}
+
+
+def test_match_label_keys_count_only_the_pods_of_the_same_revision() -> None:
+    old = {"app": "web", "pod-template-hash": "old"}
+    zone_a = node("n-a", "a")
+    topology = Topology(
+        domains={ZONE: ZONES},
+        existing_pods=existing([("old-1", zone_a), ("old-2", zone_a)], labels=old),
+        pending_pods=[],
+    )
+    new = {"app": "web", "pod-template-hash": "new"}
+    by_revision = make_pod("new", new, spread=[spread(matchLabelKeys=["pod-template-hash"])])
+    assert allowed(topology, by_revision, claim()) == set(ZONES)
+    assert allowed(topology, make_pod("new", new, spread=[spread()]), claim()) == {"b", "c"}
+
+
+def test_hostname_spread_refuses_a_full_node_and_takes_a_new_one() -> None:
+    pods = [make_pod(f"web-{i}", spread=[spread(HOST)]) for i in range(2)]
+    full = node("n-1", "a")
+    topology = Topology(
+        domains={ZONE: ZONES, HOST: ["n-1"]},
+        existing_pods=existing([("old", full)]),
+        pending_pods=pods,
+    )
+    assert "kubernetes.io/hostname" in refused(
+        topology, pods[0], Requirements.from_labels(full.labels)
+    )
+    topology.register_domain(HOST, "claim-1")
+    place(topology, pods[0], claim(hostname="claim-1"))
+    refused(topology, pods[1], claim(hostname="claim-1"))
+    topology.register_domain(HOST, "claim-2")
+    assert allowed(topology, pods[1], claim(hostname="claim-2"), key=HOST) == {"claim-2"}
+
+
+def test_separate_deployments_keep_separate_counts() -> None:
+    api = {"app": "api"}
+    webs = [make_pod(f"web-{i}", spread=[spread()]) for i in range(3)]
+    apis = [make_pod(f"api-{i}", api, spread=[spread(selector=api)]) for i in range(3)]
+    topology = Topology(domains={ZONE: ZONES}, existing_pods=[], pending_pods=webs + apis)
+    for pod in webs[:2]:
+        place(topology, pod, claim())
+    assert allowed(topology, apis[0], claim()) == set(ZONES)
+    assert allowed(topology, webs[2], claim()) == {"c"}
+
+
+def test_schedule_anyway_spreads_are_left_to_the_solver() -> None:
+    soft = spread(whenUnsatisfiable="ScheduleAnyway")
+    pod = make_pod("web", spread=[soft, spread(HOST)])
+    topology = Topology(domains={ZONE: ZONES}, existing_pods=[], pending_pods=[pod])
+    assert schedule_anyway_constraints(pod) == [soft]
+    only_soft = make_pod("web", spread=[soft])
+    assert not topology.has_constraints(only_soft)
+    node_requirements = claim()
+    assert topology.add_requirements(only_soft, Requirements(), node_requirements) is (
+        node_requirements
+    )
+
+
+def test_finished_and_pending_pods_are_not_counted_as_existing() -> None:
+    zone_a = node("n-a", "a")
+    done = make_pod("done")
+    done["status"] = {"phase": "Succeeded"}
+    going = make_pod("going")
+    going["metadata"]["deletionTimestamp"] = "2024-01-01T00:00:00Z"
+    nominated = make_pod("nominated", spread=[spread()], uid="uid-1")
+    topology = Topology(
+        domains={ZONE: ZONES},
+        existing_pods=[(done, zone_a), (going, zone_a), (nominated, zone_a)],
+        pending_pods=[make_pod("nominated", spread=[spread()], uid="uid-1")],
+    )
+    assert allowed(topology, nominated, claim()) == set(ZONES)
+
+
+def test_a_constraint_first_seen_mid_solve_counts_earlier_placements() -> None:
+    topology = Topology(domains={ZONE: ZONES}, existing_pods=[], pending_pods=[])
+    for name in ("plain-1", "plain-2"):
+        topology.record(make_pod(name), claim(["a"]))
+    topology.record(make_pod("plain-3"), claim(["b"]))
+    assert allowed(topology, make_pod("late", spread=[spread()]), claim()) == {"c"}
+
+
+def test_record_counts_spread_only_once_the_zone_is_pinned() -> None:
+    pod = make_pod("web-1", spread=[spread()])
+    topology = Topology(domains={ZONE: ZONES}, existing_pods=[], pending_pods=[pod])
+    topology.record(make_pod("web-0"), claim(["a", "b"]))
+    assert allowed(topology, pod, claim()) == set(ZONES)
+
+
+# --- pod anti-affinity -------------------------------------------------------------------------
+
+
+def test_zonal_self_anti_affinity_puts_one_pod_per_zone() -> None:
+    pods = [make_pod(f"web-{i}", anti=[term()]) for i in range(4)]
+    topology = Topology(domains={ZONE: ZONES}, existing_pods=[], pending_pods=pods)
+    assert sorted(place(topology, pod, claim()) for pod in pods[:3]) == list(ZONES)
+    assert "pod anti-affinity" in refused(topology, pods[3], claim())
+
+
+def test_an_existing_pods_anti_affinity_keeps_the_pods_it_selects_out_of_its_zone() -> None:
+    guard = make_pod("guard", {"app": "guard"}, anti=[term()])
+    topology = Topology(
+        domains={ZONE: ZONES}, existing_pods=[(guard, node("n-a", "a"))], pending_pods=[]
+    )
+    web = make_pod("web")
+    assert topology.has_constraints(web)
+    assert allowed(topology, web, claim()) == {"b", "c"}
+    assert "anti-affinity selects this pod" in refused(topology, web, claim(["a"]))
+    other = make_pod("api", {"app": "api"})
+    assert not topology.has_constraints(other)
+    node_requirements = claim()
+    assert topology.add_requirements(other, Requirements(), node_requirements) is node_requirements
+
+
+def test_anti_affinity_of_a_pod_placed_in_this_solve_blocks_the_pods_it_selects() -> None:
+    guard = make_pod("guard", {"app": "guard"}, anti=[term()])
+    web = make_pod("web")
+    topology = Topology(domains={ZONE: ZONES}, existing_pods=[], pending_pods=[guard, web])
+    assert allowed(topology, web, claim()) == set(ZONES)
+    topology.record(guard, claim(["b"]))
+    assert allowed(topology, web, claim()) == {"a", "c"}
+
+
+def test_anti_affinity_blocks_every_zone_an_unpinned_placement_could_be_in() -> None:
+    guard = make_pod("guard", {"app": "guard"}, anti=[term()])
+    web = make_pod("web")
+    topology = Topology(domains={ZONE: ZONES}, existing_pods=[], pending_pods=[guard, web])
+    topology.record(guard, claim(["a", "b"]))
+    assert allowed(topology, web, claim()) == {"c"}
+
+
+def test_anti_affinity_against_existing_pods_it_selects() -> None:
+    topology = Topology(
+        domains={ZONE: ZONES},
+        existing_pods=existing([("db", node("n-b", "b"))], labels={"app": "db"}),
+        pending_pods=[],
+    )
+    web = make_pod("web", anti=[term(selector={"app": "db"})])
+    assert allowed(topology, web, claim()) == {"a", "c"}
+
+
+def test_preferred_pod_affinity_is_left_to_the_solver() -> None:
+    preferred = {"weight": 10, "podAffinityTerm": term()}
+    pod = make_pod(
+        "web",
+        spec={
+            "affinity": {
+                "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [preferred]}
+            }
+        },
+    )
+    topology = Topology(domains={ZONE: ZONES}, existing_pods=[], pending_pods=[pod])
+    assert not topology.has_constraints(pod)
+
+
+# --- pod affinity ------------------------------------------------------------------------------
+
+
+def test_self_affinity_on_hostname_lands_every_pod_on_one_node() -> None:
+    cache = {"app": "cache"}
+    pods = [make_pod(f"cache-{i}", cache, affinity=[term(HOST, cache)]) for i in range(3)]
+    topology = Topology(domains={ZONE: ZONES}, existing_pods=[], pending_pods=pods)
+    topology.register_domain(HOST, "claim-1")
+    topology.register_domain(HOST, "claim-2")
+    place(topology, pods[0], claim(hostname="claim-1"))
+    for pod in pods[1:]:
+        assert "pod affinity" in refused(topology, pod, claim(hostname="claim-2"))
+        place(topology, pod, claim(hostname="claim-1"))
+
+
+def test_affinity_without_a_pod_to_follow_is_refused_unless_self_selecting() -> None:
+    topology = Topology(domains={ZONE: ZONES}, existing_pods=[], pending_pods=[])
+    web = make_pod("web", affinity=[term(selector={"app": "db"})])
+    reason = refused(topology, web, claim())
+    assert "topology.kubernetes.io/zone" in reason
+    assert "holding a selected pod" in reason
+    assert allowed(topology, make_pod("web", affinity=[term()]), claim()) == set(ZONES)
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        {"namespaceSelector": {"matchLabels": {"team": "data"}}},
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "data"}}},
+        {"namespaceSelector": {}},
+        {"namespaces": ["data"]},
+    ],
+)
+def test_affinity_to_pods_in_another_namespace(where: dict[str, Any]) -> None:
+    topology = Topology(
+        domains={ZONE: ZONES},
+        existing_pods=existing([("db", node("n-b", "b"))], labels={"app": "db"}, namespace="data"),
+        pending_pods=[],
+        namespaces={"data": {"team": "data"}, "web": {"team": "web"}},
+    )
+    web = make_pod("web", namespace="web", affinity=[term(selector={"app": "db"}, **where)])
+    assert allowed(topology, web, claim()) == {"b"}
+
+
+def test_affinity_looks_only_in_the_pods_own_namespace_by_default() -> None:
+    topology = Topology(
+        domains={ZONE: ZONES},
+        existing_pods=existing([("db", node("n-b", "b"))], labels={"app": "db"}, namespace="data"),
+        pending_pods=[],
+        namespaces={"data": {"team": "data"}, "web": {"team": "web"}},
+    )
+    web = make_pod("web", namespace="web", affinity=[term(selector={"app": "db"})])
+    refused(topology, web, claim())
+    elsewhere = {"namespaceSelector": {"matchLabels": {"team": "nobody"}}}
+    refused(
+        topology,
+        make_pod("web", namespace="web", affinity=[term(selector={"app": "db"}, **elsewhere)]),
+        claim(),
+    )
+
+
+def test_affinity_and_spread_together_narrow_to_their_common_zones() -> None:
+    topology = Topology(
+        domains={ZONE: ZONES},
+        existing_pods=[
+            *existing(
+                [("db-a", node("n-a", "a")), ("db-b", node("n-b", "b"))], labels={"app": "db"}
+            ),
+            *existing([("web-a", node("n-a", "a"))]),
+        ],
+        pending_pods=[],
+    )
+    pod = make_pod("web", affinity=[term(selector={"app": "db"})], spread=[spread()])
+    assert allowed(topology, pod, claim()) == {"b"}
+
+
+def test_a_pod_changed_in_place_is_reread_after_forget() -> None:
+    topology = Topology(
+        domains={ZONE: ZONES},
+        existing_pods=existing([("old", node("n-a", "a"))]),
+        pending_pods=[],
+    )
+    pod = make_pod("web")
+    assert not topology.has_constraints(pod)
+    pod["spec"]["topologySpreadConstraints"] = [spread()]
+    topology.forget(pod)
+    assert allowed(topology, pod, claim()) == {"b", "c"}
