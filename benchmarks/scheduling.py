@@ -168,7 +168,9 @@ class PodFactory:
     # upstream's makeGenericPods / makeTopologySpreadPods / makePodAffinityPods / ...
 
     def generic(self, count: int, labels: dict[str, str] | None = None) -> list[Pod]:
-        return [self.pod(dict(labels) if labels else {"my-label": self._value()}) for _ in range(count)]
+        return [
+            self.pod(dict(labels) if labels else {"my-label": self._value()}) for _ in range(count)
+        ]
 
     def spread(self, count: int, key: str, labels: dict[str, str] | None = None) -> list[Pod]:
         pods = []
@@ -283,6 +285,7 @@ def _load_checker() -> ModuleType:
     if spec is None or spec.loader is None:
         raise RuntimeError(f"cannot load the checker from {_CHECKER}")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while being built
     spec.loader.exec_module(module)
     return module
 

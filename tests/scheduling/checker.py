@@ -58,8 +58,9 @@ sidecars, TCP and ``0.0.0.0`` by default, and only ``0.0.0.0`` binds every addre
 from __future__ import annotations
 
 import heapq
+import itertools
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -344,7 +345,9 @@ def host_ports(pod: Pod) -> list[tuple[str, str, int]]:
     """(hostIP, protocol, hostPort) of the app containers and sidecars."""
     spec = _spec(pod)
     containers = list(spec.get("containers") or ())
-    containers += [c for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"]
+    containers += [
+        c for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"
+    ]
     result = []
     for container in containers:
         for port in container.get("ports") or ():
@@ -451,6 +454,7 @@ class _Checker:
         result: SolveResult,
         pods: Sequence[Pod],
         nodepools: Sequence[NodePoolOption],
+        *,
         existing_nodes: Sequence[ExistingNode],
         daemonsets: Sequence[Mapping[str, Any]],
         namespaces: Mapping[str, Mapping[str, str]],
@@ -466,6 +470,7 @@ class _Checker:
         self.view_of: dict[str, _View] = {}  # pod key -> node of a pending (placed) pod
         self._alternatives: dict[str, list[list[Expr]]] = {}
         self._requests: dict[str, ResourceList] = {}
+        self._launchable_cache: list[tuple[NodePoolOption, dict[str, frozenset[str]]]] | None = None
 
     def problem(self, text: str) -> None:
         self.problems.append(text)
@@ -532,7 +537,7 @@ class _Checker:
         if not options:
             self.problem(f"{name}: no instance type it lists can be launched")
             return
-        for before, after in zip(options, options[1:], strict=False):
+        for before, after in itertools.pairwise(options):
             if after.price < before.price - 1e-9:
                 self.problem(
                     f"{name}: instance types not cheapest first: {after.instance_type.name} "
@@ -595,7 +600,9 @@ class _Checker:
 
     def _pod_on_type(self, pod: Pod, pool: NodePoolOption, option: _TypeOption) -> str | None:
         if not _alternatives_hold(self.alternatives(pod), option.possible, None):
-            wanted = [[f"{k} {op} {sorted(v)}" for k, op, v in alt] for alt in self.alternatives(pod)]
+            wanted = [
+                [f"{k} {op} {sorted(v)}" for k, op, v in alt] for alt in self.alternatives(pod)
+            ]
             could = {k: sorted(v) for k, v in option.possible.items() if k != HOSTNAME}
             return f"node requirements {wanted} not met by every node it may become {could}"
         taint = _untolerated(_tolerations(pod), (*pool.taints, *option.instance_type.taints))
@@ -757,6 +764,7 @@ class _Checker:
 
     def affinity(self) -> None:
         everyone = self._placed()
+        found: dict[str, tuple[Counter[str], bool]] = {}
         seeds: dict[str, str] = {}
         for pod, view, pending in everyone:
             if not pending:
@@ -767,33 +775,46 @@ class _Checker:
             for term in terms:
                 key = _norm(str(term.get("topologyKey") or ""))
                 selects = self._term_selects(pod, term)
+                signature = self._term_signature(pod, term, key)
+                if signature not in found:
+                    per_domain: Counter[str] = Counter()
+                    ran_before = False
+                    for other, other_view, other_pending in everyone:
+                        if selects(other):
+                            domain = other_view.pinned(key)
+                            if domain is not None:
+                                per_domain[domain] += 1
+                            ran_before = ran_before or not other_pending
+                    found[signature] = (per_domain, ran_before)
+                per_domain, ran_before = found[signature]
                 domains = view.domains(key)
                 if not domains:
                     self.problem(f"pod {_key(pod)}: pod affinity by {key}, node has no {key}")
                     continue
-                matches = [
-                    (other, other_view)
-                    for other, other_view, _ in everyone
-                    if other is not pod and selects(other)
-                ]
-                found = {other_view.pinned(key) for _, other_view in matches}
-                if domains <= found:
+                itself = view.pinned(key) if selects(pod) else None
+                missing = sorted(d for d in domains if per_domain[d] - (d == itself) <= 0)
+                if not missing:
                     continue
-                signature = _dump([_namespace(pod), term])
-                if (
-                    selects(pod)
-                    and len(domains) == 1
-                    and signature not in seeds
-                    and not any(o in v.resident for o, v in matches)
-                ):
-                    seeds[signature] = _key(pod)
+                if itself is not None and signature not in seeds and not ran_before:
+                    seeds[signature] = _key(pod)  # the first of its kind may start a domain
                     continue
-                missing = sorted(domains - found)
+                started = (
+                    f" (pod {seeds[signature]} already started one)" if signature in seeds else ""
+                )
                 self.problem(
                     f"pod {_key(pod)} (on {view.name}): pod affinity by {key} has no matching "
-                    f"pod in {missing}"
-                    + (f" (pod {seeds[signature]} already started it)" if signature in seeds else "")
+                    f"pod in {missing}{started}"
                 )
+
+    def _term_signature(self, pod: Pod, term: Mapping[str, Any], key: str) -> str:
+        selector = _with_label_keys(
+            term.get("labelSelector"),
+            _labels(pod),
+            term.get("matchLabelKeys") or (),
+            term.get("mismatchLabelKeys") or (),
+        )
+        namespaces = (term.get("namespaces"), term.get("namespaceSelector"))
+        return _dump([key, _namespace(pod), namespaces, selector])
 
     # -- topology spread ------------------------------------------------------------------
 
@@ -826,37 +847,48 @@ class _Checker:
             }
         )
 
-    def _eligible_domains(self, pod: Pod, key: str, honor_affinity: bool, honor_taints: bool) -> set[str]:
+    def _launchable(self) -> list[tuple[NodePoolOption, dict[str, frozenset[str]]]]:
+        """Every node the NodePools can launch: (NodePool, its possible labels), per offering."""
+        if self._launchable_cache is None:
+            self._launchable_cache = []
+            for pool in self.nodepools.values():
+                pool_exprs = _requirement_exprs(pool.requirements)
+                for instance_type in pool.instance_types:
+                    for offering in instance_type.offerings:
+                        if not offering.available or not _offering_allowed(offering, pool_exprs):
+                            continue
+                        possible = _possible_labels(
+                            instance_type, [offering], pool_exprs, "", pool.name
+                        )
+                        if not isinstance(possible, str):
+                            self._launchable_cache.append((pool, possible))
+        return self._launchable_cache
+
+    def _eligible_domains(
+        self, pod: Pod, key: str, honor_affinity: bool, honor_taints: bool
+    ) -> set[str]:
         alternatives = self.alternatives(pod) if honor_affinity else [[]]
         tolerations = _tolerations(pod)
         open_keys = frozenset({HOSTNAME})
         domains: set[str] = set()
-        for pool in self.nodepools.values():
+        for pool, possible in self._launchable():
             if honor_taints and _untolerated(tolerations, pool.taints):
                 continue
-            pool_exprs = _requirement_exprs(pool.requirements)
-            for instance_type in pool.instance_types:
-                for offering in instance_type.offerings:
-                    if not offering.available or not _offering_allowed(offering, pool_exprs):
-                        continue
-                    possible = _possible_labels(
-                        instance_type, [offering], pool_exprs, "", pool.name
-                    )
-                    if isinstance(possible, str):
-                        continue
-                    if any(
-                        all(expr_could_hold(e, possible, open_keys) for e in alt)
-                        for alt in alternatives
-                    ):
-                        domains |= possible.get(key, frozenset())
-        for view in self.views:
-            if view.new:
+            values = possible.get(key, frozenset())
+            if values <= domains:
                 continue
-            if self._passes_filter(view, pod, honor_affinity, honor_taints):
+            if any(
+                all(expr_could_hold(e, possible, open_keys) for e in alt) for alt in alternatives
+            ):
+                domains |= values
+        for view in self.views:
+            if not view.new and self._passes_filter(view, pod, honor_affinity, honor_taints):
                 domains |= view.domains(key)
         return domains
 
-    def _passes_filter(self, view: _View, pod: Pod, honor_affinity: bool, honor_taints: bool) -> bool:
+    def _passes_filter(
+        self, view: _View, pod: Pod, honor_affinity: bool, honor_taints: bool
+    ) -> bool:
         if honor_taints and _untolerated(_tolerations(pod), view.taints):
             return False
         if not honor_affinity:
@@ -912,12 +944,21 @@ class _Checker:
             eligible |= set(counts)
             min_domains = constraint.get("minDomains")
             floor = 0 if min_domains is not None and len(eligible) < int(min_domains) else None
-        self._peel(key, max_skew, counts, eligible, floor, owner_at, others_at)
+        self._peel(
+            key,
+            max_skew,
+            counts=counts,
+            eligible=eligible,
+            floor=floor,
+            owner_at=owner_at,
+            others_at=others_at,
+        )
 
     def _peel(
         self,
         key: str,
         max_skew: int,
+        *,
         counts: dict[str, int],
         eligible: set[str],
         floor: int | None,
@@ -925,10 +966,7 @@ class _Checker:
         others_at: dict[str, int],
     ) -> None:
         """Take pods off in reverse placement order; report owners no order could place."""
-        if floor is None:
-            low = min((counts.get(d, 0) for d in eligible), default=0)
-        else:
-            low = floor
+        low = min((counts.get(d, 0) for d in eligible), default=0) if floor is None else floor
 
         def lowest_after_removing(domain: str) -> int:
             if floor is not None:
@@ -1020,5 +1058,12 @@ def check(
     ``namespaces`` maps a namespace to its labels, for affinity terms with a
     ``namespaceSelector``; without it such a selector matches only namespaces it lists.
     """
-    checker = _Checker(result, pods, nodepools, existing_nodes, daemonsets, namespaces or {})
+    checker = _Checker(
+        result,
+        pods,
+        nodepools,
+        existing_nodes=existing_nodes,
+        daemonsets=daemonsets,
+        namespaces=namespaces or {},
+    )
     return checker.run()

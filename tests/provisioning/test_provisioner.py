@@ -1,0 +1,168 @@
+"""A provisioning round against the in-memory API: the NodeClaims and Events a user would see."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.clock import FakeClock
+from karpenter_capi.core.kube.resources import EVENTS, NODECLAIMS, NODEPOOLS, PODS
+from karpenter_capi.core.plugins import PluginEnvironment, Plugins
+from karpenter_capi.core.provisioning.batcher import Batcher
+from karpenter_capi.core.provisioning.provisioner import Provisioner
+from karpenter_capi.sim.apiserver import InMemoryAPIServer
+from karpenter_capi.sim.cluster import new_cluster
+from karpenter_capi.sim.demo import DEMO_SCENARIO, mark_unschedulable
+from karpenter_capi.sim.manifests import load_manifest_files
+
+
+@pytest.fixture
+def cluster() -> tuple[InMemoryAPIServer, Provisioner, FakeClock]:
+    clock = FakeClock()
+    server = new_cluster(clock=clock)
+    server.apply_manifests(load_manifest_files([Path(DEMO_SCENARIO)]))
+    mark_unschedulable(server)
+    return server, _provisioner(server, clock), clock
+
+
+def _provisioner(server: InMemoryAPIServer, clock: FakeClock) -> Provisioner:
+    plugins = Plugins.load(
+        ["generic_capi"],
+        PluginEnvironment(
+            workload=server, management=server, clock=clock, logger=logging.getLogger("t")
+        ),
+    )
+    return Provisioner(server, plugins, clock)
+
+
+def _events(server: InMemoryAPIServer, reason: str) -> list[dict[str, Any]]:
+    return [e for e in server.list(EVENTS).items if e.get("reason") == reason]
+
+
+def test_nodeclaims_carry_what_karpenter_puts_on_them(
+    cluster: tuple[InMemoryAPIServer, Provisioner, FakeClock],
+) -> None:
+    server, provisioner, _ = cluster
+    report = provisioner.reconcile()
+    assert report.launched
+    pool = server.get(NODEPOOLS, "general")
+    claims = server.list(NODECLAIMS).items
+    assert len(claims) == len(report.launched)
+    for claim in claims:
+        meta, spec = claim["metadata"], claim["spec"]
+        assert meta["name"].startswith("general-")
+        assert meta["labels"][wellknown.LABEL_NODEPOOL] == "general"
+        assert meta["ownerReferences"][0]["uid"] == pool["metadata"]["uid"]
+        assert meta["annotations"][wellknown.ANNOTATION_NODEPOOL_HASH]
+        keys = {r["key"]: r for r in spec["requirements"]}
+        assert keys[wellknown.LABEL_INSTANCE_TYPE]["operator"] == "In"
+        assert keys[wellknown.LABEL_CAPACITY_TYPE]["values"] == ["on-demand"]
+        assert wellknown.LABEL_HOSTNAME not in keys  # the solver's placeholder stays inside
+        assert spec["resources"]["requests"]["cpu"]
+        assert spec["nodeClassRef"]["kind"] == "ClusterAPINodeClass"
+
+
+def test_every_provisioned_pod_gets_a_nominated_event_and_the_rest_a_reason(
+    cluster: tuple[InMemoryAPIServer, Provisioner, FakeClock],
+) -> None:
+    server, provisioner, _ = cluster
+    report = provisioner.reconcile()
+    nominated = {e["involvedObject"]["name"] for e in _events(server, "Nominated")}
+    launched = {pod.split("/")[1] for d in report.launched for pod in d.pods}
+    assert nominated == launched
+    failed = _events(server, "FailedScheduling")
+    assert [e["involvedObject"]["name"] for e in failed] == ["too-big"]
+    assert "NodePool general" in failed[0]["message"]
+    # A second round repeats the reason on the same Event instead of adding one.
+    provisioner.reconcile()
+    again = _events(server, "FailedScheduling")
+    assert len(again) == 1
+    assert again[0]["count"] == 2
+
+
+def test_a_second_round_does_not_launch_for_pods_already_provided_for(
+    cluster: tuple[InMemoryAPIServer, Provisioner, FakeClock],
+) -> None:
+    _, provisioner, _ = cluster
+    first = provisioner.reconcile()
+    second = provisioner.reconcile()
+    assert not second.launched
+    assert second.in_flight_pods == sum(len(d.pods) for d in first.launched)
+
+
+def test_nodepool_limits_stop_provisioning_part_way(
+    cluster: tuple[InMemoryAPIServer, Provisioner, FakeClock],
+) -> None:
+    server, provisioner, _ = cluster
+    unlimited = len(provisioner.reconcile().launched)
+    for claim in server.list(NODECLAIMS).items:
+        server.delete(NODECLAIMS, claim["metadata"]["name"])
+    limited = copy.deepcopy(server.get(NODEPOOLS, "general"))
+    limited["spec"]["limits"] = {"cpu": "12"}
+    server.update(NODEPOOLS, limited)
+    fresh = _provisioner(server, FakeClock())  # no nominations remembered
+    report = fresh.reconcile()
+    assert 0 < len(report.launched) < unlimited
+    limited_out = [r for r in report.unschedulable.values() if "limits" in r]
+    assert limited_out
+
+
+def test_an_invalid_nodepool_is_reported_and_the_others_still_work(
+    cluster: tuple[InMemoryAPIServer, Provisioner, FakeClock],
+) -> None:
+    server, provisioner, _ = cluster
+    broken = copy.deepcopy(server.get(NODEPOOLS, "general"))
+    broken["metadata"] = {"name": "broken"}
+    broken["spec"]["template"]["spec"]["nodeClassRef"]["name"] = "missing"
+    broken["spec"]["weight"] = 100
+    server.create(NODEPOOLS, broken)
+    report = provisioner.reconcile()
+    assert "broken" in report.nodepool_errors
+    assert "not found" in report.nodepool_errors["broken"]
+    assert report.launched
+    warnings = _events(server, "NodePoolNotReady")
+    assert [e["involvedObject"]["name"] for e in warnings] == ["broken"]
+
+
+def test_bound_pods_are_not_provisioned_for(
+    cluster: tuple[InMemoryAPIServer, Provisioner, FakeClock],
+) -> None:
+    server, provisioner, _ = cluster
+    pods = server.list(PODS).items
+    for pod in pods:
+        server.delete(PODS, pod["metadata"]["name"], pod["metadata"]["namespace"])
+    report = provisioner.reconcile()
+    assert report.pending == 0
+    assert not server.list(NODECLAIMS).items
+
+
+def test_the_batch_window_extends_with_new_pods_up_to_its_maximum() -> None:
+    clock = FakeClock()
+    batcher = Batcher(clock, idle=1.0, max_duration=10.0)
+    assert not batcher.ready()
+    batcher.observe(["default/a"])
+    clock.advance(0.5)
+    assert not batcher.ready()
+    batcher.observe(["default/a", "default/b"])  # a new pod: wait another second
+    clock.advance(0.9)
+    assert not batcher.ready()
+    clock.advance(0.1)
+    assert batcher.ready()
+    batcher.reset()
+    batcher.observe(["default/c"])
+    steps = 0
+    while not batcher.ready():  # a new pod every half second cannot hold it open past 10 s
+        clock.advance(0.5)
+        steps += 1
+        batcher.observe([f"default/t{i}" for i in range(steps + 1)])
+    assert steps == 20
+
+
+def test_a_batch_window_must_make_sense() -> None:
+    with pytest.raises(ValueError, match="idle"):
+        Batcher(FakeClock(), idle=5, max_duration=1)
