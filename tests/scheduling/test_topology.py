@@ -1,4 +1,4 @@
-"""Topology spread, pod affinity and anti-affinity narrow a node's domains as kube-scheduler would."""
+"""Spread, pod affinity and anti-affinity narrow a node's domains as kube-scheduler would."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.scheduling.requirements import (
+    EMPTY,
     Requirement,
     Requirements,
     node_selector_terms,
@@ -138,9 +139,8 @@ def test_zonal_spread_fills_the_emptiest_zones_first() -> None:
         existing_pods=existing([("old-1", zone_a), ("old-2", zone_a)]),
         pending_pods=pods,
     )
-    assert allowed(topology, pods[0], claim()) == {"b", "c"}
     assert [place(topology, pod, claim()) for pod in pods] == ["b", "c", "b", "c"]
-    assert allowed(topology, make_pod("next", spread=[spread()]), claim()) == set(ZONES)
+    assert allowed(topology, make_pod("next", spread=[spread()]), claim(["b", "c"])) == {"b"}
 
 
 def test_spread_ignores_pods_its_selector_or_namespace_does_not_match() -> None:
@@ -153,7 +153,7 @@ def test_spread_ignores_pods_its_selector_or_namespace_does_not_match() -> None:
         ],
         pending_pods=[],
     )
-    assert allowed(topology, make_pod("web", spread=[spread()]), claim()) == set(ZONES)
+    assert allowed(topology, make_pod("web", spread=[spread()]), claim(["a"])) == {"a"}
 
 
 def test_a_larger_max_skew_tolerates_more_imbalance() -> None:
@@ -163,7 +163,6 @@ def test_a_larger_max_skew_tolerates_more_imbalance() -> None:
         existing_pods=existing([("old-1", zone_a)]),
         pending_pods=[],
     )
-    assert allowed(topology, make_pod("web", spread=[spread(maxSkew=2)]), claim()) == {"b", "c"}
     assert allowed(topology, make_pod("web", spread=[spread(maxSkew=2)]), claim(["a"])) == {"a"}
     refused(topology, make_pod("web", spread=[spread()]), claim(["a"]))
 
@@ -179,7 +178,7 @@ def test_min_domains_forces_spreading_onto_new_domains() -> None:
     assert "minDomains 3" in reason
     topology.register_domain(ZONE, "c")
     assert place(topology, pods[2], claim()) == "c"
-    assert allowed(topology, pods[3], claim()) == set(ZONES)
+    assert allowed(topology, pods[3], claim(["a"])) == {"a"}
 
 
 def test_without_min_domains_two_zones_keep_filling() -> None:
@@ -208,7 +207,7 @@ def test_node_affinity_policy_honor_counts_only_the_zones_the_pod_may_use() -> N
     assert "maxSkew 1" in refused(topology, zone_a_only("Ignore"), claim(["a"]))
 
 
-@pytest.mark.parametrize(("policy", "zones"), [("Honor", {"a", "b"}), ("Ignore", {"b"})])
+@pytest.mark.parametrize(("policy", "zones"), [("Honor", {"a"}), ("Ignore", {"b"})])
 def test_node_affinity_policy_decides_whether_pods_on_other_nodes_count(
     policy: str, zones: set[str]
 ) -> None:
@@ -236,7 +235,7 @@ def test_node_taints_policy_honor_leaves_out_zones_only_tainted_nodes_offer() ->
         pending_pods=[],
     )
     honor = make_pod("web", spread=[spread(nodeTaintsPolicy="Honor")])
-    assert allowed(topology, honor, claim(["a", "b"])) == {"a", "b"}
+    assert allowed(topology, honor, claim(["b"])) == {"b"}
     # The default, Ignore, counts the empty tainted zone c as the minimum.
     refused(topology, make_pod("web", spread=[spread()]), claim(["a", "b"]))
     # A pod that tolerates the taint can use zone c, so c counts for it even under Honor.
@@ -249,7 +248,7 @@ def test_node_taints_policy_honor_leaves_out_zones_only_tainted_nodes_offer() ->
     assert allowed(topology, tolerant, claim()) == {"c"}
 
 
-@pytest.mark.parametrize(("policy", "zones"), [("Honor", {"a", "b"}), ("Ignore", {"b"})])
+@pytest.mark.parametrize(("policy", "zones"), [("Honor", {"a"}), ("Ignore", {"b"})])
 def test_node_taints_policy_decides_whether_pods_on_untolerated_nodes_count(
     policy: str, zones: set[str]
 ) -> None:
@@ -268,7 +267,7 @@ def test_spread_counts_pods_recorded_on_untolerated_nodes_only_under_ignore() ->
     topology = Topology(domains={ZONE: ["a", "b"]}, existing_pods=[], pending_pods=[honor])
     tainted = claim(["a"])
     topology.record(make_pod("web-0"), tainted, node_taints=[GPU])
-    assert allowed(topology, honor, claim(["a", "b"])) == {"a", "b"}
+    assert allowed(topology, honor, claim(["a", "b"])) == {"a"}
     topology.record(make_pod("web-2"), tainted)
     assert allowed(topology, honor, claim(["a", "b"])) == {"b"}
 
@@ -283,8 +282,8 @@ def test_match_label_keys_count_only_the_pods_of_the_same_revision() -> None:
     )
     new = {"app": "web", "pod-template-hash": "new"}
     by_revision = make_pod("new", new, spread=[spread(matchLabelKeys=["pod-template-hash"])])
-    assert allowed(topology, by_revision, claim()) == set(ZONES)
-    assert allowed(topology, make_pod("new", new, spread=[spread()]), claim()) == {"b", "c"}
+    assert allowed(topology, by_revision, claim(["a"])) == {"a"}
+    refused(topology, make_pod("new", new, spread=[spread()]), claim(["a"]))
 
 
 def test_hostname_spread_refuses_a_full_node_and_takes_a_new_one() -> None:
@@ -312,8 +311,29 @@ def test_separate_deployments_keep_separate_counts() -> None:
     topology = Topology(domains={ZONE: ZONES}, existing_pods=[], pending_pods=webs + apis)
     for pod in webs[:2]:
         place(topology, pod, claim())
-    assert allowed(topology, apis[0], claim()) == set(ZONES)
+    assert allowed(topology, apis[0], claim()) == {"a"}
     assert allowed(topology, webs[2], claim()) == {"c"}
+
+
+def test_own_constraints_pin_the_least_loaded_zone_and_inverse_ones_leave_a_set() -> None:
+    zone_b = node("n-b", "b")
+    guard = make_pod("guard", {"app": "guard"}, anti=[term()])
+    topology = Topology(
+        domains={ZONE: ZONES},
+        existing_pods=existing(
+            [("web-a", node("n-a", "a")), ("web-b1", zone_b), ("web-b2", zone_b)]
+        ),
+        pending_pods=[guard],
+    )
+    # maxSkew 2 allows zones a and c; the pod lands where its spread is least loaded, c.
+    assert allowed(topology, make_pod("w", spread=[spread(maxSkew=2)]), claim()) == {"c"}
+    # With no zone requirement at all the pod still gets one, so record can count it.
+    narrowed = topology.add_requirements(make_pod("w", spread=[spread()]), Requirements(), EMPTY)
+    assert not isinstance(narrowed, str)
+    assert narrowed.label_value(ZONE) == "c"
+    # Narrowing that only comes from another pod's anti-affinity is left for the solver.
+    topology.record(guard, claim(["a"]))
+    assert allowed(topology, make_pod("web"), claim()) == {"b", "c"}
 
 
 def test_schedule_anyway_spreads_are_left_to_the_solver() -> None:
@@ -341,7 +361,7 @@ def test_finished_and_pending_pods_are_not_counted_as_existing() -> None:
         existing_pods=[(done, zone_a), (going, zone_a), (nominated, zone_a)],
         pending_pods=[make_pod("nominated", spread=[spread()], uid="uid-1")],
     )
-    assert allowed(topology, nominated, claim()) == set(ZONES)
+    assert allowed(topology, nominated, claim(["a"])) == {"a"}
 
 
 def test_a_constraint_first_seen_mid_solve_counts_earlier_placements() -> None:
@@ -356,7 +376,7 @@ def test_record_counts_spread_only_once_the_zone_is_pinned() -> None:
     pod = make_pod("web-1", spread=[spread()])
     topology = Topology(domains={ZONE: ZONES}, existing_pods=[], pending_pods=[pod])
     topology.record(make_pod("web-0"), claim(["a", "b"]))
-    assert allowed(topology, pod, claim()) == set(ZONES)
+    assert allowed(topology, pod, claim()) == {"a"}
 
 
 # --- pod anti-affinity -------------------------------------------------------------------------
@@ -408,7 +428,8 @@ def test_anti_affinity_against_existing_pods_it_selects() -> None:
         pending_pods=[],
     )
     web = make_pod("web", anti=[term(selector={"app": "db"})])
-    assert allowed(topology, web, claim()) == {"a", "c"}
+    assert allowed(topology, web, claim(["b", "c"])) == {"c"}
+    refused(topology, web, claim(["b"]))
 
 
 def test_preferred_pod_affinity_is_left_to_the_solver() -> None:
@@ -446,7 +467,7 @@ def test_affinity_without_a_pod_to_follow_is_refused_unless_self_selecting() -> 
     reason = refused(topology, web, claim())
     assert "topology.kubernetes.io/zone" in reason
     assert "holding a selected pod" in reason
-    assert allowed(topology, make_pod("web", affinity=[term()]), claim()) == set(ZONES)
+    assert allowed(topology, make_pod("web", affinity=[term()]), claim(["b", "c"])) == {"b"}
 
 
 @pytest.mark.parametrize(
@@ -511,4 +532,4 @@ def test_a_pod_changed_in_place_is_reread_after_forget() -> None:
     assert not topology.has_constraints(pod)
     pod["spec"]["topologySpreadConstraints"] = [spread()]
     topology.forget(pod)
-    assert allowed(topology, pod, claim()) == {"b", "c"}
+    refused(topology, pod, claim(["a"]))

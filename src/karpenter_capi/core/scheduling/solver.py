@@ -51,6 +51,7 @@ DEFAULT_MAX_INSTANCE_TYPES: Final = 60
 DEFAULT_TIMEOUT_SECONDS: Final = 60.0
 HOSTNAME_PLACEHOLDER: Final = "hostname-placeholder-"
 _DEADLINE_CHECK_EVERY: Final = 64
+_BALANCE_CANDIDATES: Final = 4
 
 Vector = tuple[int, ...]
 
@@ -153,6 +154,7 @@ class _Pool:
     remaining: Vector | None  # limits minus usage minus proposed claims; None: unlimited
     min_values: bool
     tainted_types: bool
+    largest: tuple[int, int]  # the most CPU and memory any of its types offers
 
 
 @dataclass(eq=False)
@@ -171,6 +173,27 @@ class _PodClass:
     rejected_claims: set[int] = field(default_factory=set)
     rejected_nodes: set[int] = field(default_factory=set)
     first_claim: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Ordered:
+    size: float  # negated dominant share, so an ascending sort puts the largest first
+    key: str
+    cpu: float
+    memory: float
+    pod: Pod
+
+
+@dataclass(eq=False)
+class _Fit:
+    """A claim as it would be with one more pod (see ``Solver._fit_claim``)."""
+
+    claim: _Claim
+    requirements: Requirements
+    types: list[_TypeInfo]
+    first: int
+    pods_total: Vector
+    daemon: Vector
 
 
 @dataclass(eq=False)
@@ -291,6 +314,10 @@ class Solver:
                     remaining,
                     any(r.min_values for r in base.values()),
                     any(t.instance_type.taints for t in types),
+                    (
+                        max((t.allocatable[0] for t in types), default=1) or 1,
+                        max((t.allocatable[1] for t in types), default=1) or 1,
+                    ),
                 )
             )
 
@@ -348,8 +375,8 @@ class Solver:
             labels.setdefault(wellknown.LABEL_HOSTNAME, node.name)
             for key, value in labels.items():
                 domains.setdefault(key, set()).add(value)
-            info = NodeInfo(node.name, labels, tuple(node.taints))
-            existing_pods.extend((pod, info) for pod in node.pods)
+            node_info = NodeInfo(node.name, labels, tuple(node.taints))
+            existing_pods.extend((pod, node_info) for pod in node.pods)
         return Topology(
             domains=domains,
             existing_pods=existing_pods,
@@ -387,7 +414,7 @@ class Solver:
         self._build_nodes()
         self._topology = self._build_topology(pods)
         result = SolveResult()
-        queue = deque(sorted(pods, key=self._order))
+        queue = deque(self._order(pods))
         errors: dict[str, str] = {}
         stalled = 0  # pods retried since the last one was placed
         handled = 0
@@ -422,9 +449,41 @@ class Solver:
         result.unschedulable = errors
         return result
 
-    def _order(self, pod: Pod) -> tuple[int, int, str]:
-        requests = pod_requests(pod)
-        return (-requests.milli("cpu"), -requests.milli("memory"), pod_key(pod))
+    def _order(self, pods: Sequence[Pod]) -> list[Pod]:
+        """Largest first, interleaving CPU-heavy and memory-heavy pods.
+
+        Karpenter sorts by CPU then memory, so a claim fills with the biggest pods of one shape
+        and ends up CPU-bound or memory-bound, paying for what it does not use. Here pods are
+        split by which resource they lean on (relative to the largest instance type's
+        proportion), each side sorted by its dominant size, and merged so the running totals
+        stay in that proportion: consecutive pods, which land on the same claim, then fill its
+        CPU and memory together.
+        """
+        cpu_max = max((pool.largest[0] for pool in self._pools), default=1)
+        memory_max = max((pool.largest[1] for pool in self._pools), default=1)
+        sides: tuple[list[_Ordered], list[_Ordered]] = ([], [])  # CPU-heavy, memory-heavy
+        for pod in pods:
+            requests = pod_requests(pod)
+            cpu = requests.milli("cpu") / cpu_max
+            memory = requests.milli("memory") / memory_max
+            sides[memory > cpu].append(_Ordered(-max(cpu, memory), pod_key(pod), cpu, memory, pod))
+        for side in sides:
+            side.sort(key=lambda o: (o.size, o.key))
+        cpu_heavy, memory_heavy = sides
+        ordered: list[Pod] = []
+        cpu_total = memory_total = 0.0
+        i = j = 0
+        while i < len(cpu_heavy) or j < len(memory_heavy):
+            if j >= len(memory_heavy) or (i < len(cpu_heavy) and cpu_total <= memory_total):
+                chosen = cpu_heavy[i]
+                i += 1
+            else:
+                chosen = memory_heavy[j]
+                j += 1
+            cpu_total += chosen.cpu
+            memory_total += chosen.memory
+            ordered.append(chosen.pod)
+        return ordered
 
     def _place(self, pod: Pod) -> str | None:
         pod_class = self._class_of(pod)
@@ -450,11 +509,27 @@ class Solver:
             pod_class.rejected_claims.discard(start)
             start += 1
         pod_class.first_claim = start
+        # Of the first few claims that can take the pod, the one it leaves best balanced: with
+        # instance types of every shape, an unbalanced claim (all memory, little CPU) is what
+        # wastes money, and mixing memory-heavy and CPU-heavy pods is what avoids it.
+        best: _Fit | None = None
+        best_score = 0.0
+        seen = 0
         for claim in claims[start:]:
             if claim.index in pod_class.rejected_claims:
                 continue
-            if self._try_claim(claim, pod_class, pod, strict) is None:
-                return None
+            fit = self._fit_claim(claim, pod_class, strict)
+            if isinstance(fit, str):
+                continue
+            score = self._imbalance(fit)
+            if best is None or score < best_score:
+                best, best_score = fit, score
+            seen += 1
+            if seen == _BALANCE_CANDIDATES:
+                break
+        if best is not None:
+            self._commit(best, pod_class, pod, strict)
+            return None
         reasons = []
         for pool in self._pools:
             why = self._new_claim(pool, pod_class, pod, strict)
@@ -518,7 +593,8 @@ class Solver:
         self._merge_cache[cache_key] = (requirements, merged)
         return merged
 
-    def _try_claim(self, claim: _Claim, pod_class: _PodClass, pod: Pod, strict: Pod) -> str | None:
+    def _fit_claim(self, claim: _Claim, pod_class: _PodClass, strict: Pod) -> _Fit | str:
+        """How ``claim`` would look with the pod on it, or why it cannot take the pod."""
         assert pod_class.requirements is not None
         assert self._topology is not None
         if self._tolerates(pod_class, claim.pool) is not None:
@@ -565,13 +641,26 @@ class Solver:
             narrowed, types[first:], _add(pods_total, daemon)
         ):
             return "minValues would no longer be met"
-        claim.requirements = narrowed
-        claim.types, claim.first = types, first
-        claim.pods_total, claim.daemon = pods_total, daemon
+        return _Fit(claim, narrowed, types, first, pods_total, daemon)
+
+    def _commit(self, fit: _Fit, pod_class: _PodClass, pod: Pod, strict: Pod) -> None:
+        assert self._topology is not None
+        claim = fit.claim
+        claim.requirements = fit.requirements
+        claim.types, claim.first = fit.types, fit.first
+        claim.pods_total, claim.daemon = fit.pods_total, fit.daemon
         claim.ports.add(pod_class.host_ports)
         claim.pods.append(pod)
-        self._topology.record(strict, narrowed)
-        return None
+        self._topology.record(strict, fit.requirements)
+
+    def _imbalance(self, fit: _Fit) -> float:
+        """How lopsided the claim's CPU and memory would be, relative to its pool's largest type.
+
+        0 when both are used in the proportion the largest type offers them.
+        """
+        cpu_max, memory_max = fit.claim.pool.largest
+        total = _add(fit.pods_total, fit.daemon)
+        return abs(total[0] / cpu_max - total[1] / memory_max)
 
     def _first_fit(
         self, types: list[_TypeInfo], first: int, total: Vector, pod_class: _PodClass

@@ -33,13 +33,15 @@ term moved to ``required...``): groups are derived from the pod object each call
 group first seen mid-solve is counted from the existing pods and every placement recorded so far.
 
 Pods are recognised by object identity first, then by content, and treated as immutable: call
-:meth:`Topology.forget` after changing a pod's constraints in place (a fresh copy needs nothing). Identical constraints shared by many pods (the
-replicas of a Deployment) are one group with one set of counts, and a pod's view of the groups is
-cached by namespace, labels and constraints, so the per-pod cost is a few dictionary look-ups.
+:meth:`Topology.forget` after changing a pod's constraints in place (a fresh copy needs nothing).
+Identical constraints shared by many pods (the replicas of a Deployment) are one group with one
+set of counts, and a pod's view of the groups is cached by namespace, labels and constraints, so
+the per-pod cost is a few dictionary look-ups.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -225,6 +227,7 @@ class _Group:
         "max_skew",
         "min_domains",
         "namespaces",
+        "occupied",
         "selector",
         "tolerated",
     )
@@ -250,6 +253,7 @@ class _Group:
         self.filter = node_filter
         self.inverse = inverse
         self.counts: dict[str, int] = {}
+        self.occupied = 0  # domains with a count above zero
         # Domains with at least one node shape the owner tolerates; None when taints do not
         # matter (nodeTaintsPolicy Ignore), which is every group but Honor spreads.
         self.tolerated: set[str] | None = (
@@ -273,6 +277,8 @@ class _Group:
     def add(self, domain: str, count: int = 1) -> None:
         if domain not in self.counts:
             self.register(domain, [])
+        if self.counts[domain] == 0 and count > 0:
+            self.occupied += 1
         self.counts[domain] += count
 
 
@@ -285,6 +291,7 @@ class _Profile:
         "labels",
         "namespace",
         "owned",
+        "pins",
         "seen",
         "selected",
     )
@@ -293,6 +300,7 @@ class _Profile:
         self.namespace = namespace
         self.labels = labels
         self.owned: list[tuple[_Group, bool]] = []  # (group, the pod selects itself)
+        self.pins: list[tuple[str, list[_Group]]] = []  # owned keys, with the spreads on each
         self.inverse_owned: list[_Group] = []
         self.selected: list[_Group] = []
         self.inverse_selecting: list[_Group] = []
@@ -476,10 +484,12 @@ class Topology:
 
         ``pod_requirements`` are the pod's own node requirements (one alternative of its node
         selector terms); ``node_requirements`` those of the candidate node (an existing node's
-        labels, or a NodeClaim's requirements with its hostname placeholder). Spread narrows to
-        the least-loaded allowed domains (ties kept, so the caller can choose by price),
-        affinity to the domains holding selected pods, anti-affinity to the domains holding
-        none. Returns a human-readable reason instead when no domain is left.
+        labels, or a NodeClaim's requirements with its hostname placeholder). Each group keeps
+        the domains it allows (spread: within ``maxSkew`` of the global minimum; affinity: those
+        holding a selected pod; anti-affinity: those holding none), and every key the pod's own
+        constraints use is then pinned to one domain, the least loaded by its spreads, so that
+        :meth:`record` can count it. Keys narrowed only by other pods' anti-affinity are left as
+        a set. Returns a human-readable reason instead when no domain is left.
         """
         profile = self._refreshed(pod)
         if not profile.owned and not profile.inverse_selecting:
@@ -495,6 +505,17 @@ class Topology:
             if isinstance(narrowed, str):
                 return narrowed
             result = narrowed
+        # record counts a spread or affinity only in a pinned domain, and blocks every domain
+        # still possible for an anti-affinity, so choose now: the domain the pod's spreads load
+        # least, then by name (Karpenter also hands back a single domain).
+        for key, spreads in profile.pins:
+            requirement = result.get(key)
+            if requirement is None or requirement.complement or len(requirement.values) < 2:
+                continue
+            choice = min(
+                requirement.values, key=lambda d: (sum(g.counts.get(d, 0) for g in spreads), d)
+            )
+            result = result.with_requirement(Requirement(key, False, frozenset((choice,))))
         return result
 
     def record(
@@ -581,23 +602,19 @@ class Topology:
             # A new node is always possible, so the global minimum of a hostname spread is 0,
             # and the node's own hostname may not be registered yet.
             if single is not None:
-                return {single} if counts.get(single, 0) + own <= group.max_skew else set()
+                fits = counts.get(single, 0) + own <= group.max_skew and _allows(
+                    pod_domains, single
+                )
+                return {single} if fits else set()
             minimum = 0
         else:
             minimum = self._global_min(group, pod_domains, single, node_taints)
         limit = group.max_skew + minimum - own
-        best: int | None = None
-        chosen: set[str] = set()
-        for domain in _candidates(counts, node_domains):
-            count = counts[domain]
-            if count > limit:
-                continue
-            if best is None or count < best:
-                best = count
-                chosen = {domain}
-            elif count == best:
-                chosen.add(domain)
-        return chosen
+        return {
+            d
+            for d in _candidates(counts, node_domains)
+            if counts[d] <= limit and _allows(pod_domains, d)
+        }
 
     @staticmethod
     def _global_min(
@@ -889,6 +906,12 @@ class Topology:
         unique = list(dict.fromkeys(owned))
         unique.sort(key=lambda g: _KIND_ORDER[g.kind])
         profile.owned = [(g, g.selects(namespace, labels)) for g in unique]
+        pins: dict[str, list[_Group]] = {}
+        for group in unique:
+            pins.setdefault(group.key, [])
+            if group.kind == SPREAD:
+                pins[group.key].append(group)
+        profile.pins = list(pins.items())
         return profile
 
 
@@ -902,7 +925,11 @@ def _affinity_domains(
 
     def nothing_to_follow() -> bool:
         # The pod may start the group only when no selected pod sits anywhere it could go.
-        return not any(c > 0 and _allows(pod_domains, d) for d, c in counts.items())
+        if group.occupied == 0:
+            return True
+        if pod_domains is None:
+            return False
+        return not any(c > 0 and pod_domains.has(d) for d, c in counts.items())
 
     single = _single(node_domains)
     if group.key == wellknown.LABEL_HOSTNAME and single is not None:
@@ -945,10 +972,16 @@ def _reason(
         what = "a placed pod's required anti-affinity selects this pod"
     else:
         what = "needs a domain holding no selected pod"
-    items = sorted(group.counts.items())
-    counts = ", ".join(f"{d}={c}" for d, c in items[:_REASON_DOMAINS])
-    if len(items) > _REASON_DOMAINS:
-        counts += f", ... ({len(items)} domains)"
+    # The solver may be refused by many nodes in a row, and a hostname group can hold thousands
+    # of domains: show the node's own domains when it names them, and never sort them all.
+    if node_domains is not None and not node_domains.complement:
+        shown = sorted(node_domains.values)[:_REASON_DOMAINS]
+        items = [(d, group.counts.get(d, 0)) for d in shown]
+    else:
+        items = heapq.nsmallest(_REASON_DOMAINS, group.counts.items())
+    counts = ", ".join(f"{d}={c}" for d, c in items)
+    if len(group.counts) > len(items):
+        counts += f", ... ({len(group.counts)} domains)"
     return (
         f"unsatisfiable {group.kind} constraint on {group.key} ({what}): "
         f"counts [{counts}]; node allows {node_domains or 'any'}; pod allows {pod_domains or 'any'}"
