@@ -124,7 +124,7 @@ def test_management_kubeconfig_with_context(kubeconfig: Path) -> None:
         (["--management-token", "t"], {}, "--management-token needs --management-url"),
         ([], {"KARPENTER_CAPI_MANAGEMENT_CA_DATA": PEM_B64}, "--management-ca-data needs"),
         (["--management-kubeconfig", "/nonexistent/mgmt.yaml"], {}, "not found"),
-        (["--management-url", "mgmt:6443"], {}, "must start with https://"),
+        (["--management-url", "mgmt:6443"], {}, "must start with https:// or http://$"),
         (["--management-url", "https://m", "--management-ca-data", "%%%"], {}, "neither PEM"),
         (
             [],

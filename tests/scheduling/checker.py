@@ -392,6 +392,26 @@ class _View:
         return next(iter(domains)) if len(domains) == 1 else None
 
 
+def _view_possible(view: _View) -> dict[str, frozenset[str]]:
+    possible = {k: frozenset({v}) for k, v in view.labels.items()}
+    possible.update(view.spans)
+    return possible
+
+
+@dataclass
+class _SpreadOwner:
+    """A pending pod with a ``DoNotSchedule`` spread, and how its domains are judged."""
+
+    pod: Pod
+    view: _View
+    constraint: Mapping[str, Any]
+    signature: str
+    selector: Mapping[str, Any] | None
+    filter_terms: list[list[Expr]] | None  # nodes whose pods count; None: every node
+    domain_terms: list[list[Expr]]  # what an eligible domain must be able to meet
+    honor_taints: bool
+
+
 @dataclass
 class _TypeOption:
     instance_type: InstanceType
@@ -458,7 +478,9 @@ class _Checker:
         existing_nodes: Sequence[ExistingNode],
         daemonsets: Sequence[Mapping[str, Any]],
         namespaces: Mapping[str, Mapping[str, str]],
+        spread_terms: str,
     ) -> None:
+        self.spread_terms = spread_terms
         self.result = result
         self.pods = {_key(p): p for p in pods}
         self.nodepools = {p.name: p for p in nodepools}
@@ -819,32 +841,56 @@ class _Checker:
     # -- topology spread ------------------------------------------------------------------
 
     def spread(self) -> None:
-        groups: dict[str, list[tuple[Pod, _View, Mapping[str, Any]]]] = defaultdict(list)
+        groups: dict[str, list[_SpreadOwner]] = defaultdict(list)
         for view in self.views:
             for pod in view.pending:
                 for constraint in _spec(pod).get("topologySpreadConstraints") or ():
                     if (constraint.get("whenUnsatisfiable") or "DoNotSchedule") != "DoNotSchedule":
                         continue
-                    groups[self._spread_signature(pod, constraint)].append((pod, view, constraint))
+                    owner = self._spread_owner(pod, view, constraint)
+                    groups[owner.signature].append(owner)
         for owners in groups.values():
             self._spread_group(owners)
 
-    def _spread_signature(self, pod: Pod, constraint: Mapping[str, Any]) -> str:
+    def _spread_owner(self, pod: Pod, view: _View, constraint: Mapping[str, Any]) -> _SpreadOwner:
         honor_affinity = (constraint.get("nodeAffinityPolicy") or "Honor") == "Honor"
         honor_taints = (constraint.get("nodeTaintsPolicy") or "Ignore") == "Honor"
         selector = _with_label_keys(
             constraint.get("labelSelector"), _labels(pod), constraint.get("matchLabelKeys") or ()
         )
-        return _dump(
+        alternatives = self.alternatives(pod)
+        filter_terms: list[list[Expr]] | None = alternatives if honor_affinity else None
+        domain_terms = alternatives if honor_affinity else [[]]
+        if self.spread_terms == "karpenter" and honor_affinity and len(alternatives) > 1:
+            # Upstream schedules on the first required term and drops it only when that fails:
+            # the term the pod got its node under is the first its node meets; the earlier
+            # ones were relaxed away, and its domains come from that term alone.
+            possible = _view_possible(view)
+            node_name = None if view.new else view.name
+            chosen = next(
+                (
+                    i
+                    for i, alt in enumerate(alternatives)
+                    if all(expr_holds(e, possible, node_name) for e in alt)
+                ),
+                0,
+            )
+            filter_terms = alternatives[chosen:]
+            domain_terms = [alternatives[chosen]]
+        signature = _dump(
             {
                 "key": _norm(str(constraint.get("topologyKey") or "")),
                 "maxSkew": int(constraint.get("maxSkew") or 1),
                 "minDomains": constraint.get("minDomains"),
                 "selector": selector,
                 "namespace": _namespace(pod),
-                "filter": self.alternatives(pod) if honor_affinity else None,
+                "filter": filter_terms,
+                "domains": domain_terms,
                 "tolerations": _tolerations(pod) if honor_taints else None,
             }
+        )
+        return _SpreadOwner(
+            pod, view, constraint, signature, selector, filter_terms, domain_terms, honor_taints
         )
 
     def _launchable(self) -> list[tuple[NodePoolOption, dict[str, frozenset[str]]]]:
@@ -864,67 +910,65 @@ class _Checker:
                             self._launchable_cache.append((pool, possible))
         return self._launchable_cache
 
-    def _eligible_domains(
-        self, pod: Pod, key: str, honor_affinity: bool, honor_taints: bool
-    ) -> set[str]:
-        alternatives = self.alternatives(pod) if honor_affinity else [[]]
-        tolerations = _tolerations(pod)
+    def _eligible_domains(self, owner: _SpreadOwner, key: str) -> set[str]:
+        tolerations = _tolerations(owner.pod)
         open_keys = frozenset({HOSTNAME})
         domains: set[str] = set()
         for pool, possible in self._launchable():
-            if honor_taints and _untolerated(tolerations, pool.taints):
+            if owner.honor_taints and _untolerated(tolerations, pool.taints):
                 continue
             values = possible.get(key, frozenset())
             if values <= domains:
                 continue
             if any(
-                all(expr_could_hold(e, possible, open_keys) for e in alt) for alt in alternatives
+                all(expr_could_hold(e, possible, open_keys) for e in alt)
+                for alt in owner.domain_terms
             ):
                 domains |= values
         for view in self.views:
-            if not view.new and self._passes_filter(view, pod, honor_affinity, honor_taints):
-                domains |= view.domains(key)
+            domain = view.pinned(key)
+            if domain is None or domain in domains:
+                continue
+            if owner.honor_taints and _untolerated(tolerations, view.taints):
+                continue
+            if _alternatives_hold(
+                owner.domain_terms, _view_possible(view), None if view.new else view.name
+            ):
+                domains.add(domain)
         return domains
 
-    def _passes_filter(
-        self, view: _View, pod: Pod, honor_affinity: bool, honor_taints: bool
-    ) -> bool:
-        if honor_taints and _untolerated(_tolerations(pod), view.taints):
+    def _passes_filter(self, view: _View, owner: _SpreadOwner) -> bool:
+        if owner.honor_taints and _untolerated(_tolerations(owner.pod), view.taints):
             return False
-        if not honor_affinity:
+        if owner.filter_terms is None:
             return True
-        possible = {k: frozenset({v}) for k, v in view.labels.items()}
-        possible.update(view.spans)
-        return _alternatives_hold(self.alternatives(pod), possible, None if view.new else view.name)
+        node_name = None if view.new else view.name
+        return _alternatives_hold(owner.filter_terms, _view_possible(view), node_name)
 
-    def _spread_group(self, owners: list[tuple[Pod, _View, Mapping[str, Any]]]) -> None:
-        first, _, constraint = owners[0]
+    def _spread_group(self, owners: list[_SpreadOwner]) -> None:
+        first = owners[0]
+        constraint = first.constraint
         key = _norm(str(constraint.get("topologyKey") or ""))
         max_skew = int(constraint.get("maxSkew") or 1)
-        honor_affinity = (constraint.get("nodeAffinityPolicy") or "Honor") == "Honor"
-        honor_taints = (constraint.get("nodeTaintsPolicy") or "Ignore") == "Honor"
-        selector = _with_label_keys(
-            constraint.get("labelSelector"), _labels(first), constraint.get("matchLabelKeys") or ()
-        )
-        namespace = _namespace(first)
-        owned = {id(pod) for pod, _, _ in owners}
+        namespace = _namespace(first.pod)
+        owned = {id(owner.pod) for owner in owners}
 
         def selects(pod: Pod) -> bool:
-            return _namespace(pod) == namespace and selector_matches(selector, _labels(pod))
+            return _namespace(pod) == namespace and selector_matches(first.selector, _labels(pod))
 
         counts: dict[str, int] = defaultdict(int)
         owner_at: dict[str, list[tuple[Pod, bool]]] = defaultdict(list)
         others_at: dict[str, int] = defaultdict(int)
-        for pod, view, _ in owners:
-            if view.pinned(key) is None:
-                could = sorted(view.domains(key))
+        for owner in owners:
+            if owner.view.pinned(key) is None:
+                could = sorted(owner.view.domains(key))
                 self.problem(
-                    f"pod {_key(pod)} (on {view.name}): spread by {key} but its node "
+                    f"pod {_key(owner.pod)} (on {owner.view.name}): spread by {key} but its node "
                     + (f"could land in any of {could}" if could else f"has no {key} label")
                 )
         for view in self.views:
             domain = view.pinned(key)
-            if domain is None or not self._passes_filter(view, first, honor_affinity, honor_taints):
+            if domain is None or not self._passes_filter(view, first):
                 continue
             for pod in view.resident:
                 if selects(pod):
@@ -940,8 +984,7 @@ class _Checker:
             eligible: set[str] = set()
             floor: int | None = 0
         else:
-            eligible = self._eligible_domains(first, key, honor_affinity, honor_taints)
-            eligible |= set(counts)
+            eligible = self._eligible_domains(first, key)
             min_domains = constraint.get("minDomains")
             floor = 0 if min_domains is not None and len(eligible) < int(min_domains) else None
         self._peel(
@@ -1052,12 +1095,19 @@ def check(
     daemonsets: Sequence[Mapping[str, Any]] = (),
     *,
     namespaces: Mapping[str, Mapping[str, str]] | None = None,
+    spread_terms: str = "karpenter",
 ) -> list[str]:
     """Every way ``result`` breaks a scheduling rule for ``pods`` (see the module docstring).
 
     ``namespaces`` maps a namespace to its labels, for affinity terms with a
     ``namespaceSelector``; without it such a selector matches only namespaces it lists.
+    ``spread_terms`` says how a spread owner with several required node affinity terms is
+    judged: ``"karpenter"`` (upstream's way: under the first term its node meets, domains
+    from that term) or ``"kube-scheduler"`` (every term at once, as the scheduler binding the
+    pod will; stricter, and upstream Karpenter itself does not always meet it).
     """
+    if spread_terms not in ("karpenter", "kube-scheduler"):
+        raise ValueError(f"spread_terms {spread_terms!r}: expected karpenter or kube-scheduler")
     checker = _Checker(
         result,
         pods,
@@ -1065,5 +1115,6 @@ def check(
         existing_nodes=existing_nodes,
         daemonsets=daemonsets,
         namespaces=namespaces or {},
+        spread_terms=spread_terms,
     )
     return checker.run()

@@ -268,20 +268,20 @@ def test_zonal_spread_balances_across_zones() -> None:
     assert per_zone == {"zone-a": 3, "zone-b": 3, "zone-c": 3}
 
 
-def test_min_domains_spreads_onto_new_domains() -> None:
-    pods = [
-        _pod(
-            f"w{i}",
-            "100m",
-            labels={"app": "web"},
-            topologySpreadConstraints=[
-                _spread("kubernetes.io/hostname", "web", maxSkew=3, minDomains=3)
-            ],
-        )
-        for i in range(3)
-    ]
-    result = _solve(pods)
-    assert len(result.new_nodeclaims) == 3
+def test_min_domains_keeps_the_global_minimum_at_zero() -> None:
+    def pods(**extra: Any) -> list[dict[str, Any]]:
+        spread = _spread("topology.kubernetes.io/zone", "web", maxSkew=2, **extra)
+        return [
+            _pod(f"w{i}", "100m", labels={"app": "web"}, topologySpreadConstraints=[spread])
+            for i in range(9)
+        ]
+
+    # Three zones: 3 per zone keeps the skew at 0.
+    assert not _solve(pods()).unschedulable
+    # minDomains 4 with only three zones: the minimum counts as 0, so a zone takes at most 2.
+    limited = _solve(pods(minDomains=4))
+    assert sum(len(c.pods) for c in limited.new_nodeclaims) == 6
+    assert len(limited.unschedulable) == 3
 
 
 def test_zonal_anti_affinity_including_the_inverse_case() -> None:

@@ -156,7 +156,9 @@ def cluster_config_from_args(
     management: ClusterConnection | None = None
     if m_url:
         if not m_url.startswith(("https://", "http://")):
-            raise ClusterConfigError(f"--management-url {m_url!r} must start with https://")
+            raise ClusterConfigError(
+                f"--management-url {m_url!r} must start with https:// or http://"
+            )
         if m_ca_data:
             try:
                 decode_ca_data(m_ca_data)

@@ -616,7 +616,7 @@ class Solver:
                 return topological
             narrowed = claim.requirements if topological == claim.requirements else topological
         pods_total = _add(claim.pods_total, pod_class.vector)
-        if narrowed is claim.requirements:
+        if narrowed is claim.requirements and self._tolerates_every_type(pod_class, claim.pool):
             daemon = claim.daemon
             fit = self._first_fit(claim.types, claim.first, _add(pods_total, daemon), pod_class)
             if fit is None:
@@ -672,6 +672,26 @@ class Solver:
             ):
                 return index
         return None
+
+    def _tolerates_every_type(self, pod_class: _PodClass, pool: _Pool) -> bool:
+        """Whether no instance type of the pool has a taint this pod class does not tolerate."""
+        if not pool.tainted_types:
+            return True
+        key = f"types:{pool.option.name}"
+        if key not in pod_class.pool_taint:
+            pod_class.pool_taint[key] = next(
+                (
+                    taint
+                    for info in pool.types
+                    if (
+                        taint := strictly_untolerated(
+                            pod_class.tolerations, info.instance_type.taints
+                        )
+                    )
+                ),
+                None,
+            )
+        return pod_class.pool_taint[key] is None
 
     def _type_tolerated(self, info: _TypeInfo, pod_class: _PodClass) -> bool:
         taints = info.instance_type.taints

@@ -13,8 +13,10 @@ What is enforced, and how:
 * ``topologySpreadConstraints`` with ``whenUnsatisfiable: DoNotSchedule`` (the default), on any
   topology key: ``labelSelector`` plus ``matchLabelKeys``, ``maxSkew``, ``minDomains`` (fewer
   eligible domains than ``minDomains`` makes the global minimum 0), ``nodeAffinityPolicy`` (Honor,
-  the default: only domains the pod's own requirements allow count toward the global minimum, and
-  only pods on nodes matching the pod's ``nodeSelector``/required node affinity are counted) and
+  the default: only domains the pod's requirements allow count toward the global minimum, where
+  those are the ``pod_requirements`` passed in, i.e. the node-affinity term being tried, as in
+  Karpenter; and only pods on nodes matching the pod's ``nodeSelector`` and any of its required
+  node-affinity terms are counted) and
   ``nodeTaintsPolicy`` (Honor: domains whose nodes all carry taints the pod does not tolerate do
   not count toward the minimum, and pods on such nodes are not counted). Only pods in the pod's own
   namespace count. For ``kubernetes.io/hostname`` the global minimum is always 0, because the
@@ -24,6 +26,9 @@ What is enforced, and how:
 * Required pod anti-affinity, both ways: a pod may not enter a domain holding a pod its term
   selects, and may not enter a domain holding a pod (existing, or placed earlier in this solve)
   whose required anti-affinity term selects it.
+
+Every key the pod's own constraints use comes back pinned to one domain (the least loaded by its
+spreads, then by name), because a placement counts only where its domain is known.
 
 Not enforced here, on purpose: ``ScheduleAnyway`` spreads and ``preferredDuringScheduling`` pod
 (anti-)affinity are ignored. They are preferences, which the solver owns and relaxes; use
@@ -55,8 +60,8 @@ SPREAD: Final = "topology spread"
 AFFINITY: Final = "pod affinity"
 ANTI_AFFINITY: Final = "pod anti-affinity"
 
-# Anti-affinity narrows hardest and is cheapest, so it goes first; spread then picks the least
-# loaded of whatever domains are left.
+# Anti-affinity narrows hardest and is cheapest, so it goes first; spread then keeps whichever of
+# the remaining domains are within maxSkew, and the pin picks the least loaded of those.
 _KIND_ORDER: Final = {ANTI_AFFINITY: 0, AFFINITY: 1, SPREAD: 2}
 _SELECTOR_OPERATORS: Final = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
 _NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
@@ -214,12 +219,16 @@ def _spread_filter(spec: Mapping[str, Any], constraint: Mapping[str, Any]) -> _N
 class _Group:
     """Pod counts per domain for one constraint, shared by every pod that carries it.
 
-    For an inverse group (the required anti-affinity of pods already placed) the counts are of
-    the pods that *own* the term, and the group constrains the pods its selector selects.
+    ``domains`` is the key's universe, one dict shared by every group on that key, so a new
+    hostname costs one insertion however many groups there are; ``counts`` holds only the
+    domains with a pod in them. For an inverse group (the required anti-affinity of pods already
+    placed) the counts are of the pods that *own* the term, and the group constrains the pods
+    its selector selects.
     """
 
     __slots__ = (
         "counts",
+        "domains",
         "filter",
         "inverse",
         "key",
@@ -227,9 +236,8 @@ class _Group:
         "max_skew",
         "min_domains",
         "namespaces",
-        "occupied",
         "selector",
-        "tolerated",
+        "tolerance",
     )
 
     def __init__(
@@ -237,6 +245,7 @@ class _Group:
         kind: str,
         key: str,
         *,
+        domains: dict[str, _TaintSets],
         namespaces: frozenset[str] | None,
         selector: _Selector,
         max_skew: int,
@@ -246,6 +255,7 @@ class _Group:
     ) -> None:
         self.kind = kind
         self.key = key
+        self.domains = domains
         self.namespaces = namespaces
         self.selector = selector
         self.max_skew = max_skew
@@ -253,33 +263,30 @@ class _Group:
         self.filter = node_filter
         self.inverse = inverse
         self.counts: dict[str, int] = {}
-        self.occupied = 0  # domains with a count above zero
-        # Domains with at least one node shape the owner tolerates; None when taints do not
-        # matter (nodeTaintsPolicy Ignore), which is every group but Honor spreads.
-        self.tolerated: set[str] | None = (
-            set() if node_filter is not None and node_filter.honor_taints else None
+        # domain -> (taint sets seen, whether the owner tolerates one): taint sets only grow,
+        # so their number tells a stale answer. None unless nodeTaintsPolicy is Honor.
+        self.tolerance: dict[str, tuple[int, bool]] | None = (
+            {} if node_filter is not None and node_filter.honor_taints else None
         )
 
     def selects(self, namespace: str, labels: Mapping[str, str]) -> bool:
         namespaces = self.namespaces
         return (namespaces is None or namespace in namespaces) and self.selector.matches(labels)
 
-    def register(self, domain: str, taint_sets: _TaintSets) -> None:
-        if domain not in self.counts:
-            self.counts[domain] = 0
-        if (
-            self.tolerated is not None
-            and self.filter is not None
-            and _tolerated(self.filter.tolerations, taint_sets)
-        ):
-            self.tolerated.add(domain)
+    def tolerates(self, domain: str, taint_sets: _TaintSets) -> bool:
+        tolerance = self.tolerance
+        if tolerance is None or self.filter is None:
+            return True
+        known = tolerance.get(domain)
+        if known is None or known[0] != len(taint_sets):
+            known = (len(taint_sets), _tolerated(self.filter.tolerations, taint_sets))
+            tolerance[domain] = known
+        return known[1]
 
     def add(self, domain: str, count: int = 1) -> None:
-        if domain not in self.counts:
-            self.register(domain, [])
-        if self.counts[domain] == 0 and count > 0:
-            self.occupied += 1
-        self.counts[domain] += count
+        if domain not in self.domains:
+            self.domains[domain] = []
+        self.counts[domain] = self.counts.get(domain, 0) + count
 
 
 class _Profile:
@@ -331,17 +338,17 @@ def _allows(requirement: Requirement | None, domain: str) -> bool:
     return requirement is None or requirement.has(domain)
 
 
-def _candidates(counts: Mapping[str, int], node_domains: Requirement | None) -> Iterator[str]:
+def _candidates(domains: Mapping[str, object], node_domains: Requirement | None) -> Iterator[str]:
     """The known domains a node with ``node_domains`` could be in."""
     if node_domains is None:
-        yield from counts
+        yield from domains
     elif not node_domains.complement:
         # Walking the node's few values beats walking thousands of hostname domains.
         for domain in node_domains.values:
-            if domain in counts and node_domains.has(domain):
+            if domain in domains and node_domains.has(domain):
                 yield domain
     else:
-        for domain in counts:
+        for domain in domains:
             if node_domains.has(domain):
                 yield domain
 
@@ -354,7 +361,7 @@ def _possible_domains(group: _Group, requirement: Requirement | None) -> list[st
         return []
     if not requirement.complement:
         return [v for v in requirement.values if requirement.has(v)]
-    return [d for d in group.counts if requirement.has(d)]
+    return [d for d in group.domains if requirement.has(d)]
 
 
 def _identity(pod: Mapping[str, Any]) -> object:
@@ -409,7 +416,6 @@ class Topology:
         self._namespaces = namespaces
         self._groups: list[_Group] = []
         self._by_identity: dict[tuple[Any, ...], _Group] = {}
-        self._by_key: dict[str, list[_Group]] = {}
         self._profiles: dict[tuple[Any, ...], _Profile] = {}
         self._by_id: dict[int, tuple[Mapping[str, Any], _Profile]] = {}
         self._placements: list[tuple[_Profile, Requirements, tuple[Taint, ...]]] = []
@@ -550,8 +556,6 @@ class Topology:
         elif taints or taint_sets:
             # An untainted shape joining a tainted value makes it tolerable for everyone.
             taint_sets.append(tuple(taints))
-        for group in self._by_key.get(key, ()):
-            group.register(value, taint_sets)
 
     def forget(self, pod: Mapping[str, Any]) -> None:
         """Drop the cached view of ``pod`` after its constraints were changed in place."""
@@ -612,8 +616,8 @@ class Topology:
         limit = group.max_skew + minimum - own
         return {
             d
-            for d in _candidates(counts, node_domains)
-            if counts[d] <= limit and _allows(pod_domains, d)
+            for d in _candidates(group.domains, node_domains)
+            if counts.get(d, 0) <= limit and _allows(pod_domains, d)
         }
 
     @staticmethod
@@ -625,23 +629,25 @@ class Topology:
     ) -> int:
         node_filter = group.filter
         honor_affinity = node_filter is not None and node_filter.honor_affinity
-        tolerated = group.tolerated
+        check_taints = group.tolerance is not None
         # The candidate node itself proves its domain has a node the pod tolerates.
         proven = (
             node_domain
-            if tolerated is not None
+            if check_taints
             and node_filter is not None
             and untolerated(node_filter.tolerations, node_taints) is None
             else None
         )
+        counts = group.counts
         eligible = 0
         minimum: int | None = None
-        for domain, count in group.counts.items():
-            if tolerated is not None and domain not in tolerated and domain != proven:
+        for domain, taint_sets in group.domains.items():
+            if check_taints and domain != proven and not group.tolerates(domain, taint_sets):
                 continue
             if honor_affinity and pod_domains is not None and not pod_domains.has(domain):
                 continue
             eligible += 1
+            count = counts.get(domain, 0)
             if minimum is None or count < minimum:
                 minimum = count
         # minDomains unset behaves as 1: no eligible domain at all also means a minimum of 0.
@@ -711,6 +717,7 @@ class Topology:
         group = _Group(
             kind,
             key,
+            domains=self._universe_for(key),
             namespaces=namespaces,
             selector=selector,
             max_skew=max_skew,
@@ -718,8 +725,6 @@ class Topology:
             node_filter=node_filter,
             inverse=inverse,
         )
-        for domain, taint_sets in self._universe_for(key).items():
-            group.register(domain, taint_sets)
         if not inverse:
             # An inverse group counts its owners, and no owner can have been placed before the
             # group existed: building the owner's profile is what creates it.
@@ -728,7 +733,6 @@ class Topology:
                 if group.selects(profile.namespace, profile.labels):
                     self._record_in(group, requirements, taints)
         self._by_identity[identity] = group
-        self._by_key.setdefault(key, []).append(group)
         self._groups.append(group)
         return group
 
@@ -925,11 +929,7 @@ def _affinity_domains(
 
     def nothing_to_follow() -> bool:
         # The pod may start the group only when no selected pod sits anywhere it could go.
-        if group.occupied == 0:
-            return True
-        if pod_domains is None:
-            return False
-        return not any(c > 0 and pod_domains.has(d) for d, c in counts.items())
+        return not any(c > 0 and _allows(pod_domains, d) for d, c in counts.items())
 
     single = _single(node_domains)
     if group.key == wellknown.LABEL_HOSTNAME and single is not None:
@@ -938,12 +938,14 @@ def _affinity_domains(
         if counts.get(single, 0) > 0 or (self_selecting and nothing_to_follow()):
             return {single}
         return set()
-    candidates = [d for d in _candidates(counts, node_domains) if _allows(pod_domains, d)]
-    occupied = {d for d in candidates if counts[d] > 0}
+    # counts holds only occupied domains, usually far fewer than the key's universe.
+    occupied = {
+        d for d in _candidates(counts, node_domains) if counts[d] > 0 and _allows(pod_domains, d)
+    }
     if occupied:
         return occupied
     if self_selecting and nothing_to_follow():
-        return set(candidates)
+        return {d for d in _candidates(group.domains, node_domains) if _allows(pod_domains, d)}
     return set()
 
 
@@ -955,7 +957,9 @@ def _anti_affinity_domains(
     if group.key == wellknown.LABEL_HOSTNAME and single is not None:
         return {single} if counts.get(single, 0) == 0 else set()
     return {
-        d for d in _candidates(counts, node_domains) if counts[d] == 0 and _allows(pod_domains, d)
+        d
+        for d in _candidates(group.domains, node_domains)
+        if counts.get(d, 0) == 0 and _allows(pod_domains, d)
     }
 
 
@@ -978,10 +982,11 @@ def _reason(
         shown = sorted(node_domains.values)[:_REASON_DOMAINS]
         items = [(d, group.counts.get(d, 0)) for d in shown]
     else:
-        items = heapq.nsmallest(_REASON_DOMAINS, group.counts.items())
+        shown = heapq.nsmallest(_REASON_DOMAINS, group.domains)
+        items = [(d, group.counts.get(d, 0)) for d in shown]
     counts = ", ".join(f"{d}={c}" for d, c in items)
-    if len(group.counts) > len(items):
-        counts += f", ... ({len(group.counts)} domains)"
+    if len(group.domains) > len(items):
+        counts += f", ... ({len(group.domains)} domains)"
     return (
         f"unsatisfiable {group.kind} constraint on {group.key} ({what}): "
         f"counts [{counts}]; node allows {node_domains or 'any'}; pod allows {pod_domains or 'any'}"
