@@ -104,6 +104,19 @@ _DAEMON_TOLERATIONS = (  # what the DaemonSet controller adds to every daemon po
     ("node.kubernetes.io/unschedulable", "NoSchedule"),
 )
 _BLOCKING = frozenset({"NoSchedule", "NoExecute"})
+_WELL_KNOWN = frozenset(
+    {
+        ZONE,
+        CAPACITY_TYPE,
+        HOSTNAME,
+        NODEPOOL,
+        wellknown.LABEL_TOPOLOGY_REGION,
+        wellknown.LABEL_INSTANCE_TYPE,
+        wellknown.LABEL_ARCH,
+        wellknown.LABEL_OS,
+        wellknown.LABEL_WINDOWS_BUILD,
+    }
+)
 
 
 # -- small helpers ---------------------------------------------------------------------------
@@ -378,6 +391,8 @@ class _View:
     pending: list[Pod] = field(default_factory=list)
     resident: Sequence[Pod] = ()
     taints: tuple[Any, ...] = ()
+    claimed: dict[str, frozenset[str]] | None = None  # what the claim's requirements allow
+    unclaimed: frozenset[str] = frozenset()  # well-known keys they leave open
 
     def domains(self, key: str) -> frozenset[str]:
         """Every value ``key`` could have on this node (empty: the label is absent)."""
@@ -390,6 +405,22 @@ class _View:
         """The one value ``key`` will have, or None (absent, or not decided yet)."""
         domains = self.domains(key)
         return next(iter(domains)) if len(domains) == 1 else None
+
+
+def _claimed_labels(exprs: Sequence[Expr]) -> dict[str, frozenset[str]]:
+    """The values a claim's requirements allow, for the keys they give values (``In``)."""
+    by_key: dict[str, list[Expr]] = defaultdict(list)
+    for expr in exprs:
+        by_key[expr[0]].append(expr)
+    result = {}
+    for key, key_exprs in by_key.items():
+        ins = [values for _, operator, values in key_exprs if operator == "In"]
+        if ins:
+            allowed = frozenset.intersection(*ins)
+            result[key] = frozenset(
+                v for v in allowed if all(_value_ok(op, vals, v) for _, op, vals in key_exprs)
+            )
+    return result
 
 
 def _view_possible(view: _View) -> dict[str, frozenset[str]]:
@@ -580,6 +611,10 @@ class _Checker:
                 spans[key] = union
         taints = (*pool.taints, *first.instance_type.taints)
         view = _View(claim.hostname, True, labels, spans, list(claim.pods), (), taints)
+        view.claimed = _claimed_labels(exprs)
+        view.claimed[HOSTNAME] = frozenset({claim.hostname})
+        view.claimed[NODEPOOL] = frozenset({pool.name})
+        view.unclaimed = _WELL_KNOWN - set(view.claimed)
         self.views.append(view)
         for pod in claim.pods:
             self.view_of[_key(pod)] = view
@@ -850,7 +885,24 @@ class _Checker:
                     owner = self._spread_owner(pod, view, constraint)
                     groups[owner.signature].append(owner)
         for owners in groups.values():
-            self._spread_group(owners)
+            first = owners[0]
+            key = _norm(str(first.constraint.get("topologyKey") or ""))
+            for owner in owners:
+                if owner.view.pinned(key) is None:
+                    could = sorted(owner.view.domains(key))
+                    self.problem(
+                        f"pod {_key(owner.pod)} (on {owner.view.name}): spread by {key} but its "
+                        + (f"node could land in any of {could}" if could else f"node has no {key}")
+                    )
+            strict = self._spread_group(owners, loose=False)
+            if self.spread_terms == "kube-scheduler":
+                self.problems.extend(strict.values())
+                continue
+            # Whose pods count on a NodeClaim: the labels its node will have (kube-scheduler),
+            # or what its requirements leave possible (upstream's Counts). Judged broken only
+            # when broken both ways, so neither reading's solver is wrongly accused.
+            loose = self._spread_group(owners, loose=True)
+            self.problems.extend(text for pod, text in strict.items() if pod in loose)
 
     def _spread_owner(self, pod: Pod, view: _View, constraint: Mapping[str, Any]) -> _SpreadOwner:
         honor_affinity = (constraint.get("nodeAffinityPolicy") or "Honor") == "Honor"
@@ -910,7 +962,7 @@ class _Checker:
                             self._launchable_cache.append((pool, possible))
         return self._launchable_cache
 
-    def _eligible_domains(self, owner: _SpreadOwner, key: str) -> set[str]:
+    def _eligible_domains(self, owner: _SpreadOwner, key: str, *, loose: bool) -> set[str]:
         tolerations = _tolerations(owner.pod)
         open_keys = frozenset({HOSTNAME})
         domains: set[str] = set()
@@ -929,23 +981,26 @@ class _Checker:
             domain = view.pinned(key)
             if domain is None or domain in domains:
                 continue
-            if owner.honor_taints and _untolerated(tolerations, view.taints):
-                continue
-            if _alternatives_hold(
-                owner.domain_terms, _view_possible(view), None if view.new else view.name
-            ):
+            if self._passes_filter(view, owner, owner.domain_terms, loose=loose):
                 domains.add(domain)
         return domains
 
-    def _passes_filter(self, view: _View, owner: _SpreadOwner) -> bool:
+    def _passes_filter(
+        self, view: _View, owner: _SpreadOwner, terms: list[list[Expr]] | None, *, loose: bool
+    ) -> bool:
         if owner.honor_taints and _untolerated(_tolerations(owner.pod), view.taints):
             return False
-        if owner.filter_terms is None:
+        if terms is None:
             return True
+        if loose and view.claimed is not None:
+            return any(
+                all(expr_could_hold(e, view.claimed, view.unclaimed) for e in alt) for alt in terms
+            )
         node_name = None if view.new else view.name
-        return _alternatives_hold(owner.filter_terms, _view_possible(view), node_name)
+        return _alternatives_hold(terms, _view_possible(view), node_name)
 
-    def _spread_group(self, owners: list[_SpreadOwner]) -> None:
+    def _spread_group(self, owners: list[_SpreadOwner], *, loose: bool) -> dict[str, str]:
+        """Owners no placement order could have put where they are: pod key -> why."""
         first = owners[0]
         constraint = first.constraint
         key = _norm(str(constraint.get("topologyKey") or ""))
@@ -959,16 +1014,11 @@ class _Checker:
         counts: dict[str, int] = defaultdict(int)
         owner_at: dict[str, list[tuple[Pod, bool]]] = defaultdict(list)
         others_at: dict[str, int] = defaultdict(int)
-        for owner in owners:
-            if owner.view.pinned(key) is None:
-                could = sorted(owner.view.domains(key))
-                self.problem(
-                    f"pod {_key(owner.pod)} (on {owner.view.name}): spread by {key} but its node "
-                    + (f"could land in any of {could}" if could else f"has no {key} label")
-                )
         for view in self.views:
             domain = view.pinned(key)
-            if domain is None or not self._passes_filter(view, first):
+            if domain is None or not self._passes_filter(
+                view, first, first.filter_terms, loose=loose
+            ):
                 continue
             for pod in view.resident:
                 if selects(pod):
@@ -984,10 +1034,10 @@ class _Checker:
             eligible: set[str] = set()
             floor: int | None = 0
         else:
-            eligible = self._eligible_domains(first, key)
+            eligible = self._eligible_domains(first, key, loose=loose)
             min_domains = constraint.get("minDomains")
             floor = 0 if min_domains is not None and len(eligible) < int(min_domains) else None
-        self._peel(
+        return self._peel(
             key,
             max_skew,
             counts=counts,
@@ -1007,8 +1057,9 @@ class _Checker:
         floor: int | None,
         owner_at: dict[str, list[tuple[Pod, bool]]],
         others_at: dict[str, int],
-    ) -> None:
+    ) -> dict[str, str]:
         """Take pods off in reverse placement order; report owners no order could place."""
+        stuck: dict[str, str] = {}
         low = min((counts.get(d, 0) for d in eligible), default=0) if floor is None else floor
 
         def lowest_after_removing(domain: str) -> int:
@@ -1042,7 +1093,7 @@ class _Checker:
                 remove_one(domain)
             else:
                 for pod, _ in owners:
-                    self.problem(
+                    stuck[_key(pod)] = (
                         f"pod {_key(pod)}: spread by {key} (maxSkew {max_skew}) broken: {domain} "
                         f"holds {count} matching pod(s) while the least eligible domain holds "
                         f"{low} ({len(eligible) if floor is None else 'any'} domain(s))"
@@ -1053,8 +1104,9 @@ class _Checker:
                 owners.clear()
             if owners or others_at[domain]:
                 heapq.heappush(heap, (-counts[domain], 0 if owners else 1, domain))
+        return stuck
 
-    # -- zone pinning for affinity owners is judged in affinity(); run everything ---------
+    # -- everything -----------------------------------------------------------------------
 
     def run(self) -> list[str]:
         self.accounting()

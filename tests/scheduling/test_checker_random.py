@@ -300,24 +300,54 @@ class Cluster:
             tolerations.append({"key": GPU_TAINT.key, "operator": "Exists", "effect": "NoSchedule"})
         if tolerations:
             spec["tolerations"] = tolerations
+        spreads = []
         if rng.random() < 0.3:
+            spreads.append((ZONE, rng.choice((1, 1, 2))))
+        if rng.random() < 0.1:
+            spreads.append((HOSTNAME, rng.choice((1, 2))))
+        if spreads:
             spec["topologySpreadConstraints"] = [
                 {
-                    "maxSkew": rng.choice((1, 1, 2)),
-                    "topologyKey": ZONE,
+                    "maxSkew": max_skew,
+                    "topologyKey": key,
                     "whenUnsatisfiable": "DoNotSchedule",
                     "labelSelector": {"matchLabels": labels},
                 }
+                for key, max_skew in spreads
             ]
         if rng.random() < 0.2:
-            term = {"labelSelector": {"matchLabels": labels}, "topologyKey": HOSTNAME}
+            key = HOSTNAME if rng.random() < 0.8 else ZONE
+            term = {"labelSelector": {"matchLabels": labels}, "topologyKey": key}
             affinity = spec.setdefault("affinity", {})
             affinity["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+        elif rng.random() < 0.1:
+            key = ZONE if rng.random() < 0.7 else HOSTNAME
+            term = {"labelSelector": {"matchLabels": labels}, "topologyKey": key}
+            affinity = spec.setdefault("affinity", {})
+            affinity["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+        if rng.random() < 0.15:  # a preference the solver may have to relax, never break
+            preferred = {
+                "weight": 50,
+                "preference": {
+                    "matchExpressions": [{"key": ZONE, "operator": "In", "values": [ZONES[0]]}]
+                },
+            }
+            node_affinity = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+            node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [preferred]
         ports = (8080,) if rng.random() < 0.15 else ()
+        namespace = rng.choice(("default", "default", "other"))
         cpu = rng.choice(("50m", "250m", "500m", "1", "1500m", "3"))
         memory = rng.choice(("64Mi", "512Mi", "1Gi", "2Gi", "6Gi"))
         return [
-            pod(f"{app}-{i}", cpu, memory, labels=dict(labels), ports=ports, **spec)
+            pod(
+                f"{app}-{i}",
+                cpu,
+                memory,
+                labels=dict(labels),
+                namespace=namespace,
+                ports=ports,
+                **spec,
+            )
             for i in range(rng.randint(1, 10))
         ]
 
@@ -386,7 +416,7 @@ def test_an_overfull_claim_is_caught() -> None:
 
 
 def test_daemons_left_out_of_the_sums_are_caught() -> None:
-    pods = [pod("a", "1500m")]
+    pods = [pod("a", "1700m")]  # fits 1900m alone, not with the 300m daemon
     daemonset = {
         "kind": "DaemonSet",
         "metadata": {"name": "agent", "namespace": "kube-system"},

@@ -39,11 +39,11 @@ from karpenter_capi.core.scheduling.model import (
     compatible_offerings,
     pod_key,
 )
-from karpenter_capi.core.scheduling.preferences import relax, strictest, strictly_untolerated
+from karpenter_capi.core.scheduling.preferences import relax, strictly_untolerated
 from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
 from karpenter_capi.core.scheduling.resources import ResourceList, pod_requests
 from karpenter_capi.core.scheduling.taints import Taint
-from karpenter_capi.core.scheduling.topology import NodeInfo, Topology
+from karpenter_capi.core.scheduling.topology import NodeInfo, Refusal, Topology
 
 log = logging.getLogger(__name__)
 
@@ -88,20 +88,21 @@ def _scheduling_spec(pod: Pod) -> Mapping[str, Any]:
     }
 
 
-def pod_requirements(pod: Pod) -> Requirements | None:
+def pod_requirements(pod: Pod, *, preferred: bool = True) -> Requirements | None:
     """What a pod asks of a node's labels, with preferences treated as requirements.
 
-    As Karpenter: ``nodeSelector``, the first required node-affinity term, and the heaviest
-    preferred node-affinity term; relaxation removes the terms one at a time when the pod does
-    not fit. ``None`` when the first required term can never match a new node: it selects by
-    ``matchFields`` (an existing node's name) or is empty (Kubernetes: selects no node).
+    As Karpenter: ``nodeSelector``, the first required node-affinity term, and (unless
+    ``preferred`` is false) the heaviest preferred node-affinity term; relaxation removes the
+    terms one at a time when the pod does not fit. ``None`` when the first required term can
+    never match a new node: it selects by ``matchFields`` (an existing node's name) or is empty
+    (Kubernetes: selects no node).
     """
     spec = pod.get("spec") or {}
     requirements = Requirements.from_labels(spec.get("nodeSelector") or {})
     node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
-    preferred = node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
-    if preferred:
-        heaviest = max(preferred, key=lambda term: int(term.get("weight") or 0))
+    weighted = node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+    if preferred and weighted:
+        heaviest = max(weighted, key=lambda term: int(term.get("weight") or 0))
         expressions = (heaviest.get("preference") or {}).get("matchExpressions") or []
         requirements = requirements.merged(Requirements.from_dicts(expressions))
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
@@ -132,9 +133,27 @@ def strict_for_topology(pod: Pod) -> Pod:
 
     Karpenter honours preferred pod affinity and anti-affinity and ``ScheduleAnyway`` spreads
     as if required on each attempt; the topology model only knows required constraints, so it
-    is handed this stricter copy (the pod itself when it has no such preferences).
+    is handed this stricter copy (the pod itself when it has no such preferences). Node
+    affinity is left alone: which domains a spread counts is kube-scheduler's business, and it
+    reads only the required terms.
     """
-    return strictest(pod) if _has_soft_topology(pod) else pod
+    if not _has_soft_topology(pod):
+        return pod
+    spec = pod.get("spec") or {}
+    affinity = dict(spec.get("affinity") or {})
+    for kind in ("podAffinity", "podAntiAffinity"):
+        section = dict(affinity.get(kind) or {})
+        weighted = section.pop("preferredDuringSchedulingIgnoredDuringExecution", None) or []
+        if weighted:
+            required = list(section.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+            required.extend(term.get("podAffinityTerm") or {} for term in weighted)
+            section["requiredDuringSchedulingIgnoredDuringExecution"] = required
+            affinity[kind] = section
+    spreads = [
+        {**c, "whenUnsatisfiable": "DoNotSchedule"}
+        for c in spec.get("topologySpreadConstraints") or ()
+    ]
+    return {**pod, "spec": {**spec, "affinity": affinity, "topologySpreadConstraints": spreads}}
 
 
 @dataclass(eq=False)
@@ -165,6 +184,7 @@ class _PodClass:
     requests: ResourceList
     vector: Vector
     requirements: Requirements | None
+    required: Requirements  # without the preferred node-affinity term: what topology reads
     tolerations: Sequence[Mapping[str, Any]]
     host_ports: tuple[HostPort, ...]
     topological: bool
@@ -397,6 +417,7 @@ class Solver:
             requests=requests,
             vector=self._vector(requests),
             requirements=pod_requirements(pod),
+            required=pod_requirements(pod, preferred=False) or Requirements(),
             tolerations=spec.get("tolerations") or (),
             host_ports=pod_host_ports(pod),
             topological=self._topology.has_constraints(strict_for_topology(pod)),
@@ -565,7 +586,7 @@ class Solver:
             return permanent
         if pod_class.topological:
             narrowed = self._topology.add_requirements(
-                strict, pod_class.requirements, node.requirements, node.node.taints
+                strict, pod_class.required, node.requirements, node.node.taints
             )
             if isinstance(narrowed, str):
                 return narrowed
@@ -594,35 +615,45 @@ class Solver:
         return merged
 
     def _fit_claim(self, claim: _Claim, pod_class: _PodClass, strict: Pod) -> _Fit | str:
-        """How ``claim`` would look with the pod on it, or why it cannot take the pod."""
+        """How ``claim`` would look with the pod on it, or why it cannot take the pod.
+
+        The checks whose failure lasts (taints, ports, labels, room) come first and mark the
+        claim as never again for this pod class; topology, which can change as other pods
+        land, comes last and marks it only when its refusal is permanent.
+        """
         assert pod_class.requirements is not None
         assert self._topology is not None
+        rejected = pod_class.rejected_claims
         if self._tolerates(pod_class, claim.pool) is not None:
-            pod_class.rejected_claims.add(claim.index)
+            rejected.add(claim.index)
             return "taint"
         if pod_class.host_ports and claim.ports.conflicts(pod_class.host_ports):
-            pod_class.rejected_claims.add(claim.index)
+            rejected.add(claim.index)
             return "host port"
         merged = self._merged(pod_class, claim.requirements)
         if isinstance(merged, str):
-            pod_class.rejected_claims.add(claim.index)
+            rejected.add(claim.index)
             return merged
+        pods_total = _add(claim.pods_total, pod_class.vector)
+        fast = self._tolerates_every_type(pod_class, claim.pool)
+        room = self._first_fit(claim.types, claim.first, _add(pods_total, claim.daemon), pod_class)
+        if room is None:
+            # Narrowing only removes types and adds DaemonSets, so there will be no more room.
+            rejected.add(claim.index)
+            return "no instance type can hold it with the pods already there"
         narrowed = merged
         if pod_class.topological:
             topological = self._topology.add_requirements(
-                strict, pod_class.requirements, merged, claim.taints
+                strict, pod_class.required, merged, claim.taints, explain=False
             )
-            if isinstance(topological, str):
+            if isinstance(topological, Refusal):
+                if topological.permanent:
+                    rejected.add(claim.index)
                 return topological
             narrowed = claim.requirements if topological == claim.requirements else topological
-        pods_total = _add(claim.pods_total, pod_class.vector)
-        if narrowed is claim.requirements and self._tolerates_every_type(pod_class, claim.pool):
+        if narrowed is claim.requirements and fast:
             daemon = claim.daemon
-            fit = self._first_fit(claim.types, claim.first, _add(pods_total, daemon), pod_class)
-            if fit is None:
-                pod_class.rejected_claims.add(claim.index)
-                return "no instance type can hold it with the pods already there"
-            types, first = claim.types, fit
+            types, first = claim.types, room
         else:
             daemon = self._vector(self._daemons.for_node(narrowed, claim.taints))
             total = _add(pods_total, daemon)
@@ -634,7 +665,7 @@ class Solver:
             ]
             if not types:
                 if not pod_class.topological:
-                    pod_class.rejected_claims.add(claim.index)
+                    rejected.add(claim.index)
                 return "no instance type can hold it with the pods already there"
             first = 0
         if claim.pool.min_values and self._min_values_problem(
@@ -750,7 +781,7 @@ class Solver:
         if pod_class.topological:
             self._topology.register_domain(wellknown.LABEL_HOSTNAME, hostname)
             narrowed = self._topology.add_requirements(
-                strict, pod_class.requirements, requirements, taints
+                strict, pod_class.required, requirements, taints
             )
             if isinstance(narrowed, str):
                 return narrowed

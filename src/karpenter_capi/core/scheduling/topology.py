@@ -216,6 +216,30 @@ def _spread_filter(spec: Mapping[str, Any], constraint: Mapping[str, Any]) -> _N
     return _NodeFilter(honor_affinity, terms, honor_taints, tolerations)
 
 
+class Refusal(str):
+    """Why a node cannot take a pod, and whether that can change during the solve.
+
+    ``permanent`` refusals stay true as the solve goes on (counts only grow): a hostname
+    domain that already holds a pod the anti-affinity selects, or a hostname spread whose
+    node is at its skew (a new node is always possible, so the global minimum stays 0).
+    The solver stops offering that node to pods with the same constraints.
+    """
+
+    permanent: bool
+
+    def __new__(cls, text: str, *, permanent: bool = False) -> Refusal:
+        refusal = super().__new__(cls, text)
+        refusal.permanent = permanent
+        return refusal
+
+
+_UNEXPLAINED: Final = "topology constraint not satisfied (details omitted)"
+
+
+def _permanent(group: _Group) -> bool:
+    return group.key == wellknown.LABEL_HOSTNAME and group.kind in (SPREAD, ANTI_AFFINITY)
+
+
 class _Group:
     """Pod counts per domain for one constraint, shared by every pod that carries it.
 
@@ -485,7 +509,9 @@ class Topology:
         pod_requirements: Requirements,
         node_requirements: Requirements,
         node_taints: Sequence[Taint] = (),
-    ) -> Requirements | str:
+        *,
+        explain: bool = True,
+    ) -> Requirements | Refusal:
         """``node_requirements`` narrowed to the domains where ``pod`` keeps every constraint.
 
         ``pod_requirements`` are the pod's own node requirements (one alternative of its node
@@ -495,20 +521,26 @@ class Topology:
         holding a selected pod; anti-affinity: those holding none), and every key the pod's own
         constraints use is then pinned to one domain, the least loaded by its spreads, so that
         :meth:`record` can count it. Keys narrowed only by other pods' anti-affinity are left as
-        a set. Returns a human-readable reason instead when no domain is left.
+        a set. Returns a :class:`Refusal` instead when no domain is left; with
+        ``explain=False`` its text is a fixed phrase (building the counts into a message costs
+        more than the check, and a solver trying many nodes only needs the verdict).
         """
         profile = self._refreshed(pod)
         if not profile.owned and not profile.inverse_selecting:
             return node_requirements
         result = node_requirements
         for group in profile.inverse_selecting:
-            narrowed = self._narrow(group, False, pod_requirements, result, node_taints)
-            if isinstance(narrowed, str):
+            narrowed = self._narrow(
+                group, False, pod_requirements, result, node_taints, explain=explain
+            )
+            if isinstance(narrowed, Refusal):
                 return narrowed
             result = narrowed
         for group, self_selecting in profile.owned:
-            narrowed = self._narrow(group, self_selecting, pod_requirements, result, node_taints)
-            if isinstance(narrowed, str):
+            narrowed = self._narrow(
+                group, self_selecting, pod_requirements, result, node_taints, explain=explain
+            )
+            if isinstance(narrowed, Refusal):
                 return narrowed
             result = narrowed
         # record counts a spread or affinity only in a pinned domain, and blocks every domain
@@ -570,7 +602,9 @@ class Topology:
         pod_requirements: Requirements,
         requirements: Requirements,
         node_taints: Sequence[Taint],
-    ) -> Requirements | str:
+        *,
+        explain: bool = True,
+    ) -> Requirements | Refusal:
         pod_domains = pod_requirements.get(group.key)
         node_domains = requirements.get(group.key)
         if group.kind == SPREAD:
@@ -582,7 +616,8 @@ class Topology:
         else:
             allowed = _anti_affinity_domains(group, pod_domains, node_domains)
         if not allowed:
-            return _reason(group, pod_domains, node_domains)
+            text = _reason(group, pod_domains, node_domains) if explain else _UNEXPLAINED
+            return Refusal(text, permanent=_permanent(group))
         if (
             node_domains is not None
             and not node_domains.complement
