@@ -192,6 +192,11 @@ class _PodClass:
     # Nodes and claims that can never take this class again, by index.
     rejected_claims: set[int] = field(default_factory=set)
     rejected_nodes: set[int] = field(default_factory=set)
+    # Claims that can never take a pod with these topology constraints, whatever its size:
+    # shared by every class with the same constraints (see Solver._class_of).
+    topology_rejected: set[int] = field(default_factory=set)
+    # Claims that refused it for what is on them alone, and their version at the time.
+    unchanged_refusals: dict[int, int] = field(default_factory=dict)
     first_claim: int = 0
 
 
@@ -226,6 +231,10 @@ class _Node:
     ports: HostPortUsage
     placed: list[Pod] = field(default_factory=list)
 
+    @property
+    def hostname(self) -> str:
+        return self.node.labels.get(wellknown.LABEL_HOSTNAME, self.node.name)
+
 
 @dataclass(eq=False)
 class _Claim:
@@ -241,6 +250,7 @@ class _Claim:
     ports: HostPortUsage
     reserved: Vector  # what it counts against the NodePool's limits
     pods: list[Pod] = field(default_factory=list)
+    version: int = 0  # bumped whenever a pod is added
 
 
 class Solver:
@@ -273,6 +283,8 @@ class Solver:
         self._resources: tuple[str, ...] = ()
         self._classes: dict[str, _PodClass] = {}
         self._claims: list[_Claim] = []
+        self._claims_by_host: dict[str, _Claim] = {}
+        self._topology_rejections: dict[str, set[int]] = {}
         self._nodes: list[_Node] = []
         self._pools: list[_Pool] = []
         self._topology: Topology | None = None
@@ -422,6 +434,25 @@ class Solver:
             host_ports=pod_host_ports(pod),
             topological=self._topology.has_constraints(strict_for_topology(pod)),
         )
+        if pod_class.topological:
+            strict_spec = strict_for_topology(pod).get("spec") or {}
+            meta = pod.get("metadata") or {}
+            constraints = json.dumps(
+                [
+                    meta.get("namespace"),
+                    meta.get("labels"),
+                    (strict_spec.get("affinity") or {}).get("podAffinity"),
+                    (strict_spec.get("affinity") or {}).get("podAntiAffinity"),
+                    strict_spec.get("topologySpreadConstraints"),
+                    # Spreads may count only nodes the pod's affinity and tolerations allow.
+                    strict_spec.get("nodeSelector"),
+                    (strict_spec.get("affinity") or {}).get("nodeAffinity"),
+                    strict_spec.get("tolerations"),
+                ],
+                sort_keys=True,
+                default=str,
+            )
+            pod_class.topology_rejected = self._topology_rejections.setdefault(constraints, set())
         self._classes[signature] = pod_class
         return pod_class
 
@@ -519,25 +550,41 @@ class Solver:
         for node in self._nodes:
             if key in node.node.nominated and self._try_node(node, pod_class, pod, strict) is None:
                 return None
-        for node in self._nodes:
+        hosts = None
+        if pod_class.topological:
+            assert self._topology is not None
+            hosts = self._topology.affinity_domains(strict, wellknown.LABEL_HOSTNAME)
+        nodes = self._nodes if hosts is None else [n for n in self._nodes if n.hostname in hosts]
+        for node in nodes:
             if node.index in pod_class.rejected_nodes:
                 continue
             if self._try_node(node, pod_class, pod, strict) is None:
                 return None
-        claims = self._claims
-        start = pod_class.first_claim
-        while start < len(claims) and start in pod_class.rejected_claims:
-            pod_class.rejected_claims.discard(start)
-            start += 1
-        pod_class.first_claim = start
+        claims: Sequence[_Claim]
+        if hosts is None:
+            claims = self._claims
+            start = pod_class.first_claim
+            while start < len(claims) and start in pod_class.rejected_claims:
+                pod_class.rejected_claims.discard(start)
+                start += 1
+            pod_class.first_claim = start
+        else:
+            # Only the claims holding a pod it must be next to.
+            by_host = self._claims_by_host
+            claims = sorted((by_host[h] for h in hosts if h in by_host), key=lambda c: c.index)
+            start = 0
         # Of the first few claims that can take the pod, the one it leaves best balanced: with
         # instance types of every shape, an unbalanced claim (all memory, little CPU) is what
         # wastes money, and mixing memory-heavy and CPU-heavy pods is what avoids it.
         best: _Fit | None = None
         best_score = 0.0
         seen = 0
+        refusals = pod_class.unchanged_refusals
+        by_topology = pod_class.topology_rejected
         for claim in claims[start:]:
-            if claim.index in pod_class.rejected_claims:
+            if claim.index in pod_class.rejected_claims or claim.index in by_topology:
+                continue
+            if refusals and refusals.get(claim.index) == claim.version:
                 continue
             fit = self._fit_claim(claim, pod_class, strict)
             if isinstance(fit, str):
@@ -648,7 +695,9 @@ class Solver:
             )
             if isinstance(topological, Refusal):
                 if topological.permanent:
-                    rejected.add(claim.index)
+                    pod_class.topology_rejected.add(claim.index)
+                elif topological.local:
+                    pod_class.unchanged_refusals[claim.index] = claim.version
                 return topological
             narrowed = claim.requirements if topological == claim.requirements else topological
         if narrowed is claim.requirements and fast:
@@ -682,6 +731,7 @@ class Solver:
         claim.pods_total, claim.daemon = fit.pods_total, fit.daemon
         claim.ports.add(pod_class.host_ports)
         claim.pods.append(pod)
+        claim.version += 1
         self._topology.record(strict, fit.requirements)
 
     def _imbalance(self, fit: _Fit) -> float:
@@ -829,6 +879,7 @@ class Solver:
                 r - u for r, u in zip(pool.remaining, _limit_use(claim.reserved), strict=True)
             )
         self._claims.append(claim)
+        self._claims_by_host[hostname] = claim
         self._topology.record(strict, requirements)
         return None
 
