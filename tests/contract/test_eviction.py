@@ -6,13 +6,28 @@ from typing import Any
 
 import pytest
 
+from karpenter_capi.core.clock import FakeClock, format_timestamp
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.errors import InternalError, NotFound, TooManyRequests
 from karpenter_capi.core.kube.resources import POD_DISRUPTION_BUDGETS, PODS, REPLICASETS
+from karpenter_capi.sim.apiserver import InMemoryAPIServer
 
 from .objects import owner_ref, pod
 
 READY = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def apiserver(clock: FakeClock) -> InMemoryAPIServer:
+    """The contract ``kube`` fixture's server, on a clock these tests move by hand."""
+    return InMemoryAPIServer(clock)
+
+
 NOT_READY = {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}
 
 
@@ -91,6 +106,33 @@ def test_budget_status_follows_the_pods(kube: KubeClient) -> None:
 
     kube.patch(PODS, "web-3", {"status": READY}, "default", subresource="status")
     assert _status(kube)["disruptionsAllowed"] == 2
+
+
+def test_budget_condition_records_when_its_status_changed(
+    kube: KubeClient, clock: FakeClock
+) -> None:
+    _running(kube, "web-1")
+    _budget(kube, minAvailable=1)
+
+    def condition() -> dict[str, Any]:
+        [found] = _status(kube)["conditions"]
+        assert found["type"] == "DisruptionAllowed"
+        return dict(found)
+
+    blocked = condition()
+    assert blocked["status"] == "False"
+    assert blocked["lastTransitionTime"] == format_timestamp(clock.now())
+
+    clock.advance(60)
+    _running(kube, "web-2")  # now one disruption is allowed: the condition flips
+    allowed = condition()
+    assert allowed["status"] == "True"
+    assert allowed["lastTransitionTime"] == format_timestamp(clock.now())
+
+    clock.advance(60)
+    _running(kube, "web-3")  # more allowed, same condition status: the time is kept
+    assert _status(kube)["disruptionsAllowed"] == 2
+    assert condition()["lastTransitionTime"] == allowed["lastTransitionTime"]
 
 
 def test_eviction_blocked_by_budget_is_429_with_the_budget_numbers(kube: KubeClient) -> None:

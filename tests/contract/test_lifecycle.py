@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from karpenter_capi.core.kube.client import KubeClient, Preconditions, PropagationPolicy
 from karpenter_capi.core.kube.errors import Conflict, Forbidden, Invalid, NotFound
-from karpenter_capi.core.kube.resources import CONFIGMAPS, NAMESPACES, PODS, REPLICASETS
+from karpenter_capi.core.kube.resources import (
+    CONFIGMAPS,
+    MACHINE_DEPLOYMENTS,
+    MACHINE_SETS,
+    MACHINES,
+    NAMESPACES,
+    PODS,
+    REPLICASETS,
+)
+from karpenter_capi.sim.apiserver import InMemoryAPIServer
 
 from .objects import configmap, owner_ref, pod
 
@@ -115,7 +126,9 @@ def test_dependent_with_a_surviving_owner_is_kept(kube: KubeClient) -> None:
     kube.create(PODS, pod("shared", owners=[owner_ref(first), owner_ref(second)]))
 
     kube.delete(REPLICASETS, "first", "default")
-    assert _exists(kube, "shared")
+    # The collector drops the reference to the owner that is gone and keeps the pod.
+    refs = kube.get(PODS, "shared", "default")["metadata"]["ownerReferences"]
+    assert [r["name"] for r in refs] == ["second"]
     kube.delete(REPLICASETS, "second", "default")
     assert not _exists(kube, "shared")
 
@@ -136,8 +149,14 @@ def test_orphan_deletion_keeps_dependents_and_drops_the_reference(kube: KubeClie
     owner = kube.create(REPLICASETS, _replicaset("web"))
     kube.create(PODS, pod("web-1", owners=[owner_ref(owner)]))
 
-    kube.delete(REPLICASETS, "web", "default", propagation_policy=PropagationPolicy.ORPHAN)
+    returned = kube.delete(
+        REPLICASETS, "web", "default", propagation_policy=PropagationPolicy.ORPHAN
+    )
 
+    # As kube-apiserver answers: the owner marked with the ``orphan`` finalizer, which the
+    # collector removes once the dependents are released.
+    assert returned["metadata"]["deletionTimestamp"]
+    assert returned["metadata"]["finalizers"] == ["orphan"]
     orphan = kube.get(PODS, "web-1", "default")
     assert "ownerReferences" not in orphan["metadata"]
     with pytest.raises(NotFound):
@@ -160,6 +179,80 @@ def test_foreground_deletion_waits_for_blocking_dependents(kube: KubeClient) -> 
     kube.patch(PODS, "web-1", {"metadata": {"finalizers": None}}, "default")
 
     assert not _exists(kube, "web-1")
+    with pytest.raises(NotFound):
+        kube.get(REPLICASETS, "web", "default")
+
+
+def _capi(kind: str, name: str, owner: dict[str, Any] | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "namespace": "default"}
+    if owner is not None:
+        metadata["ownerReferences"] = [{**owner_ref(owner, block=True), "controller": True}]
+    return {
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": kind,
+        "metadata": metadata,
+        "spec": {"clusterName": "sim"},
+    }
+
+
+def test_foreground_deletion_waits_for_the_whole_blocking_subtree(
+    kube: KubeClient, apiserver: InMemoryAPIServer
+) -> None:
+    apiserver.register_cluster_api()
+    deployment = kube.create(MACHINE_DEPLOYMENTS, _capi("MachineDeployment", "md"))
+    machine_set = kube.create(MACHINE_SETS, _capi("MachineSet", "ms", deployment))
+    machine = _capi("Machine", "m", machine_set)
+    machine["metadata"]["finalizers"] = ["machine.cluster.x-k8s.io"]
+    kube.create(MACHINES, machine)
+
+    returned = kube.delete(
+        MACHINE_DEPLOYMENTS, "md", "default", propagation_policy=PropagationPolicy.FOREGROUND
+    )
+
+    assert returned["metadata"]["deletionTimestamp"]
+    assert returned["metadata"]["finalizers"] == ["foregroundDeletion"]
+    # The MachineSet is deleted in the foreground too, so both owners wait for the Machine.
+    for resource, name in ((MACHINE_DEPLOYMENTS, "md"), (MACHINE_SETS, "ms")):
+        waiting = kube.get(resource, name, "default")["metadata"]
+        assert waiting["deletionTimestamp"]
+        assert waiting["finalizers"] == ["foregroundDeletion"]
+    draining = kube.get(MACHINES, "m", "default")["metadata"]
+    assert draining["deletionTimestamp"]
+    assert draining["finalizers"] == ["machine.cluster.x-k8s.io"]
+
+    kube.patch(MACHINES, "m", {"metadata": {"finalizers": None}}, "default")
+
+    for resource, name in ((MACHINES, "m"), (MACHINE_SETS, "ms"), (MACHINE_DEPLOYMENTS, "md")):
+        with pytest.raises(NotFound):
+            kube.get(resource, name, "default")
+
+
+def test_foreground_deletion_keeps_a_dependent_with_another_owner(kube: KubeClient) -> None:
+    going = kube.create(REPLICASETS, _replicaset("going"))
+    staying = kube.create(REPLICASETS, _replicaset("staying"))
+    shared = [owner_ref(going, block=True), owner_ref(staying)]
+    kube.create(PODS, pod("shared", owners=shared))
+
+    kube.delete(REPLICASETS, "going", "default", propagation_policy=PropagationPolicy.FOREGROUND)
+
+    with pytest.raises(NotFound):
+        kube.get(REPLICASETS, "going", "default")
+    refs = kube.get(PODS, "shared", "default")["metadata"]["ownerReferences"]
+    assert [r["name"] for r in refs] == ["staying"]
+
+
+def test_foreground_deletion_without_dependents_answers_the_marked_object(
+    kube: KubeClient,
+) -> None:
+    kube.create(REPLICASETS, _replicaset("web"))
+
+    returned = kube.delete(
+        REPLICASETS, "web", "default", propagation_policy=PropagationPolicy.FOREGROUND
+    )
+
+    # What kube-apiserver answers; its collector then removes the finalizer, as here at once.
+    assert returned["metadata"]["deletionTimestamp"]
+    assert returned["metadata"]["finalizers"] == ["foregroundDeletion"]
     with pytest.raises(NotFound):
         kube.get(REPLICASETS, "web", "default")
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from karpenter_capi.core.kube.client import KubeClient, PatchType
-from karpenter_capi.core.kube.errors import Conflict, Invalid, NotFound
+from karpenter_capi.core.kube.errors import Conflict, Invalid, MethodNotAllowed, NotFound
 from karpenter_capi.core.kube.resources import (
     CUSTOM_RESOURCE_DEFINITIONS,
     DEPLOYMENTS,
@@ -83,7 +83,9 @@ def test_main_endpoint_ignores_status_and_status_endpoint_ignores_spec(kube: Kub
     )
     assert through_status["status"] == ready
     assert through_status["spec"]["unschedulable"] is True
-    assert through_status["metadata"]["generation"] == through_main["metadata"]["generation"]
+    assert through_status["metadata"].get("generation") == through_main["metadata"].get(
+        "generation"
+    )
 
 
 def test_status_patch_changes_only_status(kube: KubeClient) -> None:
@@ -261,6 +263,33 @@ def test_deleting_a_crd_stops_serving_and_deletes_objects(kube: KubeClient) -> N
         kube.list(WIDGETS)
     kube.create(CUSTOM_RESOURCE_DEFINITIONS, _widget_crd())
     assert kube.list(WIDGETS).items == []
+
+
+def test_deleting_a_crd_waits_for_its_objects_finalizers(kube: KubeClient) -> None:
+    kube.create(CUSTOM_RESOURCE_DEFINITIONS, _widget_crd())
+    held = {"name": "held", "namespace": "default", "finalizers": ["example.com/keep"]}
+    kube.create(WIDGETS, {"metadata": held})
+    kube.create(WIDGETS, {"metadata": {"name": "free", "namespace": "default"}})
+
+    returned = kube.delete(CUSTOM_RESOURCE_DEFINITIONS, "widgets.example.com")
+
+    assert returned["metadata"]["deletionTimestamp"]
+    assert returned["metadata"]["finalizers"] == ["customresourcecleanup.apiextensions.k8s.io"]
+    crd = kube.get(CUSTOM_RESOURCE_DEFINITIONS, "widgets.example.com")
+    terminating = {c["type"]: c for c in crd["status"]["conditions"]}["Terminating"]
+    assert (terminating["status"], terminating["reason"]) == ("True", "InstanceDeletionInProgress")
+    [left] = kube.list(WIDGETS).items
+    assert left["metadata"]["name"] == "held"
+    assert left["metadata"]["deletionTimestamp"]
+    with pytest.raises(MethodNotAllowed, match="create not allowed while custom resource"):
+        kube.create(WIDGETS, {"metadata": {"name": "new", "namespace": "default"}})
+
+    kube.patch(WIDGETS, "held", {"metadata": {"finalizers": None}}, "default")
+
+    with pytest.raises(NotFound):
+        kube.get(CUSTOM_RESOURCE_DEFINITIONS, "widgets.example.com")
+    with pytest.raises(NotFound):
+        kube.list(WIDGETS)
 
 
 def test_crd_name_must_match_plural_and_group(kube: KubeClient) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from karpenter_capi.core.kube.resources import PODS
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
-from karpenter_capi.sim.apiserver.http import HttpFront
+from karpenter_capi.sim.apiserver.http import HttpFront, host_port
 
 TABLE_ACCEPT = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
 
@@ -76,6 +76,12 @@ def _pod(name: str, namespace: str = "default", **labels: str) -> dict[str, Any]
 def test_front_serves_on_a_free_loopback_port(front: HttpFront) -> None:
     assert front.url == f"http://127.0.0.1:{front.port}"
     assert front.port > 0
+
+
+def test_ipv6_hosts_are_bracketed_in_urls() -> None:
+    assert host_port("::1", 6443) == "[::1]:6443"
+    assert host_port("[::1]", 6443) == "[::1]:6443"
+    assert host_port("127.0.0.1", 6443) == "127.0.0.1:6443"
 
 
 @pytest.mark.parametrize("path", ["/healthz", "/readyz", "/livez"])
@@ -240,6 +246,77 @@ def test_dry_run_is_refused_rather_than_persisted(wire: Wire) -> None:
     assert "dryRun" in body["message"]
     status, _, _ = wire.call("GET", "/api/v1/namespaces/default/pods/x")
     assert status == 404
+
+
+_DRY_RUN_EVICTION = {
+    "apiVersion": "policy/v1",
+    "kind": "Eviction",
+    "metadata": {"name": "web", "namespace": "default"},
+    "deleteOptions": {"dryRun": ["All"]},
+}
+_WEB = "/api/v1/namespaces/default/pods/web"
+_MERGE = "application/merge-patch+json"
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        # kubectl delete --dry-run=server sends DeleteOptions {"dryRun": ["All"]} in the body.
+        ("DELETE", _WEB, {"kind": "DeleteOptions", "dryRun": ["All"]}, "application/json"),
+        ("DELETE", f"{_WEB}?dryRun=All", None, "application/json"),
+        ("DELETE", "/api/v1/namespaces/default/pods", {"dryRun": ["All"]}, "application/json"),
+        ("DELETE", "/api/v1/namespaces/default/pods?dryRun=All", None, "application/json"),
+        # kubectl drain --dry-run=server: the Eviction's deleteOptions.
+        ("POST", f"{_WEB}/eviction", _DRY_RUN_EVICTION, "application/json"),
+        ("PUT", f"{_WEB}?dryRun=All", _pod("web", tier="x"), "application/json"),
+        ("PATCH", f"{_WEB}?dryRun=All", {"metadata": {"labels": {"tier": "x"}}}, _MERGE),
+        ("POST", "/api/v1/namespaces/default/pods?dryRun=All", _pod("other"), "application/json"),
+    ],
+)
+def test_dry_run_is_refused_wherever_it_is_asked(
+    apiserver: InMemoryAPIServer, wire: Wire, request_: tuple[str, str, Any, str]
+) -> None:
+    before = apiserver.create(PODS, _pod("web"))
+    method, path, body, content_type = request_
+
+    status, _, reply = wire.call(method, path, body, content_type=content_type)
+
+    assert status == 400
+    assert reply["message"] == "dryRun is not supported by the simulated API server"
+    assert [p["metadata"]["name"] for p in apiserver.list(PODS).items] == ["web"]
+    assert apiserver.get(PODS, "web", "default") == before
+
+
+def test_an_empty_dry_run_list_is_no_dry_run(apiserver: InMemoryAPIServer, wire: Wire) -> None:
+    apiserver.create(PODS, _pod("web"))
+    status, _, _ = wire.call("DELETE", _WEB, {"kind": "DeleteOptions", "dryRun": []})
+    assert status == 200
+    assert apiserver.list(PODS).items == []
+
+
+def test_delete_answers_200_unless_a_legacy_cascade_is_pending(
+    apiserver: InMemoryAPIServer, wire: Wire
+) -> None:
+    for name in ("gone", "held", "held-legacy", "gone-legacy"):
+        pod = _pod(name)
+        if name.startswith("held"):
+            pod["metadata"]["finalizers"] = ["example.com/keep"]
+        apiserver.create(PODS, pod)
+    base = "/api/v1/namespaces/default/pods"
+    legacy = {"kind": "DeleteOptions", "orphanDependents": False}
+
+    status, _, gone = wire.call("DELETE", f"{base}/gone", {"kind": "DeleteOptions"})
+    assert (status, gone["metadata"]["name"]) == (200, "gone")
+    assert "deletionTimestamp" not in gone["metadata"]
+    # Pending finalizers: kube-apiserver still answers 200, with the marked object...
+    status, _, held = wire.call("DELETE", f"{base}/held", {"kind": "DeleteOptions"})
+    assert status == 200
+    assert held["metadata"]["deletionTimestamp"]
+    # ...and 202 only when the cascade was asked for as orphanDependents: false.
+    status, _, _ = wire.call("DELETE", f"{base}/held-legacy", legacy)
+    assert status == 202
+    status, _, _ = wire.call("DELETE", f"{base}/gone-legacy", legacy)
+    assert status == 200
 
 
 def test_delete_preconditions_in_the_body(apiserver: InMemoryAPIServer, wire: Wire) -> None:
@@ -443,6 +520,95 @@ def test_unknown_patch_type_is_415(apiserver: InMemoryAPIServer, wire: Wire) -> 
     )
     assert status == 415
     assert "application/merge-patch+json" in body["message"]
+
+
+_WIDGET_CRD: dict[str, Any] = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "widgets.example.com"},
+    "spec": {
+        "group": "example.com",
+        "scope": "Namespaced",
+        "names": {"plural": "widgets", "kind": "Widget"},
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "spec": {
+                                "type": "object",
+                                "properties": {"size": {"type": "integer"}},
+                            }
+                        },
+                    }
+                },
+            }
+        ],
+    },
+}
+_WIDGETS = "/apis/example.com/v1/namespaces/default/widgets"
+
+
+def _widget(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "example.com/v1",
+        "kind": "Widget",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    }
+
+
+def test_strict_field_validation_refuses_unknown_fields(
+    apiserver: InMemoryAPIServer, wire: Wire
+) -> None:
+    apiserver.apply_manifests([_WIDGET_CRD])
+
+    body = _widget("w", size=1, colour="red")
+    body["metadata"]["colour"] = "red"
+    status, _, reply = wire.call("POST", f"{_WIDGETS}?fieldValidation=Strict", body)
+    assert status == 400
+    assert reply["message"] == (
+        'Widget in version "v1" cannot be handled as a Widget: strict decoding error: '
+        'unknown field "metadata.colour", unknown field "spec.colour"'
+    )
+    assert apiserver.list(apiserver.resource("example.com", "v1", "widgets")).items == []
+
+    status, _, _ = wire.call("POST", f"{_WIDGETS}?fieldValidation=Strict", _widget("w", size=1))
+    assert status == 201
+    status, _, reply = wire.call(
+        "PATCH",
+        f"{_WIDGETS}/w?fieldValidation=Strict",
+        {"spec": {"shade": "dark"}},
+        content_type=_MERGE,
+    )
+    assert status == 400
+    assert reply["message"] == 'strict decoding error: unknown field "spec.shade"'
+
+
+def test_field_validation_warns_by_default_and_ignore_is_silent(
+    apiserver: InMemoryAPIServer, wire: Wire
+) -> None:
+    apiserver.apply_manifests([_WIDGET_CRD])
+
+    status, headers, created = wire.call("POST", _WIDGETS, _widget("w1", size=1, colour="red"))
+    assert status == 201
+    assert created["spec"] == {"size": 1}  # pruned, as with Ignore
+    assert headers.get_all("Warning") == ['299 - "unknown field \\"spec.colour\\""']
+
+    status, headers, _ = wire.call(
+        "POST", f"{_WIDGETS}?fieldValidation=Ignore", _widget("w2", size=1, colour="red")
+    )
+    assert status == 201
+    assert headers.get_all("Warning") is None
+
+    status, _, reply = wire.call("POST", f"{_WIDGETS}?fieldValidation=Loose", _widget("w3"))
+    assert status == 422
+    assert 'fieldValidation: Unsupported value: "Loose"' in reply["message"]
 
 
 def test_openapi_v3_declares_server_side_field_validation(wire: Wire) -> None:

@@ -303,3 +303,67 @@ def test_get_watch_streams_a_change(cluster: tuple[InMemoryAPIServer, Kubectl]) 
     finally:
         process.kill()
         process.wait(timeout=10)
+
+
+def test_server_dry_run_is_refused_and_changes_nothing(
+    cluster: tuple[InMemoryAPIServer, Kubectl], tmp_path: Path
+) -> None:
+    server, kubectl = cluster
+    kubectl("create", "namespace", "dry")
+    server.create(NODES, {"metadata": {"name": "dry-node"}})
+    pod = _pod_yaml("dry-1").replace("spec:\n", "spec:\n  nodeName: dry-node\n")
+    kubectl("create", "-n", "dry", "-f", _write(tmp_path, "pod.yaml", pod))
+
+    # kubectl sends the dry run in the DeleteOptions body for deletes and evictions.
+    out = kubectl("delete", "pod", "dry-1", "-n", "dry", "--dry-run=server", ok=False)
+    assert "dryRun is not supported by the simulated API server" in out
+    out = kubectl("drain", "dry-node", "--dry-run=server", "--force", ok=False)
+    assert "dryRun is not supported by the simulated API server" in out
+
+    assert server.get(PODS, "dry-1", "dry")["metadata"].get("deletionTimestamp") is None
+    assert not server.get(NODES, "dry-node").get("spec", {}).get("unschedulable")
+
+
+GADGET_CRD = """\
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gadgets.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: gadgets, singular: gadget, kind: Gadget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              size: {type: integer}
+"""
+
+
+def test_unknown_fields_of_custom_resources_follow_validate(
+    cluster: tuple[InMemoryAPIServer, Kubectl], tmp_path: Path
+) -> None:
+    server, kubectl = cluster
+    kubectl("apply", "-f", _write(tmp_path, "crd.yaml", GADGET_CRD))
+    gadget = _write(
+        tmp_path,
+        "g.yaml",
+        "apiVersion: example.com/v1\nkind: Gadget\nmetadata: {name: g1}\n"
+        "spec: {size: 1, colour: red}\n",
+    )
+    # kubectl's default --validate=strict asks the server (fieldValidation=Strict).
+    out = kubectl("create", "-f", gadget, ok=False)
+    assert 'strict decoding error: unknown field "spec.colour"' in out
+    out = kubectl("create", "-f", gadget, "--validate=warn", ok=False)
+    assert "gadget.example.com/g1 created" in out
+    assert 'Warning: unknown field "spec.colour"' in out
+    gadgets = Resource("example.com", "v1", "gadgets", "Gadget", True)
+    assert server.get(gadgets, "g1", "default")["spec"] == {"size": 1}

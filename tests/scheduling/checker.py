@@ -39,10 +39,10 @@ random tests and the benchmark's ``--check`` can compare two implementations.
   (``nodeAffinityPolicy`` Honor by default, ``nodeTaintsPolicy`` Ignore by default) and are
   pinned for the key. ``min`` follows upstream Karpenter: for ``kubernetes.io/hostname`` it is
   always 0 (a new node can always be launched); for any other key it is the least count over
-  the eligible domains, those some NodePool can launch for the pod (an instance type and an
-  available offering compatible with its node requirements, and tolerated NodePool taints when
-  the taint policy is Honor) plus the domains of existing nodes that pass its filter; with
-  fewer eligible domains than ``minDomains`` it is 0. An owner on a node not pinned for the key
+  the eligible domains, those some NodePool whose taints the pod tolerates can launch for it
+  (an instance type and an available offering compatible with its node requirements) plus the
+  domains of the nodes in the result that pass its filter; with fewer eligible domains than
+  ``minDomains`` it is 0. An owner on a node not pinned for the key
   is a violation. Whether an order exists is decided by peeling pods off in reverse (a pod the
   constraint does not own can always be last; an owner only if the skew allowed it), always
   from the fullest domain, which is exact when a group's owners are its only counted pods and
@@ -509,9 +509,9 @@ class _Checker:
         existing_nodes: Sequence[ExistingNode],
         daemonsets: Sequence[Mapping[str, Any]],
         namespaces: Mapping[str, Mapping[str, str]],
-        spread_terms: str,
+        strict_spread: bool,
     ) -> None:
-        self.spread_terms = spread_terms
+        self.strict_spread = strict_spread
         self.result = result
         self.pods = {_key(p): p for p in pods}
         self.nodepools = {p.name: p for p in nodepools}
@@ -519,6 +519,7 @@ class _Checker:
         self.daemons = _daemon_pods(daemonsets)
         self.namespaces = namespaces
         self.problems: list[str] = []
+        self.returned: dict[str, Pod] = {}  # pod key -> the pod as the result holds it
         self.views: list[_View] = []
         self.view_of: dict[str, _View] = {}  # pod key -> node of a pending (placed) pod
         self._alternatives: dict[str, list[list[Expr]]] = {}
@@ -527,6 +528,16 @@ class _Checker:
 
     def problem(self, text: str) -> None:
         self.problems.append(text)
+
+    def originals(self, placed: Iterable[Pod]) -> list[Pod]:
+        """The pods as submitted: a solver may hand back copies with preferences relaxed away
+        (or required terms it gave up on), but the scheduler binding them sees the originals.
+        The copies are kept: they say which terms upstream's reading of a spread should use."""
+        result = []
+        for pod in placed:
+            self.returned[_key(pod)] = pod
+            result.append(self.pods.get(_key(pod), pod))
+        return result
 
     def alternatives(self, pod: Pod) -> list[list[Expr]]:
         key = _key(pod)
@@ -610,18 +621,19 @@ class _Checker:
             if all(key in o.possible for o in options):
                 spans[key] = union
         taints = (*pool.taints, *first.instance_type.taints)
-        view = _View(claim.hostname, True, labels, spans, list(claim.pods), (), taints)
+        placed = self.originals(claim.pods)
+        view = _View(claim.hostname, True, labels, spans, placed, (), taints)
         view.claimed = _claimed_labels(exprs)
         view.claimed[HOSTNAME] = frozenset({claim.hostname})
         view.claimed[NODEPOOL] = frozenset({pool.name})
         view.unclaimed = _WELL_KNOWN - set(view.claimed)
         self.views.append(view)
-        for pod in claim.pods:
+        for pod in placed:
             self.view_of[_key(pod)] = view
 
         # Every pod, on every type the provider may launch.
-        total = ResourceList.sum(self.requests(p) for p in claim.pods)
-        for pod in claim.pods:
+        total = ResourceList.sum(self.requests(p) for p in placed)
+        for pod in placed:
             for option in options:
                 why = self._pod_on_type(pod, pool, option)
                 if why:
@@ -653,7 +665,7 @@ class _Checker:
                 f"run there {_fmt(daemon_total)} exceed {first.instance_type.name} allocatable "
                 f"{_fmt(first.instance_type.allocatable)}"
             )
-        self._ports(name, claim.pods, daemons)
+        self._ports(name, placed, daemons)
 
     def _pod_on_type(self, pod: Pod, pool: NodePoolOption, option: _TypeOption) -> str | None:
         if not _alternatives_hold(self.alternatives(pod), option.possible, None):
@@ -692,6 +704,7 @@ class _Checker:
 
     def existing_node(self, node_name: str, placed: Sequence[Pod]) -> None:
         name = f"node {node_name}"
+        placed = self.originals(placed)
         node = self.existing.get(node_name)
         if node is None:
             self.problem(f"{name}: pods placed on a node that does not exist")
@@ -876,35 +889,43 @@ class _Checker:
     # -- topology spread ------------------------------------------------------------------
 
     def spread(self) -> None:
-        groups: dict[str, list[_SpreadOwner]] = defaultdict(list)
+        owned: list[tuple[Pod, _View, Mapping[str, Any]]] = []
         for view in self.views:
             for pod in view.pending:
                 for constraint in _spec(pod).get("topologySpreadConstraints") or ():
                     if (constraint.get("whenUnsatisfiable") or "DoNotSchedule") != "DoNotSchedule":
                         continue
-                    owner = self._spread_owner(pod, view, constraint)
-                    groups[owner.signature].append(owner)
-        for owners in groups.values():
-            first = owners[0]
-            key = _norm(str(first.constraint.get("topologyKey") or ""))
-            for owner in owners:
-                if owner.view.pinned(key) is None:
-                    could = sorted(owner.view.domains(key))
-                    self.problem(
-                        f"pod {_key(owner.pod)} (on {owner.view.name}): spread by {key} but its "
-                        + (f"node could land in any of {could}" if could else f"node has no {key}")
-                    )
-            strict = self._spread_group(owners, loose=False)
-            if self.spread_terms == "kube-scheduler":
-                self.problems.extend(strict.values())
-                continue
-            # Whose pods count on a NodeClaim: the labels its node will have (kube-scheduler),
-            # or what its requirements leave possible (upstream's Counts). Judged broken only
-            # when broken both ways, so neither reading's solver is wrongly accused.
-            loose = self._spread_group(owners, loose=True)
-            self.problems.extend(text for pod, text in strict.items() if pod in loose)
+                    owned.append((pod, view, constraint))
+                    key = _norm(str(constraint.get("topologyKey") or ""))
+                    if view.pinned(key) is None:
+                        could = sorted(view.domains(key))
+                        self.problem(
+                            f"pod {_key(pod)} (on {view.name}): spread by {key} but its node "
+                            + (f"could land in any of {could}" if could else f"has no {key}")
+                        )
+        # Readings: which required node affinity terms filter the owner (all at once, as
+        # kube-scheduler; or the one it was placed under, as upstream Karpenter after
+        # relaxing the others), and whose pods count on a NodeClaim (the labels its node will
+        # have; or, as upstream's Counts, what its requirements leave possible). Broken only
+        # if broken in every reading, so no solver faithful to one of them is wrongly accused.
+        readings = [(False, False)]
+        if not self.strict_spread:
+            readings += [(False, True), (True, False), (True, True)]
+        verdict: dict[str, str] | None = None
+        for chosen_term, loose in readings:
+            groups: dict[str, list[_SpreadOwner]] = defaultdict(list)
+            for pod, view, constraint in owned:
+                owner = self._spread_owner(pod, view, constraint, chosen_term=chosen_term)
+                groups[owner.signature].append(owner)
+            found: dict[str, str] = {}
+            for owners in groups.values():
+                found.update(self._spread_group(owners, loose=loose))
+            verdict = found if verdict is None else {k: v for k, v in verdict.items() if k in found}
+        self.problems.extend((verdict or {}).values())
 
-    def _spread_owner(self, pod: Pod, view: _View, constraint: Mapping[str, Any]) -> _SpreadOwner:
+    def _spread_owner(
+        self, pod: Pod, view: _View, constraint: Mapping[str, Any], *, chosen_term: bool
+    ) -> _SpreadOwner:
         honor_affinity = (constraint.get("nodeAffinityPolicy") or "Honor") == "Honor"
         honor_taints = (constraint.get("nodeTaintsPolicy") or "Ignore") == "Honor"
         selector = _with_label_keys(
@@ -913,22 +934,24 @@ class _Checker:
         alternatives = self.alternatives(pod)
         filter_terms: list[list[Expr]] | None = alternatives if honor_affinity else None
         domain_terms = alternatives if honor_affinity else [[]]
-        if self.spread_terms == "karpenter" and honor_affinity and len(alternatives) > 1:
-            # Upstream schedules on the first required term and drops it only when that fails:
-            # the term the pod got its node under is the first its node meets; the earlier
-            # ones were relaxed away, and its domains come from that term alone.
+        if chosen_term and honor_affinity:
+            # Upstream places a pod under its first required term and drops a term only when
+            # it fails; the copy the solver returned keeps the terms it had left. The term the
+            # pod got its node under is the first of those its node meets: it alone gives the
+            # domains, and it and the later ones filter whose pods count.
+            left = node_alternatives(self.returned.get(_key(pod), pod))
             possible = _view_possible(view)
             node_name = None if view.new else view.name
             chosen = next(
                 (
                     i
-                    for i, alt in enumerate(alternatives)
+                    for i, alt in enumerate(left)
                     if all(expr_holds(e, possible, node_name) for e in alt)
                 ),
                 0,
             )
-            filter_terms = alternatives[chosen:]
-            domain_terms = [alternatives[chosen]]
+            filter_terms = left[chosen:]
+            domain_terms = [left[chosen]]
         signature = _dump(
             {
                 "key": _norm(str(constraint.get("topologyKey") or "")),
@@ -967,7 +990,10 @@ class _Checker:
         open_keys = frozenset({HOSTNAME})
         domains: set[str] = set()
         for pool, possible in self._launchable():
-            if owner.honor_taints and _untolerated(tolerations, pool.taints):
+            # A node that is only possible, never launched, matters only if this pod could get
+            # one: a pool whose taints it does not tolerate adds no domain (whatever the taint
+            # policy, which governs how nodes that do exist are counted).
+            if _untolerated(tolerations, pool.taints):
                 continue
             values = possible.get(key, frozenset())
             if values <= domains:
@@ -1037,7 +1063,8 @@ class _Checker:
             eligible = self._eligible_domains(first, key, loose=loose)
             min_domains = constraint.get("minDomains")
             floor = 0 if min_domains is not None and len(eligible) < int(min_domains) else None
-        return self._peel(
+        tag = _dump(constraint)
+        stuck = self._peel(
             key,
             max_skew,
             counts=counts,
@@ -1046,6 +1073,7 @@ class _Checker:
             owner_at=owner_at,
             others_at=others_at,
         )
+        return {f"{pod}|{tag}": why for pod, why in stuck.items()}
 
     def _peel(
         self,
@@ -1147,19 +1175,16 @@ def check(
     daemonsets: Sequence[Mapping[str, Any]] = (),
     *,
     namespaces: Mapping[str, Mapping[str, str]] | None = None,
-    spread_terms: str = "karpenter",
+    strict_spread: bool = False,
 ) -> list[str]:
     """Every way ``result`` breaks a scheduling rule for ``pods`` (see the module docstring).
 
     ``namespaces`` maps a namespace to its labels, for affinity terms with a
     ``namespaceSelector``; without it such a selector matches only namespaces it lists.
-    ``spread_terms`` says how a spread owner with several required node affinity terms is
-    judged: ``"karpenter"`` (upstream's way: under the first term its node meets, domains
-    from that term) or ``"kube-scheduler"`` (every term at once, as the scheduler binding the
-    pod will; stricter, and upstream Karpenter itself does not always meet it).
+    ``strict_spread`` judges spreads by kube-scheduler's reading alone (every required node
+    affinity term at once, pods counted by their node's labels); by default a spread is broken
+    only if upstream Karpenter's readings call it broken too (see ``spread``).
     """
-    if spread_terms not in ("karpenter", "kube-scheduler"):
-        raise ValueError(f"spread_terms {spread_terms!r}: expected karpenter or kube-scheduler")
     checker = _Checker(
         result,
         pods,
@@ -1167,6 +1192,6 @@ def check(
         existing_nodes=existing_nodes,
         daemonsets=daemonsets,
         namespaces=namespaces or {},
-        spread_terms=spread_terms,
+        strict_spread=strict_spread,
     )
     return checker.run()

@@ -8,7 +8,14 @@ fail on purpose.
 
 from karpenter_capi.sim.apiserver.definitions import ResourceDefinition
 from karpenter_capi.sim.apiserver.faults import FaultInjector, FaultRule
-from karpenter_capi.sim.apiserver.server import InMemoryAPIServer
+from karpenter_capi.sim.apiserver.server import DeleteResult, InMemoryAPIServer
 from karpenter_capi.sim.apiserver.watch import InMemoryWatch
 
-__all__ = ["FaultInjector", "FaultRule", "InMemoryAPIServer", "InMemoryWatch", "ResourceDefinition"]
+__all__ = [
+    "DeleteResult",
+    "FaultInjector",
+    "FaultRule",
+    "InMemoryAPIServer",
+    "InMemoryWatch",
+    "ResourceDefinition",
+]

@@ -6,6 +6,11 @@ apiextensions-apiserver), and the disruption controller keeps every PodDisruptio
 ``status`` current, which the eviction subresource then trusts. Both run here, synchronously,
 so a CRD is usable the moment its create returns and ``kubectl get pdb`` and evictions always
 see budgets that reflect the pods as they are now.
+
+Deleting a CRD works as apiextensions-apiserver's finalizer does: the CRD gets the
+``customresourcecleanup.apiextensions.k8s.io`` finalizer and a ``Terminating`` condition, its
+objects are deleted (their own finalizers honoured), creating new ones is refused (405), and
+the CRD goes, and its resource stops being served, once the last object is gone.
 """
 
 from __future__ import annotations
@@ -14,16 +19,18 @@ from typing import Any
 
 from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.kube.client import WatchEventType
+from karpenter_capi.core.kube.errors import MethodNotAllowed
 from karpenter_capi.sim.apiserver import messages, schema
 from karpenter_capi.sim.apiserver.definitions import ResourceDefinition, definition_from_crd
 from karpenter_capi.sim.apiserver.eviction import pdb_selects, pdb_status
-from karpenter_capi.sim.apiserver.lifecycle import Lifecycle
+from karpenter_capi.sim.apiserver.lifecycle import Deletion, Lifecycle
 from karpenter_capi.sim.apiserver.objects import get_path
 from karpenter_capi.sim.apiserver.store import Table, key_of
 
 JsonObject = dict[str, Any]
 
 CRD_GROUP = "apiextensions.k8s.io"
+CRD_CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
 
 
 def _is(definition: ResourceDefinition, group: str, plural: str) -> bool:
@@ -46,7 +53,7 @@ class Controllers(Lifecycle):
     def _admit(self, definition: ResourceDefinition, obj: JsonObject) -> JsonObject:
         if not definition.custom:
             return obj
-        found = self._schemas.get((definition.group, definition.plural))
+        found = self._schemas.get(_key(definition))
         if found is None:
             return obj
         stored = schema.prune_and_default(obj, found)
@@ -54,6 +61,12 @@ class Controllers(Lifecycle):
         if errors:
             raise messages.invalid(definition, str(stored["metadata"].get("name", "")), errors)
         return stored
+
+    def _unknown_fields(self, definition: ResourceDefinition, obj: JsonObject) -> list[str]:
+        found = super()._unknown_fields(definition, obj)
+        if definition.custom:
+            found.extend(schema.unknown_fields(obj, self._schemas.get(_key(definition))))
+        return found
 
     def _after_commit(
         self, table: Table, event_type: WatchEventType, stored: JsonObject, prev: JsonObject | None
@@ -74,6 +87,8 @@ class Controllers(Lifecycle):
             # A controller's replicas are the expected pod count of the budgets over its pods.
             self._refresh_budgets(str(stored["metadata"]["namespace"]), None)
         super()._after_commit(table, event_type, stored, prev)
+        if definition.custom and event_type == "DELETED":
+            self._maybe_finish_crd(f"{definition.plural}.{definition.group}")
 
     # ------------------------------------------------------------------------------ budgets
 
@@ -88,7 +103,9 @@ class Controllers(Lifecycle):
     def _refresh_budget(self, budgets_table: Table, budget: JsonObject) -> None:
         pods_table = self._store.tables["pods"]
         namespace = str(budget["metadata"]["namespace"])
-        status = pdb_status(budget, _in_namespace(pods_table, namespace), self._expected_scale)
+        status = pdb_status(
+            budget, _in_namespace(pods_table, namespace), self._expected_scale, self._now()
+        )
         if status != budget.get("status"):
             self._commit(budgets_table, "MODIFIED", {**budget, "status": status}, budget)
 
@@ -133,6 +150,80 @@ class Controllers(Lifecycle):
         return [] if budgets_table is None else _in_namespace(budgets_table, namespace)
 
     # --------------------------------------------------------------------------------- CRDs
+
+    def _crds(self) -> Table:
+        return self._store.tables[f"customresourcedefinitions.{CRD_GROUP}"]
+
+    def _check_create_allowed(self, definition: ResourceDefinition) -> None:
+        if not definition.custom:
+            return
+        crd = self._crds().objects.get(f"{definition.plural}.{definition.group}")
+        if crd is not None and crd["metadata"].get("deletionTimestamp"):
+            raise MethodNotAllowed(
+                "create not allowed while custom resource definition is terminating",
+                details={"group": definition.group, "kind": definition.plural},
+            )
+
+    def _delete_hook(self, table: Table, stored: JsonObject) -> Deletion | None:
+        if _is(table.definition, CRD_GROUP, "customresourcedefinitions") and not stored[
+            "metadata"
+        ].get("deletionTimestamp"):
+            return self._delete_crd(table, stored), False
+        return super()._delete_hook(table, stored)
+
+    def _delete_crd(self, table: Table, crd: JsonObject) -> JsonObject:
+        """Mark the CRD, delete its objects, and remove it if none is held by a finalizer."""
+        meta = crd["metadata"]
+        now = self._now()
+        finalizers = list(meta.get("finalizers") or [])
+        if CRD_CLEANUP_FINALIZER not in finalizers:
+            finalizers.append(CRD_CLEANUP_FINALIZER)
+        in_progress = "True", "InstanceDeletionInProgress", "CustomResource deletion is in progress"
+        marked = self._commit(
+            table,
+            "MODIFIED",
+            {
+                **crd,
+                "metadata": {**meta, "deletionTimestamp": now, "finalizers": finalizers},
+                "status": _with_terminating(crd, now, in_progress),
+            },
+            crd,
+        )
+        served = self._served.get(_crd_key(marked))
+        if served is not None and served.custom:
+            instances = self._store.tables[served.group_resource]
+            for key in instances.sorted_keys():
+                instance = instances.objects.get(key)
+                if instance is not None and not instance["metadata"].get("deletionTimestamp"):
+                    self._delete_object(instances, instance, None, None)
+        self._maybe_finish_crd(str(meta["name"]))
+        return marked
+
+    def _maybe_finish_crd(self, name: str) -> None:
+        """Drop the cleanup finalizer of a terminating CRD whose objects are all gone."""
+        crds = self._crds()
+        crd = crds.objects.get(name)
+        if crd is None or not crd["metadata"].get("deletionTimestamp"):
+            return
+        finalizers = list(crd["metadata"].get("finalizers") or [])
+        if CRD_CLEANUP_FINALIZER not in finalizers:
+            return
+        served = self._served.get(_crd_key(crd))
+        instances = None if served is None else self._store.tables[served.group_resource]
+        if instances is not None and instances.objects:
+            return
+        finalizers.remove(CRD_CLEANUP_FINALIZER)
+        meta = {**crd["metadata"], "finalizers": finalizers}
+        if not finalizers:
+            meta.pop("finalizers")
+        status = _with_terminating(
+            crd, self._now(), ("False", "InstanceDeletionCompleted", "removed all instances")
+        )
+        new = {**crd, "metadata": meta, "status": status}
+        if finalizers:
+            self._commit(crds, "MODIFIED", new, crd)
+        else:
+            self._finish_deletion(crds, new, crd)
 
     def _prepare_create_hook(self, definition: ResourceDefinition, obj: JsonObject) -> None:
         if _is(definition, CRD_GROUP, "customresourcedefinitions"):
@@ -223,6 +314,8 @@ class Controllers(Lifecycle):
         served = self._served.get(key)
         if served is None or not served.custom:
             return
+        # Normally empty by now; objects left behind (the cleanup finalizer was removed by hand)
+        # become unreachable with their resource, so they are dropped with it.
         table = self._store.tables[served.group_resource]
         for stored in [table.objects[k] for k in table.sorted_keys()]:
             if table.objects.get(key_of(stored)) is stored:
@@ -230,6 +323,35 @@ class Controllers(Lifecycle):
         del self._served[key]
         self._schemas.pop(key, None)
         self._hub.drop_for(table.log)  # as kube ends watches of a resource that is gone
+
+
+def _key(definition: ResourceDefinition) -> tuple[str, str]:
+    return (definition.group, definition.plural)
+
+
+def _crd_key(crd: JsonObject) -> tuple[str, str]:
+    spec = crd.get("spec") or {}
+    return (str(spec.get("group", "")), str((spec.get("names") or {}).get("plural", "")))
+
+
+def _with_terminating(crd: JsonObject, now: str, condition_of: tuple[str, str, str]) -> JsonObject:
+    """The CRD's status with its ``Terminating`` condition (status, reason, message) set."""
+    status, reason, message = condition_of
+    current = crd.get("status") or {}
+    conditions = list(current.get("conditions") or [])
+    previous = next((c for c in conditions if c.get("type") == "Terminating"), None)
+    since = now
+    if previous is not None and previous.get("status") == status:
+        since = previous.get("lastTransitionTime") or now
+    condition = {
+        "type": "Terminating",
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since,
+    }
+    others = [c for c in conditions if c.get("type") != "Terminating"]
+    return {**current, "conditions": [*others, condition]}
 
 
 def _storage_schema(crd: JsonObject) -> JsonObject:

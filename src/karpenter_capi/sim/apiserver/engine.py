@@ -170,9 +170,11 @@ class Engine:
         keep_status: bool = False,
     ) -> JsonObject:
         """Store a new object (``obj`` is owned by the caller-made copy). Lock must be held."""
+        self._check_create_allowed(definition)
         self._check_type(definition, obj, version)
         chosen_namespace = self._namespace_of(definition, obj, namespace)
         meta = obj["metadata"]
+        _drop_unknown_metadata(meta)
         if chosen_namespace is not None:
             self._require_namespace_open(definition, chosen_namespace, meta)
         name = meta.get("name")
@@ -189,7 +191,8 @@ class Engine:
             meta.pop(field, None)
         meta["uid"] = self._new_uid()
         meta["creationTimestamp"] = self._now()
-        meta["generation"] = 1
+        if kinds.tracks_generation(definition):
+            meta["generation"] = 1
         status = obj.get("status")
         kinds.prepare_create(definition, obj, self._priorities())
         if keep_status and status is not None:
@@ -213,9 +216,19 @@ class Engine:
                 "terminated",
             )
 
+    def _check_create_allowed(self, definition: ResourceDefinition) -> None:
+        """Refuse creates the resource does not take right now (a terminating CRD's kind)."""
+
     def _admit(self, definition: ResourceDefinition, obj: JsonObject) -> JsonObject:
         """The object as it will be stored (custom resources: pruned, defaulted, validated)."""
         return obj
+
+    def _unknown_fields(self, definition: ResourceDefinition, obj: JsonObject) -> list[str]:
+        """Paths of fields the server would drop (``fieldValidation``): ObjectMeta's here."""
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            return []
+        return [f"metadata.{key}" for key in meta if key not in kinds.OBJECT_META_FIELDS]
 
     def _prepare_create_hook(self, definition: ResourceDefinition, obj: JsonObject) -> None:
         """Kind-specific validation or defaulting that needs the server (CRDs): subclasses."""
@@ -269,8 +282,8 @@ class Engine:
             errors.extend(messages.validate_metadata(new["metadata"]))
         if errors:
             raise messages.invalid(definition, name, errors)
-        if kinds.spec_changed(old, new):
-            new["metadata"]["generation"] = int(old_meta.get("generation") or 1) + 1
+        if kinds.generation_changed(definition, old, new):
+            new["metadata"]["generation"] = int(old_meta.get("generation") or 0) + 1
         if new == old:
             return old  # a no-op write keeps the resourceVersion, as kube does
         self._prepare_update_hook(definition, old, new)
@@ -283,6 +296,7 @@ class Engine:
     ) -> JsonObject:
         new = dict(incoming)
         meta = dict(incoming.get("metadata") or {})
+        _drop_unknown_metadata(meta)
         old_meta = old["metadata"]
         if meta.get("namespace", old_meta.get("namespace")) != old_meta.get("namespace"):
             raise BadRequest(
@@ -344,3 +358,9 @@ class Engine:
         if not isinstance(obj, dict):
             raise BadRequest("the request body must be a JSON object")
         return copy_object(obj)
+
+
+def _drop_unknown_metadata(meta: JsonObject) -> None:
+    """Keys ObjectMeta does not have are not stored (kube decodes metadata into ObjectMeta)."""
+    for key in [k for k in meta if k not in kinds.OBJECT_META_FIELDS]:
+        del meta[key]

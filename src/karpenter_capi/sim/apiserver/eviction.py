@@ -59,12 +59,15 @@ def pdb_selects(pdb: JsonObject, pod: JsonObject) -> bool:
         return False
 
 
-def pdb_status(pdb: JsonObject, pods: list[JsonObject], expected_scale: ScaleOf) -> JsonObject:
+def pdb_status(
+    pdb: JsonObject, pods: list[JsonObject], expected_scale: ScaleOf, now: str
+) -> JsonObject:
     """The status the disruption controller would write for ``pdb`` given the namespace's pods.
 
     ``expected_scale`` sums the desired replicas of the selected pods' controllers, or returns
     ``None`` when a pod has none; kube then fails safe and allows no disruption, and so does
     this (with ``maxUnavailable`` or a percentage ``minAvailable``, which need that scale).
+    ``now`` stamps the ``DisruptionAllowed`` condition when its status changes.
     """
     spec = pdb.get("spec") or {}
     selected = [p for p in pods if pdb_selects(pdb, p)]
@@ -104,19 +107,20 @@ def pdb_status(pdb: JsonObject, pods: list[JsonObject], expected_scale: ScaleOf)
                 "reason": reason,
                 "message": message,
                 "observedGeneration": generation,
-                "lastTransitionTime": _transition_time(pdb.get("status") or {}, allowed > 0),
+                "lastTransitionTime": _transition_time(pdb.get("status") or {}, allowed > 0, now),
             }
         ],
     }
 
 
-def _transition_time(previous: JsonObject, allowed: bool) -> str | None:
+def _transition_time(previous: JsonObject, allowed: bool, now: str) -> str:
+    """``meta.SetStatusCondition``: kept while the status holds, ``now`` when it changes."""
     for condition in previous.get("conditions") or []:
         if condition.get("type") == "DisruptionAllowed":
             was_allowed = condition.get("status") == "True"
-            if was_allowed == allowed:
-                return condition.get("lastTransitionTime")  # type: ignore[no-any-return]
-    return None
+            if was_allowed == allowed and condition.get("lastTransitionTime"):
+                return str(condition["lastTransitionTime"])
+    return now
 
 
 def eviction_ignores_budgets(pod: JsonObject) -> bool:

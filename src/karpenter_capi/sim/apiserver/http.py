@@ -32,7 +32,12 @@ from karpenter_capi.core.kube.errors import (
 )
 from karpenter_capi.core.kube.resources import Resource
 from karpenter_capi.sim.apiserver.http_openapi import openapi_group_version, openapi_root
-from karpenter_capi.sim.apiserver.http_resources import JSON_TYPE, Reply, ResourceRequest
+from karpenter_capi.sim.apiserver.http_resources import (
+    JSON_TYPE,
+    Reply,
+    ResourceRequest,
+    refuse_dry_run,
+)
 from karpenter_capi.sim.apiserver.http_tables import TableRenderer
 
 if TYPE_CHECKING:
@@ -78,7 +83,7 @@ class HttpFront:
 
     @property
     def url(self) -> str:
-        return f"http://{self._host}:{self.port}"
+        return f"http://{host_port(self._host, self.port)}"
 
     @property
     def open_watches(self) -> int:
@@ -239,9 +244,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Cache-Control", "no-cache, private")
             for key, value in reply.headers.items():
                 self.send_header(key, value)
+            for warning in reply.warnings:
+                self.send_header("Warning", warning_header(warning))
             self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(data)
+            self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
@@ -363,7 +369,7 @@ class _Router:
             "kind": "APIVersions",
             "versions": ["v1"],
             "serverAddressByClientCIDRs": [
-                {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{host!s}:{port}"}
+                {"clientCIDR": "0.0.0.0/0", "serverAddress": host_port(str(host), int(port))}
             ],
         }
 
@@ -445,9 +451,8 @@ class _Router:
         subresource = rest[2] if len(rest) > 2 else None
         if subresource is not None and subresource not in definition.subresources:
             raise NotFound(f"{definition.plural} has no subresource {subresource!r}")
-        if self.method != "GET" and self.query.get("dryRun"):
-            # Refused rather than silently persisted: a dry run that writes would be a lie.
-            raise BadRequest("dryRun is not supported by the simulated API server")
+        if self.method != "GET":
+            refuse_dry_run(self.query)  # a body's DeleteOptions are checked by the request
         request = ResourceRequest(
             self,
             definition,
@@ -497,6 +502,19 @@ def _discovery_entries(definition: ResourceDefinition) -> list[JsonObject]:
             sub_entry.update(group="policy", version="v1", kind="Eviction", verbs=["create"])
         entries.append(sub_entry)
     return entries
+
+
+def host_port(host: str, port: int) -> str:
+    """``host:port`` for a URL, an IPv6 literal in brackets (``[::1]:6443``)."""
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{port}"
+
+
+def warning_header(text: str) -> str:
+    """An RFC 7234 ``Warning`` value as kube-apiserver writes it: ``299 - "text"``."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'299 - "{escaped}"'
 
 
 def _error_reply(exc: ApiError) -> Reply:

@@ -4,9 +4,10 @@ kubectl validates manifests before sending them. It first reads ``/openapi/v3`` 
 whether the server checks fields itself (the ``fieldValidation`` query parameter on each kind's
 PATCH operation); if it cannot tell, it falls back to downloading the full v2 schema and fails
 without it. The simulated server publishes, per group-version, one PATCH operation per kind
-that declares ``fieldValidation``, so kubectl hands validation to the server, which is the
-in-memory store's own validation. No schemas are published: nothing here pretends to describe
-the types.
+that declares ``fieldValidation``, so kubectl hands validation to the server: it sends
+``fieldValidation=Strict`` (``--validate=strict``, its default) or ``Warn``, which the server
+honours for what it can tell is unknown (fields outside a custom resource's schema, keys outside
+ObjectMeta). No schemas are published: nothing here pretends to describe the types.
 """
 
 from __future__ import annotations

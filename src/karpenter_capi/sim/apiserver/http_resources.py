@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from karpenter_capi.core.kube.client import (
     JsonObject,
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 _PATCH_TYPES = {str(t): t for t in PatchType}
 _APPLY_PATCH = "application/apply-patch+yaml"
 JSON_TYPE = "application/json"
+DRY_RUN_REFUSED = "dryRun is not supported by the simulated API server"
 
 
 @dataclass(slots=True)
@@ -45,6 +46,25 @@ class Reply:
     body: Any
     headers: dict[str, str] = field(default_factory=dict)
     content_type: str = JSON_TYPE
+    # Sent as one ``Warning: 299 - "..."`` header each (kubectl prints them as ``Warning: ...``).
+    warnings: list[str] = field(default_factory=list)
+
+
+def refuse_dry_run(query: dict[str, str], options: Any = None) -> None:
+    """400 for a dry run, asked in the query or in a DeleteOptions body (``dryRun: [All]``).
+
+    The store cannot undo a write, so a dry run is refused rather than silently performed.
+    """
+    in_body = isinstance(options, dict) and bool(options.get("dryRun"))
+    if query.get("dryRun") or in_body:
+        raise BadRequest(DRY_RUN_REFUSED)
+
+
+class _DeleteOptions(NamedTuple):
+    body: JsonObject
+    preconditions: Preconditions | None
+    policy: PropagationPolicy | None
+    grace_period_seconds: int | None
 
 
 class RequestContext(Protocol):
@@ -207,12 +227,23 @@ class ResourceRequest:
             metadata["namespace"] = self.namespace
         return obj
 
+    def _field_validation(self) -> str:
+        """kube's default is Warn: unknown fields are dropped with a warning header."""
+        return self.query.get("fieldValidation") or "Warn"
+
     def _create(self) -> Reply:
         obj = self._body_object()
         if self.resource.namespaced and not obj["metadata"].get("namespace"):
             raise BadRequest(f"{self.resource.plural} must be created in a namespace")
-        created = self.api.create(self.resource, obj, self.namespace)
-        return Reply(201, created)
+        warnings: list[str] = []
+        created = self.api.create(
+            self.resource,
+            obj,
+            self.namespace,
+            field_validation=self._field_validation(),
+            warnings=warnings,
+        )
+        return Reply(201, created, warnings=warnings)
 
     def _update(self) -> Reply:
         obj = self._body_object()
@@ -227,8 +258,15 @@ class ResourceRequest:
             # A Scale is addressed by its target's name; keep the target's kind out of it.
             obj.setdefault("kind", "Scale")
             obj.setdefault("apiVersion", "autoscaling/v1")
-        updated = self.api.update(self.resource, obj, subresource=self.subresource)
-        return Reply(200, updated)
+        warnings: list[str] = []
+        updated = self.api.update(
+            self.resource,
+            obj,
+            subresource=self.subresource,
+            field_validation=self._field_validation(),
+            warnings=warnings,
+        )
+        return Reply(200, updated, warnings=warnings)
 
     def _patch(self) -> Reply:
         content_type = self.router.content_type
@@ -252,6 +290,7 @@ class ResourceRequest:
         elif not isinstance(patch, dict):
             raise BadRequest("a merge patch must be a JSON object")
         assert self.name is not None
+        warnings: list[str] = []
         patched = self.api.patch(
             self.resource,
             self.name,
@@ -259,16 +298,20 @@ class ResourceRequest:
             self.namespace,
             patch_type=patch_type,
             subresource=self.subresource,
+            field_validation=self._field_validation(),
+            warnings=warnings,
         )
-        return Reply(200, patched)
+        return Reply(200, patched, warnings=warnings)
 
-    def _delete_options(self) -> tuple[Preconditions | None, PropagationPolicy | None, int | None]:
+    def _delete_options(self) -> _DeleteOptions:
         options = self.router.json_body() or {}
         if not isinstance(options, dict):
             raise BadRequest("DeleteOptions must be a JSON object")
+        refuse_dry_run(self.query, options)
         policy_text = self.query.get("propagationPolicy") or options.get("propagationPolicy")
-        if not policy_text and options.get("orphanDependents") is True:
-            policy_text = "Orphan"
+        orphan_dependents = options.get("orphanDependents")
+        if not policy_text and isinstance(orphan_dependents, bool):
+            policy_text = "Orphan" if orphan_dependents else "Background"
         policy: PropagationPolicy | None = None
         if policy_text:
             try:
@@ -285,12 +328,14 @@ class ResourceRequest:
             preconditions = Preconditions(
                 uid=wanted.get("uid"), resource_version=wanted.get("resourceVersion")
             )
-        return preconditions, policy, int(grace) if grace is not None else None
+        return _DeleteOptions(
+            options, preconditions, policy, int(grace) if grace is not None else None
+        )
 
     def _delete(self) -> Reply:
-        preconditions, policy, grace = self._delete_options()
+        options, preconditions, policy, grace = self._delete_options()
         assert self.name is not None
-        deleted = self.api.delete(
+        result = self.api.delete_with_result(
             self.resource,
             self.name,
             self.namespace,
@@ -298,12 +343,14 @@ class ResourceRequest:
             propagation_policy=policy,
             grace_period_seconds=grace,
         )
-        # 202: accepted but still present (finalizers or foreground deletion pending).
-        pending = bool(deleted.get("metadata", {}).get("finalizers"))
-        return Reply(202 if pending else 200, deleted)
+        # kube-apiserver answers 200 whether the object went or stays for finalizers; 202 only
+        # when it stays and the client asked for a cascade the legacy way (orphanDependents:
+        # false), a compatibility rule of its delete handler.
+        legacy_cascade = options.get("orphanDependents") is False
+        return Reply(202 if legacy_cascade and not result.deleted else 200, result.object)
 
     def _delete_collection(self) -> Reply:
-        _preconditions, policy, grace = self._delete_options()
+        _options, _preconditions, policy, grace = self._delete_options()
         result = self.api.list(self.resource, self.namespace, **self._list_kwargs())
         deleted = []
         for item in result.items:
@@ -335,7 +382,9 @@ class ResourceRequest:
         name = eviction.get("metadata", {}).get("name")
         if name and name != self.name:
             raise BadRequest(f"the eviction is for {name} but was posted to {self.name}")
-        grace = (eviction.get("deleteOptions") or {}).get("gracePeriodSeconds")
+        options = eviction.get("deleteOptions") or {}
+        refuse_dry_run(self.query, options)
+        grace = options.get("gracePeriodSeconds") if isinstance(options, dict) else None
         assert self.name is not None
         if self.namespace is None:
             raise BadRequest("evictions are namespaced")

@@ -23,6 +23,38 @@ _POD_UPDATE_RULE = (
 )
 # Kinds whose create keeps the status the client sent (kube: "nodes allow all fields").
 _STATUS_KEPT_ON_CREATE = frozenset({"nodes"})
+# Built-in kinds whose kube strategy sets and bumps metadata.generation (kube 1.31); the others
+# (ConfigMap, Pod, Node, Namespace, Service...) leave it unset.
+_GENERATION_TRACKED = frozenset(
+    {
+        ("apps", "deployments"),
+        ("apps", "replicasets"),
+        ("apps", "statefulsets"),
+        ("apps", "daemonsets"),
+        ("policy", "poddisruptionbudgets"),
+        ("apiextensions.k8s.io", "customresourcedefinitions"),
+    }
+)
+# ObjectMeta's fields: any other key under metadata is unknown (fieldValidation).
+OBJECT_META_FIELDS = frozenset(
+    {
+        "name",
+        "generateName",
+        "namespace",
+        "selfLink",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "labels",
+        "annotations",
+        "ownerReferences",
+        "finalizers",
+        "managedFields",
+    }
+)
 _EMPTY_STATUS_ON_CREATE: dict[str, JsonObject] = {
     "services": {"loadBalancer": {}},
     "persistentvolumeclaims": {"phase": "Pending"},
@@ -83,11 +115,33 @@ def prepare_create(
         obj["status"] = dict(_EMPTY_STATUS_ON_CREATE.get(plural, {}))
 
 
-def spec_changed(old: JsonObject, new: JsonObject) -> bool:
-    """Whether a write changes what ``metadata.generation`` counts: all but metadata/status."""
-    ignored = ("metadata", "status", "apiVersion", "kind")
-    keys = (set(old) | set(new)) - set(ignored)
-    return any(old.get(key) != new.get(key) for key in keys)
+def tracks_generation(definition: ResourceDefinition) -> bool:
+    """Whether kube keeps ``metadata.generation`` for the kind (1 on create, then counted)."""
+    return definition.custom or (definition.group, definition.plural) in _GENERATION_TRACKED
+
+
+def generation_changed(definition: ResourceDefinition, old: JsonObject, new: JsonObject) -> bool:
+    """Whether a write bumps ``metadata.generation``, per kube's strategy for the kind.
+
+    Custom resources count every change outside ``metadata`` (and outside ``status`` when the
+    status subresource is enabled); the built-in kinds that track generation count ``spec``,
+    and Deployments their annotations too (they are copied to the ReplicaSets).
+    """
+    if definition.custom:
+        ignored = {"metadata", "apiVersion", "kind"}
+        if definition.has_status:
+            ignored.add("status")
+        keys = (set(old) | set(new)) - ignored
+        return any(old.get(key) != new.get(key) for key in keys)
+    if not tracks_generation(definition):
+        return False
+    if old.get("spec") != new.get("spec"):
+        return True
+    if definition.group == "apps" and definition.plural == "deployments":
+        before = (old.get("metadata") or {}).get("annotations") or {}
+        after = (new.get("metadata") or {}).get("annotations") or {}
+        return bool(before != after)
+    return False
 
 
 def validate_update(

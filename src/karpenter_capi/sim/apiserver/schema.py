@@ -64,6 +64,39 @@ def prune_and_default(obj: JsonObject, schema: JsonObject | None) -> JsonObject:
     return {**{k: obj[k] for k in _ROOT_FIELDS if k in obj}, **normalized}
 
 
+def unknown_fields(obj: JsonObject, schema: JsonObject | None) -> list[str]:
+    """Paths of the fields pruning would drop (``spec.foo``, ``spec.items[0].bar``), sorted.
+
+    This is what ``fieldValidation=Strict`` rejects and ``Warn`` warns about.
+    """
+    if not schema:
+        return []
+    found: list[str] = []
+    body = {k: v for k, v in obj.items() if k not in _ROOT_FIELDS}
+    _collect_unknown(body, {**schema, "properties": _without_root(schema)}, "", found)
+    return sorted(found)
+
+
+def _collect_unknown(value: Any, schema: JsonObject, path: str, found: list[str]) -> None:
+    if isinstance(value, dict):
+        properties = schema.get("properties")
+        additional = schema.get("additionalProperties")
+        keep_unknown = bool(schema.get("x-kubernetes-preserve-unknown-fields"))
+        if properties is None and not isinstance(additional, dict) and keep_unknown:
+            return
+        for key, item in value.items():
+            where = _join(path, str(key))
+            if properties is not None and key in properties:
+                _collect_unknown(item, properties[key], where, found)
+            elif isinstance(additional, dict):
+                _collect_unknown(item, additional, where, found)
+            elif not (additional is True or keep_unknown):
+                found.append(where)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for index, item in enumerate(value):
+            _collect_unknown(item, schema["items"], f"{path}[{index}]", found)
+
+
 def _without_root(schema: JsonObject) -> JsonObject:
     properties: JsonObject = schema.get("properties") or {}
     return {k: v for k, v in properties.items() if k not in _ROOT_FIELDS}

@@ -17,12 +17,17 @@ from typing import Any, TextIO
 
 import yaml
 
+from karpenter_capi.core.kube.errors import ApiError
 from karpenter_capi.sim.apiserver.http import HttpFront
 from karpenter_capi.sim.apiserver.kubeconfig import write_kubeconfig
 
 
 class ServeError(ValueError):
-    """Bad ``--listen`` or an unreadable manifest: reported in one line, exit code 2."""
+    """Bad input (``--listen``, a manifest that cannot be read, parsed or loaded): exit code 2.
+
+    Reported in one line. A manifest the server rejects (unknown kind, invalid object) is bad
+    input too; only a port that cannot be bound exits 1.
+    """
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -53,14 +58,20 @@ def load_manifest_documents(paths: list[Path]) -> list[dict[str, Any]]:
 
 
 def build_server(manifests: list[dict[str, Any]]) -> Any:
-    """An in-memory API server with the project CRDs, Cluster API and ``manifests`` loaded."""
+    """An in-memory API server with the project CRDs, Cluster API and ``manifests`` loaded.
+
+    A manifest the server rejects raises ``ServeError`` with the server's message.
+    """
     from karpenter_capi.sim.apiserver import InMemoryAPIServer
 
     server = InMemoryAPIServer()
     server.apply_manifests(_project_crds())
     server.register_cluster_api()
     if manifests:
-        server.apply_manifests(manifests)
+        try:
+            server.apply_manifests(manifests)
+        except ApiError as exc:
+            raise ServeError(f"manifest rejected: {exc.message}") from None
     return server
 
 

@@ -18,7 +18,7 @@ import builtins
 import json
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.kube.client import (
@@ -31,6 +31,7 @@ from karpenter_capi.core.kube.client import (
 )
 from karpenter_capi.core.kube.errors import (
     BadRequest,
+    Invalid,
     NotFound,
     Timeout,
     UnsupportedMediaType,
@@ -59,6 +60,21 @@ JsonObject = dict[str, Any]
 
 # kube-apiserver's NamespaceLifecycle admission refuses to delete these.
 _UNDELETABLE = frozenset({"default", "kube-system", "kube-public"})
+
+
+FIELD_VALIDATION_DIRECTIVES = ("Ignore", "Strict", "Warn")
+
+
+class DeleteResult(NamedTuple):
+    """What a delete answers: the object, and whether this call removed it.
+
+    ``object`` is the object as marked for deletion (``deletionTimestamp`` set) when it stays
+    for finalizers or a foreground/orphan cascade, or as last stored when it went at once;
+    ``deleted`` is kube's ``wasDeleted`` (False when the deletion is pending).
+    """
+
+    object: JsonObject
+    deleted: bool
 
 
 def _encode_continue(rv: int, start: str) -> str:
@@ -315,11 +331,17 @@ class InMemoryAPIServer(Controllers):
         resource: Resource,
         obj: JsonObject,
         namespace: str | None = None,
+        *,
+        field_validation: str | None = None,
+        warnings: builtins.list[str] | None = None,
     ) -> JsonObject:
+        """Create ``obj``. ``field_validation`` (see ``_check_fields``) defaults to Ignore."""
         definition, table = self._resolve(resource)
+        _check_directive(field_validation, "CreateOptions")
         self._check_fault("create", definition, (obj.get("metadata") or {}).get("name"))
         body = self._private_copy(obj)
         with self._lock:
+            self._check_fields(definition, resource, body, field_validation, warnings)
             stored = self._create_object(definition, table, body, namespace, resource.version)
             return self._present(stored, resource)
 
@@ -339,9 +361,12 @@ class InMemoryAPIServer(Controllers):
         obj: JsonObject,
         *,
         subresource: str | None = None,
+        field_validation: str | None = None,
+        warnings: builtins.list[str] | None = None,
     ) -> JsonObject:
         definition, table = self._resolve(resource)
         self._check_subresource(definition, subresource)
+        _check_directive(field_validation, "UpdateOptions")
         meta = obj.get("metadata") or {}
         name = str(meta.get("name") or "")
         self._check_fault("update", definition, name, subresource)
@@ -350,6 +375,7 @@ class InMemoryAPIServer(Controllers):
             stored = self._get_stored(definition, table, name, meta.get("namespace"))
             if subresource == "scale":
                 return self._write_scale(definition, table, stored, body)
+            self._check_fields(definition, resource, body, field_validation, warnings)
             if subresource is None:
                 self._check_type(definition, body, resource.version)
             written = self._update_object(
@@ -371,9 +397,12 @@ class InMemoryAPIServer(Controllers):
         *,
         patch_type: PatchType = PatchType.MERGE,
         subresource: str | None = None,
+        field_validation: str | None = None,
+        warnings: builtins.list[str] | None = None,
     ) -> JsonObject:
         definition, table = self._resolve(resource)
         self._check_subresource(definition, subresource)
+        _check_directive(field_validation, "PatchOptions")
         self._check_fault("patch", definition, name, subresource)
         if patch_type == PatchType.STRATEGIC and definition.custom:
             raise UnsupportedMediaType(
@@ -397,6 +426,7 @@ class InMemoryAPIServer(Controllers):
                     f"the name of the object ({patched_meta.get('name')}) does not match the "
                     f"name on the URL ({name})"
                 )
+            self._check_fields(definition, None, patched, field_validation, warnings)
             written = self._update_object(
                 table,
                 stored,
@@ -427,6 +457,37 @@ class InMemoryAPIServer(Controllers):
             raise BadRequest("the patched document is not a JSON object")
         return result
 
+    def _check_fields(
+        self,
+        definition: ResourceDefinition,
+        resource: Resource | None,
+        body: JsonObject,
+        directive: str | None,
+        warnings: builtins.list[str] | None,
+    ) -> None:
+        """``fieldValidation``: Strict refuses unknown fields (400), Warn reports them.
+
+        Unknown means what the server would drop: fields outside a custom resource's schema
+        (unless it preserves unknown fields) and keys ObjectMeta does not have. Ignore, the
+        in-process default, drops them silently. ``resource`` is None for a patch, whose
+        message kube words without the kind.
+        """
+        if directive in (None, "", "Ignore"):
+            return
+        unknown = self._unknown_fields(definition, body)
+        if not unknown:
+            return
+        found = [f'unknown field "{path}"' for path in unknown]
+        if directive == "Warn":
+            if warnings is not None:
+                warnings.extend(found)
+            return
+        error = "strict decoding error: " + ", ".join(found)
+        if resource is not None:
+            kind = definition.kind
+            error = f'{kind} in version "{resource.version}" cannot be handled as a {kind}: {error}'
+        raise BadRequest(error)
+
     def delete(
         self,
         resource: Resource,
@@ -437,6 +498,30 @@ class InMemoryAPIServer(Controllers):
         propagation_policy: PropagationPolicy | None = None,
         grace_period_seconds: int | None = None,
     ) -> JsonObject:
+        return self.delete_with_result(
+            resource,
+            name,
+            namespace,
+            preconditions=preconditions,
+            propagation_policy=propagation_policy,
+            grace_period_seconds=grace_period_seconds,
+        ).object
+
+    def delete_with_result(
+        self,
+        resource: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        preconditions: Preconditions | None = None,
+        propagation_policy: PropagationPolicy | None = None,
+        grace_period_seconds: int | None = None,
+    ) -> DeleteResult:
+        """``delete``, also telling whether the object went at once (the HTTP front's 200/202).
+
+        Without a ``propagation_policy`` the object's own ``orphan``/``foregroundDeletion``
+        finalizer decides, and else the default (Background), as in kube.
+        """
         definition, table = self._resolve(resource)
         self._check_fault("delete", definition, name)
         if definition.group == "" and definition.plural == "namespaces" and name in _UNDELETABLE:
@@ -444,9 +529,10 @@ class InMemoryAPIServer(Controllers):
         with self._lock:
             stored = self._get_stored(definition, table, name, namespace)
             self._check_preconditions(definition, stored, preconditions)
-            policy = propagation_policy or PropagationPolicy.BACKGROUND
-            result = self._delete_object(table, stored, policy, grace_period_seconds)
-            return self._present(result, resource)
+            result, deleted = self._delete_object(
+                table, stored, propagation_policy, grace_period_seconds
+            )
+            return DeleteResult(self._present(result, resource), deleted)
 
     def _check_preconditions(
         self,
@@ -483,7 +569,7 @@ class InMemoryAPIServer(Controllers):
             table = self._store.tables["pods"]
             stored = self._get_stored(pods, table, name, namespace)
             check_eviction(stored, self.budgets_in(namespace))
-            self._delete_object(table, stored, PropagationPolicy.BACKGROUND, grace_period_seconds)
+            self._delete_object(table, stored, None, grace_period_seconds)
 
     # ------------------------------------------------------------------------- subresources
 
@@ -547,3 +633,21 @@ class InMemoryAPIServer(Controllers):
             require_version=False,
         )
         return self._scale_of(definition, written)
+
+
+def _check_directive(directive: str | None, options_kind: str) -> None:
+    """An unknown ``fieldValidation`` is 422 on the request's options, as kube answers it."""
+    if directive in (None, "") or directive in FIELD_VALIDATION_DIRECTIVES:
+        return
+    supported = ", ".join(f'"{d}"' for d in FIELD_VALIDATION_DIRECTIVES)
+    detail = f'Unsupported value: "{directive}": supported values: {supported}'
+    raise Invalid(
+        f'{options_kind}.meta.k8s.io "" is invalid: fieldValidation: {detail}',
+        details={
+            "group": "meta.k8s.io",
+            "kind": options_kind,
+            "causes": [
+                {"reason": "FieldValueNotSupported", "message": detail, "field": "fieldValidation"}
+            ],
+        },
+    )
