@@ -104,3 +104,26 @@ def test_instance_types_from_manifests(tmp_path: Path) -> None:
     zones = sorted(o["zone"] for o in types["m5.large"]["offerings"])
     assert zones == ["zone-a", "zone-b"]
     assert types["g5.xlarge"]["taints"] == ["nvidia.com/gpu=present:NoSchedule"]
+
+
+def test_run_once_provisions_over_http_with_a_kubeconfig(tmp_path: Path) -> None:
+    from karpenter_capi.core.clock import FakeClock
+    from karpenter_capi.core.kube.resources import NODECLAIMS
+    from karpenter_capi.sim.apiserver.http import HttpFront
+    from karpenter_capi.sim.apiserver.kubeconfig import write_kubeconfig
+    from karpenter_capi.sim.cluster import new_cluster
+    from karpenter_capi.sim.demo import DEMO_SCENARIO, mark_unschedulable
+    from karpenter_capi.sim.manifests import load_manifest_files
+
+    server = new_cluster(clock=FakeClock())
+    server.apply_manifests(load_manifest_files([DEMO_SCENARIO]))
+    mark_unschedulable(server)
+    with HttpFront(server) as front:
+        kubeconfig = write_kubeconfig(front.url, tmp_path / "kubeconfig")
+        code, output = _run("run", "--once", "--kubeconfig", str(kubeconfig))
+    assert code == 0, output
+    claims = server.list(NODECLAIMS).items
+    assert claims
+    for claim in claims:
+        assert f"NodeClaim {claim['metadata']['name']}:" in output
+    assert "cannot provision default/too-big" in output
