@@ -16,14 +16,16 @@ computes it, not GiB). It carries upstream's labels too (arch amd64, three OSes,
 Mixes (CPU drawn from {100, 250, 500, 1000, 1500}m, memory from {100, 256, 512, 1024, 2048,
 4096}Mi, as upstream):
 
-* ``diverse``: upstream's ``makeDiversePods``, six equal groups and the remainder generic:
+* ``upstream-diverse``: upstream's ``makeDiversePods``, six equal groups and the remainder
+  generic:
   generic; zonal and hostname topology spread (maxSkew 1, DoNotSchedule); hostname and zonal
   pod affinity; hostname pod anti-affinity. As upstream, spread and generic pods carry a random
   ``my-label`` in a..g and a spread selects a random ``my-label`` value (so it counts generic
   pods too), affinity pods carry and select random ``my-affininity`` values (upstream's
   spelling), and every anti-affinity pod is ``app: nginx`` and repels ``app: nginx``.
-* ``fifths``: five equal groups that each select only themselves (own ``app`` label): generic,
-  zonal spread, hostname spread, zonal self-affinity, hostname self anti-affinity.
+* ``diverse`` (the default, the mix our target is stated for): five equal groups that each
+  select only themselves (own ``app`` label): generic, zonal spread, hostname spread, zonal
+  self-affinity, hostname self anti-affinity.
 * ``generic``: no constraints.
 
 The price lower bound is the fractional relaxation: for each resource (cpu, memory, pod slots)
@@ -36,8 +38,9 @@ Each size runs in its own subprocess (unless ``--in-process``) so ``peak_rss_mib
 process's ``ru_maxrss``, is that size's honest peak; ``solve_rss_mib`` is how much the solve
 raised it above the peak reached building the inputs.
 
-    .venv/bin/python benchmarks/scheduling.py [--pods 1000,10000] [--mix diverse|fifths|generic]
-        [--seed 1] [--timeout 60] [--check] [--json] [--in-process]
+    .venv/bin/python benchmarks/scheduling.py [--pods 1000,10000]
+        [--mix diverse|upstream-diverse|generic] [--seed 1] [--timeout 60] [--check]
+        [--json] [--in-process]
 """
 
 from __future__ import annotations
@@ -79,7 +82,7 @@ OFFERINGS = (  # upstream's fake.NewInstanceType default offerings, in its order
 CPU_CHOICES = (100, 250, 500, 1000, 1500)  # millicores
 MEMORY_CHOICES = (100, 256, 512, 1024, 2048, 4096)  # MiB
 LABEL_VALUES = ("a", "b", "c", "d", "e", "f", "g")
-MIXES = ("diverse", "fifths", "generic")
+MIXES = ("diverse", "upstream-diverse", "generic")
 _GIB = 1 << 30
 _MIB = 1 << 20
 _CHECKER = Path(__file__).resolve().parent.parent / "tests" / "scheduling" / "checker.py"
@@ -208,7 +211,7 @@ def make_pods(count: int, mix: str, seed: int) -> list[Pod]:
     zone, hostname = wellknown.LABEL_TOPOLOGY_ZONE, wellknown.LABEL_HOSTNAME
     if mix == "generic":
         return factory.generic(count)
-    if mix == "diverse":
+    if mix == "upstream-diverse":
         share = count // 6
         pods = [
             *factory.generic(share),
@@ -218,7 +221,7 @@ def make_pods(count: int, mix: str, seed: int) -> list[Pod]:
             *factory.affinity(share, zone),
             *factory.anti_affinity(share, hostname, {"app": "nginx"}),
         ]
-    elif mix == "fifths":
+    elif mix == "diverse":
         share = count // 5
         pods = [
             *factory.generic(share, {"app": "generic"}),

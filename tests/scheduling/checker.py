@@ -35,21 +35,29 @@ random tests and the benchmark's ``--check`` can compare two implementations.
   for the key count nowhere, as upstream records a pod only in a single known domain.
 * Topology spread with ``DoNotSchedule``: the placements must be producible one pod at a time
   with ``count(domain) + self - min <= maxSkew`` at each step. Counts are pods matching the
-  selector in the owner's namespace on nodes that pass the owner's node filter
-  (``nodeAffinityPolicy`` Honor by default, ``nodeTaintsPolicy`` Ignore by default) and are
-  pinned for the key. ``min`` follows upstream Karpenter: for ``kubernetes.io/hostname`` it is
-  always 0 (a new node can always be launched); for any other key it is the least count over
-  the eligible domains, those some NodePool whose taints the pod tolerates can launch for it
-  (an instance type and an available offering compatible with its node requirements) plus the
-  domains of the nodes in the result that pass its filter; with fewer eligible domains than
-  ``minDomains`` it is 0. An owner on a node not pinned for the key
-  is a violation. Whether an order exists is decided by peeling pods off in reverse (a pod the
-  constraint does not own can always be last; an owner only if the skew allowed it), always
-  from the fullest domain, which is exact when a group's owners are its only counted pods and
-  errs towards accepting otherwise.
+  selector in the owner's namespace on nodes pinned for the key that pass the owner's node
+  filter (``nodeAffinityPolicy`` Honor and ``nodeTaintsPolicy`` Ignore by default). ``min``
+  follows upstream Karpenter: for ``kubernetes.io/hostname`` it is always 0 (a new node can
+  always be launched); for any other key it is the least count over the eligible domains, those
+  a NodePool whose taints the pod tolerates can launch for it (an instance type and an
+  available offering meeting its node requirements) and those of the result's nodes that meet
+  them; 0 with fewer eligible domains than ``minDomains``. An owner on a node not pinned for
+  the key is a violation. Whether an order exists is decided by peeling pods off in reverse (a
+  pod the constraint does not own can always go last, an owner only if the skew allowed it),
+  always from the fullest domain: exact when a group's owners are its only counted pods, and
+  erring towards acceptance otherwise.
+  Kubernetes and upstream Karpenter read two things differently, so a spread is reported only
+  when broken under all four combinations (``strict_spread=True``: kube-scheduler's alone).
+  Node requirements: kube-scheduler filters by all required terms at once; upstream places a
+  pod under its first term, drops a term only when it fails, and takes domains from the term
+  it used, judged here from the terms left in the pod the result returns. Counting on a
+  NodeClaim: kube-scheduler sees the node's labels; upstream's ``Counts`` asks whether the
+  claim's requirements could meet the filter.
 * NodePool ``limits``, as a necessary condition: usage plus the smallest capacity each new
   claim could have stays within them.
 
+Pods are judged as submitted, not as the result returns them (a solver may return copies with
+preferences or required terms relaxed away; the scheduler binding them sees the originals).
 Out of scope: preferences (they never make a placement invalid), ``minValues``, volume
 topology, ``ScheduleAnyway`` spreads. Host ports follow kube-scheduler: app containers and
 sidecars, TCP and ``0.0.0.0`` by default, and only ``0.0.0.0`` binds every address.
@@ -332,7 +340,8 @@ def _tolerations(pod: Pod) -> list[Mapping[str, Any]]:
 
 
 def _daemon_pods(daemonsets: Iterable[Mapping[str, Any]]) -> list[Pod]:
-    pods = []
+    """The pod each DaemonSet would run, with the controller's default tolerations."""
+    pods: list[Pod] = []
     for daemonset in daemonsets:
         spec = daemonset.get("spec") or {}
         template = spec.get("template") if "template" in spec else daemonset
@@ -794,7 +803,7 @@ class _Checker:
 
     def _placed(self) -> list[tuple[Pod, _View, bool]]:
         """Every pod on a node: (pod, node, pending)."""
-        result = []
+        result: list[tuple[Pod, _View, bool]] = []
         for view in self.views:
             result.extend((pod, view, True) for pod in view.pending)
             result.extend((pod, view, False) for pod in view.resident)

@@ -1,14 +1,14 @@
 """Random clusters, solved by the real solver, judged by the independent checker.
 
-Why: hand-written solver tests cover the cases their authors imagined; a few hundred random
-small clusters (instance types of random shapes, zones, arches and taints; NodePools with
-random requirements, taints and limits; existing nodes and DaemonSets; pods with random
-requests, node selectors, tolerations, zonal spreads, hostname anti-affinity and host ports)
-find the interactions nobody imagined. The checker (``checker.py``) re-derives every rule on
-its own, so agreement is evidence and disagreement is a bug in one of them, with the seed to
-reproduce it. The second half breaks results on purpose, so a checker that accepts
-everything cannot pass.
-"""
+Why: hand-written solver tests cover the cases their authors imagined; 160 random small
+clusters (instance types of random shapes, zones, arches and taints; NodePools with random
+requirements, taints and limits; existing nodes with pods; DaemonSets; Deployments of pods with
+random requests, node selectors, OR-ed node affinity terms, tolerations, zonal and hostname
+spreads, hostname and zonal anti-affinity, zonal and hostname self-affinity, zone preferences,
+host ports and two namespaces) find the interactions nobody imagined. The checker
+(``checker.py``) re-derives every rule on its own, so agreement is evidence and disagreement is
+a bug in one of them, with the seed to reproduce it (``Cluster(seed)``). The second half breaks
+results on purpose, so a checker that accepts everything cannot pass."""
 
 from __future__ import annotations
 
@@ -569,3 +569,44 @@ def test_breaking_a_real_solver_result_is_caught() -> None:
     broken.existing = result.existing
     violations = cluster.check(broken)
     assert any("exceed" in v for v in violations), violations
+
+
+def test_spread_over_several_node_affinity_terms_is_judged_as_upstream_unless_strict() -> None:
+    """Two pods in zone-a, one in zone-b, maxSkew 1, placed under the term ``zone In [a, b]``.
+    Upstream takes domains from that term: a and b, skew 1. kube-scheduler also honours the
+    other term (arm64), under which zone-c (arm64 only) is a domain holding none: skew 2."""
+    amd = instance_type("amd", 2, 4, zones=("zone-a", "zone-b"))
+    arm = instance_type("arm", 2, 4, zones=("zone-c",), arch=wellknown.ARCH_ARM64)
+    pool = NodePoolOption(name="default", instance_types=(amd, arm))
+    terms = [
+        {"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["zone-a", "zone-b"]}]},
+        {"matchExpressions": [{"key": ARCH, "operator": "In", "values": ["arm64"]}]},
+    ]
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
+        }
+    }
+    pods = [p | {"spec": p["spec"] | {"affinity": affinity}} for p in _spread_pods(3)]
+    result = SolveResult(
+        new_nodeclaims=[
+            claim_of(pool, "n0", pods[:2], [amd], zone="zone-a"),
+            claim_of(pool, "n1", pods[2:], [amd], zone="zone-b"),
+        ]
+    )
+    assert check(result, pods, [pool]) == []
+    strict = check(result, pods, [pool], strict_spread=True)
+    assert any("zone-a holds 2 matching pod(s)" in v for v in strict), strict
+
+
+def test_pods_are_judged_as_submitted_not_as_returned() -> None:
+    """A solver returning a relaxed copy without the pod's nodeSelector is still caught."""
+    arm = instance_type("arm", 2, 4, arch=wellknown.ARCH_ARM64)
+    pool = NodePoolOption(name="default", instance_types=(arm,))
+    submitted = pod("a", nodeSelector={ARCH: wellknown.ARCH_AMD64})
+    returned = submitted | {
+        "spec": {k: v for k, v in submitted["spec"].items() if k != "nodeSelector"}
+    }
+    result = SolveResult(new_nodeclaims=[claim_of(pool, "n0", [returned], [arm])])
+    violations = check(result, [submitted], [pool])
+    assert any("pod default/a on arm: node requirements" in v for v in violations), violations

@@ -494,9 +494,13 @@ class Solver:
             stalled += 1
             if stalled <= len(queue):
                 queue.append(pod)
+        # Report the pods as given, not the relaxed copies that were placed.
+        originals = {pod_key(p): p for p in pods}
         for node in self._nodes:
             if node.placed:
-                result.existing[node.node.name] = node.placed
+                result.existing[node.node.name] = [originals[pod_key(p)] for p in node.placed]
+        for claim in self._claims:
+            claim.pods = [originals[pod_key(p)] for p in claim.pods]
         result.new_nodeclaims = [self._finish(claim) for claim in self._claims]
         result.unschedulable = errors
         return result
@@ -844,6 +848,11 @@ class Solver:
         total = _add(pod_class.vector, daemon)
         types = self._compatible_types(pool, requirements, pod_class)
         if not types:
+            if pod_class.topological:
+                shown = Requirements(
+                    r for key, r in requirements.items() if key != wellknown.LABEL_HOSTNAME
+                )
+                return f"no instance type is offered where its topology allows ({shown})"
             return "no instance type meets its requirements and tolerations"
         if pool.remaining is not None:
             remaining = pool.remaining

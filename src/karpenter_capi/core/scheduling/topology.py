@@ -990,8 +990,9 @@ def _affinity_domains(
     counts = group.counts
 
     def nothing_to_follow() -> bool:
-        # The pod may start the group only when no selected pod sits anywhere it could go.
-        return not any(c > 0 and _allows(pod_domains, d) for d, c in counts.items())
+        # kube-scheduler lets a pod start its group only when no selected pod runs anywhere
+        # (even where this pod may not go): otherwise it must join one, or wait.
+        return not any(c > 0 for c in counts.values())
 
     single = _single(node_domains)
     if group.key == wellknown.LABEL_HOSTNAME and single is not None:
