@@ -378,3 +378,71 @@ def test_a_pod_that_fits_nowhere_says_why_per_nodepool() -> None:
     result = _solve([_pod("huge", "64")])
     assert "NodePool default" in result.unschedulable["default/huge"]
     assert "large enough" in result.unschedulable["default/huge"]
+
+
+def test_a_pod_joining_a_claim_drops_the_instance_types_it_cannot_tolerate() -> None:
+    gpu = _type("gpu", 8, 16, 0.05, taints=(Taint("nvidia.com/gpu", "NoSchedule"),))
+    pool = _pool(instance_types=(gpu, LARGE))
+    tolerant = _pod("t", "1", tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}])
+    plain = _pod("p", "1")
+    result = _solve([tolerant, plain], pool)
+    assert len(result.new_nodeclaims) == 1
+    assert [it.name for it in result.new_nodeclaims[0].instance_types] == ["large"]
+
+
+def test_a_preferred_zone_does_not_narrow_what_a_spread_counts() -> None:
+    prefer_a = {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 50,
+                    "preference": {
+                        "matchExpressions": [
+                            {
+                                "key": "topology.kubernetes.io/zone",
+                                "operator": "In",
+                                "values": ["zone-a"],
+                            }
+                        ]
+                    },
+                }
+            ]
+        }
+    }
+    pods = [
+        _pod(
+            f"w{i}",
+            "100m",
+            labels={"app": "web"},
+            affinity=prefer_a,
+            topologySpreadConstraints=[_spread("topology.kubernetes.io/zone", "web")],
+        )
+        for i in range(3)
+    ]
+    result = _solve(pods)
+    zones = sorted(
+        str(c.requirements.label_value("topology.kubernetes.io/zone"))
+        for c in result.new_nodeclaims
+        for _ in c.pods
+    )
+    assert zones == ["zone-a", "zone-b", "zone-c"]  # the preference gives way to the spread
+
+
+def test_reported_pods_are_the_ones_given_not_relaxed_copies() -> None:
+    pod = _pod("p", "1", nodeSelector={})
+    pod["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 1,
+                    "preference": {
+                        "matchExpressions": [
+                            {"key": "kubernetes.io/arch", "operator": "In", "values": ["s390x"]}
+                        ]
+                    },
+                }
+            ]
+        }
+    }
+    result = _solve([pod])
+    assert result.new_nodeclaims[0].pods[0] is pod
