@@ -41,6 +41,8 @@ crds: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/apiserver_bench.py
+	$(BIN)/python benchmarks/scheduling.py --mix diverse
+	$(BIN)/python benchmarks/scheduling.py --mix generic
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
