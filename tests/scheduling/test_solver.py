@@ -446,3 +446,21 @@ def test_reported_pods_are_the_ones_given_not_relaxed_copies() -> None:
     }
     result = _solve([pod])
     assert result.new_nodeclaims[0].pods[0] is pod
+
+
+class _SlowClock(FakeClock):
+    """A clock on which every reading costs a second, so a solve runs into its deadline."""
+
+    def monotonic(self) -> float:
+        self.advance(1)
+        return super().monotonic()
+
+
+def test_a_solve_that_hits_its_deadline_keeps_what_it_placed_and_reports_the_rest() -> None:
+    pods = [_pod(f"p{i:03d}", "100m") for i in range(300)]
+    result = Solver([_pool()], clock=_SlowClock(), timeout_seconds=3).solve(pods)
+    assert result.timed_out
+    placed = sum(len(c.pods) for c in result.new_nodeclaims)
+    assert 0 < placed < 300
+    assert len(result.unschedulable) == 300 - placed
+    assert all("timed out" in reason for reason in result.unschedulable.values())

@@ -460,7 +460,7 @@ class Solver:
 
     def solve(self, pods: Sequence[Pod]) -> SolveResult:
         """Place ``pods``; see the module docstring for the order things are tried in."""
-        deadline = self._clock.now().timestamp() + self._timeout
+        deadline = self._clock.monotonic() + self._timeout
         self._index_resources(pods)
         self._build_pools()
         self._build_nodes()
@@ -471,7 +471,7 @@ class Solver:
         stalled = 0  # pods retried since the last one was placed
         handled = 0
         while queue:
-            if handled % _DEADLINE_CHECK_EVERY == 0 and self._clock.now().timestamp() > deadline:
+            if handled % _DEADLINE_CHECK_EVERY == 0 and self._clock.monotonic() > deadline:
                 result.timed_out = True
                 for pod in queue:
                     errors.setdefault(pod_key(pod), "the solve timed out before reaching it")
