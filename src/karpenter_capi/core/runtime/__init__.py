@@ -1,0 +1,1 @@
+"""The controller runtime: controllers over informer caches, run threaded or stepped."""
