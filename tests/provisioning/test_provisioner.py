@@ -166,3 +166,20 @@ def test_the_batch_window_extends_with_new_pods_up_to_its_maximum() -> None:
 def test_a_batch_window_must_make_sense() -> None:
     with pytest.raises(ValueError, match="idle"):
         Batcher(FakeClock(), idle=5, max_duration=1)
+
+
+def test_a_dry_run_decides_but_writes_nothing(
+    cluster: tuple[InMemoryAPIServer, Provisioner, FakeClock],
+) -> None:
+    server, _, clock = cluster
+    plugins = Plugins.load(
+        ["generic_capi"],
+        PluginEnvironment(
+            workload=server, management=server, clock=clock, logger=logging.getLogger("t")
+        ),
+    )
+    report = Provisioner(server, plugins, clock, dry_run=True).reconcile()
+    assert report.launched
+    assert all(d.nodeclaim == "(dry run)" for d in report.launched)
+    assert not server.list(NODECLAIMS).items
+    assert not server.list(EVENTS).items

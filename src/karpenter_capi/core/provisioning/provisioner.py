@@ -158,8 +158,10 @@ class Provisioner:
         recorder: EventRecorder | None = None,
         max_instance_types: int = DEFAULT_MAX_INSTANCE_TYPES,
         solve_timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        dry_run: bool = False,
     ) -> None:
         self._client = client
+        self._dry_run = dry_run
         self._plugins = plugins
         self._clock = clock
         self._recorder = recorder or EventRecorder(client, clock)
@@ -172,9 +174,10 @@ class Provisioner:
     def pending_pods(self, snapshot: ClusterSnapshot) -> list[Mapping[str, Any]]:
         return [p for p in snapshot.pods if is_provisionable(p)]
 
-    def reconcile(self) -> ProvisioningReport:
+    def reconcile(self, snapshot: ClusterSnapshot | None = None) -> ProvisioningReport:
+        """One round over ``snapshot`` (read from the API when not given)."""
         report = ProvisioningReport()
-        snapshot = ClusterSnapshot.read(self._client)
+        snapshot = snapshot or ClusterSnapshot.read(self._client)
         pending = self.pending_pods(snapshot)
         report.pending = len(pending)
         if not pending:
@@ -184,7 +187,10 @@ class Provisioner:
         for inventory in inventories:
             if inventory.error:
                 report.nodepool_errors[inventory.nodepool] = inventory.error
-                self._recorder.record(inventory.raw, WARNING, "NodePoolNotReady", inventory.error)
+                if not self._dry_run:
+                    self._recorder.record(
+                        inventory.raw, WARNING, "NodePoolNotReady", inventory.error
+                    )
             else:
                 usable.append(inventory)
         solver = Solver(
@@ -219,7 +225,8 @@ class Provisioner:
         by_key = {pod_key(p): p for p in pending}
         for key, reason in sorted(report.unschedulable.items()):
             log.info("cannot provision %s: %s", key, reason)
-            self._recorder.record(by_key[key], WARNING, "FailedScheduling", reason)
+            if not self._dry_run:
+                self._recorder.record(by_key[key], WARNING, "FailedScheduling", reason)
         return report
 
     def _limits_exceeded(
@@ -245,10 +252,29 @@ class Provisioner:
         return None
 
     def _launch(self, raw_pool: Mapping[str, Any], claim: ProposedNodeClaim) -> LaunchDecision:
-        created = self._client.create(NODECLAIMS, nodeclaim_body(raw_pool, claim))
-        name = str(created["metadata"]["name"])
+        body = nodeclaim_body(raw_pool, claim)
         instance_type, offering = claim.cheapest()
         keys = tuple(sorted(pod_key(p) for p in claim.pods))
+        if self._dry_run:
+            log.info(
+                "dry run: would create a NodeClaim of NodePool %s (%s) for %s",
+                raw_pool["metadata"]["name"],
+                ", ".join(it.name for it in claim.instance_types[:5]),
+                ", ".join(keys),
+            )
+            return LaunchDecision(
+                nodeclaim="(dry run)",
+                nodepool=str(raw_pool["metadata"]["name"]),
+                instance_type=instance_type.name,
+                zone=offering.zone,
+                capacity_type=offering.capacity_type,
+                price=offering.price,
+                pods=keys,
+                requests=claim.requests.to_dict(),
+                alternatives=tuple(it.name for it in claim.instance_types),
+            )
+        created = self._client.create(NODECLAIMS, body)
+        name = str(created["metadata"]["name"])
         self._nominations[name] = frozenset(keys)
         log.info(
             "created NodeClaim %s (%s, %d instance types) for %d pods",

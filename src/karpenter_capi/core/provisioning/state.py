@@ -8,14 +8,21 @@ consolidation simulation (which asks "could these pods go elsewhere?") reads the
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.kube.client import KubeClient
-from karpenter_capi.core.kube.resources import DAEMONSETS, NAMESPACES, NODECLAIMS, NODES, PODS
+from karpenter_capi.core.kube.resources import (
+    DAEMONSETS,
+    NAMESPACES,
+    NODECLAIMS,
+    NODES,
+    PODS,
+    Resource,
+)
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.scheduling.model import ExistingNode, NodePoolOption, Pod
 from karpenter_capi.core.scheduling.requirements import Requirements
@@ -34,6 +41,22 @@ class ClusterSnapshot:
     nodeclaims: list[Mapping[str, Any]]
     daemonsets: list[Mapping[str, Any]]
     namespaces: dict[str, Mapping[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def from_stores(
+        cls, stores: Callable[[Resource], Iterable[Mapping[str, Any]]]
+    ) -> ClusterSnapshot:
+        """The same view from informer caches (``stores(resource)`` lists one resource)."""
+        return cls(
+            pods=list(stores(PODS)),
+            nodes=list(stores(NODES)),
+            nodeclaims=list(stores(NODECLAIMS)),
+            daemonsets=list(stores(DAEMONSETS)),
+            namespaces={
+                str(ns["metadata"]["name"]): dict(ns["metadata"].get("labels") or {})
+                for ns in stores(NAMESPACES)
+            },
+        )
 
     @classmethod
     def read(cls, client: KubeClient) -> ClusterSnapshot:

@@ -1,0 +1,94 @@
+"""Provisioning as a controller: the batching window and the round, run by the runtime.
+
+Provisioning has no primary object: it looks at every pending pod at once. So it is a
+periodic controller that, every ``interval``, feeds the pending pods from the informer caches
+to the batching window and runs a round (:class:`~.provisioner.Provisioner`) over the cached
+view when the window closes. Reading caches rather than listing keeps a round cheap however
+often it runs; the NodeClaims it creates come back through the NodeClaim informer and count as
+in flight in the next round.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Final
+
+from karpenter_capi.core.kube.resources import (
+    CLUSTER_API_NODE_CLASSES,
+    DAEMONSETS,
+    NAMESPACES,
+    NODECLAIMS,
+    NODEPOOLS,
+    NODES,
+    PODS,
+    Resource,
+)
+from karpenter_capi.core.provisioning.batcher import Batcher
+from karpenter_capi.core.provisioning.provisioner import Provisioner, ProvisioningReport
+from karpenter_capi.core.provisioning.state import ClusterSnapshot
+from karpenter_capi.core.runtime.controller import WORKLOAD, ControllerContext, Result
+from karpenter_capi.core.scheduling.model import pod_key
+
+log = logging.getLogger(__name__)
+
+DEFAULT_POLL_SECONDS: Final = 0.5
+
+
+class ProvisioningController:
+    """Runs a provisioning round whenever the batching window closes."""
+
+    name = "provisioner"
+
+    def __init__(
+        self,
+        ctx: ControllerContext,
+        *,
+        batcher: Batcher | None = None,
+        interval: float = DEFAULT_POLL_SECONDS,
+        provisioner: Provisioner | None = None,
+    ) -> None:
+        self._ctx = ctx
+        self.interval = interval
+        self._batcher = batcher or Batcher(ctx.clock)
+        self._provisioner = provisioner or Provisioner(
+            ctx.client, ctx.plugins, ctx.clock, recorder=ctx.recorder, dry_run=ctx.dry_run
+        )
+        self.last_report: ProvisioningReport | None = None
+
+    def reads(self) -> Sequence[tuple[Resource, str]]:
+        return [
+            (resource, WORKLOAD)
+            for resource in (
+                PODS,
+                NODES,
+                NODECLAIMS,
+                NODEPOOLS,
+                DAEMONSETS,
+                NAMESPACES,
+                CLUSTER_API_NODE_CLASSES,
+            )
+        ]
+
+    def _snapshot(self) -> ClusterSnapshot:
+        caches = self._ctx.caches
+        return ClusterSnapshot.from_stores(lambda resource: caches.store(resource).list())
+
+    def run_once(self) -> Result:
+        snapshot = self._snapshot()
+        pending = self._provisioner.pending_pods(snapshot)
+        self._batcher.observe(pod_key(p) for p in pending)
+        if not self._batcher.ready():
+            wait = self._batcher.seconds_until_ready()
+            return Result(requeue_after=self.interval if wait is None else max(wait, 0.01))
+        self._batcher.reset()
+        report = self._provisioner.reconcile(snapshot)
+        self.last_report = report
+        if report.launched:
+            log.info(
+                "launched %d NodeClaims for %d pods ($%.4f/h)",
+                len(report.launched),
+                sum(len(d.pods) for d in report.launched),
+                report.hourly_cost,
+            )
+        return Result(requeue_after=self.interval)
