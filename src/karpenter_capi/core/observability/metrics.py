@@ -1,0 +1,524 @@
+"""The Prometheus metrics, under the names, labels and buckets upstream Karpenter uses.
+
+A Karpenter user's dashboards and alerts (``karpenter_nodeclaims_created_total``,
+``karpenter_pods_startup_duration_seconds``, ``controller_runtime_reconcile_errors_total``...)
+must keep working when the capacity comes from Cluster API, so every series here mirrors
+kubernetes-sigs/karpenter (``pkg/metrics``, ``pkg/controllers/**/metrics.go``,
+``pkg/cloudprovider/metrics``) or controller-runtime where the meaning is the same; see
+``docs/observability.md`` for the list.
+
+Controllers record through the typed methods of ``Metrics`` rather than touching
+``prometheus_client`` objects, so a label can never be misspelt or forgotten at a call site.
+Each ``Metrics`` owns a private ``CollectorRegistry``: tests, the simulator and two replicas in
+one process never see each other's counts. Durations the class measures itself (cloud provider
+calls) come from an injected ``Clock``, so a simulated hour is an hour in the histograms too.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.metrics_core import Metric
+
+from karpenter_capi.core.clock import Clock, SystemClock
+from karpenter_capi.core.errors import (
+    InstanceNotFoundError,
+    InsufficientCapacityError,
+    NodeClassNotReadyError,
+)
+
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+"""The Content-Type of ``Metrics.render()``: the text format every Prometheus scrapes."""
+
+# Label names, as upstream spells them.
+NODEPOOL = "nodepool"
+REASON = "reason"
+CAPACITY_TYPE = "capacity_type"
+ZONE = "zone"
+MIN_VALUES_RELAXED = "min_values_relaxed"
+RESOURCE_TYPE = "resource_type"
+CONTROLLER = "controller"
+METHOD = "method"
+PROVIDER = "provider"
+ERROR = "error"
+RESULT = "result"
+SCHEDULING_ID = "scheduling_id"
+NAME = "name"
+
+# Values of the ``reason`` label of karpenter_nodeclaims_created_total / _disrupted_total.
+REASON_PROVISIONED = "provisioned"
+REASON_UNDERUTILIZED = "underutilized"
+REASON_EMPTY = "empty"
+REASON_DRIFTED = "drifted"
+REASON_EXPIRED = "expired"
+REASON_UNHEALTHY = "unhealthy"
+
+# The ``controller`` label of the scheduler metrics: which simulation the duration belongs to.
+CONTROLLER_PROVISIONER = "provisioner"
+CONTROLLER_DISRUPTION = "disruption"
+
+# Values of the ``result`` label of controller_runtime_reconcile_total. controller-runtime
+# also has requeue / requeue_after, which our ReconcileObserver protocol does not report.
+RESULT_SUCCESS = "success"
+RESULT_ERROR = "error"
+
+RECONCILE_BUCKETS: tuple[float, ...] = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8,
+    0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30,
+    40, 50, 60,
+)  # fmt: skip
+"""controller-runtime's buckets for controller_runtime_reconcile_time_seconds."""
+
+DURATION_BUCKETS: tuple[float, ...] = (*RECONCILE_BUCKETS, 120, 150, 300, 450, 600)
+"""Karpenter's ``metrics.DurationBuckets()``: controller-runtime's, plus minutes for singletons
+(the provisioner's scheduling simulation has no reconcile timeout)."""
+
+DEFAULT_BUCKETS: tuple[float, ...] = (
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+)  # fmt: skip
+"""client_golang's ``prometheus.DefBuckets``, which upstream's cloud provider histogram uses by
+leaving ``Buckets`` unset (Python's default adds a ``+Inf`` only, so spell them out)."""
+
+NODECLAIM_TERMINATION_BUCKETS: tuple[float, ...] = tuple(float(2**i) for i in range(12))
+"""``prometheus.ExponentialBuckets(1, 2, 12)``: 1 s to 2048 s, a drain can take a while."""
+
+INSTANCE_TERMINATION_BUCKETS: tuple[float, ...] = tuple(float(2**i) for i in range(11))
+"""``prometheus.ExponentialBuckets(1, 2, 11)``: 1 s to 1024 s."""
+
+SUMMARY_QUANTILES: tuple[float, ...] = (0.0, 0.5, 0.9, 0.99, 1.0)
+"""Karpenter's ``metrics.SummaryObjectives()`` quantiles."""
+
+SUMMARY_MAX_AGE_SECONDS = 600.0
+"""client_golang's ``DefMaxAge``: a summary's quantiles describe the last ten minutes."""
+
+_SUMMARY_MAX_SAMPLES = 4096
+"""Observations kept per series for quantiles; beyond it the oldest go first (bounded memory
+when a burst of pods starts at once)."""
+
+# Upstream's well-known cloud provider error categories, for our exceptions that mean the same.
+# Anything else is labelled with its class name: the set of classes is fixed by the code, so the
+# label's cardinality stays bounded, and the name says more than upstream's "unknown".
+_ERROR_CATEGORIES: Mapping[type[BaseException], str] = {
+    InsufficientCapacityError: "InsufficientCapacityError",
+    NodeClassNotReadyError: "NodeClassNotReadyError",
+    InstanceNotFoundError: "NodeClaimNotFoundError",
+}
+
+
+def error_category(error: BaseException) -> str:
+    """The ``error`` label of karpenter_cloudprovider_errors_total for ``error``.
+
+    A plugin's subclass of a well-known core error (say, an EC2 fleet ICE) is reported under the
+    upstream category, so alerts on ``error="InsufficientCapacityError"`` see it.
+    """
+    for cls in type(error).__mro__:
+        category = _ERROR_CATEGORIES.get(cls)
+        if category is not None:
+            return category
+    return type(error).__name__
+
+
+def resource_type_label(resource: str) -> str:
+    """The ``resource_type`` label of a resource name, normalised as upstream does it."""
+    return resource.lower().replace("-", "_")
+
+
+class Metrics:
+    """Every metric this controller exposes, in a registry of its own.
+
+    Satisfies ``core.runtime``'s ``ReconcileObserver`` (``on_reconcile``, ``on_queue_depth``),
+    so the runtime feeds the controller-runtime metrics without knowing about Prometheus.
+    Thread-safe: controllers on worker threads record while the endpoint renders.
+    """
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self._clock: Clock = clock or SystemClock()
+        self._lock = threading.Lock()
+        self.registry = CollectorRegistry()
+        r = self.registry
+
+        self._nodeclaims_created = Counter(
+            "karpenter_nodeclaims_created_total",
+            "Number of nodeclaims created in total by Karpenter. Labeled by reason the nodeclaim "
+            "was created, the owning nodepool, and if min values was relaxed for this nodeclaim.",
+            [REASON, NODEPOOL, MIN_VALUES_RELAXED],
+            registry=r,
+        )
+        self._nodeclaims_terminated = Counter(
+            "karpenter_nodeclaims_terminated_total",
+            "Number of nodeclaims terminated in total by Karpenter. Labeled by the owning "
+            "nodepool, capacity type, and zone.",
+            [NODEPOOL, CAPACITY_TYPE, ZONE],
+            registry=r,
+        )
+        self._nodeclaims_disrupted = Counter(
+            "karpenter_nodeclaims_disrupted_total",
+            "Number of nodeclaims disrupted in total by Karpenter. Labeled by reason the "
+            "nodeclaim was disrupted, the owning nodepool and the capacity type.",
+            [REASON, NODEPOOL, CAPACITY_TYPE],
+            registry=r,
+        )
+        self._nodeclaims_termination_duration = Histogram(
+            "karpenter_nodeclaims_termination_duration_seconds",
+            "Duration of NodeClaim termination in seconds.",
+            [NODEPOOL],
+            buckets=NODECLAIM_TERMINATION_BUCKETS,
+            registry=r,
+        )
+        self._nodeclaims_instance_termination_duration = Histogram(
+            "karpenter_nodeclaims_instance_termination_duration_seconds",
+            "Duration of CloudProvider Instance termination in seconds.",
+            [NODEPOOL],
+            buckets=INSTANCE_TERMINATION_BUCKETS,
+            registry=r,
+        )
+        self._nodes_created = Counter(
+            "karpenter_nodes_created_total",
+            "Number of nodes created in total by Karpenter. Labeled by owning nodepool and zone.",
+            [NODEPOOL, ZONE],
+            registry=r,
+        )
+        self._nodes_terminated = Counter(
+            "karpenter_nodes_terminated_total",
+            "Number of nodes terminated in total by Karpenter. Labeled by owning nodepool and "
+            "zone.",
+            [NODEPOOL, ZONE],
+            registry=r,
+        )
+        self._nodes_termination_duration = _WindowedSummary(
+            "karpenter_nodes_termination_duration_seconds",
+            "The time taken between a node's deletion request and the removal of its finalizer",
+            [NODEPOOL],
+            self._clock,
+        )
+        r.register(self._nodes_termination_duration)
+        self._pods_startup_duration = _WindowedSummary(
+            "karpenter_pods_startup_duration_seconds",
+            "The time from pod creation until the pod is running.",
+            [],
+            self._clock,
+        )
+        r.register(self._pods_startup_duration)
+        self._scheduling_duration = Histogram(
+            "karpenter_scheduler_scheduling_duration_seconds",
+            "Duration of scheduling simulations used for deprovisioning and provisioning in "
+            "seconds.",
+            [CONTROLLER],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self._scheduler_queue_depth = Gauge(
+            "karpenter_scheduler_queue_depth",
+            "The number of pods currently waiting to be scheduled.",
+            [CONTROLLER, SCHEDULING_ID],
+            registry=r,
+        )
+        self._nodepools_usage = Gauge(
+            "karpenter_nodepools_usage",
+            "The amount of resources that have been provisioned for a nodepool. Labeled by "
+            "nodepool name and resource type.",
+            [RESOURCE_TYPE, NODEPOOL],
+            registry=r,
+        )
+        self._nodepools_limit = Gauge(
+            "karpenter_nodepools_limit",
+            "Limits specified on the nodepool that restrict the quantity of resources "
+            "provisioned. Labeled by nodepool name and resource type.",
+            [RESOURCE_TYPE, NODEPOOL],
+            registry=r,
+        )
+        # Which resource types each nodepool gauge currently has, so a resource that leaves
+        # the status (or a deleted NodePool) stops being reported instead of going stale.
+        self._nodepool_resources: dict[tuple[str, str], set[str]] = {}
+        self._cloudprovider_duration = Histogram(
+            "karpenter_cloudprovider_duration_seconds",
+            "Duration of cloud provider method calls. Labeled by the controller, method name "
+            "and provider.",
+            [CONTROLLER, METHOD, PROVIDER],
+            buckets=DEFAULT_BUCKETS,
+            registry=r,
+        )
+        self._cloudprovider_errors = Counter(
+            "karpenter_cloudprovider_errors_total",
+            "Total number of errors returned from CloudProvider calls.",
+            [CONTROLLER, METHOD, PROVIDER, ERROR],
+            registry=r,
+        )
+        self._reconcile_total = Counter(
+            "controller_runtime_reconcile_total",
+            "Total number of reconciliations per controller",
+            [CONTROLLER, RESULT],
+            registry=r,
+        )
+        self._reconcile_errors = Counter(
+            "controller_runtime_reconcile_errors_total",
+            "Total number of reconciliation errors per controller",
+            [CONTROLLER],
+            registry=r,
+        )
+        self._reconcile_time = Histogram(
+            "controller_runtime_reconcile_time_seconds",
+            "Length of time per reconciliation per controller",
+            [CONTROLLER],
+            buckets=RECONCILE_BUCKETS,
+            registry=r,
+        )
+        self._workqueue_depth = Gauge(
+            "workqueue_depth",
+            "Current depth of workqueue",
+            [NAME, CONTROLLER],
+            registry=r,
+        )
+
+    # -- NodeClaims and Nodes -----------------------------------------------------------------
+
+    def nodeclaim_created(
+        self, nodepool: str, *, reason: str = REASON_PROVISIONED, min_values_relaxed: bool = False
+    ) -> None:
+        """A NodeClaim was created (``reason``: provisioned, or the disruption it replaces)."""
+        relaxed = "true" if min_values_relaxed else "false"
+        self._nodeclaims_created.labels(reason, nodepool, relaxed).inc()
+
+    def nodeclaim_terminated(
+        self,
+        nodepool: str,
+        *,
+        capacity_type: str = "",
+        zone: str = "",
+        duration_seconds: float | None = None,
+    ) -> None:
+        """A NodeClaim's finalizer was removed; ``duration_seconds`` since its deletion request.
+
+        ``capacity_type`` and ``zone`` are empty for a NodeClaim that never launched, as
+        upstream reports them.
+        """
+        self._nodeclaims_terminated.labels(nodepool, capacity_type, zone).inc()
+        if duration_seconds is not None:
+            self._nodeclaims_termination_duration.labels(nodepool).observe(duration_seconds)
+
+    def observe_instance_termination(self, nodepool: str, seconds: float) -> None:
+        """How long the provider took to delete a NodeClaim's instance (its Machine)."""
+        self._nodeclaims_instance_termination_duration.labels(nodepool).observe(seconds)
+
+    def nodeclaim_disrupted(self, nodepool: str, *, reason: str, capacity_type: str = "") -> None:
+        """A NodeClaim was disrupted (``reason``: empty, underutilized, drifted, expired...)."""
+        self._nodeclaims_disrupted.labels(reason, nodepool, capacity_type).inc()
+
+    def node_created(self, nodepool: str, *, zone: str = "") -> None:
+        """A Node registered for one of our NodeClaims."""
+        self._nodes_created.labels(nodepool, zone).inc()
+
+    def node_terminated(
+        self, nodepool: str, *, zone: str = "", duration_seconds: float | None = None
+    ) -> None:
+        """A Node's termination finalizer was removed; ``duration_seconds`` since deletion."""
+        self._nodes_terminated.labels(nodepool, zone).inc()
+        if duration_seconds is not None:
+            self._nodes_termination_duration.observe(duration_seconds, (nodepool,))
+
+    # -- Pods and scheduling ------------------------------------------------------------------
+
+    def observe_pod_startup(self, seconds: float) -> None:
+        """A pod went from creation to Running in ``seconds``."""
+        self._pods_startup_duration.observe(seconds, ())
+
+    def observe_scheduling(
+        self, seconds: float, *, controller: str = CONTROLLER_PROVISIONER
+    ) -> None:
+        """A scheduling simulation (a provisioning round, a disruption check) took ``seconds``."""
+        self._scheduling_duration.labels(controller).observe(seconds)
+
+    def set_scheduler_queue_depth(
+        self, depth: int, *, scheduling_id: str, controller: str = CONTROLLER_PROVISIONER
+    ) -> None:
+        """Pods still waiting in the simulation ``scheduling_id``; clear it when it ends."""
+        self._scheduler_queue_depth.labels(controller, scheduling_id).set(depth)
+
+    def clear_scheduler_queue_depth(
+        self, *, scheduling_id: str, controller: str = CONTROLLER_PROVISIONER
+    ) -> None:
+        """The simulation ``scheduling_id`` ended: drop its series, as upstream does."""
+        self._scheduler_queue_depth.remove(controller, scheduling_id)
+
+    # -- NodePools ----------------------------------------------------------------------------
+
+    def set_nodepool_usage(self, nodepool: str, usage: Mapping[str, float]) -> None:
+        """The resources a NodePool has provisioned (its ``status.resources``).
+
+        Values are in base units: cores for cpu, bytes for memory, a count for pods. The
+        mapping replaces what was reported before for this NodePool.
+        """
+        self._replace(self._nodepools_usage, "usage", nodepool, usage)
+
+    def set_nodepool_limits(self, nodepool: str, limits: Mapping[str, float]) -> None:
+        """A NodePool's ``spec.limits`` (an empty mapping when it has none)."""
+        self._replace(self._nodepools_limit, "limit", nodepool, limits)
+
+    def forget_nodepool(self, nodepool: str) -> None:
+        """The NodePool is gone: stop reporting its usage and limits."""
+        self._replace(self._nodepools_usage, "usage", nodepool, {})
+        self._replace(self._nodepools_limit, "limit", nodepool, {})
+
+    def _replace(self, gauge: Gauge, kind: str, nodepool: str, values: Mapping[str, float]) -> None:
+        fresh = {resource_type_label(name): float(value) for name, value in values.items()}
+        with self._lock:
+            previous = self._nodepool_resources.pop((kind, nodepool), set())
+            for resource in previous - fresh.keys():
+                gauge.remove(resource, nodepool)
+            for resource, value in fresh.items():
+                gauge.labels(resource, nodepool).set(value)
+            if fresh:
+                self._nodepool_resources[(kind, nodepool)] = set(fresh)
+
+    # -- Cloud provider -----------------------------------------------------------------------
+
+    @contextmanager
+    def cloudprovider_call(self, method: str, *, provider: str, controller: str) -> Iterator[None]:
+        """Time a provider call and count its failure; the exception propagates unchanged.
+
+        ``method`` uses upstream's names where they apply (``Create``, ``Delete``, ``Get``,
+        ``List``, ``GetInstanceTypes``, ``IsDrifted``), so dashboards line up.
+        """
+        start = self._clock.monotonic()
+        try:
+            yield
+        except Exception as error:
+            self._cloudprovider_errors.labels(
+                controller, method, provider, error_category(error)
+            ).inc()
+            raise
+        finally:
+            elapsed = max(0.0, self._clock.monotonic() - start)
+            self._cloudprovider_duration.labels(controller, method, provider).observe(elapsed)
+
+    # -- ReconcileObserver --------------------------------------------------------------------
+
+    def on_reconcile(
+        self, controller: str, seconds: float, error: BaseException | bool | None
+    ) -> None:
+        """One reconcile of ``controller`` finished after ``seconds``; ``error`` if it failed."""
+        failed = error is not None and error is not False
+        self._reconcile_total.labels(controller, RESULT_ERROR if failed else RESULT_SUCCESS).inc()
+        if failed:
+            self._reconcile_errors.labels(controller).inc()
+        self._reconcile_time.labels(controller).observe(seconds)
+
+    def on_queue_depth(self, controller: str, depth: int) -> None:
+        """``controller``'s work queue now holds ``depth`` keys."""
+        # controller-runtime names the queue after its controller and sets both labels.
+        self._workqueue_depth.labels(controller, controller).set(depth)
+
+    # -- Exposition ---------------------------------------------------------------------------
+
+    def render(self) -> bytes:
+        """Every metric in the Prometheus text format (``CONTENT_TYPE``)."""
+        return generate_latest(_WithoutCreated(self.registry))
+
+
+class _WithoutCreated:
+    """The registry minus the ``*_created`` series prometheus_client adds to counters,
+    histograms and summaries: Karpenter (client_golang) exposes none, and they would double
+    the size of a scrape. Filtering here, not ``disable_created_metrics()``, leaves the
+    process-global setting alone."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterable[Metric]:
+        for family in self._registry.collect():
+            created = family.name + "_created"
+            trimmed = Metric(family.name, family.documentation, family.type, family.unit)
+            trimmed.samples = [s for s in family.samples if s.name != created]
+            yield trimmed
+
+
+class _WindowedSummary:
+    """A summary with upstream's quantiles (0, 0.5, 0.9, 0.99, 1) over the last ten minutes.
+
+    prometheus_client's ``Summary`` exposes only ``_count`` and ``_sum``; Karpenter's
+    ``karpenter_pods_startup_duration_seconds{quantile="0.99"}`` is what its dashboards plot,
+    so this collector keeps the recent observations and computes exact quantiles at scrape
+    time. ``_count`` and ``_sum`` are cumulative, like client_golang's. Time comes from the
+    injected clock, so the window slides with simulated time too.
+    """
+
+    def __init__(
+        self, name: str, documentation: str, labelnames: Sequence[str], clock: Clock
+    ) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._labelnames = tuple(labelnames)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._series: dict[tuple[str, ...], _Window] = {}
+        if not self._labelnames:
+            # An unlabelled summary is exposed from the start (count 0, NaN quantiles), as
+            # client_golang does, so rate() has a zero to start from.
+            self._series[()] = _Window()
+
+    def observe(self, value: float, labelvalues: tuple[str, ...]) -> None:
+        if len(labelvalues) != len(self._labelnames):
+            raise ValueError(f"{self._name} takes labels {self._labelnames}, got {labelvalues}")
+        now = self._clock.monotonic()
+        with self._lock:
+            window = self._series.get(labelvalues)
+            if window is None:
+                window = self._series[labelvalues] = _Window()
+            window.add(now, value)
+
+    def describe(self) -> Iterable[Metric]:
+        return [Metric(self._name, self._documentation, "summary")]
+
+    def collect(self) -> Iterable[Metric]:
+        family = Metric(self._name, self._documentation, "summary")
+        horizon = self._clock.monotonic() - SUMMARY_MAX_AGE_SECONDS
+        with self._lock:
+            snapshot = [
+                (labelvalues, window.recent(horizon), window.count, window.total)
+                for labelvalues, window in sorted(self._series.items())
+            ]
+        for labelvalues, recent, count, total in snapshot:
+            labels = dict(zip(self._labelnames, labelvalues, strict=True))
+            for q, value in zip(SUMMARY_QUANTILES, _quantiles(recent), strict=True):
+                family.add_sample(self._name, {**labels, "quantile": _format_quantile(q)}, value)
+            family.add_sample(self._name + "_sum", labels, total)
+            family.add_sample(self._name + "_count", labels, float(count))
+        return [family]
+
+
+class _Window:
+    """One series of a ``_WindowedSummary``: cumulative count and sum, recent observations."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.total = 0.0
+        self._recent: deque[tuple[float, float]] = deque(maxlen=_SUMMARY_MAX_SAMPLES)
+
+    def add(self, at: float, value: float) -> None:
+        self.count += 1
+        self.total += value
+        self._recent.append((at, value))
+
+    def recent(self, horizon: float) -> list[float]:
+        while self._recent and self._recent[0][0] < horizon:
+            self._recent.popleft()
+        return sorted(value for _, value in self._recent)
+
+
+def _quantiles(ordered: list[float]) -> list[float]:
+    """Nearest-rank quantiles of sorted values; NaN for an empty window, as client_golang."""
+    if not ordered:
+        return [math.nan] * len(SUMMARY_QUANTILES)
+    last = len(ordered) - 1
+    return [ordered[min(last, max(0, math.ceil(q * len(ordered)) - 1))] for q in SUMMARY_QUANTILES]
+
+
+def _format_quantile(q: float) -> str:
+    # client_golang prints the objective with %g: "0", "0.5", "0.99", "1".
+    return f"{q:g}"
