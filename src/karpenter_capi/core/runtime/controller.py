@@ -26,6 +26,7 @@ from karpenter_capi.core.kube.cache import Store, object_key
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.events import EventRecorder
 from karpenter_capi.core.kube.resources import Resource
+from karpenter_capi.core.observability.metrics import Metrics
 from karpenter_capi.core.plugins import Plugins
 
 Key = str
@@ -76,10 +77,6 @@ class Caches(Protocol):
     def has_synced(self) -> bool:
         """Whether every informer has completed its initial list."""
         ...
-
-
-class Metrics(Protocol):
-    """The metrics registry a controller reports to (see ``core.observability``)."""
 
 
 @dataclass
