@@ -29,6 +29,21 @@ from karpenter_capi.core.kube.resources import Resource
 from karpenter_capi.core.observability.metrics import Metrics
 from karpenter_capi.core.plugins import Plugins
 
+__all__ = [
+    "DONE",
+    "MANAGEMENT",
+    "WORKLOAD",
+    "Caches",
+    "Controller",
+    "ControllerContext",
+    "Key",
+    "Metrics",
+    "PeriodicController",
+    "Result",
+    "Watch",
+    "own_key",
+]
+
 Key = str
 """``namespace/name`` or ``name``: the cache key of the primary object."""
 
