@@ -183,3 +183,35 @@ def test_a_dry_run_decides_but_writes_nothing(
     assert all(d.nodeclaim == "(dry run)" for d in report.launched)
     assert not server.list(NODECLAIMS).items
     assert not server.list(EVENTS).items
+
+
+def test_a_round_reports_metrics(
+    cluster: tuple[InMemoryAPIServer, Provisioner, FakeClock],
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from karpenter_capi.core.observability.metrics import Metrics
+
+    server, _, clock = cluster
+    metrics = Metrics(clock)
+    plugins = Plugins.load(
+        ["generic_capi"],
+        PluginEnvironment(
+            workload=server, management=server, clock=clock, logger=logging.getLogger("t")
+        ),
+    )
+    report = Provisioner(server, plugins, clock, metrics=metrics).reconcile()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(metrics.render().decode())
+        for s in family.samples
+    }
+    created = sum(
+        v for (n, labels), v in samples.items() if n == "karpenter_nodeclaims_created_total"
+    )
+    assert created == len(report.launched)
+    assert any(n == "karpenter_scheduler_scheduling_duration_seconds_count" for n, _ in samples)
+    assert any(
+        n == "karpenter_nodepools_usage" and ("nodepool", "general") in labels
+        for n, labels in samples
+    )

@@ -52,7 +52,12 @@ class ProvisioningController:
         self.interval = interval
         self._batcher = batcher or Batcher(ctx.clock)
         self._provisioner = provisioner or Provisioner(
-            ctx.client, ctx.plugins, ctx.clock, recorder=ctx.recorder, dry_run=ctx.dry_run
+            ctx.client,
+            ctx.plugins,
+            ctx.clock,
+            recorder=ctx.recorder,
+            dry_run=ctx.dry_run,
+            metrics=ctx.metrics,
         )
         self.last_report: ProvisioningReport | None = None
 

@@ -26,6 +26,7 @@ from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.events import NORMAL, WARNING, EventRecorder
 from karpenter_capi.core.kube.resources import NODECLAIMS, NODEPOOLS
+from karpenter_capi.core.observability.metrics import Metrics
 from karpenter_capi.core.plugins import Plugins
 from karpenter_capi.core.provisioning.inventory import resolve_inventory
 from karpenter_capi.core.provisioning.pending import is_provisionable
@@ -80,6 +81,11 @@ class ProvisioningReport:
     @property
     def hourly_cost(self) -> float:
         return sum(decision.price for decision in self.launched)
+
+
+def _as_floats(resources: ResourceList) -> dict[str, float]:
+    """Resource quantities in their base unit (cores, bytes, count), as the gauges report."""
+    return {name: resources.milli(name) / 1000 for name in resources}
 
 
 def _without_hostname(claim: ProposedNodeClaim) -> list[dict[str, Any]]:
@@ -159,9 +165,11 @@ class Provisioner:
         max_instance_types: int = DEFAULT_MAX_INSTANCE_TYPES,
         solve_timeout: float = DEFAULT_TIMEOUT_SECONDS,
         dry_run: bool = False,
+        metrics: Metrics | None = None,
     ) -> None:
         self._client = client
         self._dry_run = dry_run
+        self._metrics = metrics
         self._plugins = plugins
         self._clock = clock
         self._recorder = recorder or EventRecorder(client, clock)
@@ -193,8 +201,9 @@ class Provisioner:
                     )
             else:
                 usable.append(inventory)
+        options = [nodepool_option(inventory, snapshot) for inventory in usable]
         solver = Solver(
-            [nodepool_option(inventory, snapshot) for inventory in usable],
+            options,
             existing_nodes=existing_nodes(snapshot, usable, self._nominations),
             daemonsets=snapshot.daemonsets,
             namespaces=snapshot.namespaces,
@@ -202,7 +211,14 @@ class Provisioner:
             clock=self._clock,
             timeout_seconds=self._solve_timeout,
         )
+        started = self._clock.monotonic()
         result = solver.solve(pending)
+        if self._metrics is not None:
+            self._metrics.observe_scheduling(self._clock.monotonic() - started)
+            for option in options:
+                self._metrics.set_nodepool_usage(option.name, _as_floats(option.usage))
+                if option.limits is not None:
+                    self._metrics.set_nodepool_limits(option.name, _as_floats(option.limits))
         report.timed_out = result.timed_out
         claim_names = {str(c["metadata"]["name"]) for c in snapshot.nodeclaims}
         for node_name, pods in result.existing.items():
@@ -275,6 +291,8 @@ class Provisioner:
             )
         created = self._client.create(NODECLAIMS, body)
         name = str(created["metadata"]["name"])
+        if self._metrics is not None:
+            self._metrics.nodeclaim_created(claim.nodepool.name)
         self._nominations[name] = frozenset(keys)
         log.info(
             "created NodeClaim %s (%s, %d instance types) for %d pods",
