@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from karpenter_capi import __version__
+from karpenter_capi.core.observability.logs import configure_logging
 
 _EXIT_USAGE = 2
 _EXIT_FAILURE = 1
@@ -57,6 +57,13 @@ def _build_parser() -> argparse.ArgumentParser:
         "--log-level",
         default=os.environ.get("KARPENTER_CAPI_LOG_LEVEL", "WARNING"),
         help="logging level (default: $KARPENTER_CAPI_LOG_LEVEL or WARNING)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default=os.environ.get("KARPENTER_CAPI_LOG_FORMAT", "text"),
+        help="log lines as text or one JSON object each (default: $KARPENTER_CAPI_LOG_FORMAT "
+        "or text)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -386,11 +393,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     stdout = out or sys.stdout
     parser = _build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=str(args.log_level).upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     handler: Callable[[argparse.Namespace, TextIO], int] = args.handler
     try:
+        configure_logging(args.log_format, str(args.log_level).upper(), stream=sys.stderr)
         return handler(args, stdout)
     except KeyboardInterrupt:
         return 130
