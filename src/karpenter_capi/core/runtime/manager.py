@@ -1,0 +1,532 @@
+"""The part of the runtime both drivers share: informers, work queues and what a reconcile means.
+
+Controllers (``core.runtime.controller``) declare what they need: a primary resource, watched
+resources with a key mapping, resources they only read. The ``Manager`` turns those declarations
+into machinery, once, so that the threaded driver (real clusters) and the stepped driver (tests
+and the simulator) cannot disagree about it:
+
+* one ``Informer`` per (resource, cluster), shared by every controller that uses it, with the
+  common indexes registered (pods by node, nodes/machines/NodeClaims by providerID, ...);
+* the ``Caches`` protocol over those informers, which controllers read instead of the API;
+* one ``WorkQueue`` per controller, fed by informer handlers (primary events enqueue their own
+  key, watched events go through ``Watch.to_keys``, old and new object alike on update);
+* ``process``: what the outcome of one reconcile does to its queue, exactly as controller-runtime
+  does it (an exception retries with per-key backoff; ``requeue_after`` forgets the backoff and
+  schedules the key; success forgets it), timed on the injected clock for the metrics observer;
+* ``run_periodic``: the same for ``PeriodicController``s, which have no queue but a schedule.
+
+Drivers decide only *when* these run: on threads, or in virtual time.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, cast
+
+from karpenter_capi.core.clock import Clock
+from karpenter_capi.core.kube.backoff import Backoff
+from karpenter_capi.core.kube.cache import IndexFunc, Store
+from karpenter_capi.core.kube.client import JsonObject, KubeClient
+from karpenter_capi.core.kube.events import EventRecorder
+from karpenter_capi.core.kube.indexes import (
+    BY_PROVIDER_ID,
+    MACHINE_INDEXERS,
+    MACHINE_POOL_INDEXERS,
+    NODE_INDEXERS,
+    POD_INDEXERS,
+    index_by,
+)
+from karpenter_capi.core.kube.informer import Informer
+from karpenter_capi.core.kube.resources import (
+    CAPI_GROUP,
+    KARPENTER_GROUP,
+    Resource,
+)
+from karpenter_capi.core.kube.workqueue import (
+    QueueHooks,
+    RateLimiter,
+    WorkQueue,
+    default_controller_rate_limiter,
+)
+from karpenter_capi.core.plugins import Plugins
+from karpenter_capi.core.runtime.controller import (
+    MANAGEMENT,
+    WORKLOAD,
+    Controller,
+    ControllerContext,
+    Key,
+    Metrics,
+    PeriodicController,
+    Result,
+    Watch,
+)
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_PAGE_SIZE = 500
+
+
+class ReconcileObserver(Protocol):
+    """Receives what the runtime measures; the observability layer turns it into metrics.
+
+    ``on_reconcile`` is called after every reconcile and every periodic run, with its duration
+    on the injected clock's monotonic time and the exception it raised (``None`` on success):
+    enough for ``controller_runtime_reconcile_total``, ``..._errors_total`` and
+    ``..._time_seconds``. ``on_queue_depth`` follows each work queue's ready depth. Both may be
+    called from several threads at once, and must not block.
+    """
+
+    def on_reconcile(self, controller: str, seconds: float, error: BaseException | None) -> None:
+        """One reconcile of ``controller`` finished."""
+        ...
+
+    def on_queue_depth(self, controller: str, depth: int) -> None:
+        """The number of keys ready in ``controller``'s queue changed."""
+        ...
+
+
+def _nodeclaim_provider_id(obj: JsonObject) -> str | None:
+    status = obj.get("status")
+    value = status.get("providerID") if isinstance(status, Mapping) else None
+    return value if isinstance(value, str) else None
+
+
+nodeclaims_by_provider_id: IndexFunc[JsonObject] = index_by(_nodeclaim_provider_id)
+"""A NodeClaim under ``status.providerID`` (unlike Nodes and Machines, it is in the status)."""
+
+NODECLAIM_INDEXERS: dict[str, IndexFunc[JsonObject]] = {BY_PROVIDER_ID: nodeclaims_by_provider_id}
+
+# Keyed by (group, plural), not by Resource, so a discovered Cluster API version still matches.
+_DEFAULT_INDEXERS: dict[tuple[str, str], Mapping[str, IndexFunc[Any]]] = {
+    ("", "pods"): POD_INDEXERS,
+    ("", "nodes"): NODE_INDEXERS,
+    (KARPENTER_GROUP, "nodeclaims"): NODECLAIM_INDEXERS,
+    (CAPI_GROUP, "machines"): MACHINE_INDEXERS,
+    (CAPI_GROUP, "machinepools"): MACHINE_POOL_INDEXERS,
+}
+
+
+def default_indexers(resource: Resource) -> dict[str, IndexFunc[JsonObject]]:
+    """The indexes the manager registers on an informer of ``resource`` (possibly none)."""
+    return dict(_DEFAULT_INDEXERS.get((resource.group, resource.plural), {}))
+
+
+@dataclass(eq=False)
+class ControllerEntry:
+    """A registered ``Controller`` with its queue and the informers it depends on."""
+
+    controller: Controller
+    queue: WorkQueue[Key]
+    informers: tuple[Informer[JsonObject], ...]
+
+    @property
+    def name(self) -> str:
+        return self.controller.name
+
+    def synced(self) -> bool:
+        """Whether every cache this controller uses has completed its first list."""
+        return all(informer.has_synced() for informer in self.informers)
+
+
+@dataclass(eq=False)
+class PeriodicEntry:
+    """A registered ``PeriodicController`` and its schedule (``next_run`` on clock-monotonic)."""
+
+    controller: PeriodicController
+    informers: tuple[Informer[JsonObject], ...]
+    backoff: Backoff
+    next_run: float | None = None
+    """``None`` until the first run, which is due as soon as the caches have synced."""
+    runs_total: int = 0
+    failures_total: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.controller.name
+
+    def synced(self) -> bool:
+        return all(informer.has_synced() for informer in self.informers)
+
+    def due(self, now: float) -> bool:
+        return self.next_run is None or self.next_run <= now
+
+
+Entry = ControllerEntry | PeriodicEntry
+
+
+@dataclass
+class _Stats:
+    reconciles_total: int = 0
+    errors_total: int = 0
+    by_controller: dict[str, int] = field(default_factory=dict)
+
+
+class Manager:
+    """Builds and owns the informers, caches and queues of a set of controllers.
+
+    Build it, make the controllers (they usually need ``manager.context(...)``, whose ``caches``
+    is the manager itself), ``add`` them, then hand the manager to one driver::
+
+        manager = Manager(client, management, clock=clock)
+        context = manager.context(plugins)
+        manager.add(MyController(context), MyPeriodicLoop(context))
+        SteppedDriver(manager).run_until_quiet()       # or ThreadedDriver(manager).start()
+
+    When ``management`` is ``client`` itself (or omitted), ``WORKLOAD`` and ``MANAGEMENT`` name
+    the same cluster and share one informer per resource.
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        management: KubeClient | None = None,
+        *,
+        clock: Clock,
+        controllers: Iterable[Controller | PeriodicController] = (),
+        observer: ReconcileObserver | None = None,
+        rate_limiter: Callable[[Clock], RateLimiter] = default_controller_rate_limiter,
+        resync_period: float | None = None,
+        page_size: int = DEFAULT_PAGE_SIZE,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self.client = client
+        self.management = management if management is not None else client
+        self.clock = clock
+        self.observer = observer
+        self._rate_limiter = rate_limiter
+        self._resync_period = resync_period
+        self._page_size = page_size
+        self._rand = rand
+        self._lock = threading.Lock()
+        self._informers: dict[tuple[Resource, str], Informer[JsonObject]] = {}
+        self._entries: list[Entry] = []
+        self._names: set[str] = set()
+        self._sealed = False
+        self._stats = _Stats()
+        self.add(*controllers)
+
+    # Building.
+
+    def add(self, *controllers: Controller | PeriodicController) -> None:
+        """Register controllers (before a driver takes the manager), in their run order."""
+        for controller in controllers:
+            self._add_one(controller)
+
+    def _add_one(self, controller: Controller | PeriodicController) -> None:
+        if self._sealed:
+            raise RuntimeError(f"cannot add {controller.name!r}: the manager is already running")
+        if controller.name in self._names:
+            raise ValueError(f"two controllers are named {controller.name!r}")
+        if callable(getattr(controller, "reconcile", None)):
+            entry: Entry = self._add_reconciler(cast(Controller, controller))
+        elif callable(getattr(controller, "run_once", None)):
+            entry = self._add_periodic(cast(PeriodicController, controller))
+        else:
+            raise TypeError(f"{controller!r} has neither reconcile() nor run_once()")
+        self._names.add(controller.name)
+        self._entries.append(entry)
+
+    def _add_reconciler(self, controller: Controller) -> ControllerEntry:
+        name = controller.name
+        observer = self.observer
+        hooks = None
+        if observer is not None:
+            hooks = QueueHooks(on_depth=lambda depth: _observe_depth(observer, name, depth))
+        queue: WorkQueue[Key] = WorkQueue(
+            self.clock, rate_limiter=self._rate_limiter(self.clock), name=name, hooks=hooks
+        )
+        primary = self.informer(controller.primary, controller.primary_cluster)
+        used = [primary]
+        _enqueue_on_events(primary, queue, Watch(controller.primary), name)
+        for watch in controller.watches():
+            informer = self.informer(watch.resource, watch.cluster)
+            _enqueue_on_events(informer, queue, watch, name)
+            used.append(informer)
+        used.extend(self.informer(resource, cluster) for resource, cluster in controller.reads())
+        return ControllerEntry(controller, queue, _unique(used))
+
+    def _add_periodic(self, controller: PeriodicController) -> PeriodicEntry:
+        if controller.interval <= 0:
+            raise ValueError(f"{controller.name}: interval must be positive")
+        used = [self.informer(resource, cluster) for resource, cluster in controller.reads()]
+        # Failures retry sooner than the interval, but never more often than it would allow.
+        initial = min(1.0, controller.interval)
+        backoff = Backoff(self.clock, initial=initial, cap=controller.interval, jitter=0.0)
+        return PeriodicEntry(controller, _unique(used), backoff)
+
+    def informer(self, resource: Resource, cluster: str = WORKLOAD) -> Informer[JsonObject]:
+        """The shared informer of ``resource`` in ``cluster``, created on first use."""
+        key = self._informer_key(resource, cluster)
+        with self._lock:
+            found = self._informers.get(key)
+            if found is not None:
+                return found
+            if self._sealed:
+                raise RuntimeError(
+                    f"no informer for {resource.group_resource} in the {key[1]} cluster: "
+                    "declare it in a controller's watches() or reads()"
+                )
+            informer = Informer(
+                self.client if key[1] == WORKLOAD else self.management,
+                resource,
+                clock=self.clock,
+                page_size=self._page_size,
+                indexers=default_indexers(resource),
+                resync_period=self._resync_period,
+                rand=self._rand,
+                name=f"{key[1]}/{resource.group_resource}",
+            )
+            self._informers[key] = informer
+            return informer
+
+    def add_indexer(
+        self, resource: Resource, name: str, func: IndexFunc[JsonObject], cluster: str = WORKLOAD
+    ) -> None:
+        """Register one more index on the cache of ``resource`` (creating its informer)."""
+        self.informer(resource, cluster).store.add_indexer(name, func)
+
+    def _informer_key(self, resource: Resource, cluster: str) -> tuple[Resource, str]:
+        if cluster not in (WORKLOAD, MANAGEMENT):
+            raise ValueError(f"unknown cluster {cluster!r}: use WORKLOAD or MANAGEMENT")
+        if self.management is self.client:
+            cluster = WORKLOAD
+        return resource, cluster
+
+    def context(
+        self,
+        plugins: Plugins,
+        *,
+        recorder: EventRecorder | None = None,
+        metrics: Metrics | None = None,
+        dry_run: bool = False,
+        log: logging.Logger | None = None,
+    ) -> ControllerContext:
+        """A ``ControllerContext`` whose caches are this manager's."""
+        context = ControllerContext(
+            client=self.client,
+            management=self.management,
+            caches=self,
+            clock=self.clock,
+            plugins=plugins,
+            recorder=recorder or EventRecorder(self.client, self.clock),
+            metrics=metrics,
+            dry_run=dry_run,
+        )
+        if log is not None:
+            context.log = log
+        return context
+
+    def seal(self) -> None:
+        """Called by a driver when it takes the manager: no more controllers or informers.
+
+        A manager runs under one driver; a second one would compete for the same queues.
+        """
+        with self._lock:
+            if self._sealed:
+                raise RuntimeError("this manager is already run by a driver")
+            self._sealed = True
+
+    # The Caches protocol.
+
+    def store(self, resource: Resource, cluster: str = WORKLOAD) -> Store[JsonObject]:
+        key = self._informer_key(resource, cluster)
+        with self._lock:
+            informer = self._informers.get(key)
+        if informer is None:
+            raise KeyError(
+                f"no cache of {resource.group_resource} in the {key[1]} cluster: "
+                "declare it in a controller's watches() or reads()"
+            )
+        return informer.store
+
+    def has_synced(self) -> bool:
+        return all(informer.has_synced() for informer in self.informers)
+
+    # What drivers use.
+
+    @property
+    def informers(self) -> list[Informer[JsonObject]]:
+        """Every informer, in creation order."""
+        with self._lock:
+            return list(self._informers.values())
+
+    @property
+    def entries(self) -> list[Entry]:
+        """Every registered controller, in registration order (the stepped run order)."""
+        return list(self._entries)
+
+    def entry(self, name: str) -> Entry:
+        for entry in self._entries:
+            if entry.name == name:
+                return entry
+        raise KeyError(f"no controller named {name!r}")
+
+    def queue(self, name: str) -> WorkQueue[Key]:
+        """The work queue of the controller ``name``."""
+        entry = self.entry(name)
+        if not isinstance(entry, ControllerEntry):
+            raise KeyError(f"{name!r} is a periodic controller and has no queue")
+        return entry.queue
+
+    def enqueue(self, name: str, key: Key) -> None:
+        """Queue ``key`` for the controller ``name`` by hand (a CLI command, a test)."""
+        self.queue(name).add(key)
+
+    def process(self, entry: ControllerEntry, key: Key) -> None:
+        """Reconcile ``key``, which the caller took from ``entry.queue``, and settle the queue.
+
+        An exception is logged and retried with the key's backoff; ``requeue_after`` > 0 resets
+        the backoff and schedules the key; ``requeue_after`` <= 0 asks for another pass as soon
+        as the rate limiter allows (controller-runtime's ``Requeue: true``); ``None`` forgets
+        the key until its next event.
+        """
+        queue = entry.queue
+        started = self.clock.monotonic()
+        error: Exception | None = None
+        # ``done`` in every case, even a BaseException (KeyboardInterrupt) escaping the
+        # reconcile: a key left "processing" would never be handed to a worker again.
+        try:
+            try:
+                result: Result | None = entry.controller.reconcile(key)
+            except Exception as raised:
+                error, result = raised, None
+            seconds = max(0.0, self.clock.monotonic() - started)
+            if error is not None:
+                _log.error(
+                    "%s: reconcile of %s failed (retry %d)",
+                    entry.name,
+                    key,
+                    queue.num_requeues(key) + 1,
+                    exc_info=error,
+                )
+                queue.add_rate_limited(key)
+            else:
+                requeue_after = getattr(result, "requeue_after", None)
+                if requeue_after is None:
+                    queue.forget(key)
+                elif requeue_after > 0:
+                    queue.forget(key)
+                    queue.add_after(key, requeue_after)
+                else:
+                    queue.add_rate_limited(key)
+        finally:
+            queue.done(key)
+        self._count(entry.name, error)
+        _observe(self.observer, entry.name, seconds, error)
+
+    def run_periodic(self, entry: PeriodicEntry) -> None:
+        """Run ``entry`` once now and schedule its next run."""
+        controller = entry.controller
+        started = self.clock.monotonic()
+        error: Exception | None = None
+        result: Result | None = None
+        try:
+            result = controller.run_once()
+        except Exception as raised:
+            error = raised
+        now = self.clock.monotonic()
+        entry.runs_total += 1
+        if error is not None:
+            entry.failures_total += 1
+            delay = entry.backoff.fail()
+            _log.error("%s: run failed, retrying in %.3gs", entry.name, delay, exc_info=error)
+        else:
+            entry.backoff.reset()
+            requeue_after = getattr(result, "requeue_after", None)
+            delay = controller.interval if requeue_after is None else max(0.0, requeue_after)
+        entry.next_run = now + delay
+        self._count(entry.name, error)
+        _observe(self.observer, entry.name, max(0.0, now - started), error)
+
+    def shutdown_queues(self) -> None:
+        for entry in self._entries:
+            if isinstance(entry, ControllerEntry):
+                entry.queue.shutdown()
+
+    # Introspection.
+
+    @property
+    def reconciles_total(self) -> int:
+        """Reconciles and periodic runs so far, successful or not."""
+        with self._lock:
+            return self._stats.reconciles_total
+
+    @property
+    def errors_total(self) -> int:
+        with self._lock:
+            return self._stats.errors_total
+
+    def reconciles_of(self, name: str) -> int:
+        with self._lock:
+            return self._stats.by_controller.get(name, 0)
+
+    def _count(self, name: str, error: BaseException | None) -> None:
+        with self._lock:
+            self._stats.reconciles_total += 1
+            self._stats.by_controller[name] = self._stats.by_controller.get(name, 0) + 1
+            if error is not None:
+                self._stats.errors_total += 1
+
+
+def _unique(informers: Sequence[Informer[JsonObject]]) -> tuple[Informer[JsonObject], ...]:
+    seen: dict[int, Informer[JsonObject]] = {}
+    for informer in informers:
+        seen.setdefault(id(informer), informer)
+    return tuple(seen.values())
+
+
+def _enqueue_on_events(
+    informer: Informer[JsonObject], queue: WorkQueue[Key], watch: Watch, controller: str
+) -> None:
+    """Register the handlers that turn ``informer`` events into keys of ``queue``."""
+
+    def enqueue(obj: JsonObject) -> None:
+        try:
+            keys = list(watch.to_keys(obj))
+        except Exception:
+            # One bad mapping must not hide the other side of an update from the controller.
+            _log.exception("%s: mapping a %s event to keys failed", controller, watch.resource.kind)
+            return
+        for key in keys:
+            queue.add(key)
+
+    def on_update(old: JsonObject, new: JsonObject) -> None:
+        # Both sides: a pod moving from ConfigMap a to b must wake a (lost one) and b (got one).
+        enqueue(old)
+        enqueue(new)
+
+    informer.add_handler(on_add=enqueue, on_update=on_update, on_delete=enqueue)
+
+
+def _observe(
+    observer: ReconcileObserver | None, name: str, seconds: float, error: BaseException | None
+) -> None:
+    if observer is None:
+        return
+    try:
+        observer.on_reconcile(name, seconds, error)
+    except Exception:
+        _log.exception("%s: the reconcile observer raised", name)
+
+
+def _observe_depth(observer: ReconcileObserver, name: str, depth: int) -> None:
+    try:
+        observer.on_queue_depth(name, depth)
+    except Exception:
+        _log.exception("%s: the queue depth observer raised", name)
+
+
+__all__ = [
+    "NODECLAIM_INDEXERS",
+    "ControllerEntry",
+    "Entry",
+    "Manager",
+    "PeriodicEntry",
+    "ReconcileObserver",
+    "default_indexers",
+    "nodeclaims_by_provider_id",
+]
