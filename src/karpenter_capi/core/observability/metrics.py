@@ -184,6 +184,31 @@ class Metrics:
             [NODEPOOL, ZONE],
             registry=r,
         )
+        self._nodes_eviction_requests = Counter(
+            "karpenter_nodes_eviction_requests_total",
+            "The total number of eviction requests made by Karpenter",
+            ["code"],
+            registry=r,
+        )
+        self._pods_drained = Counter(
+            "karpenter_pods_drained_total",
+            "Number of pods drained during node termination, by the disruption reason",
+            ["reason"],
+            registry=r,
+        )
+        self._nodes_drained = Counter(
+            "karpenter_nodes_drained_total",
+            "The total number of nodes drained by Karpenter",
+            [NODEPOOL],
+            registry=r,
+        )
+        self._nodes_lifetime_duration = Histogram(
+            "karpenter_nodes_lifetime_duration_seconds",
+            "The lifetime duration of the nodes since creation.",
+            [NODEPOOL],
+            buckets=(60, 300, 900, 1800, 3600, 7200, 14400, 43200, 86400, 259200, 604800, 2592000),
+            registry=r,
+        )
         self._nodes_terminated = Counter(
             "karpenter_nodes_terminated_total",
             "Number of nodes terminated in total by Karpenter. Labeled by owning nodepool and "
@@ -315,12 +340,32 @@ class Metrics:
         self._nodes_created.labels(nodepool, zone).inc()
 
     def node_terminated(
-        self, nodepool: str, *, zone: str = "", duration_seconds: float | None = None
+        self,
+        nodepool: str,
+        *,
+        zone: str = "",
+        duration_seconds: float | None = None,
+        lifetime_seconds: float | None = None,
     ) -> None:
-        """A Node's termination finalizer was removed; ``duration_seconds`` since deletion."""
+        """A Node's termination finalizer was removed; ``duration_seconds`` since deletion,
+        ``lifetime_seconds`` since the Node was created."""
         self._nodes_terminated.labels(nodepool, zone).inc()
         if duration_seconds is not None:
             self._nodes_termination_duration.observe(duration_seconds, (nodepool,))
+        if lifetime_seconds is not None:
+            self._nodes_lifetime_duration.labels(nodepool).observe(lifetime_seconds)
+
+    def eviction_request(self, code: int) -> None:
+        """One Eviction API call and its HTTP status (200, 404, 409, 429, ...)."""
+        self._nodes_eviction_requests.labels(str(code)).inc()
+
+    def pod_drained(self, reason: str) -> None:
+        """A pod was evicted by a drain; ``reason`` is the NodeClaim's disruption reason."""
+        self._pods_drained.labels(reason).inc()
+
+    def node_drained(self, nodepool: str) -> None:
+        """A node's drain completed."""
+        self._nodes_drained.labels(nodepool).inc()
 
     # -- Pods and scheduling ------------------------------------------------------------------
 
