@@ -184,6 +184,26 @@ class Metrics:
             [NODEPOOL, ZONE],
             registry=r,
         )
+        self._nodeclaims_launched = Counter(
+            "karpenter_nodeclaims_launched_total",
+            "Number of nodeclaims launched in total by Karpenter. Labeled by the owning nodepool.",
+            [NODEPOOL],
+            registry=r,
+        )
+        self._nodeclaims_registered = Counter(
+            "karpenter_nodeclaims_registered_total",
+            "Number of nodeclaims registered in total by Karpenter. Labeled by the owning "
+            "nodepool.",
+            [NODEPOOL],
+            registry=r,
+        )
+        self._nodeclaims_initialized = Counter(
+            "karpenter_nodeclaims_initialized_total",
+            "Number of nodeclaims initialized in total by Karpenter. Labeled by the owning "
+            "nodepool.",
+            [NODEPOOL],
+            registry=r,
+        )
         self._nodes_eviction_requests = Counter(
             "karpenter_nodes_eviction_requests_total",
             "The total number of eviction requests made by Karpenter",
@@ -354,6 +374,18 @@ class Metrics:
             self._nodes_termination_duration.observe(duration_seconds, (nodepool,))
         if lifetime_seconds is not None:
             self._nodes_lifetime_duration.labels(nodepool).observe(lifetime_seconds)
+
+    def nodeclaim_launched(self, nodepool: str) -> None:
+        """A NodeClaim's instance got a provider ID (``Launched=True``)."""
+        self._nodeclaims_launched.labels(nodepool).inc()
+
+    def nodeclaim_registered(self, nodepool: str) -> None:
+        """A NodeClaim's Node registered."""
+        self._nodeclaims_registered.labels(nodepool).inc()
+
+    def nodeclaim_initialized(self, nodepool: str) -> None:
+        """A NodeClaim's Node became initialized (ready, startup taints gone)."""
+        self._nodeclaims_initialized.labels(nodepool).inc()
 
     def eviction_request(self, code: int) -> None:
         """One Eviction API call and its HTTP status (200, 404, 409, 429, ...)."""

@@ -1,0 +1,186 @@
+"""The NodeClaim lifecycle controller: from a created NodeClaim to a Ready node.
+
+One controller over NodeClaims (waking also on Node events, mapped back by provider ID and by
+the Node's ownerReference) runs four steps in order on one working copy, as upstream's
+``nodeclaim.lifecycle`` does: launch, registration, initialization, liveness (see their
+modules). Running them in one reconcile, and writing the NodeClaim once at the end, keeps the
+condition list consistent: four controllers patching the same list would fight over it.
+
+Before any of them, the ``karpenter.sh/termination`` finalizer is added, in its own write, so
+that nothing is ever launched for a NodeClaim that could disappear without the termination
+flow releasing its machine. A NodeClaim being deleted is left to termination.
+
+Writes: metadata (finalizer, labels, annotations) through the main resource and status through
+the status subresource, each with the resourceVersion just read or written as precondition. A
+``Conflict`` propagates and the driver retries with backoff against the fresh object; whatever a
+provider already answered is remembered by the launch step, so nothing is launched twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.api.meta import validation_problems
+from karpenter_capi.core.api.nodeclaim import NodeClaim
+from karpenter_capi.core.kube.client import JsonObject
+from karpenter_capi.core.kube.errors import NotFound
+from karpenter_capi.core.kube.events import WARNING
+from karpenter_capi.core.kube.resources import (
+    CLUSTER_API_NODE_CLASSES,
+    NODECLAIMS,
+    NODEPOOLS,
+    NODES,
+    Resource,
+)
+from karpenter_capi.core.lifecycle.initialization import Initialization
+from karpenter_capi.core.lifecycle.launch import Launch
+from karpenter_capi.core.lifecycle.liveness import (
+    DEFAULT_LAUNCH_TIMEOUT,
+    DEFAULT_REGISTRATION_TIMEOUT,
+    Liveness,
+)
+from karpenter_capi.core.lifecycle.metrics import LifecycleReporter
+from karpenter_capi.core.lifecycle.nodes import nodeclaim_keys_for_node
+from karpenter_capi.core.lifecycle.registration import Registration
+from karpenter_capi.core.lifecycle.work import NodeClaimWork
+from karpenter_capi.core.lifecycle.writes import Writes
+from karpenter_capi.core.runtime.controller import (
+    DONE,
+    WORKLOAD,
+    ControllerContext,
+    Key,
+    Result,
+    Watch,
+)
+
+NAME: Final = "nodeclaim.lifecycle"
+DEFAULT_LAUNCH_POLL_INTERVAL: Final = 5.0
+DEFAULT_RETRY_INITIAL: Final = 1.0
+DEFAULT_RETRY_MAX: Final = 60.0
+
+
+def earliest(results: Iterable[Result]) -> Result:
+    """The soonest requeue any step asked for (none if none did)."""
+    delays = [r.requeue_after for r in results if r.requeue_after is not None]
+    return Result(requeue_after=max(0.0, min(delays))) if delays else DONE
+
+
+class NodeClaimLifecycleController:
+    """Launch, registration, initialization and liveness of NodeClaims (``nodeclaim.lifecycle``).
+
+    Timeouts and intervals are in seconds: ``launch_timeout`` from creation to ``Launched``,
+    ``registration_timeout`` from ``Launched`` to ``Registered``, ``launch_poll_interval``
+    between ``create`` calls while the provider has not bound an instance, and the retry
+    backoff after a failed ``create`` (``retry_initial`` doubling up to ``retry_max``).
+    """
+
+    name = NAME
+    primary = NODECLAIMS
+    primary_cluster = WORKLOAD
+
+    def __init__(
+        self,
+        ctx: ControllerContext,
+        *,
+        launch_timeout: float = DEFAULT_LAUNCH_TIMEOUT,
+        registration_timeout: float = DEFAULT_REGISTRATION_TIMEOUT,
+        launch_poll_interval: float = DEFAULT_LAUNCH_POLL_INTERVAL,
+        retry_initial: float = DEFAULT_RETRY_INITIAL,
+        retry_max: float = DEFAULT_RETRY_MAX,
+    ) -> None:
+        self._ctx = ctx
+        self._writes = Writes(ctx, NAME)
+        metrics = LifecycleReporter(ctx.metrics, NAME)
+        self._launch = Launch(
+            ctx,
+            self._writes,
+            metrics,
+            poll_interval=launch_poll_interval,
+            retry_initial=retry_initial,
+            retry_max=retry_max,
+        )
+        self._registration = Registration(ctx, self._writes, metrics)
+        self._initialization = Initialization(ctx, self._writes, metrics)
+        self._liveness = Liveness(
+            ctx,
+            self._writes,
+            metrics,
+            launch_timeout=launch_timeout,
+            registration_timeout=registration_timeout,
+        )
+
+    def watches(self) -> Sequence[Watch]:
+        return (Watch(NODES, self._nodeclaims_of_node, WORKLOAD),)
+
+    def reads(self) -> Sequence[tuple[Resource, str]]:
+        return ((NODEPOOLS, WORKLOAD), (CLUSTER_API_NODE_CLASSES, WORKLOAD))
+
+    def _nodeclaims_of_node(self, node: JsonObject) -> list[Key]:
+        return nodeclaim_keys_for_node(self._ctx.caches, node)
+
+    def reconcile(self, key: Key) -> Result:
+        raw = self._ctx.caches.store(NODECLAIMS, WORKLOAD).get(key)
+        if raw is None or (raw.get("metadata") or {}).get("deletionTimestamp"):
+            self._launch.forget(key)
+            return DONE
+        try:
+            model = NodeClaim.model_validate(raw)
+        except ValidationError as exc:
+            problems = "; ".join(validation_problems(exc))
+            self._ctx.log.warning("nodeclaim %s is invalid, skipping it: %s", key, problems)
+            self._writes.event(raw, WARNING, "InvalidNodeClaim", problems)
+            return DONE
+        try:
+            return self._reconcile(raw, model)
+        except NotFound:
+            # Deleted while we worked on it; nothing left to do.
+            self._launch.forget(key)
+            return DONE
+
+    def _reconcile(self, raw: JsonObject, model: NodeClaim) -> Result:
+        raw = self._ensure_finalizer(raw)
+        work = NodeClaimWork.start(raw, model, self._ctx.clock.now())
+        results = []
+        for step in (self._launch, self._registration, self._initialization, self._liveness):
+            results.append(step.reconcile(work))
+            if work.deleted:
+                return DONE
+        self._write_back(work)
+        return earliest(results)
+
+    def _ensure_finalizer(self, raw: JsonObject) -> JsonObject:
+        meta = raw.get("metadata") or {}
+        finalizers: list[Any] = list(meta.get("finalizers") or [])
+        if wellknown.FINALIZER_TERMINATION in finalizers:
+            return raw
+        return self._writes.patch(
+            NODECLAIMS,
+            raw,
+            {
+                "metadata": {
+                    "finalizers": [*finalizers, wellknown.FINALIZER_TERMINATION],
+                    "resourceVersion": meta.get("resourceVersion"),
+                }
+            },
+        )
+
+    def _write_back(self, work: NodeClaimWork) -> None:
+        metadata = work.metadata_patch()
+        if metadata:
+            metadata["resourceVersion"] = work.raw["metadata"].get("resourceVersion")
+            work.raw = self._writes.patch(NODECLAIMS, work.raw, {"metadata": metadata})
+        status = work.status_patch()
+        if status:
+            self._writes.patch(
+                NODECLAIMS,
+                work.raw,
+                {
+                    "metadata": {"resourceVersion": work.raw["metadata"].get("resourceVersion")},
+                    "status": status,
+                },
+                subresource="status",
+            )

@@ -1,0 +1,352 @@
+"""Launch: turn a NodeClaim into a request for a machine, and learn which machine it got.
+
+Launch is asynchronous (DESIGN decision 2). The first ``karpenter_capi_create`` records the
+provider's intent (a replica bump, a fleet request) and usually returns without a provider ID;
+``Launched`` then stays ``Unknown`` with reason ``Launching`` and the step polls by calling
+``create`` again, which the hook contract requires to be idempotent: the plugin recognises its
+own NodeClaim (by the annotations it asked us to record, or by name) and answers with the
+provider ID once a machine is bound. ``Launched`` goes ``True`` when a result carries one, and
+the provider ID, capacity, allocatable, image and the offering's labels are recorded.
+
+Failures split three ways, as upstream's launch does:
+
+* ``InsufficientCapacityError`` and ``NodeClassNotReadyError`` delete the NodeClaim (with an
+  Event saying why) so the provisioner simulates its pods again against what is available;
+* everything else (a ``RetryableCreateError``, a plugin bug, an API error, a NodePool that
+  cannot be read) keeps ``Launched`` ``Unknown`` with the reason and retries after 1 s,
+  doubling up to 1 min; liveness deletes the NodeClaim if that goes on past the launch timeout.
+
+What was launched is also remembered in memory per NodeClaim uid, because the informer cache
+may not show our own write yet on the next reconcile: without it a stale read would look like
+"never launched" and, for a plugin that recognises its work only by annotation, launch twice.
+The same memory holds the retry and poll schedule, so a reconcile triggered early (by our own
+status write) does not call the provider again before its time.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.api.meta import NodeClassReference, validation_problems
+from karpenter_capi.core.api.nodeclaim import NodeClaimConditionType
+from karpenter_capi.core.api.nodeclass import ClusterAPINodeClass
+from karpenter_capi.core.api.nodepool import NodePool
+from karpenter_capi.core.errors import (
+    InsufficientCapacityError,
+    NodeClassNotReadyError,
+    ProviderError,
+    RetryableCreateError,
+)
+from karpenter_capi.core.hookspecs import LaunchResult
+from karpenter_capi.core.instancetype import InstanceType
+from karpenter_capi.core.kube.errors import ApiError
+from karpenter_capi.core.kube.events import WARNING
+from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES, NODECLAIMS, NODEPOOLS
+from karpenter_capi.core.lifecycle.metrics import LifecycleReporter
+from karpenter_capi.core.lifecycle.work import NodeClaimWork
+from karpenter_capi.core.lifecycle.writes import Writes
+from karpenter_capi.core.plugins import PluginError
+from karpenter_capi.core.runtime.controller import DONE, WORKLOAD, ControllerContext, Result
+from karpenter_capi.core.scheduling.model import compatible_offerings
+from karpenter_capi.core.scheduling.requirements import RequirementError, Requirements
+
+LAUNCHED: Final = str(NodeClaimConditionType.LAUNCHED)
+REASON_LAUNCHING: Final = "Launching"
+REASON_LAUNCH_FAILED: Final = "LaunchFailed"
+_MAX_MESSAGE: Final = 300
+
+
+class LaunchInputError(Exception):
+    """The NodeClaim cannot be launched yet for a reason worth retrying (its NodePool)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True)
+class LaunchInputs:
+    nodepool: NodePool
+    nodeclass: ClusterAPINodeClass
+    instance_types: list[InstanceType]
+
+
+def _truncate(message: str) -> str:
+    return message if len(message) <= _MAX_MESSAGE else message[:_MAX_MESSAGE] + "..."
+
+
+def claim_requirements(raw: Mapping[str, Any]) -> Requirements:
+    return Requirements.from_dicts((raw.get("spec") or {}).get("requirements") or [])
+
+
+def launchable_instance_types(
+    instance_types: Sequence[InstanceType], requirements: Requirements
+) -> list[InstanceType]:
+    """The instance types a NodeClaim may become, cheapest first, each narrowed to the
+    offerings its requirements allow (what ``karpenter_capi_create`` is promised).
+
+    The NodeClaim's ``node.kubernetes.io/instance-type In [...]`` requirement already names
+    the types the solver found big enough, so fit is not checked again here.
+    """
+    result = []
+    for instance_type in instance_types:
+        type_requirements = Requirements.from_value_sets(instance_type.requirements)
+        if requirements.intersects(type_requirements) is not None:
+            continue
+        offerings = compatible_offerings(instance_type, requirements)
+        if offerings:
+            result.append(instance_type.with_offerings(offerings))
+    result.sort(key=lambda it: (min(o.price for o in it.offerings), it.name))
+    return result
+
+
+def resolve_launch_inputs(ctx: ControllerContext, work: NodeClaimWork) -> LaunchInputs:
+    """The NodePool, NodeClass and launchable instance types of a NodeClaim, from the caches.
+
+    Like ``core.provisioning.inventory.resolve_nodepool``, but it keeps errors typed: a
+    NodeClass that is missing, invalid or refused by its plugin raises
+    ``NodeClassNotReadyError`` (the NodeClaim is given up), a NodePool problem
+    ``LaunchInputError`` (retried), and the plugins' own errors propagate.
+    """
+    pool_name = work.nodepool
+    raw_pool = ctx.caches.store(NODEPOOLS, WORKLOAD).get(pool_name) if pool_name else None
+    if raw_pool is None:
+        raise LaunchInputError("NodePoolNotFound", f"NodePool {pool_name or '(none)'} not found")
+    try:
+        nodepool = NodePool.model_validate(raw_pool)
+    except ValidationError as exc:
+        raise LaunchInputError(
+            "NodePoolInvalid",
+            f"invalid NodePool {pool_name}: {'; '.join(validation_problems(exc))}",
+        ) from exc
+    ref: NodeClassReference = work.model.spec.node_class_ref
+    if (ref.group, ref.kind) != (CLUSTER_API_NODE_CLASSES.group, CLUSTER_API_NODE_CLASSES.kind):
+        raise NodeClassNotReadyError(
+            ref.name, f"nodeClassRef {ref.group}/{ref.kind} is not a kind this controller can read"
+        )
+    raw_class = ctx.caches.store(CLUSTER_API_NODE_CLASSES, WORKLOAD).get(ref.name)
+    if raw_class is None:
+        raise NodeClassNotReadyError(ref.name, f"{ref.kind} {ref.name} not found")
+    try:
+        nodeclass = ClusterAPINodeClass.model_validate(raw_class)
+    except ValidationError as exc:
+        raise NodeClassNotReadyError(ref.name, "; ".join(validation_problems(exc))) from exc
+    try:
+        requirements = claim_requirements(work.raw)
+    except RequirementError as exc:
+        raise LaunchInputError("InvalidRequirements", str(exc)) from exc
+    inventory = ctx.plugins.instance_types(nodeclass, nodepool)
+    return LaunchInputs(nodepool, nodeclass, launchable_instance_types(inventory, requirements))
+
+
+@dataclass
+class _Attempt:
+    """What this process knows about one NodeClaim's launch (keyed by name, checked by uid)."""
+
+    uid: str
+    result: LaunchResult | None = None
+    instance_type: InstanceType | None = None
+    failures: int = 0
+    next_at: float = 0.0
+    """Clock-monotonic time before which the provider is not called again."""
+
+
+class Launch:
+    """The launch step of the NodeClaim lifecycle controller."""
+
+    def __init__(
+        self,
+        ctx: ControllerContext,
+        writes: Writes,
+        metrics: LifecycleReporter,
+        *,
+        poll_interval: float,
+        retry_initial: float,
+        retry_max: float,
+    ) -> None:
+        self._ctx = ctx
+        self._writes = writes
+        self._metrics = metrics
+        self._poll_interval = poll_interval
+        self._retry_initial = retry_initial
+        self._retry_max = retry_max
+        self._lock = threading.Lock()
+        self._attempts: dict[str, _Attempt] = {}
+        self._kinds: dict[tuple[str, str], list[str]] | None = None
+
+    def forget(self, name: str) -> None:
+        with self._lock:
+            self._attempts.pop(name, None)
+
+    def _attempt(self, work: NodeClaimWork) -> _Attempt:
+        with self._lock:
+            attempt = self._attempts.get(work.name)
+            if attempt is None or attempt.uid != work.uid:
+                attempt = _Attempt(work.uid)
+                self._attempts[work.name] = attempt
+            return attempt
+
+    def provider_label(self, ref: NodeClassReference) -> str:
+        """The plugin that serves a NodeClass kind, for the provider label of call metrics."""
+        if self._kinds is None:
+            try:
+                self._kinds = self._ctx.plugins.nodeclass_kinds()
+            except PluginError:
+                self._kinds = {}
+        plugins = self._kinds.get((ref.group, ref.kind)) or ["unknown"]
+        return plugins[0]
+
+    def reconcile(self, work: NodeClaimWork) -> Result:
+        if work.conditions.is_true(LAUNCHED):
+            self.forget(work.name)
+            return DONE
+        attempt = self._attempt(work)
+        if attempt.result is not None:
+            # Our earlier result may not be visible in the cache yet: re-apply it first, so the
+            # plugin sees its own annotations and nothing already known is lost.
+            self._apply(work, attempt)
+            if attempt.result.provider_id:
+                return self._launched(work, attempt)
+        wait = attempt.next_at - self._ctx.clock.monotonic()
+        if wait > 0:
+            return Result(requeue_after=wait)
+        try:
+            inputs = resolve_launch_inputs(self._ctx, work)
+            if not inputs.instance_types:
+                raise InsufficientCapacityError(
+                    "no instance type allowed by the NodeClaim's requirements has an available "
+                    "offering"
+                )
+            if self._writes.dry_run:
+                self._writes.would(
+                    "launch NodeClaim %s as one of %s",
+                    work.name,
+                    ", ".join(it.name for it in inputs.instance_types),
+                )
+                return DONE
+            provider = self.provider_label(work.model.spec.node_class_ref)
+            with self._metrics.provider_call("Create", provider):
+                result = self._ctx.plugins.create(
+                    work.to_model(), inputs.instance_types, inputs.nodeclass
+                )
+        except InsufficientCapacityError as exc:
+            return self._give_up(work, "InsufficientCapacityError", "insufficient_capacity", exc)
+        except NodeClassNotReadyError as exc:
+            return self._give_up(work, "NodeClassNotReady", "nodeclass_not_ready", exc)
+        except RetryableCreateError as exc:
+            delay = exc.retry_after.total_seconds() if exc.retry_after else None
+            return self._retry(work, attempt, REASON_LAUNCH_FAILED, str(exc), delay)
+        except LaunchInputError as exc:
+            return self._retry(work, attempt, exc.reason, exc.message, None)
+        except (ProviderError, PluginError, ApiError) as exc:
+            return self._retry(work, attempt, REASON_LAUNCH_FAILED, str(exc), None)
+        attempt.result = result
+        attempt.failures = 0
+        attempt.instance_type = next(
+            (it for it in inputs.instance_types if it.name == result.instance_type),
+            attempt.instance_type,
+        )
+        self._apply(work, attempt)
+        if result.provider_id:
+            return self._launched(work, attempt)
+        where = f" in {result.zone}" if result.zone else ""
+        work.conditions.set_unknown(
+            LAUNCHED,
+            REASON_LAUNCHING,
+            f"waiting for the provider to bind a {result.instance_type} "
+            f"{result.capacity_type} instance{where}",
+        )
+        attempt.next_at = self._ctx.clock.monotonic() + self._poll_interval
+        return Result(requeue_after=self._poll_interval)
+
+    def _apply(self, work: NodeClaimWork, attempt: _Attempt) -> None:
+        """Record what the provider said: labels, annotations, provider ID, shape, image."""
+        result = attempt.result
+        assert result is not None
+        resolved = dict(result.labels)
+        resolved[wellknown.LABEL_INSTANCE_TYPE] = result.instance_type
+        resolved[wellknown.LABEL_CAPACITY_TYPE] = result.capacity_type
+        if result.zone:
+            resolved[wellknown.LABEL_TOPOLOGY_ZONE] = result.zone
+        try:
+            pinned = claim_requirements(work.raw).labels()
+        except RequirementError:
+            pinned = {}
+        pinned.pop(wellknown.LABEL_HOSTNAME, None)
+        # As upstream: what the user or the NodePool set wins over what the provider resolved.
+        work.labels = {**resolved, **pinned, **work.labels}
+        work.annotations = {**work.annotations, **result.annotations}
+        capacity = result.capacity or (
+            attempt.instance_type.capacity if attempt.instance_type else None
+        )
+        allocatable = result.allocatable or (
+            attempt.instance_type.allocatable if attempt.instance_type else None
+        )
+        if capacity is not None:
+            work.status["capacity"] = capacity.to_dict()
+        if allocatable is not None:
+            work.status["allocatable"] = allocatable.to_dict()
+        if result.image_id:
+            work.status["imageID"] = result.image_id
+        if result.provider_id:
+            work.status["providerID"] = result.provider_id
+
+    def _launched(self, work: NodeClaimWork, attempt: _Attempt) -> Result:
+        result = attempt.result
+        assert result is not None
+        if work.conditions.set_true(LAUNCHED):
+            self._ctx.log.info(
+                "launched nodeclaim %s: provider-id %s, instance-type %s, zone %s, "
+                "capacity-type %s",
+                work.name,
+                result.provider_id,
+                result.instance_type,
+                result.zone or "-",
+                result.capacity_type,
+            )
+            self._metrics.launched(work.nodepool)
+        return DONE
+
+    def _retry(
+        self,
+        work: NodeClaimWork,
+        attempt: _Attempt,
+        reason: str,
+        message: str,
+        delay: float | None,
+    ) -> Result:
+        attempt.failures += 1
+        if delay is None:
+            doublings = min(attempt.failures - 1, 32)  # past the cap anyway; keeps it a float
+            delay = min(self._retry_initial * 2**doublings, self._retry_max)
+        attempt.next_at = self._ctx.clock.monotonic() + delay
+        self._ctx.log.warning(
+            "launching nodeclaim %s failed (attempt %d, retrying in %gs): %s",
+            work.name,
+            attempt.failures,
+            delay,
+            message,
+        )
+        work.conditions.set_unknown(LAUNCHED, reason, _truncate(message))
+        return Result(requeue_after=delay)
+
+    def _give_up(
+        self, work: NodeClaimWork, event_reason: str, metric_reason: str, error: Exception
+    ) -> Result:
+        """Delete the NodeClaim so its pods are simulated again against what is left."""
+        self._ctx.log.warning("launching nodeclaim %s failed, deleting it: %s", work.name, error)
+        self._writes.event(
+            work.raw, WARNING, event_reason, f"NodeClaim {work.name} event: {_truncate(str(error))}"
+        )
+        if self._writes.delete(NODECLAIMS, work.raw):
+            self._metrics.disrupted(metric_reason, work.nodepool, work.capacity_type)
+        self.forget(work.name)
+        work.deleted = True
+        return DONE
