@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from karpenter_capi import __version__
+from karpenter_capi.cli_run import add_run_arguments, run_command
 from karpenter_capi.core.observability.logs import configure_logging
 
 _EXIT_USAGE = 2
@@ -75,27 +76,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     add_cluster_arguments(run)
     _add_plugin_argument(run)
-    run.add_argument(
-        "--interval",
-        type=float,
-        default=0.5,
-        help="seconds between looks at the pending pods (default 0.5)",
-    )
-    run.add_argument(
-        "--batch-idle-duration",
-        type=float,
-        default=os.environ.get("BATCH_IDLE_DURATION", "1"),
-        help="solve once no new pending pod has appeared for this many seconds "
-        "(env BATCH_IDLE_DURATION, default 1)",
-    )
-    run.add_argument(
-        "--batch-max-duration",
-        type=float,
-        default=os.environ.get("BATCH_MAX_DURATION", "10"),
-        help="solve at the latest this many seconds after the first new pending pod "
-        "(env BATCH_MAX_DURATION, default 10)",
-    )
-    run.add_argument("--once", action="store_true", help="run one provisioning round and exit")
+    add_run_arguments(run)
     run.set_defaults(handler=_cmd_run)
 
     simulate = sub.add_parser(
@@ -300,23 +281,7 @@ def _cmd_instance_types(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
-    from karpenter_capi.core.clock import SystemClock
-    from karpenter_capi.core.provisioning.batcher import Batcher
-    from karpenter_capi.core.provisioning.loop import run_provisioning
-
-    clock = SystemClock()
-    batcher = Batcher(clock, idle=args.batch_idle_duration, max_duration=args.batch_max_duration)
-    workload, management = _clients(args)
-    plugins = _load_plugins(args, workload, management)
-    return run_provisioning(
-        workload,
-        plugins,
-        clock=clock,
-        interval=args.interval,
-        once=args.once,
-        out=out,
-        batcher=batcher,
-    )
+    return run_command(args, out, _clients, _load_plugins)
 
 
 def _fmt_resource(instance_type: Any, name: str) -> str:

@@ -1,0 +1,157 @@
+"""``karpenter-capi run``: its flags (each with an environment variable) and how it starts.
+
+Kept apart from ``cli.py`` because this is the one command that runs for months in a pod: its
+flags mirror upstream Karpenter's settings where they mean the same thing (``BATCH_IDLE_DURATION``,
+``METRICS_PORT``, leader election), and it owns signal handling for a graceful stop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any, TextIO
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return raw.strip().lower() in ("1", "true", "yes", "on")
+
+
+def add_run_arguments(run: argparse.ArgumentParser) -> None:
+    """The flags of ``run`` beyond the cluster and plugin ones."""
+    env = os.environ.get
+    run.add_argument(
+        "--once",
+        action="store_true",
+        help="run one provisioning round, print what it decided and exit (no other controller)",
+    )
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        default=_env_bool("DRY_RUN", False),
+        help="decide and log, write nothing (env DRY_RUN)",
+    )
+    run.add_argument(
+        "--batch-idle-duration",
+        type=float,
+        default=env("BATCH_IDLE_DURATION", "1"),
+        help="solve once no new pending pod has appeared for this many seconds "
+        "(env BATCH_IDLE_DURATION, default 1)",
+    )
+    run.add_argument(
+        "--batch-max-duration",
+        type=float,
+        default=env("BATCH_MAX_DURATION", "10"),
+        help="solve at the latest this many seconds after the first new pending pod "
+        "(env BATCH_MAX_DURATION, default 10)",
+    )
+    run.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=_env_bool("LEADER_ELECT", True),
+        help="hold a Lease so that one replica acts (env LEADER_ELECT, default on)",
+    )
+    run.add_argument(
+        "--leader-election-name",
+        default=env("LEADER_ELECTION_NAME", "karpenter-leader-election"),
+        help="the Lease's name (env LEADER_ELECTION_NAME)",
+    )
+    run.add_argument(
+        "--leader-election-namespace",
+        default=env("LEADER_ELECTION_NAMESPACE", env("SYSTEM_NAMESPACE", "kube-system")),
+        help="the Lease's namespace (env LEADER_ELECTION_NAMESPACE or SYSTEM_NAMESPACE, "
+        "default kube-system)",
+    )
+    run.add_argument(
+        "--leader-election-identity",
+        default=env("LEADER_ELECTION_IDENTITY"),
+        help="this replica's name in the Lease (default: hostname and a random suffix)",
+    )
+    for flag, variable, default, what in (
+        ("--leader-election-lease-duration", "LEADER_ELECTION_LEASE_DURATION", "15", "lease"),
+        ("--leader-election-renew-deadline", "LEADER_ELECTION_RENEW_DEADLINE", "10", "renewal"),
+        ("--leader-election-retry-period", "LEADER_ELECTION_RETRY_PERIOD", "2", "retry"),
+    ):
+        run.add_argument(
+            flag,
+            type=float,
+            default=env(variable, default),
+            help=f"seconds, the {what} timing of leader election (env {variable}, "
+            f"default {default})",
+        )
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        default=env("METRICS_PORT", "8080"),
+        help="port of /metrics, /healthz and /readyz; 0 picks a free one, -1 serves none "
+        "(env METRICS_PORT, default 8080)",
+    )
+    run.add_argument(
+        "--metrics-host",
+        default=env("METRICS_HOST", "0.0.0.0"),
+        help="address the endpoint listens on (env METRICS_HOST, default 0.0.0.0)",
+    )
+    run.add_argument(
+        "--workers",
+        type=int,
+        default=env("WORKERS", "4"),
+        help="concurrent reconciles per controller (env WORKERS, default 4)",
+    )
+
+
+def run_command(
+    args: argparse.Namespace,
+    out: TextIO,
+    clients: Callable[[argparse.Namespace], tuple[Any, Any]],
+    load_plugins: Callable[[argparse.Namespace, Any, Any], Any],
+) -> int:
+    """Start the operator (or one round with ``--once``) and run until SIGTERM/SIGINT."""
+    from karpenter_capi.core.clock import SystemClock
+    from karpenter_capi.core.operator import Operator, OperatorOptions
+    from karpenter_capi.core.provisioning.loop import print_report
+    from karpenter_capi.core.provisioning.provisioner import Provisioner
+
+    clock = SystemClock()
+    workload, management = clients(args)
+    plugins = load_plugins(args, workload, management)
+    if args.once:
+        report = Provisioner(workload, plugins, clock, dry_run=args.dry_run).reconcile()
+        print_report(report, out)
+        return 0
+    options = OperatorOptions(
+        dry_run=args.dry_run,
+        leader_elect=args.leader_elect,
+        lease_name=args.leader_election_name,
+        lease_namespace=args.leader_election_namespace,
+        lease_duration=args.leader_election_lease_duration,
+        renew_deadline=args.leader_election_renew_deadline,
+        retry_period=args.leader_election_retry_period,
+        identity=args.leader_election_identity,
+        metrics_host=args.metrics_host,
+        metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+        batch_idle=args.batch_idle_duration,
+        batch_max=args.batch_max_duration,
+        workers=args.workers,
+    )
+    operator = Operator(workload, management, plugins, clock, options)
+    stop = threading.Event()
+
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    def started() -> None:
+        where = f" on {operator.server.url}" if operator.server is not None else ""
+        out.write(f"karpenter-capi running{where}: {', '.join(operator.controller_names)}\n")
+        out.flush()
+
+    return operator.run(stop, on_started=started)

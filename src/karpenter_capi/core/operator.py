@@ -1,0 +1,174 @@
+"""The running controller: every control loop, its caches, leadership and endpoint, wired.
+
+``karpenter-capi run`` builds one :class:`Operator` from the clusters, the enabled plugins and
+its flags; the simulator and the tests build the same object with a virtual clock. Nothing
+here decides anything: it only connects the controllers (provisioning, NodeClaim lifecycle,
+termination, garbage collection) to the runtime, the metrics to the endpoint, and the drivers
+to the leader elector, so that exactly one replica acts and it stops acting the moment it loses
+the Lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from karpenter_capi.core.clock import Clock, FakeClock
+from karpenter_capi.core.kube.client import KubeClient
+from karpenter_capi.core.kube.events import EventRecorder
+from karpenter_capi.core.lifecycle import lifecycle_controllers
+from karpenter_capi.core.observability.endpoint import ObservabilityServer
+from karpenter_capi.core.observability.metrics import Metrics
+from karpenter_capi.core.plugins import Plugins
+from karpenter_capi.core.provisioning.batcher import (
+    DEFAULT_IDLE_SECONDS,
+    DEFAULT_MAX_SECONDS,
+    Batcher,
+)
+from karpenter_capi.core.provisioning.controller import ProvisioningController
+from karpenter_capi.core.runtime.leader import LeaderElector, make_identity
+from karpenter_capi.core.runtime.manager import Manager
+from karpenter_capi.core.runtime.stepped import SteppedDriver
+from karpenter_capi.core.runtime.threaded import ThreadedDriver
+from karpenter_capi.core.termination import termination_controllers
+
+log = logging.getLogger(__name__)
+
+LEASE_NAME: Final = "karpenter-leader-election"
+"""Upstream Karpenter's Lease name, so one never runs beside the other by accident."""
+
+
+@dataclass(frozen=True)
+class OperatorOptions:
+    """What ``karpenter-capi run`` exposes as flags (each with an environment variable)."""
+
+    dry_run: bool = False
+    leader_elect: bool = True
+    lease_name: str = LEASE_NAME
+    lease_namespace: str = "kube-system"
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    identity: str | None = None
+    metrics_host: str = "0.0.0.0"
+    metrics_port: int | None = 8080  # None: no endpoint
+    batch_idle: float = DEFAULT_IDLE_SECONDS
+    batch_max: float = DEFAULT_MAX_SECONDS
+    workers: int = 4
+
+
+class Operator:
+    """Every controller of the autoprovisioner over one workload and one management cluster."""
+
+    def __init__(
+        self,
+        workload: KubeClient,
+        management: KubeClient,
+        plugins: Plugins,
+        clock: Clock,
+        options: OperatorOptions | None = None,
+    ) -> None:
+        self.options = options or OperatorOptions()
+        self.clock = clock
+        self.metrics = Metrics(clock)
+        self.manager = Manager(workload, management, clock=clock, observer=self.metrics)
+        self.context = self.manager.context(
+            plugins,
+            recorder=EventRecorder(workload, clock),
+            metrics=self.metrics,
+            dry_run=self.options.dry_run,
+        )
+        batcher = Batcher(clock, idle=self.options.batch_idle, max_duration=self.options.batch_max)
+        self.provisioning = ProvisioningController(self.context, batcher=batcher)
+        controllers: list[Any] = [
+            self.provisioning,
+            *lifecycle_controllers(self.context),
+            *termination_controllers(self.context),
+        ]
+        self.manager.add(*controllers)
+        self.elector: LeaderElector | None = None
+        if self.options.leader_elect:
+            self.elector = LeaderElector(
+                workload,
+                clock,
+                name=self.options.lease_name,
+                namespace=self.options.lease_namespace,
+                identity=self.options.identity or make_identity(),
+                lease_duration=self.options.lease_duration,
+                renew_deadline=self.options.renew_deadline,
+                retry_period=self.options.retry_period,
+                on_started_leading=self._leadership_gained,
+                on_stopped_leading=self._leadership_lost,
+            )
+        self.server: ObservabilityServer | None = None
+        self._driver: ThreadedDriver | None = None
+
+    def _leadership_gained(self) -> None:
+        log.info("leading: controllers start acting")
+        if self._driver is not None:
+            self._driver.on_leadership_gained()
+
+    def _leadership_lost(self) -> None:
+        log.warning("lost leadership: controllers stop acting")
+        if self._driver is not None:
+            self._driver.on_leadership_lost(30)
+
+    @property
+    def controller_names(self) -> Sequence[str]:
+        return [entry.name for entry in self.manager.entries]
+
+    def is_leader(self) -> bool:
+        return self.elector is None or self.elector.is_leader
+
+    def ready(self) -> bool:
+        """Ready once the caches have synced (a standby replica is ready too: it waits)."""
+        return self.manager.has_synced()
+
+    def stepped(self) -> SteppedDriver:
+        """A deterministic driver for the simulator and tests (needs a ``FakeClock``)."""
+        if not isinstance(self.clock, FakeClock):
+            raise TypeError("the stepped driver needs a FakeClock")
+        return SteppedDriver(self.manager, is_leader=self.is_leader)
+
+    def run(self, stop: threading.Event, *, on_started: Callable[[], None] | None = None) -> int:
+        """Run threaded until ``stop`` is set; returns the exit status."""
+        driver = ThreadedDriver(
+            self.manager, workers=self.options.workers, is_leader=self.is_leader
+        )
+        self._driver = driver
+        if self.options.metrics_port is not None:
+            self.server = ObservabilityServer(
+                self.metrics,
+                host=self.options.metrics_host,
+                port=self.options.metrics_port,
+                ready=self.ready,
+            ).start()
+            log.info("metrics and probes on %s", self.server.url)
+        elector_thread = None
+        elector_stop = threading.Event()
+        if self.elector is not None:
+            elector_thread = threading.Thread(
+                target=self.elector.run,
+                args=(elector_stop,),
+                name="leader-election",
+                daemon=True,
+            )
+        driver.start()
+        if elector_thread is not None:
+            elector_thread.start()
+        if on_started is not None:
+            on_started()
+        try:
+            stop.wait()
+        finally:
+            log.info("stopping")
+            elector_stop.set()
+            if elector_thread is not None:
+                elector_thread.join(timeout=self.options.lease_duration)
+            driver.stop()
+            if self.server is not None:
+                self.server.close()
+        return 0
