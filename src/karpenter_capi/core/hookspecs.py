@@ -198,8 +198,11 @@ def karpenter_capi_create(
 ) -> LaunchResult | None:
     """Start launching one node for ``nodeclaim``, choosing among ``instance_types``.
 
-    Called by the NodeClaim lifecycle controller once per new NodeClaim (and again after a
-    ``RetryableCreateError``). ``instance_types`` are the types the solver found compatible,
+    Called by the NodeClaim lifecycle controller for a new NodeClaim, and again every few
+    seconds until the returned ``LaunchResult`` carries a ``provider_id`` (and after a
+    ``RetryableCreateError``): a repeat call is how the core learns that a pending launch got
+    its machine, so it must answer from the work already done, never launch twice.
+    ``instance_types`` are the types the solver found compatible,
     cheapest first, each restricted to the offerings compatible with the NodeClaim's
     requirements. **Asynchronous**: record the intent (raise a replica count, submit a fleet
     request) and return at once; never wait for the machine. Must be idempotent: after a crash
