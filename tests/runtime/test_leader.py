@@ -19,11 +19,11 @@ from typing import Any, cast
 
 import pytest
 
-from karpenter_capi.core.clock import FakeClock, SystemClock
+from karpenter_capi.core.clock import FakeClock, SystemClock, format_micro_time
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.errors import Conflict
 from karpenter_capi.core.kube.resources import LEASES
-from karpenter_capi.core.runtime.leader import LeaderElector, format_micro_time, make_identity
+from karpenter_capi.core.runtime.leader import LeaderElector, make_identity
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
 

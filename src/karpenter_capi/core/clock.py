@@ -63,6 +63,12 @@ def format_timestamp(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def format_micro_time(moment: datetime) -> str:
+    """RFC 3339 with microseconds and a ``Z``: the wire form of ``metav1.MicroTime``
+    (Lease and Event series times), which a strict decoder requires."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def parse_timestamp(value: str) -> datetime:
     """Parse a ``metav1.Time``/``MicroTime`` string into an aware UTC datetime."""
     return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)

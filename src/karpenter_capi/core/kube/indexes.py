@@ -76,6 +76,12 @@ nodes_by_provider_id = by_provider_id
 machines_by_provider_id = by_provider_id
 
 
+def nodeclaims_by_provider_id(claim: Mapping[str, Any]) -> list[str]:
+    """A NodeClaim under ``status.providerID`` (unlike Nodes and Machines, it is in the status)."""
+    provider_id = _nested_str(claim, "status", "providerID")
+    return [provider_id] if provider_id else []
+
+
 def machine_pools_by_provider_id(pool: Mapping[str, Any]) -> list[str]:
     """A MachinePool under each providerID in ``spec.providerIDList``."""
     spec = pool.get("spec")
@@ -130,6 +136,9 @@ MACHINE_INDEXERS: dict[str, IndexFunc[Mapping[str, Any]]] = {
     BY_MACHINE_DEPLOYMENT: machines_by_deployment,
     BY_MACHINE_SET: machines_by_machine_set,
     BY_MACHINE_POOL: machines_by_machine_pool,
+}
+NODECLAIM_INDEXERS: dict[str, IndexFunc[Mapping[str, Any]]] = {
+    BY_PROVIDER_ID: nodeclaims_by_provider_id,
 }
 MACHINE_POOL_INDEXERS: dict[str, IndexFunc[Mapping[str, Any]]] = {
     BY_PROVIDER_ID_LIST: machine_pools_by_provider_id,

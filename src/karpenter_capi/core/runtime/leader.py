@@ -40,10 +40,9 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Final
 
-from karpenter_capi.core.clock import Clock
+from karpenter_capi.core.clock import Clock, format_micro_time
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.errors import ApiError, NotFound
 from karpenter_capi.core.kube.resources import LEASES
@@ -57,15 +56,6 @@ candidates do not hit the API server in lockstep."""
 RELEASED_LEASE_SECONDS: Final = 1
 """What a released Lease advertises, as client-go writes it, so that clients which only look at
 the duration (not at the empty holder) also take over quickly."""
-
-
-def format_micro_time(moment: datetime) -> str:
-    """RFC 3339 with microseconds and a ``Z``: the wire form of ``metav1.MicroTime``.
-
-    ``core.clock.format_timestamp`` writes ``metav1.Time`` (whole seconds); Lease times are
-    ``MicroTime`` (``2006-01-02T15:04:05.000000Z07:00``), which a strict decoder requires.
-    """
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def make_identity(hostname: str | None = None) -> str:

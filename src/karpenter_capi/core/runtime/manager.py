@@ -33,12 +33,11 @@ from karpenter_capi.core.kube.cache import IndexFunc, Store
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.events import EventRecorder
 from karpenter_capi.core.kube.indexes import (
-    BY_PROVIDER_ID,
     MACHINE_INDEXERS,
     MACHINE_POOL_INDEXERS,
     NODE_INDEXERS,
+    NODECLAIM_INDEXERS,
     POD_INDEXERS,
-    index_by,
 )
 from karpenter_capi.core.kube.informer import Informer
 from karpenter_capi.core.kube.resources import (
@@ -88,17 +87,6 @@ class ReconcileObserver(Protocol):
         """The number of keys ready in ``controller``'s queue changed."""
         ...
 
-
-def _nodeclaim_provider_id(obj: JsonObject) -> str | None:
-    status = obj.get("status")
-    value = status.get("providerID") if isinstance(status, Mapping) else None
-    return value if isinstance(value, str) else None
-
-
-nodeclaims_by_provider_id: IndexFunc[JsonObject] = index_by(_nodeclaim_provider_id)
-"""A NodeClaim under ``status.providerID`` (unlike Nodes and Machines, it is in the status)."""
-
-NODECLAIM_INDEXERS: dict[str, IndexFunc[JsonObject]] = {BY_PROVIDER_ID: nodeclaims_by_provider_id}
 
 # Keyed by (group, plural), not by Resource, so a discovered Cluster API version still matches.
 _DEFAULT_INDEXERS: dict[tuple[str, str], Mapping[str, IndexFunc[Any]]] = {
@@ -521,12 +509,10 @@ def _observe_depth(observer: ReconcileObserver, name: str, depth: int) -> None:
 
 
 __all__ = [
-    "NODECLAIM_INDEXERS",
     "ControllerEntry",
     "Entry",
     "Manager",
     "PeriodicEntry",
     "ReconcileObserver",
     "default_indexers",
-    "nodeclaims_by_provider_id",
 ]
