@@ -124,6 +124,11 @@ def test_one_replica_acts_and_the_other_takes_over_within_the_lease(
         took_over = time.monotonic() - killed_at
         _wait_for(lambda: bool(_creations(logs[standby])), 20, "the new leader to provision")
         assert took_over <= LEASE_SECONDS + 1.5
+
+        # SIGTERM: a graceful stop, exit status 0, and the Lease released for a successor.
+        processes[standby].send_signal(signal.SIGTERM)
+        assert processes[standby].wait(timeout=15) == 0
+        assert _holder(api) in (None, "")
     finally:
         for process in processes.values():
             if process.poll() is None:
