@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from karpenter_capi.core.clock import parse_timestamp
 from karpenter_capi.core.kube.client import KubeClient, Preconditions, PropagationPolicy
 from karpenter_capi.core.kube.errors import Conflict, Forbidden, Invalid, NotFound
 from karpenter_capi.core.kube.resources import (
@@ -38,6 +39,14 @@ def _replicaset(name: str) -> dict[str, object]:
     }
 
 
+def test_an_unbound_pod_is_deleted_without_a_grace_period(kube: KubeClient) -> None:
+    kube.create(PODS, pod("idle", finalizers=["example.com/cleanup"]))
+
+    returned = kube.delete(PODS, "idle", "default", grace_period_seconds=30)
+
+    assert returned["metadata"]["deletionGracePeriodSeconds"] == 0
+
+
 def _exists(kube: KubeClient, name: str) -> bool:
     try:
         kube.get(PODS, name, "default")
@@ -47,12 +56,18 @@ def _exists(kube: KubeClient, name: str) -> bool:
 
 
 def test_delete_with_finalizer_marks_the_object_and_keeps_it(kube: KubeClient) -> None:
-    kube.create(PODS, pod("web", finalizers=["example.com/cleanup"]))
+    bound = pod("web", finalizers=["example.com/cleanup"])
+    bound["spec"]["nodeName"] = "node-1"  # a kubelet runs it: the grace period applies
+    kube.create(PODS, bound)
 
     returned = kube.delete(PODS, "web", "default", grace_period_seconds=30)
 
     assert returned["metadata"]["deletionTimestamp"]
     assert returned["metadata"]["deletionGracePeriodSeconds"] == 30
+    # As kube-apiserver: the deletion time is when the kubelet should be done, now + grace.
+    created = parse_timestamp(returned["metadata"]["creationTimestamp"])
+    deleting = parse_timestamp(returned["metadata"]["deletionTimestamp"])
+    assert 29 <= (deleting - created).total_seconds() <= 31
     stored = kube.get(PODS, "web", "default")
     assert stored["metadata"]["deletionTimestamp"] == returned["metadata"]["deletionTimestamp"]
     assert stored["metadata"]["finalizers"] == ["example.com/cleanup"]

@@ -629,13 +629,6 @@ def test_deleting_the_node_or_the_nodeclaim_first_removes_node_nodeclaim_and_mac
 # --- product bugs ---------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="in-memory API: a pod's deletionTimestamp is the time of the DELETE, not DELETE + "
-    "its grace period, and an eviction without grace period records 0 instead of the pod's "
-    "terminationGracePeriodSeconds; the drain's 'stuck a minute past its deletionTimestamp' "
-    "rule then drops a pod still within its grace period after 60 s",
-)
 def test_a_node_waits_for_a_pod_still_within_its_grace_period() -> None:
     world = new_world()
     node_name = world.running_node("web")

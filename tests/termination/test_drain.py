@@ -186,9 +186,10 @@ def test_a_pod_stuck_terminating_stops_blocking_a_minute_after_its_deletion_time
 
     h.run(lambda: h.get(NODES, "node-a") is None)
 
-    # Evicted at once; its kubelet never finishes it, so the node waits out the minute only.
+    # Evicted at once; its kubelet never finishes it: the pod's deletion time is the end of
+    # its grace period (30 s, the default), and the node waits a minute past that only.
     assert [(c.pod, c.at) for c in h.client.evictions()] == [("default/stuck", 0.0)]
-    assert h.elapsed() == 60.0
+    assert h.elapsed() == 90.0
     stuck = h.pod("stuck")
     assert stuck is not None
-    assert stuck["metadata"]["deletionTimestamp"] == h.at(0)
+    assert stuck["metadata"]["deletionTimestamp"] == h.at(30)

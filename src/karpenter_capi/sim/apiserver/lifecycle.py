@@ -23,8 +23,10 @@ gone when the eviction or delete returns.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+from karpenter_capi.core.clock import format_timestamp
 from karpenter_capi.core.kube.client import PropagationPolicy, WatchEventType
 from karpenter_capi.sim.apiserver.engine import Engine
 from karpenter_capi.sim.apiserver.store import Table, key_of
@@ -38,6 +40,25 @@ _GC_FINALIZERS = (ORPHAN_FINALIZER, FOREGROUND_FINALIZER)
 # What a delete answers: the object (as marked for deletion, or as last stored when it went at
 # once) and whether it was removed by this very call (kube's ``wasDeleted``).
 Deletion = tuple[JsonObject, bool]
+
+
+def _grace_period(table: Table, stored: JsonObject, requested: int | None) -> int:
+    """The grace period kube-apiserver records on a deletion it cannot finish at once.
+
+    For pods it is what the request asked for, else ``spec.terminationGracePeriodSeconds``,
+    else 30; 0 for a pod no kubelet runs (unbound, or already finished), as the pod strategy's
+    ``CheckGracefulDelete``. ``deletionTimestamp`` is then that far in the future: the moment
+    the kubelet is expected to be done. Other kinds have no grace period.
+    """
+    if table.definition.group != "" or table.definition.plural != "pods":
+        return requested or 0
+    spec, status = stored.get("spec") or {}, stored.get("status") or {}
+    if not spec.get("nodeName") or status.get("phase") in ("Succeeded", "Failed"):
+        return 0
+    if requested is not None:
+        return max(0, requested)
+    configured = spec.get("terminationGracePeriodSeconds")
+    return 30 if configured is None else max(0, int(configured))
 
 
 class Lifecycle(Engine):
@@ -77,8 +98,10 @@ class Lifecycle(Engine):
             return stored, False
         new_meta = {**meta, "finalizers": finalizers}
         if not deleting:
-            new_meta["deletionTimestamp"] = self._now()
-            new_meta["deletionGracePeriodSeconds"] = grace_period_seconds or 0
+            grace = _grace_period(table, stored, grace_period_seconds)
+            moment = self.clock.now() + timedelta(seconds=grace)
+            new_meta["deletionTimestamp"] = format_timestamp(moment)
+            new_meta["deletionGracePeriodSeconds"] = grace
             if meta.get("generation"):  # kube bumps generation only where it is tracked
                 new_meta["generation"] = int(meta["generation"]) + 1
         marked = self._commit(table, "MODIFIED", {**stored, "metadata": new_meta}, stored)
