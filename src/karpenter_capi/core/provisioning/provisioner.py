@@ -269,7 +269,7 @@ class Provisioner:
 
     def _launch(self, raw_pool: Mapping[str, Any], claim: ProposedNodeClaim) -> LaunchDecision:
         body = nodeclaim_body(raw_pool, claim)
-        instance_type, offering = claim.cheapest()
+        instance_type = claim.cheapest()[0]
         keys = tuple(sorted(pod_key(p) for p in claim.pods))
         if self._dry_run:
             log.info(
@@ -278,17 +278,7 @@ class Provisioner:
                 ", ".join(it.name for it in claim.instance_types[:5]),
                 ", ".join(keys),
             )
-            return LaunchDecision(
-                nodeclaim="(dry run)",
-                nodepool=str(raw_pool["metadata"]["name"]),
-                instance_type=instance_type.name,
-                zone=offering.zone,
-                capacity_type=offering.capacity_type,
-                price=offering.price,
-                pods=keys,
-                requests=claim.requests.to_dict(),
-                alternatives=tuple(it.name for it in claim.instance_types),
-            )
+            return _decision("(dry run)", claim, keys)
         created = self._client.create(NODECLAIMS, body)
         name = str(created["metadata"]["name"])
         if self._metrics is not None:
@@ -305,14 +295,19 @@ class Provisioner:
             self._recorder.record(
                 pod, NORMAL, "Nominated", f"Pod should schedule on: nodeclaim/{name}"
             )
-        return LaunchDecision(
-            nodeclaim=name,
-            nodepool=str(raw_pool["metadata"]["name"]),
-            instance_type=instance_type.name,
-            zone=offering.zone,
-            capacity_type=offering.capacity_type,
-            price=offering.price,
-            pods=keys,
-            requests=claim.requests.to_dict(),
-            alternatives=tuple(it.name for it in claim.instance_types),
-        )
+        return _decision(name, claim, keys)
+
+
+def _decision(name: str, claim: ProposedNodeClaim, pods: tuple[str, ...]) -> LaunchDecision:
+    instance_type, offering = claim.cheapest()
+    return LaunchDecision(
+        nodeclaim=name,
+        nodepool=claim.nodepool.name,
+        instance_type=instance_type.name,
+        zone=offering.zone,
+        capacity_type=offering.capacity_type,
+        price=offering.price,
+        pods=pods,
+        requests=claim.requests.to_dict(),
+        alternatives=tuple(it.name for it in claim.instance_types),
+    )
