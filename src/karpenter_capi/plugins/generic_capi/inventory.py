@@ -1,63 +1,343 @@
 """Cluster API scalable resources as Karpenter instance types and offerings.
 
-A ClusterAPINodeClass selects MachineDeployments, MachineSets and MachinePools (each opted in
-with ``node.cluster.x-k8s.io/karpenter-member``). Resources that make the same node shape under
-the same instance-type name, differing only in zone or capacity type, are one instance type with
-several offerings: that is how Karpenter reasons about "the same machine in another zone", and
-it lets the solver pick the cheapest zone instead of the first name in sort order.
+A ClusterAPINodeClass selects MachineDeployments, MachineSets and MachinePools (``selection``).
+Resources that make the same node shape under the same instance-type name, differing only in
+zone or capacity type, are one instance type with several offerings: that is how Karpenter
+reasons about "the same machine in another zone", and it lets the solver pick the cheapest zone
+instead of the first name in sort order. Each offering remembers which resources stand behind
+it (``Inventory.resources_for``), so the launch code knows what to scale.
 
-A resource that cannot be described (malformed or missing annotations, paused) is left out and
-reported as a ``ResourceProblem``; the others still make the inventory.
+The shape of each resource comes from its annotations and its infrastructure machine template
+(``shape``). Reading the template means resolving ``spec.template.spec.infrastructureRef`` to
+a REST resource for a kind this project has never heard of; ``TemplateReader`` discovers the
+served version, derives the plural as cluster-autoscaler does (lower-case kind + ``s``, the
+kubebuilder convention every infrastructure provider follows) and caches what it read for a
+minute, because the inventory is rebuilt at every provisioning round.
+
+An offering is unavailable while its resource is at its
+``cluster-api-autoscaler-node-group-max-size``, or for three minutes after the launch code
+reported that the resource failed to produce a Machine (``UnavailableOfferings``), so the solver
+moves on to the next zone or type instead of retrying the same one.
+
+A resource that cannot be described (malformed annotation, no shape anywhere, paused) is left out
+and reported as a ``ResourceProblem``; the others still make the inventory. What is usable but
+worth knowing (an estimated price, a template that could not be read while the annotations
+sufficed) is a notice. ``nodeclass_status`` turns both into the NodeClass's Ready condition.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.clock import Clock
+from karpenter_capi.core.hookspecs import NodeClass, PluginContext
 from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead, Offering
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.discovery import CapiResources
-from karpenter_capi.core.kube.resources import Resource
-from karpenter_capi.core.kube.selectors import selector_to_string
-from karpenter_capi.core.scheduling.resources import ResourceList
-from karpenter_capi.plugins.generic_capi.shape import NodeShape, ShapeError, shape_from_annotations
+from karpenter_capi.core.kube.errors import ApiError, NotFound
+from karpenter_capi.core.kube.resources import CAPI_INFRASTRUCTURE_GROUP, Resource
+from karpenter_capi.core.kube.selectors import SelectorError
+from karpenter_capi.plugins.generic_capi.selection import (
+    INFORMATIONAL_REASONS,
+    ResourceProblem,
+    Selection,
+    resource_key,
+    select,
+    select_resources,
+    why_out_of_play,
+)
+from karpenter_capi.plugins.generic_capi.shape import (
+    PRICE_ANNOTATION,
+    MissingShapeError,
+    NodeShape,
+    SettingsError,
+    ShapeError,
+    ShapeSettings,
+    TemplateStatus,
+    default_overhead,
+    machine_taints,
+    resolve_shape,
+    settings_from,
+)
 
-# Labels CAPI copies from a Machine template onto the Node (the rest stay on the Machine).
-_PROPAGATED_DOMAINS: Final = (
-    "node.cluster.x-k8s.io",
-    "node-role.kubernetes.io",
-    "node-restriction.kubernetes.io",
+__all__ = [
+    "INFORMATIONAL_REASONS",
+    "Inventory",
+    "ResourceProblem",
+    "ScalableResource",
+    "TemplateError",
+    "TemplateReader",
+    "UnavailableOfferings",
+    "build_inventory",
+    "collect_inventory",
+    "default_overhead",
+    "describe_resource",
+    "resource_key",
+    "select_resources",
+]
+
+# Problem and notice reasons (CamelCase: Event reasons).
+REASON_INVALID_SHAPE: Final = "InvalidShape"
+REASON_NO_SHAPE: Final = "NoShape"
+REASON_SHAPE_MISMATCH: Final = "ShapeMismatch"
+REASON_PRICE_ESTIMATED: Final = "PriceEstimated"
+REASON_TEMPLATE_NOT_SERVED: Final = "InfrastructureTemplateNotServed"
+REASON_TEMPLATE_NOT_FOUND: Final = "InfrastructureTemplateNotFound"
+REASON_TEMPLATE_UNREADABLE: Final = "InfrastructureTemplateUnreadable"
+REASON_INVALID_INFRASTRUCTURE_REF: Final = "InvalidInfrastructureRef"
+
+
+# --- availability -------------------------------------------------------------------------------
+
+
+_shared_lock = threading.Lock()
+
+
+def _shared(registry: weakref.WeakKeyDictionary[Any, Any], client: object, build: Any) -> Any:
+    """One instance per management client, weakly held (a discarded client frees its cache)."""
+    with _shared_lock:
+        found = registry.get(client)
+        if found is None:
+            found = build()
+            registry[client] = found
+        return found
+
+
+_shared_unavailable: weakref.WeakKeyDictionary[Any, UnavailableOfferings] = (
+    weakref.WeakKeyDictionary()
 )
-_MIB: Final = 1024 * 1024
-# (from millicores, to millicores, share reserved): the GKE/EKS kube-reserved CPU schedule.
-_CPU_RESERVATION_STEPS: Final = (
-    (0, 1000, 0.06),
-    (1000, 2000, 0.01),
-    (2000, 4000, 0.005),
-    (4000, None, 0.0025),
-)
+_shared_templates: weakref.WeakKeyDictionary[Any, TemplateReader] = weakref.WeakKeyDictionary()
+
+
+class UnavailableOfferings:
+    """Scalable resources that recently failed to produce a Machine, for a while.
+
+    The launch code calls ``mark(resource_key, reason)`` when a replica increase did not turn
+    into a Machine (quota, a failing infrastructure provider, a MachineSet that cannot create
+    its Machine); the inventory then reports that resource's offering unavailable until
+    ``ttl_seconds`` (3 minutes, like Karpenter's unavailable-offerings cache) have passed on the
+    injected clock. Keys are ``selection.resource_key(kind, namespace, name)``. Thread-safe.
+    """
+
+    DEFAULT_TTL_SECONDS: ClassVar[float] = 180.0
+
+    def __init__(self, clock: Clock, ttl_seconds: float = DEFAULT_TTL_SECONDS) -> None:
+        self._clock = clock
+        self._ttl = ttl_seconds
+        self._lock = threading.Lock()
+        self._entries: dict[str, tuple[float, str]] = {}
+
+    @classmethod
+    def shared(cls, client: KubeClient, clock: Clock) -> UnavailableOfferings:
+        """The instance shared by the inventory and the launch code of one management cluster."""
+        found: UnavailableOfferings = _shared(_shared_unavailable, client, lambda: cls(clock))
+        return found
+
+    def mark(self, resource_key: str, reason: str) -> None:
+        """Make the resource's offerings unavailable for the TTL (restarting it if marked)."""
+        with self._lock:
+            self._entries[resource_key] = (self._clock.monotonic() + self._ttl, reason)
+
+    def clear(self, resource_key: str) -> None:
+        """Forget a mark early (the resource produced a Machine after all)."""
+        with self._lock:
+            self._entries.pop(resource_key, None)
+
+    def reason(self, resource_key: str) -> str | None:
+        """Why the resource is unavailable, or ``None`` when it is not (or no longer)."""
+        now = self._clock.monotonic()
+        with self._lock:
+            entry = self._entries.get(resource_key)
+            if entry is None:
+                return None
+            if entry[0] <= now:
+                del self._entries[resource_key]
+                return None
+            return entry[1]
+
+    def is_unavailable(self, resource_key: str) -> bool:
+        return self.reason(resource_key) is not None
+
+
+# --- infrastructure templates -------------------------------------------------------------------
+
+
+class TemplateError(Exception):
+    """The infrastructure template could not be read; ``reason`` is CamelCase."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
 
 
 @dataclass(frozen=True)
-class ResourceProblem:
-    """Why one scalable resource is not part of the inventory."""
+class _Failure:
+    """A cached failure: re-raised as a fresh exception, so no traceback (and none of the frames
+    it references) outlives the call that failed."""
 
-    kind: str
-    namespace: str
-    name: str
+    shape: bool
     reason: str
     message: str
 
-    def __str__(self) -> str:
-        return f"{self.kind} {self.namespace}/{self.name}: {self.message}"
+    def error(self) -> Exception:
+        if self.shape:
+            return ShapeError(self.message)
+        return TemplateError(self.reason, self.message)
+
+
+_Cached = TemplateStatus | _Failure
+
+
+class TemplateReader:
+    """Reads infrastructure machine templates by reference, for any provider's kind.
+
+    The version is discovered: a v1beta1 reference's ``apiVersion`` is tried first, then every
+    version the group serves, preferred first (a group's versions differ per kind, e.g. the
+    Docker kinds lag behind the AWS ones), and the one that worked is remembered per kind.
+    The plural is the lower-cased kind plus ``s``, as cluster-autoscaler derives it. Results,
+    failures included, are cached for ``ttl_seconds`` on the injected clock. Thread-safe.
+    """
+
+    DEFAULT_TTL_SECONDS: ClassVar[float] = 60.0
+
+    def __init__(
+        self, client: KubeClient, clock: Clock, ttl_seconds: float = DEFAULT_TTL_SECONDS
+    ) -> None:
+        self._client = client
+        self._clock = clock
+        self._ttl = ttl_seconds
+        self._lock = threading.Lock()
+        self._templates: dict[tuple[str, str, str, str], tuple[float, _Cached]] = {}
+        self._served: dict[str, tuple[float, list[str]]] = {}
+        self._version_of: dict[tuple[str, str], str] = {}
+
+    @classmethod
+    def shared(cls, client: KubeClient, clock: Clock) -> TemplateReader:
+        """One reader (and one cache) per management client."""
+        # A proxy, not the client: the registry's value must not keep its weak key alive.
+        found: TemplateReader = _shared(
+            _shared_templates, client, lambda: cls(weakref.proxy(client), clock)
+        )
+        return found
+
+    def read(self, namespace: str, ref: Mapping[str, Any]) -> TemplateStatus:
+        """The status of the template ``ref`` names (v1beta1 or v1beta2 reference shape).
+
+        Raises ``TemplateError`` when it cannot be read, ``ShapeError`` when its status is
+        malformed.
+        """
+        kind = str(ref.get("kind") or "")
+        name = str(ref.get("name") or "")
+        namespace = str(ref.get("namespace") or namespace)
+        api_version = str(ref.get("apiVersion") or "")
+        group, slash, version = api_version.rpartition("/")
+        group = str(ref.get("apiGroup") or (group if slash else "") or CAPI_INFRASTRUCTURE_GROUP)
+        if not kind or not name:
+            raise TemplateError(
+                REASON_INVALID_INFRASTRUCTURE_REF,
+                "spec.template.spec.infrastructureRef needs a kind and a name",
+            )
+        key = (group, kind, namespace, name)
+        now = self._clock.monotonic()
+        with self._lock:
+            cached = self._templates.get(key)
+        if cached is None or cached[0] <= now:
+            result: _Cached
+            try:
+                found = self._get(group, kind, version, namespace, name)
+                result = TemplateStatus.from_object(found)
+            except TemplateError as exc:
+                result = _Failure(shape=False, reason=exc.reason, message=exc.message)
+            except ShapeError as exc:
+                result = _Failure(shape=True, reason="", message=str(exc))
+            with self._lock:
+                self._templates[key] = (now + self._ttl, result)
+        else:
+            result = cached[1]
+        if isinstance(result, _Failure):
+            raise result.error()
+        return result
+
+    def _served_versions(self, group: str) -> list[str]:
+        now = self._clock.monotonic()
+        with self._lock:
+            cached = self._served.get(group)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        versions = list(self._client.served_versions(group))
+        with self._lock:
+            self._served[group] = (now + self._ttl, versions)
+        return versions
+
+    def _get(
+        self, group: str, kind: str, hint: str, namespace: str, name: str
+    ) -> Mapping[str, Any]:
+        what = f"{kind} {namespace}/{name}"
+        try:
+            served = self._served_versions(group)
+        except ApiError as exc:
+            message = f"cannot discover API group {group}: {exc}"
+            raise TemplateError(REASON_TEMPLATE_UNREADABLE, message) from None
+        if not served:
+            raise TemplateError(
+                REASON_TEMPLATE_NOT_SERVED,
+                f"infrastructure template {what}: API group {group} is not served "
+                f"(is the infrastructure provider installed?)",
+            )
+        plural = kind.lower() + "s"
+        with self._lock:
+            known = self._version_of.get((group, kind))
+        order = list(dict.fromkeys(v for v in (known, hint, *served) if v and v in served))
+
+        def resource(version: str) -> Resource:
+            return Resource(group, version, plural, kind, True)
+
+        try:
+            for version in order:
+                try:
+                    found = self._client.get(resource(version), name, namespace)
+                except NotFound:
+                    continue
+                with self._lock:
+                    self._version_of[(group, kind)] = version
+                return found
+            # Not found at any version: a missing object, or a kind nobody serves?
+            for version in order:
+                try:
+                    self._client.list(resource(version), namespace, limit=1)
+                except NotFound:
+                    continue
+                raise TemplateError(
+                    REASON_TEMPLATE_NOT_FOUND, f"infrastructure template {what} not found"
+                )
+        except ApiError as exc:
+            raise TemplateError(
+                REASON_TEMPLATE_UNREADABLE, f"cannot read infrastructure template {what}: {exc}"
+            ) from None
+        versions = ", ".join(f"{group}/{v}" for v in order)
+        raise TemplateError(
+            REASON_TEMPLATE_NOT_SERVED,
+            f"infrastructure template kind {kind} ({plural}.{group}) is not served at {versions}",
+        )
+
+
+# --- the inventory ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class ScalableResource:
-    """A selected MachineDeployment, MachineSet or MachinePool and the offering it makes."""
+    """A selected MachineDeployment, MachineSet or MachinePool and the offering it makes.
+
+    ``labels`` are the node labels except zone, capacity type and instance type (those are the
+    offering's and the instance type's). ``price`` is the annotated price, or the estimate when
+    ``price_estimated``. ``unavailable_reason`` says why the offering cannot be bought now.
+    """
 
     resource: Resource
     namespace: str
@@ -69,46 +349,68 @@ class ScalableResource:
     capacity_type: str
     replicas: int
     max_size: int | None
+    price: float = 0.0
+    price_estimated: bool = False
+    unavailable_reason: str | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.resource.kind
+
+    @property
+    def key(self) -> str:
+        return resource_key(self.resource.kind, self.namespace, self.name)
 
     @property
     def available(self) -> bool:
-        return self.max_size is None or self.replicas < self.max_size
+        return self.unavailable_reason is None
 
 
 @dataclass
 class Inventory:
+    """What one NodeClass can launch, and what got in the way.
+
+    ``selected`` counts every resource the selector matched, including those left out.
+    ``problems`` are resources left out; ``notices`` are usable resources with a caveat.
+    ``error`` is a NodeClass-wide configuration error (invalid selector or overhead setting),
+    in which case nothing was selected.
+    """
+
     instance_types: list[InstanceType] = field(default_factory=list)
     resources: list[ScalableResource] = field(default_factory=list)
     problems: list[ResourceProblem] = field(default_factory=list)
+    notices: list[ResourceProblem] = field(default_factory=list)
+    selected: int = 0
+    error: str | None = None
 
+    def resources_for(
+        self, instance_type: str, zone: str | None = None, capacity_type: str | None = None
+    ) -> list[ScalableResource]:
+        """The resources behind an instance type's offering, best first.
 
-def default_overhead(capacity: ResourceList) -> InstanceTypeOverhead:
-    """kube-reserved as the managed clouds size it, plus a 100Mi hard eviction threshold.
-
-    CPU: 6% of the first core, 1% of the second, 0.5% of the next two, 0.25% of the rest.
-    Memory: 255Mi + 11Mi per pod the node can hold.
-    """
-    millis = capacity.milli("cpu") if "cpu" in capacity else 0
-    reserved_cpu = sum(
-        (min(millis, upper if upper is not None else millis) - lower) * share
-        for lower, upper, share in _CPU_RESERVATION_STEPS
-        if millis > lower
-    )
-    pods = capacity.value("pods") if "pods" in capacity else 110
-    return InstanceTypeOverhead(
-        kube_reserved=ResourceList.parse(
-            {"cpu": f"{int(reserved_cpu)}m", "memory": str((255 + 11 * pods) * _MIB)}
-        ),
-        eviction_threshold=ResourceList.parse({"memory": "100Mi"}),
-    )
+        Best = available, then cheapest, then by key (deterministic). ``None`` matches any zone
+        or capacity type.
+        """
+        found = [
+            r
+            for r in self.resources
+            if r.instance_type == instance_type
+            and (zone is None or r.zone == zone)
+            and (capacity_type is None or r.capacity_type == capacity_type)
+        ]
+        return sorted(found, key=lambda r: (not r.available, r.price, r.key))
 
 
 def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return obj.get("metadata") or {}
 
 
+def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("spec") or {}
+
+
 def _template(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return (obj.get("spec") or {}).get("template") or {}
+    return _spec(obj).get("template") or {}
 
 
 def _int_annotation(annotations: Mapping[str, str], key: str) -> int | None:
@@ -124,36 +426,72 @@ def _int_annotation(annotations: Mapping[str, str], key: str) -> int | None:
     return value
 
 
-def describe_resource(resource: Resource, obj: Mapping[str, Any]) -> ScalableResource:
-    """The offering one scalable resource makes; ``ShapeError`` when it cannot be described."""
+def _zone(
+    annotation_labels: Mapping[str, str],
+    obj: Mapping[str, Any],
+    template_labels: Mapping[str, str],
+) -> str:
+    """The zone label value the node will carry, best source first.
+
+    The labels annotation states the Node label itself, so it wins over a failure domain,
+    whose name need not be the zone label's value (Azure's failure domain ``1`` is zone
+    ``eastus-1``). A MachinePool spread over several failure domains has no single zone.
+    """
+    declared = annotation_labels.get(wellknown.LABEL_TOPOLOGY_ZONE)
+    if declared:
+        return declared
+    failure_domain = (_template(obj).get("spec") or {}).get("failureDomain")
+    if failure_domain:
+        return str(failure_domain)
+    pool_domains = _spec(obj).get("failureDomains") or []
+    if isinstance(pool_domains, list) and len(pool_domains) == 1 and pool_domains[0]:
+        return str(pool_domains[0])
+    return str(template_labels.get(wellknown.LABEL_TOPOLOGY_ZONE) or "")
+
+
+def _shape_name(shape: NodeShape) -> str:
+    cpu = shape.capacity.milli("cpu") // 1000
+    memory = shape.capacity.value("memory") // (1024 * 1024 * 1024)
+    arch = shape.labels.get(wellknown.LABEL_ARCH, "amd64")
+    return f"capi-{cpu}cpu-{memory}gib-{arch}"
+
+
+def describe_resource(
+    resource: Resource,
+    obj: Mapping[str, Any],
+    *,
+    template: TemplateStatus | None = None,
+    settings: ShapeSettings | None = None,
+    unavailable: UnavailableOfferings | None = None,
+) -> ScalableResource:
+    """The offering one scalable resource makes.
+
+    Raises ``MissingShapeError`` when nothing gives CPU and memory, ``ShapeError`` when a value
+    is malformed.
+    """
+    settings = settings or ShapeSettings()
     meta = _metadata(obj)
     annotations: Mapping[str, str] = meta.get("annotations") or {}
-    shape = shape_from_annotations(annotations)
-    if shape is None:
-        raise ShapeError(
-            f"no node shape: set the {wellknown.ANNOTATION_CAPACITY_CPU} and "
-            f"{wellknown.ANNOTATION_CAPACITY_MEMORY} annotations"
-        )
-    template = _template(obj)
-    template_labels: Mapping[str, str] = (template.get("metadata") or {}).get("labels") or {}
-    labels = {
+    template_meta = _template(obj).get("metadata") or {}
+    template_labels: Mapping[str, str] = template_meta.get("labels") or {}
+    shape = resolve_shape(
+        annotations,
+        template=template,
+        template_labels=template_labels,
+        template_taints=machine_taints((_template(obj).get("spec") or {}).get("taints")),
+    )
+    labels = dict(shape.labels)
+    declared = {
         key: value
-        for key, value in template_labels.items()
-        if key.split("/", 1)[0].endswith(_PROPAGATED_DOMAINS) and "/" in key
+        for key, value in labels.items()
+        if key in (wellknown.LABEL_TOPOLOGY_ZONE, wellknown.LABEL_CAPACITY_TYPE)
     }
-    labels.update(shape.labels)
     instance_type = (
-        shape.labels.get(wellknown.LABEL_INSTANCE_TYPE)
+        labels.pop(wellknown.LABEL_INSTANCE_TYPE, None)
         or template_labels.get(wellknown.LABEL_INSTANCE_TYPE)
         or _shape_name(shape)
     )
-    zone = (
-        (template.get("spec") or {}).get("failureDomain")
-        # A MachinePool lists its failure domains; an empty or null list names none.
-        or ((obj.get("spec") or {}).get("failureDomains") or [None])[0]
-        or labels.get(wellknown.LABEL_TOPOLOGY_ZONE)
-        or ""
-    )
+    zone = _zone(declared, obj, template_labels)
     capacity_type = labels.pop(wellknown.LABEL_CAPACITY_TYPE, wellknown.CAPACITY_TYPE_ON_DEMAND)
     if capacity_type not in wellknown.CAPACITY_TYPES:
         raise ShapeError(
@@ -161,73 +499,135 @@ def describe_resource(resource: Resource, obj: Mapping[str, Any]) -> ScalableRes
             f"{', '.join(wellknown.CAPACITY_TYPES)}"
         )
     labels.pop(wellknown.LABEL_TOPOLOGY_ZONE, None)
-    labels.pop(wellknown.LABEL_INSTANCE_TYPE, None)
-    replicas = (obj.get("spec") or {}).get("replicas")
+    raw_replicas = _spec(obj).get("replicas")
+    try:
+        # CAPI defaults an unset spec.replicas to 1 (as capi_views does).
+        replicas = int(raw_replicas) if raw_replicas is not None else 1
+    except (TypeError, ValueError):
+        raise ShapeError(f"spec.replicas={raw_replicas!r}: not an integer") from None
+    max_size = _int_annotation(annotations, wellknown.ANNOTATION_AUTOSCALER_MAX_SIZE)
+    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    unavailable_reason = None
+    if max_size is not None and replicas >= max_size:
+        unavailable_reason = f"at its maximum size ({replicas} of {max_size} replicas)"
+    elif unavailable is not None:
+        failed = unavailable.reason(resource_key(resource.kind, namespace, name))
+        if failed is not None:
+            unavailable_reason = f"recently failed to produce a Machine: {failed}"
+    price = shape.price
     return ScalableResource(
         resource=resource,
-        namespace=str(meta.get("namespace") or ""),
-        name=str(meta.get("name") or ""),
+        namespace=namespace,
+        name=name,
         instance_type=str(instance_type),
         shape=shape,
         labels=labels,
-        zone=str(zone),
+        zone=zone,
         capacity_type=str(capacity_type),
-        # CAPI defaults an unset spec.replicas to 1 (as capi_views does).
-        replicas=int(replicas) if replicas is not None else 1,
-        max_size=_int_annotation(annotations, wellknown.ANNOTATION_AUTOSCALER_MAX_SIZE),
+        replicas=replicas,
+        max_size=max_size,
+        price=price if price is not None else settings.rates.estimate(shape.capacity),
+        price_estimated=price is None,
+        unavailable_reason=unavailable_reason,
     )
 
 
-def _shape_name(shape: NodeShape) -> str:
-    cpu = shape.capacity.milli("cpu") // 1000
-    memory = shape.capacity.value("memory") // (1024 * _MIB)
-    arch = shape.labels.get(wellknown.LABEL_ARCH, "amd64")
-    return f"capi-{cpu}cpu-{memory}gib-{arch}"
+def _identity(kind: str, obj: Mapping[str, Any]) -> tuple[str, str, str]:
+    meta = _metadata(obj)
+    return kind, str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
-def _owned_by_machine_deployment(obj: Mapping[str, Any]) -> bool:
-    return any(
-        ref.get("kind") == "MachineDeployment"
-        for ref in _metadata(obj).get("ownerReferences") or []
-    )
+@dataclass(frozen=True)
+class _Sources:
+    """What describing a resource consults besides the resource itself."""
+
+    templates: TemplateReader | None
+    settings: ShapeSettings
+    unavailable: UnavailableOfferings | None
 
 
-def select_resources(
-    client: KubeClient, capi: CapiResources, selector: Mapping[str, Any] | None
-) -> list[tuple[Resource, dict[str, Any]]]:
-    """Opted-in scalable resources matching a NodeClass selector, filtered by the server."""
-    label_selector = ",".join(
-        filter(None, (selector_to_string(selector), wellknown.LABEL_KARPENTER_MEMBER))
-    )
-    found: list[tuple[Resource, dict[str, Any]]] = []
-    for resource in (capi.machine_deployments, capi.machine_sets, capi.machine_pools):
-        for obj in client.list(resource, label_selector=label_selector).items:
-            if resource is capi.machine_sets and _owned_by_machine_deployment(obj):
-                continue
-            found.append((resource, obj))
-    return found
-
-
-def build_inventory(selected: Iterable[tuple[Resource, Mapping[str, Any]]]) -> Inventory:
-    """Group the selected resources into instance types with one offering per resource."""
-    inventory = Inventory()
-    for resource, obj in selected:
-        meta = _metadata(obj)
-        annotations = meta.get("annotations") or {}
-        problem_base = (resource.kind, str(meta.get("namespace") or ""), str(meta.get("name")))
-        if wellknown.ANNOTATION_CAPI_PAUSED in annotations:
-            inventory.problems.append(
-                ResourceProblem(*problem_base, "Paused", "paused (cluster.x-k8s.io/paused)")
+def _describe(
+    inventory: Inventory, resource: Resource, obj: Mapping[str, Any], sources: _Sources
+) -> None:
+    """Describe one resource into ``inventory``: a resource, or a problem, plus notices."""
+    identity = _identity(resource.kind, obj)
+    out = why_out_of_play(resource.kind, obj)
+    if out is not None:
+        inventory.problems.append(out)
+        return
+    template: TemplateStatus | None = None
+    template_error: TemplateError | None = None
+    ref = (_template(obj).get("spec") or {}).get("infrastructureRef")
+    try:
+        if sources.templates is not None and isinstance(ref, Mapping):
+            try:
+                template = sources.templates.read(identity[1], ref)
+            except TemplateError as exc:
+                template_error = exc
+        scalable = describe_resource(
+            resource,
+            obj,
+            template=template,
+            settings=sources.settings,
+            unavailable=sources.unavailable,
+        )
+    except MissingShapeError as exc:
+        if template_error is not None:
+            reason, message = template_error.reason, f"{exc}; and {template_error.message}"
+        else:
+            reason, message = REASON_NO_SHAPE, str(exc)
+        inventory.problems.append(ResourceProblem(*identity, reason, message))
+        return
+    except ShapeError as exc:
+        inventory.problems.append(ResourceProblem(*identity, REASON_INVALID_SHAPE, str(exc)))
+        return
+    inventory.resources.append(scalable)
+    if template_error is not None:
+        inventory.notices.append(
+            ResourceProblem(
+                *identity,
+                template_error.reason,
+                f"{template_error.message}; the node shape comes from the annotations only",
             )
-            continue
-        try:
-            inventory.resources.append(describe_resource(resource, obj))
-        except (ShapeError, ValueError) as exc:
-            inventory.problems.append(ResourceProblem(*problem_base, "InvalidShape", str(exc)))
+        )
+    if scalable.price_estimated:
+        inventory.notices.append(
+            ResourceProblem(
+                *identity,
+                REASON_PRICE_ESTIMATED,
+                f"no {PRICE_ANNOTATION} annotation; price estimated from the shape as "
+                f"{scalable.price:g} per hour",
+            )
+        )
+
+
+def build_inventory(
+    selected: Iterable[tuple[Resource, Mapping[str, Any]]],
+    *,
+    templates: TemplateReader | None = None,
+    unavailable: UnavailableOfferings | None = None,
+    settings: ShapeSettings | None = None,
+    problems: Iterable[ResourceProblem] = (),
+) -> Inventory:
+    """Group the selected resources into instance types with one offering per zone and
+    capacity type.
+
+    ``templates`` reads infrastructure templates (without it only annotations count);
+    ``unavailable`` marks recently failed resources; ``problems`` are carried over from the
+    selection (resources it left out), and count as selected.
+    """
+    settings = settings or ShapeSettings()
+    sources = _Sources(templates, settings, unavailable)
+    inventory = Inventory(problems=list(problems))
+    for resource, obj in selected:
+        _describe(inventory, resource, obj, sources)
+    inventory.selected = len(inventory.problems) + len(inventory.resources)
     groups: dict[str, list[ScalableResource]] = {}
     for scalable in inventory.resources:
         groups.setdefault(scalable.instance_type, []).append(scalable)
+    kept: list[ScalableResource] = []
     for name, members in sorted(groups.items()):
+        members.sort(key=lambda r: r.key)
         first = members[0]
         consistent = [first]
         for other in members[1:]:
@@ -238,39 +638,91 @@ def build_inventory(selected: Iterable[tuple[Resource, Mapping[str, Any]]]) -> I
             ):
                 inventory.problems.append(
                     ResourceProblem(
-                        other.resource.kind,
+                        other.kind,
                         other.namespace,
                         other.name,
-                        "ShapeMismatch",
-                        f"instance type {name} is described differently by "
-                        f"{first.resource.kind} {first.namespace}/{first.name}; left out",
+                        REASON_SHAPE_MISMATCH,
+                        f"instance type {name} is described differently (capacity, labels or "
+                        f"taints) by {first.kind} {first.namespace}/{first.name}; left out",
                     )
                 )
                 continue
             consistent.append(other)
-        inventory.instance_types.append(_instance_type(name, consistent))
+        kept.extend(consistent)
+        inventory.instance_types.append(
+            _instance_type(name, consistent, settings.overhead.overhead(first.shape.capacity))
+        )
+    inventory.resources = kept
     return inventory
 
 
-def _instance_type(name: str, members: Sequence[ScalableResource]) -> InstanceType:
+def _instance_type(
+    name: str, members: Sequence[ScalableResource], overhead: InstanceTypeOverhead
+) -> InstanceType:
     first = members[0]
-    requirements: dict[str, set[str]] = {key: {value} for key, value in first.labels.items()}
-    requirements.setdefault(wellknown.LABEL_ARCH, {"amd64"})
-    requirements.setdefault(wellknown.LABEL_OS, {"linux"})
-    offerings = tuple(
-        Offering(
-            zone=member.zone,
-            capacity_type=member.capacity_type,
-            price=member.shape.price if member.shape.price is not None else 0.0,
-            available=member.available,
+    by_offering: dict[tuple[str, str], list[ScalableResource]] = {}
+    for member in members:
+        by_offering.setdefault((member.zone, member.capacity_type), []).append(member)
+    offerings = []
+    for (zone, capacity_type), behind in sorted(by_offering.items()):
+        available = [m for m in behind if m.available]
+        offerings.append(
+            Offering(
+                zone=zone,
+                capacity_type=capacity_type,
+                price=min(m.price for m in (available or behind)),
+                available=bool(available),
+            )
         )
-        for member in members
-    )
     return InstanceType(
         name=name,
         capacity=first.shape.capacity,
-        offerings=offerings,
-        requirements={key: frozenset(values) for key, values in requirements.items()},
-        overhead=default_overhead(first.shape.capacity),
+        offerings=tuple(offerings),
+        requirements={key: frozenset((value,)) for key, value in first.labels.items()},
+        overhead=overhead,
         taints=first.shape.taints,
+    )
+
+
+def raw_nodeclass(nodeclass: NodeClass | Mapping[str, Any]) -> Mapping[str, Any]:
+    """The NodeClass as JSON, whether the hook received the model or a raw object."""
+    dump = getattr(nodeclass, "model_dump", None)
+    if dump is not None:
+        result: Mapping[str, Any] = dump(by_alias=True, exclude_none=True, mode="json")
+        return result
+    return nodeclass  # type: ignore[return-value]
+
+
+def collect_inventory(
+    ctx: PluginContext,
+    nodeclass: NodeClass | Mapping[str, Any],
+    capi: CapiResources,
+    *,
+    templates: TemplateReader | None = None,
+    unavailable: UnavailableOfferings | None = None,
+) -> Inventory:
+    """The inventory of one ClusterAPINodeClass: select, read templates, describe, group.
+
+    Settings come from ``ctx.options`` and the NodeClass's annotations (see ``shape``). The
+    template reader and the availability cache default to the ones shared per management
+    client, so the launch code's ``UnavailableOfferings.shared(ctx.management, ctx.clock)``
+    marks are seen here. An invalid selector or setting is ``Inventory.error``; API errors
+    other than "kind not served" propagate.
+    """
+    raw = raw_nodeclass(nodeclass)
+    meta = raw.get("metadata") or {}
+    try:
+        settings = settings_from(meta.get("annotations") or {}, ctx.options)
+        selection: Selection = select(
+            ctx.management, capi, (raw.get("spec") or {}).get("scalableResourceSelector")
+        )
+    except (SettingsError, SelectorError) as exc:
+        where = "spec.scalableResourceSelector: " if isinstance(exc, SelectorError) else ""
+        return Inventory(error=f"{where}{exc}")
+    return build_inventory(
+        selection.selected,
+        templates=templates or TemplateReader.shared(ctx.management, ctx.clock),
+        unavailable=unavailable or UnavailableOfferings.shared(ctx.management, ctx.clock),
+        settings=settings,
+        problems=selection.problems,
     )

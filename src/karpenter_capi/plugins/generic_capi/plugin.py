@@ -1,51 +1,160 @@
 """The ``generic_capi`` provider plugin: any Cluster API infrastructure as Karpenter capacity.
 
-This module is the entry point (``karpenter_capi.plugins`` group, name ``generic_capi``). It
-serves ``ClusterAPINodeClass`` and turns the scalable resources a NodeClass selects into the
-inventory (see ``inventory``). Launch and delete through the scale subresource land with the
-generic_capi issue.
+This module is the entry point (``karpenter_capi.plugins`` group, name ``generic_capi``) and
+only wires hooks to the modules that do the work:
+
+| Hook | Module |
+|---|---|
+| ``karpenter_capi_instance_types`` | ``inventory`` (what can be launched), ``nodeclass_status`` |
+| ``karpenter_capi_create`` | ``launch`` (scale up, bind a Machine), ``planning`` |
+| ``karpenter_capi_delete`` | ``delete`` (mark a Machine, scale down; cancel) |
+| ``karpenter_capi_get``, ``karpenter_capi_list`` | ``instances`` (member-Machine cache) |
+| ``karpenter_capi_is_drifted`` | ``drift`` |
+
+The hooks are module functions, so the per-cluster state (discovered CAPI version, caches) is
+kept per ``PluginContext``: one context per plugin per process, and a fresh context (a
+restarted process, or a test that builds a new ``Plugins``) starts from nothing but the API.
+
+Plugin options (``--plugin-option generic_capi.<name>=<value>``): ``machine_timeout``,
+``conflict_retries`` (``launch``), ``cache_ttl`` (``instances``), ``drift_remediation``
+(``drift``), ``nodeclass_status`` (below), and the inventory's (``shape``).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from karpenter_capi.core.errors import NodeClassNotReadyError
-from karpenter_capi.core.hookspecs import NodeClass, PluginContext, hookimpl
+from karpenter_capi.core.api.duration import DurationError
+from karpenter_capi.core.errors import NodeClassNotReadyError, RetryableCreateError
+from karpenter_capi.core.hookspecs import (
+    Instance,
+    LaunchResult,
+    NodeClass,
+    PluginContext,
+    hookimpl,
+)
 from karpenter_capi.core.instancetype import InstanceType
-from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.discovery import CapiResources, capi_resources
+from karpenter_capi.core.kube.errors import ApiError
 from karpenter_capi.core.kube.resources import CAPI_NODECLASS_GROUP
-from karpenter_capi.plugins.generic_capi.inventory import build_inventory, select_resources
+from karpenter_capi.plugins.generic_capi.delete import DeleteFailedError, Deleter
+from karpenter_capi.plugins.generic_capi.drift import DriftDetector, rollout_warnings
+from karpenter_capi.plugins.generic_capi.instances import (
+    CACHE_TTL_OPTION,
+    DEFAULT_CACHE_TTL,
+    Instances,
+    MachineCache,
+    ResourceCache,
+)
+from karpenter_capi.plugins.generic_capi.inventory import (
+    UnavailableOfferings,
+    collect_inventory,
+    raw_nodeclass,
+)
+from karpenter_capi.plugins.generic_capi.launch import Launcher
+from karpenter_capi.plugins.generic_capi.nodeclass_status import update_nodeclass_status
+from karpenter_capi.plugins.generic_capi.planning import LaunchSettings, parse_seconds
+from karpenter_capi.plugins.generic_capi.scaling import ResourceRef
+from karpenter_capi.plugins.generic_capi.selection import MACHINE_DEPLOYMENT
 
 NODECLASS_KIND = "ClusterAPINodeClass"
-
-_discovered_lock = threading.Lock()
-# Discovery result per management client: the served CAPI version does not change while we run.
-_discovered: dict[int, tuple[KubeClient, CapiResources]] = {}
+NODECLASS_STATUS_OPTION = "nodeclass_status"
 
 
-def _capi(ctx: PluginContext) -> CapiResources:
-    key = id(ctx.management)
-    with _discovered_lock:
-        cached = _discovered.get(key)
-        if cached is not None and cached[0] is ctx.management:
-            return cached[1]
-    resources = capi_resources(ctx.management, os.environ)
-    with _discovered_lock:
-        _discovered[key] = (ctx.management, resources)
-    return resources
+@dataclass
+class _State:
+    """Everything the hooks keep for one ``PluginContext``."""
+
+    ctx: PluginContext
+    capi: CapiResources
+    machines: MachineCache
+    resources: ResourceCache
+    launcher: Launcher
+    deleter: Deleter
+    instances: Instances
+    drift: DriftDetector
 
 
-def _raw(nodeclass: NodeClass) -> Mapping[str, Any]:
-    dump = getattr(nodeclass, "model_dump", None)
-    if dump is not None:
-        result: Mapping[str, Any] = dump(by_alias=True, exclude_none=True, mode="json")
-        return result
-    return nodeclass  # type: ignore[return-value]
+_states_lock = threading.Lock()
+# Per context, most recently used last. A process has one context per plugin; tests make many,
+# and the state is only caches (everything that matters is in the API), so keeping the last
+# few and rebuilding an evicted one is safe and bounds memory.
+_states: OrderedDict[int, _State] = OrderedDict()
+_MAX_STATES = 16
+
+
+def _cache_ttl(ctx: PluginContext) -> float:
+    raw = ctx.option(CACHE_TTL_OPTION)
+    if not raw:
+        return DEFAULT_CACHE_TTL
+    try:
+        return parse_seconds(raw)
+    except DurationError:
+        ctx.logger.warning("ignoring option %s=%r: not a duration", CACHE_TTL_OPTION, raw)
+        return DEFAULT_CACHE_TTL
+
+
+def _state(ctx: PluginContext) -> _State:
+    with _states_lock:
+        found = _states.get(id(ctx))
+        if found is not None and found.ctx is ctx:
+            _states.move_to_end(id(ctx))
+            return found
+    capi = capi_resources(ctx.management, os.environ)
+    ttl = _cache_ttl(ctx)
+    machines = MachineCache(ctx.management, capi, ctx.clock, ttl)
+    resources = ResourceCache(ctx.management, capi, ctx.clock, ttl)
+    settings = LaunchSettings.from_options(ctx.options)
+    unavailable = UnavailableOfferings.shared(ctx.management, ctx.clock)
+    state = _State(
+        ctx=ctx,
+        capi=capi,
+        machines=machines,
+        resources=resources,
+        launcher=Launcher(ctx, capi, machines, unavailable, settings),
+        deleter=Deleter(ctx, capi, machines, settings),
+        instances=Instances(ctx.management, ctx.workload, capi, machines, resources),
+        drift=DriftDetector(ctx, capi, machines),
+    )
+    with _states_lock:
+        found = _states.get(id(ctx))
+        if found is not None and found.ctx is ctx:
+            return found
+        _states[id(ctx)] = state
+        while len(_states) > _MAX_STATES:
+            _states.popitem(last=False)
+    return state
+
+
+def _writes_status(ctx: PluginContext) -> bool:
+    """Whether this hook call may write the NodeClass status and Events.
+
+    The inventory hook is also called in a dry run, where nothing may be written, and the
+    context does not say whether this is one. So the status is written when the context says
+    it is not a dry run (a ``dry_run`` attribute, once the core provides it) or when the plugin
+    option ``nodeclass_status`` is ``true``; ``false`` turns it off either way.
+    """
+    option = (ctx.option(NODECLASS_STATUS_OPTION) or "").strip().lower()
+    if option in ("true", "false"):
+        return option == "true"
+    dry_run = getattr(ctx, "dry_run", None)
+    return dry_run is not None and not dry_run
+
+
+def _ours(nodeclass: NodeClass | Mapping[str, Any]) -> bool:
+    return bool(raw_nodeclass(nodeclass).get("kind", NODECLASS_KIND) == NODECLASS_KIND)
+
+
+def _claims_our_kind(nodeclaim: Any) -> bool:
+    dump = getattr(nodeclaim, "model_dump", None)
+    raw = dump(by_alias=True, mode="json") if dump is not None else nodeclaim
+    ref = ((raw or {}).get("spec") or {}).get("nodeClassRef") or {}
+    return bool(ref.get("kind", NODECLASS_KIND) == NODECLASS_KIND)
 
 
 @hookimpl
@@ -57,14 +166,27 @@ def karpenter_capi_nodeclass_kinds() -> list[tuple[str, str]]:
 def karpenter_capi_instance_types(
     nodeclass: NodeClass, ctx: PluginContext
 ) -> list[InstanceType] | None:
-    raw = _raw(nodeclass)
-    if raw.get("kind", NODECLASS_KIND) != NODECLASS_KIND:
+    if not _ours(nodeclass):
         return None
-    name = (raw.get("metadata") or {}).get("name", "")
-    selector = (raw.get("spec") or {}).get("scalableResourceSelector")
-    inventory = build_inventory(select_resources(ctx.management, _capi(ctx), selector))
-    for problem in inventory.problems:
-        ctx.logger.warning("ClusterAPINodeClass %s: %s", name, problem)
+    state = _state(ctx)
+    raw = raw_nodeclass(nodeclass)
+    name = str((raw.get("metadata") or {}).get("name") or "")
+    inventory = collect_inventory(ctx, nodeclass, state.capi)
+    deployments = []
+    for resource in inventory.resources:
+        if resource.kind == MACHINE_DEPLOYMENT:
+            ref = ResourceRef(resource.kind, resource.namespace, resource.name)
+            obj = state.resources.get(ref)
+            if obj is not None:
+                deployments.append((resource.namespace, resource.name, obj))
+    inventory.notices.extend(rollout_warnings(nodeclass, ctx.options, deployments))
+    if _writes_status(ctx):
+        try:
+            update_nodeclass_status(ctx, nodeclass, inventory)
+        except ApiError as exc:
+            ctx.logger.warning("ClusterAPINodeClass %s: cannot update its status: %s", name, exc)
+    if inventory.error is not None:
+        raise NodeClassNotReadyError(name, inventory.error)
     if not inventory.instance_types:
         detail = "; ".join(str(p) for p in inventory.problems) or (
             "its scalableResourceSelector matches no MachineDeployment, MachineSet or "
@@ -72,3 +194,52 @@ def karpenter_capi_instance_types(
         )
         raise NodeClassNotReadyError(name, f"no usable capacity: {detail}")
     return inventory.instance_types
+
+
+def _name(nodeclaim: Any) -> str:
+    metadata = getattr(nodeclaim, "metadata", None)
+    return str(getattr(metadata, "name", None) or "?")
+
+
+@hookimpl
+def karpenter_capi_create(
+    nodeclaim: Any, instance_types: list[InstanceType], nodeclass: NodeClass, ctx: PluginContext
+) -> LaunchResult | None:
+    if not _ours(nodeclass):
+        return None
+    try:
+        return _state(ctx).launcher.create(nodeclaim, instance_types, nodeclass)
+    except ApiError as exc:
+        # A failed request is transient, not a plugin bug: the core retries with backoff.
+        raise RetryableCreateError(f"Cluster API request failed: {exc}") from exc
+
+
+@hookimpl
+def karpenter_capi_delete(nodeclaim: Any, ctx: PluginContext) -> bool | None:
+    if not _claims_our_kind(nodeclaim):
+        return None
+    try:
+        return _state(ctx).deleter.delete(nodeclaim)
+    except ApiError as exc:
+        raise DeleteFailedError(
+            f"removing the Machine of NodeClaim {_name(nodeclaim)} failed: {exc}"
+        ) from exc
+
+
+@hookimpl
+def karpenter_capi_get(provider_id: str, ctx: PluginContext) -> Instance | None:
+    return _state(ctx).instances.get(provider_id)
+
+
+@hookimpl
+def karpenter_capi_list(ctx: PluginContext) -> list[Instance]:
+    return _state(ctx).instances.list()
+
+
+@hookimpl
+def karpenter_capi_is_drifted(
+    nodeclaim: Any, nodeclass: NodeClass, ctx: PluginContext
+) -> str | None:
+    if not _ours(nodeclass):
+        return None
+    return _state(ctx).drift.is_drifted(nodeclaim, nodeclass)

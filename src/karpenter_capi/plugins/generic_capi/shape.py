@@ -1,54 +1,162 @@
-"""Node shape of a Cluster API scalable resource, read from its scale-from-zero annotations.
+"""The node a Cluster API scalable resource would make: capacity, labels, taints, price, overhead.
 
-A MachineDeployment at zero replicas has no Node to look at, so cluster-autoscaler defined the
-``capacity.cluster-autoscaler.kubernetes.io/*`` annotations to describe the node it would make;
-CAPI users already write them, so this plugin reads the same ones, plus
-``karpenter.cluster.x-k8s.io/price`` for the hourly price CAPI itself cannot know.
+A MachineDeployment at zero replicas has no Node to look at, so the shape has to be declared.
+Two declarations exist in the Cluster API world and both are read, in this precedence (the same
+as cluster-autoscaler's Cluster API provider, which users already configure):
 
-Every value is checked: a malformed annotation raises ``ShapeError`` naming the annotation and
-the value, and the caller marks only that resource unusable (DESIGN decision 9).
+1. the scale-from-zero annotations on the scalable resource
+   (``capacity.cluster-autoscaler.kubernetes.io/{cpu,memory,ephemeral-disk,maxPods,gpu-count,
+   gpu-type,labels,taints}``), which a user writes and which therefore win;
+2. the infrastructure machine template's ``status.capacity`` and ``status.nodeInfo``
+   (``architecture``, ``operatingSystem``), which an infrastructure provider fills in under the
+   CAPI "opt-in autoscaling from zero" contract;
+3. the taints of the Machine template (``spec.template.spec.taints``, CAPI v1beta2), and the
+   Machine-template labels in the domains CAPI copies to the Node.
+
+Capacity merges per resource (an annotation overrides that one resource of the template, as in
+cluster-autoscaler), labels per key, taints per ``key:effect``.
+
+Prices: CAPI cannot know what a node costs, so ``karpenter.cluster.x-k8s.io/price`` says it.
+Without it the price is *estimated* from the shape (``PriceRates``) rather than taken as 0,
+which would make the unpriced resource the cheapest and the solver would prefer the biggest
+unpriced node. The estimate uses on-demand list rates per vCPU, GiB and GPU, so estimated and
+annotated prices sit on one scale and the solver still prefers smaller nodes.
+
+Overhead (kube-reserved, system-reserved, eviction threshold) is what the kubelet keeps for
+itself; ``OverheadPolicy`` computes it per shape, with defaults that match how EKS and GKE size
+kube-reserved, overridable per resource name.
+
+Every value is checked: a malformed one raises ``ShapeError`` (or ``SettingsError``) naming the
+annotation or field and the value, and the caller marks only that resource (or NodeClass)
+unusable (DESIGN decision 9). Nothing here does I/O.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Final
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from types import MappingProxyType
+from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.instancetype import InstanceTypeOverhead
 from karpenter_capi.core.scheduling.quantity import QuantityError, parse_quantity
 from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.core.scheduling.taints import Taint, TaintError
 
 DEFAULT_MAX_PODS: Final = 110
+DEFAULT_ARCH: Final = wellknown.ARCH_AMD64
+DEFAULT_OS: Final = "linux"
 PRICE_ANNOTATION: Final = "karpenter.cluster.x-k8s.io/price"
 """Hourly price of one node of the resource (USD, decimal); pricing plugins may override it."""
 
+# Overhead overrides, on the ClusterAPINodeClass (``cpu=100m,memory=1Gi,ephemeral-storage=10%``).
+KUBE_RESERVED_ANNOTATION: Final = "karpenter.cluster.x-k8s.io/kube-reserved"
+SYSTEM_RESERVED_ANNOTATION: Final = "karpenter.cluster.x-k8s.io/system-reserved"
+EVICTION_THRESHOLD_ANNOTATION: Final = "karpenter.cluster.x-k8s.io/eviction-threshold"
+# The same, as plugin options (``--plugin-option generic_capi.kube_reserved=cpu=100m``).
+KUBE_RESERVED_OPTION: Final = "kube_reserved"
+SYSTEM_RESERVED_OPTION: Final = "system_reserved"
+EVICTION_THRESHOLD_OPTION: Final = "eviction_threshold"
+# Rates of the price estimate, as plugin options (USD per hour).
+PRICE_PER_CPU_OPTION: Final = "estimated_price_per_cpu"
+PRICE_PER_GIB_OPTION: Final = "estimated_price_per_gib"
+PRICE_PER_GPU_OPTION: Final = "estimated_price_per_gpu"
+
+# Labels CAPI copies from a Machine onto its Node: the node-role.kubernetes.io prefix, and the
+# node-restriction.kubernetes.io and node.cluster.x-k8s.io domains with their sub-domains.
+_PROPAGATED_EXACT: Final = frozenset({"node-role.kubernetes.io"})
+_PROPAGATED_DOMAINS: Final = ("node-restriction.kubernetes.io", "node.cluster.x-k8s.io")
+
+_MIB: Final = 1024 * 1024
+_GIB: Final = 1024 * _MIB
+# (from millicores, to millicores, share reserved): the GKE/EKS kube-reserved CPU schedule.
+_CPU_RESERVATION_STEPS: Final = (
+    (0, 1000, Fraction(6, 100)),
+    (1000, 2000, Fraction(1, 100)),
+    (2000, 4000, Fraction(5, 1000)),
+    (4000, None, Fraction(25, 10000)),
+)
+
 
 class ShapeError(ValueError):
-    """An annotation that does not describe a node shape; the message names it."""
+    """A value that does not describe a node shape; the message names it."""
+
+
+class MissingShapeError(ShapeError):
+    """Nothing says how much CPU or memory the node has (as opposed to a malformed value)."""
+
+
+class SettingsError(ValueError):
+    """A malformed overhead or price-estimate setting; the message names where it came from."""
 
 
 @dataclass(frozen=True)
 class NodeShape:
+    """What every node of a scalable resource has: capacity, labels, taints; and its price.
+
+    ``labels`` always carry ``kubernetes.io/arch`` and ``kubernetes.io/os`` (defaults ``amd64``
+    and ``linux`` when nothing says otherwise). ``price`` is ``None`` when no price annotation
+    gives it (see ``PriceRates.estimate``).
+    """
+
     capacity: ResourceList
     labels: Mapping[str, str]
     taints: tuple[Taint, ...]
     price: float | None
 
 
-def _quantity(annotations: Mapping[str, str], key: str) -> str | None:
-    raw = annotations.get(key)
-    if raw is None:
-        return None
+@dataclass(frozen=True)
+class TemplateStatus:
+    """What an infrastructure machine template reports about the nodes it makes.
+
+    ``source`` names the template in messages (``DockerMachineTemplate default/workers``).
+    ``capacity`` is ``status.capacity`` as found (validated by ``resolve_shape``).
+    """
+
+    source: str
+    capacity: Mapping[str, Any] = field(default_factory=dict)
+    architecture: str = ""
+    operating_system: str = ""
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> TemplateStatus:
+        meta = obj.get("metadata") or {}
+        status = obj.get("status") or {}
+        capacity = status.get("capacity") or {}
+        node_info = status.get("nodeInfo") or {}
+        source = f"{obj.get('kind', 'template')} {meta.get('namespace', '')}/{meta.get('name', '')}"
+        if not isinstance(capacity, Mapping):
+            raise ShapeError(f"{source}: status.capacity is not a map of resource quantities")
+        if not isinstance(node_info, Mapping):
+            raise ShapeError(f"{source}: status.nodeInfo is not an object")
+        return cls(
+            source=source,
+            capacity=dict(capacity),
+            architecture=str(node_info.get("architecture") or ""),
+            operating_system=str(node_info.get("operatingSystem") or ""),
+        )
+
+
+# --- annotations ---------------------------------------------------------------------------------
+
+
+def _quantity(raw: Any, where: str) -> str:
+    text = raw.strip() if isinstance(raw, str) else raw
     try:
-        quantity = parse_quantity(raw.strip())
+        quantity = parse_quantity(text)
     except QuantityError as exc:
-        raise ShapeError(f"annotation {key}={raw!r}: {exc}") from None
+        raise ShapeError(f"{where}={raw!r}: {exc}") from None
     if quantity.nanos < 0:
-        raise ShapeError(f"annotation {key}={raw!r}: must not be negative")
-    return raw.strip()
+        raise ShapeError(f"{where}={raw!r}: must not be negative")
+    return str(text)
+
+
+def _annotation_quantity(annotations: Mapping[str, str], key: str) -> str | None:
+    raw = annotations.get(key)
+    return None if raw is None else _quantity(raw, f"annotation {key}")
 
 
 def _pairs(annotations: Mapping[str, str], key: str) -> dict[str, str]:
@@ -62,7 +170,7 @@ def _pairs(annotations: Mapping[str, str], key: str) -> dict[str, str]:
     return labels
 
 
-def _taints(annotations: Mapping[str, str]) -> tuple[Taint, ...]:
+def _annotation_taints(annotations: Mapping[str, str]) -> tuple[Taint, ...]:
     key = wellknown.ANNOTATION_CAPACITY_TAINTS
     raw = annotations.get(key, "")
     taints: list[Taint] = []
@@ -87,30 +195,72 @@ def _price(annotations: Mapping[str, str]) -> float | None:
     return price
 
 
-def shape_from_annotations(annotations: Mapping[str, str]) -> NodeShape | None:
-    """The shape the annotations describe, ``None`` if they describe none (no cpu and memory).
+# --- Machine template ---------------------------------------------------------------------------
 
-    cpu and memory are required together; ``maxPods`` defaults to 110 as in cluster-autoscaler;
-    ``gpu-count`` needs ``gpu-type`` (the extended resource name, e.g. ``nvidia.com/gpu``).
+
+def propagated_labels(template_labels: Mapping[str, str]) -> dict[str, str]:
+    """The Machine-template labels CAPI copies onto the Node (the rest stay on the Machine)."""
+    result: dict[str, str] = {}
+    for key, value in template_labels.items():
+        domain, slash, _ = key.partition("/")
+        if not slash:
+            continue
+        if domain in _PROPAGATED_EXACT or any(
+            domain == d or domain.endswith("." + d) for d in _PROPAGATED_DOMAINS
+        ):
+            result[key] = str(value)
+    return result
+
+
+def machine_taints(raw: Any) -> tuple[Taint, ...]:
+    """The taints of a v1beta2 Machine template (``spec.template.spec.taints``).
+
+    Both propagation modes count: ``Always`` taints stay on the Node, ``OnInitialization``
+    ones are there when it registers, which is when pods are first placed on it.
     """
-    cpu = _quantity(annotations, wellknown.ANNOTATION_CAPACITY_CPU)
-    memory = _quantity(annotations, wellknown.ANNOTATION_CAPACITY_MEMORY)
-    if cpu is None and memory is None:
-        return None
-    if cpu is None or memory is None:
-        missing = (
-            wellknown.ANNOTATION_CAPACITY_CPU
-            if cpu is None
-            else wellknown.ANNOTATION_CAPACITY_MEMORY
-        )
-        raise ShapeError(f"annotation {missing} is required with the other one")
-    capacity: dict[str, str] = {"cpu": cpu, "memory": memory}
-    pods = _quantity(annotations, wellknown.ANNOTATION_CAPACITY_MAX_PODS)
-    capacity["pods"] = pods if pods is not None else str(DEFAULT_MAX_PODS)
-    disk = _quantity(annotations, wellknown.ANNOTATION_CAPACITY_EPHEMERAL_DISK)
-    if disk is not None:
-        capacity["ephemeral-storage"] = disk
-    gpu_count = _quantity(annotations, wellknown.ANNOTATION_CAPACITY_GPU_COUNT)
+    if not raw:
+        return ()
+    if not isinstance(raw, list):
+        raise ShapeError("spec.template.spec.taints is not a list")
+    taints: list[Taint] = []
+    for index, item in enumerate(raw):
+        if not isinstance(item, Mapping):
+            raise ShapeError(f"spec.template.spec.taints[{index}] is not an object")
+        try:
+            taints.append(Taint.from_dict(item))
+        except TaintError as exc:
+            raise ShapeError(f"spec.template.spec.taints[{index}]: {exc}") from None
+    return tuple(taints)
+
+
+# --- the shape ----------------------------------------------------------------------------------
+
+
+def resolve_shape(
+    annotations: Mapping[str, str],
+    *,
+    template: TemplateStatus | None = None,
+    template_labels: Mapping[str, str] | None = None,
+    template_taints: Iterable[Taint] = (),
+) -> NodeShape:
+    """The node shape from every source, annotations first (see the module docstring).
+
+    Raises ``MissingShapeError`` when neither source gives CPU and memory, ``ShapeError`` when
+    a value is malformed.
+    """
+    capacity: dict[str, str] = {}
+    if template is not None:
+        for name, raw in template.capacity.items():
+            capacity[str(name)] = _quantity(raw, f"{template.source} status.capacity.{name}")
+    annotated = {
+        "cpu": _annotation_quantity(annotations, wellknown.ANNOTATION_CAPACITY_CPU),
+        "memory": _annotation_quantity(annotations, wellknown.ANNOTATION_CAPACITY_MEMORY),
+        "ephemeral-storage": _annotation_quantity(
+            annotations, wellknown.ANNOTATION_CAPACITY_EPHEMERAL_DISK
+        ),
+        "pods": _annotation_quantity(annotations, wellknown.ANNOTATION_CAPACITY_MAX_PODS),
+    }
+    gpu_count = _annotation_quantity(annotations, wellknown.ANNOTATION_CAPACITY_GPU_COUNT)
     gpu_type = annotations.get(wellknown.ANNOTATION_CAPACITY_GPU_TYPE, "").strip()
     if gpu_count is not None:
         if not gpu_type:
@@ -118,10 +268,246 @@ def shape_from_annotations(annotations: Mapping[str, str]) -> NodeShape | None:
                 f"annotation {wellknown.ANNOTATION_CAPACITY_GPU_COUNT} needs "
                 f"{wellknown.ANNOTATION_CAPACITY_GPU_TYPE} (the resource name, e.g. nvidia.com/gpu)"
             )
-        capacity[gpu_type] = gpu_count
+        annotated[gpu_type] = gpu_count
+    capacity.update({name: value for name, value in annotated.items() if value is not None})
+    capacity.setdefault("pods", str(DEFAULT_MAX_PODS))
+    for name, annotation in (
+        ("cpu", wellknown.ANNOTATION_CAPACITY_CPU),
+        ("memory", wellknown.ANNOTATION_CAPACITY_MEMORY),
+    ):
+        if name not in capacity:
+            where = f" or status.capacity.{name} on {template.source}" if template else ""
+            raise MissingShapeError(
+                f"no {name} capacity: annotation {annotation} is required{where}"
+            )
+    resources = ResourceList.parse(capacity)
+    for name in ("cpu", "memory"):
+        if resources.milli(name) <= 0:
+            raise ShapeError(f"{name} capacity {capacity[name]!r}: must be greater than zero")
+
+    labels = propagated_labels(template_labels or {})
+    if template is not None:
+        if template.architecture:
+            labels[wellknown.LABEL_ARCH] = template.architecture
+        if template.operating_system:
+            labels[wellknown.LABEL_OS] = template.operating_system
+    labels.update(_pairs(annotations, wellknown.ANNOTATION_CAPACITY_LABELS))
+    labels.setdefault(wellknown.LABEL_ARCH, DEFAULT_ARCH)
+    labels.setdefault(wellknown.LABEL_OS, DEFAULT_OS)
+
+    taints = list(_annotation_taints(annotations))
+    declared = {(taint.key, taint.effect) for taint in taints}
+    for taint in template_taints:
+        if (taint.key, taint.effect) not in declared:
+            declared.add((taint.key, taint.effect))
+            taints.append(taint)
+
     return NodeShape(
-        capacity=ResourceList.parse(capacity),
-        labels=_pairs(annotations, wellknown.ANNOTATION_CAPACITY_LABELS),
-        taints=_taints(annotations),
+        capacity=resources,
+        labels=MappingProxyType(labels),
+        taints=tuple(taints),
         price=_price(annotations),
+    )
+
+
+def shape_from_annotations(annotations: Mapping[str, str]) -> NodeShape | None:
+    """The shape the annotations alone describe; ``None`` if they name neither cpu nor memory.
+
+    cpu and memory are required together; ``maxPods`` defaults to 110 as in cluster-autoscaler;
+    ``gpu-count`` needs ``gpu-type`` (the extended resource name, e.g. ``nvidia.com/gpu``).
+    """
+    if (
+        wellknown.ANNOTATION_CAPACITY_CPU not in annotations
+        and wellknown.ANNOTATION_CAPACITY_MEMORY not in annotations
+    ):
+        return None
+    return resolve_shape(annotations)
+
+
+# --- overhead -----------------------------------------------------------------------------------
+
+Reservation = Mapping[str, int | Fraction]
+"""Resource name -> an absolute amount in milli-units (int) or a share of capacity (Fraction)."""
+
+
+def parse_reservation(raw: str, where: str) -> dict[str, int | Fraction]:
+    """Parse ``cpu=100m,memory=1Gi,ephemeral-storage=10%`` (``where`` names the source)."""
+    result: dict[str, int | Fraction] = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        name, sep, value = item.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep or not name or not value:
+            raise SettingsError(f"{where}: {item!r} is not resource=quantity or resource=N%")
+        if value.endswith("%"):
+            try:
+                share = Fraction(value[:-1].strip())
+            except (ValueError, ZeroDivisionError):
+                raise SettingsError(f"{where}: {item!r}: {value!r} is not a percentage") from None
+            if not 0 <= share <= 100:
+                raise SettingsError(f"{where}: {item!r}: a percentage must be within 0-100")
+            result[name] = share / 100
+            continue
+        try:
+            quantity = parse_quantity(value)
+        except QuantityError as exc:
+            raise SettingsError(f"{where}: {item!r}: {exc}") from None
+        if quantity.nanos < 0:
+            raise SettingsError(f"{where}: {item!r}: must not be negative")
+        result[name] = quantity.milli_value()
+    return result
+
+
+def _kube_reserved_default(capacity: ResourceList) -> dict[str, int | Fraction]:
+    millis = capacity.milli("cpu")
+    reserved_cpu = sum(
+        (
+            (min(millis, upper if upper is not None else millis) - lower) * share
+            for lower, upper, share in _CPU_RESERVATION_STEPS
+            if millis > lower
+        ),
+        Fraction(0),
+    )
+    pods = capacity.value("pods") if "pods" in capacity else DEFAULT_MAX_PODS
+    result: dict[str, int | Fraction] = {
+        "cpu": int(reserved_cpu),  # whole millicores, rounded down
+        "memory": (255 + 11 * pods) * _MIB * 1000,
+    }
+    if "ephemeral-storage" in capacity:
+        result["ephemeral-storage"] = _GIB * 1000
+    return result
+
+
+_EVICTION_DEFAULT: Final[Mapping[str, int | Fraction]] = MappingProxyType(
+    {"memory": 100 * _MIB * 1000, "ephemeral-storage": Fraction(10, 100)}
+)
+
+
+def _amounts(reservation: Mapping[str, int | Fraction], capacity: ResourceList) -> ResourceList:
+    milli: dict[str, int] = {}
+    for name, amount in reservation.items():
+        if isinstance(amount, Fraction):
+            if name not in capacity:
+                continue  # a share of nothing
+            milli[name] = math.ceil(capacity.milli(name) * amount)
+        else:
+            milli[name] = amount
+    return ResourceList.from_milli(milli)
+
+
+@dataclass(frozen=True)
+class OverheadPolicy:
+    """How much of a node the kubelet keeps for itself, per resource name.
+
+    Defaults (what ``default_overhead`` gives):
+
+    - kube-reserved: CPU 6% of the first core, 1% of the second, 0.5% of the next two, 0.25% of
+      the rest; memory 255Mi + 11Mi per pod the node can hold; ephemeral-storage 1Gi when the
+      node has ephemeral storage (the EKS/GKE formulas upstream Karpenter uses);
+    - system-reserved: nothing;
+    - eviction threshold: memory 100Mi, ephemeral-storage 10% (the kubelet's defaults).
+
+    ``kube_reserved``, ``system_reserved`` and ``eviction_threshold`` override the defaults per
+    resource name (an override of ``cpu`` keeps the default ``memory``). Shares (``10%``) are of
+    the node's capacity of that resource.
+    """
+
+    kube_reserved: Reservation = field(default_factory=lambda: MappingProxyType({}))
+    system_reserved: Reservation = field(default_factory=lambda: MappingProxyType({}))
+    eviction_threshold: Reservation = field(default_factory=lambda: MappingProxyType({}))
+
+    def overhead(self, capacity: ResourceList) -> InstanceTypeOverhead:
+        kube = {**_kube_reserved_default(capacity), **self.kube_reserved}
+        eviction = {**_EVICTION_DEFAULT, **self.eviction_threshold}
+        return InstanceTypeOverhead(
+            kube_reserved=_amounts(kube, capacity),
+            system_reserved=_amounts(self.system_reserved, capacity),
+            eviction_threshold=_amounts(eviction, capacity),
+        )
+
+
+def default_overhead(capacity: ResourceList) -> InstanceTypeOverhead:
+    """The default overhead of a node of ``capacity`` (see ``OverheadPolicy``)."""
+    return OverheadPolicy().overhead(capacity)
+
+
+# --- price estimate -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PriceRates:
+    """On-demand list rates (USD per hour) behind the estimate for unpriced resources.
+
+    The defaults are a general-purpose cloud's: $0.031611 per vCPU and $0.004237 per GiB
+    (GCP N2; 2 vCPU + 8 GiB comes to $0.097, AWS m5.large lists at $0.096) and $0.35 per GPU
+    (an entry-level data-centre GPU such as the T4). Only the order matters to the solver; the
+    point is that an unpriced node costs more the larger it is, on the same scale as annotated
+    prices.
+    """
+
+    per_cpu: float = 0.031611
+    per_gib: float = 0.004237
+    per_gpu: float = 0.35
+
+    def estimate(self, capacity: ResourceList) -> float:
+        """The estimated hourly price of a node of ``capacity``."""
+        gpus = sum(capacity.value(name) for name in capacity if name.endswith("/gpu"))
+        price = (
+            capacity.milli("cpu") / 1000 * self.per_cpu
+            + capacity.milli("memory") / 1000 / _GIB * self.per_gib
+            + gpus * self.per_gpu
+        )
+        return round(price, 6)
+
+
+@dataclass(frozen=True)
+class ShapeSettings:
+    """The per-NodeClass settings that shape an inventory: overhead and price estimate."""
+
+    overhead: OverheadPolicy = field(default_factory=OverheadPolicy)
+    rates: PriceRates = field(default_factory=PriceRates)
+
+
+def _rate(options: Mapping[str, str], name: str, default: float) -> float:
+    raw = options.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"plugin option {name}={raw!r}: not a decimal number") from None
+    if value < 0 or not math.isfinite(value):
+        raise SettingsError(f"plugin option {name}={raw!r}: must be a finite rate >= 0")
+    return value
+
+
+def settings_from(
+    nodeclass_annotations: Mapping[str, str], options: Mapping[str, str]
+) -> ShapeSettings:
+    """Settings from the plugin options, overridden per resource by the NodeClass annotations.
+
+    Raises ``SettingsError`` naming the malformed option or annotation.
+    """
+    layers: list[dict[str, int | Fraction]] = []
+    for option, annotation in (
+        (KUBE_RESERVED_OPTION, KUBE_RESERVED_ANNOTATION),
+        (SYSTEM_RESERVED_OPTION, SYSTEM_RESERVED_ANNOTATION),
+        (EVICTION_THRESHOLD_OPTION, EVICTION_THRESHOLD_ANNOTATION),
+    ):
+        merged = parse_reservation(options.get(option, ""), f"plugin option {option}")
+        merged.update(
+            parse_reservation(nodeclass_annotations.get(annotation, ""), f"annotation {annotation}")
+        )
+        layers.append(merged)
+    defaults = PriceRates()
+    return ShapeSettings(
+        overhead=OverheadPolicy(
+            kube_reserved=MappingProxyType(layers[0]),
+            system_reserved=MappingProxyType(layers[1]),
+            eviction_threshold=MappingProxyType(layers[2]),
+        ),
+        rates=PriceRates(
+            per_cpu=_rate(options, PRICE_PER_CPU_OPTION, defaults.per_cpu),
+            per_gib=_rate(options, PRICE_PER_GIB_OPTION, defaults.per_gib),
+            per_gpu=_rate(options, PRICE_PER_GPU_OPTION, defaults.per_gpu),
+        ),
     )

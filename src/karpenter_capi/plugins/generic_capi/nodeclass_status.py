@@ -1,0 +1,206 @@
+"""The ClusterAPINodeClass ``Ready`` condition and the Events that explain it.
+
+A NodeClass whose selector matches nothing, or only resources that cannot be used, would
+otherwise fail silently: pods stay pending and nobody says why. So the inventory's verdict is
+written where users look (``kubectl get capinc`` shows Ready, ``kubectl describe`` the message
+and the Events):
+
+- ``Ready=False``, reason ``NoScalableResources``: the selector matches no opted-in
+  MachineDeployment, MachineSet or MachinePool;
+- ``Ready=False``, reason ``NoUsableScalableResources``: it matches some, none is usable; the
+  message lists why, one line per resource;
+- ``Ready=False``, reason ``InvalidConfiguration``: the selector or an overhead setting is
+  malformed;
+- ``Ready=True``, reason ``Ready``: at least one resource is usable; the message counts them and
+  lists the ones left out and the caveats (estimated prices, unreadable templates).
+
+The inventory is rebuilt at every provisioning round, so writes must be rare and Events must not
+repeat: the status is written only when the condition changes (``lastTransitionTime`` moves
+only when its status does, as ``metav1.Condition`` requires), and an Event is recorded for a
+problem only when it is not already listed in the stored condition. That makes Events "once per
+appearance" without any memory in the process, so a restart does not repeat them either.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Final
+
+from karpenter_capi.core.clock import format_timestamp
+from karpenter_capi.core.hookspecs import NodeClass, PluginContext
+from karpenter_capi.core.kube.errors import Conflict, NotFound
+from karpenter_capi.core.kube.events import NORMAL, WARNING, EventRecorder
+from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES
+from karpenter_capi.plugins.generic_capi.inventory import (
+    REASON_PRICE_ESTIMATED,
+    Inventory,
+    ResourceProblem,
+    raw_nodeclass,
+)
+from karpenter_capi.plugins.generic_capi.selection import INFORMATIONAL_REASONS
+
+log = logging.getLogger(__name__)
+
+READY: Final = "Ready"
+REASON_READY: Final = "Ready"
+REASON_NO_SCALABLE_RESOURCES: Final = "NoScalableResources"
+REASON_NO_USABLE_SCALABLE_RESOURCES: Final = "NoUsableScalableResources"
+REASON_INVALID_CONFIGURATION: Final = "InvalidConfiguration"
+
+_MAX_MESSAGE: Final = 32768  # metav1.Condition's limit
+_NOTHING_SELECTED: Final = (
+    "spec.scalableResourceSelector matches no MachineDeployment, MachineSet or MachinePool "
+    "labelled node.cluster.x-k8s.io/karpenter-member"
+)
+
+
+def _lines(title: str, items: list[ResourceProblem]) -> list[str]:
+    return [title, *(f"- {item}" for item in items)] if items else []
+
+
+def _truncate(message: str) -> str:
+    if len(message) <= _MAX_MESSAGE:
+        return message
+    cut = message[: _MAX_MESSAGE - 20].rsplit("\n", 1)[0]
+    return f"{cut}\n- (truncated)"
+
+
+def ready_condition(inventory: Inventory) -> tuple[str, str, str]:
+    """``(status, reason, message)`` of the Ready condition for ``inventory``."""
+    if inventory.error is not None:
+        return "False", REASON_INVALID_CONFIGURATION, _truncate(inventory.error)
+    if not inventory.instance_types:
+        if not inventory.problems:
+            return "False", REASON_NO_SCALABLE_RESOURCES, _NOTHING_SELECTED
+        lines = _lines(
+            f"none of the {inventory.selected} selected scalable resources is usable:",
+            inventory.problems,
+        )
+        return "False", REASON_NO_USABLE_SCALABLE_RESOURCES, _truncate("\n".join(lines))
+    types = len(inventory.instance_types)
+    summary = (
+        f"{len(inventory.resources)} of {inventory.selected} selected scalable resources make "
+        f"{types} instance type{'s' if types != 1 else ''}"
+    )
+    lines = [
+        summary,
+        *_lines("left out:", inventory.problems),
+        *_lines("notes:", inventory.notices),
+    ]
+    return "True", REASON_READY, _truncate("\n".join(lines))
+
+
+def _event_type(item: ResourceProblem, usable: bool) -> str:
+    if usable or item.reason in INFORMATIONAL_REASONS or item.reason == REASON_PRICE_ESTIMATED:
+        return NORMAL
+    return WARNING
+
+
+def _ready_of(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == READY:
+            return condition
+    return None
+
+
+def update_nodeclass_status(
+    ctx: PluginContext,
+    nodeclass: NodeClass | Mapping[str, Any],
+    result: Inventory,
+    *,
+    recorder: EventRecorder | None = None,
+) -> bool:
+    """Write the Ready condition for ``result`` and record an Event per new problem.
+
+    Reads the NodeClass fresh from ``ctx.workload`` (where karpenter objects live), writes
+    through the ``status`` subresource with a resourceVersion precondition, and does nothing
+    when the condition is unchanged. Returns True when it wrote. A concurrent write or a deleted
+    NodeClass is not an error: the next round tries again. Conditions of other types are kept.
+    """
+    name = str((raw_nodeclass(nodeclass).get("metadata") or {}).get("name") or "")
+    try:
+        live = ctx.workload.get(CLUSTER_API_NODE_CLASSES, name)
+    except NotFound:
+        return False
+    status, reason, message = ready_condition(result)
+    previous = _ready_of(live)
+    generation = (live.get("metadata") or {}).get("generation")
+    unchanged = previous is not None and (
+        previous.get("status"),
+        previous.get("reason"),
+        previous.get("message"),
+        previous.get("observedGeneration"),
+    ) == (status, reason, message, generation)
+    if unchanged:
+        return False
+    since = (
+        previous.get("lastTransitionTime")
+        if previous is not None and previous.get("status") == status
+        else None
+    )
+    condition: dict[str, Any] = {
+        "type": READY,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since or format_timestamp(ctx.clock.now()),
+    }
+    if generation is not None:
+        condition["observedGeneration"] = generation
+    others = [
+        c
+        for c in (live.get("status") or {}).get("conditions") or []
+        if isinstance(c, Mapping) and c.get("type") != READY
+    ]
+    meta = live.get("metadata") or {}
+    try:
+        ctx.workload.patch(
+            CLUSTER_API_NODE_CLASSES,
+            name,
+            {
+                "metadata": {"resourceVersion": meta.get("resourceVersion")},
+                "status": {"conditions": [*others, condition]},
+            },
+            subresource="status",
+        )
+    except (Conflict, NotFound):
+        return False
+    _announce(ctx, live, result, previous, (status, reason, message), recorder=recorder)
+    return True
+
+
+def _announce(
+    ctx: PluginContext,
+    live: Mapping[str, Any],
+    result: Inventory,
+    previous: Mapping[str, Any] | None,
+    verdict: tuple[str, str, str],
+    *,
+    recorder: EventRecorder | None,
+) -> None:
+    """Events (and log lines) for what the stored condition did not already say."""
+    status, reason, message = verdict
+    recorder = recorder or EventRecorder(ctx.workload, ctx.clock)
+    said = str(previous.get("message") or "") if previous is not None else ""
+    name = (live.get("metadata") or {}).get("name")
+    for item, is_notice in (
+        *((p, False) for p in result.problems),
+        *((n, True) for n in result.notices),
+    ):
+        line = f"- {item}"
+        if line in said:
+            continue
+        event_type = _event_type(item, is_notice)
+        level = logging.INFO if event_type == NORMAL else logging.WARNING
+        ctx.logger.log(level, "ClusterAPINodeClass %s: %s", name, item)
+        recorder.record(live, event_type, item.reason, str(item))
+    changed_verdict = previous is None or (previous.get("status"), previous.get("reason")) != (
+        status,
+        reason,
+    )
+    if status == "False" and changed_verdict and not result.problems:
+        ctx.logger.warning("ClusterAPINodeClass %s is not ready: %s", name, message)
+        recorder.record(live, WARNING, reason, message)
+    elif changed_verdict:
+        log.debug("ClusterAPINodeClass %s: Ready=%s (%s)", name, status, reason)

@@ -1,0 +1,198 @@
+"""Which Cluster API scalable resources a ClusterAPINodeClass selects, and why others are not.
+
+The selection follows the Go provider (kubernetes-sigs/karpenter-provider-cluster-api): the
+NodeClass's ``spec.scalableResourceSelector`` ANDed with the opt-in label
+``node.cluster.x-k8s.io/karpenter-member``, matched against the labels of MachineDeployments,
+MachineSets and MachinePools in every namespace of the management cluster. The opt-in label is
+what keeps a broad selector (or an empty one, which matches everything) from handing a
+hand-managed MachineDeployment to the autoscaler; the API server filters, so a large management
+cluster is not listed in full.
+
+Selected but left out, each with a ``ResourceProblem`` that the NodeClass status reports:
+
+- a resource annotated ``cluster.x-k8s.io/paused`` (or a MachineDeployment with
+  ``spec.paused``): CAPI does not reconcile it, so a replica change would produce no Machine;
+- a resource being deleted.
+
+Left out silently: a MachineSet owned by a MachineDeployment, because the MachineDeployment
+stands for it (scaling the MachineSet would be undone by the MachineDeployment). When only the
+MachineSet carries the opt-in label (CAPI copies a MachineDeployment's template labels to its
+MachineSets, so this happens), that is reported, since the user most likely meant the
+MachineDeployment.
+
+A kind the management cluster does not serve (MachinePools are optional in older CAPI releases)
+selects nothing rather than failing the whole NodeClass.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.kube.client import KubeClient
+from karpenter_capi.core.kube.discovery import CapiResources
+from karpenter_capi.core.kube.errors import NotFound
+from karpenter_capi.core.kube.resources import Resource
+from karpenter_capi.core.kube.selectors import selector_to_string
+
+log = logging.getLogger(__name__)
+
+MACHINE_DEPLOYMENT: Final = "MachineDeployment"
+MACHINE_SET: Final = "MachineSet"
+MACHINE_POOL: Final = "MachinePool"
+
+# Problem reasons (CamelCase: they become Event reasons and appear in the Ready condition).
+REASON_PAUSED: Final = "Paused"
+REASON_DELETING: Final = "Deleting"
+REASON_OWNED_BY_MACHINE_DEPLOYMENT: Final = "OwnedByMachineDeployment"
+
+# Reasons for which a resource is deliberately out of play: reported as Normal Events, not
+# Warnings.
+INFORMATIONAL_REASONS: Final = frozenset(
+    {REASON_PAUSED, REASON_DELETING, REASON_OWNED_BY_MACHINE_DEPLOYMENT}
+)
+
+
+def resource_key(kind: str, namespace: str, name: str) -> str:
+    """The identity of a scalable resource across the plugin: ``Kind/namespace/name``.
+
+    The inventory, the availability cache and the launch code all key resources this way, so a
+    launch failure recorded for ``MachineDeployment/default/md-a`` marks exactly that offering.
+    """
+    return f"{kind}/{namespace}/{name}"
+
+
+@dataclass(frozen=True)
+class ResourceProblem:
+    """Why one scalable resource is not (or not fully) part of the inventory.
+
+    ``reason`` is a CamelCase identifier (the Event reason), ``message`` says what to fix.
+    """
+
+    kind: str
+    namespace: str
+    name: str
+    reason: str
+    message: str
+
+    @property
+    def key(self) -> str:
+        return resource_key(self.kind, self.namespace, self.name)
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}: {self.message}"
+
+
+@dataclass
+class Selection:
+    """The usable candidates a selector found, and the selected resources left out."""
+
+    selected: list[tuple[Resource, dict[str, Any]]] = field(default_factory=list)
+    problems: list[ResourceProblem] = field(default_factory=list)
+
+
+def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _owner_machine_deployment(obj: Mapping[str, Any]) -> str | None:
+    for ref in _metadata(obj).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("kind") == MACHINE_DEPLOYMENT:
+            return str(ref.get("name") or "")
+    return None
+
+
+def _problem(kind: str, obj: Mapping[str, Any], reason: str, message: str) -> ResourceProblem:
+    meta = _metadata(obj)
+    return ResourceProblem(
+        kind, str(meta.get("namespace") or ""), str(meta.get("name") or ""), reason, message
+    )
+
+
+def why_out_of_play(kind: str, obj: Mapping[str, Any]) -> ResourceProblem | None:
+    """Why a selected resource must not be scaled (paused, being deleted), or ``None``."""
+    meta = _metadata(obj)
+    annotations = meta.get("annotations") or {}
+    if wellknown.ANNOTATION_CAPI_PAUSED in annotations:
+        return _problem(
+            kind, obj, REASON_PAUSED, f"paused ({wellknown.ANNOTATION_CAPI_PAUSED}); not scaled"
+        )
+    if kind == MACHINE_DEPLOYMENT and (obj.get("spec") or {}).get("paused") is True:
+        return _problem(kind, obj, REASON_PAUSED, "paused (spec.paused); not scaled")
+    if meta.get("deletionTimestamp"):
+        return _problem(kind, obj, REASON_DELETING, "being deleted; not scaled")
+    return None
+
+
+def label_selector(selector: Mapping[str, Any] | None) -> str:
+    """The server-side selector: the NodeClass's selector ANDed with the opt-in label.
+
+    Raises ``SelectorError`` (a ``ValueError``) for a selector Kubernetes would reject.
+    """
+    return ",".join(filter(None, (selector_to_string(selector), wellknown.LABEL_KARPENTER_MEMBER)))
+
+
+def _list(client: KubeClient, resource: Resource, selector: str) -> list[dict[str, Any]]:
+    try:
+        return client.list(resource, label_selector=selector).items
+    except NotFound:
+        # The kind is not served (e.g. no MachinePool CRD): it contributes nothing.
+        log.debug("%s is not served; selecting none", resource.group_resource)
+        return []
+
+
+def select(
+    client: KubeClient, capi: CapiResources, selector: Mapping[str, Any] | None
+) -> Selection:
+    """Opted-in scalable resources matching a NodeClass selector, filtered by the server.
+
+    Raises ``SelectorError`` for an invalid selector; API errors other than an unserved kind
+    propagate (a transient failure must not look like "nothing selected").
+    """
+    string = label_selector(selector)
+    selection = Selection()
+    deployments = _list(client, capi.machine_deployments, string)
+    deployment_keys = {
+        (str(_metadata(md).get("namespace") or ""), str(_metadata(md).get("name") or ""))
+        for md in deployments
+    }
+    sets = _list(client, capi.machine_sets, string)
+    pools = _list(client, capi.machine_pools, string)
+    for resource, objects in (
+        (capi.machine_deployments, deployments),
+        (capi.machine_sets, sets),
+        (capi.machine_pools, pools),
+    ):
+        for obj in objects:
+            kind = resource.kind
+            owner = _owner_machine_deployment(obj) if kind == MACHINE_SET else None
+            if owner is not None:
+                namespace = str(_metadata(obj).get("namespace") or "")
+                if (namespace, owner) not in deployment_keys:
+                    selection.problems.append(
+                        _problem(
+                            kind,
+                            obj,
+                            REASON_OWNED_BY_MACHINE_DEPLOYMENT,
+                            f"owned by MachineDeployment {namespace}/{owner}, which is not "
+                            f"selected; label and select the MachineDeployment instead",
+                        )
+                    )
+                continue
+            out = why_out_of_play(kind, obj)
+            if out is not None:
+                selection.problems.append(out)
+                continue
+            selection.selected.append((resource, obj))
+    return selection
+
+
+def select_resources(
+    client: KubeClient, capi: CapiResources, selector: Mapping[str, Any] | None
+) -> list[tuple[Resource, dict[str, Any]]]:
+    """The usable selected resources only (``select`` also says why others are left out)."""
+    return select(client, capi, selector).selected
