@@ -101,15 +101,6 @@ def test_a_nodeclaim_deleted_while_waiting_withdraws_its_replica(
     assert [c["metadata"]["name"] for c in env.api.list(NODECLAIMS).items] == ["nc-0"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "core/lifecycle/launch.py gives up on a NodeClaim (InsufficientCapacityError) without "
-        "calling create when no allowed offering is available, even while the plugin is "
-        "launching it: a resource filled to its max size by its own waiting NodeClaims turns "
-        "unavailable and kills them. Fix: call create when the NodeClaim's launch is under way."
-    ),
-)
 def test_nodeclaims_that_fill_a_resource_to_its_max_size_are_launched(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -76,6 +76,9 @@ class LaunchInputs:
     nodepool: NodePool
     nodeclass: ClusterAPINodeClass
     instance_types: list[InstanceType]
+    under_way: list[InstanceType]
+    """The same types with their unavailable offerings too: what a launch already under way
+    may still be completing (its own waiting claims can be what made an offering full)."""
 
 
 def _truncate(message: str) -> str:
@@ -87,7 +90,10 @@ def claim_requirements(raw: Mapping[str, Any]) -> Requirements:
 
 
 def launchable_instance_types(
-    instance_types: Sequence[InstanceType], requirements: Requirements
+    instance_types: Sequence[InstanceType],
+    requirements: Requirements,
+    *,
+    available_only: bool = True,
 ) -> list[InstanceType]:
     """The instance types a NodeClaim may become, cheapest first, each narrowed to the
     offerings its requirements allow (what ``karpenter_capi_create`` is promised).
@@ -100,7 +106,7 @@ def launchable_instance_types(
         type_requirements = Requirements.from_value_sets(instance_type.requirements)
         if requirements.intersects(type_requirements) is not None:
             continue
-        offerings = compatible_offerings(instance_type, requirements)
+        offerings = compatible_offerings(instance_type, requirements, available_only=available_only)
         if offerings:
             result.append(instance_type.with_offerings(offerings))
     result.sort(key=lambda it: (min(o.price for o in it.offerings), it.name))
@@ -143,7 +149,12 @@ def resolve_launch_inputs(ctx: ControllerContext, work: NodeClaimWork) -> Launch
     except RequirementError as exc:
         raise LaunchInputError("InvalidRequirements", str(exc)) from exc
     inventory = ctx.plugins.instance_types(nodeclass, nodepool)
-    return LaunchInputs(nodepool, nodeclass, launchable_instance_types(inventory, requirements))
+    return LaunchInputs(
+        nodepool,
+        nodeclass,
+        launchable_instance_types(inventory, requirements),
+        launchable_instance_types(inventory, requirements, available_only=False),
+    )
 
 
 @dataclass
@@ -219,7 +230,14 @@ class Launch:
             return Result(requeue_after=wait)
         try:
             inputs = resolve_launch_inputs(self._ctx, work)
-            if not inputs.instance_types:
+            instance_types = inputs.instance_types
+            under_way = attempt.result is not None or (
+                work.conditions.reason(LAUNCHED) == REASON_LAUNCHING
+            )
+            if not instance_types and under_way:
+                # The plugin is completing this launch; only it can say it has failed.
+                instance_types = inputs.under_way
+            if not instance_types:
                 raise InsufficientCapacityError(
                     "no instance type allowed by the NodeClaim's requirements has an available "
                     "offering"
@@ -228,14 +246,12 @@ class Launch:
                 self._writes.would(
                     "launch NodeClaim %s as one of %s",
                     work.name,
-                    ", ".join(it.name for it in inputs.instance_types),
+                    ", ".join(it.name for it in instance_types),
                 )
                 return DONE
             provider = self.provider_label(work.model.spec.node_class_ref)
             with self._metrics.provider_call("Create", provider):
-                result = self._ctx.plugins.create(
-                    work.to_model(), inputs.instance_types, inputs.nodeclass
-                )
+                result = self._ctx.plugins.create(work.to_model(), instance_types, inputs.nodeclass)
         except InsufficientCapacityError as exc:
             return self._give_up(work, "InsufficientCapacityError", "insufficient_capacity", exc)
         except NodeClassNotReadyError as exc:
@@ -250,7 +266,7 @@ class Launch:
         attempt.result = result
         attempt.failures = 0
         attempt.instance_type = next(
-            (it for it in inputs.instance_types if it.name == result.instance_type),
+            (it for it in instance_types if it.name == result.instance_type),
             attempt.instance_type,
         )
         self._apply(work, attempt)

@@ -126,12 +126,13 @@ class SolveResult:
 
 
 def compatible_offerings(
-    instance_type: InstanceType, requirements: Requirements
+    instance_type: InstanceType, requirements: Requirements, *, available_only: bool = True
 ) -> tuple[Offering, ...]:
-    """Available offerings whose zone, capacity type and labels ``requirements`` allow."""
+    """Offerings whose zone, capacity type and labels ``requirements`` allow (by default only
+    the available ones)."""
     result = []
     for offering in instance_type.offerings:
-        if not offering.available:
+        if available_only and not offering.available:
             continue
         if not _allows(requirements, _ZONE, offering.zone):
             continue
