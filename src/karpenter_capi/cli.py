@@ -318,6 +318,7 @@ def _load_plugins(args: argparse.Namespace, workload: Any, management: Any) -> A
         management=management,
         clock=SystemClock(),
         options=parse_plugin_options(args.plugin_option),
+        dry_run=bool(getattr(args, "dry_run", False)),
     )
     return Plugins.load(_plugin_names(args), environment)
 

@@ -207,7 +207,7 @@ def ready_message(env: Env) -> str:
 def test_the_nodeclass_status_warns_about_deployments_that_roll_out_on_their_own(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    env = new_env(monkeypatch=monkeypatch, options={"nodeclass_status": "true"})
+    env = new_env(monkeypatch=monkeypatch)
     env.deployment("md-rolling", strategy="RollingUpdate")
     env.deployment("md-on-delete", strategy="OnDelete", zone="zone-b")
     env.nodeclaim("nc")
@@ -222,7 +222,7 @@ def test_the_nodeclass_status_warns_about_deployments_that_roll_out_on_their_own
 
 
 def test_no_warning_when_cluster_api_does_the_rollouts(monkeypatch: pytest.MonkeyPatch) -> None:
-    env = new_env(monkeypatch=monkeypatch, options={"nodeclass_status": "true"})
+    env = new_env(monkeypatch=monkeypatch)
     env.api.patch(
         CLUSTER_API_NODE_CLASSES,
         "default",
@@ -236,10 +236,12 @@ def test_no_warning_when_cluster_api_does_the_rollouts(monkeypatch: pytest.Monke
     assert "RollingUpdate" not in ready_message(env)
 
 
-def test_the_status_is_not_written_unless_the_plugin_may(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The inventory hook also runs in dry runs, and the context does not say whether this is
-    # one: without the option (or a context that says so) nothing is written.
-    env = new_env(monkeypatch=monkeypatch)
+def test_the_status_is_not_written_when_the_plugin_option_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # ``nodeclass_status=false`` leaves the NodeClass status to someone else (a dry run, where
+    # the context says ``dry_run``, writes nothing either).
+    env = new_env(monkeypatch=monkeypatch, options={"nodeclass_status": "false"})
     env.deployment("md-rolling", strategy="RollingUpdate")
     env.nodeclaim("nc")
 

@@ -175,7 +175,11 @@ def test_a_dry_run_decides_but_writes_nothing(
     plugins = Plugins.load(
         ["generic_capi"],
         PluginEnvironment(
-            workload=server, management=server, clock=clock, logger=logging.getLogger("t")
+            workload=server,
+            management=server,
+            clock=clock,
+            logger=logging.getLogger("t"),
+            dry_run=True,
         ),
     )
     report = Provisioner(server, plugins, clock, dry_run=True).reconcile()

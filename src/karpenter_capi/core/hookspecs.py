@@ -82,6 +82,8 @@ class PluginContext:
     clock: Clock
     logger: logging.Logger
     options: Mapping[str, str] = field(default_factory=_frozen_empty)
+    dry_run: bool = False
+    """True when the controller runs with ``--dry-run``: decide and log, write nothing."""
 
     def option(self, name: str, default: str | None = None) -> str | None:
         """One of this plugin's options, or ``default``."""

@@ -385,6 +385,7 @@ class PluginEnvironment:
     clock: Clock
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger(_PLUGIN_LOGGER_NAME))
     options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    dry_run: bool = False
 
     def context_for(self, plugin_name: str) -> PluginContext:
         return PluginContext(
@@ -394,6 +395,7 @@ class PluginEnvironment:
             clock=self.clock,
             logger=self.logger.getChild(plugin_name),
             options=dict(self.options.get(plugin_name, {})),
+            dry_run=self.dry_run,
         )
 
 

@@ -134,16 +134,12 @@ def _state(ctx: PluginContext) -> _State:
 def _writes_status(ctx: PluginContext) -> bool:
     """Whether this hook call may write the NodeClass status and Events.
 
-    The inventory hook is also called in a dry run, where nothing may be written, and the
-    context does not say whether this is one. So the status is written when the context says
-    it is not a dry run (a ``dry_run`` attribute, once the core provides it) or when the plugin
-    option ``nodeclass_status`` is ``true``; ``false`` turns it off either way.
+    Never in a dry run; otherwise unless the plugin option ``nodeclass_status`` is ``false``.
     """
+    if ctx.dry_run:
+        return False
     option = (ctx.option(NODECLASS_STATUS_OPTION) or "").strip().lower()
-    if option in ("true", "false"):
-        return option == "true"
-    dry_run = getattr(ctx, "dry_run", None)
-    return dry_run is not None and not dry_run
+    return option != "false"
 
 
 def _ours(nodeclass: NodeClass | Mapping[str, Any]) -> bool:
