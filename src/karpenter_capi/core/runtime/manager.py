@@ -31,6 +31,7 @@ from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.kube.backoff import Backoff
 from karpenter_capi.core.kube.cache import IndexFunc, Store
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
+from karpenter_capi.core.kube.errors import Conflict
 from karpenter_capi.core.kube.events import EventRecorder
 from karpenter_capi.core.kube.indexes import (
     MACHINE_INDEXERS,
@@ -384,13 +385,18 @@ class Manager:
                 error, result = raised, None
             seconds = max(0.0, self.clock.monotonic() - started)
             if error is not None:
-                _log.error(
-                    "%s: reconcile of %s failed (retry %d)",
-                    entry.name,
-                    key,
-                    queue.num_requeues(key) + 1,
-                    exc_info=error,
-                )
+                if isinstance(error, Conflict):
+                    # Optimistic concurrency at work (another writer got there first): a
+                    # retry on fresh data is the whole remedy, not an error worth a traceback.
+                    _log.info("%s: %s changed under the reconcile; retrying", entry.name, key)
+                else:
+                    _log.error(
+                        "%s: reconcile of %s failed (retry %d)",
+                        entry.name,
+                        key,
+                        queue.num_requeues(key) + 1,
+                        exc_info=error,
+                    )
                 queue.add_rate_limited(key)
             else:
                 requeue_after = getattr(result, "requeue_after", None)
