@@ -92,6 +92,16 @@ def test_simulate_demo_launches_cheapest_nodes_and_is_idempotent() -> None:
     assert second["launched"] == []
     assert second["inFlightPods"] == len(pods)
     assert len(report["nodeClaims"]) == len(launched)
+    # Then every controller runs next to the emulated Cluster API: each NodeClaim gets its
+    # Machine from the MachineDeployment of its instance type and an initialized Node, and
+    # nothing more is launched for pods already provided for.
+    lifecycle = report["lifecycle"]
+    claims = lifecycle["nodeClaims"]
+    assert len(claims) == len(launched)
+    assert all(c["initialized"] and c["providerID"].startswith("sim://") for c in claims)
+    grown = {k: v["after"] for k, v in lifecycle["replicas"].items() if v["after"] > v["before"]}
+    assert sum(grown.values()) == len(launched)
+    assert grown["MachineDeployment default/workers-g5-xlarge-b"] == 1
 
 
 def test_instance_types_from_manifests(tmp_path: Path) -> None:

@@ -464,3 +464,28 @@ def test_a_solve_that_hits_its_deadline_keeps_what_it_placed_and_reports_the_res
     assert 0 < placed < 300
     assert len(result.unschedulable) == 300 - placed
     assert all("timed out" in reason for reason in result.unschedulable.values())
+
+
+def test_an_in_flight_claim_takes_a_pod_whose_zone_it_has_not_decided_yet() -> None:
+    # The claim may still launch in zone-a or zone-b: a pod that wants zone-b can count on it,
+    # as Karpenter checks requirements, not labels, for claims still launching.
+    claim = ExistingNode(
+        name="default-abcde",
+        labels={"kubernetes.io/hostname": "default-abcde"},
+        allocatable=ResourceList.parse({"cpu": "4", "memory": "16Gi", "pods": 110}),
+        in_flight=True,
+        requirements=Requirements.from_dicts(
+            [
+                {
+                    "key": "topology.kubernetes.io/zone",
+                    "operator": "In",
+                    "values": ["zone-a", "zone-b"],
+                }
+            ]
+        ),
+    )
+    wants_b = _pod("b", "1", nodeSelector={"topology.kubernetes.io/zone": "zone-b"})
+    wants_c = _pod("c", "1", nodeSelector={"topology.kubernetes.io/zone": "zone-c"})
+    result = _solve([wants_b, wants_c], existing_nodes=[claim])
+    assert [p["metadata"]["name"] for p in result.existing["default-abcde"]] == ["b"]
+    assert [c.pods[0]["metadata"]["name"] for c in result.new_nodeclaims] == ["c"]

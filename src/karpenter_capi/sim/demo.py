@@ -1,26 +1,37 @@
-"""The embedded demo: a scenario in an in-memory cluster, one controller pass, what it decided.
+"""The embedded demo: a scenario in an in-memory cluster, what the controller decided and did.
 
 ``make run`` (``karpenter-capi simulate --demo``) shows a newcomer the product working with no
 cluster at all: the scenario's Cluster API objects, NodeClass, NodePool and pods go into an
 ``InMemoryAPIServer``, the pods are marked unschedulable as kube-scheduler marks pods no node can
-hold, and the real provisioning pass (real plugins loaded through their entry points, real
-NodeClaims written through the API) runs twice: the first pass launches, the second proves that
-pods already covered by launching NodeClaims are not provisioned twice.
+hold, and the real provisioning round (real plugins loaded through their entry points, real
+NodeClaims written through the API) runs twice: the first launches, the second proves that pods
+already covered by launching NodeClaims are not provisioned twice. Then every controller runs
+for a few minutes of virtual time next to the emulated Cluster API (``sim.capi``): the plugin
+scales MachineDeployments, binds the new Machines, and the NodeClaims launch, register and
+initialize as their Nodes join.
 
-The full simulator (CAPI Machines, kubelets, a scheduler, virtual time) grows from here in the
-simulator issue.
+A scheduler and workloads join in the simulator issue; until then pods stay pending, which the
+provisioner recognises as already provided for.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from karpenter_capi.core.clock import FakeClock, format_timestamp
-from karpenter_capi.core.kube.resources import NODECLAIMS, NODES, PODS
+from karpenter_capi.core.kube.resources import (
+    MACHINE_DEPLOYMENTS,
+    MACHINE_POOLS,
+    MACHINE_SETS,
+    NODECLAIMS,
+    NODES,
+    PODS,
+)
+from karpenter_capi.core.operator import Operator, OperatorOptions
 from karpenter_capi.core.plugins import PluginEnvironment, Plugins
 from karpenter_capi.core.provisioning.loop import (
     Provisioner,
@@ -28,10 +39,24 @@ from karpenter_capi.core.provisioning.loop import (
     print_report,
 )
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
+from karpenter_capi.sim.capi import add_capi_emulation
 from karpenter_capi.sim.cluster import new_cluster
 from karpenter_capi.sim.manifests import load_manifest_files
 
 DEMO_SCENARIO = Path(__file__).parent / "scenarios" / "demo.yaml"
+DEFAULT_MINUTES = 3.0
+
+
+@dataclass(frozen=True)
+class ClaimOutcome:
+    """Where one NodeClaim got to by the end of the run."""
+
+    name: str
+    launched: bool
+    registered: bool
+    initialized: bool
+    node: str | None
+    provider_id: str | None
 
 
 @dataclass
@@ -39,6 +64,32 @@ class ScenarioReport:
     scenario: list[str]
     passes: list[ProvisioningReport]
     nodeclaims: list[dict[str, Any]]
+    minutes: float = 0.0
+    replicas: dict[str, tuple[int, int]] = field(default_factory=dict)
+    outcomes: list[ClaimOutcome] = field(default_factory=list)
+
+    def print_lifecycle(self, out: TextIO) -> None:
+        out.write(f"\n== the cluster runs for {self.minutes:g} minutes of virtual time ==\n")
+        for name, (before, after) in sorted(self.replicas.items()):
+            if before != after:
+                out.write(f"{name}: {before} -> {after} replicas\n")
+        for outcome in self.outcomes:
+            stages = [
+                stage
+                for stage, done in (
+                    ("launched", outcome.launched),
+                    ("registered", outcome.registered),
+                    ("initialized", outcome.initialized),
+                )
+                if done
+            ]
+            where = f" as node {outcome.node}" if outcome.node else ""
+            out.write(
+                f"NodeClaim {outcome.name}: {', '.join(stages) or 'still launching'}{where}"
+                f" ({outcome.provider_id or 'no provider ID yet'})\n"
+            )
+        ready = sum(1 for o in self.outcomes if o.initialized)
+        out.write(f"{ready} of {len(self.outcomes)} NodeClaims have an initialized node\n")
 
     def print(self, out: TextIO) -> None:
         out.write(f"scenario: {', '.join(self.scenario)}\n")
@@ -59,6 +110,8 @@ class ScenarioReport:
                 f"  {claim['metadata']['name']}: instance types "
                 f"{', '.join(requirement['values'])}\n"
             )
+        if self.minutes > 0:
+            self.print_lifecycle(out)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -88,6 +141,21 @@ class ScenarioReport:
                 for r in self.passes
             ],
             "nodeClaims": [c["metadata"]["name"] for c in self.nodeclaims],
+            "lifecycle": {
+                "minutes": self.minutes,
+                "replicas": {k: {"before": b, "after": a} for k, (b, a) in self.replicas.items()},
+                "nodeClaims": [
+                    {
+                        "name": o.name,
+                        "launched": o.launched,
+                        "registered": o.registered,
+                        "initialized": o.initialized,
+                        "node": o.node,
+                        "providerID": o.provider_id,
+                    }
+                    for o in self.outcomes
+                ],
+            },
         }
 
 
@@ -123,9 +191,37 @@ def mark_unschedulable(server: InMemoryAPIServer) -> int:
     return marked
 
 
+def _replicas(server: InMemoryAPIServer) -> dict[str, int]:
+    return {
+        f"{kind.kind} {obj['metadata']['namespace']}/{obj['metadata']['name']}": int(
+            (obj.get("spec") or {}).get("replicas") or 0
+        )
+        for kind in (MACHINE_DEPLOYMENTS, MACHINE_SETS, MACHINE_POOLS)
+        for obj in server.list(kind).items
+        if not (obj["metadata"].get("ownerReferences") or [])
+    }
+
+
+def _outcome(claim: Mapping[str, Any]) -> ClaimOutcome:
+    status = claim.get("status") or {}
+    true = {c.get("type") for c in status.get("conditions") or [] if c.get("status") == "True"}
+    return ClaimOutcome(
+        name=str(claim["metadata"]["name"]),
+        launched="Launched" in true,
+        registered="Registered" in true,
+        initialized="Initialized" in true,
+        node=status.get("nodeName"),
+        provider_id=status.get("providerID"),
+    )
+
+
 def run_scenario(
-    paths: Sequence[Path], plugin_names: Sequence[str], passes: int = 2
+    paths: Sequence[Path],
+    plugin_names: Sequence[str],
+    passes: int = 2,
+    minutes: float = DEFAULT_MINUTES,
 ) -> ScenarioReport:
+    """Load ``paths``, run ``passes`` provisioning rounds, then every controller for ``minutes``."""
     clock = FakeClock()
     server = new_cluster(clock=clock)
     server.apply_manifests(load_manifest_files(paths))
@@ -139,8 +235,24 @@ def run_scenario(
     plugins = Plugins.load(plugin_names, environment)
     provisioner = Provisioner(server, plugins, clock)
     reports = [provisioner.reconcile() for _ in range(passes)]
+    nodeclaims = server.list(NODECLAIMS).items
+    before = _replicas(server)
+    if minutes > 0:
+        operator = Operator(
+            server,
+            server,
+            plugins,
+            clock,
+            OperatorOptions(leader_elect=False, metrics_port=None),
+        )
+        add_capi_emulation(operator.manager, nodes=True)
+        operator.stepped().advance(minutes * 60)
+    after = _replicas(server)
     return ScenarioReport(
         scenario=[str(p) for p in paths],
         passes=reports,
-        nodeclaims=server.list(NODECLAIMS).items,
+        nodeclaims=nodeclaims,
+        minutes=minutes,
+        replicas={key: (before.get(key, 0), after.get(key, 0)) for key in sorted(after)},
+        outcomes=[_outcome(c) for c in server.list(NODECLAIMS).items],
     )

@@ -153,13 +153,32 @@ def existing_nodes(
                 name=name,
                 labels=labels,
                 allocatable=allocatable,
-                taints=_taints((claim.get("spec") or {}).get("taints")),
+                taints=_in_flight_taints(claim, types_by_pool.get(pool, {})),
                 nodepool=pool or None,
                 in_flight=True,
                 nominated=nominations.get(name, frozenset()),
+                requirements=Requirements.from_dicts(
+                    (claim.get("spec") or {}).get("requirements") or []
+                ),
             )
         )
     return result
+
+
+def _in_flight_taints(
+    claim: Mapping[str, Any], types: Mapping[str, InstanceType]
+) -> tuple[Taint, ...]:
+    """The NodePool's taints on a launching claim, and those of any type it may become.
+
+    A type's own taints (a GPU MachineDeployment's, say) come with the node; until the claim
+    knows its type, a pod must tolerate all of them to count on it.
+    """
+    taints = list(_taints((claim.get("spec") or {}).get("taints")))
+    for name in _claim_instance_types(claim):
+        instance_type = types.get(name)
+        if instance_type is not None:
+            taints.extend(t for t in instance_type.taints if t not in taints)
+    return tuple(taints)
 
 
 def _in_flight_allocatable(

@@ -53,11 +53,11 @@ class ExistingNode:
     """A node pods can go to without launching anything.
 
     A registered Node, or a NodeClaim launched but not yet registered (``in_flight``): for
-    those, ``allocatable`` is the smallest instance type the claim may become and ``labels``
-    what its requirements pin. ``requested`` is what pods bound to it (and, for a registered
-    node, its DaemonSet pods) already take; ``pods`` are those pods, for topology and host
-    ports. ``nominated`` are keys of pending pods this controller launched the claim for: they
-    go back to it first.
+    those, ``allocatable`` is the smallest instance type the claim may become, ``labels`` what
+    its requirements pin and ``requirements`` all of them. ``requested`` is what pods bound to
+    it (and, for a registered node, its DaemonSet pods) already take; ``pods`` are those pods,
+    for topology and host ports. ``nominated`` are keys of pending pods this controller
+    launched the claim for: they go back to it first.
     """
 
     name: str
@@ -69,6 +69,9 @@ class ExistingNode:
     nodepool: str | None = None
     in_flight: bool = False
     nominated: frozenset[str] = frozenset()
+    requirements: Requirements = EMPTY
+    """For an in-flight NodeClaim, its requirements: a pod may go there when they are
+    compatible with the pod's (its zone, say, may not be decided yet), as Karpenter checks."""
 
 
 @dataclass

@@ -372,15 +372,19 @@ class Solver:
             for pod in node.pods:
                 ports.add(pod_host_ports(pod))
             requested = self._vector(node.requested)
+            requirements = Requirements.from_labels(node.labels)
             if node.in_flight:
-                labels = Requirements.from_labels(node.labels)
+                # What the claim may still become, not only what it already pins.
+                requirements = requirements.merged(node.requirements)
                 taints = tuple(node.taints)
-                requested = _add(requested, self._vector(self._daemons.for_node(labels, taints)))
+                requested = _add(
+                    requested, self._vector(self._daemons.for_node(requirements, taints))
+                )
             self._nodes.append(
                 _Node(
                     index,
                     node,
-                    Requirements.from_labels(node.labels),
+                    requirements,
                     self._vector(node.allocatable),
                     requested,
                     ports,
@@ -626,7 +630,11 @@ class Solver:
         permanent = None
         if strictly_untolerated(pod_class.tolerations, node.node.taints) is not None:
             permanent = "taint"
-        elif not pod_class.requirements.satisfied_by(node.node.labels):
+        elif (
+            node.requirements.compatible(pod_class.requirements) is not None
+            if node.node.in_flight
+            else not pod_class.requirements.satisfied_by(node.node.labels)
+        ):
             permanent = "labels"
         elif not _fits(_add(node.total, pod_class.vector), node.allocatable):
             permanent = "resources"
