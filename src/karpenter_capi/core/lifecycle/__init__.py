@@ -21,6 +21,7 @@ from karpenter_capi.core.lifecycle.liveness import (
     DEFAULT_LAUNCH_TIMEOUT,
     DEFAULT_REGISTRATION_TIMEOUT,
 )
+from karpenter_capi.core.lifecycle.nodepool import NodePoolReadinessController
 from karpenter_capi.core.runtime.controller import ControllerContext
 
 
@@ -31,13 +32,15 @@ def lifecycle_controllers(
     registration_timeout: float = DEFAULT_REGISTRATION_TIMEOUT,
     gc_interval: float = DEFAULT_INTERVAL,
     orphan_grace: float = DEFAULT_ORPHAN_GRACE,
-) -> list[NodeClaimLifecycleController | NodeClaimGarbageCollector]:
-    """The lifecycle controller and the garbage collector, sharing ``ctx`` (seconds)."""
+) -> list[NodeClaimLifecycleController | NodeClaimGarbageCollector | NodePoolReadinessController]:
+    """The lifecycle controller, the garbage collector and NodePool readiness, sharing ``ctx``
+    (times in seconds)."""
     return [
         NodeClaimLifecycleController(
             ctx, launch_timeout=launch_timeout, registration_timeout=registration_timeout
         ),
         NodeClaimGarbageCollector(ctx, interval=gc_interval, orphan_grace=orphan_grace),
+        NodePoolReadinessController(ctx),
     ]
 
 
@@ -45,6 +48,7 @@ __all__ = [
     "ORPHAN_INSTANCE_ANNOTATION",
     "NodeClaimGarbageCollector",
     "NodeClaimLifecycleController",
+    "NodePoolReadinessController",
     "lifecycle_controllers",
     "orphan_nodeclaim",
 ]
