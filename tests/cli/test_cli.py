@@ -102,6 +102,12 @@ def test_simulate_demo_launches_cheapest_nodes_and_is_idempotent() -> None:
     grown = {k: v["after"] for k, v in lifecycle["replicas"].items() if v["after"] > v["before"]}
     assert sum(grown.values()) == len(launched)
     assert grown["MachineDeployment default/workers-g5-xlarge-b"] == 1
+    # The scheduler stand-in binds the pods to the new nodes and they run; only the pod no
+    # instance type can hold stays pending.
+    phases = lifecycle["pods"]
+    assert phases["default/too-big"] == "Pending"
+    assert all(where.startswith("Running on ") for pod, where in phases.items() if pod in pods)
+    assert phases["default/trainer"].startswith("Running on workers-g5-xlarge-b")
 
 
 def test_instance_types_from_manifests(tmp_path: Path) -> None:

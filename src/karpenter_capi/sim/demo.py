@@ -8,10 +8,8 @@ NodeClaims written through the API) runs twice: the first launches, the second p
 already covered by launching NodeClaims are not provisioned twice. Then every controller runs
 for a few minutes of virtual time next to the emulated Cluster API (``sim.capi``): the plugin
 scales MachineDeployments, binds the new Machines, and the NodeClaims launch, register and
-initialize as their Nodes join.
-
-A scheduler and workloads join in the simulator issue; until then pods stay pending, which the
-provisioner recognises as already provided for.
+initialize as their Nodes join; the scheduler stand-in binds the pods to them and the kubelet
+stand-in runs them.
 """
 
 from __future__ import annotations
@@ -42,6 +40,8 @@ from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.capi import add_capi_emulation
 from karpenter_capi.sim.cluster import new_cluster
 from karpenter_capi.sim.manifests import load_manifest_files
+from karpenter_capi.sim.scheduler import SimScheduler
+from karpenter_capi.sim.workloads import add_workload_emulation
 
 DEMO_SCENARIO = Path(__file__).parent / "scenarios" / "demo.yaml"
 DEFAULT_MINUTES = 3.0
@@ -67,6 +67,7 @@ class ScenarioReport:
     minutes: float = 0.0
     replicas: dict[str, tuple[int, int]] = field(default_factory=dict)
     outcomes: list[ClaimOutcome] = field(default_factory=list)
+    pods: dict[str, str] = field(default_factory=dict)
 
     def print_lifecycle(self, out: TextIO) -> None:
         out.write(f"\n== the cluster runs for {self.minutes:g} minutes of virtual time ==\n")
@@ -90,6 +91,11 @@ class ScenarioReport:
             )
         ready = sum(1 for o in self.outcomes if o.initialized)
         out.write(f"{ready} of {len(self.outcomes)} NodeClaims have an initialized node\n")
+        running = sum(1 for where in self.pods.values() if where.startswith("Running"))
+        out.write(f"{running} of {len(self.pods)} pods running\n")
+        for pod, where in sorted(self.pods.items()):
+            if not where.startswith("Running"):
+                out.write(f"  {pod}: {where}\n")
 
     def print(self, out: TextIO) -> None:
         out.write(f"scenario: {', '.join(self.scenario)}\n")
@@ -155,6 +161,7 @@ class ScenarioReport:
                     }
                     for o in self.outcomes
                 ],
+                "pods": self.pods,
             },
         }
 
@@ -202,6 +209,17 @@ def _replicas(server: InMemoryAPIServer) -> dict[str, int]:
     }
 
 
+def _pod_phases(server: InMemoryAPIServer) -> dict[str, str]:
+    """Each pod and where it is: ``Running on <node>``, or ``Pending``."""
+    phases = {}
+    for pod in server.list(PODS).items:
+        node = (pod.get("spec") or {}).get("nodeName")
+        phase = (pod.get("status") or {}).get("phase") or "Pending"
+        key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        phases[key] = f"{phase} on {node}" if node else phase
+    return phases
+
+
 def _outcome(claim: Mapping[str, Any]) -> ClaimOutcome:
     status = claim.get("status") or {}
     true = {c.get("type") for c in status.get("conditions") or [] if c.get("status") == "True"}
@@ -246,6 +264,8 @@ def run_scenario(
             OperatorOptions(leader_elect=False, metrics_port=None),
         )
         add_capi_emulation(operator.manager, nodes=True)
+        add_workload_emulation(operator.manager)
+        operator.manager.add(SimScheduler(server, operator.manager, clock))
         operator.stepped().advance(minutes * 60)
     after = _replicas(server)
     return ScenarioReport(
@@ -255,4 +275,5 @@ def run_scenario(
         minutes=minutes,
         replicas={key: (before.get(key, 0), after.get(key, 0)) for key in sorted(after)},
         outcomes=[_outcome(c) for c in server.list(NODECLAIMS).items],
+        pods=_pod_phases(server),
     )
