@@ -11,13 +11,13 @@ reports it.
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 from collections.abc import Callable
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
 
+from karpenter_capi.core.httpserver import QuietThreadingHTTPServer
 from karpenter_capi.core.observability.metrics import CONTENT_TYPE, Metrics
 
 log = logging.getLogger(__name__)
@@ -117,13 +117,8 @@ def _ask(check: Callable[[], bool], negative: str) -> tuple[bool, str]:
         return False, f"{negative}: {type(error).__name__}: {error}"
 
 
-class _Httpd(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
+class _Httpd(QuietThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], owner: ObservabilityServer) -> None:
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
         self.owner = owner
         super().__init__(address, _Handler)
 

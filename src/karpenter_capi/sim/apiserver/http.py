@@ -18,10 +18,11 @@ import json
 import select
 import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from karpenter_capi.core.httpserver import QuietThreadingHTTPServer
 from karpenter_capi.core.kube.client import JsonObject
 from karpenter_capi.core.kube.errors import (
     ApiError,
@@ -121,15 +122,11 @@ class HttpFront:
         self.close()
 
 
-class _Httpd(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+class _Httpd(QuietThreadingHTTPServer):
     # Benchmarks open many connections at once; the default backlog of 5 refuses some.
     request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], front: HttpFront) -> None:
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
         self.front = front
         # Ages are measured on the server's clock, which a simulation may be running fast.
         clock = getattr(front.api, "clock", None)
