@@ -1,0 +1,253 @@
+"""The scenario file: what a simulated run starts with and what happens to it over time.
+
+A scenario written as data (YAML) instead of Python lets anyone compare the autoprovisioner's
+behaviour on the same inputs across changes, and lets the shipped benchmarks (upstream
+Karpenter's perf "basic" test, hostname spreads...) be read and tweaked without code. The model
+is strict (unknown fields are errors) so a typo fails loudly, and every error names the path of
+the bad field (``timeline[1].at: ...``), in the words ``core.api.meta.validation_problems``
+uses for API objects.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from karpenter_capi.core.api.meta import validation_problems
+from karpenter_capi.core.scheduling.quantity import QuantityError, parse_quantity
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used; ``problems`` are ``path: reason`` lines."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: " + "; ".join(problems))
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        extra="forbid",
+        frozen=True,
+    )
+
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
+
+
+def parse_duration(value: str | float) -> float:
+    """Seconds in ``"90s"``, ``"5m"``, ``"1h30m"`` or a plain number of seconds."""
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError("a duration cannot be negative")
+        return float(value)
+    match = _DURATION.match(value.strip())
+    if not value.strip() or match is None or not any(match.groups()):
+        raise ValueError(f"{value!r} is not a duration like 30s, 5m or 1h30m")
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
+
+
+def _check_quantity(value: str | float) -> str:
+    text = str(value)
+    try:
+        parse_quantity(text)
+    except QuantityError as exc:
+        raise ValueError(f"{text!r} is not a quantity: {exc}") from None
+    return text
+
+
+class Catalog(_Strict):
+    """A generated catalog in the style of upstream Karpenter's kwok provider.
+
+    One MachineDeployment per (shape, arch, zone, capacity type); a shape is a vCPU count and a
+    family whose memory per vCPU is ``families[family]`` GiB.
+    """
+
+    cpus: list[int] = Field(default=[2, 4, 8], min_length=1)
+    families: dict[str, int] = Field(default={"c": 2, "s": 4, "m": 8}, min_length=1)
+    archs: list[Literal["amd64", "arm64"]] = Field(default=["amd64"], min_length=1)
+    zones: list[str] = Field(default=["zone-a", "zone-b"], min_length=1)
+    capacity_types: list[Literal["on-demand", "spot"]] = Field(default=["on-demand"], min_length=1)
+    price_per_cpu: float = Field(default=0.025, ge=0)
+    price_per_gib: float = Field(default=0.001, ge=0)
+    spot_discount: float = Field(default=0.7, gt=0, le=1)
+    max_pods: int = Field(default=110, gt=0)
+    max_size: int = Field(default=100, ge=0)
+    cluster_name: str = "sim"
+    namespace: str = "default"
+    nodepool_limits: dict[str, str] = Field(default_factory=dict)
+    consolidation_policy: Literal["WhenEmpty", "WhenEmptyOrUnderutilized"] = "WhenEmpty"
+    consolidate_after: str = "Never"
+
+    @field_validator("cpus")
+    @classmethod
+    def _positive_cpus(cls, value: list[int]) -> list[int]:
+        if any(cpu <= 0 for cpu in value):
+            raise ValueError("vCPU counts must be positive")
+        return value
+
+    @field_validator("families")
+    @classmethod
+    def _positive_ratios(cls, value: dict[str, int]) -> dict[str, int]:
+        if any(ratio <= 0 for ratio in value.values()):
+            raise ValueError("memory per vCPU must be positive")
+        return value
+
+
+class Infrastructure(_Strict):
+    """Either literal ``manifests`` or a generated ``catalog``, never both."""
+
+    manifests: list[dict[str, Any]] | None = None
+    catalog: Catalog | None = None
+
+    @field_validator("manifests")
+    @classmethod
+    def _kubernetes_objects(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        for index, obj in enumerate(value or []):
+            if "apiVersion" not in obj or "kind" not in obj:
+                raise ValueError(
+                    f"item {index} is not a Kubernetes object (needs apiVersion, kind)"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Infrastructure:
+        if (self.manifests is None) == (self.catalog is None):
+            raise ValueError("give exactly one of manifests or catalog")
+        return self
+
+
+class Workload(_Strict):
+    """A Deployment of ``replicas`` identical pods; the optional fields go into its pod spec."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=50)
+    namespace: str = "default"
+    replicas: int = Field(ge=0)
+    cpu: str
+    memory: str
+    labels: dict[str, str] = Field(default_factory=dict)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    topology_spread_constraints: list[dict[str, Any]] = Field(default_factory=list)
+    affinity: dict[str, Any] = Field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+
+    _quantities = field_validator("cpu", "memory", mode="before")(_check_quantity)
+
+
+class TimelineAction(_Strict):
+    """At ``at`` after the start: ``scale`` a workload, ``deploy`` it, or ``delete`` it."""
+
+    at: float
+    action: Literal["scale", "deploy", "delete"]
+    target: str
+    replicas: int | None = Field(default=None, ge=0)
+
+    @field_validator("at", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        if not isinstance(value, str | int | float) or isinstance(value, bool):
+            raise ValueError("a duration is text like 30s, 5m or 1h30m, or seconds")
+        return parse_duration(value)
+
+    @model_validator(mode="after")
+    def _replicas_for_scale(self) -> TimelineAction:
+        if self.action == "scale" and self.replicas is None:
+            raise ValueError("scale needs replicas")
+        return self
+
+
+class Scenario(_Strict):
+    """One scenario file."""
+
+    name: str = Field(min_length=1)
+    description: str = Field(min_length=1)
+    infrastructure: Infrastructure
+    workloads: list[Workload] = Field(default_factory=list)
+    timeline: list[TimelineAction] = Field(default_factory=list)
+
+    @field_validator("description")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        if "\n" in value.strip():
+            raise ValueError("the description is one line")
+        return value.strip()
+
+    def deferred(self) -> set[str]:
+        """Workloads a ``deploy`` action creates later (the others exist from the start)."""
+        return {a.target for a in self.timeline if a.action == "deploy"}
+
+    def cross_problems(self) -> list[str]:
+        """Problems no single field shows: duplicate workloads, actions naming none."""
+        problems = []
+        names: set[str] = set()
+        for index, workload in enumerate(self.workloads):
+            if workload.name in names:
+                problems.append(f"workloads[{index}].name: {workload.name!r} is used twice")
+            names.add(workload.name)
+        for index, action in enumerate(self.timeline):
+            if action.target not in names:
+                problems.append(f"timeline[{index}].target: no workload named {action.target!r}")
+        return problems
+
+
+def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
+    """Validate already-parsed YAML; raise ``ScenarioError`` naming every bad path."""
+    if not isinstance(data, dict):
+        raise ScenarioError(source, ["a scenario is a mapping (name, description, ...)"])
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(source, validation_problems(exc)) from None
+    problems = scenario.cross_problems()
+    if problems:
+        raise ScenarioError(source, problems)
+    return scenario
+
+
+def parse_scenario_text(text: str, source: str = "<scenario>") -> Scenario:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(source, [f"not valid YAML: {exc}"]) from None
+    return parse_scenario(data, source)
+
+
+SHIPPED = Path(__file__).resolve().parent.parent / "scenarios"
+"""Where the shipped scenario files live (``sim/scenarios``)."""
+
+
+def shipped_scenarios() -> list[str]:
+    """Names of the shipped scenarios (files in ``sim/scenarios`` that are scenarios)."""
+    return sorted(
+        path.stem
+        for path in SHIPPED.glob("*.yaml")
+        if path.stem != "demo"  # demo.yaml is a manifest file for ``simulate --demo``
+    )
+
+
+def load_scenario(name_or_path: str | Path) -> Scenario:
+    """A shipped scenario by name (``basic-1000``), else a scenario file by path."""
+    text_name = str(name_or_path)
+    candidate = SHIPPED / f"{text_name}.yaml"
+    if "/" not in text_name and not text_name.endswith((".yaml", ".yml")) and candidate.exists():
+        path = candidate
+    else:
+        path = Path(name_or_path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        known = ", ".join(shipped_scenarios())
+        raise ScenarioError(
+            str(name_or_path), [f"{exc.strerror or exc} (shipped scenarios: {known})"]
+        ) from None
+    return parse_scenario_text(text, str(path))
