@@ -87,6 +87,13 @@ def _build_parser() -> argparse.ArgumentParser:
         "decided.",
     )
     source = simulate.add_mutually_exclusive_group()
+    source.add_argument(
+        "name",
+        nargs="?",
+        metavar="SCENARIO",
+        help="a shipped scenario's name (scale-from-zero, basic-1000, hostname-spread) or a "
+        "scenario file (see docs/scenarios.md)",
+    )
     source.add_argument("--demo", action="store_true", help="the built-in demo scenario")
     source.add_argument(
         "-f",
@@ -98,7 +105,14 @@ def _build_parser() -> argparse.ArgumentParser:
         help="scenario manifests (repeatable)",
     )
     _add_plugin_argument(simulate)
-    simulate.add_argument("--json", action="store_true", help="print the decisions as JSON")
+    simulate.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    simulate.add_argument(
+        "--until",
+        default="10m",
+        metavar="DURATION",
+        help="virtual time to run a SCENARIO for, e.g. 90s, 10m, 1h (default 10m)",
+    )
+    simulate.add_argument("--seed", type=int, default=0, help="seed for generated names")
     simulate.set_defaults(handler=_cmd_simulate)
 
     apiserver = sub.add_parser(
@@ -231,6 +245,8 @@ def _cmd_apiserver(args: argparse.Namespace, out: TextIO) -> int:
 def _cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
     from karpenter_capi.sim.demo import DEMO_SCENARIO, run_scenario
 
+    if args.name:
+        return _run_named_scenario(args, out)
     paths: list[Path] = list(args.scenario) or [DEMO_SCENARIO]
     report = run_scenario(paths, plugin_names=_plugin_names(args))
     if args.json:
@@ -239,6 +255,24 @@ def _cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
     else:
         report.print(out)
     return 0
+
+
+def _run_named_scenario(args: argparse.Namespace, out: TextIO) -> int:
+    from karpenter_capi.core.api.duration import parse_duration
+    from karpenter_capi.sim.scenario.runner import run
+    from karpenter_capi.sim.scenario.schema import load_scenario
+
+    scenario = load_scenario(args.name)
+    try:
+        until = parse_duration(args.until).total_seconds()
+    except ValueError as exc:
+        raise CliError(f"--until {args.until!r}: {exc}") from None
+    result = run(scenario, until=until, seed=args.seed, plugins=tuple(_plugin_names(args)))
+    if args.json:
+        out.write(result.to_json_text() + "\n")
+    else:
+        out.write(result.summary())
+    return 1 if result.errors else 0
 
 
 def _cmd_instance_types(args: argparse.Namespace, out: TextIO) -> int:

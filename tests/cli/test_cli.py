@@ -143,3 +143,26 @@ def test_run_once_provisions_over_http_with_a_kubeconfig(tmp_path: Path) -> None
     for claim in claims:
         assert f"NodeClaim {claim['metadata']['name']}:" in output
     assert "cannot provision default/too-big" in output
+
+
+def test_simulate_a_shipped_scenario_reports_its_outcome_as_json() -> None:
+    code, text = _run("simulate", "scale-from-zero", "--until", "5m", "--json")
+    assert code == 0, text
+    result = json.loads(text)
+    assert result["scenario"] == "scale-from-zero"
+    assert result["pods_bound"] == result["pods_total"] > 0
+    assert result["pods_pending"] == 0
+    assert result["nodes"] == result["nodeclaims"] > 0
+    assert result["cost_per_hour"] > 0
+    assert set(result["pod_bound_seconds"]) == {"p50", "p95", "max"}
+    assert result["virtual_seconds"] == 300
+    assert result["errors"] == []
+
+
+def test_simulate_an_unknown_scenario_is_a_one_line_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["simulate", "no-such-scenario"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "shipped scenarios: " in err[0]

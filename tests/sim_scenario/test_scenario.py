@@ -93,7 +93,7 @@ def test_scale_from_zero_binds_every_pod_without_errors() -> None:
     assert result.cost_per_hour_peak >= result.cost_per_hour
     assert result.pod_bound_seconds["p50"] <= result.pod_bound_seconds["max"] < 120
     assert result.samples[-1].at == result.virtual_seconds == 300
-    assert result.to_json()["podsBound"] == 15
+    assert result.to_json()["pods_bound"] == 15
 
 
 def test_the_same_seed_gives_the_same_run() -> None:

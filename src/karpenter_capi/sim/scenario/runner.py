@@ -81,32 +81,41 @@ class ScenarioResult:
     samples: list[Sample] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
+        """The result with the field names ``simulate --json`` documents (snake_case)."""
         return {
             "scenario": self.scenario,
-            "podsTotal": self.pods_total,
-            "podsBound": self.pods_bound,
-            "podsPending": self.pods_pending,
+            "pods_total": self.pods_total,
+            "pods_bound": self.pods_bound,
+            "pods_pending": self.pods_pending,
             "nodes": self.nodes,
-            "nodeClaims": self.nodeclaims,
-            "costPerHour": self.cost_per_hour,
-            "costPerHourPeak": self.cost_per_hour_peak,
-            "podBoundSeconds": dict(self.pod_bound_seconds),
-            "virtualSeconds": self.virtual_seconds,
-            "wallSeconds": round(self.wall_seconds, 3),
+            "nodeclaims": self.nodeclaims,
+            "cost_per_hour": self.cost_per_hour,
+            "cost_per_hour_peak": self.cost_per_hour_peak,
+            "pod_bound_seconds": dict(self.pod_bound_seconds),
+            "virtual_seconds": self.virtual_seconds,
+            "wall_seconds": round(self.wall_seconds, 3),
             "errors": list(self.errors),
             "conflicts": self.conflicts,
-            "samples": [
-                {
-                    "at": s["at"],
-                    "podsPending": s["pods_pending"],
-                    "podsBound": s["pods_bound"],
-                    "nodes": s["nodes"],
-                    "nodeClaims": s["nodeclaims"],
-                    "costPerHour": s["cost_per_hour"],
-                }
-                for s in (asdict(sample) for sample in self.samples)
-            ],
+            "samples": [asdict(sample) for sample in self.samples],
         }
+
+    def summary(self) -> str:
+        """A few readable lines: what ``simulate SCENARIO`` prints without ``--json``."""
+        bound = self.pod_bound_seconds
+        lines = [
+            f"scenario {self.scenario}: {self.virtual_seconds:g} s of virtual time in "
+            f"{self.wall_seconds:.1f} s",
+            f"pods: {self.pods_bound} bound, {self.pods_pending} pending of {self.pods_total}",
+            f"nodes: {self.nodes}; NodeClaims: {self.nodeclaims}",
+            f"cost: ${self.cost_per_hour:.4f}/h now, ${self.cost_per_hour_peak:.4f}/h at peak",
+            "pod creation to bound: " + ", ".join(f"{k} {v:g} s" for k, v in bound.items()),
+        ]
+        if self.errors:
+            lines.append(f"{len(self.errors)} errors:")
+            lines.extend(f"  {error}" for error in self.errors[:20])
+        else:
+            lines.append("no errors")
+        return "\n".join(lines) + "\n"
 
     def to_json_text(self) -> str:
         return json.dumps(self.to_json(), indent=2, sort_keys=True)
