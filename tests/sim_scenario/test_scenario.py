@@ -99,7 +99,7 @@ def test_scale_from_zero_binds_every_pod_without_errors() -> None:
 def test_the_same_seed_gives_the_same_run() -> None:
     first = run(load_scenario("scale-from-zero"), until=120, seed=3).to_json()
     second = run(load_scenario("scale-from-zero"), until=120, seed=3).to_json()
-    first.pop("wallSeconds"), second.pop("wallSeconds")
+    first.pop("wall_seconds"), second.pop("wall_seconds")
     assert first == second
 
 
