@@ -113,6 +113,12 @@ def _build_parser() -> argparse.ArgumentParser:
         help="virtual time to run a SCENARIO for, e.g. 90s, 10m, 1h (default 10m)",
     )
     simulate.add_argument("--seed", type=int, default=0, help="seed for generated names")
+    simulate.add_argument(
+        "--report",
+        type=Path,
+        metavar="FILE.html",
+        help="also write a self-contained HTML page with the run's curves (for a SCENARIO)",
+    )
     simulate.set_defaults(handler=_cmd_simulate)
 
     apiserver = sub.add_parser(
@@ -268,10 +274,16 @@ def _run_named_scenario(args: argparse.Namespace, out: TextIO) -> int:
     except ValueError as exc:
         raise CliError(f"--until {args.until!r}: {exc}") from None
     result = run(scenario, until=until, seed=args.seed, plugins=tuple(_plugin_names(args)))
+    if args.report is not None:
+        from karpenter_capi.sim.report import write_html_report
+
+        write_html_report(result, args.report)
     if args.json:
         out.write(result.to_json_text() + "\n")
     else:
         out.write(result.summary())
+        if args.report is not None:
+            out.write(f"report: {args.report}\n")
     return 1 if result.errors else 0
 
 
