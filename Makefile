@@ -17,12 +17,15 @@ $(STAMP): pyproject.toml $(BIN)/python
 run: $(STAMP)
 	$(BIN)/karpenter-capi simulate --demo
 
-# kubectl is optional: the kubectl tests skip with a reason when it is absent. Where we are
-# root on Debian and it is missing, install Debian's kubernetes-client so CI runs them.
+# kubectl and chromium are optional: the tests that drive the real kubectl, and the one that
+# screenshots the HTML report, skip with a reason when they are absent. Where we are root on
+# Debian and they are missing, install Debian's packages so CI runs them.
 kubectl:
-	@command -v kubectl >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client) >/dev/null 2>&1 \
-	  || echo "kubectl not installed; kubectl tests will be skipped"; }
+	@command -v kubectl >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1 || { \
+	  [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    kubernetes-client chromium) >/dev/null 2>&1 \
+	  || echo "kubectl/chromium not installed; the tests that need them will be skipped"; }
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from karpenter_capi.cli import main
 from karpenter_capi.sim.scenario.runner import run
@@ -24,3 +28,32 @@ def test_the_report_embeds_plotly_and_the_runs_series(tmp_path: Path) -> None:
     for name in ("pending pods", "bound pods", "nodes", "NodeClaims", "cost per hour"):
         assert json.dumps(name) in page
     assert f"{result.pods_bound} / {result.pods_pending} / {result.pods_total}" in page
+
+
+def test_the_report_renders_in_headless_chromium(tmp_path: Path) -> None:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install chromium)")
+    report = tmp_path / "run.html"
+    assert main(["simulate", "scale-from-zero", "--until", "3m", "--report", str(report)]) == 0
+    screenshot = tmp_path / "run.png"
+    subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1200,1100",
+            "--virtual-time-budget=5000",
+            f"--screenshot={screenshot}",
+            report.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    png = screenshot.read_bytes()
+    assert png.startswith(b"\x89PNG")
+    # Blank pages compress to a few kB; three drawn plots with axes and legends do not.
+    assert len(png) > 30_000
