@@ -114,6 +114,15 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     simulate.add_argument("--seed", type=int, default=0, help="seed for generated names")
     simulate.add_argument(
+        "--serve",
+        metavar="HOST:PORT",
+        help="serve the simulated cluster over HTTP while a SCENARIO runs, and after it until "
+        "interrupted, so kubectl can look at it (needs --kubeconfig-out)",
+    )
+    simulate.add_argument(
+        "--kubeconfig-out", type=Path, metavar="FILE", help="where --serve writes a kubeconfig"
+    )
+    simulate.add_argument(
         "--report",
         type=Path,
         metavar="FILE.html",
@@ -273,7 +282,62 @@ def _run_named_scenario(args: argparse.Namespace, out: TextIO) -> int:
         until = parse_duration(args.until).total_seconds()
     except ValueError as exc:
         raise CliError(f"--until {args.until!r}: {exc}") from None
-    result = run(scenario, until=until, seed=args.seed, plugins=tuple(_plugin_names(args)))
+    fronts: list[Any] = []
+    on_cluster = None
+    if args.serve:
+        if args.kubeconfig_out is None:
+            raise CliError("--serve needs --kubeconfig-out FILE")
+        on_cluster = _serving(args, out, fronts)
+    try:
+        result = run(
+            scenario,
+            until=until,
+            seed=args.seed,
+            plugins=tuple(_plugin_names(args)),
+            on_cluster=on_cluster,
+        )
+        _report(args, result, out)
+        if fronts:
+            out.write("still serving; Ctrl-C to stop\n")
+            out.flush()
+            _wait_for_interrupt()
+    finally:
+        for front in fronts:
+            front.close()
+    return 1 if result.errors else 0
+
+
+def _serving(args: argparse.Namespace, out: TextIO, fronts: list[Any]) -> Any:
+    """Start an HTTP front on the scenario's API server as soon as it exists."""
+    from karpenter_capi.sim.apiserver.http import HttpFront
+    from karpenter_capi.sim.apiserver.kubeconfig import write_kubeconfig
+    from karpenter_capi.sim.apiserver.serve import parse_listen
+
+    host, port = parse_listen(args.serve)
+
+    def start(server: Any) -> None:
+        front = HttpFront(server, host=host, port=port).start()
+        fronts.append(front)
+        write_kubeconfig(front.url, args.kubeconfig_out)
+        out.write(f"serving {front.url}; kubeconfig {args.kubeconfig_out}\n")
+        out.flush()
+
+    return start
+
+
+def _wait_for_interrupt() -> None:
+    import contextlib
+    import signal
+    import threading
+
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with contextlib.suppress(KeyboardInterrupt):
+        stop.wait()
+
+
+def _report(args: argparse.Namespace, result: Any, out: TextIO) -> None:
     if args.report is not None:
         from karpenter_capi.sim.report import write_html_report
 
@@ -284,7 +348,7 @@ def _run_named_scenario(args: argparse.Namespace, out: TextIO) -> int:
         out.write(result.summary())
         if args.report is not None:
             out.write(f"report: {args.report}\n")
-    return 1 if result.errors else 0
+    out.flush()
 
 
 def _cmd_instance_types(args: argparse.Namespace, out: TextIO) -> int:

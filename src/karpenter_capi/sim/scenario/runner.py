@@ -20,7 +20,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -312,11 +312,13 @@ def run(
     seed: int = 0,
     sample_every: float = DEFAULT_SAMPLE_EVERY,
     plugins: tuple[str, ...] = DEFAULT_PLUGINS,
+    on_cluster: Callable[[InMemoryAPIServer], None] | None = None,
 ) -> ScenarioResult:
     """Run ``scenario`` for ``until`` virtual seconds and return its outcome.
 
     ``seed`` seeds the API server's generated names and uids (and ``random``), so two runs of
-    a scenario match.
+    a scenario match. ``on_cluster`` is handed the in-memory API server before anything runs
+    (``simulate --serve`` puts its HTTP front on it).
     """
     if until <= 0 or sample_every <= 0:
         raise ValueError("until and sample_every must be positive")
@@ -326,6 +328,8 @@ def run(
     server = InMemoryAPIServer(clock=clock, random_seed=seed)
     server.apply_manifests(generate_crds())
     server.register_cluster_api()
+    if on_cluster is not None:
+        on_cluster(server)
     infrastructure = scenario.infrastructure
     if infrastructure.catalog is not None:
         server.apply_manifests(generate_catalog(infrastructure.catalog))
