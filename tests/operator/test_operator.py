@@ -163,8 +163,16 @@ def test_deleting_a_nodeclaim_drains_and_removes_everything() -> None:
     (claim,) = api.list(NODECLAIMS).items
     _node_for(api, claim)
     driver.advance(10)
+    original_machines = set(provider.instances)
     api.delete(NODECLAIMS, claim["metadata"]["name"])
     driver.advance(30)
-    assert not api.list(NODECLAIMS).items
-    assert not api.list(NODES).items
-    assert not provider.instances
+    # The NodeClaim, its Node and its machine are gone...
+    names = [c["metadata"]["name"] for c in api.list(NODECLAIMS).items]
+    assert claim["metadata"]["name"] not in names
+    assert f"node-{claim['metadata']['name']}" not in [
+        n["metadata"]["name"] for n in api.list(NODES).items
+    ]
+    assert not original_machines & set(provider.instances)
+    # ...and the pod, still pending (nothing binds it here), gets a replacement, as it would
+    # from Karpenter.
+    assert len(names) == 1

@@ -212,11 +212,6 @@ def test_machinepool_capacity_comes_from_machine_pools(capture: list[InMemoryAPI
     assert replicas == len(claims) == run.result.nodes
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="basic-1000: 190 'small' pods stay Unschedulable on 70 full nodes and no further "
-    "NodeClaims are launched until the 5m scale-down frees room",
-)
 def test_basic_1000_binds_all_1000_pods_before_the_scale_down(
     capture: list[InMemoryAPIServer],
 ) -> None:

@@ -49,6 +49,14 @@ class Batcher:
             self._last_new = now
         self._seen = current
 
+    def trigger(self) -> None:
+        """Something other than a new pod calls for a round (the cluster changed under pods
+        still pending): open or extend the window as a new pod would."""
+        now = self._clock.now().timestamp()
+        if self._opened is None:
+            self._opened = now
+        self._last_new = now
+
     def ready(self) -> bool:
         """Whether the open window has closed, so a solve should run now."""
         if self._opened is None:

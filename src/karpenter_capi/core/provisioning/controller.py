@@ -11,8 +11,8 @@ in flight in the next round.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 from karpenter_capi.core.kube.resources import (
     CLUSTER_API_NODE_CLASSES,
@@ -33,6 +33,25 @@ from karpenter_capi.core.scheduling.model import pod_key
 log = logging.getLogger(__name__)
 
 DEFAULT_POLL_SECONDS: Final = 0.5
+
+
+def _world(
+    snapshot: ClusterSnapshot, pending: Sequence[Mapping[str, Any]]
+) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """Pending pods, Nodes (with readiness) and NodeClaims (with their Node): what a round saw."""
+    nodes = frozenset(f"{n['metadata']['name']}:{_ready(n)}" for n in snapshot.nodes)
+    claims = frozenset(
+        f"{c['metadata']['name']}:{(c.get('status') or {}).get('nodeName', '')}"
+        for c in snapshot.nodeclaims
+    )
+    return frozenset(pod_key(p) for p in pending), nodes, claims
+
+
+def _ready(node: Mapping[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or []
+    )
 
 
 class ProvisioningController:
@@ -60,6 +79,8 @@ class ProvisioningController:
             metrics=ctx.metrics,
         )
         self.last_report: ProvisioningReport | None = None
+        # What the cluster looked like at the last round, for pods it left pending.
+        self._last_world: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None
 
     def reads(self) -> Sequence[tuple[Resource, str]]:
         return [
@@ -83,10 +104,18 @@ class ProvisioningController:
         snapshot = self._snapshot()
         pending = self._provisioner.pending_pods(snapshot)
         self._batcher.observe(pod_key(p) for p in pending)
+        world = _world(snapshot, pending)
+        if pending and self._last_world is not None and world != self._last_world:
+            # Pods a round left pending (expecting them to fit somewhere) are still pending and
+            # the nodes or NodeClaims have changed since: look again, as a pod event would make
+            # Karpenter do, instead of waiting for a new pod.
+            self._batcher.trigger()
+            self._last_world = None
         if not self._batcher.ready():
             wait = self._batcher.seconds_until_ready()
             return Result(requeue_after=self.interval if wait is None else max(wait, 0.01))
         self._batcher.reset()
+        self._last_world = world
         report = self._provisioner.reconcile(snapshot)
         self.last_report = report
         if report.launched:

@@ -30,6 +30,15 @@ from karpenter_capi.core.scheduling.resources import ResourceList, empty, pod_re
 from karpenter_capi.core.scheduling.taints import Taint
 
 UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "NoSchedule")
+EPHEMERAL_TAINT_KEYS = frozenset(
+    {
+        wellknown.TAINT_UNREGISTERED_KEY,
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+        "node.cloudprovider.kubernetes.io/uninitialized",
+    }
+)
+"""Taints a node we launched carries only until it is initialized."""
 
 
 @dataclass
@@ -112,17 +121,37 @@ def existing_nodes(
             bound.setdefault(str(node_name), []).append(pod)
     result = []
     registered = set()
+    # A pod nominated to a NodeClaim stays nominated to its Node once it registers.
+    claim_of_node = {
+        str((c.get("status") or {}).get("nodeName")): str(c["metadata"]["name"])
+        for c in snapshot.nodeclaims
+        if (c.get("status") or {}).get("nodeName")
+    }
+    startup_taints = {
+        str((c.get("status") or {}).get("nodeName")): _taints(
+            (c.get("spec") or {}).get("startupTaints")
+        )
+        for c in snapshot.nodeclaims
+        if (c.get("status") or {}).get("nodeName")
+    }
     for node in sorted(snapshot.nodes, key=lambda n: str(n["metadata"]["name"])):
         meta, spec = node["metadata"], node.get("spec") or {}
         if meta.get("deletionTimestamp"):
             continue
         name = str(meta["name"])
         registered.add(name)
+        labels = dict(meta.get("labels") or {})
         taints = _taints(spec.get("taints"))
+        if wellknown.LABEL_NODEPOOL in labels and labels.get(wellknown.LABEL_INITIALIZED) != "true":
+            # Ours and still starting: its ephemeral and startup taints are about to go, so
+            # pods are judged by the taints it will keep (upstream's initializing nodes).
+            startup = startup_taints.get(name, ())
+            taints = tuple(
+                t for t in taints if t.key not in EPHEMERAL_TAINT_KEYS and t not in startup
+            )
         if spec.get("unschedulable"):
             taints = (*taints, UNSCHEDULABLE_TAINT)
         pods = bound.get(name, [])
-        labels = dict(meta.get("labels") or {})
         labels.setdefault(wellknown.LABEL_HOSTNAME, name)
         result.append(
             ExistingNode(
@@ -133,6 +162,7 @@ def existing_nodes(
                 taints=taints,
                 pods=pods,
                 nodepool=labels.get(wellknown.LABEL_NODEPOOL),
+                nominated=nominations.get(claim_of_node.get(name, ""), frozenset()),
             )
         )
     types_by_pool = {
