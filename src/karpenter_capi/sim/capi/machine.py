@@ -27,7 +27,6 @@ providerID (a MachinePool Machine, one written by hand) skips provisioning.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -59,6 +58,7 @@ from karpenter_capi.sim.capi.objects import (
     name_of,
     namespace_of,
     nested,
+    release_finalizer,
 )
 from karpenter_capi.sim.capi.owners import Owners
 from karpenter_capi.sim.capi.settings import (
@@ -213,15 +213,7 @@ class MachineController:
         if now < done_at:
             return Result(requeue_after=_seconds_until(done_at, now))
         self._delete_node(machine)
-        finalizers = [f for f in finalizers_of(machine) if f != MACHINE_FINALIZER]
-        patch = {
-            "metadata": {
-                "finalizers": finalizers or None,
-                "resourceVersion": metadata(machine).get("resourceVersion"),
-            }
-        }
-        with contextlib.suppress(NotFound):
-            self.client.patch(self.primary, name_of(machine), patch, namespace_of(machine))
+        release_finalizer(self.client, self.primary, machine, MACHINE_FINALIZER)
         return DONE
 
     def _delete_node(self, machine: JsonObject) -> None:

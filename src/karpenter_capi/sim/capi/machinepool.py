@@ -24,7 +24,6 @@ Requested instances live in memory until provisioned: a restarted emulation requ
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
 from collections.abc import Iterable, Mapping, Sequence
@@ -70,6 +69,7 @@ from karpenter_capi.sim.capi.objects import (
     nested,
     new_controller_ref,
     random_suffix,
+    release_finalizer,
     resource_at,
 )
 from karpenter_capi.sim.capi.settings import (
@@ -326,15 +326,7 @@ class MachinePoolController:
         done_at = (deleted_at(pool) or now) + timedelta(seconds=delay)
         if now < done_at:
             return Result(requeue_after=(done_at - now).total_seconds())
-        finalizers = [f for f in finalizers_of(pool) if f != MACHINE_POOL_FINALIZER]
-        patch = {
-            "metadata": {
-                "finalizers": finalizers or None,
-                "resourceVersion": metadata(pool).get("resourceVersion"),
-            }
-        }
-        with contextlib.suppress(NotFound):
-            self.client.patch(self.primary, name_of(pool), patch, namespace_of(pool))
+        release_finalizer(self.client, self.primary, pool, MACHINE_POOL_FINALIZER)
         return DONE
 
     # -- status ----------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ Answering them in one place keeps the controllers about Cluster API semantics, n
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import random
 from collections.abc import Mapping
@@ -16,7 +17,8 @@ from typing import Any, Final
 
 from karpenter_capi.core.clock import parse_timestamp
 from karpenter_capi.core.kube.cache import Store, make_key
-from karpenter_capi.core.kube.client import JsonObject
+from karpenter_capi.core.kube.client import JsonObject, KubeClient
+from karpenter_capi.core.kube.errors import NotFound
 from karpenter_capi.core.kube.indexes import BY_OWNER_UID, by_owner_uid
 from karpenter_capi.core.kube.resources import (
     CAPI_GROUP,
@@ -84,6 +86,21 @@ def annotations_of(obj: Mapping[str, Any]) -> dict[str, str]:
 def finalizers_of(obj: Mapping[str, Any]) -> list[str]:
     finalizers = metadata(obj).get("finalizers")
     return [str(f) for f in finalizers] if isinstance(finalizers, list) else []
+
+
+def release_finalizer(
+    client: KubeClient, resource: Resource, obj: Mapping[str, Any], finalizer: str
+) -> None:
+    """Remove ``finalizer`` from ``obj`` (at its resourceVersion); gone already is fine."""
+    remaining = [f for f in finalizers_of(obj) if f != finalizer]
+    patch = {
+        "metadata": {
+            "finalizers": remaining or None,
+            "resourceVersion": metadata(obj).get("resourceVersion"),
+        }
+    }
+    with contextlib.suppress(NotFound):
+        client.patch(resource, name_of(obj), patch, namespace_of(obj))
 
 
 def is_deleting(obj: Mapping[str, Any]) -> bool:
