@@ -187,29 +187,59 @@ def strictest(pod: Mapping[str, Any]) -> Pod:
 
     Tolerations are unchanged; pair this with :func:`strictly_untolerated` for taints.
     """
-    strict: Pod = copy.deepcopy(dict(pod))
+    strict: Pod = copy.deepcopy(dict(strict_topology(pod)))
     spec = strict.setdefault("spec", {})
-    affinity = spec.get("affinity") or {}
-
-    node_affinity = affinity.get("nodeAffinity")
+    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity")
     if isinstance(node_affinity, dict):
         _strict_node_affinity(node_affinity)
-    for kind in ("podAffinity", "podAntiAffinity"):
-        section = affinity.get(kind)
-        if isinstance(section, dict) and section.get(_PREFERRED):
-            promoted = [t.get("podAffinityTerm") or {} for t in section[_PREFERRED]]
-            section[_REQUIRED] = [*(section.get(_REQUIRED) or []), *promoted]
-            section[_PREFERRED] = []
-
-    constraints = spec.get("topologySpreadConstraints")
-    if constraints:
-        spec["topologySpreadConstraints"] = [
-            {**c, "whenUnsatisfiable": "DoNotSchedule"}
-            if c.get("whenUnsatisfiable") == "ScheduleAnyway"
-            else c
-            for c in constraints
-        ]
     return strict
+
+
+def _has_soft_topology(pod: Mapping[str, Any]) -> bool:
+    spec = pod.get("spec") or {}
+    affinity = spec.get("affinity") or {}
+    if any(
+        (affinity.get(kind) or {}).get(_PREFERRED) for kind in ("podAffinity", "podAntiAffinity")
+    ):
+        return True
+    return any(
+        c.get("whenUnsatisfiable") == "ScheduleAnyway"
+        for c in spec.get("topologySpreadConstraints") or ()
+    )
+
+
+def strict_topology(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``pod`` with its topology preferences as requirements; ``pod`` itself if it has none.
+
+    Preferred pod (anti-)affinity terms join the required ones and ``ScheduleAnyway`` spreads
+    become ``DoNotSchedule``, which is how Karpenter's topology counts them until relaxation
+    drops them. Node affinity is left alone (a spread counts domains by the *required* node
+    affinity, as kube-scheduler does). A shallow copy: the solver makes one per attempt, and
+    only the sections it rewrites are new.
+    """
+    if not _has_soft_topology(pod):
+        return pod
+    spec = pod.get("spec") or {}
+    affinity = dict(spec.get("affinity") or {})
+    for kind in ("podAffinity", "podAntiAffinity"):
+        section = dict(affinity.get(kind) or {})
+        weighted = section.get(_PREFERRED) or []
+        if weighted:
+            required = list(section.get(_REQUIRED) or [])
+            required.extend(term.get("podAffinityTerm") or {} for term in weighted)
+            section[_REQUIRED] = required
+            section[_PREFERRED] = []
+            affinity[kind] = section
+    spreads = [
+        {**c, "whenUnsatisfiable": "DoNotSchedule"}
+        if c.get("whenUnsatisfiable") == "ScheduleAnyway"
+        else c
+        for c in spec.get("topologySpreadConstraints") or ()
+    ]
+    new_spec = {**spec, "affinity": affinity}
+    if spreads:
+        new_spec["topologySpreadConstraints"] = spreads
+    return {**pod, "spec": new_spec}
 
 
 def _strict_node_affinity(node_affinity: dict[str, Any]) -> None:

@@ -39,8 +39,16 @@ from karpenter_capi.core.scheduling.model import (
     compatible_offerings,
     pod_key,
 )
-from karpenter_capi.core.scheduling.preferences import relax, strictly_untolerated
-from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
+from karpenter_capi.core.scheduling.preferences import (
+    relax,
+    strict_topology,
+    strictly_untolerated,
+)
+from karpenter_capi.core.scheduling.requirements import (
+    Requirement,
+    Requirements,
+    preferred_node_terms,
+)
 from karpenter_capi.core.scheduling.resources import ResourceList, pod_requests
 from karpenter_capi.core.scheduling.taints import Taint
 from karpenter_capi.core.scheduling.topology import NodeInfo, Refusal, Topology
@@ -100,11 +108,9 @@ def pod_requirements(pod: Pod, *, preferred: bool = True) -> Requirements | None
     spec = pod.get("spec") or {}
     requirements = Requirements.from_labels(spec.get("nodeSelector") or {})
     node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
-    weighted = node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
-    if preferred and weighted:
-        heaviest = max(weighted, key=lambda term: int(term.get("weight") or 0))
-        expressions = (heaviest.get("preference") or {}).get("matchExpressions") or []
-        requirements = requirements.merged(Requirements.from_dicts(expressions))
+    heaviest = preferred_node_terms(pod)[:1] if preferred else []
+    for _, preference in heaviest:
+        requirements = requirements.merged(preference)
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
     terms = required.get("nodeSelectorTerms") or []
     if terms:
@@ -114,46 +120,6 @@ def pod_requirements(pod: Pod, *, preferred: bool = True) -> Requirements | None
             Requirements.from_dicts(terms[0].get("matchExpressions") or [])
         )
     return requirements
-
-
-def _has_soft_topology(pod: Pod) -> bool:
-    spec = pod.get("spec") or {}
-    affinity = spec.get("affinity") or {}
-    for kind in ("podAffinity", "podAntiAffinity"):
-        if (affinity.get(kind) or {}).get("preferredDuringSchedulingIgnoredDuringExecution"):
-            return True
-    return any(
-        s.get("whenUnsatisfiable") == "ScheduleAnyway"
-        for s in spec.get("topologySpreadConstraints") or ()
-    )
-
-
-def strict_for_topology(pod: Pod) -> Pod:
-    """The pod with its topology preferences as requirements, until relaxation drops them.
-
-    Karpenter honours preferred pod affinity and anti-affinity and ``ScheduleAnyway`` spreads
-    as if required on each attempt; the topology model only knows required constraints, so it
-    is handed this stricter copy (the pod itself when it has no such preferences). Node
-    affinity is left alone: which domains a spread counts is kube-scheduler's business, and it
-    reads only the required terms.
-    """
-    if not _has_soft_topology(pod):
-        return pod
-    spec = pod.get("spec") or {}
-    affinity = dict(spec.get("affinity") or {})
-    for kind in ("podAffinity", "podAntiAffinity"):
-        section = dict(affinity.get(kind) or {})
-        weighted = section.pop("preferredDuringSchedulingIgnoredDuringExecution", None) or []
-        if weighted:
-            required = list(section.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
-            required.extend(term.get("podAffinityTerm") or {} for term in weighted)
-            section["requiredDuringSchedulingIgnoredDuringExecution"] = required
-            affinity[kind] = section
-    spreads = [
-        {**c, "whenUnsatisfiable": "DoNotSchedule"}
-        for c in spec.get("topologySpreadConstraints") or ()
-    ]
-    return {**pod, "spec": {**spec, "affinity": affinity, "topologySpreadConstraints": spreads}}
 
 
 @dataclass(eq=False)
@@ -416,7 +382,7 @@ class Solver:
         return Topology(
             domains=domains,
             existing_pods=existing_pods,
-            pending_pods=[strict_for_topology(p) for p in pods],
+            pending_pods=[strict_topology(p) for p in pods],
             namespaces=self._namespaces,
         )
 
@@ -428,6 +394,7 @@ class Solver:
         requests = pod_requests(pod, include_pod_count=True)
         spec = pod.get("spec") or {}
         assert self._topology is not None
+        strict = strict_topology(pod)
         pod_class = _PodClass(
             signature=signature,
             requests=requests,
@@ -436,10 +403,10 @@ class Solver:
             required=pod_requirements(pod, preferred=False) or Requirements(),
             tolerations=spec.get("tolerations") or (),
             host_ports=pod_host_ports(pod),
-            topological=self._topology.has_constraints(strict_for_topology(pod)),
+            topological=self._topology.has_constraints(strict),
         )
         if pod_class.topological:
-            strict_spec = strict_for_topology(pod).get("spec") or {}
+            strict_spec = strict.get("spec") or {}
             meta = pod.get("metadata") or {}
             constraints = json.dumps(
                 [
@@ -547,7 +514,7 @@ class Solver:
 
     def _place(self, pod: Pod) -> str | None:
         pod_class = self._class_of(pod)
-        strict = strict_for_topology(pod) if pod_class.topological else pod
+        strict = strict_topology(pod) if pod_class.topological else pod
         if pod_class.requirements is None:
             return (
                 "its required node affinity term is empty or selects by field, "
