@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias
 
 import pluggy
 
@@ -66,6 +66,45 @@ def _frozen_empty() -> Mapping[str, str]:
 
 
 @dataclass(frozen=True)
+class MachineTemplateDescription:
+    """What a native provider plugin knows about the nodes an infrastructure template makes.
+
+    Returned by ``karpenter_capi_describe_machine_template`` for templates of the provider's
+    kind (an ``AWSMachineTemplate``, an ``AzureMachineTemplate``). ``source`` names where the
+    values come from (``"AWS"``, ``"Azure"``) and is shown by ``karpenter-capi instance-types``.
+    ``instance_type`` is the provider's name for the shape (``m5.large``, ``Standard_D4s_v5``);
+    ``capacity`` holds cpu, memory, pods and accelerators as extended resources; ``labels`` at
+    least ``kubernetes.io/arch`` and ``kubernetes.io/os``. ``capacity_type`` is ``on-demand`` or
+    ``spot`` as the template asks. ``zones`` maps every zone where the type can be bought in
+    that capacity type to its hourly price there (``None`` while no price is known); a zone
+    missing from it cannot be bought. ``unavailable_reason`` says why nothing can be bought at
+    all (a restricted SKU), or is ``None``.
+    """
+
+    source: str
+    instance_type: str
+    capacity: ResourceList
+    capacity_type: str
+    zones: Mapping[str, float | None]
+    labels: Mapping[str, str] = field(default_factory=_frozen_empty)
+    unavailable_reason: str | None = None
+
+
+class DescribeMachineTemplate(Protocol):
+    """``PluginContext.describe_machine_template``: asks the enabled plugins about a template."""
+
+    def __call__(
+        self, template: Mapping[str, Any], owner: Mapping[str, Any]
+    ) -> MachineTemplateDescription | None: ...
+
+
+def _describes_nothing(
+    template: Mapping[str, Any], owner: Mapping[str, Any]
+) -> MachineTemplateDescription | None:
+    return None
+
+
+@dataclass(frozen=True)
 class PluginContext:
     """What the core gives every hook call: clients, time, logging, and the plugin's options.
 
@@ -84,6 +123,10 @@ class PluginContext:
     options: Mapping[str, str] = field(default_factory=_frozen_empty)
     dry_run: bool = False
     """True when the controller runs with ``--dry-run``: decide and log, write nothing."""
+    describe_machine_template: DescribeMachineTemplate = _describes_nothing
+    """Ask the enabled plugins (``karpenter_capi_describe_machine_template``, plugin order,
+    first answer wins) what an infrastructure template makes: how ``generic_capi`` lets the
+    native ``capa`` and ``capz`` plugins fill in shapes, zones and prices."""
 
     def option(self, name: str, default: str | None = None) -> str | None:
         """One of this plugin's options, or ``default``."""
@@ -280,6 +323,31 @@ def karpenter_capi_is_drifted(
     raise NotImplementedError
 
 
+@hookspec(firstresult=True)
+def karpenter_capi_describe_machine_template(
+    template: Mapping[str, Any], owner: Mapping[str, Any], ctx: PluginContext
+) -> MachineTemplateDescription | None:
+    """Describe the nodes an infrastructure machine template makes: shape, zones, prices.
+
+    ``template`` is the infrastructure template as read from the management cluster (a JSON
+    dict: an ``AWSMachineTemplate``, an ``AzureMachineTemplate``, ...); ``owner`` is the
+    scalable resource (MachineDeployment, MachineSet or MachinePool) whose
+    ``spec.template.spec.infrastructureRef`` points at it, from which a plugin finds the
+    ``Cluster`` and its infrastructure cluster (region, location, subscription). Called by the
+    plugin that owns the inventory (``generic_capi``) through ``ctx.describe_machine_template``
+    at every inventory round, so answer from caches and refresh them in the background of the
+    call's clock. Precedence is the caller's: explicit annotations on the scalable resource win
+    over this description, which wins over the template's ``status.capacity``.
+
+    firstresult: return ``None`` for templates of kinds this plugin does not know. Raise
+    ``NodeClassNotReadyError`` when the template is this plugin's but cannot be described (no
+    region, unknown instance type); the message reaches the NodeClass's Ready condition.
+
+    Returns a ``MachineTemplateDescription`` or ``None``.
+    """
+    raise NotImplementedError
+
+
 HOOK_NAMES: Final = (
     "karpenter_capi_nodeclass_kinds",
     "karpenter_capi_instance_types",
@@ -289,4 +357,5 @@ HOOK_NAMES: Final = (
     "karpenter_capi_get",
     "karpenter_capi_list",
     "karpenter_capi_is_drifted",
+    "karpenter_capi_describe_machine_template",
 )

@@ -15,6 +15,7 @@ plugin returns, naming the plugin whose result has the wrong type or whose code 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import logging
 import os
@@ -33,6 +34,7 @@ from karpenter_capi.core.hookspecs import (
     PROJECT_NAME,
     Instance,
     LaunchResult,
+    MachineTemplateDescription,
     NodeClass,
     PluginContext,
 )
@@ -445,6 +447,10 @@ _RESULT_CHECKS: Final[dict[str, tuple[Callable[[object], bool], str]]] = {
         lambda v: isinstance(v, str) and bool(v),
         "a non-empty string or None",
     ),
+    "karpenter_capi_describe_machine_template": (
+        lambda v: isinstance(v, MachineTemplateDescription),
+        "a MachineTemplateDescription or None",
+    ),
 }
 
 
@@ -488,7 +494,10 @@ class Plugins:
     def context(self, plugin_name: str) -> PluginContext:
         context = self._contexts.get(plugin_name)
         if context is None:
-            context = self._environment.context_for(plugin_name)
+            context = dataclasses.replace(
+                self._environment.context_for(plugin_name),
+                describe_machine_template=self.describe_machine_template,
+            )
             self._contexts[plugin_name] = context
         return context
 
@@ -633,4 +642,15 @@ class Plugins:
             if result is not None:
                 reason: str = self._checked(plugin, hook, result)
                 return reason
+        return None
+
+    def describe_machine_template(
+        self, template: Mapping[str, Any], owner: Mapping[str, Any]
+    ) -> MachineTemplateDescription | None:
+        """What the first plugin that knows ``template``'s kind says about it, or None."""
+        hook = "karpenter_capi_describe_machine_template"
+        for plugin, result in self._each(hook, {"template": template, "owner": owner}):
+            if result is not None:
+                description: MachineTemplateDescription = self._checked(plugin, hook, result)
+                return description
         return None
