@@ -254,7 +254,10 @@ def new_world(*, nodepool_template: JsonObject | None = None, **provider_options
                 "template": {
                     **template,
                     "spec": {"nodeClassRef": NODECLASS_REF, "requirements": [], **template["spec"]},
-                }
+                },
+                # These stories are about lifecycle and termination: consolidation, which would
+                # rightly remove their idle nodes, is covered in tests/disruption.
+                "disruption": {"consolidateAfter": "Never"},
             },
         },
     )

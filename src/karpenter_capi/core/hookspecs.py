@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from karpenter_capi.core.api.nodeclaim import NodeClaim
     from karpenter_capi.core.api.nodeclass import ClusterAPINodeClass
     from karpenter_capi.core.api.nodepool import NodePool
+    from karpenter_capi.core.observability.metrics import Metrics
 
 PROJECT_NAME: Final = "karpenter_capi"
 """The pluggy project name; also the prefix of every hook (``karpenter_capi_``)."""
@@ -127,6 +128,10 @@ class PluginContext:
     """Ask the enabled plugins (``karpenter_capi_describe_machine_template``, plugin order,
     first answer wins) what an infrastructure template makes: how ``generic_capi`` lets the
     native ``capa`` and ``capz`` plugins fill in shapes, zones and prices."""
+    metrics: Metrics | None = None
+    """The operator's metrics (``core.observability.metrics.Metrics``), for plugins that time
+    their cloud API calls or add gauges to its registry; ``None`` when nothing exposes metrics
+    (the CLI's one-shot commands, most tests)."""
 
     def option(self, name: str, default: str | None = None) -> str | None:
         """One of this plugin's options, or ``default``."""
@@ -348,6 +353,25 @@ def karpenter_capi_describe_machine_template(
     raise NotImplementedError
 
 
+@hookspec
+def karpenter_capi_disruption_blocked(
+    nodeclaims: list[NodeClaim], ctx: PluginContext
+) -> dict[str, str] | None:
+    """Which of ``nodeclaims`` the provider cannot remove now, if all of them were removed.
+
+    Called by the disruption controller before it disrupts nodes voluntarily (consolidation,
+    emptiness, drift; never for expiration), once per pass with every candidate in the order
+    it prefers them, and again with exactly the nodes of a command before acting. Answer for
+    the NodeClaims this plugin launched: ``generic_capi`` keeps a MachineDeployment, MachineSet
+    or MachinePool at its ``cluster-api-autoscaler-node-group-min-size``, keeping the first
+    NodeClaims of the list removable and blocking the rest, and blocks every NodeClaim of a
+    resource that is rolling out. Not firstresult: the answers of all plugins are merged.
+
+    Returns ``{nodeclaim name: why}`` (empty or ``None`` when nothing is blocked).
+    """
+    raise NotImplementedError
+
+
 HOOK_NAMES: Final = (
     "karpenter_capi_nodeclass_kinds",
     "karpenter_capi_instance_types",
@@ -358,4 +382,5 @@ HOOK_NAMES: Final = (
     "karpenter_capi_list",
     "karpenter_capi_is_drifted",
     "karpenter_capi_describe_machine_template",
+    "karpenter_capi_disruption_blocked",
 )

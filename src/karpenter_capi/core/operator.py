@@ -3,7 +3,7 @@
 ``karpenter-capi run`` builds one :class:`Operator` from the clusters, the enabled plugins and
 its flags; the simulator and the tests build the same object with a virtual clock. Nothing
 here decides anything: it only connects the controllers (provisioning, NodeClaim lifecycle,
-termination, garbage collection) to the runtime, the metrics to the endpoint, and the drivers
+termination, garbage collection, disruption) to the runtime, the metrics to the endpoint, and the drivers
 to the leader elector, so that exactly one replica acts and it stops acting the moment it loses
 the Lease.
 """
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from karpenter_capi.core.clock import Clock, FakeClock
+from karpenter_capi.core.disruption import DisruptionSettings, disruption_controllers
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.events import EventRecorder
 from karpenter_capi.core.lifecycle import lifecycle_controllers
@@ -58,6 +59,7 @@ class OperatorOptions:
     batch_idle: float = DEFAULT_IDLE_SECONDS
     batch_max: float = DEFAULT_MAX_SECONDS
     workers: int = 4
+    disruption: DisruptionSettings = DisruptionSettings()
 
 
 class Operator:
@@ -74,6 +76,7 @@ class Operator:
         self.options = options or OperatorOptions()
         self.clock = clock
         self.metrics = Metrics(clock)
+        plugins.use_metrics(self.metrics)
         self.manager = Manager(workload, management, clock=clock, observer=self.metrics)
         self.context = self.manager.context(
             plugins,
@@ -87,6 +90,11 @@ class Operator:
             self.provisioning,
             *lifecycle_controllers(self.context),
             *termination_controllers(self.context),
+            *disruption_controllers(
+                self.context,
+                nominated=self.provisioning.nominated_within,
+                settings=self.options.disruption,
+            ),
         ]
         self.manager.add(*controllers)
         self.elector: LeaderElector | None = None

@@ -44,6 +44,7 @@ from karpenter_capi.core.kube.client import KubeClient
 if TYPE_CHECKING:
     from karpenter_capi.core.api.nodeclaim import NodeClaim
     from karpenter_capi.core.api.nodepool import NodePool
+    from karpenter_capi.core.observability.metrics import Metrics
 
 ENTRY_POINT_GROUP: Final = "karpenter_capi.plugins"
 ENV_VAR: Final = "KARPENTER_CAPI_PLUGINS"
@@ -388,6 +389,7 @@ class PluginEnvironment:
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger(_PLUGIN_LOGGER_NAME))
     options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     dry_run: bool = False
+    metrics: Metrics | None = None
 
     def context_for(self, plugin_name: str) -> PluginContext:
         return PluginContext(
@@ -398,6 +400,7 @@ class PluginEnvironment:
             logger=self.logger.getChild(plugin_name),
             options=dict(self.options.get(plugin_name, {})),
             dry_run=self.dry_run,
+            metrics=self.metrics,
         )
 
 
@@ -447,6 +450,11 @@ _RESULT_CHECKS: Final[dict[str, tuple[Callable[[object], bool], str]]] = {
         lambda v: isinstance(v, str) and bool(v),
         "a non-empty string or None",
     ),
+    "karpenter_capi_disruption_blocked": (
+        lambda v: isinstance(v, dict)
+        and all(isinstance(k, str) and isinstance(w, str) for k, w in v.items()),
+        "a dict of NodeClaim name to reason, or None",
+    ),
     "karpenter_capi_describe_machine_template": (
         lambda v: isinstance(v, MachineTemplateDescription),
         "a MachineTemplateDescription or None",
@@ -481,6 +489,15 @@ class Plugins:
         for name, plugin in reversed(list(plugins)):
             _register(manager, name, plugin)
         return cls(manager, environment)
+
+    def use_metrics(self, metrics: Metrics) -> None:
+        """Give every plugin's context the operator's metrics.
+
+        The operator builds its ``Metrics`` after the plugins are loaded, so it hands them over
+        here, before any hook runs; contexts made earlier are rebuilt.
+        """
+        self._environment = dataclasses.replace(self._environment, metrics=metrics)
+        self._contexts.clear()
 
     @property
     def manager(self) -> pluggy.PluginManager:
@@ -654,3 +671,17 @@ class Plugins:
                 description: MachineTemplateDescription = self._checked(plugin, hook, result)
                 return description
         return None
+
+    def disruption_blocked(self, nodeclaims: list[NodeClaim]) -> dict[str, str]:
+        """NodeClaim name -> why a plugin cannot remove it now (every plugin's answer)."""
+        hook = "karpenter_capi_disruption_blocked"
+        blocked: dict[str, str] = {}
+        if not nodeclaims:
+            return blocked
+        for plugin, result in self._each(hook, {"nodeclaims": nodeclaims}):
+            if result is None:
+                continue
+            answer: dict[str, str] = self._checked(plugin, hook, result)
+            for name, why in answer.items():
+                blocked.setdefault(name, why)
+        return blocked

@@ -250,6 +250,34 @@ class Metrics:
             self._clock,
         )
         r.register(self._pods_startup_duration)
+        self._disruption_decisions = Counter(
+            "karpenter_voluntary_disruption_decisions_total",
+            "Number of disruption decisions performed. Labeled by disruption decision, reason "
+            "and consolidation type.",
+            ["decision", REASON, "consolidation_type"],
+            registry=r,
+        )
+        self._disruption_eligible = Gauge(
+            "karpenter_voluntary_disruption_eligible_nodes",
+            "Number of nodes eligible for disruption by Karpenter. Labeled by disruption reason.",
+            [REASON],
+            registry=r,
+        )
+        self._disruption_evaluation = Histogram(
+            "karpenter_voluntary_disruption_decision_evaluation_duration_seconds",
+            "Duration of the disruption decision evaluation process in seconds. Labeled by "
+            "method and consolidation type.",
+            [METHOD, "consolidation_type"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self._nodepool_allowed_disruptions = Gauge(
+            "karpenter_nodepools_allowed_disruptions",
+            "The number of nodes for a given NodePool that can be concurrently disrupting at "
+            "a point in time. Labeled by NodePool and reason.",
+            [NODEPOOL, REASON],
+            registry=r,
+        )
         self._scheduling_duration = Histogram(
             "karpenter_scheduler_scheduling_duration_seconds",
             "Duration of scheduling simulations used for deprovisioning and provisioning in "
@@ -354,6 +382,21 @@ class Metrics:
     def nodeclaim_disrupted(self, nodepool: str, *, reason: str, capacity_type: str = "") -> None:
         """A NodeClaim was disrupted (``reason``: empty, underutilized, drifted, expired...)."""
         self._nodeclaims_disrupted.labels(reason, nodepool, capacity_type).inc()
+
+    def disruption_decision(self, decision: str, *, reason: str, consolidation_type: str) -> None:
+        """A disruption command was carried out (``decision``: delete or replace)."""
+        self._disruption_decisions.labels(decision, reason, consolidation_type).inc()
+
+    def set_disruption_eligible(self, reason: str, count: int) -> None:
+        self._disruption_eligible.labels(reason).set(count)
+
+    def observe_disruption_evaluation(
+        self, method: str, consolidation_type: str, seconds: float
+    ) -> None:
+        self._disruption_evaluation.labels(method, consolidation_type).observe(seconds)
+
+    def set_allowed_disruptions(self, nodepool: str, reason: str, allowed: int) -> None:
+        self._nodepool_allowed_disruptions.labels(nodepool, reason).set(allowed)
 
     def node_created(self, nodepool: str, *, zone: str = "") -> None:
         """A Node registered for one of our NodeClaims."""

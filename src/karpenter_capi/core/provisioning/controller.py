@@ -82,6 +82,10 @@ class ProvisioningController:
         # What the cluster looked like at the last round, for pods it left pending.
         self._last_world: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None
 
+    def nominated_within(self, seconds: float) -> frozenset[str]:
+        """Nodes and NodeClaims pending pods were counted on in the last ``seconds``."""
+        return self._provisioner.nominated_within(seconds)
+
     def reads(self) -> Sequence[tuple[Resource, str]]:
         return [
             (resource, WORKLOAD)

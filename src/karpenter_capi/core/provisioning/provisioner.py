@@ -178,6 +178,14 @@ class Provisioner:
         # Like Karpenter's cluster state: the pods each NodeClaim was launched (or later
         # counted) for, kept in memory; a restart loses them and packing starts afresh.
         self._nominations: dict[str, frozenset[str]] = {}
+        # When pending pods were last counted on each node or NodeClaim (clock.monotonic()):
+        # disruption leaves those alone for a while, or it would take what provisioning relies on.
+        self._nominated_at: dict[str, float] = {}
+
+    def nominated_within(self, seconds: float) -> frozenset[str]:
+        """Nodes and NodeClaims pending pods were counted on in the last ``seconds``."""
+        horizon = self._clock.monotonic() - seconds
+        return frozenset(name for name, at in self._nominated_at.items() if at >= horizon)
 
     def pending_pods(self, snapshot: ClusterSnapshot) -> list[Mapping[str, Any]]:
         return [p for p in snapshot.pods if is_provisionable(p)]
@@ -221,6 +229,12 @@ class Provisioner:
                     self._metrics.set_nodepool_limits(option.name, _as_floats(option.limits))
         report.timed_out = result.timed_out
         claim_names = {str(c["metadata"]["name"]) for c in snapshot.nodeclaims}
+        nominated_now = self._clock.monotonic()
+        self._nominated_at = {  # an hour is far longer than any caller's window
+            n: at for n, at in self._nominated_at.items() if at >= nominated_now - 3600
+        }
+        for node_name in result.existing:
+            self._nominated_at[node_name] = nominated_now
         for node_name, pods in result.existing.items():
             if node_name in claim_names:
                 report.in_flight_pods += len(pods)
@@ -284,6 +298,7 @@ class Provisioner:
         if self._metrics is not None:
             self._metrics.nodeclaim_created(claim.nodepool.name)
         self._nominations[name] = frozenset(keys)
+        self._nominated_at[name] = self._clock.monotonic()
         log.info(
             "created NodeClaim %s (%s, %d instance types) for %d pods",
             name,

@@ -1,0 +1,43 @@
+"""Voluntary disruption: expiration, emptiness, drift and consolidation, within budgets.
+
+Layers (imports go one way): ``candidates`` and ``budgets`` read the cluster; ``simulation``
+asks the provisioning solver whether pods could move; ``methods`` turn candidates into commands;
+``planner`` runs one pass; ``orchestration`` carries a command out; ``controller`` is the
+periodic loop; ``conditions`` keeps ``Consolidatable``/``Drifted``/``lastPodEventTime`` on each
+NodeClaim and ``expiration`` deletes expired ones. See ``docs/disruption.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from karpenter_capi.core.disruption.conditions import NodeClaimDisruptionController
+from karpenter_capi.core.disruption.controller import DisruptionController, DisruptionSettings
+from karpenter_capi.core.disruption.expiration import ExpirationController
+from karpenter_capi.core.runtime.controller import ControllerContext
+
+__all__ = [
+    "DisruptionController",
+    "DisruptionSettings",
+    "ExpirationController",
+    "NodeClaimDisruptionController",
+    "disruption_controllers",
+]
+
+
+def disruption_controllers(
+    ctx: ControllerContext,
+    *,
+    nominated: Callable[[float], frozenset[str]] | None = None,
+    settings: DisruptionSettings | None = None,
+) -> list[Any]:
+    """The three disruption controllers, ready for ``Manager.add``."""
+    kwargs: dict[str, Any] = {"settings": settings}
+    if nominated is not None:
+        kwargs["nominated"] = nominated
+    return [
+        NodeClaimDisruptionController(ctx),
+        ExpirationController(ctx),
+        DisruptionController(ctx, **kwargs),
+    ]

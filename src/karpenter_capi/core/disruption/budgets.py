@@ -1,0 +1,71 @@
+"""How many more nodes of each NodePool may be disrupted now, for each reason.
+
+A NodePool's ``spec.disruption.budgets`` cap the nodes disrupting at once: per reason
+(``Empty``, ``Drifted``, ``Underutilized``; a budget without reasons caps them all), as a count
+or a percentage of the NodePool's nodes (rounded up), each budget active always or for
+``duration`` after every hit of its cron ``schedule`` (UTC). The most restrictive active budget
+wins, and nodes already disrupting (deleting, or tainted by a command under way) count against
+it, as upstream Karpenter's ``BuildDisruptionBudgetMapping``. Expiration ignores budgets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.api.nodeclaim import NodeClaimConditionType
+from karpenter_capi.core.api.nodepool import DisruptionReason, NodePool
+from karpenter_capi.core.disruption.candidates import condition_true, has_disrupted_taint
+
+
+class BudgetLedger:
+    """The allowance of every NodePool and reason for one pass, spent as commands are made."""
+
+    def __init__(
+        self,
+        pools: Mapping[str, NodePool],
+        nodeclaims: Iterable[Mapping[str, Any]],
+        nodes: Iterable[Mapping[str, Any]],
+        now: datetime,
+    ) -> None:
+        node_by_name = {str(n["metadata"]["name"]): n for n in nodes}
+        total: dict[str, int] = {}
+        disrupting: dict[str, int] = {}
+        for claim in nodeclaims:
+            meta = claim.get("metadata") or {}
+            pool_name = str((meta.get("labels") or {}).get(wellknown.LABEL_NODEPOOL, ""))
+            if pool_name not in pools:
+                continue
+            node = node_by_name.get(str((claim.get("status") or {}).get("nodeName", "")))
+            if node is None or not condition_true(claim, NodeClaimConditionType.INITIALIZED):
+                continue
+            total[pool_name] = total.get(pool_name, 0) + 1
+            if (
+                meta.get("deletionTimestamp")
+                or (node.get("metadata") or {}).get("deletionTimestamp")
+                or has_disrupted_taint(node)
+            ):
+                disrupting[pool_name] = disrupting.get(pool_name, 0) + 1
+        self._allowed: dict[tuple[str, DisruptionReason], int] = {}
+        for name, pool in pools.items():
+            for reason in DisruptionReason:
+                allowed = pool.spec.disruption.allowed_disruptions(now, total.get(name, 0), reason)
+                self._allowed[(name, reason)] = max(0, allowed - disrupting.get(name, 0))
+
+    def allowed(self, nodepool: str, reason: DisruptionReason) -> int:
+        return self._allowed.get((nodepool, reason), 0)
+
+    def spend(self, nodepool: str, count: int = 1) -> None:
+        """Count ``count`` more nodes of ``nodepool`` as disrupting, for every reason."""
+        for (pool, reason), allowed in list(self._allowed.items()):
+            if pool == nodepool:
+                self._allowed[(pool, reason)] = max(0, allowed - count)
+
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        """``{nodepool: {reason: allowed}}`` for reports."""
+        result: dict[str, dict[str, int]] = {}
+        for (pool, reason), allowed in sorted(self._allowed.items()):
+            result.setdefault(pool, {})[reason.value] = allowed
+        return result

@@ -1,0 +1,349 @@
+"""Which nodes disruption may touch, and what touching each one would cost and save.
+
+A *candidate* is a node this controller launched (a Node with its NodeClaim) that is
+initialized, not already going away, and that nothing protects: no
+``karpenter.sh/do-not-disrupt`` on the Node, the NodeClaim or an active pod (``"true"``, or a
+duration counted from the pod's start), no PodDisruptionBudget that would refuse an eviction,
+no pending pod nominated to it in the last window, and not the replacement of a command still
+under way. Upstream Karpenter's rules (``disruption.NewCandidate``), kept as pure functions over
+the objects already cached, so one pass over 1,000 nodes costs milliseconds.
+
+Every candidate carries what the methods rank and budget by: its NodePool, its price (from the
+offering its instance type, zone and capacity type name), the pods that would have to move
+(DaemonSet and mirror pods stay with the node), and a disruption cost (upstream's
+``ReschedulingCost`` times the share of life the node has left), so cheap-to-move nodes with a
+high price go first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.api.duration import DurationError, parse_duration
+from karpenter_capi.core.api.nodeclaim import NodeClaimConditionType
+from karpenter_capi.core.api.nodepool import NodePool
+from karpenter_capi.core.clock import parse_timestamp
+from karpenter_capi.core.instancetype import InstanceType
+from karpenter_capi.core.kube.selectors import SelectorError, selector_matches
+from karpenter_capi.core.provisioning.inventory import NodePoolInventory
+from karpenter_capi.core.scheduling.model import Pod, pod_key
+
+DELETION_COST_ANNOTATION: Final = "controller.kubernetes.io/pod-deletion-cost"
+MIRROR_POD_ANNOTATION: Final = "kubernetes.io/config.mirror"
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str(_meta(obj).get("name", ""))
+
+
+def condition_true(obj: Mapping[str, Any], condition_type: str) -> bool:
+    """Whether ``obj`` has ``condition_type`` with status True."""
+    return any(
+        c.get("type") == condition_type and c.get("status") == "True"
+        for c in (obj.get("status") or {}).get("conditions") or []
+    )
+
+
+def has_disrupted_taint(node: Mapping[str, Any]) -> bool:
+    return any(
+        t.get("key") == wellknown.TAINT_DISRUPTED_KEY
+        for t in (node.get("spec") or {}).get("taints") or []
+    )
+
+
+def is_reschedulable(pod: Pod) -> bool:
+    """A pod that must find another node if its node goes (upstream ``IsReschedulable``)."""
+    meta = _meta(pod)
+    if meta.get("deletionTimestamp"):
+        return False
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return False
+    if MIRROR_POD_ANNOTATION in (meta.get("annotations") or {}):
+        return False
+    owners = meta.get("ownerReferences") or []
+    return not any(ref.get("kind") in ("DaemonSet", "Node") for ref in owners)
+
+
+def _pod_started(pod: Pod) -> datetime | None:
+    raw = (pod.get("status") or {}).get("startTime") or _meta(pod).get("creationTimestamp")
+    return parse_timestamp(str(raw)) if raw else None
+
+
+def do_not_disrupt_until(pod: Pod) -> datetime | bool | None:
+    """``True`` when the pod forbids disruption outright, a time when it forbids it until
+    then (a duration from its start), ``None`` when it does not forbid it."""
+    value = (_meta(pod).get("annotations") or {}).get(wellknown.ANNOTATION_DO_NOT_DISRUPT)
+    if value is None:
+        return None
+    if value == "true":
+        return True
+    try:
+        duration = parse_duration(value)
+    except DurationError:
+        return None  # anything else is not "true": upstream ignores it
+    started = _pod_started(pod)
+    return None if started is None else started + duration
+
+
+def pod_blocks(pod: Pod, now: datetime) -> str | None:
+    """Why this pod keeps its node from being disrupted voluntarily, or None."""
+    until = do_not_disrupt_until(pod)
+    if until is True:
+        return f'pod {pod_key(pod)} has "{wellknown.ANNOTATION_DO_NOT_DISRUPT}: true"'
+    if isinstance(until, datetime) and now < until:
+        return f"pod {pod_key(pod)} may not be disrupted before {until.isoformat()}"
+    return None
+
+
+def rescheduling_cost(pod: Pod) -> float:
+    """Upstream's per-pod cost: 1, plus a little for deletion cost and priority."""
+    cost = 1.0
+    raw = (_meta(pod).get("annotations") or {}).get(DELETION_COST_ANNOTATION)
+    if raw is not None:
+        with contextlib.suppress(ValueError):
+            cost += float(raw) / 2.0**27
+    priority = (pod.get("spec") or {}).get("priority")
+    if isinstance(priority, int):
+        cost += priority / 2.0**25
+    return max(cost, -10.0)
+
+
+@dataclass(frozen=True)
+class DisruptionBudgetView:
+    """One PodDisruptionBudget: which pods it covers and whether it allows an eviction now."""
+
+    namespace: str
+    name: str
+    selector: Mapping[str, Any] | None
+    """policy/v1: a null selector selects no pod, an empty one every pod of the namespace."""
+    disruptions_allowed: int
+
+    @classmethod
+    def from_object(cls, pdb: Mapping[str, Any]) -> DisruptionBudgetView:
+        meta = _meta(pdb)
+        selector = (pdb.get("spec") or {}).get("selector")
+        status = pdb.get("status") or {}
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            selector=selector if isinstance(selector, Mapping) else None,
+            disruptions_allowed=int(status.get("disruptionsAllowed") or 0),
+        )
+
+    def covers(self, pod: Pod) -> bool:
+        meta = _meta(pod)
+        if self.selector is None or meta.get("namespace") != self.namespace:
+            return False
+        try:
+            return selector_matches(self.selector, meta.get("labels") or {})
+        except SelectorError:
+            return False
+
+
+class DisruptionBudgets:
+    """Every PDB of the cluster by namespace: would evicting these pods be refused?"""
+
+    def __init__(self, pdbs: Iterable[Mapping[str, Any]]) -> None:
+        self._by_namespace: dict[str, list[DisruptionBudgetView]] = {}
+        for pdb in pdbs:
+            view = DisruptionBudgetView.from_object(pdb)
+            self._by_namespace.setdefault(view.namespace, []).append(view)
+
+    def blocking(self, pods: Sequence[Pod]) -> str | None:
+        """Why evicting all of ``pods`` would be refused, or None."""
+        views: dict[tuple[str, str], DisruptionBudgetView] = {}
+        for pod in pods:
+            namespace = str(_meta(pod).get("namespace", ""))
+            covering = [v for v in self._by_namespace.get(namespace, ()) if v.covers(pod)]
+            if len(covering) > 1:
+                names = ", ".join(sorted(v.name for v in covering))
+                return f"pod {pod_key(pod)} is covered by several PDBs ({names})"
+            for view in covering:
+                views[(view.namespace, view.name)] = view
+        # As upstream: a PDB that allows one eviction now lets the drain proceed pod by pod.
+        for (namespace, name), view in sorted(views.items()):
+            if view.disruptions_allowed < 1:
+                return f"PDB {namespace}/{name} allows no disruption now"
+        return None
+
+
+@dataclass
+class Candidate:
+    """A node disruption may remove, with everything the methods weigh."""
+
+    nodeclaim: Mapping[str, Any]
+    node: Mapping[str, Any]
+    nodepool: str
+    pool: NodePool
+    instance_type: InstanceType | None
+    zone: str
+    capacity_type: str
+    price: float
+    pods: list[Pod]
+    disruption_cost: float
+    drifted: bool = False
+    consolidatable: bool = False
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """The NodeClaim's name."""
+        return _name(self.nodeclaim)
+
+    @property
+    def node_name(self) -> str:
+        return _name(self.node)
+
+    @property
+    def empty(self) -> bool:
+        return not self.pods
+
+
+def lifetime_remaining(nodeclaim: Mapping[str, Any], now: datetime) -> float:
+    """Share of its ``expireAfter`` a NodeClaim has left, in [0, 1] (1 when it never expires)."""
+    raw = (nodeclaim.get("spec") or {}).get("expireAfter")
+    created = _meta(nodeclaim).get("creationTimestamp")
+    if not raw or raw == "Never" or not created:
+        return 1.0
+    try:
+        total = parse_duration(str(raw))
+    except DurationError:
+        return 1.0
+    if total <= timedelta(0):
+        return 0.0
+    age = now - parse_timestamp(str(created))
+    return min(1.0, max(0.0, 1.0 - age / total))
+
+
+def _offering_price(
+    instance_type: InstanceType | None, zone: str, capacity_type: str
+) -> float | None:
+    if instance_type is None:
+        return None
+    prices = [
+        o.price
+        for o in instance_type.offerings
+        if o.zone == zone and o.capacity_type == capacity_type
+    ]
+    return min(prices) if prices else None
+
+
+@dataclass
+class CandidateSet:
+    """The candidates of one pass, and why the other managed nodes are not candidates."""
+
+    candidates: list[Candidate] = field(default_factory=list)
+    excluded: dict[str, str] = field(default_factory=dict)  # NodeClaim name -> why
+
+
+def find_candidates(
+    *,
+    nodes: Iterable[Mapping[str, Any]],
+    nodeclaims: Iterable[Mapping[str, Any]],
+    pods: Iterable[Pod],
+    inventories: Sequence[NodePoolInventory],
+    budgets: DisruptionBudgets,
+    now: datetime,
+    protected: frozenset[str] = frozenset(),
+) -> CandidateSet:
+    """Every candidate of the cluster, in NodeClaim name order.
+
+    ``protected`` holds NodeClaim and Node names that must not be disrupted now (nominated for
+    pending pods, replacements of a command under way).
+    """
+    result = CandidateSet()
+    pools = {inv.nodepool: inv for inv in inventories if inv.model is not None}
+    pods_by_node: dict[str, list[Pod]] = {}
+    for pod in pods:
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if node_name:
+            pods_by_node.setdefault(str(node_name), []).append(pod)
+    node_by_name = {_name(n): n for n in nodes}
+    for claim in sorted(nodeclaims, key=_name):
+        name = _name(claim)
+        why = _not_a_candidate(claim, node_by_name, pools, protected)
+        if why is not None:
+            result.excluded[name] = why
+            continue
+        node = node_by_name[str((claim.get("status") or {}).get("nodeName"))]
+        inventory = pools[str(_meta(claim).get("labels", {}).get(wellknown.LABEL_NODEPOOL))]
+        assert inventory.model is not None
+        node_pods = pods_by_node.get(_name(node), [])
+        blocked = next(filter(None, (pod_blocks(p, now) for p in node_pods)), None)
+        if blocked is not None:
+            result.excluded[name] = blocked
+            continue
+        moving = [p for p in node_pods if is_reschedulable(p)]
+        refused = budgets.blocking(moving)
+        if refused is not None:
+            result.excluded[name] = refused
+            continue
+        labels = _meta(node).get("labels") or {}
+        type_name = str(labels.get(wellknown.LABEL_INSTANCE_TYPE, ""))
+        zone = str(labels.get(wellknown.LABEL_TOPOLOGY_ZONE, ""))
+        capacity_type = str(labels.get(wellknown.LABEL_CAPACITY_TYPE, ""))
+        instance_type = next((it for it in inventory.instance_types if it.name == type_name), None)
+        price = _offering_price(instance_type, zone, capacity_type)
+        cost = sum(rescheduling_cost(p) for p in moving) * lifetime_remaining(claim, now)
+        result.candidates.append(
+            Candidate(
+                nodeclaim=claim,
+                node=node,
+                nodepool=inventory.nodepool,
+                pool=inventory.model,
+                instance_type=instance_type,
+                zone=zone,
+                capacity_type=capacity_type,
+                # A node whose offering is gone can still be deleted, never "replaced cheaper".
+                price=price if price is not None else 0.0,
+                pods=moving,
+                disruption_cost=cost,
+                drifted=condition_true(claim, NodeClaimConditionType.DRIFTED),
+                consolidatable=condition_true(claim, NodeClaimConditionType.CONSOLIDATABLE),
+                problems=[] if price is not None else [f"no offering {type_name}/{zone}"],
+            )
+        )
+    return result
+
+
+def _not_a_candidate(
+    claim: Mapping[str, Any],
+    node_by_name: Mapping[str, Mapping[str, Any]],
+    pools: Mapping[str, NodePoolInventory],
+    protected: frozenset[str],
+) -> str | None:
+    meta, status = _meta(claim), claim.get("status") or {}
+    name = str(meta.get("name", ""))
+    pool = (meta.get("labels") or {}).get(wellknown.LABEL_NODEPOOL)
+    if not pool:
+        return "not managed by a NodePool"
+    if pool not in pools:
+        return f"NodePool {pool} is not usable"
+    if meta.get("deletionTimestamp"):
+        return "already deleting"
+    if not condition_true(claim, NodeClaimConditionType.INITIALIZED):
+        return "not initialized"
+    node = node_by_name.get(str(status.get("nodeName", "")))
+    if node is None:
+        return "has no Node"
+    node_meta = _meta(node)
+    if node_meta.get("deletionTimestamp"):
+        return "Node already deleting"
+    if has_disrupted_taint(node):
+        return "already being disrupted"
+    if name in protected or str(node_meta.get("name")) in protected:
+        return "nominated for pending pods or replacing another node"
+    for obj, what in ((node, "Node"), (claim, "NodeClaim")):
+        annotations = _meta(obj).get("annotations") or {}
+        if annotations.get(wellknown.ANNOTATION_DO_NOT_DISRUPT) == "true":
+            return f'{what} has "{wellknown.ANNOTATION_DO_NOT_DISRUPT}: true"'
+    return None

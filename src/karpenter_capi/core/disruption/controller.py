@@ -1,0 +1,324 @@
+"""The disruption controller: one pass every few seconds, one command at a time per pass.
+
+Each pass reads the informer caches, resolves the NodePools' inventories, and runs the planner
+(``planner.plan``). A command for emptiness or consolidation is not acted on at once: like
+upstream Karpenter, it waits ``validation_delay`` (15 s) and is then checked again against a
+fresh view (its nodes still candidates, still within budget, the simulation still valid, the
+replacement no dearer); only then does the orchestrator carry it out. Drift is not validated
+(the node is replaced either way). Commands under way are advanced every pass; their
+replacements, and the nodes provisioning counted pending pods on in the last
+``nomination_window``, are left alone.
+
+On its first pass the controller removes the ``karpenter.sh/disrupted`` taint and the
+``DisruptionReason`` condition from nodes a previous process left mid-command (their NodeClaims
+are not deleting), as upstream does at start-up: the commands died with that process.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from karpenter_capi.core.api.nodeclaim import NodeClaim, NodeClaimConditionType
+from karpenter_capi.core.disruption.budgets import BudgetLedger
+from karpenter_capi.core.disruption.candidates import (
+    Candidate,
+    DisruptionBudgets,
+    condition_true,
+    find_candidates,
+    has_disrupted_taint,
+)
+from karpenter_capi.core.disruption.methods import EMPTINESS, Command
+from karpenter_capi.core.disruption.orchestration import InFlight, Orchestrator
+from karpenter_capi.core.disruption.planner import PassReport, PassSettings, plan
+from karpenter_capi.core.disruption.simulation import Replacement, Simulator
+from karpenter_capi.core.errors import ProviderError
+from karpenter_capi.core.kube.errors import ApiError
+from karpenter_capi.core.kube.resources import (
+    CLUSTER_API_NODE_CLASSES,
+    DAEMONSETS,
+    NAMESPACES,
+    NODECLAIMS,
+    NODEPOOLS,
+    NODES,
+    POD_DISRUPTION_BUDGETS,
+    PODS,
+    Resource,
+)
+from karpenter_capi.core.plugins import PluginError
+from karpenter_capi.core.provisioning.inventory import NodePoolInventory, resolve_inventory
+from karpenter_capi.core.provisioning.state import ClusterSnapshot
+from karpenter_capi.core.runtime.controller import WORKLOAD, ControllerContext, Result
+
+log = logging.getLogger(__name__)
+
+DEFAULT_POLL_SECONDS: Final = 10.0
+DEFAULT_VALIDATION_DELAY: Final = 15.0
+DEFAULT_REPLACEMENT_TIMEOUT: Final = 600.0
+DEFAULT_NOMINATION_WINDOW: Final = 20.0
+"""Upstream's: twice the batching window's maximum, so a pod still in a batch is covered."""
+REPLACEMENT_GRACE: Final = 300.0
+"""How long a replacement stays protected after its command ends, while the moved pods land."""
+
+
+@dataclass(frozen=True)
+class DisruptionSettings:
+    poll_seconds: float = DEFAULT_POLL_SECONDS
+    validation_delay: float = DEFAULT_VALIDATION_DELAY
+    replacement_timeout: float = DEFAULT_REPLACEMENT_TIMEOUT
+    nomination_window: float = DEFAULT_NOMINATION_WINDOW
+    spot_to_spot: bool = False
+    """Upstream's ``SpotToSpotConsolidation`` feature gate (off by default)."""
+
+
+@dataclass
+class _Pending:
+    command: Command
+    due: float
+
+
+def _nothing_nominated(_seconds: float) -> frozenset[str]:
+    return frozenset()
+
+
+class DisruptionController:
+    """Finds and carries out voluntary disruption (see the module docstring)."""
+
+    name = "disruption"
+
+    def __init__(
+        self,
+        ctx: ControllerContext,
+        *,
+        nominated: Callable[[float], frozenset[str]] = _nothing_nominated,
+        settings: DisruptionSettings | None = None,
+    ) -> None:
+        self._ctx = ctx
+        self.settings = settings or DisruptionSettings()
+        self.interval = self.settings.poll_seconds
+        self._nominated = nominated
+        self._orchestrator = Orchestrator(
+            ctx, replacement_timeout=self.settings.replacement_timeout
+        )
+        self._pending: _Pending | None = None
+        self._in_flight: list[InFlight] = []
+        self._protected_until: dict[str, float] = {}
+        self._started = False
+        self._raw_pools: dict[str, Mapping[str, Any]] = {}
+        self.last_report: PassReport | None = None
+        self.history: list[InFlight] = []
+
+    def reads(self) -> Sequence[tuple[Resource, str]]:
+        return [
+            (resource, WORKLOAD)
+            for resource in (
+                PODS,
+                NODES,
+                NODECLAIMS,
+                NODEPOOLS,
+                DAEMONSETS,
+                NAMESPACES,
+                POD_DISRUPTION_BUDGETS,
+                CLUSTER_API_NODE_CLASSES,
+            )
+        ]
+
+    # -- the pass ------------------------------------------------------------------------
+
+    def run_once(self) -> Result:
+        caches = self._ctx.caches
+        snapshot = ClusterSnapshot.from_stores(lambda resource: caches.store(resource).list())
+        if not self._started:
+            self._started = True
+            self._clean_up_after_restart(snapshot)
+        self._advance(snapshot)
+        now = self._ctx.clock.monotonic()
+        if self._pending is not None:
+            if now < self._pending.due:
+                return Result(requeue_after=self._pending.due - now)
+            pending, self._pending = self._pending, None
+            self._validate_and_start(pending.command, snapshot)
+            return Result(requeue_after=self.interval)
+        report = self._plan(snapshot, self._inventories())
+        self.last_report = report
+        command = report.command
+        if command is None:
+            return Result(requeue_after=self.interval)
+        if command.reason.value == "Drifted" or self.settings.validation_delay <= 0:
+            self._start(command)
+            return Result(requeue_after=self.interval)
+        log.info(
+            "disruption: %s (validating in %.0fs)",
+            command.describe(),
+            self.settings.validation_delay,
+        )
+        self._pending = _Pending(command, now + self.settings.validation_delay)
+        return Result(requeue_after=self.settings.validation_delay)
+
+    def _inventories(self) -> list[NodePoolInventory]:
+        try:
+            return resolve_inventory(self._ctx.client, self._ctx.plugins)
+        except ApiError as error:
+            log.warning("disruption: cannot read NodePools: %s", error)
+            return []
+
+    def _protected(self) -> frozenset[str]:
+        now = self._ctx.clock.monotonic()
+        self._protected_until = {n: t for n, t in self._protected_until.items() if t > now}
+        names = set(self._protected_until)
+        for flight in self._in_flight:
+            names.update(flight.replacements)
+        return frozenset(names) | self._nominated(self.settings.nomination_window)
+
+    def _blocked(self, candidates: list[Candidate]) -> Mapping[str, str]:
+        try:
+            claims = [NodeClaim.model_validate(c.nodeclaim) for c in candidates]
+            return self._ctx.plugins.disruption_blocked(claims)
+        except (PluginError, ProviderError, ApiError, ValidationError) as error:
+            # Unsure what the providers allow: disrupt nothing rather than break a floor.
+            log.warning("disruption: cannot ask the providers what may be removed: %s", error)
+            return {c.name: f"providers could not be asked: {error}" for c in candidates}
+
+    def _plan(
+        self, snapshot: ClusterSnapshot, inventories: Sequence[NodePoolInventory]
+    ) -> PassReport:
+        report = plan(
+            snapshot,
+            inventories,
+            self._ctx.caches.store(POD_DISRUPTION_BUDGETS).list(),
+            now=self._ctx.clock.now(),
+            clock=self._ctx.clock,
+            protected=self._protected(),
+            blocked=self._blocked,
+            settings=PassSettings(spot_to_spot=self.settings.spot_to_spot),
+        )
+        self._raw_pools = {inv.nodepool: inv.raw for inv in inventories}
+        metrics = self._ctx.metrics
+        if metrics is not None:
+            for method, seconds in report.method_seconds.items():
+                kind = method.split("-")[0] if "consolidation" in method else ""
+                metrics.observe_disruption_evaluation(method, kind, seconds)
+            metrics.set_disruption_eligible(
+                "drifted", sum(1 for c in report.candidates if c.drifted)
+            )
+            metrics.set_disruption_eligible(
+                "underutilized", sum(1 for c in report.candidates if c.consolidatable)
+            )
+            for pool, reasons in report.budgets.items():
+                for reason, allowed in reasons.items():
+                    metrics.set_allowed_disruptions(pool, reason.lower(), allowed)
+        return report
+
+    # -- validation ----------------------------------------------------------------------
+
+    def _validate_and_start(self, command: Command, snapshot: ClusterSnapshot) -> None:
+        fresh = self._revalidate(command, snapshot)
+        if isinstance(fresh, str):
+            log.info("disruption: dropped %s: %s", command.describe(), fresh)
+            return
+        self._start(fresh)
+
+    def _revalidate(self, command: Command, snapshot: ClusterSnapshot) -> Command | str:
+        """The command again, against the cluster as it is now; or why it no longer holds."""
+        inventories = [i for i in self._inventories() if i.model is not None and not i.error]
+        found = find_candidates(
+            nodes=snapshot.nodes,
+            nodeclaims=snapshot.nodeclaims,
+            pods=snapshot.pods,
+            inventories=inventories,
+            budgets=DisruptionBudgets(self._ctx.caches.store(POD_DISRUPTION_BUDGETS).list()),
+            now=self._ctx.clock.now(),
+            protected=self._protected(),
+        )
+        by_name = {c.name: c for c in found.candidates}
+        still = [by_name[c.name] for c in command.candidates if c.name in by_name]
+        if command.method == EMPTINESS:
+            still = [c for c in still if c.empty and c.consolidatable]
+            if not still:
+                return "no longer empty"
+        elif len(still) != len(command.candidates):
+            gone = [c.name for c in command.candidates if c.name not in by_name]
+            return f"no longer candidates: {', '.join(gone)} ({found.excluded.get(gone[0], '')})"
+        elif not all(c.consolidatable for c in still):
+            return "pods arrived or left within consolidateAfter"
+        refused = self._blocked(still)
+        if refused:
+            name, why = next(iter(sorted(refused.items())))
+            return f"provider refuses {name}: {why}"
+        pools = {i.nodepool: i.model for i in inventories if i.model is not None}
+        ledger = BudgetLedger(pools, snapshot.nodeclaims, snapshot.nodes, self._ctx.clock.now())
+        per_pool: dict[str, int] = {}
+        for candidate in still:
+            per_pool[candidate.nodepool] = per_pool.get(candidate.nodepool, 0) + 1
+        for pool, count in per_pool.items():
+            if count > ledger.allowed(pool, command.reason):
+                return f"NodePool {pool}'s budget for {command.reason.value} is used up"
+        self._raw_pools = {inv.nodepool: inv.raw for inv in inventories}
+        if command.method == EMPTINESS:
+            return Command(command.method, command.reason, still, savings=command.savings)
+        simulator = Simulator(
+            snapshot, inventories, self._ctx.clock, spot_to_spot=self.settings.spot_to_spot
+        )
+        outcome = simulator.consolidate(still)
+        if not isinstance(outcome, Replacement):
+            return outcome
+        if len(outcome.replacements) > len(command.replacements) or outcome.savings <= 0:
+            return "the simulation no longer finds the same saving"
+        return Command(command.method, command.reason, still, outcome.replacements, outcome.savings)
+
+    # -- execution -----------------------------------------------------------------------
+
+    def _start(self, command: Command) -> None:
+        flight = self._orchestrator.start(command, self._raw_pools)
+        self.history.append(flight)
+        if not flight.done:
+            self._in_flight.append(flight)
+        else:
+            self._finished(flight)
+
+    def _advance(self, snapshot: ClusterSnapshot) -> None:
+        if not self._in_flight:
+            return
+        claims = {str(c["metadata"]["name"]): c for c in snapshot.nodeclaims}
+        for flight in self._in_flight:
+            self._orchestrator.progress(flight, claims)
+            if flight.done:
+                self._finished(flight)
+        self._in_flight = [f for f in self._in_flight if not f.done]
+
+    def _finished(self, flight: InFlight) -> None:
+        until = self._ctx.clock.monotonic() + REPLACEMENT_GRACE
+        for name in flight.replacements:
+            self._protected_until[name] = until
+
+    def _clean_up_after_restart(self, snapshot: ClusterSnapshot) -> None:
+        by_node = {
+            str((c.get("status") or {}).get("nodeName")): c
+            for c in snapshot.nodeclaims
+            if (c.get("status") or {}).get("nodeName")
+        }
+        for node in snapshot.nodes:
+            claim = by_node.get(str(node["metadata"]["name"]))
+            if claim is None or (claim.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            if node["metadata"].get("deletionTimestamp"):
+                continue
+            if has_disrupted_taint(node) or condition_true(
+                claim, NodeClaimConditionType.DISRUPTION_REASON
+            ):
+                log.info(
+                    "disruption: node %s was left mid-command by a previous process; restoring it",
+                    node["metadata"]["name"],
+                )
+                self._orchestrator.restore(
+                    str(node["metadata"]["name"]), str(claim["metadata"]["name"])
+                )
+
+    @property
+    def busy(self) -> bool:
+        """Whether a command is waiting for validation or for its replacements."""
+        return self._pending is not None or bool(self._in_flight)

@@ -1,0 +1,213 @@
+"""The four ways a node is disrupted voluntarily, tried in upstream Karpenter's order.
+
+1. **Emptiness**: every consolidatable candidate without a pod to move, as many as the budgets
+   allow, in one command (nothing to simulate: nothing moves).
+2. **Drift**: a drifted candidate (provider drift, NodePool template hash, requirements no
+   longer met), one at a time, its replacements launched before it drains; an empty drifted
+   candidate is simply deleted.
+3. **Multi-node consolidation**: the longest prefix of the candidates, ranked by savings per
+   unit of disruption, whose pods fit on the rest of the cluster plus at most one cheaper node,
+   found by binary search over at most 100 candidates.
+4. **Single-node consolidation**: the first candidate, in the same order, that can be deleted
+   or replaced by one cheaper node.
+
+The first method that yields a command wins the pass. ``consolidationPolicy: WhenEmpty`` keeps a
+NodePool's non-empty nodes out of 3 and 4; ``consolidateAfter`` is the ``Consolidatable``
+condition each candidate carries (``conditions``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from karpenter_capi.core.api.nodepool import ConsolidationPolicy, DisruptionReason
+from karpenter_capi.core.disruption.budgets import BudgetLedger
+from karpenter_capi.core.disruption.candidates import Candidate
+from karpenter_capi.core.disruption.simulation import Replacement, Simulator
+from karpenter_capi.core.scheduling.model import ProposedNodeClaim
+
+MAX_MULTI_NODE_CANDIDATES: Final = 100
+EMPTINESS: Final = "emptiness"
+DRIFT: Final = "drift"
+MULTI_NODE: Final = "multi-node-consolidation"
+SINGLE_NODE: Final = "single-node-consolidation"
+METHODS: Final = (EMPTINESS, DRIFT, MULTI_NODE, SINGLE_NODE)
+
+
+@dataclass
+class Command:
+    """Disrupt ``candidates`` for ``reason``, launching ``replacements`` first."""
+
+    method: str
+    reason: DisruptionReason
+    candidates: list[Candidate]
+    replacements: list[ProposedNodeClaim] = field(default_factory=list)
+    savings: float = 0.0
+
+    @property
+    def decision(self) -> str:
+        """``delete`` or ``replace``, the label of the decisions metric."""
+        return "replace" if self.replacements else "delete"
+
+    @property
+    def price_before(self) -> float:
+        return sum(c.price for c in self.candidates)
+
+    @property
+    def price_after(self) -> float:
+        return sum(r.price for r in self.replacements)
+
+    def describe(self) -> str:
+        pods = sum(len(c.pods) for c in self.candidates)
+        names = ", ".join(c.name for c in self.candidates[:5])
+        more = f" and {len(self.candidates) - 5} more" if len(self.candidates) > 5 else ""
+        text = (
+            f"{self.decision} {len(self.candidates)} node(s) ({names}{more}, {pods} pods) "
+            f"for {self.reason.value}"
+        )
+        if self.replacements:
+            types = ", ".join(r.cheapest()[0].name for r in self.replacements)
+            text += f", launching {types}"
+        return f"{text}; saves {self.savings:.4f}/h"
+
+
+Outcome = Command | str | None
+"""What a method found: a command, why it found none (for reports), or None (no candidates)."""
+
+
+def consolidation_order(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """Cheapest to disrupt per unit of price first (an expensive node with few pods leads)."""
+
+    def key(candidate: Candidate) -> tuple[float, str]:
+        ratio = candidate.disruption_cost / candidate.price if candidate.price > 0 else 1e18
+        return ratio, candidate.name
+
+    return sorted(candidates, key=key)
+
+
+def _within_budget(
+    candidates: Sequence[Candidate], ledger: BudgetLedger, reason: DisruptionReason
+) -> list[Candidate]:
+    """The longest run of ``candidates`` each NodePool's allowance covers, in order."""
+    used: dict[str, int] = {}
+    result = []
+    for candidate in candidates:
+        if used.get(candidate.nodepool, 0) < ledger.allowed(candidate.nodepool, reason):
+            used[candidate.nodepool] = used.get(candidate.nodepool, 0) + 1
+            result.append(candidate)
+    return result
+
+
+def _consolidatable(candidate: Candidate) -> bool:
+    after = candidate.pool.spec.disruption.consolidate_after
+    return candidate.consolidatable and not after.is_never
+
+
+def emptiness(candidates: Sequence[Candidate], ledger: BudgetLedger) -> Outcome:
+    empty = [c for c in candidates if c.empty and _consolidatable(c)]
+    if not empty:
+        return None
+    chosen = _within_budget(
+        sorted(empty, key=lambda c: (-c.price, c.name)), ledger, DisruptionReason.EMPTY
+    )
+    if not chosen:
+        return f"{len(empty)} empty node(s), no budget left"
+    return Command(EMPTINESS, DisruptionReason.EMPTY, chosen, savings=sum(c.price for c in chosen))
+
+
+def drift(candidates: Sequence[Candidate], ledger: BudgetLedger, simulator: Simulator) -> Outcome:
+    drifted = [c for c in candidates if c.drifted]
+    if not drifted:
+        return None
+    empty = _within_budget([c for c in drifted if c.empty], ledger, DisruptionReason.DRIFTED)
+    if empty:
+        return Command(DRIFT, DisruptionReason.DRIFTED, empty, savings=0.0)
+    why = "no budget left"
+    for candidate in sorted(drifted, key=lambda c: (c.disruption_cost, c.name)):
+        if not _within_budget([candidate], ledger, DisruptionReason.DRIFTED):
+            continue
+        simulation = simulator.simulate([candidate])
+        if not simulation.all_scheduled:
+            key, reason = next(iter(sorted(simulation.unschedulable.items())))
+            why = f"{candidate.name}: pod {key} would not schedule: {reason}"
+            continue
+        replacements = simulation.new_nodeclaims
+        savings = candidate.price - sum(r.price for r in replacements)
+        return Command(DRIFT, DisruptionReason.DRIFTED, [candidate], replacements, savings)
+    return f"{len(drifted)} drifted node(s): {why}"
+
+
+def _underutilized(candidates: Sequence[Candidate]) -> list[Candidate]:
+    return consolidation_order(
+        [
+            c
+            for c in candidates
+            if _consolidatable(c)
+            and c.pool.spec.disruption.consolidation_policy
+            == ConsolidationPolicy.WHEN_EMPTY_OR_UNDERUTILIZED
+        ]
+    )
+
+
+def _command(method: str, chosen: Sequence[Candidate], outcome: Replacement) -> Command:
+    return Command(
+        method,
+        DisruptionReason.UNDERUTILIZED,
+        list(chosen),
+        outcome.replacements,
+        outcome.savings,
+    )
+
+
+def multi_node(
+    candidates: Sequence[Candidate],
+    ledger: BudgetLedger,
+    simulator: Simulator,
+    *,
+    expired: Callable[[], bool] = lambda: False,
+) -> Outcome:
+    """Binary search for the longest prefix that consolidates (upstream's approach)."""
+    eligible = _within_budget(_underutilized(candidates), ledger, DisruptionReason.UNDERUTILIZED)[
+        :MAX_MULTI_NODE_CANDIDATES
+    ]
+    if len(eligible) < 2:
+        return None
+    low, high = 2, len(eligible)
+    best: Command | None = None
+    why = "no prefix of two or more nodes consolidates"
+    while low <= high and not expired():
+        middle = (low + high) // 2
+        outcome = simulator.consolidate(eligible[:middle])
+        if isinstance(outcome, Replacement) and outcome.savings > 0:
+            best = _command(MULTI_NODE, eligible[:middle], outcome)
+            low = middle + 1
+        else:
+            if isinstance(outcome, str):
+                why = f"{middle} nodes: {outcome}"
+            high = middle - 1
+    return best if best is not None else why
+
+
+def single_node(
+    candidates: Sequence[Candidate],
+    ledger: BudgetLedger,
+    simulator: Simulator,
+    *,
+    expired: Callable[[], bool] = lambda: False,
+) -> Outcome:
+    eligible = _within_budget(_underutilized(candidates), ledger, DisruptionReason.UNDERUTILIZED)
+    if not eligible:
+        return None
+    tried = 0
+    for candidate in eligible:
+        if expired():
+            return f"timed out after {tried} of {len(eligible)} candidates"
+        if not simulator.might_consolidate(candidate):
+            continue
+        tried += 1
+        outcome = simulator.consolidate([candidate])
+        if isinstance(outcome, Replacement) and outcome.savings > 0:
+            return _command(SINGLE_NODE, [candidate], outcome)
+    return f"none of {len(eligible)} candidates consolidates ({tried} simulated)"

@@ -1,0 +1,154 @@
+"""One disruption pass: candidates, budgets, then the methods in order until one has a command.
+
+Pure with respect to the API: the pass takes the cluster as already read (informer caches, or a
+benchmark's synthetic cluster) and returns a ``PassReport``; the controller acts on it. That
+split is what lets ``benchmarks/consolidation.py`` time exactly what the controller runs, and
+the tests check decisions without an API server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+from karpenter_capi.core.clock import Clock
+from karpenter_capi.core.disruption.budgets import BudgetLedger
+from karpenter_capi.core.disruption.candidates import (
+    Candidate,
+    DisruptionBudgets,
+    find_candidates,
+)
+from karpenter_capi.core.disruption.methods import (
+    DRIFT,
+    EMPTINESS,
+    MULTI_NODE,
+    SINGLE_NODE,
+    Command,
+    Outcome,
+    consolidation_order,
+    drift,
+    emptiness,
+    multi_node,
+    single_node,
+)
+from karpenter_capi.core.disruption.simulation import Simulator
+from karpenter_capi.core.provisioning.inventory import NodePoolInventory
+from karpenter_capi.core.provisioning.state import ClusterSnapshot
+
+DEFAULT_MULTI_NODE_SECONDS: Final = 60.0
+DEFAULT_SINGLE_NODE_SECONDS: Final = 180.0
+"""Upstream's limits on the two consolidation searches; far more than a pass here needs."""
+
+
+@dataclass
+class PassReport:
+    """What one pass found: the command to run (if any) and what each method said."""
+
+    command: Command | None = None
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    candidates: list[Candidate] = field(default_factory=list)
+    excluded: dict[str, str] = field(default_factory=dict)
+    budgets: dict[str, dict[str, int]] = field(default_factory=dict)
+    simulations: int = 0
+    seconds: float = 0.0
+    method_seconds: dict[str, float] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-able account of the pass (the benchmark prints it)."""
+        return {
+            "command": self.command.describe() if self.command else None,
+            "method": self.command.method if self.command else None,
+            "candidates": len(self.candidates),
+            "excluded": len(self.excluded),
+            "simulations": self.simulations,
+            "seconds": round(self.seconds, 4),
+            "outcomes": {
+                method: outcome.describe() if isinstance(outcome, Command) else outcome
+                for method, outcome in self.outcomes.items()
+            },
+        }
+
+
+@dataclass
+class PassSettings:
+    spot_to_spot: bool = False
+    multi_node_seconds: float = DEFAULT_MULTI_NODE_SECONDS
+    single_node_seconds: float = DEFAULT_SINGLE_NODE_SECONDS
+    evaluate_all: bool = False
+    """Run every method even after one found a command (the benchmark's "full pass")."""
+
+
+def plan(
+    snapshot: ClusterSnapshot,
+    inventories: Sequence[NodePoolInventory],
+    pdbs: Iterable[Mapping[str, Any]],
+    *,
+    now: datetime,
+    clock: Clock,
+    protected: frozenset[str] = frozenset(),
+    blocked: Callable[[list[Candidate]], Mapping[str, str]] | None = None,
+    settings: PassSettings | None = None,
+) -> PassReport:
+    """Find this pass's command (see ``methods`` for the order).
+
+    ``protected`` names nodes and NodeClaims to leave alone; ``blocked`` asks the providers
+    which candidates they cannot remove (``karpenter_capi_disruption_blocked``), given in the
+    consolidation order so the ones they keep removable are the ones the methods prefer.
+    """
+    settings = settings or PassSettings()
+    started = clock.monotonic()
+    usable = [inv for inv in inventories if inv.model is not None and not inv.error]
+    found = find_candidates(
+        nodes=snapshot.nodes,
+        nodeclaims=snapshot.nodeclaims,
+        pods=snapshot.pods,
+        inventories=usable,
+        budgets=DisruptionBudgets(pdbs),
+        now=now,
+        protected=protected,
+    )
+    if blocked is not None and found.candidates:
+        refused = blocked(consolidation_order(found.candidates))
+        found.excluded.update(refused)
+        found.candidates = [c for c in found.candidates if c.name not in refused]
+    report = PassReport(candidates=found.candidates, excluded=found.excluded)
+    pools = {inv.nodepool: inv.model for inv in usable if inv.model is not None}
+    ledger = BudgetLedger(pools, snapshot.nodeclaims, snapshot.nodes, now)
+    report.budgets = ledger.snapshot()
+    simulator = Simulator(snapshot, usable, clock, spot_to_spot=settings.spot_to_spot)
+
+    def deadline(seconds: float) -> Callable[[], bool]:
+        limit = clock.monotonic() + seconds
+        return lambda: clock.monotonic() > limit
+
+    candidates = found.candidates
+    steps: tuple[tuple[str, Callable[[], Outcome]], ...] = (
+        (EMPTINESS, lambda: emptiness(candidates, ledger)),
+        (DRIFT, lambda: drift(candidates, ledger, simulator)),
+        (
+            MULTI_NODE,
+            lambda: multi_node(
+                candidates, ledger, simulator, expired=deadline(settings.multi_node_seconds)
+            ),
+        ),
+        (
+            SINGLE_NODE,
+            lambda: single_node(
+                candidates, ledger, simulator, expired=deadline(settings.single_node_seconds)
+            ),
+        ),
+    )
+    for method, step in steps:
+        step_started = clock.monotonic()
+        outcome = step()
+        report.method_seconds[method] = clock.monotonic() - step_started
+        report.outcomes[method] = outcome
+        if isinstance(outcome, Command) and report.command is None:
+            report.command = outcome
+            if not settings.evaluate_all:
+                break
+    report.simulations = simulator.simulations
+    report.seconds = clock.monotonic() - started
+    return report

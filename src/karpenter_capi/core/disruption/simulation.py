@@ -1,0 +1,198 @@
+"""Could these nodes go? The scheduling simulation every disruption decision rests on.
+
+A command is only as good as its simulation: remove the candidates, give their pods to the same
+solver provisioning uses (``core.scheduling.solver``), with every other node (registered or
+still launching) as existing capacity, and see what it answers. Consolidation is valid when
+every pod finds a place on the remaining nodes plus at most one new NodeClaim, and that
+NodeClaim is cheaper than what it replaces; drift accepts any number of replacements.
+
+The cluster is converted to solver input once per pass (``Simulator``), and each simulation
+only filters it, so a pass over 1,000 nodes spends its time in the solver, not in parsing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.clock import Clock
+from karpenter_capi.core.disruption.candidates import Candidate
+from karpenter_capi.core.provisioning.inventory import NodePoolInventory
+from karpenter_capi.core.provisioning.state import ClusterSnapshot, existing_nodes, nodepool_option
+from karpenter_capi.core.scheduling.model import (
+    ExistingNode,
+    NodePoolOption,
+    Pod,
+    ProposedNodeClaim,
+    compatible_offerings,
+)
+from karpenter_capi.core.scheduling.resources import ResourceList, pod_requests
+from karpenter_capi.core.scheduling.solver import Solver
+
+MIN_SPOT_TO_SPOT_TYPES: Final = 15
+"""Upstream's floor: a spot node is only replaced by spot when at least this many cheaper
+types are on offer, so the replacement is not the next type to be interrupted."""
+
+SIMULATION_TIMEOUT_SECONDS: Final = 10.0
+
+
+def _triple(resources: ResourceList) -> tuple[int, int, int]:
+    """cpu, memory and pod slots in milli-units: what the quick feasibility check compares."""
+    return (resources.milli("cpu"), resources.milli("memory"), resources.milli("pods"))
+
+
+def _unbound(pod: Pod) -> Pod:
+    """The pod as the solver must see it: not on any node yet."""
+    spec = dict(pod.get("spec") or {})
+    spec.pop("nodeName", None)
+    return {**pod, "spec": spec}
+
+
+@dataclass
+class Simulation:
+    """What the solver answered for moving some candidates' pods."""
+
+    unschedulable: dict[str, str] = field(default_factory=dict)
+    new_nodeclaims: list[ProposedNodeClaim] = field(default_factory=list)
+
+    @property
+    def all_scheduled(self) -> bool:
+        return not self.unschedulable
+
+
+@dataclass
+class Replacement:
+    """A consolidation outcome: delete the candidates, launching ``replacements`` first."""
+
+    replacements: list[ProposedNodeClaim]
+    savings: float
+
+
+class Simulator:
+    """The cluster as solver input, built once per pass; ``simulate`` filters it."""
+
+    def __init__(
+        self,
+        snapshot: ClusterSnapshot,
+        inventories: Sequence[NodePoolInventory],
+        clock: Clock,
+        *,
+        spot_to_spot: bool = False,
+        timeout_seconds: float = SIMULATION_TIMEOUT_SECONDS,
+    ) -> None:
+        self._snapshot = snapshot
+        self._clock = clock
+        self._spot_to_spot = spot_to_spot
+        self._timeout = timeout_seconds
+        self._options: list[NodePoolOption] = [nodepool_option(i, snapshot) for i in inventories]
+        self._nodes: list[ExistingNode] = existing_nodes(snapshot, inventories, {})
+        self.simulations = 0
+        self._free = {n.name: _triple(n.allocatable.subtract(n.requested)) for n in self._nodes}
+        frees = sorted(self._free.values(), key=sum, reverse=True)
+        self._total_free = tuple(sum(f[i] for f in frees) for i in range(3))
+        # Per resource, the two largest free amounts: a node's own is never "elsewhere".
+        self._top_free = [sorted((f[i] for f in frees), reverse=True)[:2] for i in range(3)]
+        self._cheap_types: dict[str, list[tuple[float, tuple[int, int, int]]]] = {
+            option.name: sorted(
+                (o.price, _triple(it.allocatable))
+                for it in option.instance_types
+                for o in it.offerings
+                if o.available
+            )
+            for option in self._options
+        }
+
+    def might_consolidate(self, candidate: Candidate) -> bool:
+        """A necessary condition, in microseconds: could the pods fit elsewhere (by resources
+        alone), or could one cheaper type of the candidate's NodePool hold them all? A
+        candidate that fails it needs no simulation."""
+        requests = [_triple(pod_requests(p, include_pod_count=True)) for p in candidate.pods]
+        total = tuple(sum(r[i] for r in requests) for i in range(3))
+        own = self._free.get(candidate.node_name, (0, 0, 0))
+        elsewhere = tuple(self._total_free[i] - max(own[i], 0) for i in range(3))
+        if all(total[i] <= elsewhere[i] for i in range(3)):
+            largest = [
+                top[1] if len(top) > 1 and top[0] == own[i] else (top[0] if top else 0)
+                for i, top in enumerate(self._top_free)
+            ]
+            if all(r[i] <= largest[i] for r in requests for i in range(3)):
+                return True
+        for price, allocatable in self._cheap_types.get(candidate.nodepool, ()):
+            if price >= candidate.price:
+                break
+            if all(total[i] <= allocatable[i] for i in range(3)):
+                return True
+        return False
+
+    def simulate(self, candidates: Sequence[Candidate]) -> Simulation:
+        """Place every pod of ``candidates`` elsewhere, as if the candidates were gone."""
+        self.simulations += 1
+        gone = {c.node_name for c in candidates} | {c.name for c in candidates}
+        pods = [_unbound(p) for c in candidates for p in c.pods]
+        if not pods:
+            return Simulation()
+        solver = Solver(
+            self._options,
+            existing_nodes=[n for n in self._nodes if n.name not in gone],
+            daemonsets=self._snapshot.daemonsets,
+            namespaces=self._snapshot.namespaces,
+            clock=self._clock,
+            timeout_seconds=self._timeout,
+        )
+        result = solver.solve(pods)
+        return Simulation(dict(result.unschedulable), list(result.new_nodeclaims))
+
+    def consolidate(self, candidates: Sequence[Candidate]) -> Replacement | str:
+        """Delete the candidates, or replace them with one cheaper node; else why not."""
+        simulation = self.simulate(candidates)
+        if not simulation.all_scheduled:
+            key, why = next(iter(sorted(simulation.unschedulable.items())))
+            return f"pod {key} would not schedule: {why}"
+        price = sum(c.price for c in candidates)
+        if not simulation.new_nodeclaims:
+            return Replacement([], price)
+        if len(simulation.new_nodeclaims) > 1:
+            return f"needs {len(simulation.new_nodeclaims)} new nodes"
+        claim = simulation.new_nodeclaims[0]
+        cheaper = [
+            it
+            for it in claim.instance_types
+            if any(o.price < price for o in compatible_offerings(it, claim.requirements))
+        ]
+        if not cheaper:
+            return f"no replacement cheaper than {price:.4f}/h"
+        all_spot = all(c.capacity_type == wellknown.CAPACITY_TYPE_SPOT for c in candidates)
+        capacity = claim.requirements.get(wellknown.LABEL_CAPACITY_TYPE)
+        may_be_spot = capacity is None or capacity.has(wellknown.CAPACITY_TYPE_SPOT)
+        if all_spot and may_be_spot:
+            if not self._spot_to_spot:
+                return "spot-to-spot consolidation is disabled"
+            if len(candidates) == 1:
+                if len(cheaper) < MIN_SPOT_TO_SPOT_TYPES:
+                    return (
+                        f"spot-to-spot needs {MIN_SPOT_TO_SPOT_TYPES} cheaper instance types, "
+                        f"found {len(cheaper)}"
+                    )
+                cheaper = cheaper[:MIN_SPOT_TO_SPOT_TYPES]
+        replacement = replace(claim, instance_types=cheaper)
+        return Replacement([replacement], price - replacement.price)
+
+
+def describe_replacements(replacements: Sequence[ProposedNodeClaim]) -> list[Mapping[str, Any]]:
+    """The replacements as a report shows them."""
+    result: list[Mapping[str, Any]] = []
+    for claim in replacements:
+        instance_type, offering = claim.cheapest()
+        result.append(
+            {
+                "nodepool": claim.nodepool.name,
+                "instanceType": instance_type.name,
+                "zone": offering.zone,
+                "capacityType": offering.capacity_type,
+                "price": offering.price,
+                "pods": len(claim.pods),
+            }
+        )
+    return result
