@@ -1,0 +1,290 @@
+"""What one disruption pass decides, on clusters small enough to check by hand."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.api.nodepool import DisruptionReason
+from karpenter_capi.core.disruption.methods import DRIFT, EMPTINESS, MULTI_NODE, SINGLE_NODE
+
+from .builders import NOW, Cluster
+
+
+def test_an_empty_node_is_deleted_and_a_daemonset_pod_does_not_count() -> None:
+    cluster = Cluster()
+    busy = cluster.node("busy", "large")
+    cluster.pod("app-0", busy, cpu="6")
+    idle = cluster.node("idle", "small")
+    cluster.pod("ds-idle", idle, daemonset=True)
+
+    report = cluster.plan()
+
+    assert report.command is not None
+    assert report.command.method == EMPTINESS
+    assert report.command.reason == DisruptionReason.EMPTY
+    assert [c.name for c in report.command.candidates] == ["idle"]
+    assert report.command.replacements == []
+    assert report.command.savings == 0.10
+
+
+def test_a_node_not_yet_consolidatable_is_left_alone() -> None:
+    cluster = Cluster()
+    cluster.node("busy", "large")
+    cluster.pod("app-0", "busy", cpu="6")
+    cluster.node("idle", "small", consolidatable=False)
+
+    report = cluster.plan()
+
+    assert report.command is None
+    assert report.outcomes[EMPTINESS] is None
+
+
+def test_an_underused_node_is_replaced_by_a_cheaper_one() -> None:
+    cluster = Cluster()
+    cluster.node("big", "large")
+    cluster.pod("app-0", "big", cpu="1")
+    cluster.pod("app-1", "big", cpu="500m")
+
+    report = cluster.plan()
+
+    command = report.command
+    assert command is not None
+    assert command.method == SINGLE_NODE
+    assert command.decision == "replace"
+    [replacement] = command.replacements
+    assert replacement.cheapest()[0].name == "small"
+    assert round(command.savings, 2) == 0.30
+    # Only types cheaper than the node it replaces are offered to the launch.
+    assert {it.name for it in replacement.instance_types} <= {"small", "medium"}
+
+
+def test_two_half_empty_nodes_become_one() -> None:
+    cluster = Cluster()
+    for name in ("a", "b"):
+        cluster.node(name, "medium")
+        cluster.pod(f"{name}-app-0", name, cpu="1500m")
+
+    report = cluster.plan()
+
+    command = report.command
+    assert command is not None
+    assert command.method == MULTI_NODE
+    assert sorted(c.name for c in command.candidates) == ["a", "b"]
+    assert [r.cheapest()[0].name for r in command.replacements] == ["medium"]
+    assert round(command.savings, 2) == 0.20
+
+
+def test_pods_move_to_room_elsewhere_without_a_replacement() -> None:
+    cluster = Cluster()
+    # A node that may not go itself can still take pods from one that may.
+    cluster.node("roomy", "large", node_annotations={"karpenter.sh/do-not-disrupt": "true"})
+    cluster.pod("app-0", "roomy", cpu="1")
+    cluster.node("tiny-load", "medium")
+    cluster.pod("app-1", "tiny-load", cpu="1")
+
+    command = cluster.plan().command
+
+    assert command is not None
+    assert command.decision == "delete"
+    assert [c.name for c in command.candidates] == ["tiny-load"]
+
+
+def test_zonal_spread_is_kept_by_the_replacement() -> None:
+    cluster = Cluster()
+    cluster.node("a", "large", zone="zone-a")
+    cluster.node("b", "small", zone="zone-b")
+    for index, node in enumerate(("a", "a", "b")):
+        cluster.pod(f"web-{index}", node, cpu="500m", labels={"app": "web"}, spread_zones=True)
+    # zone-a holds two web pods, zone-b one; the large node is mostly idle.
+
+    command = cluster.plan().command
+
+    assert command is not None
+    assert [c.name for c in command.candidates] == ["a"]
+    [replacement] = command.replacements
+    # Both pods cannot go to zone-b (skew would be 3): the replacement stays in zone-a.
+    zones = replacement.requirements.get(wellknown.LABEL_TOPOLOGY_ZONE)
+    assert zones is not None
+    assert zones.has("zone-a")
+    assert not zones.has("zone-b")
+    assert replacement.cheapest()[0].name == "small"
+
+
+def test_a_do_not_disrupt_pod_or_node_protects_its_node() -> None:
+    cluster = Cluster()
+    cluster.node("held", "large")
+    cluster.pod("app-0", "held", cpu="500m", annotations={"karpenter.sh/do-not-disrupt": "true"})
+    cluster.node("marked", "large", node_annotations={"karpenter.sh/do-not-disrupt": "true"})
+
+    report = cluster.plan()
+
+    assert report.command is None
+    assert "do-not-disrupt" in report.excluded["held"]
+    assert "do-not-disrupt" in report.excluded["marked"]
+
+
+def test_a_do_not_disrupt_duration_protects_only_until_it_has_passed() -> None:
+    cluster = Cluster()
+    cluster.node("held", "large")
+    # The pod started 30 minutes before NOW.
+    cluster.pod("app-0", "held", cpu="500m", annotations={"karpenter.sh/do-not-disrupt": "1h"})
+
+    assert cluster.plan().command is None
+    later = cluster.plan(now=NOW + timedelta(minutes=31)).command
+    assert later is not None
+    assert [c.name for c in later.candidates] == ["held"]
+
+
+def test_a_pdb_that_allows_no_eviction_protects_the_node() -> None:
+    cluster = Cluster()
+    cluster.node("guarded", "large")
+    cluster.pod("db-0", "guarded", cpu="500m", labels={"app": "db"})
+    cluster.pdb("db", {"app": "db"}, allowed=0)
+
+    report = cluster.plan()
+
+    assert report.command is None
+    assert report.excluded["guarded"] == "PDB default/db allows no disruption now"
+
+    cluster.pdbs[0]["status"]["disruptionsAllowed"] = 1
+    assert cluster.plan().command is not None
+
+
+def test_budgets_cap_how_many_empty_nodes_go_at_once() -> None:
+    cluster = Cluster()
+    cluster.disruption["budgets"] = [{"nodes": "2"}]
+    for index in range(5):
+        cluster.node(f"idle-{index}", "small")
+
+    command = cluster.plan().command
+
+    assert command is not None
+    assert len(command.candidates) == 2
+
+
+def test_nodes_already_disrupting_count_against_the_budget() -> None:
+    cluster = Cluster()
+    cluster.disruption["budgets"] = [{"nodes": "2"}]
+    cluster.node("going", "small", tainted=True)
+    for index in range(3):
+        cluster.node(f"idle-{index}", "small")
+
+    command = cluster.plan().command
+
+    assert command is not None
+    assert len(command.candidates) == 1
+
+
+def test_a_percentage_budget_rounds_up_and_a_reason_budget_applies_to_its_reason_only() -> None:
+    cluster = Cluster()
+    cluster.disruption["budgets"] = [
+        {"nodes": "10%"},  # 10% of 5 nodes rounds up to 1
+        {"nodes": "0", "reasons": ["Drifted"]},
+    ]
+    for index in range(5):
+        cluster.node(f"idle-{index}", "small", drifted=True)
+
+    report = cluster.plan()
+
+    assert report.budgets["default"] == {"Underutilized": 1, "Empty": 1, "Drifted": 0}
+    assert report.command is not None
+    assert report.command.method == EMPTINESS
+    assert len(report.command.candidates) == 1
+
+
+def test_a_scheduled_budget_blocks_only_inside_its_window() -> None:
+    cluster = Cluster()
+    # Nothing may be disrupted for the first two hours of every day (UTC).
+    cluster.disruption["budgets"] = [
+        {"nodes": "100%"},
+        {"nodes": "0", "schedule": "0 0 * * *", "duration": "2h"},
+    ]
+    cluster.node("idle", "small")
+
+    inside = NOW.replace(hour=1)
+    outside = NOW.replace(hour=3)
+    assert cluster.plan(now=inside).command is None
+    assert cluster.plan(now=outside).command is not None
+
+
+def test_when_empty_never_consolidates_a_node_with_pods() -> None:
+    cluster = Cluster()
+    cluster.disruption["consolidationPolicy"] = "WhenEmpty"
+    cluster.node("big", "large")
+    cluster.pod("app-0", "big", cpu="500m")
+    cluster.node("idle", "small")
+
+    report = cluster.plan()
+
+    assert report.command is not None
+    assert report.command.method == EMPTINESS
+    assert [c.name for c in report.command.candidates] == ["idle"]
+    cluster.nodeclaims = [c for c in cluster.nodeclaims if c["metadata"]["name"] != "idle"]
+    cluster.nodes = [n for n in cluster.nodes if n["metadata"]["name"] != "idle"]
+    assert cluster.plan().command is None
+
+
+def test_consolidate_after_never_disables_consolidation() -> None:
+    cluster = Cluster()
+    cluster.disruption["consolidateAfter"] = "Never"
+    cluster.node("idle", "small")
+    assert cluster.plan().command is None
+
+
+def _spot_cluster() -> Cluster:
+    cluster = Cluster()
+    cluster.requirements = [
+        {"key": wellknown.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["spot", "on-demand"]}
+    ]
+    return cluster
+
+
+def test_spot_to_spot_consolidation_is_off_by_default() -> None:
+    cluster = _spot_cluster()
+    cluster.node("spot-big", "large", capacity_type=wellknown.CAPACITY_TYPE_SPOT)
+    cluster.pod("app-0", "spot-big", cpu="500m")
+
+    report = cluster.plan()
+
+    assert report.command is None
+    assert "spot-to-spot consolidation is disabled" in str(report.outcomes[SINGLE_NODE]) or (
+        "none of" in str(report.outcomes[SINGLE_NODE])
+    )
+
+
+def test_spot_to_spot_needs_fifteen_cheaper_types_even_when_enabled() -> None:
+    cluster = _spot_cluster()
+    cluster.node("spot-big", "large", capacity_type=wellknown.CAPACITY_TYPE_SPOT)
+    cluster.pod("app-0", "spot-big", cpu="500m")
+
+    report = cluster.plan(spot_to_spot=True)
+
+    assert report.command is None
+    simulator_said = str(report.outcomes[SINGLE_NODE])
+    assert "none of 1 candidates consolidates" in simulator_said
+
+
+def test_a_drifted_node_is_replaced_even_when_nothing_cheaper_exists() -> None:
+    cluster = Cluster()
+    cluster.node("old", "small", drifted=True)
+    cluster.pod("app-0", "old", cpu="1500m")
+
+    command = cluster.plan().command
+
+    assert command is not None
+    assert command.method == DRIFT
+    assert command.reason == DisruptionReason.DRIFTED
+    assert [r.cheapest()[0].name for r in command.replacements] == ["small"]
+
+
+def test_nominated_nodes_and_provider_blocked_nodes_are_not_candidates() -> None:
+    cluster = Cluster()
+    cluster.node("idle-0", "small")
+    cluster.node("idle-1", "small")
+
+    report = cluster.plan(protected={"idle-0"}, blocked={"idle-1": "at its min size"})
+
+    assert report.command is None
+    assert "nominated" in report.excluded["idle-0"]
+    assert report.excluded["idle-1"] == "at its min size"
