@@ -3,9 +3,9 @@
 ``karpenter-capi run`` builds one :class:`Operator` from the clusters, the enabled plugins and
 its flags; the simulator and the tests build the same object with a virtual clock. Nothing
 here decides anything: it only connects the controllers (provisioning, NodeClaim lifecycle,
-termination, garbage collection, disruption) to the runtime, the metrics to the endpoint, and the drivers
-to the leader elector, so that exactly one replica acts and it stops acting the moment it loses
-the Lease.
+termination, garbage collection, disruption) to the runtime, the metrics to the endpoint, and
+the drivers to the leader elector, so that exactly one replica acts and it stops acting the
+moment it loses the Lease.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from karpenter_capi.core.clock import Clock, FakeClock
@@ -59,7 +59,7 @@ class OperatorOptions:
     batch_idle: float = DEFAULT_IDLE_SECONDS
     batch_max: float = DEFAULT_MAX_SECONDS
     workers: int = 4
-    disruption: DisruptionSettings = DisruptionSettings()
+    disruption: DisruptionSettings = field(default_factory=DisruptionSettings)
 
 
 class Operator:

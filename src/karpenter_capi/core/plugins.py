@@ -451,8 +451,10 @@ _RESULT_CHECKS: Final[dict[str, tuple[Callable[[object], bool], str]]] = {
         "a non-empty string or None",
     ),
     "karpenter_capi_disruption_blocked": (
-        lambda v: isinstance(v, dict)
-        and all(isinstance(k, str) and isinstance(w, str) for k, w in v.items()),
+        lambda v: (
+            isinstance(v, dict)
+            and all(isinstance(k, str) and isinstance(w, str) for k, w in v.items())
+        ),
         "a dict of NodeClaim name to reason, or None",
     ),
     "karpenter_capi_describe_machine_template": (

@@ -1,0 +1,179 @@
+"""Disruption end to end: the controller, Cluster API and the workloads on the simulated cluster."""
+
+from __future__ import annotations
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.kube.resources import NODEPOOLS, NODES
+from karpenter_capi.sim.scenario.schema import Catalog
+
+from .sim_world import SimWorld
+
+CATALOG = Catalog(cpus=[2, 4, 8], zones=["zone-a"], capacity_types=["on-demand"])
+
+
+def _condition(obj: dict, kind: str) -> dict | None:
+    return next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == kind), None)
+
+
+def test_an_emptied_node_goes_once_consolidate_after_has_passed_and_not_before() -> None:
+    world = SimWorld.build(
+        CATALOG,
+        disruption={
+            "consolidationPolicy": "WhenEmpty",
+            "consolidateAfter": "2m",
+            "budgets": [{"nodes": "100%"}],
+        },
+    )
+    world.deploy("keep", 1, "1500m", "1Gi")
+    world.advance(60)
+    world.deploy("batch", 3, "1500m", "1Gi")
+    world.advance(60)
+    keep_node = next(
+        p["spec"]["nodeName"] for p in world.running_pods() if "keep" in p["metadata"]["name"]
+    )
+    emptied = {p["spec"]["nodeName"] for p in world.running_pods()} - {keep_node}
+    assert emptied
+    assert not world.pending_pods()
+
+    world.scale("batch", 0)
+    world.advance(110)  # less than consolidateAfter since the pods left
+    assert {n["metadata"]["name"] for n in world.nodes()} >= emptied
+
+    world.advance(120)  # consolidateAfter, the 15 s validation, the drain
+    assert [n["metadata"]["name"] for n in world.nodes()] == [keep_node]
+    [claim] = world.nodeclaims()
+    assert _condition(claim, "Consolidatable") is not None
+    deleted = world.events("DisruptionTerminating")
+    claims = {
+        e["involvedObject"]["name"] for e in deleted if e["involvedObject"]["kind"] == "NodeClaim"
+    }
+    assert len(claims) == len(emptied)
+    assert "Empty/Delete" in deleted[0]["message"]
+    metrics = world.operator.metrics.render().decode()
+    disrupted = 'karpenter_nodeclaims_disrupted_total{capacity_type="on-demand",nodepool="catalog"'
+    assert f'{disrupted},reason="empty"}} {len(emptied)}.0' in metrics
+    decisions = "karpenter_voluntary_disruption_decisions_total"
+    assert f'{decisions}{{consolidation_type="",decision="delete",reason="empty"}} 1.0' in metrics
+
+
+def test_underused_nodes_are_merged_into_a_cheaper_one_and_every_pod_keeps_running() -> None:
+    world = SimWorld.build(
+        CATALOG,
+        disruption={
+            "consolidationPolicy": "WhenEmptyOrUnderutilized",
+            "consolidateAfter": "30s",
+            "budgets": [{"nodes": "100%"}],
+        },
+    )
+    world.deploy("web", 8, "1500m", "1Gi")
+    world.advance(60)
+    before = world.instance_types()
+    world.scale("web", 2)
+    world.advance(600)
+
+    after = world.instance_types()
+    assert len(after) < len(before)
+    assert len(world.running_pods()) == 2
+    assert not world.pending_pods()
+    assert world.events("DisruptionTerminating")
+
+
+def test_drift_launches_the_replacement_before_the_old_node_drains() -> None:
+    world = SimWorld.build(
+        CATALOG,
+        disruption={
+            "consolidationPolicy": "WhenEmpty",
+            "consolidateAfter": "Never",
+            "budgets": [{"nodes": "100%"}],
+        },
+    )
+    world.deploy("web", 2, "500m", "1Gi")
+    world.advance(60)
+    [old] = world.nodeclaims()
+    old_name = old["metadata"]["name"]
+
+    # A new label on the NodePool's template changes its hash: every node it made has drifted.
+    pool = world.server.list(NODEPOOLS).items[0]
+    world.server.patch(
+        NODEPOOLS,
+        pool["metadata"]["name"],
+        {"spec": {"template": {"metadata": {"labels": {"team": "payments"}}}}},
+    )
+    seen_replacement_initialized_before_delete = None
+    for _ in range(300):
+        world.advance(1)
+        claims = {c["metadata"]["name"]: c for c in world.nodeclaims(live=False)}
+        current = claims.get(old_name)
+        if current is not None and _condition(current, "Drifted") is not None:
+            assert _condition(current, "Drifted")["reason"] == "NodePoolDrifted"
+        if current is None or current["metadata"].get("deletionTimestamp"):
+            others = [c for name, c in claims.items() if name != old_name]
+            seen_replacement_initialized_before_delete = any(
+                (_condition(c, "Initialized") or {}).get("status") == "True" for c in others
+            )
+            break
+        if current["status"].get("nodeName"):
+            node = world.server.get(NODES, current["status"]["nodeName"])
+            taints = [t["key"] for t in node["spec"].get("taints") or []]
+            if wellknown.TAINT_DISRUPTED_KEY in taints:
+                # Tainted while the replacement launches: no new pod may land here.
+                assert any(name != old_name for name in claims)
+    assert seen_replacement_initialized_before_delete is True
+    world.advance(120)
+    [new] = world.nodeclaims()
+    assert new["metadata"]["name"] != old_name
+    assert new["metadata"]["labels"]["team"] == "payments"
+    assert len(world.running_pods()) == 2
+    reasons = [c["reason"] for c in world.events("DisruptionLaunching")]
+    assert reasons
+
+
+def test_expiration_deletes_nodes_even_with_a_zero_budget() -> None:
+    world = SimWorld.build(
+        CATALOG,
+        disruption={
+            "consolidationPolicy": "WhenEmpty",
+            "consolidateAfter": "Never",
+            "budgets": [{"nodes": "0"}],
+        },
+        template={"expireAfter": "10m"},
+    )
+    world.deploy("web", 2, "500m", "1Gi")
+    world.advance(60)
+    [first] = world.nodeclaims()
+    assert first["spec"]["expireAfter"] == "10m"
+
+    world.advance(600)
+
+    names = [c["metadata"]["name"] for c in world.nodeclaims()]
+    assert first["metadata"]["name"] not in names
+    assert len(world.running_pods()) == 2  # the pods found a new node
+    metrics = world.operator.metrics.render().decode()
+    assert 'reason="expired"} 1.0' in metrics
+
+
+def test_a_restart_mid_command_restores_the_nodes_it_had_tainted() -> None:
+    world = SimWorld.build(
+        CATALOG,
+        disruption={
+            "consolidationPolicy": "WhenEmpty",
+            "consolidateAfter": "Never",
+            "budgets": [{"nodes": "100%"}],
+        },
+    )
+    world.deploy("web", 1, "500m", "1Gi")
+    world.advance(60)
+    [node] = world.nodes()
+    # What a command under way leaves behind when its process dies.
+    taints = [
+        *(node["spec"].get("taints") or []),
+        {"key": wellknown.TAINT_DISRUPTED_KEY, "effect": "NoSchedule"},
+    ]
+    world.server.patch(NODES, node["metadata"]["name"], {"spec": {"taints": taints}})
+
+    world.restart()
+    world.advance(15)
+
+    node = world.server.get(NODES, node["metadata"]["name"])
+    assert wellknown.TAINT_DISRUPTED_KEY not in [t["key"] for t in node["spec"].get("taints") or []]
+    assert len(world.nodes()) == 1
