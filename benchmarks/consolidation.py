@@ -8,9 +8,10 @@ under 5 s on a 2-core machine. Figures, not assertions.
 
 The cluster: N nodes (default 1,000) drawn from a kwok-style catalog (vCPU {2, 4, 8, 16, 32}
 x memory per vCPU {2, 4, 8} GiB x {amd64, arm64}, 4 zones, on-demand at 0.025/vCPU +
-0.001/GiB), each given 5 to 15 pods (10 on average, fewer where they do not fit in 90% of its
-CPU) of 40 deployments of mixed sizes, a fifth of them spread across zones (half with
-``DoNotSchedule``); then a random 30% of the pods are removed, as after a scale-down. The
+0.001/GiB), each given pods in proportion to its size (10 per node on average, fewer where
+they do not fit in 90% of its CPU) from 40 deployments of mixed sizes, a fifth of them spread
+across zones (half with ``DoNotSchedule``); then a random 30% of the pods are removed, as after
+a scale-down (``--removed 0`` keeps them all: 1,000 nodes, 10,000 pods). The
 pass is ``core.disruption.planner.plan``, exactly what the controller runs.
 
     .venv/bin/python benchmarks/consolidation.py [--nodes 1000] [--seed 1] [--removed 0.3]
@@ -42,6 +43,7 @@ FAMILIES = {"c": 2, "s": 4, "m": 8}
 ARCHS = ("amd64", "arm64")
 ZONES = ("zone-a", "zone-b", "zone-c", "zone-d")
 DEPLOYMENTS = 40
+PODS_PER_NODE = 10
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
 
@@ -108,8 +110,8 @@ def nodepool() -> dict[str, Any]:
 def deployments(rng: random.Random) -> list[dict[str, Any]]:
     result = []
     for index in range(DEPLOYMENTS):
-        cpu = rng.choice((100, 250, 500, 750, 1000, 1500))
-        memory = rng.choice((128, 256, 512, 1024, 2048, 3072))
+        cpu = rng.choice((100, 250, 500, 750, 1000))
+        memory = rng.choice((128, 256, 512, 1024, 2048))
         spec: dict[str, Any] = {
             "containers": [
                 {
@@ -190,7 +192,9 @@ def build(
         budget_cpu = allocatable.milli("cpu") * 0.9
         budget_memory = allocatable.milli("memory") * 0.95
         used_cpu = used_memory = 0.0
-        wanted = rng.randint(5, 15)  # 10 pods per node on average, fewer where they do not fit
+        # 10 pods per node on average, in proportion to the node's size so that they fit.
+        cpus = int(instance_type.capacity.milli("cpu") // 1000)
+        wanted = max(1, round(PODS_PER_NODE * cpus / (sum(CPUS) / len(CPUS))))
         placed = 0
         for attempt in range(60):
             if placed == wanted:

@@ -103,6 +103,36 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         default=env("WORKERS", "4"),
         help="concurrent reconciles per controller (env WORKERS, default 4)",
     )
+    run.add_argument(
+        "--feature-gates",
+        default=env("FEATURE_GATES", ""),
+        help="upstream Karpenter's feature gates, e.g. SpotToSpotConsolidation=true "
+        "(env FEATURE_GATES)",
+    )
+    run.add_argument(
+        "--disruption-poll-interval",
+        type=float,
+        default=env("DISRUPTION_POLL_INTERVAL", "10"),
+        help="seconds between disruption passes (env DISRUPTION_POLL_INTERVAL, default 10)",
+    )
+
+
+def parse_feature_gates(text: str) -> dict[str, bool]:
+    """``Name=true,Other=false`` as a dict; a clear ``ValueError`` for anything else."""
+    gates: dict[str, bool] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, equals, value = item.partition("=")
+        if not equals or value.strip().lower() not in ("true", "false") or not name.strip():
+            raise ValueError(f"feature gate {item!r}: expected Name=true or Name=false")
+        gates[name.strip()] = value.strip().lower() == "true"
+    unknown = sorted(set(gates) - KNOWN_FEATURE_GATES)
+    if unknown:
+        known = ", ".join(sorted(KNOWN_FEATURE_GATES))
+        raise ValueError(f"unknown feature gate {unknown[0]!r} (known: {known})")
+    return gates
+
+
+KNOWN_FEATURE_GATES = frozenset({"SpotToSpotConsolidation"})
 
 
 def run_command(
@@ -113,11 +143,13 @@ def run_command(
 ) -> int:
     """Start the operator (or one round with ``--once``) and run until SIGTERM/SIGINT."""
     from karpenter_capi.core.clock import SystemClock
+    from karpenter_capi.core.disruption import DisruptionSettings
     from karpenter_capi.core.operator import Operator, OperatorOptions
     from karpenter_capi.core.provisioning.loop import print_report
     from karpenter_capi.core.provisioning.provisioner import Provisioner
 
     clock = SystemClock()
+    gates = parse_feature_gates(args.feature_gates)
     workload, management = clients(args)
     plugins = load_plugins(args, workload, management)
     if args.once:
@@ -138,6 +170,10 @@ def run_command(
         batch_idle=args.batch_idle_duration,
         batch_max=args.batch_max_duration,
         workers=args.workers,
+        disruption=DisruptionSettings(
+            poll_seconds=args.disruption_poll_interval,
+            spot_to_spot=gates.get("SpotToSpotConsolidation", False),
+        ),
     )
     operator = Operator(workload, management, plugins, clock, options)
     stop = threading.Event()

@@ -364,8 +364,8 @@ def karpenter_capi_disruption_blocked(
     it prefers them, and again with exactly the nodes of a command before acting. Answer for
     the NodeClaims this plugin launched: ``generic_capi`` keeps a MachineDeployment, MachineSet
     or MachinePool at its ``cluster-api-autoscaler-node-group-min-size``, keeping the first
-    NodeClaims of the list removable and blocking the rest, and blocks every NodeClaim of a
-    resource that is rolling out. Not firstresult: the answers of all plugins are merged.
+    NodeClaims of the list removable and blocking the rest. Not firstresult: the answers of
+    all plugins are merged.
 
     Returns ``{nodeclaim name: why}`` (empty or ``None`` when nothing is blocked).
     """

@@ -28,6 +28,7 @@ from karpenter_capi.core.scheduling.model import (
     ProposedNodeClaim,
     compatible_offerings,
 )
+from karpenter_capi.core.scheduling.requirements import Requirements
 from karpenter_capi.core.scheduling.resources import ResourceList, pod_requests
 from karpenter_capi.core.scheduling.solver import Solver
 
@@ -89,6 +90,7 @@ class Simulator:
         self._options: list[NodePoolOption] = [nodepool_option(i, snapshot) for i in inventories]
         self._nodes: list[ExistingNode] = existing_nodes(snapshot, inventories, {})
         self.simulations = 0
+        self._label_requirements: dict[str, Requirements] = {}
         self._free = {n.name: _triple(n.allocatable.subtract(n.requested)) for n in self._nodes}
         frees = sorted(self._free.values(), key=sum, reverse=True)
         self._total_free = tuple(sum(f[i] for f in frees) for i in range(3))
@@ -140,6 +142,7 @@ class Simulator:
             namespaces=self._snapshot.namespaces,
             clock=self._clock,
             timeout_seconds=self._timeout,
+            label_requirements=self._label_requirements,
         )
         result = solver.solve(pods)
         return Simulation(dict(result.unschedulable), list(result.new_nodeclaims))

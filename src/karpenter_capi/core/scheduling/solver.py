@@ -237,7 +237,10 @@ class Solver:
         max_instance_types: int = DEFAULT_MAX_INSTANCE_TYPES,
         clock: Clock | None = None,
         timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+        label_requirements: dict[str, Requirements] | None = None,
     ) -> None:
+        """``label_requirements`` caches each registered node's labels as requirements, by
+        node name, for callers that solve many times over the same nodes (consolidation)."""
         # Upstream's OrderByWeight: heaviest first, ties by name, later names first.
         self._options = sorted(nodepools, key=lambda p: (p.weight, p.name), reverse=True)
         self._existing = existing_nodes
@@ -256,6 +259,7 @@ class Solver:
         self._topology: Topology | None = None
         self._merge_cache: dict[tuple[str, int], tuple[Requirements, Requirements | str]] = {}
         self._types_cache: dict[tuple[int, Requirements, str], list[_TypeInfo]] = {}
+        self._label_requirements = label_requirements if label_requirements is not None else {}
 
     # -- set-up ----------------------------------------------------------------------------
 
@@ -338,7 +342,14 @@ class Solver:
             for pod in node.pods:
                 ports.add(pod_host_ports(pod))
             requested = self._vector(node.requested)
-            requirements = Requirements.from_labels(node.labels)
+            if node.in_flight:
+                requirements = Requirements.from_labels(node.labels)
+            else:
+                cached = self._label_requirements.get(node.name)
+                if cached is None:
+                    cached = Requirements.from_labels(node.labels)
+                    self._label_requirements[node.name] = cached
+                requirements = cached
             if node.in_flight:
                 # What the claim may still become, not only what it already pins.
                 requirements = requirements.merged(node.requirements)
