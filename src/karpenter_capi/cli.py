@@ -358,7 +358,7 @@ def _cmd_instance_types(args: argparse.Namespace, out: TextIO) -> int:
     plugins = _load_plugins(args, workload, management)
     inventories = resolve_inventory(workload, plugins, nodepool_name=args.nodepool)
     if args.json:
-        json.dump([inv.to_json() for inv in inventories], out, indent=2)
+        json.dump([_inventory_json(inv) for inv in inventories], out, indent=2)
         out.write("\n")
         return 0
     for inv in inventories:
@@ -379,15 +379,43 @@ def _cmd_instance_types(args: argparse.Namespace, out: TextIO) -> int:
                         off.capacity_type,
                         f"{off.price:.4f}",
                         "yes" if off.available else "no",
+                        _source_cell(it.source, off.price_source),
                     ]
                 )
         _print_table(
             out,
-            ["NAME", "CPU", "MEMORY", "PODS", "ZONE", "CAPACITY-TYPE", "PRICE", "AVAILABLE"],
+            [
+                "NAME",
+                "CPU",
+                "MEMORY",
+                "PODS",
+                "ZONE",
+                "CAPACITY-TYPE",
+                "PRICE",
+                "AVAILABLE",
+                "SOURCE",
+            ],
             rows,
             indent="  ",
         )
     return 0
+
+
+def _source_cell(shape_source: str, price_source: str) -> str:
+    """Where the shape and the price came from: ``AWS``, or ``annotation, price AWS``."""
+    shape, price = shape_source or "-", price_source or "-"
+    return shape if shape == price else f"{shape}, price {price}"
+
+
+def _inventory_json(inventory: Any) -> dict[str, Any]:
+    """``inventory.to_json()`` with each instance type's ``source`` and each offering's
+    ``priceSource`` (provenance is display-only, so the core's JSON form leaves it out)."""
+    doc: dict[str, Any] = inventory.to_json()
+    for it, it_doc in zip(inventory.instance_types, doc["instanceTypes"], strict=True):
+        it_doc["source"] = it.source
+        for offering, offering_doc in zip(it.offerings, it_doc["offerings"], strict=True):
+            offering_doc["priceSource"] = offering.price_source
+    return doc
 
 
 def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:

@@ -59,7 +59,9 @@ class Offering:
     ``price`` is per hour in the provider's currency (only relative order matters to the solver).
     ``labels`` are extra node labels this offering adds (for example a reservation or a
     placement group); ``reservation_id`` names a capacity reservation when the capacity type is
-    ``reserved``.
+    ``reserved``. ``price_source`` says where the price came from (``annotation``, ``AWS``,
+    ``estimate``...) for people reading ``karpenter-capi instance-types``; it takes no part in
+    equality or hashing.
     """
 
     zone: str
@@ -68,6 +70,7 @@ class Offering:
     available: bool = True
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     reservation_id: str | None = None
+    price_source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.labels, MappingProxyType):
@@ -118,7 +121,8 @@ class InstanceType:
     MachineDeployment can declare them for scale from zero). ``allocatable`` is
     ``capacity - overhead`` (never negative), computed once at construction. Equality and
     hashing go by value; two plugins describing the same type with different prices are
-    different instance types.
+    different instance types. ``source`` says where the shape came from (``annotation``,
+    ``AWS``, ``template status``...), for display only (not compared).
     """
 
     name: str
@@ -127,6 +131,7 @@ class InstanceType:
     requirements: Requirements = field(default_factory=lambda: MappingProxyType({}))
     overhead: InstanceTypeOverhead = field(default_factory=InstanceTypeOverhead)
     taints: tuple[Taint, ...] = ()
+    source: str = field(default="", compare=False)
     allocatable: ResourceList = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -211,4 +216,5 @@ class InstanceType:
             requirements=self.requirements,
             overhead=self.overhead,
             taints=self.taints,
+            source=self.source,
         )

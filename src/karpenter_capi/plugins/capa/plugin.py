@@ -1,1 +1,314 @@
-"""Plugin module (placeholder)."""
+"""The ``capa`` plugin: AWSMachineTemplates described from EC2's catalog and AWS prices.
+
+``generic_capi`` owns the inventory of Cluster API scalable resources; when one is backed by an
+``AWSMachineTemplate`` it asks (``ctx.describe_machine_template``) and this plugin answers with
+the instance type's shape (``DescribeInstanceTypes``), the zones that sell it
+(``DescribeInstanceTypeOfferings``) and its price there (on-demand from the Pricing API, spot
+from the spot price history). See docs/aws.md for what is read and the IAM policy it needs.
+
+``CapaPlugin`` holds the caches; the module-level hook (what the ``capa`` entry point loads)
+delegates to one built with boto3's default session. Tests and embedders register their own
+``CapaPlugin(clients=...)`` with moto or Stubber clients. Importing this module needs boto3:
+without the ``aws`` extra, enabling ``capa`` fails at load with an error naming the extra.
+
+Options (``--plugin-option capa.NAME=VALUE``): ``region`` (instead of the AWSCluster's),
+``max-pods`` (instead of the VPC CNI formula), ``price-refresh-interval`` (seconds, default
+43200), ``price-configmap-namespace`` (default ``$POD_NAMESPACE`` or ``kube-system``),
+``price-store`` (``configmap`` or ``none``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.errors import NodeClassNotReadyError
+from karpenter_capi.core.hookspecs import MachineTemplateDescription, PluginContext, hookimpl
+from karpenter_capi.core.kube.client import KubeClient
+from karpenter_capi.core.kube.resources import CAPI_INFRASTRUCTURE_GROUP
+from karpenter_capi.plugins.capa.catalog import CatalogEntry, load_instance_type
+from karpenter_capi.plugins.capa.clients import AwsClients, Boto3Clients
+from karpenter_capi.plugins.capa.pricing import fetch_snapshot, pricing_region
+from karpenter_capi.plugins.capa.region import RegionError, cluster_region, owner_cluster
+from karpenter_capi.plugins.cloud.catalog import CatalogCache, CatalogError
+from karpenter_capi.plugins.cloud.metrics import CloudMetrics
+from karpenter_capi.plugins.cloud.pricebook import (
+    DEFAULT_REFRESH_SECONDS,
+    ConfigMapPriceStore,
+    PriceBook,
+    PriceSnapshot,
+    PriceStore,
+)
+
+log = logging.getLogger(__name__)
+
+SOURCE: Final = "AWS"
+TEMPLATE_KIND: Final = "AWSMachineTemplate"
+PLUGIN_NAME: Final = "capa"
+CATALOG_TTL_SECONDS: Final = 6 * 3600.0
+REGION_TTL_SECONDS: Final = 300.0
+
+
+@dataclass
+class _State:
+    """The caches of one (management cluster, clock, metrics): what a context determines."""
+
+    catalogs: CatalogCache[tuple[str, str], CatalogEntry]
+    regions: CatalogCache[tuple[str, str], str]
+    metrics: CloudMetrics | None
+    books: dict[str, PriceBook] = field(default_factory=dict)
+
+
+def _option(ctx: PluginContext, name: str) -> str | None:
+    """``name`` as given, or with underscores (``max-pods`` or ``max_pods``)."""
+    value = ctx.option(name)
+    if value is None:
+        value = ctx.option(name.replace("-", "_"))
+    return value.strip() if value is not None and value.strip() else None
+
+
+def _positive(ctx: PluginContext, name: str, default: float | None) -> float | None:
+    raw = _option(ctx, name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        where = f"plugin option capa.{name}"
+        raise NodeClassNotReadyError(where, f"{raw!r} is not a number") from None
+    if value <= 0:
+        raise NodeClassNotReadyError(f"plugin option capa.{name}", f"{raw!r} must be positive")
+    return value
+
+
+class _ReadOnlyStore:
+    """A store that loads but never writes (``--dry-run`` writes nothing to the cluster)."""
+
+    def __init__(self, store: PriceStore) -> None:
+        self._store = store
+
+    def load(self) -> PriceSnapshot | None:
+        return self._store.load()
+
+    def save(self, snapshot: PriceSnapshot) -> None:
+        return None
+
+
+class CapaPlugin:
+    """The hooks of the ``capa`` plugin, over injectable AWS clients.
+
+    ``background_refresh=False`` refreshes prices on the caller's thread when due (tests and
+    the simulator, which run on a fake clock and must be deterministic).
+    """
+
+    def __init__(
+        self, clients: AwsClients | None = None, *, background_refresh: bool = True
+    ) -> None:
+        self._clients = clients
+        self._background = background_refresh
+        self._lock = threading.Lock()  # states and their price books
+        self._clients_lock = threading.Lock()
+        self._states: dict[tuple[int, int, int], _State] = {}
+
+    @property
+    def clients(self) -> AwsClients:
+        with self._clients_lock:
+            if self._clients is None:
+                self._clients = Boto3Clients()
+            return self._clients
+
+    # -- hooks -----------------------------------------------------------------------------------
+
+    @hookimpl
+    def karpenter_capi_describe_machine_template(
+        self, template: Mapping[str, Any], owner: Mapping[str, Any], ctx: PluginContext
+    ) -> MachineTemplateDescription | None:
+        if not _is_aws_template(template):
+            return None
+        return self.describe(template, owner, ctx)
+
+    # -- the description -------------------------------------------------------------------------
+
+    def describe(
+        self, template: Mapping[str, Any], owner: Mapping[str, Any], ctx: PluginContext
+    ) -> MachineTemplateDescription:
+        """What nodes of ``template`` (an AWSMachineTemplate) are, where and at what price."""
+        meta = template.get("metadata") or {}
+        what = f"{TEMPLATE_KIND} {meta.get('namespace', '')}/{meta.get('name', '')}"
+        machine = ((template.get("spec") or {}).get("template") or {}).get("spec") or {}
+        instance_type = str(machine.get("instanceType") or "")
+        if not instance_type:
+            raise NodeClassNotReadyError(what, "spec.template.spec.instanceType is not set")
+        spot = machine.get("spotMarketOptions") is not None
+        state = self._state(ctx)
+        region = self._region(ctx, state, owner, what)
+        try:
+            entry = state.catalogs.get((region, instance_type))
+        except CatalogError as exc:
+            raise NodeClassNotReadyError(what, f"cannot read the EC2 catalog: {exc}") from None
+        info = entry.info
+        if info is None:
+            raise NodeClassNotReadyError(
+                what, f"instance type {instance_type} is not sold in {region} (or cannot be a node)"
+            )
+        max_pods = _positive(ctx, "max-pods", None)
+        offered = sorted(entry.zones)
+        snapshot = self._book(ctx, state, region).snapshot()
+        zones: dict[str, float | None]
+        if spot:
+            prices = {
+                z: snapshot.spot.get((instance_type, z)) if snapshot else None for z in offered
+            }
+            priced = {z: p for z, p in prices.items() if p is not None}
+            # With spot prices known, a zone without one has no spot market for the type.
+            zones = dict(priced) if priced else dict(prices)
+        else:
+            price = snapshot.on_demand.get(instance_type) if snapshot else None
+            zones = dict.fromkeys(offered, price)
+        return MachineTemplateDescription(
+            source=SOURCE,
+            instance_type=instance_type,
+            capacity=info.capacity(int(max_pods) if max_pods is not None else None),
+            capacity_type=wellknown.CAPACITY_TYPE_SPOT
+            if spot
+            else wellknown.CAPACITY_TYPE_ON_DEMAND,
+            zones=zones,
+            labels={
+                wellknown.LABEL_ARCH: info.arch,
+                wellknown.LABEL_OS: "linux",
+                wellknown.LABEL_INSTANCE_TYPE: instance_type,
+            },
+            unavailable_reason=None
+            if zones
+            else f"{instance_type} is not offered{' as spot' if spot else ''} in any "
+            f"availability zone of {region}",
+        )
+
+    # -- caches ----------------------------------------------------------------------------------
+
+    def _state(self, ctx: PluginContext) -> _State:
+        key = (id(ctx.management), id(ctx.clock), id(ctx.metrics))
+        with self._lock:
+            state = self._states.get(key)
+            if state is None:
+                metrics = CloudMetrics(ctx.metrics, PLUGIN_NAME) if ctx.metrics else None
+                client = ctx.management
+                state = _State(
+                    catalogs=CatalogCache(
+                        "EC2 catalog",
+                        lambda key: load_instance_type(
+                            self.clients.ec2(key[0]), key[0], key[1], metrics
+                        ),
+                        ctx.clock,
+                        ttl_seconds=CATALOG_TTL_SECONDS,
+                    ),
+                    regions=CatalogCache(
+                        "cluster region",
+                        lambda key: cluster_region(client, key[0], key[1]),
+                        ctx.clock,
+                        ttl_seconds=REGION_TTL_SECONDS,
+                        retry_seconds=30.0,
+                    ),
+                    metrics=metrics,
+                )
+                self._states[key] = state
+            return state
+
+    def _region(
+        self, ctx: PluginContext, state: _State, owner: Mapping[str, Any], what: str
+    ) -> str:
+        configured = _option(ctx, "region")
+        if configured:
+            return configured
+        try:
+            return state.regions.get(owner_cluster(owner))
+        except (RegionError, CatalogError) as exc:
+            raise NodeClassNotReadyError(what, f"cannot tell the AWS region: {exc}") from None
+
+    def _book(self, ctx: PluginContext, state: _State, region: str) -> PriceBook:
+        with self._lock:
+            book = state.books.get(region)
+            if book is None:
+                book = self._new_book(ctx, state, region)
+                state.books[region] = book
+            return book
+
+    def _new_book(self, ctx: PluginContext, state: _State, region: str) -> PriceBook:
+        clients, clock = self.clients, ctx.clock
+        metrics = state.metrics.for_region(region) if state.metrics else None
+
+        def fetch() -> PriceSnapshot:
+            return fetch_snapshot(
+                clients.pricing(pricing_region(region)), clients.ec2(region), region, clock, metrics
+            )
+
+        refresh = _positive(ctx, "price-refresh-interval", DEFAULT_REFRESH_SECONDS)
+        return PriceBook(
+            f"{PLUGIN_NAME}/{region}",
+            fetch,
+            clock,
+            refresh_seconds=refresh or DEFAULT_REFRESH_SECONDS,
+            store=_store(ctx, ctx.management, region),
+            metrics=metrics,
+            background=self._background,
+        )
+
+
+def _store(ctx: PluginContext, client: KubeClient, region: str) -> PriceStore | None:
+    if (_option(ctx, "price-store") or "configmap").lower() == "none":
+        return None
+    namespace = (
+        _option(ctx, "price-configmap-namespace")
+        or os.environ.get("POD_NAMESPACE")
+        or "kube-system"
+    )
+    store: PriceStore = ConfigMapPriceStore(
+        client, namespace, f"karpenter-capi-prices-aws-{region}"
+    )
+    return _ReadOnlyStore(store) if ctx.dry_run else store
+
+
+def _is_aws_template(template: Mapping[str, Any]) -> bool:
+    group = str(template.get("apiVersion") or "").rpartition("/")[0]
+    return template.get("kind") == TEMPLATE_KIND and group == CAPI_INFRASTRUCTURE_GROUP
+
+
+# -- the entry point's hooks: one plugin over boto3's default session ----------------------------
+
+_default_lock = threading.Lock()
+_default: CapaPlugin | None = None
+
+
+def default_plugin() -> CapaPlugin:
+    """The ``CapaPlugin`` behind the module-level hooks (boto3's default credential chain)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = CapaPlugin(Boto3Clients())
+        return _default
+
+
+def set_default_plugin(plugin: CapaPlugin | None) -> None:
+    """Replace the plugin behind the module-level hooks (``None``: back to boto3's default).
+
+    For embedders that enable ``capa`` by name but bring their own clients (a custom session,
+    a proxy, canned responses in tests).
+    """
+    global _default
+    with _default_lock:
+        _default = plugin
+
+
+@hookimpl
+def karpenter_capi_describe_machine_template(
+    template: Mapping[str, Any], owner: Mapping[str, Any], ctx: PluginContext
+) -> MachineTemplateDescription | None:
+    """See ``CapaPlugin.describe``: answers for AWSMachineTemplates, ``None`` otherwise."""
+    if not _is_aws_template(template):
+        return None
+    return default_plugin().describe(template, owner, ctx)

@@ -19,6 +19,13 @@ An offering is unavailable while its resource is at its
 reported that the resource failed to produce a Machine (``UnavailableOfferings``), so the solver
 moves on to the next zone or type instead of retrying the same one.
 
+When a native plugin (``capa``, ``capz``) knows the template's kind, its description
+(``ctx.describe_machine_template``) fills in what the annotations do not say: shape, zones where
+the type is sold, capacity type and the price in the resource's zone (see ``shape`` for the
+precedence). A resource whose failure domain is not among the description's zones is kept but
+its offering is unavailable, with the reason; a description that fails is a notice (or, when
+nothing else gives a shape, a problem), never an error of the whole inventory.
+
 A resource that cannot be described (malformed annotation, no shape anywhere, paused) is left out
 and reported as a ``ResourceProblem``; the others still make the inventory. What is usable but
 worth knowing (an estimated price, a template that could not be read while the annotations
@@ -35,13 +42,20 @@ from typing import Any, ClassVar, Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock
-from karpenter_capi.core.hookspecs import NodeClass, PluginContext
+from karpenter_capi.core.errors import NodeClassNotReadyError
+from karpenter_capi.core.hookspecs import (
+    DescribeMachineTemplate,
+    MachineTemplateDescription,
+    NodeClass,
+    PluginContext,
+)
 from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead, Offering
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.discovery import CapiResources
 from karpenter_capi.core.kube.errors import ApiError, NotFound
 from karpenter_capi.core.kube.resources import CAPI_INFRASTRUCTURE_GROUP, Resource
 from karpenter_capi.core.kube.selectors import SelectorError
+from karpenter_capi.plugins.cloud.unavailable import ExpiringMarks
 from karpenter_capi.plugins.generic_capi.selection import (
     INFORMATIONAL_REASONS,
     ResourceProblem,
@@ -53,6 +67,8 @@ from karpenter_capi.plugins.generic_capi.selection import (
 )
 from karpenter_capi.plugins.generic_capi.shape import (
     PRICE_ANNOTATION,
+    SOURCE_ANNOTATION,
+    SOURCE_ESTIMATE,
     MissingShapeError,
     NodeShape,
     SettingsError,
@@ -90,6 +106,8 @@ REASON_TEMPLATE_NOT_SERVED: Final = "InfrastructureTemplateNotServed"
 REASON_TEMPLATE_NOT_FOUND: Final = "InfrastructureTemplateNotFound"
 REASON_TEMPLATE_UNREADABLE: Final = "InfrastructureTemplateUnreadable"
 REASON_INVALID_INFRASTRUCTURE_REF: Final = "InvalidInfrastructureRef"
+REASON_TEMPLATE_NOT_DESCRIBED: Final = "MachineTemplateNotDescribed"
+REASON_OFFERING_NOT_AVAILABLE: Final = "OfferingNotAvailable"
 
 
 # --- availability -------------------------------------------------------------------------------
@@ -114,54 +132,22 @@ _shared_unavailable: weakref.WeakKeyDictionary[Any, UnavailableOfferings] = (
 _shared_templates: weakref.WeakKeyDictionary[Any, TemplateReader] = weakref.WeakKeyDictionary()
 
 
-class UnavailableOfferings:
+class UnavailableOfferings(ExpiringMarks[str]):
     """Scalable resources that recently failed to produce a Machine, for a while.
 
     The launch code calls ``mark(resource_key, reason)`` when a replica increase did not turn
     into a Machine (quota, a failing infrastructure provider, a MachineSet that cannot create
     its Machine); the inventory then reports that resource's offering unavailable until
     ``ttl_seconds`` (3 minutes, like Karpenter's unavailable-offerings cache) have passed on the
-    injected clock. Keys are ``selection.resource_key(kind, namespace, name)``. Thread-safe.
+    injected clock. Keys are ``selection.resource_key(kind, namespace, name)``. The expiry
+    logic is the cloud plugins' (``plugins.cloud.unavailable.ExpiringMarks``). Thread-safe.
     """
-
-    DEFAULT_TTL_SECONDS: ClassVar[float] = 180.0
-
-    def __init__(self, clock: Clock, ttl_seconds: float = DEFAULT_TTL_SECONDS) -> None:
-        self._clock = clock
-        self._ttl = ttl_seconds
-        self._lock = threading.Lock()
-        self._entries: dict[str, tuple[float, str]] = {}
 
     @classmethod
     def shared(cls, client: KubeClient, clock: Clock) -> UnavailableOfferings:
         """The instance shared by the inventory and the launch code of one management cluster."""
         found: UnavailableOfferings = _shared(_shared_unavailable, client, lambda: cls(clock))
         return found
-
-    def mark(self, resource_key: str, reason: str) -> None:
-        """Make the resource's offerings unavailable for the TTL (restarting it if marked)."""
-        with self._lock:
-            self._entries[resource_key] = (self._clock.monotonic() + self._ttl, reason)
-
-    def clear(self, resource_key: str) -> None:
-        """Forget a mark early (the resource produced a Machine after all)."""
-        with self._lock:
-            self._entries.pop(resource_key, None)
-
-    def reason(self, resource_key: str) -> str | None:
-        """Why the resource is unavailable, or ``None`` when it is not (or no longer)."""
-        now = self._clock.monotonic()
-        with self._lock:
-            entry = self._entries.get(resource_key)
-            if entry is None:
-                return None
-            if entry[0] <= now:
-                del self._entries[resource_key]
-                return None
-            return entry[1]
-
-    def is_unavailable(self, resource_key: str) -> bool:
-        return self.reason(resource_key) is not None
 
 
 # --- infrastructure templates -------------------------------------------------------------------
@@ -335,8 +321,10 @@ class ScalableResource:
     """A selected MachineDeployment, MachineSet or MachinePool and the offering it makes.
 
     ``labels`` are the node labels except zone, capacity type and instance type (those are the
-    offering's and the instance type's). ``price`` is the annotated price, or the estimate when
-    ``price_estimated``. ``unavailable_reason`` says why the offering cannot be bought now.
+    offering's and the instance type's). ``price`` is the annotated price, the native plugin's
+    price in the resource's zone, or the estimate when ``price_estimated``; ``price_source``
+    says which (``annotation``, ``AWS``, ``estimate``). ``unavailable_reason`` says why the
+    offering cannot be bought now.
     """
 
     resource: Resource
@@ -352,6 +340,7 @@ class ScalableResource:
     price: float = 0.0
     price_estimated: bool = False
     unavailable_reason: str | None = None
+    price_source: str = ""
 
     @property
     def kind(self) -> str:
@@ -456,15 +445,43 @@ def _shape_name(shape: NodeShape) -> str:
     return f"capi-{cpu}cpu-{memory}gib-{arch}"
 
 
+def _native_price(native: MachineTemplateDescription, zone: str) -> float | None:
+    """The description's price in ``zone``; without a zone, the dearest known (the machine may
+    land in any of them, and overestimating keeps the solver honest)."""
+    if zone:
+        return native.zones.get(zone)
+    known = [price for price in native.zones.values() if price is not None]
+    return max(known) if known else None
+
+
+def _native_unavailable(
+    native: MachineTemplateDescription, instance_type: str, zone: str, capacity_type: str
+) -> str | None:
+    if native.unavailable_reason:
+        return f"{native.source}: {native.unavailable_reason}"
+    if zone and zone not in native.zones:
+        offered = ", ".join(sorted(native.zones)) or "no zone"
+        return (
+            f"{native.source}: {instance_type} is not offered as {capacity_type} in zone {zone} "
+            f"(offered in {offered})"
+        )
+    return None
+
+
 def describe_resource(
     resource: Resource,
     obj: Mapping[str, Any],
     *,
     template: TemplateStatus | None = None,
+    native: MachineTemplateDescription | None = None,
     settings: ShapeSettings | None = None,
     unavailable: UnavailableOfferings | None = None,
 ) -> ScalableResource:
     """The offering one scalable resource makes.
+
+    ``native`` is a native plugin's description of the resource's template: it ranks between
+    the annotations and the template's status, gives the capacity type when no label does, and
+    prices the offering in the resource's zone when no price annotation does.
 
     Raises ``MissingShapeError`` when nothing gives CPU and memory, ``ShapeError`` when a value
     is malformed.
@@ -477,6 +494,7 @@ def describe_resource(
     shape = resolve_shape(
         annotations,
         template=template,
+        native=native,
         template_labels=template_labels,
         template_taints=machine_taints((_template(obj).get("spec") or {}).get("taints")),
     )
@@ -492,7 +510,10 @@ def describe_resource(
         or _shape_name(shape)
     )
     zone = _zone(declared, obj, template_labels)
-    capacity_type = labels.pop(wellknown.LABEL_CAPACITY_TYPE, wellknown.CAPACITY_TYPE_ON_DEMAND)
+    capacity_type = labels.pop(
+        wellknown.LABEL_CAPACITY_TYPE,
+        native.capacity_type if native is not None else wellknown.CAPACITY_TYPE_ON_DEMAND,
+    )
     if capacity_type not in wellknown.CAPACITY_TYPES:
         raise ShapeError(
             f"label {wellknown.LABEL_CAPACITY_TYPE}={capacity_type!r} is not one of "
@@ -510,11 +531,19 @@ def describe_resource(
     unavailable_reason = None
     if max_size is not None and replicas >= max_size:
         unavailable_reason = f"at its maximum size ({replicas} of {max_size} replicas)"
+    elif native is not None and (
+        missing := _native_unavailable(native, str(instance_type), zone, str(capacity_type))
+    ):
+        unavailable_reason = missing
     elif unavailable is not None:
         failed = unavailable.reason(resource_key(resource.kind, namespace, name))
         if failed is not None:
             unavailable_reason = f"recently failed to produce a Machine: {failed}"
-    price = shape.price
+    price, price_source = shape.price, SOURCE_ANNOTATION
+    if price is None and native is not None:
+        price, price_source = _native_price(native, zone), native.source
+    if price is None:
+        price_source = SOURCE_ESTIMATE
     return ScalableResource(
         resource=resource,
         namespace=namespace,
@@ -529,6 +558,7 @@ def describe_resource(
         price=price if price is not None else settings.rates.estimate(shape.capacity),
         price_estimated=price is None,
         unavailable_reason=unavailable_reason,
+        price_source=price_source,
     )
 
 
@@ -544,6 +574,21 @@ class _Sources:
     templates: TemplateReader | None
     settings: ShapeSettings
     unavailable: UnavailableOfferings | None
+    describe: DescribeMachineTemplate | None = None
+
+
+def _described(
+    sources: _Sources, template: TemplateStatus | None, obj: Mapping[str, Any]
+) -> tuple[MachineTemplateDescription | None, str | None]:
+    """The native description of ``template``, or why there is none (``None``: no plugin)."""
+    if sources.describe is None or template is None:
+        return None, None
+    try:
+        return sources.describe(template.raw, obj), None
+    except NodeClassNotReadyError as exc:
+        return None, f"{template.source}: {exc.reason}"
+    except Exception as exc:  # a plugin's bug or a cloud error: one resource's notice, no crash
+        return None, f"{template.source}: {exc}"
 
 
 def _describe(
@@ -558,22 +603,28 @@ def _describe(
     template: TemplateStatus | None = None
     template_error: TemplateError | None = None
     ref = (_template(obj).get("spec") or {}).get("infrastructureRef")
+    native: MachineTemplateDescription | None = None
+    native_error: str | None = None
     try:
         if sources.templates is not None and isinstance(ref, Mapping):
             try:
                 template = sources.templates.read(identity[1], ref)
             except TemplateError as exc:
                 template_error = exc
+        native, native_error = _described(sources, template, obj)
         scalable = describe_resource(
             resource,
             obj,
             template=template,
+            native=native,
             settings=sources.settings,
             unavailable=sources.unavailable,
         )
     except MissingShapeError as exc:
         if template_error is not None:
             reason, message = template_error.reason, f"{exc}; and {template_error.message}"
+        elif native_error is not None:
+            reason, message = REASON_TEMPLATE_NOT_DESCRIBED, f"{exc}; and {native_error}"
         else:
             reason, message = REASON_NO_SHAPE, str(exc)
         inventory.problems.append(ResourceProblem(*identity, reason, message))
@@ -590,12 +641,24 @@ def _describe(
                 f"{template_error.message}; the node shape comes from the annotations only",
             )
         )
+    if native_error is not None:
+        inventory.notices.append(
+            ResourceProblem(
+                *identity,
+                REASON_TEMPLATE_NOT_DESCRIBED,
+                f"{native_error}; the node shape comes from the annotations and template status",
+            )
+        )
+    why = scalable.unavailable_reason
+    if native is not None and why and why.startswith(f"{native.source}: "):
+        inventory.notices.append(ResourceProblem(*identity, REASON_OFFERING_NOT_AVAILABLE, why))
     if scalable.price_estimated:
+        known = f"{native.source} has no price for it yet and no " if native else "no "
         inventory.notices.append(
             ResourceProblem(
                 *identity,
                 REASON_PRICE_ESTIMATED,
-                f"no {PRICE_ANNOTATION} annotation; price estimated from the shape as "
+                f"{known}{PRICE_ANNOTATION} annotation; price estimated from the shape as "
                 f"{scalable.price:g} per hour",
             )
         )
@@ -608,16 +671,18 @@ def build_inventory(
     unavailable: UnavailableOfferings | None = None,
     settings: ShapeSettings | None = None,
     problems: Iterable[ResourceProblem] = (),
+    describe: DescribeMachineTemplate | None = None,
 ) -> Inventory:
     """Group the selected resources into instance types with one offering per zone and
     capacity type.
 
     ``templates`` reads infrastructure templates (without it only annotations count);
     ``unavailable`` marks recently failed resources; ``problems`` are carried over from the
-    selection (resources it left out), and count as selected.
+    selection (resources it left out), and count as selected. ``describe`` asks the native
+    plugins about each template read (``PluginContext.describe_machine_template``).
     """
     settings = settings or ShapeSettings()
-    sources = _Sources(templates, settings, unavailable)
+    sources = _Sources(templates, settings, unavailable, describe)
     inventory = Inventory(problems=list(problems))
     for resource, obj in selected:
         _describe(inventory, resource, obj, sources)
@@ -666,12 +731,14 @@ def _instance_type(
     offerings = []
     for (zone, capacity_type), behind in sorted(by_offering.items()):
         available = [m for m in behind if m.available]
+        cheapest = min(available or behind, key=lambda m: (m.price, m.key))
         offerings.append(
             Offering(
                 zone=zone,
                 capacity_type=capacity_type,
-                price=min(m.price for m in (available or behind)),
+                price=cheapest.price,
                 available=bool(available),
+                price_source=cheapest.price_source,
             )
         )
     return InstanceType(
@@ -681,6 +748,7 @@ def _instance_type(
         requirements={key: frozenset((value,)) for key, value in first.labels.items()},
         overhead=overhead,
         taints=first.shape.taints,
+        source=first.shape.source,
     )
 
 
@@ -725,4 +793,5 @@ def collect_inventory(
         unavailable=unavailable or UnavailableOfferings.shared(ctx.management, ctx.clock),
         settings=settings,
         problems=selection.problems,
+        describe=ctx.describe_machine_template,
     )

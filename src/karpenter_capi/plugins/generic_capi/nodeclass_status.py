@@ -12,7 +12,9 @@ and the Events):
 - ``Ready=False``, reason ``InvalidConfiguration``: the selector or an overhead setting is
   malformed;
 - ``Ready=True``, reason ``Ready``: at least one resource is usable; the message counts them and
-  lists the ones left out and the caveats (estimated prices, unreadable templates).
+  lists the ones left out and the caveats (estimated prices, unreadable templates, a native
+  plugin that could not describe a template, a failure domain where the cloud does not sell
+  the type; the last two as Warning Events).
 
 The inventory is rebuilt at every provisioning round, so writes must be rare and Events must not
 repeat: the status is written only when the condition changes (``lastTransitionTime`` moves
@@ -33,7 +35,9 @@ from karpenter_capi.core.kube.errors import Conflict, NotFound
 from karpenter_capi.core.kube.events import NORMAL, WARNING, EventRecorder
 from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES
 from karpenter_capi.plugins.generic_capi.inventory import (
+    REASON_OFFERING_NOT_AVAILABLE,
     REASON_PRICE_ESTIMATED,
+    REASON_TEMPLATE_NOT_DESCRIBED,
     Inventory,
     ResourceProblem,
     raw_nodeclass,
@@ -91,7 +95,15 @@ def ready_condition(inventory: Inventory) -> tuple[str, str, str]:
     return "True", REASON_READY, _truncate("\n".join(lines))
 
 
+# Notices about a native plugin (capa, capz) that could not describe a template, or a failure
+# domain where the cloud does not sell the type: the resource is usable on paper but will not
+# launch as configured, which a user must fix, so they are Warnings.
+_WARNING_NOTICES: Final = frozenset({REASON_TEMPLATE_NOT_DESCRIBED, REASON_OFFERING_NOT_AVAILABLE})
+
+
 def _event_type(item: ResourceProblem, usable: bool) -> str:
+    if item.reason in _WARNING_NOTICES:
+        return WARNING
     if usable or item.reason in INFORMATIONAL_REASONS or item.reason == REASON_PRICE_ESTIMATED:
         return NORMAL
     return WARNING

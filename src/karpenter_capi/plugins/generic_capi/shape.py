@@ -7,20 +7,29 @@ as cluster-autoscaler's Cluster API provider, which users already configure):
 1. the scale-from-zero annotations on the scalable resource
    (``capacity.cluster-autoscaler.kubernetes.io/{cpu,memory,ephemeral-disk,maxPods,gpu-count,
    gpu-type,labels,taints}``), which a user writes and which therefore win;
-2. the infrastructure machine template's ``status.capacity`` and ``status.nodeInfo``
+2. a native plugin's description of the infrastructure template (``capa`` for an
+   ``AWSMachineTemplate``, ``capz`` for an ``AzureMachineTemplate``: the
+   ``MachineTemplateDescription`` of ``karpenter_capi_describe_machine_template``), which knows
+   the cloud's real shape;
+3. the infrastructure machine template's ``status.capacity`` and ``status.nodeInfo``
    (``architecture``, ``operatingSystem``), which an infrastructure provider fills in under the
    CAPI "opt-in autoscaling from zero" contract;
-3. the taints of the Machine template (``spec.template.spec.taints``, CAPI v1beta2), and the
+4. the taints of the Machine template (``spec.template.spec.taints``, CAPI v1beta2), and the
    Machine-template labels in the domains CAPI copies to the Node.
 
 Capacity merges per resource (an annotation overrides that one resource of the template, as in
 cluster-autoscaler), labels per key, taints per ``key:effect``.
 
-Prices: CAPI cannot know what a node costs, so ``karpenter.cluster.x-k8s.io/price`` says it.
-Without it the price is *estimated* from the shape (``PriceRates``) rather than taken as 0,
-which would make the unpriced resource the cheapest and the solver would prefer the biggest
-unpriced node. The estimate uses on-demand list rates per vCPU, GiB and GPU, so estimated and
-annotated prices sit on one scale and the solver still prefers smaller nodes.
+Every value's origin is recorded (``SOURCE_ANNOTATION``, the native plugin's ``source`` such as
+``AWS``, ``SOURCE_TEMPLATE_STATUS``, ``SOURCE_ESTIMATE``) so ``karpenter-capi instance-types``
+can say where a shape or a price came from.
+
+Prices: CAPI cannot know what a node costs, so ``karpenter.cluster.x-k8s.io/price`` says it, or
+a native plugin knows it (per zone). Without either the price is *estimated* from the shape
+(``PriceRates``) rather than taken as 0, which would make the unpriced resource the cheapest
+and the solver would prefer the biggest unpriced node. The estimate uses on-demand list rates
+per vCPU, GiB and GPU, so estimated and annotated prices sit on one scale and the solver still
+prefers smaller nodes.
 
 Overhead (kube-reserved, system-reserved, eviction threshold) is what the kubelet keeps for
 itself; ``OverheadPolicy`` computes it per shape, with defaults that match how EKS and GKE size
@@ -41,6 +50,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.hookspecs import MachineTemplateDescription
 from karpenter_capi.core.instancetype import InstanceTypeOverhead
 from karpenter_capi.core.scheduling.quantity import QuantityError, parse_quantity
 from karpenter_capi.core.scheduling.resources import ResourceList
@@ -51,6 +61,13 @@ DEFAULT_ARCH: Final = wellknown.ARCH_AMD64
 DEFAULT_OS: Final = "linux"
 PRICE_ANNOTATION: Final = "karpenter.cluster.x-k8s.io/price"
 """Hourly price of one node of the resource (USD, decimal); pricing plugins may override it."""
+
+# Where a value came from (shown by ``karpenter-capi instance-types``); a native plugin's
+# description names itself (``AWS``, ``Azure``).
+SOURCE_ANNOTATION: Final = "annotation"
+SOURCE_TEMPLATE_STATUS: Final = "template status"
+SOURCE_ESTIMATE: Final = "estimate"
+SOURCE_DEFAULT: Final = "default"
 
 # Overhead overrides, on the ClusterAPINodeClass (``cpu=100m,memory=1Gi,ephemeral-storage=10%``).
 KUBE_RESERVED_ANNOTATION: Final = "karpenter.cluster.x-k8s.io/kube-reserved"
@@ -106,6 +123,8 @@ class NodeShape:
     labels: Mapping[str, str]
     taints: tuple[Taint, ...]
     price: float | None
+    source: str = field(default="", compare=False)
+    """Where the capacity came from, strongest first (``AWS``, ``annotation+template status``)."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +139,8 @@ class TemplateStatus:
     capacity: Mapping[str, Any] = field(default_factory=dict)
     architecture: str = ""
     operating_system: str = ""
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """The template as read, for the native plugins' ``describe_machine_template``."""
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> TemplateStatus:
@@ -137,6 +158,7 @@ class TemplateStatus:
             capacity=dict(capacity),
             architecture=str(node_info.get("architecture") or ""),
             operating_system=str(node_info.get("operatingSystem") or ""),
+            raw=obj,
         )
 
 
@@ -236,22 +258,38 @@ def machine_taints(raw: Any) -> tuple[Taint, ...]:
 # --- the shape ----------------------------------------------------------------------------------
 
 
+def _capacity_source(origins: Mapping[str, str]) -> str:
+    """The distinct origins of the capacity, in precedence order (``annotation+AWS``)."""
+    order = [SOURCE_ANNOTATION]
+    order += sorted(set(origins.values()) - {SOURCE_ANNOTATION, SOURCE_TEMPLATE_STATUS})
+    order.append(SOURCE_TEMPLATE_STATUS)
+    present = set(origins.values())
+    return "+".join(origin for origin in order if origin in present) or SOURCE_DEFAULT
+
+
 def resolve_shape(
     annotations: Mapping[str, str],
     *,
     template: TemplateStatus | None = None,
+    native: MachineTemplateDescription | None = None,
     template_labels: Mapping[str, str] | None = None,
     template_taints: Iterable[Taint] = (),
 ) -> NodeShape:
     """The node shape from every source, annotations first (see the module docstring).
 
-    Raises ``MissingShapeError`` when neither source gives CPU and memory, ``ShapeError`` when
+    Raises ``MissingShapeError`` when no source gives CPU and memory, ``ShapeError`` when
     a value is malformed.
     """
     capacity: dict[str, str] = {}
+    origins: dict[str, str] = {}
     if template is not None:
         for name, raw in template.capacity.items():
             capacity[str(name)] = _quantity(raw, f"{template.source} status.capacity.{name}")
+            origins[str(name)] = SOURCE_TEMPLATE_STATUS
+    if native is not None:
+        for name, quantity in native.capacity.to_dict().items():
+            capacity[name] = quantity
+            origins[name] = native.source
     annotated = {
         "cpu": _annotation_quantity(annotations, wellknown.ANNOTATION_CAPACITY_CPU),
         "memory": _annotation_quantity(annotations, wellknown.ANNOTATION_CAPACITY_MEMORY),
@@ -269,7 +307,10 @@ def resolve_shape(
                 f"{wellknown.ANNOTATION_CAPACITY_GPU_TYPE} (the resource name, e.g. nvidia.com/gpu)"
             )
         annotated[gpu_type] = gpu_count
-    capacity.update({name: value for name, value in annotated.items() if value is not None})
+    for name, value in annotated.items():
+        if value is not None:
+            capacity[name] = value
+            origins[name] = SOURCE_ANNOTATION
     capacity.setdefault("pods", str(DEFAULT_MAX_PODS))
     for name, annotation in (
         ("cpu", wellknown.ANNOTATION_CAPACITY_CPU),
@@ -291,6 +332,8 @@ def resolve_shape(
             labels[wellknown.LABEL_ARCH] = template.architecture
         if template.operating_system:
             labels[wellknown.LABEL_OS] = template.operating_system
+    if native is not None:
+        labels.update(native.labels)
     labels.update(_pairs(annotations, wellknown.ANNOTATION_CAPACITY_LABELS))
     labels.setdefault(wellknown.LABEL_ARCH, DEFAULT_ARCH)
     labels.setdefault(wellknown.LABEL_OS, DEFAULT_OS)
@@ -307,6 +350,7 @@ def resolve_shape(
         labels=MappingProxyType(labels),
         taints=tuple(taints),
         price=_price(annotations),
+        source=_capacity_source(origins),
     )
 
 
