@@ -14,8 +14,9 @@ $(STAMP): pyproject.toml $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[all]" --group dev
 	touch $(STAMP)
 
+# The default scenario (scale-from-zero) for ten virtual minutes: a few seconds of wall time.
 run: $(STAMP)
-	$(BIN)/karpenter-capi simulate --demo
+	$(BIN)/karpenter-capi simulate scale-from-zero
 
 # kubectl and chromium are optional: the tests that drive the real kubectl, and the one that
 # screenshots the HTML report, skip with a reason when they are absent. Where we are root on

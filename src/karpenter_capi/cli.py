@@ -91,8 +91,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "name",
         nargs="?",
         metavar="SCENARIO",
-        help="a shipped scenario's name (scale-from-zero, basic-1000, hostname-spread) or a "
-        "scenario file (see docs/scenarios.md)",
+        help="a shipped scenario's name (default: scale-from-zero; also basic-1000, "
+        "wide-deployments, ...) or a scenario file (see docs/scenarios.md)",
     )
     source.add_argument("--demo", action="store_true", help="the built-in demo scenario")
     source.add_argument(
@@ -113,6 +113,18 @@ def _build_parser() -> argparse.ArgumentParser:
         help="virtual time to run a SCENARIO for, e.g. 90s, 10m, 1h (default 10m)",
     )
     simulate.add_argument("--seed", type=int, default=0, help="seed for generated names")
+    simulate.add_argument(
+        "--realtime",
+        action="store_true",
+        help="pace virtual time to wall time (1 virtual second per second), to watch the run "
+        "with kubectl while --serve is on",
+    )
+    simulate.add_argument(
+        "--speed",
+        type=float,
+        metavar="X",
+        help="pace virtual time to X times wall time (--realtime is --speed 1)",
+    )
     simulate.add_argument(
         "--serve",
         metavar="HOST:PORT",
@@ -260,8 +272,10 @@ def _cmd_apiserver(args: argparse.Namespace, out: TextIO) -> int:
 def _cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
     from karpenter_capi.sim.demo import DEMO_SCENARIO, run_scenario
 
-    if args.name:
+    if args.name or not (args.demo or args.scenario):
         return _run_named_scenario(args, out)
+    if args.realtime or args.speed is not None:
+        raise CliError("--realtime and --speed pace a SCENARIO, not --demo or -f")
     paths: list[Path] = list(args.scenario) or [DEMO_SCENARIO]
     report = run_scenario(paths, plugin_names=_plugin_names(args))
     if args.json:
@@ -272,16 +286,39 @@ def _cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _speed(args: argparse.Namespace) -> float | None:
+    """Virtual seconds per wall second, or None to run as fast as possible."""
+    if args.speed is not None:
+        if not args.speed > 0:
+            raise CliError(f"--speed {args.speed}: must be a positive number")
+        if args.realtime and args.speed != 1:
+            raise CliError("--realtime is --speed 1; give one of them")
+        return float(args.speed)
+    return 1.0 if args.realtime else None
+
+
 def _run_named_scenario(args: argparse.Namespace, out: TextIO) -> int:
     from karpenter_capi.core.api.duration import parse_duration
-    from karpenter_capi.sim.scenario.runner import run
+    from karpenter_capi.sim.scenario.pacing import WallClockPacer
+    from karpenter_capi.sim.scenario.progress import progress_line
+    from karpenter_capi.sim.scenario.runner import DEFAULT_SAMPLE_EVERY, DEFAULT_SCENARIO, run
     from karpenter_capi.sim.scenario.schema import load_scenario
 
-    scenario = load_scenario(args.name)
+    scenario = load_scenario(args.name or DEFAULT_SCENARIO)
     try:
         until = parse_duration(args.until).total_seconds()
     except ValueError as exc:
         raise CliError(f"--until {args.until!r}: {exc}") from None
+    speed = _speed(args)
+    pacing: dict[str, Any] = {}
+    if speed is not None:
+        # Sample about once per wall second, so the progress line moves while watching.
+        pacing = {
+            "pace": WallClockPacer(speed),
+            "pace_step": max(1.0, speed / 10),
+            "sample_every": min(DEFAULT_SAMPLE_EVERY, max(1.0, speed)),
+        }
+    progress = progress_line(out, json_output=args.json)
     fronts: list[Any] = []
     on_cluster = None
     if args.serve:
@@ -289,13 +326,19 @@ def _run_named_scenario(args: argparse.Namespace, out: TextIO) -> int:
             raise CliError("--serve needs --kubeconfig-out FILE")
         on_cluster = _serving(args, out, fronts)
     try:
-        result = run(
-            scenario,
-            until=until,
-            seed=args.seed,
-            plugins=tuple(_plugin_names(args)),
-            on_cluster=on_cluster,
-        )
+        try:
+            result = run(
+                scenario,
+                until=until,
+                seed=args.seed,
+                plugins=tuple(_plugin_names(args)),
+                on_cluster=on_cluster,
+                on_sample=progress,
+                **pacing,
+            )
+        finally:
+            if progress is not None:
+                progress.clear()
         _report(args, result, out)
         if fronts:
             out.write("still serving; Ctrl-C to stop\n")

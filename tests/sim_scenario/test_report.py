@@ -28,6 +28,12 @@ def test_the_report_embeds_plotly_and_the_runs_series(tmp_path: Path) -> None:
     for name in ("pending pods", "bound pods", "nodes", "NodeClaims", "cost per hour"):
         assert json.dumps(name) in page
     assert f"{result.pods_bound} / {result.pods_pending} / {result.pods_total}" in page
+    # Disruptions over time get their own plot (a flat "disrupted" line when there were none).
+    assert "NodeClaims disrupted so far, by reason" in page
+    assert json.dumps("disrupted") in page
+    assert "API requests by verb" in page
+    for row in result.capacity:
+        assert f"<td>{row.instance_type}</td>" in page
 
 
 def test_the_report_renders_in_headless_chromium(tmp_path: Path) -> None:

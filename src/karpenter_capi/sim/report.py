@@ -2,8 +2,9 @@
 
 A summary line is enough to tell whether a run went well; understanding *why* it cost what it
 did needs the curves: pending pods draining as nodes arrive, NodeClaims running ahead of Nodes,
-cost rising and (once consolidation lands) falling. The page embeds plotly.js, so it opens
-offline, attached to an issue or a CI artifact.
+cost rising and (once consolidation lands) falling, NodeClaims disrupted and why. The page
+embeds plotly.js, so it opens offline, attached to an issue or a CI artifact. The tables below
+the title are the terminal summary's (``sim.scenario.summary``), as HTML.
 """
 
 from __future__ import annotations
@@ -14,33 +15,45 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from karpenter_capi.sim.scenario.runner import ScenarioResult
+from karpenter_capi.sim.scenario.result import ScenarioResult
 
 
 def _figure(result: ScenarioResult) -> go.Figure:
     minutes = [sample.at / 60 for sample in result.samples]
     figure = make_subplots(
-        rows=3,
+        rows=4,
         cols=1,
         shared_xaxes=True,
-        vertical_spacing=0.08,
-        subplot_titles=("Pods", "Nodes and NodeClaims", "Cost per hour (USD)"),
+        vertical_spacing=0.06,
+        subplot_titles=(
+            "Pods",
+            "Nodes and NodeClaims",
+            "Cost per hour (USD)",
+            "NodeClaims disrupted so far, by reason",
+        ),
     )
-    series = (
+    series = [
         (1, "pending pods", [s.pods_pending for s in result.samples]),
         (1, "bound pods", [s.pods_bound for s in result.samples]),
         (2, "nodes", [s.nodes for s in result.samples]),
         (2, "NodeClaims", [s.nodeclaims for s in result.samples]),
         (3, "cost per hour", [s.cost_per_hour for s in result.samples]),
+    ]
+    reasons = sorted({reason for s in result.samples for reason in s.disruptions})
+    series.extend(
+        (4, f"disrupted: {reason}", [s.disruptions.get(reason, 0) for s in result.samples])
+        for reason in reasons
     )
+    if not reasons:  # an empty plot would look broken; a flat line says "none"
+        series.append((4, "disrupted", [0 for _ in result.samples]))
     for row, name, values in series:
         figure.add_trace(
             go.Scatter(x=minutes, y=values, name=name, mode="lines+markers", line_shape="hv"),
             row=row,
             col=1,
         )
-    figure.update_xaxes(title_text="virtual minutes", row=3, col=1)
-    figure.update_layout(height=900, title_text=f"Scenario {result.scenario}", hovermode="x")
+    figure.update_xaxes(title_text="virtual minutes", row=4, col=1)
+    figure.update_layout(height=1150, title_text=f"Scenario {result.scenario}", hovermode="x")
     return figure
 
 
@@ -57,6 +70,8 @@ def _summary(result: ScenarioResult) -> str:
             f"${result.cost_per_hour:.4f}, ${result.cost_per_hour_peak:.4f}",
         ),
         ("pod creation to bound", ", ".join(f"{k} {v:g} s" for k, v in bound.items())),
+        ("disruptions by reason", _counts(result.disruptions)),
+        ("API requests by verb", _counts(result.api_requests)),
         ("virtual / wall time", f"{result.virtual_seconds:g} s / {result.wall_seconds:.1f} s"),
         ("errors", str(len(result.errors))),
     )
@@ -65,7 +80,43 @@ def _summary(result: ScenarioResult) -> str:
         for name, value in rows
     )
     errors = "".join(f"<li>{html.escape(e)}</li>" for e in result.errors[:50])
-    return f'<table class="summary">{cells}</table>' + (f"<ul>{errors}</ul>" if errors else "")
+    return (
+        f'<table class="summary">{cells}</table>'
+        + _capacity(result)
+        + (f"<ul>{errors}</ul>" if errors else "")
+    )
+
+
+def _counts(counts: dict[str, int]) -> str:
+    if not counts:
+        return "none"
+    return ", ".join(f"{name} {count:,}" for name, count in sorted(counts.items()))
+
+
+def _capacity(result: ScenarioResult) -> str:
+    """Nodes by instance type and capacity type at the end, as the terminal summary has them."""
+    if not result.capacity:
+        return ""
+    header = "".join(
+        f"<th>{name}</th>"
+        for name in ("instance type", "capacity", "nodes", "price/h each", "cost/h")
+    )
+    rows = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{html.escape(cell)}</td>"
+            for cell in (
+                row.instance_type,
+                row.capacity_type,
+                str(row.count),
+                f"${row.price_per_hour:.4f}",
+                f"${row.cost_per_hour:.4f}",
+            )
+        )
+        + "</tr>"
+        for row in result.capacity
+    )
+    return f'<h2>Nodes at the end</h2><table class="capacity"><tr>{header}</tr>{rows}</table>'
 
 
 def render_html(result: ScenarioResult) -> str:
@@ -76,7 +127,8 @@ def render_html(result: ScenarioResult) -> str:
         "<!DOCTYPE html>\n"
         f'<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
         "<style>body{font-family:sans-serif;margin:2em}"
-        "table.summary th{text-align:left;padding-right:2em}</style></head>"
+        "table.summary th{text-align:left;padding-right:2em}"
+        "table.capacity td,table.capacity th{padding:0 1em 0 0;text-align:left}</style></head>"
         f"<body><h1>{title}</h1>{_summary(result)}{plots}</body></html>\n"
     )
 

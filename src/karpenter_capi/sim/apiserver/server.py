@@ -47,6 +47,7 @@ from karpenter_capi.sim.apiserver.eviction import check_eviction
 from karpenter_capi.sim.apiserver.faults import FaultInjector
 from karpenter_capi.sim.apiserver.objects import copy_object, get_path, set_path
 from karpenter_capi.sim.apiserver.patch import json_patch, merge_patch
+from karpenter_capi.sim.apiserver.request_counts import RequestCounts
 from karpenter_capi.sim.apiserver.selectors import (
     object_filter,
     parse_field_selector,
@@ -103,6 +104,8 @@ class InMemoryAPIServer(Controllers):
         """``random_seed`` makes generated names and uids reproducible (simulations)."""
         super().__init__(clock, watch_history, random_seed)
         self.faults = FaultInjector(self._hub.drop_all, self.compact)
+        # Every request served, by verb (``sim.apiserver.request_counts``).
+        self.requests = RequestCounts()
         # Idle watches that allow bookmarks get one this often (real time, like kube's ~1/min).
         self.bookmark_interval_seconds: float | None = 60.0
         for definition in BUILTIN_DEFINITIONS:
@@ -177,6 +180,7 @@ class InMemoryAPIServer(Controllers):
         name: str | None = None,
         subresource: str | None = None,
     ) -> None:
+        self.requests.record(verb, subresource)
         self.faults.check(verb, definition.plural, definition.group_resource, name, subresource)
 
     def _present(self, obj: JsonObject, resource: Resource) -> JsonObject:

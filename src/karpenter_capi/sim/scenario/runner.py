@@ -11,114 +11,45 @@ sampled every ``sample_every`` virtual seconds.
 Cost comes from the price annotation of the scalable resource each NodeClaim waits on or was
 bound through (the NodeClaim's ``karpenter.cluster.x-k8s.io/scalable-resource`` annotation,
 written by the plugin at launch), which is the price the solver chose by. Errors are the
-``controller_runtime_reconcile_errors_total`` counts and ERROR log records.
+``controller_runtime_reconcile_errors_total`` counts and ERROR log records. API requests are
+the in-memory server's counts from the start of the run (after the scenario's objects are
+loaded), the observer's own sampling left out. What is observed lives in
+``sim.scenario.observer``, what is reported in ``sim.scenario.result``.
+
+The runner never sleeps and never prints: ``on_sample`` is handed each sample (the CLI's live
+progress display), and ``pace`` is called as virtual time advances, at most ``pace_step``
+virtual seconds apart, so a caller can hold virtual time to wall time (``simulate --realtime``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from karpenter_capi.core.api.crds import generate_crds
-from karpenter_capi.core.clock import FakeClock, parse_timestamp
+from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube.errors import Conflict, NotFound
-from karpenter_capi.core.kube.resources import (
-    DEPLOYMENTS,
-    MACHINE_DEPLOYMENTS,
-    MACHINE_POOLS,
-    NODECLAIMS,
-    NODES,
-    PODS,
-)
+from karpenter_capi.core.kube.resources import DEPLOYMENTS
 from karpenter_capi.core.operator import Operator, OperatorOptions
 from karpenter_capi.core.plugins import PluginEnvironment, Plugins
-from karpenter_capi.plugins.generic_capi.binding import ANNOTATION_SCALABLE_RESOURCE
-from karpenter_capi.plugins.generic_capi.shape import PRICE_ANNOTATION
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.capi import add_capi_emulation
 from karpenter_capi.sim.scenario.catalog import generate_catalog
+from karpenter_capi.sim.scenario.observer import Observer, percentile
+from karpenter_capi.sim.scenario.result import CapacityRow, Sample, ScenarioResult
 from karpenter_capi.sim.scenario.schema import Scenario, TimelineAction, Workload
 from karpenter_capi.sim.scheduler import SimScheduler
 from karpenter_capi.sim.workloads import add_workload_emulation
 
+__all__ = ["CapacityRow", "Sample", "ScenarioResult", "deployment", "run"]
+
 DEFAULT_PLUGINS = ("generic_capi",)
+DEFAULT_SCENARIO = "scale-from-zero"  # what ``simulate`` and ``make run`` run without a name
 DEFAULT_SAMPLE_EVERY = 15.0
-
-
-@dataclass(frozen=True)
-class Sample:
-    """The cluster at one virtual time."""
-
-    at: float
-    pods_pending: int
-    pods_bound: int
-    nodes: int
-    nodeclaims: int
-    cost_per_hour: float
-
-
-@dataclass
-class ScenarioResult:
-    scenario: str
-    pods_total: int
-    pods_bound: int
-    pods_pending: int
-    nodes: int
-    nodeclaims: int
-    cost_per_hour: float
-    cost_per_hour_peak: float
-    pod_bound_seconds: dict[str, float]
-    virtual_seconds: float
-    wall_seconds: float
-    errors: list[str] = field(default_factory=list)
-    conflicts: int = 0
-    samples: list[Sample] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        """The result with the field names ``simulate --json`` documents (snake_case)."""
-        return {
-            "scenario": self.scenario,
-            "pods_total": self.pods_total,
-            "pods_bound": self.pods_bound,
-            "pods_pending": self.pods_pending,
-            "nodes": self.nodes,
-            "nodeclaims": self.nodeclaims,
-            "cost_per_hour": self.cost_per_hour,
-            "cost_per_hour_peak": self.cost_per_hour_peak,
-            "pod_bound_seconds": dict(self.pod_bound_seconds),
-            "virtual_seconds": self.virtual_seconds,
-            "wall_seconds": round(self.wall_seconds, 3),
-            "errors": list(self.errors),
-            "conflicts": self.conflicts,
-            "samples": [asdict(sample) for sample in self.samples],
-        }
-
-    def summary(self) -> str:
-        """A few readable lines: what ``simulate SCENARIO`` prints without ``--json``."""
-        bound = self.pod_bound_seconds
-        lines = [
-            f"scenario {self.scenario}: {self.virtual_seconds:g} s of virtual time in "
-            f"{self.wall_seconds:.1f} s",
-            f"pods: {self.pods_bound} bound, {self.pods_pending} pending of {self.pods_total}",
-            f"nodes: {self.nodes}; NodeClaims: {self.nodeclaims}",
-            f"cost: ${self.cost_per_hour:.4f}/h now, ${self.cost_per_hour_peak:.4f}/h at peak",
-            "pod creation to bound: " + ", ".join(f"{k} {v:g} s" for k, v in bound.items()),
-        ]
-        if self.errors:
-            lines.append(f"{len(self.errors)} errors:")
-            lines.extend(f"  {error}" for error in self.errors[:20])
-        else:
-            lines.append("no errors")
-        return "\n".join(lines) + "\n"
-
-    def to_json_text(self) -> str:
-        return json.dumps(self.to_json(), indent=2, sort_keys=True)
 
 
 class _ErrorRecords(logging.Handler):
@@ -189,89 +120,6 @@ def _apply(server: InMemoryAPIServer, scenario: Scenario, action: TimelineAction
             server.delete(DEPLOYMENTS, workload.name, workload.namespace)
 
 
-def _prices(server: InMemoryAPIServer) -> dict[str, float]:
-    """``Kind/namespace/name`` of each scalable resource to its annotated hourly price."""
-    prices: dict[str, float] = {}
-    for resource in (MACHINE_DEPLOYMENTS, MACHINE_POOLS):
-        for obj in server.list(resource).items:
-            meta = obj["metadata"]
-            value = (meta.get("annotations") or {}).get(PRICE_ANNOTATION)
-            if value is None:
-                continue
-            try:
-                prices[f"{resource.kind}/{meta['namespace']}/{meta['name']}"] = float(value)
-            except ValueError:
-                continue
-    return prices
-
-
-def _bound_at(pod: Mapping[str, Any]) -> float | None:
-    """Seconds from creation to ``PodScheduled=True``, or ``None`` while unbound."""
-    if not (pod.get("spec") or {}).get("nodeName"):
-        return None
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
-            created = pod["metadata"].get("creationTimestamp")
-            moved = condition.get("lastTransitionTime")
-            if created and moved:
-                delta = parse_timestamp(moved) - parse_timestamp(created)
-                return max(0.0, delta.total_seconds())
-    return None
-
-
-def _percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
-    return ordered[index]
-
-
-class _Observer:
-    """Samples the cluster and remembers each pod's time to bind (pods may be deleted later)."""
-
-    def __init__(self, server: InMemoryAPIServer, clock: FakeClock) -> None:
-        self.server = server
-        self.clock = clock
-        self.start = clock.monotonic()
-        self.samples: list[Sample] = []
-        self.bound_seconds: dict[str, float] = {}
-
-    def sample(self) -> Sample:
-        pods = [
-            p
-            for p in self.server.list(PODS).items
-            if not p["metadata"].get("deletionTimestamp")
-            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-        ]
-        bound = 0
-        for pod in pods:
-            seconds = _bound_at(pod)
-            if seconds is not None:
-                bound += 1
-                self.bound_seconds.setdefault(str(pod["metadata"]["uid"]), seconds)
-        prices = _prices(self.server)
-        claims = [
-            c
-            for c in self.server.list(NODECLAIMS).items
-            if not c["metadata"].get("deletionTimestamp")
-        ]
-        cost = sum(
-            prices.get(
-                (c["metadata"].get("annotations") or {}).get(ANNOTATION_SCALABLE_RESOURCE, ""), 0.0
-            )
-            for c in claims
-        )
-        sample = Sample(
-            at=round(self.clock.monotonic() - self.start, 3),
-            pods_pending=len(pods) - bound,
-            pods_bound=bound,
-            nodes=len(self.server.list(NODES).items),
-            nodeclaims=len(claims),
-            cost_per_hour=round(cost, 6),
-        )
-        self.samples.append(sample)
-        return sample
-
-
 class _ReconcileErrors:
     """Counts failed reconciles per controller and error, as the runtime reports them.
 
@@ -313,15 +161,24 @@ def run(
     sample_every: float = DEFAULT_SAMPLE_EVERY,
     plugins: tuple[str, ...] = DEFAULT_PLUGINS,
     on_cluster: Callable[[InMemoryAPIServer], None] | None = None,
+    on_sample: Callable[[Sample], None] | None = None,
+    pace: Callable[[float], None] | None = None,
+    pace_step: float = 1.0,
+    plugin_objects: Sequence[tuple[str, object]] | None = None,
 ) -> ScenarioResult:
     """Run ``scenario`` for ``until`` virtual seconds and return its outcome.
 
+    ``plugin_objects`` (``(name, module or object)`` pairs) replaces loading ``plugins`` by
+    name, to run plugins built with test doubles (``capa`` over moto and Stubber clients).
+
     ``seed`` seeds the API server's generated names and uids (and ``random``), so two runs of
     a scenario match. ``on_cluster`` is handed the in-memory API server before anything runs
-    (``simulate --serve`` puts its HTTP front on it).
+    (``simulate --serve`` puts its HTTP front on it). ``on_sample`` is called with each
+    sample as it is taken; ``pace`` with the virtual seconds elapsed, at most ``pace_step``
+    apart, after the clock has moved there (without it the clock jumps from event to event).
     """
-    if until <= 0 or sample_every <= 0:
-        raise ValueError("until and sample_every must be positive")
+    if until <= 0 or sample_every <= 0 or pace_step <= 0:
+        raise ValueError("until, sample_every and pace_step must be positive")
     random.seed(seed)
     wall_start = time.perf_counter()
     clock = FakeClock()
@@ -337,6 +194,7 @@ def run(
         server.apply_manifests([dict(obj) for obj in infrastructure.manifests or []])
     deferred = scenario.deferred()
     server.apply_manifests([deployment(w) for w in scenario.workloads if w.name not in deferred])
+    requests_before = server.requests.snapshot()
     with _capture_errors() as records:
         environment = PluginEnvironment(
             workload=server,
@@ -347,7 +205,9 @@ def run(
         operator = Operator(
             server,
             server,
-            Plugins.load(list(plugins), environment),
+            Plugins.load(list(plugins), environment)
+            if plugin_objects is None
+            else Plugins.from_objects(plugin_objects, environment),
             clock,
             OperatorOptions(leader_elect=False, metrics_port=None),
         )
@@ -356,7 +216,7 @@ def run(
         add_workload_emulation(operator.manager)
         operator.manager.add(SimScheduler(server, operator.manager, clock))
         driver = operator.stepped()
-        observer = _Observer(server, clock)
+        observer = Observer(server, clock)
         actions = sorted((a for a in scenario.timeline if a.at <= until), key=lambda a: a.at)
         samples = [0.0]
         while samples[-1] + sample_every < until:
@@ -370,20 +230,28 @@ def run(
         driver.run_until_quiet()
         now = 0.0
         for at, _, action in events:
-            if at > now:
-                driver.advance(at - now)
-                now = at
+            while at > now:
+                step_to = at if pace is None else min(at, now + pace_step)
+                driver.advance(step_to - now)
+                now = step_to
+                if pace is not None:
+                    pace(now)
             if action is not None:
                 _apply(server, scenario, action)
                 driver.run_until_quiet()
             else:
-                observer.sample()
+                sample = observer.sample()
+                if on_sample is not None:
+                    on_sample(sample)
+    api_requests = server.requests.since(requests_before)
+    for verb, count in observer.own_requests.items():
+        api_requests[verb] = api_requests.get(verb, 0) - count
     final = observer.samples[-1]
     bound = list(observer.bound_seconds.values())
     pod_bound_seconds = (
         {
-            "p50": round(_percentile(bound, 0.5), 3),
-            "p95": round(_percentile(bound, 0.95), 3),
+            "p50": round(percentile(bound, 0.5), 3),
+            "p95": round(percentile(bound, 0.95), 3),
             "max": round(max(bound), 3),
         }
         if bound
@@ -404,4 +272,7 @@ def run(
         errors=reconcile_errors.messages() + records.messages,
         conflicts=reconcile_errors.conflicts,
         samples=observer.samples,
+        disruptions=observer.disruptions(),
+        api_requests={verb: count for verb, count in api_requests.items() if count > 0},
+        capacity=observer.capacity(),
     )

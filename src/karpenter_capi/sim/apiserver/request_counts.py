@@ -1,0 +1,43 @@
+"""How many requests the in-memory API server served, by verb.
+
+The load a controller puts on the API server is one of the figures a simulated run reports
+(``simulate`` prints it; kube-apiserver's ``apiserver_request_total`` is the real-world
+equivalent). Every request, in process or through the HTTP front, passes the server's fault
+check first, so that is where it is counted. The key is the verb, with the subresource after a
+slash when there is one: ``get``, ``list``, ``watch``, ``create``, ``update``, ``patch``,
+``delete``, ``update/status``, ``patch/scale``, ``create/eviction``. Discovery and OpenAPI
+documents are not API requests and are not counted.
+
+The counter sits on the hot path of every simulation, so it is a dict increment under a lock
+of its own (never the server's lock, which writers hold while copying objects).
+"""
+
+from __future__ import annotations
+
+import threading
+
+
+class RequestCounts:
+    """Thread-safe request counts by ``verb`` or ``verb/subresource``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+
+    def record(self, verb: str, subresource: str | None = None) -> None:
+        if verb == "evict":  # the Eviction API is a create on pods/eviction
+            verb = "create"
+        key = f"{verb}/{subresource}" if subresource else verb
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0) + 1
+
+    def snapshot(self) -> dict[str, int]:
+        """The counts so far, by key (a copy)."""
+        with self._lock:
+            return dict(self._counts)
+
+    def since(self, earlier: dict[str, int]) -> dict[str, int]:
+        """The requests served after ``earlier`` (a ``snapshot``), keys without any left out."""
+        now = self.snapshot()
+        delta = {key: count - earlier.get(key, 0) for key, count in now.items()}
+        return {key: count for key, count in sorted(delta.items()) if count > 0}

@@ -1,0 +1,103 @@
+"""The figures a scenario run produces, and their JSON form.
+
+Kept apart from the runner so that what a run *reports* (the documented ``simulate --json``
+fields, the samples the HTML report plots, the summary table) can be read, tested and extended
+without the machinery that wires controllers together.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# NodeClaim states in lifecycle order; each NodeClaim is in exactly one (its latest).
+NODECLAIM_STATES = ("launching", "launched", "registered", "initialized", "deleting")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The cluster at one virtual time.
+
+    ``nodeclaims`` counts NodeClaims not being deleted; ``nodeclaims_by_state`` counts every
+    NodeClaim by its latest state (``NODECLAIM_STATES``). ``disruptions`` counts, by reason,
+    the NodeClaims disrupted since the run began plus those being disrupted (see
+    ``sim.scenario.observer``).
+    """
+
+    at: float
+    pods_pending: int
+    pods_bound: int
+    nodes: int
+    nodeclaims: int
+    cost_per_hour: float
+    nodeclaims_by_state: dict[str, int] = field(default_factory=dict)
+    disruptions: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CapacityRow:
+    """NodeClaims of one instance type, capacity type and price at the end of a run."""
+
+    instance_type: str
+    capacity_type: str
+    count: int
+    price_per_hour: float
+
+    @property
+    def cost_per_hour(self) -> float:
+        return round(self.count * self.price_per_hour, 6)
+
+
+@dataclass
+class ScenarioResult:
+    scenario: str
+    pods_total: int
+    pods_bound: int
+    pods_pending: int
+    nodes: int
+    nodeclaims: int
+    cost_per_hour: float
+    cost_per_hour_peak: float
+    pod_bound_seconds: dict[str, float]
+    virtual_seconds: float
+    wall_seconds: float
+    errors: list[str] = field(default_factory=list)
+    conflicts: int = 0
+    samples: list[Sample] = field(default_factory=list)
+    disruptions: dict[str, int] = field(default_factory=dict)
+    api_requests: dict[str, int] = field(default_factory=dict)
+    capacity: list[CapacityRow] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The result with the field names ``simulate --json`` documents (snake_case)."""
+        return {
+            "scenario": self.scenario,
+            "pods_total": self.pods_total,
+            "pods_bound": self.pods_bound,
+            "pods_pending": self.pods_pending,
+            "nodes": self.nodes,
+            "nodeclaims": self.nodeclaims,
+            "cost_per_hour": self.cost_per_hour,
+            "cost_per_hour_peak": self.cost_per_hour_peak,
+            "pod_bound_seconds": dict(self.pod_bound_seconds),
+            "disruptions": dict(self.disruptions),
+            "api_requests": dict(self.api_requests),
+            "capacity": [
+                {**asdict(row), "cost_per_hour": row.cost_per_hour} for row in self.capacity
+            ],
+            "virtual_seconds": self.virtual_seconds,
+            "wall_seconds": round(self.wall_seconds, 3),
+            "errors": list(self.errors),
+            "conflicts": self.conflicts,
+            "samples": [asdict(sample) for sample in self.samples],
+        }
+
+    def summary(self) -> str:
+        """The readable tables ``simulate SCENARIO`` prints without ``--json``."""
+        from karpenter_capi.sim.scenario.summary import render_summary
+
+        return render_summary(self)
+
+    def to_json_text(self) -> str:
+        return json.dumps(self.to_json(), indent=2, sort_keys=True)

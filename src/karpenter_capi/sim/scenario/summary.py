@@ -1,0 +1,120 @@
+"""The summary ``simulate SCENARIO`` prints at the end of a run: a few aligned tables.
+
+A newcomer running ``make run`` should see at a glance what the autoprovisioner bought and
+why it cost what it did (nodes by instance type and capacity type, with prices), how fast
+pods got a node, what was disrupted and how hard the controllers worked the API server. The
+JSON output carries the same figures for machines; this is for people, so it is plain text
+in aligned columns that fit 100 columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from karpenter_capi.sim.scenario.result import ScenarioResult
+
+WIDTH = 100
+_GAP = "  "
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[bool]) -> str:
+    """Aligned columns: text left, numbers right; cells too wide for 100 columns are cut."""
+    widths = [len(h) for h in header]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+    spare = WIDTH - sum(widths) - len(_GAP) * (len(widths) - 1)
+    if spare < 0:  # shrink the first (the only free-text) column
+        widths[0] = max(len(header[0]), widths[0] + spare)
+    lines = []
+    for row in [list(header), *rows]:
+        cells = []
+        for cell, width, right in zip(row, widths, numeric, strict=True):
+            text = cell if len(cell) <= width else cell[: width - 1] + "~"
+            cells.append(text.rjust(width) if right else text.ljust(width))
+        lines.append(_GAP.join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def _money(value: float) -> str:
+    return f"${value:,.4f}"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g} s"
+
+
+def _capacity(result: ScenarioResult) -> str:
+    if not result.capacity:
+        return "no nodes at the end"
+    rows = [
+        [
+            row.instance_type,
+            row.capacity_type,
+            str(row.count),
+            _money(row.price_per_hour),
+            _money(row.cost_per_hour),
+        ]
+        for row in result.capacity
+    ]
+    total = sum(row.count for row in result.capacity)
+    rows.append(["total", "", str(total), "", _money(result.cost_per_hour)])
+    header = ["instance type", "capacity", "nodes", "price/h each", "cost/h"]
+    return table(header, rows, [False, False, True, True, True])
+
+
+def _counts(title: str, counts: dict[str, int], key: str) -> str:
+    if not counts:
+        return f"{title}: none"
+    rows = [[name, f"{count:,}"] for name, count in sorted(counts.items(), key=lambda i: -i[1])]
+    if len(rows) > 1:
+        rows.append(["total", f"{sum(counts.values()):,}"])
+    return f"{title}:\n" + table([key, "count"], rows, [False, True])
+
+
+def _errors(result: ScenarioResult, limit: int = 20) -> str:
+    if not result.errors:
+        return "errors: none"
+    lines = [f"errors: {len(result.errors)}"]
+    lines.extend(f"  {error[: WIDTH - 2]}" for error in result.errors[:limit])
+    if len(result.errors) > limit:
+        lines.append(f"  ... and {len(result.errors) - limit} more (--json lists them all)")
+    return "\n".join(lines)
+
+
+def render_summary(result: ScenarioResult) -> str:
+    """The whole summary, ending with a newline."""
+    bound = result.pod_bound_seconds
+    latency = (
+        "   ".join(f"{name} {_seconds(bound[name])}" for name in ("p50", "p95", "max"))
+        if bound
+        else "no pod bound"
+    )
+    overview = table(
+        ["", ""],
+        [
+            [
+                "pods",
+                f"{result.pods_bound} bound, {result.pods_pending} pending, "
+                f"{result.pods_total} in all",
+            ],
+            ["nodes", f"{result.nodes} (NodeClaims: {result.nodeclaims})"],
+            [
+                "cost per hour",
+                f"{_money(result.cost_per_hour)} now, {_money(result.cost_per_hour_peak)} at peak",
+            ],
+            ["pod creation to bound", latency],
+        ],
+        [False, False],
+    ).split("\n", 1)[1]
+    sections = [
+        f"scenario {result.scenario}: {result.virtual_seconds:g} s of virtual time in "
+        f"{result.wall_seconds:.1f} s wall",
+        overview,
+        _capacity(result),
+        _counts("disruptions by reason", result.disruptions, "reason"),
+        _counts("API requests by verb", result.api_requests, "verb"),
+        _errors(result),
+    ]
+    return "\n\n".join(sections) + "\n"

@@ -1,0 +1,159 @@
+"""The figures a run reports beyond pods and cost: API requests, disruptions, pacing."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from typing import Any
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.api.crds import generate_crds
+from karpenter_capi.core.clock import FakeClock
+from karpenter_capi.core.kube.resources import NODECLAIMS, PODS
+from karpenter_capi.sim.apiserver import InMemoryAPIServer
+from karpenter_capi.sim.apiserver.http import HttpFront
+from karpenter_capi.sim.scenario.observer import Observer
+from karpenter_capi.sim.scenario.result import Sample
+from karpenter_capi.sim.scenario.runner import run
+from karpenter_capi.sim.scenario.schema import load_scenario
+
+
+def _pod(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"containers": [{"name": "main", "image": "pause"}]},
+    }
+
+
+def test_the_api_server_counts_requests_by_verb_in_process_and_over_http() -> None:
+    server = InMemoryAPIServer()
+    before = server.requests.snapshot()
+    server.create(PODS, _pod("a"), "default")
+    server.get(PODS, "a", "default")
+    server.list(PODS, "default")
+    server.patch(PODS, "a", {"metadata": {"labels": {"x": "y"}}}, "default")
+    server.patch(PODS, "a", {"status": {"phase": "Running"}}, "default", subresource="status")
+    server.evict("a", "default")
+    assert server.requests.since(before) == {
+        "create": 1,
+        "create/eviction": 1,
+        "get": 1,
+        "list": 1,
+        "patch": 1,
+        "patch/status": 1,
+    }
+    before = server.requests.snapshot()
+    with HttpFront(server, host="127.0.0.1", port=0) as front:
+        with urllib.request.urlopen(f"{front.url}/api/v1/namespaces/default/pods") as reply:
+            assert json.load(reply)["kind"] == "PodList"
+        with urllib.request.urlopen(f"{front.url}/api") as reply:  # discovery: not counted
+            reply.read()
+    assert server.requests.since(before) == {"list": 1}
+
+
+def test_a_run_reports_the_api_requests_the_controllers_made() -> None:
+    result = run(load_scenario("scale-from-zero"), until=60)
+    requests = result.to_json()["api_requests"]
+    # The controllers created NodeClaims and Machines, wrote statuses, and watched.
+    assert requests["create"] > 0
+    assert requests["patch/status"] > 0
+    assert requests["watch"] > 0
+    assert all(count > 0 for count in requests.values())
+
+
+def _claim(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeClassRef": {
+                "group": wellknown.NODECLASS_GROUP,
+                "kind": wellknown.NODECLASS_KIND,
+                "name": "not-there",
+            },
+            "requirements": [],
+        },
+    }
+
+
+def _disrupt(server: InMemoryAPIServer, name: str, reason: str | None) -> None:
+    """Mark a NodeClaim as the disruption controller does (``None``: withdraw the mark)."""
+    condition = {
+        "type": "DisruptionReason",
+        "status": "True",
+        "reason": reason,
+        "message": "",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+    conditions = [condition] if reason else []
+    server.patch(NODECLAIMS, name, {"status": {"conditions": conditions}}, subresource="status")
+
+
+def test_disruptions_count_nodeclaims_deleted_while_marked_even_between_samples() -> None:
+    servers: list[InMemoryAPIServer] = []
+    taken: list[Sample] = []
+
+    def on_sample(sample: Sample) -> None:
+        taken.append(sample)
+        server = servers[0]
+        if sample.at == 15:
+            # Marked and deleted between two samples: the watch still sees it.
+            server.create(NODECLAIMS, _claim("emptied"))
+            _disrupt(server, "emptied", "Empty")
+            server.delete(NODECLAIMS, "emptied")
+            # Marked and not (yet) deleted: in flight, counted.
+            server.create(NODECLAIMS, _claim("drifted"))
+            _disrupt(server, "drifted", "Drifted")
+            server.create(NODECLAIMS, _claim("rolled-back"))
+            _disrupt(server, "rolled-back", "Underutilized")
+        elif sample.at == 30:
+            # The controller gave up on it: not a disruption after all.
+            _disrupt(server, "rolled-back", None)
+
+    result = run(
+        load_scenario("scale-from-zero"),
+        until=60,
+        on_cluster=servers.append,
+        on_sample=on_sample,
+    )
+    assert result.disruptions == {"Drifted": 1, "Empty": 1}
+    assert result.to_json()["disruptions"] == result.disruptions
+    by_time = {sample.at: sample.disruptions for sample in result.samples}
+    assert by_time[15] == {}
+    assert by_time[30] == {"Drifted": 1, "Empty": 1, "Underutilized": 1}
+    assert by_time[45] == by_time[60] == result.disruptions
+    assert taken == result.samples
+
+
+def test_a_pacer_sees_virtual_time_advance_in_steps() -> None:
+    paced: list[float] = []
+    result = run(load_scenario("scale-from-zero"), until=30, pace=paced.append, pace_step=5)
+    assert paced == [5, 10, 15, 20, 25, 30]
+    assert result.virtual_seconds == 30
+
+
+def test_nodeclaims_are_counted_by_state_in_each_sample() -> None:
+    result = run(load_scenario("scale-from-zero"), until=120)
+    last = result.samples[-1]
+    assert last.nodeclaims_by_state["initialized"] == result.nodeclaims > 0
+    assert sum(last.nodeclaims_by_state.values()) == result.nodeclaims
+    assert sum(row.count for row in result.capacity) == result.nodeclaims
+    assert round(sum(row.cost_per_hour for row in result.capacity), 6) == result.cost_per_hour
+
+
+def test_disruptions_survive_a_watch_history_that_expired_between_samples() -> None:
+    server = InMemoryAPIServer(clock=FakeClock())
+    server.apply_manifests(generate_crds())
+    server.register_cluster_api()
+    observer = Observer(server, FakeClock())
+    server.create(NODECLAIMS, _claim("emptied"))
+    _disrupt(server, "emptied", "Empty")
+    assert observer.sample().disruptions == {"Empty": 1}  # in flight
+    server.delete(NODECLAIMS, "emptied")
+    server.compact()  # the watch must relist: the deletion is known only by its absence
+    assert observer.sample().disruptions == {"Empty": 1}
+    # Five lists a sample (pods, MachineDeployments, MachinePools, NodeClaims, Nodes) + a relist.
+    assert observer.own_requests["list"] == 2 * 5 + 1
