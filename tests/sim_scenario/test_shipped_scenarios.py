@@ -17,7 +17,15 @@ from typing import Any
 import pytest
 
 from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.kube.resources import MACHINE_POOLS, NODECLAIMS, NODES, PODS
+from karpenter_capi.core.clock import parse_timestamp
+from karpenter_capi.core.kube.resources import (
+    MACHINE_POOLS,
+    MACHINES,
+    NODECLAIMS,
+    NODEPOOLS,
+    NODES,
+    PODS,
+)
 from karpenter_capi.plugins.generic_capi.binding import ANNOTATION_SCALABLE_RESOURCE
 from karpenter_capi.sim.apiserver.server import InMemoryAPIServer
 from karpenter_capi.sim.scenario import runner
@@ -41,6 +49,7 @@ EXPECTED: dict[str, Expected] = {
     "scale-from-zero": Expected(until=150, pods_total=15),
     "basic-1000": Expected(until=900, pods_total=700),
     "consolidation": Expected(until=600, pods_total=40),
+    "drift": Expected(until=600, pods_total=12),
     "hostname-spread": Expected(until=30, pods_total=20),
     "wide-deployments": Expected(until=30, pods_total=1000),
     "anti-affinity-500": Expected(until=30, pods_total=500),
@@ -102,7 +111,7 @@ def _run(scenario: Scenario, servers: list[InMemoryAPIServer], until: float) -> 
 
 # Scenarios whose outcome is judged over time (cost at the peak versus at the end): run once
 # with samples every 15 s, shared by the tests that look at them.
-_SAMPLED = {"basic-1000", "consolidation"}
+_SAMPLED = {"basic-1000", "consolidation", "drift"}
 
 
 @functools.cache
@@ -262,3 +271,20 @@ def test_basic_1000_settles_within_ten_percent_of_fresh_provisioning() -> None:
     assert fresh.pods_bound == settled.pods_bound == 700
     assert settled.cost_per_hour <= 1.10 * fresh.cost_per_hour
     assert settled.cost_per_hour < settled.cost_per_hour_peak
+
+
+def test_drift_replaces_every_machine_made_from_the_old_template() -> None:
+    run = _sampled("drift", EXPECTED["drift"].until)
+    result = run.result
+    assert result.errors == []
+    assert result.pods_pending == 0
+    assert result.disruptions.get("Drifted", 0) >= 1
+    machines = run.live(MACHINES)
+    assert machines
+    assert {m["spec"]["version"] for m in machines} == {"v1.32.0"}
+    # Every NodeClaim now standing was launched after the upgrade, at 2 minutes.
+    [pool] = run.live(NODEPOOLS)  # created when the run starts
+    start = parse_timestamp(pool["metadata"]["creationTimestamp"])
+    for claim in run.live(NODECLAIMS):
+        created = parse_timestamp(claim["metadata"]["creationTimestamp"])
+        assert (created - start).total_seconds() >= 120

@@ -1,7 +1,7 @@
 """The embedded demo: a scenario in an in-memory cluster, what the controller decided and did.
 
-``make run`` (``karpenter-capi simulate --demo``) shows a newcomer the product working with no
-cluster at all: the scenario's Cluster API objects, NodeClass, NodePool and pods go into an
+``karpenter-capi simulate --demo`` (``make run`` runs the ``scale-from-zero`` scenario instead,
+through ``sim.scenario``) shows the product working step by step with no cluster at all: the scenario's Cluster API objects, NodeClass, NodePool and pods go into an
 ``InMemoryAPIServer``, the pods are marked unschedulable as kube-scheduler marks pods no node can
 hold, and the real provisioning round (real plugins loaded through their entry points, real
 NodeClaims written through the API) runs twice: the first launches, the second proves that pods

@@ -63,6 +63,7 @@ def _machine_deployment(
         "spec": {
             "clusterName": catalog.cluster_name,
             "replicas": 0,
+            "rollout": {"strategy": {"type": catalog.rollout_strategy}},
             "selector": {"matchLabels": {"cluster.x-k8s.io/deployment-name": name}},
             "template": {
                 "metadata": {

@@ -33,7 +33,13 @@ from typing import Any
 from karpenter_capi.core.api.crds import generate_crds
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube.errors import Conflict, NotFound
-from karpenter_capi.core.kube.resources import DEPLOYMENTS
+from karpenter_capi.core.kube.resources import (
+    DEPLOYMENTS,
+    MACHINE_DEPLOYMENTS,
+    MACHINE_POOLS,
+    MACHINE_SETS,
+    NODEPOOLS,
+)
 from karpenter_capi.core.operator import Operator, OperatorOptions
 from karpenter_capi.core.plugins import PluginEnvironment, Plugins
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
@@ -104,7 +110,36 @@ def deployment(workload: Workload, replicas: int | None = None) -> dict[str, Any
     }
 
 
+def _patch(server: InMemoryAPIServer, scenario: Scenario, action: TimelineAction) -> None:
+    """A merge patch on one infrastructure object, or on every one of its kind (``*``)."""
+    assert action.kind is not None
+    assert action.patch is not None
+    resource = _PATCHABLE[action.kind]
+    namespace = None
+    if resource.namespaced:
+        catalog = scenario.infrastructure.catalog
+        namespace = catalog.namespace if catalog is not None else "default"
+    if action.target == "*":
+        names = [str(o["metadata"]["name"]) for o in server.list(resource, namespace).items]
+    else:
+        names = [action.target]
+    for name in names:
+        with suppress(NotFound):
+            server.patch(resource, name, action.patch, namespace)
+
+
+_PATCHABLE = {
+    "MachineDeployment": MACHINE_DEPLOYMENTS,
+    "MachineSet": MACHINE_SETS,
+    "MachinePool": MACHINE_POOLS,
+    "NodePool": NODEPOOLS,
+}
+
+
 def _apply(server: InMemoryAPIServer, scenario: Scenario, action: TimelineAction) -> None:
+    if action.action == "patch":
+        _patch(server, scenario, action)
+        return
     workload = next(w for w in scenario.workloads if w.name == action.target)
     if action.action == "deploy":
         server.apply_manifests([deployment(workload, action.replicas)])

@@ -88,6 +88,10 @@ class Catalog(_Strict):
     nodepool_limits: dict[str, str] = Field(default_factory=dict)
     consolidation_policy: Literal["WhenEmpty", "WhenEmptyOrUnderutilized"] = "WhenEmpty"
     consolidate_after: str = "Never"
+    rollout_strategy: Literal["OnDelete", "RollingUpdate"] = "OnDelete"
+    """How the MachineDeployments roll out a template change. ``OnDelete`` (the default, and
+    what docs/generic-capi.md recommends) leaves drifted Machines to Karpenter's drift
+    replacement; ``RollingUpdate`` lets Cluster API replace them itself."""
 
     @field_validator("cpus")
     @classmethod
@@ -145,12 +149,16 @@ class Workload(_Strict):
 
 
 class TimelineAction(_Strict):
-    """At ``at`` after the start: ``scale`` a workload, ``deploy`` it, or ``delete`` it."""
+    """At ``at`` after the start: ``scale`` a workload, ``deploy`` it, or ``delete`` it; or
+    ``patch`` an object of the infrastructure (``kind``, ``target`` its name or ``*`` for
+    every one of that kind) with a JSON merge patch, as a user's ``kubectl patch`` would."""
 
     at: float
-    action: Literal["scale", "deploy", "delete"]
+    action: Literal["scale", "deploy", "delete", "patch"]
     target: str
     replicas: int | None = Field(default=None, ge=0)
+    kind: Literal["MachineDeployment", "MachineSet", "MachinePool", "NodePool"] | None = None
+    patch: dict[str, Any] | None = None
 
     @field_validator("at", mode="before")
     @classmethod
@@ -163,6 +171,10 @@ class TimelineAction(_Strict):
     def _replicas_for_scale(self) -> TimelineAction:
         if self.action == "scale" and self.replicas is None:
             raise ValueError("scale needs replicas")
+        if self.action == "patch" and (self.kind is None or self.patch is None):
+            raise ValueError("patch needs kind and patch")
+        if self.action != "patch" and (self.kind is not None or self.patch is not None):
+            raise ValueError("only patch takes kind and patch")
         return self
 
 
@@ -195,7 +207,7 @@ class Scenario(_Strict):
                 problems.append(f"workloads[{index}].name: {workload.name!r} is used twice")
             names.add(workload.name)
         for index, action in enumerate(self.timeline):
-            if action.target not in names:
+            if action.action != "patch" and action.target not in names:
                 problems.append(f"timeline[{index}].target: no workload named {action.target!r}")
         return problems
 
