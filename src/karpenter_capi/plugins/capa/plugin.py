@@ -43,6 +43,7 @@ from karpenter_capi.plugins.cloud.pricebook import (
     PriceBook,
     PriceSnapshot,
     PriceStore,
+    ReadOnlyPriceStore,
 )
 
 log = logging.getLogger(__name__)
@@ -84,19 +85,6 @@ def _positive(ctx: PluginContext, name: str, default: float | None) -> float | N
     if value <= 0:
         raise NodeClassNotReadyError(f"plugin option capa.{name}", f"{raw!r} must be positive")
     return value
-
-
-class _ReadOnlyStore:
-    """A store that loads but never writes (``--dry-run`` writes nothing to the cluster)."""
-
-    def __init__(self, store: PriceStore) -> None:
-        self._store = store
-
-    def load(self) -> PriceSnapshot | None:
-        return self._store.load()
-
-    def save(self, snapshot: PriceSnapshot) -> None:
-        return None
 
 
 class CapaPlugin:
@@ -270,7 +258,7 @@ def _store(ctx: PluginContext, client: KubeClient, region: str) -> PriceStore | 
     store: PriceStore = ConfigMapPriceStore(
         client, namespace, f"karpenter-capi-prices-aws-{region}"
     )
-    return _ReadOnlyStore(store) if ctx.dry_run else store
+    return ReadOnlyPriceStore(store) if ctx.dry_run else store
 
 
 def _is_aws_template(template: Mapping[str, Any]) -> bool:

@@ -54,6 +54,7 @@ from karpenter_capi.plugins.cloud.pricebook import (
     PriceBook,
     PriceSnapshot,
     PriceStore,
+    ReadOnlyPriceStore,
 )
 from karpenter_capi.plugins.cloud.unavailable import UnavailableOfferings
 
@@ -152,19 +153,6 @@ class CapzSettings:
             prices_namespace=namespace if store == "configmap" else None,
             dry_run=dry_run,
         )
-
-
-class _ReadOnlyStore:
-    """Loads stored prices but never writes them (``--dry-run`` writes nothing)."""
-
-    def __init__(self, store: PriceStore) -> None:
-        self._store = store
-
-    def load(self) -> PriceSnapshot | None:
-        return self._store.load()
-
-    def save(self, snapshot: PriceSnapshot) -> None:
-        return None
 
 
 class _TargetCache:
@@ -296,7 +284,7 @@ class CapzProvider:
         if not namespace:
             return None
         store = ConfigMapPriceStore(self._management, namespace, PRICES_CONFIGMAP_PREFIX + location)
-        return _ReadOnlyStore(store) if self.settings.dry_run else store
+        return ReadOnlyPriceStore(store) if self.settings.dry_run else store
 
     def _fetch_prices(self, location: str) -> PriceSnapshot:
         with timed(self._metrics, "RetailPrices"):

@@ -120,6 +120,20 @@ class PriceStore(Protocol):
         ...
 
 
+class ReadOnlyPriceStore:
+    """Loads stored prices but never writes them: what ``--dry-run`` (which writes nothing to
+    the cluster) gives a price book."""
+
+    def __init__(self, store: PriceStore) -> None:
+        self._store = store
+
+    def load(self) -> PriceSnapshot | None:
+        return self._store.load()
+
+    def save(self, snapshot: PriceSnapshot) -> None:
+        return None
+
+
 class ConfigMapPriceStore:
     """A ``PriceStore`` in one ConfigMap (``data["prices.json"]``).
 
