@@ -9,6 +9,10 @@ replacement no dearer); only then does the orchestrator carry it out. Drift is n
 replacements, and the nodes provisioning counted pending pods on in the last
 ``nomination_window``, are left alone.
 
+A pass that finds nothing is not repeated until something it reads changes (the Nodes,
+NodeClaims, pods, NodePools, NodeClasses and PDBs in the caches, the protected names) or the
+minute turns, which also bounds how long a change outside those (a price) waits.
+
 On its first pass the controller removes the ``karpenter.sh/disrupted`` taint and the
 ``DisruptionReason`` condition from nodes a previous process left mid-command (their NodeClaims
 are not deleting), as upstream does at start-up: the commands died with that process.
@@ -109,6 +113,7 @@ class DisruptionController:
         self._protected_until: dict[str, float] = {}
         self._started = False
         self._raw_pools: dict[str, Mapping[str, Any]] = {}
+        self._quiet_since: int | None = None
         self.last_report: PassReport | None = None
         self.history: list[InFlight] = []
 
@@ -143,11 +148,17 @@ class DisruptionController:
             pending, self._pending = self._pending, None
             self._validate_and_start(pending.command, snapshot)
             return Result(requeue_after=self.interval)
+        fingerprint = self._fingerprint(snapshot)
+        if fingerprint == self._quiet_since:
+            # Nothing a pass reads has changed since one found nothing to do.
+            return Result(requeue_after=self.interval)
         report = self._plan(snapshot, self._inventories())
         self.last_report = report
         command = report.command
         if command is None:
+            self._quiet_since = fingerprint
             return Result(requeue_after=self.interval)
+        self._quiet_since = None
         if command.reason.value == "Drifted" or self.settings.validation_delay <= 0:
             self._start(command)
             return Result(requeue_after=self.interval)
@@ -158,6 +169,35 @@ class DisruptionController:
         )
         self._pending = _Pending(command, now + self.settings.validation_delay)
         return Result(requeue_after=self.settings.validation_delay)
+
+    def _fingerprint(self, snapshot: ClusterSnapshot) -> int:
+        """A digest of everything a pass depends on: the objects' resourceVersions, the
+        protected names, and the minute (budget schedules and do-not-disrupt durations move
+        with time alone)."""
+        caches = self._ctx.caches
+
+        def versions(objects: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+            return tuple(
+                sorted(
+                    f"{(o.get('metadata') or {}).get('namespace', '')}/"
+                    f"{(o.get('metadata') or {}).get('name', '')}@"
+                    f"{(o.get('metadata') or {}).get('resourceVersion', '')}"
+                    for o in objects
+                )
+            )
+
+        return hash(
+            (
+                versions(snapshot.nodes),
+                versions(snapshot.nodeclaims),
+                versions(snapshot.pods),
+                versions(caches.store(NODEPOOLS).list()),
+                versions(caches.store(CLUSTER_API_NODE_CLASSES).list()),
+                versions(caches.store(POD_DISRUPTION_BUDGETS).list()),
+                self._protected(),
+                self._ctx.clock.now().replace(second=0, microsecond=0),
+            )
+        )
 
     def _inventories(self) -> list[NodePoolInventory]:
         try:
