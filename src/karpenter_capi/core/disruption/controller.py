@@ -21,6 +21,7 @@ are not deleting), as upstream does at start-up: the commands died with that pro
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -65,6 +66,7 @@ DEFAULT_VALIDATION_DELAY: Final = 15.0
 DEFAULT_REPLACEMENT_TIMEOUT: Final = 600.0
 DEFAULT_NOMINATION_WINDOW: Final = 20.0
 """Upstream's: twice the batching window's maximum, so a pod still in a batch is covered."""
+HISTORY: Final = 100
 REPLACEMENT_GRACE: Final = 300.0
 """How long a replacement stays protected after its command ends, while the moved pods land."""
 
@@ -115,7 +117,8 @@ class DisruptionController:
         self._raw_pools: dict[str, Mapping[str, Any]] = {}
         self._quiet_since: int | None = None
         self.last_report: PassReport | None = None
-        self.history: list[InFlight] = []
+        self.history: deque[InFlight] = deque(maxlen=HISTORY)
+        """The latest commands started, for tests and debugging (bounded)."""
 
     def reads(self) -> Sequence[tuple[Resource, str]]:
         return [
