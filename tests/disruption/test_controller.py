@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.kube.resources import NODEPOOLS, NODES
+from karpenter_capi.core.kube.resources import MACHINE_DEPLOYMENTS, NODEPOOLS, NODES
+from karpenter_capi.plugins.generic_capi.binding import ANNOTATION_SCALABLE_RESOURCE
 from karpenter_capi.sim.scenario.schema import Catalog
 
 from .sim_world import SimWorld
@@ -177,3 +178,41 @@ def test_a_restart_mid_command_restores_the_nodes_it_had_tainted() -> None:
     node = world.server.get(NODES, node["metadata"]["name"])
     assert wellknown.TAINT_DISRUPTED_KEY not in [t["key"] for t in node["spec"].get("taints") or []]
     assert len(world.nodes()) == 1
+
+
+def test_a_machine_deployment_at_its_min_size_is_not_shrunk() -> None:
+    world = SimWorld.build(
+        CATALOG,
+        disruption={
+            "consolidationPolicy": "WhenEmpty",
+            "consolidateAfter": "30s",
+            "budgets": [{"nodes": "100%"}],
+        },
+    )
+    world.deploy("web", 1, "1500m", "1Gi")
+    world.advance(60)
+    [claim] = world.nodeclaims()
+    kind, namespace, name = claim["metadata"]["annotations"][ANNOTATION_SCALABLE_RESOURCE].split(
+        "/"
+    )
+    assert kind == "MachineDeployment"
+    # The operator declares the MachineDeployment's floor: it keeps one Machine.
+    world.server.patch(
+        MACHINE_DEPLOYMENTS,
+        name,
+        {"metadata": {"annotations": {wellknown.ANNOTATION_AUTOSCALER_MIN_SIZE: "1"}}},
+        namespace,
+    )
+    world.scale("web", 0)
+    world.advance(300)
+
+    # Empty, consolidatable, yet kept: removing it would only make Cluster API replace it.
+    [still] = world.nodeclaims()
+    assert still["metadata"]["name"] == claim["metadata"]["name"]
+    assert _condition(still, "Consolidatable") is not None
+    controller = next(c for c in world.operator.manager.entries if c.name == "disruption")
+    report = controller.controller.last_report
+    assert report is not None
+    assert "at its min size (1)" in report.excluded[claim["metadata"]["name"]]
+    md = world.server.get(MACHINE_DEPLOYMENTS, name, namespace)
+    assert md["spec"]["replicas"] == 1

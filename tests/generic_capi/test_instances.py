@@ -8,8 +8,17 @@ from generic_capi_env import SHAPES, Env, names, new_env
 
 from karpenter_capi.core.errors import InstanceNotFoundError
 from karpenter_capi.core.kube import MACHINES
-from karpenter_capi.plugins.generic_capi.binding import LABEL_MEMBER
-from karpenter_capi.plugins.generic_capi.instances import LABEL_SCALE_DOWN_HEADROOM
+from karpenter_capi.core.kube.discovery import capi_resources
+from karpenter_capi.plugins.generic_capi.binding import (
+    ANNOTATION_NODECLAIM,
+    LABEL_MEMBER,
+    MachineFacts,
+    machine_facts,
+)
+from karpenter_capi.plugins.generic_capi.instances import (
+    LABEL_SCALE_DOWN_HEADROOM,
+    MachineCache,
+)
 
 MIN_SIZE = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
 
@@ -116,3 +125,40 @@ def test_get_reports_the_scale_down_headroom_under_a_min_size(
 
     # Three replicas (the user's and two launched), min size one: two can go.
     assert instance.labels == {LABEL_SCALE_DOWN_HEADROOM: "2"}
+
+
+def _member(name: str, claim: str, provider_id: str, *, deleting: bool = False) -> MachineFacts:
+    meta: dict[str, object] = {
+        "name": name,
+        "namespace": "default",
+        "labels": {LABEL_MEMBER: ""},
+        "annotations": {ANNOTATION_NODECLAIM: claim} if claim else {},
+    }
+    if deleting:
+        meta["deletionTimestamp"] = "2024-01-01T00:00:00Z"
+    return machine_facts({"metadata": meta, "spec": {"providerID": provider_id}})
+
+
+def test_the_cache_indexes_follow_every_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    # bound_to, bound_claims and by_provider_id answer from indexes kept in step with what
+    # the cache is told, not by scanning it.
+    env = new_env(monkeypatch=monkeypatch, options={"cache_ttl": "3600"})
+    cache = MachineCache(env.plugin_management, capi_resources(env.api, {}), env.clock, 3600)
+    cache.refresh()
+    a = _member("m-a", "nc-a", "sim://a")
+    b = _member("m-b", "nc-b", "sim://b")
+    cache.observe_all([a, b])
+    assert cache.bound_to("nc-a") == [a]
+    assert cache.bound_claims() == {"nc-a", "nc-b"}
+    assert cache.by_provider_id("sim://b") == b
+
+    rebound = _member("m-a", "nc-c", "sim://a2")
+    cache.observe_all([rebound, _member("m-b", "nc-b", "sim://b", deleting=True)])
+    assert cache.bound_to("nc-a") == []
+    assert cache.bound_to("nc-c") == [rebound]
+    assert cache.bound_claims() == {"nc-c"}  # a deleting Machine binds nobody
+    assert cache.by_provider_id("sim://a2") == rebound
+
+    cache.forget("default", "m-a")
+    assert cache.bound_to("nc-c") == []
+    assert cache.bound_claims() == set()

@@ -1,16 +1,15 @@
 """The embedded demo: a scenario in an in-memory cluster, what the controller decided and did.
 
 ``karpenter-capi simulate --demo`` (``make run`` runs the ``scale-from-zero`` scenario instead,
-through ``sim.scenario``) shows the product working step by step with no cluster at all: the scenario's Cluster API objects, NodeClass, NodePool and pods go into an
-``InMemoryAPIServer``, the pods are marked unschedulable as kube-scheduler marks pods no node can
-hold, and the real provisioning round (real plugins loaded through their entry points, real
-NodeClaims written through the API) runs twice: the first launches, the second proves that pods
-already covered by launching NodeClaims are not provisioned twice. Then every controller runs
-for a few minutes of virtual time next to the emulated Cluster API (``sim.capi``): the plugin
-scales MachineDeployments, binds the new Machines, and the NodeClaims launch, register and
-initialize as their Nodes join; the scheduler stand-in binds the pods to them and the kubelet
-stand-in runs them.
-"""
+through ``sim.scenario``) shows the product working step by step with no cluster: the scenario's
+Cluster API objects, NodeClass, NodePool and pods go into an ``InMemoryAPIServer``, the pods are
+marked unschedulable as kube-scheduler marks pods no node can hold, and the real provisioning round
+(real plugins loaded through their entry points, real NodeClaims written through the API) runs
+twice: the first launches, the second proves that pods already covered by launching NodeClaims are
+not provisioned twice. Then every controller runs for a few minutes of virtual time next to the
+emulated Cluster API (``sim.capi``): the plugin scales MachineDeployments, binds the new Machines,
+and the NodeClaims launch, register and initialize as their Nodes join; the scheduler stand-in
+binds the pods to them and the kubelet stand-in runs them."""
 
 from __future__ import annotations
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
@@ -76,7 +77,11 @@ def _time(value: Any) -> datetime:
 
 @dataclass(frozen=True)
 class MachineFacts:
-    """What the launch and delete logic need to know about one Machine."""
+    """What the launch and delete logic need to know about one Machine.
+
+    Facts are immutable and the plugin's mirrors hand the same ones to every call until the
+    Machine changes, so the derived ones (``cached_property``) are computed once per version.
+    """
 
     raw: Mapping[str, Any]
     namespace: str
@@ -94,30 +99,30 @@ class MachineFacts:
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
-    @property
+    @cached_property
     def claim(self) -> str:
         """The NodeClaim this Machine is bound to, ``""`` when none."""
         return self.annotations.get(ANNOTATION_NODECLAIM, "")
 
-    @property
+    @cached_property
     def claim_uid(self) -> str:
         return self.annotations.get(ANNOTATION_NODECLAIM_UID, "")
 
-    @property
+    @cached_property
     def member(self) -> bool:
         return LABEL_MEMBER in self.labels
 
-    @property
+    @cached_property
     def marked(self) -> bool:
         """Carries ``cluster.x-k8s.io/delete-machine``: the next scale-down removes it first."""
         return ANNOTATION_DELETE_MACHINE in self.annotations
 
-    @property
+    @cached_property
     def alive(self) -> bool:
         """Counted as a replica that stays: neither deleting nor marked for deletion."""
         return not self.deleting and not self.marked
 
-    @property
+    @cached_property
     def free(self) -> bool:
         """Nobody's Machine and going nowhere; claimable by a NodeClaim no newer than it."""
         return self.alive and not self.claim and not self.member
@@ -167,12 +172,12 @@ class ClaimFacts:
     annotations: Mapping[str, str]
     provider_id: str
 
-    @property
+    @cached_property
     def intent(self) -> str:
         """``Kind/namespace/name`` of the resource it waits on, ``""`` when none."""
         return self.annotations.get(ANNOTATION_SCALABLE_RESOURCE, "")
 
-    @property
+    @cached_property
     def requested_at(self) -> datetime | None:
         raw = self.annotations.get(ANNOTATION_REQUESTED_AT, "")
         if not raw:
@@ -180,7 +185,7 @@ class ClaimFacts:
         moment = _time(raw)
         return None if moment == EPOCH else moment
 
-    @property
+    @cached_property
     def machine_ref(self) -> tuple[str, str] | None:
         """``(namespace, name)`` of the Machine the NodeClaim recorded, if any."""
         value = self.annotations.get(ANNOTATION_MACHINE, "")

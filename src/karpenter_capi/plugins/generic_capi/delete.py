@@ -33,6 +33,7 @@ that exist. Another NodeClaim's Machine is never touched.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Final
 
 from karpenter_capi.core.clock import format_timestamp
@@ -41,7 +42,6 @@ from karpenter_capi.core.hookspecs import PluginContext
 from karpenter_capi.core.kube.client import KubeClient, Preconditions
 from karpenter_capi.core.kube.discovery import CapiResources
 from karpenter_capi.core.kube.errors import ApiError, Conflict, NotFound
-from karpenter_capi.core.kube.resources import NODECLAIMS
 from karpenter_capi.plugins.generic_capi.binding import (
     ANNOTATION_ORPHANED_INSTANCE,
     ClaimFacts,
@@ -54,6 +54,7 @@ from karpenter_capi.plugins.generic_capi.binding import (
     unmark_patch,
 )
 from karpenter_capi.plugins.generic_capi.instances import MachineCache
+from karpenter_capi.plugins.generic_capi.mirror import ClusterMirrors
 from karpenter_capi.plugins.generic_capi.planning import LaunchSettings, make_plan, waiting_claims
 from karpenter_capi.plugins.generic_capi.scaling import (
     ResourceRef,
@@ -89,12 +90,14 @@ class Deleter:
         capi: CapiResources,
         cache: MachineCache,
         settings: LaunchSettings,
+        mirrors: ClusterMirrors,
     ) -> None:
         self._ctx = ctx
         self._client: KubeClient = ctx.management
         self._capi = capi
         self._cache = cache
         self._settings = settings
+        self._mirrors = mirrors
 
     def delete(self, nodeclaim: object) -> bool | None:
         claim = claim_facts(nodeclaim)
@@ -146,10 +149,7 @@ class Deleter:
                 return machine, True
         intent = ResourceRef.parse(claim.intent) if claim.intent else None
         if intent is not None:
-            listed = self._client.list(
-                self._capi.machines, intent.namespace, label_selector=intent.machine_selector
-            )
-            machines = [machine_facts(raw) for raw in listed.items]
+            machines = self._mirrors.machines_of(intent)
             found = bound_machine(claim, machines, include_deleting=True)
             if found is not None:
                 return found, True
@@ -165,7 +165,7 @@ class Deleter:
         wrote: MachineFacts | None = None
         try:
             for _ in range(self._settings.conflict_retries):
-                state = read_state(self._client, self._capi, owner)
+                state = read_state(self._client, self._capi, owner, self._mirrors.machines_of)
                 if state is None:
                     # Nothing would replace it: delete the Machine itself.
                     return self._delete_machine(machine)
@@ -265,13 +265,13 @@ class Deleter:
     # --- a NodeClaim without a Machine ------------------------------------------------------
 
     def _cancel(self, ref: ResourceRef, claim: ClaimFacts) -> bool:
-        claims: list[ClaimFacts] | None = None
+        claims: Sequence[ClaimFacts] | None = None
         for _ in range(self._settings.conflict_retries):
-            state = read_state(self._client, self._capi, ref)
+            state = read_state(self._client, self._capi, ref, self._mirrors.machines_of)
             if state is None:
                 raise InstanceNotFoundError(claim.name, f"{ref} no longer exists")
             if claims is None:
-                claims = [claim_facts(raw) for raw in self._ctx.workload.list(NODECLAIMS).items]
+                claims = self._mirrors.waiting().on(ref)
             others = waiting_claims(claims, state, self._cache.bound_claims(), exclude=claim.name)
             plan = make_plan(state, others)
             taken = {m.key for m in plan.pairs.values()}

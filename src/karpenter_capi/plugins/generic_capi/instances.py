@@ -29,7 +29,8 @@ without a min size), so that nodes whose deletion would be refused are not chose
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any, Final
 
 from karpenter_capi.core.clock import Clock
@@ -38,14 +39,13 @@ from karpenter_capi.core.hookspecs import Instance
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.discovery import CapiResources
 from karpenter_capi.core.kube.errors import NotFound
-from karpenter_capi.core.kube.resources import NODECLAIMS
 from karpenter_capi.plugins.generic_capi.binding import (
     EPOCH,
     LABEL_MEMBER,
     MachineFacts,
-    claim_facts,
     machine_facts,
 )
+from karpenter_capi.plugins.generic_capi.mirror import ClusterMirrors
 from karpenter_capi.plugins.generic_capi.scaling import (
     ResourceRef,
     owner_of,
@@ -56,6 +56,25 @@ CACHE_TTL_OPTION: Final = "cache_ttl"
 DEFAULT_CACHE_TTL: Final = 10.0
 MISS_REFRESH_SECONDS: Final = 1.0
 LABEL_SCALE_DOWN_HEADROOM: Final = "karpenter.cluster.x-k8s.io/scale-down-headroom"
+
+
+def _reindex(
+    index: dict[str, dict[str, MachineFacts]],
+    key: str,
+    old: str | None,
+    new: str | None,
+    machine: MachineFacts | None,
+) -> None:
+    """Move ``key`` from bucket ``old`` to bucket ``new`` (``None``: no bucket) of ``index``,
+    leaving its position alone when the bucket stays the same (as a dict update would)."""
+    if old is not None and old != new:
+        bucket = index.get(old)
+        if bucket is not None:
+            bucket.pop(key, None)
+            if not bucket:
+                del index[old]
+    if new is not None and machine is not None:
+        index.setdefault(new, {})[key] = machine
 
 
 class MachineCache:
@@ -71,6 +90,12 @@ class MachineCache:
         self._lock = threading.Lock()
         self._refresh_lock = threading.Lock()
         self._machines: dict[str, MachineFacts] = {}
+        # Indexes of ``_machines`` (launch, delete and get ask on every call, so no scan):
+        # NodeClaim name or provider ID -> key -> Machine, and the NodeClaims a live Machine
+        # names (built on demand).
+        self._by_claim: dict[str, dict[str, MachineFacts]] = {}
+        self._by_provider_id: dict[str, dict[str, MachineFacts]] = {}
+        self._bound: frozenset[str] | None = None
         self._refreshed_at: float | None = None
         self._during_refresh: dict[str, MachineFacts | None] | None = None
         self.refreshes = 0
@@ -97,7 +122,11 @@ class MachineCache:
                     else:
                         machines[key] = written
                 self._during_refresh = None
-                self._machines = machines
+                self._machines = {}
+                self._by_claim = {}
+                self._by_provider_id = {}
+                for key, machine in machines.items():
+                    self._put(key, machine)
                 self._refreshed_at = self._clock.monotonic()
                 self.refreshes += 1
                 return list(machines.values())
@@ -108,18 +137,49 @@ class MachineCache:
         if at is None or self._clock.monotonic() - at >= max_age:
             self.refresh()
 
+    def _put(self, key: str, machine: MachineFacts | None) -> None:
+        """Store (``None``: drop) one Machine and keep the indexes in step; lock held."""
+        old = self._machines.pop(key, None) if machine is None else self._machines.get(key)
+        if machine is not None:
+            self._machines[key] = machine
+        _reindex(
+            self._by_claim,
+            key,
+            None if old is None else old.claim,
+            None if machine is None else machine.claim,
+            machine,
+        )
+        _reindex(
+            self._by_provider_id,
+            key,
+            None if old is None else old.provider_id,
+            None if machine is None else machine.provider_id,
+            machine,
+        )
+        self._bound = None
+
     def _record(self, key: str, machine: MachineFacts | None) -> None:
         with self._lock:
-            if machine is None:
-                self._machines.pop(key, None)
-            else:
-                self._machines[key] = machine
+            self._put(key, machine)
             if self._during_refresh is not None:
                 self._during_refresh[key] = machine
 
     def observe(self, machine: MachineFacts) -> None:
         """What we just read or wrote: kept when it is a member, dropped otherwise."""
         self._record(machine.key, machine if machine.member else None)
+
+    def observe_all(self, machines: Iterable[MachineFacts]) -> None:
+        """``observe`` each of ``machines`` (one lock; the ones already cached as they are, the
+        usual case for a mirror's read, cost a lookup)."""
+        with self._lock:
+            for machine in machines:
+                key = machine.key
+                kept = machine if machine.member else None
+                if self._during_refresh is None and self._machines.get(key) is kept:
+                    continue
+                self._put(key, kept)
+                if self._during_refresh is not None:
+                    self._during_refresh[key] = kept
 
     def forget(self, namespace: str, name: str) -> None:
         self._record(f"{namespace}/{name}", None)
@@ -130,13 +190,19 @@ class MachineCache:
         """Cached Machines naming NodeClaim ``claim`` (refreshed when older than the TTL)."""
         self._fresh(self._ttl)
         with self._lock:
-            return [m for m in self._machines.values() if m.claim == claim]
+            return list(self._by_claim.get(claim, {}).values())
 
-    def bound_claims(self) -> set[str]:
+    def bound_claims(self) -> AbstractSet[str]:
         """NodeClaims a live cached Machine names."""
         self._fresh(self._ttl)
         with self._lock:
-            return {m.claim for m in self._machines.values() if m.claim and not m.deleting}
+            if self._bound is None:
+                self._bound = frozenset(
+                    claim
+                    for claim, bucket in self._by_claim.items()
+                    if claim and any(not m.deleting for m in bucket.values())
+                )
+            return self._bound
 
     def by_provider_id(self, provider_id: str) -> MachineFacts | None:
         """The member Machine with ``provider_id``; a miss refreshes once (rate-limited)."""
@@ -149,7 +215,7 @@ class MachineCache:
 
     def _lookup(self, provider_id: str) -> MachineFacts | None:
         with self._lock:
-            matches = [m for m in self._machines.values() if m.provider_id == provider_id]
+            matches = list(self._by_provider_id.get(provider_id, {}).values())
         matches.sort(key=lambda m: (m.deleting, m.key))
         return matches[0] if matches else None
 
@@ -210,16 +276,16 @@ class Instances:
     def __init__(
         self,
         client: KubeClient,
-        workload: KubeClient,
         capi: CapiResources,
         cache: MachineCache,
         resources: ResourceCache,
+        mirrors: ClusterMirrors,
     ) -> None:
         self._client = client
-        self._workload = workload
         self._capi = capi
         self._cache = cache
         self._resources = resources
+        self._mirrors = mirrors
 
     def list(self) -> list[Instance]:
         return [to_instance(m) for m in self._cache.refresh() if m.claim]
@@ -233,8 +299,7 @@ class Instances:
 
     def _verify_gone(self, provider_id: str) -> Instance | None:
         """A provider ID no member Machine has: gone if a NodeClaim of ours names it."""
-        for raw in self._workload.list(NODECLAIMS).items:
-            claim = claim_facts(raw)
+        for claim in self._mirrors.claims():
             if claim.provider_id != provider_id or claim.machine_ref is None:
                 continue
             namespace, name = claim.machine_ref

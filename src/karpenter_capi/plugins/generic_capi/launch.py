@@ -34,13 +34,16 @@ no scale-up is written: CAPI cannot remove marked Machines and add new ones in o
 change, so the deletion goes first and the scale-up follows a few seconds later.
 
 The counting rules themselves (waiting NodeClaims, pairing, target, ranking) are in
-``planning``; this module reads, writes and decides what to try next.
+``planning``; this module reads, writes and decides what to try next. The NodeClaims and a
+resource's Machines are read through ``mirror``: as fresh as a list, at the cost of the changes
+since the previous call (a list per call made a burst of N NodeClaims cost O(N^2)).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -52,7 +55,6 @@ from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.discovery import CapiResources
 from karpenter_capi.core.kube.errors import Conflict, NotFound
-from karpenter_capi.core.kube.resources import NODECLAIMS
 from karpenter_capi.plugins.generic_capi.binding import (
     ANNOTATION_MACHINE,
     ANNOTATION_REQUESTED_AT,
@@ -66,6 +68,7 @@ from karpenter_capi.plugins.generic_capi.binding import (
 )
 from karpenter_capi.plugins.generic_capi.instances import MachineCache
 from karpenter_capi.plugins.generic_capi.inventory import UnavailableOfferings, collect_inventory
+from karpenter_capi.plugins.generic_capi.mirror import ClusterMirrors, WaitingClaims
 from karpenter_capi.plugins.generic_capi.planning import (
     Candidate,
     LaunchSettings,
@@ -107,11 +110,14 @@ class Launcher:
         cache: MachineCache,
         unavailable: UnavailableOfferings,
         settings: LaunchSettings,
+        *,
+        mirrors: ClusterMirrors,
     ) -> None:
         self._ctx = ctx
         self._client: KubeClient = ctx.management
         self._capi = capi
         self._cache = cache
+        self._mirrors = mirrors
         self._unavailable = unavailable
         self._settings = settings
 
@@ -132,7 +138,7 @@ class Launcher:
                     f"Machine {machine.key} is bound but its scalable resource is unknown"
                 )
             return self._bound(claim, candidate, machine, now)
-        claims: list[ClaimFacts] | None = None
+        claims: WaitingClaims | None = None
         tried: list[Candidate] = []
         reasons: list[str] = []
         if intent is not None:
@@ -150,8 +156,8 @@ class Launcher:
                 # The resource it waited on is no longer described anywhere: withdraw its
                 # replica there before choosing again, or it would be counted twice.
                 claims = self._claims()
-                state = read_state(self._client, self._capi, intent)
-                self._give_back(state, claim, claims, self._cache.bound_claims())
+                state = self._read_state(intent)
+                self._give_back(state, claim, claims.on(intent), self._cache.bound_claims())
         inventory = collect_inventory(self._ctx, nodeclass, self._capi)
         candidates = rank_candidates(instance_types, inventory, self._unavailable)
         for candidate in candidates:
@@ -174,8 +180,11 @@ class Launcher:
 
     # --- reading --------------------------------------------------------------------------------
 
-    def _claims(self) -> list[ClaimFacts]:
-        return [claim_facts(raw) for raw in self._ctx.workload.list(NODECLAIMS).items]
+    def _claims(self) -> WaitingClaims:
+        return self._mirrors.waiting()
+
+    def _read_state(self, ref: ResourceRef) -> ResourceState | None:
+        return read_state(self._client, self._capi, ref, self._mirrors.machines_of)
 
     def _find_binding(self, claim: ClaimFacts) -> tuple[MachineFacts | None, bool]:
         """The Machine bound to ``claim``, and whether a Machine it recorded was lost."""
@@ -229,21 +238,21 @@ class Launcher:
         self,
         candidate: Candidate,
         claim: ClaimFacts,
-        claims: Sequence[ClaimFacts],
+        waiting: WaitingClaims,
         now: datetime,
         *,
         sticky: bool,
     ) -> _Outcome:
         ref = candidate.ref
+        claims = waiting.on(ref)
         bound_elsewhere = self._cache.bound_claims()
         for _ in range(self._settings.conflict_retries):
-            state = read_state(self._client, self._capi, ref)
+            state = self._read_state(ref)
             if state is None:
                 return _Outcome(skip=f"{ref} no longer exists")
             if state.deleting:
                 return _Outcome(skip=f"{ref} is being deleted")
-            for machine in state.machines:
-                self._cache.observe(machine)
+            self._cache.observe_all(state.machines)
             mine = bound_machine(claim, state.machines)
             if mine is not None:
                 return _Outcome(machine=mine)
@@ -302,7 +311,7 @@ class Launcher:
         state: ResourceState | None,
         claim: ClaimFacts,
         claims: Sequence[ClaimFacts],
-        bound_elsewhere: set[str],
+        bound_elsewhere: AbstractSet[str],
     ) -> None:
         """Withdraw the replica ``claim`` asked ``state``'s resource for, if it has no Machine
         yet: lower the replicas by one, never below what the other waiting NodeClaims need,
@@ -317,7 +326,7 @@ class Launcher:
             try:
                 scale(self._client, self._capi, state, state.replicas - 1)
             except Conflict:
-                state = read_state(self._client, self._capi, state.ref)
+                state = self._read_state(state.ref)
                 continue
             log.info(
                 "NodeClaim %s gave back its replica of %s (%d -> %d)",

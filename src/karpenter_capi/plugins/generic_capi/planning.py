@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Final
 
@@ -196,7 +197,7 @@ def make_plan(state: ResourceState, waiting: Iterable[ClaimFacts]) -> Plan:
 def waiting_claims(
     claims: Iterable[ClaimFacts],
     state: ResourceState,
-    bound_elsewhere: set[str],
+    bound_elsewhere: AbstractSet[str],
     *,
     exclude: str = "",
 ) -> list[ClaimFacts]:

@@ -10,6 +10,10 @@ only wires hooks to the modules that do the work:
 | ``karpenter_capi_delete`` | ``delete`` (mark a Machine, scale down; cancel) |
 | ``karpenter_capi_get``, ``karpenter_capi_list`` | ``instances`` (member-Machine cache) |
 | ``karpenter_capi_is_drifted`` | ``drift`` |
+| ``karpenter_capi_disruption_blocked`` | ``disruption`` (min sizes) |
+
+``launch``, ``delete`` and ``instances`` read the NodeClaims and each resource's Machines through
+``mirror`` (one list, then only the changes), so a poll costs no list of everything.
 
 The hooks are module functions, so the per-cluster state (discovered CAPI version, caches) is
 kept per ``PluginContext``: one context per plugin per process, and a fresh context (a
@@ -43,6 +47,7 @@ from karpenter_capi.core.kube.discovery import CapiResources, capi_resources
 from karpenter_capi.core.kube.errors import ApiError
 from karpenter_capi.core.kube.resources import CAPI_NODECLASS_GROUP
 from karpenter_capi.plugins.generic_capi.delete import DeleteFailedError, Deleter
+from karpenter_capi.plugins.generic_capi.disruption import blocked_by_min_size
 from karpenter_capi.plugins.generic_capi.drift import DriftDetector, rollout_warnings
 from karpenter_capi.plugins.generic_capi.instances import (
     CACHE_TTL_OPTION,
@@ -57,6 +62,7 @@ from karpenter_capi.plugins.generic_capi.inventory import (
     raw_nodeclass,
 )
 from karpenter_capi.plugins.generic_capi.launch import Launcher
+from karpenter_capi.plugins.generic_capi.mirror import ClusterMirrors
 from karpenter_capi.plugins.generic_capi.nodeclass_status import update_nodeclass_status
 from karpenter_capi.plugins.generic_capi.planning import LaunchSettings, parse_seconds
 from karpenter_capi.plugins.generic_capi.scaling import ResourceRef
@@ -111,14 +117,15 @@ def _state(ctx: PluginContext) -> _State:
     resources = ResourceCache(ctx.management, capi, ctx.clock, ttl)
     settings = LaunchSettings.from_options(ctx.options)
     unavailable = UnavailableOfferings.shared(ctx.management, ctx.clock)
+    mirrors = ClusterMirrors(ctx.management, ctx.workload, capi)
     state = _State(
         ctx=ctx,
         capi=capi,
         machines=machines,
         resources=resources,
-        launcher=Launcher(ctx, capi, machines, unavailable, settings),
-        deleter=Deleter(ctx, capi, machines, settings),
-        instances=Instances(ctx.management, ctx.workload, capi, machines, resources),
+        launcher=Launcher(ctx, capi, machines, unavailable, settings, mirrors=mirrors),
+        deleter=Deleter(ctx, capi, machines, settings, mirrors),
+        instances=Instances(ctx.management, capi, machines, resources, mirrors),
         drift=DriftDetector(ctx, capi, machines),
     )
     with _states_lock:
@@ -239,3 +246,16 @@ def karpenter_capi_is_drifted(
     if not _ours(nodeclass):
         return None
     return _state(ctx).drift.is_drifted(nodeclaim, nodeclass)
+
+
+@hookimpl
+def karpenter_capi_disruption_blocked(nodeclaims: list[Any], ctx: PluginContext) -> dict[str, str]:
+    ours = [claim for claim in nodeclaims if _claims_our_kind(claim)]
+    if not ours:
+        return {}
+    try:
+        return blocked_by_min_size(ours, _state(ctx).resources)
+    except ApiError as exc:
+        # Unsure of the floors: keep every node rather than risk going below one.
+        why = f"cannot read the scalable resources: {exc}"
+        return {_name(claim): why for claim in ours}

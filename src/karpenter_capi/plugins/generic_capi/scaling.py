@@ -2,7 +2,8 @@
 
 Every decision to scale is taken from one fresh read of the resource and of its Machines (the
 ones carrying its ``cluster.x-k8s.io/deployment-name``, ``set-name`` or ``pool-name`` label,
-listed with that selector, never all Machines), and written through the ``scale`` subresource
+listed with that selector, never all Machines, or read through the plugin's ``mirror`` of that
+selection, which is as fresh), and written through the ``scale`` subresource
 with the resourceVersion of that read as precondition (DESIGN decision 3: never a full update
 of a CAPI object). A 409 means somebody changed the resource since; the caller reads again and
 decides again, so no decision is ever applied to a state it was not made on.
@@ -18,7 +19,7 @@ Karpenter replace drifted Machines of an ``OnDelete`` MachineDeployment one by o
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -197,14 +198,34 @@ class ResourceState:
         self.machines = [machine if m.key == machine.key else m for m in self.machines]
 
 
-def read_state(client: KubeClient, capi: CapiResources, ref: ResourceRef) -> ResourceState | None:
-    """The resource and its Machines, or ``None`` when the resource does not exist."""
+MachinesOf = Callable[[ResourceRef], list[MachineFacts]]
+"""Reads the Machines of a resource as a list made now would show them (``mirror``)."""
+
+
+def list_machines(client: KubeClient, capi: CapiResources, ref: ResourceRef) -> list[MachineFacts]:
+    """The Machines of ``ref``, listed with its label selector."""
+    listed = client.list(capi.machines, ref.namespace, label_selector=ref.machine_selector)
+    return [machine_facts(m) for m in listed.items]
+
+
+def read_state(
+    client: KubeClient,
+    capi: CapiResources,
+    ref: ResourceRef,
+    machines_of: MachinesOf | None = None,
+) -> ResourceState | None:
+    """The resource and its Machines, or ``None`` when the resource does not exist.
+
+    The Machines come from ``machines_of`` when given (the plugin's mirrors, which cost only
+    the changes since their last read), else from a list; either way they are read after the
+    resource, as of now.
+    """
     try:
         obj = client.get(ref.resource(capi), ref.name, ref.namespace)
     except NotFound:
         return None
-    machines = client.list(capi.machines, ref.namespace, label_selector=ref.machine_selector)
-    return ResourceState(ref, obj, [machine_facts(m) for m in machines.items])
+    machines = list_machines(client, capi, ref) if machines_of is None else machines_of(ref)
+    return ResourceState(ref, obj, machines)
 
 
 def scale(client: KubeClient, capi: CapiResources, state: ResourceState, replicas: int) -> None:
