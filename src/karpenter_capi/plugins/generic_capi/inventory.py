@@ -29,19 +29,18 @@ nothing else gives a shape, a problem), never an error of the whole inventory.
 A resource that cannot be described (malformed annotation, no shape anywhere, paused) is left out
 and reported as a ``ResourceProblem``; the others still make the inventory. What is usable but
 worth knowing (an estimated price, a template that could not be read while the annotations
-sufficed) is a notice. ``nodeclass_status`` turns both into the NodeClass's Ready condition.
+sufficed) is a notice. ``nodeclass_status`` turns both into the NodeClass's Ready condition. What
+describing consults besides the resource itself (its template, recent launch failures) is read
+through ``sources``.
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final
+from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.errors import NodeClassNotReadyError
 from karpenter_capi.core.hookspecs import (
     DescribeMachineTemplate,
@@ -50,12 +49,9 @@ from karpenter_capi.core.hookspecs import (
     PluginContext,
 )
 from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead, Offering
-from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.discovery import CapiResources
-from karpenter_capi.core.kube.errors import ApiError, NotFound
-from karpenter_capi.core.kube.resources import CAPI_INFRASTRUCTURE_GROUP, Resource
+from karpenter_capi.core.kube.resources import Resource
 from karpenter_capi.core.kube.selectors import SelectorError
-from karpenter_capi.plugins.cloud.unavailable import ExpiringMarks
 from karpenter_capi.plugins.generic_capi.selection import (
     INFORMATIONAL_REASONS,
     ResourceProblem,
@@ -80,6 +76,11 @@ from karpenter_capi.plugins.generic_capi.shape import (
     resolve_shape,
     settings_from,
 )
+from karpenter_capi.plugins.generic_capi.sources import (
+    TemplateError,
+    TemplateReader,
+    UnavailableOfferings,
+)
 
 __all__ = [
     "INFORMATIONAL_REASONS",
@@ -102,215 +103,8 @@ REASON_INVALID_SHAPE: Final = "InvalidShape"
 REASON_NO_SHAPE: Final = "NoShape"
 REASON_SHAPE_MISMATCH: Final = "ShapeMismatch"
 REASON_PRICE_ESTIMATED: Final = "PriceEstimated"
-REASON_TEMPLATE_NOT_SERVED: Final = "InfrastructureTemplateNotServed"
-REASON_TEMPLATE_NOT_FOUND: Final = "InfrastructureTemplateNotFound"
-REASON_TEMPLATE_UNREADABLE: Final = "InfrastructureTemplateUnreadable"
-REASON_INVALID_INFRASTRUCTURE_REF: Final = "InvalidInfrastructureRef"
 REASON_TEMPLATE_NOT_DESCRIBED: Final = "MachineTemplateNotDescribed"
 REASON_OFFERING_NOT_AVAILABLE: Final = "OfferingNotAvailable"
-
-
-# --- availability -------------------------------------------------------------------------------
-
-
-_shared_lock = threading.Lock()
-
-
-def _shared(registry: weakref.WeakKeyDictionary[Any, Any], client: object, build: Any) -> Any:
-    """One instance per management client, weakly held (a discarded client frees its cache)."""
-    with _shared_lock:
-        found = registry.get(client)
-        if found is None:
-            found = build()
-            registry[client] = found
-        return found
-
-
-_shared_unavailable: weakref.WeakKeyDictionary[Any, UnavailableOfferings] = (
-    weakref.WeakKeyDictionary()
-)
-_shared_templates: weakref.WeakKeyDictionary[Any, TemplateReader] = weakref.WeakKeyDictionary()
-
-
-class UnavailableOfferings(ExpiringMarks[str]):
-    """Scalable resources that recently failed to produce a Machine, for a while.
-
-    The launch code calls ``mark(resource_key, reason)`` when a replica increase did not turn
-    into a Machine (quota, a failing infrastructure provider, a MachineSet that cannot create
-    its Machine); the inventory then reports that resource's offering unavailable until
-    ``ttl_seconds`` (3 minutes, like Karpenter's unavailable-offerings cache) have passed on the
-    injected clock. Keys are ``selection.resource_key(kind, namespace, name)``. The expiry
-    logic is the cloud plugins' (``plugins.cloud.unavailable.ExpiringMarks``). Thread-safe.
-    """
-
-    @classmethod
-    def shared(cls, client: KubeClient, clock: Clock) -> UnavailableOfferings:
-        """The instance shared by the inventory and the launch code of one management cluster."""
-        found: UnavailableOfferings = _shared(_shared_unavailable, client, lambda: cls(clock))
-        return found
-
-
-# --- infrastructure templates -------------------------------------------------------------------
-
-
-class TemplateError(Exception):
-    """The infrastructure template could not be read; ``reason`` is CamelCase."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-
-
-@dataclass(frozen=True)
-class _Failure:
-    """A cached failure: re-raised as a fresh exception, so no traceback (and none of the frames
-    it references) outlives the call that failed."""
-
-    shape: bool
-    reason: str
-    message: str
-
-    def error(self) -> Exception:
-        if self.shape:
-            return ShapeError(self.message)
-        return TemplateError(self.reason, self.message)
-
-
-_Cached = TemplateStatus | _Failure
-
-
-class TemplateReader:
-    """Reads infrastructure machine templates by reference, for any provider's kind.
-
-    The version is discovered: a v1beta1 reference's ``apiVersion`` is tried first, then every
-    version the group serves, preferred first (a group's versions differ per kind, e.g. the
-    Docker kinds lag behind the AWS ones), and the one that worked is remembered per kind.
-    The plural is the lower-cased kind plus ``s``, as cluster-autoscaler derives it. Results,
-    failures included, are cached for ``ttl_seconds`` on the injected clock. Thread-safe.
-    """
-
-    DEFAULT_TTL_SECONDS: ClassVar[float] = 60.0
-
-    def __init__(
-        self, client: KubeClient, clock: Clock, ttl_seconds: float = DEFAULT_TTL_SECONDS
-    ) -> None:
-        self._client = client
-        self._clock = clock
-        self._ttl = ttl_seconds
-        self._lock = threading.Lock()
-        self._templates: dict[tuple[str, str, str, str], tuple[float, _Cached]] = {}
-        self._served: dict[str, tuple[float, list[str]]] = {}
-        self._version_of: dict[tuple[str, str], str] = {}
-
-    @classmethod
-    def shared(cls, client: KubeClient, clock: Clock) -> TemplateReader:
-        """One reader (and one cache) per management client."""
-        # A proxy, not the client: the registry's value must not keep its weak key alive.
-        found: TemplateReader = _shared(
-            _shared_templates, client, lambda: cls(weakref.proxy(client), clock)
-        )
-        return found
-
-    def read(self, namespace: str, ref: Mapping[str, Any]) -> TemplateStatus:
-        """The status of the template ``ref`` names (v1beta1 or v1beta2 reference shape).
-
-        Raises ``TemplateError`` when it cannot be read, ``ShapeError`` when its status is
-        malformed.
-        """
-        kind = str(ref.get("kind") or "")
-        name = str(ref.get("name") or "")
-        namespace = str(ref.get("namespace") or namespace)
-        api_version = str(ref.get("apiVersion") or "")
-        group, slash, version = api_version.rpartition("/")
-        group = str(ref.get("apiGroup") or (group if slash else "") or CAPI_INFRASTRUCTURE_GROUP)
-        if not kind or not name:
-            raise TemplateError(
-                REASON_INVALID_INFRASTRUCTURE_REF,
-                "spec.template.spec.infrastructureRef needs a kind and a name",
-            )
-        key = (group, kind, namespace, name)
-        now = self._clock.monotonic()
-        with self._lock:
-            cached = self._templates.get(key)
-        if cached is None or cached[0] <= now:
-            result: _Cached
-            try:
-                found = self._get(group, kind, version, namespace, name)
-                result = TemplateStatus.from_object(found)
-            except TemplateError as exc:
-                result = _Failure(shape=False, reason=exc.reason, message=exc.message)
-            except ShapeError as exc:
-                result = _Failure(shape=True, reason="", message=str(exc))
-            with self._lock:
-                self._templates[key] = (now + self._ttl, result)
-        else:
-            result = cached[1]
-        if isinstance(result, _Failure):
-            raise result.error()
-        return result
-
-    def _served_versions(self, group: str) -> list[str]:
-        now = self._clock.monotonic()
-        with self._lock:
-            cached = self._served.get(group)
-        if cached is not None and cached[0] > now:
-            return cached[1]
-        versions = list(self._client.served_versions(group))
-        with self._lock:
-            self._served[group] = (now + self._ttl, versions)
-        return versions
-
-    def _get(
-        self, group: str, kind: str, hint: str, namespace: str, name: str
-    ) -> Mapping[str, Any]:
-        what = f"{kind} {namespace}/{name}"
-        try:
-            served = self._served_versions(group)
-        except ApiError as exc:
-            message = f"cannot discover API group {group}: {exc}"
-            raise TemplateError(REASON_TEMPLATE_UNREADABLE, message) from None
-        if not served:
-            raise TemplateError(
-                REASON_TEMPLATE_NOT_SERVED,
-                f"infrastructure template {what}: API group {group} is not served "
-                f"(is the infrastructure provider installed?)",
-            )
-        plural = kind.lower() + "s"
-        with self._lock:
-            known = self._version_of.get((group, kind))
-        order = list(dict.fromkeys(v for v in (known, hint, *served) if v and v in served))
-
-        def resource(version: str) -> Resource:
-            return Resource(group, version, plural, kind, True)
-
-        try:
-            for version in order:
-                try:
-                    found = self._client.get(resource(version), name, namespace)
-                except NotFound:
-                    continue
-                with self._lock:
-                    self._version_of[(group, kind)] = version
-                return found
-            # Not found at any version: a missing object, or a kind nobody serves?
-            for version in order:
-                try:
-                    self._client.list(resource(version), namespace, limit=1)
-                except NotFound:
-                    continue
-                raise TemplateError(
-                    REASON_TEMPLATE_NOT_FOUND, f"infrastructure template {what} not found"
-                )
-        except ApiError as exc:
-            raise TemplateError(
-                REASON_TEMPLATE_UNREADABLE, f"cannot read infrastructure template {what}: {exc}"
-            ) from None
-        versions = ", ".join(f"{group}/{v}" for v in order)
-        raise TemplateError(
-            REASON_TEMPLATE_NOT_SERVED,
-            f"infrastructure template kind {kind} ({plural}.{group}) is not served at {versions}",
-        )
 
 
 # --- the inventory ------------------------------------------------------------------------------
