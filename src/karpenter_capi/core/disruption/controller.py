@@ -242,6 +242,8 @@ class DisruptionController:
         self._raw_pools = {inv.nodepool: inv.raw for inv in inventories}
         metrics = self._ctx.metrics
         if metrics is not None:
+            for seconds in report.simulation_seconds:
+                metrics.observe_scheduling(seconds, controller=self.name)
             for method, seconds in report.method_seconds.items():
                 kind = method.split("-")[0] if "consolidation" in method else ""
                 metrics.observe_disruption_evaluation(method, kind, seconds)

@@ -80,7 +80,9 @@ class Orchestrator:
         self._record_decision(command)
         try:
             for claim in command.replacements:
-                flight.replacements.append(self._create(raw_pools[claim.nodepool.name], claim))
+                raw_pool = raw_pools[claim.nodepool.name]
+                reason = command.reason.value.lower()
+                flight.replacements.append(self._create(raw_pool, claim, reason))
         except (ApiError, KeyError) as error:
             self.abort(flight, f"could not create a replacement: {error}")
             return flight
@@ -172,7 +174,7 @@ class Orchestrator:
             command.decision, reason=command.reason.value.lower(), consolidation_type=kind
         )
 
-    def _create(self, raw_pool: Mapping[str, Any], claim: Any) -> str:
+    def _create(self, raw_pool: Mapping[str, Any], claim: Any, reason: str) -> str:
         body = nodeclaim_body(raw_pool, claim)
         if self._ctx.dry_run:
             log.info(
@@ -184,7 +186,7 @@ class Orchestrator:
         created = self._ctx.client.create(NODECLAIMS, body)
         name = str(created["metadata"]["name"])
         if self._ctx.metrics is not None:
-            self._ctx.metrics.nodeclaim_created(claim.nodepool.name)
+            self._ctx.metrics.nodeclaim_created(claim.nodepool.name, reason=reason)
         log.info("disruption: launched replacement NodeClaim %s", name)
         return name
 

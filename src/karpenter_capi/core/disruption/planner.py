@@ -54,6 +54,7 @@ class PassReport:
     simulations: int = 0
     seconds: float = 0.0
     method_seconds: dict[str, float] = field(default_factory=dict)
+    simulation_seconds: list[float] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         """A JSON-able account of the pass (the benchmark prints it)."""
@@ -150,5 +151,6 @@ def plan(
             if not settings.evaluate_all:
                 break
     report.simulations = simulator.simulations
+    report.simulation_seconds = list(simulator.durations)
     report.seconds = clock.monotonic() - started
     return report

@@ -90,6 +90,8 @@ class Simulator:
         self._options: list[NodePoolOption] = [nodepool_option(i, snapshot) for i in inventories]
         self._nodes: list[ExistingNode] = existing_nodes(snapshot, inventories, {})
         self.simulations = 0
+        self.durations: list[float] = []
+        """Seconds each solve took (``karpenter_scheduler_scheduling_duration_seconds``)."""
         self._label_requirements: dict[str, Requirements] = {}
         self._free = {n.name: _triple(n.allocatable.subtract(n.requested)) for n in self._nodes}
         frees = sorted(self._free.values(), key=sum, reverse=True)
@@ -144,7 +146,9 @@ class Simulator:
             timeout_seconds=self._timeout,
             label_requirements=self._label_requirements,
         )
+        started = self._clock.monotonic()
         result = solver.solve(pods)
+        self.durations.append(self._clock.monotonic() - started)
         return Simulation(dict(result.unschedulable), list(result.new_nodeclaims))
 
     def consolidate(self, candidates: Sequence[Candidate]) -> Replacement | str:
