@@ -216,3 +216,32 @@ def test_a_machine_deployment_at_its_min_size_is_not_shrunk() -> None:
     assert "at its min size (1)" in report.excluded[claim["metadata"]["name"]]
     md = world.server.get(MACHINE_DEPLOYMENTS, name, namespace)
     assert md["spec"]["replicas"] == 1
+
+
+def test_a_command_is_dropped_when_its_node_gets_pods_during_validation() -> None:
+    world = SimWorld.build(
+        CATALOG,
+        disruption={
+            "consolidationPolicy": "WhenEmpty",
+            "consolidateAfter": "0s",
+            "budgets": [{"nodes": "100%"}],
+        },
+    )
+    world.deploy("web", 1, "1500m", "1Gi")
+    world.advance(60)
+    [claim] = world.nodeclaims()
+    controller = next(c for c in world.operator.manager.entries if c.name == "disruption")
+    disruption = controller.controller
+    world.scale("web", 0)
+    for _ in range(60):  # until the emptied node's command waits for validation
+        world.advance(1)
+        if disruption.busy:
+            break
+    assert disruption.busy
+    world.scale("web", 1)  # a pod comes back within the 15 s and lands on that node
+    world.advance(60)
+
+    [still] = world.nodeclaims()
+    assert still["metadata"]["name"] == claim["metadata"]["name"]
+    assert len(world.running_pods()) == 1
+    assert not world.events("DisruptionTerminating")
