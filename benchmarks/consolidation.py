@@ -168,6 +168,7 @@ def build(
                 "status": {
                     "allocatable": allocatable.to_dict(),
                     "capacity": instance_type.capacity.to_dict(),
+                    "conditions": [{"type": "Ready", "status": "True"}],
                 },
             }
         )

@@ -133,6 +133,7 @@ class Cluster:
                 "status": {
                     "allocatable": it.allocatable.to_dict(),
                     "capacity": it.capacity.to_dict(),
+                    "conditions": [{"type": "Ready", "status": "True"}],
                 },
             }
         )
@@ -209,6 +210,16 @@ class Cluster:
                 "status": {"phase": "Running", "startTime": meta["creationTimestamp"]},
             }
         )
+
+    def pending_pod(self, name: str, *, cpu: str = "500m", memory: str = "512Mi") -> None:
+        """A pod kube-scheduler could not place (``PodScheduled=False/Unschedulable``)."""
+        self.pod(name, "", cpu=cpu, memory=memory)
+        pod = self.pods[-1]
+        pod["spec"].pop("nodeName")
+        pod["status"] = {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        }
 
     def pdb(self, name: str, selector: Mapping[str, str], allowed: int) -> None:
         self.pdbs.append(

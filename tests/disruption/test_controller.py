@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.kube.resources import MACHINE_DEPLOYMENTS, NODEPOOLS, NODES
+from karpenter_capi.core.kube.resources import MACHINE_DEPLOYMENTS, NODECLAIMS, NODEPOOLS, NODES
 from karpenter_capi.plugins.generic_capi.binding import ANNOTATION_SCALABLE_RESOURCE
 from karpenter_capi.sim.scenario.schema import Catalog
 
@@ -245,3 +245,88 @@ def test_a_command_is_dropped_when_its_node_gets_pods_during_validation() -> Non
     assert still["metadata"]["name"] == claim["metadata"]["name"]
     assert len(world.running_pods()) == 1
     assert not world.events("DisruptionTerminating")
+
+
+def test_a_stray_mark_is_removed_by_the_next_pass_without_a_restart() -> None:
+    world = SimWorld.build(
+        CATALOG,
+        disruption={"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"},
+    )
+    world.deploy("web", 1, "500m", "1Gi")
+    world.advance(60)
+    [node] = world.nodes()
+    [claim] = world.nodeclaims()
+    taints = [
+        *(node["spec"].get("taints") or []),
+        {"key": wellknown.TAINT_DISRUPTED_KEY, "effect": "NoSchedule"},
+    ]
+    world.server.patch(NODES, node["metadata"]["name"], {"spec": {"taints": taints}})
+    conditions = [
+        *claim["status"]["conditions"],
+        {
+            "type": "DisruptionReason",
+            "status": "True",
+            "reason": "Underutilized",
+            "message": "left by a command that died",
+            "lastTransitionTime": claim["metadata"]["creationTimestamp"],
+        },
+    ]
+    world.server.patch(
+        NODECLAIMS,
+        claim["metadata"]["name"],
+        {"status": {"conditions": conditions}},
+        subresource="status",
+    )
+
+    world.advance(15)
+
+    node = world.server.get(NODES, node["metadata"]["name"])
+    assert wellknown.TAINT_DISRUPTED_KEY not in [t["key"] for t in node["spec"].get("taints") or []]
+    claim = world.server.get(NODECLAIMS, claim["metadata"]["name"])
+    assert _condition(claim, "DisruptionReason") is None
+
+
+def test_a_restart_does_not_restart_consolidate_after() -> None:
+    world = SimWorld.build(
+        CATALOG,
+        disruption={"consolidationPolicy": "WhenEmpty", "consolidateAfter": "10m"},
+    )
+    world.deploy("web", 2, "500m", "1Gi")
+    world.advance(300)
+    [claim] = world.nodeclaims()
+    before = claim["status"]["lastPodEventTime"]
+
+    world.restart()  # the new process sees every pod anew
+    world.advance(10)
+
+    [claim] = world.nodeclaims()
+    assert claim["status"]["lastPodEventTime"] == before
+
+
+def test_regaining_leadership_forgets_commands_and_restores_their_nodes() -> None:
+    world = SimWorld.build(
+        CATALOG,
+        disruption={
+            "consolidationPolicy": "WhenEmptyOrUnderutilized",
+            "consolidateAfter": "0s",
+            "budgets": [{"nodes": "100%"}],
+        },
+    )
+    world.deploy("web", 3, "1500m", "1Gi")
+    world.advance(60)
+    world.scale("web", 1)
+    disruption = world.operator.disruption
+    for _ in range(120):  # until a command holds tainted nodes
+        world.advance(1)
+        if any(not f.done for f in disruption.history) and disruption.busy:
+            break
+    held = [c.node_name for f in disruption.history if not f.done for c in f.command.candidates]
+    assert held
+
+    disruption.reset()  # what the operator does when it regains the Lease
+    world.advance(10)
+
+    for name in held:
+        node = world.server.get(NODES, name)
+        taints = [t["key"] for t in node["spec"].get("taints") or []]
+        assert wellknown.TAINT_DISRUPTED_KEY not in taints

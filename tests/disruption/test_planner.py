@@ -8,7 +8,7 @@ from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.nodepool import DisruptionReason
 from karpenter_capi.core.disruption.methods import DRIFT, EMPTINESS, MULTI_NODE, SINGLE_NODE
 
-from .builders import NOW, Cluster
+from .builders import NOW, Cluster, instance_type
 
 
 def test_an_empty_node_is_deleted_and_a_daemonset_pod_does_not_count() -> None:
@@ -55,8 +55,12 @@ def test_an_underused_node_is_replaced_by_a_cheaper_one() -> None:
     [replacement] = command.replacements
     assert replacement.cheapest()[0].name == "small"
     assert round(command.savings, 2) == 0.30
-    # Only types cheaper than the node it replaces are offered to the launch.
+    # Only types cheaper than the node it replaces are offered to the launch, in the NodeClaim's
+    # requirement too: a launch falling back along it never ends on the node's own type.
     assert {it.name for it in replacement.instance_types} <= {"small", "medium"}
+    types = replacement.requirements.get(wellknown.LABEL_INSTANCE_TYPE)
+    assert types is not None
+    assert set(types.values) == {it.name for it in replacement.instance_types}
 
 
 def test_two_half_empty_nodes_become_one() -> None:
@@ -288,3 +292,82 @@ def test_nominated_nodes_and_provider_blocked_nodes_are_not_candidates() -> None
     assert report.command is None
     assert "nominated" in report.excluded["idle-0"]
     assert report.excluded["idle-1"] == "at its min size"
+
+
+def test_pods_of_a_node_already_going_away_take_their_room_first() -> None:
+    cluster = Cluster()
+    # "going" is being disrupted (tainted): its 3-CPU pod must land somewhere too.
+    cluster.node("going", "medium", tainted=True)
+    cluster.pod("moving-0", "going", cpu="3")
+    cluster.node("roomy", "large", node_annotations={"karpenter.sh/do-not-disrupt": "true"})
+    cluster.pod("app-0", "roomy", cpu="4")
+    cluster.node("candidate", "small")
+    cluster.pod("app-1", "candidate", cpu="1500m")
+
+    report = cluster.plan()
+
+    # Alone, app-1 would fit on roomy (4 CPU free); with moving-0 placed there first it does
+    # not, so deleting "candidate" would strand a pod: no command.
+    assert report.command is None
+
+
+def test_pending_pods_needing_a_new_node_hold_consolidation_back() -> None:
+    cluster = Cluster()
+    cluster.node("big", "large")
+    cluster.pod("app-0", "big", cpu="1")
+    cluster.pending_pod("waiting-0", cpu="7")
+
+    assert cluster.plan().command is None
+
+    cluster.pods = [p for p in cluster.pods if p["metadata"]["name"] != "waiting-0"]
+    assert cluster.plan().command is not None  # without it, the big node is replaced
+
+
+def test_a_finished_pod_with_do_not_disrupt_does_not_protect_its_node() -> None:
+    cluster = Cluster()
+    cluster.node("done", "small")
+    cluster.pod("job-0", "done", annotations={"karpenter.sh/do-not-disrupt": "true"})
+    cluster.pods[-1]["status"]["phase"] = "Succeeded"
+
+    command = cluster.plan().command
+
+    assert command is not None
+    assert command.method == EMPTINESS
+    assert [c.name for c in command.candidates] == ["done"]
+
+
+def test_pods_split_between_existing_room_and_one_cheaper_node() -> None:
+    cluster = Cluster()
+    cluster.node("roomy", "medium", node_annotations={"karpenter.sh/do-not-disrupt": "true"})
+    cluster.pod("app-0", "roomy", cpu="2500m")  # 1.5 CPU free there
+    cluster.node("b", "large")
+    cluster.pod("b-app-0", "b", cpu="1500m")
+    cluster.pod("b-app-1", "b", cpu="1500m")
+    cluster.pod("b-app-2", "b", cpu="1500m")
+
+    command = cluster.plan().command
+
+    # One pod goes to roomy, the other two need 3 CPU: a medium (0.20) instead of a large (0.40).
+    assert command is not None
+    assert [c.name for c in command.candidates] == ["b"]
+    [replacement] = command.replacements
+    assert replacement.cheapest()[0].name == "medium"
+    assert round(command.savings, 2) == 0.20
+
+
+def test_spot_to_spot_pins_the_replacement_to_spot() -> None:
+    cluster = _spot_cluster()
+    cluster.types = [
+        instance_type(f"t{i}", 2 + i, 8, 1.0 + i, spot=0.1 + i / 100) for i in range(20)
+    ]
+    cluster.node("spot-big", "t19", capacity_type=wellknown.CAPACITY_TYPE_SPOT)
+    cluster.pod("app-0", "spot-big", cpu="500m")
+
+    command = cluster.plan(spot_to_spot=True).command
+
+    assert command is not None
+    [replacement] = command.replacements
+    capacity = replacement.requirements.get(wellknown.LABEL_CAPACITY_TYPE)
+    assert capacity is not None
+    assert set(capacity.values) == {wellknown.CAPACITY_TYPE_SPOT}
+    assert len(replacement.instance_types) == 15

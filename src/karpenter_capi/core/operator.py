@@ -17,7 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from karpenter_capi.core.clock import Clock, FakeClock
-from karpenter_capi.core.disruption import DisruptionSettings, disruption_controllers
+from karpenter_capi.core.disruption import (
+    DisruptionController,
+    DisruptionSettings,
+    disruption_controllers,
+)
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.events import EventRecorder
 from karpenter_capi.core.lifecycle import lifecycle_controllers
@@ -93,9 +97,11 @@ class Operator:
             *disruption_controllers(
                 self.context,
                 nominated=self.provisioning.nominated_within,
+                nominations=self.provisioning.nominations,
                 settings=self.options.disruption,
             ),
         ]
+        self.disruption = next(c for c in controllers if isinstance(c, DisruptionController))
         self.manager.add(*controllers)
         self.elector: LeaderElector | None = None
         if self.options.leader_elect:
@@ -116,6 +122,8 @@ class Operator:
 
     def _leadership_gained(self) -> None:
         log.info("leading: controllers start acting")
+        # Another leader may have acted while this one was not leading.
+        self.disruption.reset()
         if self._driver is not None:
             self._driver.on_leadership_gained()
 

@@ -9,7 +9,7 @@ NodeClaim and ``expiration`` deletes expired ones. See ``docs/disruption.md``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from karpenter_capi.core.disruption.conditions import NodeClaimDisruptionController
@@ -30,12 +30,15 @@ def disruption_controllers(
     ctx: ControllerContext,
     *,
     nominated: Callable[[float], frozenset[str]] | None = None,
+    nominations: Callable[[], Mapping[str, frozenset[str]]] | None = None,
     settings: DisruptionSettings | None = None,
 ) -> list[Any]:
     """The three disruption controllers, ready for ``Manager.add``."""
     kwargs: dict[str, Any] = {"settings": settings}
     if nominated is not None:
         kwargs["nominated"] = nominated
+    if nominations is not None:
+        kwargs["nominations"] = nominations
     return [
         NodeClaimDisruptionController(ctx),
         ExpirationController(ctx),

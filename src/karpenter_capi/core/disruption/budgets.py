@@ -5,7 +5,8 @@ A NodePool's ``spec.disruption.budgets`` cap the nodes disrupting at once: per r
 or a percentage of the NodePool's nodes (rounded up), each budget active always or for
 ``duration`` after every hit of its cron ``schedule`` (UTC). The most restrictive active budget
 wins, and nodes already disrupting (deleting, or tainted by a command under way) count against
-it, as upstream Karpenter's ``BuildDisruptionBudgetMapping``. Expiration ignores budgets.
+it, as upstream Karpenter's ``BuildDisruptionBudgetMapping``; so do nodes that are not
+``Ready`` (they are disrupted already, in effect). Expiration ignores budgets.
 """
 
 from __future__ import annotations
@@ -18,6 +19,13 @@ from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.nodeclaim import NodeClaimConditionType
 from karpenter_capi.core.api.nodepool import DisruptionReason, NodePool
 from karpenter_capi.core.disruption.candidates import condition_true, has_disrupted_taint
+
+
+def _ready(node: Mapping[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or []
+    )
 
 
 class BudgetLedger:
@@ -46,6 +54,7 @@ class BudgetLedger:
                 meta.get("deletionTimestamp")
                 or (node.get("metadata") or {}).get("deletionTimestamp")
                 or has_disrupted_taint(node)
+                or not _ready(node)
             ):
                 disrupting[pool_name] = disrupting.get(pool_name, 0) + 1
         self._allowed: dict[tuple[str, DisruptionReason], int] = {}

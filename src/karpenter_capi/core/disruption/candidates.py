@@ -73,6 +73,13 @@ def is_reschedulable(pod: Pod) -> bool:
     return not any(ref.get("kind") in ("DaemonSet", "Node") for ref in owners)
 
 
+def _is_active(pod: Pod) -> bool:
+    """Neither finished nor terminating (upstream's ``IsActive``)."""
+    if _meta(pod).get("deletionTimestamp"):
+        return False
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
 def _pod_started(pod: Pod) -> datetime | None:
     raw = (pod.get("status") or {}).get("startTime") or _meta(pod).get("creationTimestamp")
     return parse_timestamp(str(raw)) if raw else None
@@ -278,7 +285,9 @@ def find_candidates(
         inventory = pools[str(_meta(claim).get("labels", {}).get(wellknown.LABEL_NODEPOOL))]
         assert inventory.model is not None
         node_pods = pods_by_node.get(_name(node), [])
-        blocked = next(filter(None, (pod_blocks(p, now) for p in node_pods)), None)
+        # Only active pods protect their node: a finished Job's do-not-disrupt no longer does.
+        active = (p for p in node_pods if _is_active(p))
+        blocked = next(filter(None, (pod_blocks(p, now) for p in active)), None)
         if blocked is not None:
             result.excluded[name] = blocked
             continue

@@ -9,9 +9,11 @@ requirements, or the provider's own reason from ``karpenter_capi_is_drifted``). 
 the status makes a pass over 1,000 nodes a read of the cache, survives restarts, and shows
 users with ``kubectl describe`` why a node is or is not being consolidated.
 
-Pod events are seen through the pod informer: every add, update or delete of a pod bound to a
-node wakes that node's NodeClaim, which writes the time (at most once per ``POD_EVENT_DEDUPE``,
-so a busy node costs one write per interval, not one per pod). Provider drift is asked at most
+Pod events are seen through the pod informer, as upstream's ``podevents`` controller sees them:
+a pod arriving on a node (at its ``PodScheduled`` time), leaving it, starting to terminate or
+finishing wakes that node's NodeClaim, which writes the time (at most once per
+``POD_EVENT_DEDUPE``, so a busy node costs one write per interval, not one per pod); status
+churn (readiness, restarts) and DaemonSet pods are not events. Provider drift is asked at most
 every ``DRIFT_RECHECK`` per NodeClaim, since a plugin may call its cloud.
 """
 
@@ -31,7 +33,7 @@ from karpenter_capi.core.api.nodeclaim import NodeClaim, NodeClaimConditionType
 from karpenter_capi.core.api.nodeclass import ClusterAPINodeClass
 from karpenter_capi.core.api.nodepool import NodePool
 from karpenter_capi.core.clock import format_timestamp, parse_timestamp
-from karpenter_capi.core.disruption.candidates import condition_true, is_reschedulable
+from karpenter_capi.core.disruption.candidates import MIRROR_POD_ANNOTATION, condition_true
 from karpenter_capi.core.errors import ProviderError
 from karpenter_capi.core.kube.cache import object_key
 from karpenter_capi.core.kube.client import JsonObject
@@ -91,6 +93,7 @@ class NodeClaimDisruptionController:
         self._actions = Actions(ctx, log)
         self._lock = threading.Lock()
         self._pod_events: dict[Key, datetime] = {}
+        self._pod_states: dict[Key, tuple[str, bool, bool]] = {}
         self._drift_checked: dict[Key, tuple[float, str | None]] = {}
         self._pools: dict[str, tuple[str, NodePool, str, Requirements]] = {}
 
@@ -115,14 +118,38 @@ class NodeClaimDisruptionController:
         return [object_key(c) for c in claims]
 
     def _pod_to_claims(self, pod: JsonObject) -> Iterable[Key]:
+        """Claims of the node a pod arrived on, left, or finished on; records when.
+
+        Called for every pod event, and for an update once with the old object and once with
+        the new, so what a node cares about (bound where, terminating, finished) is remembered
+        per pod and only a change counts. An arrival counts at the pod's ``PodScheduled`` time,
+        so a restart, which sees every pod anew, does not reset ``consolidateAfter``.
+        """
+        meta = pod.get("metadata") or {}
         node_name = (pod.get("spec") or {}).get("nodeName")
-        if not node_name or not is_reschedulable({**pod, "metadata": _live_meta(pod)}):
+        if not node_name or _stays_with_node(pod):
             return ()
-        keys = self._claims_of_node(str(node_name))
-        now = self._ctx.clock.now()
+        key = object_key(pod)
+        gone = self._ctx.caches.store(PODS).get(key) is None  # the cache moves first
+        phase = (pod.get("status") or {}).get("phase")
+        state = (str(node_name), bool(meta.get("deletionTimestamp")), phase in _FINISHED)
         with self._lock:
-            for key in keys:
-                self._pod_events[key] = now
+            previous = self._pod_states.get(key)
+            if gone:
+                self._pod_states.pop(key, None)
+            else:
+                self._pod_states[key] = state
+        if not gone and previous == state:
+            return ()
+        now = self._ctx.clock.now()
+        at = now
+        if not gone and previous is None and not state[1] and not state[2]:
+            at = _scheduled_at(pod) or now
+        keys = self._claims_of_node(str(node_name))
+        with self._lock:
+            for claim in keys:
+                recorded = self._pod_events.get(claim)
+                self._pod_events[claim] = at if recorded is None else max(recorded, at)
         return keys
 
     def _pool_to_claims(self, pool: JsonObject) -> Iterable[Key]:
@@ -291,8 +318,22 @@ def _last_pod_event(claim: Mapping[str, Any]) -> datetime | None:
     return parse_timestamp(str(raw)) if raw else None
 
 
-def _live_meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A terminating pod is still an event (it is leaving), so judge it as if it were not."""
-    meta = dict(pod.get("metadata") or {})
-    meta.pop("deletionTimestamp", None)
-    return meta
+def _stays_with_node(pod: Mapping[str, Any]) -> bool:
+    """DaemonSet and static (mirror) pods come and go with the node: not pod events."""
+    meta = pod.get("metadata") or {}
+    if MIRROR_POD_ANNOTATION in (meta.get("annotations") or {}):
+        return True
+    return any(
+        ref.get("kind") in ("DaemonSet", "Node") for ref in meta.get("ownerReferences") or []
+    )
+
+
+def _scheduled_at(pod: Mapping[str, Any]) -> datetime | None:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
+            raw = condition.get("lastTransitionTime")
+            return parse_timestamp(str(raw)) if raw else None
+    return None
+
+
+_FINISHED: Final = ("Succeeded", "Failed")

@@ -13,9 +13,10 @@ A pass that finds nothing is not repeated until something it reads changes (the 
 NodeClaims, pods, NodePools, NodeClasses and PDBs in the caches, the protected names) or the
 minute turns, which also bounds how long a change outside those (a price) waits.
 
-On its first pass the controller removes the ``karpenter.sh/disrupted`` taint and the
-``DisruptionReason`` condition from nodes a previous process left mid-command (their NodeClaims
-are not deleting), as upstream does at start-up: the commands died with that process.
+Every pass removes the ``karpenter.sh/disrupted`` taint and the ``DisruptionReason`` condition
+from nodes no command of this process holds and whose NodeClaims are not deleting (left by a
+process that died mid-command, a leader that lost its Lease, a failed rollback), as upstream
+does; ``reset`` forgets this process's commands when leadership is regained.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
+from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.nodeclaim import NodeClaim, NodeClaimConditionType
 from karpenter_capi.core.disruption.budgets import BudgetLedger
 from karpenter_capi.core.disruption.candidates import (
@@ -68,6 +70,7 @@ DEFAULT_NOMINATION_WINDOW: Final = 20.0
 """Upstream's: twice the batching window's maximum, so a pod still in a batch is covered."""
 HISTORY: Final = 100
 REPLACEMENT_GRACE: Final = 300.0
+DELETION_GRACE: Final = 60.0
 """How long a replacement stays protected after its command ends, while the moved pods land."""
 
 
@@ -101,21 +104,23 @@ class DisruptionController:
         ctx: ControllerContext,
         *,
         nominated: Callable[[float], frozenset[str]] = _nothing_nominated,
+        nominations: Callable[[], Mapping[str, frozenset[str]]] = dict,
         settings: DisruptionSettings | None = None,
     ) -> None:
         self._ctx = ctx
         self.settings = settings or DisruptionSettings()
         self.interval = self.settings.poll_seconds
         self._nominated = nominated
+        self._nominations = nominations
         self._orchestrator = Orchestrator(
             ctx, replacement_timeout=self.settings.replacement_timeout
         )
         self._pending: _Pending | None = None
         self._in_flight: list[InFlight] = []
         self._protected_until: dict[str, float] = {}
-        self._started = False
         self._raw_pools: dict[str, Mapping[str, Any]] = {}
         self._quiet_since: int | None = None
+        self._deleted_until: dict[str, float] = {}
         self.last_report: PassReport | None = None
         self.history: deque[InFlight] = deque(maxlen=HISTORY)
         """The latest commands started, for tests and debugging (bounded)."""
@@ -140,10 +145,8 @@ class DisruptionController:
     def run_once(self) -> Result:
         caches = self._ctx.caches
         snapshot = ClusterSnapshot.from_stores(lambda resource: caches.store(resource).list())
-        if not self._started:
-            self._started = True
-            self._clean_up_after_restart(snapshot)
         self._advance(snapshot)
+        self._restore_abandoned(snapshot)
         now = self._ctx.clock.monotonic()
         if self._pending is not None:
             if now < self._pending.due:
@@ -189,11 +192,30 @@ class DisruptionController:
                 )
             )
 
+        # Pods by what disruption reads of them, not their resourceVersion: status updates
+        # (readiness, restarts) would otherwise defeat the skip in a real cluster.
+        pods = tuple(
+            sorted(
+                (
+                    str((p.get("metadata") or {}).get("namespace", "")),
+                    str((p.get("metadata") or {}).get("name", "")),
+                    str((p.get("spec") or {}).get("nodeName", "")),
+                    str((p.get("status") or {}).get("phase", "")),
+                    bool((p.get("metadata") or {}).get("deletionTimestamp")),
+                    str(
+                        ((p.get("metadata") or {}).get("annotations") or {}).get(
+                            wellknown.ANNOTATION_DO_NOT_DISRUPT, ""
+                        )
+                    ),
+                )
+                for p in snapshot.pods
+            )
+        )
         return hash(
             (
                 versions(snapshot.nodes),
                 versions(snapshot.nodeclaims),
-                versions(snapshot.pods),
+                pods,
                 versions(caches.store(NODEPOOLS).list()),
                 versions(caches.store(CLUSTER_API_NODE_CLASSES).list()),
                 versions(caches.store(POD_DISRUPTION_BUDGETS).list()),
@@ -237,6 +259,7 @@ class DisruptionController:
             clock=self._ctx.clock,
             protected=self._protected(),
             blocked=self._blocked,
+            nominations=self._nominations(),
             settings=PassSettings(spot_to_spot=self.settings.spot_to_spot),
         )
         self._raw_pools = {inv.nodepool: inv.raw for inv in inventories}
@@ -306,7 +329,11 @@ class DisruptionController:
         if command.method == EMPTINESS:
             return Command(command.method, command.reason, still, savings=command.savings)
         simulator = Simulator(
-            snapshot, inventories, self._ctx.clock, spot_to_spot=self.settings.spot_to_spot
+            snapshot,
+            inventories,
+            self._ctx.clock,
+            spot_to_spot=self.settings.spot_to_spot,
+            nominations=self._nominations(),
         )
         outcome = simulator.consolidate(still)
         if not isinstance(outcome, Replacement):
@@ -336,11 +363,20 @@ class DisruptionController:
         self._in_flight = [f for f in self._in_flight if not f.done]
 
     def _finished(self, flight: InFlight) -> None:
-        until = self._ctx.clock.monotonic() + REPLACEMENT_GRACE
+        now = self._ctx.clock.monotonic()
         for name in flight.replacements:
-            self._protected_until[name] = until
+            self._protected_until[name] = now + REPLACEMENT_GRACE
+        for name in flight.deleted:
+            # Until the caches show the deletion, its taint is not an abandoned one.
+            self._deleted_until[name] = now + DELETION_GRACE
 
-    def _clean_up_after_restart(self, snapshot: ClusterSnapshot) -> None:
+    def _restore_abandoned(self, snapshot: ClusterSnapshot) -> None:
+        """Untaint and unmark nodes no command of this process holds: left by a process that
+        died mid-command, by a leader that lost its Lease, or by a failed rollback."""
+        now = self._ctx.clock.monotonic()
+        self._deleted_until = {n: t for n, t in self._deleted_until.items() if t > now}
+        held = {c.name for f in self._in_flight for c in f.command.candidates}
+        held |= set(self._deleted_until)
         by_node = {
             str((c.get("status") or {}).get("nodeName")): c
             for c in snapshot.nodeclaims
@@ -350,18 +386,28 @@ class DisruptionController:
             claim = by_node.get(str(node["metadata"]["name"]))
             if claim is None or (claim.get("metadata") or {}).get("deletionTimestamp"):
                 continue
+            if str(claim["metadata"]["name"]) in held:
+                continue
             if node["metadata"].get("deletionTimestamp"):
                 continue
             if has_disrupted_taint(node) or condition_true(
                 claim, NodeClaimConditionType.DISRUPTION_REASON
             ):
                 log.info(
-                    "disruption: node %s was left mid-command by a previous process; restoring it",
+                    "disruption: node %s is marked by no command under way; restoring it",
                     node["metadata"]["name"],
                 )
                 self._orchestrator.restore(
                     str(node["metadata"]["name"]), str(claim["metadata"]["name"])
                 )
+
+    def reset(self) -> None:
+        """Forget every command (leadership was lost and regained: another leader may have
+        acted meanwhile). The next pass restores the nodes they had marked."""
+        self._pending = None
+        self._in_flight = []
+        self._quiet_since = None
+        self._deleted_until = {}
 
     @property
     def busy(self) -> bool:

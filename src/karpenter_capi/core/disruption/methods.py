@@ -133,6 +133,9 @@ def drift(candidates: Sequence[Candidate], ledger: BudgetLedger, simulator: Simu
             key, reason = next(iter(sorted(simulation.unschedulable.items())))
             why = f"{candidate.name}: pod {key} would not schedule: {reason}"
             continue
+        if simulation.pending_only:
+            why = f"{candidate.name}: pending pods need new capacity first"
+            continue
         replacements = simulation.new_nodeclaims
         savings = candidate.price - sum(r.price for r in replacements)
         return Command(DRIFT, DisruptionReason.DRIFTED, [candidate], replacements, savings)

@@ -51,6 +51,8 @@ class InFlight:
     done: bool = False
     outcome: str = ""
     deleted: list[str] = field(default_factory=list)
+    seen: set[str] = field(default_factory=set)
+    """Replacements the caches have shown: one missing after that is gone, not just late."""
 
 
 class Orchestrator:
@@ -66,14 +68,21 @@ class Orchestrator:
     def start(self, command: Command, raw_pools: Mapping[str, Mapping[str, Any]]) -> InFlight:
         """Taint and mark the candidates, create the replacements; delete at once when there
         are none. Raises nothing: a failure rolls back and is reported in ``outcome``."""
-        now = self._ctx.clock.monotonic()
-        flight = InFlight(command, [], now)
+        flight = InFlight(command, [], self._ctx.clock.monotonic())
+        try:
+            self._start(flight, raw_pools)
+        except ApiError as error:
+            self.abort(flight, f"the API refused a step: {error}")
+        return flight
+
+    def _start(self, flight: InFlight, raw_pools: Mapping[str, Mapping[str, Any]]) -> None:
+        command = flight.command
         tainted: list[str] = []
         for candidate in command.candidates:
             if not self._set_taint(candidate.node_name, present=True):
                 self._untaint(tainted)
                 flight.done, flight.outcome = True, f"could not taint node {candidate.node_name}"
-                return flight
+                return
             tainted.append(candidate.node_name)
         for candidate in command.candidates:
             self._mark(candidate.name, command)
@@ -85,7 +94,7 @@ class Orchestrator:
                 flight.replacements.append(self._create(raw_pool, claim, reason))
         except (ApiError, KeyError) as error:
             self.abort(flight, f"could not create a replacement: {error}")
-            return flight
+            return
         for candidate in command.candidates:
             verb = "Replace" if command.replacements else "Delete"
             message = f"Disrupting NodeClaim: {command.reason.value}/{verb}"
@@ -94,7 +103,6 @@ class Orchestrator:
                 self._event(candidate.nodeclaim, NORMAL, "DisruptionLaunching", message)
         if not command.replacements:
             self._delete_candidates(flight)
-        return flight
 
     # -- progress ------------------------------------------------------------------------
 
@@ -106,11 +114,15 @@ class Orchestrator:
         waiting = []
         for name in flight.replacements:
             claim = nodeclaims.get(name)
+            if self._ctx.dry_run:
+                continue
+            if claim is None and name not in flight.seen:
+                waiting.append(name)  # not in the caches yet
+                continue
             if claim is None or (claim.get("metadata") or {}).get("deletionTimestamp"):
-                if self._ctx.dry_run:
-                    continue
                 self.abort(flight, f"replacement {name} is gone")
                 return
+            flight.seen.add(name)
             if not condition_true(claim, NodeClaimConditionType.INITIALIZED):
                 waiting.append(name)
         if waiting and elapsed > self._timeout:
@@ -126,9 +138,14 @@ class Orchestrator:
         """Give the command up: the candidates stay, untainted and unmarked."""
         flight.done, flight.outcome = True, f"gave up: {why}"
         log.warning("disruption command gave up (%s): %s", flight.command.describe(), why)
-        self._untaint([c.node_name for c in flight.command.candidates])
+        try:
+            self._untaint([c.node_name for c in flight.command.candidates])
+            for candidate in flight.command.candidates:
+                self._unmark(candidate.name)
+        except ApiError as error:
+            # What stays marked is restored by the controller's next pass.
+            log.warning("disruption: rollback incomplete: %s", error)
         for candidate in flight.command.candidates:
-            self._unmark(candidate.name)
             self._event(
                 candidate.nodeclaim,
                 WARNING,
@@ -268,6 +285,8 @@ class Orchestrator:
                 return
             except Conflict:
                 continue
+            except NotFound:
+                return
 
     def _event(self, obj: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
         self._actions.event(NODECLAIMS, obj, event_type, reason, message)

@@ -90,11 +90,14 @@ def plan(
     clock: Clock,
     protected: frozenset[str] = frozenset(),
     blocked: Callable[[list[Candidate]], Mapping[str, str]] | None = None,
+    nominations: Mapping[str, frozenset[str]] | None = None,
     settings: PassSettings | None = None,
 ) -> PassReport:
     """Find this pass's command (see ``methods`` for the order).
 
-    ``protected`` names nodes and NodeClaims to leave alone; ``blocked`` asks the providers
+    ``protected`` names nodes and NodeClaims to leave alone; ``nominations`` are the
+    provisioner's (NodeClaim or node -> pending pod keys it launched or counted them for);
+    ``blocked`` asks the providers
     which candidates they cannot remove (``karpenter_capi_disruption_blocked``), given in the
     consolidation order so the ones they keep removable are the ones the methods prefer.
     """
@@ -118,7 +121,9 @@ def plan(
     pools = {inv.nodepool: inv.model for inv in usable if inv.model is not None}
     ledger = BudgetLedger(pools, snapshot.nodeclaims, snapshot.nodes, now)
     report.budgets = ledger.snapshot()
-    simulator = Simulator(snapshot, usable, clock, spot_to_spot=settings.spot_to_spot)
+    simulator = Simulator(
+        snapshot, usable, clock, spot_to_spot=settings.spot_to_spot, nominations=nominations
+    )
 
     def deadline(seconds: float) -> Callable[[], bool]:
         limit = clock.monotonic() + seconds

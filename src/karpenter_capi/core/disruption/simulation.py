@@ -18,8 +18,13 @@ from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock
-from karpenter_capi.core.disruption.candidates import Candidate
+from karpenter_capi.core.disruption.candidates import (
+    Candidate,
+    has_disrupted_taint,
+    is_reschedulable,
+)
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
+from karpenter_capi.core.provisioning.pending import is_provisionable
 from karpenter_capi.core.provisioning.state import ClusterSnapshot, existing_nodes, nodepool_option
 from karpenter_capi.core.scheduling.model import (
     ExistingNode,
@@ -27,8 +32,9 @@ from karpenter_capi.core.scheduling.model import (
     Pod,
     ProposedNodeClaim,
     compatible_offerings,
+    pod_key,
 )
-from karpenter_capi.core.scheduling.requirements import Requirements
+from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
 from karpenter_capi.core.scheduling.resources import ResourceList, pod_requests
 from karpenter_capi.core.scheduling.solver import Solver
 
@@ -53,10 +59,14 @@ def _unbound(pod: Pod) -> Pod:
 
 @dataclass
 class Simulation:
-    """What the solver answered for moving some candidates' pods."""
+    """What the solver answered for moving some candidates' pods.
+
+    ``unschedulable`` lists only pods that must move (a pending pod nothing can hold is not the
+    command's concern); ``pending_only`` counts new NodeClaims only pending pods need."""
 
     unschedulable: dict[str, str] = field(default_factory=dict)
     new_nodeclaims: list[ProposedNodeClaim] = field(default_factory=list)
+    pending_only: int = 0
 
     @property
     def all_scheduled(self) -> bool:
@@ -72,7 +82,16 @@ class Replacement:
 
 
 class Simulator:
-    """The cluster as solver input, built once per pass; ``simulate`` filters it."""
+    """The cluster as solver input, built once per pass; ``simulate`` filters it.
+
+    Capacity already spoken for is accounted for in every simulation, as upstream's
+    ``SimulateScheduling`` does: the pods of nodes already being disrupted (tainted
+    ``karpenter.sh/disrupted``, or whose NodeClaim is deleting) must move too, so they are placed
+    alongside the candidates' pods and their nodes offer no room; and pending pods are placed
+    first on what they were promised (the provisioner's nominations). A command is valid only if
+    every pod that must move finds a place; a pending pod that still does not fit anywhere is
+    provisioning's business, but a new node that only pending pods need makes the command wait.
+    """
 
     def __init__(
         self,
@@ -82,20 +101,29 @@ class Simulator:
         *,
         spot_to_spot: bool = False,
         timeout_seconds: float = SIMULATION_TIMEOUT_SECONDS,
+        nominations: Mapping[str, frozenset[str]] | None = None,
     ) -> None:
         self._snapshot = snapshot
         self._clock = clock
         self._spot_to_spot = spot_to_spot
         self._timeout = timeout_seconds
         self._options: list[NodePoolOption] = [nodepool_option(i, snapshot) for i in inventories]
-        self._nodes: list[ExistingNode] = existing_nodes(snapshot, inventories, {})
+        disrupting = _disrupting_nodes(snapshot)
+        nodes = existing_nodes(snapshot, inventories, nominations or {})
+        self._nodes: list[ExistingNode] = [n for n in nodes if n.name not in disrupting]
+        self._moving: list[Pod] = [
+            _unbound(p)
+            for p in snapshot.pods
+            if (p.get("spec") or {}).get("nodeName") in disrupting and is_reschedulable(p)
+        ]
+        self._pending: list[Pod] = [p for p in snapshot.pods if is_provisionable(p)]
         self.simulations = 0
         self.durations: list[float] = []
         """Seconds each solve took (``karpenter_scheduler_scheduling_duration_seconds``)."""
         self._label_requirements: dict[str, Requirements] = {}
         self._free = {n.name: _triple(n.allocatable.subtract(n.requested)) for n in self._nodes}
-        frees = sorted(self._free.values(), key=sum, reverse=True)
-        self._total_free = tuple(sum(f[i] for f in frees) for i in range(3))
+        frees = list(self._free.values())
+        self._total_free = tuple(sum(max(f[i], 0) for f in frees) for i in range(3))
         # Per resource, the two largest free amounts: a node's own is never "elsewhere".
         self._top_free = [sorted((f[i] for f in frees), reverse=True)[:2] for i in range(3)]
         self._cheap_types: dict[str, list[tuple[float, tuple[int, int, int]]]] = {
@@ -109,33 +137,36 @@ class Simulator:
         }
 
     def might_consolidate(self, candidate: Candidate) -> bool:
-        """A necessary condition, in microseconds: could the pods fit elsewhere (by resources
-        alone), or could one cheaper type of the candidate's NodePool hold them all? A
-        candidate that fails it needs no simulation."""
+        """A necessary condition, in microseconds, for deleting the candidate or replacing it
+        with one cheaper node: by resources alone (cpu, memory, pod slots), its pods must fit in
+        the free room of the other nodes plus the largest cheaper type of its NodePool, and each
+        pod in one or the other. A candidate that fails it needs no simulation."""
         requests = [_triple(pod_requests(p, include_pod_count=True)) for p in candidate.pods]
         total = tuple(sum(r[i] for r in requests) for i in range(3))
         own = self._free.get(candidate.node_name, (0, 0, 0))
-        elsewhere = tuple(self._total_free[i] - max(own[i], 0) for i in range(3))
-        if all(total[i] <= elsewhere[i] for i in range(3)):
-            largest = [
-                top[1] if len(top) > 1 and top[0] == own[i] else (top[0] if top else 0)
-                for i, top in enumerate(self._top_free)
-            ]
-            if all(r[i] <= largest[i] for r in requests for i in range(3)):
-                return True
+        elsewhere = [self._total_free[i] - max(own[i], 0) for i in range(3)]
+        largest_free = [
+            top[1] if len(top) > 1 and top[0] == own[i] else (top[0] if top else 0)
+            for i, top in enumerate(self._top_free)
+        ]
+        biggest_cheaper = [0, 0, 0]
         for price, allocatable in self._cheap_types.get(candidate.nodepool, ()):
             if price >= candidate.price:
                 break
-            if all(total[i] <= allocatable[i] for i in range(3)):
-                return True
-        return False
+            biggest_cheaper = [max(biggest_cheaper[i], allocatable[i]) for i in range(3)]
+        room = [elsewhere[i] + biggest_cheaper[i] for i in range(3)]
+        largest = [max(largest_free[i], biggest_cheaper[i]) for i in range(3)]
+        return all(total[i] <= room[i] for i in range(3)) and all(
+            r[i] <= largest[i] for r in requests for i in range(3)
+        )
 
     def simulate(self, candidates: Sequence[Candidate]) -> Simulation:
-        """Place every pod of ``candidates`` elsewhere, as if the candidates were gone."""
+        """Place every pod of ``candidates`` elsewhere, as if the candidates were gone (with the
+        pods already moving and the pending ones, see the class docstring)."""
         self.simulations += 1
         gone = {c.node_name for c in candidates} | {c.name for c in candidates}
-        pods = [_unbound(p) for c in candidates for p in c.pods]
-        if not pods:
+        moving = [_unbound(p) for c in candidates for p in c.pods] + self._moving
+        if not moving:
             return Simulation()
         solver = Solver(
             self._options,
@@ -147,9 +178,16 @@ class Simulator:
             label_requirements=self._label_requirements,
         )
         started = self._clock.monotonic()
-        result = solver.solve(pods)
+        result = solver.solve(moving + self._pending)
         self.durations.append(self._clock.monotonic() - started)
-        return Simulation(dict(result.unschedulable), list(result.new_nodeclaims))
+        must_move = {pod_key(p) for p in moving}
+        return Simulation(
+            {k: why for k, why in result.unschedulable.items() if k in must_move},
+            list(result.new_nodeclaims),
+            pending_only=sum(
+                1 for c in result.new_nodeclaims if not any(pod_key(p) in must_move for p in c.pods)
+            ),
+        )
 
     def consolidate(self, candidates: Sequence[Candidate]) -> Replacement | str:
         """Delete the candidates, or replace them with one cheaper node; else why not."""
@@ -157,6 +195,8 @@ class Simulator:
         if not simulation.all_scheduled:
             key, why = next(iter(sorted(simulation.unschedulable.items())))
             return f"pod {key} would not schedule: {why}"
+        if simulation.pending_only:
+            return "pending pods need new capacity first"
         price = sum(c.price for c in candidates)
         if not simulation.new_nodeclaims:
             return Replacement([], price)
@@ -170,8 +210,9 @@ class Simulator:
         ]
         if not cheaper:
             return f"no replacement cheaper than {price:.4f}/h"
+        requirements = claim.requirements
         all_spot = all(c.capacity_type == wellknown.CAPACITY_TYPE_SPOT for c in candidates)
-        capacity = claim.requirements.get(wellknown.LABEL_CAPACITY_TYPE)
+        capacity = requirements.get(wellknown.LABEL_CAPACITY_TYPE)
         may_be_spot = capacity is None or capacity.has(wellknown.CAPACITY_TYPE_SPOT)
         if all_spot and may_be_spot:
             if not self._spot_to_spot:
@@ -183,8 +224,32 @@ class Simulator:
                         f"found {len(cheaper)}"
                     )
                 cheaper = cheaper[:MIN_SPOT_TO_SPOT_TYPES]
-        replacement = replace(claim, instance_types=cheaper)
+            # As upstream: a spot node is replaced by spot, never by dearer on-demand.
+            requirements = requirements.with_requirement(
+                Requirement.new(wellknown.LABEL_CAPACITY_TYPE, "In", [wellknown.CAPACITY_TYPE_SPOT])
+            )
+        # The launch may fall back along the NodeClaim's instance-type requirement, so it must
+        # name only the cheaper types, or a "consolidation" could end on a dearer node.
+        requirements = requirements.with_requirement(
+            Requirement.new(wellknown.LABEL_INSTANCE_TYPE, "In", [it.name for it in cheaper])
+        )
+        replacement = replace(claim, instance_types=cheaper, requirements=requirements)
         return Replacement([replacement], price - replacement.price)
+
+
+def _disrupting_nodes(snapshot: ClusterSnapshot) -> frozenset[str]:
+    """Nodes already going away: tainted by a command under way, or whose NodeClaim is
+    deleting (the Node itself deleting is left out by ``existing_nodes`` already)."""
+    names = {
+        str(n["metadata"]["name"])
+        for n in snapshot.nodes
+        if has_disrupted_taint(n) or (n.get("metadata") or {}).get("deletionTimestamp")
+    }
+    for claim in snapshot.nodeclaims:
+        node_name = (claim.get("status") or {}).get("nodeName")
+        if node_name and (claim.get("metadata") or {}).get("deletionTimestamp"):
+            names.add(str(node_name))
+    return frozenset(names)
 
 
 def describe_replacements(replacements: Sequence[ProposedNodeClaim]) -> list[Mapping[str, Any]]:

@@ -86,6 +86,10 @@ class ProvisioningController:
         """Nodes and NodeClaims pending pods were counted on in the last ``seconds``."""
         return self._provisioner.nominated_within(seconds)
 
+    def nominations(self) -> dict[str, frozenset[str]]:
+        """NodeClaim (or node) name -> keys of the pending pods it was launched or counted for."""
+        return self._provisioner.nominations()
+
     def reads(self) -> Sequence[tuple[Resource, str]]:
         return [
             (resource, WORKLOAD)

@@ -185,7 +185,12 @@ class Provisioner:
     def nominated_within(self, seconds: float) -> frozenset[str]:
         """Nodes and NodeClaims pending pods were counted on in the last ``seconds``."""
         horizon = self._clock.monotonic() - seconds
-        return frozenset(name for name, at in self._nominated_at.items() if at >= horizon)
+        # A copy first: the provisioning thread may be adding to the dict meanwhile.
+        return frozenset(name for name, at in list(self._nominated_at.items()) if at >= horizon)
+
+    def nominations(self) -> dict[str, frozenset[str]]:
+        """NodeClaim (or node) name -> keys of the pending pods it was launched or counted for."""
+        return dict(list(self._nominations.items()))
 
     def pending_pods(self, snapshot: ClusterSnapshot) -> list[Mapping[str, Any]]:
         return [p for p in snapshot.pods if is_provisionable(p)]
