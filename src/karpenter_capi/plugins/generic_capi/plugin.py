@@ -84,6 +84,7 @@ class _State:
     deleter: Deleter
     instances: Instances
     drift: DriftDetector
+    mirrors: ClusterMirrors
 
 
 _states_lock = threading.Lock()
@@ -127,6 +128,7 @@ def _state(ctx: PluginContext) -> _State:
         deleter=Deleter(ctx, capi, machines, settings, mirrors),
         instances=Instances(ctx.management, capi, machines, resources, mirrors),
         drift=DriftDetector(ctx, capi, machines),
+        mirrors=mirrors,
     )
     with _states_lock:
         found = _states.get(id(ctx))
@@ -254,7 +256,8 @@ def karpenter_capi_disruption_blocked(nodeclaims: list[Any], ctx: PluginContext)
     if not ours:
         return {}
     try:
-        return blocked_by_min_size(ours, _state(ctx).resources)
+        state = _state(ctx)
+        return blocked_by_min_size(ours, state.resources, state.mirrors)
     except ApiError as exc:
         # Unsure of the floors: keep every node rather than risk going below one.
         why = f"cannot read the scalable resources: {exc}"
