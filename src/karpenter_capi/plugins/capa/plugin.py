@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -47,6 +48,8 @@ from karpenter_capi.plugins.cloud.pricebook import (
 )
 
 log = logging.getLogger(__name__)
+
+_MAX_STATES = 16
 
 SOURCE: Final = "AWS"
 TEMPLATE_KIND: Final = "AWSMachineTemplate"
@@ -101,7 +104,9 @@ class CapaPlugin:
         self._background = background_refresh
         self._lock = threading.Lock()  # states and their price books
         self._clients_lock = threading.Lock()
-        self._states: dict[tuple[int, int, int], _State] = {}
+        # Per (client, clock, metrics): one in a process, many in tests; the most recent few
+        # are kept (they are caches only), so memory stays bounded.
+        self._states: OrderedDict[tuple[int, int, int], _State] = OrderedDict()
 
     @property
     def clients(self) -> AwsClients:
@@ -183,7 +188,9 @@ class CapaPlugin:
         key = (id(ctx.management), id(ctx.clock), id(ctx.metrics))
         with self._lock:
             state = self._states.get(key)
-            if state is None:
+            if state is not None:
+                self._states.move_to_end(key)
+            else:
                 metrics = CloudMetrics(ctx.metrics, PLUGIN_NAME) if ctx.metrics else None
                 client = ctx.management
                 state = _State(
@@ -205,6 +212,8 @@ class CapaPlugin:
                     metrics=metrics,
                 )
                 self._states[key] = state
+                while len(self._states) > _MAX_STATES:
+                    self._states.popitem(last=False)
             return state
 
     def _region(
