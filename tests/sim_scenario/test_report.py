@@ -30,7 +30,9 @@ def test_the_report_embeds_plotly_and_the_runs_series(tmp_path: Path) -> None:
     assert f"{result.pods_bound} / {result.pods_pending} / {result.pods_total}" in page
     # Disruptions over time get their own plot (a flat "disrupted" line when there were none).
     assert "NodeClaims disrupted so far, by reason" in page
-    assert json.dumps("disrupted") in page
+    names = [f"disrupted: {reason}" for reason in result.disruptions] or ["disrupted"]
+    for name in names:
+        assert json.dumps(name) in page
     assert "API requests by verb" in page
     for row in result.capacity:
         assert f"<td>{row.instance_type}</td>" in page

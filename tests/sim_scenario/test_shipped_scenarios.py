@@ -46,7 +46,7 @@ class Expected:
 # `until` is the shortest virtual time that gives a settled result (pods bind ~16 s after
 # creation; scenarios with a timeline run ~30 s past their last action).
 EXPECTED: dict[str, Expected] = {
-    "scale-from-zero": Expected(until=150, pods_total=15),
+    "scale-from-zero": Expected(until=600, pods_total=13),
     "basic-1000": Expected(until=900, pods_total=700),
     "consolidation": Expected(until=600, pods_total=40),
     "drift": Expected(until=600, pods_total=12),
