@@ -17,6 +17,7 @@ from karpenter_capi.core.errors import NodeClassNotReadyError
 from karpenter_capi.core.kube.resources import CONFIGMAPS
 from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.plugins.capz.provider import CapzSettings
+from karpenter_capi.plugins.capz.template import TemplateSpecError, parse_template
 from karpenter_capi.plugins.cloud.pricebook import SNAPSHOT_KEY, PriceSnapshot
 from karpenter_capi.sim.apiserver.capi_crds import crd
 
@@ -114,6 +115,42 @@ def test_a_spot_max_price_below_the_spot_price_is_unavailable() -> None:
     assert "above spotVMOptions.maxPrice 0.02" in found.unavailable_reason
     uncapped = azure_machine_template("t", "Standard_D4s_v5", spot={"maxPrice": -1})
     assert dict(_describe(world, uncapped).zones) == dict.fromkeys(ZONES_1_TO_3, 0.0384)
+
+
+def test_a_spot_max_price_is_a_quantity_as_a_go_client_writes_it_back() -> None:
+    # CAPZ's maxPrice is a resource.Quantity: "0.05" comes back from a Go round-trip as "50m".
+    world = CapzWorld.new()
+    above = azure_machine_template("t", "Standard_D4s_v5", spot={"maxPrice": "50m"})
+    assert dict(_describe(world, above).zones) == dict.fromkeys(ZONES_1_TO_3, 0.0384)
+    below = azure_machine_template("t", "Standard_D4s_v5", spot={"maxPrice": "20m"})
+    found = _describe(world, below)
+    assert found.zones == {}
+    assert "above spotVMOptions.maxPrice 0.02" in found.unavailable_reason
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("50m", 0.05),
+        ("0.05", 0.05),
+        ("1e-2", 0.01),
+        (0.5, 0.5),
+        ("-1", None),
+        (-1, None),
+        ("", None),
+    ],
+)
+def test_spot_max_price_spellings(raw: object, expected: float | None) -> None:
+    template = azure_machine_template("t", "Standard_D4s_v5", spot={"maxPrice": raw})
+    spec = parse_template(template, machine_deployment("md", "t"))
+    assert spec is not None
+    assert spec.max_price == expected
+
+
+def test_a_malformed_spot_max_price_is_named() -> None:
+    template = azure_machine_template("t", "Standard_D4s_v5", spot={"maxPrice": "cheap"})
+    with pytest.raises(TemplateSpecError, match="maxPrice 'cheap' is not a number"):
+        parse_template(template, machine_deployment("md", "t"))
 
 
 def test_arm_sizes_and_windows_templates() -> None:

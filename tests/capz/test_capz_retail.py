@@ -8,6 +8,7 @@ import pytest
 from azure.core.exceptions import HttpResponseError
 from capz_fakes import PRICES_PATH, FakeAzureTransport, PricesEndpoint, eastus_meters, meter, query
 
+from karpenter_capi.plugins.capz import retail
 from karpenter_capi.plugins.capz.retail import (
     ANY_ZONE,
     RetailPricesClient,
@@ -86,3 +87,21 @@ def test_an_empty_location_is_an_error() -> None:
     client, _ = _client(PricesEndpoint([]))
     with pytest.raises(RetailPricesError, match="no Virtual Machines prices"):
         client.snapshot("nowhere", lambda: NOW)
+
+
+def test_a_big_location_is_read_past_two_hundred_pages() -> None:
+    meters = [meter(f"Standard_X{i}", f"X{i}", 0.01 + i / 10000) for i in range(250)]
+    client, transport = _client(PricesEndpoint(meters, page_size=1))
+    snapshot = client.snapshot("eastus", lambda: NOW)
+    assert len(transport.requests) == 250
+    assert len(snapshot.on_demand) == 250
+
+
+def test_a_next_page_link_that_never_ends_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(retail, "MAX_PAGES", 3)
+    client, transport = _client(PricesEndpoint(eastus_meters(), page_size=2))
+    with pytest.raises(RetailPricesError, match=r"after 3 pages \(6 meters\).*incomplete"):
+        client.snapshot("eastus", lambda: NOW)
+    assert len(transport.requests) == 3

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -19,6 +21,7 @@ from karpenter_capi.plugins.cloud.pricebook import (
     PriceBook,
     PriceSnapshot,
 )
+from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
 
 HOUR = 3600.0
@@ -154,7 +157,7 @@ def test_the_configmap_survives_a_restart_without_cloud_access() -> None:
     assert offline.calls == 1  # stale stored prices: it tried the cloud first
 
 
-def test_fresh_stored_prices_spare_the_cloud_call_and_updates_use_the_resource_version() -> None:
+def test_fresh_stored_prices_spare_the_cloud_call() -> None:
     clock = FakeClock()
     server = new_cluster(clock=clock)
     store = ConfigMapPriceStore(server, "kube-system", "prices")
@@ -172,27 +175,52 @@ def test_fresh_stored_prices_spare_the_cloud_call_and_updates_use_the_resource_v
     assert loaded.on_demand["m5.large"] == 0.2
 
 
-def test_a_conflicting_writer_is_retried_once() -> None:
+class RacingReplica:
+    """The store's client: the in-memory API server, except that right after each of the store's
+    reads of the ConfigMap (while ``races`` lasts) another replica writes it through the server,
+    so the store's update carries a stale resourceVersion and the server answers Conflict."""
+
+    def __init__(self, server: InMemoryAPIServer, races: int) -> None:
+        self.server = server
+        self.races = races
+        self.reads = 0
+
+    def get(self, resource: Any, name: str, namespace: str | None = None, **kwargs: Any) -> Any:
+        found = self.server.get(resource, name, namespace, **kwargs)
+        self.reads += 1
+        if self.races > 0:
+            self.races -= 1
+            theirs = self.server.get(resource, name, namespace)
+            theirs["data"] = {**theirs.get("data", {}), f"other-{self.reads}": "written"}
+            self.server.update(resource, theirs)
+        return found
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.server, name)
+
+
+def test_updates_carry_the_read_resource_version_and_a_conflict_is_retried_once() -> None:
     clock = FakeClock()
     server = new_cluster(clock=clock)
-    store = ConfigMapPriceStore(server, "kube-system", "prices")
-    store.save(Cloud(clock)())
-
-    updates: list[int] = []
-    real_update = server.update
-
-    def racing_update(resource: object, obj: dict[str, object], **kwargs: object) -> object:
-        updates.append(1)
-        if len(updates) == 1:
-            raise Conflict("the object has been modified")
-        return real_update(resource, obj, **kwargs)  # type: ignore[arg-type]
-
-    server.update = racing_update  # type: ignore[method-assign]
-    store.save(Cloud(clock, price=0.3)())
-    assert len(updates) == 2
-    loaded = store.load()
-    assert loaded is not None
+    ConfigMapPriceStore(server, "kube-system", "prices").save(Cloud(clock)())
+    racing = RacingReplica(server, races=1)
+    ConfigMapPriceStore(racing, "kube-system", "prices").save(Cloud(clock, price=0.3)())
+    assert racing.reads == 2  # the first update was refused: read again, then written
+    stored = server.get(CONFIGMAPS, "prices", "kube-system")["data"]
+    # Without the precondition the first write would have erased the other replica's key.
+    assert stored["other-1"] == "written"
+    loaded = PriceSnapshot.from_json(stored[SNAPSHOT_KEY])
     assert loaded.on_demand["m5.large"] == 0.3
+
+
+def test_a_second_conflict_is_raised() -> None:
+    clock = FakeClock()
+    server = new_cluster(clock=clock)
+    ConfigMapPriceStore(server, "kube-system", "prices").save(Cloud(clock)())
+    racing = RacingReplica(server, races=2)
+    with pytest.raises(Conflict):
+        ConfigMapPriceStore(racing, "kube-system", "prices").save(Cloud(clock, price=0.3)())
+    assert racing.reads == 2
 
 
 def test_a_broken_configmap_is_ignored() -> None:
@@ -206,16 +234,37 @@ def test_a_broken_configmap_is_ignored() -> None:
     assert ConfigMapPriceStore(server, "kube-system", "absent").load() is None
 
 
+class BlockingCloud(Cloud):
+    """A ``Cloud`` whose fetches, once ``block`` is set, wait for ``release``."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock)
+        self.block = False
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self) -> PriceSnapshot:
+        if self.block:
+            self.entered.set()
+            assert self.release.wait(10), "the test never released the fetch"
+        return super().__call__()
+
+
 def test_background_refresh_runs_off_the_callers_path() -> None:
     clock = FakeClock()
-    cloud = Cloud(clock)
+    cloud = BlockingCloud(clock)
     prices = PriceBook("bg", cloud, clock, refresh_seconds=HOUR, background=True)
     assert prices.on_demand("m5.large") == 0.096  # the very first fetch is inline
     clock.advance(HOUR)
-    cloud.price = 0.5
-    first = prices.on_demand("m5.large")  # starts the refresh, answers at once
+    cloud.price, cloud.block = 0.5, True
+    try:
+        # Due: starts the refresh and answers at once with the old price, while it waits.
+        assert prices.on_demand("m5.large") == 0.096
+        assert cloud.entered.wait(10)
+        assert prices.on_demand("m5.large") == 0.096  # still waiting: no second refresh
+    finally:
+        cloud.release.set()
     prices.wait_for_refresh(timeout=10)
-    assert first in (0.096, 0.5)
     assert prices.on_demand("m5.large") == 0.5
     assert cloud.calls == 2
 

@@ -144,6 +144,13 @@ class StubbedAws:
         page_size: int = 2,
     ) -> None:
         """The answers of one successful refresh: GetProducts pages, then the spot history."""
+        self.queue_on_demand(on_demand, page_size=page_size)
+        self.queue_spot(spot)
+
+    def queue_on_demand(
+        self, on_demand: Mapping[str, float] = ON_DEMAND, *, page_size: int = 2
+    ) -> None:
+        """GetProducts pages of one refresh, ``page_size`` products a page."""
         items = [product(name, price, self.region) for name, price in on_demand.items()]
         pages = [items[i : i + page_size] for i in range(0, len(items), page_size)] or [[]]
         for index, page in enumerate(pages):
@@ -158,6 +165,9 @@ class StubbedAws:
             if index + 1 < len(pages):
                 response["NextToken"] = f"page-{index + 1}"
             self.pricing_stub.add_response("get_products", response, expected)
+
+    def queue_spot(self, spot: Mapping[tuple[str, str], float] = SPOT) -> None:
+        """The DescribeSpotPriceHistory answer of one refresh."""
         stamp = datetime(2025, 12, 31, 23, 0, tzinfo=UTC)
         history = [
             {
@@ -183,6 +193,15 @@ class StubbedAws:
             "describe_spot_price_history",
             {"SpotPriceHistory": history, "NextToken": ""},
             {"ProductDescriptions": ["Linux/UNIX"], "StartTime": ANY},
+        )
+
+    def queue_spot_failure(self) -> None:
+        """DescribeSpotPriceHistory fails once (say, the IAM policy lacks the action)."""
+        self.spot_stub.add_client_error(
+            "describe_spot_price_history",
+            service_error_code="UnauthorizedOperation",
+            service_message="You are not authorized to perform this operation.",
+            http_status_code=403,
         )
 
     def queue_pricing_failure(self) -> None:

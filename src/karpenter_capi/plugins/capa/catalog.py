@@ -40,7 +40,8 @@ class InstanceTypeInfo:
     ipv4_per_eni: int = 0
 
     def max_pods(self) -> int:
-        """Pods the AWS VPC CNI can address: ENIs x (IPv4 addresses per ENI - 1) + 2."""
+        """Pods the AWS VPC CNI can address: ENIs x (IPv4 addresses per ENI - 1) + 2, where
+        ENIs are those of the default network card (``max_enis``, see ``_max_enis``)."""
         if self.max_enis <= 0 or self.ipv4_per_eni <= 1:
             return 110  # no network data: the kubelet's default
         return self.max_enis * (self.ipv4_per_eni - 1) + 2
@@ -88,6 +89,23 @@ def _accelerators(raw: Mapping[str, Any]) -> dict[str, int]:
     return {name: count for name, count in result.items() if count > 0}
 
 
+def _max_enis(network: Mapping[str, Any]) -> int:
+    """The ENIs the VPC CNI can attach: those of the default network card.
+
+    Types with several network cards (p4d.24xlarge: 4 cards of 15 ENIs, 60 in all) report the
+    total in ``MaximumNetworkInterfaces``, but the CNI attaches ENIs to the default card only,
+    so AWS's eni-max-pods list gives p4d.24xlarge 15 x 49 + 2 = 737 pods, not 60 x 49 + 2.
+    Without per-card data the total is all there is (it is the default card's on one-card types).
+    """
+    default_index = network.get("DefaultNetworkCardIndex") or 0
+    for card in network.get("NetworkCards") or []:
+        if card.get("NetworkCardIndex", 0) == default_index and card.get(
+            "MaximumNetworkInterfaces"
+        ):
+            return int(card["MaximumNetworkInterfaces"])
+    return int(network.get("MaximumNetworkInterfaces") or 0)
+
+
 def instance_type_info(raw: Mapping[str, Any]) -> InstanceTypeInfo | None:
     """One ``DescribeInstanceTypes`` entry as an ``InstanceTypeInfo``; ``None`` for types that
     cannot be Kubernetes nodes (Mac instances) or lack a CPU or memory size."""
@@ -104,7 +122,7 @@ def instance_type_info(raw: Mapping[str, Any]) -> InstanceTypeInfo | None:
         memory_mib=memory,
         arch=arch,
         accelerators=MappingProxyType(_accelerators(raw)),
-        max_enis=int(network.get("MaximumNetworkInterfaces") or 0),
+        max_enis=_max_enis(network),
         ipv4_per_eni=int(network.get("Ipv4AddressesPerInterface") or 0),
     )
 

@@ -6,6 +6,11 @@ the instance type's shape (``DescribeInstanceTypes``), the zones that sell it
 (``DescribeInstanceTypeOfferings``) and its price there (on-demand from the Pricing API, spot
 from the spot price history). See docs/aws.md for what is read and the IAM policy it needs.
 
+A zone drops out of a description, with its reason, when it cannot be bought now: a spot
+template where spot prices are loaded but the type has none (no spot market), a spot price
+above ``spotMarketOptions.maxPrice``, or an offering a launcher marked in the shared
+``UnavailableOfferings`` (``unavailable_offerings``), as ``capz`` does.
+
 ``CapaPlugin`` holds the caches; the module-level hook (what the ``capa`` entry point loads)
 delegates to one built with boto3's default session. Tests and embedders register their own
 ``CapaPlugin(clients=...)`` with moto or Stubber clients. Importing this module needs boto3:
@@ -20,6 +25,7 @@ Options (``--plugin-option capa.NAME=VALUE``): ``region`` (instead of the AWSClu
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 from collections import OrderedDict
@@ -34,7 +40,7 @@ from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.resources import CAPI_INFRASTRUCTURE_GROUP
 from karpenter_capi.plugins.capa.catalog import CatalogEntry, load_instance_type
 from karpenter_capi.plugins.capa.clients import AwsClients, Boto3Clients
-from karpenter_capi.plugins.capa.pricing import fetch_snapshot, pricing_region
+from karpenter_capi.plugins.capa.pricing import RegionPrices
 from karpenter_capi.plugins.capa.region import RegionError, cluster_region, owner_cluster
 from karpenter_capi.plugins.cloud.catalog import CatalogCache, CatalogError
 from karpenter_capi.plugins.cloud.metrics import CloudMetrics
@@ -46,6 +52,7 @@ from karpenter_capi.plugins.cloud.pricebook import (
     PriceStore,
     ReadOnlyPriceStore,
 )
+from karpenter_capi.plugins.cloud.unavailable import UnavailableOfferings
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +72,7 @@ class _State:
     catalogs: CatalogCache[tuple[str, str], CatalogEntry]
     regions: CatalogCache[tuple[str, str], str]
     metrics: CloudMetrics | None
+    unavailable: UnavailableOfferings
     books: dict[str, PriceBook] = field(default_factory=dict)
 
 
@@ -137,7 +145,9 @@ class CapaPlugin:
         instance_type = str(machine.get("instanceType") or "")
         if not instance_type:
             raise NodeClassNotReadyError(what, "spec.template.spec.instanceType is not set")
-        spot = machine.get("spotMarketOptions") is not None
+        spot_options = machine.get("spotMarketOptions")
+        spot = spot_options is not None
+        max_price = _max_price(spot_options, what) if isinstance(spot_options, Mapping) else None
         state = self._state(ctx)
         region = self._region(ctx, state, owner, what)
         try:
@@ -150,37 +160,44 @@ class CapaPlugin:
                 what, f"instance type {instance_type} is not sold in {region} (or cannot be a node)"
             )
         max_pods = _positive(ctx, "max-pods", None)
-        offered = sorted(entry.zones)
+        capacity_type = wellknown.CAPACITY_TYPE_SPOT if spot else wellknown.CAPACITY_TYPE_ON_DEMAND
         snapshot = self._book(ctx, state, region).snapshot()
-        zones: dict[str, float | None]
-        if spot:
-            prices = {
-                z: snapshot.spot.get((instance_type, z)) if snapshot else None for z in offered
-            }
-            priced = {z: p for z, p in prices.items() if p is not None}
-            # With spot prices known, a zone without one has no spot market for the type.
-            zones = dict(priced) if priced else dict(prices)
-        else:
-            price = snapshot.on_demand.get(instance_type) if snapshot else None
-            zones = dict.fromkeys(offered, price)
+        # Zones the type is sold in but cannot be bought in now, and why.
+        excluded: dict[str, str] = {}
+        zones: dict[str, float | None] = {}
+        for zone in sorted(entry.zones):
+            price, why = _zone_price(snapshot, instance_type, zone, spot, max_price)
+            marked = state.unavailable.reason(instance_type, zone, capacity_type)
+            if marked is not None:
+                why = f"{instance_type} in {zone} was recently found unavailable ({marked})"
+            if why is None:
+                zones[zone] = price
+            else:
+                excluded[zone] = why
         return MachineTemplateDescription(
             source=SOURCE,
             instance_type=instance_type,
             capacity=info.capacity(int(max_pods) if max_pods is not None else None),
-            capacity_type=wellknown.CAPACITY_TYPE_SPOT
-            if spot
-            else wellknown.CAPACITY_TYPE_ON_DEMAND,
+            capacity_type=capacity_type,
             zones=zones,
             labels={
                 wellknown.LABEL_ARCH: info.arch,
                 wellknown.LABEL_OS: "linux",
                 wellknown.LABEL_INSTANCE_TYPE: instance_type,
             },
-            unavailable_reason=None
-            if zones
-            else f"{instance_type} is not offered{' as spot' if spot else ''} in any "
-            f"availability zone of {region}",
+            unavailable_reason=_unavailable_reason(zones, excluded, _failure_domains(owner))
+            or (
+                None
+                if entry.zones
+                else f"{instance_type} is not offered{' as spot' if spot else ''} in any "
+                f"availability zone of {region}"
+            ),
         )
+
+    def unavailable_offerings(self, ctx: PluginContext) -> UnavailableOfferings:
+        """The offerings a launcher found unavailable, for ``ctx``'s caches: what a launcher
+        marks (InsufficientInstanceCapacity) and ``describe`` leaves out for 3 minutes."""
+        return self._state(ctx).unavailable
 
     # -- caches ----------------------------------------------------------------------------------
 
@@ -210,6 +227,7 @@ class CapaPlugin:
                         retry_seconds=30.0,
                     ),
                     metrics=metrics,
+                    unavailable=UnavailableOfferings(ctx.clock),
                 )
                 self._states[key] = state
                 while len(self._states) > _MAX_STATES:
@@ -236,24 +254,91 @@ class CapaPlugin:
             return book
 
     def _new_book(self, ctx: PluginContext, state: _State, region: str) -> PriceBook:
-        clients, clock = self.clients, ctx.clock
         metrics = state.metrics.for_region(region) if state.metrics else None
 
-        def fetch() -> PriceSnapshot:
-            return fetch_snapshot(
-                clients.pricing(pricing_region(region)), clients.ec2(region), region, clock, metrics
-            )
+        # Only spot failing keeps the book's current spot prices: the fetch reads them back.
+        def current() -> PriceSnapshot | None:
+            return book.current()
 
+        fetch = RegionPrices(self.clients, region, ctx.clock, metrics, current)
         refresh = _positive(ctx, "price-refresh-interval", DEFAULT_REFRESH_SECONDS)
-        return PriceBook(
+        book = PriceBook(
             f"{PLUGIN_NAME}/{region}",
             fetch,
-            clock,
+            ctx.clock,
             refresh_seconds=refresh or DEFAULT_REFRESH_SECONDS,
             store=_store(ctx, ctx.management, region),
             metrics=metrics,
             background=self._background,
         )
+        return book
+
+
+def _max_price(spot_options: Mapping[str, Any], what: str) -> float | None:
+    """``spotMarketOptions.maxPrice``: a string of dollars per hour; absent or empty means AWS's
+    default cap, the on-demand price (which a spot price never exceeds in practice)."""
+    raw = spot_options.get("maxPrice")
+    if raw is None or str(raw).strip() == "":
+        return None
+    try:
+        price = float(str(raw))
+    except ValueError:
+        price = math.nan
+    if not math.isfinite(price) or price <= 0:
+        raise NodeClassNotReadyError(
+            what, f"spotMarketOptions.maxPrice {raw!r} is not a positive number of dollars"
+        )
+    return price
+
+
+def _zone_price(
+    snapshot: PriceSnapshot | None,
+    instance_type: str,
+    zone: str,
+    spot: bool,
+    max_price: float | None,
+) -> tuple[float | None, str | None]:
+    """(the price of ``instance_type`` in ``zone``, why it cannot be bought there or ``None``)."""
+    if not spot:
+        return (snapshot.on_demand.get(instance_type) if snapshot else None), None
+    if snapshot is None or not snapshot.spot:
+        return None, None  # no spot prices loaded at all: estimated, not ruled out
+    price = snapshot.spot.get((instance_type, zone))
+    if price is None:
+        return None, f"{instance_type} has no spot price (no spot market) in {zone}"
+    if max_price is not None and price > max_price:
+        return price, (
+            f"the spot price of {instance_type} in {zone}, {price:g}/h, is above "
+            f"spotMarketOptions.maxPrice {max_price:g}"
+        )
+    return price, None
+
+
+def _failure_domains(owner: Mapping[str, Any]) -> tuple[str, ...]:
+    """The owner's zones: a MachineDeployment's or MachineSet's failure domain, a
+    MachinePool's failure domains (empty: any zone)."""
+    spec = owner.get("spec") or {}
+    single = ((spec.get("template") or {}).get("spec") or {}).get("failureDomain")
+    if single:
+        return (str(single),)
+    return tuple(str(zone) for zone in spec.get("failureDomains") or () if zone)
+
+
+def _unavailable_reason(
+    zones: Mapping[str, float | None],
+    excluded: Mapping[str, str],
+    failure_domains: tuple[str, ...],
+) -> str | None:
+    """Why nothing of the owner can be bought, or ``None``: the reasons of its excluded zones
+    when all it may use are excluded (a zone AWS does not sell in is left to ``generic_capi``,
+    which names the zones that do)."""
+    if failure_domains:
+        wanted = [z for z in failure_domains if z in zones or z in excluded]
+    else:
+        wanted = sorted({*zones, *excluded})
+    if not wanted or any(z in zones for z in wanted):
+        return None
+    return "; ".join(excluded[z] for z in wanted)
 
 
 def _store(ctx: PluginContext, client: KubeClient, region: str) -> PriceStore | None:

@@ -8,7 +8,8 @@ served from a few regions only; ``pricing_region`` picks the one AWS documents f
 cluster's region.
 
 Spot: ``ec2:DescribeSpotPriceHistory`` for ``Linux/UNIX`` from now, keeping the latest price of
-each (instance type, zone).
+each (instance type, zone). The two are fetched apart (``RegionPrices``): a spot failure keeps
+the new on-demand prices and the previous spot prices.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any, Final
 
 from karpenter_capi.core.clock import Clock
+from karpenter_capi.plugins.capa.clients import AwsClients
 from karpenter_capi.plugins.cloud.metrics import CloudMetrics, timed
 from karpenter_capi.plugins.cloud.pricebook import PriceSnapshot
 
@@ -119,17 +121,67 @@ def fetch_spot(
     return {key: price for key, (_, price) in latest.items()}
 
 
-def fetch_snapshot(
-    pricing: Any, ec2: Any, region: str, clock: Clock, metrics: CloudMetrics | None
-) -> PriceSnapshot:
-    """On-demand and spot prices of ``region`` now; raises when either API fails."""
-    now = clock.now()
-    on_demand = fetch_on_demand(pricing, region, metrics)
-    spot = fetch_spot(ec2, now, metrics)
-    log.info(
-        "AWS prices for %s: %d on-demand, %d spot (type, zone) prices",
-        region,
-        len(on_demand),
-        len(spot),
-    )
-    return PriceSnapshot(on_demand=on_demand, spot=spot, fetched_at=now)
+class RegionPrices:
+    """The ``fetch`` of one region's ``PriceBook``: on-demand and spot prices, fetched apart.
+
+    On-demand prices price every template, so a failure of ``GetProducts`` fails the refresh
+    and the book keeps its last good snapshot. Spot prices come from another API (another IAM
+    action, another throttle): when only ``DescribeSpotPriceHistory`` fails, the new on-demand
+    prices are kept with the spot prices of ``previous()`` (the book's current snapshot; none on
+    a first fetch), and the failure is logged once, until spot prices come back. Called under
+    the book's refresh lock, one call at a time.
+    """
+
+    def __init__(
+        self,
+        clients: AwsClients,
+        region: str,
+        clock: Clock,
+        metrics: CloudMetrics | None,
+        previous: Callable[[], PriceSnapshot | None],
+    ) -> None:
+        self._clients = clients
+        self._region = region
+        self._clock = clock
+        self._metrics = metrics
+        self._previous = previous
+        self._spot_failing = False
+
+    def __call__(self) -> PriceSnapshot:
+        now = self._clock.now()
+        region = self._region
+        on_demand = fetch_on_demand(
+            self._clients.pricing(pricing_region(region)), region, self._metrics
+        )
+        spot: Mapping[tuple[str, str], float]
+        try:
+            spot = fetch_spot(self._clients.ec2(region), now, self._metrics)
+        except Exception as exc:  # any SDK error: the on-demand prices are still good
+            spot = self._spot_failed(exc)
+        else:
+            if self._spot_failing:
+                log.info("AWS spot prices for %s fetched again after failures", region)
+            self._spot_failing = False
+        log.info(
+            "AWS prices for %s: %d on-demand, %d spot (type, zone) prices",
+            region,
+            len(on_demand),
+            len(spot),
+        )
+        return PriceSnapshot(on_demand=on_demand, spot=spot, fetched_at=now)
+
+    def _spot_failed(self, exc: Exception) -> Mapping[tuple[str, str], float]:
+        previous = self._previous()
+        kept = previous.spot if previous is not None else {}
+        if not self._spot_failing:
+            log.warning(
+                "cannot fetch AWS spot prices for %s (%s: %s); %s, retrying at each refresh",
+                self._region,
+                type(exc).__name__,
+                exc,
+                f"keeping {len(kept)} previous spot prices" if kept else "no spot prices yet",
+            )
+        else:
+            log.debug("AWS spot prices for %s failed again: %s", self._region, exc)
+        self._spot_failing = True
+        return kept

@@ -2,8 +2,9 @@
 
 ``GET https://prices.azure.com/api/retail/prices`` needs no credentials and answers pages of
 "meters" (``Items``) with an absolute ``NextPageLink`` until it is ``null``. One location's
-consumption prices for Virtual Machines are a few thousand meters, a handful of pages; the
-filter keeps out reservations and Dev/Test prices. Of the meters, per ``armSkuName``:
+consumption prices for Virtual Machines are thousands of meters in pages of 100 (tens of
+pages, some hundreds in the biggest locations); the filter keeps out reservations and Dev/Test
+prices. Of the meters, per ``armSkuName``:
 
 * a ``skuName`` ending in `` Spot`` is the Spot price, any other the pay-as-you-go price;
 * ``Windows`` products (``productName`` contains ``Windows``) include the licence and are
@@ -40,8 +41,10 @@ from karpenter_capi.plugins.cloud.pricebook import PriceSnapshot
 RETAIL_PRICES_URL: Final = "https://prices.azure.com/api/retail/prices"
 ANY_ZONE: Final = ""
 """The zone under which Azure's per-location Spot prices are kept in a ``PriceSnapshot``."""
-MAX_PAGES: Final = 200
-"""A bound on pages followed (a location has well under 50), against a looping NextPageLink."""
+MAX_PAGES: Final = 2000
+"""A bound on pages followed, against a NextPageLink that never ends. Pages hold 100 meters and
+a big location has some tens of thousands (thousands of sizes, each with Linux, Windows, Spot and
+Low Priority meters, and older meters kept alongside new ones), so the bound is far above that."""
 
 _SPOT_SUFFIX: Final = " Spot"
 _LOW_PRIORITY_SUFFIX: Final = " Low Priority"
@@ -171,7 +174,11 @@ class RetailPricesClient:
                 raise RetailPricesError(f"NextPageLink loops back to {next_link}")
             seen.add(str(next_link))
             request = HttpRequest("GET", str(next_link))
-        raise RetailPricesError(f"more than {MAX_PAGES} pages of prices for {location}")
+        raise RetailPricesError(
+            f"gave up on the Retail Prices API for {location} after {MAX_PAGES} pages "
+            f"({len(items)} meters) without the last page: NextPageLink never ended; the "
+            "prices are incomplete and were not used"
+        )
 
     def snapshot(self, location: str, now: Callable[[], datetime]) -> PriceSnapshot:
         """A ``PriceSnapshot`` of ``location``, stamped with ``now()`` (the injected clock)."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from karpenter_capi.core.kube.resources import CAPI_INFRASTRUCTURE_GROUP
+from karpenter_capi.core.scheduling.quantity import QuantityError, parse_quantity
 
 AZURE_MACHINE_TEMPLATE: Final = "AzureMachineTemplate"
 AZURE_MACHINE_POOL: Final = "AzureMachinePool"
@@ -61,16 +62,20 @@ def _failure_domains(owner: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def _max_price(spot_options: Mapping[str, Any], display: str) -> float | None:
+    """``spotVMOptions.maxPrice``, a ``resource.Quantity`` in CAPZ's API: written ``"0.05"``, it
+    may come back from a Go client as ``"50m"``, so it is parsed as a quantity, exactly."""
     raw = spot_options.get("maxPrice")
     if raw is None or raw == "":
         return None
     try:
-        price = float(raw)
-    except (TypeError, ValueError):
+        price = parse_quantity(raw)
+    except QuantityError:
         raise TemplateSpecError(
-            f"{display}: spotVMOptions.maxPrice {raw!r} is not a number"
+            f"{display}: spotVMOptions.maxPrice {raw!r} is not a number (a quantity)"
         ) from None
-    return None if price < 0 else price  # -1: pay up to the on-demand price
+    if price.nanos < 0:
+        return None  # -1: pay up to the on-demand price, no cap
+    return float(price.as_fraction())
 
 
 def parse_template(template: Mapping[str, Any], owner: Mapping[str, Any]) -> AzureNodeSpec | None:

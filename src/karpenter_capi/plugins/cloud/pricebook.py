@@ -260,6 +260,12 @@ class PriceBook:
         self._report_age(snapshot)
         return snapshot
 
+    def current(self) -> PriceSnapshot | None:
+        """The prices held now, never refreshing: what a ``fetch`` may read to keep part of
+        them (``snapshot`` would wait for the refresh that is calling it)."""
+        with self._lock:
+            return self._snapshot
+
     def on_demand(self, instance_type: str) -> float | None:
         """The on-demand hourly price of ``instance_type``, or ``None`` when unknown."""
         snapshot = self.snapshot()
