@@ -398,7 +398,7 @@ def _cmd_instance_types(args: argparse.Namespace, out: TextIO) -> int:
     from karpenter_capi.core.provisioning.inventory import resolve_inventory
 
     workload, management = _clients(args)
-    plugins = _load_plugins(args, workload, management)
+    plugins = _load_plugins(args, workload, management, read_only=True)
     inventories = resolve_inventory(workload, plugins, nodepool_name=args.nodepool)
     if args.json:
         json.dump([_inventory_json(inv) for inv in inventories], out, indent=2)
@@ -490,7 +490,11 @@ def _clients(args: argparse.Namespace) -> tuple[Any, Any]:
     return connect_clusters(cluster_config_from_args(args, os.environ))
 
 
-def _load_plugins(args: argparse.Namespace, workload: Any, management: Any) -> Any:
+def _load_plugins(
+    args: argparse.Namespace, workload: Any, management: Any, *, read_only: bool = False
+) -> Any:
+    """The enabled plugins; ``read_only`` (a command that only looks) runs them as under
+    ``--dry-run``, so they write nothing (no NodeClass status, no price ConfigMap)."""
     from karpenter_capi.core.clock import SystemClock
     from karpenter_capi.core.plugins import PluginEnvironment, Plugins, parse_plugin_options
 
@@ -499,7 +503,7 @@ def _load_plugins(args: argparse.Namespace, workload: Any, management: Any) -> A
         management=management,
         clock=SystemClock(),
         options=parse_plugin_options(args.plugin_option),
-        dry_run=bool(getattr(args, "dry_run", False)),
+        dry_run=read_only or bool(getattr(args, "dry_run", False)),
     )
     return Plugins.load(_plugin_names(args), environment)
 

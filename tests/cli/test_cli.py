@@ -122,6 +122,29 @@ def test_instance_types_from_manifests(tmp_path: Path) -> None:
     assert types["g5.xlarge"]["taints"] == ["nvidia.com/gpu=present:NoSchedule"]
 
 
+def test_instance_types_only_looks_it_writes_nothing_to_the_cluster(tmp_path: Path) -> None:
+    from karpenter_capi.core.clock import FakeClock
+    from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES, EVENTS
+    from karpenter_capi.sim.apiserver.http import HttpFront
+    from karpenter_capi.sim.apiserver.kubeconfig import write_kubeconfig
+    from karpenter_capi.sim.cluster import new_cluster
+    from karpenter_capi.sim.demo import DEMO_SCENARIO
+    from karpenter_capi.sim.manifests import load_manifest_files
+
+    server = new_cluster(clock=FakeClock())
+    server.apply_manifests(load_manifest_files([DEMO_SCENARIO]))
+    [before] = server.list(CLUSTER_API_NODE_CLASSES).items
+    with HttpFront(server) as front:
+        kubeconfig = write_kubeconfig(front.url, tmp_path / "kubeconfig")
+        code, output = _run("instance-types", "--kubeconfig", str(kubeconfig))
+    assert code == 0, output
+    assert "m5.large" in output
+    # A running controller writes the NodeClass's Ready condition and Events; a look does not.
+    [after] = server.list(CLUSTER_API_NODE_CLASSES).items
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert server.list(EVENTS).items == []
+
+
 def test_run_once_provisions_over_http_with_a_kubeconfig(tmp_path: Path) -> None:
     from karpenter_capi.core.clock import FakeClock
     from karpenter_capi.core.kube.resources import NODECLAIMS

@@ -25,9 +25,12 @@ def test_simulate_without_a_scenario_runs_the_default_one_with_every_json_field(
     assert result["pods_bound"] == result["pods_total"] > 0
     assert all(isinstance(n, int) and n > 0 for n in result["disruptions"].values())
     assert result["api_requests"]["create"] > 0
+    assert "watch" not in result["api_requests"]  # the stepped informers only poll:
+    assert result["watch_polls"] > 0  # their zero-timeout drains are reported apart
     assert sum(row["count"] for row in result["capacity"]) == result["nodeclaims"]
     last = result["samples"][-1]
     assert last["nodeclaims_by_state"]["initialized"] == result["nodeclaims"]
+    assert sum(last["nodes_by_instance_type"].values()) == result["nodes"]
 
 
 def test_the_summary_is_printed_without_progress_when_stdout_is_not_a_terminal() -> None:
@@ -72,10 +75,32 @@ def test_speed_paces_virtual_time_through_the_wall_clock_pacer(
     assert main(argv, out) == 0
     assert [pacer.speed for pacer in made] == [30.0]
     assert paced == sorted(paced)
+    assert paced[0] == 0  # once setup is done: the pacer's wall clock starts there
     assert paced[-1] == 60
     result = json.loads(out.getvalue())
     # At 30x, a sample every 15 virtual seconds moves the progress line twice a wall second.
     assert [s["at"] for s in result["samples"]][:3] == [0, 15, 30]
+
+
+def test_setup_time_does_not_count_against_the_pace(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    class Faked(pacing.WallClockPacer):
+        def __init__(self, speed: float = 1.0, **kwargs: Any) -> None:
+            super().__init__(speed, monotonic=lambda: now[0], sleep=sleep)
+            now[0] += 1000  # built before the run; its setup then takes long
+
+    monkeypatch.setattr(pacing, "WallClockPacer", Faked)
+    argv = ["simulate", "scale-from-zero", "--until", "1m", "--speed", "30", "--json"]
+    assert main(argv, io.StringIO()) == 0
+    # 60 virtual seconds at 30x: 2 wall seconds slept, the first step included.
+    assert sum(slept) == pytest.approx(2.0)
+    assert slept[0] == pytest.approx(0.1)  # pace_step 3 at 30x
 
 
 def test_realtime_is_speed_one(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -128,6 +128,11 @@ def test_the_cheaper_aws_machine_deployment_is_scaled_and_pods_bind(aws: Stubbed
     assert replicas == {"graviton": 1, "compute": 0}
     [claim] = server.list(NODECLAIMS).items
     assert claim["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "m6g.large"
+    # Priced as capa priced it (no annotation to fall back on): the cheaper type's AWS price.
+    assert result.cost_per_hour == pytest.approx(0.077)
+    assert [(row.instance_type, row.price_per_hour) for row in result.capacity] == [
+        ("m6g.large", pytest.approx(0.077))
+    ]
     aws.pricing_stub.assert_no_pending_responses()
 
 
@@ -145,3 +150,5 @@ def test_without_capa_the_shape_estimate_would_have_picked_the_other_one() -> No
         for md in servers[0].list(MACHINE_DEPLOYMENTS, "default").items
     }
     assert replicas == {"graviton": 0, "compute": 1}
+    # Priced by generic_capi's shape-based estimate, the price the solver chose by.
+    assert result.cost_per_hour > 0

@@ -34,6 +34,13 @@ def test_the_report_embeds_plotly_and_the_runs_series(tmp_path: Path) -> None:
     for name in names:
         assert json.dumps(name) in page
     assert "API requests by verb" in page
+    # Nodes by instance type over time: one stacked trace per type a sample saw.
+    assert "Nodes by instance type" in page
+    types = {t for sample in result.samples for t in sample.nodes_by_instance_type}
+    assert types
+    for instance_type in types:
+        assert json.dumps(f"nodes: {instance_type}") in page
+    assert page.count('"stackgroup":"nodes-by-type"') == len(types)
     for row in result.capacity:
         assert f"<td>{row.instance_type}</td>" in page
 

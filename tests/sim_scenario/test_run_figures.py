@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import logging
 import urllib.request
 from typing import Any
+
+import pytest
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.crds import generate_crds
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube.resources import NODECLAIMS, PODS
+from karpenter_capi.core.plugins import PluginEnvironment, Plugins
+from karpenter_capi.plugins.generic_capi import plugin as generic_capi
+from karpenter_capi.plugins.generic_capi.binding import ANNOTATION_SCALABLE_RESOURCE
+from karpenter_capi.plugins.generic_capi.shape import PRICE_ANNOTATION
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.apiserver.http import HttpFront
+from karpenter_capi.sim.scenario import observer as observer_module
+from karpenter_capi.sim.scenario.catalog import generate_catalog
 from karpenter_capi.sim.scenario.observer import Observer
 from karpenter_capi.sim.scenario.result import Sample
 from karpenter_capi.sim.scenario.runner import run
-from karpenter_capi.sim.scenario.schema import load_scenario
+from karpenter_capi.sim.scenario.schema import Catalog, load_scenario
 
 
 def _pod(name: str) -> dict[str, Any]:
@@ -56,11 +66,24 @@ def test_the_api_server_counts_requests_by_verb_in_process_and_over_http() -> No
 def test_a_run_reports_the_api_requests_the_controllers_made() -> None:
     result = run(load_scenario("scale-from-zero"), until=60)
     requests = result.to_json()["api_requests"]
-    # The controllers created NodeClaims and Machines, wrote statuses, and watched.
+    # The controllers created NodeClaims and Machines and wrote statuses.
     assert requests["create"] > 0
     assert requests["patch/status"] > 0
-    assert requests["watch"] > 0
     assert all(count > 0 for count in requests.values())
+    # The stepped informers only poll (zero-timeout watches): reported apart, not as watches.
+    assert "watch" not in requests
+    assert "watch/poll" not in requests
+    assert result.to_json()["watch_polls"] == result.watch_polls > sum(requests.values())
+
+
+def test_zero_timeout_watches_are_polls_and_long_watches_count_once() -> None:
+    server = InMemoryAPIServer()
+    before = server.requests.snapshot()
+    for _ in range(3):
+        server.watch(PODS, timeout_seconds=0).close()
+    server.watch(PODS, timeout_seconds=60).close()
+    server.watch(PODS).close()
+    assert server.requests.since(before) == {"watch": 2, "watch/poll": 3}
 
 
 def _claim(name: str) -> dict[str, Any]:
@@ -131,7 +154,7 @@ def test_disruptions_count_nodeclaims_deleted_while_marked_even_between_samples(
 def test_a_pacer_sees_virtual_time_advance_in_steps() -> None:
     paced: list[float] = []
     result = run(load_scenario("scale-from-zero"), until=30, pace=paced.append, pace_step=5)
-    assert paced == [5, 10, 15, 20, 25, 30]
+    assert paced == [0, 5, 10, 15, 20, 25, 30]  # 0: setup is done, the loop starts
     assert result.virtual_seconds == 30
 
 
@@ -157,3 +180,77 @@ def test_disruptions_survive_a_watch_history_that_expired_between_samples() -> N
     assert observer.sample().disruptions == {"Empty": 1}
     # Five lists a sample (pods, MachineDeployments, MachinePools, NodeClaims, Nodes) + a relist.
     assert observer.own_requests["list"] == 2 * 5 + 1
+    assert observer.own_requests["watch/poll"] == 2
+
+
+def test_each_sample_counts_nodes_by_instance_type() -> None:
+    result = run(load_scenario("scale-from-zero"), until=120)
+    last = result.samples[-1]
+    assert sum(last.nodes_by_instance_type.values()) == last.nodes > 0
+    by_type: dict[str, int] = {}
+    for row in result.capacity:
+        by_type[row.instance_type] = by_type.get(row.instance_type, 0) + row.count
+    assert last.nodes_by_instance_type == by_type
+    assert result.to_json()["samples"][-1]["nodes_by_instance_type"] == by_type
+    assert result.samples[0].nodes_by_instance_type == {}  # no node yet at 0 s
+
+
+def test_nodeclaims_are_priced_from_the_inventory_with_the_annotation_as_fallback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = FakeClock()
+    server = InMemoryAPIServer(clock=clock)
+    server.apply_manifests(generate_crds())
+    server.register_cluster_api()
+    catalog = Catalog.model_validate({"cpus": [2], "families": {"c": 2}, "zones": ["zone-a"]})
+    manifests = generate_catalog(catalog)
+    # Not opted in, so in no inventory: only its price annotation prices what it launched.
+    outsider = copy.deepcopy(next(m for m in manifests if m["kind"] == "MachineDeployment"))
+    outsider["metadata"]["name"] = "outsider"
+    outsider["metadata"]["labels"] = {}
+    outsider["metadata"]["annotations"][PRICE_ANNOTATION] = "0.5"
+    server.apply_manifests([*manifests, outsider])
+    environment = PluginEnvironment(
+        workload=server, management=server, clock=clock, logger=logging.getLogger("test")
+    )
+    plugins = Plugins.from_objects([("generic_capi", generic_capi)], environment)
+    resolved: list[int] = []
+    real_resolve = observer_module.resolve_inventory
+
+    def counting_resolve(client: Any, plugins: Plugins) -> Any:
+        resolved.append(1)
+        return real_resolve(client, plugins)
+
+    monkeypatch.setattr(observer_module, "resolve_inventory", counting_resolve)
+    observer = Observer(server, clock, plugins)
+    assert observer.sample().cost_per_hour == 0
+    assert resolved == []  # no NodeClaim to price: nothing resolved
+
+    def priced(name: str, zone: str, resource: str | None) -> None:
+        claim = _claim(name)
+        claim["metadata"]["labels"] = {
+            wellknown.LABEL_NODEPOOL: "catalog",
+            wellknown.LABEL_INSTANCE_TYPE: "c-2x-amd64-linux",
+            wellknown.LABEL_TOPOLOGY_ZONE: zone,
+            wellknown.LABEL_CAPACITY_TYPE: "on-demand",
+        }
+        if resource is not None:
+            claim["metadata"]["annotations"] = {ANNOTATION_SCALABLE_RESOURCE: resource}
+        server.create(NODECLAIMS, claim)
+
+    priced("offered", "zone-a", None)  # in the inventory: 2 * 0.025 + 4 * 0.001
+    priced("elsewhere", "zone-z", "MachineDeployment/default/outsider")  # annotation
+    priced("unknown", "zone-z", None)  # neither: 0
+    before = server.requests.snapshot()
+    sample = observer.sample()
+    assert sample.cost_per_hour == 0.554
+    assert resolved == [1]  # once for the three NodeClaims
+    assert {(r.instance_type, r.count, r.price_per_hour) for r in observer.capacity()} == {
+        ("c-2x-amd64-linux", 1, 0.054),
+        ("c-2x-amd64-linux", 1, 0.5),
+        ("c-2x-amd64-linux", 1, 0.0),
+    }
+    # The resolution's reads are the observer's own, left out of the run's figures.
+    spent = server.requests.since(before)
+    assert spent.get("get", 0) > 0
+    assert all(observer.own_requests.get(verb, 0) >= n for verb, n in spent.items())

@@ -28,6 +28,7 @@ def _result(**overrides: object) -> ScenarioResult:
         ],
         "disruptions": {"Empty": 3, "Drifted": 1},
         "api_requests": {"watch": 30278, "patch/status": 5143, "get": 541},
+        "watch_polls": 12345,
         "errors": ["controller provisioning: 2x Boom: it broke"],
     }
     fields.update(overrides)
@@ -56,6 +57,7 @@ def test_the_summary_has_every_figure_in_tables_that_fit_100_columns() -> None:
     assert _row(text, "Drifted") == ["Drifted", "1"]
     assert _row(text, "watch") == ["watch", "30,278"]
     assert _row(text, "patch/status") == ["patch/status", "5,143"]
+    assert "(not counted: 12,345 watch polls, the stepped informers' drains)" in text
     assert "errors: 1\n  controller provisioning: 2x Boom: it broke" in text
 
 
@@ -139,6 +141,7 @@ def test_the_pacer_sleeps_until_wall_time_catches_up_with_virtual_time() -> None
         now[0] += seconds
 
     pacer = WallClockPacer(2.0, monotonic=lambda: now[0], sleep=sleep)
+    pacer(0)  # the run's loop starts
     pacer(10)  # 10 virtual seconds at 2x = 5 wall seconds
     assert slept == [5.0]
     now[0] += 20  # the run fell behind: no sleeping until it is ahead again
@@ -146,3 +149,36 @@ def test_the_pacer_sleeps_until_wall_time_catches_up_with_virtual_time() -> None
     assert slept == [5.0]
     pacer(60)
     assert slept == [5.0, 5.0]
+
+
+def test_the_pacers_wall_clock_starts_at_its_first_call_not_when_it_is_built() -> None:
+    now = [100.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    pacer = WallClockPacer(10.0, monotonic=lambda: now[0], sleep=sleep)
+    now[0] += 30  # setup (CRDs, plugins, the first settle) took 30 wall seconds
+    pacer(0)
+    assert slept == []
+    pacer(20)  # 20 virtual seconds at 10x: 2 wall seconds, though 30 passed since it was built
+    assert slept == [2.0]
+    now[0] += 0.5
+    pacer(30)  # due at 3 s after the start; 2.5 s have passed
+    assert slept == [2.0, 0.5]
+
+
+def test_a_pacer_first_called_mid_run_paces_from_there() -> None:
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    pacer = WallClockPacer(1.0, monotonic=lambda: now[0], sleep=sleep)
+    pacer(60)
+    pacer(61)
+    assert slept == [1.0]

@@ -2,9 +2,11 @@
 
 A summary line is enough to tell whether a run went well; understanding *why* it cost what it
 did needs the curves: pending pods draining as nodes arrive, NodeClaims running ahead of Nodes,
-cost rising and (once consolidation lands) falling, NodeClaims disrupted and why. The page
-embeds plotly.js, so it opens offline, attached to an issue or a CI artifact. The tables below
-the title are the terminal summary's (``sim.scenario.summary``), as HTML.
+which instance types the nodes are (stacked, so a consolidation that swaps big nodes for small
+ones shows even when the total stays flat), cost rising and (once consolidation lands) falling,
+NodeClaims disrupted and why. The page embeds plotly.js, so it opens offline, attached to an
+issue or a CI artifact. The tables below the title are the terminal summary's
+(``sim.scenario.summary``), as HTML.
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ from karpenter_capi.sim.scenario.result import ScenarioResult
 def _figure(result: ScenarioResult) -> go.Figure:
     minutes = [sample.at / 60 for sample in result.samples]
     figure = make_subplots(
-        rows=4,
+        rows=5,
         cols=1,
         shared_xaxes=True,
-        vertical_spacing=0.06,
+        vertical_spacing=0.05,
         subplot_titles=(
             "Pods",
             "Nodes and NodeClaims",
+            "Nodes by instance type",
             "Cost per hour (USD)",
             "NodeClaims disrupted so far, by reason",
         ),
@@ -37,23 +40,37 @@ def _figure(result: ScenarioResult) -> go.Figure:
         (1, "bound pods", [s.pods_bound for s in result.samples]),
         (2, "nodes", [s.nodes for s in result.samples]),
         (2, "NodeClaims", [s.nodeclaims for s in result.samples]),
-        (3, "cost per hour", [s.cost_per_hour for s in result.samples]),
+        (4, "cost per hour", [s.cost_per_hour for s in result.samples]),
     ]
     reasons = sorted({reason for s in result.samples for reason in s.disruptions})
     series.extend(
-        (4, f"disrupted: {reason}", [s.disruptions.get(reason, 0) for s in result.samples])
+        (5, f"disrupted: {reason}", [s.disruptions.get(reason, 0) for s in result.samples])
         for reason in reasons
     )
     if not reasons:  # an empty plot would look broken; a flat line says "none"
-        series.append((4, "disrupted", [0 for _ in result.samples]))
+        series.append((5, "disrupted", [0 for _ in result.samples]))
     for row, name, values in series:
         figure.add_trace(
             go.Scatter(x=minutes, y=values, name=name, mode="lines+markers", line_shape="hv"),
             row=row,
             col=1,
         )
-    figure.update_xaxes(title_text="virtual minutes", row=4, col=1)
-    figure.update_layout(height=1150, title_text=f"Scenario {result.scenario}", hovermode="x")
+    types = sorted({t for s in result.samples for t in s.nodes_by_instance_type})
+    for instance_type in types:
+        figure.add_trace(
+            go.Scatter(
+                x=minutes,
+                y=[s.nodes_by_instance_type.get(instance_type, 0) for s in result.samples],
+                name=f"nodes: {instance_type}",
+                mode="lines",
+                line_shape="hv",
+                stackgroup="nodes-by-type",
+            ),
+            row=3,
+            col=1,
+        )
+    figure.update_xaxes(title_text="virtual minutes", row=5, col=1)
+    figure.update_layout(height=1400, title_text=f"Scenario {result.scenario}", hovermode="x")
     return figure
 
 
@@ -72,6 +89,7 @@ def _summary(result: ScenarioResult) -> str:
         ("pod creation to bound", ", ".join(f"{k} {v:g} s" for k, v in bound.items())),
         ("disruptions by reason", _counts(result.disruptions)),
         ("API requests by verb", _counts(result.api_requests)),
+        ("watch polls (stepped informers, not counted above)", f"{result.watch_polls:,}"),
         ("virtual / wall time", f"{result.virtual_seconds:g} s / {result.wall_seconds:.1f} s"),
         ("errors", str(len(result.errors))),
     )

@@ -179,8 +179,10 @@ class InMemoryAPIServer(Controllers):
         definition: ResourceDefinition,
         name: str | None = None,
         subresource: str | None = None,
+        *,
+        poll: bool = False,
     ) -> None:
-        self.requests.record(verb, subresource)
+        self.requests.record(verb, subresource, poll=poll)
         self.faults.check(verb, definition.plural, definition.group_resource, name, subresource)
 
     def _present(self, obj: JsonObject, resource: Resource) -> JsonObject:
@@ -290,7 +292,7 @@ class InMemoryAPIServer(Controllers):
         ``InMemoryWatch``), which is how the stepped simulation polls.
         """
         definition, table = self._resolve(resource)
-        self._check_fault("watch", definition)
+        self._check_fault("watch", definition, poll=timeout_seconds == 0)
         predicate = object_filter(
             parse_label_selector(label_selector), parse_field_selector(field_selector, definition)
         )

@@ -9,8 +9,16 @@ A NodeClaim counts as disrupted for its reason when it is deleted while marked; 
 marked is counted as in flight; one whose mark is withdrawn (the disruption controller rolls
 a command back when its replacements fail) is not counted.
 
-The observer's own requests are tallied, so the run can report the API requests the
-controllers and the timeline made without the measuring instrument's.
+Cost is what the controller priced each NodeClaim at: the offering (instance type, zone and
+capacity type, the NodeClaim's labels) in its NodePool's inventory as the plugins resolve it
+(``resolve_inventory``), once per sample, so prices from AWS, Azure or generic_capi's shape
+estimate count as much as a price annotation. A NodeClaim whose offering is not (or no longer)
+in the inventory falls back to the price annotation of the scalable resource it waits on or
+was bound through (``karpenter.cluster.x-k8s.io/scalable-resource``), and to 0 without one.
+
+The observer's own requests (those the inventory resolution makes included) are tallied, so
+the run can report the API requests the controllers and the timeline made without the
+measuring instrument's.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from typing import Any
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.nodeclaim import NodeClaimConditionType
 from karpenter_capi.core.clock import FakeClock, parse_timestamp
+from karpenter_capi.core.kube.errors import ApiError
 from karpenter_capi.core.kube.resources import (
     MACHINE_DEPLOYMENTS,
     MACHINE_POOLS,
@@ -29,9 +38,12 @@ from karpenter_capi.core.kube.resources import (
     PODS,
     Resource,
 )
+from karpenter_capi.core.plugins import Plugins
+from karpenter_capi.core.provisioning.inventory import resolve_inventory
 from karpenter_capi.plugins.generic_capi.binding import ANNOTATION_SCALABLE_RESOURCE
 from karpenter_capi.plugins.generic_capi.shape import PRICE_ANNOTATION
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
+from karpenter_capi.sim.apiserver.request_counts import WATCH_POLL
 from karpenter_capi.sim.scenario.result import NODECLAIM_STATES, CapacityRow, Sample
 
 JsonObject = dict[str, Any]
@@ -89,9 +101,12 @@ def disruption_reason(claim: Mapping[str, Any]) -> str | None:
 class Observer:
     """Samples the cluster, remembers each pod's time to bind and each disrupted NodeClaim."""
 
-    def __init__(self, server: InMemoryAPIServer, clock: FakeClock) -> None:
+    def __init__(
+        self, server: InMemoryAPIServer, clock: FakeClock, plugins: Plugins | None = None
+    ) -> None:
         self.server = server
         self.clock = clock
+        self.plugins = plugins  # None: price annotations only
         self.start = clock.monotonic()
         self.samples: list[Sample] = []
         self.bound_seconds: dict[str, float] = {}
@@ -101,6 +116,8 @@ class Observer:
         self._claims_version = server.resource_version
         self._claims: list[JsonObject] = []
         self._prices: dict[str, float] = {}
+        # (NodePool, instance type, zone, capacity type) -> price, resolved at most once a sample.
+        self._offerings: dict[tuple[str, str, str, str], float] | None = None
 
     # ------------------------------------------------------------------ own requests
 
@@ -129,7 +146,7 @@ class Observer:
 
     def follow_disruptions(self) -> None:
         """Read the NodeClaim events since the last call (or relist if they expired)."""
-        self._count("watch")
+        self._count(WATCH_POLL)
         stream = self.server.watch(
             NODECLAIMS,
             resource_version=self._claims_version,
@@ -164,7 +181,41 @@ class Observer:
 
     # ------------------------------------------------------------------------ samples
 
+    def _offering_prices(self) -> dict[tuple[str, str, str, str], float]:
+        """Each offering's price in the NodePools' inventories, resolved once a sample."""
+        if self._offerings is not None:
+            return self._offerings
+        offerings: dict[tuple[str, str, str, str], float] = {}
+        if self.plugins is not None:
+            before = self.server.requests.snapshot()
+            try:
+                inventories = resolve_inventory(self.server, self.plugins)
+            except ApiError:  # an injected fault: fall back to the annotations this sample
+                inventories = []
+            finally:
+                for verb, count in self.server.requests.since(before).items():
+                    self.own_requests[verb] = self.own_requests.get(verb, 0) + count
+            for inventory in inventories:
+                for it in inventory.instance_types:
+                    for o in it.offerings:
+                        key = (inventory.nodepool, it.name, o.zone, o.capacity_type)
+                        # Two offerings alike but for their price: the solver takes the cheaper.
+                        offerings[key] = min(o.price, offerings.get(key, o.price))
+        self._offerings = offerings
+        return offerings
+
     def _price_of(self, claim: Mapping[str, Any]) -> float:
+        labels = claim["metadata"].get("labels") or {}
+        key = (
+            str(labels.get(wellknown.LABEL_NODEPOOL, "")),
+            str(labels.get(wellknown.LABEL_INSTANCE_TYPE, "")),
+            str(labels.get(wellknown.LABEL_TOPOLOGY_ZONE, "")),
+            str(labels.get(wellknown.LABEL_CAPACITY_TYPE, "")),
+        )
+        if all(key):
+            price = self._offering_prices().get(key)
+            if price is not None:
+                return price
         annotations = claim["metadata"].get("annotations") or {}
         return self._prices.get(annotations.get(ANNOTATION_SCALABLE_RESOURCE, ""), 0.0)
 
@@ -198,6 +249,7 @@ class Observer:
                 bound += 1
                 self.bound_seconds.setdefault(str(pod["metadata"]["uid"]), seconds)
         self._read_prices()
+        self._offerings = None  # resolved again, on first need, for this sample
         all_claims = self._list(NODECLAIMS)
         self._note(all_claims)
         states = dict.fromkeys(NODECLAIM_STATES, 0)
@@ -205,15 +257,22 @@ class Observer:
             states[nodeclaim_state(claim)] += 1
         self._claims = [c for c in all_claims if not c["metadata"].get("deletionTimestamp")]
         cost = sum(self._price_of(c) for c in self._claims)
+        nodes = self._list(NODES)
+        by_type: dict[str, int] = {}
+        for node in nodes:
+            labels = node["metadata"].get("labels") or {}
+            instance_type = str(labels.get(wellknown.LABEL_INSTANCE_TYPE) or "-")
+            by_type[instance_type] = by_type.get(instance_type, 0) + 1
         sample = Sample(
             at=round(self.clock.monotonic() - self.start, 3),
             pods_pending=len(pods) - bound,
             pods_bound=bound,
-            nodes=len(self._list(NODES)),
+            nodes=len(nodes),
             nodeclaims=len(self._claims),
             cost_per_hour=round(cost, 6),
             nodeclaims_by_state=states,
             disruptions=self.disruptions(),
+            nodes_by_instance_type=dict(sorted(by_type.items())),
         )
         self.samples.append(sample)
         return sample

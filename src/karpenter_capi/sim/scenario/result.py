@@ -22,7 +22,8 @@ class Sample:
     ``nodeclaims`` counts NodeClaims not being deleted; ``nodeclaims_by_state`` counts every
     NodeClaim by its latest state (``NODECLAIM_STATES``). ``disruptions`` counts, by reason,
     the NodeClaims disrupted since the run began plus those being disrupted (see
-    ``sim.scenario.observer``).
+    ``sim.scenario.observer``). ``nodes_by_instance_type`` counts the Nodes by their
+    ``node.kubernetes.io/instance-type`` label (``-`` without one), for the report's stacked plot.
     """
 
     at: float
@@ -33,6 +34,7 @@ class Sample:
     cost_per_hour: float
     nodeclaims_by_state: dict[str, int] = field(default_factory=dict)
     disruptions: dict[str, int] = field(default_factory=dict)
+    nodes_by_instance_type: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class ScenarioResult:
     samples: list[Sample] = field(default_factory=list)
     disruptions: dict[str, int] = field(default_factory=dict)
     api_requests: dict[str, int] = field(default_factory=dict)
+    watch_polls: int = 0
     capacity: list[CapacityRow] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -83,6 +86,7 @@ class ScenarioResult:
             "pod_bound_seconds": dict(self.pod_bound_seconds),
             "disruptions": dict(self.disruptions),
             "api_requests": dict(self.api_requests),
+            "watch_polls": self.watch_polls,
             "capacity": [
                 {**asdict(row), "cost_per_hour": row.cost_per_hour} for row in self.capacity
             ],

@@ -8,12 +8,14 @@ workload controllers and the scheduler stand-in, all stepped on a ``FakeClock``)
 deterministic; the timeline's actions are applied at their virtual times and the cluster is
 sampled every ``sample_every`` virtual seconds.
 
-Cost comes from the price annotation of the scalable resource each NodeClaim waits on or was
-bound through (the NodeClaim's ``karpenter.cluster.x-k8s.io/scalable-resource`` annotation,
-written by the plugin at launch), which is the price the solver chose by. Errors are the
-``controller_runtime_reconcile_errors_total`` counts and ERROR log records. API requests are
-the in-memory server's counts from the start of the run (after the scenario's objects are
-loaded), the observer's own sampling left out. What is observed lives in
+Cost is the price the solver chose by: each NodeClaim's offering in its NodePool's inventory,
+resolved through the run's plugins (AWS, Azure, shape estimates and price annotations alike),
+with the price annotation of the scalable resource it was launched through as the fallback
+(see ``sim.scenario.observer``). Errors are the ``controller_runtime_reconcile_errors_total``
+counts and ERROR log records. API requests are the in-memory server's counts from the start of
+the run (after the scenario's objects are loaded), the observer's own sampling left out; the
+stepped informers' zero-timeout watch drains are reported apart (``watch_polls``), since a real
+informer holds one watch open instead. What is observed lives in
 ``sim.scenario.observer``, what is reported in ``sim.scenario.result``.
 
 The runner never sleeps and never prints: ``on_sample`` is handed each sample (the CLI's live
@@ -43,6 +45,7 @@ from karpenter_capi.core.kube.resources import (
 from karpenter_capi.core.operator import Operator, OperatorOptions
 from karpenter_capi.core.plugins import PluginEnvironment, Plugins
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
+from karpenter_capi.sim.apiserver.request_counts import WATCH_POLL
 from karpenter_capi.sim.capi import add_capi_emulation
 from karpenter_capi.sim.scenario.catalog import generate_catalog
 from karpenter_capi.sim.scenario.observer import Observer, percentile
@@ -209,8 +212,10 @@ def run(
     ``seed`` seeds the API server's generated names and uids (and ``random``), so two runs of
     a scenario match. ``on_cluster`` is handed the in-memory API server before anything runs
     (``simulate --serve`` puts its HTTP front on it). ``on_sample`` is called with each
-    sample as it is taken; ``pace`` with the virtual seconds elapsed, at most ``pace_step``
-    apart, after the clock has moved there (without it the clock jumps from event to event).
+    sample as it is taken; ``pace`` with 0 once setup is done (the CRDs, plugins and first
+    settle, so a pacer can start its wall clock there), then with the virtual seconds elapsed,
+    at most ``pace_step`` apart, after the clock has moved there (without it the clock jumps
+    from event to event).
     """
     if until <= 0 or sample_every <= 0 or pace_step <= 0:
         raise ValueError("until, sample_every and pace_step must be positive")
@@ -237,12 +242,15 @@ def run(
             clock=clock,
             logger=logging.getLogger("karpenter_capi.plugins"),
         )
+        loaded = (
+            Plugins.load(list(plugins), environment)
+            if plugin_objects is None
+            else Plugins.from_objects(plugin_objects, environment)
+        )
         operator = Operator(
             server,
             server,
-            Plugins.load(list(plugins), environment)
-            if plugin_objects is None
-            else Plugins.from_objects(plugin_objects, environment),
+            loaded,
             clock,
             OperatorOptions(leader_elect=False, metrics_port=None),
         )
@@ -251,7 +259,7 @@ def run(
         add_workload_emulation(operator.manager)
         operator.manager.add(SimScheduler(server, operator.manager, clock))
         driver = operator.stepped()
-        observer = Observer(server, clock)
+        observer = Observer(server, clock, loaded)
         actions = sorted((a for a in scenario.timeline if a.at <= until), key=lambda a: a.at)
         samples = [0.0]
         while samples[-1] + sample_every < until:
@@ -264,6 +272,8 @@ def run(
         )
         driver.run_until_quiet()
         now = 0.0
+        if pace is not None:
+            pace(now)  # setup is done: a pacer's wall clock starts here
         for at, _, action in events:
             while at > now:
                 step_to = at if pace is None else min(at, now + pace_step)
@@ -281,6 +291,7 @@ def run(
     api_requests = server.requests.since(requests_before)
     for verb, count in observer.own_requests.items():
         api_requests[verb] = api_requests.get(verb, 0) - count
+    watch_polls = api_requests.pop(WATCH_POLL, 0)
     final = observer.samples[-1]
     bound = list(observer.bound_seconds.values())
     pod_bound_seconds = (
@@ -309,5 +320,6 @@ def run(
         samples=observer.samples,
         disruptions=observer.disruptions(),
         api_requests={verb: count for verb, count in api_requests.items() if count > 0},
+        watch_polls=max(0, watch_polls),
         capacity=observer.capacity(),
     )

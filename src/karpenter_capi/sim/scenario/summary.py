@@ -73,6 +73,12 @@ def _counts(title: str, counts: dict[str, int], key: str) -> str:
     return f"{title}:\n" + table([key, "count"], rows, [False, True])
 
 
+def _polls(result: ScenarioResult) -> str:
+    if not result.watch_polls:
+        return ""
+    return f"\n(not counted: {result.watch_polls:,} watch polls, the stepped informers' drains)"
+
+
 def _errors(result: ScenarioResult, limit: int = 20) -> str:
     if not result.errors:
         return "errors: none"
@@ -114,7 +120,7 @@ def render_summary(result: ScenarioResult) -> str:
         overview,
         _capacity(result),
         _counts("disruptions by reason", result.disruptions, "reason"),
-        _counts("API requests by verb", result.api_requests, "verb"),
+        _counts("API requests by verb", result.api_requests, "verb") + _polls(result),
         _errors(result),
     ]
     return "\n\n".join(sections) + "\n"
