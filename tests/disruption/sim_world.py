@@ -66,7 +66,9 @@ class SimWorld:
         return world
 
     @staticmethod
-    def _operator(server: InMemoryAPIServer, clock: FakeClock) -> tuple[Operator, SteppedDriver]:
+    def _operator(
+        server: InMemoryAPIServer, clock: FakeClock, *, dry_run: bool = False
+    ) -> tuple[Operator, SteppedDriver]:
         environment = PluginEnvironment(
             workload=server,
             management=server,
@@ -78,16 +80,16 @@ class SimWorld:
             server,
             Plugins.load(["generic_capi"], environment),
             clock,
-            OperatorOptions(leader_elect=False, metrics_port=None),
+            OperatorOptions(leader_elect=False, metrics_port=None, dry_run=dry_run),
         )
         add_capi_emulation(operator.manager, nodes=True)
         add_workload_emulation(operator.manager)
         operator.manager.add(SimScheduler(server, operator.manager, clock))
         return operator, operator.stepped()
 
-    def restart(self) -> None:
+    def restart(self, *, dry_run: bool = False) -> None:
         """A new controller process over the same cluster (the old one's memory is lost)."""
-        self.operator, self.driver = self._operator(self.server, self.clock)
+        self.operator, self.driver = self._operator(self.server, self.clock, dry_run=dry_run)
         self.driver.run_until_quiet()
 
     # -- acting ----------------------------------------------------------------------------

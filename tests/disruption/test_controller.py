@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.kube.resources import MACHINE_DEPLOYMENTS, NODECLAIMS, NODEPOOLS, NODES
 from karpenter_capi.plugins.generic_capi.binding import ANNOTATION_SCALABLE_RESOURCE
@@ -330,3 +334,40 @@ def test_regaining_leadership_forgets_commands_and_restores_their_nodes() -> Non
         node = world.server.get(NODES, name)
         taints = [t["key"] for t in node["spec"].get("taints") or []]
         assert wellknown.TAINT_DISRUPTED_KEY not in taints
+
+
+def test_a_dry_run_decides_and_says_so_but_changes_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    world = SimWorld.build(
+        CATALOG,
+        disruption={
+            "consolidationPolicy": "WhenEmpty",
+            "consolidateAfter": "30s",
+            "budgets": [{"nodes": "100%"}],
+        },
+    )
+    world.deploy("web", 1, "1500m", "1Gi")
+    world.advance(60)
+    world.deploy("batch", 2, "1500m", "1Gi")
+    world.advance(25)  # batch runs on its own node, not yet quiet for consolidateAfter
+    nodes_before = {n["metadata"]["name"] for n in world.nodes()}
+    assert len(nodes_before) >= 2
+    assert sum(1 for c in world.nodeclaims() if _condition(c, "Consolidatable")) == 1
+    statuses = {c["metadata"]["name"]: c["status"] for c in world.nodeclaims()}
+    world.restart(dry_run=True)  # `karpenter-capi run --dry-run` over the same cluster
+    world.scale("batch", 0)
+    with caplog.at_level(logging.INFO, logger="karpenter_capi"):
+        world.advance(300)
+
+    assert {n["metadata"]["name"] for n in world.nodes()} == nodes_before
+    for claim in world.nodeclaims():  # nothing written: the pods that left are not recorded
+        assert claim["status"] == statuses[claim["metadata"]["name"]]
+    report = world.operator.disruption.last_report
+    assert report is not None
+    assert report.command is not None
+    assert report.command.reason.value == "Empty"
+    would_delete = [
+        r.getMessage() for r in caplog.records if "would delete NodeClaim" in r.getMessage()
+    ]
+    assert len(would_delete) == len(report.command.candidates)  # said once, not every pass

@@ -98,6 +98,7 @@ class Operator:
                 self.context,
                 nominated=self.provisioning.nominated_within,
                 nominations=self.provisioning.nominations,
+                is_leader=self.is_leader,
                 settings=self.options.disruption,
             ),
         ]

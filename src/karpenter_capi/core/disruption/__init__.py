@@ -31,6 +31,7 @@ def disruption_controllers(
     *,
     nominated: Callable[[float], frozenset[str]] | None = None,
     nominations: Callable[[], Mapping[str, frozenset[str]]] | None = None,
+    is_leader: Callable[[], bool] | None = None,
     settings: DisruptionSettings | None = None,
 ) -> list[Any]:
     """The three disruption controllers, ready for ``Manager.add``."""
@@ -39,8 +40,11 @@ def disruption_controllers(
         kwargs["nominated"] = nominated
     if nominations is not None:
         kwargs["nominations"] = nominations
+    if is_leader is not None:
+        kwargs["is_leader"] = is_leader
+    conditions = NodeClaimDisruptionController(ctx)
     return [
-        NodeClaimDisruptionController(ctx),
+        conditions,
         ExpirationController(ctx),
-        DisruptionController(ctx, **kwargs),
+        DisruptionController(ctx, dry_run_status=conditions.with_dry_run_status, **kwargs),
     ]

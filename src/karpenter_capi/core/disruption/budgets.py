@@ -18,7 +18,8 @@ from typing import Any
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.nodeclaim import NodeClaimConditionType
 from karpenter_capi.core.api.nodepool import DisruptionReason, NodePool
-from karpenter_capi.core.disruption.candidates import condition_true, has_disrupted_taint
+from karpenter_capi.core.disruption.candidates import condition_true
+from karpenter_capi.core.provisioning.state import has_disrupted_taint
 
 
 def _ready(node: Mapping[str, Any]) -> bool:

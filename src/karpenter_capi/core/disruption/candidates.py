@@ -31,10 +31,13 @@ from karpenter_capi.core.clock import parse_timestamp
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.kube.selectors import SelectorError, selector_matches
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
+from karpenter_capi.core.provisioning.state import (
+    has_disrupted_taint,
+    is_reschedulable,
+)
 from karpenter_capi.core.scheduling.model import Pod, pod_key
 
 DELETION_COST_ANNOTATION: Final = "controller.kubernetes.io/pod-deletion-cost"
-MIRROR_POD_ANNOTATION: Final = "kubernetes.io/config.mirror"
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -51,26 +54,6 @@ def condition_true(obj: Mapping[str, Any], condition_type: str) -> bool:
         c.get("type") == condition_type and c.get("status") == "True"
         for c in (obj.get("status") or {}).get("conditions") or []
     )
-
-
-def has_disrupted_taint(node: Mapping[str, Any]) -> bool:
-    return any(
-        t.get("key") == wellknown.TAINT_DISRUPTED_KEY
-        for t in (node.get("spec") or {}).get("taints") or []
-    )
-
-
-def is_reschedulable(pod: Pod) -> bool:
-    """A pod that must find another node if its node goes (upstream ``IsReschedulable``)."""
-    meta = _meta(pod)
-    if meta.get("deletionTimestamp"):
-        return False
-    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-        return False
-    if MIRROR_POD_ANNOTATION in (meta.get("annotations") or {}):
-        return False
-    owners = meta.get("ownerReferences") or []
-    return not any(ref.get("kind") in ("DaemonSet", "Node") for ref in owners)
 
 
 def _is_active(pod: Pod) -> bool:
@@ -164,13 +147,28 @@ class DisruptionBudgets:
         for pdb in pdbs:
             view = DisruptionBudgetView.from_object(pdb)
             self._by_namespace.setdefault(view.namespace, []).append(view)
+        # Pods of one Deployment share their labels: match each label set once, not each pod.
+        self._covering: dict[tuple[str, tuple[tuple[str, str], ...]], list[DisruptionBudgetView]]
+        self._covering = {}
+
+    def _covering_views(self, pod: Pod) -> list[DisruptionBudgetView]:
+        meta = _meta(pod)
+        namespace = str(meta.get("namespace", ""))
+        views = self._by_namespace.get(namespace)
+        if not views:
+            return []
+        key = (namespace, tuple(sorted((meta.get("labels") or {}).items())))
+        found = self._covering.get(key)
+        if found is None:
+            found = [v for v in views if v.covers(pod)]
+            self._covering[key] = found
+        return found
 
     def blocking(self, pods: Sequence[Pod]) -> str | None:
         """Why evicting all of ``pods`` would be refused, or None."""
         views: dict[tuple[str, str], DisruptionBudgetView] = {}
         for pod in pods:
-            namespace = str(_meta(pod).get("namespace", ""))
-            covering = [v for v in self._by_namespace.get(namespace, ()) if v.covers(pod)]
+            covering = self._covering_views(pod)
             if len(covering) > 1:
                 names = ", ".join(sorted(v.name for v in covering))
                 return f"pod {pod_key(pod)} is covered by several PDBs ({names})"

@@ -33,7 +33,7 @@ from karpenter_capi.core.api.nodeclaim import NodeClaim, NodeClaimConditionType
 from karpenter_capi.core.api.nodeclass import ClusterAPINodeClass
 from karpenter_capi.core.api.nodepool import NodePool
 from karpenter_capi.core.clock import format_timestamp, parse_timestamp
-from karpenter_capi.core.disruption.candidates import MIRROR_POD_ANNOTATION, condition_true
+from karpenter_capi.core.disruption.candidates import condition_true
 from karpenter_capi.core.errors import ProviderError
 from karpenter_capi.core.kube.cache import object_key
 from karpenter_capi.core.kube.client import JsonObject
@@ -49,6 +49,7 @@ from karpenter_capi.core.kube.resources import (
 )
 from karpenter_capi.core.plugins import PluginError
 from karpenter_capi.core.provisioning.provisioner import NODEPOOL_HASH_VERSION
+from karpenter_capi.core.provisioning.state import MIRROR_POD_ANNOTATION
 from karpenter_capi.core.runtime.controller import (
     DONE,
     WORKLOAD,
@@ -94,6 +95,7 @@ class NodeClaimDisruptionController:
         self._lock = threading.Lock()
         self._pod_events: dict[Key, datetime] = {}
         self._pod_states: dict[Key, tuple[str, bool, bool]] = {}
+        self._dry_run_status: dict[Key, JsonObject] = {}
         self._drift_checked: dict[Key, tuple[float, str | None]] = {}
         self._pools: dict[str, tuple[str, NodePool, str, Requirements]] = {}
 
@@ -146,11 +148,15 @@ class NodeClaimDisruptionController:
         if not gone and previous is None and not state[1] and not state[2]:
             at = _scheduled_at(pod) or now
         keys = self._claims_of_node(str(node_name))
-        with self._lock:
-            for claim in keys:
-                recorded = self._pod_events.get(claim)
-                self._pod_events[claim] = at if recorded is None else max(recorded, at)
+        for claim in keys:
+            self._remember_event(claim, at)
         return keys
+
+    def _remember_event(self, key: Key, at: datetime) -> None:
+        """The latest pod event of a NodeClaim not yet written to its status."""
+        with self._lock:
+            recorded = self._pod_events.get(key)
+            self._pod_events[key] = at if recorded is None else max(recorded, at)
 
     def _pool_to_claims(self, pool: JsonObject) -> Iterable[Key]:
         name = str((pool.get("metadata") or {}).get("name", ""))
@@ -168,14 +174,16 @@ class NodeClaimDisruptionController:
     # -- reconcile -----------------------------------------------------------------------
 
     def reconcile(self, key: Key) -> Result:
-        claim = self._ctx.caches.store(NODECLAIMS).get(key)
+        cached = self._ctx.caches.store(NODECLAIMS).get(key)
         with self._lock:
-            event_at = self._pod_events.pop(key, None) if claim is not None else None
-        if claim is None or (claim.get("metadata") or {}).get("deletionTimestamp"):
+            event_at = self._pod_events.pop(key, None) if cached is not None else None
+        if cached is None or (cached.get("metadata") or {}).get("deletionTimestamp"):
             with self._lock:
                 self._pod_events.pop(key, None)
+                self._dry_run_status.pop(key, None)
             self._drift_checked.pop(key, None)
             return DONE
+        claim = self.with_dry_run_status(cached)
         if not condition_true(claim, NodeClaimConditionType.INITIALIZED):
             return DONE
         pool = self._pool(_pool_of(claim))
@@ -205,8 +213,16 @@ class NodeClaimDisruptionController:
         conditions = self._apply(working, _DRIFTED, drifted, now)
         if conditions is not None:
             status["conditions"] = conditions
-        if status:
-            self._write(claim, status)
+        if status and not self._write(claim, status):
+            if event_at is not None:
+                # Not written: keep the event for the retry, or consolidateAfter would count
+                # from an older one.
+                with self._lock:
+                    recorded = self._pod_events.get(key)
+                    self._pod_events[key] = (
+                        event_at if recorded is None else max(recorded, event_at)
+                    )
+            return Result(requeue_after=0.5)
         return Result(requeue_after=max(min(requeue), 0.5))
 
     def _apply(
@@ -303,14 +319,31 @@ class NodeClaimDisruptionController:
         self._pools[name] = entry
         return entry
 
-    def _write(self, claim: Mapping[str, Any], status: JsonObject) -> None:
+    def with_dry_run_status(self, claim: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Under ``--dry-run`` nothing is written, so what would have been is kept here and laid
+        over the cached NodeClaim: the disruption pass then decides (and logs) as it would."""
+        if not self._ctx.dry_run:
+            return claim
+        with self._lock:
+            status = self._dry_run_status.get(object_key(claim))
+        if not status:
+            return claim
+        return {**claim, "status": {**(claim.get("status") or {}), **status}}
+
+    def _write(self, claim: Mapping[str, Any], status: JsonObject) -> bool:
+        """Patch the status; False when the cache was behind (Conflict) or the claim is gone."""
+        if self._ctx.dry_run:
+            with self._lock:
+                key = object_key(claim)
+                self._dry_run_status[key] = {**self._dry_run_status.get(key, {}), **status}
+            return True
         try:
             self._actions.patch(
                 NODECLAIMS, claim, {"status": status}, subresource="status", what="update status"
             )
         except (Conflict, NotFound):
-            # The cache is behind; the update event brings this claim back with fresh data.
-            return
+            return False
+        return True
 
 
 def _last_pod_event(claim: Mapping[str, Any]) -> datetime | None:

@@ -33,15 +33,18 @@ from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.nodeclaim import NodeClaim, NodeClaimConditionType
 from karpenter_capi.core.disruption.budgets import BudgetLedger
 from karpenter_capi.core.disruption.candidates import (
-    Candidate,
     DisruptionBudgets,
     condition_true,
     find_candidates,
-    has_disrupted_taint,
 )
 from karpenter_capi.core.disruption.methods import EMPTINESS, Command
 from karpenter_capi.core.disruption.orchestration import InFlight, Orchestrator
-from karpenter_capi.core.disruption.planner import PassReport, PassSettings, plan
+from karpenter_capi.core.disruption.planner import (
+    PassReport,
+    PassSettings,
+    plan,
+    provider_refusals,
+)
 from karpenter_capi.core.disruption.simulation import Replacement, Simulator
 from karpenter_capi.core.errors import ProviderError
 from karpenter_capi.core.kube.errors import ApiError
@@ -58,7 +61,7 @@ from karpenter_capi.core.kube.resources import (
 )
 from karpenter_capi.core.plugins import PluginError
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory, resolve_inventory
-from karpenter_capi.core.provisioning.state import ClusterSnapshot
+from karpenter_capi.core.provisioning.state import ClusterSnapshot, has_disrupted_taint
 from karpenter_capi.core.runtime.controller import WORKLOAD, ControllerContext, Result
 
 log = logging.getLogger(__name__)
@@ -105,6 +108,8 @@ class DisruptionController:
         *,
         nominated: Callable[[float], frozenset[str]] = _nothing_nominated,
         nominations: Callable[[], Mapping[str, frozenset[str]]] = dict,
+        is_leader: Callable[[], bool] = lambda: True,
+        dry_run_status: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
         settings: DisruptionSettings | None = None,
     ) -> None:
         self._ctx = ctx
@@ -112,6 +117,9 @@ class DisruptionController:
         self.interval = self.settings.poll_seconds
         self._nominated = nominated
         self._nominations = nominations
+        self._is_leader = is_leader
+        self._dry_run_status = dry_run_status
+        self._dry_run_logged: str | None = None
         self._orchestrator = Orchestrator(
             ctx, replacement_timeout=self.settings.replacement_timeout
         )
@@ -145,6 +153,8 @@ class DisruptionController:
     def run_once(self) -> Result:
         caches = self._ctx.caches
         snapshot = ClusterSnapshot.from_stores(lambda resource: caches.store(resource).list())
+        if self._ctx.dry_run and self._dry_run_status is not None:
+            snapshot.nodeclaims = [self._dry_run_status(c) for c in snapshot.nodeclaims]
         self._advance(snapshot)
         self._restore_abandoned(snapshot)
         now = self._ctx.clock.monotonic()
@@ -239,14 +249,17 @@ class DisruptionController:
             names.update(flight.replacements)
         return frozenset(names) | self._nominated(self.settings.nomination_window)
 
-    def _blocked(self, candidates: list[Candidate]) -> Mapping[str, str]:
+    def _blocked(self, nodeclaims: list[Mapping[str, Any]]) -> Mapping[str, str]:
         try:
-            claims = [NodeClaim.model_validate(c.nodeclaim) for c in candidates]
+            claims = [NodeClaim.model_validate(c) for c in nodeclaims]
             return self._ctx.plugins.disruption_blocked(claims)
         except (PluginError, ProviderError, ApiError, ValidationError) as error:
             # Unsure what the providers allow: disrupt nothing rather than break a floor.
             log.warning("disruption: cannot ask the providers what may be removed: %s", error)
-            return {c.name: f"providers could not be asked: {error}" for c in candidates}
+            return {
+                str(c["metadata"]["name"]): f"providers could not be asked: {error}"
+                for c in nodeclaims
+            }
 
     def _plan(
         self, snapshot: ClusterSnapshot, inventories: Sequence[NodePoolInventory]
@@ -313,7 +326,7 @@ class DisruptionController:
             return f"no longer candidates: {', '.join(gone)} ({found.excluded.get(gone[0], '')})"
         elif not all(c.consolidatable for c in still):
             return "pods arrived or left within consolidateAfter"
-        refused = self._blocked(still)
+        refused = provider_refusals(self._blocked, snapshot, still)
         if refused:
             name, why = next(iter(sorted(refused.items())))
             return f"provider refuses {name}: {why}"
@@ -345,6 +358,16 @@ class DisruptionController:
     # -- execution -----------------------------------------------------------------------
 
     def _start(self, command: Command) -> None:
+        if not self._is_leader():
+            # A pass can outlast the Lease; the new leader decides from here.
+            log.info("disruption: not leading any more; dropped %s", command.describe())
+            return
+        if self._ctx.dry_run:
+            # Nothing changes in a dry run, so the same command comes back every pass: say it
+            # once.
+            if command.describe() == self._dry_run_logged:
+                return
+            self._dry_run_logged = command.describe()
         flight = self._orchestrator.start(command, self._raw_pools)
         self.history.append(flight)
         if not flight.done:
@@ -397,9 +420,15 @@ class DisruptionController:
                     "disruption: node %s is marked by no command under way; restoring it",
                     node["metadata"]["name"],
                 )
-                self._orchestrator.restore(
-                    str(node["metadata"]["name"]), str(claim["metadata"]["name"])
-                )
+                try:
+                    self._orchestrator.restore(
+                        str(node["metadata"]["name"]), str(claim["metadata"]["name"])
+                    )
+                except ApiError as error:
+                    # One node the API will not let us touch must not stop every pass.
+                    log.warning(
+                        "disruption: cannot restore node %s: %s", node["metadata"]["name"], error
+                    )
 
     def reset(self) -> None:
         """Forget every command (leadership was lost and regained: another leader may have

@@ -165,6 +165,8 @@ class Orchestrator:
         metrics = self._ctx.metrics
         verb = "Replace" if command.replacements else "Delete"
         for candidate in command.candidates:
+            if candidate.name in flight.deleted:
+                continue  # an earlier attempt got this far before an API error
             message = f"Disrupting NodeClaim: {command.reason.value}/{verb}"
             self._event(candidate.nodeclaim, NORMAL, "DisruptionTerminating", message)
             self._event_node(candidate.node, message)

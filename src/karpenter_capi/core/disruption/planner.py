@@ -35,7 +35,7 @@ from karpenter_capi.core.disruption.methods import (
 )
 from karpenter_capi.core.disruption.simulation import Simulator
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
-from karpenter_capi.core.provisioning.state import ClusterSnapshot
+from karpenter_capi.core.provisioning.state import ClusterSnapshot, disrupting_nodes
 
 DEFAULT_MULTI_NODE_SECONDS: Final = 60.0
 DEFAULT_SINGLE_NODE_SECONDS: Final = 180.0
@@ -81,6 +81,29 @@ class PassSettings:
     """Run every method even after one found a command (the benchmark's "full pass")."""
 
 
+def provider_refusals(
+    blocked: Callable[[list[Mapping[str, Any]]], Mapping[str, str]],
+    snapshot: ClusterSnapshot,
+    candidates: Sequence[Candidate],
+) -> dict[str, str]:
+    """Which ``candidates`` the providers refuse to remove, given in order of preference.
+
+    The NodeClaims of nodes a command already holds (tainted, not yet deleting) are asked about
+    first, so a provider counts them as leaving before it judges the candidates: two commands
+    in a row cannot take a scalable resource below its min size between them.
+    """
+    going = disrupting_nodes(snapshot)
+    held = [
+        claim
+        for claim in snapshot.nodeclaims
+        if (claim.get("status") or {}).get("nodeName") in going
+        and not (claim.get("metadata") or {}).get("deletionTimestamp")
+    ]
+    names = {c.name for c in candidates}
+    answer = blocked([*held, *(c.nodeclaim for c in candidates)])
+    return {name: why for name, why in answer.items() if name in names}
+
+
 def plan(
     snapshot: ClusterSnapshot,
     inventories: Sequence[NodePoolInventory],
@@ -89,7 +112,7 @@ def plan(
     now: datetime,
     clock: Clock,
     protected: frozenset[str] = frozenset(),
-    blocked: Callable[[list[Candidate]], Mapping[str, str]] | None = None,
+    blocked: Callable[[list[Mapping[str, Any]]], Mapping[str, str]] | None = None,
     nominations: Mapping[str, frozenset[str]] | None = None,
     settings: PassSettings | None = None,
 ) -> PassReport:
@@ -98,7 +121,8 @@ def plan(
     ``protected`` names nodes and NodeClaims to leave alone; ``nominations`` are the
     provisioner's (NodeClaim or node -> pending pod keys it launched or counted them for);
     ``blocked`` asks the providers
-    which candidates they cannot remove (``karpenter_capi_disruption_blocked``), given in the
+    which NodeClaims they cannot remove (``karpenter_capi_disruption_blocked``), see
+    ``provider_refusals``; the candidates are given in the
     consolidation order so the ones they keep removable are the ones the methods prefer.
     """
     settings = settings or PassSettings()
@@ -114,7 +138,7 @@ def plan(
         protected=protected,
     )
     if blocked is not None and found.candidates:
-        refused = blocked(consolidation_order(found.candidates))
+        refused = provider_refusals(blocked, snapshot, consolidation_order(found.candidates))
         found.excluded.update(refused)
         found.candidates = [c for c in found.candidates if c.name not in refused]
     report = PassReport(candidates=found.candidates, excluded=found.excluded)

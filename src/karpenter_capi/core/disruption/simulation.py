@@ -18,14 +18,17 @@ from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock
-from karpenter_capi.core.disruption.candidates import (
-    Candidate,
-    has_disrupted_taint,
-    is_reschedulable,
-)
+from karpenter_capi.core.disruption.candidates import Candidate
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.provisioning.pending import is_provisionable
-from karpenter_capi.core.provisioning.state import ClusterSnapshot, existing_nodes, nodepool_option
+from karpenter_capi.core.provisioning.state import (
+    ClusterSnapshot,
+    disrupting_nodes,
+    existing_nodes,
+    moving_pods,
+    nodepool_option,
+    unbound,
+)
 from karpenter_capi.core.scheduling.model import (
     ExistingNode,
     NodePoolOption,
@@ -48,13 +51,6 @@ SIMULATION_TIMEOUT_SECONDS: Final = 10.0
 def _triple(resources: ResourceList) -> tuple[int, int, int]:
     """cpu, memory and pod slots in milli-units: what the quick feasibility check compares."""
     return (resources.milli("cpu"), resources.milli("memory"), resources.milli("pods"))
-
-
-def _unbound(pod: Pod) -> Pod:
-    """The pod as the solver must see it: not on any node yet."""
-    spec = dict(pod.get("spec") or {})
-    spec.pop("nodeName", None)
-    return {**pod, "spec": spec}
 
 
 @dataclass
@@ -108,15 +104,18 @@ class Simulator:
         self._spot_to_spot = spot_to_spot
         self._timeout = timeout_seconds
         self._options: list[NodePoolOption] = [nodepool_option(i, snapshot) for i in inventories]
-        disrupting = _disrupting_nodes(snapshot)
+        disrupting = disrupting_nodes(snapshot)
         nodes = existing_nodes(snapshot, inventories, nominations or {})
         self._nodes: list[ExistingNode] = [n for n in nodes if n.name not in disrupting]
-        self._moving: list[Pod] = [
-            _unbound(p)
-            for p in snapshot.pods
-            if (p.get("spec") or {}).get("nodeName") in disrupting and is_reschedulable(p)
-        ]
+        self._moving: list[Pod] = moving_pods(snapshot)
         self._pending: list[Pod] = [p for p in snapshot.pods if is_provisionable(p)]
+        # Room on a NodeClaim still launching, or a node not yet initialized, is a promise: a
+        # pod that must move may not count on it (upstream rejects such a result too).
+        self._not_ready = frozenset(
+            n.name
+            for n in self._nodes
+            if n.in_flight or (n.nodepool and n.labels.get(wellknown.LABEL_INITIALIZED) != "true")
+        )
         self.simulations = 0
         self.durations: list[float] = []
         """Seconds each solve took (``karpenter_scheduler_scheduling_duration_seconds``)."""
@@ -126,21 +125,21 @@ class Simulator:
         self._total_free = tuple(sum(max(f[i], 0) for f in frees) for i in range(3))
         # Per resource, the two largest free amounts: a node's own is never "elsewhere".
         self._top_free = [sorted((f[i] for f in frees), reverse=True)[:2] for i in range(3)]
-        self._cheap_types: dict[str, list[tuple[float, tuple[int, int, int]]]] = {
-            option.name: sorted(
-                (o.price, _triple(it.allocatable))
-                for it in option.instance_types
-                for o in it.offerings
-                if o.available
-            )
+        # Any NodePool may supply the replacement: every available offering, cheapest first.
+        self._cheap_types: list[tuple[float, tuple[int, int, int]]] = sorted(
+            (o.price, _triple(it.allocatable))
             for option in self._options
-        }
+            for it in option.instance_types
+            for o in it.offerings
+            if o.available
+        )
 
     def might_consolidate(self, candidate: Candidate) -> bool:
         """A necessary condition, in microseconds, for deleting the candidate or replacing it
-        with one cheaper node: by resources alone (cpu, memory, pod slots), its pods must fit in
-        the free room of the other nodes plus the largest cheaper type of its NodePool, and each
-        pod in one or the other. A candidate that fails it needs no simulation."""
+        with one cheaper node, by resources alone (cpu, memory, pod slots): its pods must fit in
+        the free room of the other nodes plus the largest cheaper type, and the pods too big for
+        any other node's free room must fit together in that one new node. A candidate that
+        fails it needs no simulation."""
         requests = [_triple(pod_requests(p, include_pod_count=True)) for p in candidate.pods]
         total = tuple(sum(r[i] for r in requests) for i in range(3))
         own = self._free.get(candidate.node_name, (0, 0, 0))
@@ -150,22 +149,22 @@ class Simulator:
             for i, top in enumerate(self._top_free)
         ]
         biggest_cheaper = [0, 0, 0]
-        for price, allocatable in self._cheap_types.get(candidate.nodepool, ()):
+        for price, allocatable in self._cheap_types:
             if price >= candidate.price:
                 break
             biggest_cheaper = [max(biggest_cheaper[i], allocatable[i]) for i in range(3)]
-        room = [elsewhere[i] + biggest_cheaper[i] for i in range(3)]
-        largest = [max(largest_free[i], biggest_cheaper[i]) for i in range(3)]
-        return all(total[i] <= room[i] for i in range(3)) and all(
-            r[i] <= largest[i] for r in requests for i in range(3)
-        )
+        if any(total[i] > elsewhere[i] + biggest_cheaper[i] for i in range(3)):
+            return False
+        homeless = [r for r in requests if any(r[i] > largest_free[i] for i in range(3))]
+        need = [sum(r[i] for r in homeless) for i in range(3)]
+        return all(need[i] <= biggest_cheaper[i] for i in range(3))
 
     def simulate(self, candidates: Sequence[Candidate]) -> Simulation:
         """Place every pod of ``candidates`` elsewhere, as if the candidates were gone (with the
         pods already moving and the pending ones, see the class docstring)."""
         self.simulations += 1
         gone = {c.node_name for c in candidates} | {c.name for c in candidates}
-        moving = [_unbound(p) for c in candidates for p in c.pods] + self._moving
+        moving = [unbound(p) for c in candidates for p in c.pods] + self._moving
         if not moving:
             return Simulation()
         solver = Solver(
@@ -181,8 +180,14 @@ class Simulator:
         result = solver.solve(moving + self._pending)
         self.durations.append(self._clock.monotonic() - started)
         must_move = {pod_key(p) for p in moving}
+        unschedulable = {k: why for k, why in result.unschedulable.items() if k in must_move}
+        for name, placed in result.existing.items():
+            if name in self._not_ready:
+                for pod in placed:
+                    if pod_key(pod) in must_move:
+                        unschedulable[pod_key(pod)] = f"would wait for {name}, not initialized yet"
         return Simulation(
-            {k: why for k, why in result.unschedulable.items() if k in must_move},
+            unschedulable,
             list(result.new_nodeclaims),
             pending_only=sum(
                 1 for c in result.new_nodeclaims if not any(pod_key(p) in must_move for p in c.pods)
@@ -203,17 +208,24 @@ class Simulator:
         if len(simulation.new_nodeclaims) > 1:
             return f"needs {len(simulation.new_nodeclaims)} new nodes"
         claim = simulation.new_nodeclaims[0]
+        requirements = claim.requirements
+        capacity = requirements.get(wellknown.LABEL_CAPACITY_TYPE)
+        may_be_spot = capacity is None or capacity.has(wellknown.CAPACITY_TYPE_SPOT)
+        may_be_on_demand = capacity is None or capacity.has(wellknown.CAPACITY_TYPE_ON_DEMAND)
+        if may_be_spot and may_be_on_demand:
+            # As upstream: the saving assumes the spot offering launches; if spot is short the
+            # launch must fail (and the node stay), not fall back to dearer on-demand.
+            requirements = requirements.with_requirement(
+                Requirement.new(wellknown.LABEL_CAPACITY_TYPE, "In", [wellknown.CAPACITY_TYPE_SPOT])
+            )
         cheaper = [
             it
             for it in claim.instance_types
-            if any(o.price < price for o in compatible_offerings(it, claim.requirements))
+            if any(o.price < price for o in compatible_offerings(it, requirements))
         ]
         if not cheaper:
             return f"no replacement cheaper than {price:.4f}/h"
-        requirements = claim.requirements
         all_spot = all(c.capacity_type == wellknown.CAPACITY_TYPE_SPOT for c in candidates)
-        capacity = requirements.get(wellknown.LABEL_CAPACITY_TYPE)
-        may_be_spot = capacity is None or capacity.has(wellknown.CAPACITY_TYPE_SPOT)
         if all_spot and may_be_spot:
             if not self._spot_to_spot:
                 return "spot-to-spot consolidation is disabled"
@@ -224,10 +236,6 @@ class Simulator:
                         f"found {len(cheaper)}"
                     )
                 cheaper = cheaper[:MIN_SPOT_TO_SPOT_TYPES]
-            # As upstream: a spot node is replaced by spot, never by dearer on-demand.
-            requirements = requirements.with_requirement(
-                Requirement.new(wellknown.LABEL_CAPACITY_TYPE, "In", [wellknown.CAPACITY_TYPE_SPOT])
-            )
         # The launch may fall back along the NodeClaim's instance-type requirement, so it must
         # name only the cheaper types, or a "consolidation" could end on a dearer node.
         requirements = requirements.with_requirement(
@@ -235,21 +243,6 @@ class Simulator:
         )
         replacement = replace(claim, instance_types=cheaper, requirements=requirements)
         return Replacement([replacement], price - replacement.price)
-
-
-def _disrupting_nodes(snapshot: ClusterSnapshot) -> frozenset[str]:
-    """Nodes already going away: tainted by a command under way, or whose NodeClaim is
-    deleting (the Node itself deleting is left out by ``existing_nodes`` already)."""
-    names = {
-        str(n["metadata"]["name"])
-        for n in snapshot.nodes
-        if has_disrupted_taint(n) or (n.get("metadata") or {}).get("deletionTimestamp")
-    }
-    for claim in snapshot.nodeclaims:
-        node_name = (claim.get("status") or {}).get("nodeName")
-        if node_name and (claim.get("metadata") or {}).get("deletionTimestamp"):
-            names.add(str(node_name))
-    return frozenset(names)
 
 
 def describe_replacements(replacements: Sequence[ProposedNodeClaim]) -> list[Mapping[str, Any]]:

@@ -33,6 +33,7 @@ from karpenter_capi.core.provisioning.pending import is_provisionable
 from karpenter_capi.core.provisioning.state import (
     ClusterSnapshot,
     existing_nodes,
+    moving_pods,
     nodepool_option,
     nodepool_usage,
 )
@@ -224,8 +225,11 @@ class Provisioner:
             clock=self._clock,
             timeout_seconds=self._solve_timeout,
         )
+        # Pods of nodes already going away will need room too (upstream counts them): placing
+        # them first keeps new pods from taking what a disruption replacement was launched for.
+        moving = moving_pods(snapshot)
         started = self._clock.monotonic()
-        result = solver.solve(pending)
+        result = solver.solve(moving + pending)
         if self._metrics is not None:
             self._metrics.observe_scheduling(self._clock.monotonic() - started)
             for option in options:
@@ -234,20 +238,28 @@ class Provisioner:
                     self._metrics.set_nodepool_limits(option.name, _as_floats(option.limits))
         report.timed_out = result.timed_out
         claim_names = {str(c["metadata"]["name"]) for c in snapshot.nodeclaims}
+        live = {str(c["metadata"]["name"]) for c in snapshot.nodeclaims}
+        live |= {str(n["metadata"]["name"]) for n in snapshot.nodes}
+        self._nominations = {n: pods for n, pods in self._nominations.items() if n in live}
         nominated_now = self._clock.monotonic()
         self._nominated_at = {  # an hour is far longer than any caller's window
             n: at for n, at in self._nominated_at.items() if at >= nominated_now - 3600
         }
         for node_name in result.existing:
             self._nominated_at[node_name] = nominated_now
+        moving_keys = {pod_key(p) for p in moving}
         for node_name, pods in result.existing.items():
+            waiting = sum(1 for p in pods if pod_key(p) not in moving_keys)
             if node_name in claim_names:
-                report.in_flight_pods += len(pods)
+                report.in_flight_pods += waiting
                 self._nominations[node_name] = frozenset(map(pod_key, pods))
             else:
-                report.existing_pods += len(pods)
+                report.existing_pods += waiting
         raw_pools = {inventory.nodepool: inventory for inventory in usable}
         for claim in result.new_nodeclaims:
+            if all(pod_key(p) in moving_keys for p in claim.pods):
+                continue  # their own disruption launches for them, or they go pending first
+            claim.pods = [p for p in claim.pods if pod_key(p) not in moving_keys]
             inventory = raw_pools[claim.nodepool.name]
             why = self._limits_exceeded(claim, inventory.instance_types)
             if why is not None:
@@ -256,7 +268,8 @@ class Provisioner:
                 continue
             report.launched.append(self._launch(inventory.raw, claim))
         for key, reason in result.unschedulable.items():
-            report.unschedulable.setdefault(key, reason)
+            if key not in moving_keys:
+                report.unschedulable.setdefault(key, reason)
         by_key = {pod_key(p): p for p in pending}
         for key, reason in sorted(report.unschedulable.items()):
             log.info("cannot provision %s: %s", key, reason)

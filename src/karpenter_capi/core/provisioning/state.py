@@ -39,6 +39,60 @@ EPHEMERAL_TAINT_KEYS = frozenset(
     }
 )
 """Taints a node we launched carries only until it is initialized."""
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+def has_disrupted_taint(node: Mapping[str, Any]) -> bool:
+    """Whether a node carries ``karpenter.sh/disrupted`` (a disruption command or a drain)."""
+    return any(
+        t.get("key") == wellknown.TAINT_DISRUPTED_KEY
+        for t in (node.get("spec") or {}).get("taints") or []
+    )
+
+
+def is_reschedulable(pod: Pod) -> bool:
+    """A pod that must find another node if its node goes (upstream ``IsReschedulable``)."""
+    meta = pod.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return False
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return False
+    if MIRROR_POD_ANNOTATION in (meta.get("annotations") or {}):
+        return False
+    owners = meta.get("ownerReferences") or []
+    return not any(ref.get("kind") in ("DaemonSet", "Node") for ref in owners)
+
+
+def disrupting_nodes(snapshot: ClusterSnapshot) -> frozenset[str]:
+    """Nodes already going away: tainted ``karpenter.sh/disrupted`` (a command under way, a
+    drain), deleting, or whose NodeClaim is deleting. Their pods will need room elsewhere."""
+    names = {
+        str(n["metadata"]["name"])
+        for n in snapshot.nodes
+        if has_disrupted_taint(n) or (n.get("metadata") or {}).get("deletionTimestamp")
+    }
+    for claim in snapshot.nodeclaims:
+        node_name = (claim.get("status") or {}).get("nodeName")
+        if node_name and (claim.get("metadata") or {}).get("deletionTimestamp"):
+            names.add(str(node_name))
+    return frozenset(names)
+
+
+def unbound(pod: Pod) -> Pod:
+    """The pod as a solver must see it when it has to move: not on any node yet."""
+    spec = dict(pod.get("spec") or {})
+    spec.pop("nodeName", None)
+    return {**pod, "spec": spec}
+
+
+def moving_pods(snapshot: ClusterSnapshot) -> list[Pod]:
+    """The reschedulable pods of nodes already going away, unbound."""
+    going = disrupting_nodes(snapshot)
+    return [
+        unbound(p)
+        for p in snapshot.pods
+        if (p.get("spec") or {}).get("nodeName") in going and is_reschedulable(p)
+    ]
 
 
 @dataclass
