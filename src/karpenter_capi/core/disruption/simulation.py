@@ -125,13 +125,13 @@ class Simulator:
         self._total_free = tuple(sum(max(f[i], 0) for f in frees) for i in range(3))
         # Per resource, the two largest free amounts: a node's own is never "elsewhere".
         self._top_free = [sorted((f[i] for f in frees), reverse=True)[:2] for i in range(3)]
-        # Any NodePool may supply the replacement: every available offering, cheapest first.
+        # Any NodePool may supply the replacement: every offering its requirements allow (and
+        # available), cheapest first.
         self._cheap_types: list[tuple[float, tuple[int, int, int]]] = sorted(
             (o.price, _triple(it.allocatable))
             for option in self._options
             for it in option.instance_types
-            for o in it.offerings
-            if o.available
+            for o in compatible_offerings(it, option.requirements)
         )
 
     def might_consolidate(self, candidate: Candidate) -> bool:
