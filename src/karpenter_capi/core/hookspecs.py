@@ -361,7 +361,9 @@ def karpenter_capi_disruption_blocked(
 
     Called by the disruption controller before it disrupts nodes voluntarily (consolidation,
     emptiness, drift; never for expiration), once per pass with every candidate in the order
-    it prefers them, and again with exactly the nodes of a command before acting. Answer for
+    it prefers them, and again with exactly the nodes of a command before acting; in both
+    calls the NodeClaims a command already holds (tainted, not yet deleting) come first, so a
+    plugin counts them as leaving. Answer for
     the NodeClaims this plugin launched: ``generic_capi`` keeps a MachineDeployment, MachineSet
     or MachinePool at its ``cluster-api-autoscaler-node-group-min-size``, keeping the first
     NodeClaims of the list removable and blocking the rest. Not firstresult: the answers of
