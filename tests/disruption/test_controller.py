@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
@@ -16,19 +17,33 @@ from .sim_world import SimWorld
 CATALOG = Catalog(cpus=[2, 4, 8], zones=["zone-a"], capacity_types=["on-demand"])
 
 
+def _world(
+    policy: str, consolidate_after: str, *, budget: str | None = "100%", **build: Any
+) -> SimWorld:
+    """The simulated cluster with the catalog NodePool's disruption settings."""
+    disruption: dict[str, Any] = {
+        "consolidationPolicy": policy,
+        "consolidateAfter": consolidate_after,
+    }
+    if budget is not None:
+        disruption["budgets"] = [{"nodes": budget}]
+    return SimWorld.build(CATALOG, disruption=disruption, **build)
+
+
+def _taint_disrupted(world: SimWorld, node: dict[str, Any]) -> None:
+    taints = [
+        *(node["spec"].get("taints") or []),
+        {"key": wellknown.TAINT_DISRUPTED_KEY, "effect": "NoSchedule"},
+    ]
+    world.server.patch(NODES, node["metadata"]["name"], {"spec": {"taints": taints}})
+
+
 def _condition(obj: dict, kind: str) -> dict | None:
     return next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == kind), None)
 
 
 def test_an_emptied_node_goes_once_consolidate_after_has_passed_and_not_before() -> None:
-    world = SimWorld.build(
-        CATALOG,
-        disruption={
-            "consolidationPolicy": "WhenEmpty",
-            "consolidateAfter": "2m",
-            "budgets": [{"nodes": "100%"}],
-        },
-    )
+    world = _world("WhenEmpty", "2m")
     world.deploy("keep", 1, "1500m", "1Gi")
     world.advance(60)
     world.deploy("batch", 3, "1500m", "1Gi")
@@ -62,14 +77,7 @@ def test_an_emptied_node_goes_once_consolidate_after_has_passed_and_not_before()
 
 
 def test_underused_nodes_are_merged_into_a_cheaper_one_and_every_pod_keeps_running() -> None:
-    world = SimWorld.build(
-        CATALOG,
-        disruption={
-            "consolidationPolicy": "WhenEmptyOrUnderutilized",
-            "consolidateAfter": "30s",
-            "budgets": [{"nodes": "100%"}],
-        },
-    )
+    world = _world("WhenEmptyOrUnderutilized", "30s")
     world.deploy("web", 8, "1500m", "1Gi")
     world.advance(60)
     before = world.instance_types()
@@ -84,14 +92,7 @@ def test_underused_nodes_are_merged_into_a_cheaper_one_and_every_pod_keeps_runni
 
 
 def test_drift_launches_the_replacement_before_the_old_node_drains() -> None:
-    world = SimWorld.build(
-        CATALOG,
-        disruption={
-            "consolidationPolicy": "WhenEmpty",
-            "consolidateAfter": "Never",
-            "budgets": [{"nodes": "100%"}],
-        },
-    )
+    world = _world("WhenEmpty", "Never")
     world.deploy("web", 2, "500m", "1Gi")
     world.advance(60)
     [old] = world.nodeclaims()
@@ -134,15 +135,7 @@ def test_drift_launches_the_replacement_before_the_old_node_drains() -> None:
 
 
 def test_expiration_deletes_nodes_even_with_a_zero_budget() -> None:
-    world = SimWorld.build(
-        CATALOG,
-        disruption={
-            "consolidationPolicy": "WhenEmpty",
-            "consolidateAfter": "Never",
-            "budgets": [{"nodes": "0"}],
-        },
-        template={"expireAfter": "10m"},
-    )
+    world = _world("WhenEmpty", "Never", budget="0", template={"expireAfter": "10m"})
     world.deploy("web", 2, "500m", "1Gi")
     world.advance(60)
     [first] = world.nodeclaims()
@@ -158,23 +151,11 @@ def test_expiration_deletes_nodes_even_with_a_zero_budget() -> None:
 
 
 def test_a_restart_mid_command_restores_the_nodes_it_had_tainted() -> None:
-    world = SimWorld.build(
-        CATALOG,
-        disruption={
-            "consolidationPolicy": "WhenEmpty",
-            "consolidateAfter": "Never",
-            "budgets": [{"nodes": "100%"}],
-        },
-    )
+    world = _world("WhenEmpty", "Never")
     world.deploy("web", 1, "500m", "1Gi")
     world.advance(60)
     [node] = world.nodes()
-    # What a command under way leaves behind when its process dies.
-    taints = [
-        *(node["spec"].get("taints") or []),
-        {"key": wellknown.TAINT_DISRUPTED_KEY, "effect": "NoSchedule"},
-    ]
-    world.server.patch(NODES, node["metadata"]["name"], {"spec": {"taints": taints}})
+    _taint_disrupted(world, node)  # what a command under way leaves when its process dies
 
     world.restart()
     world.advance(15)
@@ -185,14 +166,7 @@ def test_a_restart_mid_command_restores_the_nodes_it_had_tainted() -> None:
 
 
 def test_a_machine_deployment_at_its_min_size_is_not_shrunk() -> None:
-    world = SimWorld.build(
-        CATALOG,
-        disruption={
-            "consolidationPolicy": "WhenEmpty",
-            "consolidateAfter": "30s",
-            "budgets": [{"nodes": "100%"}],
-        },
-    )
+    world = _world("WhenEmpty", "30s")
     world.deploy("web", 1, "1500m", "1Gi")
     world.advance(60)
     [claim] = world.nodeclaims()
@@ -214,8 +188,7 @@ def test_a_machine_deployment_at_its_min_size_is_not_shrunk() -> None:
     [still] = world.nodeclaims()
     assert still["metadata"]["name"] == claim["metadata"]["name"]
     assert _condition(still, "Consolidatable") is not None
-    controller = next(c for c in world.operator.manager.entries if c.name == "disruption")
-    report = controller.controller.last_report
+    report = world.operator.disruption.last_report
     assert report is not None
     assert "at its min size (1)" in report.excluded[claim["metadata"]["name"]]
     md = world.server.get(MACHINE_DEPLOYMENTS, name, namespace)
@@ -223,19 +196,11 @@ def test_a_machine_deployment_at_its_min_size_is_not_shrunk() -> None:
 
 
 def test_a_command_is_dropped_when_its_node_gets_pods_during_validation() -> None:
-    world = SimWorld.build(
-        CATALOG,
-        disruption={
-            "consolidationPolicy": "WhenEmpty",
-            "consolidateAfter": "0s",
-            "budgets": [{"nodes": "100%"}],
-        },
-    )
+    world = _world("WhenEmpty", "0s")
     world.deploy("web", 1, "1500m", "1Gi")
     world.advance(60)
     [claim] = world.nodeclaims()
-    controller = next(c for c in world.operator.manager.entries if c.name == "disruption")
-    disruption = controller.controller
+    disruption = world.operator.disruption
     world.scale("web", 0)
     for _ in range(60):  # until the emptied node's command waits for validation
         world.advance(1)
@@ -252,19 +217,12 @@ def test_a_command_is_dropped_when_its_node_gets_pods_during_validation() -> Non
 
 
 def test_a_stray_mark_is_removed_by_the_next_pass_without_a_restart() -> None:
-    world = SimWorld.build(
-        CATALOG,
-        disruption={"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"},
-    )
+    world = _world("WhenEmpty", "Never", budget=None)
     world.deploy("web", 1, "500m", "1Gi")
     world.advance(60)
     [node] = world.nodes()
     [claim] = world.nodeclaims()
-    taints = [
-        *(node["spec"].get("taints") or []),
-        {"key": wellknown.TAINT_DISRUPTED_KEY, "effect": "NoSchedule"},
-    ]
-    world.server.patch(NODES, node["metadata"]["name"], {"spec": {"taints": taints}})
+    _taint_disrupted(world, node)
     conditions = [
         *claim["status"]["conditions"],
         {
@@ -291,10 +249,7 @@ def test_a_stray_mark_is_removed_by_the_next_pass_without_a_restart() -> None:
 
 
 def test_a_restart_does_not_restart_consolidate_after() -> None:
-    world = SimWorld.build(
-        CATALOG,
-        disruption={"consolidationPolicy": "WhenEmpty", "consolidateAfter": "10m"},
-    )
+    world = _world("WhenEmpty", "10m", budget=None)
     world.deploy("web", 2, "500m", "1Gi")
     world.advance(300)
     [claim] = world.nodeclaims()
@@ -308,14 +263,7 @@ def test_a_restart_does_not_restart_consolidate_after() -> None:
 
 
 def test_regaining_leadership_forgets_commands_and_restores_their_nodes() -> None:
-    world = SimWorld.build(
-        CATALOG,
-        disruption={
-            "consolidationPolicy": "WhenEmptyOrUnderutilized",
-            "consolidateAfter": "0s",
-            "budgets": [{"nodes": "100%"}],
-        },
-    )
+    world = _world("WhenEmptyOrUnderutilized", "0s")
     world.deploy("web", 3, "1500m", "1Gi")
     world.advance(60)
     world.scale("web", 1)
@@ -339,14 +287,7 @@ def test_regaining_leadership_forgets_commands_and_restores_their_nodes() -> Non
 def test_a_dry_run_decides_and_says_so_but_changes_nothing(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    world = SimWorld.build(
-        CATALOG,
-        disruption={
-            "consolidationPolicy": "WhenEmpty",
-            "consolidateAfter": "30s",
-            "budgets": [{"nodes": "100%"}],
-        },
-    )
+    world = _world("WhenEmpty", "30s")
     world.deploy("web", 1, "1500m", "1Gi")
     world.advance(60)
     world.deploy("batch", 2, "1500m", "1Gi")

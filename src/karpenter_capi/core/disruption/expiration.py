@@ -15,10 +15,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from karpenter_capi.core.api.duration import DurationError, parse_duration
-from karpenter_capi.core.api.meta import ConditionStatus
-from karpenter_capi.core.api.nodeclaim import NodeClaimConditionType
 from karpenter_capi.core.clock import parse_timestamp
-from karpenter_capi.core.kube.errors import Conflict, NotFound
+from karpenter_capi.core.disruption.orchestration import write_disruption_reason
 from karpenter_capi.core.kube.events import NORMAL
 from karpenter_capi.core.kube.resources import NODECLAIMS, Resource
 from karpenter_capi.core.runtime.controller import (
@@ -29,7 +27,7 @@ from karpenter_capi.core.runtime.controller import (
     Result,
     Watch,
 )
-from karpenter_capi.core.termination.actions import Actions, set_condition
+from karpenter_capi.core.termination.actions import Actions
 
 log = logging.getLogger(__name__)
 
@@ -71,27 +69,7 @@ class ExpirationController:
             return Result(requeue_after=remaining.total_seconds())
         name = str(meta.get("name"))
         message = f"Disrupting NodeClaim: {EXPIRED} (expireAfter {raw})"
-        conditions = set_condition(
-            claim,
-            NodeClaimConditionType.DISRUPTION_REASON.value,
-            ConditionStatus.TRUE,
-            reason=EXPIRED,
-            message=f"expireAfter {raw}",
-            now=self._ctx.clock.now(),
-        )
-        if conditions is not None:
-            try:
-                self._actions.patch(
-                    NODECLAIMS,
-                    claim,
-                    {"status": {"conditions": conditions}},
-                    subresource="status",
-                    what="mark expired",
-                )
-            except Conflict:
-                return Result(requeue_after=0.1)
-            except NotFound:
-                return DONE
+        write_disruption_reason(self._ctx, self._actions, name, EXPIRED, f"expireAfter {raw}")
         self._actions.event(NODECLAIMS, claim, NORMAL, "DisruptionTerminating", message)
         log.info("NodeClaim %s expired (expireAfter %s): deleting it", name, raw)
         self._actions.delete(NODECLAIMS, name)

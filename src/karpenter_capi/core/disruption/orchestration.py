@@ -245,53 +245,57 @@ class Orchestrator:
                 log.warning("could not remove the disrupted taint from node %s", name)
 
     def _mark(self, nodeclaim: str, command: Command) -> None:
-        self._condition(
-            nodeclaim,
-            ConditionStatus.TRUE,
-            command.reason.value,
-            f"{command.method}: {command.decision}",
-        )
+        reason, message = command.reason.value, f"{command.method}: {command.decision}"
+        write_disruption_reason(self._ctx, self._actions, nodeclaim, reason, message)
 
     def _unmark(self, nodeclaim: str) -> None:
-        self._condition(nodeclaim, None, "", "")
-
-    def _condition(
-        self, name: str, status: ConditionStatus | None, reason: str, message: str
-    ) -> None:
-        kind = NodeClaimConditionType.DISRUPTION_REASON.value
-        for _ in range(_CONFLICT_RETRIES):
-            try:
-                claim = self._ctx.client.get(NODECLAIMS, name)
-            except NotFound:
-                return
-            conditions: list[JsonObject] | None
-            if status is None:
-                current = (claim.get("status") or {}).get("conditions") or []
-                conditions = [c for c in current if c.get("type") != kind]
-                if len(conditions) == len(current):
-                    return
-            else:
-                conditions = set_condition(
-                    claim, kind, status, reason=reason, message=message, now=self._ctx.clock.now()
-                )
-                if conditions is None:
-                    return
-            try:
-                self._actions.patch(
-                    NODECLAIMS,
-                    claim,
-                    {"status": {"conditions": conditions}},
-                    subresource="status",
-                    what=f"set condition {kind}",
-                )
-                return
-            except Conflict:
-                continue
-            except NotFound:
-                return
+        write_disruption_reason(self._ctx, self._actions, nodeclaim, None)
 
     def _event(self, obj: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
         self._actions.event(NODECLAIMS, obj, event_type, reason, message)
 
     def _event_node(self, node: Mapping[str, Any], message: str) -> None:
         self._actions.event(NODES, node, NORMAL, "DisruptionTerminating", message)
+
+
+def write_disruption_reason(
+    ctx: ControllerContext, actions: Actions, name: str, reason: str | None, message: str = ""
+) -> None:
+    """Set the NodeClaim's ``DisruptionReason`` condition (True, ``reason``), or remove it when
+    ``reason`` is None; read afresh and retried on conflict, nothing when the claim is gone."""
+    kind = NodeClaimConditionType.DISRUPTION_REASON.value
+    for _ in range(_CONFLICT_RETRIES):
+        try:
+            claim = ctx.client.get(NODECLAIMS, name)
+        except NotFound:
+            return
+        conditions: list[JsonObject] | None
+        if reason is None:
+            current = (claim.get("status") or {}).get("conditions") or []
+            conditions = [c for c in current if c.get("type") != kind]
+            if len(conditions) == len(current):
+                return
+        else:
+            conditions = set_condition(
+                claim,
+                kind,
+                ConditionStatus.TRUE,
+                reason=reason,
+                message=message,
+                now=ctx.clock.now(),
+            )
+            if conditions is None:
+                return
+        try:
+            actions.patch(
+                NODECLAIMS,
+                claim,
+                {"status": {"conditions": conditions}},
+                subresource="status",
+                what=f"set condition {kind}",
+            )
+            return
+        except Conflict:
+            continue
+        except NotFound:
+            return
