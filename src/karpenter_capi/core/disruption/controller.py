@@ -50,16 +50,12 @@ from karpenter_capi.core.errors import ProviderError
 from karpenter_capi.core.kube.errors import ApiError
 from karpenter_capi.core.kube.resources import (
     CLUSTER_API_NODE_CLASSES,
-    DAEMONSETS,
-    NAMESPACES,
-    NODECLAIMS,
     NODEPOOLS,
-    NODES,
     POD_DISRUPTION_BUDGETS,
-    PODS,
     Resource,
 )
 from karpenter_capi.core.plugins import PluginError
+from karpenter_capi.core.provisioning.controller import ROUND_RESOURCES
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory, resolve_inventory
 from karpenter_capi.core.provisioning.state import ClusterSnapshot, has_disrupted_taint
 from karpenter_capi.core.runtime.controller import WORKLOAD, ControllerContext, Result
@@ -134,19 +130,8 @@ class DisruptionController:
         """The latest commands started, for tests and debugging (bounded)."""
 
     def reads(self) -> Sequence[tuple[Resource, str]]:
-        return [
-            (resource, WORKLOAD)
-            for resource in (
-                PODS,
-                NODES,
-                NODECLAIMS,
-                NODEPOOLS,
-                DAEMONSETS,
-                NAMESPACES,
-                POD_DISRUPTION_BUDGETS,
-                CLUSTER_API_NODE_CLASSES,
-            )
-        ]
+        # What a provisioning round reads, and the PDBs.
+        return [(r, WORKLOAD) for r in (*ROUND_RESOURCES, POD_DISRUPTION_BUDGETS)]
 
     # -- the pass ------------------------------------------------------------------------
 

@@ -33,6 +33,16 @@ from karpenter_capi.core.scheduling.model import pod_key
 log = logging.getLogger(__name__)
 
 DEFAULT_POLL_SECONDS: Final = 0.5
+ROUND_RESOURCES: Final = (
+    PODS,
+    NODES,
+    NODECLAIMS,
+    NODEPOOLS,
+    DAEMONSETS,
+    NAMESPACES,
+    CLUSTER_API_NODE_CLASSES,
+)
+"""What a round reads from the caches: the cluster snapshot, NodePools and their NodeClasses."""
 
 
 def _world(
@@ -91,18 +101,7 @@ class ProvisioningController:
         return self._provisioner.nominations()
 
     def reads(self) -> Sequence[tuple[Resource, str]]:
-        return [
-            (resource, WORKLOAD)
-            for resource in (
-                PODS,
-                NODES,
-                NODECLAIMS,
-                NODEPOOLS,
-                DAEMONSETS,
-                NAMESPACES,
-                CLUSTER_API_NODE_CLASSES,
-            )
-        ]
+        return [(resource, WORKLOAD) for resource in ROUND_RESOURCES]
 
     def _snapshot(self) -> ClusterSnapshot:
         caches = self._ctx.caches
