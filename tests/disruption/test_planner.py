@@ -387,3 +387,79 @@ def test_candidates_whose_pods_cannot_fit_are_not_simulated_one_by_one() -> None
     assert report.command is None
     assert "(0 simulated)" in str(report.outcomes[SINGLE_NODE])
     assert report.simulations < 10
+
+
+def _capacity_values(claim_requirements: object) -> set[str]:
+    from karpenter_capi.core.scheduling.requirements import Requirements
+
+    assert isinstance(claim_requirements, Requirements)
+    capacity = claim_requirements.get(wellknown.LABEL_CAPACITY_TYPE)
+    assert capacity is not None
+    return {ct for ct in wellknown.CAPACITY_TYPES if capacity.has(ct)}
+
+
+def test_an_on_demand_only_catalog_gets_a_cheaper_on_demand_replacement() -> None:
+    # The usual Cluster API cluster: MachineDeployments with on-demand prices only, and a
+    # NodePool that says nothing about capacity type. Pinning the replacement to spot (upstream's
+    # rule for AWS) would leave nothing cheaper, and the big node would stay for good.
+    cluster = Cluster(
+        types=[
+            instance_type("c2", 2, 4, 0.07),
+            instance_type("c4", 4, 8, 0.12),
+            instance_type("c16", 16, 32, 0.80),
+        ],
+        requirements=[],
+    )
+    cluster.node("big", "c16")
+    for i in range(4):
+        cluster.pod(f"app-{i}", "big", cpu="600m")  # 2.4 CPU: c4 is the cheapest that holds them
+
+    command = cluster.plan().command
+
+    assert command is not None
+    assert command.decision == "replace"
+    [replacement] = command.replacements
+    instance, offering = replacement.cheapest()
+    assert (instance.name, offering.capacity_type) == ("c4", wellknown.CAPACITY_TYPE_ON_DEMAND)
+    assert {it.name for it in replacement.instance_types} == {"c4"}
+    # The launch cannot fall back to spot (there is none) nor to a dearer type.
+    assert _capacity_values(replacement.requirements) == {
+        wellknown.CAPACITY_TYPE_ON_DEMAND,
+        wellknown.CAPACITY_TYPE_RESERVED,
+    }
+    assert round(command.savings, 2) == 0.68
+
+
+def test_an_on_demand_node_goes_to_spot_only_when_a_cheaper_spot_offering_exists() -> None:
+    cluster = Cluster(requirements=[])  # default types: every one has spot
+    cluster.node("big", "large")
+    cluster.pod("app-0", "big", cpu="500m")
+
+    command = cluster.plan().command
+
+    assert command is not None
+    [replacement] = command.replacements
+    assert _capacity_values(replacement.requirements) == {wellknown.CAPACITY_TYPE_SPOT}
+    assert replacement.cheapest()[1].capacity_type == wellknown.CAPACITY_TYPE_SPOT
+
+
+def test_a_spot_node_on_a_catalog_without_cheaper_spot_takes_cheaper_on_demand() -> None:
+    # Spot-to-spot rules are for spot replacements; a spot node whose pods fit on an on-demand
+    # type cheaper than its spot price is replaced, spot-to-spot enabled or not.
+    cluster = Cluster(
+        types=[
+            instance_type("c2", 2, 4, 0.05),
+            instance_type("c16", 16, 32, 0.80, spot=0.30),
+        ],
+        requirements=[],
+    )
+    cluster.node("spot-big", "c16", capacity_type=wellknown.CAPACITY_TYPE_SPOT)
+    cluster.pod("app-0", "spot-big", cpu="500m")
+
+    command = cluster.plan().command
+
+    assert command is not None
+    [replacement] = command.replacements
+    instance, offering = replacement.cheapest()
+    assert (instance.name, offering.capacity_type) == ("c2", wellknown.CAPACITY_TYPE_ON_DEMAND)
+    assert wellknown.CAPACITY_TYPE_SPOT not in _capacity_values(replacement.requirements)

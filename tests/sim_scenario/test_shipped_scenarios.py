@@ -56,6 +56,7 @@ EXPECTED: dict[str, Expected] = {
     "zonal-spread": Expected(until=30, pods_total=60),
     "spot-and-on-demand": Expected(until=30, pods_total=40),
     "machinepool": Expected(until=30, pods_total=24),
+    "on-demand-mds": Expected(until=600, pods_total=4),
 }
 
 # Kept out of the quick suite (`-m "not slow"`): anti-affinity-500 provisions 500 one-pod nodes
@@ -112,7 +113,7 @@ def _run(scenario: Scenario, servers: list[InMemoryAPIServer], until: float) -> 
 
 # Scenarios whose outcome is judged over time (cost at the peak versus at the end): run once
 # with samples every 15 s, shared by the tests that look at them.
-_SAMPLED = {"basic-1000", "consolidation", "drift"}
+_SAMPLED = {"basic-1000", "consolidation", "drift", "on-demand-mds"}
 
 
 @functools.cache
@@ -289,3 +290,24 @@ def test_drift_replaces_every_machine_made_from_the_old_template() -> None:
     for claim in run.live(NODECLAIMS):
         created = parse_timestamp(claim["metadata"]["creationTimestamp"])
         assert (created - start).total_seconds() >= 120
+
+
+def test_on_demand_catalog_replaces_the_big_node_with_the_cheapest_that_holds_the_rest() -> None:
+    """Four on-demand MachineDeployments, a NodePool blind to capacity type: once the batch job
+    goes, the four 500m web pods end on one 4-CPU node (the cheapest that holds them), through
+    a replacement launched after the scale-down, instead of keeping a 16-CPU node for good."""
+    run = _sampled("on-demand-mds", EXPECTED["on-demand-mds"].until)
+    result = run.result
+    assert result.errors == []
+    assert result.pods_pending == 0
+    assert result.disruptions.get("Underutilized", 0) >= 1
+    [node] = run.live(NODES)
+    labels = node["metadata"]["labels"]
+    assert labels[wellknown.LABEL_INSTANCE_TYPE] == "capi-4cpu-16gib-amd64"
+    assert labels[wellknown.LABEL_CAPACITY_TYPE] == wellknown.CAPACITY_TYPE_ON_DEMAND
+    assert round(result.cost_per_hour, 3) == 0.192
+    [pool] = run.live(NODEPOOLS)
+    start = parse_timestamp(pool["metadata"]["creationTimestamp"])
+    [claim] = run.live(NODECLAIMS)
+    created = parse_timestamp(claim["metadata"]["creationTimestamp"])
+    assert (created - start).total_seconds() > 180  # launched as the replacement

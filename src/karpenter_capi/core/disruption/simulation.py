@@ -19,6 +19,7 @@ from typing import Any, Final
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.disruption.candidates import Candidate
+from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.provisioning.pending import is_provisionable
 from karpenter_capi.core.provisioning.state import (
@@ -208,25 +209,13 @@ class Simulator:
         if len(simulation.new_nodeclaims) > 1:
             return f"needs {len(simulation.new_nodeclaims)} new nodes"
         claim = simulation.new_nodeclaims[0]
-        requirements = claim.requirements
-        capacity = requirements.get(wellknown.LABEL_CAPACITY_TYPE)
-        may_be_spot = capacity is None or capacity.has(wellknown.CAPACITY_TYPE_SPOT)
-        may_be_on_demand = capacity is None or capacity.has(wellknown.CAPACITY_TYPE_ON_DEMAND)
-        if may_be_spot and may_be_on_demand:
-            # As upstream: the saving assumes the spot offering launches; if spot is short the
-            # launch must fail (and the node stay), not fall back to dearer on-demand.
-            requirements = requirements.with_requirement(
-                Requirement.new(wellknown.LABEL_CAPACITY_TYPE, "In", [wellknown.CAPACITY_TYPE_SPOT])
-            )
-        cheaper = [
-            it
-            for it in claim.instance_types
-            if any(o.price < price for o in compatible_offerings(it, requirements))
-        ]
+        requirements = _pin_capacity_type(claim, price)
+        cheaper = _cheaper_types(claim.instance_types, requirements, price)
         if not cheaper:
             return f"no replacement cheaper than {price:.4f}/h"
         all_spot = all(c.capacity_type == wellknown.CAPACITY_TYPE_SPOT for c in candidates)
-        if all_spot and may_be_spot:
+        capacity = requirements.get(wellknown.LABEL_CAPACITY_TYPE)
+        if all_spot and (capacity is None or capacity.has(wellknown.CAPACITY_TYPE_SPOT)):
             if not self._spot_to_spot:
                 return "spot-to-spot consolidation is disabled"
             if len(candidates) == 1:
@@ -243,6 +232,42 @@ class Simulator:
         )
         replacement = replace(claim, instance_types=cheaper, requirements=requirements)
         return Replacement([replacement], price - replacement.price)
+
+
+def _cheaper_types(
+    types: Sequence[InstanceType], requirements: Requirements, price: float
+) -> list[InstanceType]:
+    """The types with an offering the requirements allow that costs less than ``price``."""
+    return [
+        it for it in types if any(o.price < price for o in compatible_offerings(it, requirements))
+    ]
+
+
+def _pin_capacity_type(claim: ProposedNodeClaim, price: float) -> Requirements:
+    """The replacement's requirements, pinned so its launch cannot end dearer than ``price``.
+
+    When the replacement may be spot or on-demand, the saving was computed on the cheapest
+    offering, usually spot; upstream then pins it to spot, so a spot shortage fails the launch
+    (and the node stays) instead of falling back to dearer on-demand. That rule assumes every
+    type has spot offerings, as on AWS. Most Cluster API catalogs are on-demand only: there it
+    would leave nothing to launch, and no node would ever be replaced. So spot is pinned only
+    when a cheaper spot offering exists; otherwise spot is excluded and the cheaper on-demand
+    (or reserved) offerings are what the replacement may launch.
+    """
+    requirements = claim.requirements
+    capacity = requirements.get(wellknown.LABEL_CAPACITY_TYPE)
+    may_be_spot = capacity is None or capacity.has(wellknown.CAPACITY_TYPE_SPOT)
+    may_be_on_demand = capacity is None or capacity.has(wellknown.CAPACITY_TYPE_ON_DEMAND)
+    if not (may_be_spot and may_be_on_demand):
+        return requirements
+    spot = requirements.with_requirement(
+        Requirement.new(wellknown.LABEL_CAPACITY_TYPE, "In", [wellknown.CAPACITY_TYPE_SPOT])
+    )
+    if _cheaper_types(claim.instance_types, spot, price):
+        return spot
+    return requirements.with_requirement(
+        Requirement.new(wellknown.LABEL_CAPACITY_TYPE, "NotIn", [wellknown.CAPACITY_TYPE_SPOT])
+    )
 
 
 def describe_replacements(replacements: Sequence[ProposedNodeClaim]) -> list[Mapping[str, Any]]:
