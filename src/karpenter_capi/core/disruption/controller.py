@@ -62,7 +62,7 @@ from karpenter_capi.core.kube.resources import (
     POD_DISRUPTION_BUDGETS,
     Resource,
 )
-from karpenter_capi.core.plugins import PluginError
+from karpenter_capi.core.plugins import PluginError, Plugins
 from karpenter_capi.core.provisioning.controller import ROUND_RESOURCES
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory, resolve_inventory
 from karpenter_capi.core.provisioning.state import ClusterSnapshot, has_disrupted_taint
@@ -96,6 +96,20 @@ class DisruptionSettings:
 class _Pending:
     command: Command
     due: float
+
+
+def ask_providers(plugins: Plugins, nodeclaims: list[Mapping[str, Any]]) -> Mapping[str, str]:
+    """Which NodeClaims the providers refuse to remove (``karpenter_capi_disruption_blocked``);
+    every one of them when the providers cannot be asked."""
+    try:
+        claims = [NodeClaim.model_validate(c) for c in nodeclaims]
+        return plugins.disruption_blocked(claims)
+    except (PluginError, ProviderError, ApiError, ValidationError) as error:
+        # Unsure what the providers allow: disrupt nothing rather than break a floor.
+        log.warning("disruption: cannot ask the providers what may be removed: %s", error)
+        return {
+            str(c["metadata"]["name"]): f"providers could not be asked: {error}" for c in nodeclaims
+        }
 
 
 def _nothing_nominated(_seconds: float) -> frozenset[str]:
@@ -247,16 +261,7 @@ class DisruptionController:
         return frozenset(names) | self._nominated(self.settings.nomination_window)
 
     def _blocked(self, nodeclaims: list[Mapping[str, Any]]) -> Mapping[str, str]:
-        try:
-            claims = [NodeClaim.model_validate(c) for c in nodeclaims]
-            return self._ctx.plugins.disruption_blocked(claims)
-        except (PluginError, ProviderError, ApiError, ValidationError) as error:
-            # Unsure what the providers allow: disrupt nothing rather than break a floor.
-            log.warning("disruption: cannot ask the providers what may be removed: %s", error)
-            return {
-                str(c["metadata"]["name"]): f"providers could not be asked: {error}"
-                for c in nodeclaims
-            }
+        return ask_providers(self._ctx.plugins, nodeclaims)
 
     def _plan(
         self, snapshot: ClusterSnapshot, inventories: Sequence[NodePoolInventory]

@@ -79,6 +79,8 @@ class LaunchDecision:
 class ProvisioningReport:
     launched: list[LaunchDecision] = field(default_factory=list)
     unschedulable: dict[str, str] = field(default_factory=dict)  # pod key -> why
+    placed: dict[str, str] = field(default_factory=dict)
+    """Pending pod key -> the node or launching NodeClaim the round counted it on."""
     nodepool_errors: dict[str, str] = field(default_factory=dict)
     pending: int = 0
     in_flight_pods: int = 0
@@ -291,6 +293,9 @@ class Provisioner:
         moving_keys = {pod_key(p) for p in moving}
         for node_name, pods in result.existing.items():
             waiting = sum(1 for p in pods if pod_key(p) not in moving_keys)
+            report.placed.update(
+                (pod_key(p), node_name) for p in pods if pod_key(p) not in moving_keys
+            )
             if node_name in claim_names:
                 report.in_flight_pods += waiting
                 self._nominations[node_name] = frozenset(map(pod_key, pods))
