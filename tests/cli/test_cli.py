@@ -23,7 +23,15 @@ def _run(*argv: str) -> tuple[int, str]:
 
 
 def test_every_subcommand_has_help() -> None:
-    for command in ("run", "simulate", "apiserver", "manifests", "plugins", "instance-types"):
+    for command in (
+        "run",
+        "simulate",
+        "apiserver",
+        "manifests",
+        "plugins",
+        "instance-types",
+        "explain",
+    ):
         result = subprocess.run(
             [sys.executable, "-m", "karpenter_capi.cli", command, "--help"],
             capture_output=True,
