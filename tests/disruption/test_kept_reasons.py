@@ -126,5 +126,5 @@ def test_a_node_not_quiet_for_consolidate_after_says_how_long_is_left() -> None:
     verdict = _verdicts(cluster, report)["busy"]
 
     assert verdict.verdict == KEPT
-    assert verdict.reason == "consolidateAfter 10m not elapsed yet: 6m00s left"
+    assert verdict.reason == "consolidateAfter 10m not elapsed yet: 6m0s left"
     assert not verdict.unconsolidatable  # not consolidatable yet: no Event for it

@@ -10,12 +10,14 @@ is said to be missing, never guessed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.api.duration import format_duration
 from karpenter_capi.core.api.nodeclaim import NodeClaimConditionType
 from karpenter_capi.core.api.nodepool import NodePool
 from karpenter_capi.core.disruption.candidates import condition_true
@@ -65,15 +67,6 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return obj.get("metadata") or {}
 
 
-def _seconds(total: float) -> str:
-    total = max(0, int(total + 0.999))
-    minutes, seconds = divmod(total, 60)
-    hours, minutes = divmod(minutes, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m{seconds:02d}s"
-    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
-
-
 def _not_consolidatable_yet(claim: Mapping[str, Any], pool: NodePool | None, now: datetime) -> str:
     """Why a candidate without the ``Consolidatable`` condition is not consolidated."""
     if pool is None:
@@ -84,7 +77,8 @@ def _not_consolidatable_yet(claim: Mapping[str, Any], pool: NodePool | None, now
     ready = consolidatable_at(claim, pool, now=now)
     if ready is None or ready <= now:
         return "consolidateAfter has elapsed; waiting for the Consolidatable condition"
-    left = _seconds((ready - now).total_seconds())
+    # Whole seconds, rounded up: "0s left" would read as "now".
+    left = format_duration(timedelta(seconds=math.ceil((ready - now).total_seconds())))
     return f"consolidateAfter {after} not elapsed yet: {left} left"
 
 
