@@ -17,6 +17,7 @@ from karpenter_capi.core.disruption.verdicts import (
     DISRUPT,
     KEPT,
     NOT_A_CANDIDATE,
+    NOT_EVALUATED,
     NodeVerdict,
     node_verdicts,
 )
@@ -128,3 +129,19 @@ def test_a_node_not_quiet_for_consolidate_after_says_how_long_is_left() -> None:
     assert verdict.verdict == KEPT
     assert verdict.reason == "consolidateAfter 10m not elapsed yet: 6m0s left"
     assert not verdict.unconsolidatable  # not consolidatable yet: no Event for it
+
+
+def test_a_node_the_pass_did_not_get_to_has_no_reason_and_no_event() -> None:
+    cluster = Cluster()
+    cluster.node("idle", "small")
+    cluster.node("big", "large")
+    cluster.pod("app-0", "big", cpu="1")
+
+    report = cluster.plan()  # emptiness finds a command: consolidation never runs
+
+    assert report.command is not None
+    assert [c.name for c in report.command.candidates] == ["idle"]
+    verdict = _verdicts(cluster, report)["big"]
+    assert verdict.verdict == NOT_EVALUATED
+    assert verdict.reason == "the pass chose another command first"
+    assert not verdict.unconsolidatable

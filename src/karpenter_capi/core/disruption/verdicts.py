@@ -29,6 +29,8 @@ DISRUPT: Final = "disrupt"
 KEPT: Final = "kept"
 NOT_A_CANDIDATE: Final = "not a candidate"
 LEAVING: Final = "leaving"
+NOT_EVALUATED: Final = "not evaluated"
+"""A consolidatable candidate the pass never judged (it stopped at an earlier command)."""
 UNCONSOLIDATABLE: Final = "Unconsolidatable"
 """The Event reason upstream Karpenter gives a consolidatable node it keeps."""
 
@@ -109,10 +111,14 @@ def node_verdicts(
             verdict = KEPT
             if not consolidatable:
                 reason = _not_consolidatable_yet(claim, pools.get(pool_name), now)
-            elif report.command is not None:
-                reason = "not evaluated: the pass chose another command first"
             else:
-                reason = "no consolidation method considered it"
+                # No reason was recorded, so none is given: the next pass will judge it.
+                verdict = NOT_EVALUATED
+                reason = (
+                    "the pass chose another command first"
+                    if report.command is not None
+                    else "no consolidation method judged it"
+                )
         elif name in report.excluded:
             going = bool(
                 _meta(claim).get("deletionTimestamp")
