@@ -269,5 +269,5 @@ def single_node(
         outcome = simulator.consolidate([candidate])
         if isinstance(outcome, Replacement) and outcome.savings > 0:
             return _command(SINGLE_NODE, [candidate], outcome)
-        _keep(kept, candidate, outcome if isinstance(outcome, str) else "no saving")
+        _keep(kept, candidate, outcome if isinstance(outcome, str) else "it would save nothing")
     return f"none of {len(eligible)} candidates consolidates ({tried} simulated)"
