@@ -3,16 +3,31 @@
 ``kube`` is the heart of the contract suite: every test that takes it runs twice, once against
 the in-memory API in process and once through the official ``kubernetes`` client over the HTTP
 front on 127.0.0.1, so both transports are held to one set of Kubernetes semantics.
+
+Every test leaves the root logger as it found it: ``karpenter-capi`` commands run in process
+install a handler on the stream of the moment (a capture that is closed after the test) at INFO.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pytest
 
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
+
+
+@pytest.fixture(autouse=True)
+def restore_root_logger() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        if handler not in handlers:
+            root.removeHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.fixture

@@ -3,8 +3,8 @@
 One entry point for every way the product runs: against a real cluster (``run``), on the
 embedded simulated cluster (``simulate``), as a stand-alone in-memory API server
 (``apiserver``), and the helpers an operator needs around it (``manifests``, ``plugins``,
-``instance-types``). Subcommands import their machinery lazily so ``--help`` stays instant and a
-missing optional extra only matters to the command that needs it.
+``instance-types``, ``explain``). Subcommands import their machinery lazily so ``--help``
+stays instant and a missing optional extra only matters to the command that needs it.
 
 Every failure a user can cause ends as one line on stderr and a non-zero exit, never a traceback.
 """
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from karpenter_capi import __version__
+from karpenter_capi.cli_explain import add_explain_arguments, explain_command
 from karpenter_capi.cli_run import add_run_arguments, run_command
 from karpenter_capi.core.observability.logs import configure_logging
 
@@ -56,8 +57,9 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
         "--log-level",
-        default=os.environ.get("KARPENTER_CAPI_LOG_LEVEL", "WARNING"),
-        help="logging level (default: $KARPENTER_CAPI_LOG_LEVEL or WARNING)",
+        default=os.environ.get("KARPENTER_CAPI_LOG_LEVEL"),
+        help="logging level (default: $KARPENTER_CAPI_LOG_LEVEL, else INFO: one line per "
+        "decision; WARNING for simulate and explain, whose output is their account)",
     )
     parser.add_argument(
         "--log-format",
@@ -78,6 +80,18 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_plugin_argument(run)
     add_run_arguments(run)
     run.set_defaults(handler=_cmd_run)
+
+    explain = sub.add_parser(
+        "explain",
+        help="say what the next provisioning round and disruption pass would do, and why",
+        description="Read the cluster once and print, for each pending pod, the NodeClaim or "
+        "node it would get or why it cannot be helped, and for each NodeClaim whether the next "
+        "disruption pass would disrupt it and why not. Writes nothing.",
+    )
+    add_cluster_arguments(explain)
+    _add_plugin_argument(explain)
+    add_explain_arguments(explain)
+    explain.set_defaults(handler=_cmd_explain)
 
     simulate = sub.add_parser(
         "simulate",
@@ -465,6 +479,10 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     return run_command(args, out, _clients, _load_plugins)
 
 
+def _cmd_explain(args: argparse.Namespace, out: TextIO) -> int:
+    return explain_command(args, out, _clients, _load_plugins)
+
+
 def _fmt_resource(instance_type: Any, name: str) -> str:
     value = instance_type.capacity.get(name)
     return "-" if value is None else str(value)
@@ -539,6 +557,15 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
+def _log_level(args: argparse.Namespace) -> str:
+    """INFO unless told otherwise, so ``run`` shows what it decides. ``simulate`` (thousands of
+    decisions in seconds of virtual time) and ``explain`` (whose output is the decisions) print
+    their own account, so they log only warnings unless asked."""
+    if args.log_level:
+        return str(args.log_level).upper()
+    return "WARNING" if args.command in ("simulate", "explain") else "INFO"
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run the command line; returns the exit status."""
     stdout = out or sys.stdout
@@ -546,7 +573,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace, TextIO], int] = args.handler
     try:
-        configure_logging(args.log_format, str(args.log_level).upper(), stream=sys.stderr)
+        configure_logging(args.log_format, _log_level(args), stream=sys.stderr)
         return handler(args, stdout)
     except KeyboardInterrupt:
         return 130

@@ -23,7 +23,15 @@ def _run(*argv: str) -> tuple[int, str]:
 
 
 def test_every_subcommand_has_help() -> None:
-    for command in ("run", "simulate", "apiserver", "manifests", "plugins", "instance-types"):
+    for command in (
+        "run",
+        "simulate",
+        "apiserver",
+        "manifests",
+        "plugins",
+        "instance-types",
+        "explain",
+    ):
         result = subprocess.run(
             [sys.executable, "-m", "karpenter_capi.cli", command, "--help"],
             capture_output=True,
@@ -189,3 +197,35 @@ def test_simulate_an_unknown_scenario_is_a_one_line_error(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
     assert "shipped scenarios: " in err[0]
+
+
+@pytest.mark.parametrize(("level", "shown"), [(None, True), ("WARNING", False)])
+def test_run_logs_its_decisions_at_info_unless_told_otherwise(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    level: str | None,
+    shown: bool,
+) -> None:
+    from karpenter_capi.core.clock import FakeClock
+    from karpenter_capi.sim.apiserver.http import HttpFront
+    from karpenter_capi.sim.apiserver.kubeconfig import write_kubeconfig
+    from karpenter_capi.sim.cluster import new_cluster
+    from karpenter_capi.sim.demo import DEMO_SCENARIO, mark_unschedulable
+    from karpenter_capi.sim.manifests import load_manifest_files
+
+    if level is None:
+        monkeypatch.delenv("KARPENTER_CAPI_LOG_LEVEL", raising=False)
+    else:
+        monkeypatch.setenv("KARPENTER_CAPI_LOG_LEVEL", level)
+    server = new_cluster(clock=FakeClock())
+    server.apply_manifests(load_manifest_files([DEMO_SCENARIO]))
+    mark_unschedulable(server)
+    with HttpFront(server) as front:
+        kubeconfig = write_kubeconfig(front.url, tmp_path / "kubeconfig")
+        code, _output = _run("run", "--once", "--kubeconfig", str(kubeconfig))
+    assert code == 0
+    logged = capsys.readouterr().err
+    for decision in ("found provisionable pod(s)", "created nodeclaim", "could not schedule pod"):
+        line = f" INFO karpenter_capi.core.provisioning.provisioner {decision} "
+        assert (line in logged) is shown

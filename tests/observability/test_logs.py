@@ -6,7 +6,6 @@ import io
 import json
 import logging
 import re
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -14,17 +13,6 @@ import pytest
 from karpenter_capi.core.observability import configure_logging
 
 log = logging.getLogger("karpenter_capi.test")
-
-
-@pytest.fixture(autouse=True)
-def restore_root_logger() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for handler in list(root.handlers):
-        if handler not in handlers:
-            root.removeHandler(handler)
-    root.setLevel(level)
 
 
 def lines(stream: io.StringIO) -> list[str]:

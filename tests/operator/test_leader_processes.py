@@ -82,8 +82,8 @@ def _creations(log: Path) -> list[str]:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if str(record.get("message", "")).startswith("created NodeClaim"):
-            names.append(str(record["message"]).split()[2])
+        if record.get("message") == "created nodeclaim":
+            names.append(str(record["NodeClaim"]["name"]))
     return names
 
 

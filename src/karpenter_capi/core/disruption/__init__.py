@@ -4,7 +4,8 @@ Layers (imports go one way): ``candidates`` and ``budgets`` read the cluster; ``
 asks the provisioning solver whether pods could move; ``methods`` turn candidates into commands;
 ``planner`` runs one pass; ``orchestration`` carries a command out; ``controller`` is the
 periodic loop; ``conditions`` keeps ``Consolidatable``/``Drifted``/``lastPodEventTime`` on each
-NodeClaim and ``expiration`` deletes expired ones. See ``docs/disruption.md``.
+NodeClaim and ``expiration`` deletes expired ones; ``verdicts`` says, per node, why a pass keeps
+it (``Unconsolidatable`` Events, ``karpenter-capi explain``). See ``docs/disruption.md``.
 """
 
 from __future__ import annotations

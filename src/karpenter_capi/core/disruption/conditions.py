@@ -246,16 +246,9 @@ class NodeClaimDisruptionController:
         now: datetime,
     ) -> tuple[str | None, float | None]:
         """``(reason or None, seconds until it becomes consolidatable or None)``."""
-        after = pool.spec.disruption.consolidate_after.value
-        if after is None:
+        ready_at = consolidatable_at(claim, pool, last_event, now)
+        if ready_at is None:
             return None, None
-        initialized = _transition(claim, NodeClaimConditionType.INITIALIZED.value)
-        since = (
-            max(t for t in (last_event, initialized) if t is not None)
-            if (last_event or initialized)
-            else now
-        )
-        ready_at = since + after
         if now >= ready_at:
             return _CONSOLIDATABLE, None
         return None, (ready_at - now).total_seconds()
@@ -344,6 +337,30 @@ class NodeClaimDisruptionController:
         except (Conflict, NotFound):
             return False
         return True
+
+
+def consolidatable_at(
+    claim: Mapping[str, Any],
+    pool: NodePool,
+    last_event: datetime | None = None,
+    now: datetime | None = None,
+) -> datetime | None:
+    """When ``claim`` has been quiet for its NodePool's ``consolidateAfter`` (None: ``Never``).
+
+    Quiet since its last pod event (``last_event``, else ``status.lastPodEventTime``) or its
+    initialization, whichever is later; ``now`` when it has neither.
+    """
+    after = pool.spec.disruption.consolidate_after.value
+    if after is None:
+        return None
+    last_event = last_event or _last_pod_event(claim)
+    initialized = _transition(claim, NodeClaimConditionType.INITIALIZED.value)
+    known = [t for t in (last_event, initialized) if t is not None]
+    if not known and now is None:
+        return None
+    since = max(known) if known else now
+    assert since is not None
+    return since + after
 
 
 def _last_pod_event(claim: Mapping[str, Any]) -> datetime | None:

@@ -9,6 +9,10 @@ replacement no dearer); only then does the orchestrator carry it out. Drift is n
 replacements, and the nodes provisioning counted pending pods on in the last
 ``nomination_window``, are left alone.
 
+After each pass, every consolidatable node the pass keeps gets an ``Unconsolidatable`` Event, on
+the Node and on its NodeClaim, with the reason the planner recorded for it (``verdicts``),
+deduplicated for 15 minutes as upstream does, so ``kubectl describe`` says why a node stays.
+
 A pass that finds nothing is not repeated until something it reads changes (the Nodes,
 NodeClaims, pods, NodePools, NodeClasses and PDBs in the caches, the protected names) or the
 minute turns, which also bounds how long a change outside those (a price) waits.
@@ -46,19 +50,24 @@ from karpenter_capi.core.disruption.planner import (
     provider_refusals,
 )
 from karpenter_capi.core.disruption.simulation import Replacement, Simulator
+from karpenter_capi.core.disruption.verdicts import UNCONSOLIDATABLE, node_verdicts
 from karpenter_capi.core.errors import ProviderError
 from karpenter_capi.core.kube.errors import ApiError
+from karpenter_capi.core.kube.events import NORMAL, UNCONSOLIDATABLE_DEDUPE
 from karpenter_capi.core.kube.resources import (
     CLUSTER_API_NODE_CLASSES,
+    NODECLAIMS,
     NODEPOOLS,
+    NODES,
     POD_DISRUPTION_BUDGETS,
     Resource,
 )
-from karpenter_capi.core.plugins import PluginError
+from karpenter_capi.core.plugins import PluginError, Plugins
 from karpenter_capi.core.provisioning.controller import ROUND_RESOURCES
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory, resolve_inventory
 from karpenter_capi.core.provisioning.state import ClusterSnapshot, has_disrupted_taint
 from karpenter_capi.core.runtime.controller import WORKLOAD, ControllerContext, Result
+from karpenter_capi.core.termination.actions import Actions
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +98,20 @@ class _Pending:
     due: float
 
 
+def ask_providers(plugins: Plugins, nodeclaims: list[Mapping[str, Any]]) -> Mapping[str, str]:
+    """Which NodeClaims the providers refuse to remove (``karpenter_capi_disruption_blocked``);
+    every one of them when the providers cannot be asked."""
+    try:
+        claims = [NodeClaim.model_validate(c) for c in nodeclaims]
+        return plugins.disruption_blocked(claims)
+    except (PluginError, ProviderError, ApiError, ValidationError) as error:
+        # Unsure what the providers allow: disrupt nothing rather than break a floor.
+        log.warning("disruption: cannot ask the providers what may be removed: %s", error)
+        return {
+            str(c["metadata"]["name"]): f"providers could not be asked: {error}" for c in nodeclaims
+        }
+
+
 def _nothing_nominated(_seconds: float) -> frozenset[str]:
     return frozenset()
 
@@ -116,6 +139,7 @@ class DisruptionController:
         self._is_leader = is_leader
         self._dry_run_status = dry_run_status
         self._dry_run_logged: str | None = None
+        self._actions = Actions(ctx, log)
         self._orchestrator = Orchestrator(
             ctx, replacement_timeout=self.settings.replacement_timeout
         )
@@ -153,8 +177,10 @@ class DisruptionController:
         if fingerprint == self._quiet_since:
             # Nothing a pass reads has changed since one found nothing to do.
             return Result(requeue_after=self.interval)
-        report = self._plan(snapshot, self._inventories())
+        inventories = self._inventories()
+        report = self._plan(snapshot, inventories)
         self.last_report = report
+        self._tell_kept(report, snapshot, inventories)
         command = report.command
         if command is None:
             self._quiet_since = fingerprint
@@ -163,7 +189,7 @@ class DisruptionController:
         if command.reason.value == "Drifted" or self.settings.validation_delay <= 0:
             self._start(command)
             return Result(requeue_after=self.interval)
-        log.info(
+        log.debug(
             "disruption: %s (validating in %.0fs)",
             command.describe(),
             self.settings.validation_delay,
@@ -235,16 +261,7 @@ class DisruptionController:
         return frozenset(names) | self._nominated(self.settings.nomination_window)
 
     def _blocked(self, nodeclaims: list[Mapping[str, Any]]) -> Mapping[str, str]:
-        try:
-            claims = [NodeClaim.model_validate(c) for c in nodeclaims]
-            return self._ctx.plugins.disruption_blocked(claims)
-        except (PluginError, ProviderError, ApiError, ValidationError) as error:
-            # Unsure what the providers allow: disrupt nothing rather than break a floor.
-            log.warning("disruption: cannot ask the providers what may be removed: %s", error)
-            return {
-                str(c["metadata"]["name"]): f"providers could not be asked: {error}"
-                for c in nodeclaims
-            }
+        return ask_providers(self._ctx.plugins, nodeclaims)
 
     def _plan(
         self, snapshot: ClusterSnapshot, inventories: Sequence[NodePoolInventory]
@@ -279,12 +296,37 @@ class DisruptionController:
                     metrics.set_allowed_disruptions(pool, reason.lower(), allowed)
         return report
 
+    def _tell_kept(
+        self,
+        report: PassReport,
+        snapshot: ClusterSnapshot,
+        inventories: Sequence[NodePoolInventory],
+    ) -> None:
+        """An ``Unconsolidatable`` Event on each consolidatable node the pass keeps, and on its
+        NodeClaim. A dry run writes none (``explain`` shows the same reasons)."""
+        if self._ctx.dry_run:
+            return
+        pools = {i.nodepool: i.model for i in inventories if i.model is not None}
+        for verdict in node_verdicts(report, snapshot, pools, self._ctx.clock.now()):
+            if not verdict.unconsolidatable:
+                continue
+            for resource, obj in ((NODES, verdict.node_object), (NODECLAIMS, verdict.claim_object)):
+                if obj:
+                    self._actions.event(
+                        resource,
+                        obj,
+                        NORMAL,
+                        UNCONSOLIDATABLE,
+                        verdict.reason,
+                        dedupe=UNCONSOLIDATABLE_DEDUPE,
+                    )
+
     # -- validation ----------------------------------------------------------------------
 
     def _validate_and_start(self, command: Command, snapshot: ClusterSnapshot) -> None:
         fresh = self._revalidate(command, snapshot)
         if isinstance(fresh, str):
-            log.info("disruption: dropped %s: %s", command.describe(), fresh)
+            log.debug("disruption: dropped %s: %s", command.describe(), fresh)
             return
         self._start(fresh)
 

@@ -14,6 +14,10 @@
 The first method that yields a command wins the pass. ``consolidationPolicy: WhenEmpty`` keeps a
 NodePool's non-empty nodes out of 3 and 4; ``consolidateAfter`` is the ``Consolidatable``
 condition each candidate carries (``conditions``).
+
+Besides its outcome, each consolidation method writes into ``kept`` (NodeClaim name -> words for
+a user) why a consolidatable candidate it looked at stays: the ``Unconsolidatable`` Events and
+``karpenter-capi explain`` show those reasons as the planner found them, never reconstructed.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ DRIFT: Final = "drift"
 MULTI_NODE: Final = "multi-node-consolidation"
 SINGLE_NODE: Final = "single-node-consolidation"
 METHODS: Final = (EMPTINESS, DRIFT, MULTI_NODE, SINGLE_NODE)
+NO_ROOM: Final = (
+    "its pods fit neither on the other nodes nor on one cheaper node (cpu, memory or pod slots)"
+)
 
 
 @dataclass
@@ -100,18 +107,37 @@ def _within_budget(
     return result
 
 
+def _budget_exhausted(candidate: Candidate, reason: DisruptionReason) -> str:
+    return (
+        f"the disruption budget of NodePool {candidate.nodepool} allows no more "
+        f"{reason.value} disruptions now"
+    )
+
+
+def _keep(kept: dict[str, str] | None, candidate: Candidate, why: str) -> None:
+    # The first method to speak about a candidate explains it best: later ones only repeat.
+    if kept is not None:
+        kept.setdefault(candidate.name, why)
+
+
 def _consolidatable(candidate: Candidate) -> bool:
     after = candidate.pool.spec.disruption.consolidate_after
     return candidate.consolidatable and not after.is_never
 
 
-def emptiness(candidates: Sequence[Candidate], ledger: BudgetLedger) -> Outcome:
+def emptiness(
+    candidates: Sequence[Candidate], ledger: BudgetLedger, kept: dict[str, str] | None = None
+) -> Outcome:
     empty = [c for c in candidates if c.empty and _consolidatable(c)]
     if not empty:
         return None
     chosen = _within_budget(
         sorted(empty, key=lambda c: (-c.price, c.name)), ledger, DisruptionReason.EMPTY
     )
+    names = {c.name for c in chosen}
+    for candidate in empty:
+        if candidate.name not in names:
+            _keep(kept, candidate, _budget_exhausted(candidate, DisruptionReason.EMPTY))
     if not chosen:
         return f"{len(empty)} empty node(s), no budget left"
     return Command(EMPTINESS, DisruptionReason.EMPTY, chosen, savings=sum(c.price for c in chosen))
@@ -142,16 +168,38 @@ def drift(candidates: Sequence[Candidate], ledger: BudgetLedger, simulator: Simu
     return f"{len(drifted)} drifted node(s): {why}"
 
 
-def _underutilized(candidates: Sequence[Candidate]) -> list[Candidate]:
-    return consolidation_order(
-        [
-            c
-            for c in candidates
-            if _consolidatable(c)
-            and c.pool.spec.disruption.consolidation_policy
-            == ConsolidationPolicy.WHEN_EMPTY_OR_UNDERUTILIZED
-        ]
-    )
+def _underutilized(
+    candidates: Sequence[Candidate], kept: dict[str, str] | None = None
+) -> list[Candidate]:
+    result = []
+    for candidate in candidates:
+        if not _consolidatable(candidate):
+            continue
+        policy = candidate.pool.spec.disruption.consolidation_policy
+        if policy == ConsolidationPolicy.WHEN_EMPTY_OR_UNDERUTILIZED:
+            result.append(candidate)
+        elif not candidate.empty:
+            _keep(
+                kept,
+                candidate,
+                f"NodePool {candidate.nodepool} consolidates only empty nodes "
+                f"(consolidationPolicy {policy.value}) and this one has "
+                f"{len(candidate.pods)} pod(s)",
+            )
+    return consolidation_order(result)
+
+
+def _eligible(
+    candidates: Sequence[Candidate], ledger: BudgetLedger, kept: dict[str, str] | None
+) -> list[Candidate]:
+    """The underutilized candidates the budgets allow, each other one kept with its reason."""
+    underutilized = _underutilized(candidates, kept)
+    eligible = _within_budget(underutilized, ledger, DisruptionReason.UNDERUTILIZED)
+    names = {c.name for c in eligible}
+    for candidate in underutilized:
+        if candidate.name not in names:
+            _keep(kept, candidate, _budget_exhausted(candidate, DisruptionReason.UNDERUTILIZED))
+    return eligible
 
 
 def _command(method: str, chosen: Sequence[Candidate], outcome: Replacement) -> Command:
@@ -170,11 +218,13 @@ def multi_node(
     simulator: Simulator,
     *,
     expired: Callable[[], bool] = lambda: False,
+    kept: dict[str, str] | None = None,
 ) -> Outcome:
-    """Binary search for the longest prefix that consolidates (upstream's approach)."""
-    eligible = _within_budget(_underutilized(candidates), ledger, DisruptionReason.UNDERUTILIZED)[
-        :MAX_MULTI_NODE_CANDIDATES
-    ]
+    """Binary search for the longest prefix that consolidates (upstream's approach).
+
+    A prefix that fails says nothing about one node, so only the budget reasons go to ``kept``.
+    """
+    eligible = _eligible(candidates, ledger, kept)[:MAX_MULTI_NODE_CANDIDATES]
     if len(eligible) < 2:
         return None
     low, high = 2, len(eligible)
@@ -199,18 +249,25 @@ def single_node(
     simulator: Simulator,
     *,
     expired: Callable[[], bool] = lambda: False,
+    kept: dict[str, str] | None = None,
 ) -> Outcome:
-    eligible = _within_budget(_underutilized(candidates), ledger, DisruptionReason.UNDERUTILIZED)
+    """The first candidate that consolidates alone; each one before it is kept with the
+    reason its own simulation (or the quick resource check) gave."""
+    eligible = _eligible(candidates, ledger, kept)
     if not eligible:
         return None
     tried = 0
-    for candidate in eligible:
+    for index, candidate in enumerate(eligible):
         if expired():
+            for later in eligible[index:]:
+                _keep(kept, later, "not evaluated: single-node consolidation ran out of time")
             return f"timed out after {tried} of {len(eligible)} candidates"
         if not simulator.might_consolidate(candidate):
+            _keep(kept, candidate, NO_ROOM)
             continue
         tried += 1
         outcome = simulator.consolidate([candidate])
         if isinstance(outcome, Replacement) and outcome.savings > 0:
             return _command(SINGLE_NODE, [candidate], outcome)
+        _keep(kept, candidate, outcome if isinstance(outcome, str) else "it would save nothing")
     return f"none of {len(eligible)} candidates consolidates ({tried} simulated)"

@@ -15,6 +15,7 @@ label another controller writes meanwhile is never lost.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -28,7 +29,8 @@ from karpenter_capi.core.kube.client import JsonObject
 from karpenter_capi.core.kube.errors import ApiError, Conflict, NotFound
 from karpenter_capi.core.kube.events import NORMAL, WARNING
 from karpenter_capi.core.kube.resources import NODECLAIMS, NODES
-from karpenter_capi.core.provisioning.provisioner import nodeclaim_body
+from karpenter_capi.core.observability.logs import ref
+from karpenter_capi.core.provisioning.provisioner import log_created, nodeclaim_body
 from karpenter_capi.core.runtime.controller import ControllerContext
 from karpenter_capi.core.termination.actions import Actions, set_condition
 
@@ -87,6 +89,7 @@ class Orchestrator:
         for candidate in command.candidates:
             self._mark(candidate.name, command)
         self._record_decision(command)
+        self._log_decision(command)
         try:
             for claim in command.replacements:
                 raw_pool = raw_pools[claim.nodepool.name]
@@ -179,7 +182,7 @@ class Orchestrator:
                     capacity_type=candidate.capacity_type,
                 )
         flight.done, flight.outcome = True, "candidates deleted"
-        log.info("disruption: %s", command.describe())
+        log.debug("disruption: %s", command.describe())
 
     def _record_decision(self, command: Command) -> None:
         metrics = self._ctx.metrics
@@ -193,20 +196,48 @@ class Orchestrator:
             command.decision, reason=command.reason.value.lower(), consolidation_type=kind
         )
 
+    def _log_decision(self, command: Command) -> None:
+        """Upstream's one line per command carried out, with its fields."""
+        log.info(
+            "disrupting node(s)",
+            extra={
+                "command-id": str(uuid.uuid4()),
+                "reason": command.reason.value.lower(),
+                "decision": command.decision,
+                "disrupted-node-count": len(command.candidates),
+                "replacement-node-count": len(command.replacements),
+                "pod-count": sum(len(c.pods) for c in command.candidates),
+                "disrupted-nodes": [
+                    {
+                        "Node": ref(c.node_name),
+                        "NodeClaim": ref(c.name),
+                        "capacity-type": c.capacity_type,
+                        "instance-type": c.instance_type.name if c.instance_type else "",
+                    }
+                    for c in command.candidates
+                ],
+                "replacement-nodes": [
+                    {
+                        "capacity-type": r.cheapest()[1].capacity_type,
+                        "instance-types": [it.name for it in r.instance_types[:5]],
+                    }
+                    for r in command.replacements
+                ],
+                "savings": round(command.savings, 4),
+                **({"dry-run": True} if self._ctx.dry_run else {}),
+            },
+        )
+
     def _create(self, raw_pool: Mapping[str, Any], claim: Any, reason: str) -> str:
         body = nodeclaim_body(raw_pool, claim)
         if self._ctx.dry_run:
-            log.info(
-                "dry run: would launch a replacement of NodePool %s (%s)",
-                raw_pool["metadata"]["name"],
-                claim.cheapest()[0].name,
-            )
+            log_created("(dry run)", claim, dry_run=True)
             return f"(dry run) {raw_pool['metadata']['name']}"
         created = self._ctx.client.create(NODECLAIMS, body)
         name = str(created["metadata"]["name"])
         if self._ctx.metrics is not None:
             self._ctx.metrics.nodeclaim_created(claim.nodepool.name, reason=reason)
-        log.info("disruption: launched replacement NodeClaim %s", name)
+        log_created(name, claim)
         return name
 
     def _set_taint(self, node_name: str, *, present: bool) -> bool:

@@ -50,6 +50,8 @@ class PassReport:
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     candidates: list[Candidate] = field(default_factory=list)
     excluded: dict[str, str] = field(default_factory=dict)
+    kept: dict[str, str] = field(default_factory=dict)
+    """Candidate NodeClaim -> why the consolidation methods that looked at it kept it."""
     budgets: dict[str, dict[str, int]] = field(default_factory=dict)
     simulations: int = 0
     seconds: float = 0.0
@@ -155,18 +157,26 @@ def plan(
 
     candidates = found.candidates
     steps: tuple[tuple[str, Callable[[], Outcome]], ...] = (
-        (EMPTINESS, lambda: emptiness(candidates, ledger)),
+        (EMPTINESS, lambda: emptiness(candidates, ledger, report.kept)),
         (DRIFT, lambda: drift(candidates, ledger, simulator)),
         (
             MULTI_NODE,
             lambda: multi_node(
-                candidates, ledger, simulator, expired=deadline(settings.multi_node_seconds)
+                candidates,
+                ledger,
+                simulator,
+                expired=deadline(settings.multi_node_seconds),
+                kept=report.kept,
             ),
         ),
         (
             SINGLE_NODE,
             lambda: single_node(
-                candidates, ledger, simulator, expired=deadline(settings.single_node_seconds)
+                candidates,
+                ledger,
+                simulator,
+                expired=deadline(settings.single_node_seconds),
+                kept=report.kept,
             ),
         ),
     )
@@ -179,6 +189,9 @@ def plan(
             report.command = outcome
             if not settings.evaluate_all:
                 break
+    if report.command is not None:
+        for chosen in report.command.candidates:
+            report.kept.pop(chosen.name, None)
     report.simulations = simulator.simulations
     report.simulation_seconds = list(simulator.durations)
     report.seconds = clock.monotonic() - started

@@ -3,8 +3,11 @@
 Events are written as ``core/v1`` Events (what ``kubectl describe`` and ``kubectl get events``
 read). Like client-go's recorder, a repeat of the same event on the same object within a short
 window bumps ``count`` and ``lastTimestamp`` on the existing Event instead of creating another,
-so a pod that stays unschedulable for an hour does not produce thousands of objects. Failing to
-record is logged and never stops the caller: events are for humans, not for correctness.
+so a pod that stays unschedulable for an hour does not produce thousands of objects. An event
+said again on every pass (``Unconsolidatable``) can instead be *deduplicated*, as upstream
+Karpenter's recorder does: a repeat of the same object, type, reason and message within the
+window is dropped without any write. Failing to record is logged and never stops the caller:
+events are for humans, not for correctness.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ NORMAL: Final = "Normal"
 WARNING: Final = "Warning"
 _REPEAT_WINDOW: Final = timedelta(minutes=10)
 _DEFAULT_NAMESPACE: Final = "default"
+UNCONSOLIDATABLE_DEDUPE: Final = timedelta(minutes=15)
+"""Upstream's window for ``Unconsolidatable``: a kept node is told why at most this often."""
 
 
 @dataclass
@@ -47,9 +52,19 @@ class EventRecorder:
         self._recent: dict[tuple[str, str, str, str], _Recorded] = {}
 
     def record(
-        self, involved: Mapping[str, Any], event_type: str, reason: str, message: str
+        self,
+        involved: Mapping[str, Any],
+        event_type: str,
+        reason: str,
+        message: str,
+        *,
+        dedupe: timedelta | None = None,
     ) -> None:
-        """Record ``reason``/``message`` on ``involved`` (any object with kind and metadata)."""
+        """Record ``reason``/``message`` on ``involved`` (any object with kind and metadata).
+
+        With ``dedupe``, the same event on the same object within that long of the last one
+        written is dropped instead of counted: no API request at all.
+        """
         meta = involved.get("metadata") or {}
         namespace = str(meta.get("namespace") or _DEFAULT_NAMESPACE)
         uid = str(meta.get("uid") or f"{namespace}/{meta.get('name')}")
@@ -57,6 +72,12 @@ class EventRecorder:
         now = self._clock.now()
         stamp = format_timestamp(now)
         seen = self._recent.get(key)
+        if (
+            dedupe is not None
+            and seen is not None
+            and now.timestamp() - seen.last < dedupe.total_seconds()
+        ):
+            return
         try:
             if seen is not None and now.timestamp() - seen.last < _REPEAT_WINDOW.total_seconds():
                 seen.count += 1
@@ -107,5 +128,5 @@ class EventRecorder:
             self._forget_old(now.timestamp())
 
     def _forget_old(self, now: float) -> None:
-        window = _REPEAT_WINDOW.total_seconds()
+        window = max(_REPEAT_WINDOW, UNCONSOLIDATABLE_DEDUPE).total_seconds()
         self._recent = {k: v for k, v in self._recent.items() if now - v.last < window}

@@ -397,7 +397,7 @@ class Informer(Generic[T]):
                 self._notify(old, new)
             if not self._synced.is_set():
                 self._synced.set()
-                _log.info("%s: synced %d objects at %s", self.name, len(items), resource_version)
+                _log.debug("%s: synced %d objects at %s", self.name, len(items), resource_version)
             if self._resync_period is not None and self._next_resync is None:
                 self._next_resync = self._clock.monotonic() + self._resync_period
         self._backoff.reset()

@@ -37,6 +37,7 @@ from karpenter_capi.core.lifecycle.nodes import (
 from karpenter_capi.core.lifecycle.registration import REGISTERED
 from karpenter_capi.core.lifecycle.work import NodeClaimWork
 from karpenter_capi.core.lifecycle.writes import Writes
+from karpenter_capi.core.observability.logs import ref
 from karpenter_capi.core.runtime.controller import DONE, ControllerContext, Result
 from karpenter_capi.core.scheduling.quantity import QuantityError
 from karpenter_capi.core.scheduling.resources import ResourceList
@@ -132,10 +133,13 @@ class Initialization:
             )
         conditions.set_true(INITIALIZED)
         self._ctx.log.info(
-            "initialized nodeclaim %s: node %s, allocatable %s",
-            work.name,
-            node["metadata"]["name"],
-            (node.get("status") or {}).get("allocatable") or {},
+            "initialized nodeclaim",
+            extra={
+                "NodeClaim": ref(work.name),
+                "provider-id": work.provider_id,
+                "Node": ref(str(node["metadata"]["name"])),
+                "allocatable": (node.get("status") or {}).get("allocatable") or {},
+            },
         )
         self._metrics.initialized(work.nodepool)
         return DONE

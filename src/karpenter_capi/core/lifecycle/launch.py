@@ -51,6 +51,7 @@ from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES, NODECLA
 from karpenter_capi.core.lifecycle.metrics import LifecycleReporter
 from karpenter_capi.core.lifecycle.work import NodeClaimWork
 from karpenter_capi.core.lifecycle.writes import Writes
+from karpenter_capi.core.observability.logs import ref
 from karpenter_capi.core.plugins import PluginError
 from karpenter_capi.core.runtime.controller import DONE, WORKLOAD, ControllerContext, Result
 from karpenter_capi.core.scheduling.model import compatible_offerings
@@ -319,13 +320,15 @@ class Launch:
         assert result is not None
         if work.conditions.set_true(LAUNCHED):
             self._ctx.log.info(
-                "launched nodeclaim %s: provider-id %s, instance-type %s, zone %s, "
-                "capacity-type %s",
-                work.name,
-                result.provider_id,
-                result.instance_type,
-                result.zone or "-",
-                result.capacity_type,
+                "launched nodeclaim",
+                extra={
+                    "NodeClaim": ref(work.name),
+                    "provider-id": result.provider_id,
+                    "instance-type": result.instance_type,
+                    "zone": result.zone or "",
+                    "capacity-type": result.capacity_type,
+                    "allocatable": work.status.get("allocatable") or {},
+                },
             )
             self._metrics.launched(work.nodepool)
         return DONE

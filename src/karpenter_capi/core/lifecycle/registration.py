@@ -44,6 +44,7 @@ from karpenter_capi.core.lifecycle.nodes import (
 )
 from karpenter_capi.core.lifecycle.work import NodeClaimWork
 from karpenter_capi.core.lifecycle.writes import Writes
+from karpenter_capi.core.observability.logs import ref
 from karpenter_capi.core.runtime.controller import DONE, ControllerContext, Result
 
 REGISTERED: Final = str(NodeClaimConditionType.REGISTERED)
@@ -172,7 +173,14 @@ class Registration:
         work.node = self._writes.patch(NODES, node, patch) if patch else node
         work.status["nodeName"] = node_name
         work.conditions.set_true(REGISTERED)
-        self._ctx.log.info("registered nodeclaim %s: node %s", work.name, node_name)
+        self._ctx.log.info(
+            "registered nodeclaim",
+            extra={
+                "NodeClaim": ref(work.name),
+                "provider-id": work.provider_id,
+                "Node": ref(node_name),
+            },
+        )
         self._metrics.registered(work.nodepool, labels.get(ZONE) or work.labels.get(ZONE, ""))
         set_registration_health(self._ctx, self._writes, work, healthy=True)
         return DONE

@@ -5,6 +5,11 @@ Controllers log through the standard ``logging`` module with context in ``extra`
 decides only how records look. The JSON shape follows Karpenter's zap output (``time``,
 ``level``, ``logger``, ``message``, then the context fields), so queries written for Karpenter's
 logs find the same keys. Named ``logs`` so it never shadows the standard ``logging``.
+
+Decision lines use upstream's messages and keys (``docs/observability.md`` lists them): an
+object is ``{"name": ...}`` under its kind (``"NodeClaim": {"name": "default-x7k2p"}``, as
+controller-runtime writes ``klog.KObj``), and a long list is cut as upstream's
+``pretty.Slice`` cuts it; ``ref`` and ``first`` build those.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import logging
 import math
 import re
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import IO, Any, Literal
 
@@ -72,6 +78,17 @@ def _level(level: str | int) -> int:
         raise ValueError(
             f"unknown log level {level!r}: expected one of {', '.join(sorted(names))}"
         ) from None
+
+
+def ref(name: str, namespace: str | None = None) -> dict[str, str]:
+    """An object reference as a log field: ``{"name": ...}`` (with ``namespace`` if given)."""
+    return {"name": name, "namespace": namespace} if namespace else {"name": name}
+
+
+def first(items: Sequence[str], limit: int = 5) -> str:
+    """``a, b, c and 4 other(s)``: enough of a long list to recognise it in one line."""
+    shown = ", ".join(items[:limit])
+    return f"{shown} and {len(items) - limit} other(s)" if len(items) > limit else shown
 
 
 def extras(record: logging.LogRecord) -> dict[str, Any]:

@@ -126,7 +126,8 @@ class ProvisioningController:
         report = self._provisioner.reconcile(snapshot)
         self.last_report = report
         if report.launched:
-            log.info(
+            # The round logged each NodeClaim; this is the tally, for debugging.
+            log.debug(
                 "launched %d NodeClaims for %d pods ($%.4f/h)",
                 len(report.launched),
                 sum(len(d.pods) for d in report.launched),

@@ -11,12 +11,17 @@ have added capacity since the solve started.
 
 Pods placed on a NodeClaim are remembered (Karpenter's "nominated" pods): the next round sends
 them back to the same claim first, so a claim still launching is not asked for twice.
+
+Each round says what it decided in upstream's words (``found provisionable pod(s)``, ``computed
+new nodeclaim(s) to fit pod(s)``, ``created nodeclaim``, ``could not schedule pod``), at INFO
+only when that differs from what the previous round said: a pod that stays pending for an hour
+is reported once, then at DEBUG.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -26,6 +31,7 @@ from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.events import NORMAL, WARNING, EventRecorder
 from karpenter_capi.core.kube.resources import NODECLAIMS, NODEPOOLS
+from karpenter_capi.core.observability.logs import first, ref
 from karpenter_capi.core.observability.metrics import Metrics
 from karpenter_capi.core.plugins import Plugins
 from karpenter_capi.core.provisioning.inventory import resolve_inventory
@@ -73,6 +79,8 @@ class LaunchDecision:
 class ProvisioningReport:
     launched: list[LaunchDecision] = field(default_factory=list)
     unschedulable: dict[str, str] = field(default_factory=dict)  # pod key -> why
+    placed: dict[str, str] = field(default_factory=dict)
+    """Pending pod key -> the node or launching NodeClaim the round counted it on."""
     nodepool_errors: dict[str, str] = field(default_factory=dict)
     pending: int = 0
     in_flight_pods: int = 0
@@ -91,6 +99,23 @@ def _as_floats(resources: ResourceList) -> dict[str, float]:
 
 def _without_hostname(claim: ProposedNodeClaim) -> list[dict[str, Any]]:
     return [r for r in claim.requirements.to_dicts() if r["key"] != wellknown.LABEL_HOSTNAME]
+
+
+def log_created(
+    name: str, claim: ProposedNodeClaim, *, dry_run: bool = False, level: int = logging.INFO
+) -> None:
+    """Upstream's ``created nodeclaim`` line (``would create nodeclaim`` in a dry run)."""
+    log.log(
+        level,
+        "would create nodeclaim" if dry_run else "created nodeclaim",
+        extra={
+            "NodePool": ref(claim.nodepool.name),
+            "NodeClaim": ref(name),
+            "requests": claim.requests.to_dict(),
+            "instance-types": first([it.name for it in claim.instance_types]),
+            "pod-count": len(claim.pods),
+        },
+    )
 
 
 def nodeclaim_body(raw_pool: Mapping[str, Any], claim: ProposedNodeClaim) -> JsonObject:
@@ -182,6 +207,15 @@ class Provisioner:
         # When pending pods were last counted on each node or NodeClaim (clock.monotonic()):
         # disruption leaves those alone for a while, or it would take what provisioning relies on.
         self._nominated_at: dict[str, float] = {}
+        # What the last round said at INFO, so an unchanged round says it at DEBUG.
+        self._said: dict[str, Hashable] = {}
+        self._said_unschedulable: dict[str, str] = {}
+
+    def _level(self, topic: str, value: Hashable) -> int:
+        """INFO when ``value`` differs from what ``topic`` said last round, else DEBUG."""
+        level = logging.DEBUG if self._said.get(topic) == value else logging.INFO
+        self._said[topic] = value
+        return level
 
     def nominated_within(self, seconds: float) -> frozenset[str]:
         """Nodes and NodeClaims pending pods were counted on in the last ``seconds``."""
@@ -203,6 +237,8 @@ class Provisioner:
         pending = self.pending_pods(snapshot)
         report.pending = len(pending)
         if not pending:
+            self._said.clear()
+            self._said_unschedulable = {}
             return report
         inventories = resolve_inventory(self._client, self._plugins)
         usable = []
@@ -230,8 +266,15 @@ class Provisioner:
         moving = moving_pods(snapshot)
         started = self._clock.monotonic()
         result = solver.solve(moving + pending)
+        seconds = self._clock.monotonic() - started
+        keys = sorted(pod_key(p) for p in pending)
+        log.log(
+            self._level("pending", tuple(keys)),
+            "found provisionable pod(s)",
+            extra={"Pods": first(keys), "pod-count": len(keys), "duration": f"{seconds:.3f}s"},
+        )
         if self._metrics is not None:
-            self._metrics.observe_scheduling(self._clock.monotonic() - started)
+            self._metrics.observe_scheduling(seconds)
             for option in options:
                 self._metrics.set_nodepool_usage(option.name, _as_floats(option.usage))
                 if option.limits is not None:
@@ -250,29 +293,52 @@ class Provisioner:
         moving_keys = {pod_key(p) for p in moving}
         for node_name, pods in result.existing.items():
             waiting = sum(1 for p in pods if pod_key(p) not in moving_keys)
+            report.placed.update(
+                (pod_key(p), node_name) for p in pods if pod_key(p) not in moving_keys
+            )
             if node_name in claim_names:
                 report.in_flight_pods += waiting
                 self._nominations[node_name] = frozenset(map(pod_key, pods))
             else:
                 report.existing_pods += waiting
         raw_pools = {inventory.nodepool: inventory for inventory in usable}
+        wanted = []
         for claim in result.new_nodeclaims:
             if all(pod_key(p) in moving_keys for p in claim.pods):
                 continue  # their own disruption launches for them, or they go pending first
             claim.pods = [p for p in claim.pods if pod_key(p) not in moving_keys]
+            wanted.append(claim)
+        decision = tuple(
+            sorted((c.nodepool.name, tuple(sorted(pod_key(p) for p in c.pods))) for c in wanted)
+        )
+        computed = self._level("computed", decision)
+        if wanted:
+            log.log(
+                computed,
+                "computed new nodeclaim(s) to fit pod(s)",
+                extra={"nodeclaims": len(wanted), "pods": sum(len(c.pods) for c in wanted)},
+            )
+        for claim in wanted:
             inventory = raw_pools[claim.nodepool.name]
             why = self._limits_exceeded(claim, inventory.instance_types)
             if why is not None:
                 for pod in claim.pods:
                     report.unschedulable[pod_key(pod)] = f"NodePool {claim.nodepool.name}: {why}"
                 continue
-            report.launched.append(self._launch(inventory.raw, claim))
+            report.launched.append(self._launch(inventory.raw, claim, computed))
         for key, reason in result.unschedulable.items():
             if key not in moving_keys:
                 report.unschedulable.setdefault(key, reason)
         by_key = {pod_key(p): p for p in pending}
+        said = self._said_unschedulable
+        self._said_unschedulable = dict(report.unschedulable)
         for key, reason in sorted(report.unschedulable.items()):
-            log.info("cannot provision %s: %s", key, reason)
+            namespace, _, name = key.partition("/")
+            log.log(
+                logging.DEBUG if said.get(key) == reason else logging.INFO,
+                "could not schedule pod",
+                extra={"Pod": ref(name, namespace), "error": reason},
+            )
             if not self._dry_run:
                 self._recorder.record(by_key[key], WARNING, "FailedScheduling", reason)
         return report
@@ -299,17 +365,15 @@ class Provisioner:
             return f"limits would be exceeded ({', '.join(sorted(exceeded))})"
         return None
 
-    def _launch(self, raw_pool: Mapping[str, Any], claim: ProposedNodeClaim) -> LaunchDecision:
+    def _launch(
+        self, raw_pool: Mapping[str, Any], claim: ProposedNodeClaim, level: int = logging.INFO
+    ) -> LaunchDecision:
+        """Create ``claim``; in a dry run only say so, at ``level`` (DEBUG when the round
+        decided the same as the last one)."""
         body = nodeclaim_body(raw_pool, claim)
-        instance_type = claim.cheapest()[0]
         keys = tuple(sorted(pod_key(p) for p in claim.pods))
         if self._dry_run:
-            log.info(
-                "dry run: would create a NodeClaim of NodePool %s (%s) for %s",
-                raw_pool["metadata"]["name"],
-                ", ".join(it.name for it in claim.instance_types[:5]),
-                ", ".join(keys),
-            )
+            log_created("(dry run)", claim, dry_run=True, level=level)
             return _decision("(dry run)", claim, keys)
         created = self._client.create(NODECLAIMS, body)
         name = str(created["metadata"]["name"])
@@ -317,13 +381,7 @@ class Provisioner:
             self._metrics.nodeclaim_created(claim.nodepool.name)
         self._nominations[name] = frozenset(keys)
         self._nominated_at[name] = self._clock.monotonic()
-        log.info(
-            "created NodeClaim %s (%s, %d instance types) for %d pods",
-            name,
-            instance_type.name,
-            len(claim.instance_types),
-            len(claim.pods),
-        )
+        log_created(name, claim)
         for pod in claim.pods:
             self._recorder.record(
                 pod, NORMAL, "Nominated", f"Pod should schedule on: nodeclaim/{name}"

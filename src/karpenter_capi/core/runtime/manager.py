@@ -388,7 +388,7 @@ class Manager:
                 if isinstance(error, Conflict):
                     # Optimistic concurrency at work (another writer got there first): a
                     # retry on fresh data is the whole remedy, not an error worth a traceback.
-                    _log.info("%s: %s changed under the reconcile; retrying", entry.name, key)
+                    _log.debug("%s: %s changed under the reconcile; retrying", entry.name, key)
                 else:
                     _log.error(
                         "%s: reconcile of %s failed (retry %d)",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from karpenter_capi.core.api.meta import ConditionStatus
@@ -43,12 +43,16 @@ class Actions:
         event_type: str,
         reason: str,
         message: str,
+        *,
+        dedupe: timedelta | None = None,
     ) -> None:
         """Record an Event on ``obj``; ``resource`` supplies the kind, which list responses and
-        informer caches do not carry on each item."""
+        informer caches do not carry on each item. ``dedupe``: see ``EventRecorder.record``."""
         meta = obj.get("metadata") or {}
         if self.dry_run:
-            self.log.info(
+            # An event said on every pass would flood a dry run's log: those go to DEBUG.
+            self.log.log(
+                logging.DEBUG if dedupe is not None else logging.INFO,
                 "dry run: would record %s event %s on %s: %s",
                 event_type,
                 reason,
@@ -57,7 +61,7 @@ class Actions:
             )
             return
         involved = {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": meta}
-        self._recorder.record(involved, event_type, reason, message)
+        self._recorder.record(involved, event_type, reason, message, dedupe=dedupe)
 
     def evict(self, name: str, namespace: str) -> bool:
         """Evict a pod; False in dry run. Raises the API's error (429 when a PDB forbids)."""

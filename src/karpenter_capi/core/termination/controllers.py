@@ -34,6 +34,7 @@ from karpenter_capi.core.kube.client import JsonObject
 from karpenter_capi.core.kube.errors import Conflict, NotFound
 from karpenter_capi.core.kube.events import WARNING
 from karpenter_capi.core.kube.resources import NODECLAIMS, NODES, PODS, Resource
+from karpenter_capi.core.observability.logs import ref
 from karpenter_capi.core.plugins import PluginError
 from karpenter_capi.core.runtime.controller import (
     DONE,
@@ -279,7 +280,7 @@ class NodeTerminationController:
         if patched is None:  # dry run
             return claim
         if status is ConditionStatus.TRUE and not was_drained:
-            self._log.info("drained node %s", node_name_of_nodeclaim(claim) or name_of(claim))
+            self._log.debug("drained node %s", node_name_of_nodeclaim(claim) or name_of(claim))
             if self._ctx.metrics is not None:
                 self._ctx.metrics.node_drained(_nodepool(claim))
         # Later writes in this reconcile need the new resourceVersion.
@@ -300,7 +301,7 @@ class NodeTerminationController:
                 duration_seconds=_seconds_since(node, "deleted", now) or 0.0,
                 lifetime_seconds=_seconds_since(node, "created", now),
             )
-        self._log.info("deleted node %s", name_of(node))
+        self._log.info("deleted node", extra={"Node": ref(name_of(node))})
         self._forget(name_of(node))
         return DONE
 
@@ -426,5 +427,12 @@ class NodeClaimTerminationController:
                 zone=label_of(claim, wellknown.LABEL_TOPOLOGY_ZONE),
                 duration_seconds=_seconds_since(claim, "deleted", now.timestamp()) or 0.0,
             )
-        self._log.info("deleted nodeclaim %s", name_of(claim))
+        self._log.info(
+            "deleted nodeclaim",
+            extra={
+                "NodeClaim": ref(name_of(claim)),
+                "Node": ref(node_name_of_nodeclaim(claim) or ""),
+                "provider-id": str((claim.get("status") or {}).get("providerID") or ""),
+            },
+        )
         return DONE

@@ -32,6 +32,7 @@ from karpenter_capi.core.kube.client import JsonObject
 from karpenter_capi.core.kube.errors import ApiError, Conflict, NotFound, TooManyRequests
 from karpenter_capi.core.kube.events import NORMAL
 from karpenter_capi.core.kube.resources import NODES, PODS
+from karpenter_capi.core.observability.logs import ref
 from karpenter_capi.core.observability.metrics import Metrics
 from karpenter_capi.core.termination import pods as podrules
 from karpenter_capi.core.termination.actions import Actions
@@ -126,7 +127,13 @@ class Drainer:
         )
         if taints is not None and not self._actions.dry_run:
             name = (node.get("metadata") or {}).get("name")
-            self._log.info("tainted node %s with %s", name, podrules.DISRUPTED_TAINT)
+            self._log.info(
+                "tainted node",
+                extra={
+                    "Node": ref(str(name)),
+                    "taint": f"{wellknown.TAINT_DISRUPTED_KEY}:{wellknown.TAINT_DISRUPTED_EFFECT}",
+                },
+            )
         return True
 
     # --- drain ----------------------------------------------------------------------------------
@@ -299,7 +306,8 @@ class Drainer:
             self._metrics.pod_drained(reason)
         raw = {"metadata": {"name": name, "namespace": namespace, "uid": pod.metadata.uid}}
         self._actions.event(PODS, raw, NORMAL, "Evicted", "Evicted pod")
-        self._log.info("evicted pod %s", described)
+        # One line per pod is noise at INFO: the pod's Evicted Event says it to whom it concerns.
+        self._log.debug("evicted pod %s", described)
         result.evicted.append(described)
 
 

@@ -1,0 +1,193 @@
+"""``karpenter-capi explain``: what the controller would do next on a live cluster, and why.
+
+A user looking at a pending pod or at a node that is never consolidated wants the controller's
+own reasoning, not a guess. This command reads the cluster once and runs the same code the
+controller runs: one provisioning round in dry-run mode (``Provisioner(dry_run=True)``: it
+creates no NodeClaim and records no Event) and one disruption pass (``planner.plan``, which is
+pure), with the plugins loaded read-only. So it writes nothing, and its reasons are the ones
+the controller would act on: each pending pod's NodeClaim, node, or the per-NodePool refusals;
+each NodeClaim's verdict from the pass (``core.disruption.verdicts``).
+
+What only a running controller knows is not seen: a command it is validating or carrying out,
+and the replacements it protects for a while afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from karpenter_capi.core.clock import Clock
+
+
+def add_explain_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--feature-gates",
+        default="",
+        help="as for run, e.g. SpotToSpotConsolidation=true, so the pass decides as the "
+        "controller would",
+    )
+
+
+@dataclass
+class PodExplanation:
+    pod: str
+    decision: str
+    """``new-nodeclaim``, ``existing-node``, ``launching-nodeclaim`` or ``cannot-help``."""
+    target: str = ""
+    nodepool: str = ""
+    instance_types: list[str] = field(default_factory=list)
+    instance_type: str = ""
+    price: float | None = None
+    reason: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"pod": self.pod, "decision": self.decision}
+        if self.target:
+            doc["target"] = self.target
+        if self.nodepool:
+            doc["nodepool"] = self.nodepool
+        if self.instance_types:
+            doc["instanceType"] = self.instance_type
+            doc["instanceTypes"] = self.instance_types
+            doc["price"] = self.price
+        if self.reason:
+            doc["reason"] = self.reason
+        return doc
+
+    def text(self) -> str:
+        if self.decision == "new-nodeclaim":
+            types = ", ".join(self.instance_types[:5])
+            more = len(self.instance_types) - 5
+            types += f" and {more} other(s)" if more > 0 else ""
+            return (
+                f"a new NodeClaim of NodePool {self.nodepool}: {self.instance_type} at "
+                f"${self.price or 0:.4f}/h ({types})"
+            )
+        if self.decision == "existing-node":
+            return f"existing node {self.target}"
+        if self.decision == "launching-nodeclaim":
+            return f"NodeClaim {self.target}, still launching"
+        return f"cannot be helped: {self.reason}"
+
+
+@dataclass
+class Explanation:
+    pods: list[PodExplanation]
+    nodepool_errors: dict[str, str]
+    command: str | None
+    nodes: list[Any]
+    """``NodeVerdict``s, one per NodeClaim."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "provisioning": {
+                "pods": [p.as_dict() for p in self.pods],
+                "nodepoolErrors": self.nodepool_errors,
+            },
+            "disruption": {
+                "command": self.command,
+                "nodes": [v.as_dict() for v in self.nodes],
+            },
+        }
+
+    def write_text(self, out: TextIO) -> None:
+        out.write(f"Next provisioning round: {len(self.pods)} pending pod(s)\n")
+        for pool, error in sorted(self.nodepool_errors.items()):
+            out.write(f"  NodePool {pool} is not usable: {error}\n")
+        for pod in self.pods:
+            out.write(f"  {pod.pod}: {pod.text()}\n")
+        out.write("\nNext disruption pass: ")
+        out.write(f"{self.command}\n" if self.command else "nothing to disrupt\n")
+        for verdict in self.nodes:
+            node = f" (node {verdict.node})" if verdict.node else ""
+            out.write(
+                f"  NodeClaim {verdict.nodeclaim}{node}, NodePool {verdict.nodepool or '-'}: "
+                f"{verdict.verdict}: {verdict.reason}\n"
+            )
+
+
+def explain(
+    workload: Any, plugins: Any, clock: Clock, *, spot_to_spot: bool = False
+) -> Explanation:
+    """Read the cluster once; run one dry-run provisioning round and one disruption pass."""
+    from karpenter_capi.core.disruption.controller import DEFAULT_NOMINATION_WINDOW, ask_providers
+    from karpenter_capi.core.disruption.planner import PassSettings, plan
+    from karpenter_capi.core.disruption.verdicts import node_verdicts
+    from karpenter_capi.core.kube.resources import POD_DISRUPTION_BUDGETS
+    from karpenter_capi.core.provisioning.inventory import resolve_inventory
+    from karpenter_capi.core.provisioning.provisioner import Provisioner
+    from karpenter_capi.core.provisioning.state import ClusterSnapshot
+
+    snapshot = ClusterSnapshot.read(workload)
+    provisioner = Provisioner(workload, plugins, clock, dry_run=True)
+    round_report = provisioner.reconcile(snapshot)
+    claims = {str(c["metadata"]["name"]) for c in snapshot.nodeclaims}
+    pods: dict[str, PodExplanation] = {}
+    for decision in round_report.launched:
+        for key in decision.pods:
+            pods[key] = PodExplanation(
+                key,
+                "new-nodeclaim",
+                nodepool=decision.nodepool,
+                instance_type=decision.instance_type,
+                instance_types=list(decision.alternatives),
+                price=decision.price,
+            )
+    for key, target in round_report.placed.items():
+        kind = "launching-nodeclaim" if target in claims else "existing-node"
+        pods[key] = PodExplanation(key, kind, target=target)
+    for key, reason in round_report.unschedulable.items():
+        pods[key] = PodExplanation(key, "cannot-help", reason=reason)
+
+    inventories = resolve_inventory(workload, plugins)
+    usable = [i for i in inventories if i.model is not None and not i.error]
+
+    def blocked(nodeclaims: list[Mapping[str, Any]]) -> Mapping[str, str]:
+        return ask_providers(plugins, nodeclaims)
+
+    report = plan(
+        snapshot,
+        inventories,
+        workload.list(POD_DISRUPTION_BUDGETS).items,
+        now=clock.now(),
+        clock=clock,
+        protected=provisioner.nominated_within(DEFAULT_NOMINATION_WINDOW),
+        blocked=blocked,
+        nominations=provisioner.nominations(),
+        settings=PassSettings(spot_to_spot=spot_to_spot),
+    )
+    pools = {i.nodepool: i.model for i in usable if i.model is not None}
+    return Explanation(
+        pods=[pods[k] for k in sorted(pods)],
+        nodepool_errors=dict(round_report.nodepool_errors),
+        command=report.command.describe() if report.command else None,
+        nodes=node_verdicts(report, snapshot, pools, clock.now()),
+    )
+
+
+def explain_command(
+    args: argparse.Namespace,
+    out: TextIO,
+    clients: Callable[[argparse.Namespace], tuple[Any, Any]],
+    load_plugins: Callable[..., Any],
+) -> int:
+    """Print the explanation of the cluster ``args`` names; writes nothing to it."""
+    from karpenter_capi.cli_run import parse_feature_gates
+    from karpenter_capi.core.clock import SystemClock
+
+    gates = parse_feature_gates(args.feature_gates)
+    workload, management = clients(args)
+    plugins = load_plugins(args, workload, management, read_only=True)
+    result = explain(
+        workload, plugins, SystemClock(), spot_to_spot=gates.get("SpotToSpotConsolidation", False)
+    )
+    if args.json:
+        out.write(json.dumps(result.as_dict(), indent=2, sort_keys=True) + "\n")
+    else:
+        result.write_text(out)
+    return 0
