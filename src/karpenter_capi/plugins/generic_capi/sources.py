@@ -238,7 +238,7 @@ class TemplateReader:
             raise TemplateError(
                 REASON_TEMPLATE_NOT_SERVED,
                 f"{noun} {what}: API group {group} is not served (is the "
-                f"{noun.split()[0]} provider installed?)",
+                f"{noun.split(maxsplit=1)[0]} provider installed?)",
             )
         plural = kind.lower() + "s"
         with self._lock:
