@@ -11,7 +11,7 @@ from inventory_builders import add, new_env, nodeclass, scalable, sized
 
 from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead
 from karpenter_capi.core.kube.discovery import CapiResources
-from karpenter_capi.core.kube.resources import EVENTS, NODES
+from karpenter_capi.core.kube.resources import EVENTS
 from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.plugins.generic_capi.inventory import (
     Inventory,
