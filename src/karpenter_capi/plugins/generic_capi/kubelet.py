@@ -118,27 +118,36 @@ def _extra_args(raw: Any, where: str) -> dict[str, str]:
     return args
 
 
+def _pairs(raw: Any, where: str, separator: str, form: str) -> list[tuple[str, str]]:
+    """A flag's ``a=1,b=2`` (``separator`` ``=``; ``<`` for eviction thresholds) or a config
+    file's map, as ``(key, value)`` pairs; ``form`` names the expected form in errors."""
+    if isinstance(raw, Mapping):
+        return [(str(k), str(v)) for k, v in raw.items()]
+    if not isinstance(raw, str):
+        raise KubeletConfigError(f"{where}={raw!r}: not {form} pairs")
+    pairs = []
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        key, sep, value = item.partition(separator)
+        if not sep or not key.strip() or not value.strip():
+            raise KubeletConfigError(f"{where}={raw!r}: {item!r} is not {form}")
+        pairs.append((key.strip(), value.strip()))
+    return pairs
+
+
+def _amount(raw: Any, where: str, item: str, value: str) -> int | Fraction:
+    try:
+        return parse_amount(value, item)
+    except SettingsError as exc:
+        raise KubeletConfigError(f"{where}={raw!r}: {exc}") from None
+
+
 def _reserved(raw: Any, where: str) -> dict[str, int | Fraction]:
     """``cpu=100m,memory=1Gi`` (a flag) or ``{cpu: 100m}`` (a config file): absolute only."""
-    if isinstance(raw, Mapping):
-        items = [(str(k), str(v)) for k, v in raw.items()]
-    elif isinstance(raw, str):
-        items = []
-        for item in filter(None, (part.strip() for part in raw.split(","))):
-            name, sep, value = item.partition("=")
-            if not sep or not name.strip() or not value.strip():
-                raise KubeletConfigError(f"{where}={raw!r}: {item!r} is not resource=quantity")
-            items.append((name.strip(), value.strip()))
-    else:
-        raise KubeletConfigError(f"{where}={raw!r}: not resource=quantity pairs")
     result: dict[str, int | Fraction] = {}
-    for name, value in items:
+    for name, value in _pairs(raw, where, "=", "resource=quantity"):
         if value.endswith("%"):
             raise KubeletConfigError(f"{where}={raw!r}: {name}={value}: must be a quantity")
-        try:
-            amount = parse_amount(value, f"{name}={value}")
-        except SettingsError as exc:
-            raise KubeletConfigError(f"{where}={raw!r}: {exc}") from None
+        amount = _amount(raw, where, f"{name}={value}", value)
         if name in _RESERVABLE:
             result[name] = amount
     return result
@@ -146,23 +155,9 @@ def _reserved(raw: Any, where: str) -> dict[str, int | Fraction]:
 
 def _eviction(raw: Any, where: str) -> dict[str, int | Fraction]:
     """``memory.available<500Mi,nodefs.available<10%`` (a flag) or a map (a config file)."""
-    if isinstance(raw, Mapping):
-        items = [(str(k), str(v)) for k, v in raw.items()]
-    elif isinstance(raw, str):
-        items = []
-        for item in filter(None, (part.strip() for part in raw.split(","))):
-            signal, sep, value = item.partition("<")
-            if not sep or not signal.strip() or not value.strip():
-                raise KubeletConfigError(f"{where}={raw!r}: {item!r} is not signal<quantity")
-            items.append((signal.strip(), value.strip()))
-    else:
-        raise KubeletConfigError(f"{where}={raw!r}: not signal<quantity thresholds")
     result: dict[str, int | Fraction] = {}
-    for signal, value in items:
-        try:
-            amount = parse_amount(value, f"{signal}<{value}")
-        except SettingsError as exc:
-            raise KubeletConfigError(f"{where}={raw!r}: {exc}") from None
+    for signal, value in _pairs(raw, where, "<", "signal<quantity"):
+        amount = _amount(raw, where, f"{signal}<{value}", value)
         resource = _SIGNALS.get(signal)
         if resource is not None:
             result[resource] = amount
