@@ -31,7 +31,10 @@ and reported as a ``ResourceProblem``; the others still make the inventory. What
 worth knowing (an estimated price, a template that could not be read while the annotations
 sufficed) is a notice. ``nodeclass_status`` turns both into the NodeClass's Ready condition. What
 describing consults besides the resource itself (its template, recent launch failures) is read
-through ``sources``.
+through ``sources``. What each node keeps for itself is resolved per resource (``overhead``:
+explicit settings, a real Node's ``learned``, the kubeadm bootstrap config's ``kubelet``
+settings, a native plugin's formula, kubeadm's defaults); an instance type takes its strongest
+member's.
 """
 
 from __future__ import annotations
