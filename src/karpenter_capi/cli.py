@@ -437,6 +437,7 @@ def _cmd_instance_types(args: argparse.Namespace, out: TextIO) -> int:
                         f"{off.price:.4f}",
                         "yes" if off.available else "no",
                         _source_cell(it.source, off.price_source),
+                        _overhead_cell(it.overhead),
                     ]
                 )
         _print_table(
@@ -451,6 +452,7 @@ def _cmd_instance_types(args: argparse.Namespace, out: TextIO) -> int:
                 "PRICE",
                 "AVAILABLE",
                 "SOURCE",
+                "OVERHEAD",
             ],
             rows,
             indent="  ",
@@ -464,12 +466,32 @@ def _source_cell(shape_source: str, price_source: str) -> str:
     return shape if shape == price else f"{shape}, price {price}"
 
 
+def _overhead_cell(overhead: Any) -> str:
+    """The overhead's total and where it came from: ``cpu=0,memory=100Mi (kubeadm default)``."""
+    total = overhead.total().to_dict()
+    parts = [f"{name}={total.pop(name, '0')}" for name in ("cpu", "memory")]
+    parts += [f"{name}={value}" for name, value in sorted(total.items())]
+    return f"{','.join(parts)} ({overhead.source or '-'})"
+
+
+def _overhead_json(overhead: Any) -> dict[str, Any]:
+    return {
+        "kubeReserved": overhead.kube_reserved.to_dict(),
+        "systemReserved": overhead.system_reserved.to_dict(),
+        "evictionThreshold": overhead.eviction_threshold.to_dict(),
+        "total": overhead.total().to_dict(),
+        "source": overhead.source,
+    }
+
+
 def _inventory_json(inventory: Any) -> dict[str, Any]:
-    """``inventory.to_json()`` with each instance type's ``source`` and each offering's
-    ``priceSource`` (provenance is display-only, so the core's JSON form leaves it out)."""
+    """``inventory.to_json()`` with each instance type's ``source`` and ``overhead`` and each
+    offering's ``priceSource`` (provenance is display-only, so the core's JSON form leaves it
+    out)."""
     doc: dict[str, Any] = inventory.to_json()
     for it, it_doc in zip(inventory.instance_types, doc["instanceTypes"], strict=True):
         it_doc["source"] = it.source
+        it_doc["overhead"] = _overhead_json(it.overhead)
         for offering, offering_doc in zip(it.offerings, it_doc["offerings"], strict=True):
             offering_doc["priceSource"] = offering.price_source
     return doc

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -76,16 +77,18 @@ def test_the_source_column_and_json_fields(aws: StubbedAws, tmp_path: Path) -> N
     text = _run("instance-types", "-f", str(path), "--plugins", "generic_capi,capa")
     lines = text.splitlines()
     header = next(line for line in lines if "SOURCE" in line)
-    assert header.split()[-1] == "SOURCE"
+    assert re.split(r"\s{2,}", header.strip())[-2:] == ["SOURCE", "OVERHEAD"]
     rows = {
-        (line.split()[0], line.split()[5]): line
-        for line in lines
-        if line.strip().startswith(("m5.large", "c5.xlarge"))
+        (cells[0], cells[5]): cells
+        for cells in (re.split(r"\s{2,}", line.strip()) for line in lines)
+        if cells[0] in ("m5.large", "c5.xlarge")
     }
-    assert "0.0960" in rows[("m5.large", "on-demand")]
-    assert rows[("m5.large", "on-demand")].rstrip().endswith("AWS")
-    assert "0.0365" in rows[("m5.large", "spot")]
-    assert rows[("c5.xlarge", "on-demand")].rstrip().endswith("AWS, price annotation")
+    assert rows[("m5.large", "on-demand")][6] == "0.0960"
+    assert rows[("m5.large", "on-demand")][8] == "AWS"
+    assert rows[("m5.large", "spot")][6] == "0.0365"
+    assert rows[("c5.xlarge", "on-demand")][8] == "AWS, price annotation"
+    # A self-managed cluster on AWS (an AWSCluster, no EKS control plane): kubeadm's reserve.
+    assert rows[("m5.large", "on-demand")][9] == "cpu=0,memory=100Mi (kubeadm default)"
 
     aws.queue_prices()  # a second command is a second process: it fetches again
     doc = json.loads(
@@ -93,6 +96,13 @@ def test_the_source_column_and_json_fields(aws: StubbedAws, tmp_path: Path) -> N
     )
     types = {it["name"]: it for it in doc[0]["instanceTypes"]}
     assert types["m5.large"]["source"] == "AWS"
+    assert types["m5.large"]["overhead"] == {
+        "kubeReserved": {},
+        "systemReserved": {},
+        "evictionThreshold": {"memory": "100Mi"},
+        "total": {"memory": "100Mi"},
+        "source": "kubeadm default",
+    }
     assert {
         (o["capacityType"], o["price"], o["priceSource"]) for o in types["m5.large"]["offerings"]
     } == {

@@ -15,7 +15,9 @@ from fakes.aws import StubbedAws, fake_credentials, stubbed_aws
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.instancetype import InstanceType, Offering
 from karpenter_capi.core.observability.metrics import Metrics
+from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.plugins.capa.catalog import instance_type_info
+from karpenter_capi.plugins.capa.eks import eks_overhead
 from karpenter_capi.plugins.capa.pricing import parse_products, pricing_region
 from karpenter_capi.plugins.capa.region import CONTROL_PLANE_GROUP
 from karpenter_capi.sim.apiserver.capi_crds import crd
@@ -304,5 +306,38 @@ def test_an_eks_cluster_takes_its_region_from_the_managed_control_plane(aws: Stu
         aws_template("m5-large", "m5.large"),
         machine_deployment("w", "m5-large"),
     )
-    [offering] = only(stack.inventory().instance_types, "m5.large").offerings
+    instance_type = only(stack.inventory().instance_types, "m5.large")
+    [offering] = instance_type.offerings
     assert (offering.zone, offering.price) == ("us-east-1a", 0.096)
+    # An EKS node keeps what EKS's node image reserves: 6% + 1% of the two cores, 255Mi + 11Mi
+    # for each of the 29 pods the VPC CNI allows, and the eviction threshold.
+    overhead = instance_type.overhead
+    assert overhead.source == "EKS"
+    assert overhead.kube_reserved.to_dict() == {"cpu": "70m", "memory": "574Mi"}
+    assert overhead.eviction_threshold.to_dict() == {"memory": "100Mi"}
+    assert instance_type.allocatable.milli("cpu") == 1930
+
+
+def test_a_self_managed_cluster_on_aws_gets_no_eks_reservation(aws: StubbedAws) -> None:
+    aws.queue_prices()
+    stack = Stack(aws)
+    stack.add(*cluster(), aws_template("m5-large", "m5.large"), machine_deployment("w", "m5-large"))
+    instance_type = only(stack.inventory().instance_types, "m5.large")
+    assert instance_type.overhead.source == "kubeadm default"
+    assert instance_type.overhead.kube_reserved.to_dict() == {}
+    assert instance_type.allocatable.milli("cpu") == 2000
+    assert instance_type.allocatable.value("memory") == (8192 - 100) * 1024**2
+
+
+def test_the_eks_formula_grows_with_the_node() -> None:
+    capacity = ResourceList.parse(
+        {"cpu": "16", "memory": "64Gi", "pods": "110", "ephemeral-storage": "100Gi"}
+    )
+    overhead = eks_overhead(capacity)
+    # 60 + 10 + 2 x 5 + 12 x 2.5 = 110m; 255Mi + 11Mi x 110 pods; 1Gi of disk.
+    assert overhead.kube_reserved.to_dict() == {
+        "cpu": "110m",
+        "memory": "1465Mi",
+        "ephemeral-storage": "1Gi",
+    }
+    assert overhead.eviction_threshold.to_dict() == {"memory": "100Mi", "ephemeral-storage": "10Gi"}

@@ -130,6 +130,38 @@ def test_instance_types_from_manifests(tmp_path: Path) -> None:
     assert types["g5.xlarge"]["taints"] == ["nvidia.com/gpu=present:NoSchedule"]
 
 
+def test_instance_types_shows_the_overhead_and_where_it_came_from(tmp_path: Path) -> None:
+    scenario = ROOT / "src" / "karpenter_capi" / "sim" / "scenarios" / "kubeadm-reserved.yaml"
+    manifests = yaml.safe_load(scenario.read_text())["infrastructure"]["manifests"]
+    demo = ROOT / "src" / "karpenter_capi" / "sim" / "scenarios" / "demo.yaml"
+    path = tmp_path / "objs.yaml"
+    path.write_text(yaml.safe_dump_all(manifests))
+
+    code, text = _run("instance-types", "-f", str(path))
+    assert code == 0
+    header, row = [line.strip() for line in text.splitlines()[1:3]]
+    assert header.split()[-1] == "OVERHEAD"
+    # kube-reserved 300m + system-reserved 200m; 2Gi + 1Gi + 512Mi of eviction threshold.
+    assert row.endswith("cpu=500m,memory=3584Mi (kubeadm-config)")
+
+    code, text = _run("instance-types", "-f", str(path), "--json")
+    [reserved] = json.loads(text)[0]["instanceTypes"]
+    assert reserved["overhead"] == {
+        "kubeReserved": {"cpu": "300m", "memory": "2Gi"},
+        "systemReserved": {"cpu": "200m", "memory": "1Gi"},
+        "evictionThreshold": {"memory": "512Mi"},
+        "total": {"cpu": "500m", "memory": "3584Mi"},
+        "source": "kubeadm-config",
+    }
+    assert reserved["allocatable"]["memory"] == "12800Mi"
+
+    # The demo names a KubeadmConfigTemplate it does not ship: kubeadm's defaults apply.
+    code, text = _run("instance-types", "-f", str(demo), "--json")
+    for instance_type in json.loads(text)[0]["instanceTypes"]:
+        assert instance_type["overhead"]["source"] == "kubeadm default"
+        assert instance_type["overhead"]["total"]["memory"] == "100Mi"
+
+
 def test_instance_types_only_looks_it_writes_nothing_to_the_cluster(tmp_path: Path) -> None:
     from karpenter_capi.core.clock import FakeClock
     from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES, EVENTS

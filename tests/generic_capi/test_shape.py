@@ -6,11 +6,10 @@ import pytest
 
 from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.core.scheduling.taints import Taint
+from karpenter_capi.plugins.generic_capi.overhead import OverheadPolicy, SettingsError
 from karpenter_capi.plugins.generic_capi.shape import (
     MissingShapeError,
-    OverheadPolicy,
     PriceRates,
-    SettingsError,
     ShapeError,
     TemplateStatus,
     machine_taints,
@@ -196,24 +195,18 @@ def test_only_labels_capi_copies_to_the_node_count() -> None:
     }
 
 
-def test_default_overhead_follows_the_managed_cloud_formulas() -> None:
+def test_default_overhead_is_kubeadms_only_the_hard_eviction_thresholds() -> None:
     capacity = ResourceList.parse(
         {"cpu": "2", "memory": "8Gi", "pods": "29", "ephemeral-storage": "100Gi"}
     )
     overhead = OverheadPolicy().overhead(capacity)
-    assert overhead.kube_reserved.to_dict() == {
-        "cpu": "70m",  # 6% of the first core + 1% of the second
-        "memory": "574Mi",  # 255Mi + 11Mi x 29 pods
-        "ephemeral-storage": "1Gi",
-    }
+    assert overhead.kube_reserved.to_dict() == {}
     assert overhead.system_reserved.to_dict() == {}
     assert overhead.eviction_threshold.to_dict() == {
         "memory": "100Mi",
         "ephemeral-storage": "10Gi",  # 10% of the disk
     }
-    big = OverheadPolicy().overhead(ResourceList.parse({"cpu": "16", "memory": "64Gi"}))
-    # 60 + 10 + 2 x 5 + 12 x 2.5 = 110m; no disk, so no disk reservation.
-    assert big.kube_reserved.to_dict() == {"cpu": "110m", "memory": "1465Mi"}
+    assert overhead.source == "kubeadm default"
 
 
 def test_overhead_settings_layer_options_under_nodeclass_annotations_per_resource() -> None:
@@ -229,6 +222,7 @@ def test_overhead_settings_layer_options_under_nodeclass_annotations_per_resourc
     assert overhead.system_reserved.to_dict() == {"cpu": "100m"}
     assert overhead.eviction_threshold.milli("memory") == 16 * 1024**3 * 1000 // 20  # 5%
     assert overhead.eviction_threshold.milli("ephemeral-storage") == 0  # no disk, no share
+    assert overhead.source == "annotation+kubeadm default"
 
 
 @pytest.mark.parametrize(

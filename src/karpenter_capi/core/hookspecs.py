@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias
 import pluggy
 
 from karpenter_capi.core.clock import Clock
-from karpenter_capi.core.instancetype import InstanceType
+from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.scheduling.resources import ResourceList
 
@@ -80,6 +80,11 @@ class MachineTemplateDescription:
     that capacity type to its hourly price there (``None`` while no price is known); a zone
     missing from it cannot be bought. ``unavailable_reason`` says why nothing can be bought at
     all (a restricted SKU), or is ``None``.
+
+    ``overhead`` is what the platform's own node bootstrap reserves on such a node when that is
+    not the kubeadm default (EKS's kube-reserved formula on an EKS cluster), with its
+    ``source`` set (``EKS``); ``None`` lets the caller's own precedence decide (a kubeadm
+    bootstrap config, else kubeadm's defaults).
     """
 
     source: str
@@ -89,6 +94,7 @@ class MachineTemplateDescription:
     zones: Mapping[str, float | None]
     labels: Mapping[str, str] = field(default_factory=_frozen_empty)
     unavailable_reason: str | None = None
+    overhead: InstanceTypeOverhead | None = None
 
 
 class DescribeMachineTemplate(Protocol):

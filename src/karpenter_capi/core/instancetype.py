@@ -101,11 +101,17 @@ class Offering:
 @dataclass(frozen=True)
 class InstanceTypeOverhead:
     """What a node keeps for itself: ``kubeReserved``, ``systemReserved`` and the eviction
-    threshold (the kubelet starts evicting before memory is exhausted)."""
+    threshold (the kubelet starts evicting before memory is exhausted).
+
+    ``source`` says where the figures came from (``kubeadm default``, ``node worker-abc``,
+    ``EKS``...), for people reading ``karpenter-capi instance-types``; it takes no part in
+    equality.
+    """
 
     kube_reserved: ResourceList = field(default_factory=empty)
     system_reserved: ResourceList = field(default_factory=empty)
     eviction_threshold: ResourceList = field(default_factory=empty)
+    source: str = field(default="", compare=False)
 
     def total(self) -> ResourceList:
         return self.kube_reserved.add(self.system_reserved).add(self.eviction_threshold)

@@ -6,6 +6,10 @@ the instance type's shape (``DescribeInstanceTypes``), the zones that sell it
 (``DescribeInstanceTypeOfferings``) and its price there (on-demand from the Pricing API, spot
 from the spot price history). See docs/aws.md for what is read and the IAM policy it needs.
 
+On an EKS cluster (the ``Cluster``'s ``controlPlaneRef`` is an ``AWSManagedControlPlane``) the
+description also carries EKS's node overhead (``eks``); elsewhere it carries none and
+``generic_capi``'s precedence (a kubeadm bootstrap config, kubeadm's defaults) applies.
+
 A zone drops out of a description, with its reason, when it cannot be bought now: a spot
 template where spot prices are loaded but the type has none (no spot market), a spot price
 above ``spotMarketOptions.maxPrice``, or an offering a launcher marked in the shared
@@ -40,8 +44,14 @@ from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.resources import CAPI_INFRASTRUCTURE_GROUP
 from karpenter_capi.plugins.capa.catalog import CatalogEntry, load_instance_type
 from karpenter_capi.plugins.capa.clients import AwsClients, Boto3Clients
+from karpenter_capi.plugins.capa.eks import EKS_CONTROL_PLANE_KIND, eks_overhead
 from karpenter_capi.plugins.capa.pricing import RegionPrices
-from karpenter_capi.plugins.capa.region import RegionError, cluster_region, owner_cluster
+from karpenter_capi.plugins.capa.region import (
+    RegionError,
+    cluster_region,
+    control_plane_kind,
+    owner_cluster,
+)
 from karpenter_capi.plugins.cloud.catalog import CatalogCache, CatalogError
 from karpenter_capi.plugins.cloud.metrics import CloudMetrics
 from karpenter_capi.plugins.cloud.pricebook import (
@@ -71,6 +81,7 @@ class _State:
 
     catalogs: CatalogCache[tuple[str, str], CatalogEntry]
     regions: CatalogCache[tuple[str, str], str]
+    control_planes: CatalogCache[tuple[str, str], str]
     metrics: CloudMetrics | None
     unavailable: UnavailableOfferings
     books: dict[str, PriceBook] = field(default_factory=dict)
@@ -174,10 +185,11 @@ class CapaPlugin:
                 zones[zone] = price
             else:
                 excluded[zone] = why
+        capacity = info.capacity(int(max_pods) if max_pods is not None else None)
         return MachineTemplateDescription(
             source=SOURCE,
             instance_type=instance_type,
-            capacity=info.capacity(int(max_pods) if max_pods is not None else None),
+            capacity=capacity,
             capacity_type=capacity_type,
             zones=zones,
             labels={
@@ -192,6 +204,7 @@ class CapaPlugin:
                 else f"{instance_type} is not offered{' as spot' if spot else ''} in any "
                 f"availability zone of {region}"
             ),
+            overhead=eks_overhead(capacity) if self._is_eks(state, owner) else None,
         )
 
     def unavailable_offerings(self, ctx: PluginContext) -> UnavailableOfferings:
@@ -226,6 +239,13 @@ class CapaPlugin:
                         ttl_seconds=REGION_TTL_SECONDS,
                         retry_seconds=30.0,
                     ),
+                    control_planes=CatalogCache(
+                        "cluster control plane",
+                        lambda key: control_plane_kind(client, key[0], key[1]),
+                        ctx.clock,
+                        ttl_seconds=REGION_TTL_SECONDS,
+                        retry_seconds=30.0,
+                    ),
                     metrics=metrics,
                     unavailable=UnavailableOfferings(ctx.clock),
                 )
@@ -244,6 +264,16 @@ class CapaPlugin:
             return state.regions.get(owner_cluster(owner))
         except (RegionError, CatalogError) as exc:
             raise NodeClassNotReadyError(what, f"cannot tell the AWS region: {exc}") from None
+
+    def _is_eks(self, state: _State, owner: Mapping[str, Any]) -> bool:
+        """Whether the owner's Cluster is EKS; unknown (no Cluster to read) counts as not, so
+        ``generic_capi``'s own precedence applies."""
+        try:
+            kind = state.control_planes.get(owner_cluster(owner))
+        except (RegionError, CatalogError) as exc:
+            log.debug("cannot tell whether the cluster is EKS: %s", exc)
+            return False
+        return kind == EKS_CONTROL_PLANE_KIND
 
     def _book(self, ctx: PluginContext, state: _State, region: str) -> PriceBook:
         with self._lock:

@@ -3,8 +3,9 @@
 An ``AWSMachineTemplate`` does not say its region; the cluster does. The owner's
 ``spec.clusterName`` names the ``Cluster``, whose ``spec.infrastructureRef`` names the
 ``AWSCluster`` (``spec.region``); an EKS cluster's ``AWSManagedCluster`` has no region, its
-``spec.controlPlaneRef`` (``AWSManagedControlPlane``) has. Versions are discovered, since CAPI
-and CAPA versions move independently of this project.
+``spec.controlPlaneRef`` (``AWSManagedControlPlane``) has. That reference's kind is also what
+says a cluster is EKS (``control_plane_kind``). Versions are discovered, since CAPI and CAPA
+versions move independently of this project.
 """
 
 from __future__ import annotations
@@ -72,6 +73,14 @@ def cluster_region(client: KubeClient, namespace: str, cluster_name: str) -> str
         f"Cluster {namespace}/{cluster_name}: neither its infrastructureRef nor its "
         "controlPlaneRef has spec.region (set the capa.region plugin option)"
     )
+
+
+def control_plane_kind(client: KubeClient, namespace: str, cluster_name: str) -> str:
+    """The kind of Cluster ``namespace/cluster_name``'s ``spec.controlPlaneRef`` (``""``: none);
+    ``RegionError`` when the Cluster cannot be read."""
+    cluster = _get(client, CAPI_GROUP, "Cluster", namespace, cluster_name)
+    ref = (cluster.get("spec") or {}).get("controlPlaneRef")
+    return str(ref.get("kind") or "") if isinstance(ref, Mapping) else ""
 
 
 def owner_cluster(owner: Mapping[str, Any]) -> tuple[str, str]:

@@ -31,7 +31,10 @@ and reported as a ``ResourceProblem``; the others still make the inventory. What
 worth knowing (an estimated price, a template that could not be read while the annotations
 sufficed) is a notice. ``nodeclass_status`` turns both into the NodeClass's Ready condition. What
 describing consults besides the resource itself (its template, recent launch failures) is read
-through ``sources``.
+through ``sources``. What each node keeps for itself is resolved per resource (``overhead``:
+explicit settings, a real Node's ``learned``, the kubeadm bootstrap config's ``kubelet``
+settings, a native plugin's formula, kubeadm's defaults); an instance type takes its strongest
+member's.
 """
 
 from __future__ import annotations
@@ -40,7 +43,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.errors import NodeClassNotReadyError
 from karpenter_capi.core.hookspecs import (
     DescribeMachineTemplate,
@@ -52,6 +54,17 @@ from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead,
 from karpenter_capi.core.kube.discovery import CapiResources
 from karpenter_capi.core.kube.resources import Resource
 from karpenter_capi.core.kube.selectors import SelectorError
+from karpenter_capi.plugins.generic_capi.learned import NodeOverheads
+from karpenter_capi.plugins.generic_capi.offering import (
+    ScalableResource,
+    describe_resource,
+    template_spec,
+)
+from karpenter_capi.plugins.generic_capi.overhead import (
+    SettingsError,
+    default_overhead,
+    strongest,
+)
 from karpenter_capi.plugins.generic_capi.selection import (
     INFORMATIONAL_REASONS,
     ResourceProblem,
@@ -63,23 +76,17 @@ from karpenter_capi.plugins.generic_capi.selection import (
 )
 from karpenter_capi.plugins.generic_capi.shape import (
     PRICE_ANNOTATION,
-    SOURCE_ANNOTATION,
-    SOURCE_ESTIMATE,
     MissingShapeError,
-    NodeShape,
-    SettingsError,
     ShapeError,
     ShapeSettings,
     TemplateStatus,
-    default_overhead,
-    machine_taints,
-    resolve_shape,
     settings_from,
 )
 from karpenter_capi.plugins.generic_capi.sources import (
     TemplateError,
     TemplateReader,
     UnavailableOfferings,
+    read_kubelet_settings,
 )
 
 __all__ = [
@@ -108,45 +115,6 @@ REASON_OFFERING_NOT_AVAILABLE: Final = "OfferingNotAvailable"
 
 
 # --- the inventory ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ScalableResource:
-    """A selected MachineDeployment, MachineSet or MachinePool and the offering it makes.
-
-    ``labels`` are the node labels except zone, capacity type and instance type (those are the
-    offering's and the instance type's). ``price`` is the annotated price, the native plugin's
-    price in the resource's zone, or the estimate when ``price_estimated``; ``price_source``
-    says which (``annotation``, ``AWS``, ``estimate``). ``unavailable_reason`` says why the
-    offering cannot be bought now.
-    """
-
-    resource: Resource
-    namespace: str
-    name: str
-    instance_type: str
-    shape: NodeShape
-    labels: Mapping[str, str]
-    zone: str
-    capacity_type: str
-    replicas: int
-    max_size: int | None
-    price: float = 0.0
-    price_estimated: bool = False
-    unavailable_reason: str | None = None
-    price_source: str = ""
-
-    @property
-    def kind(self) -> str:
-        return self.resource.kind
-
-    @property
-    def key(self) -> str:
-        return resource_key(self.resource.kind, self.namespace, self.name)
-
-    @property
-    def available(self) -> bool:
-        return self.unavailable_reason is None
 
 
 @dataclass
@@ -184,180 +152,8 @@ class Inventory:
         return sorted(found, key=lambda r: (not r.available, r.price, r.key))
 
 
-def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
-def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("spec") or {}
-
-
-def _template(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _spec(obj).get("template") or {}
-
-
-def _int_annotation(annotations: Mapping[str, str], key: str) -> int | None:
-    raw = annotations.get(key)
-    if raw is None:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ShapeError(f"annotation {key}={raw!r}: not an integer") from None
-    if value < 0:
-        raise ShapeError(f"annotation {key}={raw!r}: must not be negative")
-    return value
-
-
-def _zone(
-    annotation_labels: Mapping[str, str],
-    obj: Mapping[str, Any],
-    template_labels: Mapping[str, str],
-) -> str:
-    """The zone label value the node will carry, best source first.
-
-    The labels annotation states the Node label itself, so it wins over a failure domain,
-    whose name need not be the zone label's value (Azure's failure domain ``1`` is zone
-    ``eastus-1``). A MachinePool spread over several failure domains has no single zone.
-    """
-    declared = annotation_labels.get(wellknown.LABEL_TOPOLOGY_ZONE)
-    if declared:
-        return declared
-    failure_domain = (_template(obj).get("spec") or {}).get("failureDomain")
-    if failure_domain:
-        return str(failure_domain)
-    pool_domains = _spec(obj).get("failureDomains") or []
-    if isinstance(pool_domains, list) and len(pool_domains) == 1 and pool_domains[0]:
-        return str(pool_domains[0])
-    return str(template_labels.get(wellknown.LABEL_TOPOLOGY_ZONE) or "")
-
-
-def _shape_name(shape: NodeShape) -> str:
-    cpu = shape.capacity.milli("cpu") // 1000
-    memory = shape.capacity.value("memory") // (1024 * 1024 * 1024)
-    arch = shape.labels.get(wellknown.LABEL_ARCH, "amd64")
-    return f"capi-{cpu}cpu-{memory}gib-{arch}"
-
-
-def _native_price(native: MachineTemplateDescription, zone: str) -> float | None:
-    """The description's price in ``zone``; without a zone, the dearest known (the machine may
-    land in any of them, and overestimating keeps the solver honest)."""
-    if zone:
-        return native.zones.get(zone)
-    known = [price for price in native.zones.values() if price is not None]
-    return max(known) if known else None
-
-
-def _native_unavailable(
-    native: MachineTemplateDescription, instance_type: str, zone: str, capacity_type: str
-) -> str | None:
-    if native.unavailable_reason:
-        return f"{native.source}: {native.unavailable_reason}"
-    if zone and zone not in native.zones:
-        offered = ", ".join(sorted(native.zones)) or "no zone"
-        return (
-            f"{native.source}: {instance_type} is not offered as {capacity_type} in zone {zone} "
-            f"(offered in {offered})"
-        )
-    return None
-
-
-def describe_resource(
-    resource: Resource,
-    obj: Mapping[str, Any],
-    *,
-    template: TemplateStatus | None = None,
-    native: MachineTemplateDescription | None = None,
-    settings: ShapeSettings | None = None,
-    unavailable: UnavailableOfferings | None = None,
-) -> ScalableResource:
-    """The offering one scalable resource makes.
-
-    ``native`` is a native plugin's description of the resource's template: it ranks between
-    the annotations and the template's status, gives the capacity type when no label does, and
-    prices the offering in the resource's zone when no price annotation does.
-
-    Raises ``MissingShapeError`` when nothing gives CPU and memory, ``ShapeError`` when a value
-    is malformed.
-    """
-    settings = settings or ShapeSettings()
-    meta = _metadata(obj)
-    annotations: Mapping[str, str] = meta.get("annotations") or {}
-    template_meta = _template(obj).get("metadata") or {}
-    template_labels: Mapping[str, str] = template_meta.get("labels") or {}
-    shape = resolve_shape(
-        annotations,
-        template=template,
-        native=native,
-        template_labels=template_labels,
-        template_taints=machine_taints((_template(obj).get("spec") or {}).get("taints")),
-    )
-    labels = dict(shape.labels)
-    declared = {
-        key: value
-        for key, value in labels.items()
-        if key in (wellknown.LABEL_TOPOLOGY_ZONE, wellknown.LABEL_CAPACITY_TYPE)
-    }
-    instance_type = (
-        labels.pop(wellknown.LABEL_INSTANCE_TYPE, None)
-        or template_labels.get(wellknown.LABEL_INSTANCE_TYPE)
-        or _shape_name(shape)
-    )
-    zone = _zone(declared, obj, template_labels)
-    capacity_type = labels.pop(
-        wellknown.LABEL_CAPACITY_TYPE,
-        native.capacity_type if native is not None else wellknown.CAPACITY_TYPE_ON_DEMAND,
-    )
-    if capacity_type not in wellknown.CAPACITY_TYPES:
-        raise ShapeError(
-            f"label {wellknown.LABEL_CAPACITY_TYPE}={capacity_type!r} is not one of "
-            f"{', '.join(wellknown.CAPACITY_TYPES)}"
-        )
-    labels.pop(wellknown.LABEL_TOPOLOGY_ZONE, None)
-    raw_replicas = _spec(obj).get("replicas")
-    try:
-        # CAPI defaults an unset spec.replicas to 1 (as capi_views does).
-        replicas = int(raw_replicas) if raw_replicas is not None else 1
-    except (TypeError, ValueError):
-        raise ShapeError(f"spec.replicas={raw_replicas!r}: not an integer") from None
-    max_size = _int_annotation(annotations, wellknown.ANNOTATION_AUTOSCALER_MAX_SIZE)
-    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-    unavailable_reason = None
-    if max_size is not None and replicas >= max_size:
-        unavailable_reason = f"at its maximum size ({replicas} of {max_size} replicas)"
-    elif native is not None and (
-        missing := _native_unavailable(native, str(instance_type), zone, str(capacity_type))
-    ):
-        unavailable_reason = missing
-    elif unavailable is not None:
-        failed = unavailable.reason(resource_key(resource.kind, namespace, name))
-        if failed is not None:
-            unavailable_reason = f"recently failed to produce a Machine: {failed}"
-    price, price_source = shape.price, SOURCE_ANNOTATION
-    if price is None and native is not None:
-        price, price_source = _native_price(native, zone), native.source
-    if price is None:
-        price_source = SOURCE_ESTIMATE
-    return ScalableResource(
-        resource=resource,
-        namespace=namespace,
-        name=name,
-        instance_type=str(instance_type),
-        shape=shape,
-        labels=labels,
-        zone=zone,
-        capacity_type=str(capacity_type),
-        replicas=replicas,
-        max_size=max_size,
-        price=price if price is not None else settings.rates.estimate(shape.capacity),
-        price_estimated=price is None,
-        unavailable_reason=unavailable_reason,
-        price_source=price_source,
-    )
-
-
 def _identity(kind: str, obj: Mapping[str, Any]) -> tuple[str, str, str]:
-    meta = _metadata(obj)
+    meta = obj.get("metadata") or {}
     return kind, str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
@@ -369,6 +165,7 @@ class _Sources:
     settings: ShapeSettings
     unavailable: UnavailableOfferings | None
     describe: DescribeMachineTemplate | None = None
+    learned: NodeOverheads | None = None
 
 
 def _described(
@@ -396,7 +193,7 @@ def _describe(
         return
     template: TemplateStatus | None = None
     template_error: TemplateError | None = None
-    ref = (_template(obj).get("spec") or {}).get("infrastructureRef")
+    ref = template_spec(obj).get("infrastructureRef")
     native: MachineTemplateDescription | None = None
     native_error: str | None = None
     try:
@@ -406,6 +203,11 @@ def _describe(
             except TemplateError as exc:
                 template_error = exc
         native, native_error = _described(sources, template, obj)
+        kubelet, kubelet_error = (
+            read_kubelet_settings(sources.templates, identity[1], obj)
+            if sources.templates is not None
+            else (None, None)
+        )
         scalable = describe_resource(
             resource,
             obj,
@@ -413,6 +215,8 @@ def _describe(
             native=native,
             settings=sources.settings,
             unavailable=sources.unavailable,
+            kubelet=kubelet,
+            learned=sources.learned.learned(resource, obj) if sources.learned else None,
         )
     except MissingShapeError as exc:
         if template_error is not None:
@@ -443,6 +247,14 @@ def _describe(
                 f"{native_error}; the node shape comes from the annotations and template status",
             )
         )
+    if kubelet_error is not None:
+        inventory.notices.append(
+            ResourceProblem(
+                *identity,
+                kubelet_error.reason,
+                f"{kubelet_error.message}; its overhead and max pods come from the next source",
+            )
+        )
     why = scalable.unavailable_reason
     if native is not None and why and why.startswith(f"{native.source}: "):
         inventory.notices.append(ResourceProblem(*identity, REASON_OFFERING_NOT_AVAILABLE, why))
@@ -466,6 +278,7 @@ def build_inventory(
     settings: ShapeSettings | None = None,
     problems: Iterable[ResourceProblem] = (),
     describe: DescribeMachineTemplate | None = None,
+    learned: NodeOverheads | None = None,
 ) -> Inventory:
     """Group the selected resources into instance types with one offering per zone and
     capacity type.
@@ -473,10 +286,11 @@ def build_inventory(
     ``templates`` reads infrastructure templates (without it only annotations count);
     ``unavailable`` marks recently failed resources; ``problems`` are carried over from the
     selection (resources it left out), and count as selected. ``describe`` asks the native
-    plugins about each template read (``PluginContext.describe_machine_template``).
+    plugins about each template read (``PluginContext.describe_machine_template``);
+    ``learned`` gives the overhead real Nodes show (without it, none is learned).
     """
     settings = settings or ShapeSettings()
-    sources = _Sources(templates, settings, unavailable, describe)
+    sources = _Sources(templates, settings, unavailable, describe, learned)
     inventory = Inventory(problems=list(problems))
     for resource, obj in selected:
         _describe(inventory, resource, obj, sources)
@@ -508,9 +322,11 @@ def build_inventory(
                 continue
             consistent.append(other)
         kept.extend(consistent)
-        inventory.instance_types.append(
-            _instance_type(name, consistent, settings.overhead.overhead(first.shape.capacity))
+        resolved = [m.overhead for m in consistent if m.overhead is not None]
+        overhead = (
+            strongest(resolved) if resolved else settings.overhead.overhead(first.shape.capacity)
         )
+        inventory.instance_types.append(_instance_type(name, consistent, overhead))
     inventory.resources = kept
     return inventory
 
@@ -562,6 +378,7 @@ def collect_inventory(
     *,
     templates: TemplateReader | None = None,
     unavailable: UnavailableOfferings | None = None,
+    learned: NodeOverheads | None = None,
 ) -> Inventory:
     """The inventory of one ClusterAPINodeClass: select, read templates, describe, group.
 
@@ -588,4 +405,5 @@ def collect_inventory(
         settings=settings,
         problems=selection.problems,
         describe=ctx.describe_machine_template,
+        learned=learned or NodeOverheads.shared(ctx.management, ctx.workload, capi, ctx.clock),
     )

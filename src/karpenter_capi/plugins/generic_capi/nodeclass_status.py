@@ -14,7 +14,8 @@ and the Events):
 - ``Ready=True``, reason ``Ready``: at least one resource is usable; the message counts them and
   lists the ones left out and the caveats (estimated prices, unreadable templates, a native
   plugin that could not describe a template, a failure domain where the cloud does not sell
-  the type; the last two as Warning Events).
+  the type, malformed kubelet settings in a bootstrap config; the last three as Warning
+  Events).
 
 The inventory is rebuilt at every provisioning round, so writes must be rare and Events must not
 repeat: the status is written only when the condition changes (``lastTransitionTime`` moves
@@ -43,6 +44,7 @@ from karpenter_capi.plugins.generic_capi.inventory import (
     raw_nodeclass,
 )
 from karpenter_capi.plugins.generic_capi.selection import INFORMATIONAL_REASONS
+from karpenter_capi.plugins.generic_capi.sources import REASON_INVALID_KUBELET_CONFIG
 
 log = logging.getLogger(__name__)
 
@@ -95,10 +97,13 @@ def ready_condition(inventory: Inventory) -> tuple[str, str, str]:
     return "True", REASON_READY, _truncate("\n".join(lines))
 
 
-# Notices about a native plugin (capa, capz) that could not describe a template, or a failure
-# domain where the cloud does not sell the type: the resource is usable on paper but will not
-# launch as configured, which a user must fix, so they are Warnings.
-_WARNING_NOTICES: Final = frozenset({REASON_TEMPLATE_NOT_DESCRIBED, REASON_OFFERING_NOT_AVAILABLE})
+# Notices about a native plugin (capa, capz) that could not describe a template, a failure
+# domain where the cloud does not sell the type, or a bootstrap config whose kubelet settings
+# the kubelet would refuse: the resource is usable on paper but will not launch (or run) as
+# configured, which a user must fix, so they are Warnings.
+_WARNING_NOTICES: Final = frozenset(
+    {REASON_TEMPLATE_NOT_DESCRIBED, REASON_OFFERING_NOT_AVAILABLE, REASON_INVALID_KUBELET_CONFIG}
+)
 
 
 def _event_type(item: ResourceProblem, usable: bool) -> str:

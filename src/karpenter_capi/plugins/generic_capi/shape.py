@@ -32,8 +32,9 @@ per vCPU, GiB and GPU, so estimated and annotated prices sit on one scale and th
 prefers smaller nodes.
 
 Overhead (kube-reserved, system-reserved, eviction threshold) is what the kubelet keeps for
-itself; ``OverheadPolicy`` computes it per shape, with defaults that match how EKS and GKE size
-kube-reserved, overridable per resource name.
+itself: ``overhead`` resolves it; ``settings_from`` reads its explicit settings here. A kubeadm
+bootstrap config's ``max-pods`` (``kubelet``) is a capacity source of its own, between the
+annotations and a native plugin's description.
 
 Every value is checked: a malformed one raises ``ShapeError`` (or ``SettingsError``) naming the
 annotation or field and the value, and the caller marks only that resource (or NodeClass)
@@ -51,10 +52,19 @@ from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.hookspecs import MachineTemplateDescription
-from karpenter_capi.core.instancetype import InstanceTypeOverhead
 from karpenter_capi.core.scheduling.quantity import QuantityError, parse_quantity
 from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.core.scheduling.taints import Taint, TaintError
+from karpenter_capi.plugins.generic_capi.overhead import (
+    SOURCE_ANNOTATION as OVERHEAD_ANNOTATION,
+)
+from karpenter_capi.plugins.generic_capi.overhead import (
+    SOURCE_KUBEADM_CONFIG,
+    SOURCE_OPTION,
+    OverheadPolicy,
+    SettingsError,
+    parse_reservation,
+)
 
 DEFAULT_MAX_PODS: Final = 110
 DEFAULT_ARCH: Final = wellknown.ARCH_AMD64
@@ -87,15 +97,7 @@ PRICE_PER_GPU_OPTION: Final = "estimated_price_per_gpu"
 _PROPAGATED_EXACT: Final = frozenset({"node-role.kubernetes.io"})
 _PROPAGATED_DOMAINS: Final = ("node-restriction.kubernetes.io", "node.cluster.x-k8s.io")
 
-_MIB: Final = 1024 * 1024
-_GIB: Final = 1024 * _MIB
-# (from millicores, to millicores, share reserved): the GKE/EKS kube-reserved CPU schedule.
-_CPU_RESERVATION_STEPS: Final = (
-    (0, 1000, Fraction(6, 100)),
-    (1000, 2000, Fraction(1, 100)),
-    (2000, 4000, Fraction(5, 1000)),
-    (4000, None, Fraction(25, 10000)),
-)
+_GIB: Final = 1024 * 1024 * 1024
 
 
 class ShapeError(ValueError):
@@ -104,10 +106,6 @@ class ShapeError(ValueError):
 
 class MissingShapeError(ShapeError):
     """Nothing says how much CPU or memory the node has (as opposed to a malformed value)."""
-
-
-class SettingsError(ValueError):
-    """A malformed overhead or price-estimate setting; the message names where it came from."""
 
 
 @dataclass(frozen=True)
@@ -274,8 +272,12 @@ def resolve_shape(
     native: MachineTemplateDescription | None = None,
     template_labels: Mapping[str, str] | None = None,
     template_taints: Iterable[Taint] = (),
+    kubelet_max_pods: int | None = None,
 ) -> NodeShape:
     """The node shape from every source, annotations first (see the module docstring).
+
+    ``kubelet_max_pods`` is the bootstrap config's ``max-pods``: the pods capacity, unless the
+    ``maxPods`` annotation says otherwise.
 
     Raises ``MissingShapeError`` when no source gives CPU and memory, ``ShapeError`` when
     a value is malformed.
@@ -290,6 +292,9 @@ def resolve_shape(
         for name, quantity in native.capacity.to_dict().items():
             capacity[name] = quantity
             origins[name] = native.source
+    if kubelet_max_pods is not None:
+        capacity["pods"] = str(kubelet_max_pods)
+        origins["pods"] = SOURCE_KUBEADM_CONFIG
     annotated = {
         "cpu": _annotation_quantity(annotations, wellknown.ANNOTATION_CAPACITY_CPU),
         "memory": _annotation_quantity(annotations, wellknown.ANNOTATION_CAPACITY_MEMORY),
@@ -368,112 +373,6 @@ def shape_from_annotations(annotations: Mapping[str, str]) -> NodeShape | None:
     return resolve_shape(annotations)
 
 
-# --- overhead -----------------------------------------------------------------------------------
-
-Reservation = Mapping[str, int | Fraction]
-"""Resource name -> an absolute amount in milli-units (int) or a share of capacity (Fraction)."""
-
-
-def parse_reservation(raw: str, where: str) -> dict[str, int | Fraction]:
-    """Parse ``cpu=100m,memory=1Gi,ephemeral-storage=10%`` (``where`` names the source)."""
-    result: dict[str, int | Fraction] = {}
-    for item in filter(None, (part.strip() for part in raw.split(","))):
-        name, sep, value = item.partition("=")
-        name, value = name.strip(), value.strip()
-        if not sep or not name or not value:
-            raise SettingsError(f"{where}: {item!r} is not resource=quantity or resource=N%")
-        if value.endswith("%"):
-            try:
-                share = Fraction(value[:-1].strip())
-            except (ValueError, ZeroDivisionError):
-                raise SettingsError(f"{where}: {item!r}: {value!r} is not a percentage") from None
-            if not 0 <= share <= 100:
-                raise SettingsError(f"{where}: {item!r}: a percentage must be within 0-100")
-            result[name] = share / 100
-            continue
-        try:
-            quantity = parse_quantity(value)
-        except QuantityError as exc:
-            raise SettingsError(f"{where}: {item!r}: {exc}") from None
-        if quantity.nanos < 0:
-            raise SettingsError(f"{where}: {item!r}: must not be negative")
-        result[name] = quantity.milli_value()
-    return result
-
-
-def _kube_reserved_default(capacity: ResourceList) -> dict[str, int | Fraction]:
-    millis = capacity.milli("cpu")
-    reserved_cpu = sum(
-        (
-            (min(millis, upper if upper is not None else millis) - lower) * share
-            for lower, upper, share in _CPU_RESERVATION_STEPS
-            if millis > lower
-        ),
-        Fraction(0),
-    )
-    pods = capacity.value("pods") if "pods" in capacity else DEFAULT_MAX_PODS
-    result: dict[str, int | Fraction] = {
-        "cpu": int(reserved_cpu),  # whole millicores, rounded down
-        "memory": (255 + 11 * pods) * _MIB * 1000,
-    }
-    if "ephemeral-storage" in capacity:
-        result["ephemeral-storage"] = _GIB * 1000
-    return result
-
-
-_EVICTION_DEFAULT: Final[Mapping[str, int | Fraction]] = MappingProxyType(
-    {"memory": 100 * _MIB * 1000, "ephemeral-storage": Fraction(10, 100)}
-)
-
-
-def _amounts(reservation: Mapping[str, int | Fraction], capacity: ResourceList) -> ResourceList:
-    milli: dict[str, int] = {}
-    for name, amount in reservation.items():
-        if isinstance(amount, Fraction):
-            if name not in capacity:
-                continue  # a share of nothing
-            milli[name] = math.ceil(capacity.milli(name) * amount)
-        else:
-            milli[name] = amount
-    return ResourceList.from_milli(milli)
-
-
-@dataclass(frozen=True)
-class OverheadPolicy:
-    """How much of a node the kubelet keeps for itself, per resource name.
-
-    Defaults (what ``default_overhead`` gives):
-
-    - kube-reserved: CPU 6% of the first core, 1% of the second, 0.5% of the next two, 0.25% of
-      the rest; memory 255Mi + 11Mi per pod the node can hold; ephemeral-storage 1Gi when the
-      node has ephemeral storage (the EKS/GKE formulas upstream Karpenter uses);
-    - system-reserved: nothing;
-    - eviction threshold: memory 100Mi, ephemeral-storage 10% (the kubelet's defaults).
-
-    ``kube_reserved``, ``system_reserved`` and ``eviction_threshold`` override the defaults per
-    resource name (an override of ``cpu`` keeps the default ``memory``). Shares (``10%``) are of
-    the node's capacity of that resource.
-    """
-
-    kube_reserved: Reservation = field(default_factory=lambda: MappingProxyType({}))
-    system_reserved: Reservation = field(default_factory=lambda: MappingProxyType({}))
-    eviction_threshold: Reservation = field(default_factory=lambda: MappingProxyType({}))
-
-    def overhead(self, capacity: ResourceList) -> InstanceTypeOverhead:
-        kube = {**_kube_reserved_default(capacity), **self.kube_reserved}
-        eviction = {**_EVICTION_DEFAULT, **self.eviction_threshold}
-        return InstanceTypeOverhead(
-            kube_reserved=_amounts(kube, capacity),
-            system_reserved=_amounts(self.system_reserved, capacity),
-            eviction_threshold=_amounts(eviction, capacity),
-        )
-
-
-def default_overhead(capacity: ResourceList) -> InstanceTypeOverhead:
-    """The default overhead of a node of ``capacity`` (see ``OverheadPolicy``)."""
-    return OverheadPolicy().overhead(capacity)
-
-
 # --- price estimate -----------------------------------------------------------------------------
 
 
@@ -532,15 +431,21 @@ def settings_from(
     Raises ``SettingsError`` naming the malformed option or annotation.
     """
     layers: list[dict[str, int | Fraction]] = []
+    origin = ""
     for option, annotation in (
         (KUBE_RESERVED_OPTION, KUBE_RESERVED_ANNOTATION),
         (SYSTEM_RESERVED_OPTION, SYSTEM_RESERVED_ANNOTATION),
         (EVICTION_THRESHOLD_OPTION, EVICTION_THRESHOLD_ANNOTATION),
     ):
         merged = parse_reservation(options.get(option, ""), f"plugin option {option}")
-        merged.update(
-            parse_reservation(nodeclass_annotations.get(annotation, ""), f"annotation {annotation}")
+        annotated = parse_reservation(
+            nodeclass_annotations.get(annotation, ""), f"annotation {annotation}"
         )
+        if annotated:
+            origin = OVERHEAD_ANNOTATION
+        elif merged and not origin:
+            origin = SOURCE_OPTION
+        merged.update(annotated)
         layers.append(merged)
     defaults = PriceRates()
     return ShapeSettings(
@@ -548,6 +453,7 @@ def settings_from(
             kube_reserved=MappingProxyType(layers[0]),
             system_reserved=MappingProxyType(layers[1]),
             eviction_threshold=MappingProxyType(layers[2]),
+            origin=origin,
         ),
         rates=PriceRates(
             per_cpu=_rate(options, PRICE_PER_CPU_OPTION, defaults.per_cpu),

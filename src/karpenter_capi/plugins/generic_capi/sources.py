@@ -8,14 +8,16 @@ marked by the launch code and read by the inventory for three minutes), and ``Te
 heard of: the reader discovers the served version, derives the plural as cluster-autoscaler does
 (lower-case kind + ``s``, the kubebuilder convention every infrastructure provider follows) and
 caches what it read for a minute, because the inventory is rebuilt at every provisioning round.
-Split from ``inventory`` so that module stays about grouping resources into instance types.
+The kubeadm bootstrap config a resource references is read through the same reader (and cache)
+for its kubelet settings (``read_kubelet_settings``, ``kubelet``). Split from ``inventory`` so
+that module stays about grouping resources into instance types.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
@@ -24,12 +26,20 @@ from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.errors import ApiError, NotFound
 from karpenter_capi.core.kube.resources import CAPI_INFRASTRUCTURE_GROUP, Resource
 from karpenter_capi.plugins.cloud.unavailable import ExpiringMarks
+from karpenter_capi.plugins.generic_capi.kubelet import (
+    BOOTSTRAP_GROUP,
+    KubeletConfigError,
+    KubeletSettings,
+    is_kubeadm_config,
+    kubelet_settings,
+)
 from karpenter_capi.plugins.generic_capi.shape import ShapeError, TemplateStatus
 
 REASON_TEMPLATE_NOT_SERVED: Final = "InfrastructureTemplateNotServed"
 REASON_TEMPLATE_NOT_FOUND: Final = "InfrastructureTemplateNotFound"
 REASON_TEMPLATE_UNREADABLE: Final = "InfrastructureTemplateUnreadable"
 REASON_INVALID_INFRASTRUCTURE_REF: Final = "InvalidInfrastructureRef"
+REASON_INVALID_KUBELET_CONFIG: Final = "InvalidKubeletConfiguration"
 
 
 # --- availability -------------------------------------------------------------------------------
@@ -38,7 +48,9 @@ REASON_INVALID_INFRASTRUCTURE_REF: Final = "InvalidInfrastructureRef"
 _shared_lock = threading.Lock()
 
 
-def _shared(registry: weakref.WeakKeyDictionary[Any, Any], client: object, build: Any) -> Any:
+def shared_per_client(
+    registry: weakref.WeakKeyDictionary[Any, Any], client: object, build: Any
+) -> Any:
     """One instance per management client, weakly held (a discarded client frees its cache)."""
     with _shared_lock:
         found = registry.get(client)
@@ -68,7 +80,9 @@ class UnavailableOfferings(ExpiringMarks[str]):
     @classmethod
     def shared(cls, client: KubeClient, clock: Clock) -> UnavailableOfferings:
         """The instance shared by the inventory and the launch code of one management cluster."""
-        found: UnavailableOfferings = _shared(_shared_unavailable, client, lambda: cls(clock))
+        found: UnavailableOfferings = shared_per_client(
+            _shared_unavailable, client, lambda: cls(clock)
+        )
         return found
 
 
@@ -99,7 +113,7 @@ class _Failure:
         return TemplateError(self.reason, self.message)
 
 
-_Cached = TemplateStatus | _Failure
+_Cached = TemplateStatus | Mapping[str, Any] | _Failure
 
 
 class TemplateReader:
@@ -129,7 +143,7 @@ class TemplateReader:
     def shared(cls, client: KubeClient, clock: Clock) -> TemplateReader:
         """One reader (and one cache) per management client."""
         # A proxy, not the client: the registry's value must not keep its weak key alive.
-        found: TemplateReader = _shared(
+        found: TemplateReader = shared_per_client(
             _shared_templates, client, lambda: cls(weakref.proxy(client), clock)
         )
         return found
@@ -140,16 +154,45 @@ class TemplateReader:
         Raises ``TemplateError`` when it cannot be read, ``ShapeError`` when its status is
         malformed.
         """
+        result = self._read(
+            namespace,
+            ref,
+            CAPI_INFRASTRUCTURE_GROUP,
+            "infrastructure template",
+            TemplateStatus.from_object,
+        )
+        assert isinstance(result, TemplateStatus)
+        return result
+
+    def read_bootstrap(self, namespace: str, ref: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The bootstrap config ``spec.template.spec.bootstrap.configRef`` names, as read.
+
+        Raises ``TemplateError`` when it cannot be read (cached like a template).
+        """
+        found: Mapping[str, Any] = self._read(
+            namespace, ref, BOOTSTRAP_GROUP, "bootstrap config", dict
+        )
+        return found
+
+    def _read(
+        self,
+        namespace: str,
+        ref: Mapping[str, Any],
+        default_group: str,
+        noun: str,
+        parse: Callable[[Mapping[str, Any]], Any],
+    ) -> Any:
         kind = str(ref.get("kind") or "")
         name = str(ref.get("name") or "")
         namespace = str(ref.get("namespace") or namespace)
         api_version = str(ref.get("apiVersion") or "")
         group, slash, version = api_version.rpartition("/")
-        group = str(ref.get("apiGroup") or (group if slash else "") or CAPI_INFRASTRUCTURE_GROUP)
+        group = str(ref.get("apiGroup") or (group if slash else "") or default_group)
         if not kind or not name:
+            field_name = "infrastructureRef" if noun.startswith("infra") else "bootstrap.configRef"
             raise TemplateError(
                 REASON_INVALID_INFRASTRUCTURE_REF,
-                "spec.template.spec.infrastructureRef needs a kind and a name",
+                f"spec.template.spec.{field_name} needs a kind and a name",
             )
         key = (group, kind, namespace, name)
         now = self._clock.monotonic()
@@ -158,8 +201,7 @@ class TemplateReader:
         if cached is None or cached[0] <= now:
             result: _Cached
             try:
-                found = self._get(group, kind, version, namespace, name)
-                result = TemplateStatus.from_object(found)
+                result = parse(self._get(group, kind, version, namespace, name, noun=noun))
             except TemplateError as exc:
                 result = _Failure(shape=False, reason=exc.reason, message=exc.message)
             except ShapeError as exc:
@@ -184,7 +226,7 @@ class TemplateReader:
         return versions
 
     def _get(
-        self, group: str, kind: str, hint: str, namespace: str, name: str
+        self, group: str, kind: str, hint: str, namespace: str, name: str, *, noun: str
     ) -> Mapping[str, Any]:
         what = f"{kind} {namespace}/{name}"
         try:
@@ -195,8 +237,8 @@ class TemplateReader:
         if not served:
             raise TemplateError(
                 REASON_TEMPLATE_NOT_SERVED,
-                f"infrastructure template {what}: API group {group} is not served "
-                f"(is the infrastructure provider installed?)",
+                f"{noun} {what}: API group {group} is not served (is the "
+                f"{noun.split(maxsplit=1)[0]} provider installed?)",
             )
         plural = kind.lower() + "s"
         with self._lock:
@@ -221,15 +263,43 @@ class TemplateReader:
                     self._client.list(resource(version), namespace, limit=1)
                 except NotFound:
                     continue
-                raise TemplateError(
-                    REASON_TEMPLATE_NOT_FOUND, f"infrastructure template {what} not found"
-                )
+                raise TemplateError(REASON_TEMPLATE_NOT_FOUND, f"{noun} {what} not found")
         except ApiError as exc:
             raise TemplateError(
-                REASON_TEMPLATE_UNREADABLE, f"cannot read infrastructure template {what}: {exc}"
+                REASON_TEMPLATE_UNREADABLE, f"cannot read {noun} {what}: {exc}"
             ) from None
         versions = ", ".join(f"{group}/{v}" for v in order)
         raise TemplateError(
             REASON_TEMPLATE_NOT_SERVED,
-            f"infrastructure template kind {kind} ({plural}.{group}) is not served at {versions}",
+            f"{noun} kind {kind} ({plural}.{group}) is not served at {versions}",
         )
+
+
+# --- bootstrap configs --------------------------------------------------------------------------
+
+
+def read_kubelet_settings(
+    templates: TemplateReader, namespace: str, obj: Mapping[str, Any]
+) -> tuple[KubeletSettings | None, TemplateError | None]:
+    """The kubelet settings of the kubeadm bootstrap config ``obj`` (a scalable resource)
+    references, or why they could not be had.
+
+    ``(None, None)``: no kubeadm config is referenced, or it is missing or its kind not served
+    (CAPI reports that itself; the defaults apply). An unreadable config is a
+    ``TemplateError``; a malformed setting one of reason ``REASON_INVALID_KUBELET_CONFIG``.
+    """
+    spec = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+    ref = (spec.get("bootstrap") or {}).get("configRef") if isinstance(spec, Mapping) else None
+    if not is_kubeadm_config(ref):
+        return None, None
+    assert isinstance(ref, Mapping)
+    try:
+        config = templates.read_bootstrap(namespace, ref)
+    except TemplateError as exc:
+        if exc.reason in (REASON_TEMPLATE_NOT_FOUND, REASON_TEMPLATE_NOT_SERVED):
+            return None, None
+        return None, exc
+    try:
+        return kubelet_settings(config), None
+    except KubeletConfigError as exc:
+        return None, TemplateError(REASON_INVALID_KUBELET_CONFIG, str(exc))

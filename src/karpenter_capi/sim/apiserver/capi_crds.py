@@ -1,4 +1,5 @@
-"""The CustomResourceDefinitions of Cluster API (core) and the infrastructure kinds plugins use.
+"""The CustomResourceDefinitions of Cluster API (core), the infrastructure kinds plugins use and
+kubeadm's bootstrap kinds.
 
 The simulated cluster serves CAPI through the same path a real cluster does: these CRDs are
 created like any other object, which makes their resources served. They mirror the upstream
@@ -19,6 +20,7 @@ JsonObject = dict[str, Any]
 
 CAPI_GROUP = "cluster.x-k8s.io"
 INFRASTRUCTURE_GROUP = "infrastructure.cluster.x-k8s.io"
+BOOTSTRAP_GROUP = "bootstrap.cluster.x-k8s.io"
 
 _OPEN_SCHEMA: JsonObject = {
     "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
@@ -102,7 +104,8 @@ _CORE_VERSIONS = ("v1beta2", "v1beta1")
 
 
 def cluster_api_crds() -> list[JsonObject]:
-    """The CRDs ``register_cluster_api`` creates: CAPI core plus AWS, Azure, Docker kinds."""
+    """The CRDs ``register_cluster_api`` creates: CAPI core, AWS, Azure, Docker and kubeadm
+    bootstrap kinds."""
     return [
         crd(
             CAPI_GROUP,
@@ -221,5 +224,21 @@ def cluster_api_crds() -> list[JsonObject]:
             "dockermachinetemplates",
             ("v1beta1",),
             categories=("cluster-api", "capd"),
+        ),
+        # kubeadm bootstrap: what the emulated kubelet reserves comes from these.
+        crd(
+            BOOTSTRAP_GROUP,
+            "KubeadmConfigTemplate",
+            "kubeadmconfigtemplates",
+            _CORE_VERSIONS,
+            categories=("cluster-api", "kubeadm"),
+            status=False,
+        ),
+        crd(
+            BOOTSTRAP_GROUP,
+            "KubeadmConfig",
+            "kubeadmconfigs",
+            _CORE_VERSIONS,
+            categories=("cluster-api", "kubeadm"),
         ),
     ]

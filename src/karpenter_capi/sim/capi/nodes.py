@@ -10,10 +10,14 @@ Node with the right providerID, labels, capacity and taints. Until the kubelet e
   Machine or its scalable resource, else ``EmulationSettings.boot_delay``) it turns
   ``Ready=True``. A Node deleted while its Machine still runs is created again, as a kubelet
   re-registers. Deleting Nodes is CAPI's business (``machine.py``, ``machinepool.py``);
-* **capacity** (and allocatable, the same): the scale-from-zero annotations of the scalable
-  resource (``capacity.cluster-autoscaler.kubernetes.io/cpu``, ``memory``, ``maxPods``
-  (default 110), ``ephemeral-disk``, ``gpu-count`` with ``gpu-type``); without them the Node
-  only has ``pods: 110``;
+* **capacity**: the scale-from-zero annotations of the scalable resource
+  (``capacity.cluster-autoscaler.kubernetes.io/cpu``, ``memory``, ``maxPods`` (default 110),
+  ``ephemeral-disk``, ``gpu-count`` with ``gpu-type``); without them the Node only has
+  ``pods: 110``. The kubeadm bootstrap config's ``max-pods`` replaces ``pods``;
+* **allocatable**: capacity minus what a kubeadm kubelet keeps, from the ``KubeadmConfigTemplate``
+  (or a pool's ``KubeadmConfig``) the owner's template references (``kubeletconfig``): its
+  kube-reserved, system-reserved and eviction-hard, else only the kubelet's default hard
+  eviction thresholds (memory 100Mi, 10% of ephemeral storage);
 * **labels**: ``kubernetes.io/hostname``, ``kubernetes.io/os=linux``,
   ``kubernetes.io/arch=amd64``, ``topology.kubernetes.io/zone`` from the Machine's
   ``spec.failureDomain``, ``node.kubernetes.io/instance-type`` from the Machine's (template)
@@ -41,7 +45,7 @@ from typing import Any, Final
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock, format_timestamp
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
-from karpenter_capi.core.kube.errors import AlreadyExists, NotFound
+from karpenter_capi.core.kube.errors import AlreadyExists, ApiError, NotFound
 from karpenter_capi.core.kube.indexes import BY_PROVIDER_ID, BY_PROVIDER_ID_LIST
 from karpenter_capi.core.kube.resources import NODES, Resource
 from karpenter_capi.core.runtime.controller import (
@@ -55,6 +59,7 @@ from karpenter_capi.core.runtime.controller import (
 )
 from karpenter_capi.core.scheduling.quantity import QuantityError, parse_quantity
 from karpenter_capi.core.scheduling.taints import Taint, TaintError
+from karpenter_capi.sim.capi.kubeletconfig import BOOTSTRAP_GROUP, KUBEADM_KINDS, kubelet_status
 from karpenter_capi.sim.capi.machine import node_is_ready
 from karpenter_capi.sim.capi.objects import (
     annotations_of,
@@ -160,9 +165,11 @@ def build_node(
     owners: Sequence[Mapping[str, Any]],
     boot_delay: float,
     now: str,
+    bootstrap: Mapping[str, Any] | None = None,
 ) -> JsonObject:
     """The Node a kubelet would register for ``machine`` (or a MachinePool instance, when
-    ``machine`` is None and ``owners`` is the pool); see the module docstring."""
+    ``machine`` is None and ``owners`` is the pool), configured by the kubeadm ``bootstrap``
+    config; see the module docstring."""
     sources = [*([machine] if machine is not None else []), *owners]
     # The deployment before its set: the set's copy of the deployment's annotations may lag,
     # and the deployment is what the autoprovisioner read the shape from.
@@ -196,7 +203,7 @@ def build_node(
         taints.append(
             {"key": wellknown.TAINT_UNREGISTERED_KEY, "effect": wellknown.TAINT_UNREGISTERED_EFFECT}
         )
-    capacity = node_capacity(shape)
+    capacity, allocatable = kubelet_status(node_capacity(shape), bootstrap)
     owner = machine if machine is not None else (owners[0] if owners else {})
     annotations = {
         ANNOTATION_KUBELET: "true",
@@ -221,7 +228,7 @@ def build_node(
         "spec": spec,
         "status": {
             "capacity": dict(capacity),
-            "allocatable": dict(capacity),
+            "allocatable": allocatable,
             "conditions": [
                 {
                     "type": "Ready",
@@ -264,6 +271,30 @@ class _NodeCreator:
         self.owners = Owners(caches, self.settings.version)
         self.primary: Resource = getattr(self.owners, self._primary_attribute)
 
+    def _bootstrap_config(self, owners: Sequence[Mapping[str, Any]]) -> JsonObject | None:
+        """The kubeadm config the most specific owner's template names, as the kubelet of a
+        new Machine gets it; ``None`` when there is none to read (defaults apply)."""
+        for owner in owners:
+            ref = nested(owner, "spec", "template", "spec", "bootstrap", "configRef")
+            if not isinstance(ref, Mapping) or ref.get("kind") not in KUBEADM_KINDS:
+                continue
+            group = str(ref.get("apiGroup") or str(ref.get("apiVersion") or "").partition("/")[0])
+            if group and group != BOOTSTRAP_GROUP:
+                continue
+            kind, name = str(ref["kind"]), str(ref.get("name") or "")
+            try:
+                versions = self.client.served_versions(BOOTSTRAP_GROUP)
+            except ApiError:
+                return None
+            for version in versions:
+                resource = Resource(BOOTSTRAP_GROUP, version, kind.lower() + "s", kind, True)
+                try:
+                    return self.client.get(resource, name, namespace_of(owner) or None)
+                except ApiError:
+                    continue
+            return None
+        return None
+
     def _has_node(self, provider_id: str) -> bool:
         return bool(self.caches.store(NODES, WORKLOAD).by_index(BY_PROVIDER_ID, provider_id))
 
@@ -283,6 +314,7 @@ class _NodeCreator:
             owners=owners,
             boot_delay=boot,
             now=format_timestamp(self.clock.now()),
+            bootstrap=self._bootstrap_config(owners),
         )
         try:
             self.workload.create(NODES, node)
