@@ -44,6 +44,7 @@ from karpenter_capi.plugins.generic_capi.binding import ANNOTATION_SCALABLE_RESO
 from karpenter_capi.plugins.generic_capi.shape import PRICE_ANNOTATION
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.apiserver.request_counts import WATCH_POLL
+from karpenter_capi.sim.scenario.plans import PlanFollower
 from karpenter_capi.sim.scenario.result import NODECLAIM_STATES, CapacityRow, Sample
 
 JsonObject = dict[str, Any]
@@ -118,6 +119,8 @@ class Observer:
         self._prices: dict[str, float] = {}
         # (NodePool, instance type, zone, capacity type) -> price, resolved at most once a sample.
         self._offerings: dict[tuple[str, str, str, str], float] | None = None
+        self.plans = PlanFollower(server, self._count)
+        """Launches beyond the plan (``sim.scenario.plans``), followed at each sample."""
 
     # ------------------------------------------------------------------ own requests
 
@@ -236,6 +239,7 @@ class Observer:
 
     def sample(self) -> Sample:
         self.follow_disruptions()
+        self.plans.follow()
         pods = [
             p
             for p in self._list(PODS)

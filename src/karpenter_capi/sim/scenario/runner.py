@@ -323,4 +323,5 @@ def run(
         api_requests={verb: count for verb, count in api_requests.items() if count > 0},
         watch_polls=max(0, watch_polls),
         capacity=observer.capacity(),
+        beyond_plan=observer.plans.result(),
     )
