@@ -230,6 +230,7 @@ def test_normalizations_follow_kube() -> None:
     # PodTopologySpread: the fewest matching pods scores 100; ignored nodes 0.
     assert scoring.normalize_spread([2, 6, None]) == [100, 33, 0]
     assert scoring.normalize_min_max([-5, 0, 5]) == [0, 50, 100]
-    assert scoring.least_allocated([3, 10], [4, 0]) == 25  # a resource the node lacks is skipped
-    assert scoring.balanced_allocation([2, 8], [4, 16]) == 100
-    assert scoring.balanced_allocation([4, 0], [4, 16]) == 50
+    assert scoring.least_allocated(3, 10, 4, 0) == 25  # a resource the node lacks is skipped
+    assert scoring.least_allocated(5, 1, 4, 4) == 37  # over on cpu: 0 there, 75 for memory
+    assert scoring.balanced_allocation(2, 8, 4, 16) == 100
+    assert scoring.balanced_allocation(4, 0, 4, 16) == 50

@@ -349,26 +349,27 @@ class PodContext:
         """Each feasible node's weighted score under kube-scheduler's default profile."""
         nonzero_cpu, nonzero_memory = rules.pod_nonzero_cpu_memory(self.pod)
         cpu, memory = self.requests.get(rules.CPU, 0), self.requests.get(rules.MEMORY, 0)
-        fit, balanced = [], []
+        fit: list[int] = []
+        balanced: list[int] = []
+        best_effort = not cpu and not memory  # such pods skip BalancedAllocation
         for node in feasible:
-            allocatable = (
-                node.allocatable.get(rules.CPU, 0),
-                node.allocatable.get(rules.MEMORY, 0),
-            )
+            cpu_allocatable = node.allocatable.get(rules.CPU, 0)
+            memory_allocatable = node.allocatable.get(rules.MEMORY, 0)
             fit.append(
                 scoring.least_allocated(
-                    (node.nonzero_cpu + nonzero_cpu, node.nonzero_memory + nonzero_memory),
-                    allocatable,
+                    node.nonzero_cpu + nonzero_cpu,
+                    node.nonzero_memory + nonzero_memory,
+                    cpu_allocatable,
+                    memory_allocatable,
                 )
             )
-            if cpu or memory:  # best-effort pods skip BalancedAllocation
+            if not best_effort:
                 balanced.append(
                     scoring.balanced_allocation(
-                        (
-                            node.requested.get(rules.CPU, 0) + cpu,
-                            node.requested.get(rules.MEMORY, 0) + memory,
-                        ),
-                        allocatable,
+                        node.requested.get(rules.CPU, 0) + cpu,
+                        node.requested.get(rules.MEMORY, 0) + memory,
+                        cpu_allocatable,
+                        memory_allocatable,
                     )
                 )
         static = self.static
@@ -431,44 +432,42 @@ class PodContext:
             return []
         keys = [str(c.get("topologyKey", "")) for c, _ in constraints]
         ignored = {n.name for n in feasible if require_all and any(k not in n.labels for k in keys)}
-        weights: list[float] = []
-        domain_counts: list[dict[str, int]] = []
+        # (key, maxSkew - 1, weight, matching pods per node, per domain or None for hostname)
+        prepared: list[tuple[str, int, float, Counter[str], dict[str, int] | None]] = []
         for (constraint, per_node), key in zip(constraints, keys, strict=True):
-            counts: dict[str, int] = {}
             if key == _HOSTNAME:
                 size = len(feasible) - len(ignored)
-            else:
-                for node in feasible:
-                    if node.name not in ignored and key in node.labels:
-                        counts[node.labels[key]] = 0
-                size = len(counts)
-                for node in snapshot.nodes:
-                    domain = node.labels.get(key)
-                    if (
-                        domain in counts
-                        and (not require_all or all(k in node.labels for k in keys))
-                        and self._counts_for_spread(constraint, node)
-                    ):
-                        counts[domain] += per_node.get(node.name, 0)
-            weights.append(scoring.topology_weight(size))
-            domain_counts.append(counts)
+                prepared.append(_prepared(constraint, key, size, per_node, None))
+                continue
+            counts: dict[str, int] = {}
+            for node in feasible:
+                if node.name not in ignored and key in node.labels:
+                    counts[node.labels[key]] = 0
+            for name, count in per_node.items():  # only nodes holding matching pods add
+                holder = snapshot.by_name.get(name)
+                domain = None if holder is None else holder.labels.get(key)
+                if (
+                    holder is not None
+                    and domain in counts
+                    and (not require_all or all(k in holder.labels for k in keys))
+                    and self._counts_for_spread(constraint, holder)
+                ):
+                    counts[domain] += count
+            prepared.append(_prepared(constraint, key, len(counts), per_node, counts))
         raw: list[int | None] = []
         for node in feasible:
             if node.name in ignored:
                 raw.append(None)
                 continue
             total = 0.0
-            for i, ((constraint, per_node), key) in enumerate(zip(constraints, keys, strict=True)):
-                if key not in node.labels:
+            for key, skew, weight, per_node, by_domain in prepared:
+                domain = node.labels.get(key)
+                if domain is None:
                     continue
-                matching = (
-                    per_node.get(node.name, 0)
-                    if key == _HOSTNAME
-                    else domain_counts[i][node.labels[key]]
-                )
-                total += scoring.spread_score(
-                    matching, int(constraint.get("maxSkew", 1)), weights[i]
-                )
+                matching = per_node[node.name] if by_domain is None else by_domain[domain]
+                # Matching pods weighted by the topology's size, plus maxSkew - 1 (kube's
+                # scoreForCount), which waters down small differences.
+                total += matching * weight + skew
             raw.append(scoring.round_half_away(total))
         return scoring.normalize_spread(raw)
 
@@ -525,6 +524,17 @@ class PodContext:
             for node in feasible
         ]
         return scoring.normalize_min_max(raw)
+
+
+def _prepared(
+    constraint: Mapping[str, Any],
+    key: str,
+    domains: int,
+    per_node: Counter[str],
+    by_domain: dict[str, int] | None,
+) -> tuple[str, int, float, Counter[str], dict[str, int] | None]:
+    skew = int(constraint.get("maxSkew", 1)) - 1
+    return key, skew, scoring.topology_weight(domains), per_node, by_domain
 
 
 def _spread_owner(pod: Mapping[str, Any]) -> str | None:

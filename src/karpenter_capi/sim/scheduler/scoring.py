@@ -45,39 +45,35 @@ DEFAULT_HOSTNAME_MAX_SKEW: Final = 3
 DEFAULT_ZONE_MAX_SKEW: Final = 5
 
 
-def least_allocated(requested: Sequence[int], allocatable: Sequence[int]) -> int:
-    """NodeResourcesFit's LeastAllocated: the free share after placing, 0..100, averaged.
+def least_allocated(cpu: int, memory: int, cpu_allocatable: int, memory_allocatable: int) -> int:
+    """NodeResourcesFit's LeastAllocated over cpu and memory (weight 1 each), 0..100.
 
-    Resources the node has none of are left out of the average (kube skips them rather than
-    scoring them 0); a resource requested beyond what the node has scores 0.
+    Per resource, the share left free after placing the pod, ``(allocatable - requested) x
+    100 / allocatable`` rounded down (0 when over); the two are averaged, rounded down. A
+    resource the node has none of is left out of the average rather than scored 0.
     """
     total = weights = 0
-    for wanted, available in zip(requested, allocatable, strict=True):
-        if available <= 0:
-            continue
-        weights += 1
-        if wanted <= available:
-            total += (available - wanted) * MAX_NODE_SCORE // available
+    for requested, allocatable in ((cpu, cpu_allocatable), (memory, memory_allocatable)):
+        if allocatable > 0:
+            weights += 1
+            if requested <= allocatable:
+                total += (allocatable - requested) * MAX_NODE_SCORE // allocatable
     return total // weights if weights else 0
 
 
-def balanced_allocation(requested: Sequence[int], allocatable: Sequence[int]) -> int:
-    """NodeResourcesBalancedAllocation: (1 - standard deviation of the used fractions) x 100.
+def balanced_allocation(
+    cpu: int, memory: int, cpu_allocatable: int, memory_allocatable: int
+) -> int:
+    """NodeResourcesBalancedAllocation over cpu and memory: (1 - standard deviation) x 100.
 
-    Fractions are capped at 1. For two resources the deviation is half their difference.
+    The deviation is that of the requested fractions of allocatable (each capped at 1); for
+    two resources it is half their difference. With one resource (or none) the node has, 100.
     """
-    fractions = [
-        min(1.0, wanted / available)
-        for wanted, available in zip(requested, allocatable, strict=True)
-        if available > 0
-    ]
-    if len(fractions) < 2:
+    if cpu_allocatable <= 0 or memory_allocatable <= 0:
         return MAX_NODE_SCORE
-    mean = sum(fractions) / len(fractions)
-    deviation = math.sqrt(sum((f - mean) ** 2 for f in fractions) / len(fractions))
-    if len(fractions) == 2:
-        deviation = abs(fractions[0] - fractions[1]) / 2
-    return int((1 - deviation) * MAX_NODE_SCORE)
+    cpu_fraction = min(1.0, cpu / cpu_allocatable)
+    memory_fraction = min(1.0, memory / memory_allocatable)
+    return int((1 - abs(cpu_fraction - memory_fraction) / 2) * MAX_NODE_SCORE)
 
 
 def normalize_to_max(scores: Sequence[int], *, reverse: bool = False) -> list[int]:
@@ -106,11 +102,6 @@ def normalize_min_max(scores: Sequence[int]) -> list[int]:
 def topology_weight(domains: int) -> float:
     """How much one matching pod counts in a topology of ``domains`` values: log(n + 2)."""
     return math.log(domains + 2)
-
-
-def spread_score(matching: int, max_skew: int, weight: float) -> float:
-    """One soft constraint's raw score on a node: matching pods weighted, plus maxSkew - 1."""
-    return matching * weight + (max_skew - 1)
 
 
 def round_half_away(value: float) -> int:
