@@ -147,23 +147,18 @@ def test_pods_of_one_owner_spread_by_default_across_hosts(sim: Sim) -> None:
     assert _placement(sim, "web-") == Counter({"a-big": 2, "b-small": 2})
 
 
+def _preferred(kind: str, weight: int, labels: dict[str, str]) -> dict[str, object]:
+    """An affinity with one preferred hostname term of ``kind`` for pods with ``labels``."""
+    term = {"labelSelector": {"matchLabels": labels}, "topologyKey": HOSTNAME}
+    preferred = [{"weight": weight, "podAffinityTerm": term}]
+    return {kind: {"preferredDuringSchedulingIgnoredDuringExecution": preferred}}
+
+
 def test_preferred_pod_affinity_draws_a_pod_to_its_partner_s_node(sim: Sim) -> None:
     sim.node("a-empty")
     sim.node("b-cache")
     sim.pod("cache", cpu="2", memory="8Gi", labels={"app": "cache"}, node_name="b-cache")
-    near = {
-        "podAffinity": {
-            "preferredDuringSchedulingIgnoredDuringExecution": [
-                {
-                    "weight": 50,
-                    "podAffinityTerm": {
-                        "labelSelector": {"matchLabels": {"app": "cache"}},
-                        "topologyKey": HOSTNAME,
-                    },
-                }
-            ]
-        }
-    }
+    near = _preferred("podAffinity", 50, {"app": "cache"})
     sim.pod("web", cpu="500m", memory="1Gi", affinity=near)
     sim.settle()
     assert sim.node_of("web") == "b-cache"
@@ -173,19 +168,7 @@ def test_an_existing_pod_s_preferred_anti_affinity_repels_newcomers(sim: Sim) ->
     sim.node("a-loner")
     sim.node("b-busy")
     sim.pod("filler", cpu="1", memory="4Gi", node_name="b-busy")
-    away = {
-        "podAntiAffinity": {
-            "preferredDuringSchedulingIgnoredDuringExecution": [
-                {
-                    "weight": 100,
-                    "podAffinityTerm": {
-                        "labelSelector": {"matchLabels": {"noisy": "yes"}},
-                        "topologyKey": HOSTNAME,
-                    },
-                }
-            ]
-        }
-    }
+    away = _preferred("podAntiAffinity", 100, {"noisy": "yes"})
     sim.pod("loner", cpu="100m", memory="128Mi", affinity=away, node_name="a-loner")
     sim.pod("noisy", cpu="500m", memory="1Gi", labels={"noisy": "yes"})
     sim.settle()
