@@ -82,6 +82,8 @@ class _Static:
     # Raw scores that depend only on the node and the pod's spec, per passing node.
     prefer_no_schedule: dict[str, int] = field(default_factory=dict)
     node_preference: dict[str, int] = field(default_factory=dict)
+    any_prefer_no_schedule: bool = False
+    any_node_preference: bool = False
 
 
 @dataclass
@@ -190,10 +192,12 @@ class Snapshot:
                 reason = "node(s) didn't match Pod's node affinity/selector"
             if reason is None:
                 result.passing.append(node)
-                result.prefer_no_schedule[node.name] = rules.prefer_no_schedule_taints(
-                    pod, node.obj
-                )
-                result.node_preference[node.name] = rules.preferred_node_affinity(pod, node.obj)
+                taints = rules.prefer_no_schedule_taints(pod, node.obj)
+                preference = rules.preferred_node_affinity(pod, node.obj)
+                result.prefer_no_schedule[node.name] = taints
+                result.node_preference[node.name] = preference
+                result.any_prefer_no_schedule |= taints > 0
+                result.any_node_preference |= preference > 0
             else:
                 result.reasons[reason] += 1
         self._static[signature] = result
@@ -376,19 +380,21 @@ class PodContext:
         plugin_scores: list[tuple[int, Sequence[int]]] = [
             (scoring.FIT_WEIGHT, fit),
             (scoring.BALANCED_WEIGHT, balanced),
-            (
-                scoring.TAINT_WEIGHT,
-                scoring.normalize_to_max(
-                    [static.prefer_no_schedule[n.name] for n in feasible], reverse=True
-                ),
-            ),
-            (
-                scoring.NODE_AFFINITY_WEIGHT,
-                scoring.normalize_to_max([static.node_preference[n.name] for n in feasible]),
-            ),
             (scoring.SPREAD_WEIGHT, self._spread_scores(feasible, snapshot)),
             (scoring.INTERPOD_WEIGHT, self._interpod_scores(feasible, snapshot)),
         ]
+        # Without a PreferNoSchedule taint or a preferred node term anywhere, these plugins
+        # give every node the same score: it cannot change the choice, so it is not summed.
+        if static.any_prefer_no_schedule:
+            taints = [static.prefer_no_schedule[n.name] for n in feasible]
+            plugin_scores.append(
+                (scoring.TAINT_WEIGHT, scoring.normalize_to_max(taints, reverse=True))
+            )
+        if static.any_node_preference:
+            preferences = [static.node_preference[n.name] for n in feasible]
+            plugin_scores.append(
+                (scoring.NODE_AFFINITY_WEIGHT, scoring.normalize_to_max(preferences))
+            )
         return scoring.weighted_total(plugin_scores, len(feasible))
 
     def _soft_constraints(
