@@ -16,6 +16,9 @@ estimate count as much as a price annotation. A NodeClaim whose offering is not 
 in the inventory falls back to the price annotation of the scalable resource it waits on or
 was bound through (``karpenter.cluster.x-k8s.io/scalable-resource``), and to 0 without one.
 
+At each sample it also replays the NodeClaims' and Events' watches for launches beyond the plan
+(pods the scheduler stranded; ``sim.scenario.plans``).
+
 The observer's own requests (those the inventory resolution makes included) are tallied, so
 the run can report the API requests the controllers and the timeline made without the
 measuring instrument's.
