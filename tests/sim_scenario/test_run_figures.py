@@ -200,7 +200,8 @@ def test_a_pod_planned_again_while_its_nodeclaim_lives_is_stranded() -> None:
     server.register_cluster_api()
     recorder = EventRecorder(server, clock)
     observer = Observer(server, clock)
-    p, q, r = (server.create(PODS, _pod(name), "default") for name in ("p", "q", "r"))
+    p, q, r, s = (server.create(PODS, _pod(name), "default") for name in ("p", "q", "r", "s"))
+    server.create(NODECLAIMS, _claim("standing"))  # launched for other pods, before any plan
     server.create(NODECLAIMS, _claim("a"))
     _nominate(recorder, p, "a")
     _nominate(recorder, q, "a")
@@ -208,6 +209,7 @@ def test_a_pod_planned_again_while_its_nodeclaim_lives_is_stranded() -> None:
     doomed["metadata"]["finalizers"] = ["karpenter.sh/termination"]
     server.create(NODECLAIMS, doomed)
     _nominate(recorder, r, "b")
+    _nominate(recorder, s, "a")
     observer.sample()
     assert observer.plans.result() == BeyondPlan(0, 0)
 
@@ -224,8 +226,11 @@ def test_a_pod_planned_again_while_its_nodeclaim_lives_is_stranded() -> None:
 
     # q joins c, already counted: one more stranded pod, no more NodeClaims beyond the plan.
     _nominate(recorder, q, "c")
+    # s is re-planned onto a NodeClaim that stood before its first plan: stranded, but nothing
+    # was launched for it.
+    _nominate(recorder, s, "standing")
     observer.sample()
-    assert observer.plans.result() == BeyondPlan(nodeclaims_beyond_plan=1, pods_stranded=2)
+    assert observer.plans.result() == BeyondPlan(nodeclaims_beyond_plan=1, pods_stranded=3)
 
 
 def test_each_sample_counts_nodes_by_instance_type() -> None:

@@ -9,9 +9,11 @@ a plan reality did not realize, and it is what this module counts.
 
 A pod is *stranded* when it is nominated to a NodeClaim while a NodeClaim it was nominated to
 before is still alive and not being deleted. The NodeClaim of that later nomination counts as
-*launched beyond the plan* (once, however many stranded pods it was created for). A pod whose
-earlier NodeClaim was deleted or is being deleted (a failed launch, a disruption) is planned
-again, not stranded.
+*launched beyond the plan* (once, however many stranded pods it was created for) when it was
+created after the pod's earlier nomination: today the provisioner nominates pods only onto the
+NodeClaims it has just created, but a pod re-planned onto a NodeClaim that already stood for
+other pods would be stranded without a launch of its own. A pod whose earlier NodeClaim was
+deleted or is being deleted (a failed launch, a disruption) is planned again, not stranded.
 
 Deciding "still alive" needs the order of NodeClaim changes and Events between two samples, so
 the follower watches both from the start of the run and replays them merged by
@@ -78,7 +80,8 @@ class PlanFollower:
         start = server.resource_version
         self._streams = [_Pending(NODECLAIMS, start), _Pending(EVENTS, start)]
         self._claims: dict[str, bool] = {}  # NodeClaim name -> being deleted
-        self._nominations: dict[str, list[str]] = {}  # pod uid -> NodeClaims, in order
+        self._created: dict[str, int] = {}  # NodeClaim name -> resourceVersion first seen at
+        self._nominations: dict[str, list[tuple[str, int]]] = {}  # pod uid -> (NodeClaim, rv)
         self._stranded: set[str] = set()
         self._beyond: set[str] = set()
 
@@ -96,11 +99,11 @@ class PlanFollower:
             merged.extend(stream.events)
             stream.events = []
         merged.sort(key=lambda e: e[0])
-        for _, kind, obj in merged:
+        for version, kind, obj in merged:
             if kind == NODECLAIMS.kind:
-                self._claim_changed(obj)
+                self._claim_changed(obj, version)
             else:
-                self._event_seen(obj)
+                self._event_seen(obj, version)
 
     def _drain(self, stream: _Pending, upto: int) -> bool:
         """Read ``stream``'s events up to ``upto``; ``False`` when its history has expired."""
@@ -138,23 +141,28 @@ class PlanFollower:
             stream.version = listed.resource_version
             stream.events = []
 
-    def _claim_changed(self, claim: Mapping[str, Any]) -> None:
+    def _claim_changed(self, claim: Mapping[str, Any], version: int) -> None:
         meta = claim.get("metadata") or {}
         name = str(meta.get("name"))
         if claim.get("_deleted"):
             self._claims.pop(name, None)
+            self._created.pop(name, None)
         else:
             self._claims[name] = bool(meta.get("deletionTimestamp"))
+            self._created.setdefault(name, version)
 
-    def _event_seen(self, event: Mapping[str, Any]) -> None:
+    def _event_seen(self, event: Mapping[str, Any], version: int) -> None:
         nominated = nominated_nodeclaim(event)
         if nominated is None or event.get("_deleted"):
             return
         pod, claim = nominated
         earlier = self._nominations.setdefault(pod, [])
-        if claim in earlier:
-            return  # the same Event again (a repeat bumps its count)
-        if any(self._claims.get(name) is False for name in earlier):
+        if any(name == claim for name, _ in earlier):
+            return  # the same plan again (a repeated Event bumps its count)
+        alive = [at for name, at in earlier if self._claims.get(name) is False]
+        if alive:
             self._stranded.add(pod)
-            self._beyond.add(claim)
-        earlier.append(claim)
+            # Unknown creation (seen only after a relist): counted, as a new NodeClaim is.
+            if self._created.get(claim, version) > min(alive):
+                self._beyond.add(claim)
+        earlier.append((claim, version))
