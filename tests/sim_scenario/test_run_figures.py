@@ -13,6 +13,7 @@ import pytest
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.crds import generate_crds
 from karpenter_capi.core.clock import FakeClock
+from karpenter_capi.core.kube.events import EventRecorder
 from karpenter_capi.core.kube.resources import NODECLAIMS, PODS
 from karpenter_capi.core.plugins import PluginEnvironment, Plugins
 from karpenter_capi.plugins.generic_capi import plugin as generic_capi
@@ -23,6 +24,7 @@ from karpenter_capi.sim.apiserver.http import HttpFront
 from karpenter_capi.sim.scenario import observer as observer_module
 from karpenter_capi.sim.scenario.catalog import generate_catalog
 from karpenter_capi.sim.scenario.observer import Observer
+from karpenter_capi.sim.scenario.plans import BeyondPlan
 from karpenter_capi.sim.scenario.result import Sample
 from karpenter_capi.sim.scenario.runner import run
 from karpenter_capi.sim.scenario.schema import Catalog, load_scenario
@@ -178,9 +180,57 @@ def test_disruptions_survive_a_watch_history_that_expired_between_samples() -> N
     server.delete(NODECLAIMS, "emptied")
     server.compact()  # the watch must relist: the deletion is known only by its absence
     assert observer.sample().disruptions == {"Empty": 1}
-    # Five lists a sample (pods, MachineDeployments, MachinePools, NodeClaims, Nodes) + a relist.
-    assert observer.own_requests["list"] == 2 * 5 + 1
-    assert observer.own_requests["watch/poll"] == 2
+    # Five lists a sample (pods, MachineDeployments, MachinePools, NodeClaims, Nodes) + a relist
+    # for the disruptions and one for the launches beyond the plan (sim.scenario.plans).
+    assert observer.own_requests["list"] == 2 * 5 + 2
+    # Per sample: disruptions, then the plans' NodeClaims and Events (the second sample stops at
+    # the NodeClaims, whose history expired).
+    assert observer.own_requests["watch/poll"] == 3 + 2
+
+
+def _nominate(recorder: EventRecorder, pod: dict[str, Any], claim: str) -> None:
+    """The Event a provisioning round records on a pod it planned onto a new NodeClaim."""
+    recorder.record(pod, "Normal", "Nominated", f"Pod should schedule on: nodeclaim/{claim}")
+
+
+def test_a_pod_planned_again_while_its_nodeclaim_lives_is_stranded() -> None:
+    clock = FakeClock()
+    server = InMemoryAPIServer(clock=clock)
+    server.apply_manifests(generate_crds())
+    server.register_cluster_api()
+    recorder = EventRecorder(server, clock)
+    observer = Observer(server, clock)
+    p, q, r, s = (server.create(PODS, _pod(name), "default") for name in ("p", "q", "r", "s"))
+    server.create(NODECLAIMS, _claim("standing"))  # launched for other pods, before any plan
+    server.create(NODECLAIMS, _claim("a"))
+    _nominate(recorder, p, "a")
+    _nominate(recorder, q, "a")
+    doomed = _claim("b")
+    doomed["metadata"]["finalizers"] = ["karpenter.sh/termination"]
+    server.create(NODECLAIMS, doomed)
+    _nominate(recorder, r, "b")
+    _nominate(recorder, s, "a")
+    observer.sample()
+    assert observer.plans.result() == BeyondPlan(0, 0)
+
+    # p: planned again while a lives (between two samples, in one go): stranded, c beyond.
+    server.create(NODECLAIMS, _claim("c"))
+    _nominate(recorder, p, "c")
+    # r: planned again once b is being deleted: a new plan, not a stranding.
+    server.delete(NODECLAIMS, "b")
+    server.create(NODECLAIMS, _claim("d"))
+    _nominate(recorder, r, "d")
+    _nominate(recorder, q, "a")  # the same Event again: a repeat, not a new plan
+    observer.sample()
+    assert observer.plans.result() == BeyondPlan(nodeclaims_beyond_plan=1, pods_stranded=1)
+
+    # q joins c, already counted: one more stranded pod, no more NodeClaims beyond the plan.
+    _nominate(recorder, q, "c")
+    # s is re-planned onto a NodeClaim that stood before its first plan: stranded, but nothing
+    # was launched for it.
+    _nominate(recorder, s, "standing")
+    observer.sample()
+    assert observer.plans.result() == BeyondPlan(nodeclaims_beyond_plan=1, pods_stranded=3)
 
 
 def test_each_sample_counts_nodes_by_instance_type() -> None:

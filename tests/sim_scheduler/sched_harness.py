@@ -116,10 +116,10 @@ class Sim:
         return next((c for c in conditions if c["type"] == "PodScheduled"), None)
 
 
-def new_sim() -> Sim:
+def new_sim(seed: int = 0) -> Sim:
     clock = FakeClock()
     api = new_cluster(clock=clock)
     manager = Manager(api, clock=clock)
-    scheduler = SimScheduler(api, manager, clock)
+    scheduler = SimScheduler(api, manager, clock, seed=seed)
     manager.add(scheduler)
     return Sim(clock, api, manager, SteppedDriver(manager), scheduler)

@@ -16,6 +16,9 @@ estimate count as much as a price annotation. A NodeClaim whose offering is not 
 in the inventory falls back to the price annotation of the scalable resource it waits on or
 was bound through (``karpenter.cluster.x-k8s.io/scalable-resource``), and to 0 without one.
 
+At each sample it also replays the NodeClaims' and Events' watches for launches beyond the plan
+(pods the scheduler stranded; ``sim.scenario.plans``).
+
 The observer's own requests (those the inventory resolution makes included) are tallied, so
 the run can report the API requests the controllers and the timeline made without the
 measuring instrument's.
@@ -44,6 +47,7 @@ from karpenter_capi.plugins.generic_capi.binding import ANNOTATION_SCALABLE_RESO
 from karpenter_capi.plugins.generic_capi.shape import PRICE_ANNOTATION
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.apiserver.request_counts import WATCH_POLL
+from karpenter_capi.sim.scenario.plans import PlanFollower
 from karpenter_capi.sim.scenario.result import NODECLAIM_STATES, CapacityRow, Sample
 
 JsonObject = dict[str, Any]
@@ -118,6 +122,8 @@ class Observer:
         self._prices: dict[str, float] = {}
         # (NodePool, instance type, zone, capacity type) -> price, resolved at most once a sample.
         self._offerings: dict[tuple[str, str, str, str], float] | None = None
+        self.plans = PlanFollower(server, self._count)
+        """Launches beyond the plan (``sim.scenario.plans``), followed at each sample."""
 
     # ------------------------------------------------------------------ own requests
 
@@ -236,6 +242,7 @@ class Observer:
 
     def sample(self) -> Sample:
         self.follow_disruptions()
+        self.plans.follow()
         pods = [
             p
             for p in self._list(PODS)

@@ -11,6 +11,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from karpenter_capi.sim.scenario.plans import BeyondPlan
+
 # NodeClaim states in lifecycle order; each NodeClaim is in exactly one (its latest).
 NODECLAIM_STATES = ("launching", "launched", "registered", "initialized", "deleting")
 
@@ -71,6 +73,14 @@ class ScenarioResult:
     api_requests: dict[str, int] = field(default_factory=dict)
     watch_polls: int = 0
     capacity: list[CapacityRow] = field(default_factory=list)
+    beyond_plan: BeyondPlan = field(default_factory=BeyondPlan)
+
+    def _beyond_plan_json(self) -> dict[str, Any]:
+        """Launches beyond the plan (``sim.scenario.plans``), as top-level fields."""
+        return {
+            "nodeclaims_beyond_plan": self.beyond_plan.nodeclaims_beyond_plan,
+            "pods_stranded": self.beyond_plan.pods_stranded,
+        }
 
     def to_json(self) -> dict[str, Any]:
         """The result with the field names ``simulate --json`` documents (snake_case)."""
@@ -95,6 +105,7 @@ class ScenarioResult:
             "errors": list(self.errors),
             "conflicts": self.conflicts,
             "samples": [asdict(sample) for sample in self.samples],
+            **self._beyond_plan_json(),
         }
 
     def summary(self) -> str:

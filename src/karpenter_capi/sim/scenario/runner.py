@@ -209,9 +209,10 @@ def run(
     ``plugin_objects`` (``(name, module or object)`` pairs) replaces loading ``plugins`` by
     name, to run plugins built with test doubles (``capa`` over moto and Stubber clients).
 
-    ``seed`` seeds the API server's generated names and uids (and ``random``), so two runs of
-    a scenario match. ``on_cluster`` is handed the in-memory API server before anything runs
-    (``simulate --serve`` puts its HTTP front on it). ``on_sample`` is called with each
+    ``seed`` seeds the API server's generated names and uids, the scheduler stand-in's choice
+    between equally scored nodes (and ``random``), so two runs of a scenario match.
+    ``on_cluster`` is handed the in-memory API server before anything runs (``simulate
+    --serve`` puts its HTTP front on it). ``on_sample`` is called with each
     sample as it is taken; ``pace`` with 0 once setup is done (the CRDs, plugins and first
     settle, so a pacer can start its wall clock there), then with the virtual seconds elapsed,
     at most ``pace_step`` apart, after the clock has moved there (without it the clock jumps
@@ -257,7 +258,7 @@ def run(
         reconcile_errors = _ReconcileErrors(operator)
         add_capi_emulation(operator.manager, nodes=True)
         add_workload_emulation(operator.manager)
-        operator.manager.add(SimScheduler(server, operator.manager, clock))
+        operator.manager.add(SimScheduler(server, operator.manager, clock, seed=seed))
         driver = operator.stepped()
         observer = Observer(server, clock, loaded)
         actions = sorted((a for a in scenario.timeline if a.at <= until), key=lambda a: a.at)
@@ -322,4 +323,5 @@ def run(
         api_requests={verb: count for verb, count in api_requests.items() if count > 0},
         watch_polls=max(0, watch_polls),
         capacity=observer.capacity(),
+        beyond_plan=observer.plans.result(),
     )

@@ -89,6 +89,20 @@ def _errors(result: ScenarioResult, limit: int = 20) -> str:
     return "\n".join(lines)
 
 
+def _beyond_plan(result: ScenarioResult) -> str:
+    """NodeClaims launched again for pods the scheduler stranded (``sim.scenario.plans``)."""
+    beyond = result.beyond_plan
+    if not beyond.nodeclaims_beyond_plan and not beyond.pods_stranded:
+        return "launches beyond the plan: none"
+    claims = beyond.nodeclaims_beyond_plan
+    pods = beyond.pods_stranded
+    return (
+        f"launches beyond the plan: {claims:,} NodeClaim{'s' if claims != 1 else ''} for "
+        f"{pods:,} stranded pod{'s' if pods != 1 else ''} (planned onto a NodeClaim still "
+        "alive, then planned again)"
+    )
+
+
 def render_summary(result: ScenarioResult) -> str:
     """The whole summary, ending with a newline."""
     bound = result.pod_bound_seconds
@@ -119,6 +133,7 @@ def render_summary(result: ScenarioResult) -> str:
         f"{result.wall_seconds:.1f} s wall",
         overview,
         _capacity(result),
+        _beyond_plan(result),
         _counts("disruptions by reason", result.disruptions, "reason"),
         _counts("API requests by verb", result.api_requests, "verb") + _polls(result),
         _errors(result),

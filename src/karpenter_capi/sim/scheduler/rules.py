@@ -47,6 +47,8 @@ _SUFFIXES: Final[dict[str, Fraction]] = {
     "E": Fraction(10**18),
 }
 _NANO: Final = 10**9
+NONZERO_CPU: Final = 100 * 10**6  # 100m: what scoring counts for a container without a request
+NONZERO_MEMORY: Final = 200 * 2**20 * _NANO  # 200Mi
 
 
 def nanos(value: object) -> int:
@@ -104,6 +106,32 @@ def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
     _add(total, resource_list(spec.get("overhead")))
     total[PODS] = _NANO
     return total
+
+
+def pod_nonzero_cpu_memory(pod: Mapping[str, Any]) -> tuple[int, int]:
+    """CPU and memory as kube-scheduler's LeastAllocated scoring counts them, in nano-units.
+
+    Each container (and init container) without a CPU or memory request counts as asking for
+    100m CPU and 200Mi memory, so a node full of request-less pods does not score as empty.
+    The defaults apply per container, not per pod, as in ``PodRequests`` with
+    ``NonMissingContainerRequests``.
+    """
+    spec = pod.get("spec") or {}
+
+    def nonzero(container: Mapping[str, Any]) -> tuple[int, int]:
+        requests = resource_list((container.get("resources") or {}).get("requests"))
+        return requests.get(CPU, NONZERO_CPU), requests.get(MEMORY, NONZERO_MEMORY)
+
+    cpu = memory = 0
+    for container in spec.get("containers") or []:
+        more_cpu, more_memory = nonzero(container)
+        cpu += more_cpu
+        memory += more_memory
+    for container in spec.get("initContainers") or []:
+        init_cpu, init_memory = nonzero(container)
+        cpu, memory = max(cpu, init_cpu), max(memory, init_memory)
+    overhead = resource_list(spec.get("overhead"))
+    return cpu + overhead.get(CPU, 0), memory + overhead.get(MEMORY, 0)
 
 
 def node_allocatable(node: Mapping[str, Any]) -> dict[str, int]:
@@ -182,6 +210,16 @@ def node_affinity_matches(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bo
     return any(node_selector_term_matches(t, node) for t in required.get("nodeSelectorTerms") or [])
 
 
+def preferred_node_affinity(pod: Mapping[str, Any], node: Mapping[str, Any]) -> int:
+    """The summed weights of the pod's preferred node affinity terms ``node`` matches."""
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+    return sum(
+        int(term.get("weight") or 0)
+        for term in affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+        if node_selector_term_matches(term.get("preference") or {}, node)
+    )
+
+
 # Taints and tolerations.
 
 
@@ -194,6 +232,21 @@ def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
     if operator == "Exists":
         return not key or key == taint.get("key")
     return key == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def prefer_no_schedule_taints(pod: Mapping[str, Any], node: Mapping[str, Any]) -> int:
+    """How many of ``node``'s ``PreferNoSchedule`` taints ``pod`` does not tolerate."""
+    tolerations = [
+        t
+        for t in (pod.get("spec") or {}).get("tolerations") or []
+        if (t.get("effect") or "PreferNoSchedule") == "PreferNoSchedule"
+    ]
+    return sum(
+        1
+        for taint in (node.get("spec") or {}).get("taints") or []
+        if taint.get("effect") == "PreferNoSchedule"
+        and not any(_tolerates(t, taint) for t in tolerations)
+    )
 
 
 def untolerated_taint(pod: Mapping[str, Any], node: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -219,6 +272,16 @@ def pod_terms(pod: Mapping[str, Any], kind: str) -> list[Mapping[str, Any]]:
     """Required ``podAffinity`` or ``podAntiAffinity`` terms of ``pod``."""
     affinity = ((pod.get("spec") or {}).get("affinity") or {}).get(kind) or {}
     return list(affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+
+
+def preferred_pod_terms(pod: Mapping[str, Any], kind: str) -> list[tuple[int, Mapping[str, Any]]]:
+    """Preferred ``podAffinity`` or ``podAntiAffinity`` terms of ``pod`` as (weight, term)."""
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get(kind) or {}
+    return [
+        (int(weighted.get("weight") or 0), weighted.get("podAffinityTerm") or {})
+        for weighted in affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+        if weighted.get("weight")
+    ]
 
 
 def term_namespaces(term: Mapping[str, Any], own_namespace: str) -> frozenset[str] | None:
