@@ -49,6 +49,7 @@ from karpenter_capi.core.kube.resources import CAPI_NODECLASS_GROUP
 from karpenter_capi.plugins.generic_capi.delete import DeleteFailedError, Deleter
 from karpenter_capi.plugins.generic_capi.disruption import blocked_by_min_size
 from karpenter_capi.plugins.generic_capi.drift import DriftDetector, rollout_warnings
+from karpenter_capi.plugins.generic_capi.inflight import LaunchesInFlight
 from karpenter_capi.plugins.generic_capi.instances import (
     CACHE_TTL_OPTION,
     DEFAULT_CACHE_TTL,
@@ -85,6 +86,7 @@ class _State:
     instances: Instances
     drift: DriftDetector
     mirrors: ClusterMirrors
+    inflight: LaunchesInFlight
 
 
 _states_lock = threading.Lock()
@@ -119,16 +121,20 @@ def _state(ctx: PluginContext) -> _State:
     settings = LaunchSettings.from_options(ctx.options)
     unavailable = UnavailableOfferings.shared(ctx.management, ctx.clock)
     mirrors = ClusterMirrors(ctx.management, ctx.workload, capi)
+    inflight = LaunchesInFlight(ctx.clock.monotonic)
     state = _State(
         ctx=ctx,
         capi=capi,
         machines=machines,
         resources=resources,
-        launcher=Launcher(ctx, capi, machines, unavailable, settings, mirrors=mirrors),
+        launcher=Launcher(
+            ctx, capi, machines, unavailable, settings, mirrors=mirrors, inflight=inflight
+        ),
         deleter=Deleter(ctx, capi, machines, settings, mirrors),
         instances=Instances(ctx.management, capi, machines, resources, mirrors),
         drift=DriftDetector(ctx, capi, machines),
         mirrors=mirrors,
+        inflight=inflight,
     )
     with _states_lock:
         found = _states.get(id(ctx))
@@ -223,8 +229,10 @@ def karpenter_capi_create(
 def karpenter_capi_delete(nodeclaim: Any, ctx: PluginContext) -> bool | None:
     if not _claims_our_kind(nodeclaim):
         return None
+    state = _state(ctx)
+    state.inflight.done(_name(nodeclaim))
     try:
-        return _state(ctx).deleter.delete(nodeclaim)
+        return state.deleter.delete(nodeclaim)
     except ApiError as exc:
         raise DeleteFailedError(
             f"removing the Machine of NodeClaim {_name(nodeclaim)} failed: {exc}"
