@@ -7,6 +7,7 @@ only wires hooks to the modules that do the work:
 |---|---|
 | ``karpenter_capi_instance_types`` | ``inventory`` (what can be launched), ``nodeclass_status`` |
 | ``karpenter_capi_create`` | ``launch`` (scale up, bind a Machine), ``planning`` |
+| ``karpenter_capi_launch_watches`` | ``inflight`` (which NodeClaim a Machine's event wakes) |
 | ``karpenter_capi_delete`` | ``delete`` (mark a Machine, scale down; cancel) |
 | ``karpenter_capi_get``, ``karpenter_capi_list`` | ``instances`` (member-Machine cache) |
 | ``karpenter_capi_is_drifted`` | ``drift`` |
@@ -38,6 +39,7 @@ from karpenter_capi.core.errors import NodeClassNotReadyError, RetryableCreateEr
 from karpenter_capi.core.hookspecs import (
     Instance,
     LaunchResult,
+    LaunchWatch,
     NodeClass,
     PluginContext,
     hookimpl,
@@ -46,6 +48,7 @@ from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.kube.discovery import CapiResources, capi_resources
 from karpenter_capi.core.kube.errors import ApiError
 from karpenter_capi.core.kube.resources import CAPI_NODECLASS_GROUP
+from karpenter_capi.plugins.generic_capi.binding import machine_facts
 from karpenter_capi.plugins.generic_capi.delete import DeleteFailedError, Deleter
 from karpenter_capi.plugins.generic_capi.disruption import blocked_by_min_size
 from karpenter_capi.plugins.generic_capi.drift import DriftDetector, rollout_warnings
@@ -223,6 +226,17 @@ def karpenter_capi_create(
     except ApiError as exc:
         # A failed request is transient, not a plugin bug: the core retries with backoff.
         raise RetryableCreateError(f"Cluster API request failed: {exc}") from exc
+
+
+@hookimpl
+def karpenter_capi_launch_watches(ctx: PluginContext) -> list[LaunchWatch]:
+    inflight = _state(ctx).inflight
+    resource = _state(ctx).capi.machines
+
+    def nodeclaims(machine: Mapping[str, Any]) -> list[str]:
+        return inflight.to_wake(machine_facts(machine))
+
+    return [LaunchWatch(resource, nodeclaims, "management")]
 
 
 @hookimpl
