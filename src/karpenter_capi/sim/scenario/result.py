@@ -71,6 +71,9 @@ class ScenarioResult:
     api_requests: dict[str, int] = field(default_factory=dict)
     watch_polls: int = 0
     capacity: list[CapacityRow] = field(default_factory=list)
+    launch_rounds: dict[str, Any] = field(default_factory=dict)
+    """``sim.scenario.launches.LaunchRounds.figures``: replica writes per resource and round,
+    and when the last NodeClaim of a round got its provider ID."""
 
     def to_json(self) -> dict[str, Any]:
         """The result with the field names ``simulate --json`` documents (snake_case)."""
@@ -95,6 +98,7 @@ class ScenarioResult:
             "errors": list(self.errors),
             "conflicts": self.conflicts,
             "samples": [asdict(sample) for sample in self.samples],
+            "launch_rounds": dict(self.launch_rounds),
         }
 
     def summary(self) -> str:
