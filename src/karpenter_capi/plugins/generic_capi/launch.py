@@ -19,8 +19,18 @@ process can take the next one after a crash:
    Otherwise the replicas should be ``target`` = Machines that stay + waiting NodeClaims no free
    Machine serves (the shortfall), capped by the max-size annotation: the replicas are raised
    to ``target`` if lower, never beyond, through the scale subresource with a resourceVersion
-   precondition. Every concurrent call computes the same target, so a burst of NodeClaims costs
-   one or a few scale writes, and a restart cannot count a NodeClaim twice.
+   precondition. Every concurrent call computes the same target, and a restart cannot count a
+   NodeClaim twice.
+
+One write per round. The waiting NodeClaims include those this process sent to the resource
+and whose intent the core has not written yet (``inflight``: otherwise the next NodeClaim of
+the round would bind the Machine made for the previous one, which would ask again only at its
+next poll). And a NodeClaim's first call that would raise the replicas leaves that to the last
+NodeClaim of its round: it records its choice, then, if another NodeClaim of this plugin's kind
+created within ``round_window`` has chosen nothing yet, it only waits. The call that finds none
+closes the round: it raises its own resource and every resource left to it (``_close_round``),
+each to its target from a fresh read. Recording before looking means that of two concurrent
+first calls at least one sees the other's choice, so some call always closes the round.
 
 A resource that cannot serve the NodeClaim is left for the next cheapest: when the NodeClaim
 falls beyond the max size, when conflicts persist (``conflict_retries``), or when no Machine was

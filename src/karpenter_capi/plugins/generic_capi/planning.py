@@ -69,8 +69,8 @@ class LaunchSettings:
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> LaunchSettings:
-        timeout = _seconds_option(options, MACHINE_TIMEOUT_OPTION, DEFAULT_MACHINE_TIMEOUT)
-        window = _seconds_option(options, ROUND_WINDOW_OPTION, DEFAULT_ROUND_WINDOW)
+        timeout = seconds_option(options, MACHINE_TIMEOUT_OPTION, DEFAULT_MACHINE_TIMEOUT)
+        window = seconds_option(options, ROUND_WINDOW_OPTION, DEFAULT_ROUND_WINDOW)
         retries = DEFAULT_CONFLICT_RETRIES
         raw = options.get(CONFLICT_RETRIES_OPTION)
         if raw:
@@ -81,14 +81,17 @@ class LaunchSettings:
         return cls(machine_timeout=timeout, conflict_retries=retries, round_window=window)
 
 
-def _seconds_option(options: Mapping[str, str], name: str, default: float) -> float:
+def seconds_option(
+    options: Mapping[str, str], name: str, default: float, logger: logging.Logger = log
+) -> float:
+    """A duration option in seconds; ``default`` when unset or not a duration (logged)."""
     raw = options.get(name)
     if not raw:
         return default
     try:
         return parse_seconds(raw)
     except DurationError:
-        log.warning("ignoring option %s=%r: not a duration", name, raw)
+        logger.warning("ignoring option %s=%r: not a duration", name, raw)
         return default
 
 

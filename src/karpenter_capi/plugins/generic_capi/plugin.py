@@ -34,7 +34,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from karpenter_capi.core.api.duration import DurationError
 from karpenter_capi.core.errors import NodeClassNotReadyError, RetryableCreateError
 from karpenter_capi.core.hookspecs import (
     Instance,
@@ -68,7 +67,7 @@ from karpenter_capi.plugins.generic_capi.inventory import (
 from karpenter_capi.plugins.generic_capi.launch import Launcher
 from karpenter_capi.plugins.generic_capi.mirror import ClusterMirrors
 from karpenter_capi.plugins.generic_capi.nodeclass_status import update_nodeclass_status
-from karpenter_capi.plugins.generic_capi.planning import LaunchSettings, parse_seconds
+from karpenter_capi.plugins.generic_capi.planning import LaunchSettings, seconds_option
 from karpenter_capi.plugins.generic_capi.scaling import ResourceRef
 from karpenter_capi.plugins.generic_capi.selection import MACHINE_DEPLOYMENT
 
@@ -101,14 +100,7 @@ _MAX_STATES = 16
 
 
 def _cache_ttl(ctx: PluginContext) -> float:
-    raw = ctx.option(CACHE_TTL_OPTION)
-    if not raw:
-        return DEFAULT_CACHE_TTL
-    try:
-        return parse_seconds(raw)
-    except DurationError:
-        ctx.logger.warning("ignoring option %s=%r: not a duration", CACHE_TTL_OPTION, raw)
-        return DEFAULT_CACHE_TTL
+    return seconds_option(ctx.options, CACHE_TTL_OPTION, DEFAULT_CACHE_TTL, ctx.logger)
 
 
 def _state(ctx: PluginContext) -> _State:
