@@ -182,3 +182,22 @@ def test_concurrent_creates_on_threads_never_over_count(monkeypatch: pytest.Monk
             env.driver.advance(5)
 
     assert_converged(env, claims)
+
+
+def test_concurrent_first_calls_of_a_round_always_raise_every_replica_it_needs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each first call records its choice before it looks for NodeClaims still choosing, so the
+    # last of the round to record always sees none and raises the replicas for all of them.
+    env = new_env(monkeypatch=monkeypatch)
+    env.deployment("md-a")
+    claims = names("nc", 30)
+    for name in claims:
+        env.nodeclaim(name)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(env.launch, claims))
+
+    assert env.replicas("md-a") == 30
+    env.launch_all(claims)
+    assert_converged(env, claims)
