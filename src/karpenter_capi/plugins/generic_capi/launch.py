@@ -130,8 +130,9 @@ class _Call:
 
 
 class Launcher:
-    """The ``karpenter_capi_create`` logic for one management cluster (thread-safe: all state
-    lives in the API; the caches only save reads)."""
+    """The ``karpenter_capi_create`` logic for one management cluster (thread-safe: what it
+    decides from lives in the API, plus the intents this process sent that the API does not
+    show yet, ``inflight``; the caches only save reads)."""
 
     def __init__(
         self,
