@@ -16,9 +16,10 @@ only wires hooks to the modules that do the work:
 ``launch``, ``delete`` and ``instances`` read the NodeClaims and each resource's Machines through
 ``mirror`` (one list, then only the changes), so a poll costs no list of everything.
 
-The hooks are module functions, so the per-cluster state (discovered CAPI version, caches) is
-kept per ``PluginContext``: one context per plugin per process, and a fresh context (a
-restarted process, or a test that builds a new ``Plugins``) starts from nothing but the API.
+The hooks are module functions, so the per-cluster state (discovered CAPI version, caches, the
+launches in flight that ``karpenter_capi_launch_watches`` wakes) is kept per ``PluginContext``:
+one context per plugin per process, and a fresh context (a restarted process, or a test that
+builds a new ``Plugins``) starts from nothing but the API.
 
 Plugin options (``--plugin-option generic_capi.<name>=<value>``): ``machine_timeout``,
 ``conflict_retries`` (``launch``), ``cache_ttl`` (``instances``), ``drift_remediation``
