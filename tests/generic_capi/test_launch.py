@@ -46,6 +46,59 @@ def test_fifty_nodeclaims_at_once_make_fifty_replicas_and_fifty_bindings(
     assert env.scale_writes() <= 50
 
 
+def test_a_round_of_nodeclaims_raises_the_replicas_once_by_its_whole_shortfall(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    env = new_env(monkeypatch=monkeypatch)
+    env.deployment("md-a")
+    claims = names("nc", 10)
+    for name in claims:
+        env.nodeclaim(name)
+
+    for name in claims[:-1]:
+        env.launch(name)
+        # Another NodeClaim of the round has yet to choose: the scale-up is left to the last.
+        assert env.replicas("md-a") == 0
+    env.launch(claims[-1])
+
+    assert env.replicas("md-a") == 10
+    assert env.scale_writes() == 1
+    env.launch_all(claims)
+    assert sorted(env.bindings()) == claims
+    assert env.scale_writes() == 1
+
+
+def test_the_last_nodeclaim_of_a_round_raises_the_resources_the_others_chose(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    env = new_env(monkeypatch=monkeypatch)
+    env.deployment("md-a", instance_type="m5.large", price=0.1)
+    env.deployment("md-b", instance_type="m5.xlarge", price=0.2)
+    env.nodeclaim("nc-0", instance_types=("m5.large",))
+    env.nodeclaim("nc-1", instance_types=("m5.xlarge",))
+
+    env.launch("nc-0")
+    assert env.replicas("md-a") == 0
+    env.launch("nc-1")
+
+    assert (env.replicas("md-a"), env.replicas("md-b")) == (1, 1)
+    assert env.scale_writes() == 2
+
+
+def test_a_nodeclaim_stuck_before_choosing_holds_back_no_scale_up_past_the_round_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    env = new_env(monkeypatch=monkeypatch, options={"round_window": "10s"})
+    env.deployment("md-a")
+    env.nodeclaim("nc-stuck")  # its launch never gets as far as create
+    env.clock.advance(11)
+    env.nodeclaim("nc-0")
+
+    env.launch("nc-0")
+
+    assert env.replicas("md-a") == 1
+
+
 def test_the_cheapest_offering_is_chosen_and_ties_are_broken_the_same_way_every_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -166,12 +219,13 @@ def test_no_resource_left_is_insufficient_capacity(monkeypatch: pytest.MonkeyPat
     env.deployment("md-a", annotations={MAX_SIZE: "1"})
     env.nodeclaim("nc-0")
     env.nodeclaim("nc-1")
-    env.launch("nc-0")
+    env.launch("nc-0")  # leaves the scale-up to nc-1, the last of the round to choose
 
     with pytest.raises(InsufficientCapacityError) as raised:
         env.launch("nc-1")
 
-    assert "md-a: at its maximum size" in str(raised.value)
+    assert "md-a is at its maximum size (1 replicas)" in str(raised.value)
+    # Closing the round, nc-1 still raised the replica nc-0 needs.
     assert env.replicas("md-a") == 1
 
 

@@ -56,6 +56,33 @@ def test_fifty_nodeclaims_launch_through_the_lifecycle_controller(
     )
 
 
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_burst_scales_once_and_every_nodeclaim_launches_when_its_machine_is_provisioned(
+    shape: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 7 s is no multiple of the 5 s poll: a NodeClaim that only polled would learn its
+    # provider ID up to 5 s late, the last ones of a round a whole poll after the first.
+    env = new_env(shape, monkeypatch=monkeypatch, provision_delay=7)
+    env.deployment("md-a")
+    env.with_core()
+    claims = names("nc", 10)
+    for name in claims:
+        env.nodeclaim(name)
+
+    env.driver.run_until_quiet()
+    assert env.replicas("md-a") == 10
+    assert env.scale_writes() == 1  # one replica write for the round, by its whole shortfall
+    # The new Machines woke the NodeClaims: all bound now, not at their next poll.
+    assert sorted(env.bindings()) == claims
+    env.driver.advance(6.9)
+    assert not any(env.provider_id(name) for name in claims)
+    env.driver.advance(0.1)
+
+    # Each NodeClaim has its provider ID the moment its Machine got one: no poll in between.
+    assert all(launched(env, name) for name in claims)
+    assert env.scale_writes() == 1
+
+
 def test_deleting_a_launched_nodeclaim_removes_exactly_its_machine(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

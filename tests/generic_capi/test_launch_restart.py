@@ -93,17 +93,43 @@ def test_restart_after_bind_before_the_nodeclaim_update(
     assert env.machine_writes() == 20
 
 
-def test_nodeclaims_whose_intents_are_not_visible_yet_under_count_and_catch_up(
+def test_intents_the_core_has_not_written_yet_are_counted_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Workers that call create concurrently see none of each other's intents: each counts only
-    # itself, so the first round asks for too few replicas, never too many.
+    # The core writes a result on the NodeClaim after create returns. Calls made before that
+    # (the other NodeClaims of the round, other workers) count the intents this process sent
+    # and the API does not show yet: the round asks for every replica it needs, in one write.
     env = new_env(monkeypatch=monkeypatch)
     env.deployment("md-a")
     claims = names("nc", 20)
     for name in claims:
         env.nodeclaim(name)
     results = {name: env.launch(name, record=False) for name in claims}
+    assert env.replicas("md-a") == 20
+    assert env.scale_writes() == 1
+    for name, result in results.items():
+        env.record(name, result)
+
+    env.launch_all(claims)
+
+    assert_converged(env, claims)
+    assert env.scale_writes() == 1
+
+
+def test_a_new_process_that_never_saw_the_intents_under_counts_and_catches_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Unwritten intents live only in the process that sent them: a restarted one counts what
+    # the API shows, too few replicas at first, never too many.
+    env = new_env(monkeypatch=monkeypatch, options={"round_window": "0"})
+    env.deployment("md-a")
+    claims = names("nc", 20)
+    for name in claims:
+        env.nodeclaim(name)
+    results = {}
+    for name in claims:
+        results[name] = env.launch(name, record=False)
+        env.restart()
     for name, result in results.items():
         env.record(name, result)
     assert env.replicas("md-a") == 1
@@ -155,4 +181,23 @@ def test_concurrent_creates_on_threads_never_over_count(monkeypatch: pytest.Monk
             assert all(len(m) == 1 for m in env.bindings().values())
             env.driver.advance(5)
 
+    assert_converged(env, claims)
+
+
+def test_concurrent_first_calls_of_a_round_always_raise_every_replica_it_needs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each first call records its choice before it looks for NodeClaims still choosing, so the
+    # last of the round to record always sees none and raises the replicas for all of them.
+    env = new_env(monkeypatch=monkeypatch)
+    env.deployment("md-a")
+    claims = names("nc", 30)
+    for name in claims:
+        env.nodeclaim(name)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(env.launch, claims))
+
+    assert env.replicas("md-a") == 30
+    env.launch_all(claims)
     assert_converged(env, claims)

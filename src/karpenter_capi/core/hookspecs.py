@@ -31,7 +31,7 @@ implementation itself so that it can give every plugin its own ``ctx`` and chain
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
@@ -42,6 +42,7 @@ import pluggy
 from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead
 from karpenter_capi.core.kube.client import KubeClient
+from karpenter_capi.core.kube.resources import Resource
 from karpenter_capi.core.scheduling.resources import ResourceList
 
 if TYPE_CHECKING:
@@ -191,6 +192,25 @@ class Instance:
     labels: Mapping[str, str] = field(default_factory=_frozen_empty)
 
 
+@dataclass(frozen=True)
+class LaunchWatch:
+    """A resource whose changes move launches forward, and which NodeClaims a change wakes.
+
+    Returned by ``karpenter_capi_launch_watches``. The NodeClaim lifecycle controller keeps an
+    informer on ``resource`` in ``cluster`` (``"management"``, where the Cluster API objects
+    live, or ``"workload"``) and hands ``nodeclaims`` every object an event carries (added,
+    updated: the old and the new one, deleted). It returns the names of the NodeClaims whose
+    launch that object may have moved (their machine appeared or got its provider ID); the
+    core calls ``karpenter_capi_create`` for each at once instead of at its next poll. It runs
+    on the informer's thread for every event: keep it fast and thread-safe, do no I/O, and
+    never raise (an exception is logged and the event wakes nobody).
+    """
+
+    resource: Resource
+    nodeclaims: Callable[[Mapping[str, Any]], Iterable[str]]
+    cluster: str = "management"
+
+
 @hookspec
 def karpenter_capi_nodeclass_kinds() -> list[tuple[str, str]]:
     """The NodeClass kinds this plugin serves, as ``(API group, kind)`` pairs.
@@ -270,6 +290,23 @@ def karpenter_capi_create(
     when the NodeClass is unusable, ``RetryableCreateError`` for transient failures.
 
     Returns a ``LaunchResult`` or ``None``.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def karpenter_capi_launch_watches(ctx: PluginContext) -> list[LaunchWatch] | None:
+    """The resources whose events should wake a launch under way, instead of its next poll.
+
+    Called once, when the NodeClaim lifecycle controller is built (the API is reachable then),
+    on every plugin; the watches of all plugins are kept. A launch that ``karpenter_capi_create``
+    answered without a provider ID is asked again every few seconds (the poll); a watch lets
+    the plugin say which NodeClaims an event concerns, so that the next ``create`` for them
+    comes as soon as their machine appears or gets its ID. The poll stays as the fallback, so
+    waking too few NodeClaims only costs time, and waking one for nothing costs one call.
+    If the hook raises, the controller logs why and polls.
+
+    Returns a list (possibly empty) of ``LaunchWatch``, or ``None``.
     """
     raise NotImplementedError
 
@@ -385,6 +422,7 @@ HOOK_NAMES: Final = (
     "karpenter_capi_instance_types",
     "karpenter_capi_price_offerings",
     "karpenter_capi_create",
+    "karpenter_capi_launch_watches",
     "karpenter_capi_delete",
     "karpenter_capi_get",
     "karpenter_capi_list",

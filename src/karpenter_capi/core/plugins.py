@@ -34,6 +34,7 @@ from karpenter_capi.core.hookspecs import (
     PROJECT_NAME,
     Instance,
     LaunchResult,
+    LaunchWatch,
     MachineTemplateDescription,
     NodeClass,
     PluginContext,
@@ -443,6 +444,10 @@ _RESULT_CHECKS: Final[dict[str, tuple[Callable[[object], bool], str]]] = {
         "a list of InstanceType or None",
     ),
     "karpenter_capi_create": (lambda v: isinstance(v, LaunchResult), "a LaunchResult or None"),
+    "karpenter_capi_launch_watches": (
+        lambda v: _is_list_of(v, LaunchWatch),
+        "a list of LaunchWatch or None",
+    ),
     "karpenter_capi_delete": (lambda v: v is True, "True or None"),
     "karpenter_capi_get": (lambda v: isinstance(v, Instance), "an Instance or None"),
     "karpenter_capi_list": (lambda v: _is_list_of(v, Instance), "a list of Instance"),
@@ -622,6 +627,17 @@ class Plugins:
                 launched: LaunchResult = self._checked(plugin, hook, result)
                 return launched
         raise NotHandledError(hook, _object_name(nodeclaim), self.names)
+
+    def launch_watches(self) -> list[tuple[str, LaunchWatch]]:
+        """Every plugin's ``LaunchWatch``es, with the plugin's name, in plugin order."""
+        hook = "karpenter_capi_launch_watches"
+        watches: list[tuple[str, LaunchWatch]] = []
+        for plugin, result in self._each(hook, {}):
+            if result is None:
+                continue
+            listed: list[LaunchWatch] = self._checked(plugin, hook, result)
+            watches.extend((plugin, watch) for watch in listed)
+        return watches
 
     def delete(self, nodeclaim: NodeClaim) -> str:
         """Start deleting the machine of ``nodeclaim``; returns the plugin that took it.

@@ -1,7 +1,10 @@
 """The NodeClaim lifecycle controller: from a created NodeClaim to a Ready node.
 
 One controller over NodeClaims (waking also on Node events, mapped back by provider ID and by
-the Node's ownerReference) runs four steps in order on one working copy, as upstream's
+the Node's ownerReference, and on the events of the resources the plugins name in
+``karpenter_capi_launch_watches``, mapped by the plugin to the NodeClaims whose launch they
+may have moved, which are then asked again at once instead of at their next poll) runs four
+steps in order on one working copy, as upstream's
 ``nodeclaim.lifecycle`` does: launch, registration, initialization, liveness (see their
 modules). Running them in one reconcile, and writing the NodeClaim once at the end, keeps the
 condition list consistent: four controllers patching the same list would fight over it.
@@ -18,7 +21,7 @@ provider already answered is remembered by the launch step, so nothing is launch
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 from pydantic import ValidationError
@@ -26,6 +29,8 @@ from pydantic import ValidationError
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.meta import validation_problems
 from karpenter_capi.core.api.nodeclaim import NodeClaim
+from karpenter_capi.core.errors import ProviderError
+from karpenter_capi.core.hookspecs import LaunchWatch
 from karpenter_capi.core.kube.client import JsonObject
 from karpenter_capi.core.kube.errors import NotFound
 from karpenter_capi.core.kube.events import WARNING
@@ -48,8 +53,10 @@ from karpenter_capi.core.lifecycle.nodes import nodeclaim_keys_for_node
 from karpenter_capi.core.lifecycle.registration import Registration
 from karpenter_capi.core.lifecycle.work import NodeClaimWork
 from karpenter_capi.core.lifecycle.writes import Writes
+from karpenter_capi.core.plugins import PluginError
 from karpenter_capi.core.runtime.controller import (
     DONE,
+    MANAGEMENT,
     WORKLOAD,
     ControllerContext,
     Key,
@@ -112,9 +119,44 @@ class NodeClaimLifecycleController:
             launch_timeout=launch_timeout,
             registration_timeout=registration_timeout,
         )
+        self._launch_watches = self._wake_ups(launch_poll_interval)
 
     def watches(self) -> Sequence[Watch]:
-        return (Watch(NODES, self._nodeclaims_of_node, WORKLOAD),)
+        return (Watch(NODES, self._nodeclaims_of_node, WORKLOAD), *self._launch_watches)
+
+    def _wake_ups(self, poll_interval: float) -> list[Watch]:
+        """The plugins' launch watches as watches of this controller (none if they fail)."""
+        try:
+            found = self._ctx.plugins.launch_watches()
+        except (PluginError, ProviderError) as exc:
+            self._ctx.log.warning(
+                "launches will be polled every %gs only: the plugins' launch watches are "
+                "unavailable: %s",
+                poll_interval,
+                exc,
+            )
+            return []
+        watches = []
+        for plugin, watch in found:
+            if watch.cluster not in (WORKLOAD, MANAGEMENT):
+                self._ctx.log.warning(
+                    "plugin %s: ignoring its launch watch of %s in unknown cluster %r",
+                    plugin,
+                    watch.resource.group_resource,
+                    watch.cluster,
+                )
+                continue
+            watches.append(Watch(watch.resource, self._waker(watch), watch.cluster))
+        return watches
+
+    def _waker(self, watch: LaunchWatch) -> Callable[[JsonObject], list[Key]]:
+        def to_keys(obj: JsonObject) -> list[Key]:
+            names = [name for name in watch.nodeclaims(obj) if isinstance(name, str) and name]
+            for name in names:
+                self._launch.wake(name)
+            return names
+
+        return to_keys
 
     def reads(self) -> Sequence[tuple[Resource, str]]:
         return ((NODEPOOLS, WORKLOAD), (CLUSTER_API_NODE_CLASSES, WORKLOAD))

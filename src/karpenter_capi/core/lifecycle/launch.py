@@ -168,6 +168,8 @@ class _Attempt:
     failures: int = 0
     next_at: float = 0.0
     """Clock-monotonic time before which the provider is not called again."""
+    wakes: int = 0
+    """Wake-ups so far (``Launch.wake``): one that comes during a call voids its poll delay."""
 
 
 class Launch:
@@ -196,6 +198,15 @@ class Launch:
     def forget(self, name: str) -> None:
         with self._lock:
             self._attempts.pop(name, None)
+
+    def wake(self, name: str) -> None:
+        """A plugin says the launch of ``name`` may have moved: call it again at its next
+        reconcile instead of waiting for the poll (a failing launch keeps its backoff)."""
+        with self._lock:
+            attempt = self._attempts.get(name)
+            if attempt is not None and attempt.failures == 0:
+                attempt.wakes += 1
+                attempt.next_at = 0.0
 
     def _attempt(self, work: NodeClaimWork) -> _Attempt:
         with self._lock:
@@ -251,6 +262,7 @@ class Launch:
                 )
                 return DONE
             provider = self.provider_label(work.model.spec.node_class_ref)
+            wakes = attempt.wakes
             with self._metrics.provider_call("Create", provider):
                 result = self._ctx.plugins.create(work.to_model(), instance_types, inputs.nodeclass)
         except InsufficientCapacityError as exc:
@@ -280,7 +292,10 @@ class Launch:
             f"waiting for the provider to bind a {result.instance_type} "
             f"{result.capacity_type} instance{where}",
         )
-        attempt.next_at = self._ctx.clock.monotonic() + self._poll_interval
+        if attempt.wakes == wakes:
+            attempt.next_at = self._ctx.clock.monotonic() + self._poll_interval
+        else:
+            attempt.next_at = 0.0  # woken during the call: what woke it may be news to it
         return Result(requeue_after=self._poll_interval)
 
     def _apply(self, work: NodeClaimWork, attempt: _Attempt) -> None:

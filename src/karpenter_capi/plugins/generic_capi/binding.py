@@ -171,6 +171,8 @@ class ClaimFacts:
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
     provider_id: str
+    node_class_kind: str = ""
+    """The kind of its ``spec.nodeClassRef`` (which plugin launches it)."""
 
     @cached_property
     def intent(self) -> str:
@@ -209,6 +211,8 @@ def claim_facts(obj: Any) -> ClaimFacts:
         raise TypeError(f"not a NodeClaim: {type(obj).__name__}")
     meta = _meta(raw)
     status = raw.get("status")
+    spec = raw.get("spec")
+    ref = spec.get("nodeClassRef") if isinstance(spec, Mapping) else None
     return ClaimFacts(
         name=str(meta.get("name") or ""),
         uid=str(meta.get("uid") or ""),
@@ -217,6 +221,7 @@ def claim_facts(obj: Any) -> ClaimFacts:
         labels=_str_map(meta.get("labels")),
         annotations=_str_map(meta.get("annotations")),
         provider_id=str((status.get("providerID") if isinstance(status, Mapping) else "") or ""),
+        node_class_kind=str((ref.get("kind") if isinstance(ref, Mapping) else "") or ""),
     )
 
 

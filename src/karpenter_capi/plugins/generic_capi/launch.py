@@ -19,8 +19,18 @@ process can take the next one after a crash:
    Otherwise the replicas should be ``target`` = Machines that stay + waiting NodeClaims no free
    Machine serves (the shortfall), capped by the max-size annotation: the replicas are raised
    to ``target`` if lower, never beyond, through the scale subresource with a resourceVersion
-   precondition. Every concurrent call computes the same target, so a burst of NodeClaims costs
-   one or a few scale writes, and a restart cannot count a NodeClaim twice.
+   precondition. Every concurrent call computes the same target, and a restart cannot count a
+   NodeClaim twice.
+
+One write per round. The waiting NodeClaims include those this process sent to the resource
+and whose intent the core has not written yet (``inflight``: otherwise the next NodeClaim of
+the round would bind the Machine made for the previous one, which would ask again only at its
+next poll). And a NodeClaim's first call that would raise the replicas leaves that to the last
+NodeClaim of its round: it records its choice, then, if another NodeClaim of this plugin's kind
+created within ``round_window`` has chosen nothing yet, it only waits. The call that finds none
+closes the round: it raises its own resource and every resource left to it (``_close_round``),
+each to its target from a fresh read. Recording before looking means that of two concurrent
+first calls at least one sees the other's choice, so some call always closes the round.
 
 A resource that cannot serve the NodeClaim is left for the next cheapest: when the NodeClaim
 falls beyond the max size, when conflicts persist (``conflict_retries``), or when no Machine was
@@ -44,7 +54,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from karpenter_capi.core.api import wellknown
@@ -54,7 +64,7 @@ from karpenter_capi.core.hookspecs import LaunchResult, NodeClass, PluginContext
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.discovery import CapiResources
-from karpenter_capi.core.kube.errors import Conflict, NotFound
+from karpenter_capi.core.kube.errors import ApiError, Conflict, NotFound
 from karpenter_capi.plugins.generic_capi.binding import (
     ANNOTATION_MACHINE,
     ANNOTATION_REQUESTED_AT,
@@ -66,12 +76,14 @@ from karpenter_capi.plugins.generic_capi.binding import (
     claim_facts,
     machine_facts,
 )
+from karpenter_capi.plugins.generic_capi.inflight import LaunchesInFlight
 from karpenter_capi.plugins.generic_capi.instances import MachineCache
 from karpenter_capi.plugins.generic_capi.inventory import UnavailableOfferings, collect_inventory
 from karpenter_capi.plugins.generic_capi.mirror import ClusterMirrors, WaitingClaims
 from karpenter_capi.plugins.generic_capi.planning import (
     Candidate,
     LaunchSettings,
+    Plan,
     make_plan,
     nothing_available,
     rank_candidates,
@@ -99,9 +111,28 @@ class _Outcome:
     mark: bool = False
 
 
+@dataclass
+class _Call:
+    """One ``create`` call: its NodeClaim, its time, and what it read, read at most once."""
+
+    claim: ClaimFacts
+    now: datetime
+    may_defer: bool = False
+    """Its first call here, with no resource chosen yet: it may leave the scale-up to the
+    last NodeClaim of its round."""
+    waiting: WaitingClaims | None = None
+    choosing: bool | None = None
+
+    def claims(self, mirrors: ClusterMirrors) -> WaitingClaims:
+        if self.waiting is None:
+            self.waiting = mirrors.waiting()
+        return self.waiting
+
+
 class Launcher:
-    """The ``karpenter_capi_create`` logic for one management cluster (thread-safe: all state
-    lives in the API; the caches only save reads)."""
+    """The ``karpenter_capi_create`` logic for one management cluster (thread-safe: what it
+    decides from lives in the API, plus the intents this process sent that the API does not
+    show yet, ``inflight``; the caches only save reads)."""
 
     def __init__(
         self,
@@ -112,8 +143,10 @@ class Launcher:
         settings: LaunchSettings,
         *,
         mirrors: ClusterMirrors,
+        inflight: LaunchesInFlight,
     ) -> None:
         self._ctx = ctx
+        self._inflight = inflight
         self._client: KubeClient = ctx.management
         self._capi = capi
         self._cache = cache
@@ -126,8 +159,23 @@ class Launcher:
     def create(
         self, nodeclaim: object, instance_types: Sequence[InstanceType], nodeclass: NodeClass
     ) -> LaunchResult:
-        claim = claim_facts(nodeclaim)
-        now = self._ctx.clock.now()
+        call = _Call(claim_facts(nodeclaim), self._ctx.clock.now())
+        name = call.claim.name
+        self._inflight.ran(name)
+        call.may_defer = not call.claim.intent and not self._inflight.has_intent(name)
+        try:
+            result = self._create(call, instance_types, nodeclass)
+        except InsufficientCapacityError:
+            self._inflight.done(name)
+            self._close_round(call)
+            raise
+        self._close_round(call)
+        return result
+
+    def _create(
+        self, call: _Call, instance_types: Sequence[InstanceType], nodeclass: NodeClass
+    ) -> LaunchResult:
+        claim, now = call.claim, call.now
         intent = ResourceRef.parse(claim.intent) if claim.intent else None
         machine, lost = self._find_binding(claim)
         if machine is not None:
@@ -138,14 +186,12 @@ class Launcher:
                     f"Machine {machine.key} is bound but its scalable resource is unknown"
                 )
             return self._bound(claim, candidate, machine, now)
-        claims: WaitingClaims | None = None
         tried: list[Candidate] = []
         reasons: list[str] = []
         if intent is not None:
             sticky = self._describe(claim, intent, nodeclass)
             if sticky is not None:
-                claims = self._claims()
-                outcome = self._attempt(sticky, claim, claims, now, sticky=True)
+                outcome = self._attempt(sticky, call, sticky=True)
                 if outcome.machine is not None:
                     return self._bound(claim, sticky, outcome.machine, now)
                 if outcome.waiting:
@@ -155,17 +201,15 @@ class Launcher:
             else:
                 # The resource it waited on is no longer described anywhere: withdraw its
                 # replica there before choosing again, or it would be counted twice.
-                claims = self._claims()
                 state = self._read_state(intent)
-                self._give_back(state, claim, claims.on(intent), self._cache.bound_claims())
+                claims = self._on(call.claims(self._mirrors), intent)
+                self._give_back(state, claim, claims, self._cache.bound_claims())
         inventory = collect_inventory(self._ctx, nodeclass, self._capi)
         candidates = rank_candidates(instance_types, inventory, self._unavailable)
         for candidate in candidates:
             if any(candidate.ref == done.ref for done in tried):
                 continue
-            if claims is None:
-                claims = self._claims()
-            outcome = self._attempt(candidate, claim, claims, now, sticky=False)
+            outcome = self._attempt(candidate, call, sticky=False)
             if outcome.machine is not None:
                 return self._bound(claim, candidate, outcome.machine, now)
             if outcome.waiting:
@@ -180,8 +224,39 @@ class Launcher:
 
     # --- reading --------------------------------------------------------------------------------
 
-    def _claims(self) -> WaitingClaims:
-        return self._mirrors.waiting()
+    def _on(self, waiting: WaitingClaims, ref: ResourceRef) -> list[ClaimFacts]:
+        """The NodeClaims that may wait on ``ref``: as the API shows them, with the intents
+        this process has sent to the core and the API does not show yet (``inflight``)."""
+        key = ref.key
+        sent = self._inflight.intents_on(key)
+        claims = []
+        for claim in waiting.on(ref):
+            where = self._inflight.intent_of(claim.name)
+            if where is None or where == key:
+                claims.append(claim)
+                sent.pop(claim.name, None)
+        for name in sent:
+            shown = waiting.find(name)
+            if shown is not None:
+                annotations = {**shown.annotations, ANNOTATION_SCALABLE_RESOURCE: key}
+                claims.append(replace(shown, annotations=annotations))
+        return claims
+
+    def _choosing(self, call: _Call) -> bool:
+        """Whether another NodeClaim of this round has yet to choose its resource: created
+        within ``round_window``, launched by this plugin, with no intent in the API or here."""
+        if call.choosing is None:
+            claim = call.claim
+            window = self._settings.round_window
+            horizon = call.now - timedelta(seconds=window)
+            call.choosing = window > 0 and any(
+                other.name != claim.name
+                and other.node_class_kind == claim.node_class_kind
+                and other.created >= horizon
+                and not self._inflight.has_intent(other.name)
+                for other in call.claims(self._mirrors).choosing
+            )
+        return call.choosing
 
     def _read_state(self, ref: ResourceRef) -> ResourceState | None:
         return read_state(self._client, self._capi, ref, self._mirrors.machines_of)
@@ -234,17 +309,10 @@ class Launcher:
 
     # --- one resource ---------------------------------------------------------------------------
 
-    def _attempt(
-        self,
-        candidate: Candidate,
-        claim: ClaimFacts,
-        waiting: WaitingClaims,
-        now: datetime,
-        *,
-        sticky: bool,
-    ) -> _Outcome:
+    def _attempt(self, candidate: Candidate, call: _Call, *, sticky: bool) -> _Outcome:
         ref = candidate.ref
-        claims = waiting.on(ref)
+        claim, now = call.claim, call.now
+        claims = self._on(call.claims(self._mirrors), ref)
         bound_elsewhere = self._cache.bound_claims()
         for _ in range(self._settings.conflict_retries):
             state = self._read_state(ref)
@@ -285,26 +353,73 @@ class Launcher:
                 return _Outcome(
                     skip=f"{ref} is at its maximum size ({state.max_size} replicas)", mark=True
                 )
-            if state.marked and state.replicas <= len(state.alive):
-                return _Outcome(waiting=True)  # a scale-down goes first (module docstring)
-            if state.replicas >= plan.target:
+            # Sent here from now on: the NodeClaims that choose after this one count it.
+            self._inflight.intend(claim, ref.key)
+            if call.may_defer and state.replicas < plan.target and self._choosing(call):
+                # The last NodeClaim of the round raises the replicas for all (module docstring).
+                self._inflight.defer(ref.key, claim.name)
                 return _Outcome(waiting=True)
-            try:
-                scale(self._client, self._capi, state, plan.target)
-            except Conflict:
+            if self._raise(state, plan, claim.name) is None:
                 continue
-            log.info(
-                "scaled %s from %d to %d replicas for %d waiting NodeClaims (NodeClaim %s)",
-                ref,
-                state.replicas,
-                plan.target,
-                len(plan.unmatched),
-                claim.name,
-            )
             return _Outcome(waiting=True)
         return _Outcome(
             skip=f"{ref} kept changing ({self._settings.conflict_retries} conflicts in a row)"
         )
+
+    def _raise(self, state: ResourceState, plan: Plan, on_behalf: str) -> bool | None:
+        """Raise the replicas to ``plan.target`` unless they are there or a scale-down must go
+        first; whether it wrote, ``None`` on a conflict."""
+        counted = {*plan.pairs, *(c.name for c in plan.unmatched)}
+        if state.marked and state.replicas <= len(state.alive):
+            return False  # a scale-down goes first (module docstring)
+        if state.replicas >= plan.target:
+            self._inflight.covered(state.ref.key, counted)
+            return False
+        try:
+            scale(self._client, self._capi, state, plan.target)
+        except Conflict:
+            return None
+        self._inflight.covered(state.ref.key, counted)
+        log.info(
+            "scaled %s from %d to %d replicas for %d waiting NodeClaims (NodeClaim %s)",
+            state.ref,
+            state.replicas,
+            plan.target,
+            len(plan.unmatched),
+            on_behalf,
+        )
+        return True
+
+    def _close_round(self, call: _Call) -> None:
+        """When no NodeClaim of the round is left to choose, raise the replicas of every
+        resource whose scale-up was left to this moment."""
+        deferred = self._inflight.deferred()
+        if not deferred:
+            return
+        try:
+            if self._choosing(call):
+                return
+            for key in deferred:
+                ref = ResourceRef.parse(key)
+                if ref is not None:
+                    self._raise_deferred(ref, call.claim.name)
+        except ApiError as exc:
+            # The NodeClaims that waited are polled and raise the replicas themselves.
+            log.warning("could not raise the replicas left to the end of a round: %s", exc)
+
+    def _raise_deferred(self, ref: ResourceRef, on_behalf: str) -> None:
+        for _ in range(self._settings.conflict_retries):
+            state = self._read_state(ref)
+            if state is None or state.deleting:
+                self._inflight.covered(ref.key, None)
+                return
+            claims = self._on(self._mirrors.waiting(), ref)
+            others = waiting_claims(claims, state, self._cache.bound_claims())
+            plan = make_plan(state, others)
+            if self._raise(state, plan, on_behalf) is not None:
+                self._inflight.covered(ref.key, None)
+                return
+        self._inflight.covered(ref.key, None)
 
     def _give_back(
         self,
@@ -369,6 +484,7 @@ class Launcher:
         lost: bool,
         since: datetime | None,
     ) -> LaunchResult:
+        self._inflight.intend(claim, candidate.ref.key)
         return candidate.result(self._annotations(candidate, since or now, None, lost))
 
     def _bound(
@@ -381,6 +497,10 @@ class Launcher:
                 reason,
                 [(candidate.instance_type, candidate.offering)] if candidate.offering else None,
             )
+        if machine.provider_id:
+            self._inflight.done(claim.name)
+        else:
+            self._inflight.bound(claim.name)
         since = claim.requested_at or now
         return candidate.result(
             self._annotations(candidate, since, machine, False), machine.provider_id

@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 from karpenter_capi.core.kube.cache import object_key
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
@@ -167,22 +166,41 @@ class Mirror(Generic[T]):
         return True
 
 
+CHOOSING: Final = ""
+"""The group of the NodeClaims that wait on no resource yet: their first ``create`` is still to
+come (or its result is not written yet)."""
+
+
 def _waiting_on(claim: ClaimFacts) -> str | None:
-    """The resource a NodeClaim may be waiting on: its intent, unless it is deleting or already
-    knows its Machine (``planning.waiting_claims`` checks the rest against the Machines)."""
-    if not claim.intent or claim.deleting or claim.provider_id or claim.machine_ref is not None:
+    """The resource a NodeClaim may be waiting on: its intent (``CHOOSING`` without one),
+    unless it is deleting or already knows its Machine (``planning.waiting_claims`` checks the
+    rest against the Machines)."""
+    if claim.deleting or claim.provider_id or claim.machine_ref is not None:
         return None
     return claim.intent
 
 
-@dataclass(frozen=True)
 class WaitingClaims:
-    """One read of the NodeClaims that may be waiting, by the key of the resource they wait on."""
+    """One read of the NodeClaims that may be waiting, by the key of the resource they wait on
+    (``CHOOSING`` for those that wait on none yet)."""
 
-    by_resource: Mapping[str, Sequence[ClaimFacts]]
+    def __init__(self, by_resource: Mapping[str, Sequence[ClaimFacts]]) -> None:
+        self.by_resource = by_resource
+        self._by_name: dict[str, ClaimFacts] | None = None
 
     def on(self, ref: ResourceRef) -> Sequence[ClaimFacts]:
         return self.by_resource.get(ref.key, ())
+
+    @property
+    def choosing(self) -> Sequence[ClaimFacts]:
+        """The NodeClaims that may be waiting and name no resource yet."""
+        return self.by_resource.get(CHOOSING, ())
+
+    def find(self, name: str) -> ClaimFacts | None:
+        """NodeClaim ``name`` if this read shows it possibly waiting, on any resource or none."""
+        if self._by_name is None:
+            self._by_name = {c.name: c for group in self.by_resource.values() for c in group}
+        return self._by_name.get(name)
 
 
 class ClusterMirrors:

@@ -34,8 +34,10 @@ log = logging.getLogger(__name__)
 
 MACHINE_TIMEOUT_OPTION: Final = "machine_timeout"
 CONFLICT_RETRIES_OPTION: Final = "conflict_retries"
+ROUND_WINDOW_OPTION: Final = "round_window"
 DEFAULT_MACHINE_TIMEOUT: Final = 120.0
 DEFAULT_CONFLICT_RETRIES: Final = 5
+DEFAULT_ROUND_WINDOW: Final = 10.0
 
 
 def parse_seconds(text: str) -> float:
@@ -53,23 +55,22 @@ def parse_seconds(text: str) -> float:
 class LaunchSettings:
     """``machine_timeout``: seconds a NodeClaim waits for a Machine of one resource before
     falling back to the next; ``conflict_retries``: fresh reads after a 409 before giving up
-    on a resource. Plugin options ``generic_capi.machine_timeout`` (``90s``, ``2m``) and
-    ``generic_capi.conflict_retries``. The timeout must leave room in the core's launch timeout
-    (5 minutes) for a fallback, and cover the time CAPI takes to create a Machine object (not
-    to provision it: a bound Machine waits for its provider ID as long as the core lets it)."""
+    on a resource; ``round_window``: how recent another NodeClaim without a resource must be
+    for a new NodeClaim to leave its scale-up to the last of their round (``launch``). Plugin
+    options ``generic_capi.machine_timeout`` (``90s``, ``2m``), ``generic_capi.conflict_retries``
+    and ``generic_capi.round_window`` (``0`` scales at every first call, as before). The
+    timeout must leave room in the core's launch timeout (5 minutes) for a fallback, and cover
+    the time CAPI takes to create a Machine object (not to provision it: a bound Machine waits
+    for its provider ID as long as the core lets it)."""
 
     machine_timeout: float = DEFAULT_MACHINE_TIMEOUT
     conflict_retries: int = DEFAULT_CONFLICT_RETRIES
+    round_window: float = DEFAULT_ROUND_WINDOW
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> LaunchSettings:
-        timeout = DEFAULT_MACHINE_TIMEOUT
-        raw = options.get(MACHINE_TIMEOUT_OPTION)
-        if raw:
-            try:
-                timeout = parse_seconds(raw)
-            except DurationError:
-                log.warning("ignoring option %s=%r: not a duration", MACHINE_TIMEOUT_OPTION, raw)
+        timeout = seconds_option(options, MACHINE_TIMEOUT_OPTION, DEFAULT_MACHINE_TIMEOUT)
+        window = seconds_option(options, ROUND_WINDOW_OPTION, DEFAULT_ROUND_WINDOW)
         retries = DEFAULT_CONFLICT_RETRIES
         raw = options.get(CONFLICT_RETRIES_OPTION)
         if raw:
@@ -77,7 +78,21 @@ class LaunchSettings:
                 retries = max(1, int(raw))
             except ValueError:
                 log.warning("ignoring option %s=%r: not an integer", CONFLICT_RETRIES_OPTION, raw)
-        return cls(machine_timeout=timeout, conflict_retries=retries)
+        return cls(machine_timeout=timeout, conflict_retries=retries, round_window=window)
+
+
+def seconds_option(
+    options: Mapping[str, str], name: str, default: float, logger: logging.Logger = log
+) -> float:
+    """A duration option in seconds; ``default`` when unset or not a duration (logged)."""
+    raw = options.get(name)
+    if not raw:
+        return default
+    try:
+        return parse_seconds(raw)
+    except DurationError:
+        logger.warning("ignoring option %s=%r: not a duration", name, raw)
+        return default
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ only wires hooks to the modules that do the work:
 |---|---|
 | ``karpenter_capi_instance_types`` | ``inventory`` (what can be launched), ``nodeclass_status`` |
 | ``karpenter_capi_create`` | ``launch`` (scale up, bind a Machine), ``planning`` |
+| ``karpenter_capi_launch_watches`` | ``inflight`` (which NodeClaim a Machine's event wakes) |
 | ``karpenter_capi_delete`` | ``delete`` (mark a Machine, scale down; cancel) |
 | ``karpenter_capi_get``, ``karpenter_capi_list`` | ``instances`` (member-Machine cache) |
 | ``karpenter_capi_is_drifted`` | ``drift`` |
@@ -15,9 +16,10 @@ only wires hooks to the modules that do the work:
 ``launch``, ``delete`` and ``instances`` read the NodeClaims and each resource's Machines through
 ``mirror`` (one list, then only the changes), so a poll costs no list of everything.
 
-The hooks are module functions, so the per-cluster state (discovered CAPI version, caches) is
-kept per ``PluginContext``: one context per plugin per process, and a fresh context (a
-restarted process, or a test that builds a new ``Plugins``) starts from nothing but the API.
+The hooks are module functions, so the per-cluster state (discovered CAPI version, caches, the
+launches in flight that ``karpenter_capi_launch_watches`` wakes) is kept per ``PluginContext``:
+one context per plugin per process, and a fresh context (a restarted process, or a test that
+builds a new ``Plugins``) starts from nothing but the API.
 
 Plugin options (``--plugin-option generic_capi.<name>=<value>``): ``machine_timeout``,
 ``conflict_retries`` (``launch``), ``cache_ttl`` (``instances``), ``drift_remediation``
@@ -33,11 +35,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from karpenter_capi.core.api.duration import DurationError
 from karpenter_capi.core.errors import NodeClassNotReadyError, RetryableCreateError
 from karpenter_capi.core.hookspecs import (
     Instance,
     LaunchResult,
+    LaunchWatch,
     NodeClass,
     PluginContext,
     hookimpl,
@@ -46,9 +48,11 @@ from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.kube.discovery import CapiResources, capi_resources
 from karpenter_capi.core.kube.errors import ApiError
 from karpenter_capi.core.kube.resources import CAPI_NODECLASS_GROUP
+from karpenter_capi.plugins.generic_capi.binding import machine_facts
 from karpenter_capi.plugins.generic_capi.delete import DeleteFailedError, Deleter
 from karpenter_capi.plugins.generic_capi.disruption import blocked_by_min_size
 from karpenter_capi.plugins.generic_capi.drift import DriftDetector, rollout_warnings
+from karpenter_capi.plugins.generic_capi.inflight import LaunchesInFlight
 from karpenter_capi.plugins.generic_capi.instances import (
     CACHE_TTL_OPTION,
     DEFAULT_CACHE_TTL,
@@ -64,7 +68,7 @@ from karpenter_capi.plugins.generic_capi.inventory import (
 from karpenter_capi.plugins.generic_capi.launch import Launcher
 from karpenter_capi.plugins.generic_capi.mirror import ClusterMirrors
 from karpenter_capi.plugins.generic_capi.nodeclass_status import update_nodeclass_status
-from karpenter_capi.plugins.generic_capi.planning import LaunchSettings, parse_seconds
+from karpenter_capi.plugins.generic_capi.planning import LaunchSettings, seconds_option
 from karpenter_capi.plugins.generic_capi.scaling import ResourceRef
 from karpenter_capi.plugins.generic_capi.selection import MACHINE_DEPLOYMENT
 
@@ -85,6 +89,7 @@ class _State:
     instances: Instances
     drift: DriftDetector
     mirrors: ClusterMirrors
+    inflight: LaunchesInFlight
 
 
 _states_lock = threading.Lock()
@@ -96,14 +101,7 @@ _MAX_STATES = 16
 
 
 def _cache_ttl(ctx: PluginContext) -> float:
-    raw = ctx.option(CACHE_TTL_OPTION)
-    if not raw:
-        return DEFAULT_CACHE_TTL
-    try:
-        return parse_seconds(raw)
-    except DurationError:
-        ctx.logger.warning("ignoring option %s=%r: not a duration", CACHE_TTL_OPTION, raw)
-        return DEFAULT_CACHE_TTL
+    return seconds_option(ctx.options, CACHE_TTL_OPTION, DEFAULT_CACHE_TTL, ctx.logger)
 
 
 def _state(ctx: PluginContext) -> _State:
@@ -119,16 +117,20 @@ def _state(ctx: PluginContext) -> _State:
     settings = LaunchSettings.from_options(ctx.options)
     unavailable = UnavailableOfferings.shared(ctx.management, ctx.clock)
     mirrors = ClusterMirrors(ctx.management, ctx.workload, capi)
+    inflight = LaunchesInFlight(ctx.clock.monotonic)
     state = _State(
         ctx=ctx,
         capi=capi,
         machines=machines,
         resources=resources,
-        launcher=Launcher(ctx, capi, machines, unavailable, settings, mirrors=mirrors),
+        launcher=Launcher(
+            ctx, capi, machines, unavailable, settings, mirrors=mirrors, inflight=inflight
+        ),
         deleter=Deleter(ctx, capi, machines, settings, mirrors),
         instances=Instances(ctx.management, capi, machines, resources, mirrors),
         drift=DriftDetector(ctx, capi, machines),
         mirrors=mirrors,
+        inflight=inflight,
     )
     with _states_lock:
         found = _states.get(id(ctx))
@@ -220,11 +222,24 @@ def karpenter_capi_create(
 
 
 @hookimpl
+def karpenter_capi_launch_watches(ctx: PluginContext) -> list[LaunchWatch]:
+    inflight = _state(ctx).inflight
+    resource = _state(ctx).capi.machines
+
+    def nodeclaims(machine: Mapping[str, Any]) -> list[str]:
+        return inflight.to_wake(machine_facts(machine))
+
+    return [LaunchWatch(resource, nodeclaims, "management")]
+
+
+@hookimpl
 def karpenter_capi_delete(nodeclaim: Any, ctx: PluginContext) -> bool | None:
     if not _claims_our_kind(nodeclaim):
         return None
+    state = _state(ctx)
+    state.inflight.done(_name(nodeclaim))
     try:
-        return _state(ctx).deleter.delete(nodeclaim)
+        return state.deleter.delete(nodeclaim)
     except ApiError as exc:
         raise DeleteFailedError(
             f"removing the Machine of NodeClaim {_name(nodeclaim)} failed: {exc}"

@@ -82,6 +82,10 @@ class ScenarioResult:
             "pods_stranded": self.beyond_plan.pods_stranded,
         }
 
+    launch_rounds: dict[str, Any] = field(default_factory=dict)
+    """``sim.scenario.launches.LaunchRounds.figures``: replica writes per resource and round,
+    and when the last NodeClaim of a round got its provider ID."""
+
     def to_json(self) -> dict[str, Any]:
         """The result with the field names ``simulate --json`` documents (snake_case)."""
         return {
@@ -106,6 +110,7 @@ class ScenarioResult:
             "conflicts": self.conflicts,
             "samples": [asdict(sample) for sample in self.samples],
             **self._beyond_plan_json(),
+            "launch_rounds": dict(self.launch_rounds),
         }
 
     def summary(self) -> str:

@@ -48,6 +48,7 @@ from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.apiserver.request_counts import WATCH_POLL
 from karpenter_capi.sim.capi import add_capi_emulation
 from karpenter_capi.sim.scenario.catalog import generate_catalog
+from karpenter_capi.sim.scenario.launches import LaunchRounds
 from karpenter_capi.sim.scenario.observer import Observer, percentile
 from karpenter_capi.sim.scenario.result import CapacityRow, Sample, ScenarioResult
 from karpenter_capi.sim.scenario.schema import Scenario, TimelineAction, Workload
@@ -259,6 +260,8 @@ def run(
         add_capi_emulation(operator.manager, nodes=True)
         add_workload_emulation(operator.manager)
         operator.manager.add(SimScheduler(server, operator.manager, clock, seed=seed))
+        launch_rounds = LaunchRounds(clock)
+        launch_rounds.attach(operator.manager)
         driver = operator.stepped()
         observer = Observer(server, clock, loaded)
         actions = sorted((a for a in scenario.timeline if a.at <= until), key=lambda a: a.at)
@@ -324,4 +327,5 @@ def run(
         watch_polls=max(0, watch_polls),
         capacity=observer.capacity(),
         beyond_plan=observer.plans.result(),
+        launch_rounds=launch_rounds.figures(),
     )

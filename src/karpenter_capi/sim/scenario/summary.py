@@ -103,6 +103,33 @@ def _beyond_plan(result: ScenarioResult) -> str:
     )
 
 
+def _launch_rounds(result: ScenarioResult) -> str:
+    figures = result.launch_rounds
+    if not figures or not figures.get("rounds"):
+        return "launch rounds: none"
+    writes = figures.get("replica_writes_per_resource") or {}
+    last = figures.get("last_provider_id_seconds") or {}
+    spread = figures.get("provider_id_spread_seconds") or {}
+    rows = [
+        [
+            "replica writes per resource and round",
+            f"mean {writes['mean']:g}   max {writes['max']:g}" if writes else "-",
+        ],
+        [
+            "round start to its last provider ID",
+            f"p50 {_seconds(last['p50'])}   max {_seconds(last['max'])}" if last else "-",
+        ],
+        [
+            "first to last provider ID of a round",
+            f"max {_seconds(spread['max'])}" if spread else "-",
+        ],
+    ]
+    return (
+        f"launch rounds: {figures['rounds']}\n"
+        + table(["", ""], rows, [False, False]).split("\n", 1)[1]
+    )
+
+
 def render_summary(result: ScenarioResult) -> str:
     """The whole summary, ending with a newline."""
     bound = result.pod_bound_seconds
@@ -134,6 +161,7 @@ def render_summary(result: ScenarioResult) -> str:
         overview,
         _capacity(result),
         _beyond_plan(result),
+        _launch_rounds(result),
         _counts("disruptions by reason", result.disruptions, "reason"),
         _counts("API requests by verb", result.api_requests, "verb") + _polls(result),
         _errors(result),
