@@ -25,6 +25,8 @@ the node forever.
 
 from __future__ import annotations
 
+import logging
+
 import copy
 from typing import Any, Final
 
@@ -173,7 +175,10 @@ class Registration:
         work.node = self._writes.patch(NODES, node, patch) if patch else node
         work.status["nodeName"] = node_name
         work.conditions.set_true(REGISTERED)
-        self._ctx.log.info(
+        # A first registration always patches the Node (label, taint); a retry after the
+        # NodeClaim's status write lost a conflict finds it synced and says so only at DEBUG.
+        self._ctx.log.log(
+            logging.INFO if patch else logging.DEBUG,
             "registered nodeclaim",
             extra={
                 "NodeClaim": ref(work.name),
