@@ -28,6 +28,7 @@ from typing import Any, Final
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock, SystemClock
 from karpenter_capi.core.instancetype import InstanceType
+from karpenter_capi.core.scheduling import packing
 from karpenter_capi.core.scheduling.daemons import DaemonOverhead
 from karpenter_capi.core.scheduling.hostports import HostPort, HostPortUsage, pod_host_ports
 from karpenter_capi.core.scheduling.model import (
@@ -238,9 +239,14 @@ class Solver:
         clock: Clock | None = None,
         timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         label_requirements: dict[str, Requirements] | None = None,
+        packing_budget: float = packing.DEFAULT_BUDGET_SECONDS,
+        packing_backend: packing.HiGHS | None = None,
     ) -> None:
         """``label_requirements`` caches each registered node's labels as requirements, by
-        node name, for callers that solve many times over the same nodes (consolidation)."""
+        node name, for callers that solve many times over the same nodes (consolidation).
+        ``packing_budget`` bounds, in seconds, the re-packing of unconstrained NodeClaims
+        after the greedy solve (``packing.py``; 0 disables it); ``packing_outcomes`` then
+        says what it decided for each group of claims it looked at."""
         # Upstream's OrderByWeight: heaviest first, ties by name, later names first.
         self._options = sorted(nodepools, key=lambda p: (p.weight, p.name), reverse=True)
         self._existing = existing_nodes
@@ -260,6 +266,9 @@ class Solver:
         self._merge_cache: dict[tuple[str, int], tuple[Requirements, Requirements | str]] = {}
         self._types_cache: dict[tuple[int, Requirements, str], list[_TypeInfo]] = {}
         self._label_requirements = label_requirements if label_requirements is not None else {}
+        self._packing_budget = packing_budget
+        self._packing_backend = packing_backend
+        self.packing_outcomes: list[packing.PackingOutcome] = []
 
     # -- set-up ----------------------------------------------------------------------------
 
@@ -478,6 +487,8 @@ class Solver:
                 queue.append(pod)
         # Report the pods as given, not the relaxed copies that were placed.
         originals = {pod_key(p): p for p in pods}
+        if self._packing_budget > 0 and self._claims:
+            self._repack(originals)
         for node in self._nodes:
             if node.placed:
                 result.existing[node.node.name] = [originals[pod_key(p)] for p in node.placed]
@@ -908,6 +919,202 @@ class Solver:
             requests=_resource_list(names, total),
             daemon_requests=_resource_list(names, claim.daemon),
         )
+
+    # -- re-packing (packing.py) ------------------------------------------------------------
+
+    def _repack(self, originals: Mapping[str, Pod]) -> None:
+        """Hand each family of claims only unconstrained pods hold to ``packing.optimize``.
+
+        A family shares a NodePool, requirements (but the hostname) and DaemonSet overhead, so
+        its pods may move between its claims. A claim stays as greedy made it if its pool has
+        ``minValues`` or a large catalog, or one of its pods has topology, pod (anti-)affinity,
+        host ports or a hostname requirement, or was placed only once relaxed.
+        """
+        families: dict[tuple[int, Requirements, Vector], list[_Claim]] = {}
+        for claim in self._claims:
+            pool = claim.pool
+            if pool.min_values or len(pool.types) > packing.MAX_TYPES:
+                continue
+            if all(self._movable(pod, originals) for pod in claim.pods):
+                key = (id(pool), _without_hostname(claim.requirements), claim.daemon)
+                families.setdefault(key, []).append(claim)
+        deadline = self._clock.monotonic() + self._packing_budget
+        for (_, requirements, daemon), claims in families.items():
+            types = [
+                t
+                for t in claims[0].pool.types
+                if requirements.intersects(t.requirements) is None
+                and compatible_offerings(t.instance_type, requirements)
+                and _fits(daemon, t.allocatable)
+            ]
+            groups: dict[str, list[Pod]] = {}
+            for claim in claims:
+                for pod in claim.pods:
+                    groups.setdefault(self._class_of(pod).signature, []).append(pod)
+            problem = self._packing_problem(claims, requirements, types, groups)
+            outcome = packing.optimize(
+                problem,
+                budget=deadline - self._clock.monotonic(),
+                clock=self._clock,
+                backend=self._packing_backend,
+            )
+            self.packing_outcomes.append(outcome)
+            if outcome.bins is not None:
+                self._replace(claims, types, groups, outcome, problem)
+
+    def _movable(self, pod: Pod, originals: Mapping[str, Pod]) -> bool:
+        pod_class = self._class_of(pod)
+        return (
+            originals.get(pod_key(pod)) is pod
+            and not pod_class.topological
+            and not pod_class.host_ports
+            and pod_class.requirements is not None
+            and wellknown.LABEL_HOSTNAME not in pod_class.requirements
+        )
+
+    def _packing_problem(
+        self,
+        claims: Sequence[_Claim],
+        requirements: Requirements,
+        types: Sequence[_TypeInfo],
+        groups: Mapping[str, Sequence[Pod]],
+    ) -> packing.PackingProblem:
+        daemon = claims[0].daemon
+        pool = claims[0].pool
+        signatures = list(groups)
+        index = {id(t): i for i, t in enumerate(types)}
+        pod_groups = []
+        for signature in signatures:
+            pod_class = self._classes[signature]
+            allowed = self._compatible_types(pool, requirements, pod_class)
+            pod_groups.append(
+                packing.PodGroup(
+                    pod_class.vector,
+                    len(groups[signature]),
+                    frozenset(index[id(t)] for t in allowed if id(t) in index),
+                )
+            )
+        bin_types = tuple(
+            packing.BinType(
+                tuple(a - d for a, d in zip(t.allocatable, daemon, strict=True)),
+                _cheapest_price(t, requirements),
+                _limit_use(t.capacity),
+            )
+            for t in types
+        )
+        greedy = []
+        for claim in claims:
+            total = _add(claim.pods_total, claim.daemon)
+            fitting = [t for t in claim.types[claim.first :] if _fits(total, t.allocatable)]
+            cheapest = min(fitting, key=lambda t: _cheapest_price(t, requirements))
+            counts = [0] * len(signatures)
+            for pod in claim.pods:
+                counts[signatures.index(self._class_of(pod).signature)] += 1
+            greedy.append(packing.Bin(index[id(cheapest)], tuple(counts)))
+        queue = sorted(
+            (pod for signature in signatures for pod in groups[signature]), key=_queue_order
+        )
+        limit = None
+        if pool.remaining is not None:
+            limit = pool.remaining
+            for claim in claims:
+                limit = _add(limit, _limit_use(claim.reserved))
+        return packing.PackingProblem(
+            bin_types,
+            tuple(pod_groups),
+            tuple(greedy),
+            tuple(signatures.index(self._class_of(p).signature) for p in queue),
+            limit,
+        )
+
+    def _replace(
+        self,
+        claims: Sequence[_Claim],
+        types: Sequence[_TypeInfo],
+        groups: Mapping[str, Sequence[Pod]],
+        outcome: packing.PackingOutcome,
+        problem: packing.PackingProblem,
+    ) -> None:
+        """Swap ``claims`` for the plan's nodes, built as ``_new_claim`` builds a claim.
+
+        Each lists every type that holds its pods and, as greedy does, fits what is left of the
+        NodePool's limits; if that leaves the plan no cheaper, greedy's claims stay.
+        """
+        assert outcome.bins is not None
+        pool, daemon, taints = claims[0].pool, claims[0].daemon, claims[0].taints
+        requirements = _without_hostname(claims[0].requirements)
+        remaining = problem.limit
+        waiting = [list(groups[signature]) for signature in groups]
+        hostnames = [claim.hostname for claim in claims]
+        built: list[_Claim] = []
+        for plan_bin in sorted(outcome.bins, key=lambda b: -problem.types[b.type].price):
+            pods = [waiting[g].pop() for g, n in enumerate(plan_bin.counts) for _ in range(n)]
+            pods_total = packing.load(problem, plan_bin.counts)
+            total = _add(pods_total, daemon)
+            present = [problem.groups[g].types for g, n in enumerate(plan_bin.counts) if n]
+            listed = [
+                t
+                for i, t in enumerate(types)
+                if all(i in allowed for allowed in present) and _fits(total, t.allocatable)
+            ]
+            if remaining is not None:
+                listed = [t for t in listed if _fits(_limit_use(t.capacity), remaining)]
+            if not listed:
+                return
+            reserved: Vector = ()
+            if remaining is not None:
+                reserved = _max_capacity(listed)
+                remaining = tuple(
+                    r - u for r, u in zip(remaining, _limit_use(reserved), strict=True)
+                )
+            hostname = (
+                hostnames[len(built)]
+                if len(built) < len(hostnames)
+                else f"{HOSTNAME_PLACEHOLDER}{len(self._claims) + len(built):04d}"
+            )
+            named = requirements.with_requirement(
+                Requirement.new(wellknown.LABEL_HOSTNAME, "In", [hostname])
+            )
+            ports = self._daemons.host_ports_for_node(named, taints)
+            built.append(
+                _Claim(
+                    0,
+                    pool,
+                    hostname,
+                    named,
+                    taints,
+                    listed,
+                    0,
+                    pods_total,
+                    daemon,
+                    ports,
+                    reserved,
+                    pods,
+                )
+            )
+        cost = sum(min(_cheapest_price(t, requirements) for t in c.types) for c in built)
+        if cost >= outcome.greedy_cost * (1 - packing.EPSILON):
+            return
+        if pool.remaining is not None and remaining is not None:
+            pool.remaining = remaining
+        first = self._claims.index(claims[0])
+        replaced = {id(c) for c in claims}
+        kept = [c for c in self._claims if id(c) not in replaced]
+        kept[first:first] = built
+        for number, claim in enumerate(kept):
+            claim.index = number
+        self._claims = kept
+
+
+def _without_hostname(requirements: Requirements) -> Requirements:
+    return Requirements(r for key, r in requirements.items() if key != wellknown.LABEL_HOSTNAME)
+
+
+def _queue_order(pod: Pod) -> tuple[int, str, str]:
+    """kube-scheduler's active queue: priority descending, then creation time."""
+    spec = pod.get("spec") or {}
+    meta = pod.get("metadata") or {}
+    return (-(spec.get("priority") or 0), meta.get("creationTimestamp") or "", pod_key(pod))
 
 
 def _cheapest_price(info: _TypeInfo, requirements: Requirements) -> float:
