@@ -19,8 +19,9 @@ those prices), and the integer program is then solved over the patterns generate
 branch): near-exact, and in practice exact on these sizes. Both steps run on HiGHS through
 ``scipy.optimize`` (``docs/scheduling.md`` says why HiGHS).
 
-A plan is only accepted if kube-scheduler can realize it (``readiness.strands``); the next
-cheapest plans are tried when it cannot.
+A plan is only accepted if kube-scheduler can realize it (``readiness.stranded``): when it
+cannot, the nodes the stranded pods would force are added to it up front (slack), and failing
+that the next cheapest plans are tried.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
 from karpenter_capi.core.clock import Clock
-from karpenter_capi.core.scheduling.readiness import queue_runs, strands
+from karpenter_capi.core.scheduling.readiness import queue_runs, stranded
 
 Vector = tuple[int, ...]
 
@@ -45,7 +46,8 @@ MAX_TYPES: Final = 32
 MAX_GROUPS: Final = 24
 MAX_PODS: Final = 5000
 _MAX_ROUNDS: Final = 60  # column generation rounds
-_ALTERNATIVES: Final = 4  # integer solves when the cheapest plans are not robust
+_ALTERNATIVES: Final = 3  # integer solves when the cheapest plans are not robust
+_REPAIRS: Final = 3  # rounds of slack added to a plan some readiness order strands
 
 
 @dataclass(frozen=True)
@@ -273,8 +275,26 @@ class _Search:
                 return PackingOutcome("timed-out", greedy_cost, rejected=rejected)
             if bins is None:
                 break
-            cost = plan_cost(problem, bins)
-            robust = not strands(
+            robust = self._robust(bins, greedy_cost * (1 - EPSILON), runs, seed)
+            if robust is not None:
+                cost = plan_cost(problem, robust)
+                return PackingOutcome(
+                    "improved", greedy_cost, tuple(robust), cost, rejected, lower_bound=bound
+                )
+            rejected += 1
+            # The next cheapest plan: robustness depends only on which nodes are bought.
+            floor = master_cost + max(greedy_cost * EPSILON, 1e-9)
+        status = "not-robust" if rejected else "not-cheaper"
+        return PackingOutcome(status, greedy_cost, rejected=rejected, lower_bound=bound)
+
+    def _robust(
+        self, bins: list[Bin], ceiling: float, runs: Sequence[tuple[int, int]], seed: int
+    ) -> list[Bin] | None:
+        """``bins``, with nodes added for the pods some readiness order strands, if that
+        stays under ``ceiling``; ``None`` when it does not or still strands pods."""
+        problem = self.problem
+        for _ in range(_REPAIRS):
+            left = stranded(
                 [problem.types[b.type].room for b in bins],
                 [b.type for b in bins],
                 [g.vector for g in problem.groups],
@@ -282,15 +302,36 @@ class _Search:
                 runs,
                 seed=seed,
             )
-            if robust:
-                return PackingOutcome(
-                    "improved", greedy_cost, tuple(bins), cost, rejected, lower_bound=bound
-                )
-            rejected += 1
-            # The next cheapest plan: robustness depends only on which nodes are bought.
-            floor = master_cost + max(greedy_cost * EPSILON, 1e-9)
-        status = "not-robust" if rejected else "not-cheaper"
-        return PackingOutcome(status, greedy_cost, rejected=rejected, lower_bound=bound)
+            if left is None:
+                return bins
+            extra = self._cover(left)
+            if extra is None:
+                return None
+            bins = _moved(bins, left) + extra
+            if plan_cost(problem, bins) >= ceiling:
+                return None
+        return None
+
+    def _cover(self, left: Sequence[int]) -> list[Bin] | None:
+        """Nodes for the pods ``left``: each group on its cheapest type per pod."""
+        problem = self.problem
+        result = []
+        for g, count in enumerate(left):
+            group = problem.groups[g]
+            while count > 0:
+                options = [
+                    (kind.price / min(count, fit), t, min(count, fit))
+                    for t, kind in enumerate(problem.types)
+                    if t in group.types and (fit := _fit_count(group.vector, kind.room)) > 0
+                ]
+                if not options:
+                    return None
+                _, t, n = min(options)
+                counts = [0] * len(left)
+                counts[g] = n
+                result.append(Bin(t, tuple(counts)))
+                count -= n
+        return result
 
     # -- column generation ------------------------------------------------------------------
 
@@ -408,8 +449,17 @@ class _Search:
         rows = np.vstack([matrix, cost])
         low = np.concatenate([np.full(len(bound), -np.inf), [floor]])
         high = np.concatenate([bound, [ceiling]])
+        # No plan needs more of a pattern than it takes to cover the groups it holds.
         upper = np.array(
-            [max(g.count for g in self.problem.groups)] * len(self.columns), dtype=float
+            [
+                max(
+                    -(-g.count // n)
+                    for g, n in zip(self.problem.groups, c.counts, strict=True)
+                    if n
+                )
+                for c in self.columns
+            ],
+            dtype=float,
         )
         status, x = self.backend.milp(
             cost,
@@ -451,6 +501,18 @@ class _Search:
             best = cheapest_type(problem, counts)
             result.append(Bin(kind if best is None else best, tuple(counts)))
         return result
+
+
+def _moved(bins: Sequence[Bin], left: Sequence[int]) -> list[Bin]:
+    """``bins`` without ``left`` pods of each group, taken where that group is most packed."""
+    counts = [list(b.counts) for b in bins]
+    for g, count in enumerate(left):
+        while count > 0:
+            fullest = max(range(len(counts)), key=lambda n: counts[n][g])
+            take = min(count, counts[fullest][g])
+            counts[fullest][g] -= take
+            count -= take
+    return [Bin(b.type, tuple(c)) for b, c in zip(bins, counts, strict=True) if any(c)]
 
 
 def _fit_count(vector: Vector, room: Vector) -> int:

@@ -40,7 +40,7 @@ def queue_runs(queue: Sequence[int]) -> tuple[tuple[int, int], ...]:
     return tuple(runs)
 
 
-def strands(
+def stranded(
     rooms: Sequence[Vector],
     kinds: Sequence[int],
     vectors: Sequence[Vector],
@@ -48,16 +48,20 @@ def strands(
     runs: Sequence[tuple[int, int]],
     *,
     seed: int = 0,
-) -> bool:
-    """Whether some order of the nodes leaves a pod pending.
+) -> tuple[int, ...] | None:
+    """The pods, per group, the first order that strands any leaves pending; ``None``: none.
 
     Node ``n`` has room ``rooms[n]`` and is of type ``kinds[n]``; a pod of group ``g``
     requests ``vectors[g]`` and may only run on the types in ``allowed[g]``.
     """
-    return any(
-        _leaves_pending(order, rooms, kinds, vectors, allowed=allowed, runs=runs)
-        for order in _orders(rooms, kinds, seed)
-    )
+    for order in _orders(rooms, kinds, seed):
+        pending = _pending(order, rooms, kinds, vectors, allowed=allowed, runs=runs)
+        if any(pending):
+            left = [0] * len(vectors)
+            for (group, _), count in zip(runs, pending, strict=True):
+                left[group] += count
+            return tuple(left)
+    return None
 
 
 def _orders(rooms: Sequence[Vector], kinds: Sequence[int], seed: int) -> Iterator[list[int]]:
@@ -80,7 +84,7 @@ def _orders(rooms: Sequence[Vector], kinds: Sequence[int], seed: int) -> Iterato
         yield shuffled
 
 
-def _leaves_pending(
+def _pending(
     order: Sequence[int],
     rooms: Sequence[Vector],
     kinds: Sequence[int],
@@ -88,27 +92,28 @@ def _leaves_pending(
     *,
     allowed: Sequence[frozenset[int]],
     runs: Sequence[tuple[int, int]],
-) -> bool:
+) -> list[int]:
     pending = [count for _, count in runs]
-    ready: list[int] = []
-    free: dict[int, list[int]] = {}
+    waiting = list(range(len(runs)))
     for node in order:
-        ready.append(node)
-        free[node] = list(rooms[node])
-        for r, (group, _) in enumerate(runs):
-            if not pending[r]:
-                continue
+        # A pod still pending did not fit any node ready before, and those only filled up
+        # since: first-fit can only put it on the node that just became ready.
+        room = list(rooms[node])
+        kind = kinds[node]
+        still = []
+        for r in waiting:
+            group = runs[r][0]
             vector = vectors[group]
-            for candidate in ready:
-                if kinds[candidate] not in allowed[group]:
-                    continue
-                room = free[candidate]
-                fit = min((room[i] // v for i, v in enumerate(vector) if v > 0), default=pending[r])
+            if kind in allowed[group]:
+                fit = min((room[i] // v for i, v in enumerate(vector) if v > 0), default=0)
                 take = min(fit, pending[r])
                 if take > 0:
                     for i, v in enumerate(vector):
                         room[i] -= v * take
                     pending[r] -= take
-                    if not pending[r]:
-                        break
-    return any(pending)
+            if pending[r]:
+                still.append(r)
+        waiting = still
+        if not waiting:
+            break
+    return pending
