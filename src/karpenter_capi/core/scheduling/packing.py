@@ -48,6 +48,7 @@ MAX_PODS: Final = 5000
 _MAX_ROUNDS: Final = 60  # column generation rounds
 _ALTERNATIVES: Final = 3  # integer solves when the cheapest plans are not robust
 _REPAIRS: Final = 3  # rounds of slack added to a plan some readiness order strands
+_MAX_PATTERNS: Final = 2000  # beyond, patterns are generated as needed
 
 
 @dataclass(frozen=True)
@@ -259,6 +260,11 @@ class _Search:
                     counts = [0] * len(problem.groups)
                     counts[g] = min(group.count, _fit_count(group.vector, kind.room))
                     self.add(Bin(index, tuple(counts)))
+        every = self._maximal_patterns()
+        if every is not None:
+            # Few enough to list them all: the integer program over them is exact.
+            for column in every:
+                self.add(column)
         bound = self._generate()
         if bound is None:
             return PackingOutcome("timed-out", greedy_cost)
@@ -332,6 +338,39 @@ class _Search:
                 result.append(Bin(t, tuple(counts)))
                 count -= n
         return result
+
+    def _maximal_patterns(self) -> list[Bin] | None:
+        """Every pattern no pod could be added to, or ``None`` past ``_MAX_PATTERNS``."""
+        found: list[Bin] = []
+        for t in range(len(self.problem.types)):
+            if not self._walk(
+                t, 0, list(self.problem.types[t].room), [0] * len(self.problem.groups), found
+            ):
+                return None
+        return found
+
+    def _walk(self, t: int, g: int, room: list[int], counts: list[int], found: list[Bin]) -> bool:
+        groups = self.problem.groups
+        if g == len(groups):
+            full = all(
+                counts[k] == group.count
+                or t not in group.types
+                or not fits(group.vector, tuple(room))
+                for k, group in enumerate(groups)
+            )
+            if full and any(counts):
+                found.append(Bin(t, tuple(counts)))
+            return len(found) <= _MAX_PATTERNS
+        group = groups[g]
+        most = min(group.count, _fit_count(group.vector, tuple(room))) if t in group.types else 0
+        for n in range(most, -1, -1):
+            counts[g] = n
+            left = [r - v * n for r, v in zip(room, group.vector, strict=True)]
+            if not self._walk(t, g + 1, left, counts, found):
+                counts[g] = 0
+                return False
+        counts[g] = 0
+        return True
 
     # -- column generation ------------------------------------------------------------------
 
