@@ -205,7 +205,21 @@ def exact(
     if result.status == 0:
         return float(result.fun), True
     bound = getattr(result, "mip_dual_bound", None)
-    return (float(bound) if bound is not None else 0.0), False
+    return max(float(bound or 0.0), _fractional(groups, rooms, prices)), False
+
+
+def _fractional(
+    groups: Sequence[tuple[tuple[int, ...], int]],
+    rooms: Sequence[tuple[int, ...]],
+    prices: Sequence[float],
+) -> float:
+    """No packing costs less than the dearest resource at its cheapest rate."""
+    bound = 0.0
+    for i in range(3):
+        total = sum(vector[i] * count for vector, count in groups)
+        best = max(room[i] / price for room, price in zip(rooms, prices, strict=True))
+        bound = max(bound, total / best)
+    return bound
 
 
 def run_seed(seed: int, budget: float, exact_limit: float | None) -> dict[str, Any]:

@@ -35,18 +35,19 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
 from karpenter_capi.core.clock import Clock
-from karpenter_capi.core.scheduling.readiness import queue_runs, stranded
+from karpenter_capi.core.scheduling.readiness import leftovers, queue_runs, stranded
 
 Vector = tuple[int, ...]
 
 DEFAULT_BUDGET_SECONDS: Final = 0.2
 EPSILON: Final = 1e-6
 """Relative: a plan must be cheaper than greedy's by more than this share to replace it."""
+MIP_GAP: Final = 0.005
+"""HiGHS stops once its plan is proven within 0.5% of the best possible over its patterns."""
 MAX_TYPES: Final = 32
 MAX_GROUPS: Final = 24
 MAX_PODS: Final = 5000
 _MAX_ROUNDS: Final = 60  # column generation rounds
-_ALTERNATIVES: Final = 3  # integer solves when the cheapest plans are not robust
 _REPAIRS: Final = 3  # rounds of slack added to a plan some readiness order strands
 _MAX_PATTERNS: Final = 2000  # beyond, patterns are generated as needed
 
@@ -141,7 +142,7 @@ class HiGHS:
             constraints=LinearConstraint(matrix, lower, upper),
             integrality=np.ones(len(cost)),
             bounds=Bounds(*bounds),
-            options={"time_limit": max(time_limit, 0.001), "disp": False},
+            options={"time_limit": max(time_limit, 0.001), "disp": False, "mip_rel_gap": MIP_GAP},
         )
         if result.status == 0:
             return "optimal", np.asarray(result.x)
@@ -197,18 +198,9 @@ def optimize(
     pods = sum(g.count for g in problem.groups)
     if len(problem.types) > MAX_TYPES or len(problem.groups) > MAX_GROUPS or pods > MAX_PODS:
         return PackingOutcome("too-large", greedy_cost)
-    if len(problem.greedy) <= 1 and _single_type_optimal(problem):
-        return PackingOutcome("not-cheaper", greedy_cost)
     deadline = clock.monotonic() + budget
     search = _Search(problem, backend or HiGHS(), clock, deadline)
     return search.run(greedy_cost, seed)
-
-
-def _single_type_optimal(problem: PackingProblem) -> bool:
-    # One node holding everything: only a cheaper single node could beat it, and the greedy
-    # already picked the cheapest type that holds its pods.
-    (only,) = problem.greedy
-    return cheapest_type(problem, only.counts) == only.type
 
 
 @dataclass(eq=False)
@@ -219,6 +211,9 @@ class _Search:
     deadline: float
     columns: list[Bin] = field(default_factory=list)
     seen: set[Bin] = field(default_factory=set)
+    prices: list[float] = field(default_factory=list)  # the relaxation's duals per group
+    limit_prices: list[float] = field(default_factory=list)
+    greedy_worst: float | None = None
 
     def __post_init__(self) -> None:
         # Resources some pod asks for or a limit counts; the rest cannot bind.
@@ -251,6 +246,8 @@ class _Search:
         return True
 
     def run(self, greedy_cost: float, seed: int) -> PackingOutcome:
+        """Patterns generated from greedy's, a first integer solve over them, then (when
+        they are few enough to list) every pattern that could still beat the best plan."""
         problem = self.problem
         for column in problem.greedy:
             self.add(column)
@@ -260,63 +257,160 @@ class _Search:
                     counts = [0] * len(problem.groups)
                     counts[g] = min(group.count, _fit_count(group.vector, kind.room))
                     self.add(Bin(index, tuple(counts)))
-        every = self._maximal_patterns()
-        if every is not None:
-            # Few enough to list them all: the integer program over them is exact.
-            for column in every:
-                self.add(column)
         bound = self._generate()
         if bound is None:
             return PackingOutcome("timed-out", greedy_cost)
         if bound >= greedy_cost * (1 - EPSILON):
             return PackingOutcome("not-cheaper", greedy_cost, lower_bound=bound)
-        rejected = 0
-        floor = 0.0
         runs = queue_runs(problem.queue)
-        for _ in range(_ALTERNATIVES):
-            if self.left() <= 0:
-                return PackingOutcome("timed-out", greedy_cost, rejected=rejected)
-            status, bins, master_cost = self._integer(greedy_cost * (1 - EPSILON), floor)
-            if status == "timed-out":
-                return PackingOutcome("timed-out", greedy_cost, rejected=rejected)
-            if bins is None:
+        best: list[Bin] | None = None
+        ceiling = greedy_cost * (1 - EPSILON)
+        rejected = 0
+        finished = False
+        for stage in ("generated", "listed"):
+            if stage == "listed" and not self._list_promising(bound, ceiling):
                 break
-            robust = self._robust(bins, greedy_cost * (1 - EPSILON), runs, seed)
-            if robust is not None:
-                cost = plan_cost(problem, robust)
-                return PackingOutcome(
-                    "improved", greedy_cost, tuple(robust), cost, rejected, lower_bound=bound
-                )
-            rejected += 1
-            # The next cheapest plan: robustness depends only on which nodes are bought.
-            floor = master_cost + max(greedy_cost * EPSILON, 1e-9)
+            status, bins = self._integer(ceiling, share=0.5 if stage == "generated" else 1.0)
+            if status == "timed-out":
+                continue
+            finished = True
+            if bins is None:
+                continue
+            robust = self._robust(bins, ceiling, runs, seed)
+            if robust is None:
+                robust = self._no_worse(bins, runs, seed)
+            if robust is None:
+                rejected += 1
+                continue
+            best = robust
+            ceiling = plan_cost(problem, robust) * (1 - EPSILON)
+        if best is not None:
+            cost = plan_cost(problem, best)
+            return PackingOutcome("improved", greedy_cost, tuple(best), cost, rejected, bound)
+        if not finished:
+            return PackingOutcome("timed-out", greedy_cost, rejected=rejected, lower_bound=bound)
         status = "not-robust" if rejected else "not-cheaper"
         return PackingOutcome(status, greedy_cost, rejected=rejected, lower_bound=bound)
+
+    def _list_promising(self, bound: float, ceiling: float) -> bool:
+        """Add every maximal pattern whose reduced cost leaves it a chance under ``ceiling``.
+
+        A pattern whose reduced cost (at the relaxation's optimal duals) exceeds
+        ``ceiling - bound`` is in no plan cheaper than ``ceiling``, so leaving it out keeps the
+        integer program exact over the patterns listed. False when there are too many or no
+        time is left to list them.
+        """
+        every = self._maximal_patterns()
+        if every is None:
+            return False
+        added = 0
+        for column in every:
+            if self._reduced_cost(column) <= ceiling - bound + 1e-9 and self.add(column):
+                added += 1
+        return added > 0
+
+    def _reduced_cost(self, column: Bin) -> float:
+        kind = self.problem.types[column.type]
+        worth = sum(p * n for p, n in zip(self.prices, column.counts, strict=True))
+        extra = sum(
+            p * kind.limit_use[i] / self.scale[i]
+            for p, i in zip(self.limit_prices, self.limit_dims, strict=True)
+        )
+        return kind.price + extra - worth
 
     def _robust(
         self, bins: list[Bin], ceiling: float, runs: Sequence[tuple[int, int]], seed: int
     ) -> list[Bin] | None:
-        """``bins``, with nodes added for the pods some readiness order strands, if that
-        stays under ``ceiling``; ``None`` when it does not or still strands pods."""
+        """``bins``, or the cheapest repair under ``ceiling`` (a node upgraded to a larger
+        type, or nodes added for the stranded pods) that no readiness order strands."""
         problem = self.problem
-        for _ in range(_REPAIRS):
-            left = stranded(
-                [problem.types[b.type].room for b in bins],
-                [b.type for b in bins],
-                [g.vector for g in problem.groups],
-                [g.types for g in problem.groups],
+        vectors = [g.vector for g in problem.groups]
+        allowed = [g.types for g in problem.groups]
+
+        def stranding(plan: Sequence[Bin], orders: Sequence[Sequence[int]] | None = None) -> Any:
+            return stranded(
+                [problem.types[b.type].room for b in plan],
+                [b.type for b in plan],
+                vectors,
+                allowed,
                 runs,
                 seed=seed,
+                orders=orders,
             )
-            if left is None:
-                return bins
-            extra = self._cover(left)
-            if extra is None:
+
+        for _ in range(_REPAIRS):
+            if self.left() <= 0:
                 return None
-            bins = _moved(bins, left) + extra
-            if plan_cost(problem, bins) >= ceiling:
+            found = stranding(bins)
+            if found is None:
+                return bins
+            candidates = self._upgrades(bins)
+            extra = self._cover(found.left)
+            if extra is not None:
+                candidates.append(_moved(bins, found.left) + extra)
+            candidates = [c for c in candidates if plan_cost(problem, c) < ceiling]
+            candidates.sort(key=lambda c: plan_cost(problem, c))
+            # The cheapest that at least survives the order that broke this one.
+            bins = next(
+                (c for c in candidates if len(c) != len(bins) or not stranding(c, [found.order])),
+                [],
+            )
+            if not bins:
                 return None
         return None
+
+    def _worst(self, bins: Sequence[Bin], runs: Sequence[tuple[int, int]], seed: int) -> float:
+        """What ``bins`` cost once kube-scheduler realizes them in the worst order checked:
+        the plan plus the nodes bought next round for the pods that order strands."""
+        problem = self.problem
+        worst = 0.0
+        for left in leftovers(
+            [problem.types[b.type].room for b in bins],
+            [b.type for b in bins],
+            [g.vector for g in problem.groups],
+            [g.types for g in problem.groups],
+            runs,
+            seed=seed,
+        ):
+            extra = self._cover(left)
+            worst = max(worst, math.inf if extra is None else plan_cost(problem, extra))
+        return plan_cost(problem, bins) + worst
+
+    def _no_worse(
+        self, bins: list[Bin], runs: Sequence[tuple[int, int]], seed: int
+    ) -> list[Bin] | None:
+        """``bins`` when greedy's own plan strands pods too and ``bins`` costs less than it
+        even after their worst orders: demanding robustness of the cheaper plan alone would
+        keep a plan no safer, at a higher price."""
+        if self.greedy_worst is None:
+            self.greedy_worst = self._worst(self.problem.greedy, runs, seed)
+        if self.greedy_worst <= plan_cost(self.problem, self.problem.greedy):
+            return None  # greedy's plan is robust: only a robust plan may replace it
+        if self._worst(bins, runs, seed) < self.greedy_worst * (1 - EPSILON):
+            return bins
+        return None
+
+    def _upgrades(self, bins: Sequence[Bin]) -> list[list[Bin]]:
+        """``bins`` with one node of each type swapped for each larger type its pods allow."""
+        problem = self.problem
+        result = []
+        seen: set[tuple[int, tuple[int, ...]]] = set()
+        for n, node in enumerate(bins):
+            if (node.type, node.counts) in seen:
+                continue
+            seen.add((node.type, node.counts))
+            room = problem.types[node.type].room
+            for u, kind in enumerate(problem.types):
+                if u == node.type or not fits(room, kind.room):
+                    continue
+                if any(
+                    c and u not in g.types for g, c in zip(problem.groups, node.counts, strict=True)
+                ):
+                    continue
+                plan = list(bins)
+                plan[n] = Bin(u, node.counts)
+                result.append(plan)
+        return result
 
     def _cover(self, left: Sequence[int]) -> list[Bin] | None:
         """Nodes for the pods ``left``: each group on its cheapest type per pod."""
@@ -360,7 +454,7 @@ class _Search:
             )
             if full and any(counts):
                 found.append(Bin(t, tuple(counts)))
-            return len(found) <= _MAX_PATTERNS
+            return len(found) <= _MAX_PATTERNS and (len(found) % 64 != 0 or self.left() > 0)
         group = groups[g]
         most = min(group.count, _fit_count(group.vector, tuple(room))) if t in group.types else 0
         for n in range(most, -1, -1):
@@ -408,6 +502,7 @@ class _Search:
             value, duals = solved
             prices = [-d for d in duals[: len(problem.groups)]]
             limit_prices = [-d for d in duals[len(problem.groups) :]]
+            self.prices, self.limit_prices = prices, limit_prices
             added = 0
             for column, worth in self._price(prices):
                 kind = problem.types[column.type]
@@ -482,12 +577,11 @@ class _Search:
 
     # -- the integer program ----------------------------------------------------------------
 
-    def _integer(self, ceiling: float, floor: float) -> tuple[str, list[Bin] | None, float]:
-        """The cheapest plan over the generated patterns costing in ``[floor, ceiling)``."""
-        cost, matrix, bound = self._rows()
-        rows = np.vstack([matrix, cost])
-        low = np.concatenate([np.full(len(bound), -np.inf), [floor]])
-        high = np.concatenate([bound, [ceiling]])
+    def _integer(self, ceiling: float, *, share: float) -> tuple[str, list[Bin] | None]:
+        """The cheapest plan over the patterns so far costing under ``ceiling``, in at most
+        ``share`` of the time left."""
+        cost, rows, high = self._rows()
+        low = np.full(len(high), -np.inf)
         # No plan needs more of a pattern than it takes to cover the groups it holds.
         upper = np.array(
             [
@@ -506,13 +600,12 @@ class _Search:
             low,
             high,
             bounds=(np.zeros(len(self.columns)), upper),
-            time_limit=self.left(),
+            time_limit=self.left() * share,
         )
         if x is None:
-            return status, None, 0.0
-        chosen = [round(v) for v in x]
-        master = float(sum(c * n for c, n in zip(cost, chosen, strict=True)))
-        return status, self._bins(chosen), master
+            return status, None
+        bins = self._bins([round(v) for v in x])
+        return status, bins if plan_cost(self.problem, bins) < ceiling else None
 
     def _bins(self, chosen: Sequence[int]) -> list[Bin]:
         """The nodes of a solution: patterns cover pods at least once, so trim the excess,

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 Vector = tuple[int, ...]
@@ -40,6 +41,14 @@ def queue_runs(queue: Sequence[int]) -> tuple[tuple[int, int], ...]:
     return tuple(runs)
 
 
+@dataclass(frozen=True)
+class Stranding:
+    """A readiness order that leaves pods pending, and how many of each group."""
+
+    order: tuple[int, ...]
+    left: tuple[int, ...]
+
+
 def stranded(
     rooms: Sequence[Vector],
     kinds: Sequence[int],
@@ -48,20 +57,42 @@ def stranded(
     runs: Sequence[tuple[int, int]],
     *,
     seed: int = 0,
-) -> tuple[int, ...] | None:
-    """The pods, per group, the first order that strands any leaves pending; ``None``: none.
+    orders: Iterable[Sequence[int]] | None = None,
+) -> Stranding | None:
+    """The first order (of ``orders``, by default those described above) that strands pods.
 
     Node ``n`` has room ``rooms[n]`` and is of type ``kinds[n]``; a pod of group ``g``
     requests ``vectors[g]`` and may only run on the types in ``allowed[g]``.
     """
+    for order in orders if orders is not None else _orders(rooms, kinds, seed):
+        pending = _pending(order, rooms, kinds, vectors, allowed=allowed, runs=runs)
+        if any(pending):
+            left = [0] * len(vectors)
+            for (group, _), count in zip(runs, pending, strict=True):
+                left[group] += count
+            return Stranding(tuple(order), tuple(left))
+    return None
+
+
+def leftovers(
+    rooms: Sequence[Vector],
+    kinds: Sequence[int],
+    vectors: Sequence[Vector],
+    allowed: Sequence[frozenset[int]],
+    runs: Sequence[tuple[int, int]],
+    *,
+    seed: int = 0,
+) -> set[tuple[int, ...]]:
+    """Every distinct set of pods (per group) some order leaves pending; empty: robust."""
+    found = set()
     for order in _orders(rooms, kinds, seed):
         pending = _pending(order, rooms, kinds, vectors, allowed=allowed, runs=runs)
         if any(pending):
             left = [0] * len(vectors)
             for (group, _), count in zip(runs, pending, strict=True):
                 left[group] += count
-            return tuple(left)
-    return None
+            found.add(tuple(left))
+    return found
 
 
 def _orders(rooms: Sequence[Vector], kinds: Sequence[int], seed: int) -> Iterator[list[int]]:
