@@ -271,8 +271,10 @@ def test_a_node_filled_by_small_pods_first_strands_the_big_one() -> None:
     small, big = (1000, 0, 1000), (6000, 0, 1000)
     allowed = [frozenset({0, 1})] * 2
     # Small pods were created first: if the 8-CPU node is ready first they fill it.
-    left = stranded(rooms, [0, 1], [small, big], allowed, queue_runs([0] * 6 + [1]))
-    assert left == (0, 1)
+    found = stranded(rooms, [0, 1], [small, big], allowed, queue_runs([0] * 6 + [1]))
+    assert found is not None
+    assert found.left == (0, 1)
+    assert found.order == (0, 1)
     # Queued first, the big pod takes the 8-CPU node whenever it comes.
     assert stranded(rooms, [0, 1], [small, big], allowed, queue_runs([1] + [0] * 6)) is None
 

@@ -214,6 +214,7 @@ class _Search:
     prices: list[float] = field(default_factory=list)  # the relaxation's duals per group
     limit_prices: list[float] = field(default_factory=list)
     greedy_worst: float | None = None
+    gap: float = math.inf  # reduced cost a pattern may have and still be worth listing
 
     def __post_init__(self) -> None:
         # Resources some pod asks for or a limit counts; the rest cannot bind.
@@ -300,12 +301,13 @@ class _Search:
         integer program exact over the patterns listed. False when there are too many or no
         time is left to list them.
         """
+        self.gap = ceiling - bound + 1e-9
         every = self._maximal_patterns()
         if every is None:
             return False
         added = 0
         for column in every:
-            if self._reduced_cost(column) <= ceiling - bound + 1e-9 and self.add(column):
+            if self._reduced_cost(column) <= self.gap and self.add(column):
                 added += 1
         return added > 0
 
@@ -321,43 +323,41 @@ class _Search:
     def _robust(
         self, bins: list[Bin], ceiling: float, runs: Sequence[tuple[int, int]], seed: int
     ) -> list[Bin] | None:
-        """``bins``, or the cheapest repair under ``ceiling`` (a node upgraded to a larger
-        type, or nodes added for the stranded pods) that no readiness order strands."""
+        """``bins``, or failing that ``bins`` with nodes added up front for the pods some
+        readiness order strands, if no order strands that and it stays under ``ceiling``.
+
+        Plans are judged as launched: every node the cheapest type that holds what is on it,
+        since that is what the NodeClaim lists first (slack from a larger type than its pods
+        need would not survive the launch).
+        """
         problem = self.problem
-        vectors = [g.vector for g in problem.groups]
-        allowed = [g.types for g in problem.groups]
-
-        def stranding(plan: Sequence[Bin], orders: Sequence[Sequence[int]] | None = None) -> Any:
-            return stranded(
-                [problem.types[b.type].room for b in plan],
-                [b.type for b in plan],
-                vectors,
-                allowed,
-                runs,
-                seed=seed,
-                orders=orders,
-            )
-
         for _ in range(_REPAIRS):
             if self.left() <= 0:
                 return None
-            found = stranding(bins)
+            found = stranded(
+                [problem.types[b.type].room for b in bins],
+                [b.type for b in bins],
+                [g.vector for g in problem.groups],
+                [g.types for g in problem.groups],
+                runs,
+                seed=seed,
+            )
             if found is None:
                 return bins
-            candidates = self._upgrades(bins)
             extra = self._cover(found.left)
-            if extra is not None:
-                candidates.append(_moved(bins, found.left) + extra)
-            candidates = [c for c in candidates if plan_cost(problem, c) < ceiling]
-            candidates.sort(key=lambda c: plan_cost(problem, c))
-            # The cheapest that at least survives the order that broke this one.
-            bins = next(
-                (c for c in candidates if len(c) != len(bins) or not stranding(c, [found.order])),
-                [],
-            )
-            if not bins:
+            if extra is None:
+                return None
+            bins = self._launched(_moved(bins, found.left) + extra)
+            if plan_cost(problem, bins) >= ceiling:
                 return None
         return None
+
+    def _launched(self, bins: Sequence[Bin]) -> list[Bin]:
+        result = []
+        for node in bins:
+            cheapest = cheapest_type(self.problem, node.counts)
+            result.append(Bin(node.type if cheapest is None else cheapest, node.counts))
+        return result
 
     def _worst(self, bins: Sequence[Bin], runs: Sequence[tuple[int, int]], seed: int) -> float:
         """What ``bins`` cost once kube-scheduler realizes them in the worst order checked:
@@ -390,28 +390,6 @@ class _Search:
             return bins
         return None
 
-    def _upgrades(self, bins: Sequence[Bin]) -> list[list[Bin]]:
-        """``bins`` with one node of each type swapped for each larger type its pods allow."""
-        problem = self.problem
-        result = []
-        seen: set[tuple[int, tuple[int, ...]]] = set()
-        for n, node in enumerate(bins):
-            if (node.type, node.counts) in seen:
-                continue
-            seen.add((node.type, node.counts))
-            room = problem.types[node.type].room
-            for u, kind in enumerate(problem.types):
-                if u == node.type or not fits(room, kind.room):
-                    continue
-                if any(
-                    c and u not in g.types for g, c in zip(problem.groups, node.counts, strict=True)
-                ):
-                    continue
-                plan = list(bins)
-                plan[n] = Bin(u, node.counts)
-                result.append(plan)
-        return result
-
     def _cover(self, left: Sequence[int]) -> list[Bin] | None:
         """Nodes for the pods ``left``: each group on its cheapest type per pod."""
         problem = self.problem
@@ -434,16 +412,25 @@ class _Search:
         return result
 
     def _maximal_patterns(self) -> list[Bin] | None:
-        """Every pattern no pod could be added to, or ``None`` past ``_MAX_PATTERNS``."""
+        """Every pattern no pod could be added to whose reduced cost may be within
+        ``self.gap``, or ``None`` past ``_MAX_PATTERNS`` or the deadline."""
         found: list[Bin] = []
-        for t in range(len(self.problem.types)):
-            if not self._walk(
-                t, 0, list(self.problem.types[t].room), [0] * len(self.problem.groups), found
-            ):
+        problem = self.problem
+        for t, kind in enumerate(problem.types):
+            extra = sum(
+                p * kind.limit_use[i] / self.scale[i]
+                for p, i in zip(self.limit_prices, self.limit_dims, strict=True)
+            )
+            counts = [0] * len(problem.groups)
+            if not self._walk(t, 0, list(kind.room), counts, found=found, left=kind.price + extra):
                 return None
         return found
 
-    def _walk(self, t: int, g: int, room: list[int], counts: list[int], found: list[Bin]) -> bool:
+    def _walk(
+        self, t: int, g: int, room: list[int], counts: list[int], *, found: list[Bin], left: float
+    ) -> bool:
+        """Depth first over how many pods of group ``g`` on; ``left``: the pattern's reduced
+        cost so far (its price, less what the pods already on it are worth)."""
         groups = self.problem.groups
         if g == len(groups):
             full = all(
@@ -455,12 +442,20 @@ class _Search:
             if full and any(counts):
                 found.append(Bin(t, tuple(counts)))
             return len(found) <= _MAX_PATTERNS and (len(found) % 64 != 0 or self.left() > 0)
+        # Even filled with everything else at its dual price, could it get within the gap?
+        hope = sum(
+            self.prices[k] * min(groups[k].count, _fit_count(groups[k].vector, tuple(room)))
+            for k in range(g, len(groups))
+            if t in groups[k].types
+        )
+        if left - hope > self.gap:
+            return True
         group = groups[g]
         most = min(group.count, _fit_count(group.vector, tuple(room))) if t in group.types else 0
         for n in range(most, -1, -1):
             counts[g] = n
-            left = [r - v * n for r, v in zip(room, group.vector, strict=True)]
-            if not self._walk(t, g + 1, left, counts, found):
+            rest = [r - v * n for r, v in zip(room, group.vector, strict=True)]
+            if not self._walk(t, g + 1, rest, counts, found=found, left=left - self.prices[g] * n):
                 counts[g] = 0
                 return False
         counts[g] = 0

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -57,14 +57,13 @@ def stranded(
     runs: Sequence[tuple[int, int]],
     *,
     seed: int = 0,
-    orders: Iterable[Sequence[int]] | None = None,
 ) -> Stranding | None:
-    """The first order (of ``orders``, by default those described above) that strands pods.
+    """The first order (of those described above) that strands pods, or ``None``.
 
     Node ``n`` has room ``rooms[n]`` and is of type ``kinds[n]``; a pod of group ``g``
     requests ``vectors[g]`` and may only run on the types in ``allowed[g]``.
     """
-    for order in orders if orders is not None else _orders(rooms, kinds, seed):
+    for order in _orders(rooms, kinds, seed):
         pending = _pending(order, rooms, kinds, vectors, allowed=allowed, runs=runs)
         if any(pending):
             left = [0] * len(vectors)

@@ -1059,7 +1059,9 @@ class Solver:
             ]
             if remaining is not None:
                 listed = [t for t in listed if _fits(_limit_use(t.capacity), remaining)]
-            if not listed:
+            # Judged robust as its cheapest type: a limit that rules that type out voids it.
+            planned = problem.types[plan_bin.type].price
+            if not listed or min(_cheapest_price(t, requirements) for t in listed) > planned:
                 return
             reserved: Vector = ()
             if remaining is not None:
