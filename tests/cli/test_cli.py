@@ -189,3 +189,17 @@ def test_simulate_an_unknown_scenario_is_a_one_line_error(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
     assert "shipped scenarios: " in err[0]
+
+
+def test_the_packing_optimizer_budget_reads_durations_and_refuses_nonsense(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from karpenter_capi.cli_run import parse_budget
+
+    assert parse_budget("200ms") == pytest.approx(0.2)
+    assert parse_budget("1s") == 1.0
+    assert parse_budget("0") == 0.0
+    with pytest.raises(SystemExit) as exited:
+        _run("run", "--once", "--packing-optimizer-budget", "soon")
+    assert exited.value.code == 2
+    assert "invalid budget 'soon'" in capsys.readouterr().err
