@@ -21,7 +21,7 @@ from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead, Offering
 from karpenter_capi.core.scheduling import packing
 from karpenter_capi.core.scheduling.model import NodePoolOption, SolveResult
-from karpenter_capi.core.scheduling.readiness import queue_runs, stranded
+from karpenter_capi.core.scheduling.readiness import queue_runs, strandings
 from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
 from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.core.scheduling.solver import Solver
@@ -271,12 +271,10 @@ def test_a_node_filled_by_small_pods_first_strands_the_big_one() -> None:
     small, big = (1000, 0, 1000), (6000, 0, 1000)
     allowed = [frozenset({0, 1})] * 2
     # Small pods were created first: if the 8-CPU node is ready first they fill it.
-    found = stranded(rooms, [0, 1], [small, big], allowed, queue_runs([0] * 6 + [1]))
-    assert found is not None
-    assert found.left == (0, 1)
-    assert found.order == (0, 1)
+    found = list(strandings(rooms, [0, 1], [small, big], allowed, queue_runs([0] * 6 + [1])))
+    assert [(f.order, f.left) for f in found] == [((0, 1), (0, 1))]
     # Queued first, the big pod takes the 8-CPU node whenever it comes.
-    assert stranded(rooms, [0, 1], [small, big], allowed, queue_runs([1] + [0] * 6)) is None
+    assert not list(strandings(rooms, [0, 1], [small, big], allowed, queue_runs([1] + [0] * 6)))
 
 
 def test_the_optimizer_rejects_a_cheaper_plan_that_strands_a_pod() -> None:

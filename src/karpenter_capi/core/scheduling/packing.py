@@ -12,22 +12,24 @@ budget and keeps greedy's whenever it does not find a strictly cheaper one in ti
 The model is Gilmore and Gomory's: a *pattern* is one node of one instance type and how many
 pods of each group (pods with the same requests and scheduling class) it holds; choose how many
 nodes of each pattern to buy so every pod is covered at the least price. Its linear relaxation
-is tight for bin packing (the optimum is rarely more than one node above it), but it has a
-column per pattern, so patterns are generated as needed (column generation: the relaxation's
-duals price each pod group, and a knapsack per instance type finds the pattern worth most at
-those prices), and the integer program is then solved over the patterns generated (price and
-branch): near-exact, and in practice exact on these sizes. Both steps run on HiGHS through
-``scipy.optimize`` (``docs/scheduling.md`` says why HiGHS).
+is tight for bin packing, but it has a column per pattern, so patterns are first generated as
+needed (column generation: the relaxation's duals price each pod group, and a knapsack per
+instance type finds the pattern worth most at those prices) and an integer program over them
+gives a first plan; then every maximal pattern whose reduced cost leaves it a chance to beat
+that plan is listed (when there are few enough) and the integer program is solved again, exact
+over all patterns that matter. Both run on HiGHS through ``scipy.optimize``
+(``docs/scheduling.md`` says why HiGHS).
 
-A plan is only accepted if kube-scheduler can realize it (``readiness.stranded``): when it
-cannot, the nodes the stranded pods would force are added to it up front (slack), and failing
-that the next cheapest plans are tried.
+A plan is only accepted if kube-scheduler can realize it whatever order its nodes become ready
+in (``readiness.py``): when some order strands pods, the nodes they would force are bought up
+front; when greedy's own plan strands pods too, the cheaper plan must still be cheaper after the
+worst order of each. See ``docs/scheduling.md`` for the rule and its limits.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -35,7 +37,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
 from karpenter_capi.core.clock import Clock
-from karpenter_capi.core.scheduling.readiness import leftovers, queue_runs, stranded
+from karpenter_capi.core.scheduling.readiness import Stranding, queue_runs, strandings
 
 Vector = tuple[int, ...]
 
@@ -334,14 +336,7 @@ class _Search:
         for _ in range(_REPAIRS):
             if self.left() <= 0:
                 return None
-            found = stranded(
-                [problem.types[b.type].room for b in bins],
-                [b.type for b in bins],
-                [g.vector for g in problem.groups],
-                [g.types for g in problem.groups],
-                runs,
-                seed=seed,
-            )
+            found = next(self._strandings(bins, runs, seed), None)
             if found is None:
                 return bins
             extra = self._cover(found.left)
@@ -351,6 +346,19 @@ class _Search:
             if plan_cost(problem, bins) >= ceiling:
                 return None
         return None
+
+    def _strandings(
+        self, bins: Sequence[Bin], runs: Sequence[tuple[int, int]], seed: int
+    ) -> Iterator[Stranding]:
+        problem = self.problem
+        return strandings(
+            [problem.types[b.type].room for b in bins],
+            [b.type for b in bins],
+            [g.vector for g in problem.groups],
+            [g.types for g in problem.groups],
+            runs,
+            seed=seed,
+        )
 
     def _launched(self, bins: Sequence[Bin]) -> list[Bin]:
         result = []
@@ -364,14 +372,7 @@ class _Search:
         the plan plus the nodes bought next round for the pods that order strands."""
         problem = self.problem
         worst = 0.0
-        for left in leftovers(
-            [problem.types[b.type].room for b in bins],
-            [b.type for b in bins],
-            [g.vector for g in problem.groups],
-            [g.types for g in problem.groups],
-            runs,
-            seed=seed,
-        ):
+        for left in {found.left for found in self._strandings(bins, runs, seed)}:
             extra = self._cover(left)
             worst = max(worst, math.inf if extra is None else plan_cost(problem, extra))
         return plan_cost(problem, bins) + worst

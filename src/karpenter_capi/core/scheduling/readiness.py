@@ -49,7 +49,7 @@ class Stranding:
     left: tuple[int, ...]
 
 
-def stranded(
+def strandings(
     rooms: Sequence[Vector],
     kinds: Sequence[int],
     vectors: Sequence[Vector],
@@ -57,8 +57,8 @@ def stranded(
     runs: Sequence[tuple[int, int]],
     *,
     seed: int = 0,
-) -> Stranding | None:
-    """The first order (of those described above) that strands pods, or ``None``.
+) -> Iterator[Stranding]:
+    """Each order (of those described above) that strands pods, and what it strands.
 
     Node ``n`` has room ``rooms[n]`` and is of type ``kinds[n]``; a pod of group ``g``
     requests ``vectors[g]`` and may only run on the types in ``allowed[g]``.
@@ -69,29 +69,7 @@ def stranded(
             left = [0] * len(vectors)
             for (group, _), count in zip(runs, pending, strict=True):
                 left[group] += count
-            return Stranding(tuple(order), tuple(left))
-    return None
-
-
-def leftovers(
-    rooms: Sequence[Vector],
-    kinds: Sequence[int],
-    vectors: Sequence[Vector],
-    allowed: Sequence[frozenset[int]],
-    runs: Sequence[tuple[int, int]],
-    *,
-    seed: int = 0,
-) -> set[tuple[int, ...]]:
-    """Every distinct set of pods (per group) some order leaves pending; empty: robust."""
-    found = set()
-    for order in _orders(rooms, kinds, seed):
-        pending = _pending(order, rooms, kinds, vectors, allowed=allowed, runs=runs)
-        if any(pending):
-            left = [0] * len(vectors)
-            for (group, _), count in zip(runs, pending, strict=True):
-                left[group] += count
-            found.add(tuple(left))
-    return found
+            yield Stranding(tuple(order), tuple(left))
 
 
 def _orders(rooms: Sequence[Vector], kinds: Sequence[int], seed: int) -> Iterator[list[int]]:
