@@ -27,13 +27,15 @@ cheaper plan.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import random
 import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -195,13 +197,14 @@ def exact(
     options: dict[str, Any] = {"disp": False}
     if time_limit is not None:
         options["time_limit"] = time_limit
-    result: Any = milp(
-        cost,
-        constraints=LinearConstraint(rows.tocsr(), low_rows, high_rows),
-        integrality=np.ones(count),
-        bounds=Bounds(np.zeros(count), high),
-        options=options,
-    )
+    with _quiet_stdout():
+        result: Any = milp(
+            cost,
+            constraints=LinearConstraint(rows.tocsr(), low_rows, high_rows),
+            integrality=np.ones(count),
+            bounds=Bounds(np.zeros(count), high),
+            options=options,
+        )
     if result.status == 0:
         return float(result.fun), True
     bound = getattr(result, "mip_dual_bound", None)
@@ -220,6 +223,21 @@ def _fractional(
         best = max(room[i] / price for room, price in zip(rooms, prices, strict=True))
         bound = max(bound, total / best)
     return bound
+
+
+@contextlib.contextmanager
+def _quiet_stdout() -> Iterator[None]:
+    """HiGHS's presolve can print a debug line straight to file descriptor 1; keep ``--json``
+    output one object."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with open(os.devnull, "w") as sink:
+        os.dup2(sink.fileno(), 1)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 def run_seed(seed: int, budget: float, exact_limit: float | None) -> dict[str, Any]:

@@ -50,7 +50,7 @@ MAX_TYPES: Final = 32
 MAX_GROUPS: Final = 24
 MAX_PODS: Final = 5000
 _MAX_ROUNDS: Final = 60  # column generation rounds
-_REPAIRS: Final = 3  # rounds of slack added to a plan some readiness order strands
+_REPAIRS: Final = 10  # rounds of slack added to a plan some readiness order strands
 _MAX_PATTERNS: Final = 2000  # beyond, patterns are generated as needed
 
 
@@ -144,7 +144,12 @@ class HiGHS:
             constraints=LinearConstraint(matrix, lower, upper),
             integrality=np.ones(len(cost)),
             bounds=Bounds(*bounds),
-            options={"time_limit": max(time_limit, 0.001), "disp": False, "mip_rel_gap": MIP_GAP},
+            options={
+                "time_limit": max(time_limit, 0.001),
+                "disp": False,
+                "mip_rel_gap": MIP_GAP,
+                "presolve": False,
+            },
         )
         if result.status == 0:
             return "optimal", np.asarray(result.x)
