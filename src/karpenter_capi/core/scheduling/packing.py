@@ -44,8 +44,10 @@ Vector = tuple[int, ...]
 DEFAULT_BUDGET_SECONDS: Final = 0.2
 EPSILON: Final = 1e-6
 """Relative: a plan must be cheaper than greedy's by more than this share to replace it."""
+FIRST_GAP: Final = 0.02
+"""The first integer solve, over generated patterns, stops within 2% of their best plan."""
 MIP_GAP: Final = 0.005
-"""HiGHS stops once its plan is proven within 0.5% of the best possible over its patterns."""
+"""The second, over every pattern that matters, stops within 0.5% of the best plan."""
 MAX_TYPES: Final = 32
 MAX_GROUPS: Final = 24
 MAX_PODS: Final = 5000
@@ -137,6 +139,7 @@ class HiGHS:
         *,
         bounds: tuple[np.ndarray, np.ndarray],
         time_limit: float,
+        gap: float = MIP_GAP,
     ) -> tuple[str, np.ndarray | None]:
         """Minimize over integers; ``(status, x)`` with status optimal, infeasible or timed-out."""
         result: Any = milp(
@@ -147,7 +150,7 @@ class HiGHS:
             options={
                 "time_limit": max(time_limit, 0.001),
                 "disp": False,
-                "mip_rel_gap": MIP_GAP,
+                "mip_rel_gap": gap,
                 "presolve": False,
             },
         )
@@ -278,7 +281,10 @@ class _Search:
         for stage in ("generated", "listed"):
             if stage == "listed" and not self._list_promising(bound, ceiling):
                 break
-            status, bins = self._integer(ceiling, share=0.5 if stage == "generated" else 1.0)
+            first = stage == "generated"
+            status, bins = self._integer(
+                ceiling, share=0.6 if first else 1.0, gap=FIRST_GAP if first else MIP_GAP
+            )
             if status == "timed-out":
                 continue
             finished = True
@@ -578,7 +584,7 @@ class _Search:
 
     # -- the integer program ----------------------------------------------------------------
 
-    def _integer(self, ceiling: float, *, share: float) -> tuple[str, list[Bin] | None]:
+    def _integer(self, ceiling: float, *, share: float, gap: float) -> tuple[str, list[Bin] | None]:
         """The cheapest plan over the patterns so far costing under ``ceiling``, in at most
         ``share`` of the time left."""
         cost, rows, high = self._rows()
@@ -602,6 +608,7 @@ class _Search:
             high,
             bounds=(np.zeros(len(self.columns)), upper),
             time_limit=self.left() * share,
+            gap=gap,
         )
         if x is None:
             return status, None
