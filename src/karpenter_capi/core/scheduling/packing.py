@@ -31,13 +31,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
-
-import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, linprog, milp
+from typing import TYPE_CHECKING, Any, Final
 
 from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.scheduling.readiness import Stranding, queue_runs, strandings
+
+if TYPE_CHECKING:
+    # NumPy and SciPy are imported where a solve needs them: a solver that never re-packs
+    # (large catalogs, budget 0) does not pay their import time and memory.
+    import numpy as np
 
 Vector = tuple[int, ...]
 
@@ -125,6 +127,9 @@ class HiGHS:
         self, cost: np.ndarray, a_ub: np.ndarray, b_ub: np.ndarray
     ) -> tuple[float, np.ndarray] | None:
         """Minimize ``cost @ x`` with ``a_ub @ x <= b_ub``, ``x >= 0``: value and row duals."""
+        import numpy as np
+        from scipy.optimize import linprog
+
         result = linprog(cost, A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs")
         if result.status != 0:
             return None
@@ -142,6 +147,9 @@ class HiGHS:
         gap: float = MIP_GAP,
     ) -> tuple[str, np.ndarray | None]:
         """Minimize over integers; ``(status, x)`` with status optimal, infeasible or timed-out."""
+        import numpy as np
+        from scipy.optimize import Bounds, LinearConstraint, milp
+
         result: Any = milp(
             cost,
             constraints=LinearConstraint(matrix, lower, upper),
@@ -477,6 +485,8 @@ class _Search:
 
     def _rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Cost, and ``A @ x <= b`` for covering every pod and the limits, over the columns."""
+        import numpy as np
+
         problem = self.problem
         groups = len(problem.groups)
         cost = np.array([problem.types[c.type].price for c in self.columns])
@@ -529,6 +539,8 @@ class _Search:
         Solved as one integer program: the types' knapsacks share no variable, so its optimum
         is each knapsack's optimum.
         """
+        import numpy as np
+
         problem = self.problem
         variables: list[tuple[int, int]] = []
         upper: list[float] = []
@@ -587,6 +599,8 @@ class _Search:
     def _integer(self, ceiling: float, *, share: float, gap: float) -> tuple[str, list[Bin] | None]:
         """The cheapest plan over the patterns so far costing under ``ceiling``, in at most
         ``share`` of the time left."""
+        import numpy as np
+
         cost, rows, high = self._rows()
         low = np.full(len(high), -np.inf)
         # No plan needs more of a pattern than it takes to cover the groups it holds.
