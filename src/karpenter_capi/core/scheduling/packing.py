@@ -54,6 +54,7 @@ MAX_TYPES: Final = 32
 MAX_GROUPS: Final = 24
 MAX_PODS: Final = 5000
 _MAX_ROUNDS: Final = 60  # column generation rounds
+_GENERATION_SHARE: Final = 0.5  # of the budget, at most, before the integer solves
 _REPAIRS: Final = 10  # rounds of slack added to a plan some readiness order strands
 _MAX_PATTERNS: Final = 2000  # beyond, patterns are generated as needed
 
@@ -277,9 +278,7 @@ class _Search:
                     counts[g] = min(group.count, _fit_count(group.vector, kind.room))
                     self.add(Bin(index, tuple(counts)))
         bound = self._generate()
-        if bound is None:
-            return PackingOutcome("timed-out", greedy_cost)
-        if bound >= greedy_cost * (1 - EPSILON):
+        if bound is not None and bound >= greedy_cost * (1 - EPSILON):
             return PackingOutcome("not-cheaper", greedy_cost, lower_bound=bound)
         runs = queue_runs(problem.queue)
         best: list[Bin] | None = None
@@ -287,7 +286,7 @@ class _Search:
         rejected = 0
         finished = False
         for stage in ("generated", "listed"):
-            if stage == "listed" and not self._list_promising(bound, ceiling):
+            if stage == "listed" and (bound is None or not self._list_promising(bound, ceiling)):
                 break
             first = stage == "generated"
             status, bins = self._integer(
@@ -506,11 +505,16 @@ class _Search:
         return cost, matrix, bound
 
     def _generate(self) -> float | None:
-        """The relaxation's optimum once no pattern improves it (a lower bound on any plan)."""
+        """The relaxation's optimum once no pattern improves it (a lower bound on any plan).
+
+        ``None`` when it had to stop first (its share of the budget spent): the patterns so far
+        still make plans, but the value bounds nothing and the duals price nothing exactly.
+        """
         problem = self.problem
         value = math.inf
+        stop = self.deadline - (self.deadline - self.clock.monotonic()) * (1 - _GENERATION_SHARE)
         for _ in range(_MAX_ROUNDS):
-            if self.left() <= 0:
+            if self.clock.monotonic() > stop:
                 return None
             cost, matrix, bound = self._rows()
             solved = self.backend.lp(cost, matrix, bound)
@@ -531,7 +535,7 @@ class _Search:
                     added += 1
             if not added:
                 return value
-        return value
+        return None
 
     def _price(self, prices: Sequence[float]) -> list[tuple[Bin, float]]:
         """For every type, the pattern worth most at ``prices`` (one knapsack per type).
