@@ -298,9 +298,12 @@ class _Search:
             if bins is None:
                 continue
             robust = self._robust(bins, ceiling, runs, seed)
-            if robust is None:
+            if robust is None and self.left() > 0:
                 robust = self._no_worse(bins, runs, seed)
             if robust is None:
+                if self.left() <= 0:
+                    finished = False  # out of time judging it: not a rejection
+                    break
                 rejected += 1
                 continue
             best = robust
