@@ -19,7 +19,7 @@ from checker import check
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead, Offering
-from karpenter_capi.core.scheduling import packing
+from karpenter_capi.core.scheduling import packing, packing_model
 from karpenter_capi.core.scheduling.model import NodePoolOption, SolveResult
 from karpenter_capi.core.scheduling.readiness import queue_runs, strandings
 from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
@@ -279,22 +279,22 @@ def test_a_node_filled_by_small_pods_first_strands_the_big_one() -> None:
 
 def test_the_optimizer_rejects_a_cheaper_plan_that_strands_a_pod() -> None:
     types = (
-        packing.BinType((8000, 0, 110_000), 1.0, (8000, 0, 1000)),
-        packing.BinType((4000, 0, 110_000), 0.55, (4000, 0, 1000)),
+        packing_model.BinType((8000, 0, 110_000), 1.0, (8000, 0, 1000)),
+        packing_model.BinType((4000, 0, 110_000), 0.55, (4000, 0, 1000)),
     )
     groups = (
-        packing.PodGroup((1000, 0, 1000), 6, frozenset({0, 1})),
-        packing.PodGroup((6000, 0, 1000), 1, frozenset({0, 1})),
+        packing_model.PodGroup((1000, 0, 1000), 6, frozenset({0, 1})),
+        packing_model.PodGroup((6000, 0, 1000), 1, frozenset({0, 1})),
     )
-    greedy = (packing.Bin(0, (6, 0)), packing.Bin(0, (0, 1)))
-    problem = packing.PackingProblem(types, groups, greedy, queue=(0,) * 6 + (1,))
+    greedy = (packing_model.Bin(0, (6, 0)), packing_model.Bin(0, (0, 1)))
+    problem = packing_model.PackingProblem(types, groups, greedy, queue=(0,) * 6 + (1,))
     outcome = packing.optimize(problem, budget=5.0, clock=FakeClock())
     # 8 + 4 CPUs (1.55) hold everything, but not in every readiness order.
     assert outcome.bins is None
     assert outcome.status == "not-robust"
     assert outcome.rejected >= 1
     # The same pods queued big first make that plan safe, and it is taken.
-    safe = packing.PackingProblem(types, groups, greedy, queue=(1,) + (0,) * 6)
+    safe = packing_model.PackingProblem(types, groups, greedy, queue=(1,) + (0,) * 6)
     taken = packing.optimize(safe, budget=5.0, clock=FakeClock())
     assert taken.bins is not None
     assert taken.cost == pytest.approx(1.55)

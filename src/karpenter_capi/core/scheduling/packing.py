@@ -6,7 +6,7 @@ leaves 5-15% on the table: it fills a 16-CPU node and then buys a second one for
 where one 16-CPU and three 4-CPU nodes cost less. Bin packing with a few node sizes is a
 small integer program, so after the greedy solve the solver hands the NodeClaims it may
 safely move pods between (no topology, no pod (anti-)affinity, no host ports, no hostname:
-see ``Solver._repack``) to ``optimize`` here, which looks for a cheaper plan within a time
+see ``repack.py``) to ``optimize`` here, which looks for a cheaper plan within a time
 budget and keeps greedy's whenever it does not find a strictly cheaper one in time.
 
 The model is Gilmore and Gomory's: a *pattern* is one node of one instance type and how many
@@ -34,14 +34,22 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from karpenter_capi.core.clock import Clock
+from karpenter_capi.core.scheduling.packing_model import (
+    Bin,
+    PackingOutcome,
+    PackingProblem,
+    cheapest_type,
+    fit_count,
+    fits,
+    load,
+    plan_cost,
+)
 from karpenter_capi.core.scheduling.readiness import Stranding, queue_runs, strandings
 
 if TYPE_CHECKING:
     # NumPy and SciPy are imported where a solve needs them: a solver that never re-packs
     # (large catalogs, budget 0) does not pay their import time and memory.
     import numpy as np
-
-Vector = tuple[int, ...]
 
 DEFAULT_BUDGET_SECONDS: Final = 0.2
 EPSILON: Final = 1e-6
@@ -57,65 +65,6 @@ _MAX_ROUNDS: Final = 60  # column generation rounds
 _GENERATION_SHARE: Final = 0.5  # of the budget, at most, before the integer solves
 _REPAIRS: Final = 10  # rounds of slack added to a plan some readiness order strands
 _MAX_PATTERNS: Final = 2000  # beyond, patterns are generated as needed
-
-
-@dataclass(frozen=True)
-class BinType:
-    """An instance type a node of the plan may be: what pods may use of it and its price."""
-
-    room: Vector  # allocatable minus the DaemonSet pods that would run there
-    price: float  # its cheapest compatible available offering
-    limit_use: Vector  # what one such node counts against the NodePool's limits
-
-
-@dataclass(frozen=True)
-class PodGroup:
-    """Identical pods: same requests, same scheduling class, so the same allowed types."""
-
-    vector: Vector
-    count: int
-    types: frozenset[int]  # indices of the BinTypes it may run on
-
-
-@dataclass(frozen=True)
-class Bin:
-    """One node of a plan: its type and how many pods of each group it holds."""
-
-    type: int
-    counts: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class PackingProblem:
-    """Pods that may share any node of ``types``, and the plan greedy made for them.
-
-    ``queue`` is the group of every pod in kube-scheduler's queue order (priority descending,
-    then creation time), for the robustness check; ``limit`` what the plan's nodes together may
-    count against the NodePool's limits (``None``: unlimited).
-    """
-
-    types: tuple[BinType, ...]
-    groups: tuple[PodGroup, ...]
-    greedy: tuple[Bin, ...]
-    queue: tuple[int, ...]
-    limit: Vector | None = None
-
-
-@dataclass
-class PackingOutcome:
-    """What ``optimize`` decided. ``bins`` is the plan to use; ``None``: keep greedy's.
-
-    ``status``: ``improved``, ``not-cheaper`` (greedy is optimal or nothing cheaper was found),
-    ``timed-out``, ``not-robust`` (every cheaper plan found strands a pod), ``too-large`` or
-    ``disabled``. ``rejected`` counts cheaper plans the robustness rule turned down.
-    """
-
-    status: str
-    greedy_cost: float
-    bins: tuple[Bin, ...] | None = None
-    cost: float | None = None
-    rejected: int = 0
-    lower_bound: float | None = None
 
 
 class HiGHS:
@@ -168,38 +117,6 @@ class HiGHS:
         if result.status == 1:
             return "timed-out", None
         return "infeasible", None
-
-
-def plan_cost(problem: PackingProblem, bins: Sequence[Bin]) -> float:
-    return sum(problem.types[b.type].price for b in bins)
-
-
-def fits(total: Vector, room: Vector) -> bool:
-    return all(used <= available for used, available in zip(total, room, strict=True))
-
-
-def load(problem: PackingProblem, counts: Sequence[int]) -> Vector:
-    """What ``counts`` pods of each group request together."""
-    total = [0] * len(problem.types[0].room)
-    for group, count in zip(problem.groups, counts, strict=True):
-        if count:
-            for i, value in enumerate(group.vector):
-                total[i] += value * count
-    return tuple(total)
-
-
-def cheapest_type(problem: PackingProblem, counts: Sequence[int]) -> int | None:
-    """The cheapest type every group present may run on and that holds them all."""
-    total = load(problem, counts)
-    best: int | None = None
-    for index, kind in enumerate(problem.types):
-        if not fits(total, kind.room):
-            continue
-        if any(c and index not in g.types for g, c in zip(problem.groups, counts, strict=True)):
-            continue
-        if best is None or kind.price < problem.types[best].price:
-            best = index
-    return best
 
 
 def optimize(
@@ -275,7 +192,7 @@ class _Search:
             for g, group in enumerate(problem.groups):
                 if index in group.types:
                     counts = [0] * len(problem.groups)
-                    counts[g] = min(group.count, _fit_count(group.vector, kind.room))
+                    counts[g] = min(group.count, fit_count(group.vector, kind.room))
                     self.add(Bin(index, tuple(counts)))
         bound = self._generate()
         if bound is not None and bound >= greedy_cost * (1 - EPSILON):
@@ -422,7 +339,7 @@ class _Search:
                 options = [
                     (kind.price / min(count, fit), t, min(count, fit))
                     for t, kind in enumerate(problem.types)
-                    if t in group.types and (fit := _fit_count(group.vector, kind.room)) > 0
+                    if t in group.types and (fit := fit_count(group.vector, kind.room)) > 0
                 ]
                 if not options:
                     return None
@@ -466,14 +383,14 @@ class _Search:
             return len(found) <= _MAX_PATTERNS and (len(found) % 64 != 0 or self.left() > 0)
         # Even filled with everything else at its dual price, could it get within the gap?
         hope = sum(
-            self.prices[k] * min(groups[k].count, _fit_count(groups[k].vector, tuple(room)))
+            self.prices[k] * min(groups[k].count, fit_count(groups[k].vector, tuple(room)))
             for k in range(g, len(groups))
             if t in groups[k].types
         )
         if left - hope > self.gap:
             return True
         group = groups[g]
-        most = min(group.count, _fit_count(group.vector, tuple(room))) if t in group.types else 0
+        most = min(group.count, fit_count(group.vector, tuple(room))) if t in group.types else 0
         for n in range(most, -1, -1):
             counts[g] = n
             rest = [r - v * n for r, v in zip(room, group.vector, strict=True)]
@@ -554,7 +471,7 @@ class _Search:
         for index, kind in enumerate(problem.types):
             for g, group in enumerate(problem.groups):
                 if index in group.types and prices[g] > 1e-12:
-                    bound = min(group.count, _fit_count(group.vector, kind.room))
+                    bound = min(group.count, fit_count(group.vector, kind.room))
                     if bound:
                         variables.append((index, g))
                         upper.append(bound)
@@ -674,9 +591,3 @@ def _moved(bins: Sequence[Bin], left: Sequence[int]) -> list[Bin]:
             counts[fullest][g] -= take
             count -= take
     return [Bin(b.type, tuple(c)) for b, c in zip(bins, counts, strict=True) if any(c)]
-
-
-def _fit_count(vector: Vector, room: Vector) -> int:
-    """How many pods of ``vector`` fit in ``room`` (a pod always takes a pod slot)."""
-    counts = [available // used for used, available in zip(vector, room, strict=True) if used > 0]
-    return max(min(counts, default=0), 0)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock
-from karpenter_capi.core.scheduling import packing
+from karpenter_capi.core.scheduling import packing, packing_model
 from karpenter_capi.core.scheduling.claims import (
     HOSTNAME_PLACEHOLDER,
     ClaimState,
@@ -53,7 +53,7 @@ class Repacker:
         self._budget = budget
         self._backend = backend
         self._claims: list[ClaimState] = []
-        self.outcomes: list[packing.PackingOutcome] = []
+        self.outcomes: list[packing_model.PackingOutcome] = []
 
     def repack(self, claims: list[ClaimState], originals: Mapping[str, Pod]) -> list[ClaimState]:
         """``claims``, each family that only unconstrained pods hold re-packed if cheaper.
@@ -113,7 +113,7 @@ class Repacker:
         requirements: Requirements,
         types: Sequence[TypeInfo],
         groups: Mapping[str, Sequence[Pod]],
-    ) -> packing.PackingProblem:
+    ) -> packing_model.PackingProblem:
         daemon = claims[0].daemon
         pool = claims[0].pool
         signatures = list(groups)
@@ -123,14 +123,14 @@ class Repacker:
             pod_class = self._class_of(groups[signature][0])
             allowed = self._compatible_types(pool, requirements, pod_class)
             pod_groups.append(
-                packing.PodGroup(
+                packing_model.PodGroup(
                     pod_class.vector,
                     len(groups[signature]),
                     frozenset(index[id(t)] for t in allowed if id(t) in index),
                 )
             )
         bin_types = tuple(
-            packing.BinType(
+            packing_model.BinType(
                 tuple(a - d for a, d in zip(t.allocatable, daemon, strict=True)),
                 cheapest_price(t, requirements),
                 limit_use(t.capacity),
@@ -145,7 +145,7 @@ class Repacker:
             counts = [0] * len(signatures)
             for pod in claim.pods:
                 counts[signatures.index(self._class_of(pod).signature)] += 1
-            greedy.append(packing.Bin(index[id(cheapest)], tuple(counts)))
+            greedy.append(packing_model.Bin(index[id(cheapest)], tuple(counts)))
         queue = sorted(
             (pod for signature in signatures for pod in groups[signature]), key=_queue_order
         )
@@ -154,7 +154,7 @@ class Repacker:
             limit = pool.remaining
             for claim in claims:
                 limit = add(limit, limit_use(claim.reserved))
-        return packing.PackingProblem(
+        return packing_model.PackingProblem(
             bin_types,
             tuple(pod_groups),
             tuple(greedy),
@@ -167,8 +167,8 @@ class Repacker:
         claims: Sequence[ClaimState],
         types: Sequence[TypeInfo],
         groups: Mapping[str, Sequence[Pod]],
-        outcome: packing.PackingOutcome,
-        problem: packing.PackingProblem,
+        outcome: packing_model.PackingOutcome,
+        problem: packing_model.PackingProblem,
     ) -> None:
         """Swap ``claims`` for the plan's nodes, built as ``_new_claim`` builds a claim.
 
@@ -184,7 +184,7 @@ class Repacker:
         built: list[ClaimState] = []
         for plan_bin in sorted(outcome.bins, key=lambda b: -problem.types[b.type].price):
             pods = [waiting[g].pop() for g, n in enumerate(plan_bin.counts) for _ in range(n)]
-            pods_total = packing.load(problem, plan_bin.counts)
+            pods_total = packing_model.load(problem, plan_bin.counts)
             total = add(pods_total, daemon)
             present = [problem.groups[g].types for g, n in enumerate(plan_bin.counts) if n]
             listed = [

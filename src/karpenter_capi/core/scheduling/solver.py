@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock, SystemClock
-from karpenter_capi.core.scheduling import packing
+from karpenter_capi.core.scheduling import packing, packing_model
 from karpenter_capi.core.scheduling.claims import (
     HOSTNAME_PLACEHOLDER,
     ClaimState,
@@ -205,7 +205,7 @@ class Solver:
         self._label_requirements = label_requirements if label_requirements is not None else {}
         self._packing_budget = packing_budget
         self._packing_backend = packing_backend
-        self.packing_outcomes: list[packing.PackingOutcome] = []
+        self.packing_outcomes: list[packing_model.PackingOutcome] = []
 
     # -- set-up ----------------------------------------------------------------------------
 
