@@ -28,7 +28,11 @@ worst order of each. See ``docs/scheduling.md`` for the rule and its limits.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import sys
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -67,6 +71,42 @@ _REPAIRS: Final = 10  # rounds of slack added to a plan some readiness order str
 _MAX_PATTERNS: Final = 2000  # beyond, patterns are generated as needed
 
 
+class _StdoutToStderr:
+    """HiGHS can print a stray debug line straight to file descriptor 1 (HiGHS issue 2783),
+    which would corrupt ``--json`` output; while a solve runs, fd 1 goes to stderr. Threads
+    may solve at once, so the first to enter redirects and the last to leave restores; where
+    the descriptors cannot be duplicated, nothing is redirected."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._saved: int | None = None
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self._lock:
+            if self._depth == 0:
+                sys.stdout.flush()
+                try:
+                    self._saved = os.dup(1)
+                    os.dup2(2, 1)
+                except OSError:
+                    self._saved = None
+            self._depth += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._depth -= 1
+                if self._depth == 0 and self._saved is not None:
+                    os.dup2(self._saved, 1)
+                    os.close(self._saved)
+                    self._saved = None
+
+
+_stdout_to_stderr = _StdoutToStderr()
+
+
 class HiGHS:
     """The linear and integer solves, through ``scipy.optimize`` (HiGHS).
 
@@ -80,7 +120,8 @@ class HiGHS:
         import numpy as np
         from scipy.optimize import linprog
 
-        result = linprog(cost, A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs")
+        with _stdout_to_stderr():
+            result = linprog(cost, A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs")
         if result.status != 0:
             return None
         return float(result.fun), np.asarray(result.ineqlin.marginals)
@@ -100,18 +141,19 @@ class HiGHS:
         import numpy as np
         from scipy.optimize import Bounds, LinearConstraint, milp
 
-        result: Any = milp(
-            cost,
-            constraints=LinearConstraint(matrix, lower, upper),
-            integrality=np.ones(len(cost)),
-            bounds=Bounds(*bounds),
-            options={
-                "time_limit": max(time_limit, 0.001),
-                "disp": False,
-                "mip_rel_gap": gap,
-                "presolve": False,
-            },
-        )
+        with _stdout_to_stderr():
+            result: Any = milp(
+                cost,
+                constraints=LinearConstraint(matrix, lower, upper),
+                integrality=np.ones(len(cost)),
+                bounds=Bounds(*bounds),
+                options={
+                    "time_limit": max(time_limit, 0.001),
+                    "disp": False,
+                    "mip_rel_gap": gap,
+                    "presolve": False,
+                },
+            )
         if result.status == 0:
             return "optimal", np.asarray(result.x)
         if result.status == 1:
