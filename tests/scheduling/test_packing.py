@@ -300,6 +300,40 @@ def test_the_optimizer_rejects_a_cheaper_plan_that_strands_a_pod() -> None:
     assert taken.cost == pytest.approx(1.55)
 
 
+def _strands(problem: packing_model.PackingProblem, bins: Sequence[packing_model.Bin]) -> bool:
+    found = strandings(
+        [problem.types[b.type].room for b in bins],
+        [b.type for b in bins],
+        [g.vector for g in problem.groups],
+        [g.types for g in problem.groups],
+        queue_runs(problem.queue),
+    )
+    return any(True for _ in found)
+
+
+def test_when_greedy_strands_too_a_cheaper_plan_no_worse_in_its_worst_order_is_taken() -> None:
+    # 8-, 6- and 2-CPU nodes; six 3-CPU pods queued before five 5-CPU ones. Greedy's six
+    # 8-CPU nodes strand a 5-CPU pod when two 3-CPU pods take a node first, and so does every
+    # cheaper plan; the cheaper one still costs less once the worst order has had its way.
+    types = tuple(
+        packing_model.BinType((cpu * 1000, 0, 110_000), price, (cpu * 1000, 0, 1000))
+        for cpu, price in ((2, 0.182), (6, 0.58), (8, 0.83))
+    )
+    groups = (
+        packing_model.PodGroup((5000, 0, 1000), 5, frozenset({0, 1, 2})),
+        packing_model.PodGroup((3000, 0, 1000), 6, frozenset({0, 1, 2})),
+    )
+    greedy = (*[packing_model.Bin(2, (1, 1))] * 5, packing_model.Bin(2, (0, 1)))
+    problem = packing_model.PackingProblem(types, groups, greedy, queue=(1,) * 6 + (0,) * 5)
+    assert _strands(problem, greedy)
+    outcome = packing.optimize(problem, budget=5.0, clock=FakeClock())
+    assert outcome.status == "improved"
+    assert outcome.bins is not None
+    assert outcome.cost is not None
+    assert outcome.cost < outcome.greedy_cost
+    assert _strands(problem, outcome.bins)
+
+
 # -- the independent checker, optimizer on -----------------------------------------------------
 
 
