@@ -193,6 +193,7 @@ class _Search:
     limit_prices: list[float] = field(default_factory=list)
     greedy_worst: float | None = None
     gap: float = math.inf  # reduced cost a pattern may have and still be worth listing
+    visited: int = 0  # nodes of the pattern listing's search, to check the clock now and then
 
     def __post_init__(self) -> None:
         # Resources some pod asks for or a limit counts; the rest cannot bind.
@@ -413,6 +414,9 @@ class _Search:
         """Depth first over how many pods of group ``g`` on; ``left``: the pattern's reduced
         cost so far (its price, less what the pods already on it are worth)."""
         groups = self.problem.groups
+        self.visited += 1
+        if self.visited % 1024 == 0 and self.left() <= 0:
+            return False
         if g == len(groups):
             full = all(
                 counts[k] == group.count
@@ -422,7 +426,7 @@ class _Search:
             )
             if full and any(counts):
                 found.append(Bin(t, tuple(counts)))
-            return len(found) <= _MAX_PATTERNS and (len(found) % 64 != 0 or self.left() > 0)
+            return len(found) <= _MAX_PATTERNS
         # Even filled with everything else at its dual price, could it get within the gap?
         hope = sum(
             self.prices[k] * min(groups[k].count, fit_count(groups[k].vector, tuple(room)))
