@@ -19,7 +19,7 @@ from checker import check
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead, Offering
-from karpenter_capi.core.scheduling import packing, packing_model
+from karpenter_capi.core.scheduling import highs, packing, packing_model
 from karpenter_capi.core.scheduling.model import NodePoolOption, SolveResult
 from karpenter_capi.core.scheduling.readiness import queue_runs, strandings
 from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
@@ -248,7 +248,7 @@ def test_a_zero_budget_turns_it_off() -> None:
     assert solver.packing_outcomes == []
 
 
-class _OutOfTime(packing.HiGHS):
+class _OutOfTime(highs.HiGHS):
     """HiGHS as it answers when its time limit strikes before an integer solution."""
 
     def milp(self, *args: Any, **kwargs: Any) -> tuple[str, np.ndarray | None]:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock
-from karpenter_capi.core.scheduling import packing, packing_model
+from karpenter_capi.core.scheduling import highs, packing, packing_model
 from karpenter_capi.core.scheduling.claims import (
     HOSTNAME_PLACEHOLDER,
     ClaimState,
@@ -44,7 +44,7 @@ class Repacker:
         daemons: DaemonOverhead,
         clock: Clock,
         budget: float,
-        backend: packing.HiGHS | None = None,
+        backend: highs.HiGHS | None = None,
     ) -> None:
         self._class_of = class_of
         self._compatible_types = compatible_types

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock, SystemClock
-from karpenter_capi.core.scheduling import packing, packing_model
+from karpenter_capi.core.scheduling import highs, packing, packing_model
 from karpenter_capi.core.scheduling.claims import (
     HOSTNAME_PLACEHOLDER,
     ClaimState,
@@ -177,7 +177,7 @@ class Solver:
         timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         label_requirements: dict[str, Requirements] | None = None,
         packing_budget: float = packing.DEFAULT_BUDGET_SECONDS,
-        packing_backend: packing.HiGHS | None = None,
+        packing_backend: highs.HiGHS | None = None,
     ) -> None:
         """``label_requirements`` caches each registered node's labels as requirements, by
         node name, for callers that solve many times over the same nodes (consolidation).
