@@ -8,12 +8,15 @@ flags mirror upstream Karpenter's settings where they mean the same thing (``BAT
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import threading
 from collections.abc import Callable
 from types import FrameType
 from typing import Any, TextIO
+
+from karpenter_capi.core.api.duration import DurationError, parse_duration
 
 
 def _env_bool(name: str, default: bool) -> bool:
@@ -104,6 +107,14 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         help="concurrent reconciles per controller (env WORKERS, default 4)",
     )
     run.add_argument(
+        "--packing-optimizer-budget",
+        type=parse_budget,
+        default=env("PACKING_OPTIMIZER_BUDGET", "200ms"),
+        help="time the solver may spend re-packing unconstrained NodeClaims into a cheaper "
+        "plan after its greedy pass, e.g. 200ms, 1s; 0 disables it "
+        "(env PACKING_OPTIMIZER_BUDGET, default 200ms)",
+    )
+    run.add_argument(
         "--feature-gates",
         default=env("FEATURE_GATES", ""),
         help="upstream Karpenter's feature gates, e.g. SpotToSpotConsolidation=true "
@@ -115,6 +126,23 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         default=env("DISRUPTION_POLL_INTERVAL", "10"),
         help="seconds between disruption passes (env DISRUPTION_POLL_INTERVAL, default 10)",
     )
+
+
+def parse_budget(text: str) -> float:
+    """``200ms``, ``1s``, ``1m`` or a number of seconds (``0.2``) as seconds."""
+    raw = text.strip()
+    try:
+        value = float(raw[:-2]) / 1000 if raw.endswith("ms") else float(raw)
+    except ValueError:
+        try:
+            value = parse_duration(raw).total_seconds()
+        except DurationError:
+            value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(
+            f"invalid budget {text!r}: expected a duration such as 200ms, 1s or 0 (off)"
+        )
+    return value
 
 
 def parse_feature_gates(text: str) -> dict[str, bool]:
@@ -153,7 +181,13 @@ def run_command(
     workload, management = clients(args)
     plugins = load_plugins(args, workload, management)
     if args.once:
-        report = Provisioner(workload, plugins, clock, dry_run=args.dry_run).reconcile()
+        report = Provisioner(
+            workload,
+            plugins,
+            clock,
+            dry_run=args.dry_run,
+            packing_budget=args.packing_optimizer_budget,
+        ).reconcile()
         print_report(report, out)
         return 0
     options = OperatorOptions(
@@ -170,6 +204,7 @@ def run_command(
         batch_idle=args.batch_idle_duration,
         batch_max=args.batch_max_duration,
         workers=args.workers,
+        packing_budget=args.packing_optimizer_budget,
         disruption=DisruptionSettings(
             poll_seconds=args.disruption_poll_interval,
             spot_to_spot=gates.get("SpotToSpotConsolidation", False),

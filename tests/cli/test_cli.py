@@ -261,3 +261,17 @@ def test_run_logs_its_decisions_at_info_unless_told_otherwise(
     for decision in ("found provisionable pod(s)", "created nodeclaim", "could not schedule pod"):
         line = f" INFO karpenter_capi.core.provisioning.provisioner {decision} "
         assert (line in logged) is shown
+
+
+def test_the_packing_optimizer_budget_reads_durations_and_refuses_nonsense(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from karpenter_capi.cli_run import parse_budget
+
+    assert parse_budget("200ms") == pytest.approx(0.2)
+    assert parse_budget("1s") == 1.0
+    assert parse_budget("0") == 0.0
+    with pytest.raises(SystemExit) as exited:
+        _run("run", "--once", "--packing-optimizer-budget", "soon")
+    assert exited.value.code == 2
+    assert "invalid budget 'soon'" in capsys.readouterr().err

@@ -38,6 +38,7 @@ from karpenter_capi.core.runtime.leader import LeaderElector, make_identity
 from karpenter_capi.core.runtime.manager import Manager
 from karpenter_capi.core.runtime.stepped import SteppedDriver
 from karpenter_capi.core.runtime.threaded import ThreadedDriver
+from karpenter_capi.core.scheduling.packing import DEFAULT_BUDGET_SECONDS as DEFAULT_PACKING_BUDGET
 from karpenter_capi.core.termination import termination_controllers
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class OperatorOptions:
     batch_idle: float = DEFAULT_IDLE_SECONDS
     batch_max: float = DEFAULT_MAX_SECONDS
     workers: int = 4
+    packing_budget: float = DEFAULT_PACKING_BUDGET  # seconds; 0 disables re-packing
     disruption: DisruptionSettings = field(default_factory=DisruptionSettings)
 
 
@@ -89,7 +91,9 @@ class Operator:
             dry_run=self.options.dry_run,
         )
         batcher = Batcher(clock, idle=self.options.batch_idle, max_duration=self.options.batch_max)
-        self.provisioning = ProvisioningController(self.context, batcher=batcher)
+        self.provisioning = ProvisioningController(
+            self.context, batcher=batcher, packing_budget=self.options.packing_budget
+        )
         controllers: list[Any] = [
             self.provisioning,
             *lifecycle_controllers(self.context),

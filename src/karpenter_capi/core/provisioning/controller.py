@@ -29,6 +29,7 @@ from karpenter_capi.core.provisioning.provisioner import Provisioner, Provisioni
 from karpenter_capi.core.provisioning.state import ClusterSnapshot
 from karpenter_capi.core.runtime.controller import WORKLOAD, ControllerContext, Result
 from karpenter_capi.core.scheduling.model import pod_key
+from karpenter_capi.core.scheduling.packing import DEFAULT_BUDGET_SECONDS as DEFAULT_PACKING_BUDGET
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,7 @@ class ProvisioningController:
         batcher: Batcher | None = None,
         interval: float = DEFAULT_POLL_SECONDS,
         provisioner: Provisioner | None = None,
+        packing_budget: float = DEFAULT_PACKING_BUDGET,
     ) -> None:
         self._ctx = ctx
         self.interval = interval
@@ -87,6 +89,7 @@ class ProvisioningController:
             recorder=ctx.recorder,
             dry_run=ctx.dry_run,
             metrics=ctx.metrics,
+            packing_budget=packing_budget,
         )
         self.last_report: ProvisioningReport | None = None
         # What the cluster looked like at the last round, for pods it left pending.

@@ -43,6 +43,7 @@ from karpenter_capi.core.provisioning.state import (
     nodepool_option,
     nodepool_usage,
 )
+from karpenter_capi.core.scheduling import packing
 from karpenter_capi.core.scheduling.model import (
     ProposedNodeClaim,
     compatible_offerings,
@@ -190,6 +191,7 @@ class Provisioner:
         recorder: EventRecorder | None = None,
         max_instance_types: int = DEFAULT_MAX_INSTANCE_TYPES,
         solve_timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        packing_budget: float = packing.DEFAULT_BUDGET_SECONDS,
         dry_run: bool = False,
         metrics: Metrics | None = None,
     ) -> None:
@@ -201,6 +203,7 @@ class Provisioner:
         self._recorder = recorder or EventRecorder(client, clock)
         self._max_instance_types = max_instance_types
         self._solve_timeout = solve_timeout
+        self._packing_budget = packing_budget  # seconds for re-packing; 0 disables it
         # Like Karpenter's cluster state: the pods each NodeClaim was launched (or later
         # counted) for, kept in memory; a restart loses them and packing starts afresh.
         self._nominations: dict[str, frozenset[str]] = {}
@@ -260,6 +263,7 @@ class Provisioner:
             max_instance_types=self._max_instance_types,
             clock=self._clock,
             timeout_seconds=self._solve_timeout,
+            packing_budget=self._packing_budget,
         )
         # Pods of nodes already going away will need room too (upstream counts them): placing
         # them first keeps new pods from taking what a disruption replacement was launched for.

@@ -21,15 +21,28 @@ from __future__ import annotations
 import json
 import logging
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock, SystemClock
-from karpenter_capi.core.instancetype import InstanceType
+from karpenter_capi.core.scheduling import highs, packing, packing_model
+from karpenter_capi.core.scheduling.claims import (
+    HOSTNAME_PLACEHOLDER,
+    ClaimState,
+    PodClass,
+    PoolState,
+    TypeInfo,
+    Vector,
+    add,
+    cheapest_price,
+    fits,
+    limit_use,
+    max_capacity,
+)
 from karpenter_capi.core.scheduling.daemons import DaemonOverhead
-from karpenter_capi.core.scheduling.hostports import HostPort, HostPortUsage, pod_host_ports
+from karpenter_capi.core.scheduling.hostports import HostPortUsage, pod_host_ports
 from karpenter_capi.core.scheduling.model import (
     ExistingNode,
     NodePoolOption,
@@ -44,6 +57,7 @@ from karpenter_capi.core.scheduling.preferences import (
     strict_topology,
     strictly_untolerated,
 )
+from karpenter_capi.core.scheduling.repack import Repacker
 from karpenter_capi.core.scheduling.requirements import (
     Requirement,
     Requirements,
@@ -57,23 +71,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_INSTANCE_TYPES: Final = 60
 DEFAULT_TIMEOUT_SECONDS: Final = 60.0
-HOSTNAME_PLACEHOLDER: Final = "hostname-placeholder-"
 _DEADLINE_CHECK_EVERY: Final = 64
 _BALANCE_CANDIDATES: Final = 4
-
-Vector = tuple[int, ...]
-
-
-def _fits(total: Vector, allocatable: Vector) -> bool:
-    # A plain loop: the hottest function of a solve, and faster than all() over a generator.
-    for used, available in zip(total, allocatable, strict=True):  # noqa: SIM110
-        if used > available:
-            return False
-    return True
-
-
-def _add(a: Vector, b: Vector) -> Vector:
-    return tuple(x + y for x, y in zip(a, b, strict=True))
 
 
 def _scheduling_spec(pod: Pod) -> Mapping[str, Any]:
@@ -122,50 +121,6 @@ def pod_requirements(pod: Pod, *, preferred: bool = True) -> Requirements | None
     return requirements
 
 
-@dataclass(eq=False)
-class _TypeInfo:
-    instance_type: InstanceType
-    allocatable: Vector
-    capacity: Vector
-    requirements: Requirements
-    price: float
-
-
-@dataclass(eq=False)
-class _Pool:
-    option: NodePoolOption
-    requirements: Requirements
-    types: list[_TypeInfo]
-    remaining: Vector | None  # limits minus usage minus proposed claims; None: unlimited
-    min_values: bool
-    tainted_types: bool
-    largest: tuple[int, int]  # the most CPU and memory any of its types offers
-
-
-@dataclass(eq=False)
-class _PodClass:
-    """What every pod with this scheduling spec shares."""
-
-    signature: str
-    requests: ResourceList
-    vector: Vector
-    requirements: Requirements | None
-    required: Requirements  # without the preferred node-affinity term: what topology reads
-    tolerations: Sequence[Mapping[str, Any]]
-    host_ports: tuple[HostPort, ...]
-    topological: bool
-    pool_taint: dict[str, Taint | None] = field(default_factory=dict)
-    # Nodes and claims that can never take this class again, by index.
-    rejected_claims: set[int] = field(default_factory=set)
-    rejected_nodes: set[int] = field(default_factory=set)
-    # Claims that can never take a pod with these topology constraints, whatever its size:
-    # shared by every class with the same constraints (see Solver._class_of).
-    topology_rejected: set[int] = field(default_factory=set)
-    # Claims that refused it for what is on them alone, and their version at the time.
-    unchanged_refusals: dict[int, int] = field(default_factory=dict)
-    first_claim: int = 0
-
-
 @dataclass(frozen=True, slots=True)
 class _Ordered:
     size: float  # negated dominant share, so an ascending sort puts the largest first
@@ -179,9 +134,9 @@ class _Ordered:
 class _Fit:
     """A claim as it would be with one more pod (see ``Solver._fit_claim``)."""
 
-    claim: _Claim
+    claim: ClaimState
     requirements: Requirements
-    types: list[_TypeInfo]
+    types: list[TypeInfo]
     first: int
     pods_total: Vector
     daemon: Vector
@@ -200,23 +155,6 @@ class _Node:
     @property
     def hostname(self) -> str:
         return self.node.labels.get(wellknown.LABEL_HOSTNAME, self.node.name)
-
-
-@dataclass(eq=False)
-class _Claim:
-    index: int
-    pool: _Pool
-    hostname: str
-    requirements: Requirements
-    taints: tuple[Taint, ...]
-    types: list[_TypeInfo]
-    first: int  # types[:first] cannot hold the pods any more
-    pods_total: Vector
-    daemon: Vector
-    ports: HostPortUsage
-    reserved: Vector  # what it counts against the NodePool's limits
-    pods: list[Pod] = field(default_factory=list)
-    version: int = 0  # bumped whenever a pod is added
 
 
 class Solver:
@@ -238,9 +176,14 @@ class Solver:
         clock: Clock | None = None,
         timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         label_requirements: dict[str, Requirements] | None = None,
+        packing_budget: float = packing.DEFAULT_BUDGET_SECONDS,
+        packing_backend: highs.HiGHS | None = None,
     ) -> None:
         """``label_requirements`` caches each registered node's labels as requirements, by
-        node name, for callers that solve many times over the same nodes (consolidation)."""
+        node name, for callers that solve many times over the same nodes (consolidation).
+        ``packing_budget`` bounds, in seconds, the re-packing of unconstrained NodeClaims
+        after the greedy solve (``packing.py``; 0 disables it); ``packing_outcomes`` then
+        says what it decided for each group of claims it looked at."""
         # Upstream's OrderByWeight: heaviest first, ties by name, later names first.
         self._options = sorted(nodepools, key=lambda p: (p.weight, p.name), reverse=True)
         self._existing = existing_nodes
@@ -250,16 +193,19 @@ class Solver:
         self._clock = clock or SystemClock()
         self._timeout = timeout_seconds
         self._resources: tuple[str, ...] = ()
-        self._classes: dict[str, _PodClass] = {}
-        self._claims: list[_Claim] = []
-        self._claims_by_host: dict[str, _Claim] = {}
+        self._classes: dict[str, PodClass] = {}
+        self._claims: list[ClaimState] = []
+        self._claims_by_host: dict[str, ClaimState] = {}
         self._topology_rejections: dict[str, set[int]] = {}
         self._nodes: list[_Node] = []
-        self._pools: list[_Pool] = []
+        self._pools: list[PoolState] = []
         self._topology: Topology | None = None
         self._merge_cache: dict[tuple[str, int], tuple[Requirements, Requirements | str]] = {}
-        self._types_cache: dict[tuple[int, Requirements, str], list[_TypeInfo]] = {}
+        self._types_cache: dict[tuple[int, Requirements, str], list[TypeInfo]] = {}
         self._label_requirements = label_requirements if label_requirements is not None else {}
+        self._packing_budget = packing_budget
+        self._packing_backend = packing_backend
+        self.packing_outcomes: list[packing_model.PackingOutcome] = []
 
     # -- set-up ----------------------------------------------------------------------------
 
@@ -292,7 +238,7 @@ class Solver:
                 if not offerings:
                     continue
                 types.append(
-                    _TypeInfo(
+                    TypeInfo(
                         instance_type,
                         self._vector(instance_type.allocatable),
                         self._vector(instance_type.capacity),
@@ -309,7 +255,7 @@ class Solver:
                     for limit, used in zip(limits, self._limit_usage(option), strict=True)
                 )
             self._pools.append(
-                _Pool(
+                PoolState(
                     option,
                     base,
                     types,
@@ -354,7 +300,7 @@ class Solver:
                 # What the claim may still become, not only what it already pins.
                 requirements = requirements.merged(node.requirements)
                 taints = tuple(node.taints)
-                requested = _add(
+                requested = add(
                     requested, self._vector(self._daemons.for_node(requirements, taints))
                 )
             self._nodes.append(
@@ -397,7 +343,7 @@ class Solver:
             namespaces=self._namespaces,
         )
 
-    def _class_of(self, pod: Pod) -> _PodClass:
+    def _class_of(self, pod: Pod) -> PodClass:
         signature = json.dumps(_scheduling_spec(pod), sort_keys=True, default=str)
         found = self._classes.get(signature)
         if found is not None:
@@ -406,7 +352,7 @@ class Solver:
         spec = pod.get("spec") or {}
         assert self._topology is not None
         strict = strict_topology(pod)
-        pod_class = _PodClass(
+        pod_class = PodClass(
             signature=signature,
             requests=requests,
             vector=self._vector(requests),
@@ -478,6 +424,17 @@ class Solver:
                 queue.append(pod)
         # Report the pods as given, not the relaxed copies that were placed.
         originals = {pod_key(p): p for p in pods}
+        if self._packing_budget > 0 and self._claims:
+            repacker = Repacker(
+                class_of=self._class_of,
+                compatible_types=self._compatible_types,
+                daemons=self._daemons,
+                clock=self._clock,
+                budget=self._packing_budget,
+                backend=self._packing_backend,
+            )
+            self._claims = repacker.repack(self._claims, originals)
+            self.packing_outcomes = repacker.outcomes
         for node in self._nodes:
             if node.placed:
                 result.existing[node.node.name] = [originals[pod_key(p)] for p in node.placed]
@@ -546,7 +503,7 @@ class Solver:
                 continue
             if self._try_node(node, pod_class, pod, strict) is None:
                 return None
-        claims: Sequence[_Claim]
+        claims: Sequence[ClaimState]
         if hosts is None:
             claims = self._claims
             start = pod_class.first_claim
@@ -594,7 +551,7 @@ class Solver:
             return "no NodePool is available"
         return "; ".join(reasons)
 
-    def _tolerates(self, pod_class: _PodClass, pool: _Pool) -> Taint | None:
+    def _tolerates(self, pod_class: PodClass, pool: PoolState) -> Taint | None:
         name = pool.option.name
         if name not in pod_class.pool_taint:
             pod_class.pool_taint[name] = strictly_untolerated(
@@ -602,7 +559,7 @@ class Solver:
             )
         return pod_class.pool_taint[name]
 
-    def _try_node(self, node: _Node, pod_class: _PodClass, pod: Pod, strict: Pod) -> str | None:
+    def _try_node(self, node: _Node, pod_class: PodClass, pod: Pod, strict: Pod) -> str | None:
         assert pod_class.requirements is not None
         assert self._topology is not None
         permanent = None
@@ -614,7 +571,7 @@ class Solver:
             else not pod_class.requirements.satisfied_by(node.node.labels)
         ):
             permanent = "labels"
-        elif not _fits(_add(node.total, pod_class.vector), node.allocatable):
+        elif not fits(add(node.total, pod_class.vector), node.allocatable):
             permanent = "resources"
         elif pod_class.host_ports and node.ports.conflicts(pod_class.host_ports):
             permanent = "host port"
@@ -628,12 +585,12 @@ class Solver:
             if isinstance(narrowed, str):
                 return narrowed
         self._topology.record(strict, node.requirements)
-        node.total = _add(node.total, pod_class.vector)
+        node.total = add(node.total, pod_class.vector)
         node.ports.add(pod_class.host_ports)
         node.placed.append(pod)
         return None
 
-    def _merged(self, pod_class: _PodClass, requirements: Requirements) -> Requirements | str:
+    def _merged(self, pod_class: PodClass, requirements: Requirements) -> Requirements | str:
         """The claim's requirements with the pod's, or why they conflict (cached per class)."""
         assert pod_class.requirements is not None
         cache_key = (pod_class.signature, id(requirements))
@@ -651,7 +608,7 @@ class Solver:
         self._merge_cache[cache_key] = (requirements, merged)
         return merged
 
-    def _fit_claim(self, claim: _Claim, pod_class: _PodClass, strict: Pod) -> _Fit | str:
+    def _fit_claim(self, claim: ClaimState, pod_class: PodClass, strict: Pod) -> _Fit | str:
         """How ``claim`` would look with the pod on it, or why it cannot take the pod.
 
         The checks whose failure lasts (taints, ports, labels, room) come first and mark the
@@ -671,9 +628,9 @@ class Solver:
         if isinstance(merged, str):
             rejected.add(claim.index)
             return merged
-        pods_total = _add(claim.pods_total, pod_class.vector)
+        pods_total = add(claim.pods_total, pod_class.vector)
         fast = self._tolerates_every_type(pod_class, claim.pool)
-        room = self._first_fit(claim.types, claim.first, _add(pods_total, claim.daemon), pod_class)
+        room = self._first_fit(claim.types, claim.first, add(pods_total, claim.daemon), pod_class)
         if room is None:
             # Narrowing only removes types and adds DaemonSets, so there will be no more room.
             rejected.add(claim.index)
@@ -695,12 +652,12 @@ class Solver:
             types, first = claim.types, room
         else:
             daemon = self._vector(self._daemons.for_node(narrowed, claim.taints))
-            total = _add(pods_total, daemon)
+            total = add(pods_total, daemon)
             allowed = {id(t) for t in self._compatible_types(claim.pool, narrowed, pod_class)}
             types = [
                 t
                 for t in claim.types[claim.first :]
-                if id(t) in allowed and _fits(total, t.allocatable)
+                if id(t) in allowed and fits(total, t.allocatable)
             ]
             if not types:
                 if not pod_class.topological:
@@ -708,12 +665,12 @@ class Solver:
                 return "no instance type can hold it with the pods already there"
             first = 0
         if claim.pool.min_values and self._min_values_problem(
-            narrowed, types[first:], _add(pods_total, daemon)
+            narrowed, types[first:], add(pods_total, daemon)
         ):
             return "minValues would no longer be met"
         return _Fit(claim, narrowed, types, first, pods_total, daemon)
 
-    def _commit(self, fit: _Fit, pod_class: _PodClass, pod: Pod, strict: Pod) -> None:
+    def _commit(self, fit: _Fit, pod_class: PodClass, pod: Pod, strict: Pod) -> None:
         assert self._topology is not None
         claim = fit.claim
         claim.requirements = fit.requirements
@@ -730,21 +687,21 @@ class Solver:
         0 when both are used in the proportion the largest type offers them.
         """
         cpu_max, memory_max = fit.claim.pool.largest
-        total = _add(fit.pods_total, fit.daemon)
+        total = add(fit.pods_total, fit.daemon)
         return abs(total[0] / cpu_max - total[1] / memory_max)
 
     def _first_fit(
-        self, types: list[_TypeInfo], first: int, total: Vector, pod_class: _PodClass
+        self, types: list[TypeInfo], first: int, total: Vector, pod_class: PodClass
     ) -> int | None:
         """Index of the cheapest type from ``first`` on that holds ``total``."""
         for index in range(first, len(types)):
-            if _fits(total, types[index].allocatable) and self._type_tolerated(
+            if fits(total, types[index].allocatable) and self._type_tolerated(
                 types[index], pod_class
             ):
                 return index
         return None
 
-    def _tolerates_every_type(self, pod_class: _PodClass, pool: _Pool) -> bool:
+    def _tolerates_every_type(self, pod_class: PodClass, pool: PoolState) -> bool:
         """Whether no instance type of the pool has a taint this pod class does not tolerate."""
         if not pool.tainted_types:
             return True
@@ -764,13 +721,13 @@ class Solver:
             )
         return pod_class.pool_taint[key] is None
 
-    def _type_tolerated(self, info: _TypeInfo, pod_class: _PodClass) -> bool:
+    def _type_tolerated(self, info: TypeInfo, pod_class: PodClass) -> bool:
         taints = info.instance_type.taints
         return not taints or strictly_untolerated(pod_class.tolerations, taints) is None
 
     def _compatible_types(
-        self, pool: _Pool, requirements: Requirements, pod_class: _PodClass
-    ) -> list[_TypeInfo]:
+        self, pool: PoolState, requirements: Requirements, pod_class: PodClass
+    ) -> list[TypeInfo]:
         """The pool's types (price order) that ``requirements`` and the pod's tolerations allow.
 
         Cached by the requirements without the hostname, which every claim has its own of and
@@ -794,17 +751,17 @@ class Solver:
         return cached
 
     def _min_values_problem(
-        self, requirements: Requirements, types: Sequence[_TypeInfo], total: Vector
+        self, requirements: Requirements, types: Sequence[TypeInfo], total: Vector
     ) -> str | None:
         values: dict[str, set[str]] = {}
         for info in types:
-            if not _fits(total, info.allocatable):
+            if not fits(total, info.allocatable):
                 continue
             for key, allowed in info.instance_type.requirements.items():
                 values.setdefault(key, set()).update(allowed)
         return requirements.min_values_problem(values)
 
-    def _new_claim(self, pool: _Pool, pod_class: _PodClass, pod: Pod, strict: Pod) -> str | None:
+    def _new_claim(self, pool: PoolState, pod_class: PodClass, pod: Pod, strict: Pod) -> str | None:
         assert pod_class.requirements is not None
         assert self._topology is not None
         taint = self._tolerates(pod_class, pool)
@@ -831,7 +788,7 @@ class Solver:
         clash = ports.conflicts(pod_class.host_ports) if pod_class.host_ports else None
         if clash is not None:
             return f"host port {clash} is taken by a DaemonSet on every such node"
-        total = _add(pod_class.vector, daemon)
+        total = add(pod_class.vector, daemon)
         types = self._compatible_types(pool, requirements, pod_class)
         if not types:
             if pod_class.topological:
@@ -842,7 +799,7 @@ class Solver:
             return "no instance type meets its requirements and tolerations"
         if pool.remaining is not None:
             remaining = pool.remaining
-            types = [t for t in types if _fits(_limit_use(t.capacity), remaining)]
+            types = [t for t in types if fits(limit_use(t.capacity), remaining)]
             if not types:
                 return "the NodePool's limits would be exceeded"
         first = self._first_fit(types, 0, total, pod_class)
@@ -854,7 +811,7 @@ class Solver:
                 return problem
         if not pod_class.topological:
             self._topology.register_domain(wellknown.LABEL_HOSTNAME, hostname)
-        claim = _Claim(
+        claim = ClaimState(
             index=len(self._claims),
             pool=pool,
             hostname=hostname,
@@ -865,35 +822,35 @@ class Solver:
             pods_total=pod_class.vector,
             daemon=daemon,
             ports=ports,
-            reserved=_max_capacity(types[first:]) if pool.remaining is not None else (),
+            reserved=max_capacity(types[first:]) if pool.remaining is not None else (),
         )
         claim.ports.add(pod_class.host_ports)
         claim.pods.append(pod)
         if pool.remaining is not None:
             pool.remaining = tuple(
-                r - u for r, u in zip(pool.remaining, _limit_use(claim.reserved), strict=True)
+                r - u for r, u in zip(pool.remaining, limit_use(claim.reserved), strict=True)
             )
         self._claims.append(claim)
         self._claims_by_host[hostname] = claim
         self._topology.record(strict, requirements)
         return None
 
-    def _finish(self, claim: _Claim) -> ProposedNodeClaim:
-        total = _add(claim.pods_total, claim.daemon)
+    def _finish(self, claim: ClaimState) -> ProposedNodeClaim:
+        total = add(claim.pods_total, claim.daemon)
         pool_requirements = claim.pool.requirements
         same_offerings = all(
             claim.requirements.get(key) == pool_requirements.get(key)
             for key in (wellknown.LABEL_TOPOLOGY_ZONE, wellknown.LABEL_CAPACITY_TYPE)
         )
-        types: list[_TypeInfo] = []
+        types: list[TypeInfo] = []
         for info in claim.types[claim.first :]:
-            if _fits(total, info.allocatable):
+            if fits(total, info.allocatable):
                 types.append(info)
                 # In pool price order already unless the claim narrowed zone or capacity type.
                 if same_offerings and len(types) == self._max_instance_types:
                     break
         if not same_offerings:
-            types.sort(key=lambda t: (_cheapest_price(t, claim.requirements), t.instance_type.name))
+            types.sort(key=lambda t: (cheapest_price(t, claim.requirements), t.instance_type.name))
         chosen = [t.instance_type for t in types[: self._max_instance_types]]
         requirements = claim.requirements.with_requirement(
             Requirement.new(wellknown.LABEL_INSTANCE_TYPE, "In", [t.name for t in chosen])
@@ -908,29 +865,6 @@ class Solver:
             requests=_resource_list(names, total),
             daemon_requests=_resource_list(names, claim.daemon),
         )
-
-
-def _cheapest_price(info: _TypeInfo, requirements: Requirements) -> float:
-    offerings = compatible_offerings(info.instance_type, requirements)
-    return min((o.price for o in offerings), default=float("inf"))
-
-
-def _max_capacity(types: Iterable[_TypeInfo]) -> Vector:
-    result: Vector | None = None
-    for info in types:
-        result = (
-            info.capacity
-            if result is None
-            else tuple(max(a, b) for a, b in zip(result, info.capacity, strict=True))
-        )
-    assert result is not None
-    return result
-
-
-def _limit_use(capacity: Vector) -> Vector:
-    """A node's capacity as it counts against limits: the ``pods`` slot counts one node."""
-    # The resource index puts cpu, memory, pods first; see Solver._index_resources.
-    return (*capacity[:2], 1000, *capacity[3:])
 
 
 def _resource_list(names: Sequence[str], vector: Vector) -> ResourceList:

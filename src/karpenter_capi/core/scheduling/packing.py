@@ -1,0 +1,547 @@
+"""Near-optimal re-packing of the solver's unconstrained NodeClaims, for small catalogs.
+
+Why it exists: the solver is greedy, as upstream Karpenter's, and on the catalogs Cluster API
+clusters usually have (a handful of MachineDeployments such as 2, 4, 4 and 16 CPUs) greedy
+leaves 5-15% on the table: it fills a 16-CPU node and then buys a second one for the rest,
+where one 16-CPU and three 4-CPU nodes cost less. Bin packing with a few node sizes is a
+small integer program, so after the greedy solve the solver hands the NodeClaims it may
+safely move pods between (no topology, no pod (anti-)affinity, no host ports, no hostname:
+see ``repack.py``) to ``optimize`` here, which looks for a cheaper plan within a time
+budget and keeps greedy's whenever it does not find a strictly cheaper one in time.
+
+The model is Gilmore and Gomory's: a *pattern* is one node of one instance type and how many
+pods of each group (pods with the same requests and scheduling class) it holds; choose how many
+nodes of each pattern to buy so every pod is covered at the least price. Its linear relaxation
+is tight for bin packing, but it has a column per pattern, so patterns are first generated as
+needed (column generation: the relaxation's duals price each pod group, and a knapsack per
+instance type finds the pattern worth most at those prices) and an integer program over them
+gives a first plan; then every maximal pattern whose reduced cost leaves it a chance to beat
+that plan is listed (when there are few enough) and the integer program is solved again, exact
+over all patterns that matter. Both run on HiGHS through ``scipy.optimize``
+(``docs/scheduling.md`` says why HiGHS).
+
+A plan is only accepted if kube-scheduler can realize it whatever order its nodes become ready
+in (``readiness.py``): when some order strands pods, the nodes they would force are bought up
+front; when greedy's own plan strands pods too, the cheaper plan must still be cheaper after the
+worst order of each. See ``docs/scheduling.md`` for the rule and its limits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+from karpenter_capi.core.clock import Clock
+from karpenter_capi.core.scheduling.highs import HiGHS
+from karpenter_capi.core.scheduling.packing_model import (
+    Bin,
+    PackingOutcome,
+    PackingProblem,
+    cheapest_type,
+    fit_count,
+    fits,
+    load,
+    plan_cost,
+)
+from karpenter_capi.core.scheduling.readiness import Stranding, queue_runs, strandings
+
+if TYPE_CHECKING:
+    # NumPy and SciPy are imported where a solve needs them: a solver that never re-packs
+    # (large catalogs, budget 0) does not pay their import time and memory.
+    import numpy as np
+
+DEFAULT_BUDGET_SECONDS: Final = 0.2
+EPSILON: Final = 1e-6
+"""Relative: a plan must be cheaper than greedy's by more than this share to replace it."""
+FIRST_GAP: Final = 0.02
+"""The first integer solve, over generated patterns, stops within 2% of their best plan."""
+MIP_GAP: Final = 0.005
+"""The second, over every pattern that matters, stops within 0.5% of the best plan."""
+MAX_TYPES: Final = 32
+MAX_GROUPS: Final = 24
+MAX_PODS: Final = 5000
+_MAX_ROUNDS: Final = 60  # column generation rounds
+_GENERATION_SHARE: Final = 0.5  # of the budget, at most, before the integer solves
+_REPAIRS: Final = 10  # rounds of slack added to a plan some readiness order strands
+_MAX_PATTERNS: Final = 2000  # beyond, patterns are generated as needed
+
+
+def optimize(
+    problem: PackingProblem,
+    *,
+    budget: float = DEFAULT_BUDGET_SECONDS,
+    clock: Clock,
+    backend: HiGHS | None = None,
+    seed: int = 0,
+) -> PackingOutcome:
+    """A strictly cheaper plan that kube-scheduler can realize, or why greedy's stays."""
+    greedy_cost = plan_cost(problem, problem.greedy)
+    if budget <= 0:
+        return PackingOutcome("disabled", greedy_cost)
+    pods = sum(g.count for g in problem.groups)
+    if len(problem.types) > MAX_TYPES or len(problem.groups) > MAX_GROUPS or pods > MAX_PODS:
+        return PackingOutcome("too-large", greedy_cost)
+    deadline = clock.monotonic() + budget
+    search = _Search(problem, backend or HiGHS(), clock, deadline)
+    return search.run(greedy_cost, seed)
+
+
+@dataclass(eq=False)
+class _Search:
+    problem: PackingProblem
+    backend: HiGHS
+    clock: Clock
+    deadline: float
+    columns: list[Bin] = field(default_factory=list)
+    seen: set[Bin] = field(default_factory=set)
+    prices: list[float] = field(default_factory=list)  # the relaxation's duals per group
+    limit_prices: list[float] = field(default_factory=list)
+    greedy_worst: float | None = None
+    gap: float = math.inf  # reduced cost a pattern may have and still be worth listing
+    visited: int = 0  # nodes of the pattern listing's search, to check the clock now and then
+
+    def __post_init__(self) -> None:
+        # Resources some pod asks for or a limit counts; the rest cannot bind.
+        problem = self.problem
+        self.dims = [
+            i for i in range(len(problem.types[0].room)) if any(g.vector[i] for g in problem.groups)
+        ]
+        # Rows scaled to about 1, so bytes of memory and pod slots sit in one matrix.
+        self.scale = [
+            max(1, *(t.room[i] for t in problem.types)) for i in range(len(problem.types[0].room))
+        ]
+        self.limit_dims = (
+            [
+                i
+                for i, value in enumerate(problem.limit)
+                if value < (1 << 61) and any(t.limit_use[i] for t in problem.types)
+            ]
+            if problem.limit is not None
+            else []
+        )
+
+    def left(self) -> float:
+        return self.deadline - self.clock.monotonic()
+
+    def add(self, column: Bin) -> bool:
+        if column in self.seen or not any(column.counts):
+            return False
+        self.seen.add(column)
+        self.columns.append(column)
+        return True
+
+    def run(self, greedy_cost: float, seed: int) -> PackingOutcome:
+        """Patterns generated from greedy's, a first integer solve over them, then (when
+        they are few enough to list) every pattern that could still beat the best plan."""
+        problem = self.problem
+        for column in problem.greedy:
+            self.add(column)
+        for index, kind in enumerate(problem.types):
+            for g, group in enumerate(problem.groups):
+                if index in group.types:
+                    counts = [0] * len(problem.groups)
+                    counts[g] = min(group.count, fit_count(group.vector, kind.room))
+                    self.add(Bin(index, tuple(counts)))
+        bound = self._generate()
+        if bound is not None and bound >= greedy_cost * (1 - EPSILON):
+            return PackingOutcome("not-cheaper", greedy_cost, lower_bound=bound)
+        runs = queue_runs(problem.queue)
+        best: list[Bin] | None = None
+        ceiling = greedy_cost * (1 - EPSILON)
+        rejected = 0
+        finished = False
+        for stage in ("generated", "listed"):
+            if stage == "listed" and (bound is None or not self._list_promising(bound, ceiling)):
+                break
+            first = stage == "generated"
+            status, bins = self._integer(
+                ceiling, share=0.6 if first else 1.0, gap=FIRST_GAP if first else MIP_GAP
+            )
+            if status == "timed-out":
+                continue
+            finished = True
+            if bins is None:
+                continue
+            robust = self._robust(bins, ceiling, runs, seed)
+            if robust is None and self.left() > 0:
+                robust = self._no_worse(bins, runs, seed)
+            if robust is None:
+                if self.left() <= 0:
+                    finished = False  # out of time judging it: not a rejection
+                    break
+                rejected += 1
+                continue
+            best = robust
+            ceiling = plan_cost(problem, robust) * (1 - EPSILON)
+        if best is not None:
+            cost = plan_cost(problem, best)
+            return PackingOutcome("improved", greedy_cost, tuple(best), cost, rejected, bound)
+        if not finished:
+            return PackingOutcome("timed-out", greedy_cost, rejected=rejected, lower_bound=bound)
+        status = "not-robust" if rejected else "not-cheaper"
+        return PackingOutcome(status, greedy_cost, rejected=rejected, lower_bound=bound)
+
+    def _list_promising(self, bound: float, ceiling: float) -> bool:
+        """Add every maximal pattern whose reduced cost leaves it a chance under ``ceiling``.
+
+        A pattern whose reduced cost (at the relaxation's optimal duals) exceeds
+        ``ceiling - bound`` is in no plan cheaper than ``ceiling``, so leaving it out keeps the
+        integer program exact over the patterns listed. False when there are too many or no
+        time is left to list them.
+        """
+        self.gap = ceiling - bound + 1e-9
+        every = self._maximal_patterns()
+        if every is None:
+            return False
+        added = 0
+        for column in every:
+            if self._reduced_cost(column) <= self.gap and self.add(column):
+                added += 1
+        return added > 0
+
+    def _reduced_cost(self, column: Bin) -> float:
+        kind = self.problem.types[column.type]
+        worth = sum(p * n for p, n in zip(self.prices, column.counts, strict=True))
+        extra = sum(
+            p * kind.limit_use[i] / self.scale[i]
+            for p, i in zip(self.limit_prices, self.limit_dims, strict=True)
+        )
+        return kind.price + extra - worth
+
+    def _robust(
+        self, bins: list[Bin], ceiling: float, runs: Sequence[tuple[int, int]], seed: int
+    ) -> list[Bin] | None:
+        """``bins``, or failing that ``bins`` with nodes added up front for the pods some
+        readiness order strands, if no order strands that and it stays under ``ceiling``.
+
+        Plans are judged as launched: every node the cheapest type that holds what is on it,
+        since that is what the NodeClaim lists first (slack from a larger type than its pods
+        need would not survive the launch).
+        """
+        problem = self.problem
+        for _ in range(_REPAIRS):
+            if self.left() <= 0:
+                return None
+            found = next(self._strandings(bins, runs, seed), None)
+            if found is None:
+                return bins
+            extra = self._cover(found.left)
+            if extra is None:
+                return None
+            bins = self._launched(_moved(bins, found.left) + extra)
+            if plan_cost(problem, bins) >= ceiling:
+                return None
+        return None
+
+    def _strandings(
+        self, bins: Sequence[Bin], runs: Sequence[tuple[int, int]], seed: int
+    ) -> Iterator[Stranding]:
+        problem = self.problem
+        return strandings(
+            [problem.types[b.type].room for b in bins],
+            [b.type for b in bins],
+            [g.vector for g in problem.groups],
+            [g.types for g in problem.groups],
+            runs,
+            seed=seed,
+        )
+
+    def _launched(self, bins: Sequence[Bin]) -> list[Bin]:
+        result = []
+        for node in bins:
+            cheapest = cheapest_type(self.problem, node.counts)
+            result.append(Bin(node.type if cheapest is None else cheapest, node.counts))
+        return result
+
+    def _worst(self, bins: Sequence[Bin], runs: Sequence[tuple[int, int]], seed: int) -> float:
+        """What ``bins`` cost once kube-scheduler realizes them in the worst order checked:
+        the plan plus the nodes bought next round for the pods that order strands."""
+        problem = self.problem
+        worst = 0.0
+        for left in {found.left for found in self._strandings(bins, runs, seed)}:
+            extra = self._cover(left)
+            worst = max(worst, math.inf if extra is None else plan_cost(problem, extra))
+        return plan_cost(problem, bins) + worst
+
+    def _no_worse(
+        self, bins: list[Bin], runs: Sequence[tuple[int, int]], seed: int
+    ) -> list[Bin] | None:
+        """``bins`` when greedy's own plan strands pods too and ``bins`` costs less than it
+        even after their worst orders: demanding robustness of the cheaper plan alone would
+        keep a plan no safer, at a higher price."""
+        if self.greedy_worst is None:
+            self.greedy_worst = self._worst(self.problem.greedy, runs, seed)
+        if self.greedy_worst <= plan_cost(self.problem, self.problem.greedy):
+            return None  # greedy's plan is robust: only a robust plan may replace it
+        if self._worst(bins, runs, seed) < self.greedy_worst * (1 - EPSILON):
+            return bins
+        return None
+
+    def _cover(self, left: Sequence[int]) -> list[Bin] | None:
+        """Nodes for the pods ``left``: each group on its cheapest type per pod."""
+        problem = self.problem
+        result = []
+        for g, count in enumerate(left):
+            group = problem.groups[g]
+            while count > 0:
+                options = [
+                    (kind.price / min(count, fit), t, min(count, fit))
+                    for t, kind in enumerate(problem.types)
+                    if t in group.types and (fit := fit_count(group.vector, kind.room)) > 0
+                ]
+                if not options:
+                    return None
+                _, t, n = min(options)
+                counts = [0] * len(left)
+                counts[g] = n
+                result.append(Bin(t, tuple(counts)))
+                count -= n
+        return result
+
+    def _maximal_patterns(self) -> list[Bin] | None:
+        """Every pattern no pod could be added to whose reduced cost may be within
+        ``self.gap``, or ``None`` past ``_MAX_PATTERNS`` or the deadline."""
+        found: list[Bin] = []
+        problem = self.problem
+        for t, kind in enumerate(problem.types):
+            extra = sum(
+                p * kind.limit_use[i] / self.scale[i]
+                for p, i in zip(self.limit_prices, self.limit_dims, strict=True)
+            )
+            counts = [0] * len(problem.groups)
+            if not self._walk(t, 0, list(kind.room), counts, found=found, left=kind.price + extra):
+                return None
+        return found
+
+    def _walk(
+        self, t: int, g: int, room: list[int], counts: list[int], *, found: list[Bin], left: float
+    ) -> bool:
+        """Depth first over how many pods of group ``g`` on; ``left``: the pattern's reduced
+        cost so far (its price, less what the pods already on it are worth)."""
+        groups = self.problem.groups
+        self.visited += 1
+        if self.visited % 1024 == 0 and self.left() <= 0:
+            return False
+        if g == len(groups):
+            full = all(
+                counts[k] == group.count
+                or t not in group.types
+                or not fits(group.vector, tuple(room))
+                for k, group in enumerate(groups)
+            )
+            if full and any(counts):
+                found.append(Bin(t, tuple(counts)))
+            return len(found) <= _MAX_PATTERNS
+        # Even filled with everything else at its dual price, could it get within the gap?
+        hope = sum(
+            self.prices[k] * min(groups[k].count, fit_count(groups[k].vector, tuple(room)))
+            for k in range(g, len(groups))
+            if t in groups[k].types
+        )
+        if left - hope > self.gap:
+            return True
+        group = groups[g]
+        most = min(group.count, fit_count(group.vector, tuple(room))) if t in group.types else 0
+        for n in range(most, -1, -1):
+            counts[g] = n
+            rest = [r - v * n for r, v in zip(room, group.vector, strict=True)]
+            if not self._walk(t, g + 1, rest, counts, found=found, left=left - self.prices[g] * n):
+                counts[g] = 0
+                return False
+        counts[g] = 0
+        return True
+
+    # -- column generation ------------------------------------------------------------------
+
+    def _rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Cost, and ``A @ x <= b`` for covering every pod and the limits, over the columns."""
+        import numpy as np
+
+        problem = self.problem
+        groups = len(problem.groups)
+        cost = np.array([problem.types[c.type].price for c in self.columns])
+        rows = groups + len(self.limit_dims)
+        matrix = np.zeros((rows, len(self.columns)))
+        bound = np.zeros(rows)
+        for j, column in enumerate(self.columns):
+            for g, count in enumerate(column.counts):
+                matrix[g, j] = -count
+            for r, i in enumerate(self.limit_dims):
+                matrix[groups + r, j] = problem.types[column.type].limit_use[i] / self.scale[i]
+        for g, group in enumerate(problem.groups):
+            bound[g] = -group.count
+        if problem.limit is not None:
+            for r, i in enumerate(self.limit_dims):
+                bound[groups + r] = problem.limit[i] / self.scale[i]
+        return cost, matrix, bound
+
+    def _generate(self) -> float | None:
+        """The relaxation's optimum once no pattern improves it (a lower bound on any plan).
+
+        ``None`` when it had to stop first (its share of the budget spent): the patterns so far
+        still make plans, but the value bounds nothing and the duals price nothing exactly.
+        """
+        problem = self.problem
+        value = math.inf
+        stop = self.deadline - (self.deadline - self.clock.monotonic()) * (1 - _GENERATION_SHARE)
+        for _ in range(_MAX_ROUNDS):
+            if self.clock.monotonic() > stop:
+                return None
+            cost, matrix, bound = self._rows()
+            solved = self.backend.lp(cost, matrix, bound)
+            if solved is None:
+                return math.inf  # the limits leave no room for every pod
+            value, duals = solved
+            prices = [-d for d in duals[: len(problem.groups)]]
+            limit_prices = [-d for d in duals[len(problem.groups) :]]
+            self.prices, self.limit_prices = prices, limit_prices
+            added = 0
+            for column, worth in self._price(prices):
+                kind = problem.types[column.type]
+                extra = sum(
+                    p * kind.limit_use[i] / self.scale[i]
+                    for p, i in zip(limit_prices, self.limit_dims, strict=True)
+                )
+                if kind.price + extra - worth < -1e-9 and self.add(column):
+                    added += 1
+            if not added:
+                return value
+        return None
+
+    def _price(self, prices: Sequence[float]) -> list[tuple[Bin, float]]:
+        """For every type, the pattern worth most at ``prices`` (one knapsack per type).
+
+        Solved as one integer program: the types' knapsacks share no variable, so its optimum
+        is each knapsack's optimum.
+        """
+        import numpy as np
+
+        problem = self.problem
+        variables: list[tuple[int, int]] = []
+        upper: list[float] = []
+        for index, kind in enumerate(problem.types):
+            for g, group in enumerate(problem.groups):
+                if index in group.types and prices[g] > 1e-12:
+                    bound = min(group.count, fit_count(group.vector, kind.room))
+                    if bound:
+                        variables.append((index, g))
+                        upper.append(bound)
+        if not variables:
+            return []
+        type_rows = {t: n for n, t in enumerate(sorted({t for t, _ in variables}))}
+        rows = len(type_rows) * len(self.dims)
+        matrix = np.zeros((rows, len(variables)))
+        high = np.zeros(rows)
+        for t, base in type_rows.items():
+            for d, i in enumerate(self.dims):
+                high[base * len(self.dims) + d] = problem.types[t].room[i] / self.scale[i]
+        for v, (t, g) in enumerate(variables):
+            base = type_rows[t] * len(self.dims)
+            for d, i in enumerate(self.dims):
+                matrix[base + d, v] = problem.groups[g].vector[i] / self.scale[i]
+        cost = np.array([-prices[g] for _, g in variables])
+        _, x = self.backend.milp(
+            cost,
+            matrix,
+            np.full(rows, -np.inf),
+            high,
+            bounds=(np.zeros(len(variables)), np.array(upper)),
+            time_limit=self.left(),
+            gap=MIP_GAP,
+        )
+        if x is None:
+            return []
+        by_type: dict[int, list[int]] = {}
+        for v, (t, g) in enumerate(variables):
+            counts = by_type.setdefault(t, [0] * len(problem.groups))
+            counts[g] = round(x[v])
+        found = []
+        for t, counts in by_type.items():
+            counts = self._shrink(t, counts)
+            worth = sum(prices[g] * c for g, c in enumerate(counts))
+            found.append((Bin(t, tuple(counts)), worth))
+        return found
+
+    def _shrink(self, t: int, counts: list[int]) -> list[int]:
+        """Drop pods until ``counts`` fit exactly (the scaled rows are only nearly exact)."""
+        room = self.problem.types[t].room
+        while any(counts) and not fits(load(self.problem, counts), room):
+            g = max(range(len(counts)), key=lambda k: (counts[k] > 0, counts[k]))
+            counts[g] -= 1
+        return counts
+
+    # -- the integer program ----------------------------------------------------------------
+
+    def _integer(self, ceiling: float, *, share: float, gap: float) -> tuple[str, list[Bin] | None]:
+        """The cheapest plan over the patterns so far costing under ``ceiling``, in at most
+        ``share`` of the time left."""
+        import numpy as np
+
+        cost, rows, high = self._rows()
+        low = np.full(len(high), -np.inf)
+        # No plan needs more of a pattern than it takes to cover the groups it holds.
+        upper = np.array(
+            [
+                max(
+                    -(-g.count // n)
+                    for g, n in zip(self.problem.groups, c.counts, strict=True)
+                    if n
+                )
+                for c in self.columns
+            ],
+            dtype=float,
+        )
+        status, x = self.backend.milp(
+            cost,
+            rows,
+            low,
+            high,
+            bounds=(np.zeros(len(self.columns)), upper),
+            time_limit=self.left() * share,
+            gap=gap,
+        )
+        if x is None:
+            return status, None
+        bins = self._bins([round(v) for v in x])
+        return status, bins if plan_cost(self.problem, bins) < ceiling else None
+
+    def _bins(self, chosen: Sequence[int]) -> list[Bin]:
+        """The nodes of a solution: patterns cover pods at least once, so trim the excess,
+        then give each node the cheapest type that holds what is left on it."""
+        problem = self.problem
+        nodes: list[tuple[int, list[int]]] = [
+            (column.type, list(column.counts))
+            for column, n in zip(self.columns, chosen, strict=True)
+            for _ in range(n)
+        ]
+        # The dearest nodes keep their pods; the excess comes off the cheapest first.
+        nodes.sort(key=lambda node: -problem.types[node[0]].price)
+        for g, group in enumerate(problem.groups):
+            excess = sum(counts[g] for _, counts in nodes) - group.count
+            for _, counts in reversed(nodes):
+                if excess <= 0:
+                    break
+                take = min(excess, counts[g])
+                counts[g] -= take
+                excess -= take
+        result = []
+        for kind, counts in nodes:
+            if not any(counts):
+                continue
+            best = cheapest_type(problem, counts)
+            result.append(Bin(kind if best is None else best, tuple(counts)))
+        return result
+
+
+def _moved(bins: Sequence[Bin], left: Sequence[int]) -> list[Bin]:
+    """``bins`` without ``left`` pods of each group, taken where that group is most packed."""
+    counts = [list(b.counts) for b in bins]
+    for g, count in enumerate(left):
+        while count > 0:
+            fullest = max(range(len(counts)), key=lambda n: counts[n][g])
+            take = min(count, counts[fullest][g])
+            counts[fullest][g] -= take
+            count -= take
+    return [Bin(b.type, tuple(c)) for b, c in zip(bins, counts, strict=True) if any(c)]

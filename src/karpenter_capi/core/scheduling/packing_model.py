@@ -1,0 +1,110 @@
+"""The re-packing problem and its plans as plain numbers (what ``packing.optimize`` solves).
+
+Why apart from ``packing.py``: the adapter that builds problems from the solver's claims
+(``repack.py``), the optimizer, and the tests and benchmark that build problems by hand all
+speak these types; the optimizer's machinery need not come with them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+Vector = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class BinType:
+    """An instance type a node of the plan may be: what pods may use of it and its price."""
+
+    room: Vector  # allocatable minus the DaemonSet pods that would run there
+    price: float  # its cheapest compatible available offering
+    limit_use: Vector  # what one such node counts against the NodePool's limits
+
+
+@dataclass(frozen=True)
+class PodGroup:
+    """Identical pods: same requests, same scheduling class, so the same allowed types."""
+
+    vector: Vector
+    count: int
+    types: frozenset[int]  # indices of the BinTypes it may run on
+
+
+@dataclass(frozen=True)
+class Bin:
+    """One node of a plan: its type and how many pods of each group it holds."""
+
+    type: int
+    counts: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PackingProblem:
+    """Pods that may share any node of ``types``, and the plan greedy made for them.
+
+    ``queue`` is the group of every pod in kube-scheduler's queue order (priority descending,
+    then creation time), for the robustness check; ``limit`` what the plan's nodes together may
+    count against the NodePool's limits (``None``: unlimited).
+    """
+
+    types: tuple[BinType, ...]
+    groups: tuple[PodGroup, ...]
+    greedy: tuple[Bin, ...]
+    queue: tuple[int, ...]
+    limit: Vector | None = None
+
+
+@dataclass
+class PackingOutcome:
+    """What ``optimize`` decided. ``bins`` is the plan to use; ``None``: keep greedy's.
+
+    ``status``: ``improved``, ``not-cheaper`` (greedy is optimal or nothing cheaper was found),
+    ``timed-out``, ``not-robust`` (every cheaper plan found strands a pod), ``too-large`` or
+    ``disabled``. ``rejected`` counts cheaper plans the robustness rule turned down.
+    """
+
+    status: str
+    greedy_cost: float
+    bins: tuple[Bin, ...] | None = None
+    cost: float | None = None
+    rejected: int = 0
+    lower_bound: float | None = None
+
+
+def plan_cost(problem: PackingProblem, bins: Sequence[Bin]) -> float:
+    return sum(problem.types[b.type].price for b in bins)
+
+
+def fits(total: Vector, room: Vector) -> bool:
+    return all(used <= available for used, available in zip(total, room, strict=True))
+
+
+def load(problem: PackingProblem, counts: Sequence[int]) -> Vector:
+    """What ``counts`` pods of each group request together."""
+    total = [0] * len(problem.types[0].room)
+    for group, count in zip(problem.groups, counts, strict=True):
+        if count:
+            for i, value in enumerate(group.vector):
+                total[i] += value * count
+    return tuple(total)
+
+
+def cheapest_type(problem: PackingProblem, counts: Sequence[int]) -> int | None:
+    """The cheapest type every group present may run on and that holds them all."""
+    total = load(problem, counts)
+    best: int | None = None
+    for index, kind in enumerate(problem.types):
+        if not fits(total, kind.room):
+            continue
+        if any(c and index not in g.types for g, c in zip(problem.groups, counts, strict=True)):
+            continue
+        if best is None or kind.price < problem.types[best].price:
+            best = index
+    return best
+
+
+def fit_count(vector: Vector, room: Vector) -> int:
+    """How many pods of ``vector`` fit in ``room`` (a pod always takes a pod slot)."""
+    counts = [available // used for used, available in zip(vector, room, strict=True) if used > 0]
+    return max(min(counts, default=0), 0)

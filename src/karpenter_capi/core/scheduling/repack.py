@@ -1,0 +1,254 @@
+"""Re-packing the greedy pass's unconstrained NodeClaims: to a packing problem and back.
+
+Why it exists: ``packing.py`` optimizes plain numbers (node types, pod groups, patterns); this
+module decides which of the greedy pass's claims it may touch, turns them into such a problem,
+and turns an accepted plan back into claims built the way the greedy pass builds them, so that
+``Solver._finish`` emits them like any other. Kept out of ``solver.py``, which only calls
+``Repacker.repack`` once its greedy pass is done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.clock import Clock
+from karpenter_capi.core.scheduling import highs, packing, packing_model
+from karpenter_capi.core.scheduling.claims import (
+    HOSTNAME_PLACEHOLDER,
+    ClaimState,
+    PodClass,
+    PoolState,
+    TypeInfo,
+    Vector,
+    add,
+    cheapest_price,
+    fits,
+    limit_use,
+    max_capacity,
+)
+from karpenter_capi.core.scheduling.daemons import DaemonOverhead
+from karpenter_capi.core.scheduling.model import Pod, compatible_offerings, pod_key
+from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
+
+
+class Repacker:
+    """Re-packs the families of one solve's claims (see ``repack``), all within ``budget``
+    seconds; ``outcomes`` says what it decided for each family."""
+
+    def __init__(
+        self,
+        *,
+        class_of: Callable[[Pod], PodClass],
+        compatible_types: Callable[[PoolState, Requirements, PodClass], list[TypeInfo]],
+        daemons: DaemonOverhead,
+        clock: Clock,
+        budget: float,
+        backend: highs.HiGHS | None = None,
+    ) -> None:
+        self._class_of = class_of
+        self._compatible_types = compatible_types
+        self._daemons = daemons
+        self._clock = clock
+        self._budget = budget
+        self._backend = backend
+        self._claims: list[ClaimState] = []
+        self.outcomes: list[packing_model.PackingOutcome] = []
+
+    def repack(self, claims: list[ClaimState], originals: Mapping[str, Pod]) -> list[ClaimState]:
+        """``claims``, each family that only unconstrained pods hold re-packed if cheaper.
+
+        A family shares a NodePool, requirements (but the hostname) and DaemonSet overhead, so
+        its pods may move between its claims. A claim stays as greedy made it if its pool has
+        ``minValues`` or a large catalog, or one of its pods has topology, pod (anti-)affinity,
+        host ports or a hostname requirement, or was placed only once relaxed.
+        """
+        self._claims = list(claims)
+        families: dict[tuple[int, Requirements, Vector], list[ClaimState]] = {}
+        for claim in self._claims:
+            pool = claim.pool
+            if pool.min_values or len(pool.types) > packing.MAX_TYPES:
+                continue
+            if all(self._movable(pod, originals) for pod in claim.pods):
+                key = (id(pool), _without_hostname(claim.requirements), claim.daemon)
+                families.setdefault(key, []).append(claim)
+        deadline = self._clock.monotonic() + self._budget
+        for (_, requirements, daemon), family in families.items():
+            types = [
+                t
+                for t in family[0].pool.types
+                if requirements.intersects(t.requirements) is None
+                and compatible_offerings(t.instance_type, requirements)
+                and fits(daemon, t.allocatable)
+            ]
+            groups: dict[str, list[Pod]] = {}
+            for claim in family:
+                for pod in claim.pods:
+                    groups.setdefault(self._class_of(pod).signature, []).append(pod)
+            problem = self._packing_problem(family, requirements, types, groups)
+            outcome = packing.optimize(
+                problem,
+                budget=deadline - self._clock.monotonic(),
+                clock=self._clock,
+                backend=self._backend,
+            )
+            self.outcomes.append(outcome)
+            if outcome.bins is not None:
+                self._replace(family, types, groups, outcome, problem)
+        return self._claims
+
+    def _movable(self, pod: Pod, originals: Mapping[str, Pod]) -> bool:
+        pod_class = self._class_of(pod)
+        return (
+            originals.get(pod_key(pod)) is pod
+            and not pod_class.topological
+            and not pod_class.host_ports
+            and pod_class.requirements is not None
+            and wellknown.LABEL_HOSTNAME not in pod_class.requirements
+        )
+
+    def _packing_problem(
+        self,
+        claims: Sequence[ClaimState],
+        requirements: Requirements,
+        types: Sequence[TypeInfo],
+        groups: Mapping[str, Sequence[Pod]],
+    ) -> packing_model.PackingProblem:
+        daemon = claims[0].daemon
+        pool = claims[0].pool
+        signatures = list(groups)
+        index = {id(t): i for i, t in enumerate(types)}
+        pod_groups = []
+        for signature in signatures:
+            pod_class = self._class_of(groups[signature][0])
+            allowed = self._compatible_types(pool, requirements, pod_class)
+            pod_groups.append(
+                packing_model.PodGroup(
+                    pod_class.vector,
+                    len(groups[signature]),
+                    frozenset(index[id(t)] for t in allowed if id(t) in index),
+                )
+            )
+        bin_types = tuple(
+            packing_model.BinType(
+                tuple(a - d for a, d in zip(t.allocatable, daemon, strict=True)),
+                cheapest_price(t, requirements),
+                limit_use(t.capacity),
+            )
+            for t in types
+        )
+        greedy = []
+        for claim in claims:
+            total = add(claim.pods_total, claim.daemon)
+            fitting = [t for t in claim.types[claim.first :] if fits(total, t.allocatable)]
+            cheapest = min(fitting, key=lambda t: cheapest_price(t, requirements))
+            counts = [0] * len(signatures)
+            for pod in claim.pods:
+                counts[signatures.index(self._class_of(pod).signature)] += 1
+            greedy.append(packing_model.Bin(index[id(cheapest)], tuple(counts)))
+        queue = sorted(
+            (pod for signature in signatures for pod in groups[signature]), key=_queue_order
+        )
+        limit = None
+        if pool.remaining is not None:
+            limit = pool.remaining
+            for claim in claims:
+                limit = add(limit, limit_use(claim.reserved))
+        return packing_model.PackingProblem(
+            bin_types,
+            tuple(pod_groups),
+            tuple(greedy),
+            tuple(signatures.index(self._class_of(p).signature) for p in queue),
+            limit,
+        )
+
+    def _replace(
+        self,
+        claims: Sequence[ClaimState],
+        types: Sequence[TypeInfo],
+        groups: Mapping[str, Sequence[Pod]],
+        outcome: packing_model.PackingOutcome,
+        problem: packing_model.PackingProblem,
+    ) -> None:
+        """Swap ``claims`` for the plan's nodes, built as ``_new_claim`` builds a claim.
+
+        Each lists every type that holds its pods and, as greedy does, fits what is left of the
+        NodePool's limits; if that leaves the plan no cheaper, greedy's claims stay.
+        """
+        assert outcome.bins is not None
+        pool, daemon, taints = claims[0].pool, claims[0].daemon, claims[0].taints
+        requirements = _without_hostname(claims[0].requirements)
+        remaining = problem.limit
+        waiting = [list(groups[signature]) for signature in groups]
+        hostnames = [claim.hostname for claim in claims]
+        built: list[ClaimState] = []
+        for plan_bin in sorted(outcome.bins, key=lambda b: -problem.types[b.type].price):
+            pods = [waiting[g].pop() for g, n in enumerate(plan_bin.counts) for _ in range(n)]
+            pods_total = packing_model.load(problem, plan_bin.counts)
+            total = add(pods_total, daemon)
+            present = [problem.groups[g].types for g, n in enumerate(plan_bin.counts) if n]
+            listed = [
+                t
+                for i, t in enumerate(types)
+                if all(i in allowed for allowed in present) and fits(total, t.allocatable)
+            ]
+            if remaining is not None:
+                listed = [t for t in listed if fits(limit_use(t.capacity), remaining)]
+            # Judged robust as its cheapest type: a limit that rules that type out voids it.
+            planned = problem.types[plan_bin.type].price
+            if not listed or min(cheapest_price(t, requirements) for t in listed) > planned:
+                return
+            reserved: Vector = ()
+            if remaining is not None:
+                reserved = max_capacity(listed)
+                remaining = tuple(
+                    r - u for r, u in zip(remaining, limit_use(reserved), strict=True)
+                )
+            hostname = (
+                hostnames[len(built)]
+                if len(built) < len(hostnames)
+                else f"{HOSTNAME_PLACEHOLDER}{len(self._claims) + len(built):04d}"
+            )
+            named = requirements.with_requirement(
+                Requirement.new(wellknown.LABEL_HOSTNAME, "In", [hostname])
+            )
+            ports = self._daemons.host_ports_for_node(named, taints)
+            built.append(
+                ClaimState(
+                    0,
+                    pool,
+                    hostname,
+                    named,
+                    taints,
+                    listed,
+                    0,
+                    pods_total,
+                    daemon,
+                    ports,
+                    reserved,
+                    pods,
+                )
+            )
+        cost = sum(min(cheapest_price(t, requirements) for t in c.types) for c in built)
+        if cost >= outcome.greedy_cost * (1 - packing.EPSILON):
+            return
+        if pool.remaining is not None and remaining is not None:
+            pool.remaining = remaining
+        first = self._claims.index(claims[0])
+        replaced = {id(c) for c in claims}
+        kept = [c for c in self._claims if id(c) not in replaced]
+        kept[first:first] = built
+        for number, claim in enumerate(kept):
+            claim.index = number
+        self._claims = kept
+
+
+def _without_hostname(requirements: Requirements) -> Requirements:
+    return Requirements(r for key, r in requirements.items() if key != wellknown.LABEL_HOSTNAME)
+
+
+def _queue_order(pod: Pod) -> tuple[int, str, str]:
+    """kube-scheduler's active queue: priority descending, then creation time."""
+    spec = pod.get("spec") or {}
+    meta = pod.get("metadata") or {}
+    return (-(spec.get("priority") or 0), meta.get("creationTimestamp") or "", pod_key(pod))

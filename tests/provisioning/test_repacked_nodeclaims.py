@@ -1,0 +1,87 @@
+"""A provisioning round buys the re-packed (cheaper) NodeClaims, and only greedy's when told to.
+
+The demo cluster's MachineDeployments (m5.large 2 vCPU $0.096, m6g.xlarge 4 vCPU $0.154,
+m5.2xlarge 8 vCPU $0.384, a tainted GPU type) and 15 one-CPU pods: greedy fills two m5.2xlarge
+and adds an m5.large ($0.864/h); five m6g.xlarge hold the same pods for $0.770/h.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from karpenter_capi.core.clock import FakeClock
+from karpenter_capi.core.kube.resources import EVENTS, NODECLAIMS, PODS
+from karpenter_capi.core.plugins import PluginEnvironment, Plugins
+from karpenter_capi.core.provisioning.provisioner import Provisioner, ProvisioningReport
+from karpenter_capi.sim.apiserver import InMemoryAPIServer
+from karpenter_capi.sim.cluster import new_cluster
+from karpenter_capi.sim.demo import DEMO_SCENARIO, mark_unschedulable
+from karpenter_capi.sim.manifests import load_manifest_files
+
+
+def _round(budget: float | None) -> tuple[InMemoryAPIServer, ProvisioningReport]:
+    clock = FakeClock()
+    server = new_cluster(clock=clock)
+    server.apply_manifests(load_manifest_files([Path(DEMO_SCENARIO)]))
+    for pod in server.list(PODS).items:
+        server.delete(PODS, pod["metadata"]["name"], pod["metadata"]["namespace"])
+    for i in range(15):
+        server.create(
+            PODS,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"app-{i:02d}", "namespace": "default"},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "registry.k8s.io/pause:3.9",
+                            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+                        }
+                    ]
+                },
+            },
+        )
+    mark_unschedulable(server)
+    plugins = Plugins.load(
+        ["generic_capi"],
+        PluginEnvironment(
+            workload=server, management=server, clock=clock, logger=logging.getLogger("t")
+        ),
+    )
+    provisioner = (
+        Provisioner(server, plugins, clock)
+        if budget is None
+        else Provisioner(server, plugins, clock, packing_budget=budget)
+    )
+    return server, provisioner.reconcile()
+
+
+def _bought(report: ProvisioningReport) -> list[str]:
+    return sorted(decision.instance_type for decision in report.launched)
+
+
+def test_the_provisioner_creates_the_repacked_nodeclaims_by_default() -> None:
+    server, report = _round(None)
+    assert report.hourly_cost == 0.77
+    assert _bought(report) == ["m6g.xlarge"] * 5
+    assert len(server.list(NODECLAIMS).items) == 5
+    assert not report.unschedulable
+    nominated = {
+        e["involvedObject"]["name"]
+        for e in server.list(EVENTS).items
+        if e.get("reason") == "Nominated"
+    }
+    assert nominated == {f"app-{i:02d}" for i in range(15)}
+    # Every claim asks for what its pods need, as a greedy one does.
+    for claim in server.list(NODECLAIMS).items:
+        assert claim["spec"]["resources"]["requests"]["cpu"] == "3"
+
+
+def test_a_zero_budget_provisions_what_greedy_decides() -> None:
+    server, report = _round(0)
+    assert round(report.hourly_cost, 3) == 0.864
+    assert _bought(report) == ["m5.2xlarge", "m5.2xlarge", "m5.large"]
+    assert len(server.list(NODECLAIMS).items) == 3
