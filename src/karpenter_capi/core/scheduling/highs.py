@@ -85,7 +85,8 @@ class HiGHS:
         time_limit: float,
         gap: float,
     ) -> tuple[str, np.ndarray | None]:
-        """Minimize over integers; ``(status, x)`` with status optimal, infeasible or timed-out."""
+        """Minimize over integers; ``(status, x)`` with status optimal, infeasible or timed-out
+        (``x`` then the best integer plan found before the limit, or ``None``)."""
         import numpy as np
         from scipy.optimize import Bounds, LinearConstraint, milp
 
@@ -105,5 +106,7 @@ class HiGHS:
         if result.status == 0:
             return "optimal", np.asarray(result.x)
         if result.status == 1:
-            return "timed-out", None
+            # The time limit stopped it; ``x`` is its best plan so far, if it found one.
+            x = getattr(result, "x", None)
+            return "timed-out", None if x is None else np.asarray(x)
         return "infeasible", None

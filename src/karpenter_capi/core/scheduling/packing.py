@@ -64,6 +64,7 @@ MAX_GROUPS: Final = 24
 MAX_PODS: Final = 5000
 _MAX_ROUNDS: Final = 60  # column generation rounds
 _GENERATION_SHARE: Final = 0.5  # of the budget, at most, before the integer solves
+_JUDGING_SHARE: Final = 0.25  # of the budget, kept after the integer solves to judge a plan
 _REPAIRS: Final = 10  # rounds of slack added to a plan some readiness order strands
 _MAX_PATTERNS: Final = 2000  # beyond, patterns are generated as needed
 
@@ -84,7 +85,7 @@ def optimize(
     if len(problem.types) > MAX_TYPES or len(problem.groups) > MAX_GROUPS or pods > MAX_PODS:
         return PackingOutcome("too-large", greedy_cost)
     deadline = clock.monotonic() + budget
-    search = _Search(problem, backend or HiGHS(), clock, deadline)
+    search = _Search(problem, backend or HiGHS(), clock, deadline, reserve=budget * _JUDGING_SHARE)
     return search.run(greedy_cost, seed)
 
 
@@ -98,6 +99,7 @@ class _Search:
     seen: set[Bin] = field(default_factory=set)
     prices: list[float] = field(default_factory=list)  # the relaxation's duals per group
     limit_prices: list[float] = field(default_factory=list)
+    reserve: float = 0.0  # kept for judging plans: integer solves stop this long before the end
     greedy_worst: float | None = None
     gap: float = math.inf  # reduced cost a pattern may have and still be worth listing
     visited: int = 0  # nodes of the pattern listing's search, to check the clock now and then
@@ -159,11 +161,12 @@ class _Search:
             status, bins = self._integer(
                 ceiling, share=0.6 if first else 1.0, gap=FIRST_GAP if first else MIP_GAP
             )
-            if status == "timed-out":
-                continue
-            finished = True
+            if status != "timed-out":
+                finished = True
             if bins is None:
                 continue
+            # A plan the time limit cut short is still a plan, found within the budget; it is
+            # judged like any other (cheaper than greedy's, and realizable).
             robust = self._robust(bins, ceiling, runs, seed)
             if robust is None and self.left() > 0:
                 robust = self._no_worse(bins, runs, seed)
@@ -322,7 +325,7 @@ class _Search:
         cost so far (its price, less what the pods already on it are worth)."""
         groups = self.problem.groups
         self.visited += 1
-        if self.visited % 1024 == 0 and self.left() <= 0:
+        if self.visited % 1024 == 0 and self.left() <= self.reserve:
             return False
         if g == len(groups):
             full = all(
@@ -479,6 +482,8 @@ class _Search:
         ``share`` of the time left."""
         import numpy as np
 
+        if self.left() <= self.reserve:
+            return "timed-out", None
         cost, rows, high = self._rows()
         low = np.full(len(high), -np.inf)
         # No plan needs more of a pattern than it takes to cover the groups it holds.
@@ -499,7 +504,7 @@ class _Search:
             low,
             high,
             bounds=(np.zeros(len(self.columns)), upper),
-            time_limit=self.left() * share,
+            time_limit=(self.left() - self.reserve) * share,
             gap=gap,
         )
         if x is None:
