@@ -47,6 +47,10 @@ MIN_SPOT_TO_SPOT_TYPES: Final = 15
 types are on offer, so the replacement is not the next type to be interrupted."""
 
 SIMULATION_TIMEOUT_SECONDS: Final = 10.0
+SIMULATION_PACKING_BUDGET_SECONDS: Final = 0.05
+"""Re-packing budget per simulation (``core.scheduling.packing``): a pass may simulate a
+hundred candidates, so each gets a quarter of provisioning's 200 ms; enough on the small
+catalogs where re-packing runs to merge two new nodes into one or find a cheaper one."""
 
 
 def _triple(resources: ResourceList) -> tuple[int, int, int]:
@@ -176,6 +180,7 @@ class Simulator:
             clock=self._clock,
             timeout_seconds=self._timeout,
             label_requirements=self._label_requirements,
+            packing_budget=SIMULATION_PACKING_BUDGET_SECONDS,
         )
         started = self._clock.monotonic()
         result = solver.solve(moving + self._pending)
