@@ -25,9 +25,8 @@ the node forever.
 
 from __future__ import annotations
 
-import logging
-
 import copy
+import logging
 from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
