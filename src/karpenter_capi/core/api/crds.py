@@ -60,6 +60,7 @@ class CrdSpec:
     categories: tuple[str, ...] = ()
     short_names: tuple[str, ...] = ()
     printer_columns: tuple[dict[str, Any], ...] = field(default=())
+    scale: dict[str, str] | None = None
 
     @property
     def name(self) -> str:
@@ -90,9 +91,11 @@ CRD_SPECS: tuple[CrdSpec, ...] = (
         kind="NodePool",
         plural="nodepools",
         categories=("karpenter",),
+        # Static NodePools scale like a Deployment (``kubectl scale nodepool``), as upstream's.
+        scale={"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.nodes"},
         printer_columns=(
             _column("NodeClass", ".spec.template.spec.nodeClassRef.name"),
-            _column("Nodes", ".status.resources.nodes"),
+            _column("Nodes", ".status.nodes"),
             _column("Ready", _READY),
             _AGE,
             _column("Weight", ".spec.weight", "integer", wide=True),
@@ -235,7 +238,7 @@ def _crd(spec: CrdSpec) -> dict[str, Any]:
         "served": True,
         "storage": True,
         "schema": {"openAPIV3Schema": openapi_schema(spec.model)},
-        "subresources": {"status": {}},
+        "subresources": {"status": {}, **({"scale": dict(spec.scale)} if spec.scale else {})},
     }
     if spec.printer_columns:
         version["additionalPrinterColumns"] = [dict(c) for c in spec.printer_columns]

@@ -53,6 +53,7 @@ NODEPOOL_HASH_VERSION = "v3"
 class ConsolidationPolicy(StrEnum):
     WHEN_EMPTY = "WhenEmpty"
     WHEN_EMPTY_OR_UNDERUTILIZED = "WhenEmptyOrUnderutilized"
+    BALANCED = "Balanced"
 
 
 class DisruptionReason(StrEnum):
