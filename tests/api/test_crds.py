@@ -66,7 +66,9 @@ def test_names_scope_columns_and_subresources_follow_upstream() -> None:
         assert crd["spec"]["scope"] == "Cluster", kind
         assert crd["spec"]["names"]["categories"] == ["karpenter"]
         version = crd["spec"]["versions"][0]
-        assert version["subresources"] == {"status": {}}
+        scale = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.nodes"}
+        expected = {"status": {}, "scale": scale} if kind == "NodePool" else {"status": {}}
+        assert version["subresources"] == expected, kind
         assert version["served"]
         assert version["storage"]
     assert by_kind["ClusterAPINodeClass"]["spec"]["names"]["shortNames"] == ["capinc", "capincs"]

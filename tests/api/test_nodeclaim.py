@@ -75,7 +75,10 @@ def test_nodeclaim_may_require_its_nodepool_label_but_not_hostname() -> None:
     with pytest.raises(ValidationError) as info:
         NodeClaim.model_validate(raw)
     (problem,) = validation_problems(info.value)
-    assert problem.startswith("spec: spec.requirements[2].key: label 'kubernetes.io/hostname'")
+    assert problem == (
+        "spec.requirements[2]: key 'kubernetes.io/hostname': "
+        'label "kubernetes.io/hostname" is restricted'
+    )
 
 
 def test_validation_problems_are_one_line_each_with_a_path() -> None:

@@ -22,6 +22,7 @@ from karpenter_capi.core.api.nodepool import (
     nodepool_json,
     order_by_weight,
 )
+from karpenter_capi.core.api.runtime_validation import runtime_problems
 
 from .examples import NODEPOOL_YAML, load
 
@@ -129,7 +130,7 @@ def test_integer_quantities_are_accepted_and_written_as_strings() -> None:
         ),
         (
             lambda o: o["spec"]["template"]["spec"]["requirements"][0].update(minValues=2),
-            ["minValues 2 needs at least that many values"],
+            ["requirements with 'minValues' must have at least that many values specified"],
         ),
         (
             lambda o: o["spec"]["template"]["spec"].update(
@@ -147,13 +148,13 @@ def test_integer_quantities_are_accepted_and_written_as_strings() -> None:
             lambda o: o["spec"]["template"]["spec"]["requirements"].append(
                 {"key": "example.com/generation", "operator": "Gt", "values": ["two"]}
             ),
-            ["requirements.1", "operator 'Gt' must have a single non-negative integer value"],
+            ["requirements.1", "operator 'Gt', 'Lt', 'Gte', or 'Lte' must have a single positive"],
         ),
         (
             lambda o: o["spec"]["template"]["spec"]["requirements"].append(
                 {"key": "example.com/generation", "operator": "Lte", "values": ["1", "2"]}
             ),
-            ["operator 'Lte' must have a single non-negative integer value"],
+            ["operator 'Gt', 'Lt', 'Gte', or 'Lte' must have a single positive integer value"],
         ),
         (
             lambda o: o["spec"]["template"]["spec"]["requirements"].append(
@@ -212,8 +213,22 @@ def test_integer_quantities_are_accepted_and_written_as_strings() -> None:
             ["expireAfter", "invalid duration '30d'"],
         ),
         (
-            lambda o: o["spec"].update(disruption={"consolidationPolicy": "WhenEmpty"}),
-            ["spec.disruption.consolidateAfter", "Field required"],
+            lambda o: o["spec"].update(disruption={"consolidateAfter": "FooNever"}),
+            ["spec.disruption.consolidateAfter", "invalid duration 'FooNever'"],
+        ),
+        (
+            lambda o: o["spec"].update(replicas=3, limits={"cpu": "100"}),
+            ["only 'limits.nodes' is supported on static NodePools"],
+        ),
+        (
+            lambda o: o["spec"].update(replicas=3, weight=10),
+            ["'weight' is not supported on static NodePools"],
+        ),
+        (
+            lambda o: o["spec"].update(
+                disruption={"budgets": [{"nodes": "1", "reasons": ["Empty", "Drifted", "Empty"]}]}
+            ),
+            ["budgets.0.reasons", "duplicate reasons: Empty"],
         ),
         (
             lambda o: o["spec"]["template"]["spec"].pop("nodeClassRef"),
@@ -247,15 +262,17 @@ def test_invalid_nodepools_are_refused_with_path_and_reason(
         ("team", True),
         ("example.com/team", True),
         ("node.kubernetes.io/role", True),
-        ("node-restriction.kubernetes.io/pool", True),
         ("kops.k8s.io/instancegroup", True),
         ("topology.kubernetes.io/zone", True),
         ("karpenter.sh/capacity-type", True),
+        # Allowed since upstream v1.9: the kubernetes.io and k8s.io domains are the user's.
+        ("kubernetes.io/custom", True),
+        ("foo.k8s.io/bar", True),
+        ("example.kubernetes.io/team", True),
         ("kubernetes.io/hostname", False),
         ("karpenter.sh/nodepool", False),
         ("karpenter.sh/custom", False),
-        ("kubernetes.io/custom", False),
-        ("foo.k8s.io/bar", False),
+        ("sub.karpenter.sh/custom", False),
     ],
 )
 def test_restricted_template_labels(key: str, allowed: bool) -> None:
@@ -265,8 +282,9 @@ def test_restricted_template_labels(key: str, allowed: bool) -> None:
         NodePool.model_validate(obj)
     else:
         message = _error(obj)
-        assert f"spec.template.metadata.labels['{key}']" in message
-        assert "restricted" in message
+        assert "spec.template.metadata.labels" in message
+        assert f"{key}: label" in message
+        assert "is restricted" in message
 
 
 def test_requirement_on_restricted_or_nodepool_key_is_refused() -> None:
@@ -275,22 +293,35 @@ def test_requirement_on_restricted_or_nodepool_key_is_refused() -> None:
         {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["x"]},
         {"key": "kubernetes.io/hostname", "operator": "Exists"},
         {"key": "beta.kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+        {"key": "kubernetes.io/custom", "operator": "Exists"},
     ]
     message = _error(obj)
-    assert "spec.template.spec.requirements[1].key: karpenter.sh/nodepool is restricted" in message
-    assert "spec.template.spec.requirements[2].key: label 'kubernetes.io/hostname'" in message
-    # The deprecated alias is normalised, not refused.
-    assert "requirements[3]" not in message
+    assert 'label "karpenter.sh/nodepool" is restricted' in message
+    assert 'label "kubernetes.io/hostname" is restricted' in message
+    # The deprecated alias and the kubernetes.io domain are the user's.
+    assert "requirements.3" not in message
+    assert "requirements.4" not in message
 
 
-def test_duplicate_taints_across_taints_and_startup_taints_are_refused() -> None:
+def test_duplicate_taints_fail_runtime_validation_not_admission() -> None:
     obj = _minimal()
     spec = obj["spec"]["template"]["spec"]
     spec["taints"] = [{"key": "a", "effect": "NoSchedule"}]
     spec["startupTaints"] = [{"key": "a", "value": "other", "effect": "NoSchedule"}]
-    assert "spec.template.spec.startupTaints[0]: duplicate taint a:NoSchedule" in _error(obj)
+    problems = runtime_problems(NodePool.model_validate(obj))
+    assert problems == [
+        "spec.template.spec.startupTaints[0]: duplicate taint Key/Effect pair a=NoSchedule"
+    ]
     spec["startupTaints"][0]["effect"] = "NoExecute"
-    NodePool.model_validate(obj)
+    assert runtime_problems(NodePool.model_validate(obj)) == []
+
+
+@pytest.mark.parametrize("disruption", [{}, {"consolidationPolicy": "WhenEmpty"}])
+def test_disruption_without_consolidate_after_defaults_it_to_zero(
+    disruption: dict[str, Any],
+) -> None:
+    pool = NodePool.model_validate(_minimal(disruption=disruption))
+    assert pool.spec.disruption.consolidate_after.value == timedelta(0)
 
 
 def test_wrong_kind_or_version_is_refused() -> None:

@@ -25,9 +25,8 @@ from pydantic_core import core_schema
 
 NEVER: Final = "Never"
 DURATION_PATTERN: Final = r"^([0-9]+(s|m|h))+$"
-# Upstream's pattern, verbatim (its alternation is unanchored on the left branch; kept identical
-# so that our CRD admits exactly what Karpenter's does).
-NILLABLE_DURATION_PATTERN: Final = r"^(([0-9]+(s|m|h))+)|(Never)$"
+# Upstream's pattern since v1.4, both alternatives anchored (``FooNever`` and ``1hr`` refused).
+NILLABLE_DURATION_PATTERN: Final = r"^(([0-9]+(s|m|h))+|Never)$"
 
 _WHOLE: Final = re.compile(r"(?:[0-9]+[hms])+")
 _COMPONENT: Final = re.compile(r"([0-9]+)([hms])")

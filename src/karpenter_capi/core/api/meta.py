@@ -14,7 +14,7 @@ fields left out of the output so an object read and written back is unchanged.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar
@@ -41,9 +41,9 @@ QUANTITY_PATTERN = (
     r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
 LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
-QUALIFIED_NAME_PATTERN = (
-    r"^((([a-zA-Z0-9]|[a-zA-Z0-9][-a-zA-Z0-9]*[a-zA-Z0-9])\.)*"
-    r"([a-zA-Z0-9]|[a-zA-Z0-9][-a-zA-Z0-9]*[a-zA-Z0-9])(\/))?"
+# Upstream's pattern for label keys and taints: a lower-case DNS prefix, then the name part.
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(\/))?"
     r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$"
 )
 CONDITION_TYPE_PATTERN = (
@@ -51,6 +51,8 @@ CONDITION_TYPE_PATTERN = (
     r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
 )
 CONDITION_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+# NodeClaim conditions (operatorpkg's) may carry an empty reason.
+OPTIONAL_CONDITION_REASON_PATTERN = r"^([A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?|)$"
 
 
 def _quantity_text(raw: Any) -> Any:
@@ -191,7 +193,9 @@ class Condition(KubeModel):
     """Type of condition in CamelCase."""
     status: ConditionStatus
     """Status of the condition: True, False or Unknown."""
-    observed_generation: Annotated[int | None, Field(ge=0)] = None
+    observed_generation: Annotated[
+        int | None, Field(ge=0, json_schema_extra={"format": "int64"})
+    ] = None
     """The .metadata.generation that the condition was set based upon."""
     last_transition_time: Timestamp
     """The last time the condition transitioned from one status to another."""
@@ -205,7 +209,27 @@ class Condition(KubeModel):
         return self.status is ConditionStatus.TRUE
 
 
-def find_condition(conditions: list[Condition], condition_type: str) -> Condition | None:
+class LooseCondition(Condition):
+    """A NodeClaim condition: upstream's schema lets ``reason`` and ``message`` be empty."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"required": ["lastTransitionTime", "status", "type"]}
+    )
+
+    reason: Annotated[str, Field(max_length=1024, pattern=OPTIONAL_CONDITION_REASON_PATTERN)] = ""
+    """A programmatic identifier for the reason of the last transition, in CamelCase."""
+
+
+# Lists a merge replaces whole (upstream marks taints and requirements so).
+ATOMIC_LIST: dict[str, Any] = {"x-kubernetes-list-type": "atomic"}
+# Conditions are a list keyed by type, so a server-side apply or merge touches one of them.
+CONDITIONS_LIST_MAP: dict[str, Any] = {
+    "x-kubernetes-list-type": "map",
+    "x-kubernetes-list-map-keys": ["type"],
+}
+
+
+def find_condition(conditions: Sequence[Condition], condition_type: str) -> Condition | None:
     """The condition of ``condition_type`` in a status, or None."""
     return next((c for c in conditions if c.type == condition_type), None)
 
@@ -219,8 +243,9 @@ class TaintEffect(StrEnum):
 class Taint(KubeModel):
     """A node taint (``core/v1 Taint``)."""
 
-    key: Annotated[str, Field(min_length=1, pattern=QUALIFIED_NAME_PATTERN)]
-    value: Annotated[str | None, Field(pattern=LABEL_VALUE_PATTERN)] = None
+    key: Annotated[str, Field(min_length=1, pattern=LABEL_KEY_PATTERN)]
+    # Upstream's CRD holds taint values to the label-key pattern (stricter than a label value).
+    value: Annotated[str | None, Field(pattern=LABEL_KEY_PATTERN)] = None
     effect: TaintEffect
     time_added: Timestamp | None = None
 
@@ -246,50 +271,106 @@ _NUMERIC_OPERATORS = frozenset(
 )
 
 
-_INTEGER = re.compile(r"[0-9]+")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_FIRST_SEGMENT = re.compile(r"^([^/]+)")
+
+# Upstream's CEL rules on requirement keys, verbatim, and the same checks in Python below.
+KARPENTER_DOMAIN_RULE: dict[str, str] = {
+    "message": 'label domain "karpenter.sh" is restricted',
+    "rule": 'self in ["karpenter.sh/capacity-type", "karpenter.sh/nodepool"] || '
+    '!self.find("^([^/]+)").endsWith("karpenter.sh")',
+}
+NODEPOOL_LABEL_RULE: dict[str, str] = {
+    "message": 'label "karpenter.sh/nodepool" is restricted',
+    "rule": 'self != "karpenter.sh/nodepool"',
+}
+HOSTNAME_LABEL_RULE: dict[str, str] = {
+    "message": 'label "kubernetes.io/hostname" is restricted',
+    "rule": 'self != "kubernetes.io/hostname"',
+}
+
+
+def restricted_key_refusals(key: str, *, allow_nodepool: bool) -> list[str]:
+    """The messages of the key rules above that ``key`` breaks, exactly as CEL evaluates them.
+
+    ``find("^([^/]+)")`` is the text before the first ``/`` (empty when the key starts with one),
+    and ``endsWith`` is a plain suffix test, so ``notkarpenter.sh/x`` is refused as upstream does.
+    """
+    refusals = []
+    match = _FIRST_SEGMENT.match(key)
+    domain = match.group(1) if match else ""
+    allowed = ("karpenter.sh/capacity-type", "karpenter.sh/nodepool")
+    if key not in allowed and domain.endswith("karpenter.sh"):
+        refusals.append(KARPENTER_DOMAIN_RULE["message"])
+    if not allow_nodepool and key == "karpenter.sh/nodepool":
+        refusals.append(NODEPOOL_LABEL_RULE["message"])
+    if key == "kubernetes.io/hostname":
+        refusals.append(HOSTNAME_LABEL_RULE["message"])
+    return refusals
 
 
 class NodeSelectorRequirementWithMinValues(KubeModel):
-    """A node selector requirement, plus how many distinct values must stay possible."""
+    """A node selector requirement, plus how many distinct values must stay possible.
 
-    key: Annotated[str, Field(max_length=316, pattern=QUALIFIED_NAME_PATTERN)]
+    This is the NodeClaim's form; a NodePool's template refuses the ``karpenter.sh/nodepool``
+    key as well (``NodePoolRequirement``).
+    """
+
+    ALLOWS_NODEPOOL_KEY: ClassVar[bool] = True
+
+    key: Annotated[
+        str,
+        Field(
+            max_length=316,
+            pattern=LABEL_KEY_PATTERN,
+            json_schema_extra={
+                "x-kubernetes-validations": [KARPENTER_DOMAIN_RULE, HOSTNAME_LABEL_RULE]
+            },
+        ),
+    ]
     """The label key that the selector applies to."""
     operator: NodeSelectorOperator
     """How the key relates to the values."""
+    # Upstream's CRD places maxLength/pattern beside the array, where the API server ignores
+    # them: values are only checked at runtime (NodePool ValidationSucceeded), and so here.
     values: Annotated[
-        list[Annotated[str, Field(max_length=63, pattern=LABEL_VALUE_PATTERN)]],
-        Field(json_schema_extra={"x-kubernetes-list-type": "atomic"}),
+        list[str],
+        Field(
+            json_schema_extra={
+                "x-kubernetes-list-type": "atomic",
+                "maxLength": 63,
+                "pattern": LABEL_VALUE_PATTERN,
+            }
+        ),
     ] = Field(default_factory=list)
     """Values for In/NotIn (non-empty for In), one integer for Gt/Lt/Gte/Lte, none otherwise."""
     min_values: Annotated[int | None, Field(ge=1, le=50)] = None
     """Minimum number of unique values this requirement must keep possible (flexibility)."""
 
     @model_validator(mode="after")
-    def _check_values(self) -> NodeSelectorRequirementWithMinValues:
-        op = self.operator
-        if op is NodeSelectorOperator.IN and not self.values:
-            raise ValueError(f"requirement {self.key!r}: operator 'In' must have a value defined")
-        if op in {NodeSelectorOperator.EXISTS, NodeSelectorOperator.DOES_NOT_EXIST} and self.values:
-            raise ValueError(
-                f"requirement {self.key!r}: operator {op.value!r} must not have values"
-            )
-        if op in _NUMERIC_OPERATORS and (
-            len(self.values) != 1 or not _INTEGER.fullmatch(self.values[0])
-        ):
-            raise ValueError(
-                f"requirement {self.key!r}: operator {op.value!r} must have a single "
-                f"non-negative integer value, got {self.values!r}"
-            )
-        if (
-            op is NodeSelectorOperator.IN
-            and self.min_values is not None
-            and len(self.values) < self.min_values
-        ):
-            raise ValueError(
-                f"requirement {self.key!r}: minValues {self.min_values} needs at least that many "
-                f"values, got {len(self.values)}"
-            )
+    def _check_key_and_values(self) -> NodeSelectorRequirementWithMinValues:
+        refusals = restricted_key_refusals(self.key, allow_nodepool=self.ALLOWS_NODEPOOL_KEY)
+        if refusals:
+            raise ValueError(f"key {self.key!r}: " + "; ".join(refusals))
+        problem = requirement_values_problem(self.operator, self.values, self.min_values)
+        if problem:
+            raise ValueError(f"requirement {self.key!r}: {problem}")
         return self
+
+
+def requirement_values_problem(
+    operator: NodeSelectorOperator, values: list[str], min_values: int | None
+) -> str | None:
+    """The message of the first list-level CEL rule (below) a requirement breaks, or None."""
+    if operator is NodeSelectorOperator.IN and not values:
+        return REQUIREMENTS_VALIDATIONS[0]["message"]
+    if operator in _NUMERIC_OPERATORS and (
+        len(values) != 1 or not _INTEGER.fullmatch(values[0]) or int(values[0]) < 0
+    ):
+        return REQUIREMENTS_VALIDATIONS[1]["message"]
+    if operator is NodeSelectorOperator.IN and min_values is not None and len(values) < min_values:
+        return REQUIREMENTS_VALIDATIONS[2]["message"]
+    return None
 
 
 REQUIREMENTS_VALIDATIONS: list[dict[str, str]] = [
@@ -311,17 +392,35 @@ REQUIREMENTS_VALIDATIONS: list[dict[str, str]] = [
         "x.values.size() >= x.minValues : true)",
     },
 ]
+# The requirements list as upstream declares it: at most 100, replaced whole by merges.
+REQUIREMENTS_LIST: dict[str, Any] = {
+    "x-kubernetes-list-type": "atomic",
+    "x-kubernetes-validations": REQUIREMENTS_VALIDATIONS,
+}
+
+
+def _not_empty(field: str) -> dict[str, Any]:
+    return {
+        "x-kubernetes-validations": [{"message": f"{field} may not be empty", "rule": "self != ''"}]
+    }
 
 
 class NodeClassReference(KubeModel):
     """Points at the provider-specific configuration (a ClusterAPINodeClass)."""
 
-    kind: Annotated[str, Field(min_length=1)]
+    kind: Annotated[str, Field(json_schema_extra=_not_empty("kind"))]
     """Kind of the referent."""
-    name: Annotated[str, Field(min_length=1)]
+    name: Annotated[str, Field(json_schema_extra=_not_empty("name"))]
     """Name of the referent."""
-    group: Annotated[str, Field(min_length=1, pattern=r"^[^/]*$")]
+    group: Annotated[str, Field(pattern=r"^[^/]*$", json_schema_extra=_not_empty("group"))]
     """API group of the referent."""
+
+    @model_validator(mode="after")
+    def _none_empty(self) -> NodeClassReference:
+        empty = [f for f in ("group", "kind", "name") if not getattr(self, f)]
+        if empty:
+            raise ValueError("; ".join(f"{f} may not be empty" for f in empty))
+        return self
 
 
 class LabelSelectorOperator(StrEnum):

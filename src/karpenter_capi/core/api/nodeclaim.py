@@ -12,14 +12,17 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, ClassVar
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.duration import Duration, NillableDuration
 from karpenter_capi.core.api.meta import (
-    REQUIREMENTS_VALIDATIONS,
+    ATOMIC_LIST,
+    CONDITIONS_LIST_MAP,
+    REQUIREMENTS_LIST,
     Condition,
     KubeModel,
+    LooseCondition,
     NodeClassReference,
     NodeSelectorRequirementWithMinValues,
     ResourceList,
@@ -28,7 +31,7 @@ from karpenter_capi.core.api.meta import (
     TypedObject,
     find_condition,
 )
-from karpenter_capi.core.api.nodepool import DEFAULT_EXPIRE_AFTER, requirement_key_problems
+from karpenter_capi.core.api.nodepool import DEFAULT_EXPIRE_AFTER
 
 
 class NodeClaimConditionType(StrEnum):
@@ -63,15 +66,17 @@ class ResourceRequirements(KubeModel):
 class NodeClaimSpec(KubeModel):
     """NodeClaimSpec describes the desired state of the NodeClaim."""
 
-    taints: list[Taint] = Field(default_factory=list)
+    taints: Annotated[list[Taint], Field(json_schema_extra=ATOMIC_LIST)] = Field(
+        default_factory=list
+    )
     """Taints applied to the node."""
-    startup_taints: list[Taint] = Field(default_factory=list)
+    startup_taints: Annotated[list[Taint], Field(json_schema_extra=ATOMIC_LIST)] = Field(
+        default_factory=list
+    )
     """Taints expected to be removed by a daemon after startup; ignored when provisioning."""
     requirements: Annotated[
         list[NodeSelectorRequirementWithMinValues],
-        Field(
-            max_length=100, json_schema_extra={"x-kubernetes-validations": REQUIREMENTS_VALIDATIONS}
-        ),
+        Field(max_length=100, json_schema_extra=REQUIREMENTS_LIST),
     ]
     """Constraints on the node's labels."""
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
@@ -84,15 +89,6 @@ class NodeClaimSpec(KubeModel):
         NillableDuration, Field(json_schema_extra={"x-crd-default": DEFAULT_EXPIRE_AFTER})
     ] = Field(default_factory=lambda: NillableDuration(DEFAULT_EXPIRE_AFTER))
     """Age at which the node is replaced, or 'Never'."""
-
-    @model_validator(mode="after")
-    def _restricted_keys(self) -> NodeClaimSpec:
-        problems = requirement_key_problems(
-            self.requirements, "spec.requirements", allow_nodepool=True
-        )
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
 
 
 class NodeClaimStatus(KubeModel):
@@ -108,7 +104,9 @@ class NodeClaimStatus(KubeModel):
     """Estimated full capacity of the node."""
     allocatable: ResourceList = Field(default_factory=dict)
     """Estimated allocatable capacity of the node."""
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: Annotated[list[LooseCondition], Field(json_schema_extra=CONDITIONS_LIST_MAP)] = (
+        Field(default_factory=list)
+    )
     """Signals for health and readiness."""
     last_pod_event_time: Timestamp | None = None
     """Last time a pod was scheduled to or removed from the node."""

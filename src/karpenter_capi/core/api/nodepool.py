@@ -2,9 +2,11 @@
 
 Field for field the upstream Karpenter v1 API (``pkg/apis/v1/nodepool.go``), with its defaults
 (``expireAfter: 720h``, ``consolidateAfter: 0s``, ``consolidationPolicy:
-WhenEmptyOrUnderutilized``, one budget of ``10%``) and its validation (the CRD's OpenAPI and CEL
-rules plus the webhook-era ``RuntimeValidate``: restricted label domains, duplicate taints), so
-a manifest written for Karpenter is accepted or rejected here exactly as it would be there.
+WhenEmptyOrUnderutilized``, one budget of ``10%``) and its admission rules (the CRD's OpenAPI
+schema and CEL rules, checked again in Python by the validators here), so a manifest written for
+Karpenter is admitted or refused here exactly as it would be there, and one the API server
+admitted always parses. Upstream's ``RuntimeValidate`` (qualified label keys, duplicate taints,
+well-known values), which only makes a NodePool not ready, is ``runtime_validation.py``.
 
 Budgets also carry the small amount of behaviour that only depends on the budget itself (is it
 active now, how many nodes does a percentage allow) because every consumer needs the same answer.
@@ -21,13 +23,19 @@ from enum import StrEnum
 from typing import Annotated, Any, ClassVar
 
 from croniter import croniter
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, JsonValue, field_validator, model_validator
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.duration import NEVER, Duration, NillableDuration, format_duration
 from karpenter_capi.core.api.meta import (
+    ATOMIC_LIST,
+    CONDITIONS_LIST_MAP,
+    HOSTNAME_LABEL_RULE,
+    KARPENTER_DOMAIN_RULE,
+    LABEL_KEY_PATTERN,
     LABEL_VALUE_PATTERN,
-    REQUIREMENTS_VALIDATIONS,
+    NODEPOOL_LABEL_RULE,
+    REQUIREMENTS_LIST,
     Condition,
     KubeModel,
     NodeClassReference,
@@ -36,6 +44,7 @@ from karpenter_capi.core.api.meta import (
     Taint,
     TypedObject,
     find_condition,
+    restricted_key_refusals,
 )
 
 BUDGET_NODES_PATTERN = r"^((100|[0-9]{1,2})%|[0-9]+)$"
@@ -69,24 +78,8 @@ class NodePoolConditionType(StrEnum):
     READY = "Ready"
 
 
-# Upstream's CEL rules on template labels, verbatim, so the API server enforces them too.
-_RESTRICTED_LABEL_RULES: list[dict[str, str]] = [
-    {
-        "message": 'label domain "kubernetes.io" is restricted',
-        "rule": 'self.all(x, x in ["beta.kubernetes.io/instance-type", '
-        '"failure-domain.beta.kubernetes.io/region", "beta.kubernetes.io/os", '
-        '"beta.kubernetes.io/arch", "failure-domain.beta.kubernetes.io/zone", '
-        '"topology.kubernetes.io/zone", "topology.kubernetes.io/region", "kubernetes.io/arch", '
-        '"kubernetes.io/os", "node.kubernetes.io/windows-build"] || '
-        'x.find("^([^/]+)").endsWith("node.kubernetes.io") || '
-        'x.find("^([^/]+)").endsWith("node-restriction.kubernetes.io") || '
-        '!x.find("^([^/]+)").endsWith("kubernetes.io"))',
-    },
-    {
-        "message": 'label domain "k8s.io" is restricted',
-        "rule": 'self.all(x, x.find("^([^/]+)").endsWith("kops.k8s.io") || '
-        '!x.find("^([^/]+)").endsWith("k8s.io"))',
-    },
+# Upstream's CEL rules on template labels, verbatim; ``_label_refusals`` is the same in Python.
+_TEMPLATE_LABEL_RULES: list[dict[str, str]] = [
     {
         "message": 'label domain "karpenter.sh" is restricted',
         "rule": 'self.all(x, x in ["karpenter.sh/capacity-type", "karpenter.sh/nodepool"] || '
@@ -102,18 +95,26 @@ _RESTRICTED_LABEL_RULES: list[dict[str, str]] = [
     },
 ]
 
-
-# NodeClaims carry the nodepool requirement themselves; a NodePool template may not.
-_TEMPLATE_KEY_RULES: list[dict[str, str]] = [
+# A NodePool is static (``replicas``) or dynamic for life; a static one takes no resource limits
+# but ``nodes`` and no weight (upstream's rules, verbatim).
+_STATIC_RULES: list[JsonValue] = [
     {
-        "message": 'label "karpenter.sh/nodepool" is restricted',
-        "rule": "self.all(x, x.key != 'karpenter.sh/nodepool')",
+        "message": "Cannot transition NodePool between static (replicas set) and dynamic "
+        "(replicas unset) provisioning modes",
+        "rule": "has(self.replicas) == has(oldSelf.replicas)",
     },
     {
-        "message": 'label "kubernetes.io/hostname" is restricted',
-        "rule": "self.all(x, x.key != 'kubernetes.io/hostname')",
+        "message": "only 'limits.nodes' is supported on static NodePools",
+        "rule": "!has(self.replicas) || (!has(self.limits) || size(self.limits) == 0 || "
+        "(size(self.limits) == 1 && 'nodes' in self.limits))",
+    },
+    {
+        "message": "'weight' is not supported on static NodePools",
+        "rule": "!has(self.replicas) || !has(self.weight)",
     },
 ]
+
+_STATIC_MESSAGES = [str(rule["message"]) for rule in _STATIC_RULES if isinstance(rule, dict)]
 
 
 class Budget(KubeModel):
@@ -121,7 +122,10 @@ class Budget(KubeModel):
 
     model_config = ConfigDict(json_schema_extra={"required": ["nodes"]})
 
-    reasons: list[DisruptionReason] = Field(default_factory=list)
+    reasons: Annotated[
+        list[DisruptionReason],
+        Field(max_length=50, json_schema_extra={"x-kubernetes-list-type": "set"}),
+    ] = Field(default_factory=list)
     """Disruption methods this budget applies to; all of them when unset."""
     nodes: Annotated[
         str,
@@ -135,11 +139,12 @@ class Budget(KubeModel):
     ] = None
     """How long the budget stays active after each schedule hit (minutes and hours only)."""
 
-    @field_validator("schedule")
+    @field_validator("reasons")
     @classmethod
-    def _valid_cron(cls, value: str | None) -> str | None:
-        if value is not None and not croniter.is_valid(value):
-            raise ValueError(f"invalid cron schedule {value!r}")
+    def _reasons_are_a_set(cls, value: list[DisruptionReason]) -> list[DisruptionReason]:
+        duplicates = sorted({r.value for r in value if value.count(r) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate reasons: {', '.join(duplicates)}")
         return value
 
     @field_validator("duration")
@@ -158,9 +163,23 @@ class Budget(KubeModel):
             raise ValueError("'schedule' must be set with 'duration'")
         return self
 
+    @property
+    def schedule_problem(self) -> str | None:
+        """Why the schedule cannot be read as cron, or None.
+
+        The CRD's pattern only checks the shape (five fields or a macro), as upstream's does, so
+        a schedule such as ``a b c d e`` is admitted; like upstream, such a budget then allows
+        no disruption at all (it fails closed) and says why.
+        """
+        if self.schedule is None or croniter.is_valid(self.schedule):
+            return None
+        return f"budget schedule {self.schedule!r} is not a valid cron expression"
+
     def is_active(self, now: datetime) -> bool:
         """Whether the budget applies at ``now`` (a schedule hit within the last duration)."""
         if self.schedule is None or self.duration is None:
+            return True
+        if self.schedule_problem:
             return True
         checkpoint = now - self.duration.value
         next_hit: datetime = croniter(self.schedule, checkpoint).get_next(datetime)
@@ -168,6 +187,8 @@ class Budget(KubeModel):
 
     def allowed_disruptions(self, total_nodes: int) -> int:
         """How many of ``total_nodes`` this budget allows to disrupt (percentages round up)."""
+        if self.schedule_problem:
+            return 0
         if self.nodes.endswith("%"):
             return math.ceil(int(self.nodes[:-1]) * total_nodes / 100)
         return int(self.nodes)
@@ -183,19 +204,26 @@ def _default_budgets() -> list[Budget]:
 class Disruption(KubeModel):
     """When and how the NodePool's nodes may be disrupted."""
 
-    consolidate_after: NillableDuration
-    """How long a node must be consolidatable before it is disrupted, or 'Never'."""
+    consolidate_after: Annotated[
+        NillableDuration, Field(json_schema_extra={"x-crd-default": "0s"})
+    ] = Field(default_factory=lambda: NillableDuration("0s"))
+    """How long a node must be consolidatable before it is disrupted, or 'Never'.
+
+    Ignored on static NodePools."""
     consolidation_policy: Annotated[
         ConsolidationPolicy,
         Field(json_schema_extra={"x-crd-default": "WhenEmptyOrUnderutilized"}),
     ] = ConsolidationPolicy.WHEN_EMPTY_OR_UNDERUTILIZED
-    """Which nodes consolidation may remove: only empty ones, or also underutilized ones."""
+    """Which nodes consolidation may remove: only empty ones, also underutilized ones, or
+    underutilized ones only where the savings outweigh the disruption (Balanced). Ignored on
+    static NodePools."""
     budgets: Annotated[
         list[Budget],
         Field(
             max_length=50,
             json_schema_extra={
                 "x-crd-default": [{"nodes": "10%"}],
+                "x-kubernetes-list-type": "atomic",
                 "x-kubernetes-validations": [
                     {
                         "message": "'schedule' must be set with 'duration'",
@@ -208,7 +236,13 @@ class Disruption(KubeModel):
     """Budgets; the most restrictive active one wins. Defaults to one budget of 10%."""
 
     def allowed_disruptions(self, now: datetime, total_nodes: int, reason: DisruptionReason) -> int:
-        """The most restrictive active budget's allowance for ``reason`` (upstream semantics)."""
+        """The most restrictive active budget's allowance for ``reason`` (upstream semantics).
+
+        A budget whose schedule is not valid cron blocks every disruption of the pool, whatever
+        its reasons, as upstream's ``MustGetAllowedDisruptions`` does.
+        """
+        if any(b.schedule_problem for b in self.budgets):
+            return 0
         allowed = [
             b.allowed_disruptions(total_nodes)
             for b in self.budgets
@@ -222,32 +256,86 @@ class NodeClaimTemplateMetadata(KubeModel):
         dict[str, Annotated[str, Field(max_length=63, pattern=LABEL_VALUE_PATTERN)]],
         Field(
             max_length=100,
-            json_schema_extra={"x-kubernetes-validations": _RESTRICTED_LABEL_RULES},
+            json_schema_extra={
+                "x-kubernetes-map-type": "atomic",
+                "x-kubernetes-validations": _TEMPLATE_LABEL_RULES,
+            },
         ),
     ] = Field(default_factory=dict)
     """Labels applied to every NodeClaim and Node launched from the NodePool."""
-    annotations: dict[str, str] = Field(default_factory=dict)
+    annotations: Annotated[
+        dict[str, str], Field(json_schema_extra={"x-kubernetes-map-type": "granular"})
+    ] = Field(default_factory=dict)
     """Annotations applied to every NodeClaim and Node launched from the NodePool."""
+
+    @field_validator("labels")
+    @classmethod
+    def _restricted_labels(cls, labels: dict[str, str]) -> dict[str, str]:
+        problems = [
+            f"{key}: {refusal}"
+            for key in labels
+            for refusal in restricted_key_refusals(key, allow_nodepool=False)
+        ]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return labels
+
+
+class NodePoolRequirement(NodeSelectorRequirementWithMinValues):
+    """A requirement in a NodePool template: ``karpenter.sh/nodepool`` is refused too."""
+
+    ALLOWS_NODEPOOL_KEY: ClassVar[bool] = False
+
+    key: Annotated[
+        str,
+        Field(
+            max_length=316,
+            pattern=LABEL_KEY_PATTERN,
+            json_schema_extra={
+                "x-kubernetes-validations": [
+                    KARPENTER_DOMAIN_RULE,
+                    NODEPOOL_LABEL_RULE,
+                    HOSTNAME_LABEL_RULE,
+                ]
+            },
+        ),
+    ]
+    """The label key that the selector applies to."""
+
+
+class NodePoolNodeClassReference(NodeClassReference):
+    """A NodePool's nodeClassRef: its group and kind may not change once set (upstream)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "message": "nodeClassRef.group is immutable",
+                    "rule": "self.group == oldSelf.group",
+                },
+                {"message": "nodeClassRef.kind is immutable", "rule": "self.kind == oldSelf.kind"},
+            ]
+        }
+    )
 
 
 class NodeClaimTemplateSpec(KubeModel):
     """The NodeClaim spec a NodePool stamps out (without resource requests)."""
 
-    taints: list[Taint] = Field(default_factory=list)
+    taints: Annotated[list[Taint], Field(json_schema_extra=ATOMIC_LIST)] = Field(
+        default_factory=list
+    )
     """Taints applied to the node."""
-    startup_taints: list[Taint] = Field(default_factory=list)
+    startup_taints: Annotated[list[Taint], Field(json_schema_extra=ATOMIC_LIST)] = Field(
+        default_factory=list
+    )
     """Taints expected to be removed by a daemon after startup; ignored when provisioning."""
     requirements: Annotated[
-        list[NodeSelectorRequirementWithMinValues],
-        Field(
-            max_length=100,
-            json_schema_extra={
-                "x-kubernetes-validations": REQUIREMENTS_VALIDATIONS + _TEMPLATE_KEY_RULES
-            },
-        ),
+        list[NodePoolRequirement],
+        Field(max_length=100, json_schema_extra=REQUIREMENTS_LIST),
     ]
     """Constraints on the node's labels (instance type, zone, capacity type, ...)."""
-    node_class_ref: NodeClassReference
+    node_class_ref: NodePoolNodeClassReference
     """The provider-specific configuration (ClusterAPINodeClass) used to launch nodes."""
     termination_grace_period: Duration | None = None
     """Longest time draining may take before pods are forcibly deleted; unlimited when unset."""
@@ -262,85 +350,49 @@ class NodeClaimTemplate(KubeModel):
     spec: NodeClaimTemplateSpec
 
 
-def _taint_conflicts(spec: NodeClaimTemplateSpec, path: str) -> list[str]:
-    seen: set[tuple[str, str]] = set()
-    problems: list[str] = []
-    for field, taints in (("taints", spec.taints), ("startupTaints", spec.startup_taints)):
-        for index, taint in enumerate(taints):
-            identity = (taint.key, taint.effect.value)
-            if identity in seen:
-                problems.append(
-                    f"{path}.{field}[{index}]: duplicate taint {taint.key}:{taint.effect.value}"
-                )
-            seen.add(identity)
-    return problems
-
-
-def requirement_key_problems(
-    requirements: list[NodeSelectorRequirementWithMinValues], path: str, *, allow_nodepool: bool
-) -> list[str]:
-    """Restricted-domain violations among requirement keys, each prefixed with its field path."""
-    problems = []
-    for index, requirement in enumerate(requirements):
-        key = requirement.key
-        if key == wellknown.LABEL_NODEPOOL and not allow_nodepool:
-            problems.append(f"{path}[{index}].key: {key} is restricted")
-            continue
-        reason = wellknown.restricted_label_reason(key)
-        if reason:
-            problems.append(f"{path}[{index}].key: {reason}")
-    return problems
-
-
 class NodePoolSpec(KubeModel):
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": _STATIC_RULES})
+
     template: NodeClaimTemplate
     """The template of NodeClaims launched from this NodePool."""
     disruption: Annotated[
         Disruption, Field(json_schema_extra={"x-crd-default": {"consolidateAfter": "0s"}})
-    ] = Field(default_factory=lambda: Disruption(consolidate_after=NillableDuration("0s")))
+    ] = Field(default_factory=Disruption)
     """Disruption (expiry, consolidation, budgets) settings."""
     limits: ResourceList = Field(default_factory=dict)
-    """Upper bounds on the total resources of all nodes launched from this NodePool."""
+    """Upper bounds on the total resources of all nodes launched from this NodePool; only
+    ``nodes`` on a static NodePool."""
     weight: Annotated[int | None, Field(ge=1, le=100, json_schema_extra={"format": "int32"})] = None
-    """Priority among NodePools; higher weights are tried first."""
+    """Priority among NodePools; higher weights are tried first. Not on static NodePools."""
     replicas: Annotated[int | None, Field(ge=0, json_schema_extra={"format": "int64"})] = None
     """A fixed node count (static NodePool) instead of provisioning for pending pods."""
 
     @model_validator(mode="after")
-    def _runtime_validate(self) -> NodePoolSpec:
-        problems: list[str] = []
-        for key in self.template.metadata.labels:
-            path = f"spec.template.metadata.labels[{key!r}]"
-            if key == wellknown.LABEL_NODEPOOL:
-                problems.append(f"{path}: label {key!r} is restricted")
-                continue
-            if key == wellknown.LABEL_HOSTNAME:
-                problems.append(f"{path}: label {key!r} is restricted")
-                continue
-            reason = wellknown.restricted_label_reason(key)
-            if reason:
-                problems.append(f"{path}: {reason}")
-        problems += _taint_conflicts(self.template.spec, "spec.template.spec")
-        problems += requirement_key_problems(
-            self.template.spec.requirements,
-            "spec.template.spec.requirements",
-            allow_nodepool=False,
-        )
-        if problems:
-            raise ValueError("; ".join(problems))
+    def _static_rules(self) -> NodePoolSpec:
+        # The two non-transition rules of _STATIC_RULES; the transition one needs the old object
+        # and is the API server's alone.
+        if self.replicas is not None:
+            if set(self.limits) - {"nodes"}:
+                raise ValueError(_STATIC_MESSAGES[1])
+            if self.weight is not None:
+                raise ValueError(_STATIC_MESSAGES[2])
         return self
 
 
 class NodePoolStatus(KubeModel):
     resources: ResourceList = Field(default_factory=dict)
     """Resources of all nodes launched from this NodePool (and their count, as 'nodes')."""
-    nodes: Annotated[int | None, Field(json_schema_extra={"format": "int64"})] = None
+    nodes: Annotated[
+        int | None, Field(json_schema_extra={"format": "int64", "x-crd-default": 0})
+    ] = None
     """Number of nodes launched from this NodePool."""
     node_class_observed_generation: Annotated[
         int | None, Field(json_schema_extra={"format": "int64"})
     ] = None
     """The NodeClass generation the conditions were computed against."""
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: Annotated[list[Condition], Field(json_schema_extra=CONDITIONS_LIST_MAP)] = Field(
+        default_factory=list
+    )
     """Signals for health and readiness."""
 
 
@@ -355,6 +407,11 @@ class NodePool(TypedObject):
 
     def condition(self, condition_type: str) -> Condition | None:
         return find_condition(self.status.conditions, condition_type)
+
+    @property
+    def is_static(self) -> bool:
+        """A static NodePool keeps ``spec.replicas`` nodes instead of following pending pods."""
+        return self.spec.replicas is not None
 
     @property
     def weight(self) -> int:

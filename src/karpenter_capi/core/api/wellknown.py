@@ -6,11 +6,9 @@ of them are shared with upstream Karpenter (``pkg/apis/v1/labels.go``), Kubernet
 scale-from-zero annotations. A typo in one copy would silently split the contract, so every other
 module imports the constant from here instead of spelling it out.
 
-The restricted-domain rules mirror Karpenter's ``IsRestrictedLabel``: a NodePool may not set or
-require labels in domains the kubelet refuses to self-assign (``kubernetes.io``, ``k8s.io``) or
-that Karpenter reserves (``karpenter.sh``), except the well-known labels it understands and the
-sub-domains upstream explicitly allows (``node.kubernetes.io``, ``node-restriction.kubernetes.io``,
-``kops.k8s.io``).
+The restricted-domain rules mirror Karpenter's ``IsRestrictedLabel`` (upstream v1.9 and later): a
+NodePool may not set or require labels in the domain Karpenter reserves (``karpenter.sh``), except
+the well-known labels it understands, nor ``kubernetes.io/hostname``.
 """
 
 from __future__ import annotations
@@ -113,11 +111,8 @@ ANNOTATION_CAPACITY_TAINTS: Final = CAPACITY_ANNOTATION_PREFIX + "taints"
 
 # --- Restricted label domains -------------------------------------------------------------------
 
-RESTRICTED_LABEL_DOMAINS: Final = frozenset({"kubernetes.io", "k8s.io", KARPENTER_GROUP})
-# Sub-domains of the restricted ones that the kubelet accepts, so users may set them.
-LABEL_DOMAIN_EXCEPTIONS: Final = frozenset(
-    {"kops.k8s.io", "node.kubernetes.io", "node-restriction.kubernetes.io"}
-)
+# Karpenter reserves its own domain; since v1.9 upstream no longer restricts kubernetes.io/k8s.io.
+RESTRICTED_LABEL_DOMAINS: Final = frozenset({KARPENTER_GROUP})
 # Labels in restricted domains that Karpenter understands and lets NodePools constrain.
 WELL_KNOWN_LABELS: Final = frozenset(
     {
@@ -133,6 +128,10 @@ WELL_KNOWN_LABELS: Final = frozenset(
 )
 # Labels that would break provisioning if a NodePool set them.
 RESTRICTED_LABELS: Final = frozenset({LABEL_HOSTNAME})
+# Requirements on these labels must name at least one value Karpenter knows.
+WELL_KNOWN_VALUES: Final[dict[str, frozenset[str]]] = {
+    LABEL_CAPACITY_TYPE: frozenset(CAPACITY_TYPES),
+}
 
 
 def label_domain(key: str) -> str:
@@ -141,34 +140,25 @@ def label_domain(key: str) -> str:
     return prefix if slash else ""
 
 
-def is_restricted_node_label(key: str) -> bool:
-    """True when Karpenter must not inject ``key`` onto a node itself.
-
-    Well-known labels count as restricted here because the cloud provider, not Karpenter, sets
-    them; labels in an exception sub-domain are never restricted.
-    """
-    if key in WELL_KNOWN_LABELS:
-        return True
-    domain = label_domain(key)
-    if any(domain.endswith(exception) for exception in LABEL_DOMAIN_EXCEPTIONS):
-        return False
-    if any(domain.endswith(restricted) for restricted in RESTRICTED_LABEL_DOMAINS):
-        return True
-    return key in RESTRICTED_LABELS
-
-
 def restricted_label_reason(key: str) -> str | None:
     """Why a NodePool may not use ``key`` as a label or requirement, or None when it may.
 
-    Deprecated aliases are accepted because they are normalised to a well-known label.
+    Upstream's ``IsRestrictedLabel``: well-known labels pass; keys in (a sub-domain of) a
+    restricted domain and the restricted labels do not.
     """
-    if key in WELL_KNOWN_LABELS or key in NORMALIZED_LABELS:
+    if key in WELL_KNOWN_LABELS:
         return None
-    if is_restricted_node_label(key):
-        domains = ", ".join(sorted(RESTRICTED_LABEL_DOMAINS))
+    domain = label_domain(key)
+    in_restricted_domain = any(
+        domain == restricted or domain.endswith("." + restricted)
+        for restricted in RESTRICTED_LABEL_DOMAINS
+    )
+    if in_restricted_domain or key in RESTRICTED_LABELS:
         known = ", ".join(sorted(WELL_KNOWN_LABELS))
+        domains = ", ".join(sorted(RESTRICTED_LABEL_DOMAINS))
         return (
-            f"label {key!r} is restricted; use a well-known label ({known}) or a custom label "
-            f"outside the restricted domains ({domains})"
+            f"using label {key} is not allowed as it might interfere with the internal "
+            f"provisioning logic; specify a well known label: [{known}], or a custom label that "
+            f"does not use a restricted domain: [{domains}]"
         )
     return None

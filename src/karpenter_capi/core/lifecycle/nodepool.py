@@ -1,11 +1,12 @@
 """The NodePool's ``Ready`` condition: can this pool be used at all, and if not, why?
 
 A NodePool pointing at a NodeClass that does not exist, is not ready, or is not a kind any
-enabled plugin serves, or one that the API server admitted but our models refuse, provisions
-nothing. Without a condition the user only sees pods stay pending. As upstream's NodePool
-readiness controller, this sets ``ValidationSucceeded`` and ``NodeClassReady`` and derives
-``Ready`` from them (``NodeRegistrationHealthy`` is informational, see ``health.py``), with a
-Warning Event when the pool stops being ready and a Normal one when it recovers.
+enabled plugin serves, or one that fails upstream's runtime validation (see
+``core/api/runtime_validation.py``), provisions nothing. Without a condition the user only sees
+pods stay pending. As upstream's NodePool readiness controller, this sets ``ValidationSucceeded``
+and ``NodeClassReady`` and derives ``Ready`` from them (``NodeRegistrationHealthy`` is
+informational, see ``health.py``), with a Warning Event when the pool stops being ready and a
+Normal one when it recovers.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pydantic import ValidationError
 
 from karpenter_capi.core.api.meta import validation_problems
 from karpenter_capi.core.api.nodepool import NodePool, NodePoolConditionType
+from karpenter_capi.core.api.runtime_validation import runtime_problems
 from karpenter_capi.core.clock import parse_timestamp
 from karpenter_capi.core.kube.client import JsonObject
 from karpenter_capi.core.kube.events import NORMAL, WARNING
@@ -84,11 +86,11 @@ class NodePoolReadinessController:
         )
         was_ready = conditions.is_true(READY)
         try:
-            NodePool.model_validate(pool)
+            problems = runtime_problems(NodePool.model_validate(pool))
         except ValidationError as exc:
-            conditions.set_false(
-                VALIDATION, "ValidationFailed", "; ".join(validation_problems(exc))
-            )
+            problems = validation_problems(exc)
+        if problems:
+            conditions.set_false(VALIDATION, "ValidationFailed", "; ".join(problems))
         else:
             conditions.set_true(VALIDATION)
         self._judge_nodeclass(pool, conditions)

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from karpenter_capi.core.api.meta import validation_problems
 from karpenter_capi.core.api.nodeclass import ClusterAPINodeClass
 from karpenter_capi.core.api.nodepool import NodePool
+from karpenter_capi.core.api.runtime_validation import runtime_problems
 from karpenter_capi.core.errors import ProviderError
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.kube.client import KubeClient
@@ -91,6 +92,10 @@ def resolve_nodepool(
         inventory.model = NodePool.model_validate(raw)
     except ValidationError as exc:
         inventory.error = f"invalid NodePool: {_validation_message(exc)}"
+        return inventory
+    problems = runtime_problems(inventory.model)
+    if problems:
+        inventory.error = f"invalid NodePool: {'; '.join(problems)}"
         return inventory
     kind, group = ref.get("kind"), ref.get("group")
     if (group, kind) != (CLUSTER_API_NODE_CLASSES.group, CLUSTER_API_NODE_CLASSES.kind):
