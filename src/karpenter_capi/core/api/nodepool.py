@@ -361,6 +361,11 @@ class NodePool(TypedObject):
         """Weight for ordering; an unset weight orders as 0, like upstream."""
         return self.spec.weight or 0
 
+    @property
+    def is_static(self) -> bool:
+        """``spec.replicas`` is set: the pool keeps that many nodes, whatever the pods need."""
+        return self.spec.replicas is not None
+
     def template_hash(self) -> str:
         """A stable digest of what drift compares (``karpenter.sh/nodepool-hash``).
 
