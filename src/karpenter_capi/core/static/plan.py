@@ -149,13 +149,11 @@ class ReplicaPlan:
             f", {self.count.pending_disruption} being replaced"
             f", {self.count.deleting} deleting"
         )
-        if self.create:
-            return f"{state}: creating {self.create} NodeClaim(s)"
         if self.delete:
             return f"{state}: deleting {self.delete} NodeClaim(s)"
-        if self.held:
-            return f"{state}: {self.held}"
-        return f"{state}: nothing to do"
+        steps = [f"creating {self.create} NodeClaim(s)"] if self.create else []
+        steps += [self.held] if self.held else []
+        return f"{state}: {'; '.join(steps) or 'nothing to do'}"
 
 
 def plan_replicas(
