@@ -76,12 +76,44 @@ class PodExplanation:
 
 
 @dataclass
+class StaticExplanation:
+    """A static NodePool: where it stands against ``replicas`` and what comes next."""
+
+    nodepool: str
+    replicas: int
+    active: int
+    pending_disruption: int
+    deleting: int
+    create: int
+    delete: list[str]
+    """The NodeClaims scale-down would delete now, in the order it would choose them."""
+    summary: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "nodepool": self.nodepool,
+            "replicas": self.replicas,
+            "active": self.active,
+            "pendingDisruption": self.pending_disruption,
+            "deleting": self.deleting,
+            "create": self.create,
+            "delete": self.delete,
+            "summary": self.summary,
+        }
+
+    def text(self) -> str:
+        line = f"NodePool {self.nodepool}: {self.summary}"
+        return f"{line} ({', '.join(self.delete)})" if self.delete else line
+
+
+@dataclass
 class Explanation:
     pods: list[PodExplanation]
     nodepool_errors: dict[str, str]
     command: str | None
     nodes: list[Any]
     """``NodeVerdict``s, one per NodeClaim."""
+    static: list[StaticExplanation] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -89,6 +121,7 @@ class Explanation:
                 "pods": [p.as_dict() for p in self.pods],
                 "nodepoolErrors": self.nodepool_errors,
             },
+            "static": [s.as_dict() for s in self.static],
             "disruption": {
                 "command": self.command,
                 "nodes": [v.as_dict() for v in self.nodes],
@@ -101,6 +134,10 @@ class Explanation:
             out.write(f"  NodePool {pool} is not usable: {error}\n")
         for pod in self.pods:
             out.write(f"  {pod.pod}: {pod.text()}\n")
+        if self.static:
+            out.write("\nStatic NodePools (spec.replicas):\n")
+            for static in self.static:
+                out.write(f"  {static.text()}\n")
         out.write("\nNext disruption pass: ")
         out.write(f"{self.command}\n" if self.command else "nothing to disrupt\n")
         for verdict in self.nodes:
@@ -167,7 +204,45 @@ def explain(
         nodepool_errors=dict(round_report.nodepool_errors),
         command=report.command.describe() if report.command else None,
         nodes=node_verdicts(report, snapshot, pools, clock.now()),
+        static=explain_static(
+            [i.model for i in inventories if i.model is not None], snapshot, clock
+        ),
     )
+
+
+def explain_static(pools: list[Any], snapshot: Any, clock: Clock) -> list[StaticExplanation]:
+    """What the static controllers would do next for each static NodePool of ``pools``."""
+    from karpenter_capi.core.kube.indexes import pods_by_node_name
+    from karpenter_capi.core.static.plan import plan_replicas, scale_down_choice
+
+    pods_by_node: dict[str, list[Any]] = {}
+    for pod in snapshot.pods:
+        for node in pods_by_node_name(pod):
+            pods_by_node.setdefault(node, []).append(pod)
+    result = []
+    for pool in sorted((p for p in pools if p.is_static), key=lambda p: p.name):
+        plan = plan_replicas(pool, snapshot.nodeclaims, snapshot.nodes)
+        chosen = scale_down_choice(
+            pool.name,
+            plan.delete,
+            nodeclaims=snapshot.nodeclaims,
+            nodes=snapshot.nodes,
+            pods_by_node=pods_by_node,
+            now=clock.now(),
+        )
+        result.append(
+            StaticExplanation(
+                nodepool=pool.name,
+                replicas=plan.replicas,
+                active=plan.count.active,
+                pending_disruption=plan.count.pending_disruption,
+                deleting=plan.count.deleting,
+                create=plan.create,
+                delete=[c.name for c in chosen],
+                summary=plan.describe(),
+            )
+        )
+    return result
 
 
 def explain_command(

@@ -63,10 +63,23 @@ def test_a_patch_action_needs_a_kind_and_a_patch_and_names_no_workload() -> None
     assert action.patch == {"spec": {"template": {"spec": {"version": "v1.32.0"}}}}
     missing = BASE + "timeline:\n- {at: 2m, action: patch, target: web}\n"
     assert any("patch needs kind and patch" in p for p in _problems(missing))
-    wrong = (
-        BASE + "timeline:\n- {at: 2m, action: scale, target: web, replicas: 1, kind: NodePool}\n"
+    wrong = BASE + "timeline:\n- {at: 2m, action: delete, target: web, kind: NodePool}\n"
+    assert any("only patch and scale take kind" in p for p in _problems(wrong))
+    patched = BASE + "timeline:\n- {at: 2m, action: scale, target: web, replicas: 1, patch: {}}\n"
+    assert any("only patch takes patch" in p for p in _problems(patched))
+
+
+def test_a_scale_action_on_a_nodepool_names_the_nodepool_not_a_workload() -> None:
+    good = (
+        BASE + "timeline:\n- {at: 2m, action: scale, kind: NodePool, target: static, replicas: 4}\n"
     )
-    assert any("only patch takes kind and patch" in p for p in _problems(wrong))
+    [action] = parse_scenario_text(good, "t.yaml").timeline
+    assert (action.kind, action.target, action.replicas) == ("NodePool", "static", 4)
+    other = (
+        BASE + "timeline:\n- {at: 2m, action: scale, kind: MachineDeployment, target: md, "
+        "replicas: 4}\n"
+    )
+    assert any("scale takes kind NodePool" in p for p in _problems(other))
 
 
 def test_the_catalog_has_one_machine_deployment_per_combination_with_kwok_prices() -> None:

@@ -3,9 +3,9 @@
 ``karpenter-capi run`` builds one :class:`Operator` from the clusters, the enabled plugins and
 its flags; the simulator and the tests build the same object with a virtual clock. Nothing
 here decides anything: it only connects the controllers (provisioning, NodeClaim lifecycle,
-termination, garbage collection, disruption) to the runtime, the metrics to the endpoint, and
-the drivers to the leader elector, so that exactly one replica acts and it stops acting the
-moment it loses the Lease.
+static NodePools, termination, garbage collection, disruption) to the runtime, the metrics to
+the endpoint, and the drivers to the leader elector, so that exactly one replica acts and it
+stops acting the moment it loses the Lease.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from karpenter_capi.core.runtime.manager import Manager
 from karpenter_capi.core.runtime.stepped import SteppedDriver
 from karpenter_capi.core.runtime.threaded import ThreadedDriver
 from karpenter_capi.core.scheduling.packing import DEFAULT_BUDGET_SECONDS as DEFAULT_PACKING_BUDGET
+from karpenter_capi.core.static import static_controllers
 from karpenter_capi.core.termination import termination_controllers
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,7 @@ class Operator:
         controllers: list[Any] = [
             self.provisioning,
             *lifecycle_controllers(self.context),
+            *static_controllers(self.context),
             *termination_controllers(self.context),
             *disruption_controllers(
                 self.context,

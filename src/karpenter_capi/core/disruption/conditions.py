@@ -246,6 +246,8 @@ class NodeClaimDisruptionController:
         now: datetime,
     ) -> tuple[str | None, float | None]:
         """``(reason or None, seconds until it becomes consolidatable or None)``."""
+        if pool.is_static:
+            return None, None  # a static NodePool's nodes are never consolidated
         ready_at = consolidatable_at(claim, pool, last_event, now)
         if ready_at is None:
             return None, None

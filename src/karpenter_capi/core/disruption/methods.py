@@ -1,7 +1,9 @@
 """The four ways a node is disrupted voluntarily, tried in upstream Karpenter's order.
 
 1. **Emptiness**: every consolidatable candidate without a pod to move, as many as the budgets
-   allow, in one command (nothing to simulate: nothing moves).
+   allow, in one command (nothing to simulate: nothing moves). Between it and drift, upstream's
+   static drift (``staticdrift``) replaces drifted nodes of static NodePools one for one; the
+   methods here leave static NodePools' nodes alone.
 2. **Drift**: a drifted candidate (provider drift, NodePool template hash, requirements no
    longer met), one at a time, its replacements launched before it drains; an empty drifted
    candidate is simply deleted.
@@ -121,6 +123,8 @@ def _keep(kept: dict[str, str] | None, candidate: Candidate, why: str) -> None:
 
 
 def _consolidatable(candidate: Candidate) -> bool:
+    if candidate.pool.is_static:
+        return False  # static NodePools keep their count; ``staticdrift`` replaces their nodes
     after = candidate.pool.spec.disruption.consolidate_after
     return candidate.consolidatable and not after.is_never
 
@@ -144,7 +148,7 @@ def emptiness(
 
 
 def drift(candidates: Sequence[Candidate], ledger: BudgetLedger, simulator: Simulator) -> Outcome:
-    drifted = [c for c in candidates if c.drifted]
+    drifted = [c for c in candidates if c.drifted and not c.pool.is_static]
     if not drifted:
         return None
     empty = _within_budget([c for c in drifted if c.empty], ledger, DisruptionReason.DRIFTED)

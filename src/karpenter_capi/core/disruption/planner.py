@@ -34,6 +34,7 @@ from karpenter_capi.core.disruption.methods import (
     single_node,
 )
 from karpenter_capi.core.disruption.simulation import Simulator
+from karpenter_capi.core.disruption.staticdrift import STATIC_DRIFT, static_drift
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.provisioning.state import ClusterSnapshot, disrupting_nodes
 
@@ -158,6 +159,12 @@ def plan(
     candidates = found.candidates
     steps: tuple[tuple[str, Callable[[], Outcome]], ...] = (
         (EMPTINESS, lambda: emptiness(candidates, ledger, report.kept)),
+        (
+            STATIC_DRIFT,
+            lambda: static_drift(
+                candidates, ledger, snapshot, {inv.nodepool: inv for inv in usable}
+            ),
+        ),
         (DRIFT, lambda: drift(candidates, ledger, simulator)),
         (
             MULTI_NODE,

@@ -108,7 +108,12 @@ class Simulator:
         self._clock = clock
         self._spot_to_spot = spot_to_spot
         self._timeout = timeout_seconds
-        self._options: list[NodePoolOption] = [nodepool_option(i, snapshot) for i in inventories]
+        # A static NodePool never supplies a replacement (its nodes are existing capacity).
+        self._options: list[NodePoolOption] = [
+            nodepool_option(i, snapshot)
+            for i in inventories
+            if not (i.model is not None and i.model.is_static)
+        ]
         disrupting = disrupting_nodes(snapshot)
         nodes = existing_nodes(snapshot, inventories, nominations or {})
         self._nodes: list[ExistingNode] = [n for n in nodes if n.name not in disrupting]

@@ -73,6 +73,11 @@ def _not_consolidatable_yet(claim: Mapping[str, Any], pool: NodePool | None, now
     """Why a candidate without the ``Consolidatable`` condition is not consolidated."""
     if pool is None:
         return "not consolidatable"
+    if pool.is_static:
+        return (
+            f"NodePool {pool.name} is static (replicas {pool.spec.replicas}): "
+            "its nodes are never consolidated"
+        )
     after = pool.spec.disruption.consolidate_after
     if after.is_never:
         return "consolidateAfter is Never"

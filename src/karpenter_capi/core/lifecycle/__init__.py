@@ -10,6 +10,7 @@ NodeClaims and machines that lost their other half. ``docs/lifecycle.md`` tells 
 from __future__ import annotations
 
 from karpenter_capi.core.lifecycle.controller import NodeClaimLifecycleController
+from karpenter_capi.core.lifecycle.counter import NodePoolCounterController
 from karpenter_capi.core.lifecycle.garbagecollection import (
     DEFAULT_INTERVAL,
     DEFAULT_ORPHAN_GRACE,
@@ -32,15 +33,21 @@ def lifecycle_controllers(
     registration_timeout: float = DEFAULT_REGISTRATION_TIMEOUT,
     gc_interval: float = DEFAULT_INTERVAL,
     orphan_grace: float = DEFAULT_ORPHAN_GRACE,
-) -> list[NodeClaimLifecycleController | NodeClaimGarbageCollector | NodePoolReadinessController]:
-    """The lifecycle controller, the garbage collector and NodePool readiness, sharing ``ctx``
-    (times in seconds)."""
+) -> list[
+    NodeClaimLifecycleController
+    | NodeClaimGarbageCollector
+    | NodePoolReadinessController
+    | NodePoolCounterController
+]:
+    """The lifecycle controller, the garbage collector, NodePool readiness and the NodePool
+    counter (``status.resources``, ``status.nodes``), sharing ``ctx`` (times in seconds)."""
     return [
         NodeClaimLifecycleController(
             ctx, launch_timeout=launch_timeout, registration_timeout=registration_timeout
         ),
         NodeClaimGarbageCollector(ctx, interval=gc_interval, orphan_grace=orphan_grace),
         NodePoolReadinessController(ctx),
+        NodePoolCounterController(ctx),
     ]
 
 
@@ -48,6 +55,7 @@ __all__ = [
     "ORPHAN_INSTANCE_ANNOTATION",
     "NodeClaimGarbageCollector",
     "NodeClaimLifecycleController",
+    "NodePoolCounterController",
     "NodePoolReadinessController",
     "lifecycle_controllers",
     "orphan_nodeclaim",

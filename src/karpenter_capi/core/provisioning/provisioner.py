@@ -254,7 +254,13 @@ class Provisioner:
                     )
             else:
                 usable.append(inventory)
-        options = [nodepool_option(inventory, snapshot) for inventory in usable]
+        # A static NodePool keeps its own node count: pods may land on its nodes (``usable``
+        # still gives its launching NodeClaims their size) but no round launches for it.
+        options = [
+            nodepool_option(inventory, snapshot)
+            for inventory in usable
+            if not (inventory.model is not None and inventory.model.is_static)
+        ]
         solver = Solver(
             options,
             existing_nodes=existing_nodes(snapshot, usable, self._nominations),

@@ -8,16 +8,18 @@ spot at 0.7x); doing the same here makes scenarios comparable with upstream's pe
 MachineDeployment carries what ``generic_capi`` reads: the scale-from-zero capacity
 annotations, the price annotation, ``failureDomain`` as the zone, the opt-in label, and the
 min/max size annotations; one ClusterAPINodeClass selects them all, and one NodePool allows
-every arch and capacity type of the catalog.
+every arch and capacity type of the catalog (plus any static NodePools the catalog names, on
+the same NodeClass).
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.plugins.generic_capi.shape import PRICE_ANNOTATION
-from karpenter_capi.sim.scenario.schema import Catalog
+from karpenter_capi.sim.scenario.schema import Catalog, StaticNodePool
 
 POOL_LABEL: Final = "sim.karpenter-capi.io/catalog"
 NAME: Final = "catalog"
@@ -169,4 +171,25 @@ def generate_catalog(catalog: Catalog) -> list[dict[str, Any]]:
     if catalog.nodepool_limits:
         nodepool["spec"]["limits"] = dict(catalog.nodepool_limits)
     objects.append(nodepool)
+    for static in catalog.static_nodepools:
+        objects.append(_static_nodepool(nodepool, static))
     return objects
+
+
+def _static_nodepool(dynamic: dict[str, Any], static: StaticNodePool) -> dict[str, Any]:
+    """A static NodePool on the catalog NodePool's NodeClass and requirements."""
+    template = copy.deepcopy(dynamic["spec"]["template"])
+    template["metadata"] = {"labels": {"nodepool-type": "static"}}
+    spec: dict[str, Any] = {
+        "replicas": static.replicas,
+        "template": template,
+        "disruption": {"consolidateAfter": "0s"},
+    }
+    if static.limit_nodes is not None:
+        spec["limits"] = {"nodes": str(static.limit_nodes)}
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": static.name},
+        "spec": spec,
+    }

@@ -266,10 +266,13 @@ class Observer:
         cost = sum(self._price_of(c) for c in self._claims)
         nodes = self._list(NODES)
         by_type: dict[str, int] = {}
+        by_pool: dict[str, int] = {}
         for node in nodes:
             labels = node["metadata"].get("labels") or {}
             instance_type = str(labels.get(wellknown.LABEL_INSTANCE_TYPE) or "-")
             by_type[instance_type] = by_type.get(instance_type, 0) + 1
+            pool = str(labels.get(wellknown.LABEL_NODEPOOL) or "-")
+            by_pool[pool] = by_pool.get(pool, 0) + 1
         sample = Sample(
             at=round(self.clock.monotonic() - self.start, 3),
             pods_pending=len(pods) - bound,
@@ -280,6 +283,7 @@ class Observer:
             nodeclaims_by_state=states,
             disruptions=self.disruptions(),
             nodes_by_instance_type=dict(sorted(by_type.items())),
+            nodes_by_nodepool=dict(sorted(by_pool.items())),
         )
         self.samples.append(sample)
         return sample

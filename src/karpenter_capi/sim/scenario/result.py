@@ -25,7 +25,9 @@ class Sample:
     NodeClaim by its latest state (``NODECLAIM_STATES``). ``disruptions`` counts, by reason,
     the NodeClaims disrupted since the run began plus those being disrupted (see
     ``sim.scenario.observer``). ``nodes_by_instance_type`` counts the Nodes by their
-    ``node.kubernetes.io/instance-type`` label (``-`` without one), for the report's stacked plot.
+    ``node.kubernetes.io/instance-type`` label (``-`` without one), for the report's stacked plot;
+    ``nodes_by_nodepool`` by their ``karpenter.sh/nodepool`` label (what ``kubectl get nodes -l``
+    shows a user per NodePool).
     """
 
     at: float
@@ -37,6 +39,7 @@ class Sample:
     nodeclaims_by_state: dict[str, int] = field(default_factory=dict)
     disruptions: dict[str, int] = field(default_factory=dict)
     nodes_by_instance_type: dict[str, int] = field(default_factory=dict)
+    nodes_by_nodepool: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -144,6 +144,11 @@ def _apply(server: InMemoryAPIServer, scenario: Scenario, action: TimelineAction
     if action.action == "patch":
         _patch(server, scenario, action)
         return
+    if action.kind == "NodePool":  # kubectl scale nodepool: the scale subresource
+        server.patch(
+            NODEPOOLS, action.target, {"spec": {"replicas": action.replicas}}, subresource="scale"
+        )
+        return
     workload = next(w for w in scenario.workloads if w.name == action.target)
     if action.action == "deploy":
         server.apply_manifests([deployment(workload, action.replicas)])

@@ -66,6 +66,16 @@ def _check_quantity(value: str | float) -> str:
     return text
 
 
+class StaticNodePool(_Strict):
+    """A static NodePool (``spec.replicas``) beside the catalog's dynamic one, on the same
+    NodeClass and requirements, with the template label ``nodepool-type: static``."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=50)
+    replicas: int = Field(ge=0)
+    limit_nodes: int | None = Field(default=None, ge=0)
+    """``spec.limits.nodes``: the most NodeClaims it may have at once (replacements included)."""
+
+
 class Catalog(_Strict):
     """A generated catalog in the style of upstream Karpenter's kwok provider.
 
@@ -86,6 +96,7 @@ class Catalog(_Strict):
     cluster_name: str = "sim"
     namespace: str = "default"
     nodepool_limits: dict[str, str] = Field(default_factory=dict)
+    static_nodepools: list[StaticNodePool] = Field(default_factory=list)
     consolidation_policy: Literal["WhenEmpty", "WhenEmptyOrUnderutilized"] = "WhenEmpty"
     consolidate_after: str = "Never"
     rollout_strategy: Literal["OnDelete", "RollingUpdate"] = "OnDelete"
@@ -151,7 +162,9 @@ class Workload(_Strict):
 class TimelineAction(_Strict):
     """At ``at`` after the start: ``scale`` a workload, ``deploy`` it, or ``delete`` it; or
     ``patch`` an object of the infrastructure (``kind``, ``target`` its name or ``*`` for
-    every one of that kind) with a JSON merge patch, as a user's ``kubectl patch`` would."""
+    every one of that kind) with a JSON merge patch, as a user's ``kubectl patch`` would; or
+    ``scale`` a static NodePool (``kind: NodePool``) through its scale subresource, as
+    ``kubectl scale nodepool`` does."""
 
     at: float
     action: Literal["scale", "deploy", "delete", "patch"]
@@ -173,8 +186,12 @@ class TimelineAction(_Strict):
             raise ValueError("scale needs replicas")
         if self.action == "patch" and (self.kind is None or self.patch is None):
             raise ValueError("patch needs kind and patch")
-        if self.action != "patch" and (self.kind is not None or self.patch is not None):
-            raise ValueError("only patch takes kind and patch")
+        if self.action == "scale" and self.kind not in (None, "NodePool"):
+            raise ValueError("scale takes kind NodePool or no kind (a workload)")
+        if self.action != "patch" and self.patch is not None:
+            raise ValueError("only patch takes patch")
+        if self.action not in ("patch", "scale") and self.kind is not None:
+            raise ValueError("only patch and scale take kind")
         return self
 
 
@@ -207,7 +224,7 @@ class Scenario(_Strict):
                 problems.append(f"workloads[{index}].name: {workload.name!r} is used twice")
             names.add(workload.name)
         for index, action in enumerate(self.timeline):
-            if action.action != "patch" and action.target not in names:
+            if action.kind is None and action.target not in names:
                 problems.append(f"timeline[{index}].target: no workload named {action.target!r}")
         return problems
 

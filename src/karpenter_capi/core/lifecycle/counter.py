@@ -1,0 +1,128 @@
+"""A NodePool's ``status.resources`` and ``status.nodes``: what it has launched, as upstream counts.
+
+``kubectl get nodepools`` shows ``status.nodes`` in its Nodes column, ``kubectl scale`` reads it
+as the scale subresource's current replicas, and ``status.resources`` is what the NodePool's
+nodes add up to (``karpenter_nodepools_usage`` upstream). Upstream's ``nodepool.counter`` sums
+the capacity of the NodePool's nodes that are launched (their capacity is known) and not marked
+for deletion (deleting, or held by a disruption command), plus ``nodes``: their count; with
+``cpu``, ``memory``, ``pods``, ``ephemeral-storage`` and ``nodes`` always present, at zero when
+nothing runs. This controller writes the same through the status subresource whenever the
+NodePool's NodeClaims or Nodes change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.api.nodeclaim import NodeClaimConditionType
+from karpenter_capi.core.kube.client import JsonObject
+from karpenter_capi.core.kube.resources import NODECLAIMS, NODEPOOLS, NODES, Resource
+from karpenter_capi.core.lifecycle.writes import Writes
+from karpenter_capi.core.runtime.controller import (
+    DONE,
+    WORKLOAD,
+    ControllerContext,
+    Key,
+    Result,
+    Watch,
+)
+from karpenter_capi.core.scheduling.resources import ResourceList
+
+NAME: Final = "nodepool.counter"
+BASE_RESOURCES: Final = ("cpu", "memory", "pods", "ephemeral-storage", "nodes")
+"""Always reported, at zero when the NodePool has nothing (upstream's ``BaseResources``)."""
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def _pool_of(obj: Mapping[str, Any]) -> str:
+    return str((_meta(obj).get("labels") or {}).get(wellknown.LABEL_NODEPOOL, ""))
+
+
+def _marked_for_deletion(claim: Mapping[str, Any], node: Mapping[str, Any] | None) -> bool:
+    if _meta(claim).get("deletionTimestamp"):
+        return True
+    conditions = (claim.get("status") or {}).get("conditions") or []
+    kind = NodeClaimConditionType.DISRUPTION_REASON.value
+    if any(c.get("type") == kind and c.get("status") == "True" for c in conditions):
+        return True
+    if node is None:
+        return False
+    if _meta(node).get("deletionTimestamp"):
+        return True
+    taints = (node.get("spec") or {}).get("taints") or []
+    return any(t.get("key") == wellknown.TAINT_DISRUPTED_KEY for t in taints)
+
+
+def nodepool_resources(
+    nodepool: str,
+    nodeclaims: Iterable[Mapping[str, Any]],
+    nodes: Iterable[Mapping[str, Any]],
+) -> ResourceList:
+    """The capacity of ``nodepool``'s launched nodes not marked for deletion, and ``nodes``."""
+    by_name = {str(_meta(n).get("name")): n for n in nodes}
+    total = ResourceList.from_milli(dict.fromkeys(BASE_RESOURCES, 0))
+    count = 0
+    for claim in nodeclaims:
+        if _pool_of(claim) != nodepool:
+            continue
+        status = claim.get("status") or {}
+        node = by_name.get(str(status.get("nodeName"))) if status.get("nodeName") else None
+        if _marked_for_deletion(claim, node):
+            continue
+        # The Node's own capacity once it has registered, what the launch reported before.
+        capacity = ((node or {}).get("status") or {}).get("capacity") or status.get("capacity")
+        if not capacity:
+            continue  # not launched yet: nothing to count
+        total = total.add(ResourceList.parse(capacity))
+        count += 1
+    return total.add(ResourceList.from_milli({"nodes": count * 1000}))
+
+
+class NodePoolCounterController:
+    """Keeps every NodePool's ``status.resources`` and ``status.nodes``."""
+
+    name = NAME
+    primary = NODEPOOLS
+    primary_cluster = WORKLOAD
+
+    def __init__(self, ctx: ControllerContext) -> None:
+        self._ctx = ctx
+        self._writes = Writes(ctx, NAME)
+
+    def watches(self) -> Sequence[Watch]:
+        return [Watch(NODECLAIMS, self._pool_key), Watch(NODES, self._pool_key)]
+
+    def reads(self) -> Sequence[tuple[Resource, str]]:
+        return [(NODEPOOLS, WORKLOAD), (NODECLAIMS, WORKLOAD), (NODES, WORKLOAD)]
+
+    @staticmethod
+    def _pool_key(obj: JsonObject) -> Iterable[Key]:
+        name = _pool_of(obj)
+        return (name,) if name else ()
+
+    def reconcile(self, key: Key) -> Result:
+        caches = self._ctx.caches
+        pool = caches.store(NODEPOOLS).get(key)
+        if pool is None:
+            return DONE
+        resources = nodepool_resources(
+            key, caches.store(NODECLAIMS).list(), caches.store(NODES).list()
+        ).to_dict()
+        nodes = ResourceList.parse({"nodes": resources["nodes"]}).value("nodes")
+        status = pool.get("status") or {}
+        current = dict(status.get("resources") or {})
+        same = ResourceList.parse(current) == ResourceList.parse(resources)
+        if same and status.get("nodes") == nodes:
+            return DONE
+        # A merge patch keeps keys it does not name: a resource gone from every node is nulled.
+        patch: dict[str, Any] = {name: None for name in current if name not in resources}
+        patch.update(resources)
+        self._writes.patch(
+            NODEPOOLS, pool, {"status": {"resources": patch, "nodes": nodes}}, subresource="status"
+        )
+        return DONE
