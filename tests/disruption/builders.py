@@ -49,7 +49,8 @@ def default_types() -> list[InstanceType]:
 
 @dataclass
 class Cluster:
-    """Nodes, NodeClaims, pods and PDBs, plus one NodePool ``default``."""
+    """Nodes, NodeClaims, pods and PDBs, plus one NodePool ``default`` and any ``others`` (name
+    -> their ``spec.disruption``), all with the same instance types and requirements."""
 
     types: list[InstanceType] = field(default_factory=default_types)
     disruption: dict[str, Any] = field(
@@ -69,16 +70,17 @@ class Cluster:
             }
         ]
     )
+    others: dict[str, dict[str, Any]] = field(default_factory=dict)
     nodes: list[dict[str, Any]] = field(default_factory=list)
     nodeclaims: list[dict[str, Any]] = field(default_factory=list)
     pods: list[dict[str, Any]] = field(default_factory=list)
     pdbs: list[dict[str, Any]] = field(default_factory=list)
 
-    def pool(self) -> dict[str, Any]:
+    def pool(self, name: str = "default") -> dict[str, Any]:
         return {
             "apiVersion": "karpenter.sh/v1",
             "kind": "NodePool",
-            "metadata": {"name": "default", "uid": "uid-default"},
+            "metadata": {"name": name, "uid": f"uid-{name}"},
             "spec": {
                 "template": {
                     "spec": {
@@ -90,7 +92,7 @@ class Cluster:
                         "requirements": self.requirements,
                     }
                 },
-                "disruption": self.disruption,
+                "disruption": self.others.get(name, self.disruption),
             },
         }
 
@@ -106,6 +108,7 @@ class Cluster:
         node_annotations: Mapping[str, str] | None = None,
         age: timedelta = timedelta(hours=1),
         tainted: bool = False,
+        nodepool: str = "default",
     ) -> str:
         it = next(t for t in self.types if t.name == type_name)
         created = format_timestamp(NOW - age)
@@ -113,7 +116,7 @@ class Cluster:
             wellknown.LABEL_INSTANCE_TYPE: type_name,
             wellknown.LABEL_TOPOLOGY_ZONE: zone,
             wellknown.LABEL_CAPACITY_TYPE: capacity_type,
-            wellknown.LABEL_NODEPOOL: "default",
+            wellknown.LABEL_NODEPOOL: nodepool,
             wellknown.LABEL_HOSTNAME: name,
             wellknown.LABEL_INITIALIZED: "true",
             wellknown.LABEL_ARCH: "amd64",
@@ -146,7 +149,7 @@ class Cluster:
             {
                 "metadata": {
                     "name": name,
-                    "labels": {wellknown.LABEL_NODEPOOL: "default"},
+                    "labels": {wellknown.LABEL_NODEPOOL: nodepool},
                     "creationTimestamp": created,
                 },
                 "spec": {"expireAfter": "720h"},
@@ -170,6 +173,7 @@ class Cluster:
         annotations: Mapping[str, str] | None = None,
         spread_zones: bool = False,
         daemonset: bool = False,
+        priority: int | None = None,
     ) -> None:
         meta: dict[str, Any] = {
             "name": name,
@@ -194,6 +198,8 @@ class Cluster:
                 {"name": "app", "resources": {"requests": {"cpu": cpu, "memory": memory}}}
             ],
         }
+        if priority is not None:
+            spec["priority"] = priority
         if spread_zones:
             spec["topologySpreadConstraints"] = [
                 {
@@ -238,17 +244,18 @@ class Cluster:
         blocked: Mapping[str, str] | None = None,
         spot_to_spot: bool = False,
     ) -> PassReport:
-        raw = self.pool()
-        inventory = NodePoolInventory(
-            "default", "default", NodePool.model_validate(raw), raw, self.types
-        )
+        inventories = [
+            NodePoolInventory(name, "default", NodePool.model_validate(raw), raw, self.types)
+            for name in ("default", *self.others)
+            for raw in (self.pool(name),)
+        ]
         snapshot = ClusterSnapshot(
             pods=self.pods, nodes=self.nodes, nodeclaims=self.nodeclaims, daemonsets=[]
         )
         clock = FakeClock(now)
         return plan(
             snapshot,
-            [inventory],
+            inventories,
             self.pdbs,
             now=now,
             clock=clock,

@@ -10,9 +10,11 @@ the objects already cached, so one pass over 1,000 nodes costs milliseconds.
 
 Every candidate carries what the methods rank and budget by: its NodePool, its price (from the
 offering its instance type, zone and capacity type name), the pods that would have to move
-(DaemonSet and mirror pods stay with the node), and a disruption cost (upstream's
-``ReschedulingCost`` times the share of life the node has left), so cheap-to-move nodes with a
-high price go first.
+(DaemonSet and mirror pods stay with the node), and two disruption costs: upstream's
+``ReschedulingCost`` times the share of life the node has left (drift's order), and the
+*move* cost ``Balanced`` consolidation weighs against savings: 1 for the node itself plus each
+pod's cost, negative ones counted as 0 (upstream's ``RescheduleDisruptionCost``). Consolidation
+ranks candidates by price per unit of that move cost, so expensive nodes cheap to empty go first.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ from karpenter_capi.core.provisioning.state import (
 from karpenter_capi.core.scheduling.model import Pod, pod_key
 
 DELETION_COST_ANNOTATION: Final = "controller.kubernetes.io/pod-deletion-cost"
+PER_NODE_DISRUPTION_COST: Final = 1.0
+"""What disrupting a node costs before any pod moves (cordon, drain, a replacement's latency):
+upstream's placeholder, which also keeps a move's disruption cost above zero."""
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -95,7 +100,8 @@ def pod_blocks(pod: Pod, now: datetime) -> str | None:
 
 
 def rescheduling_cost(pod: Pod) -> float:
-    """Upstream's per-pod cost: 1, plus a little for deletion cost and priority."""
+    """Upstream's per-pod cost (``EvictionCost``): 1, plus the deletion cost over 2^27 and the
+    priority over 2^25, within [-10, 10]: one pod never weighs more than ten default ones."""
     cost = 1.0
     raw = (_meta(pod).get("annotations") or {}).get(DELETION_COST_ANNOTATION)
     if raw is not None:
@@ -104,7 +110,13 @@ def rescheduling_cost(pod: Pod) -> float:
     priority = (pod.get("spec") or {}).get("priority")
     if isinstance(priority, int):
         cost += priority / 2.0**25
-    return max(cost, -10.0)
+    return min(max(cost, -10.0), 10.0)
+
+
+def move_cost(pods: Iterable[Pod]) -> float:
+    """What moving these pods off their node costs (``Balanced``'s disruption cost): the node's
+    own cost plus each pod's, a pod that declared itself cheap to disrupt counting 0."""
+    return PER_NODE_DISRUPTION_COST + sum(max(0.0, rescheduling_cost(p)) for p in pods)
 
 
 @dataclass(frozen=True)
@@ -195,6 +207,8 @@ class Candidate:
     price: float
     pods: list[Pod]
     disruption_cost: float
+    move_cost: float
+    """``move_cost(pods)``: what ``Balanced`` weighs, and what consolidation ranks by."""
     drifted: bool = False
     consolidatable: bool = False
     problems: list[str] = field(default_factory=list)
@@ -210,7 +224,14 @@ class Candidate:
 
     @property
     def empty(self) -> bool:
-        return not self.pods
+        """No pod would cost anything to move: none at all, or only pods whose deletion cost or
+        priority brings their cost to 0 or below (upstream's ``IsEmpty`` since ``Balanced``)."""
+        return self.move_cost <= PER_NODE_DISRUPTION_COST
+
+    @property
+    def savings_ratio(self) -> float:
+        """Price per unit of move cost: the higher, the more a move of this node is worth."""
+        return self.price / self.move_cost
 
 
 def lifetime_remaining(nodeclaim: Mapping[str, Any], now: datetime) -> float:
@@ -229,9 +250,10 @@ def lifetime_remaining(nodeclaim: Mapping[str, Any], now: datetime) -> float:
     return min(1.0, max(0.0, 1.0 - age / total))
 
 
-def _offering_price(
+def offering_price(
     instance_type: InstanceType | None, zone: str, capacity_type: str
 ) -> float | None:
+    """What a node of this type, zone and capacity type costs per hour, None when unknown."""
     if instance_type is None:
         return None
     prices = [
@@ -299,7 +321,7 @@ def find_candidates(
         zone = str(labels.get(wellknown.LABEL_TOPOLOGY_ZONE, ""))
         capacity_type = str(labels.get(wellknown.LABEL_CAPACITY_TYPE, ""))
         instance_type = next((it for it in inventory.instance_types if it.name == type_name), None)
-        price = _offering_price(instance_type, zone, capacity_type)
+        price = offering_price(instance_type, zone, capacity_type)
         cost = sum(rescheduling_cost(p) for p in moving) * lifetime_remaining(claim, now)
         result.candidates.append(
             Candidate(
@@ -314,6 +336,7 @@ def find_candidates(
                 price=price if price is not None else 0.0,
                 pods=moving,
                 disruption_cost=cost,
+                move_cost=move_cost(moving),
                 drifted=condition_true(claim, NodeClaimConditionType.DRIFTED),
                 consolidatable=condition_true(claim, NodeClaimConditionType.CONSOLIDATABLE),
                 problems=[] if price is not None else [f"no offering {type_name}/{zone}"],

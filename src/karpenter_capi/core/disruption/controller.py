@@ -12,6 +12,9 @@ replacements, and the nodes provisioning counted pending pods on in the last
 After each pass, every consolidatable node the pass keeps gets an ``Unconsolidatable`` Event, on
 the Node and on its NodeClaim, with the reason the planner recorded for it (``verdicts``),
 deduplicated for 15 minutes as upstream does, so ``kubectl describe`` says why a node stays.
+A consolidation command a ``Balanced`` NodePool scored gets a ``ConsolidationApproved`` Event
+with the score, as upstream: on the Node and NodeClaim of a single-node move, on the NodePool of
+a multi-node one (the score is the move's, not one node's).
 
 A pass that finds nothing is not repeated until something it reads changes (the Nodes,
 NodeClaims, pods, NodePools, NodeClasses and PDBs in the caches, the protected names) or the
@@ -41,7 +44,7 @@ from karpenter_capi.core.disruption.candidates import (
     condition_true,
     find_candidates,
 )
-from karpenter_capi.core.disruption.methods import EMPTINESS, Command
+from karpenter_capi.core.disruption.methods import EMPTINESS, SINGLE_NODE, Command
 from karpenter_capi.core.disruption.orchestration import InFlight, Orchestrator
 from karpenter_capi.core.disruption.planner import (
     PassReport,
@@ -71,6 +74,7 @@ from karpenter_capi.core.termination.actions import Actions
 
 log = logging.getLogger(__name__)
 
+CONSOLIDATION_APPROVED: Final = "ConsolidationApproved"
 DEFAULT_POLL_SECONDS: Final = 10.0
 DEFAULT_VALIDATION_DELAY: Final = 15.0
 DEFAULT_REPLACEMENT_TIMEOUT: Final = 600.0
@@ -186,6 +190,7 @@ class DisruptionController:
             self._quiet_since = fingerprint
             return Result(requeue_after=self.interval)
         self._quiet_since = None
+        self._tell_scores(command)
         if command.reason.value == "Drifted" or self.settings.validation_delay <= 0:
             self._start(command)
             return Result(requeue_after=self.interval)
@@ -321,6 +326,23 @@ class DisruptionController:
                         dedupe=UNCONSOLIDATABLE_DEDUPE,
                     )
 
+    def _tell_scores(self, command: Command) -> None:
+        """``ConsolidationApproved`` with each ``Balanced`` NodePool's score of the command."""
+        if self._ctx.dry_run:
+            return
+        for pool, score in sorted(command.scores.items()):
+            message = score.summary()
+            if command.method == SINGLE_NODE:
+                [candidate] = command.candidates
+                self._actions.event(NODES, candidate.node, NORMAL, CONSOLIDATION_APPROVED, message)
+                self._actions.event(
+                    NODECLAIMS, candidate.nodeclaim, NORMAL, CONSOLIDATION_APPROVED, message
+                )
+            elif pool in self._raw_pools:
+                self._actions.event(
+                    NODEPOOLS, self._raw_pools[pool], NORMAL, CONSOLIDATION_APPROVED, message
+                )
+
     # -- validation ----------------------------------------------------------------------
 
     def _validate_and_start(self, command: Command, snapshot: ClusterSnapshot) -> None:
@@ -380,7 +402,15 @@ class DisruptionController:
             return outcome
         if len(outcome.replacements) > len(command.replacements) or outcome.savings <= 0:
             return "the simulation no longer finds the same saving"
-        return Command(command.method, command.reason, still, outcome.replacements, outcome.savings)
+        # As upstream, the score is not taken again: the move was weighed when it was found.
+        return Command(
+            command.method,
+            command.reason,
+            still,
+            outcome.replacements,
+            outcome.savings,
+            command.scores,
+        )
 
     # -- execution -----------------------------------------------------------------------
 

@@ -1,12 +1,12 @@
 """The four ways a node is disrupted voluntarily, tried in upstream Karpenter's order.
 
-1. **Emptiness**: every consolidatable candidate without a pod to move, as many as the budgets
-   allow, in one command (nothing to simulate: nothing moves). Between it and drift, upstream's
-   static drift (``staticdrift``) replaces drifted nodes of static NodePools one for one; the
-   methods here leave static NodePools' nodes alone.
+1. **Emptiness**: every consolidatable empty candidate (no pod that costs anything to move,
+   ``Candidate.empty``), as many as the budgets allow, in one command (nothing to simulate).
+   Between it and drift, upstream's static drift (``staticdrift``) replaces drifted nodes of
+   static NodePools one for one; the methods here leave static NodePools' nodes alone.
 2. **Drift**: a drifted candidate (provider drift, NodePool template hash, requirements no
-   longer met), one at a time, its replacements launched before it drains; an empty drifted
-   candidate is simply deleted.
+   longer met), one at a time, its replacements launched before it drains; a drifted candidate
+   without pods is simply deleted.
 3. **Multi-node consolidation**: the longest prefix of the candidates, ranked by savings per
    unit of disruption, whose pods fit on the rest of the cluster plus at most one cheaper node,
    found by binary search over at most 100 candidates.
@@ -14,7 +14,10 @@
    or replaced by one cheaper node.
 
 The first method that yields a command wins the pass. ``consolidationPolicy: WhenEmpty`` keeps a
-NodePool's non-empty nodes out of 3 and 4; ``consolidateAfter`` is the ``Consolidatable``
+NodePool's non-empty nodes out of 3 and 4; ``Balanced`` lets them in, but a move must also pass
+``balanced``'s score for every ``Balanced`` NodePool it takes nodes from (single-node skips, with
+no simulation, a candidate even whose deletion would not pass); empty nodes are emptiness's
+alone, under the ``Empty`` budget, as upstream. ``consolidateAfter`` is the ``Consolidatable``
 condition each candidate carries (``conditions``).
 
 Besides its outcome, each consolidation method writes into ``kept`` (NodeClaim name -> words for
@@ -24,11 +27,18 @@ a user) why a consolidatable candidate it looked at stays: the ``Unconsolidatabl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
 from karpenter_capi.core.api.nodepool import ConsolidationPolicy, DisruptionReason
+from karpenter_capi.core.disruption.balanced import (
+    PoolTotals,
+    Score,
+    delete_bound,
+    rejected,
+    score_move,
+)
 from karpenter_capi.core.disruption.budgets import BudgetLedger
 from karpenter_capi.core.disruption.candidates import Candidate
 from karpenter_capi.core.disruption.simulation import Replacement, Simulator
@@ -54,6 +64,8 @@ class Command:
     candidates: list[Candidate]
     replacements: list[ProposedNodeClaim] = field(default_factory=list)
     savings: float = 0.0
+    scores: dict[str, Score] = field(default_factory=dict)
+    """The score each ``Balanced`` NodePool gave the move (none for other policies)."""
 
     @property
     def decision(self) -> str:
@@ -79,7 +91,10 @@ class Command:
         if self.replacements:
             types = ", ".join(r.cheapest()[0].name for r in self.replacements)
             text += f", launching {types}"
-        return f"{text}; saves {self.savings:.4f}/h"
+        text = f"{text}; saves {self.savings:.4f}/h"
+        for pool, score in sorted(self.scores.items()):
+            text += f"; NodePool {pool} (Balanced): {score.summary()}"
+        return text
 
 
 Outcome = Command | str | None
@@ -87,13 +102,9 @@ Outcome = Command | str | None
 
 
 def consolidation_order(candidates: Sequence[Candidate]) -> list[Candidate]:
-    """Cheapest to disrupt per unit of price first (an expensive node with few pods leads)."""
-
-    def key(candidate: Candidate) -> tuple[float, str]:
-        ratio = candidate.disruption_cost / candidate.price if candidate.price > 0 else 1e18
-        return ratio, candidate.name
-
-    return sorted(candidates, key=key)
+    """Highest price per unit of move cost first (upstream's ``SavingsRatio``, every policy):
+    an expensive node with few pods leads, so a budget-limited pass makes the moves worth most."""
+    return sorted(candidates, key=lambda c: (-c.savings_ratio, c.name))
 
 
 def _within_budget(
@@ -151,7 +162,8 @@ def drift(candidates: Sequence[Candidate], ledger: BudgetLedger, simulator: Simu
     drifted = [c for c in candidates if c.drifted and not c.pool.is_static]
     if not drifted:
         return None
-    empty = _within_budget([c for c in drifted if c.empty], ledger, DisruptionReason.DRIFTED)
+    # Literally without pods, as upstream's drift: an expendable pod still gets a new home first.
+    empty = _within_budget([c for c in drifted if not c.pods], ledger, DisruptionReason.DRIFTED)
     if empty:
         return Command(DRIFT, DisruptionReason.DRIFTED, empty, savings=0.0)
     why = "no budget left"
@@ -179,10 +191,12 @@ def _underutilized(
     for candidate in candidates:
         if not _consolidatable(candidate):
             continue
+        if candidate.empty:
+            continue  # emptiness's, under the Empty budget
         policy = candidate.pool.spec.disruption.consolidation_policy
-        if policy == ConsolidationPolicy.WHEN_EMPTY_OR_UNDERUTILIZED:
+        if policy != ConsolidationPolicy.WHEN_EMPTY:
             result.append(candidate)
-        elif not candidate.empty:
+        else:
             _keep(
                 kept,
                 candidate,
@@ -206,14 +220,21 @@ def _eligible(
     return eligible
 
 
-def _command(method: str, chosen: Sequence[Candidate], outcome: Replacement) -> Command:
+def _command(
+    method: str, chosen: Sequence[Candidate], outcome: Replacement, scores: dict[str, Score]
+) -> Command:
     return Command(
         method,
         DisruptionReason.UNDERUTILIZED,
         list(chosen),
         outcome.replacements,
         outcome.savings,
+        scores,
     )
+
+
+def _move(outcome: Replacement) -> str:
+    return "replacing it with one cheaper node" if outcome.replacements else "deleting it"
 
 
 def multi_node(
@@ -223,8 +244,11 @@ def multi_node(
     *,
     expired: Callable[[], bool] = lambda: False,
     kept: dict[str, str] | None = None,
+    totals: Mapping[str, PoolTotals] | None = None,
 ) -> Outcome:
-    """Binary search for the longest prefix that consolidates (upstream's approach).
+    """Binary search for the longest prefix that consolidates (upstream's approach); with a
+    ``Balanced`` NodePool among the prefix's, it must also pass that NodePool's score against
+    ``totals`` (``balanced.pool_totals``).
 
     A prefix that fails says nothing about one node, so only the budget reasons go to ``kept``.
     """
@@ -237,13 +261,19 @@ def multi_node(
     while low <= high and not expired():
         middle = (low + high) // 2
         outcome = simulator.consolidate(eligible[:middle])
+        refusal = None
         if isinstance(outcome, Replacement) and outcome.savings > 0:
-            best = _command(MULTI_NODE, eligible[:middle], outcome)
-            low = middle + 1
-        else:
-            if isinstance(outcome, str):
-                why = f"{middle} nodes: {outcome}"
-            high = middle - 1
+            scores = score_move(eligible[:middle], outcome.savings, totals or {})
+            refusal = rejected(scores.values())
+            if refusal is None:
+                best = _command(MULTI_NODE, eligible[:middle], outcome, scores)
+                low = middle + 1
+                continue
+        if isinstance(outcome, str):
+            why = f"{middle} nodes: {outcome}"
+        elif refusal is not None:
+            why = f"{middle} nodes: {refusal.rejection('removing them')}"
+        high = middle - 1
     return best if best is not None else why
 
 
@@ -254,9 +284,13 @@ def single_node(
     *,
     expired: Callable[[], bool] = lambda: False,
     kept: dict[str, str] | None = None,
+    totals: Mapping[str, PoolTotals] | None = None,
 ) -> Outcome:
     """The first candidate that consolidates alone; each one before it is kept with the
-    reason its own simulation (or the quick resource check) gave."""
+    reason its own simulation (or the quick resource check, or its ``Balanced`` score) gave.
+
+    A ``Balanced`` candidate whose deletion outright would not pass its score is kept without a
+    simulation: any replacement would save less (upstream's ``CanPassThreshold``)."""
     eligible = _eligible(candidates, ledger, kept)
     if not eligible:
         return None
@@ -266,12 +300,21 @@ def single_node(
             for later in eligible[index:]:
                 _keep(kept, later, "not evaluated: single-node consolidation ran out of time")
             return f"timed out after {tried} of {len(eligible)} candidates"
+        bound = delete_bound(candidate, totals or {})
+        if bound is not None and not bound.approved:
+            _keep(kept, candidate, f"even {bound.rejection('deleting it')}")
+            continue
         if not simulator.might_consolidate(candidate):
             _keep(kept, candidate, NO_ROOM)
             continue
         tried += 1
         outcome = simulator.consolidate([candidate])
         if isinstance(outcome, Replacement) and outcome.savings > 0:
-            return _command(SINGLE_NODE, [candidate], outcome)
+            scores = score_move([candidate], outcome.savings, totals or {})
+            refusal = rejected(scores.values())
+            if refusal is None:
+                return _command(SINGLE_NODE, [candidate], outcome, scores)
+            _keep(kept, candidate, refusal.rejection(_move(outcome)))
+            continue
         _keep(kept, candidate, outcome if isinstance(outcome, str) else "it would save nothing")
     return f"none of {len(eligible)} candidates consolidates ({tried} simulated)"

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from karpenter_capi.core.clock import Clock
+from karpenter_capi.core.disruption.balanced import PoolTotals, pool_totals
 from karpenter_capi.core.disruption.budgets import BudgetLedger
 from karpenter_capi.core.disruption.candidates import (
     Candidate,
@@ -54,6 +55,8 @@ class PassReport:
     kept: dict[str, str] = field(default_factory=dict)
     """Candidate NodeClaim -> why the consolidation methods that looked at it kept it."""
     budgets: dict[str, dict[str, int]] = field(default_factory=dict)
+    totals: dict[str, PoolTotals] = field(default_factory=dict)
+    """Each NodePool's price and move cost, what ``Balanced`` scores are shares of."""
     simulations: int = 0
     seconds: float = 0.0
     method_seconds: dict[str, float] = field(default_factory=dict)
@@ -148,6 +151,8 @@ def plan(
     pools = {inv.nodepool: inv.model for inv in usable if inv.model is not None}
     ledger = BudgetLedger(pools, snapshot.nodeclaims, snapshot.nodes, now)
     report.budgets = ledger.snapshot()
+    # Taken once per pass, before any command, as upstream: later moves see the same totals.
+    report.totals = totals = pool_totals(snapshot, usable)
     simulator = Simulator(
         snapshot, usable, clock, spot_to_spot=settings.spot_to_spot, nominations=nominations
     )
@@ -174,6 +179,7 @@ def plan(
                 simulator,
                 expired=deadline(settings.multi_node_seconds),
                 kept=report.kept,
+                totals=totals,
             ),
         ),
         (
@@ -184,6 +190,7 @@ def plan(
                 simulator,
                 expired=deadline(settings.single_node_seconds),
                 kept=report.kept,
+                totals=totals,
             ),
         ),
     )

@@ -97,7 +97,7 @@ class Catalog(_Strict):
     namespace: str = "default"
     nodepool_limits: dict[str, str] = Field(default_factory=dict)
     static_nodepools: list[StaticNodePool] = Field(default_factory=list)
-    consolidation_policy: Literal["WhenEmpty", "WhenEmptyOrUnderutilized"] = "WhenEmpty"
+    consolidation_policy: Literal["WhenEmpty", "WhenEmptyOrUnderutilized", "Balanced"] = "WhenEmpty"
     consolidate_after: str = "Never"
     rollout_strategy: Literal["OnDelete", "RollingUpdate"] = "OnDelete"
     """How the MachineDeployments roll out a template change. ``OnDelete`` (the default, and
