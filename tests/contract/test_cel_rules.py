@@ -7,6 +7,8 @@ and asserts what a client sees: the 422's message and its ``details.causes``.
 from __future__ import annotations
 
 import copy
+import http.client
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,8 @@ from karpenter_capi.core.api.crds import generate_crds
 from karpenter_capi.core.kube.client import KubeClient, PatchType
 from karpenter_capi.core.kube.errors import Invalid
 from karpenter_capi.core.kube.resources import CUSTOM_RESOURCE_DEFINITIONS, Resource
+from karpenter_capi.sim.apiserver import InMemoryAPIServer
+from karpenter_capi.sim.apiserver.http import HttpFront
 
 GADGETS = Resource("example.com", "v1", "gadgets", "Gadget", True)
 NODEPOOLS = Resource("karpenter.sh", "v1", "nodepools", "NodePool", False)
@@ -424,3 +428,53 @@ def test_upstream_nodepool_crd_rules_accept_and_refuse_like_a_cluster(kube: Kube
     created = kube.create(NODEPOOLS, static)
     assert created["spec"]["replicas"] == 3
     assert kube.patch(NODEPOOLS, "static", {"spec": {"replicas": 4}})["spec"]["replicas"] == 4
+
+
+def test_over_http_the_422_is_a_status_and_ratcheted_failures_are_warnings(
+    apiserver: InMemoryAPIServer,
+) -> None:
+    crd = apiserver.create(CUSTOM_RESOURCE_DEFINITIONS, _crd())
+    apiserver.create(GADGETS, _gadget(owner="web.example.org"))
+    tightened = copy.deepcopy(crd)
+    owner = tightened["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    owner["properties"]["owner"]["x-kubernetes-validations"].append(
+        {"rule": "!self.endsWith('.org')", "message": "no .org owners"}
+    )
+    apiserver.update(CUSTOM_RESOURCE_DEFINITIONS, tightened)
+    path = "/apis/example.com/v1/namespaces/default/gadgets/g"
+    headers = {"Content-Type": "application/merge-patch+json", "Accept": "application/json"}
+    with HttpFront(apiserver, host="127.0.0.1", port=0) as front:
+        conn = http.client.HTTPConnection("127.0.0.1", front.port, timeout=10)
+        try:
+            conn.request("PATCH", path, json.dumps({"spec": {"replicas": None}}), headers)
+            response = conn.getresponse()
+            response.read()
+            assert response.status == 200
+            assert response.headers.get_all("Warning") == [
+                '299 - "spec.owner: Invalid value: \\"string\\": no .org owners"'
+            ]
+            patch = {"spec": {"owner": "api.example.org"}}
+            conn.request("PATCH", path, json.dumps(patch), headers)
+            response = conn.getresponse()
+            status = json.loads(response.read())
+        finally:
+            conn.close()
+    assert response.status == 422
+    assert status["kind"] == "Status"
+    assert status["reason"] == "Invalid"
+    assert status["message"] == (
+        'Gadget.example.com "g" is invalid: [spec.owner: Invalid value: "string": owner is '
+        'immutable, spec.owner: Invalid value: "string": no .org owners]'
+    )
+    assert status["details"]["causes"] == [
+        {
+            "reason": "FieldValueInvalid",
+            "message": 'Invalid value: "string": owner is immutable',
+            "field": "spec.owner",
+        },
+        {
+            "reason": "FieldValueInvalid",
+            "message": 'Invalid value: "string": no .org owners',
+            "field": "spec.owner",
+        },
+    ]

@@ -127,7 +127,7 @@ def test_library_functions_and_standard_cel_hold(rule: str) -> None:
         ("self.n[7] == 1", "index out of bounds: 7"),
         ("self.n[0] / 0 == 1", "division by zero"),
         ("[].min() == 0", "min: min called on empty list"),
-        ("'abc'.charAt(9) == 'x'", "charAt: charAt: index 9 out of range for string of length 3"),
+        ("'abc'.charAt(9) == 'x'", "charAt: index 9 out of range for string of length 3"),
     ],
 )
 def test_evaluation_errors_reject_with_the_error_and_the_rule(rule: str, reason: str) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -339,6 +340,11 @@ class RuleValidator:
     def __init__(self, schema: JsonObject) -> None:
         self._schema = schema
         self._root = _build(schema, schema, True)
+        # One CEL context, its functions registered once: building one costs about as much as
+        # evaluating a rule. Every rule binds ``self`` (and ``oldSelf`` when it reads it) before
+        # running, so nothing a previous write bound is ever seen.
+        self._context = cel.Context(functions=_FUNCTIONS)
+        self._lock = threading.Lock()
 
     @property
     def has_rules(self) -> bool:
@@ -350,11 +356,12 @@ class RuleValidator:
         """Errors of ``obj`` (``old`` is the stored object on update); ratcheted ones warn."""
         if self._root is None:
             return []
-        run = _Run(warnings)
         root: Ratchet = (None, None)
         if old is not None:
             root = (_Correlation(obj, old, self._schema), None)
-        run.walk(self._root, obj, ABSENT if old is None else old, "", root)
+        with self._lock:
+            run = _Run(self._context, warnings)
+            run.walk(self._root, obj, ABSENT if old is None else old, "", root)
         return run.errors
 
 
@@ -366,16 +373,14 @@ def _key_ratchet(ratchet: Ratchet, key: str) -> Ratchet:
 
 
 class _Run:
-    """One validation: its errors and warnings, and the CEL context reused across rules."""
+    """One validation: its errors and warnings, and the CEL context its rules run in."""
 
-    def __init__(self, warnings: list[str] | None) -> None:
+    def __init__(self, context: cel.Context, warnings: list[str] | None) -> None:
         self.errors: list[FieldError] = []
         self.warnings = warnings
-        self._context: cel.Context | None = None
+        self._context = context
 
     def context(self) -> cel.Context:
-        if self._context is None:
-            self._context = cel.Context(functions=_FUNCTIONS)
         return self._context
 
     def walk(self, node: _Node, value: Any, old: Any, path: str, ratchet: Ratchet) -> None:
@@ -530,6 +535,7 @@ def _evaluation_detail(error: Exception, rule: Rule) -> str:
         text = _ADVICE.sub("", text)
         matched = _FUNCTION_FAILURE.match(text)
         if matched:
-            text = f"{matched.group(1)}: {matched.group(2)}"
+            name, why = matched.groups()
+            text = why if why.startswith(f"{name}:") else f"{name}: {why}"
         reason = text[:1].lower() + text[1:]
     return f"{reason} evaluating rule: {rule.described}"
