@@ -21,6 +21,8 @@ from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.kube.client import WatchEventType
 from karpenter_capi.core.kube.errors import MethodNotAllowed
 from karpenter_capi.sim.apiserver import messages, schema
+from karpenter_capi.sim.apiserver.cel import RuleValidator
+from karpenter_capi.sim.apiserver.cel_checks import schema_rule_errors
 from karpenter_capi.sim.apiserver.definitions import ResourceDefinition, definition_from_crd
 from karpenter_capi.sim.apiserver.eviction import pdb_selects, pdb_status
 from karpenter_capi.sim.apiserver.lifecycle import Deletion, Lifecycle
@@ -31,6 +33,25 @@ JsonObject = dict[str, Any]
 
 CRD_GROUP = "apiextensions.k8s.io"
 CRD_CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
+
+
+# Schema errors after which kube does not evaluate CEL rules (the value may not have the shape
+# the rules assume); it says so with one more error instead.
+_BLOCKING = frozenset(
+    {
+        "FieldValueNotSupported",
+        "FieldValueRequired",
+        "FieldValueTooLong",
+        "FieldValueTooMany",
+        "FieldValueTypeInvalid",
+    }
+)
+_RULES_NOT_CHECKED = messages.FieldError(
+    "<nil>",
+    "FieldValueInvalid",
+    'Invalid value: "null": some validation rules were not checked because the object was '
+    "invalid; correct the existing errors to complete validation",
+)
 
 
 def _is(definition: ResourceDefinition, group: str, plural: str) -> bool:
@@ -48,16 +69,31 @@ class Controllers(Lifecycle):
     def __init__(self, clock: Clock | None, watch_history: int, random_seed: int | None) -> None:
         # The storage version's openAPIV3Schema of each custom resource, by (group, plural).
         self._schemas: dict[tuple[str, str], JsonObject] = {}
+        # Its compiled CEL rules (x-kubernetes-validations), built once per CRD write.
+        self._rules: dict[tuple[str, str], RuleValidator] = {}
         super().__init__(clock, watch_history, random_seed)
 
-    def _admit(self, definition: ResourceDefinition, obj: JsonObject) -> JsonObject:
+    def _admit(
+        self,
+        definition: ResourceDefinition,
+        obj: JsonObject,
+        old: JsonObject | None = None,
+        warnings: list[str] | None = None,
+    ) -> JsonObject:
         if not definition.custom:
             return obj
-        found = self._schemas.get(_key(definition))
+        key = _key(definition)
+        found = self._schemas.get(key)
         if found is None:
             return obj
         stored = schema.prune_and_default(obj, found)
-        errors = schema.validate(stored, found)
+        errors = schema.validate(stored, found, old)
+        rules = self._rules.get(key)
+        if rules is not None and rules.has_rules:
+            if any(e.reason in _BLOCKING for e in errors):
+                errors.append(_RULES_NOT_CHECKED)
+            else:
+                errors.extend(rules.validate(stored, old, warnings))
         if errors:
             raise messages.invalid(definition, str(stored["metadata"].get("name", "")), errors)
         return stored
@@ -271,6 +307,10 @@ class Controllers(Lifecycle):
             errors.append(
                 messages.invalid_value("spec.group", group, "is served by the API server itself")
             )
+        for index, version in enumerate(versions):
+            found = ((version.get("schema") or {}).get("openAPIV3Schema")) or {}
+            where = f"spec.versions[{index}].schema.openAPIV3Schema"
+            errors.extend(schema_rule_errors(found, where))
         if errors:
             raise messages.invalid(definition, name, errors)
 
@@ -309,7 +349,10 @@ class Controllers(Lifecycle):
         key = (definition.group, definition.plural)
         if event_type != "DELETED":
             self._serve(definition)
-            self._schemas[key] = _storage_schema(crd)
+            storage_schema = _storage_schema(crd)
+            if self._schemas.get(key) is not storage_schema:
+                self._schemas[key] = storage_schema
+                self._rules[key] = RuleValidator(storage_schema)
             return
         served = self._served.get(key)
         if served is None or not served.custom:
@@ -322,6 +365,7 @@ class Controllers(Lifecycle):
                 self._finish_deletion(table, stored, stored)
         del self._served[key]
         self._schemas.pop(key, None)
+        self._rules.pop(key, None)
         self._hub.drop_for(table.log)  # as kube ends watches of a resource that is gone
 
 

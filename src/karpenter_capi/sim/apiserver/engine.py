@@ -168,6 +168,7 @@ class Engine:
         version: str,
         *,
         keep_status: bool = False,
+        warnings: list[str] | None = None,
     ) -> JsonObject:
         """Store a new object (``obj`` is owned by the caller-made copy). Lock must be held."""
         self._check_create_allowed(definition)
@@ -197,7 +198,7 @@ class Engine:
         kinds.prepare_create(definition, obj, self._priorities())
         if keep_status and status is not None:
             obj["status"] = status
-        obj = self._admit(definition, obj)
+        obj = self._admit(definition, obj, None, warnings)
         self._prepare_create_hook(definition, obj)
         return self._commit(table, "ADDED", obj, None)
 
@@ -219,8 +220,18 @@ class Engine:
     def _check_create_allowed(self, definition: ResourceDefinition) -> None:
         """Refuse creates the resource does not take right now (a terminating CRD's kind)."""
 
-    def _admit(self, definition: ResourceDefinition, obj: JsonObject) -> JsonObject:
-        """The object as it will be stored (custom resources: pruned, defaulted, validated)."""
+    def _admit(
+        self,
+        definition: ResourceDefinition,
+        obj: JsonObject,
+        old: JsonObject | None = None,
+        warnings: list[str] | None = None,
+    ) -> JsonObject:
+        """The object as it will be stored (custom resources: pruned, defaulted, validated).
+
+        ``old`` is the stored object on update (transition rules, ratcheting); ``warnings``
+        collects what the client should be warned about (ratcheted rule failures).
+        """
         return obj
 
     def _unknown_fields(self, definition: ResourceDefinition, obj: JsonObject) -> list[str]:
@@ -244,6 +255,7 @@ class Engine:
         subresource: str | None,
         precondition: str | None,
         require_version: bool,
+        warnings: list[str] | None = None,
     ) -> JsonObject:
         """Replace ``old`` with ``incoming`` (a private copy). Lock must be held."""
         definition = table.definition
@@ -275,7 +287,7 @@ class Engine:
                 new.pop("status")
         else:
             new = self._merge_system_fields(definition, old, incoming)
-        new = self._admit(definition, new)
+        new = self._admit(definition, new, old, warnings)
         errors = kinds.validate_update(definition, old, new)
         errors.extend(self._finalizer_errors(old, new))
         if subresource is None and new["metadata"] != old_meta:

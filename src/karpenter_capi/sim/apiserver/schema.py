@@ -5,9 +5,14 @@ resource: it drops fields the schema does not know (pruning), fills in declared 
 and rejects values that break the schema with 422. The project's CRDs are generated from its
 models and rely on the server for Karpenter's defaults (``consolidateAfter``, disruption
 budgets...), and a controller writing a misspelled field must see it vanish as it would on a
-real cluster, so the same rules apply here. CEL rules (``x-kubernetes-validations``) and
-``format`` are not evaluated, and the storage version's schema applies to every served version
-(objects are stored once; versions differ only in name here).
+real cluster, so the same rules apply here. CEL rules (``x-kubernetes-validations``) are
+evaluated by ``sim.apiserver.cel`` after these checks; ``format`` is not validated, and the
+storage version's schema applies to every served version (objects are stored once; versions
+differ only in name here).
+
+On update, validation ratchets as kube's (default since 1.30): a subtree equal to the value it
+correlates with in the old object (``correlate``) is not validated again, so an object stored
+under an older, looser schema can still be updated where it is not changed.
 
 Every function returns new containers and never mutates its input: stored objects are shared
 with watch events and list snapshots.
@@ -18,6 +23,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from karpenter_capi.sim.apiserver.correlate import (
+    ABSENT,
+    list_type,
+    map_key,
+    map_list_index,
+    unchanged,
+)
 from karpenter_capi.sim.apiserver.messages import FieldError, invalid_value, required
 from karpenter_capi.sim.apiserver.objects import copy_json
 
@@ -140,9 +152,12 @@ class _Validator:
     def fail(self, field: str, reason: str, detail: str) -> None:
         self.errors.append(FieldError(field, reason, detail))
 
-    def check(self, value: Any, schema: JsonObject, path: str) -> None:
+    def check(self, value: Any, schema: JsonObject, path: str, old: Any = ABSENT) -> None:
+        """Validate ``value``; ``old`` is what it correlates with in the old object, if any."""
         if value is None and schema.get("nullable"):
             return
+        if path and old is not ABSENT and unchanged(value, old, schema):
+            return  # ratcheting: an unchanged subtree keeps whatever errors it had
         if not _has_type(value, schema):
             expected = (
                 "integer or string" if schema.get("x-kubernetes-int-or-string") else schema["type"]
@@ -166,9 +181,9 @@ class _Validator:
         for branch in schema.get("allOf") or []:
             self.check(value, branch, path)
         if isinstance(value, dict):
-            self._object_rules(value, schema, path)
+            self._object_rules(value, schema, path, old if isinstance(old, dict) else None)
         elif isinstance(value, list):
-            self._array_rules(value, schema, path)
+            self._array_rules(value, schema, path, old if isinstance(old, list) else None)
 
     def _scalar_rules(self, value: Any, schema: JsonObject, path: str) -> None:
         enum = schema.get("enum")
@@ -217,7 +232,9 @@ class _Validator:
                     )
                 )
 
-    def _object_rules(self, value: JsonObject, schema: JsonObject, path: str) -> None:
+    def _object_rules(
+        self, value: JsonObject, schema: JsonObject, path: str, old: JsonObject | None
+    ) -> None:
         for key in schema.get("required") or []:
             if key not in value:
                 self.errors.append(required(_join(path, key), ""))
@@ -230,12 +247,15 @@ class _Validator:
         properties = schema.get("properties") or {}
         additional = schema.get("additionalProperties")
         for key, item in value.items():
+            before = ABSENT if old is None else old.get(key, ABSENT)
             if key in properties:
-                self.check(item, properties[key], _join(path, key))
+                self.check(item, properties[key], _join(path, key), before)
             elif isinstance(additional, dict):
-                self.check(item, additional, _join(path, key))
+                self.check(item, additional, _join(path, key), before)
 
-    def _array_rules(self, value: list[Any], schema: JsonObject, path: str) -> None:
+    def _array_rules(
+        self, value: list[Any], schema: JsonObject, path: str, old: list[Any] | None
+    ) -> None:
         if "maxItems" in schema and len(value) > schema["maxItems"]:
             self.fail(
                 path,
@@ -251,17 +271,23 @@ class _Validator:
                 )
             )
         items = schema.get("items")
+        kind = list_type(schema)
         if isinstance(items, dict):
+            old_by_key = map_list_index(schema, old) if kind == "map" else {}
             for index, item in enumerate(value):
-                self.check(item, items, f"{path}[{index}]")
-        list_type = schema.get("x-kubernetes-list-type")
-        if list_type in ("set", "map"):
+                self.check(
+                    item,
+                    items,
+                    f"{path}[{index}]",
+                    _old_item(schema, old, old_by_key, index=index, item=item),
+                )
+        if kind in ("set", "map"):
             keys = schema.get("x-kubernetes-list-map-keys") or []
             seen: list[Any] = []
             for index, item in enumerate(value):
                 identity = (
                     [item.get(k) for k in keys]
-                    if list_type == "map" and isinstance(item, dict)
+                    if kind == "map" and isinstance(item, dict)
                     else item
                 )
                 if identity in seen:
@@ -271,6 +297,24 @@ class _Validator:
                         f"Duplicate value: {_shown(identity)}",
                     )
                 seen.append(identity)
+
+
+def _old_item(
+    schema: JsonObject,
+    old: list[Any] | None,
+    old_by_key: dict[tuple[Any, ...], Any],
+    *,
+    index: int,
+    item: Any,
+) -> Any:
+    """The old item ratcheting compares ``item`` with: by map keys, by index, or none (sets)."""
+    kind = list_type(schema)
+    if old is None or kind in ("set", "atomic"):
+        return ABSENT
+    if kind == "map":
+        key = map_key(schema, item)
+        return ABSENT if key is None else old_by_key.get(key, ABSENT)
+    return old[index] if index < len(old) else ABSENT
 
 
 def _shown(value: Any) -> str:
@@ -283,13 +327,22 @@ def _matches(value: Any, schema: JsonObject, path: str) -> bool:
     return not probe.errors
 
 
-def validate(obj: JsonObject, schema: JsonObject | None) -> list[FieldError]:
-    """Schema violations of a custom resource (``metadata`` is validated elsewhere)."""
+def validate(
+    obj: JsonObject, schema: JsonObject | None, old: JsonObject | None = None
+) -> list[FieldError]:
+    """Schema violations of a custom resource (``metadata`` is validated elsewhere).
+
+    ``old`` (the stored object, on update) turns ratcheting on. The root itself never counts
+    as unchanged (its ``metadata`` holds keys no schema describes), as in kube.
+    """
     if not schema:
         return []
     validator = _Validator()
     body = {k: v for k, v in obj.items() if k not in _ROOT_FIELDS}
     root = {**schema, "properties": _without_root(schema)}
     root["required"] = [k for k in schema.get("required") or [] if k not in _ROOT_FIELDS]
-    validator.check(body, root, "")
+    before: Any = ABSENT
+    if old is not None:
+        before = {k: v for k, v in old.items() if k not in _ROOT_FIELDS}
+    validator.check(body, root, "", before)
     return validator.errors

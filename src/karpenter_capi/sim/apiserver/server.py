@@ -348,7 +348,9 @@ class InMemoryAPIServer(Controllers):
         body = self._private_copy(obj)
         with self._lock:
             self._check_fields(definition, resource, body, field_validation, warnings)
-            stored = self._create_object(definition, table, body, namespace, resource.version)
+            stored = self._create_object(
+                definition, table, body, namespace, resource.version, warnings=warnings
+            )
             return self._present(stored, resource)
 
     def seed(self, resource: Resource, obj: JsonObject, namespace: str | None = None) -> JsonObject:
@@ -391,6 +393,7 @@ class InMemoryAPIServer(Controllers):
                 subresource=subresource,
                 precondition=str(meta.get("resourceVersion") or "") or None,
                 require_version=definition.custom,
+                warnings=warnings,
             )
             return self._present(written, resource)
 
@@ -440,6 +443,7 @@ class InMemoryAPIServer(Controllers):
                 subresource=subresource,
                 precondition=str(patched_meta.get("resourceVersion") or "") or None,
                 require_version=False,
+                warnings=warnings,
             )
             return self._present(written, resource)
 

@@ -1,0 +1,541 @@
+"""CRD validation rules (``x-kubernetes-validations``), evaluated the way kube-apiserver does.
+
+Karpenter's CRDs carry CEL rules a real API server enforces on every write: restricted label
+domains, requirement operators, an immutable NodeClaim ``spec`` (``self == oldSelf``), a
+NodePool that may not switch between static and dynamic provisioning. A controller that
+breaks one must get the same 422 here as on a cluster, so the in-memory server evaluates them
+with a real CEL implementation (``common-expression-language``; see docs/apiserver.md for why
+that one) plus the Kubernetes function libraries (``cel_library``).
+
+Semantics follow apiextensions-apiserver's ``schema/cel`` validator:
+
+* a rule runs at its schema node, once per value there (per list item, per map entry);
+  absent and null values are not validated;
+* ``self`` is the value typed by its schema (``cel_values``); a rule using ``oldSelf`` is a
+  transition rule: it runs only on update and only where an old value correlates
+  (``correlate``), unless ``optionalOldSelf`` makes ``oldSelf`` an optional
+  (``optional.none()`` on create);
+* a failed rule reports ``<path>: Invalid value: "<schema type>": <message>`` (``message``,
+  else ``messageExpression``'s result, else ``failed rule: <rule>``), at ``fieldPath`` below the
+  node if given, with ``reason`` choosing Forbidden/Required/Duplicate wording; an evaluation
+  error reports ``<error> evaluating rule: <message or rule>``; root rules report at ``<nil>``;
+* ratcheting: on update, a failure of a rule without ``oldSelf`` in a subtree equal to its old
+  value is not an error but a warning (evaluation errors are never ratcheted).
+
+Rules are compiled once per text (``compile_expression``) and a CRD's rule tree once per
+schema (``RuleValidator``); subtrees without rules are never visited.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import cel
+
+from karpenter_capi.sim.apiserver import cel_library, cel_values
+from karpenter_capi.sim.apiserver.correlate import (
+    ABSENT,
+    deep_equal,
+    list_type,
+    map_key,
+    map_list_index,
+    unchanged,
+)
+from karpenter_capi.sim.apiserver.messages import (
+    FieldError,
+    forbidden_field,
+    invalid_value,
+    required,
+)
+
+JsonObject = dict[str, Any]
+
+REASONS = ("FieldValueDuplicate", "FieldValueForbidden", "FieldValueInvalid", "FieldValueRequired")
+_MAX_MESSAGE_BYTES = 5 * 1024  # kube's MaxEvaluatedMessageExpressionSizeBytes
+_ROOT_PATH = "<nil>"
+# The immutability idiom. When both sides are deep-equal JSON it is true without asking CEL
+# (converting a large value for CEL costs far more than comparing it); otherwise CEL decides.
+_IMMUTABLE = frozenset(
+    {"self == oldSelf", "oldSelf == self"}
+)  # how kube prints the nil field path of a rule on the resource root
+
+_FUNCTIONS = cel_library.kubernetes_functions()
+cel_library.quiet_function_failures()
+
+
+class CompileError(ValueError):
+    """A rule or message expression CEL cannot parse; the text says where."""
+
+
+@functools.lru_cache(maxsize=4096)
+def compile_expression(text: str) -> cel.Program:
+    """The compiled program of ``text``, compiled once however many CRDs or nodes use it."""
+    try:
+        return cel.compile(text)
+    except (ValueError, RuntimeError) as error:
+        detail = str(error)
+        # "Failed to parse expression '<text>': ERROR: ..." -> "ERROR: ..."
+        _, found, rest = detail.partition("': ")
+        parsed = rest if found and detail.startswith("Failed to parse") else detail
+        raise CompileError(parsed) from None
+
+
+@functools.lru_cache(maxsize=4096)
+def uses_old_self(text: str) -> bool:
+    """Whether the expression reads ``oldSelf`` (a transition rule)."""
+    return "oldSelf" in compile_expression(text).variables()
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One ``x-kubernetes-validations`` entry, compiled."""
+
+    text: str
+    program: cel.Program | None  # None: empty rule (skipped) or compile error
+    error: str | None
+    message: str
+    message_program: cel.Program | None
+    message_uses_old_self: bool
+    field_path: str
+    reason: str | None
+    uses_old_self: bool
+    optional_old_self: bool
+    immutability: bool  # the rule is ``self == oldSelf``
+
+    @property
+    def described(self) -> str:
+        """kube's ``ruleErrorString``: the message, else the rule."""
+        return self.message or self.text.strip()
+
+
+def _compile_rule(raw: JsonObject, schema: JsonObject) -> Rule:
+    text = str(raw.get("rule") or "")
+    program: cel.Program | None = None
+    error: str | None = None
+    old_self = False
+    if text.strip():
+        try:
+            program = compile_expression(text)
+            old_self = uses_old_self(text)
+        except CompileError as failure:
+            error = str(failure)
+    message_program: cel.Program | None = None
+    message_uses_old_self = False
+    expression = str(raw.get("messageExpression") or "")
+    if expression.strip():
+        try:
+            message_program = compile_expression(expression)
+            message_uses_old_self = uses_old_self(expression)
+        except CompileError:
+            message_program = None  # refused when the CRD was written; falls back to message
+    try:
+        field_path = normalize_field_path(str(raw.get("fieldPath") or ""), schema)
+    except ValueError:
+        field_path = ""
+    return Rule(
+        text=text,
+        program=program,
+        error=error,
+        message=str(raw.get("message") or "").strip(),
+        message_program=message_program,
+        message_uses_old_self=message_uses_old_self,
+        field_path=field_path,
+        reason=raw.get("reason"),
+        uses_old_self=old_self,
+        optional_old_self=bool(raw.get("optionalOldSelf")),
+        immutability=" ".join(text.split()) in _IMMUTABLE,
+    )
+
+
+# ------------------------------------------------------------------------------ field paths
+
+
+def _tokens(text: str) -> Iterator[str]:
+    position = 0
+    while position < len(text):
+        char = text[position]
+        if char in ".[]":
+            yield char
+            position += 1
+        elif char == "'":
+            end = position + 1
+            while end < len(text) and not (text[end] == "'" and text[end - 1] != "\\"):
+                end += 1
+            yield text[position : end + 1]
+            position = end + 1
+        else:
+            end = position
+            while end < len(text) and text[end] not in ".[]":
+                end += 1
+            yield text[position:end]
+            position = end
+
+
+_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
+
+
+def _unquote(token: str) -> str:
+    if len(token) < 2 or token[0] != "'" or token[-1] != "'":
+        raise ValueError(f"expected single quoted string but got {token}")
+
+    def unescape(match: re.Match[str]) -> str:
+        char = match.group(1)
+        if char in ("'", "\\"):
+            return char
+        if char in _ESCAPES:
+            return _ESCAPES[char]
+        raise ValueError(f"invalid string literal: invalid escape char \\{char}")
+
+    return re.sub(r"\\(.)", unescape, token[1:-1])
+
+
+def normalize_field_path(text: str, schema: JsonObject) -> str:
+    """A rule's ``fieldPath`` (``.spec['x'].y``) as the field path kube reports (``spec[x].y``).
+
+    Only properties (``.name`` or ``['name']``) and map keys are allowed; ValueError otherwise.
+    """
+    path = ""
+    tokens = iter(list(_tokens(text)))
+    for token in tokens:
+        if token == "[":
+            name = _unquote(next(tokens, ""))
+            if next(tokens, None) != "]":
+                raise ValueError("expected ]")
+        elif token == ".":
+            name = next(tokens, "")
+            if not name:
+                raise ValueError("unexpected end of JSON path")
+        else:
+            raise ValueError(f"expected [ or . but got: {token}")
+        properties = schema.get("properties")
+        additional = schema.get("additionalProperties")
+        if isinstance(properties, dict):
+            if name not in properties:
+                raise ValueError("does not refer to a valid field")
+            schema = properties[name]
+            path = f"{path}.{name}" if path else name
+        elif isinstance(additional, dict):
+            schema = additional
+            path = f"{path}[{name}]"
+        else:
+            raise ValueError("does not refer to a valid field")
+    return path
+
+
+# ---------------------------------------------------------------------------- the rule tree
+
+
+class _Node:
+    """Rules of one schema node and the children whose subtrees hold rules."""
+
+    __slots__ = ("additional", "all_of", "convert", "items", "properties", "rules", "schema")
+
+    def __init__(self, rules_schema: JsonObject, schema: JsonObject, resource_root: bool) -> None:
+        self.schema = schema
+        self.rules = tuple(
+            _compile_rule(raw, schema)
+            for raw in rules_schema.get("x-kubernetes-validations") or []
+            if isinstance(raw, dict)
+        )
+        self.convert = cel_values.converter(schema, resource_root) if self.rules else None
+        self.properties: dict[str, _Node] = {}
+        node_properties = schema.get("properties") or {}
+        for name, child in (rules_schema.get("properties") or {}).items():
+            target = node_properties.get(name)
+            if isinstance(child, dict) and isinstance(target, dict):
+                built = _build(child, target, bool(target.get("x-kubernetes-embedded-resource")))
+                if built is not None:
+                    self.properties[name] = built
+        self.additional = _child(rules_schema, schema, "additionalProperties")
+        self.items = _child(rules_schema, schema, "items")
+        self.all_of = tuple(
+            built
+            for branch in rules_schema.get("allOf") or []
+            if isinstance(branch, dict) and (built := _build(branch, schema, resource_root))
+        )
+
+    @property
+    def empty(self) -> bool:
+        return not (self.rules or self.properties or self.additional or self.items or self.all_of)
+
+    @property
+    def type_name(self) -> str:
+        return str(self.schema.get("type") or "")
+
+
+def _child(rules_schema: JsonObject, schema: JsonObject, keyword: str) -> _Node | None:
+    child, target = rules_schema.get(keyword), schema.get(keyword)
+    if not (isinstance(child, dict) and isinstance(target, dict)):
+        return None
+    return _build(child, target, bool(target.get("x-kubernetes-embedded-resource")))
+
+
+def _build(rules_schema: JsonObject, schema: JsonObject, resource_root: bool) -> _Node | None:
+    node = _Node(rules_schema, schema, resource_root)
+    return None if node.empty else node
+
+
+class _Correlation:
+    """A new value paired with its old one for ratcheting, with the equality computed once."""
+
+    __slots__ = ("_equal", "new", "old", "schema")
+
+    def __init__(self, new: Any, old: Any, schema: JsonObject) -> None:
+        self.new, self.old, self.schema = new, old, schema
+        self._equal: bool | None = None
+
+    def equal(self) -> bool:
+        if self._equal is None:
+            self._equal = unchanged(self.new, self.old, self.schema)
+        return self._equal
+
+    def key(self, key: str) -> _Correlation | None:
+        if not (isinstance(self.new, dict) and isinstance(self.old, dict)):
+            return None
+        if key not in self.new or key not in self.old:
+            return None
+        child = (self.schema.get("properties") or {}).get(key)
+        if child is None:
+            child = self.schema.get("additionalProperties")
+        if not isinstance(child, dict):
+            return None
+        return _Correlation(self.new[key], self.old[key], child)
+
+    def index(self, index: int, keyed_old: Any) -> _Correlation | None:
+        items = self.schema.get("items")
+        if not (isinstance(self.new, list) and isinstance(self.old, list)):
+            return None
+        if not isinstance(items, dict):
+            return None
+        kind = list_type(self.schema)
+        if kind == "map":
+            old = keyed_old
+        elif kind in ("set", "atomic") or index >= len(self.old):
+            return None
+        else:
+            old = self.old[index]
+        if old is ABSENT or old is None:
+            return None
+        return _Correlation(self.new[index], old, items)
+
+
+Ratchet = tuple[_Correlation | None, _Correlation | None]  # (this node, nearest correlated parent)
+
+
+def _should_ratchet(ratchet: Ratchet) -> bool:
+    current, parent = ratchet
+    if current is not None:
+        return current.equal()
+    return parent is not None and parent.equal()
+
+
+class RuleValidator:
+    """The compiled rules of one CRD version's schema. ``validate`` checks one write."""
+
+    def __init__(self, schema: JsonObject) -> None:
+        self._schema = schema
+        self._root = _build(schema, schema, True)
+        # One CEL context, its functions registered once: building one costs about as much as
+        # evaluating a rule. Every rule binds ``self`` (and ``oldSelf`` when it reads it) before
+        # running, so nothing a previous write bound is ever seen.
+        self._context = cel.Context(functions=_FUNCTIONS)
+        self._lock = threading.Lock()
+
+    @property
+    def has_rules(self) -> bool:
+        return self._root is not None
+
+    def validate(
+        self, obj: JsonObject, old: JsonObject | None = None, warnings: list[str] | None = None
+    ) -> list[FieldError]:
+        """Errors of ``obj`` (``old`` is the stored object on update); ratcheted ones warn."""
+        if self._root is None:
+            return []
+        root: Ratchet = (None, None)
+        if old is not None:
+            root = (_Correlation(obj, old, self._schema), None)
+        with self._lock:
+            run = _Run(self._context, warnings)
+            run.walk(self._root, obj, ABSENT if old is None else old, "", root)
+        return run.errors
+
+
+def _key_ratchet(ratchet: Ratchet, key: str) -> Ratchet:
+    current = ratchet[0]
+    if current is None:
+        return ratchet
+    return current.key(key), current
+
+
+class _Run:
+    """One validation: its errors and warnings, and the CEL context its rules run in."""
+
+    def __init__(self, context: cel.Context, warnings: list[str] | None) -> None:
+        self.errors: list[FieldError] = []
+        self.warnings = warnings
+        self._context = context
+
+    def context(self) -> cel.Context:
+        return self._context
+
+    def walk(self, node: _Node, value: Any, old: Any, path: str, ratchet: Ratchet) -> None:
+        if value is None:
+            return  # rules check present values; a parent's rule checks presence
+        if old is None:
+            old = ABSENT
+        if node.rules:
+            self._evaluate(node, value, old, path, ratchet)
+        for branch in node.all_of:
+            self.walk(branch, value, old, path, (None, ratchet[1]))
+        if isinstance(value, dict):
+            old_map = old if isinstance(old, dict) else {}
+            for key, item in value.items():
+                if node.properties:
+                    child = node.properties.get(key)
+                    where = f"{path}.{key}" if path else key
+                else:
+                    child = node.additional
+                    where = f"{path}[{key}]"
+                if child is not None:
+                    self.walk(
+                        child, item, old_map.get(key, ABSENT), where, _key_ratchet(ratchet, key)
+                    )
+        elif isinstance(value, list) and node.items is not None:
+            schema = node.schema
+            keyed = list_type(schema) == "map"
+            old_items = map_list_index(schema, old) if keyed else {}
+            current = ratchet[0]
+            for index, item in enumerate(value):
+                old_item = ABSENT
+                if keyed:
+                    found_key = map_key(schema, item)
+                    old_item = ABSENT if found_key is None else old_items.get(found_key, ABSENT)
+                child_ratchet = (
+                    ratchet if current is None else (current.index(index, old_item), current)
+                )
+                self.walk(node.items, item, old_item, f"{path}[{index}]", child_ratchet)
+
+    def _evaluate(self, node: _Node, value: Any, old: Any, path: str, ratchet: Ratchet) -> None:
+        context = self.context()
+        self_bound = False  # converting a value for CEL is the costly step: only when needed
+        old_value: Any = ABSENT
+        if old is not ABSENT and any(rule.uses_old_self for rule in node.rules):
+            old_value = node.convert(old) if node.convert else old
+        where = path or _ROOT_PATH
+        for rule in node.rules:
+            if rule.error is not None:
+                self.errors.append(
+                    invalid_value(where, node.type_name, f"rule compile error: {rule.error}")
+                )
+                continue
+            if rule.program is None:
+                continue
+            if rule.uses_old_self:
+                if old_value is ABSENT and not rule.optional_old_self:
+                    continue  # a transition rule needs something to transition from
+                if rule.immutability and deep_equal(value, old):
+                    continue  # ``self == oldSelf`` holds; CEL equality agrees with deep_equal
+                if rule.optional_old_self:
+                    optional = (
+                        cel.OptionalValue.none()
+                        if old_value is ABSENT
+                        else cel.OptionalValue.of(old_value)
+                    )
+                    context.add_variable("oldSelf", optional)
+                else:
+                    context.add_variable("oldSelf", old_value)
+            if not self_bound:
+                context.add_variable("self", node.convert(value) if node.convert else value)
+                self_bound = True
+            try:
+                result = rule.program.execute(context)
+            except Exception as error:  # the bindings raise many types; all are rule errors
+                self.errors.append(
+                    invalid_value(where, node.type_name, _evaluation_detail(error, rule))
+                )
+                continue
+            if result is True:
+                continue
+            if result is not False:
+                detail = f"rule evaluated to {type(result).__name__}, not a bool"
+                self.errors.append(
+                    invalid_value(
+                        where, node.type_name, f"{detail} evaluating rule: {rule.described}"
+                    )
+                )
+                continue
+            field = path
+            if rule.field_path:
+                field = f"{path}.{rule.field_path}" if path else rule.field_path
+            failed = _rule_error(
+                rule, field or _ROOT_PATH, node.type_name, self._message(rule, old_value)
+            )
+            if not rule.uses_old_self and _should_ratchet(ratchet):
+                if self.warnings is not None:
+                    self.warnings.append(failed.render())
+            else:
+                self.errors.append(failed)
+
+    def _message(self, rule: Rule, old_value: Any) -> str:
+        """``messageExpression``'s result when it gives a usable one, else the static message."""
+        if rule.message_program is not None and not (
+            rule.message_uses_old_self and old_value is ABSENT
+        ):
+            context = self.context()
+            if rule.message_uses_old_self:
+                context.add_variable("oldSelf", old_value)
+            try:
+                produced = rule.message_program.execute(context)
+            except Exception:  # kube logs it and falls back to the message
+                produced = None
+            if isinstance(produced, str):
+                text = produced.strip()
+                if text and "\n" not in text and len(text.encode()) <= _MAX_MESSAGE_BYTES:
+                    return text
+        return rule.message or f"failed rule: {rule.text.strip()}"
+
+
+def _rule_error(rule: Rule, field: str, type_name: str, detail: str) -> FieldError:
+    if rule.reason == "FieldValueForbidden":
+        return forbidden_field(field, detail)
+    if rule.reason == "FieldValueRequired":
+        return required(field, detail)
+    if rule.reason == "FieldValueDuplicate":
+        return FieldError(field, "FieldValueDuplicate", f'Duplicate value: "{type_name}"')
+    return invalid_value(field, type_name, detail)
+
+
+_ADVICE = re.compile(r"\.? (Check|CEL does not|Convert explicitly|Check that) .*$", re.DOTALL)
+_FUNCTION_FAILURE = re.compile(
+    r"^Function '([^']+)' error: (?:Python function call failed: \w+: )?(.*)$", re.DOTALL
+)
+_OVERLOAD = ("No such overload", "Unsupported operation", "Unexpected type")
+
+
+def _evaluation_detail(error: Exception, rule: Rule) -> str:
+    """kube's wording of a rule that failed to evaluate, around the evaluator's own reason."""
+    if isinstance(error, KeyError):
+        reason = f"no such key: {error.args[0] if error.args else ''}"
+    elif isinstance(error, ZeroDivisionError):
+        reason = "division by zero"
+    elif isinstance(error, OverflowError):
+        reason = "integer overflow"
+    else:
+        text = str(error).strip()
+        if isinstance(error, TypeError) and text.startswith(_OVERLOAD):
+            return (
+                "'no such overload': call arguments did not match a supported operator, "
+                f"function or macro signature for rule: {rule.described}"
+            )
+        text = _ADVICE.sub("", text)
+        matched = _FUNCTION_FAILURE.match(text)
+        if matched:
+            name, why = matched.groups()
+            text = why if why.startswith(f"{name}:") else f"{name}: {why}"
+        reason = text[:1].lower() + text[1:]
+    return f"{reason} evaluating rule: {rule.described}"

@@ -1,0 +1,111 @@
+"""Which old value a node of an updated custom resource is compared with, and when it is unchanged.
+
+Two kube-apiserver features look at the old object while validating the new one, and they
+pair values up differently:
+
+* transition rules (CEL rules using ``oldSelf``) see the old value of object properties and
+  map entries by key, and of ``x-kubernetes-list-type: map`` items by their map keys; items of
+  any other list have no old value;
+* validation ratcheting (errors in a subtree that did not change are not reported) also pairs
+  the items of lists without a ``x-kubernetes-list-type`` by index, and decides "unchanged"
+  as apiserver's ``CorrelatedObject.CachedDeepEqual`` does, quirks included: a map list is
+  compared item by item through its keys (reordering is no change), and an object holding a
+  key its schema does not describe (``x-kubernetes-preserve-unknown-fields``, ``metadata``) is
+  never unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+JsonObject = dict[str, Any]
+ABSENT: Any = object()  # "no old value", distinct from an old value of null
+
+
+def list_type(schema: JsonObject) -> str | None:
+    found = schema.get("x-kubernetes-list-type")
+    return str(found) if found is not None else None
+
+
+def map_key(schema: JsonObject, item: Any) -> tuple[Any, ...] | None:
+    if not isinstance(item, dict):
+        return None
+    return tuple(_hashable(item.get(k)) for k in schema.get("x-kubernetes-list-map-keys") or [])
+
+
+def _hashable(value: Any) -> Any:
+    return (type(value).__name__, value) if not isinstance(value, dict | list) else repr(value)
+
+
+def map_list_index(schema: JsonObject, items: Any) -> dict[tuple[Any, ...], Any]:
+    """The old items of a map list by their keys (the first wins, as kube's MapList)."""
+    index: dict[tuple[Any, ...], Any] = {}
+    if isinstance(items, list):
+        for item in items:
+            key = map_key(schema, item)
+            if key is not None:
+                index.setdefault(key, item)
+    return index
+
+
+def deep_equal(a: Any, b: Any) -> bool:
+    """``reflect.DeepEqual`` over decoded JSON: a bool never equals a number."""
+    if a is b:
+        return True
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, dict):
+        return (
+            isinstance(b, dict)
+            and len(a) == len(b)
+            and all(k in b and deep_equal(v, b[k]) for k, v in a.items())
+        )
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(map(deep_equal, a, b))
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        # kube decodes an integral JSON number as int64 whichever way it was written.
+        return bool(a == b)
+    return type(a) is type(b) and bool(a == b)
+
+
+def unchanged(new: Any, old: Any, schema: JsonObject | None) -> bool:
+    """Whether ratcheting treats ``new`` as equal to its correlated ``old`` (see module doc)."""
+    if old is ABSENT:
+        return False
+    if new is None or old is None:
+        return new is None and old is None
+    if schema is None:
+        return deep_equal(new, old)
+    if isinstance(new, list) and isinstance(old, list):
+        if len(new) != len(old):
+            return False
+        items = schema.get("items")
+        kind = list_type(schema)
+        if not isinstance(items, dict) or kind in ("set", "atomic"):
+            return deep_equal(new, old)
+        if kind == "map":
+            by_key = map_list_index(schema, old)
+            for item in new:
+                key = map_key(schema, item)
+                previous = by_key.get(key, ABSENT) if key is not None else ABSENT
+                if previous is ABSENT or not unchanged(item, previous, items):
+                    return False
+            return True
+        return all(unchanged(a, b, items) for a, b in zip(new, old, strict=True))
+    if isinstance(new, dict) and isinstance(old, dict):
+        if len(new) != len(old):
+            return False
+        properties = schema.get("properties") or {}
+        additional = schema.get("additionalProperties")
+        for key, value in new.items():
+            if key not in old:
+                return False
+            child = properties.get(key)
+            if child is None:
+                if not isinstance(additional, dict):
+                    return False
+                child = additional
+            if not unchanged(value, old[key], child):
+                return False
+        return True
+    return deep_equal(new, old)
