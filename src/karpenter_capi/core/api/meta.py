@@ -309,6 +309,16 @@ def restricted_key_refusals(key: str, *, allow_nodepool: bool) -> list[str]:
     return refusals
 
 
+def requirement_key_field(*rules: dict[str, str]) -> Any:
+    """A requirement key's field: upstream's pattern and length, and the given CEL rules."""
+    validations: list[Any] = list(rules)
+    return Field(
+        max_length=316,
+        pattern=LABEL_KEY_PATTERN,
+        json_schema_extra={"x-kubernetes-validations": validations},
+    )
+
+
 class NodeSelectorRequirementWithMinValues(KubeModel):
     """A node selector requirement, plus how many distinct values must stay possible.
 
@@ -318,16 +328,7 @@ class NodeSelectorRequirementWithMinValues(KubeModel):
 
     ALLOWS_NODEPOOL_KEY: ClassVar[bool] = True
 
-    key: Annotated[
-        str,
-        Field(
-            max_length=316,
-            pattern=LABEL_KEY_PATTERN,
-            json_schema_extra={
-                "x-kubernetes-validations": [KARPENTER_DOMAIN_RULE, HOSTNAME_LABEL_RULE]
-            },
-        ),
-    ]
+    key: Annotated[str, requirement_key_field(KARPENTER_DOMAIN_RULE, HOSTNAME_LABEL_RULE)]
     """The label key that the selector applies to."""
     operator: NodeSelectorOperator
     """How the key relates to the values."""

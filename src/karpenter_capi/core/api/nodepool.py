@@ -32,7 +32,6 @@ from karpenter_capi.core.api.meta import (
     CONDITIONS_LIST_MAP,
     HOSTNAME_LABEL_RULE,
     KARPENTER_DOMAIN_RULE,
-    LABEL_KEY_PATTERN,
     LABEL_VALUE_PATTERN,
     NODEPOOL_LABEL_RULE,
     REQUIREMENTS_LIST,
@@ -44,6 +43,7 @@ from karpenter_capi.core.api.meta import (
     Taint,
     TypedObject,
     find_condition,
+    requirement_key_field,
     restricted_key_refusals,
 )
 
@@ -288,17 +288,7 @@ class NodePoolRequirement(NodeSelectorRequirementWithMinValues):
 
     key: Annotated[
         str,
-        Field(
-            max_length=316,
-            pattern=LABEL_KEY_PATTERN,
-            json_schema_extra={
-                "x-kubernetes-validations": [
-                    KARPENTER_DOMAIN_RULE,
-                    NODEPOOL_LABEL_RULE,
-                    HOSTNAME_LABEL_RULE,
-                ]
-            },
-        ),
+        requirement_key_field(KARPENTER_DOMAIN_RULE, NODEPOOL_LABEL_RULE, HOSTNAME_LABEL_RULE),
     ]
     """The label key that the selector applies to."""
 
