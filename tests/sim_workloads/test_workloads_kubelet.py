@@ -112,6 +112,25 @@ def test_pods_of_a_deleted_node_are_deleted() -> None:
     assert [p["metadata"]["name"] for p in sim.pods()] == ["b"]
 
 
+def test_pods_of_a_node_held_by_a_finalizer_stay_until_the_node_is_gone() -> None:
+    # kube's pod GC collects pods of Nodes that no longer exist; a Node being deleted still
+    # exists (Karpenter's termination finalizer holds it while it drains), so its pods stay
+    # and only eviction moves them, under their PodDisruptionBudgets.
+    sim = new_sim(start_delay=0)
+    sim.node("n1")
+    sim.api.patch(NODES, "n1", {"metadata": {"finalizers": ["karpenter.sh/termination"]}})
+    make_pod(sim.api, "a", "n1")
+    sim.settle()
+
+    sim.api.delete(NODES, "n1")
+    sim.settle()
+    assert [(p["metadata"]["name"], p["status"]["phase"]) for p in sim.pods()] == [("a", "Running")]
+
+    sim.api.patch(NODES, "n1", {"metadata": {"finalizers": None}})
+    sim.settle()
+    assert sim.pods() == []
+
+
 def test_deployment_pods_of_a_deleted_node_come_back_pending() -> None:
     sim = new_sim(start_delay=0)
     sim.node("n1")

@@ -33,8 +33,10 @@ class StaticCluster(Cluster):
     replicas: int = 3
     limit: int | None = None
 
-    def pool(self) -> dict[str, Any]:
-        raw = super().pool()
+    def pool(self, name: str = "default") -> dict[str, Any]:
+        raw = super().pool(name)
+        if name != "default":
+            return raw
         raw["spec"]["replicas"] = self.replicas
         if self.limit is not None:
             raw["spec"]["limits"] = {"nodes": str(self.limit)}

@@ -20,8 +20,9 @@ kube that move a pod after scheduling:
   period): its status turns ``Succeeded`` (simulated containers exit 0 on SIGTERM) with Ready
   False, and it is deleted with grace 0, as the kubelet does; the finalizers' owners then
   release it;
-* **pod garbage collection**: a pod bound to a Node that is gone or being deleted is deleted
-  (grace 0), as kube's pod GC deletes orphaned pods (without its 40 s quarantine).
+* **pod garbage collection**: a pod bound to a Node that is gone is deleted (grace 0), as kube's
+  pod GC deletes orphaned pods (without its 40 s quarantine). A Node being deleted but held by
+  a finalizer still exists, so its pods stay, and only eviction moves them, as on a real cluster.
 
 Not emulated: a Running pod on a Node turning NotReady stays Ready (the node lifecycle
 controller's taint-based eviction and readiness flip are not played), restarts, probes, init
@@ -121,7 +122,9 @@ class PodKubelet:
         if is_deleting(pod):
             return self._finish(pod)
         node = self.caches.store(NODES).get(str(node_name))
-        if node is None or is_deleting(node):
+        if node is None:
+            # Pod GC collects pods of Nodes that no longer exist; a Node being deleted still
+            # exists (a drain may hold it), so its pods stay until evicted.
             _log.info("pod %s: node %s is gone, deleting the pod", key, node_name)
             self._delete(pod)
             return DONE
