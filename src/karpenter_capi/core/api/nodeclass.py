@@ -10,7 +10,7 @@ status carries conditions, so a selector that matches nothing is reported where 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
 from pydantic import Field
 
@@ -28,11 +28,55 @@ class NodeClassConditionType(StrEnum):
     READY = "Ready"
 
 
+class LaunchMode(StrEnum):
+    """How a native plugin launches nodes for this NodeClass (unset: scalable resources)."""
+
+    CAPA_FLEET = "CAPAFleet"
+    CAPZ_MACHINE_POOL = "CAPZMachinePool"
+
+
+class TemplateReference(KubeModel):
+    """A namespaced Cluster API template the plugin copies from (never modifies)."""
+
+    kind: Annotated[str, Field(min_length=1)]
+    """``AWSMachineTemplate``, ``AzureMachineTemplate``, ``KubeadmConfigTemplate``..."""
+    name: Annotated[str, Field(min_length=1)]
+    """Name of the template, in the launch's namespace."""
+    api_version: str | None = None
+    """apiVersion of the template; the plugin's default for the kind when unset."""
+
+
+class LaunchSpec(KubeModel):
+    """Launch nodes through a cloud's own allocation and record them in Cluster API.
+
+    ``CAPAFleet``: one EC2 ``CreateFleet`` per NodeClaim across every compatible offering, the
+    instance adopted by stock CAPA through a Machine, a bootstrap config and an AWSMachine.
+    ``CAPZMachinePool``: one Flexible-orchestration MachinePool per VM size, priority and zone,
+    created at zero replicas from the templates and scaled one node at a time.
+    """
+
+    mode: LaunchMode
+    """The launch path (and so the plugin that serves it)."""
+    cluster_name: Annotated[str, Field(min_length=1)]
+    """The Cluster API ``Cluster`` the nodes join."""
+    namespace: Annotated[str, Field(min_length=1)]
+    """The namespace (management cluster) of the Cluster, its templates and the new objects."""
+    infrastructure_template_ref: TemplateReference
+    """The machine template the infrastructure objects are stamped from (AMI, disks, IAM
+    profile, security groups, image...); its instance type or VM size is replaced by the one
+    chosen for each node."""
+    bootstrap_config_template_ref: TemplateReference
+    """The bootstrap config template (``KubeadmConfigTemplate``) each node's config comes from."""
+
+
 class ClusterAPINodeClassSpec(KubeModel):
     """ClusterAPINodeClassSpec is the top level specification for ClusterAPINodeClasses."""
 
     scalable_resource_selector: LabelSelector = Field(default_factory=LabelSelector)
     """Selects the Cluster API scalable resources that take part in provisioning."""
+    launch: LaunchSpec | None = None
+    """A native launch path (``capa`` or ``capz`` plugin); unset, nodes come from the selected
+    scalable resources (``generic_capi``)."""
 
 
 class ClusterAPINodeClassStatus(KubeModel):
