@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest crds bench clean kubectl
+.PHONY: run test lint typecheck pytest crds bench clean kubectl image
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,3 +50,21 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+
+# The container image (deploy/Containerfile; docs/image.md) with docker, else podman. No test
+# uses it. EXTRAS=aws|azure|all adds the cloud plugins' SDKs; IMAGE names the repository.
+IMAGE ?= karpenter-capi
+EXTRAS ?=
+comma := ,
+IMAGE_VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
+IMAGE_TAG ?= $(IMAGE_VERSION)$(if $(EXTRAS),-$(subst $(comma),-,$(EXTRAS)))
+
+image:
+	@engine="$$(command -v docker || command -v podman)" || { \
+	  echo "make image: neither docker nor podman is installed" >&2; exit 1; }; \
+	set -x; "$$engine" build -f deploy/Containerfile \
+	  --build-arg EXTRAS="$(EXTRAS)" \
+	  --build-arg VERSION="$(IMAGE_VERSION)" \
+	  --build-arg REVISION="$$(git rev-parse HEAD 2>/dev/null)" \
+	  --build-arg SOURCE_URL="$$(git remote get-url origin 2>/dev/null)" \
+	  -t "$(IMAGE):$(IMAGE_TAG)" .
