@@ -40,8 +40,12 @@ pytest: $(STAMP) kubectl
 
 test: lint typecheck pytest
 
+# deploy/crds/ is the source; the Helm chart and the Kustomize base carry copies (Helm installs
+# only crds/ inside the chart, Kustomize loads nothing from outside its directory).
 crds: $(STAMP)
 	$(BIN)/karpenter-capi manifests --crds --split deploy/crds
+	cp deploy/crds/*.yaml deploy/charts/karpenter-capi/crds/
+	cp deploy/crds/*.yaml deploy/kustomize/base/crds/
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/apiserver_bench.py

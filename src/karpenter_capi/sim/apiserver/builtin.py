@@ -163,6 +163,16 @@ BUILTIN_DEFINITIONS: tuple[ResourceDefinition, ...] = (
         namespaced=False,
         short=("pc",),
     ),
+    # RBAC objects are stored, never enforced: a chart or Kustomize output applies as it would.
+    _core("roles", "Role", group="rbac.authorization.k8s.io"),
+    _core("rolebindings", "RoleBinding", group="rbac.authorization.k8s.io"),
+    _core("clusterroles", "ClusterRole", group="rbac.authorization.k8s.io", namespaced=False),
+    _core(
+        "clusterrolebindings",
+        "ClusterRoleBinding",
+        group="rbac.authorization.k8s.io",
+        namespaced=False,
+    ),
     _core(
         "customresourcedefinitions",
         "CustomResourceDefinition",
