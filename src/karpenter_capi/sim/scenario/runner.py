@@ -34,6 +34,7 @@ from typing import Any
 
 from karpenter_capi.core.api.crds import generate_crds
 from karpenter_capi.core.clock import FakeClock
+from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.errors import Conflict, NotFound
 from karpenter_capi.core.kube.resources import (
     DEPLOYMENTS,
@@ -209,11 +210,15 @@ def run(
     pace: Callable[[float], None] | None = None,
     pace_step: float = 1.0,
     plugin_objects: Sequence[tuple[str, object]] | None = None,
+    controller_client: Callable[[InMemoryAPIServer], KubeClient] | None = None,
 ) -> ScenarioResult:
     """Run ``scenario`` for ``until`` virtual seconds and return its outcome.
 
     ``plugin_objects`` (``(name, module or object)`` pairs) replaces loading ``plugins`` by
     name, to run plugins built with test doubles (``capa`` over moto and Stubber clients).
+    ``controller_client`` wraps the server for the controller alone (its Operator and plugins),
+    e.g. to audit its requests (``sim.apiserver.audit``); the emulated cluster around it keeps
+    calling the server itself.
 
     ``seed`` seeds the API server's generated names and uids, the scheduler stand-in's choice
     between equally scored nodes (and ``random``), so two runs of a scenario match.
@@ -242,10 +247,11 @@ def run(
     deferred = scenario.deferred()
     server.apply_manifests([deployment(w) for w in scenario.workloads if w.name not in deferred])
     requests_before = server.requests.snapshot()
+    client: KubeClient = server if controller_client is None else controller_client(server)
     with _capture_errors() as records:
         environment = PluginEnvironment(
-            workload=server,
-            management=server,
+            workload=client,
+            management=client,
             clock=clock,
             logger=logging.getLogger("karpenter_capi.plugins"),
         )
@@ -255,12 +261,15 @@ def run(
             else Plugins.from_objects(plugin_objects, environment)
         )
         operator = Operator(
-            server,
-            server,
+            client,
+            client,
             loaded,
             clock,
             OperatorOptions(leader_elect=False, metrics_port=None),
         )
+        # The controller's caches exist now. What is added below is the emulated cluster, not
+        # the controller: its writes, and the caches only it needs, go to the server directly.
+        operator.manager.client = operator.manager.management = server
         reconcile_errors = _ReconcileErrors(operator)
         add_capi_emulation(operator.manager, nodes=True)
         add_workload_emulation(operator.manager)
