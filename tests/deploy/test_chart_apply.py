@@ -15,7 +15,10 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_env import (
+
+from karpenter_capi.sim.apiserver import InMemoryAPIServer
+
+from .chart_env import (
     KUBECTL,
     SECRETS,
     VALUES_COMBINATIONS,
@@ -26,8 +29,6 @@ from chart_env import (
     served_cluster,
     service_monitor_crd,
 )
-
-from karpenter_capi.sim.apiserver import InMemoryAPIServer
 
 pytestmark = [
     pytest.mark.kubectl,

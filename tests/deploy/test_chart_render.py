@@ -18,7 +18,13 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_env import (
+
+from karpenter_capi import cli
+from karpenter_capi.cli_run import KNOWN_FEATURE_GATES, parse_feature_gates
+from karpenter_capi.core.kube.config import ClusterConfig, cluster_config_from_args
+from karpenter_capi.core.plugins import parse_plugin_options
+
+from .chart_env import (
     CHART_DIR,
     HELM_LABELS,
     NAMESPACE,
@@ -32,11 +38,6 @@ from chart_env import (
     kubelet_environment,
     render,
 )
-
-from karpenter_capi import cli
-from karpenter_capi.cli_run import KNOWN_FEATURE_GATES, parse_feature_gates
-from karpenter_capi.core.kube.config import ClusterConfig, cluster_config_from_args
-from karpenter_capi.core.plugins import parse_plugin_options
 
 RBAC_KINDS = {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 

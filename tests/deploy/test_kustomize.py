@@ -13,7 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chart_env import (
+
+from karpenter_capi.sim.apiserver import InMemoryAPIServer
+
+from .chart_env import (
     KUBECTL,
     KUSTOMIZE_DIR,
     NAMESPACE,
@@ -24,8 +27,6 @@ from chart_env import (
     render,
     served_cluster,
 )
-
-from karpenter_capi.sim.apiserver import InMemoryAPIServer
 
 pytestmark = [
     pytest.mark.kubectl,

@@ -21,8 +21,16 @@ from typing import Any
 
 import pytest
 import yaml
-from rbac_policy import Grant, allowed, granted_triples, grants_for, needed_by
-from rbac_recording import (
+
+from karpenter_capi.sim.apiserver.audit import (
+    MANAGEMENT_CLUSTER,
+    WORKLOAD_CLUSTER,
+    AuditLog,
+    AuditRecord,
+)
+
+from .rbac_policy import Grant, allowed, granted_triples, grants_for, needed_by
+from .rbac_recording import (
     LEASE_NAMESPACE,
     ONE_CLUSTER,
     record_capa,
@@ -30,13 +38,6 @@ from rbac_recording import (
     record_leader_election,
     record_scenarios,
     record_two_clusters,
-)
-
-from karpenter_capi.sim.apiserver.audit import (
-    MANAGEMENT_CLUSTER,
-    WORKLOAD_CLUSTER,
-    AuditLog,
-    AuditRecord,
 )
 
 REPO = Path(__file__).resolve().parents[2]
