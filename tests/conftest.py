@@ -11,12 +11,20 @@ install a handler on the stream of the moment (a capture that is closed after th
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
+
+# CI must be reproducible: there, property tests draw the same examples on every run (a new
+# example found locally is added as an explicit test); locally they keep exploring.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 @pytest.fixture(autouse=True)
