@@ -78,6 +78,8 @@ class PoolsEnv:
     plugin: CapzPlugin = field(init=False)
     plugins: Plugins = field(init=False)
     _driver: SteppedDriver | None = None
+    plugin_client: Any = None
+    """What the plugins talk to (the API itself unless a test wraps it)."""
 
     def __post_init__(self) -> None:
         self.restart()
@@ -98,13 +100,18 @@ class PoolsEnv:
         self.plugins = Plugins.from_objects(
             [("generic_capi", generic_capi), ("capz", self.plugin)],
             PluginEnvironment(
-                workload=self.api,
-                management=self.api,
+                workload=self.plugin_client or self.api,
+                management=self.plugin_client or self.api,
                 clock=self.world.clock,
                 logger=logging.getLogger("test.capz.pools"),
                 options={"capz": dict(self.options), "generic_capi": {}},
             ),
         )
+
+    def use_client(self, client: Any) -> None:
+        """Let the plugins talk through ``client`` from now on (a restart)."""
+        self.plugin_client = client
+        self.restart()
 
     # --- objects ----------------------------------------------------------------------------
 

@@ -19,7 +19,10 @@ module adds:
   deleted ``pool_grace`` after they were first seen so (``empty-since`` annotation, so a restart
   keeps counting), and a pool asking for more replicas than it has Machines while no NodeClaim
   waits on it is scaled back (a replica left behind by a NodeClaim that went while its VM was
-  being made). It runs on the garbage collector's ``karpenter_capi_list`` call, minutes apart.
+  being made), and a free Machine older than ``machine_timeout`` that no NodeClaim waits for is
+  marked ``delete-machine`` and its replica removed (a VM whose NodeClaim went, or whose
+  launch a crash lost before the core recorded it). It runs on the garbage collector's
+  ``karpenter_capi_list`` call, minutes apart.
 
 Every NodeClaim launched this way carries ``karpenter.cluster.x-k8s.io/launch:
 CAPZMachinePool``, which is how ``delete`` knows it is this mode's.
@@ -31,6 +34,7 @@ makes its VM objects fast; their provisioning is the core's launch timeout's bus
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -58,7 +62,7 @@ from karpenter_capi.plugins.capz.pools import (
 )
 from karpenter_capi.plugins.capz.provider import CapzProvider
 from karpenter_capi.plugins.cloud.unavailable import UnavailableOfferings as OfferingMarks
-from karpenter_capi.plugins.generic_capi.binding import claim_facts, machine_facts
+from karpenter_capi.plugins.generic_capi.binding import claim_facts, machine_facts, mark_patch
 from karpenter_capi.plugins.generic_capi.delete import Deleter
 from karpenter_capi.plugins.generic_capi.inflight import LaunchesInFlight
 from karpenter_capi.plugins.generic_capi.instances import DEFAULT_CACHE_TTL, MachineCache
@@ -70,7 +74,12 @@ from karpenter_capi.plugins.generic_capi.planning import (
     seconds_option,
     waiting_claims,
 )
-from karpenter_capi.plugins.generic_capi.scaling import ResourceRef, read_state, scale
+from karpenter_capi.plugins.generic_capi.scaling import (
+    ResourceRef,
+    ResourceState,
+    read_state,
+    scale,
+)
 from karpenter_capi.plugins.generic_capi.sources import UnavailableOfferings as ResourceMarks
 
 log = logging.getLogger(__name__)
@@ -259,10 +268,12 @@ class PoolLaunch:
                 delete_pool_parts(self._client, ref.namespace, ref.name)
             return
         others = waiting_claims(claims, state, bound)
-        needed = len(state.present) + len(others)
         if others or any(self.inflight.intents_on(ref.key)):
             self._not_empty(state.obj)
             return
+        if self._remove_strays(state):
+            return
+        needed = len(state.present)
         if state.replicas > needed:
             try:
                 scale(self._client, self.capi, state, needed)
@@ -304,6 +315,39 @@ class PoolLaunch:
             return  # it changed (a launch chose it) or went: look again next time
         delete_pool_parts(self._client, ref.namespace, ref.name)
         log.info("deleted empty MachinePool %s (empty since %s)", ref, since_raw)
+
+    def _remove_strays(self, state: ResourceState) -> bool:
+        """Remove the pool's free Machines older than ``machine_timeout`` (no NodeClaim waits
+        on the pool): VMs made for a NodeClaim that went before it could take one, or whose
+        launch was lost with its process. Marked, then the replicas lowered, as a delete does;
+        whether it wrote."""
+        horizon = self._ctx.clock.now() - timedelta(seconds=self.settings.machine_timeout)
+        strays = [m for m in state.machines if m.free and m.created <= horizon]
+        if not strays:
+            return False
+        mark_at = format_timestamp(self._ctx.clock.now())
+        for machine in strays:
+            try:
+                written = self._client.patch(
+                    self.capi.machines,
+                    machine.name,
+                    mark_patch(machine, mark_at),
+                    machine.namespace,
+                )
+            except (Conflict, NotFound):
+                return True  # it changed (a NodeClaim took it): look again next time
+            state.replace(machine_facts(written))
+        desired = len(state.alive)
+        if state.replicas > desired:
+            with contextlib.suppress(Conflict, NotFound):
+                scale(self._client, self.capi, state, desired)
+        log.info(
+            "removing %d Machine(s) of %s that no NodeClaim took: %s",
+            len(strays),
+            state.ref,
+            ", ".join(m.key for m in strays),
+        )
+        return True
 
     def _annotate(self, pool: JsonObject, value: str | None) -> None:
         meta = pool.get("metadata") or {}
