@@ -12,16 +12,22 @@ import pytest
 from capz_pools_env import NAMESPACE, new_env
 
 from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.api.nodeclaim import NodeClaim
 from karpenter_capi.core.errors import InstanceNotFoundError, InsufficientCapacityError
-from karpenter_capi.core.kube import MACHINE_POOLS, NODECLAIMS
+from karpenter_capi.core.kube import MACHINE_POOLS, NODECLAIMS, Resource
 from karpenter_capi.core.kube.errors import Conflict, NotFound
 from karpenter_capi.plugins.capz.pools import (
     ANNOTATION_EMPTY_SINCE,
     AZURE_MACHINE_POOL_MACHINES,
-    PoolOffering,
-    pool_name,
 )
 
+AZURE_MACHINE_TEMPLATES = Resource(
+    "infrastructure.cluster.x-k8s.io",
+    "v1beta1",
+    "azuremachinetemplates",
+    "AzureMachineTemplate",
+    True,
+)
 D4S = "Standard_D4s_v5"
 D2PS = "Standard_D2ps_v5"
 
@@ -55,8 +61,9 @@ def test_first_launch_creates_the_cheapest_pool_and_scales_it_to_one() -> None:
         "on-demand",
     )
     assert result.provider_id is None
-    name = pool_name("azure", PoolOffering(D4S, "on-demand", "2"))
-    pool = env.pools()[name]
+    pool = env.pool_of("a")
+    name = pool["metadata"]["name"]
+    assert name.startswith("azure-d4s-v5-od-z2-")
     assert pool["spec"]["replicas"] == 1
     assert pool["spec"]["failureDomains"] == ["2"]
     assert pool["spec"]["clusterName"] == "prod"
@@ -86,7 +93,7 @@ def test_spot_pool_carries_spot_vm_options() -> None:
     env.nodeclaim("s", capacity_types=("spot", "on-demand"), zones=("eastus-1",))
     result = env.launch("s")
     assert (result.capacity_type, result.zone) == ("spot", "eastus-1")
-    name = pool_name("azure", PoolOffering(D4S, "spot", "1"))
+    name = env.pool_of("s")["metadata"]["name"]
     assert env.azure_pool(name)["spec"]["template"]["spotVMOptions"] == {}
 
 
@@ -272,3 +279,23 @@ def test_other_nodeclasses_are_left_to_generic_capi() -> None:
     ctx = env.plugins.context("capz")
     assert env.plugin.karpenter_capi_instance_types(plain, ctx) is None
     assert env.plugin.karpenter_capi_create(None, [], plain, ctx) is None
+
+
+def test_changed_templates_make_new_pools_and_drift_the_old_nodes() -> None:
+    env = new_env()
+    env.nodeclaim("a", zones=("eastus-2",))
+    env.launch_all(["a"])
+    old = env.pool_of("a")["metadata"]["name"]
+    nodeclass, _ = env.models()
+    claim = NodeClaim.model_validate(env.claim("a"))
+    assert env.plugins.is_drifted(claim, nodeclass) is None
+    template = env.api.get(AZURE_MACHINE_TEMPLATES, "workers", NAMESPACE)
+    template["spec"]["template"]["spec"]["image"] = {"marketplace": {"version": "2.0.0"}}
+    env.api.update(AZURE_MACHINE_TEMPLATES, template)
+    assert env.plugins.is_drifted(claim, nodeclass) == "NodeClassDrift"
+    env.nodeclaim("b", zones=("eastus-2",))
+    env.launch_all(["b"])
+    new = env.pool_of("b")["metadata"]["name"]
+    assert new != old
+    assert env.azure_pool(new)["spec"]["template"]["image"] == {"marketplace": {"version": "2.0.0"}}
+    assert "image" not in env.azure_pool(old)["spec"]["template"]  # never edited

@@ -24,6 +24,10 @@ module adds:
   launch a crash lost before the core recorded it). It runs on the garbage collector's
   ``karpenter_capi_list`` call, minutes apart.
 
+Drift: pool names carry a hash of the templates they were stamped from, so a NodeClaim whose
+pool is not the one its offering would get today is drifted (``NodeClassDrift``) and Karpenter
+replaces it through a new pool.
+
 Every NodeClaim launched this way carries ``karpenter.cluster.x-k8s.io/launch:
 CAPZMachinePool``, which is how ``delete`` knows it is this mode's.
 
@@ -43,6 +47,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Final
 
+from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import format_timestamp, parse_timestamp
 from karpenter_capi.core.errors import NodeClassNotReadyError
 from karpenter_capi.core.hookspecs import LaunchResult, LaunchWatch, NodeClass, PluginContext
@@ -55,9 +60,11 @@ from karpenter_capi.plugins.capz.pools import (
     ANNOTATION_EMPTY_SINCE,
     LABEL_LAUNCH,
     LAUNCH_MODE,
+    PoolOffering,
     create_pool,
     delete_pool_parts,
     failure_of,
+    pool_name,
     pool_objects,
 )
 from karpenter_capi.plugins.capz.provider import CapzProvider
@@ -86,6 +93,7 @@ log = logging.getLogger(__name__)
 
 ANNOTATION_LAUNCH: Final = LABEL_LAUNCH
 """On a NodeClaim: the launch mode that made it (``CAPZMachinePool``)."""
+DRIFT_REASON: Final = "NodeClassDrift"
 POOL_GRACE_OPTION: Final = "pool_grace"
 DEFAULT_POOL_GRACE: Final = 600.0
 
@@ -237,6 +245,27 @@ class PoolLaunch:
             return inflight.to_wake(machine_facts(machine))
 
         return [LaunchWatch(self.capi.machines, nodeclaims, "management")]
+
+    # --- drift -------------------------------------------------------------------------------
+
+    def is_drifted(self, nodeclaim: Any, nodeclass: NodeClass) -> str | None:
+        """``NodeClassDrift`` when the NodeClaim's pool was stamped from other templates than
+        the NodeClass names today (pool names carry the templates' hash, ``pools.pool_name``)."""
+        launch = launch_spec(nodeclass)
+        claim = claim_facts(nodeclaim)
+        intent = ResourceRef.parse(claim.intent) if claim.intent else None
+        instance_type = claim.labels.get(wellknown.LABEL_INSTANCE_TYPE)
+        capacity_type = claim.labels.get(wellknown.LABEL_CAPACITY_TYPE)
+        if launch is None or intent is None or not instance_type or not capacity_type:
+            return None
+        name = str(getattr(getattr(nodeclass, "metadata", None), "name", "") or "")
+        templates = load_templates(self._client, self._provider, name, launch)
+        zone_label = claim.labels.get(wellknown.LABEL_TOPOLOGY_ZONE, "")
+        zone = zone_label.removeprefix(f"{templates.location}-") if zone_label else ""
+        expected = pool_name(
+            name, PoolOffering(instance_type, capacity_type, zone), templates.digest
+        )
+        return None if intent.name == expected else DRIFT_REASON
 
     # --- delete --------------------------------------------------------------------------------
 

@@ -73,7 +73,7 @@ class PoolSpec:
 
     @property
     def name(self) -> str:
-        return pool_name(self.templates.nodeclass, self.offering)
+        return pool_name(self.templates.nodeclass, self.offering, self.templates.digest)
 
 
 @dataclass

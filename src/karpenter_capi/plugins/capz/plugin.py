@@ -59,6 +59,7 @@ __all__ = [
     "karpenter_capi_delete",
     "karpenter_capi_describe_machine_template",
     "karpenter_capi_instance_types",
+    "karpenter_capi_is_drifted",
     "karpenter_capi_launch_watches",
     "karpenter_capi_list",
 ]
@@ -156,6 +157,18 @@ class CapzPlugin:
         except ApiError as exc:
             raise RetryableCreateError(f"Cluster API request failed: {exc}") from exc
 
+    @hookimpl(tryfirst=True)
+    def karpenter_capi_is_drifted(
+        self, nodeclaim: Any, nodeclass: NodeClass, ctx: PluginContext
+    ) -> str | None:
+        if launch_spec(nodeclass) is None:
+            return None
+        try:
+            return self.launch(ctx).is_drifted(nodeclaim, nodeclass)
+        except (ApiError, NodeClassNotReadyError) as exc:
+            ctx.logger.warning("cannot judge drift of a CAPZMachinePool NodeClaim: %s", exc)
+            return None
+
     @hookimpl
     def karpenter_capi_launch_watches(self, ctx: PluginContext) -> list[LaunchWatch]:
         return self.launch(ctx).watches()
@@ -223,6 +236,14 @@ def karpenter_capi_create(
 @hookimpl
 def karpenter_capi_launch_watches(ctx: PluginContext) -> list[LaunchWatch]:
     return _default.karpenter_capi_launch_watches(ctx)
+
+
+@hookimpl(tryfirst=True)
+def karpenter_capi_is_drifted(
+    nodeclaim: Any, nodeclass: NodeClass, ctx: PluginContext
+) -> str | None:
+    """``NodeClassDrift`` for a pool node whose NodeClass templates changed."""
+    return _default.karpenter_capi_is_drifted(nodeclaim, nodeclass, ctx)
 
 
 @hookimpl(tryfirst=True)

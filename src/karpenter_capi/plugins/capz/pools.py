@@ -5,8 +5,9 @@ Stock CAPZ cannot let Azure choose among VM sizes (its VMSS PUT always writes on
 offering it may launch: per (NodeClass, VM size, priority, zone). Each pool is three objects
 created together at zero replicas, from the NodeClass's templates:
 
-* a ``KubeadmConfig`` (the ``KubeadmConfigTemplate``'s ``spec.template.spec``), which CAPZ turns
-  into the scale set's customData;
+* a ``KubeadmConfig`` (the ``KubeadmConfigTemplate``'s ``spec.template.spec``, plus Karpenter's
+  ``karpenter.sh/unregistered`` registration taint), which CAPZ turns into the scale set's
+  customData;
 * an ``AzureMachinePool`` (``orchestrationMode: Flexible``), whose ``spec.template`` is the
   ``AzureMachineTemplate``'s VM spec (image, OS disk, SSH key, ...) with ``vmSize`` replaced,
   ``spotVMOptions`` only for Spot, and the Cluster's location;
@@ -15,8 +16,10 @@ created together at zero replicas, from the NodeClass's templates:
 
 Names are derived from the offering (``pool_name``), so every process and every restart finds
 the same pool, and creation is idempotent (``AlreadyExists`` is success). Pools are treated as
-immutable: CAPZ rolls every VM of a scale set when its model changes, so a pool is never edited;
-a changed template makes new pools only once the old ones are swept. Every object carries the
+immutable: CAPZ rolls every VM of a scale set when its model changes, so a pool is never edited.
+A hash of the templates is part of every name instead: changed templates make new pools, the
+nodes of the old ones are drifted (Karpenter replaces them), and the old pools, once empty, are
+swept. Every object carries the
 labels ``karpenter.cluster.x-k8s.io/launch=CAPZMachinePool`` and
 ``karpenter.cluster.x-k8s.io/nodeclass=<name>`` (which pools are ours) and the MachinePool the
 scale-from-zero capacity annotations of its size, which cluster-autoscaler, ``kubectl`` readers
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -111,17 +115,33 @@ class LaunchTemplates:
     bootstrap: Mapping[str, Any]
     """The KubeadmConfigTemplate as read."""
 
+    @property
+    def digest(self) -> str:
+        """A hash of everything a pool is stamped from: part of every pool's name, so changed
+        templates make new pools (and the nodes of the old ones drifted)."""
+        stamped = {
+            "infrastructure": (self.infrastructure.get("spec") or {}).get("template"),
+            "bootstrap": (self.bootstrap.get("spec") or {}).get("template"),
+            "version": self.version,
+            "location": self.location,
+            "cluster": self.cluster,
+        }
+        text = json.dumps(stamped, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:10]
+
 
 def _slug(text: str, limit: int) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
     return slug[:limit].strip("-") or "x"
 
 
-def pool_name(nodeclass: str, offering: PoolOffering) -> str:
-    """The deterministic name of the pool of ``offering`` for ``nodeclass``: readable parts
-    (truncated) and a hash of the whole identity, within the 63 characters of a label value
-    and the length Azure allows a scale set name."""
-    identity = "/".join((nodeclass, offering.vm_size, offering.capacity_type, offering.zone))
+def pool_name(nodeclass: str, offering: PoolOffering, digest: str) -> str:
+    """The deterministic name of the pool of ``offering`` for ``nodeclass`` stamped from
+    templates of ``digest``: readable parts (truncated) and a hash of the whole identity, within
+    the 63 characters of a label value and the length Azure allows a scale set name."""
+    identity = "/".join(
+        (nodeclass, offering.vm_size, offering.capacity_type, offering.zone, digest)
+    )
     digest = hashlib.sha256(identity.encode()).hexdigest()[:6]
     size = _slug(offering.vm_size.removeprefix("Standard_").removeprefix("standard_"), 16)
     priority = "spot" if offering.spot else "od"
@@ -175,6 +195,24 @@ def capacity_annotations(capacity: ResourceList, node_labels: Mapping[str, str])
     return annotations
 
 
+def with_unregistered_taint(spec: Mapping[str, Any]) -> JsonObject:
+    """A copy of a KubeadmConfig spec whose nodes register with Karpenter's
+    ``karpenter.sh/unregistered:NoExecute`` taint (``joinConfiguration.nodeRegistration.taints``),
+    which Karpenter removes once it has synced the NodeClaim's labels and taints, so no pod
+    lands on the node before. kubeadm then registers exactly the listed taints, so the list
+    keeps the template's own."""
+    copied: JsonObject = copy.deepcopy(dict(spec))
+    join = copied.setdefault("joinConfiguration", {})
+    registration = join.setdefault("nodeRegistration", {})
+    taints = list(registration.get("taints") or [])
+    if not any(t.get("key") == wellknown.TAINT_UNREGISTERED_KEY for t in taints):
+        taints.append(
+            {"key": wellknown.TAINT_UNREGISTERED_KEY, "effect": wellknown.TAINT_UNREGISTERED_EFFECT}
+        )
+    registration["taints"] = taints
+    return copied
+
+
 def pool_objects(
     templates: LaunchTemplates,
     offering: PoolOffering,
@@ -185,7 +223,7 @@ def pool_objects(
 ) -> tuple[JsonObject, JsonObject, JsonObject]:
     """(KubeadmConfig, AzureMachinePool, MachinePool) of ``offering``'s pool, in the order
     they are created."""
-    name = pool_name(templates.nodeclass, offering)
+    name = pool_name(templates.nodeclass, offering, templates.digest)
     labels = _labels(templates, offering, zone_label)
     namespace = templates.namespace
     bootstrap_spec = ((templates.bootstrap.get("spec") or {}).get("template") or {}).get("spec")
@@ -193,7 +231,7 @@ def pool_objects(
         "apiVersion": KUBEADM_CONFIGS.api_version,
         "kind": KUBEADM_CONFIG,
         "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
-        "spec": copy.deepcopy(dict(bootstrap_spec or {})),
+        "spec": with_unregistered_taint(bootstrap_spec or {}),
     }
     infra_spec = (templates.infrastructure.get("spec") or {}).get("template") or {}
     vm = infra_spec.get("spec") or {}

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -209,11 +209,14 @@ def run(
     pace: Callable[[float], None] | None = None,
     pace_step: float = 1.0,
     plugin_objects: Sequence[tuple[str, object]] | None = None,
+    emulation: Mapping[str, Any] | None = None,
 ) -> ScenarioResult:
     """Run ``scenario`` for ``until`` virtual seconds and return its outcome.
 
     ``plugin_objects`` (``(name, module or object)`` pairs) replaces loading ``plugins`` by
     name, to run plugins built with test doubles (``capa`` over moto and Stubber clients).
+    ``emulation`` overrides ``EmulationSettings`` fields of the CAPI emulation (VM sizes a
+    simulated Azure has no capacity for, ``azure_unavailable_sizes``).
 
     ``seed`` seeds the API server's generated names and uids, the scheduler stand-in's choice
     between equally scored nodes (and ``random``), so two runs of a scenario match.
@@ -262,7 +265,7 @@ def run(
             OperatorOptions(leader_elect=False, metrics_port=None),
         )
         reconcile_errors = _ReconcileErrors(operator)
-        add_capi_emulation(operator.manager, nodes=True)
+        add_capi_emulation(operator.manager, **{"nodes": True, **(emulation or {})})
         add_workload_emulation(operator.manager)
         operator.manager.add(SimScheduler(server, operator.manager, clock, seed=seed))
         launch_rounds = LaunchRounds(clock)
