@@ -249,3 +249,20 @@ def test_dry_run_writes_nothing_and_launches_nothing(caplog: pytest.LogCaptureFi
     assert env.provider.count("create") == 0
     assert "would launch NodeClaim nc" in caplog.text
     assert "would patch NodeClaim nc" in caplog.text
+
+
+def test_a_fallback_after_a_recorded_result_relabels_the_offering() -> None:
+    env = new_env(bind_after_polls=2)
+    env.nodeclaim("nc")
+    controller = env.lifecycle(launch_poll_interval=5.0)
+    env.reconcile(controller, "nc")
+    assert env.get("nc")["metadata"]["labels"][wellknown.LABEL_TOPOLOGY_ZONE] == "zone-a"
+    # The plugin gave up on zone-a and now launches in zone-b (capz's pool fallback).
+    [instance] = env.provider.instances.values()
+    instance.zone = "zone-b"
+    for _ in range(2):
+        env.clock.advance(5)
+        env.reconcile(controller, "nc")
+    claim = env.get("nc")
+    assert condition(claim, "Launched")["status"] == "True"
+    assert claim["metadata"]["labels"][wellknown.LABEL_TOPOLOGY_ZONE] == "zone-b"

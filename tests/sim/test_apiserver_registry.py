@@ -70,6 +70,8 @@ def test_register_cluster_api_serves_capi_with_its_columns_and_scale_paths(
         "AWSCluster",
         "AWSMachineTemplate",
         "AzureCluster",
+        "AzureMachinePool",
+        "AzureMachinePoolMachine",
         "AzureMachineTemplate",
         "DockerMachineTemplate",
     }

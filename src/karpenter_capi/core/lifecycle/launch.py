@@ -61,6 +61,9 @@ LAUNCHED: Final = str(NodeClaimConditionType.LAUNCHED)
 REASON_LAUNCHING: Final = "Launching"
 REASON_LAUNCH_FAILED: Final = "LaunchFailed"
 _MAX_MESSAGE: Final = 300
+_OFFERING_LABELS: Final = frozenset(
+    {wellknown.LABEL_INSTANCE_TYPE, wellknown.LABEL_CAPACITY_TYPE, wellknown.LABEL_TOPOLOGY_ZONE}
+)
 
 
 class LaunchInputError(Exception):
@@ -312,8 +315,11 @@ class Launch:
         except RequirementError:
             pinned = {}
         pinned.pop(wellknown.LABEL_HOSTNAME, None)
-        # As upstream: what the user or the NodePool set wins over what the provider resolved.
-        work.labels = {**resolved, **pinned, **work.labels}
+        # As upstream: what the user or the NodePool set wins over what the provider resolved;
+        # but the offering is the latest result's (a plugin that fell back to another type or
+        # zone after an earlier result was recorded must not leave the first one's labels).
+        offering = {k: v for k, v in resolved.items() if k in _OFFERING_LABELS and k not in pinned}
+        work.labels = {**resolved, **pinned, **work.labels, **offering}
         work.annotations = {**work.annotations, **result.annotations}
         capacity = result.capacity or (
             attempt.instance_type.capacity if attempt.instance_type else None

@@ -299,6 +299,11 @@ class CapzProvider:
             env=self._env,
         )
 
+    def target(self, owner: Mapping[str, Any]) -> AzureTarget:
+        """The location and subscription of ``owner``'s Cluster (cached for a minute);
+        ``AzureClusterError`` says what is missing."""
+        return self._targets.get(owner)
+
     # -- the hook --------------------------------------------------------------------------
 
     def describe(

@@ -43,6 +43,13 @@ While Machines of the resource are marked for deletion and the replicas already 
 no scale-up is written: CAPI cannot remove marked Machines and add new ones in one replica
 change, so the deletion goes first and the scale-up follows a few seconds later.
 
+A native plugin reuses this logic for resources it creates itself (``capz``'s MachinePools,
+one per VM size, priority and zone): it passes its own ``inventory`` (the pools that would
+serve each offering, whether they exist yet or not) and a ``prepare`` step that creates a pool
+before its first read, or names why the pool cannot serve (its provider reports it failed): the
+NodeClaim then gives back the replica it asked for and falls through to the next candidate, and
+the resource is marked unavailable.
+
 The counting rules themselves (waiting NodeClaims, pairing, target, ranking) are in
 ``planning``; this module reads, writes and decides what to try next. The NodeClaims and a
 resource's Machines are read through ``mirror``: as fresh as a list, at the cost of the changes
@@ -52,7 +59,7 @@ since the previous call (a list per call made a burst of N NodeClaims cost O(N^2
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -78,7 +85,11 @@ from karpenter_capi.plugins.generic_capi.binding import (
 )
 from karpenter_capi.plugins.generic_capi.inflight import LaunchesInFlight
 from karpenter_capi.plugins.generic_capi.instances import MachineCache
-from karpenter_capi.plugins.generic_capi.inventory import UnavailableOfferings, collect_inventory
+from karpenter_capi.plugins.generic_capi.inventory import (
+    Inventory,
+    UnavailableOfferings,
+    collect_inventory,
+)
 from karpenter_capi.plugins.generic_capi.mirror import ClusterMirrors, WaitingClaims
 from karpenter_capi.plugins.generic_capi.planning import (
     Candidate,
@@ -98,6 +109,12 @@ from karpenter_capi.plugins.generic_capi.scaling import (
 )
 
 log = logging.getLogger(__name__)
+
+InventoryOf = Callable[[NodeClass], Inventory]
+"""The resources behind a NodeClass's offerings (default: the ones its selector matches)."""
+Prepare = Callable[[Candidate], str | None]
+"""Called before a candidate resource is read: makes it exist if it may (a native plugin's
+lazily created pool), or says why it cannot serve now (a pool its provider reports failed)."""
 
 
 @dataclass(frozen=True)
@@ -144,8 +161,12 @@ class Launcher:
         *,
         mirrors: ClusterMirrors,
         inflight: LaunchesInFlight,
+        inventory: InventoryOf | None = None,
+        prepare: Prepare | None = None,
     ) -> None:
         self._ctx = ctx
+        self._inventory_of = inventory or self._selected
+        self._prepare = prepare
         self._inflight = inflight
         self._client: KubeClient = ctx.management
         self._capi = capi
@@ -153,6 +174,9 @@ class Launcher:
         self._mirrors = mirrors
         self._unavailable = unavailable
         self._settings = settings
+
+    def _selected(self, nodeclass: NodeClass) -> Inventory:
+        return collect_inventory(self._ctx, nodeclass, self._capi)
 
     # --- entry point ----------------------------------------------------------------------------
 
@@ -204,7 +228,7 @@ class Launcher:
                 state = self._read_state(intent)
                 claims = self._on(call.claims(self._mirrors), intent)
                 self._give_back(state, claim, claims, self._cache.bound_claims())
-        inventory = collect_inventory(self._ctx, nodeclass, self._capi)
+        inventory = self._inventory_of(nodeclass)
         candidates = rank_candidates(instance_types, inventory, self._unavailable)
         for candidate in candidates:
             if any(candidate.ref == done.ref for done in tried):
@@ -301,7 +325,7 @@ class Launcher:
                 labels.get(wellknown.LABEL_TOPOLOGY_ZONE, ""),
                 labels.get(wellknown.LABEL_CAPACITY_TYPE, wellknown.CAPACITY_TYPE_ON_DEMAND),
             )
-        inventory = collect_inventory(self._ctx, nodeclass, self._capi)
+        inventory = self._inventory_of(nodeclass)
         for resource in inventory.resources:
             if resource.key == ref.key:
                 return Candidate(ref, resource.instance_type, resource.zone, resource.capacity_type)
@@ -314,6 +338,11 @@ class Launcher:
         claim, now = call.claim, call.now
         claims = self._on(call.claims(self._mirrors), ref)
         bound_elsewhere = self._cache.bound_claims()
+        problem = self._prepare(candidate) if self._prepare is not None else None
+        if problem is not None:
+            if sticky:
+                self._give_back(self._read_state(ref), claim, claims, bound_elsewhere)
+            return _Outcome(skip=problem, mark=True)
         for _ in range(self._settings.conflict_retries):
             state = self._read_state(ref)
             if state is None:

@@ -154,7 +154,13 @@ def _writes_status(ctx: PluginContext) -> bool:
 
 
 def _ours(nodeclass: NodeClass | Mapping[str, Any]) -> bool:
-    return bool(raw_nodeclass(nodeclass).get("kind", NODECLASS_KIND) == NODECLASS_KIND)
+    """A ClusterAPINodeClass without ``spec.launch``: one with a native launch mode belongs to
+    the plugin of that mode (``capa``, ``capz``), even for drift, which this plugin would judge
+    by scalable-resource templates such a NodeClass does not use."""
+    raw = raw_nodeclass(nodeclass)
+    if raw.get("kind", NODECLASS_KIND) != NODECLASS_KIND:
+        return False
+    return not (raw.get("spec") or {}).get("launch")
 
 
 def _claims_our_kind(nodeclaim: Any) -> bool:

@@ -220,6 +220,22 @@ def cluster_api_crds() -> list[JsonObject]:
         ),
         crd(
             INFRASTRUCTURE_GROUP,
+            "AzureMachinePool",
+            "azuremachinepools",
+            ("v1beta1",),
+            short_names=("amp",),
+            categories=("cluster-api", "capz"),
+        ),
+        crd(
+            INFRASTRUCTURE_GROUP,
+            "AzureMachinePoolMachine",
+            "azuremachinepoolmachines",
+            ("v1beta1",),
+            short_names=("ampm",),
+            categories=("cluster-api", "capz"),
+        ),
+        crd(
+            INFRASTRUCTURE_GROUP,
             "DockerMachineTemplate",
             "dockermachinetemplates",
             ("v1beta1",),

@@ -57,6 +57,26 @@ def _join_args(config: Mapping[str, Any]) -> dict[str, str]:
     return found
 
 
+def registration_taints(config: Mapping[str, Any] | None) -> list[dict[str, str]]:
+    """``joinConfiguration.nodeRegistration.taints`` of a kubeadm config: what the kubelet
+    registers the Node with (``--register-with-taints``)."""
+    if not config:
+        return []
+    spec = config.get("spec") or {}
+    if config.get("kind") == "KubeadmConfigTemplate":
+        spec = (spec.get("template") or {}).get("spec") or {}
+    registration = (spec.get("joinConfiguration") or {}).get("nodeRegistration") or {}
+    taints = registration.get("taints") if isinstance(registration, Mapping) else None
+    found = []
+    for taint in taints if isinstance(taints, list) else []:
+        if isinstance(taint, Mapping) and taint.get("key") and taint.get("effect"):
+            entry = {"key": str(taint["key"]), "effect": str(taint["effect"])}
+            if taint.get("value"):
+                entry["value"] = str(taint["value"])
+            found.append(entry)
+    return found
+
+
 def _to_decimal(text: str) -> Decimal:
     quantity = parse_quantity(text)
     if quantity.nanos < 0:

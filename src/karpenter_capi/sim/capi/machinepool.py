@@ -19,6 +19,10 @@ carrying its providerID. A scale-down then deletes Machines by the MachineSet pr
 its instance: it leaves the list at once, and the Machine controller deletes its Node and lets
 the Machine go after the delete delay.
 
+A pool backed by an ``AzureMachinePool`` behaves as stock CAPZ makes it (``azure``): Machines
+always, an ``AzureMachinePoolMachine`` per VM, CAPZ's provider IDs, and no capacity for the
+VM sizes ``EmulationSettings.azure_unavailable_sizes`` names.
+
 Requested instances live in memory until provisioned: a restarted emulation requests them anew.
 """
 
@@ -45,6 +49,7 @@ from karpenter_capi.core.runtime.controller import (
     Result,
     Watch,
 )
+from karpenter_capi.sim.capi import azure
 from karpenter_capi.sim.capi.machine import FAILURE_REASON, node_is_ready
 from karpenter_capi.sim.capi.machineset import machines_to_delete
 from karpenter_capi.sim.capi.objects import (
@@ -171,8 +176,11 @@ class MachinePoolController:
             self.client.patch(self.primary, name_of(pool), patch, namespace_of(pool))
             return DONE
         shape = shape_of(pool, self.settings.default_shape)
+        on_azure = azure.is_azure_pool(pool)
         with_machines = flag_from(
-            [pool], ANNOTATION_MACHINE_POOL_MACHINES, self.settings.machine_pool_machines
+            [pool],
+            ANNOTATION_MACHINE_POOL_MACHINES,
+            self.settings.machine_pool_machines or on_azure,
         )
         listed = _provider_ids(pool)
         machines = controlled_by(self.caches.store(self.machines, MANAGEMENT), pool)
@@ -181,7 +189,9 @@ class MachinePoolController:
             terminating = {nested(m, "spec", "providerID") for m in machines if is_deleting(m)}
             listed = [p for p in listed if p not in terminating]
         requested = self._requested.setdefault(key, [])
-        out_of_capacity = flag_from([pool], ANNOTATION_OUT_OF_CAPACITY, default=False)
+        out_of_capacity = flag_from([pool], ANNOTATION_OUT_OF_CAPACITY, default=False) or (
+            on_azure and azure.no_capacity(self.client, pool, self.settings.azure_unavailable_sizes)
+        )
         if out_of_capacity:
             requested.clear()  # the cloud gave up on what it had not delivered yet
 
@@ -225,7 +235,11 @@ class MachinePoolController:
     def _new_provider_id(self, pool: JsonObject, taken: set[str]) -> str:
         while True:
             instance = f"{name_of(pool)}-{random_suffix(self.rand)}"
-            provider_id = f"{PROVIDER_ID_SCHEME}{namespace_of(pool)}/{instance}"
+            provider_id = (
+                azure.provider_id(pool, instance)
+                if azure.is_azure_pool(pool)
+                else f"{PROVIDER_ID_SCHEME}{namespace_of(pool)}/{instance}"
+            )
             if provider_id not in taken:
                 return provider_id
 
@@ -269,9 +283,13 @@ class MachinePoolController:
                 continue
             body = self._new_machine(pool, shape, provider_id)
             try:
-                self.client.create(resource_at(self.machines, shape), body, namespace_of(pool))
+                created = self.client.create(
+                    resource_at(self.machines, shape), body, namespace_of(pool)
+                )
             except AlreadyExists:
                 continue
+            if azure.is_azure_pool(pool):
+                azure.ensure_pool_machine(self.client, pool, created)
 
     def _new_machine(self, pool: JsonObject, shape: str, provider_id: str) -> JsonObject:
         name = provider_id.rpartition("/")[2]

@@ -24,7 +24,8 @@ Node with the right providerID, labels, capacity and taints. Until the kubelet e
   labels, then everything in the ``capacity.../labels`` annotation (which wins), and the
   Machine's ``node-role.kubernetes.io/*``, ``node-restriction.kubernetes.io/*`` and
   ``node.cluster.x-k8s.io/*`` labels, which CAPI syncs to Nodes;
-* **taints**: the ``capacity.../taints`` annotation, plus ``karpenter.sh/unregistered:NoExecute``
+* **taints**: the ``capacity.../taints`` annotation and the kubeadm config's
+  ``joinConfiguration.nodeRegistration.taints``, plus ``karpenter.sh/unregistered:NoExecute``
   when the Machine or its scalable resource is labelled
   ``node.cluster.x-k8s.io/karpenter-member`` (Karpenter's registration removes it);
 * **annotations**: ``cluster.x-k8s.io/machine``, ``cluster-name``, ``cluster-namespace`` as
@@ -59,7 +60,12 @@ from karpenter_capi.core.runtime.controller import (
 )
 from karpenter_capi.core.scheduling.quantity import QuantityError, parse_quantity
 from karpenter_capi.core.scheduling.taints import Taint, TaintError
-from karpenter_capi.sim.capi.kubeletconfig import BOOTSTRAP_GROUP, KUBEADM_KINDS, kubelet_status
+from karpenter_capi.sim.capi.kubeletconfig import (
+    BOOTSTRAP_GROUP,
+    KUBEADM_KINDS,
+    kubelet_status,
+    registration_taints,
+)
 from karpenter_capi.sim.capi.machine import node_is_ready
 from karpenter_capi.sim.capi.objects import (
     annotations_of,
@@ -198,6 +204,7 @@ def build_node(
     labels.update(_pairs(shape.get(wellknown.ANNOTATION_CAPACITY_LABELS, "")))
     labels.update({k: v for k, v in machine_labels.items() if k.startswith(_SYNCED_LABEL_PREFIXES)})
     taints = _taints(shape.get(wellknown.ANNOTATION_CAPACITY_TAINTS, ""))
+    taints += [t for t in registration_taints(bootstrap) if t not in taints]
     member = any(wellknown.LABEL_KARPENTER_MEMBER in labels_of(obj) for obj in sources)
     if member and not any(t.get("key") == wellknown.TAINT_UNREGISTERED_KEY for t in taints):
         taints.append(

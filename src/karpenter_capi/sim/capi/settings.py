@@ -65,6 +65,9 @@ class EmulationSettings:
     nodes: bool = False
     """Add the kubelet stand-in (``nodes.py``): a Node per provisioned Machine or instance."""
     machine_pool_machines: bool = False
+    azure_unavailable_sizes: frozenset[str] = frozenset()
+    """Azure VM sizes (``Standard_D4s_v5``, or ``Standard_D4s_v5@2`` for one zone) without
+    capacity: pools of them get no VM and report the failure (``azure.py``)."""
     version: str = V1BETA2
     default_shape: str = V1BETA2
     seed: int | None = 0

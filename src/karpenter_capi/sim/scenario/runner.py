@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -211,6 +211,7 @@ def run(
     pace_step: float = 1.0,
     plugin_objects: Sequence[tuple[str, object]] | None = None,
     controller_client: Callable[[InMemoryAPIServer], KubeClient] | None = None,
+    emulation: Mapping[str, Any] | None = None,
 ) -> ScenarioResult:
     """Run ``scenario`` for ``until`` virtual seconds and return its outcome.
 
@@ -219,6 +220,8 @@ def run(
     ``controller_client`` wraps the server for the controller alone (its Operator and plugins),
     e.g. to audit its requests (``sim.apiserver.audit``); the emulated cluster around it keeps
     calling the server itself.
+    ``emulation`` overrides ``EmulationSettings`` fields of the CAPI emulation (VM sizes a
+    simulated Azure has no capacity for, ``azure_unavailable_sizes``).
 
     ``seed`` seeds the API server's generated names and uids, the scheduler stand-in's choice
     between equally scored nodes (and ``random``), so two runs of a scenario match.
@@ -271,7 +274,7 @@ def run(
         # the controller: its writes, and the caches only it needs, go to the server directly.
         operator.manager.client = operator.manager.management = server
         reconcile_errors = _ReconcileErrors(operator)
-        add_capi_emulation(operator.manager, nodes=True)
+        add_capi_emulation(operator.manager, **{"nodes": True, **(emulation or {})})
         add_workload_emulation(operator.manager)
         operator.manager.add(SimScheduler(server, operator.manager, clock, seed=seed))
         launch_rounds = LaunchRounds(clock)

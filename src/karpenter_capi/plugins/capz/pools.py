@@ -1,0 +1,336 @@
+"""The MachinePools the ``CAPZMachinePool`` launch mode creates: names, objects, state.
+
+Stock CAPZ cannot let Azure choose among VM sizes (its VMSS PUT always writes one
+``sku.name``), so the plugin makes the choice and keeps one Flexible-orchestration pool per
+offering it may launch: per (NodeClass, VM size, priority, zone). Each pool is three objects
+created together at zero replicas, from the NodeClass's templates:
+
+* a ``KubeadmConfig`` (the ``KubeadmConfigTemplate``'s ``spec.template.spec``, plus Karpenter's
+  ``karpenter.sh/unregistered`` registration taint), which CAPZ turns into the scale set's
+  customData;
+* an ``AzureMachinePool`` (``orchestrationMode: Flexible``), whose ``spec.template`` is the
+  ``AzureMachineTemplate``'s VM spec (image, OS disk, SSH key, ...) with ``vmSize`` replaced,
+  ``spotVMOptions`` only for Spot, and the Cluster's location;
+* a ``MachinePool`` referencing both, with ``failureDomains: [zone]`` and the Kubernetes version
+  of the Cluster, created last, so that a pool whose MachinePool exists is whole.
+
+Names are derived from the offering (``pool_name``), so every process and every restart finds
+the same pool, and creation is idempotent (``AlreadyExists`` is success). Pools are treated as
+immutable: CAPZ rolls every VM of a scale set when its model changes, so a pool is never edited.
+A hash of the templates is part of every name instead: changed templates make new pools, the
+nodes of the old ones are drifted (Karpenter replaces them), and the old pools, once empty, are
+swept. Every object carries the
+labels ``karpenter.cluster.x-k8s.io/launch=CAPZMachinePool`` and
+``karpenter.cluster.x-k8s.io/nodeclass=<name>`` (which pools are ours) and the MachinePool the
+scale-from-zero capacity annotations of its size, which cluster-autoscaler, ``kubectl`` readers
+and the simulator read.
+
+A pool has *failed* when Cluster API reports it so: CAPI copies the infrastructure pool's
+failure into the MachinePool's ``status.failureReason`` (v1beta2:
+``status.deprecated.v1beta1.failureReason``) and phase ``Failed``; CAPZ reports there a scale
+set that cannot be created or scaled (``SkuNotAvailable``, ``ZonalAllocationFailed``...).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.kube.client import JsonObject, KubeClient
+from karpenter_capi.core.kube.discovery import CapiResources
+from karpenter_capi.core.kube.errors import AlreadyExists, NotFound
+from karpenter_capi.core.kube.resources import CAPI_INFRASTRUCTURE_GROUP, Resource
+from karpenter_capi.core.scheduling.resources import ResourceList
+
+LAUNCH_MODE: Final = "CAPZMachinePool"
+LABEL_LAUNCH: Final = "karpenter.cluster.x-k8s.io/launch"
+LABEL_NODECLASS: Final = "karpenter.cluster.x-k8s.io/nodeclass"
+ANNOTATION_EMPTY_SINCE: Final = "karpenter.cluster.x-k8s.io/empty-since"
+"""On a pool of ours: when it was first seen with no replica, no Machine and no NodeClaim
+waiting on it (RFC 3339); the sweep deletes it a grace period later."""
+BOOTSTRAP_GROUP: Final = "bootstrap.cluster.x-k8s.io"
+AZURE_MACHINE_POOL: Final = "AzureMachinePool"
+KUBEADM_CONFIG: Final = "KubeadmConfig"
+AZURE_MACHINE_POOLS: Final = Resource(
+    CAPI_INFRASTRUCTURE_GROUP, "v1beta1", "azuremachinepools", AZURE_MACHINE_POOL, True
+)
+AZURE_MACHINE_POOL_MACHINES: Final = Resource(
+    CAPI_INFRASTRUCTURE_GROUP,
+    "v1beta1",
+    "azuremachinepoolmachines",
+    "AzureMachinePoolMachine",
+    True,
+)
+KUBEADM_CONFIGS: Final = Resource(
+    BOOTSTRAP_GROUP, "v1beta1", "kubeadmconfigs", KUBEADM_CONFIG, True
+)
+
+# The AzureMachineTemplate VM fields an AzureMachinePool's template also has (CAPZ
+# ``AzureMachinePoolMachineTemplate``); the others (failureDomain, providerID, identity...) are
+# per-VM or live at the pool's top level.
+_TEMPLATE_FIELDS: Final = (
+    "image",
+    "osDisk",
+    "sshPublicKey",
+    "dataDisks",
+    "securityProfile",
+    "networkInterfaces",
+    "diagnostics",
+    "vmExtensions",
+)
+_POOL_FIELDS: Final = ("additionalTags", "identity", "userAssignedIdentities")
+_MAX_NAME: Final = 52
+
+
+@dataclass(frozen=True)
+class PoolOffering:
+    """What one pool makes: a VM size at a priority in one Azure zone (``""``: no zones)."""
+
+    vm_size: str
+    capacity_type: str
+    zone: str
+
+    @property
+    def spot(self) -> bool:
+        return self.capacity_type == wellknown.CAPACITY_TYPE_SPOT
+
+
+@dataclass(frozen=True)
+class LaunchTemplates:
+    """Everything a pool is stamped from, for one NodeClass (see ``target``)."""
+
+    nodeclass: str
+    cluster: str
+    namespace: str
+    location: str
+    version: str
+    infrastructure: Mapping[str, Any]
+    """The AzureMachineTemplate as read."""
+    bootstrap: Mapping[str, Any]
+    """The KubeadmConfigTemplate as read."""
+
+    @property
+    def digest(self) -> str:
+        """A hash of everything a pool is stamped from: part of every pool's name, so changed
+        templates make new pools (and the nodes of the old ones drifted)."""
+        stamped = {
+            "infrastructure": (self.infrastructure.get("spec") or {}).get("template"),
+            "bootstrap": (self.bootstrap.get("spec") or {}).get("template"),
+            "version": self.version,
+            "location": self.location,
+            "cluster": self.cluster,
+        }
+        text = json.dumps(stamped, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def _slug(text: str, limit: int) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return slug[:limit].strip("-") or "x"
+
+
+def pool_name(nodeclass: str, offering: PoolOffering, digest: str) -> str:
+    """The deterministic name of the pool of ``offering`` for ``nodeclass`` stamped from
+    templates of ``digest``: readable parts (truncated) and a hash of the whole identity, within
+    the 63 characters of a label value and the length Azure allows a scale set name."""
+    identity = "/".join(
+        (nodeclass, offering.vm_size, offering.capacity_type, offering.zone, digest)
+    )
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:6]
+    size = _slug(offering.vm_size.removeprefix("Standard_").removeprefix("standard_"), 16)
+    priority = "spot" if offering.spot else "od"
+    zone = f"-z{_slug(offering.zone, 3)}" if offering.zone else ""
+    head = _slug(nodeclass, _MAX_NAME - len(size) - len(priority) - len(zone) - 10)
+    return f"{head}-{size}-{priority}{zone}-{digest}"
+
+
+def _ref(capi_version: str, group: str, version: str, kind: str, name: str) -> JsonObject:
+    """An object reference in the layout of the CAPI version served (v1beta2: apiGroup)."""
+    if capi_version == "v1beta1":
+        return {"apiVersion": f"{group}/{version}", "kind": kind, "name": name}
+    return {"apiGroup": group, "kind": kind, "name": name}
+
+
+def _labels(templates: LaunchTemplates, offering: PoolOffering, zone_label: str) -> JsonObject:
+    labels = {
+        LABEL_LAUNCH: LAUNCH_MODE,
+        LABEL_NODECLASS: templates.nodeclass,
+        wellknown.LABEL_CAPI_CLUSTER_NAME: templates.cluster,
+        wellknown.LABEL_INSTANCE_TYPE: offering.vm_size,
+        wellknown.LABEL_CAPACITY_TYPE: offering.capacity_type,
+    }
+    if zone_label:
+        labels[wellknown.LABEL_TOPOLOGY_ZONE] = zone_label
+    return labels
+
+
+def capacity_annotations(capacity: ResourceList, node_labels: Mapping[str, str]) -> dict[str, str]:
+    """The scale-from-zero annotations of a pool whose nodes have ``capacity`` and carry
+    ``node_labels``."""
+    annotations = {
+        wellknown.ANNOTATION_CAPACITY_LABELS: ",".join(
+            f"{key}={value}" for key, value in sorted(node_labels.items())
+        )
+    }
+    names = {
+        "cpu": wellknown.ANNOTATION_CAPACITY_CPU,
+        "memory": wellknown.ANNOTATION_CAPACITY_MEMORY,
+        "pods": wellknown.ANNOTATION_CAPACITY_MAX_PODS,
+        "ephemeral-storage": wellknown.ANNOTATION_CAPACITY_EPHEMERAL_DISK,
+    }
+    raw = capacity.to_dict()
+    for resource, annotation in names.items():
+        if resource in raw:
+            annotations[annotation] = str(raw[resource])
+    gpus = {k: v for k, v in raw.items() if k.endswith("/gpu")}
+    for resource, count in gpus.items():
+        annotations[wellknown.ANNOTATION_CAPACITY_GPU_COUNT] = str(count)
+        annotations[wellknown.ANNOTATION_CAPACITY_GPU_TYPE] = resource
+    return annotations
+
+
+def with_unregistered_taint(spec: Mapping[str, Any]) -> JsonObject:
+    """A copy of a KubeadmConfig spec whose nodes register with Karpenter's
+    ``karpenter.sh/unregistered:NoExecute`` taint (``joinConfiguration.nodeRegistration.taints``),
+    which Karpenter removes once it has synced the NodeClaim's labels and taints, so no pod
+    lands on the node before. kubeadm then registers exactly the listed taints, so the list
+    keeps the template's own."""
+    copied: JsonObject = copy.deepcopy(dict(spec))
+    join = copied.setdefault("joinConfiguration", {})
+    registration = join.setdefault("nodeRegistration", {})
+    taints = list(registration.get("taints") or [])
+    if not any(t.get("key") == wellknown.TAINT_UNREGISTERED_KEY for t in taints):
+        taints.append(
+            {"key": wellknown.TAINT_UNREGISTERED_KEY, "effect": wellknown.TAINT_UNREGISTERED_EFFECT}
+        )
+    registration["taints"] = taints
+    return copied
+
+
+def pool_objects(
+    templates: LaunchTemplates,
+    offering: PoolOffering,
+    capi: CapiResources,
+    *,
+    zone_label: str,
+    annotations: Mapping[str, str],
+) -> tuple[JsonObject, JsonObject, JsonObject]:
+    """(KubeadmConfig, AzureMachinePool, MachinePool) of ``offering``'s pool, in the order
+    they are created."""
+    name = pool_name(templates.nodeclass, offering, templates.digest)
+    labels = _labels(templates, offering, zone_label)
+    namespace = templates.namespace
+    bootstrap_spec = ((templates.bootstrap.get("spec") or {}).get("template") or {}).get("spec")
+    kubeadm: JsonObject = {
+        "apiVersion": KUBEADM_CONFIGS.api_version,
+        "kind": KUBEADM_CONFIG,
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+        "spec": with_unregistered_taint(bootstrap_spec or {}),
+    }
+    infra_spec = (templates.infrastructure.get("spec") or {}).get("template") or {}
+    vm = infra_spec.get("spec") or {}
+    template: JsonObject = {k: copy.deepcopy(vm[k]) for k in _TEMPLATE_FIELDS if k in vm}
+    template["vmSize"] = offering.vm_size
+    if offering.spot:
+        template["spotVMOptions"] = copy.deepcopy(dict(vm.get("spotVMOptions") or {}))
+    pool_spec: JsonObject = {
+        "location": templates.location,
+        "orchestrationMode": "Flexible",
+        "template": template,
+    }
+    pool_spec.update({k: copy.deepcopy(vm[k]) for k in _POOL_FIELDS if k in vm})
+    azure_pool: JsonObject = {
+        "apiVersion": AZURE_MACHINE_POOLS.api_version,
+        "kind": AZURE_MACHINE_POOL,
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+        "spec": pool_spec,
+    }
+    machine_spec: JsonObject = {
+        "clusterName": templates.cluster,
+        "version": templates.version,
+        "bootstrap": {
+            "configRef": _ref(capi.version, BOOTSTRAP_GROUP, "v1beta1", KUBEADM_CONFIG, name)
+        },
+        "infrastructureRef": _ref(
+            capi.version, CAPI_INFRASTRUCTURE_GROUP, "v1beta1", AZURE_MACHINE_POOL, name
+        ),
+    }
+    machine_pool: JsonObject = {
+        "apiVersion": capi.api_version,
+        "kind": "MachinePool",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": dict(labels),
+            "annotations": dict(annotations),
+        },
+        "spec": {
+            "clusterName": templates.cluster,
+            "replicas": 0,
+            "template": {"metadata": {}, "spec": machine_spec},
+        },
+    }
+    if offering.zone:
+        machine_pool["spec"]["failureDomains"] = [offering.zone]
+    return kubeadm, azure_pool, machine_pool
+
+
+def create_pool(
+    client: KubeClient, capi: CapiResources, objects: tuple[JsonObject, JsonObject, JsonObject]
+) -> JsonObject:
+    """Create the three objects (each one that exists already is left as it is) and return the
+    MachinePool as the API has it."""
+    kubeadm, azure_pool, machine_pool = objects
+    namespace = str(machine_pool["metadata"]["namespace"])
+    name = str(machine_pool["metadata"]["name"])
+    for resource, body in (
+        (KUBEADM_CONFIGS, kubeadm),
+        (AZURE_MACHINE_POOLS, azure_pool),
+        (capi.machine_pools, machine_pool),
+    ):
+        try:
+            created = client.create(resource, body, namespace)
+        except AlreadyExists:
+            continue
+        if resource is capi.machine_pools:
+            return created
+    return client.get(capi.machine_pools, name, namespace)
+
+
+def failure_of(pool: Mapping[str, Any]) -> str | None:
+    """Why Cluster API reports the pool failed, or ``None``."""
+    status = pool.get("status")
+    if not isinstance(status, Mapping):
+        return None
+    deprecated = status.get("deprecated")
+    v1beta1 = deprecated.get("v1beta1") if isinstance(deprecated, Mapping) else None
+    if not isinstance(v1beta1, Mapping):
+        v1beta1 = {}
+    reason = status.get("failureReason") or v1beta1.get("failureReason")
+    message = status.get("failureMessage") or v1beta1.get("failureMessage")
+    if reason or message:
+        return f"{reason or 'Failed'}: {message}" if message else str(reason)
+    if status.get("phase") == "Failed":
+        return "phase Failed"
+    return None
+
+
+def is_ours(obj: Mapping[str, Any]) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(LABEL_LAUNCH) == LAUNCH_MODE)
+
+
+def delete_pool_parts(client: KubeClient, namespace: str, name: str) -> None:
+    """Delete a pool's KubeadmConfig and AzureMachinePool (CAPI also does, once it has taken
+    them over; either may be gone already)."""
+    for resource in (AZURE_MACHINE_POOLS, KUBEADM_CONFIGS):
+        try:
+            client.delete(resource, name, namespace)
+        except NotFound:
+            continue
