@@ -313,7 +313,14 @@ class Launch:
             pinned = {}
         pinned.pop(wellknown.LABEL_HOSTNAME, None)
         # As upstream: what the user or the NodePool set wins over what the provider resolved.
-        work.labels = {**resolved, **pinned, **work.labels}
+        # A provider ID settles the offering: a plugin that lets the cloud choose (an EC2 Fleet)
+        # answered with its likeliest offering before, and now knows the real one.
+        settled = (
+            {key: value for key, value in resolved.items() if key not in pinned}
+            if result.provider_id
+            else {}
+        )
+        work.labels = {**resolved, **pinned, **work.labels, **settled}
         work.annotations = {**work.annotations, **result.annotations}
         capacity = result.capacity or (
             attempt.instance_type.capacity if attempt.instance_type else None

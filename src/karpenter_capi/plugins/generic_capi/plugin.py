@@ -154,7 +154,11 @@ def _writes_status(ctx: PluginContext) -> bool:
 
 
 def _ours(nodeclass: NodeClass | Mapping[str, Any]) -> bool:
-    return bool(raw_nodeclass(nodeclass).get("kind", NODECLASS_KIND) == NODECLASS_KIND)
+    """A ClusterAPINodeClass without ``spec.launch`` (a native launch mode is capa's or capz's)."""
+    raw = raw_nodeclass(nodeclass)
+    if (raw.get("spec") or {}).get("launch"):
+        return False
+    return bool(raw.get("kind", NODECLASS_KIND) == NODECLASS_KIND)
 
 
 def _claims_our_kind(nodeclaim: Any) -> bool:
