@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import boto3
@@ -80,7 +81,7 @@ class FleetAws(StubbedAws):
     def _answer(self, **_: Any) -> Any:
         if not self.fleet_answers:
             return None
-        return ({"status_code": 200}, self.fleet_answers.pop(0))
+        return (SimpleNamespace(status_code=200, headers={}), self.fleet_answers.pop(0))
 
     def refuse_next_fleet(self, errors: Sequence[tuple[str, str, str]]) -> None:
         """The next CreateFleet launches nothing and reports ``(type, subnet, code)`` errors."""
@@ -270,8 +271,16 @@ class FleetWorld:
         zones: Sequence[str] | None = None,
     ) -> JsonObject:
         requirements: list[dict[str, Any]] = [
-            {"key": wellknown.LABEL_INSTANCE_TYPE, "operator": "In", "values": list(instance_types)},
-            {"key": wellknown.LABEL_CAPACITY_TYPE, "operator": "In", "values": list(capacity_types)},
+            {
+                "key": wellknown.LABEL_INSTANCE_TYPE,
+                "operator": "In",
+                "values": list(instance_types),
+            },
+            {
+                "key": wellknown.LABEL_CAPACITY_TYPE,
+                "operator": "In",
+                "values": list(capacity_types),
+            },
         ]
         if zones:
             requirements.append(

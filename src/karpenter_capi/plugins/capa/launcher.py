@@ -354,25 +354,26 @@ class FleetLauncher:
         region, cluster, namespace, what = where
         ec2 = self._clients.ec2(region)
         kind, _, name = what.partition("/")
+        # Each call answers True while it still found something to end, so the core's next call
+        # is the one that confirms nothing is left.
         if kind == "instance":
-            fleet.terminate(ec2, [name])
             live = fleet.tagged_instances(ec2, [{"Name": "instance-id", "Values": [name]}])
-            if live:
-                return True
-            raise InstanceNotFoundError(name, "terminated")
+            if not live:
+                raise InstanceNotFoundError(name, "terminated")
+            fleet.terminate(ec2, [name])
+            return True
         machine = self._get(self.capi.machines, name, namespace)
         adopted = self._adopted(namespace, name)
-        if adopted is None:
-            # CAPA has no AWSMachine to terminate: the instances tagged for it are ours to end.
-            fleet.terminate(ec2, [i.instance_id for i in fleet.find_launched(ec2, cluster, name)])
+        stray = [] if adopted is not None else fleet.find_launched(ec2, cluster, name)
+        # With no AWSMachine, CAPA knows no instance to terminate: those tagged for the
+        # NodeClaim (a crash after CreateFleet) are the plugin's to end.
+        fleet.terminate(ec2, [i.instance_id for i in stray])
         if machine is not None:
             if not adopt.is_deleting(machine):
                 self._client.delete(self.capi.machines, name, namespace)
             return True
-        if adopted is not None:
-            return True  # the AWSMachine is still being deleted (CAPA terminates)
-        if fleet.find_launched(ec2, cluster, name):
-            return True
+        if adopted is not None or stray:
+            return True  # CAPA is terminating the adopted instance, or we just did
         raise InstanceNotFoundError(name, "its Machine and instance are gone")
 
     def _adopted(self, namespace: str, name: str) -> JsonObject | None:
