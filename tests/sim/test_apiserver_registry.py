@@ -68,6 +68,7 @@ def test_register_cluster_api_serves_capi_with_its_columns_and_scale_paths(
     }
     assert infra == {
         "AWSCluster",
+        "AWSMachine",
         "AWSMachineTemplate",
         "AzureCluster",
         "AzureMachinePool",

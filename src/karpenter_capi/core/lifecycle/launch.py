@@ -317,9 +317,15 @@ class Launch:
         pinned.pop(wellknown.LABEL_HOSTNAME, None)
         # As upstream: what the user or the NodePool set wins over what the provider resolved;
         # but the offering is the latest result's (a plugin that fell back to another type or
-        # zone after an earlier result was recorded must not leave the first one's labels).
-        offering = {k: v for k, v in resolved.items() if k in _OFFERING_LABELS and k not in pinned}
-        work.labels = {**resolved, **pinned, **work.labels, **offering}
+        # zone after an earlier result was recorded must not leave the first one's labels), and
+        # a provider ID settles every label: a plugin that lets the cloud choose (an EC2 Fleet)
+        # answered with its likeliest offering before, and now knows the real one.
+        settled = {
+            key: value
+            for key, value in resolved.items()
+            if key not in pinned and (result.provider_id or key in _OFFERING_LABELS)
+        }
+        work.labels = {**resolved, **pinned, **work.labels, **settled}
         work.annotations = {**work.annotations, **result.annotations}
         capacity = result.capacity or (
             attempt.instance_type.capacity if attempt.instance_type else None

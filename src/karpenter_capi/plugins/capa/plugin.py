@@ -20,6 +20,12 @@ delegates to one built with boto3's default session. Tests and embedders registe
 ``CapaPlugin(clients=...)`` with moto or Stubber clients. Importing this module needs boto3:
 without the ``aws`` extra, enabling ``capa`` fails at load with an error naming the extra.
 
+A ClusterAPINodeClass with ``spec.launch.mode: CAPAFleet`` is this plugin's alone: its
+inventory is the region's EC2 catalog (``fleet_inventory``), and its NodeClaims launch through
+one EC2 ``CreateFleet`` each and are recorded as a Machine, KubeadmConfig and AWSMachine that
+stock CAPA adopts (``launcher``). Those hooks run ``tryfirst`` so that ``generic_capi`` never
+sees such a NodeClass or NodeClaim; they answer ``None`` for everything else.
+
 Options (``--plugin-option capa.NAME=VALUE``): ``region`` (instead of the AWSCluster's),
 ``max-pods`` (instead of the VPC CNI formula), ``price-refresh-interval`` (seconds, default
 43200), ``price-configmap-namespace`` (default ``$POD_NAMESPACE`` or ``kube-system``),
@@ -39,12 +45,27 @@ from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.errors import NodeClassNotReadyError
-from karpenter_capi.core.hookspecs import MachineTemplateDescription, PluginContext, hookimpl
+from karpenter_capi.core.hookspecs import (
+    Instance,
+    LaunchResult,
+    MachineTemplateDescription,
+    NodeClass,
+    PluginContext,
+    hookimpl,
+)
+from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.resources import CAPI_INFRASTRUCTURE_GROUP
 from karpenter_capi.plugins.capa.catalog import CatalogEntry, load_instance_type
 from karpenter_capi.plugins.capa.clients import AwsClients, Boto3Clients
 from karpenter_capi.plugins.capa.eks import EKS_CONTROL_PLANE_KIND, eks_overhead
+from karpenter_capi.plugins.capa.fleet_inventory import (
+    RegionCatalog,
+    fleet_instance_types,
+    load_region_catalog,
+)
+from karpenter_capi.plugins.capa.fleet_target import fleet_launch, resolve_target
+from karpenter_capi.plugins.capa.launcher import FleetLauncher
 from karpenter_capi.plugins.capa.pricing import RegionPrices
 from karpenter_capi.plugins.capa.region import (
     RegionError,
@@ -84,6 +105,8 @@ class _State:
     control_planes: CatalogCache[tuple[str, str], str]
     metrics: CloudMetrics | None
     unavailable: UnavailableOfferings
+    region_catalogs: CatalogCache[str, RegionCatalog]
+    launcher: FleetLauncher
     books: dict[str, PriceBook] = field(default_factory=dict)
 
 
@@ -143,6 +166,72 @@ class CapaPlugin:
         if not _is_aws_template(template):
             return None
         return self.describe(template, owner, ctx)
+
+    @hookimpl(tryfirst=True)
+    def karpenter_capi_instance_types(
+        self, nodeclass: NodeClass, ctx: PluginContext
+    ) -> list[InstanceType] | None:
+        if fleet_launch(nodeclass) is None:
+            return None
+        return self.fleet_instance_types(nodeclass, ctx)
+
+    @hookimpl(tryfirst=True)
+    def karpenter_capi_create(
+        self,
+        nodeclaim: Any,
+        instance_types: list[InstanceType],
+        nodeclass: NodeClass,
+        ctx: PluginContext,
+    ) -> LaunchResult | None:
+        if fleet_launch(nodeclass) is None:
+            return None
+        return self.launcher(ctx).create(nodeclaim, instance_types, nodeclass)
+
+    @hookimpl(tryfirst=True)
+    def karpenter_capi_delete(self, nodeclaim: Any, ctx: PluginContext) -> bool | None:
+        return self.launcher(ctx).delete(nodeclaim)
+
+    @hookimpl(tryfirst=True)
+    def karpenter_capi_get(self, provider_id: str, ctx: PluginContext) -> Instance | None:
+        return self.launcher(ctx).get(provider_id)
+
+    @hookimpl
+    def karpenter_capi_list(self, ctx: PluginContext) -> list[Instance]:
+        return self.launcher(ctx).list()
+
+    # -- fleet launches --------------------------------------------------------------------------
+
+    def launcher(self, ctx: PluginContext) -> FleetLauncher:
+        """The fleet launcher of ``ctx``'s management cluster (its counters are read by the
+        simulator's report)."""
+        return self._state(ctx).launcher
+
+    def fleet_instance_types(self, nodeclass: NodeClass, ctx: PluginContext) -> list[InstanceType]:
+        """The inventory of a ``CAPAFleet`` NodeClass (see ``fleet_inventory``)."""
+        state = self._state(ctx)
+        target = resolve_target(ctx.management, nodeclass, _option(ctx, "region"))
+        try:
+            catalog = state.region_catalogs.get(target.region)
+        except CatalogError as exc:
+            raise NodeClassNotReadyError(
+                target.nodeclass, f"cannot read the EC2 catalog: {exc}"
+            ) from None
+        snapshot = self._book(ctx, state, target.region).snapshot()
+        max_pods = _positive(ctx, "max-pods", None)
+        found = fleet_instance_types(
+            catalog,
+            target.zones,
+            snapshot,
+            state.unavailable,
+            int(max_pods) if max_pods is not None else None,
+        )
+        if not found:
+            raise NodeClassNotReadyError(
+                target.nodeclass,
+                f"EC2 sells no priced instance type in the zones of its subnets "
+                f"({', '.join(sorted(target.zones))})",
+            )
+        return found
 
     # -- the description -------------------------------------------------------------------------
 
@@ -223,6 +312,7 @@ class CapaPlugin:
             else:
                 metrics = CloudMetrics(ctx.metrics, PLUGIN_NAME) if ctx.metrics else None
                 client = ctx.management
+                unavailable = UnavailableOfferings(ctx.clock)
                 state = _State(
                     catalogs=CatalogCache(
                         "EC2 catalog",
@@ -247,7 +337,18 @@ class CapaPlugin:
                         retry_seconds=30.0,
                     ),
                     metrics=metrics,
-                    unavailable=UnavailableOfferings(ctx.clock),
+                    unavailable=unavailable,
+                    region_catalogs=CatalogCache(
+                        "EC2 region catalog",
+                        lambda region: load_region_catalog(
+                            self.clients.ec2(region), region, metrics
+                        ),
+                        ctx.clock,
+                        ttl_seconds=CATALOG_TTL_SECONDS,
+                    ),
+                    launcher=FleetLauncher(
+                        client, self.clients, ctx.clock, unavailable, _option(ctx, "region")
+                    ),
                 )
                 self._states[key] = state
                 while len(self._states) > _MAX_STATES:
@@ -424,3 +525,41 @@ def karpenter_capi_describe_machine_template(
     if not _is_aws_template(template):
         return None
     return default_plugin().describe(template, owner, ctx)
+
+
+@hookimpl(tryfirst=True)
+def karpenter_capi_instance_types(
+    nodeclass: NodeClass, ctx: PluginContext
+) -> list[InstanceType] | None:
+    """A ``CAPAFleet`` NodeClass's inventory (``None`` for any other NodeClass)."""
+    if fleet_launch(nodeclass) is None:
+        return None
+    return default_plugin().fleet_instance_types(nodeclass, ctx)
+
+
+@hookimpl(tryfirst=True)
+def karpenter_capi_create(
+    nodeclaim: Any, instance_types: list[InstanceType], nodeclass: NodeClass, ctx: PluginContext
+) -> LaunchResult | None:
+    """Launch through EC2 Fleet for a ``CAPAFleet`` NodeClass (``None`` otherwise)."""
+    if fleet_launch(nodeclass) is None:
+        return None
+    return default_plugin().launcher(ctx).create(nodeclaim, instance_types, nodeclass)
+
+
+@hookimpl(tryfirst=True)
+def karpenter_capi_delete(nodeclaim: Any, ctx: PluginContext) -> bool | None:
+    """Delete a fleet-launched NodeClaim's Machine (``None`` for other NodeClaims)."""
+    return default_plugin().launcher(ctx).delete(nodeclaim)
+
+
+@hookimpl(tryfirst=True)
+def karpenter_capi_get(provider_id: str, ctx: PluginContext) -> Instance | None:
+    """A fleet-launched instance by provider ID (``None`` for any other)."""
+    return default_plugin().launcher(ctx).get(provider_id)
+
+
+@hookimpl
+def karpenter_capi_list(ctx: PluginContext) -> list[Instance]:
+    """Fleet-launched Machines and instances tagged for a NodeClaim."""
+    return default_plugin().launcher(ctx).list()

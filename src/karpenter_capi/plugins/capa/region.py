@@ -24,9 +24,11 @@ class RegionError(Exception):
     """The region cannot be found; the message says where the chain broke."""
 
 
-def _get(
+def get_object(
     client: KubeClient, group: str, kind: str, namespace: str, name: str, *, hint: str = ""
 ) -> Any:
+    """``kind`` ``namespace/name`` of ``group`` at ``hint``'s version, else any served one;
+    ``RegionError`` when the group is not served or no version has it."""
     served = client.served_versions(group)
     versions = list(dict.fromkeys(v for v in (hint, *served) if v and v in served))
     if not versions:
@@ -40,12 +42,13 @@ def _get(
     raise RegionError(f"{kind} {namespace}/{name} not found")
 
 
-def _follow(client: KubeClient, namespace: str, ref: Any, default_group: str) -> Any:
+def follow_ref(client: KubeClient, namespace: str, ref: Any, default_group: str) -> Any:
+    """The object a CAPI reference (``apiGroup`` or ``apiVersion``) names; ``None`` for none."""
     if not isinstance(ref, Mapping) or not ref.get("kind") or not ref.get("name"):
         return None
     group, slash, version = str(ref.get("apiVersion") or "").rpartition("/")
     group = str(ref.get("apiGroup") or (group if slash else "") or default_group)
-    return _get(
+    return get_object(
         client,
         group,
         str(ref["kind"]),
@@ -57,13 +60,13 @@ def _follow(client: KubeClient, namespace: str, ref: Any, default_group: str) ->
 
 def cluster_region(client: KubeClient, namespace: str, cluster_name: str) -> str:
     """The region of Cluster ``namespace/cluster_name``; ``RegionError`` when it has none."""
-    cluster = _get(client, CAPI_GROUP, "Cluster", namespace, cluster_name)
+    cluster = get_object(client, CAPI_GROUP, "Cluster", namespace, cluster_name)
     spec = cluster.get("spec") or {}
     for field, group in (
         ("infrastructureRef", CAPI_INFRASTRUCTURE_GROUP),
         ("controlPlaneRef", CONTROL_PLANE_GROUP),
     ):
-        target = _follow(client, namespace, spec.get(field), group)
+        target = follow_ref(client, namespace, spec.get(field), group)
         if target is None:
             continue
         region = (target.get("spec") or {}).get("region")
@@ -78,7 +81,7 @@ def cluster_region(client: KubeClient, namespace: str, cluster_name: str) -> str
 def control_plane_kind(client: KubeClient, namespace: str, cluster_name: str) -> str:
     """The kind of Cluster ``namespace/cluster_name``'s ``spec.controlPlaneRef`` (``""``: none);
     ``RegionError`` when the Cluster cannot be read."""
-    cluster = _get(client, CAPI_GROUP, "Cluster", namespace, cluster_name)
+    cluster = get_object(client, CAPI_GROUP, "Cluster", namespace, cluster_name)
     ref = (cluster.get("spec") or {}).get("controlPlaneRef")
     return str(ref.get("kind") or "") if isinstance(ref, Mapping) else ""
 

@@ -204,6 +204,14 @@ def cluster_api_crds() -> list[JsonObject]:
         ),
         crd(
             INFRASTRUCTURE_GROUP,
+            "AWSMachine",
+            "awsmachines",
+            ("v1beta2", "v1beta1"),
+            short_names=("awsm",),
+            categories=("cluster-api", "capa"),
+        ),
+        crd(
+            INFRASTRUCTURE_GROUP,
             "AzureCluster",
             "azureclusters",
             ("v1beta1",),
