@@ -112,7 +112,11 @@ class _Names:
 
 
 class FleetLauncher:
-    """The fleet hooks over one management cluster (per ``PluginContext``)."""
+    """The fleet hooks over one management cluster (per ``PluginContext``).
+
+    ``client`` is the management cluster (Cluster API objects, templates, Secrets); ``workload``
+    the cluster the ClusterAPINodeClasses live in (the same one unless they are apart).
+    """
 
     def __init__(
         self,
@@ -120,9 +124,12 @@ class FleetLauncher:
         clients: AwsClients,
         clock: Clock,
         unavailable: UnavailableOfferings,
+        *,
         region_option: str | None = None,
+        workload: KubeClient | None = None,
     ) -> None:
         self._client = client
+        self._workload = workload or client
         self._clients = clients
         self._clock = clock
         self._unavailable = unavailable
@@ -338,7 +345,7 @@ class FleetLauncher:
         if ref.get("kind") != wellknown.NODECLASS_KIND or not ref.get("name"):
             return None
         try:
-            nodeclass = self._client.get(CLUSTER_API_NODE_CLASSES, str(ref["name"]))
+            nodeclass = self._workload.get(CLUSTER_API_NODE_CLASSES, str(ref["name"]))
         except NotFound:
             return None
         if fleet_launch(nodeclass) is None:
@@ -446,7 +453,7 @@ class FleetLauncher:
 
     def _targets(self) -> list[FleetTarget]:
         targets: dict[tuple[str, str, str], FleetTarget] = {}
-        for nodeclass in self._client.list(CLUSTER_API_NODE_CLASSES).items:
+        for nodeclass in self._workload.list(CLUSTER_API_NODE_CLASSES).items:
             if fleet_launch(nodeclass) is None:
                 continue
             try:
