@@ -1,32 +1,24 @@
-"""A CAPZ cluster in the in-memory API, and a capz provider whose Azure is the fake transport.
+"""A CAPZ cluster in the in-memory API, and a capz provider whose Azure is the simulator's.
 
 ``CapzWorld`` holds the in-memory management cluster (a Cluster, its AzureCluster in eastus),
-a ``FakeClock``, and one ``FakeAzureTransport`` serving both Resource SKUs and Retail Prices.
+a ``FakeClock``, and one ``SimulatedAzure`` (``karpenter_capi.sim.azure``) serving both
+Resource SKUs and Retail Prices.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-
-from capz_fakes import (
-    PRICES_PATH,
-    SKUS_PATH,
-    SUBSCRIPTION,
-    FakeAzureTransport,
-    FakeCredential,
-    PricesEndpoint,
-    eastus_meters,
-    eastus_skus,
-    skus_handler,
-)
 
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.hookspecs import PluginContext
 from karpenter_capi.plugins.capz.provider import CapzProvider, CapzSettings
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
+from karpenter_capi.sim.azure.eastus import PricesEndpoint
+from karpenter_capi.sim.azure.transport import SUBSCRIPTION, FakeAzureTransport, FakeCredential
+from karpenter_capi.sim.azure.world import SimulatedAzure
 from karpenter_capi.sim.cluster import new_cluster
 
 INFRA = "infrastructure.cluster.x-k8s.io"
@@ -121,20 +113,26 @@ def machine_deployment(
 class CapzWorld:
     server: InMemoryAPIServer
     clock: FakeClock
-    transport: FakeAzureTransport
-    prices: PricesEndpoint
-    credential: FakeCredential = field(default_factory=FakeCredential)
+    azure: SimulatedAzure
 
     @classmethod
     def new(cls, *, objects: list[dict[str, Any]] | None = None) -> CapzWorld:
         clock = FakeClock()
         server = new_cluster(clock=clock)
         server.apply_manifests(cluster_objects() if objects is None else objects)
-        prices = PricesEndpoint(eastus_meters())
-        transport = FakeAzureTransport(
-            {SKUS_PATH: skus_handler(eastus_skus()), PRICES_PATH: prices}
-        )
-        return cls(server, clock, transport, prices)
+        return cls(server, clock, SimulatedAzure.eastus())
+
+    @property
+    def transport(self) -> FakeAzureTransport:
+        return self.azure.transport
+
+    @property
+    def prices(self) -> PricesEndpoint:
+        return self.azure.prices
+
+    @property
+    def credential(self) -> FakeCredential:
+        return self.azure.credential
 
     def provider(
         self, settings: CapzSettings | None = None, *, env: Mapping[str, str] | None = None
@@ -143,22 +141,12 @@ class CapzWorld:
             self.server,
             self.clock,
             settings=settings or CapzSettings(),
-            credential=self.credential,
-            arm_transport=self.transport,
-            prices_transport=self.transport,
-            env=dict(env or {}),
-            background=False,
+            **{**self.azure.provider_options(), "env": dict(env or {})},
         )
 
     def provider_options(self) -> dict[str, Any]:
-        """What ``CapzPlugin(**...)`` needs to reach this fake Azure."""
-        return {
-            "credential": self.credential,
-            "arm_transport": self.transport,
-            "prices_transport": self.transport,
-            "env": {},
-            "background": False,
-        }
+        """What ``CapzPlugin(**...)`` needs to reach this simulated Azure."""
+        return self.azure.provider_options()
 
     def context(self, options: Mapping[str, str] | None = None) -> PluginContext:
         return PluginContext(
@@ -171,4 +159,4 @@ class CapzWorld:
         )
 
     def sku_requests(self) -> int:
-        return sum(1 for path in self.transport.paths() if path == SKUS_PATH)
+        return self.azure.sku_requests()

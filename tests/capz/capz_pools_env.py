@@ -2,7 +2,7 @@
 ``generic_capi`` and ``capz`` plugins, a ``CAPZMachinePool`` NodeClass and a NodePool, and the
 core's side of the launch contract by hand (as ``generic_capi_env`` does it).
 
-Azure is the fake transport of ``capz_fakes`` (eastus: D4s_v5 at $0.192/h on-demand and
+Azure is the simulator's (``karpenter_capi.sim.azure``) (eastus: D4s_v5 at $0.192/h on-demand and
 $0.0384/h Spot, D2ps_v5 (Arm) at $0.077/$0.0154, E4s_v5 not in zone 2, ...).
 """
 

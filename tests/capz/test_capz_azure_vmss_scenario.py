@@ -1,105 +1,54 @@
-"""Scenario ``azure-vmss``: the simulator with the capz plugin's ``CAPZMachinePool`` launch mode
-over the fake Azure (catalog and retail prices of eastus), stock CAPZ emulated.
+"""The shipped scenario ``azure-vmss``, as a user runs it (``karpenter-capi simulate
+azure-vmss``): the capz plugin's ``CAPZMachinePool`` launch mode over the simulator's Azure
+(eastus's catalog and retail prices), stock CAPZ emulated.
 
 Pods are bound on nodes of real VM sizes, priced from Azure's retail prices; the cheapest size
-has no capacity in the simulated Azure, so its pool fails and the launch falls back; after a
-scale-down, consolidation removes nodes through the pool path (``delete-machine`` and a lower
-replica count).
+has no capacity in zone 1 of the simulated Azure, so its pool fails and the launch falls back to
+zone 2; after the batch pods go, consolidation replaces nodes through the pool path
+(``delete-machine`` and a lower replica count).
 """
 
 from __future__ import annotations
 
-import pytest
-from capz_env import CapzWorld
+import io
+import json
+import sys
 
+import pytest
+
+from karpenter_capi.cli import main
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.kube import MACHINE_POOLS, MACHINES, NODECLAIMS, NODES
-from karpenter_capi.plugins.capz.plugin import CapzPlugin
-from karpenter_capi.plugins.generic_capi import plugin as generic_capi
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.scenario.runner import run
-from karpenter_capi.sim.scenario.schema import parse_scenario_text
-
-SCENARIO = """\
-name: azure-vmss
-description: Native launch through CAPZ Flexible MachinePools, with a capacity failure.
-infrastructure:
-  manifests:
-  - apiVersion: cluster.x-k8s.io/v1beta2
-    kind: Cluster
-    metadata: {name: prod, namespace: default}
-    spec:
-      infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: AzureCluster, name: prod}
-      topology: {version: v1.31.0}
-  - apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
-    kind: AzureCluster
-    metadata: {name: prod, namespace: default}
-    spec: {location: eastus, subscriptionID: 00000000-0000-0000-0000-000000000001}
-  - apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
-    kind: AzureMachineTemplate
-    metadata: {name: workers, namespace: default}
-    spec:
-      template:
-        spec:
-          vmSize: Standard_D4s_v5
-          osDisk: {osType: Linux, diskSizeGB: 128}
-  - apiVersion: bootstrap.cluster.x-k8s.io/v1beta2
-    kind: KubeadmConfigTemplate
-    metadata: {name: workers, namespace: default}
-    spec: {template: {spec: {}}}
-  - apiVersion: karpenter.cluster.x-k8s.io/v1alpha1
-    kind: ClusterAPINodeClass
-    metadata: {name: azure}
-    spec:
-      launch:
-        mode: CAPZMachinePool
-        clusterName: prod
-        namespace: default
-        infrastructureTemplateRef: {kind: AzureMachineTemplate, name: workers}
-        bootstrapConfigTemplateRef: {kind: KubeadmConfigTemplate, name: workers}
-  - apiVersion: karpenter.sh/v1
-    kind: NodePool
-    metadata: {name: azure}
-    spec:
-      template:
-        spec:
-          nodeClassRef: {group: karpenter.cluster.x-k8s.io, kind: ClusterAPINodeClass, name: azure}
-          requirements:
-          - {key: kubernetes.io/arch, operator: In, values: [amd64]}
-          - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
-          - {key: topology.kubernetes.io/zone, operator: In, values: [eastus-1, eastus-2]}
-          expireAfter: Never
-      disruption: {consolidationPolicy: WhenEmptyOrUnderutilized, consolidateAfter: 30s}
-workloads:
-- {name: batch, replicas: 2, cpu: 3, memory: 4Gi}
-- {name: web, replicas: 2, cpu: 500m, memory: 1Gi}
-timeline:
-- {at: 5m, action: scale, target: batch, replicas: 0}
-"""
+from karpenter_capi.sim.scenario.schema import load_scenario, shipped_scenarios
 
 
-def test_azure_vmss_scenario() -> None:
-    world = CapzWorld.new()
+def test_azure_vmss_scenario_binds_on_real_sizes_falls_back_and_consolidates() -> None:
+    assert "azure-vmss" in shipped_scenarios()
     servers: list[InMemoryAPIServer] = []
-    result = run(
-        parse_scenario_text(SCENARIO, "azure-vmss.yaml"),
-        until=900,
-        plugin_objects=[
-            ("generic_capi", generic_capi),
-            ("capz", CapzPlugin(**world.provider_options())),
-        ],
-        on_cluster=servers.append,
-        emulation={"azure_unavailable_sizes": frozenset({"Standard_B2s@1"})},
-    )
+    # Only generic_capi named, as `simulate` enables by default: the scenario's `azure:` adds capz.
+    result = run(load_scenario("azure-vmss"), until=900, on_cluster=servers.append)
     [server] = servers
     assert result.errors == []
     assert result.pods_bound == result.pods_total == 2
     # Two 3-CPU batch pods needed two D4s_v5 (4 vCPU) at eastus's retail 0.192 USD/h each.
     assert result.cost_per_hour_peak == pytest.approx(2 * 0.192)
+    peak = max(result.samples, key=lambda s: s.cost_per_hour)
+    assert peak.nodes_by_instance_type == {"Standard_D4s_v5": 2}
     pools = {p["metadata"]["name"]: p for p in server.list(MACHINE_POOLS, "default").items}
     replicas = {name.rsplit("-", 1)[0]: p["spec"]["replicas"] for name, p in pools.items()}
     # The B2s pool of zone 1 had no capacity: its replica was given back and zone 2 served.
     assert replicas == {"azure-b2s-od-z1": 0, "azure-b2s-od-z2": 1, "azure-d4s-v5-od-z1": 0}
+    # What `kubectl get machinepools -w` showed meanwhile: that pool failed (CAPZ's
+    # allocation failure), and no other did.
+    history = server.watch(MACHINE_POOLS, "default", resource_version="1", timeout_seconds=0)
+    failed = {
+        event.object["metadata"]["name"].rsplit("-", 1)[0]
+        for event in history
+        if (event.object.get("status") or {}).get("phase") == "Failed"
+    }
+    assert failed == {"azure-b2s-od-z1"}
     # Consolidation replaced the D4s_v5 nodes, through delete-machine and the pool's scale.
     assert result.disruptions.get("Underutilized", 0) >= 1
     assert result.api_requests["patch/scale"] >= 4
@@ -121,3 +70,40 @@ def test_azure_vmss_scenario() -> None:
     ]
     assert machine["spec"]["providerID"] == node["spec"]["providerID"]
     assert machine["metadata"]["labels"]["cluster.x-k8s.io/pool-name"].startswith("azure-b2s-od-z2")
+    # The controller's own writes: three pools (D4s_v5 z1, B2s z1 that failed, B2s z2), each a
+    # KubeadmConfig, an AzureMachinePool and a MachinePool; three nodes launched.
+    writes = result.controller_writes
+    assert writes["machine_pools_created"] == 3
+    assert writes["by_request"]["create azuremachinepools"] == 3
+    assert writes["by_request"]["create kubeadmconfigs"] == 3
+    assert writes["launched_nodes"] == 3
+    assert writes["per_launched_node"] == pytest.approx(writes["total"] / 3, abs=0.01)
+
+
+def test_simulate_azure_vmss_from_the_command_line_reports_pools_and_writes() -> None:
+    out = io.StringIO()
+    assert main(["simulate", "azure-vmss", "--until", "15m", "--json"], out=out) == 0
+    result = json.loads(out.getvalue())
+    assert result["errors"] == []
+    assert [(r["instance_type"], r["count"]) for r in result["capacity"]] == [("Standard_B2s", 1)]
+    assert result["controller_writes"]["machine_pools_created"] == 3
+    text = io.StringIO()
+    assert main(["simulate", "azure-vmss", "--until", "2m"], out=text) == 0
+    # Two minutes in: the batch pods' two D4s_v5, launched from one pool.
+    rows = [line.split() for line in text.getvalue().splitlines()]
+    assert ["Standard_D4s_v5", "on-demand", "2", "$0.1920", "$0.3840"] in rows
+    assert "(2 launched); 1 MachinePool created" in text.getvalue()
+
+
+def test_simulate_azure_vmss_without_the_azure_sdk_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The Azure SDK unimportable (None in sys.modules), the capz modules forgotten so that
+    # loading the entry point imports them afresh.
+    for name in [m for m in sys.modules if m.startswith("karpenter_capi.plugins.capz")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "azure.mgmt.compute", None)
+    assert main(["simulate", "azure-vmss"]) == 1
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "plugin 'capz'" in line
+    assert "pip install 'karpenter-capi[azure]'" in line

@@ -11,7 +11,6 @@ from capz_env import (
     cluster_objects,
     machine_deployment,
 )
-from capz_fakes import SUBSCRIPTION
 
 from karpenter_capi.core.errors import NodeClassNotReadyError
 from karpenter_capi.core.kube.resources import CONFIGMAPS
@@ -20,6 +19,7 @@ from karpenter_capi.plugins.capz.provider import CapzSettings
 from karpenter_capi.plugins.capz.template import TemplateSpecError, parse_template
 from karpenter_capi.plugins.cloud.pricebook import SNAPSHOT_KEY, PriceSnapshot
 from karpenter_capi.sim.apiserver.capi_crds import crd
+from karpenter_capi.sim.azure.transport import SUBSCRIPTION
 
 ZONES_1_TO_3 = ("eastus-1", "eastus-2", "eastus-3")
 

@@ -6,7 +6,6 @@ from datetime import UTC, datetime
 
 import pytest
 from azure.core.exceptions import HttpResponseError
-from capz_fakes import PRICES_PATH, FakeAzureTransport, PricesEndpoint, eastus_meters, meter, query
 
 from karpenter_capi.plugins.capz import retail
 from karpenter_capi.plugins.capz.retail import (
@@ -16,6 +15,8 @@ from karpenter_capi.plugins.capz.retail import (
     parse_items,
     spot_price,
 )
+from karpenter_capi.sim.azure.eastus import PricesEndpoint, eastus_meters, meter
+from karpenter_capi.sim.azure.transport import PRICES_PATH, FakeAzureTransport, query
 
 NOW = datetime(2026, 11, 23, 12, tzinfo=UTC)
 

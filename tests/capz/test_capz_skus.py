@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 from azure.mgmt.compute import ComputeManagementClient
-from capz_fakes import (
+
+from karpenter_capi.plugins.capz.skus import VmSku, gpu_resource_for, list_vm_skus
+from karpenter_capi.sim.azure.eastus import eastus_skus, restriction, skus_handler, vm_sku
+from karpenter_capi.sim.azure.transport import (
     SKUS_PATH,
     SUBSCRIPTION,
     FakeAzureTransport,
     FakeCredential,
-    eastus_skus,
     query,
-    restriction,
-    skus_handler,
-    vm_sku,
 )
-
-from karpenter_capi.plugins.capz.skus import VmSku, gpu_resource_for, list_vm_skus
 
 
 def _list(

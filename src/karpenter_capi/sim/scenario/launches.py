@@ -83,6 +83,10 @@ class LaunchRounds:
             key = f"{new.get('kind')}/{meta.get('namespace')}/{meta.get('name')}"
             self.scale_ups.append((self.clock.monotonic(), key))
 
+    def launched(self) -> int:
+        """NodeClaims that got a provider ID during the run."""
+        return sum(1 for claim in self.claims.values() if claim.provider_at is not None)
+
     def figures(self) -> dict[str, Any]:
         """``rounds``; ``replica_writes_per_resource`` (mean and max over each round's
         resources); ``last_provider_id_seconds`` (p50 and max over rounds whose NodeClaims all

@@ -89,6 +89,10 @@ class ScenarioResult:
     """``sim.scenario.launches.LaunchRounds.figures``: replica writes per resource and round,
     and when the last NodeClaim of a round got its provider ID."""
 
+    controller_writes: dict[str, Any] = field(default_factory=dict)
+    """``sim.scenario.writes.controller_writes``: the controller's Kubernetes writes, per
+    launched node, and the MachinePools it created."""
+
     def to_json(self) -> dict[str, Any]:
         """The result with the field names ``simulate --json`` documents (snake_case)."""
         return {
@@ -114,6 +118,7 @@ class ScenarioResult:
             "samples": [asdict(sample) for sample in self.samples],
             **self._beyond_plan_json(),
             "launch_rounds": dict(self.launch_rounds),
+            "controller_writes": dict(self.controller_writes),
         }
 
     def summary(self) -> str:

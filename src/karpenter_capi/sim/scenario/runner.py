@@ -46,6 +46,7 @@ from karpenter_capi.core.kube.resources import (
 from karpenter_capi.core.operator import Operator, OperatorOptions
 from karpenter_capi.core.plugins import PluginEnvironment, Plugins
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
+from karpenter_capi.sim.apiserver.audit import AuditingClient, AuditLog
 from karpenter_capi.sim.apiserver.request_counts import WATCH_POLL
 from karpenter_capi.sim.capi import add_capi_emulation
 from karpenter_capi.sim.scenario.catalog import generate_catalog
@@ -53,6 +54,7 @@ from karpenter_capi.sim.scenario.launches import LaunchRounds
 from karpenter_capi.sim.scenario.observer import Observer, percentile
 from karpenter_capi.sim.scenario.result import CapacityRow, Sample, ScenarioResult
 from karpenter_capi.sim.scenario.schema import Scenario, TimelineAction, Workload
+from karpenter_capi.sim.scenario.writes import controller_writes
 from karpenter_capi.sim.scheduler import SimScheduler
 from karpenter_capi.sim.workloads import add_workload_emulation
 
@@ -198,6 +200,13 @@ class _ReconcileErrors:
         ]
 
 
+def _scenario_emulation(scenario: Scenario) -> dict[str, Any]:
+    """``EmulationSettings`` fields the scenario file sets (its simulated Azure's failures)."""
+    if scenario.azure is None:
+        return {}
+    return {"azure_unavailable_sizes": frozenset(scenario.azure.unavailable_sizes)}
+
+
 def run(
     scenario: Scenario,
     *,
@@ -221,7 +230,9 @@ def run(
     e.g. to audit its requests (``sim.apiserver.audit``); the emulated cluster around it keeps
     calling the server itself.
     ``emulation`` overrides ``EmulationSettings`` fields of the CAPI emulation (VM sizes a
-    simulated Azure has no capacity for, ``azure_unavailable_sizes``).
+    simulated Azure has no capacity for, ``azure_unavailable_sizes``), over what the scenario
+    sets. A scenario with ``azure:`` enables ``capz`` (besides ``plugins``) over the simulated
+    Azure of ``sim.azure``, unless ``plugin_objects`` is given.
 
     ``seed`` seeds the API server's generated names and uids, the scheduler stand-in's choice
     between equally scored nodes (and ``random``), so two runs of a scenario match.
@@ -250,7 +261,12 @@ def run(
     deferred = scenario.deferred()
     server.apply_manifests([deployment(w) for w in scenario.workloads if w.name not in deferred])
     requests_before = server.requests.snapshot()
-    client: KubeClient = server if controller_client is None else controller_client(server)
+    # The controller's own requests, told apart from the emulated cluster's, for the writes
+    # per launched node (``writes``).
+    audit = AuditLog()
+    client: KubeClient = AuditingClient(
+        server if controller_client is None else controller_client(server), audit
+    )
     with _capture_errors() as records:
         environment = PluginEnvironment(
             workload=client,
@@ -258,6 +274,10 @@ def run(
             clock=clock,
             logger=logging.getLogger("karpenter_capi.plugins"),
         )
+        if plugin_objects is None and scenario.azure is not None:
+            from karpenter_capi.sim.azure import scenario_plugins
+
+            plugin_objects = scenario_plugins(plugins)
         loaded = (
             Plugins.load(list(plugins), environment)
             if plugin_objects is None
@@ -274,7 +294,10 @@ def run(
         # the controller: its writes, and the caches only it needs, go to the server directly.
         operator.manager.client = operator.manager.management = server
         reconcile_errors = _ReconcileErrors(operator)
-        add_capi_emulation(operator.manager, **{"nodes": True, **(emulation or {})})
+        add_capi_emulation(
+            operator.manager,
+            **{"nodes": True, **_scenario_emulation(scenario), **(emulation or {})},
+        )
         add_workload_emulation(operator.manager)
         operator.manager.add(SimScheduler(server, operator.manager, clock, seed=seed))
         launch_rounds = LaunchRounds(clock)
@@ -345,4 +368,5 @@ def run(
         capacity=observer.capacity(),
         beyond_plan=observer.plans.result(),
         launch_rounds=launch_rounds.figures(),
+        controller_writes=controller_writes(audit, launch_rounds.launched()),
     )

@@ -195,12 +195,22 @@ class TimelineAction(_Strict):
         return self
 
 
+class SimulatedAzure(_Strict):
+    """The simulated Azure (``karpenter_capi.sim.azure``: eastus's VM sizes and retail prices)
+    the ``capz`` plugin is enabled over, and the emulated CAPZ's capacity failures."""
+
+    unavailable_sizes: list[str] = Field(default_factory=list)
+    """VM sizes Azure cannot allocate: ``Standard_B2s`` anywhere, ``Standard_B2s@1`` in zone 1
+    only (the emulation's ``azure_unavailable_sizes``)."""
+
+
 class Scenario(_Strict):
     """One scenario file."""
 
     name: str = Field(min_length=1)
     description: str = Field(min_length=1)
     infrastructure: Infrastructure
+    azure: SimulatedAzure | None = None
     workloads: list[Workload] = Field(default_factory=list)
     timeline: list[TimelineAction] = Field(default_factory=list)
 

@@ -130,6 +130,20 @@ def _launch_rounds(result: ScenarioResult) -> str:
     )
 
 
+def _writes(result: ScenarioResult) -> str:
+    writes = result.controller_writes
+    if not writes:
+        return "controller writes: not counted"
+    per_node = writes.get("per_launched_node")
+    launched = writes.get("launched_nodes", 0)
+    pools = writes.get("machine_pools_created", 0)
+    return (
+        f"controller writes: {writes.get('total', 0):,}"
+        + (f", {per_node:g} per launched node ({launched:,} launched)" if per_node else "")
+        + (f"; {pools:,} MachinePool{'s' if pools != 1 else ''} created" if pools else "")
+    )
+
+
 def render_summary(result: ScenarioResult) -> str:
     """The whole summary, ending with a newline."""
     bound = result.pod_bound_seconds
@@ -162,6 +176,7 @@ def render_summary(result: ScenarioResult) -> str:
         _capacity(result),
         _beyond_plan(result),
         _launch_rounds(result),
+        _writes(result),
         _counts("disruptions by reason", result.disruptions, "reason"),
         _counts("API requests by verb", result.api_requests, "verb") + _polls(result),
         _errors(result),

@@ -1,106 +1,21 @@
-"""Azure, faked at the HTTP transport: the real SDK runs, its requests get canned answers.
+"""Canned Azure answers for the simulator: a slice of eastus's Resource SKUs and retail prices.
 
-``FakeAzureTransport`` is an azure-core ``HttpTransport``: the ``ComputeManagementClient`` and
-the Retail Prices ``PipelineClient`` send their requests to it instead of the network, so the
-SDK's URL building, paging (``nextLink``, ``NextPageLink``), deserialisation and error mapping
-all run for real. ``routes`` map a URL path to a handler returning (status, JSON body); every
-request is recorded. ``FakeCredential`` hands out a token without asking anybody.
-
-``FakeResponse`` builds on azure-core's own ``HttpResponseImpl`` (the base of its requests and
-aiohttp responses): the SDK reads ``.json()``, ``.text()`` and the backward-compatible
-``.body()`` of a response, and only that class provides them all.
+Real shapes and real list prices (USD, Linux, pay-as-you-go, as the Retail Prices API returned
+them), in the JSON ARM and the Retail Prices API send, paged as they page, so the ``capz``
+plugin parses them as it parses Azure's. The slice covers what a scenario or a test needs:
+general purpose, Arm, GPU and burstable sizes, a size restricted for the subscription, one
+restricted in a zone, a Windows meter and a secondary-region duplicate that must be ignored,
+and a disk SKU that is not a VM.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
-from urllib.parse import parse_qs, urlparse
 
-from azure.core.credentials import AccessToken
-from azure.core.pipeline.transport import HttpTransport
 from azure.core.rest import HttpRequest
-from azure.core.rest._http_response_impl import HttpResponseImpl
-from azure.core.utils import case_insensitive_dict
 
-Handler = Callable[[HttpRequest], tuple[int, Any]]
-
-SUBSCRIPTION = "00000000-0000-0000-0000-000000000001"
-SKUS_PATH = f"/subscriptions/{SUBSCRIPTION}/providers/Microsoft.Compute/skus"
-PRICES_PATH = "/api/retail/prices"
-
-
-class FakeResponse(HttpResponseImpl):  # type: ignore[misc]
-    """An azure-core response with its body already in memory."""
-
-    def __init__(self, request: HttpRequest, status: int, body: Any) -> None:
-        content = json.dumps(body).encode()
-        super().__init__(
-            request=request,
-            internal_response=None,
-            status_code=status,
-            reason="OK" if status < 400 else "Error",
-            content_type="application/json",
-            headers=case_insensitive_dict({"Content-Type": "application/json"}),
-            stream_download_generator=None,
-        )
-        self._content = content
-
-    def close(self) -> None:
-        self._is_closed = True
-
-
-class FakeAzureTransport(HttpTransport):  # type: ignore[misc]
-    """Serves ``routes`` (URL path -> handler); an unknown path is a 404."""
-
-    def __init__(self, routes: dict[str, Handler] | None = None) -> None:
-        self.routes: dict[str, Handler] = dict(routes or {})
-        self.requests: list[HttpRequest] = []
-
-    def send(self, request: HttpRequest, **kwargs: Any) -> FakeResponse:
-        self.requests.append(request)
-        handler = self.routes.get(urlparse(request.url).path)
-        if handler is None:
-            return FakeResponse(request, 404, {"error": {"code": "NotFound", "message": "no"}})
-        status, body = handler(request)
-        return FakeResponse(request, status, body)
-
-    def open(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> FakeAzureTransport:
-        return self
-
-    def __exit__(self, *args: object) -> None:
-        pass
-
-    def sleep(self, duration: float) -> None:
-        """The SDK's retry back-off: no waiting in tests."""
-
-    def paths(self) -> list[str]:
-        return [urlparse(r.url).path for r in self.requests]
-
-
-class FakeCredential:
-    """An azure-core ``TokenCredential`` that never talks to Entra ID."""
-
-    def __init__(self) -> None:
-        self.scopes: list[tuple[str, ...]] = []
-
-    def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
-        self.scopes.append(scopes)
-        return AccessToken("fake-token", 4_102_444_800)  # 2100-01-01
-
-
-def query(request: HttpRequest) -> dict[str, list[str]]:
-    return parse_qs(urlparse(request.url).query)
-
-
-# --- canned Resource SKUs -----------------------------------------------------------------------
+from karpenter_capi.sim.azure.transport import PRICES_PATH, SKUS_PATH, Handler, query
 
 
 def vm_sku(
