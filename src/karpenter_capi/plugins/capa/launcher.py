@@ -121,8 +121,13 @@ class FleetLauncher:
         clock: Clock,
         unavailable: UnavailableOfferings,
         region_option: str | None = None,
+        *,
+        nodeclasses: KubeClient | None = None,
     ) -> None:
         self._client = client
+        # NodeClasses live in the workload cluster, the Cluster API objects in the management
+        # one (which may be another cluster).
+        self._nodeclasses = nodeclasses or client
         self._clients = clients
         self._clock = clock
         self._unavailable = unavailable
@@ -338,7 +343,7 @@ class FleetLauncher:
         if ref.get("kind") != wellknown.NODECLASS_KIND or not ref.get("name"):
             return None
         try:
-            nodeclass = self._client.get(CLUSTER_API_NODE_CLASSES, str(ref["name"]))
+            nodeclass = self._nodeclasses.get(CLUSTER_API_NODE_CLASSES, str(ref["name"]))
         except NotFound:
             return None
         if fleet_launch(nodeclass) is None:
@@ -446,7 +451,7 @@ class FleetLauncher:
 
     def _targets(self) -> list[FleetTarget]:
         targets: dict[tuple[str, str, str], FleetTarget] = {}
-        for nodeclass in self._client.list(CLUSTER_API_NODE_CLASSES).items:
+        for nodeclass in self._nodeclasses.list(CLUSTER_API_NODE_CLASSES).items:
             if fleet_launch(nodeclass) is None:
                 continue
             try:

@@ -148,7 +148,7 @@ class CapaPlugin:
         self._clients_lock = threading.Lock()
         # Per (client, clock, metrics): one in a process, many in tests; the most recent few
         # are kept (they are caches only), so memory stays bounded.
-        self._states: OrderedDict[tuple[int, int, int], _State] = OrderedDict()
+        self._states: OrderedDict[tuple[int, int, int, int], _State] = OrderedDict()
 
     @property
     def clients(self) -> AwsClients:
@@ -304,7 +304,7 @@ class CapaPlugin:
     # -- caches ----------------------------------------------------------------------------------
 
     def _state(self, ctx: PluginContext) -> _State:
-        key = (id(ctx.management), id(ctx.clock), id(ctx.metrics))
+        key = (id(ctx.management), id(ctx.workload), id(ctx.clock), id(ctx.metrics))
         with self._lock:
             state = self._states.get(key)
             if state is not None:
@@ -347,7 +347,12 @@ class CapaPlugin:
                         ttl_seconds=CATALOG_TTL_SECONDS,
                     ),
                     launcher=FleetLauncher(
-                        client, self.clients, ctx.clock, unavailable, _option(ctx, "region")
+                        client,
+                        self.clients,
+                        ctx.clock,
+                        unavailable,
+                        _option(ctx, "region"),
+                        nodeclasses=ctx.workload,
                     ),
                 )
                 self._states[key] = state
