@@ -1,7 +1,8 @@
 """Recorded runs of the native launch modes (``CAPAFleet``, ``CAPZMachinePool``) for the
 least-privilege RBAC test, kept apart from ``rbac_recording`` because their rules are optional
 (the chart's ``nativeLaunch.capa`` and ``nativeLaunch.capz``): the test checks them as a
-separate set of requests.
+separate set of requests. The same runs give the cloud calls the AWS policy and the Azure role
+are checked against (``test_aws_iam_policy``, ``test_azure_role``).
 
 * ``CAPAFleet`` at the plugin level, as ``tests/capa/fleet_env.py`` drives it over moto's EC2:
   a launch that waits for bootstrap data, a Fleet refused for capacity and retried, a restarted
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,15 @@ for _directory in ("capa", "capz"):
 from capz_env import CapzWorld  # noqa: E402
 from fleet_env import FleetAws, FleetWorld  # noqa: E402
 
+__all__ = [
+    "CapzWorld",
+    "drive_capa_fleet",
+    "fleet_world",
+    "record_capa_fleet",
+    "record_capz_pools_one_cluster",
+    "record_capz_pools_two_clusters",
+]
+
 LAYOUTS = {
     "one cluster": (ONE_CLUSTER, ONE_CLUSTER),
     "two clusters": (WORKLOAD_CLUSTER, MANAGEMENT_CLUSTER),
@@ -67,7 +77,8 @@ LAYOUTS = {
 
 
 @contextmanager
-def _fleet_world(monkeypatch: pytest.MonkeyPatch) -> Iterator[FleetWorld]:
+def fleet_world(monkeypatch: pytest.MonkeyPatch) -> Iterator[FleetWorld]:
+    """moto's EC2 with a VPC and prices, and the in-memory cluster of ``fleet_env``."""
     fake_credentials(monkeypatch)
     with mock_aws():
         aws = FleetAws()
@@ -101,48 +112,51 @@ def _fleet_launch(world: FleetWorld, plugins: Plugins, name: str) -> Any:
 
 def record_capa_fleet(log: AuditLog, monkeypatch: pytest.MonkeyPatch, layout: str) -> None:
     """A CAPAFleet NodeClass's whole life at the plugin level, in ``layout``."""
-    with _fleet_world(monkeypatch) as world:
-        plugins = _audited_plugins(world, log, layout)
-        first = _fleet_launch(world, plugins, "general-a1")
-        assert first.provider_id
-        # Capacity refused for every offering: cached, InsufficientCapacityError, then retried.
-        world.nodeclaim("general-a2")
+    with fleet_world(monkeypatch) as world:
+        drive_capa_fleet(world, lambda: _audited_plugins(world, log, layout))
+
+
+def drive_capa_fleet(world: FleetWorld, restart: Callable[[], Plugins]) -> None:
+    """Every CAPAFleet code path that talks to Kubernetes or AWS, through plugins ``restart``
+    makes (a controller started, then restarted)."""
+    plugins = restart()
+    first = _fleet_launch(world, plugins, "general-a1")
+    assert first.provider_id
+    # Capacity refused for every offering: cached, InsufficientCapacityError, then retried.
+    world.nodeclaim("general-a2")
+    world.create("general-a2", plugins)
+    world.bootstrap_ready("general-a2")
+    world.aws.refuse_next_fleet(
+        [
+            (instance_type, subnet, "InsufficientInstanceCapacity")
+            for instance_type in ("m5.large", "c5.large", "m6i.large")
+            for subnet in world.aws.subnets.values()
+        ]
+    )
+    with pytest.raises(InsufficientCapacityError):
         world.create("general-a2", plugins)
-        world.bootstrap_ready("general-a2")
-        subnets = world.aws.subnets
-        world.aws.refuse_next_fleet(
-            [
-                (instance_type, subnet, "InsufficientInstanceCapacity")
-                for instance_type in ("m5.large", "c5.large", "m6i.large")
-                for subnet in subnets.values()
-            ]
-        )
-        with pytest.raises(InsufficientCapacityError):
-            world.create("general-a2", plugins)
-        world.clock.advance(181)
-        second = world.create("general-a2", plugins)
-        assert second.provider_id
-        # A restarted controller asked again answers from the work done.
-        restarted = _audited_plugins(world, log, layout)
-        assert world.create("general-a1", restarted).provider_id == first.provider_id
-        assert restarted.get(first.provider_id) is not None
-        # Delete through the Machine, then the instance.
-        claim = world.claim("general-a1")
+    world.clock.advance(181)
+    second = world.create("general-a2", plugins)
+    assert second.provider_id
+    # A restarted controller asked again answers from the work done.
+    restarted = restart()
+    assert world.create("general-a1", restarted).provider_id == first.provider_id
+    assert restarted.get(first.provider_id) is not None
+    # Delete through the Machine, then the instance.
+    claim = world.claim("general-a1")
+    restarted.delete(claim)
+    restarted.delete(claim)
+    with pytest.raises(InstanceNotFoundError):
         restarted.delete(claim)
-        restarted.delete(claim)
-        with pytest.raises(InstanceNotFoundError):
-            restarted.delete(claim)
-        # GC: an instance tagged for a NodeClaim that is gone, and a Machine whose instance is.
-        world.server.delete(NODECLAIMS, "general-a1")
-        world.aws.catalog.terminate_instances(
-            InstanceIds=[str(second.provider_id).rsplit("/", 1)[1]]
-        )
-        listed = restarted.list_instances()
-        assert {i.nodeclaim_name for i in listed} == {"general-a2"}
-        _fleet_orphan(world, restarted)
+    # GC: an instance tagged for a NodeClaim that is gone, and a Machine whose instance is.
+    world.server.delete(NODECLAIMS, "general-a1")
+    world.aws.catalog.terminate_instances(InstanceIds=[str(second.provider_id).rsplit("/", 1)[1]])
+    listed = restarted.list_instances()
+    assert {i.nodeclaim_name for i in listed} == {"general-a2"}
+    _fleet_orphan(world, restarted)
+    restarted.delete(world.claim("general-a2"))
+    with pytest.raises(InstanceNotFoundError):
         restarted.delete(world.claim("general-a2"))
-        with pytest.raises(InstanceNotFoundError):
-            restarted.delete(world.claim("general-a2"))
 
 
 def _fleet_orphan(world: FleetWorld, plugins: Plugins) -> None:
@@ -226,9 +240,9 @@ _SWEPT_BY = 300 + 600 + 600
 """The batch pods go at 5m; consolidation, then the 10-minute pool grace, with room."""
 
 
-def _capz_plugins() -> list[tuple[str, object]]:
+def _capz_plugins(world: CapzWorld) -> list[tuple[str, object]]:
     # The price ConfigMap goes to the pod's namespace, which the chart sets.
-    options = {**CapzWorld.new().provider_options(), "env": {"POD_NAMESPACE": PRICE_NAMESPACE}}
+    options = {**world.provider_options(), "env": {"POD_NAMESPACE": PRICE_NAMESPACE}}
     return [("generic_capi", generic_capi), ("capz", CapzPlugin(**options))]
 
 
@@ -238,14 +252,15 @@ def _swept(pools: list[dict[str, Any]]) -> None:
     assert all(p["spec"].get("replicas") for p in pools), [p["metadata"]["name"] for p in pools]
 
 
-def record_capz_pools_one_cluster(log: AuditLog) -> None:
-    """The whole controller with capz's CAPZMachinePool, one cluster that manages itself."""
+def record_capz_pools_one_cluster(log: AuditLog, azure: CapzWorld | None = None) -> None:
+    """The whole controller with capz's CAPZMachinePool, one cluster that manages itself,
+    over the fake Azure of ``azure`` (its transport keeps every Azure request)."""
     servers: list[Any] = []
     result = _run(
         log,
         parse_scenario_text(_AZURE_SCENARIO, "azure-rbac.yaml"),
         until=_SWEPT_BY,
-        plugin_objects=_capz_plugins(),
+        plugin_objects=_capz_plugins(azure or CapzWorld.new()),
         on_cluster=servers.append,
         emulation={"azure_unavailable_sizes": _NO_CAPACITY},
     )
@@ -261,7 +276,7 @@ def record_capz_pools_two_clusters(log: AuditLog) -> None:
         log,
         [dict(obj) for obj in scenario.infrastructure.manifests or []],
         list(scenario.workloads),
-        _capz_plugins(),
+        _capz_plugins(CapzWorld.new()),
         settings=EmulationSettings(nodes=True, azure_unavailable_sizes=_NO_CAPACITY),
     )
     clusters.driver.run_until_quiet()
