@@ -247,14 +247,17 @@ def two_clusters(
     manifests: list[dict[str, Any]],
     workloads: list[Workload],
     plugin_objects: list[tuple[str, object]] | None = None,
+    *,
     management_objects: list[dict[str, Any]] | None = None,
+    settings: EmulationSettings | None = None,
 ) -> TwoClusters:
     """The controller, its plugins and the emulated clusters over two API servers.
 
     The scenario runner knows one cluster, so this wires what it wires (the real Operator, the
     emulated Cluster API, workloads and scheduler); the Cluster API objects go to the
     management server (with ``management_objects``), everything else to the workload one. The
-    price namespace exists in both, as the release namespace would.
+    price namespace exists in both, as the release namespace would. ``settings`` replaces the
+    emulation's (the simulated Azure's sizes without capacity).
     """
     clock = FakeClock()
     workload = InMemoryAPIServer(clock=clock, random_seed=0)
@@ -290,7 +293,7 @@ def two_clusters(
     manager = operator.manager
     # As in the runner: from here on it is the emulated clusters, not the controller.
     manager.client, manager.management = workload, management
-    settings = EmulationSettings(nodes=True)
+    settings = settings or EmulationSettings(nodes=True)
     manager.add(*capi_controllers(management, workload, manager, clock, settings))
     _, machine_sets, _, _ = capi_resources(settings.version)
     manager.add_indexer(machine_sets, BY_OWNER_UID, by_owner_uid, MANAGEMENT)

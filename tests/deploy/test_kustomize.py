@@ -39,6 +39,7 @@ EQUIVALENT_VALUES: dict[str, dict[str, Any]] = {
     "overlays/aws": {
         "plugins": ["generic_capi", "capa"],
         "aws": {"roleArn": "arn:aws:iam::111122223333:role/karpenter-capi"},
+        "nativeLaunch": {"capa": True},
     },
     "overlays/azure": {
         "plugins": ["generic_capi", "capz"],
@@ -48,6 +49,7 @@ EQUIVALENT_VALUES: dict[str, dict[str, Any]] = {
                 "clientId": "00000000-0000-0000-0000-000000000000",
             }
         },
+        "nativeLaunch": {"capz": True},
     },
     "overlays/separate-management-cluster": {
         "managementCluster": {

@@ -29,9 +29,15 @@ from karpenter_capi.sim.apiserver.audit import (
     AuditRecord,
 )
 
+from .rbac_native import (
+    record_capa_fleet,
+    record_capz_pools_one_cluster,
+    record_capz_pools_two_clusters,
+)
 from .rbac_policy import Grant, allowed, granted_triples, grants_for, needed_by
 from .rbac_recording import (
     LEASE_NAMESPACE,
+    MANAGEMENT_GROUPS,
     ONE_CLUSTER,
     record_capa,
     record_event_repeats,
@@ -45,6 +51,12 @@ KUSTOMIZE_RBAC = REPO / "deploy" / "kustomize" / "base" / "rbac.yaml"
 MANAGEMENT_RBAC = REPO / "deploy" / "rbac" / "management-cluster.yaml"
 CHART_DIR = REPO / "deploy" / "charts" / "karpenter-capi"
 RBAC_TEMPLATES = ("rbac-workload.yaml", "rbac-management.yaml", "rbac-leader-election.yaml")
+NATIVE_OVERLAY_RBAC = {
+    "capa": REPO / "deploy" / "kustomize" / "overlays" / "aws" / "rbac-capa-fleet.yaml",
+    "capz": REPO / "deploy" / "kustomize" / "overlays" / "azure" / "rbac-capz-machinepool.yaml",
+}
+"""Each native launch mode's optional roles, as the Kustomize overlay adds them."""
+MODES = ("capa", "capz")
 
 SERVICE_ACCOUNT = "karpenter-capi"
 NAMESPACE = "karpenter-capi"
@@ -73,6 +85,18 @@ def recorded() -> Iterator[list[AuditRecord]]:
     with pytest.MonkeyPatch.context() as monkeypatch:
         record_capa(log, monkeypatch)
     return log.records()
+
+
+@pytest.fixture(scope="module")
+def native() -> Iterator[dict[str, list[AuditRecord]]]:
+    """Each native launch mode's requests, in the one-cluster and two-cluster layouts."""
+    logs = {mode: AuditLog() for mode in MODES}
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for layout in ("one cluster", "two clusters"):
+            record_capa_fleet(logs["capa"], monkeypatch, layout)
+    record_capz_pools_one_cluster(logs["capz"])
+    record_capz_pools_two_clusters(logs["capz"])
+    return {mode: log.records() for mode, log in logs.items()}
 
 
 def _documents(text: str) -> list[dict[str, Any]]:
@@ -241,6 +265,7 @@ def test_chart_defaults_render_the_kustomize_base_rbac(recorded: list[AuditRecor
     """The chart's RBAC with default values is the base's (so the checks above hold for it),
     and allows every request with nothing unused."""
     chart = _without_helm_labels(_render({}))
+    assert _by_name(chart) == _by_name(_without_helm_labels(_render(_native_values(()))))
     assert _by_name(chart) == _by_name(_documents(KUSTOMIZE_RBAC.read_text()))
     grants = _grants(chart)
     assert _denied(grants, recorded) == []
@@ -279,3 +304,138 @@ def test_chart_leader_election_namespace_and_switches() -> None:
     assert without
     assert not any("leader" in o["metadata"]["name"] for o in without)
     assert _render({"rbac": {"create": False}}) == []
+
+
+# ---------------------------------------------------------------------- native launch modes
+
+COMBINATIONS = [(), ("capa",), ("capz",), ("capa", "capz")]
+
+
+def _native_values(on: Iterable[str]) -> dict[str, Any]:
+    return {"nativeLaunch": {mode: mode in on for mode in MODES}}
+
+
+def _optional_blocks(text: str) -> dict[str, list[dict[str, Any]]]:
+    """The commented-out documents of deploy/rbac/management-cluster.yaml, by mode, as a user
+    gets them by uncommenting a block (between its ``[begin optional: MODE]`` and
+    ``[end optional: MODE]`` lines)."""
+    blocks: dict[str, list[str]] = {}
+    mode = None
+    for line in text.splitlines():
+        if line.startswith("# [begin optional: "):
+            mode = line.removeprefix("# [begin optional: ").rstrip("]")
+            blocks[mode] = []
+        elif line.startswith("# [end optional: "):
+            mode = None
+        elif mode is not None:
+            assert line == "#" or line.startswith("# "), line
+            blocks[mode].append(line[2:])
+    return {mode: _documents("\n".join(lines)) for mode, lines in blocks.items()}
+
+
+def _with_modes(on: Iterable[str], recorded: list[AuditRecord], native: Any) -> list[AuditRecord]:
+    return [*recorded, *(r for mode in on for r in native[mode])]
+
+
+def _check_modes(
+    grants: list[Grant],
+    on: tuple[str, ...],
+    recorded: list[AuditRecord],
+    native: dict[str, list[AuditRecord]],
+) -> None:
+    """Every request of the base runs and of the modes turned on is allowed, nothing granted
+    goes unused by them, and each mode turned off would be refused."""
+    needed = _with_modes(on, recorded, native)
+    assert _denied(grants, needed) == []
+    assert _unneeded(grants, needed) == []
+    for mode in set(MODES) - set(on):
+        assert _denied(grants, native[mode]) != [], f"{mode} is off but allowed"
+
+
+def test_the_native_runs_reach_each_modes_writes(native: dict[str, list[AuditRecord]]) -> None:
+    """Both layouts, and the writes each mode makes to record its launches in Cluster API."""
+    for mode, records in native.items():
+        clusters = {r.cluster for r in records}
+        assert clusters == {ONE_CLUSTER, WORKLOAD_CLUSTER, MANAGEMENT_CLUSTER}, mode
+    expected = {
+        "capa": [
+            ("create", "cluster.x-k8s.io", "machines", None),
+            ("delete", "cluster.x-k8s.io", "machines", None),
+            ("create", "infrastructure.cluster.x-k8s.io", "awsmachines", None),
+            ("create", "bootstrap.cluster.x-k8s.io", "kubeadmconfigs", None),
+            ("get", "", "secrets", None),
+        ],
+        "capz": [
+            ("create", "cluster.x-k8s.io", "machinepools", None),
+            ("patch", "cluster.x-k8s.io", "machinepools", None),
+            ("delete", "cluster.x-k8s.io", "machinepools", None),
+            ("patch", "cluster.x-k8s.io", "machinepools", "scale"),
+            ("patch", "cluster.x-k8s.io", "machines", None),
+            ("create", "infrastructure.cluster.x-k8s.io", "azuremachinepools", None),
+            ("delete", "infrastructure.cluster.x-k8s.io", "azuremachinepools", None),
+            ("create", "bootstrap.cluster.x-k8s.io", "kubeadmconfigs", None),
+            ("delete", "bootstrap.cluster.x-k8s.io", "kubeadmconfigs", None),
+        ],
+    }
+    for mode, writes in expected.items():
+        seen = {(r.verb, r.group, r.resource, r.subresource) for r in native[mode]}
+        for write in writes:
+            assert write in seen, f"no {mode} run made {write}"
+    # The Cluster API objects go to the management cluster, the NodeClasses come from the
+    # workload one.
+    for records in native.values():
+        two = [r for r in records if r.cluster != ONE_CLUSTER]
+        assert all(r.group != "karpenter.cluster.x-k8s.io" for r in _in(MANAGEMENT_CLUSTER, two))
+        assert all(r.group not in MANAGEMENT_GROUPS for r in _in(WORKLOAD_CLUSTER, two))
+
+
+@pytest.mark.parametrize("on", COMBINATIONS, ids=lambda on: "+".join(on) or "none")
+def test_chart_grants_each_native_mode_exactly_when_on(
+    on: tuple[str, ...], recorded: list[AuditRecord], native: dict[str, list[AuditRecord]]
+) -> None:
+    _check_modes(_grants(_render(_native_values(on))), on, recorded, native)
+
+
+@pytest.mark.parametrize("on", COMBINATIONS, ids=lambda on: "+".join(on) or "none")
+def test_kustomize_grants_each_native_mode_exactly_when_on(
+    on: tuple[str, ...], recorded: list[AuditRecord], native: dict[str, list[AuditRecord]]
+) -> None:
+    """The base with the overlays' optional role files of the modes turned on."""
+    objects = _documents(KUSTOMIZE_RBAC.read_text())
+    for mode in on:
+        objects += _documents(NATIVE_OVERLAY_RBAC[mode].read_text())
+    _check_modes(_grants(objects), on, recorded, native)
+
+
+@pytest.mark.parametrize("on", COMBINATIONS, ids=lambda on: "+".join(on) or "none")
+def test_management_file_grants_each_native_mode_exactly_when_uncommented(
+    on: tuple[str, ...], recorded: list[AuditRecord], native: dict[str, list[AuditRecord]]
+) -> None:
+    """Two clusters: the workload cluster's roles and deploy/rbac/management-cluster.yaml
+    with the optional blocks of the modes turned on uncommented."""
+    text = MANAGEMENT_RBAC.read_text()
+    management = _documents(text)
+    blocks = _optional_blocks(text)
+    assert sorted(blocks) == sorted(MODES)
+    for mode in on:
+        management += blocks[mode]
+    workload = _grants(_workload_only(_documents(KUSTOMIZE_RBAC.read_text())))
+    management_grants = _grants(management)
+    needed = _with_modes(on, recorded, native)
+    assert _denied(workload, _in(WORKLOAD_CLUSTER, needed)) == []
+    assert _denied(management_grants, _in(MANAGEMENT_CLUSTER, needed)) == []
+    assert _unneeded(workload + management_grants, needed) == []
+    for mode in set(MODES) - set(on):
+        assert _denied(management_grants, _in(MANAGEMENT_CLUSTER, native[mode])) != [], mode
+
+
+def test_the_optional_roles_are_the_same_everywhere() -> None:
+    """The chart's, the overlays' and the management file's optional roles are one set."""
+    chart = _without_helm_labels(_render(_native_values(MODES)))
+    blocks = _optional_blocks(MANAGEMENT_RBAC.read_text())
+    for mode in MODES:
+        overlay = _by_name(_documents(NATIVE_OVERLAY_RBAC[mode].read_text()))
+        assert overlay == _by_name(blocks[mode])
+        assert overlay
+        for key, obj in overlay.items():
+            assert _by_name(chart)[key] == obj
