@@ -89,6 +89,10 @@ class ScenarioResult:
     """``sim.scenario.launches.LaunchRounds.figures``: replica writes per resource and round,
     and when the last NodeClaim of a round got its provider ID."""
 
+    native_launch: dict[str, Any] = field(default_factory=dict)
+    """``sim.scenario.aws.SimAws.figures`` for a scenario on the emulated AWS: fleet calls and
+    the controller's Kubernetes writes per launched node; empty otherwise."""
+
     def to_json(self) -> dict[str, Any]:
         """The result with the field names ``simulate --json`` documents (snake_case)."""
         return {
@@ -114,6 +118,7 @@ class ScenarioResult:
             "samples": [asdict(sample) for sample in self.samples],
             **self._beyond_plan_json(),
             "launch_rounds": dict(self.launch_rounds),
+            **({"native_launch": dict(self.native_launch)} if self.native_launch else {}),
         }
 
     def summary(self) -> str:
