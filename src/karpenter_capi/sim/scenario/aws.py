@@ -239,6 +239,21 @@ class SimAws:
                 1 for i in everything if i["State"]["Name"] == "terminated"
             ),
             "instances_launched_by_capa": len(by_capa),
+            "instances": sorted(
+                (
+                    {
+                        "id": i["InstanceId"],
+                        "instance_type": i["InstanceType"],
+                        "zone": i["Placement"]["AvailabilityZone"],
+                        "capacity_type": "spot"
+                        if i.get("InstanceLifecycle") == "spot"
+                        else "on-demand",
+                        "state": i["State"]["Name"],
+                    }
+                    for i in everything
+                ),
+                key=lambda row: (row["state"], row["instance_type"], row["zone"], row["id"]),
+            ),
         }
 
 
