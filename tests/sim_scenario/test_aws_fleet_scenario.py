@@ -145,3 +145,32 @@ def test_one_fleet_call_per_node_plus_the_retry_and_capa_never_launches_its_own(
         figures["kube_writes"] / launched, abs=1e-3
     )
     assert result.to_json()["native_launch"]["fleet_calls_per_node"] == pytest.approx(1.25)
+
+
+def test_simulate_says_how_to_get_moto_when_it_is_missing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+    import sys
+
+    from karpenter_capi.cli import main
+
+    monkeypatch.setitem(sys.modules, "moto", None)  # import moto raises ImportError
+    assert main(["simulate", "aws-fleet", "--until", "1m"], out=io.StringIO()) == 1
+    error = capsys.readouterr().err
+    assert "scenario aws-fleet" in error
+    assert "moto, a development dependency that is not installed" in error
+    assert "pip install 'moto[ec2]>=5'" in error
+
+
+def test_simulate_aws_fleet_prints_the_fleet_figures() -> None:
+    import io
+
+    from karpenter_capi.cli import main
+
+    out = io.StringIO()
+    assert main(["simulate", "aws-fleet", "--until", "1m"], out=out) == 0
+    text = out.getvalue()
+    assert "native launch (EC2 Fleet):" in text
+    assert "Fleet calls per launched node" in text
+    assert "0 launched by CAPA itself" in text
