@@ -9,11 +9,14 @@ retry.
 from __future__ import annotations
 
 import functools
+import io
+import sys
 from collections import Counter
 from typing import Any
 
 import pytest
 
+from karpenter_capi.cli import main
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.kube.resources import NODECLAIMS, NODES, PODS
 from karpenter_capi.plugins.capa.adopt import aws_machines
@@ -150,11 +153,6 @@ def test_one_fleet_call_per_node_plus_the_retry_and_capa_never_launches_its_own(
 def test_simulate_says_how_to_get_moto_when_it_is_missing(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import io
-    import sys
-
-    from karpenter_capi.cli import main
-
     monkeypatch.setitem(sys.modules, "moto", None)  # import moto raises ImportError
     assert main(["simulate", "aws-fleet", "--until", "1m"], out=io.StringIO()) == 1
     error = capsys.readouterr().err
@@ -164,10 +162,6 @@ def test_simulate_says_how_to_get_moto_when_it_is_missing(
 
 
 def test_simulate_aws_fleet_prints_the_fleet_figures() -> None:
-    import io
-
-    from karpenter_capi.cli import main
-
     out = io.StringIO()
     assert main(["simulate", "aws-fleet", "--until", "1m"], out=out) == 0
     text = out.getvalue()
