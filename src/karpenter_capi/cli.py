@@ -339,6 +339,8 @@ def _run_named_scenario(args: argparse.Namespace, out: TextIO) -> int:
         if args.kubeconfig_out is None:
             raise CliError("--serve needs --kubeconfig-out FILE")
         on_cluster = _serving(args, out, fronts)
+    from karpenter_capi.sim.scenario.aws import AwsUnavailableError
+
     try:
         try:
             result = run(
@@ -350,6 +352,8 @@ def _run_named_scenario(args: argparse.Namespace, out: TextIO) -> int:
                 on_sample=progress,
                 **pacing,
             )
+        except AwsUnavailableError as exc:
+            raise CliError(f"scenario {scenario.name}: {exc}") from None
         finally:
             if progress is not None:
                 progress.clear()

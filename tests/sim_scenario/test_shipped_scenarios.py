@@ -67,6 +67,8 @@ EXPECTED: dict[str, Expected] = {
     # The capz plugin over the simulated Azure; consolidation after the 5m scale-down settles
     # by ~10 m (tests/capz/test_capz_azure_vmss_scenario.py checks the details).
     "azure-vmss": Expected(until=900, pods_total=2),
+    # moto's EC2 behind the capa plugin's CAPAFleet mode; the consolidation at 5m settles ~6m.
+    "aws-fleet": Expected(until=480, pods_total=5),
 }
 
 # Kept out of the quick suite (`-m "not slow"`): anti-affinity-500 provisions 500 one-pod nodes

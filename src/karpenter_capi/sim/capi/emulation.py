@@ -19,6 +19,7 @@ from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.indexes import BY_OWNER_UID, by_owner_uid
 from karpenter_capi.core.runtime.controller import MANAGEMENT, Caches, Controller
 from karpenter_capi.core.runtime.manager import Manager
+from karpenter_capi.sim.capi.bootstrap import KubeadmBootstrapController
 from karpenter_capi.sim.capi.machine import MachineController
 from karpenter_capi.sim.capi.machinedeployment import MachineDeploymentController
 from karpenter_capi.sim.capi.machinepool import MachinePoolController
@@ -39,7 +40,8 @@ def capi_controllers(
 
     ``management`` is where the Cluster API objects live, ``workload`` where the Nodes do (the
     same client for a single cluster). With ``settings.nodes`` the kubelet stand-in
-    (``nodes.py``) is included.
+    (``nodes.py``) is included; with ``settings.kubeadm_bootstrap`` the bootstrap step
+    (``bootstrap.py``), with ``settings.aws_ec2`` stock CAPA (``capa.py``).
     """
     settings = settings or EmulationSettings()
     # One seeded generator per controller: names do not depend on which controller ran first.
@@ -57,6 +59,12 @@ def capi_controllers(
             rand=random.Random(None if seed is None else seed + 1),
         ),
     ]
+    if settings.kubeadm_bootstrap:
+        controllers.append(KubeadmBootstrapController(management, caches, clock, settings))
+    if settings.aws_ec2 is not None:
+        from karpenter_capi.sim.capi.capa import CapaMachineController
+
+        controllers.append(CapaMachineController(management, workload, caches, clock, settings))
     if settings.nodes:
         controllers += [
             MachineNodeCreator(management, workload, caches, clock, settings),

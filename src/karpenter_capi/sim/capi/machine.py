@@ -71,6 +71,7 @@ from karpenter_capi.sim.capi.settings import (
     EmulationSettings,
     delay_from,
     flag_from,
+    handled_by_capa,
 )
 from karpenter_capi.sim.capi.shapes import (
     Condition,
@@ -151,7 +152,7 @@ class MachineController:
 
     def reconcile(self, key: Key) -> Result:
         machine = self.caches.store(self.primary, MANAGEMENT).get(key)
-        if machine is None or is_paused(machine):
+        if machine is None or is_paused(machine) or self._not_mine(machine):
             return DONE
         shape = shape_of(machine, self.settings.default_shape)
         sources = [machine, *self.owners.of(machine)]
@@ -180,6 +181,10 @@ class MachineController:
         node = self._node_of(provider_id)
         self._write_status(machine, shape, "Running" if node else "Provisioned", node=node)
         return DONE
+
+    def _not_mine(self, machine: Mapping[str, Any]) -> bool:
+        """Machines with an AWSMachine belong to the CAPA emulation when it is on."""
+        return handled_by_capa(self.settings, machine)
 
     def _provision(
         self, machine: JsonObject, shape: str, sources: list[JsonObject], now: datetime

@@ -85,6 +85,7 @@ from karpenter_capi.sim.capi.settings import (
     ANNOTATION_KUBELET,
     EmulationSettings,
     delay_from,
+    handled_by_capa,
 )
 from karpenter_capi.sim.capi.shapes import failure_of
 
@@ -368,6 +369,8 @@ class MachineNodeCreator(_NodeCreator):
             return DONE
         if controller_key(machine, "MachinePool") is not None or self._has_node(provider_id):
             return DONE
+        if handled_by_capa(self.settings, machine):
+            return DONE  # the CAPA emulation registers it, sized from EC2 (capa.py)
         self._create(name_of(machine), provider_id, machine, self.owners.of(machine))
         return DONE
 

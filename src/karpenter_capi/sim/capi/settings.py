@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from karpenter_capi.core.api.duration import DurationError, parse_duration
@@ -68,18 +68,37 @@ class EmulationSettings:
     azure_unavailable_sizes: frozenset[str] = frozenset()
     """Azure VM sizes (``Standard_D4s_v5``, or ``Standard_D4s_v5@2`` for one zone) without
     capacity: pools of them get no VM and report the failure (``azure.py``)."""
+    kubeadm_bootstrap: bool = False
+    """Emulate CABPK and CAPI core's bootstrap step (``bootstrap.py``): a Secret and
+    ``spec.bootstrap.dataSecretName`` for Machines whose KubeadmConfig exists."""
+    bootstrap_delay: float = 2.0
+    aws_ec2: Any = field(default=None, compare=False)
+    """An EC2 client (moto's in the simulator): emulate stock CAPA (``capa.py``) with it for
+    Machines whose infrastructure is an ``AWSMachine``; ``None``: no CAPA emulation."""
     version: str = V1BETA2
     default_shape: str = V1BETA2
     seed: int | None = 0
 
     def __post_init__(self) -> None:
-        for field in ("provision_delay", "delete_delay", "boot_delay"):
-            value = getattr(self, field)
+        for name in ("provision_delay", "delete_delay", "boot_delay", "bootstrap_delay"):
+            value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
-                raise ValueError(f"{field} must be a finite number of seconds >= 0, not {value}")
-        for field in ("version", "default_shape"):
-            if getattr(self, field) not in SHAPES:
-                raise ValueError(f"{field} must be one of {', '.join(SHAPES)}")
+                raise ValueError(f"{name} must be a finite number of seconds >= 0, not {value}")
+        for name in ("version", "default_shape"):
+            if getattr(self, name) not in SHAPES:
+                raise ValueError(f"{name} must be one of {', '.join(SHAPES)}")
+
+
+AWS_MACHINE_KIND: Final = "AWSMachine"
+
+
+def handled_by_capa(settings: EmulationSettings, machine: Mapping[str, Any]) -> bool:
+    """Whether the CAPA emulation (``capa.py``), not the generic Machine controller and Node
+    creator, drives ``machine``: it is on and the Machine's infrastructure is an AWSMachine."""
+    if settings.aws_ec2 is None:
+        return False
+    ref = (machine.get("spec") or {}).get("infrastructureRef")
+    return isinstance(ref, Mapping) and ref.get("kind") == AWS_MACHINE_KIND
 
 
 def parse_delay(text: str) -> float:

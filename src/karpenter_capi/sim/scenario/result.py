@@ -92,6 +92,9 @@ class ScenarioResult:
     controller_writes: dict[str, Any] = field(default_factory=dict)
     """``sim.scenario.writes.controller_writes``: the controller's Kubernetes writes, per
     launched node, and the MachinePools it created."""
+    native_launch: dict[str, Any] = field(default_factory=dict)
+    """``sim.scenario.aws.SimAws.figures`` for a scenario on the emulated AWS: fleet calls and
+    the controller's Kubernetes writes per launched node; empty otherwise."""
 
     def to_json(self) -> dict[str, Any]:
         """The result with the field names ``simulate --json`` documents (snake_case)."""
@@ -119,6 +122,7 @@ class ScenarioResult:
             **self._beyond_plan_json(),
             "launch_rounds": dict(self.launch_rounds),
             "controller_writes": dict(self.controller_writes),
+            **({"native_launch": dict(self.native_launch)} if self.native_launch else {}),
         }
 
     def summary(self) -> str:

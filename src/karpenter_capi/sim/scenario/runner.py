@@ -29,7 +29,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from typing import Any
 
 from karpenter_capi.core.api.crds import generate_crds
@@ -49,6 +49,7 @@ from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.apiserver.audit import AuditingClient, AuditLog
 from karpenter_capi.sim.apiserver.request_counts import WATCH_POLL
 from karpenter_capi.sim.capi import add_capi_emulation
+from karpenter_capi.sim.scenario.aws import SimAws, emulated_aws, substitute
 from karpenter_capi.sim.scenario.catalog import generate_catalog
 from karpenter_capi.sim.scenario.launches import LaunchRounds
 from karpenter_capi.sim.scenario.observer import Observer, percentile
@@ -207,6 +208,27 @@ def _scenario_emulation(scenario: Scenario) -> dict[str, Any]:
     return {"azure_unavailable_sizes": frozenset(scenario.azure.unavailable_sizes)}
 
 
+_WRITES = ("create", "update", "patch", "delete")
+
+
+def _start_aws(scenario: Scenario, stack: ExitStack) -> SimAws | None:
+    """The emulated AWS of a scenario with ``infrastructure.aws`` (``sim.scenario.aws``)."""
+    environment = scenario.infrastructure.aws
+    return None if environment is None else stack.enter_context(emulated_aws(environment))
+
+
+def _aws_plugins(aws: SimAws) -> list[tuple[str, object]]:
+    """generic_capi and capa, capa over the emulated AWS."""
+    from karpenter_capi.plugins.capa.plugin import CapaPlugin
+    from karpenter_capi.plugins.generic_capi import plugin as generic_capi
+
+    return [("generic_capi", generic_capi), ("capa", CapaPlugin(aws, background_refresh=False))]
+
+
+def _writes(audit: AuditLog) -> int:
+    return sum(audit.count(r) for r in audit.records() if r.verb in _WRITES)
+
+
 def run(
     scenario: Scenario,
     *,
@@ -234,6 +256,11 @@ def run(
     sets. A scenario with ``azure:`` enables ``capz`` (besides ``plugins``) over the simulated
     Azure of ``sim.azure``, unless ``plugin_objects`` is given.
 
+    A scenario with ``infrastructure.aws`` runs against an emulated AWS (moto; see
+    ``sim.scenario.aws``) with the ``generic_capi`` and ``capa`` plugins over it (unless
+    ``plugin_objects`` says otherwise), stock CAPA and the kubeadm bootstrap step emulated, and
+    reports the fleet and write figures in ``native_launch``.
+
     ``seed`` seeds the API server's generated names and uids, the scheduler stand-in's choice
     between equally scored nodes (and ``random``), so two runs of a scenario match.
     ``on_cluster`` is handed the in-memory API server before anything runs (``simulate
@@ -245,128 +272,143 @@ def run(
     """
     if until <= 0 or sample_every <= 0 or pace_step <= 0:
         raise ValueError("until, sample_every and pace_step must be positive")
-    random.seed(seed)
-    wall_start = time.perf_counter()
-    clock = FakeClock()
-    server = InMemoryAPIServer(clock=clock, random_seed=seed)
-    server.apply_manifests(generate_crds())
-    server.register_cluster_api()
-    if on_cluster is not None:
-        on_cluster(server)
-    infrastructure = scenario.infrastructure
-    if infrastructure.catalog is not None:
-        server.apply_manifests(generate_catalog(infrastructure.catalog))
-    else:
-        server.apply_manifests([dict(obj) for obj in infrastructure.manifests or []])
-    deferred = scenario.deferred()
-    server.apply_manifests([deployment(w) for w in scenario.workloads if w.name not in deferred])
-    requests_before = server.requests.snapshot()
-    # The controller's own requests, told apart from the emulated cluster's, for the writes
-    # per launched node (``writes``).
-    audit = AuditLog()
-    client: KubeClient = AuditingClient(
-        server if controller_client is None else controller_client(server), audit
-    )
-    with _capture_errors() as records:
-        environment = PluginEnvironment(
-            workload=client,
-            management=client,
-            clock=clock,
-            logger=logging.getLogger("karpenter_capi.plugins"),
+    with ExitStack() as stack:
+        random.seed(seed)
+        aws = _start_aws(scenario, stack)
+        wall_start = time.perf_counter()
+        clock = FakeClock()
+        server = InMemoryAPIServer(clock=clock, random_seed=seed)
+        server.apply_manifests(generate_crds())
+        server.register_cluster_api()
+        if on_cluster is not None:
+            on_cluster(server)
+        infrastructure = scenario.infrastructure
+        if infrastructure.catalog is not None:
+            server.apply_manifests(generate_catalog(infrastructure.catalog))
+        else:
+            manifests = [dict(obj) for obj in infrastructure.manifests or []]
+            if aws is not None:
+                manifests = [substitute(obj, aws.values) for obj in manifests]
+            server.apply_manifests(manifests)
+        deferred = scenario.deferred()
+        initial = [w for w in scenario.workloads if w.name not in deferred]
+        server.apply_manifests([deployment(w) for w in initial])
+        requests_before = server.requests.snapshot()
+        # The controller's own requests, told apart from the emulated cluster's, for the writes
+        # per launched node (``writes``).
+        audit = AuditLog()
+        client: KubeClient = AuditingClient(
+            server if controller_client is None else controller_client(server), audit
         )
-        if plugin_objects is None and scenario.azure is not None:
-            from karpenter_capi.sim.azure import scenario_plugins
+        if aws is not None:
+            if plugin_objects is None:
+                plugin_objects = _aws_plugins(aws)
+            emulation = {
+                "aws_ec2": aws.emulation_ec2,
+                "kubeadm_bootstrap": True,
+                **(emulation or {}),
+            }
+        with _capture_errors() as records:
+            environment = PluginEnvironment(
+                workload=client,
+                management=client,
+                clock=clock,
+                logger=logging.getLogger("karpenter_capi.plugins"),
+            )
+            if plugin_objects is None and scenario.azure is not None:
+                from karpenter_capi.sim.azure import scenario_plugins
 
-            plugin_objects = scenario_plugins(plugins)
-        loaded = (
-            Plugins.load(list(plugins), environment)
-            if plugin_objects is None
-            else Plugins.from_objects(plugin_objects, environment)
+                plugin_objects = scenario_plugins(plugins)
+            loaded = (
+                Plugins.load(list(plugins), environment)
+                if plugin_objects is None
+                else Plugins.from_objects(plugin_objects, environment)
+            )
+            operator = Operator(
+                client,
+                client,
+                loaded,
+                clock,
+                OperatorOptions(leader_elect=False, metrics_port=None),
+            )
+            # The controller's caches exist now. What is added below is the emulated cluster, not
+            # the controller: its writes, and the caches only it needs, go to the server directly.
+            operator.manager.client = operator.manager.management = server
+            reconcile_errors = _ReconcileErrors(operator)
+            add_capi_emulation(
+                operator.manager,
+                **{"nodes": True, **_scenario_emulation(scenario), **(emulation or {})},
+            )
+            add_workload_emulation(operator.manager)
+            operator.manager.add(SimScheduler(server, operator.manager, clock, seed=seed))
+            launch_rounds = LaunchRounds(clock)
+            launch_rounds.attach(operator.manager)
+            driver = operator.stepped()
+            observer = Observer(server, clock, loaded)
+            actions = sorted((a for a in scenario.timeline if a.at <= until), key=lambda a: a.at)
+            samples = [0.0]
+            while samples[-1] + sample_every < until:
+                samples.append(samples[-1] + sample_every)
+            samples.append(until)
+            # (time, 0 = action first, 1 = sample) so an action at a sample time is seen by it.
+            events: list[tuple[float, int, TimelineAction | None]] = sorted(
+                [(a.at, 0, a) for a in actions] + [(t, 1, None) for t in samples],
+                key=lambda e: (e[0], e[1]),
+            )
+            driver.run_until_quiet()
+            now = 0.0
+            if pace is not None:
+                pace(now)  # setup is done: a pacer's wall clock starts here
+            for at, _, action in events:
+                while at > now:
+                    step_to = at if pace is None else min(at, now + pace_step)
+                    driver.advance(step_to - now)
+                    now = step_to
+                    if pace is not None:
+                        pace(now)
+                if action is not None:
+                    _apply(server, scenario, action)
+                    driver.run_until_quiet()
+                else:
+                    sample = observer.sample()
+                    if on_sample is not None:
+                        on_sample(sample)
+        api_requests = server.requests.since(requests_before)
+        for verb, count in observer.own_requests.items():
+            api_requests[verb] = api_requests.get(verb, 0) - count
+        watch_polls = api_requests.pop(WATCH_POLL, 0)
+        final = observer.samples[-1]
+        bound = list(observer.bound_seconds.values())
+        pod_bound_seconds = (
+            {
+                "p50": round(percentile(bound, 0.5), 3),
+                "p95": round(percentile(bound, 0.95), 3),
+                "max": round(max(bound), 3),
+            }
+            if bound
+            else {}
         )
-        operator = Operator(
-            client,
-            client,
-            loaded,
-            clock,
-            OperatorOptions(leader_elect=False, metrics_port=None),
+        return ScenarioResult(
+            scenario=scenario.name,
+            pods_total=final.pods_bound + final.pods_pending,
+            pods_bound=final.pods_bound,
+            pods_pending=final.pods_pending,
+            nodes=final.nodes,
+            nodeclaims=final.nodeclaims,
+            cost_per_hour=final.cost_per_hour,
+            cost_per_hour_peak=max(s.cost_per_hour for s in observer.samples),
+            pod_bound_seconds=pod_bound_seconds,
+            virtual_seconds=now,
+            wall_seconds=time.perf_counter() - wall_start,
+            errors=reconcile_errors.messages() + records.messages,
+            conflicts=reconcile_errors.conflicts,
+            samples=observer.samples,
+            disruptions=observer.disruptions(),
+            api_requests={verb: count for verb, count in api_requests.items() if count > 0},
+            watch_polls=max(0, watch_polls),
+            capacity=observer.capacity(),
+            beyond_plan=observer.plans.result(),
+            launch_rounds=launch_rounds.figures(),
+            controller_writes=controller_writes(audit, launch_rounds.launched()),
+            native_launch={} if aws is None else aws.figures(_writes(audit)),
         )
-        # The controller's caches exist now. What is added below is the emulated cluster, not
-        # the controller: its writes, and the caches only it needs, go to the server directly.
-        operator.manager.client = operator.manager.management = server
-        reconcile_errors = _ReconcileErrors(operator)
-        add_capi_emulation(
-            operator.manager,
-            **{"nodes": True, **_scenario_emulation(scenario), **(emulation or {})},
-        )
-        add_workload_emulation(operator.manager)
-        operator.manager.add(SimScheduler(server, operator.manager, clock, seed=seed))
-        launch_rounds = LaunchRounds(clock)
-        launch_rounds.attach(operator.manager)
-        driver = operator.stepped()
-        observer = Observer(server, clock, loaded)
-        actions = sorted((a for a in scenario.timeline if a.at <= until), key=lambda a: a.at)
-        samples = [0.0]
-        while samples[-1] + sample_every < until:
-            samples.append(samples[-1] + sample_every)
-        samples.append(until)
-        # (time, 0 = action first, 1 = sample) so an action at a sample time is seen by it.
-        events: list[tuple[float, int, TimelineAction | None]] = sorted(
-            [(a.at, 0, a) for a in actions] + [(t, 1, None) for t in samples],
-            key=lambda e: (e[0], e[1]),
-        )
-        driver.run_until_quiet()
-        now = 0.0
-        if pace is not None:
-            pace(now)  # setup is done: a pacer's wall clock starts here
-        for at, _, action in events:
-            while at > now:
-                step_to = at if pace is None else min(at, now + pace_step)
-                driver.advance(step_to - now)
-                now = step_to
-                if pace is not None:
-                    pace(now)
-            if action is not None:
-                _apply(server, scenario, action)
-                driver.run_until_quiet()
-            else:
-                sample = observer.sample()
-                if on_sample is not None:
-                    on_sample(sample)
-    api_requests = server.requests.since(requests_before)
-    for verb, count in observer.own_requests.items():
-        api_requests[verb] = api_requests.get(verb, 0) - count
-    watch_polls = api_requests.pop(WATCH_POLL, 0)
-    final = observer.samples[-1]
-    bound = list(observer.bound_seconds.values())
-    pod_bound_seconds = (
-        {
-            "p50": round(percentile(bound, 0.5), 3),
-            "p95": round(percentile(bound, 0.95), 3),
-            "max": round(max(bound), 3),
-        }
-        if bound
-        else {}
-    )
-    return ScenarioResult(
-        scenario=scenario.name,
-        pods_total=final.pods_bound + final.pods_pending,
-        pods_bound=final.pods_bound,
-        pods_pending=final.pods_pending,
-        nodes=final.nodes,
-        nodeclaims=final.nodeclaims,
-        cost_per_hour=final.cost_per_hour,
-        cost_per_hour_peak=max(s.cost_per_hour for s in observer.samples),
-        pod_bound_seconds=pod_bound_seconds,
-        virtual_seconds=now,
-        wall_seconds=time.perf_counter() - wall_start,
-        errors=reconcile_errors.messages() + records.messages,
-        conflicts=reconcile_errors.conflicts,
-        samples=observer.samples,
-        disruptions=observer.disruptions(),
-        api_requests={verb: count for verb, count in api_requests.items() if count > 0},
-        watch_polls=max(0, watch_polls),
-        capacity=observer.capacity(),
-        beyond_plan=observer.plans.result(),
-        launch_rounds=launch_rounds.figures(),
-        controller_writes=controller_writes(audit, launch_rounds.launched()),
-    )

@@ -119,11 +119,39 @@ class Catalog(_Strict):
         return value
 
 
+class CapacityShortage(_Strict):
+    """A ``CreateFleet`` whose cheapest override is this offering launches nothing and names
+    it in ``Errors[]`` with ``code`` (the next ``times`` such calls)."""
+
+    instance_type: str = Field(min_length=1)
+    zone: str = Field(min_length=1)
+    capacity_type: Literal["spot", "on-demand"] = "spot"
+    code: str = "InsufficientInstanceCapacity"
+    times: int = Field(default=1, ge=1)
+
+
+class AwsEnvironment(_Strict):
+    """An emulated AWS for the run (``sim.scenario.aws``; needs moto): a VPC with a subnet per
+    zone, the price book below, and capacity shortages. Manifests may name what moto generated:
+    ``${aws.subnet.<zone>}``, ``${aws.securityGroup.node}``, ``${aws.ami}``, ``${aws.vpc}``,
+    ``${aws.region}``."""
+
+    region: str = "us-east-1"
+    zones: list[str] = Field(min_length=1)
+    on_demand_prices: dict[str, float] = Field(min_length=1)
+    """USD per hour by instance type (the Pricing API's answer); other types are not offered."""
+    spot_prices: dict[str, dict[str, float]] = Field(default_factory=dict)
+    """USD per hour by instance type, then zone (``DescribeSpotPriceHistory``'s answer)."""
+    capacity_errors: list[CapacityShortage] = Field(default_factory=list)
+
+
 class Infrastructure(_Strict):
-    """Either literal ``manifests`` or a generated ``catalog``, never both."""
+    """Either literal ``manifests`` or a generated ``catalog``, never both; ``aws`` runs the
+    scenario against an emulated AWS."""
 
     manifests: list[dict[str, Any]] | None = None
     catalog: Catalog | None = None
+    aws: AwsEnvironment | None = None
 
     @field_validator("manifests")
     @classmethod

@@ -144,6 +144,31 @@ def _writes(result: ScenarioResult) -> str:
     )
 
 
+def _native_launch(result: ScenarioResult) -> str | None:
+    """EC2 Fleet figures of a scenario on the emulated AWS (``sim.scenario.aws``)."""
+    figures = result.native_launch
+    if not figures:
+        return None
+    rows = [
+        [
+            "Fleet calls per launched node",
+            f"{figures['fleet_calls_per_node']:g} ({figures['fleet_calls']} calls, "
+            f"{figures['fleet_capacity_errors']} refused for capacity, "
+            f"{figures['nodes_launched']} nodes)",
+        ],
+        [
+            "controller's Kubernetes writes per launched node",
+            f"{figures['kube_writes_per_node']:g} ({figures['kube_writes']} writes)",
+        ],
+        [
+            "EC2 instances at the end",
+            f"{figures['instances_live']} live, {figures['instances_terminated']} terminated, "
+            f"{figures['instances_launched_by_capa']} launched by CAPA itself",
+        ],
+    ]
+    return "native launch (EC2 Fleet):\n" + table(["", ""], rows, [False, False]).split("\n", 1)[1]
+
+
 def render_summary(result: ScenarioResult) -> str:
     """The whole summary, ending with a newline."""
     bound = result.pod_bound_seconds
@@ -177,6 +202,7 @@ def render_summary(result: ScenarioResult) -> str:
         _beyond_plan(result),
         _launch_rounds(result),
         _writes(result),
+        *filter(None, [_native_launch(result)]),
         _counts("disruptions by reason", result.disruptions, "reason"),
         _counts("API requests by verb", result.api_requests, "verb") + _polls(result),
         _errors(result),
