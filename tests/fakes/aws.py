@@ -10,7 +10,6 @@ credentials in the environment (``fake_credentials``): nothing reaches the netwo
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -20,6 +19,8 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 from moto import mock_aws
+
+from karpenter_capi.sim.scenario.aws import price_list_entry
 
 REGION = "us-east-1"
 # On-demand Linux, shared tenancy, us-east-1 (USD per hour, as the Pricing API lists them).
@@ -64,40 +65,8 @@ def fake_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def product(instance_type: str, price: float, region: str = REGION) -> str:
-    """One GetProducts ``PriceList`` entry, shaped like AWS's (trimmed to what matters)."""
-    sku = f"SKU{abs(hash((instance_type, region))) % 10**8:08d}"
-    return json.dumps(
-        {
-            "product": {
-                "productFamily": "Compute Instance",
-                "attributes": {
-                    "instanceType": instance_type,
-                    "regionCode": region,
-                    "operatingSystem": "Linux",
-                    "preInstalledSw": "NA",
-                    "tenancy": "Shared",
-                    "capacitystatus": "Used",
-                    "marketoption": "OnDemand",
-                },
-                "sku": sku,
-            },
-            "serviceCode": "AmazonEC2",
-            "terms": {
-                "OnDemand": {
-                    f"{sku}.JRTCKXETXF": {
-                        "priceDimensions": {
-                            f"{sku}.JRTCKXETXF.6YS6EN2CT7": {
-                                "unit": "Hrs",
-                                "pricePerUnit": {"USD": f"{price:.10f}"},
-                                "description": f"${price} per On Demand Linux {instance_type}",
-                            }
-                        },
-                        "sku": sku,
-                    }
-                }
-            },
-        }
-    )
+    """One GetProducts ``PriceList`` entry, shaped like AWS's (the simulator's own)."""
+    return price_list_entry(instance_type, price, region)
 
 
 class _SplitEc2:

@@ -46,7 +46,7 @@ class AwsUnavailableError(RuntimeError):
     """The scenario needs moto (or boto3), which is not installed."""
 
 
-def _price_list_entry(instance_type: str, price: float, region: str) -> str:
+def price_list_entry(instance_type: str, price: float, region: str) -> str:
     """One ``GetProducts`` ``PriceList`` item, in AWS's layout (the fields the plugin reads)."""
     sku = f"SIM{instance_type.replace('.', '').upper()}"
     return json.dumps(
@@ -159,7 +159,7 @@ class SimAws:
             {
                 "FormatVersion": "aws_v1",
                 "PriceList": [
-                    _price_list_entry(name, price, self.region) for name, price in prices.items()
+                    price_list_entry(name, price, self.region) for name, price in prices.items()
                 ],
             }
         )
