@@ -326,6 +326,15 @@ class Solver:
         vector[pods_index] = limits.milli("nodes") if "nodes" in limits else unlimited
         return tuple(vector)
 
+    def _limits_reason(self, types: Sequence[TypeInfo], remaining: Vector) -> str:
+        """Which limits even the smallest node would break ("nodes" in the pods slot)."""
+        names = [
+            "nodes" if name == "pods" else name
+            for index, name in enumerate(self._resources)
+            if all(limit_use(t.capacity)[index] > remaining[index] for t in types)
+        ]
+        return f"the NodePool's limits would be exceeded ({', '.join(names) or 'together'})"
+
     def _limit_usage(self, option: NodePoolOption) -> Vector:
         usage = [option.usage.milli(n) for n in self._resources]
         usage[self._resources.index("pods")] = option.usage.milli("nodes")
@@ -870,9 +879,10 @@ class Solver:
             )
         if pool.remaining is not None:
             remaining = pool.remaining
-            types = [t for t in types if fits(limit_use(t.capacity), remaining)]
-            if not types:
-                return "the NodePool's limits would be exceeded"
+            within = [t for t in types if fits(limit_use(t.capacity), remaining)]
+            if not within:
+                return self._limits_reason(types, remaining)
+            types = within
         first = self._first_fit(types, 0, total, pod_class)
         if first is None:
             needed = pod_class.requests.add(self._daemons.for_node(requirements, taints))
