@@ -152,13 +152,15 @@ class World:
             NAMESPACE,
         )
 
-    def nodeclass(self, name: str, spec: Mapping[str, Any]) -> JsonObject:
+    def nodeclass(
+        self, name: str, spec: Mapping[str, Any], annotations: Mapping[str, str] | None = None
+    ) -> JsonObject:
         return self.server.create(
             CLUSTER_API_NODE_CLASSES,
             {
                 "apiVersion": wellknown.NODECLASS_API_VERSION,
                 "kind": wellknown.NODECLASS_KIND,
-                "metadata": {"name": name},
+                "metadata": {"name": name, "annotations": dict(annotations or {})},
                 "spec": dict(spec),
             },
         )

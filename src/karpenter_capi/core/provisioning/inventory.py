@@ -109,7 +109,9 @@ def resolve_nodepool(
         inventory.error = f"ClusterAPINodeClass {inventory.nodeclass} not found"
         return inventory
     except ValidationError as exc:
-        inventory.error = f"invalid ClusterAPINodeClass: {_validation_message(exc)}"
+        inventory.error = (
+            f"invalid ClusterAPINodeClass {inventory.nodeclass}: {_validation_message(exc)}"
+        )
         return inventory
     try:
         inventory.instance_types = plugins.instance_types(nodeclass, inventory.model)
