@@ -32,7 +32,7 @@ NOT_READY: list[tuple[str, dict[str, Any], dict[str, str], str, tuple[str, ...]]
         {"scalableResourceSelector": {"matchLabels": {"malformed": "yes"}}},
         {},
         "NoUsableScalableResources",
-        ("none of the 1 selected", "MachineDeployment default/broken", "cpu='x'"),
+        ("MachineDeployment default/broken", "cpu='x'"),
     ),
     (
         "key-invalid",
