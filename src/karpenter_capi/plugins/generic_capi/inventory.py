@@ -83,7 +83,6 @@ from karpenter_capi.plugins.generic_capi.shape import (
     settings_from,
 )
 from karpenter_capi.plugins.generic_capi.sources import (
-    REASON_BOOTSTRAP_CONFIG_NOT_FOUND,
     TemplateError,
     TemplateReader,
     UnavailableOfferings,
@@ -205,9 +204,7 @@ def _describe(
                 template_error = exc
         native, native_error = _described(sources, template, obj)
         kubelet, kubelet_error = (
-            read_kubelet_settings(
-                sources.templates, identity[1], obj, report_missing=template is not None
-            )
+            read_kubelet_settings(sources.templates, identity[1], obj)
             if sources.templates is not None
             else (None, None)
         )
@@ -232,12 +229,6 @@ def _describe(
         return
     except ShapeError as exc:
         inventory.problems.append(ResourceProblem(*identity, REASON_INVALID_SHAPE, str(exc)))
-        return
-    if kubelet_error is not None and kubelet_error.reason == REASON_BOOTSTRAP_CONFIG_NOT_FOUND:
-        # A launch would scale it and wait for a Machine that never comes.
-        inventory.problems.append(
-            ResourceProblem(*identity, kubelet_error.reason, kubelet_error.message)
-        )
         return
     inventory.resources.append(scalable)
     if template_error is not None:

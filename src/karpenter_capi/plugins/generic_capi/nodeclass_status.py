@@ -102,11 +102,7 @@ def ready_condition(inventory: Inventory) -> tuple[str, str, str]:
 # the kubelet would refuse: the resource is usable on paper but will not launch (or run) as
 # configured, which a user must fix, so they are Warnings.
 _WARNING_NOTICES: Final = frozenset(
-    {
-        REASON_TEMPLATE_NOT_DESCRIBED,
-        REASON_OFFERING_NOT_AVAILABLE,
-        REASON_INVALID_KUBELET_CONFIG,
-    }
+    {REASON_TEMPLATE_NOT_DESCRIBED, REASON_OFFERING_NOT_AVAILABLE, REASON_INVALID_KUBELET_CONFIG}
 )
 
 

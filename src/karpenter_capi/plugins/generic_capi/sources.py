@@ -40,7 +40,6 @@ REASON_TEMPLATE_NOT_FOUND: Final = "InfrastructureTemplateNotFound"
 REASON_TEMPLATE_UNREADABLE: Final = "InfrastructureTemplateUnreadable"
 REASON_INVALID_INFRASTRUCTURE_REF: Final = "InvalidInfrastructureRef"
 REASON_INVALID_KUBELET_CONFIG: Final = "InvalidKubeletConfiguration"
-REASON_BOOTSTRAP_CONFIG_NOT_FOUND: Final = "BootstrapConfigNotFound"
 
 
 # --- availability -------------------------------------------------------------------------------
@@ -280,22 +279,14 @@ class TemplateReader:
 
 
 def read_kubelet_settings(
-    templates: TemplateReader,
-    namespace: str,
-    obj: Mapping[str, Any],
-    *,
-    report_missing: bool = False,
+    templates: TemplateReader, namespace: str, obj: Mapping[str, Any]
 ) -> tuple[KubeletSettings | None, TemplateError | None]:
     """The kubelet settings of the kubeadm bootstrap config ``obj`` (a scalable resource)
     references, or why they could not be had.
 
     ``(None, None)``: no kubeadm config is referenced, or it is missing or its kind not served
-    (the defaults apply). ``report_missing`` makes a missing config a ``TemplateError`` of
-    reason ``REASON_BOOTSTRAP_CONFIG_NOT_FOUND``: the caller asks when the infrastructure
-    template exists, so the missing config is a real mistake (CAPI creates no Machine without
-    it) rather than a cluster, like the simulator's catalogs, that declares neither. An
-    unreadable config is a ``TemplateError``; a malformed setting one of reason
-    ``REASON_INVALID_KUBELET_CONFIG``.
+    (CAPI reports that itself; the defaults apply). An unreadable config is a
+    ``TemplateError``; a malformed setting one of reason ``REASON_INVALID_KUBELET_CONFIG``.
     """
     spec = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
     ref = (spec.get("bootstrap") or {}).get("configRef") if isinstance(spec, Mapping) else None
@@ -305,11 +296,6 @@ def read_kubelet_settings(
     try:
         config = templates.read_bootstrap(namespace, ref)
     except TemplateError as exc:
-        if exc.reason == REASON_TEMPLATE_NOT_FOUND and report_missing:
-            return None, TemplateError(
-                REASON_BOOTSTRAP_CONFIG_NOT_FOUND,
-                f"{exc.message}: Cluster API cannot create its Machines without it; left out",
-            )
         if exc.reason in (REASON_TEMPLATE_NOT_FOUND, REASON_TEMPLATE_NOT_SERVED):
             return None, None
         return None, exc
