@@ -15,7 +15,7 @@ import pytest
 
 from fakes.aws import StubbedAws, fake_credentials, stubbed_aws
 
-from .cloud import PRICES_CONFIGMAP, PRICES_NAMESPACE, CapaWorld
+from .cloud import PRICES_NAMESPACE, CapaWorld
 
 pytest.importorskip("moto")
 
@@ -64,7 +64,7 @@ def test_an_ec2_error_describing_one_template_names_it_and_the_others_launch(
     assert code in line
     event = world.event_about(MD, TEMPLATE, code)
     assert (event["type"], event["reason"]) == ("Warning", "MachineTemplateNotDescribed")
-    world.assert_good_launched(report)
+    world.assert_good_launched(report, "m5.large")
 
 
 # (id, template instance type, spot?, MachineDeployment extras, words)
@@ -105,7 +105,7 @@ def test_a_template_ec2_cannot_describe_is_named_and_the_others_launch(
     assert all(word in line for word in words), line
     event = world.event_about(MD, *words)
     assert event["type"] == "Warning"
-    world.assert_good_launched(report)
+    world.assert_good_launched(report, "m5.large")
 
 
 @pytest.mark.parametrize(
@@ -131,7 +131,7 @@ def test_a_pricing_api_error_estimates_the_price_says_so_and_still_launches(
     assert "MachineDeployment default/good: AWS has no price for it yet" in ready["message"]
     event = world.event_about("MachineDeployment default/good", "price estimated from the shape")
     assert event["reason"] == "PriceEstimated"
-    world.assert_good_launched(report)
+    world.assert_good_launched(report, "m5.large")
 
 
 def test_spot_prices_refused_leave_spot_unpriced_and_on_demand_launching(
@@ -148,9 +148,10 @@ def test_spot_prices_refused_leave_spot_unpriced_and_on_demand_launching(
     ready = world.nodeclass_ready()
     assert f"{MD}: AWS has no price for it yet" in ready["message"]
     world.event_about(MD, "price estimated from the shape")
-    world.assert_good_launched(report)
+    world.assert_good_launched(report, "m5.large")
 
 
+# (id, prices.json, what the Event says is wrong); shared with the capz cases.
 CORRUPTED = [
     ("not-json", "{{{ prices", "malformed price snapshot"),
     ("empty-object", "{}", "not a version-1 price snapshot"),
@@ -202,12 +203,12 @@ def test_a_corrupted_price_configmap_is_named_and_ignored_while_the_cloud_is_dow
 
     report = world.provisioning_round()
 
-    where = f"ConfigMap {PRICES_NAMESPACE}/{PRICES_CONFIGMAP}"
+    where = f"ConfigMap {PRICES_NAMESPACE}/{world.prices_configmap}"
     event = world.event_about(where, problem)
     assert (event["type"], event["reason"]) == ("Warning", "InvalidPriceSnapshot")
-    assert event["involvedObject"]["name"] == PRICES_CONFIGMAP
+    assert event["involvedObject"]["name"] == world.prices_configmap
     assert "AWS has no price for it yet" in world.nodeclass_ready()["message"]
-    world.assert_good_launched(report)
+    world.assert_good_launched(report, "m5.large")
     assert world.prices_text() == text  # nothing better to write yet
 
 
@@ -219,7 +220,7 @@ def test_a_corrupted_price_configmap_is_replaced_by_the_next_good_fetch(aws: Stu
 
     report = world.provisioning_round()
 
-    world.event_about(f"ConfigMap {PRICES_NAMESPACE}/{PRICES_CONFIGMAP}", "malformed")
+    world.event_about(f"ConfigMap {PRICES_NAMESPACE}/{world.prices_configmap}", "malformed")
     assert [d.price for d in report.launched] == [0.096]
     assert '"m5.large":0.096' in world.prices_text()
-    world.assert_good_launched(report)
+    world.assert_good_launched(report, "m5.large")
