@@ -42,7 +42,8 @@ CASES: list[tuple[str, dict[str, str | None], tuple[str, ...]]] = [
     ("max-size-negative", {MAX_SIZE: "-3"}, (MAX_SIZE + "='-3'", "must not be negative")),
     ("min-above-max", {MIN_SIZE: "5", MAX_SIZE: "2"}, (MIN_SIZE + "=5 is above", "=2")),
     # zero and not a number
-    ("cpu-zero", {CA + "cpu": "0"}, ("cpu capacity '0'", "must be greater than zero")),
+    ("cpu-zero", {CA + "cpu": "0"}, (CA + "cpu='0'", "must be greater than zero")),
+    ("memory-zero", {CA + "memory": "0Gi"}, (CA + "memory='0Gi'", "must be greater than zero")),
     ("pods-zero", {CA + "maxPods": "0"}, (CA + "maxPods='0'", "holds no pods")),
     ("price-nan", {PRICE: "nan"}, (PRICE + "='nan'", "finite price")),
     ("price-inf", {PRICE: "inf"}, (PRICE + "='inf'", "finite price")),

@@ -382,10 +382,12 @@ def resolve_shape(
                 f"no {name} capacity: annotation {annotation} is required{where}"
             )
     resources = ResourceList.parse(capacity)
+    counted_gpu = gpu_type if gpu_count is not None else None
     for name in ("cpu", "memory"):
         if resources.milli(name) <= 0:
-            raise ShapeError(f"{name} capacity {capacity[name]!r}: must be greater than zero")
-    _check_plausible(resources, capacity, origins, gpu_type if gpu_count is not None else None)
+            where = _where(name, origins, counted_gpu)
+            raise ShapeError(f"{where}={capacity[name]!r}: must be greater than zero")
+    _check_plausible(resources, capacity, origins, counted_gpu)
 
     labels = propagated_labels(template_labels or {})
     if template is not None:
