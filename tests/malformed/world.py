@@ -278,6 +278,7 @@ class World:
             f"running {self.running(prefix)}, pending {self.pending(prefix)}; Events:\n"
             + "\n".join(map(str, self.events()))
         )
+        assert self.violations() == []
 
 
 def _templates() -> list[JsonObject]:
