@@ -12,7 +12,7 @@ wall time and a run is repeatable.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from karpenter_capi.core.kube.official import OfficialClient
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
@@ -100,13 +100,14 @@ class FaultRun:
     def requests(self) -> list[ServedRequest]:
         """What the controller sent, with times relative to the schedule's origin."""
         return [
-            ServedRequest(r.at - self._origin, r.method, r.path, r.query, r.status, r.agent)
+            replace(r, at=r.at - self._origin)
             for r in self.http.requests
             if r.agent == CONTROLLER_AGENT
         ]
 
     def created(self, plural: str) -> int:
-        """Objects of ``plural`` the controller created (201 answers to its POSTs)."""
+        """Objects of ``plural`` the controller created (POSTs the server answered 201 to,
+        whether or not the answer reached the controller)."""
         return sum(
             1
             for r in self.requests()

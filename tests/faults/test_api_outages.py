@@ -83,3 +83,33 @@ def test_slow_answers_for_30s_delay_but_change_nothing(reference: FaultRun) -> N
 
     assert fault_run.api.faults.injected["slow"] > 0
     assert_kept_promises(fault_run, reference)
+
+
+def test_lost_answers_to_nodeclaim_creations_launch_nothing_twice(reference: FaultRun) -> None:
+    """The write happens, the answer never arrives (a reset connection): the controller must
+    find what it created rather than create it again."""
+    fault_run = FaultRun()
+    fault_run.at(
+        DEPLOY_AT,
+        lambda run: run.api.faults.lose_answers(verb="create", resource="nodeclaims", times=2),
+    )
+    fault_run.run(burst_scenario(), until=UNTIL)
+
+    lost = [r for r in fault_run.requests() if not r.answered]
+    assert [(r.method, r.status) for r in lost] == [("POST", 201), ("POST", 201)]
+    assert_kept_promises(fault_run, reference)
+
+
+def test_lost_answers_to_every_write_for_30s_launch_nothing_twice(reference: FaultRun) -> None:
+    fault_run = FaultRun()
+    fault_run.at(
+        DEPLOY_AT,
+        lambda run: [
+            run.api.faults.lose_answers(verb=verb, times=None, duration=30.0)
+            for verb in ("create", "update", "patch", "delete")
+        ],
+    )
+    fault_run.run(burst_scenario(), until=UNTIL)
+
+    assert fault_run.api.faults.injected["lost_answer"] > 2
+    assert_kept_promises(fault_run, reference)

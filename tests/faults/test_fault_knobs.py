@@ -176,3 +176,19 @@ def test_restart_refuses_connections_then_serves_the_same_state_on_the_same_port
         assert [c["metadata"]["name"] for c in client.list(CONFIGMAPS, "default").items] == ["a"]
     finally:
         front.close()
+
+
+def test_a_lost_answer_is_done_but_the_client_sees_a_dropped_connection(
+    api: InMemoryAPIServer, front: HttpFront
+) -> None:
+    client = _client(front)
+    api.faults.lose_answers(verb="create", resource="configmaps")
+
+    with pytest.raises(ServiceUnavailable, match="cannot reach the API server"):
+        client.create(CONFIGMAPS, _configmap("a"))
+    assert [c["metadata"]["name"] for c in client.list(CONFIGMAPS, "default").items] == ["a"]
+    assert [(r.method, r.status, r.answered) for r in front.requests] == [
+        ("POST", 201, False),
+        ("GET", 200, True),
+    ]
+    assert api.faults.injected["lost_answer"] == 1

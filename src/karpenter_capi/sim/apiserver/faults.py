@@ -81,6 +81,14 @@ class SlowRule(_Scope):
     hits: int = 0
 
 
+@dataclass(kw_only=True)
+class LostAnswerRule(_Scope):
+    """Do matching HTTP requests, then hang up instead of answering (``remaining`` times)."""
+
+    remaining: int | None = 1
+    hits: int = 0
+
+
 @dataclass
 class _Periodic:
     """A watch-level fault repeated every ``interval`` seconds until ``end``."""
@@ -136,6 +144,7 @@ class FaultInjector:
         self._lock = threading.Lock()
         self._rules: list[FaultRule] = []
         self._slow: list[SlowRule] = []
+        self._lost: list[LostAnswerRule] = []
         self._periodic: list[_Periodic] = []
         self._drop_watches = drop_watches
         self._compact = compact
@@ -324,6 +333,65 @@ class FaultInjector:
             self._slow.append(rule)
         return rule
 
+    def lose_answers(
+        self,
+        *,
+        verb: str = "*",
+        resource: str = "*",
+        times: int | None = 1,
+        duration: float | None = None,
+        start: float | None = None,
+        agent: str | None = None,
+    ) -> LostAnswerRule:
+        """The HTTP front does matching requests and then drops the connection unanswered:
+        a write that happened although its client saw only an error (a timeout, a reset)."""
+        if verb not in VERBS:
+            raise ValueError(f"unknown verb {verb!r}; expected one of {sorted(VERBS)}")
+        begin, end = self._window(start, duration)
+        rule = LostAnswerRule(
+            verb,
+            resource,
+            None,
+            None,
+            True,
+            agent,
+            begin,
+            None if end == float("inf") else end,
+            remaining=times,
+        )
+        with self._lock:
+            self._lost.append(rule)
+        return rule
+
+    def answer_lost(
+        self,
+        verb: str,
+        plural: str,
+        group_resource: str,
+        name: str | None = None,
+        subresource: str | None = None,
+        *,
+        agent: str | None = None,
+    ) -> bool:
+        """Whether the HTTP front should hang up after doing this request (uses up one)."""
+        now = self._clock.monotonic()
+        with self._lock:
+            for rule in list(self._lost):
+                if rule.expired(now):
+                    self._lost.remove(rule)
+                    continue
+                if rule.applies(now, True, agent) and rule.matches(
+                    verb, plural, group_resource, name, subresource
+                ):
+                    rule.hits += 1
+                    self.injected["lost_answer"] += 1
+                    if rule.remaining is not None:
+                        rule.remaining -= 1
+                        if rule.remaining <= 0:
+                            self._lost.remove(rule)
+                    return True
+        return False
+
     def drop_watches_every(
         self, interval: float, *, duration: float | None = None, start: float | None = None
     ) -> None:
@@ -373,19 +441,18 @@ class FaultInjector:
                 self.compact()
         return len(set(due))
 
-    def remove(self, rule: FaultRule | SlowRule) -> None:
+    def remove(self, rule: FaultRule | SlowRule | LostAnswerRule) -> None:
         with self._lock:
-            if isinstance(rule, SlowRule):
-                if rule in self._slow:
-                    self._slow.remove(rule)
-            elif rule in self._rules:
-                self._rules.remove(rule)
+            for rules in (self._rules, self._slow, self._lost):
+                if rule in rules:
+                    rules.remove(rule)  # type: ignore[arg-type]
 
     def clear(self) -> None:
         """Forget every rule and periodic fault (the counts in ``injected`` stay)."""
         with self._lock:
             self._rules.clear()
             self._slow.clear()
+            self._lost.clear()
             self._periodic.clear()
 
     @property

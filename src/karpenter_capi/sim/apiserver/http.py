@@ -85,6 +85,7 @@ class ServedRequest:
     query: str
     status: int  # 200 for a watch that started streaming
     agent: str
+    answered: bool = True  # False: done, then the connection dropped (``lose_answers``)
 
 
 class HttpFront:
@@ -232,6 +233,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Httpd
     server_version = "karpenter-capi-sim"
+    lost_reply: Reply | None = None  # the answer a lose_answers fault kept from the client
 
     def setup(self) -> None:
         super().setup()
@@ -279,10 +281,11 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as exc:  # a bug in the store must still answer like an API server
             reply = _error_reply(InternalError(f"{type(exc).__name__}: {exc}"))
         path, _, query = self.path.partition("?")
-        status = 200 if reply is None else reply.code
-        front.record(
-            ServedRequest(arrived, method, path, query, status, self.headers.get("User-Agent", ""))
-        )
+        lost, self.lost_reply = self.lost_reply, None
+        answer = reply or lost
+        status = 200 if answer is None else answer.code
+        agent = self.headers.get("User-Agent", "")
+        front.record(ServedRequest(arrived, method, path, query, status, agent, lost is None))
         if reply is not None:
             self._send(reply)
 
@@ -518,7 +521,7 @@ class _Router:
         subresource = rest[2] if len(rest) > 2 else None
         if subresource is not None and subresource not in definition.subresources:
             raise NotFound(f"{definition.plural} has no subresource {subresource!r}")
-        self._inject_faults(definition, name, subresource)
+        lose_answer = self._inject_faults(definition, name, subresource)
         if self.method != "GET":
             refuse_dry_run(self.query)  # a body's DeleteOptions are checked by the request
         request = ResourceRequest(
@@ -529,11 +532,17 @@ class _Router:
             name=name,
             subresource=subresource,
         )
-        return request.handle()
+        reply = request.handle()
+        if lose_answer and reply is not None:
+            # Done, but the client never hears of it: the connection drops instead.
+            self.handler.close_connection = True
+            self.handler.lost_reply = reply
+            return None
+        return reply
 
     def _inject_faults(
         self, definition: ResourceDefinition, name: str | None, subresource: str | None
-    ) -> None:
+    ) -> bool:
         """The faults meant for HTTP clients only (``FaultInjector`` rules with ``over_http``)."""
         verb = _VERB_OF_METHOD.get(self.method, self.method.lower())
         if self.method == "GET" and name is None:
@@ -543,6 +552,7 @@ class _Router:
         args = (verb, definition.plural, definition.group_resource, name, subresource)
         faults.delay(*args, agent=agent)
         faults.check(*args, over_http=True, agent=agent)
+        return verb != "watch" and faults.answer_lost(*args, agent=agent)
 
     def truthy(self, key: str) -> bool:
         return self.query.get(key, "").lower() in ("1", "true")
