@@ -48,7 +48,7 @@ BURST: dict[str, object] = {
     ],
 }
 DEPLOY_AT = 10.0
-UNTIL = 120.0
+UNTIL = 90.0
 INJECTED = ("TooManyRequests", "InternalError", "ServiceUnavailable", "Timeout", "Gone")
 """What failed API calls raise; a reconcile failing with anything else is a bug."""
 """Virtual seconds each run lasts: the burst is bound well within it in a fault-free run."""

@@ -58,15 +58,10 @@ def test_storm_delays_but_changes_nothing(
     reason = "TooManyRequests" if error == "throttle" else "InternalError"
     assert fault_run.api.faults.injected[reason] > 0
     assert_kept_promises(fault_run, reference)
-
-
-@pytest.mark.parametrize("verbs", [("*",), WRITES], ids=["every-verb", "writes"])
-def test_backoff_honours_retry_after(verbs: tuple[str, ...]) -> None:
-    fault_run = _storm("throttle", verbs, 5.0 if verbs == ("*",) else DEPLOY_AT + 0.5)
-
-    throttled = [r for r in fault_run.requests() if r.status == 429]
-    assert throttled
-    assert early_retries(fault_run, RETRY_AFTER) == []
-    # A storm of STORM seconds answered at most once per Retry-After per distinct request.
-    distinct = {(r.method, r.path, "watch=1" in r.query) for r in throttled}
-    assert len(throttled) <= len(distinct) * (STORM // RETRY_AFTER + 1)
+    if error == "throttle":
+        # Backoff honours Retry-After: no request that got a 429 came back sooner, so a
+        # STORM-second storm answered each distinct request at most once per Retry-After.
+        throttled = [r for r in fault_run.requests() if r.status == 429]
+        assert early_retries(fault_run, RETRY_AFTER) == []
+        distinct = {(r.method, r.path, "watch=1" in r.query) for r in throttled}
+        assert len(throttled) <= len(distinct) * (STORM // RETRY_AFTER + 1)
