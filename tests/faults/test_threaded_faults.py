@@ -3,7 +3,7 @@
 Watches only exist as long-lived streams in the threaded runtime (the stepped one polls), so
 this is where "watches dropped every few seconds" and a restart cutting open streams are
 exercised, with the real threads, sockets and probe endpoint. Wall time is precious, so the
-scenario is scaled down: drops every 0.3 s, an outage of 1.5 s instead of 20 s, and a readiness
+scenario is scaled down: drops every 2 s, an outage of 1.5 s instead of 20 s, and a readiness
 threshold of 0.5 s instead of 30 s. Every wave of pods must get exactly one NodeClaim per pod
 (each pod needs most of a "large" instance), however many times the watches were cut.
 """
@@ -172,9 +172,9 @@ def test_dropped_watches_and_a_restart_lose_nothing_and_readyz_tells_the_truth(
         _pending(api, f"wave1-{i}")
     _wait_for(lambda: running.claims() == 3, 15, "one NodeClaim per pod of wave 1")
 
-    # Watches cut every 1.2 s while a second wave arrives: resumed, nothing missed, and no
+    # Watches cut every 2 s while a second wave arrives: resumed, nothing missed, and no
     # reason to turn unready (a watch that lived a second is a healthy one).
-    api.faults.drop_watches_every(1.2, duration=4.0)
+    api.faults.drop_watches_every(2.0, duration=5.0)
     for i in range(3):
         _pending(api, f"wave2-{i}")
     probes: list[int] = []
