@@ -14,6 +14,7 @@ encoding for watches, one daemon thread per connection.
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
 import select
 import socket
@@ -30,6 +31,7 @@ from karpenter_capi.core.kube.errors import (
     InternalError,
     MethodNotAllowed,
     NotFound,
+    Unauthorized,
 )
 from karpenter_capi.core.kube.resources import Resource
 from karpenter_capi.sim.apiserver.http_openapi import openapi_group_version, openapi_root
@@ -69,8 +71,18 @@ _DISCONNECT_POLL_SECONDS = 0.5
 class HttpFront:
     """Serve ``server`` on ``http://host:port`` until ``close()`` (port 0 picks a free one)."""
 
-    def __init__(self, server: InMemoryAPIServer, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        server: InMemoryAPIServer,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        token: str | None = None,
+    ) -> None:
         self.api = server
+        # With a token, requests without ``Authorization: Bearer <token>`` are 401, so a test
+        # can tell which credentials reached which cluster; without one, anything goes.
+        self.token = token
         self._host = host
         self._requested_port = port
         self._httpd: _Httpd | None = None
@@ -205,6 +217,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self, method: str) -> None:
         try:
             body = self._read_body()
+            self._authenticate()
             reply = _Router(self, method, body).route()
         except ApiError as exc:
             reply = _error_reply(exc)
@@ -215,6 +228,14 @@ class _Handler(BaseHTTPRequestHandler):
             reply = _error_reply(InternalError(f"{type(exc).__name__}: {exc}"))
         if reply is not None:
             self._send(reply)
+
+    def _authenticate(self) -> None:
+        expected = self.server.front.token
+        if expected is None:
+            return
+        given = self.headers.get("Authorization") or ""
+        if not hmac.compare_digest(given.encode(), f"Bearer {expected}".encode()):
+            raise Unauthorized("Unauthorized")
 
     def _read_body(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
