@@ -101,6 +101,7 @@ class TwoClusters:
     management: InMemoryAPIServer = field(init=False)
     operator: Operator | None = None
     driver: SteppedDriver | None = None
+    plugins: Plugins | None = None
 
     def __post_init__(self) -> None:
         # Different seeds: the two clusters must not hand out the same uids.
@@ -147,6 +148,7 @@ class TwoClusters:
         add_workload_emulation(manager)
         manager.add(SimScheduler(self.workload, manager, self.clock))
         self.operator = operator
+        self.plugins = loaded
         self.driver = operator.stepped()
         self.driver.run_until_quiet()
         return self.driver
