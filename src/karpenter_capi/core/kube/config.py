@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from karpenter_capi.core.kube.official import OfficialClient, decode_ca_data
@@ -44,7 +44,8 @@ class ClusterConnection:
     context: str | None = None
     in_cluster: bool = False
     url: str | None = None
-    token: str | None = None
+    # Kept out of repr: a connection printed in a log or a traceback must not show it.
+    token: str | None = field(default=None, repr=False)
     ca_data: str | None = None  # base64-encoded PEM, as kubeconfig certificate-authority-data
     insecure_skip_tls_verify: bool = False
 
