@@ -58,6 +58,7 @@ _ENV_CLEARED = (
     "KARPENTER_CAPI_MANAGEMENT_CONTEXT",
     "KARPENTER_CAPI_MANAGEMENT_URL",
     "KARPENTER_CAPI_MANAGEMENT_TOKEN",
+    "KARPENTER_CAPI_MANAGEMENT_TOKEN_FILE",
     "KARPENTER_CAPI_MANAGEMENT_CA_DATA",
     "KARPENTER_CAPI_MANAGEMENT_INSECURE_SKIP_TLS_VERIFY",
     "DRY_RUN",
@@ -133,6 +134,7 @@ class Setup:
 CASES = (
     "healthy",
     "management-token-file-in-kubeconfig",
+    "management-token-file-in-env",
     "management-refuses-the-token",
     "management-forbids",
     "management-unreachable",
@@ -141,6 +143,8 @@ CASES = (
     "workload-refuses-the-token",
     "workload-unreachable",
 )
+ERRORS = CASES.index("management-refuses-the-token")
+"""Cases from this index on are error paths."""
 
 
 @dataclass
@@ -192,6 +196,12 @@ def _setup(case: str, world: World) -> Setup:
         return Setup(
             ["--management-kubeconfig", str(kubeconfig)], environ, 0, "1 NodeClaims,", "Ready"
         )
+    if case == "management-token-file-in-env":
+        token_file = tmp_path / "token"
+        token_file.write_text(MANAGEMENT_TOKEN + "\n")
+        del environ["KARPENTER_CAPI_MANAGEMENT_TOKEN"]
+        environ["KARPENTER_CAPI_MANAGEMENT_TOKEN_FILE"] = str(token_file)
+        return Setup([], environ, 0, "1 NodeClaims,", "Ready")
     if case == "management-refuses-the-token":
         management_front.token = OTHER_TOKEN
         return Setup([], environ, 0, REFUSED, DENIED)
@@ -265,7 +275,7 @@ def test_run_never_prints_a_token(
 
 def test_the_exceptions_of_every_error_path_carry_no_token(world: World) -> None:
     raised: list[ApiError] = []
-    for case in CASES[2:]:
+    for case in CASES[ERRORS:]:
         world.management_front.token = MANAGEMENT_TOKEN
         world.workload_front.token = WORKLOAD_TOKEN
         setup = _setup(case, world)
@@ -276,7 +286,7 @@ def test_the_exceptions_of_every_error_path_carry_no_token(world: World) -> None
                 client.list(MACHINE_DEPLOYMENTS if client is management else PODS)
             raised.append(info.value)
         world.env.management.faults.clear()
-    assert len(raised) == len(CASES) - 2
+    assert len(raised) == len(CASES) - ERRORS
     found = []
     for error in raised:
         text = "".join(traceback.format_exception(error)) + repr(error) + repr(error.to_status())
@@ -311,3 +321,27 @@ def test_help_shows_no_token_even_when_the_environment_holds_them(
     out, err = capsys.readouterr()
     assert "--management-token" in out or argv == ["--help"]
     assert not leaks("--help", out + err)
+
+
+def test_a_rotated_token_file_is_picked_up_without_a_restart(world: World) -> None:
+    token_file = world.tmp_path / "token"
+    token_file.write_text(MANAGEMENT_TOKEN + "\n")
+    _, management = clients_from_command_line(
+        [],
+        {
+            "KUBECONFIG": str(
+                write_kubeconfig(world.tmp_path / "kc", world.workload_front.url, "x", "w")
+            ),
+            "KARPENTER_CAPI_MANAGEMENT_URL": world.management_front.url,
+            "KARPENTER_CAPI_MANAGEMENT_TOKEN_FILE": str(token_file),
+        },
+    )
+    with management:
+        assert management.list(MACHINE_DEPLOYMENTS, NAMESPACE).items
+        rotated = MANAGEMENT_TOKEN + "-rotated"
+        world.management_front.token = rotated
+        with pytest.raises(ApiError) as refused:
+            management.list(MACHINE_DEPLOYMENTS, NAMESPACE)
+        assert refused.value.code == 401
+        token_file.write_text(rotated + "\n")
+        assert management.list(MACHINE_DEPLOYMENTS, NAMESPACE).items

@@ -18,6 +18,7 @@ import base64
 import binascii
 import contextlib
 import json
+import os
 import threading
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -109,9 +110,11 @@ class OfficialClient:
         ca_data: str | None = None,
         insecure_skip_tls_verify: bool = False,
         *,
+        token_file: str | None = None,
         pool_maxsize: int = DEFAULT_POOL_MAXSIZE,
     ) -> OfficialClient:
-        """Connect to ``url`` with an optional bearer token and CA bundle.
+        """Connect to ``url`` with an optional bearer token (or a file holding one, re-read
+        whenever it changes) and CA bundle.
 
         ``ca_data`` is the base64-encoded PEM bundle as kubeconfig's
         ``certificate-authority-data`` carries it (plain PEM text is accepted too).
@@ -120,6 +123,11 @@ class OfficialClient:
         if token:
             configuration.api_key = {"BearerToken": token}
             configuration.api_key_prefix = {"BearerToken": "Bearer"}
+        elif token_file:
+            configuration.api_key_prefix = {"BearerToken": "Bearer"}
+            hook = _TokenFile(token_file)
+            hook(configuration)
+            configuration.refresh_api_key_hook = hook  # type: ignore[assignment]
         if ca_data:
             configuration.ca_cert_data = decode_ca_data(ca_data)
         configuration.verify_ssl = not insecure_skip_tls_verify
@@ -507,6 +515,32 @@ class OfficialWatch:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+class _TokenFile:
+    """A ``refresh_api_key_hook`` that reads the bearer token from a file when it changes.
+
+    A mounted Secret is updated in place when the token is rotated; stat-ing the file on each
+    request and reading it only when its mtime or size moved keeps that cheap. While the file
+    cannot be read (mid-update), the token read last is kept.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._path = os.path.expanduser(path)
+        self._stamp: tuple[int, int] | None = None
+
+    def __call__(self, configuration: Configuration) -> None:
+        try:
+            stat = os.stat(self._path)
+            stamp = (stat.st_mtime_ns, stat.st_size)
+            if stamp == self._stamp:
+                return
+            with open(self._path, encoding="utf-8") as handle:
+                token = handle.read().strip()
+        except OSError:
+            return
+        configuration.api_key["BearerToken"] = token
+        self._stamp = stamp
 
 
 class _TrimmedKeys(dict[str, Any]):
