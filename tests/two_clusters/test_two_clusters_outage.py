@@ -120,7 +120,7 @@ def _through_the_outage(
     assert set(ready_nodeclaims(env)) == before["NodeClaim"]
 
     heal()
-    env.advance(120)
+    env.advance(60)
     assert env.pending() == []
     assert _ready(_nodeclass(env))["status"] == "True"
     assert _ready(_nodepool(env))["status"] == "True"
@@ -201,7 +201,7 @@ def test_a_launch_in_flight_when_the_management_cluster_goes_waits_and_completes
     assert not claim["metadata"].get("deletionTimestamp")
     assert (condition(claim, "Launched") or {}).get("status") != "True"
     env.management.faults.remove(rule)
-    env.advance(120)
+    env.advance(60)
     assert env.pending() == []
     assert ready_nodeclaims(env) == [name]
     (machine,) = env.machines()  # launched once, not again after the outage

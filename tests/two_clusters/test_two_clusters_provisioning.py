@@ -26,7 +26,7 @@ def test_pods_of_the_workload_cluster_scale_machine_deployments_of_the_managemen
     env = TwoClusters()
     env.start()
     env.deploy("web", 6)
-    env.advance(120)
+    env.advance(60)
     assert env.pending() == []
     claims = env.nodeclaims()
     assert claims
@@ -68,7 +68,7 @@ def test_over_http_with_the_clusters_configured_as_a_user_would(
             assert workload is not management
             env.start(workload, management)
             env.deploy("web", 5)
-            env.advance(120)
+            env.advance(60)
     assert env.pending() == []
     claims = env.nodeclaims()
     assert claims

@@ -117,6 +117,9 @@ class ProvisioningController:
         caches = self._ctx.caches
         return ClusterSnapshot.from_stores(lambda resource: caches.store(resource).list())
 
+    def _retry_due(self) -> bool:
+        return self._retry_at is not None and self._ctx.clock.monotonic() >= self._retry_at
+
     def run_once(self) -> Result:
         snapshot = self._snapshot()
         pending = self._provisioner.pending_pods(snapshot)
@@ -128,11 +131,8 @@ class ProvisioningController:
             # Karpenter do, instead of waiting for a new pod.
             self._batcher.trigger()
             self._last_world = None
-        elif (
-            pending
-            and self._retry_at is not None
-            and self._ctx.clock.monotonic() >= (self._retry_at)
-        ):
+        elif pending and self._retry_due():
+            # The last round could not use a NodePool; whatever broke it may have recovered.
             self._batcher.trigger()
         if not self._batcher.ready():
             wait = self._batcher.seconds_until_ready()
