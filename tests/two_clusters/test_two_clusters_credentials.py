@@ -16,7 +16,12 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -345,3 +350,48 @@ def test_a_rotated_token_file_is_picked_up_without_a_restart(world: World) -> No
         assert refused.value.code == 401
         token_file.write_text(rotated + "\n")
         assert management.list(MACHINE_DEPLOYMENTS, NAMESPACE).items
+
+
+@pytest.mark.parametrize("case", ["management-refuses-the-token", "management-unreachable"])
+def test_a_running_controller_never_prints_a_token(case: str, world: World) -> None:
+    """``karpenter-capi run`` as a process, threaded, until SIGTERM: informers, retries and
+    the provisioning loop all log at DEBUG while the management cluster fails."""
+    setup = _setup(case, world)
+    source = Path(cli.__file__).resolve().parents[1]
+    environ = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(world.tmp_path),
+        "PYTHONPATH": str(source),
+        "BATCH_IDLE_DURATION": "0.2",
+        **setup.environ,
+    }
+    argv = ["--log-level", "DEBUG", "run", "--no-leader-elect", "--metrics-port", "-1"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "karpenter_capi.cli", *argv, *setup.argv],
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not _ready_reason(world.env, setup.reason):
+            time.sleep(0.2)
+            assert process.poll() is None, process.communicate()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert "karpenter-capi running" in out
+    assert setup.expect in err
+    assert " DEBUG " in err, "the search below needs the DEBUG lines"
+    found = leaks("stdout", out) + leaks("stderr", err)
+    found += leaks("the workload cluster's objects", _written(world.env))
+    assert not found
+
+
+def _ready_reason(env: TwoClusters, reason: str | None) -> bool:
+    """Whether the NodeClass's Ready condition has ``reason`` (the controller got that far)."""
+    (nodeclass,) = env.workload.list(CLUSTER_API_NODE_CLASSES).items
+    conditions = (nodeclass.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("reason") == reason for c in conditions)
