@@ -14,8 +14,8 @@ from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES
 from karpenter_capi.core.observability.metrics import Metrics
 from karpenter_capi.core.plugins import PluginEnvironment, Plugins
 from karpenter_capi.plugins.capa.plugin import CapaPlugin
-from karpenter_capi.plugins.generic_capi import plugin as generic_capi
 from karpenter_capi.plugins.generic_capi.inventory import Inventory, collect_inventory
+from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
 
@@ -112,7 +112,7 @@ class Stack:
         self.aws = aws
         self.capa = CapaPlugin(aws, background_refresh=False)
         self.plugins = Plugins.from_objects(
-            [("generic_capi", generic_capi), ("capa", self.capa)],
+            [("generic_capi", GenericCapiPlugin), ("capa", self.capa)],
             PluginEnvironment(
                 workload=self.server,
                 management=self.server,

@@ -35,7 +35,7 @@ from karpenter_capi.core.kube.resources import (
 from karpenter_capi.core.lifecycle.launch import claim_requirements, launchable_instance_types
 from karpenter_capi.core.plugins import PluginEnvironment, Plugins
 from karpenter_capi.plugins.capa.plugin import CapaPlugin
-from karpenter_capi.plugins.generic_capi import plugin as generic_capi
+from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
 from karpenter_capi.sim.scenario.aws import amazon_linux_ami, serve_catalog_from_memory
@@ -242,7 +242,7 @@ class FleetWorld:
         if capa is not None:
             self.capa = capa
         return Plugins.from_objects(
-            [("generic_capi", generic_capi), ("capa", self.capa)],
+            [("generic_capi", GenericCapiPlugin), ("capa", self.capa)],
             PluginEnvironment(
                 workload=self.server,
                 management=self.server,

@@ -23,7 +23,7 @@ from karpenter_capi.core.kube.errors import NotFound
 from karpenter_capi.core.plugins import PluginCallError, PluginEnvironment, Plugins
 from karpenter_capi.plugins.capa.adopt import aws_machines
 from karpenter_capi.plugins.capa.plugin import CapaPlugin
-from karpenter_capi.plugins.generic_capi import plugin as generic_capi
+from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
 
 AWS_MACHINES = aws_machines("infrastructure.cluster.x-k8s.io/v1beta2")
 _EC2_WRITES = (
@@ -85,7 +85,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[FleetAws]:
 def _stack(world: FleetWorld, reaper: Reaper) -> Plugins:
     capa = CapaPlugin(world.aws, background_refresh=False)
     return Plugins.from_objects(
-        [("generic_capi", generic_capi), ("capa", capa)],
+        [("generic_capi", GenericCapiPlugin), ("capa", capa)],
         PluginEnvironment(
             workload=world.server,
             management=DyingClient(world.server, reaper),  # type: ignore[arg-type]

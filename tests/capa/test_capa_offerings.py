@@ -14,6 +14,7 @@ from capa_builders import Stack, aws_template, cluster, machine_deployment
 from fakes.aws import ON_DEMAND, REGION, StubbedAws, fake_credentials, stubbed_aws
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.plugins.capa.catalog import instance_type_info, load_instance_type
+from karpenter_capi.plugins.capa.plugin import CapaHooks
 
 PRICING_LOGGER = "karpenter_capi.plugins.capa.pricing"
 
@@ -204,7 +205,9 @@ def test_an_offering_a_launcher_marked_unavailable_is_left_out_for_a_while(
         machine_deployment("a", "m5-large", zone="us-east-1a"),
         machine_deployment("b", "m5-large", zone="us-east-1b"),
     )
-    marks = stack.capa.unavailable_offerings(stack.plugins.context("capa"))
+    hooks = stack.plugins.plugin("capa")
+    assert isinstance(hooks, CapaHooks)
+    marks = hooks.unavailable_offerings()
     marks.mark("m5.large", "us-east-1a", "on-demand", "InsufficientInstanceCapacity")
     inventory = stack.inventory()
     available = {o.zone: o.available for o in only(inventory.instance_types, "m5.large").offerings}

@@ -30,7 +30,7 @@ from karpenter_capi.core.plugins import PluginEnvironment, Plugins
 from karpenter_capi.core.runtime.stepped import SteppedDriver
 from karpenter_capi.plugins.capa.adopt import aws_machines
 from karpenter_capi.plugins.capa.plugin import CapaPlugin
-from karpenter_capi.plugins.generic_capi import plugin as generic_capi
+from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.capi import add_capi_emulation
 from karpenter_capi.sim.capi.objects import capi_resources
@@ -167,7 +167,7 @@ class World:
         )
         plugins = Plugins.from_objects(
             [
-                ("generic_capi", generic_capi),
+                ("generic_capi", GenericCapiPlugin),
                 ("capa", CapaPlugin(self.aws, background_refresh=False)),
             ],
             environment,

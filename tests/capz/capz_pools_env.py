@@ -35,8 +35,8 @@ from karpenter_capi.core.runtime.manager import Manager
 from karpenter_capi.core.runtime.stepped import SteppedDriver
 from karpenter_capi.plugins.capz.plugin import CapzPlugin
 from karpenter_capi.plugins.capz.pools import AZURE_MACHINE_POOLS, KUBEADM_CONFIGS, LABEL_LAUNCH
-from karpenter_capi.plugins.generic_capi import plugin as generic_capi
 from karpenter_capi.plugins.generic_capi.binding import ANNOTATION_NODECLAIM
+from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
 from karpenter_capi.sim.capi import EmulationSettings, add_capi_emulation
 
 NAMESPACE = "default"
@@ -98,7 +98,7 @@ class PoolsEnv:
         """A new process: new plugin objects, new contexts, empty memory."""
         self.plugin = CapzPlugin(**self.world.provider_options())
         self.plugins = Plugins.from_objects(
-            [("generic_capi", generic_capi), ("capz", self.plugin)],
+            [("generic_capi", GenericCapiPlugin), ("capz", self.plugin)],
             PluginEnvironment(
                 workload=self.plugin_client or self.api,
                 management=self.plugin_client or self.api,

@@ -18,8 +18,8 @@ from karpenter_capi.core.kube.discovery import capi_resources
 from karpenter_capi.core.plugins import PluginEnvironment, Plugins
 from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.plugins.capz.plugin import CapzPlugin
-from karpenter_capi.plugins.generic_capi import plugin as generic_capi
 from karpenter_capi.plugins.generic_capi.inventory import Inventory, collect_inventory
+from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
 
 MEMBER = {wellknown.LABEL_KARPENTER_MEMBER: ""}
 PRICE = "karpenter.cluster.x-k8s.io/price"
@@ -42,7 +42,7 @@ def _inventory(world: CapzWorld) -> Inventory:
         logger=logging.getLogger("test.capz"),
     )
     plugins = Plugins.from_objects(
-        [("generic_capi", generic_capi), ("capz", CapzPlugin(**world.provider_options()))],
+        [("generic_capi", GenericCapiPlugin), ("capz", CapzPlugin(**world.provider_options()))],
         environment,
     )
     ctx = plugins.context("generic_capi")

@@ -11,8 +11,7 @@ from capz_env import CapzWorld, azure_machine_template, machine_deployment
 from karpenter_capi.core.errors import NodeClassNotReadyError
 from karpenter_capi.core.observability.metrics import Metrics
 from karpenter_capi.core.plugins import PluginEnvironment, PluginLoadError, Plugins, load_plugins
-from karpenter_capi.plugins.capz import plugin as capz_plugin
-from karpenter_capi.plugins.capz.plugin import CapzPlugin
+from karpenter_capi.plugins.capz.plugin import CapzHooks, CapzPlugin
 
 
 def _plugins(world: CapzWorld, options: dict[str, str] | None = None) -> Plugins:
@@ -73,13 +72,21 @@ def test_azure_calls_and_price_age_reach_the_operator_metrics() -> None:
     assert age == 60.0
 
 
-def test_one_provider_per_management_cluster_and_options() -> None:
+def test_each_plugins_keeps_its_own_provider_for_as_long_as_it_lives() -> None:
     world = CapzWorld.new()
-    plugin = CapzPlugin(**world.provider_options())
-    assert plugin.provider(world.context()) is plugin.provider(world.context())
-    assert plugin.provider(world.context({"max-pods": "30"})) is not plugin.provider(
-        world.context()
+    factory = CapzPlugin(**world.provider_options())
+    first = _plugins(world, {})
+    hooks = first.plugin("capz")
+    assert isinstance(hooks, CapzHooks)
+    assert hooks.provider() is hooks.provider()
+    assert first.plugin("capz") is hooks
+    # A restarted process (a new Plugins over the same cluster) starts with empty caches.
+    other = Plugins.from_objects(
+        [("capz", factory)], PluginEnvironment(world.server, world.server, world.clock)
     )
+    again = other.plugin("capz")
+    assert isinstance(again, CapzHooks)
+    assert again.provider() is not hooks.provider()
 
 
 def test_an_invalid_option_makes_the_template_not_ready() -> None:
@@ -91,10 +98,8 @@ def test_an_invalid_option_makes_the_template_not_ready() -> None:
         )
 
 
-def test_the_entry_point_module_exposes_the_hook() -> None:
-    manager = load_plugins(["capz"])
-    assert manager.get_plugin("capz") is capz_plugin
-    assert callable(capz_plugin.karpenter_capi_describe_machine_template)
+def test_the_entry_point_names_the_hooks_class() -> None:
+    assert dict(load_plugins(["capz"]))["capz"] is CapzHooks
 
 
 def test_enabling_capz_without_the_azure_extra_names_the_extra(

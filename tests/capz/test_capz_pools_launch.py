@@ -16,6 +16,7 @@ from karpenter_capi.core.api.nodeclaim import NodeClaim
 from karpenter_capi.core.errors import InstanceNotFoundError, InsufficientCapacityError
 from karpenter_capi.core.kube import MACHINE_POOLS, NODECLAIMS, Resource
 from karpenter_capi.core.kube.errors import Conflict, NotFound
+from karpenter_capi.plugins.capz.plugin import CapzHooks
 from karpenter_capi.plugins.capz.pools import (
     ANNOTATION_EMPTY_SINCE,
     AZURE_MACHINE_POOL_MACHINES,
@@ -276,9 +277,10 @@ def test_other_nodeclasses_are_left_to_generic_capi() -> None:
     nodeclass, _nodepool = env.models()
     plain = nodeclass.model_copy(deep=True)
     plain.spec.launch = None
-    ctx = env.plugins.context("capz")
-    assert env.plugin.karpenter_capi_instance_types(plain, ctx) is None
-    assert env.plugin.karpenter_capi_create(None, [], plain, ctx) is None
+    hooks = env.plugins.plugin("capz")
+    assert isinstance(hooks, CapzHooks)
+    assert hooks.karpenter_capi_instance_types(plain) is None
+    assert hooks.karpenter_capi_create(None, [], plain) is None
 
 
 def test_changed_templates_make_new_pools_and_drift_the_old_nodes() -> None:

@@ -36,7 +36,7 @@ from karpenter_capi.core.kube.resources import DEPLOYMENTS, MACHINE_POOLS, NODEC
 from karpenter_capi.core.lifecycle.garbagecollection import orphan_nodeclaim
 from karpenter_capi.core.plugins import PluginEnvironment, Plugins
 from karpenter_capi.plugins.capz.plugin import CapzPlugin
-from karpenter_capi.plugins.generic_capi import plugin as generic_capi
+from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
 from karpenter_capi.sim.apiserver.audit import (
     MANAGEMENT_CLUSTER,
     WORKLOAD_CLUSTER,
@@ -90,7 +90,7 @@ def _audited_plugins(world: FleetWorld, log: AuditLog, layout: str) -> Plugins:
     """A restarted controller whose plugins' requests are recorded, labelled by ``layout``."""
     workload, management = LAYOUTS[layout]
     return Plugins.from_objects(
-        [("generic_capi", generic_capi), ("capa", world.capa)],
+        [("generic_capi", GenericCapiPlugin), ("capa", world.capa)],
         PluginEnvironment(
             workload=AuditingClient(world.server, log, workload),
             management=AuditingClient(world.server, log, management),
@@ -243,7 +243,7 @@ _SWEPT_BY = 300 + 600 + 600
 def _capz_plugins(world: CapzWorld) -> list[tuple[str, object]]:
     # The price ConfigMap goes to the pod's namespace, which the chart sets.
     options = {**world.provider_options(), "env": {"POD_NAMESPACE": PRICE_NAMESPACE}}
-    return [("generic_capi", generic_capi), ("capz", CapzPlugin(**options))]
+    return [("generic_capi", GenericCapiPlugin), ("capz", CapzPlugin(**options))]
 
 
 def _swept(pools: list[dict[str, Any]]) -> None:

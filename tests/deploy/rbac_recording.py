@@ -55,7 +55,7 @@ from karpenter_capi.core.runtime.leader import LeaderElector
 from karpenter_capi.core.runtime.stepped import SteppedDriver
 from karpenter_capi.plugins.capa.plugin import CapaPlugin
 from karpenter_capi.plugins.cloud.pricebook import SNAPSHOT_KEY, PriceSnapshot
-from karpenter_capi.plugins.generic_capi import plugin as generic_capi
+from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.apiserver.audit import (
     MANAGEMENT_CLUSTER,
@@ -351,7 +351,7 @@ def record_capa(log: AuditLog, monkeypatch: pytest.MonkeyPatch) -> None:
                 log,
                 manifests,
                 list(scenario.workloads),
-                [("generic_capi", generic_capi), ("capa", plugin)],
+                [("generic_capi", GenericCapiPlugin), ("capa", plugin)],
                 management_objects=extra,
             )
             clusters.driver.run_until_quiet()

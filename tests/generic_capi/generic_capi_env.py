@@ -63,8 +63,8 @@ from karpenter_capi.core.termination.controllers import (
     NodeClaimTerminationController,
     NodeTerminationController,
 )
-from karpenter_capi.plugins.generic_capi import plugin as generic_capi
 from karpenter_capi.plugins.generic_capi.binding import ANNOTATION_NODECLAIM
+from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.capi import (
     ANNOTATION_MACHINE_POOL_MACHINES,
@@ -246,7 +246,7 @@ class Env:
     def restart(self) -> None:
         """A new process: a new facade, a new plugin context, empty caches."""
         self.plugins = Plugins.from_objects(
-            [("generic_capi", generic_capi)],
+            [("generic_capi", GenericCapiPlugin)],
             PluginEnvironment(
                 workload=self.plugin_workload,
                 management=self.plugin_management,

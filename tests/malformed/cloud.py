@@ -31,7 +31,7 @@ from karpenter_capi.core.kube.resources import (
 from karpenter_capi.core.plugins import PluginEnvironment, Plugins
 from karpenter_capi.core.provisioning.provisioner import Provisioner, ProvisioningReport
 from karpenter_capi.plugins.capz.plugin import CapzPlugin
-from karpenter_capi.plugins.generic_capi import plugin as generic_capi
+from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
 from karpenter_capi.plugins.generic_capi.shape import PRICE_ANNOTATION
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 
@@ -212,7 +212,10 @@ class CapzWorld(_Round):
             options={"capz": {"price-configmap-namespace": PRICES_NAMESPACE, **(options or {})}},
         )
         self.plugins = Plugins.from_objects(
-            [("generic_capi", generic_capi), ("capz", CapzPlugin(**cluster_.provider_options()))],
+            [
+                ("generic_capi", GenericCapiPlugin),
+                ("capz", CapzPlugin(**cluster_.provider_options())),
+            ],
             environment,
         )
         member = {wellknown.LABEL_KARPENTER_MEMBER: ""}

@@ -18,6 +18,8 @@ from karpenter_capi.core.plugins import (
     parse_plugin_options,
     resolve_enabled,
 )
+from karpenter_capi.plugins.capz.plugin import CapzHooks
+from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
 
 
 def test_enabled_list_prefers_the_flag_then_the_environment_then_the_default() -> None:
@@ -45,9 +47,12 @@ def test_the_built_in_plugins_are_declared_as_entry_points() -> None:
 
 
 def test_loading_registers_exactly_the_enabled_plugins() -> None:
-    manager = load_plugins(["generic_capi"])
-    assert [name for name, _ in manager.list_name_plugin()] == ["generic_capi"]
-    assert load_plugins([]).list_name_plugin() == []
+    assert load_plugins(["generic_capi"]) == [("generic_capi", GenericCapiPlugin)]
+    assert load_plugins(["capz", "generic_capi"]) == [
+        ("capz", CapzHooks),
+        ("generic_capi", GenericCapiPlugin),
+    ]
+    assert load_plugins([]) == []
 
 
 def test_an_unknown_name_is_a_clear_error() -> None:
@@ -85,7 +90,7 @@ def test_describe_lists_installed_and_requested_plugins() -> None:
     infos = {info.name: info for info in describe_plugins(["generic_capi", "missing"])}
     generic = infos["generic_capi"]
     assert generic.enabled
-    assert generic.module == "karpenter_capi.plugins.generic_capi.plugin"
+    assert generic.module == "karpenter_capi.plugins.generic_capi.plugin:GenericCapiPlugin"
     assert generic.distribution == "karpenter-capi"
     assert generic.version == importlib.metadata.version("karpenter-capi")
     assert not infos["capa"].enabled

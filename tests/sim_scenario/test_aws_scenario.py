@@ -17,7 +17,7 @@ import pytest
 from fakes.aws import StubbedAws, fake_credentials, stubbed_aws
 from karpenter_capi.core.kube.resources import MACHINE_DEPLOYMENTS, NODECLAIMS
 from karpenter_capi.plugins.capa.plugin import CapaPlugin
-from karpenter_capi.plugins.generic_capi import plugin as generic_capi
+from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.scenario.runner import run
 from karpenter_capi.sim.scenario.schema import parse_scenario_text
@@ -113,7 +113,7 @@ def test_the_cheaper_aws_machine_deployment_is_scaled_and_pods_bind(aws: Stubbed
         until=300,
         plugins=("generic_capi", "capa"),
         plugin_objects=[
-            ("generic_capi", generic_capi),
+            ("generic_capi", GenericCapiPlugin),
             ("capa", CapaPlugin(aws, background_refresh=False)),
         ],
         on_cluster=servers.append,

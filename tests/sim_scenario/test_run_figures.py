@@ -16,8 +16,8 @@ from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube.events import EventRecorder
 from karpenter_capi.core.kube.resources import NODECLAIMS, PODS
 from karpenter_capi.core.plugins import PluginEnvironment, Plugins
-from karpenter_capi.plugins.generic_capi import plugin as generic_capi
 from karpenter_capi.plugins.generic_capi.binding import ANNOTATION_SCALABLE_RESOURCE
+from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
 from karpenter_capi.plugins.generic_capi.shape import PRICE_ANNOTATION
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.apiserver.http import HttpFront
@@ -266,7 +266,7 @@ def test_nodeclaims_are_priced_from_the_inventory_with_the_annotation_as_fallbac
     environment = PluginEnvironment(
         workload=server, management=server, clock=clock, logger=logging.getLogger("test")
     )
-    plugins = Plugins.from_objects([("generic_capi", generic_capi)], environment)
+    plugins = Plugins.from_objects([("generic_capi", GenericCapiPlugin)], environment)
     resolved: list[int] = []
     real_resolve = observer_module.resolve_inventory
 

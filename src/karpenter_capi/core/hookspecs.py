@@ -1,8 +1,10 @@
 """The plugin contract: every hook a provider plugin may implement (pluggy hook specifications).
 
 A provider (the generic Cluster API plugin, AWS, Azure, or a third party's package) is a module
-registered with ``pluggy.PluginManager("karpenter_capi")`` whose functions are decorated with
-``hookimpl`` and named like the specifications below. The docstrings here ARE the reference
+whose functions, or an object whose methods, are decorated with ``hookimpl`` and named like the
+specifications below. An entry point naming a class or a factory gets one object per ``Plugins``,
+made with the plugin's ``PluginContext``, so the object holds that context and its own state
+(see ``core.plugins``). The docstrings here ARE the reference
 documentation (``docs/plugins.md`` repeats the signatures, and a test keeps the two in step).
 
 Rules that hold for every hook:
@@ -417,16 +419,10 @@ def karpenter_capi_disruption_blocked(
     raise NotImplementedError
 
 
-HOOK_NAMES: Final = (
-    "karpenter_capi_nodeclass_kinds",
-    "karpenter_capi_instance_types",
-    "karpenter_capi_price_offerings",
-    "karpenter_capi_create",
-    "karpenter_capi_launch_watches",
-    "karpenter_capi_delete",
-    "karpenter_capi_get",
-    "karpenter_capi_list",
-    "karpenter_capi_is_drifted",
-    "karpenter_capi_describe_machine_template",
-    "karpenter_capi_disruption_blocked",
+# Every hook, in the order this module declares them: what the loader validates plugins against
+# and what the facade must cover (tests/plugins checks both), so a new hookspec is one edit here.
+HOOK_NAMES: Final[tuple[str, ...]] = tuple(
+    name
+    for name, value in list(globals().items())
+    if name.startswith(f"{PROJECT_NAME}_") and hasattr(value, f"{PROJECT_NAME}_spec")
 )

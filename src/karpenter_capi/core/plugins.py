@@ -22,6 +22,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import pluggy
@@ -276,12 +277,14 @@ def _register(manager: pluggy.PluginManager, name: str, plugin: object) -> None:
         raise PluginLoadError(name, f"implements unknown hooks: {', '.join(sorted(unknown))}")
 
 
-def load_plugins(enabled: Sequence[str]) -> pluggy.PluginManager:
-    """Load exactly the ``enabled`` plugins through their entry points and register them.
+def load_plugins(enabled: Sequence[str]) -> list[tuple[str, object]]:
+    """Load exactly the ``enabled`` plugins through their entry points, in the order given.
 
-    The returned manager calls them in the order given (see ``core.hookspecs``). Raises
+    Returns ``(name, plugin)`` pairs as ``Plugins.from_objects`` takes them: what each entry
+    point names (a module, a class or a factory; see ``is_factory``). Raises
     ``PluginLoadError`` for the first name that is not installed, is installed twice, fails to
-    import, or implements hooks wrongly.
+    import, or (module or class) implements hooks wrongly; a factory's hooks are checked when
+    ``Plugins`` makes its object.
     """
     names = list(dict.fromkeys(enabled))
     installed = _installed_entry_points()
@@ -322,12 +325,38 @@ def load_plugins(enabled: Sequence[str]) -> pluggy.PluginManager:
                 f"(installed plugins: {', '.join(available)})",
             )
 
-    manager = _new_manager()
-    # pluggy calls the most recently registered implementation first; register in reverse so
-    # that the enabled order is the call order.
-    for name in reversed(names):
-        _register(manager, name, loaded[name])
-    return manager
+    for name in names:
+        if not is_factory(loaded[name]) or isinstance(loaded[name], type):
+            # pluggy reads a class's hook methods as it reads an object's (``self`` aside).
+            _register(_new_manager(), name, loaded[name])
+    return [(name, loaded[name]) for name in names]
+
+
+def is_factory(plugin: object) -> bool:
+    """Whether ``plugin`` (what an entry point or ``from_objects`` names) makes the plugin.
+
+    A class or any other callable (a function, a ``functools.partial``) is called once per
+    ``Plugins`` with the plugin's ``PluginContext`` and its result registered; a module, or an
+    object that is not callable, is registered as it is and gets ``ctx`` in each hook call.
+    """
+    return callable(plugin) and not isinstance(plugin, ModuleType)
+
+
+def _make(name: str, plugin: object, ctx: PluginContext) -> object:
+    if not is_factory(plugin):
+        return plugin
+    factory: Callable[[PluginContext], object] = plugin  # type: ignore[assignment]
+    try:
+        made = factory(ctx)
+    except (ProviderError, PluginError):
+        raise
+    except Exception as error:
+        raise PluginLoadError(
+            name, f"creating it raised {type(error).__name__}: {error}"
+        ) from error
+    if made is None:
+        raise PluginLoadError(name, "its factory returned None")
+    return made
 
 
 def _dist_name(entry_point: importlib.metadata.EntryPoint) -> str | None:
@@ -432,37 +461,52 @@ def _is_kind_list(value: object) -> bool:
     )
 
 
+def _hook(spec: Callable[..., object]) -> str:
+    """The name of the hook ``spec`` (a function of ``core.hookspecs``): names are written as
+    references to the specs, so a renamed or removed hook fails type checking here."""
+    return spec.__name__
+
+
 # What each hook must return when it answers (None, "not mine", is handled by the caller).
 _RESULT_CHECKS: Final[dict[str, tuple[Callable[[object], bool], str]]] = {
-    "karpenter_capi_nodeclass_kinds": (_is_kind_list, "a list of (group, kind) string tuples"),
-    "karpenter_capi_instance_types": (
+    _hook(hookspecs.karpenter_capi_nodeclass_kinds): (
+        _is_kind_list,
+        "a list of (group, kind) string tuples",
+    ),
+    _hook(hookspecs.karpenter_capi_instance_types): (
         lambda v: _is_list_of(v, InstanceType),
         "a list of InstanceType or None",
     ),
-    "karpenter_capi_price_offerings": (
+    _hook(hookspecs.karpenter_capi_price_offerings): (
         lambda v: _is_list_of(v, InstanceType),
         "a list of InstanceType or None",
     ),
-    "karpenter_capi_create": (lambda v: isinstance(v, LaunchResult), "a LaunchResult or None"),
-    "karpenter_capi_launch_watches": (
+    _hook(hookspecs.karpenter_capi_create): (
+        lambda v: isinstance(v, LaunchResult),
+        "a LaunchResult or None",
+    ),
+    _hook(hookspecs.karpenter_capi_launch_watches): (
         lambda v: _is_list_of(v, LaunchWatch),
         "a list of LaunchWatch or None",
     ),
-    "karpenter_capi_delete": (lambda v: v is True, "True or None"),
-    "karpenter_capi_get": (lambda v: isinstance(v, Instance), "an Instance or None"),
-    "karpenter_capi_list": (lambda v: _is_list_of(v, Instance), "a list of Instance"),
-    "karpenter_capi_is_drifted": (
+    _hook(hookspecs.karpenter_capi_delete): (lambda v: v is True, "True or None"),
+    _hook(hookspecs.karpenter_capi_get): (lambda v: isinstance(v, Instance), "an Instance or None"),
+    _hook(hookspecs.karpenter_capi_list): (
+        lambda v: _is_list_of(v, Instance),
+        "a list of Instance",
+    ),
+    _hook(hookspecs.karpenter_capi_is_drifted): (
         lambda v: isinstance(v, str) and bool(v),
         "a non-empty string or None",
     ),
-    "karpenter_capi_disruption_blocked": (
+    _hook(hookspecs.karpenter_capi_disruption_blocked): (
         lambda v: (
             isinstance(v, dict)
             and all(isinstance(k, str) and isinstance(w, str) for k, w in v.items())
         ),
         "a dict of NodeClaim name to reason, or None",
     ),
-    "karpenter_capi_describe_machine_template": (
+    _hook(hookspecs.karpenter_capi_describe_machine_template): (
         lambda v: isinstance(v, MachineTemplateDescription),
         "a MachineTemplateDescription or None",
     ),
@@ -473,16 +517,22 @@ class Plugins:
     """The typed entry point from the core to the enabled plugins.
 
     Build it with ``Plugins.load(names, environment)`` (entry points) or
-    ``Plugins.from_objects([(name, module_or_object), ...], environment)`` (embedding, tests).
+    ``Plugins.from_objects([(name, plugin), ...], environment)`` (embedding, tests), where a
+    plugin is a module, an object, or a class or factory that this ``Plugins`` calls once with
+    the plugin's ``PluginContext`` (``is_factory``): the object it makes is the plugin for as
+    long as this ``Plugins`` lives, so its state is this ``Plugins``'s and nobody else's.
     Every method calls the implementations in plugin order, one at a time, with each plugin's
     own ``PluginContext``; ``ProviderError``s propagate unchanged, any other exception becomes a
     ``PluginCallError`` and a wrongly typed result a ``PluginResultError``, both naming the plugin.
     """
 
-    def __init__(self, manager: pluggy.PluginManager, environment: PluginEnvironment) -> None:
-        self._manager = manager
+    def __init__(
+        self, plugins: Iterable[tuple[str, object]], environment: PluginEnvironment
+    ) -> None:
+        self._sources = list(plugins)
         self._environment = environment
         self._contexts: dict[str, PluginContext] = {}
+        self._manager = self._registered()
 
     @classmethod
     def load(cls, enabled: Sequence[str], environment: PluginEnvironment) -> Plugins:
@@ -492,23 +542,37 @@ class Plugins:
     def from_objects(
         cls, plugins: Iterable[tuple[str, object]], environment: PluginEnvironment
     ) -> Plugins:
+        return cls(plugins, environment)
+
+    def _registered(self) -> pluggy.PluginManager:
         manager = _new_manager()
-        for name, plugin in reversed(list(plugins)):
-            _register(manager, name, plugin)
-        return cls(manager, environment)
+        # pluggy calls the most recently registered implementation first; register in reverse
+        # so that the enabled order is the call order.
+        for name, plugin in reversed(self._sources):
+            _register(manager, name, _make(name, plugin, self.context(name)))
+        return manager
 
     def use_metrics(self, metrics: Metrics) -> None:
         """Give every plugin's context the operator's metrics.
 
         The operator builds its ``Metrics`` after the plugins are loaded, so it hands them over
-        here, before any hook runs; contexts made earlier are rebuilt.
+        here, before any hook runs: contexts made earlier are rebuilt, and so are the plugins
+        made from a class or factory (they were handed the old context).
         """
         self._environment = dataclasses.replace(self._environment, metrics=metrics)
         self._contexts.clear()
+        self._manager = self._registered()
 
     @property
     def manager(self) -> pluggy.PluginManager:
         return self._manager
+
+    def plugin(self, name: str) -> object:
+        """The registered plugin ``name``: the module or object, or what its factory made."""
+        found = self._manager.get_plugin(name)
+        if found is None:
+            raise KeyError(name)
+        return found
 
     @property
     def names(self) -> list[str]:
@@ -556,7 +620,7 @@ class Plugins:
 
     def nodeclass_kinds(self) -> dict[tuple[str, str], list[str]]:
         """``(group, kind)`` -> the plugins serving it, in plugin order."""
-        hook = "karpenter_capi_nodeclass_kinds"
+        hook = _hook(hookspecs.karpenter_capi_nodeclass_kinds)
         served: dict[tuple[str, str], list[str]] = {}
         for plugin, result in self._each(hook, {}):
             kinds: list[tuple[str, str]] = self._checked(plugin, hook, result)
@@ -571,7 +635,7 @@ class Plugins:
     def _inventory(
         self, nodeclass: NodeClass, nodepool: NodePool
     ) -> tuple[str | None, list[InstanceType]]:
-        hook = "karpenter_capi_instance_types"
+        hook = _hook(hookspecs.karpenter_capi_instance_types)
         arguments = {"nodeclass": nodeclass, "nodepool": nodepool}
         for plugin, result in self._each(hook, arguments):
             if result is None:
@@ -590,7 +654,7 @@ class Plugins:
         owner, types = self._inventory(nodeclass, nodepool)
         if owner is None:
             raise NotHandledError(
-                "karpenter_capi_instance_types", _object_name(nodeclass), self.names
+                _hook(hookspecs.karpenter_capi_instance_types), _object_name(nodeclass), self.names
             )
         return self.price_offerings(types, nodeclass, nodepool) if priced else types
 
@@ -598,7 +662,7 @@ class Plugins:
         self, instance_types: list[InstanceType], nodeclass: NodeClass, nodepool: NodePool
     ) -> list[InstanceType]:
         """Run the pricing chain: each plugin, in plugin order, sees the previous one's output."""
-        hook = "karpenter_capi_price_offerings"
+        hook = _hook(hookspecs.karpenter_capi_price_offerings)
         current = list(instance_types)
         for impl in self._implementations(hook):
             arguments = {"instance_types": current, "nodeclass": nodeclass, "nodepool": nodepool}
@@ -616,7 +680,7 @@ class Plugins:
         Raises the plugin's ``ProviderError`` as is, or ``NotHandledError`` if no plugin serves
         ``nodeclass``.
         """
-        hook = "karpenter_capi_create"
+        hook = _hook(hookspecs.karpenter_capi_create)
         arguments = {
             "nodeclaim": nodeclaim,
             "instance_types": instance_types,
@@ -630,7 +694,7 @@ class Plugins:
 
     def launch_watches(self) -> list[tuple[str, LaunchWatch]]:
         """Every plugin's ``LaunchWatch``es, with the plugin's name, in plugin order."""
-        hook = "karpenter_capi_launch_watches"
+        hook = _hook(hookspecs.karpenter_capi_launch_watches)
         watches: list[tuple[str, LaunchWatch]] = []
         for plugin, result in self._each(hook, {}):
             if result is None:
@@ -645,7 +709,7 @@ class Plugins:
         Raises ``InstanceNotFoundError`` (from the plugin) once the machine is gone, and
         ``NotHandledError`` when no plugin owns the NodeClaim.
         """
-        hook = "karpenter_capi_delete"
+        hook = _hook(hookspecs.karpenter_capi_delete)
         for plugin, result in self._each(hook, {"nodeclaim": nodeclaim}):
             if result is None:
                 continue
@@ -655,7 +719,7 @@ class Plugins:
 
     def get(self, provider_id: str) -> Instance:
         """The machine with ``provider_id``; ``InstanceNotFoundError`` when no plugin has it."""
-        hook = "karpenter_capi_get"
+        hook = _hook(hookspecs.karpenter_capi_get)
         for plugin, result in self._each(hook, {"provider_id": provider_id}):
             if result is not None:
                 instance: Instance = self._checked(plugin, hook, result)
@@ -664,7 +728,7 @@ class Plugins:
 
     def list_instances(self) -> list[Instance]:
         """Every machine of every plugin, plugin by plugin."""
-        hook = "karpenter_capi_list"
+        hook = _hook(hookspecs.karpenter_capi_list)
         instances: list[Instance] = []
         for plugin, result in self._each(hook, {}):
             instances.extend(self._checked(plugin, hook, result))
@@ -672,7 +736,7 @@ class Plugins:
 
     def is_drifted(self, nodeclaim: NodeClaim, nodeclass: NodeClass) -> str | None:
         """The first drift reason a plugin reports, or None."""
-        hook = "karpenter_capi_is_drifted"
+        hook = _hook(hookspecs.karpenter_capi_is_drifted)
         for plugin, result in self._each(hook, {"nodeclaim": nodeclaim, "nodeclass": nodeclass}):
             if result is not None:
                 reason: str = self._checked(plugin, hook, result)
@@ -683,7 +747,7 @@ class Plugins:
         self, template: Mapping[str, Any], owner: Mapping[str, Any]
     ) -> MachineTemplateDescription | None:
         """What the first plugin that knows ``template``'s kind says about it, or None."""
-        hook = "karpenter_capi_describe_machine_template"
+        hook = _hook(hookspecs.karpenter_capi_describe_machine_template)
         for plugin, result in self._each(hook, {"template": template, "owner": owner}):
             if result is not None:
                 description: MachineTemplateDescription = self._checked(plugin, hook, result)
@@ -692,7 +756,7 @@ class Plugins:
 
     def disruption_blocked(self, nodeclaims: list[NodeClaim]) -> dict[str, str]:
         """NodeClaim name -> why a plugin cannot remove it now (every plugin's answer)."""
-        hook = "karpenter_capi_disruption_blocked"
+        hook = _hook(hookspecs.karpenter_capi_disruption_blocked)
         blocked: dict[str, str] = {}
         if not nodeclaims:
             return blocked

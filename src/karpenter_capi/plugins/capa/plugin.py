@@ -15,8 +15,10 @@ template where spot prices are loaded but the type has none (no spot market), a 
 above ``spotMarketOptions.maxPrice``, or an offering a launcher marked in the shared
 ``UnavailableOfferings`` (``unavailable_offerings``), as ``capz`` does.
 
-``CapaPlugin`` holds the caches; the module-level hook (what the ``capa`` entry point loads)
-delegates to one built with boto3's default session. Tests and embedders register their own
+``CapaPlugin`` is the plugin's AWS clients; the core calls it once per ``Plugins`` with the
+plugin's ``PluginContext`` and registers the ``CapaHooks`` it makes, which hold that context and
+its caches. The ``capa`` entry point names ``CapaHooks``, over boto3's default session or what
+``set_default_plugin`` chose. Tests and embedders register their own
 ``CapaPlugin(clients=...)`` with moto or Stubber clients. Importing this module needs boto3:
 without the ``aws`` extra, enabling ``capa`` fails at load with an error naming the extra.
 
@@ -38,7 +40,6 @@ import logging
 import math
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -87,8 +88,6 @@ from karpenter_capi.plugins.cloud.unavailable import UnavailableOfferings
 
 log = logging.getLogger(__name__)
 
-_MAX_STATES = 16
-
 SOURCE: Final = "AWS"
 TEMPLATE_KIND: Final = "AWSMachineTemplate"
 PLUGIN_NAME: Final = "capa"
@@ -98,7 +97,7 @@ REGION_TTL_SECONDS: Final = 300.0
 
 @dataclass
 class _State:
-    """The caches of one (management cluster, clock, metrics): what a context determines."""
+    """The caches of the hooks, made on first use."""
 
     catalogs: CatalogCache[tuple[str, str], CatalogEntry]
     regions: CatalogCache[tuple[str, str], str]
@@ -133,7 +132,7 @@ def _positive(ctx: PluginContext, name: str, default: float | None) -> float | N
 
 
 class CapaPlugin:
-    """The hooks of the ``capa`` plugin, over injectable AWS clients.
+    """The ``capa`` plugin over injectable AWS clients: a factory of ``CapaHooks``.
 
     ``background_refresh=False`` refreshes prices on the caller's thread when due (tests and
     the simulator, which run on a fake clock and must be deterministic).
@@ -143,12 +142,8 @@ class CapaPlugin:
         self, clients: AwsClients | None = None, *, background_refresh: bool = True
     ) -> None:
         self._clients = clients
-        self._background = background_refresh
-        self._lock = threading.Lock()  # states and their price books
+        self.background_refresh = background_refresh
         self._clients_lock = threading.Lock()
-        # Per (client, clock, metrics): one in a process, many in tests; the most recent few
-        # are kept (they are caches only), so memory stays bounded.
-        self._states: OrderedDict[tuple[int, int, int, int], _State] = OrderedDict()
 
     @property
     def clients(self) -> AwsClients:
@@ -157,58 +152,69 @@ class CapaPlugin:
                 self._clients = Boto3Clients()
             return self._clients
 
+    def __call__(self, ctx: PluginContext) -> CapaHooks:
+        return CapaHooks(ctx, self)
+
+
+class CapaHooks:
+    """The hooks of the ``capa`` plugin for one ``PluginContext``, and their caches.
+
+    What the ``capa`` entry point names: without a ``plugin``, over ``default_plugin()``'s
+    clients."""
+
+    def __init__(self, ctx: PluginContext, plugin: CapaPlugin | None = None) -> None:
+        self._ctx = ctx
+        self._plugin = plugin or default_plugin()
+        self._lock = threading.Lock()  # the state and its price books
+        self._built: _State | None = None
+
     # -- hooks -----------------------------------------------------------------------------------
 
     @hookimpl
     def karpenter_capi_describe_machine_template(
-        self, template: Mapping[str, Any], owner: Mapping[str, Any], ctx: PluginContext
+        self, template: Mapping[str, Any], owner: Mapping[str, Any]
     ) -> MachineTemplateDescription | None:
         if not _is_aws_template(template):
             return None
-        return self.describe(template, owner, ctx)
+        return self.describe(template, owner)
 
     @hookimpl(tryfirst=True)
-    def karpenter_capi_instance_types(
-        self, nodeclass: NodeClass, ctx: PluginContext
-    ) -> list[InstanceType] | None:
+    def karpenter_capi_instance_types(self, nodeclass: NodeClass) -> list[InstanceType] | None:
         if fleet_launch(nodeclass) is None:
             return None
-        return self.fleet_instance_types(nodeclass, ctx)
+        return self.fleet_instance_types(nodeclass)
 
     @hookimpl(tryfirst=True)
     def karpenter_capi_create(
-        self,
-        nodeclaim: Any,
-        instance_types: list[InstanceType],
-        nodeclass: NodeClass,
-        ctx: PluginContext,
+        self, nodeclaim: Any, instance_types: list[InstanceType], nodeclass: NodeClass
     ) -> LaunchResult | None:
         if fleet_launch(nodeclass) is None:
             return None
-        return self.launcher(ctx).create(nodeclaim, instance_types, nodeclass)
+        return self.launcher().create(nodeclaim, instance_types, nodeclass)
 
     @hookimpl(tryfirst=True)
-    def karpenter_capi_delete(self, nodeclaim: Any, ctx: PluginContext) -> bool | None:
-        return self.launcher(ctx).delete(nodeclaim)
+    def karpenter_capi_delete(self, nodeclaim: Any) -> bool | None:
+        return self.launcher().delete(nodeclaim)
 
     @hookimpl(tryfirst=True)
-    def karpenter_capi_get(self, provider_id: str, ctx: PluginContext) -> Instance | None:
-        return self.launcher(ctx).get(provider_id)
+    def karpenter_capi_get(self, provider_id: str) -> Instance | None:
+        return self.launcher().get(provider_id)
 
     @hookimpl
-    def karpenter_capi_list(self, ctx: PluginContext) -> list[Instance]:
-        return self.launcher(ctx).list()
+    def karpenter_capi_list(self) -> list[Instance]:
+        return self.launcher().list()
 
     # -- fleet launches --------------------------------------------------------------------------
 
-    def launcher(self, ctx: PluginContext) -> FleetLauncher:
-        """The fleet launcher of ``ctx``'s management cluster (its counters are read by the
+    def launcher(self) -> FleetLauncher:
+        """The fleet launcher of the management cluster (its counters are read by the
         simulator's report)."""
-        return self._state(ctx).launcher
+        return self._state().launcher
 
-    def fleet_instance_types(self, nodeclass: NodeClass, ctx: PluginContext) -> list[InstanceType]:
+    def fleet_instance_types(self, nodeclass: NodeClass) -> list[InstanceType]:
         """The inventory of a ``CAPAFleet`` NodeClass (see ``fleet_inventory``)."""
-        state = self._state(ctx)
+        ctx = self._ctx
+        state = self._state()
         target = resolve_target(ctx.management, nodeclass, _option(ctx, "region"))
         try:
             catalog = state.region_catalogs.get(target.region)
@@ -216,7 +222,7 @@ class CapaPlugin:
             raise NodeClassNotReadyError(
                 target.nodeclass, f"cannot read the EC2 catalog: {exc}"
             ) from None
-        snapshot = self._book(ctx, state, target.region).snapshot()
+        snapshot = self._book(state, target.region).snapshot()
         max_pods = _positive(ctx, "max-pods", None)
         found = fleet_instance_types(
             catalog,
@@ -236,9 +242,10 @@ class CapaPlugin:
     # -- the description -------------------------------------------------------------------------
 
     def describe(
-        self, template: Mapping[str, Any], owner: Mapping[str, Any], ctx: PluginContext
+        self, template: Mapping[str, Any], owner: Mapping[str, Any]
     ) -> MachineTemplateDescription:
         """What nodes of ``template`` (an AWSMachineTemplate) are, where and at what price."""
+        ctx = self._ctx
         meta = template.get("metadata") or {}
         what = f"{TEMPLATE_KIND} {meta.get('namespace', '')}/{meta.get('name', '')}"
         machine = ((template.get("spec") or {}).get("template") or {}).get("spec") or {}
@@ -248,8 +255,8 @@ class CapaPlugin:
         spot_options = machine.get("spotMarketOptions")
         spot = spot_options is not None
         max_price = _max_price(spot_options, what) if isinstance(spot_options, Mapping) else None
-        state = self._state(ctx)
-        region = self._region(ctx, state, owner, what)
+        state = self._state()
+        region = self._region(state, owner, what)
         try:
             entry = state.catalogs.get((region, instance_type))
         except CatalogError as exc:
@@ -261,7 +268,7 @@ class CapaPlugin:
             )
         max_pods = _positive(ctx, "max-pods", None)
         capacity_type = wellknown.CAPACITY_TYPE_SPOT if spot else wellknown.CAPACITY_TYPE_ON_DEMAND
-        snapshot = self._book(ctx, state, region).snapshot()
+        snapshot = self._book(state, region).snapshot()
         # Zones the type is sold in but cannot be bought in now, and why.
         excluded: dict[str, str] = {}
         zones: dict[str, float | None] = {}
@@ -296,20 +303,18 @@ class CapaPlugin:
             overhead=eks_overhead(capacity) if self._is_eks(state, owner) else None,
         )
 
-    def unavailable_offerings(self, ctx: PluginContext) -> UnavailableOfferings:
-        """The offerings a launcher found unavailable, for ``ctx``'s caches: what a launcher
-        marks (InsufficientInstanceCapacity) and ``describe`` leaves out for 3 minutes."""
-        return self._state(ctx).unavailable
+    def unavailable_offerings(self) -> UnavailableOfferings:
+        """The offerings a launcher found unavailable: what a launcher marks
+        (InsufficientInstanceCapacity) and ``describe`` leaves out for 3 minutes."""
+        return self._state().unavailable
 
     # -- caches ----------------------------------------------------------------------------------
 
-    def _state(self, ctx: PluginContext) -> _State:
-        key = (id(ctx.management), id(ctx.workload), id(ctx.clock), id(ctx.metrics))
+    def _state(self) -> _State:
+        ctx = self._ctx
         with self._lock:
-            state = self._states.get(key)
-            if state is not None:
-                self._states.move_to_end(key)
-            else:
+            if self._built is None:
+                clients = self._plugin.clients
                 metrics = CloudMetrics(ctx.metrics, PLUGIN_NAME) if ctx.metrics else None
                 client = ctx.management
                 unavailable = UnavailableOfferings(ctx.clock)
@@ -317,7 +322,7 @@ class CapaPlugin:
                     catalogs=CatalogCache(
                         "EC2 catalog",
                         lambda key: load_instance_type(
-                            self.clients.ec2(key[0]), key[0], key[1], metrics
+                            clients.ec2(key[0]), key[0], key[1], metrics
                         ),
                         ctx.clock,
                         ttl_seconds=CATALOG_TTL_SECONDS,
@@ -340,30 +345,24 @@ class CapaPlugin:
                     unavailable=unavailable,
                     region_catalogs=CatalogCache(
                         "EC2 region catalog",
-                        lambda region: load_region_catalog(
-                            self.clients.ec2(region), region, metrics
-                        ),
+                        lambda region: load_region_catalog(clients.ec2(region), region, metrics),
                         ctx.clock,
                         ttl_seconds=CATALOG_TTL_SECONDS,
                     ),
                     launcher=FleetLauncher(
                         client,
-                        self.clients,
+                        clients,
                         ctx.clock,
                         unavailable,
                         region_option=_option(ctx, "region"),
                         workload=ctx.workload,
                     ),
                 )
-                self._states[key] = state
-                while len(self._states) > _MAX_STATES:
-                    self._states.popitem(last=False)
-            return state
+                self._built = state
+            return self._built
 
-    def _region(
-        self, ctx: PluginContext, state: _State, owner: Mapping[str, Any], what: str
-    ) -> str:
-        configured = _option(ctx, "region")
+    def _region(self, state: _State, owner: Mapping[str, Any], what: str) -> str:
+        configured = _option(self._ctx, "region")
         if configured:
             return configured
         try:
@@ -381,22 +380,23 @@ class CapaPlugin:
             return False
         return kind == EKS_CONTROL_PLANE_KIND
 
-    def _book(self, ctx: PluginContext, state: _State, region: str) -> PriceBook:
+    def _book(self, state: _State, region: str) -> PriceBook:
         with self._lock:
             book = state.books.get(region)
             if book is None:
-                book = self._new_book(ctx, state, region)
+                book = self._new_book(state, region)
                 state.books[region] = book
             return book
 
-    def _new_book(self, ctx: PluginContext, state: _State, region: str) -> PriceBook:
+    def _new_book(self, state: _State, region: str) -> PriceBook:
+        ctx = self._ctx
         metrics = state.metrics.for_region(region) if state.metrics else None
 
         # Only spot failing keeps the book's current spot prices: the fetch reads them back.
         def current() -> PriceSnapshot | None:
             return book.current()
 
-        fetch = RegionPrices(self.clients, region, ctx.clock, metrics, current)
+        fetch = RegionPrices(self._plugin.clients, region, ctx.clock, metrics, current)
         refresh = _positive(ctx, "price-refresh-interval", DEFAULT_REFRESH_SECONDS)
         book = PriceBook(
             f"{PLUGIN_NAME}/{region}",
@@ -405,7 +405,7 @@ class CapaPlugin:
             refresh_seconds=refresh or DEFAULT_REFRESH_SECONDS,
             store=_store(ctx, ctx.management, region),
             metrics=metrics,
-            background=self._background,
+            background=self._plugin.background_refresh,
         )
         return book
 
@@ -499,14 +499,14 @@ def _is_aws_template(template: Mapping[str, Any]) -> bool:
     return template.get("kind") == TEMPLATE_KIND and group == CAPI_INFRASTRUCTURE_GROUP
 
 
-# -- the entry point's hooks: one plugin over boto3's default session ----------------------------
+# -- the entry point's clients: boto3's default session ------------------------------------
 
 _default_lock = threading.Lock()
 _default: CapaPlugin | None = None
 
 
 def default_plugin() -> CapaPlugin:
-    """The ``CapaPlugin`` behind the module-level hooks (boto3's default credential chain)."""
+    """The ``CapaPlugin`` the entry point uses (boto3's default credential chain)."""
     global _default
     with _default_lock:
         if _default is None:
@@ -515,59 +515,11 @@ def default_plugin() -> CapaPlugin:
 
 
 def set_default_plugin(plugin: CapaPlugin | None) -> None:
-    """Replace the plugin behind the module-level hooks (``None``: back to boto3's default).
+    """Replace the plugin the entry point uses (``None``: back to boto3's default).
 
     For embedders that enable ``capa`` by name but bring their own clients (a custom session,
-    a proxy, canned responses in tests).
+    a proxy, canned responses in tests). It applies to the ``Plugins`` loaded afterwards.
     """
     global _default
     with _default_lock:
         _default = plugin
-
-
-@hookimpl
-def karpenter_capi_describe_machine_template(
-    template: Mapping[str, Any], owner: Mapping[str, Any], ctx: PluginContext
-) -> MachineTemplateDescription | None:
-    """See ``CapaPlugin.describe``: answers for AWSMachineTemplates, ``None`` otherwise."""
-    if not _is_aws_template(template):
-        return None
-    return default_plugin().describe(template, owner, ctx)
-
-
-@hookimpl(tryfirst=True)
-def karpenter_capi_instance_types(
-    nodeclass: NodeClass, ctx: PluginContext
-) -> list[InstanceType] | None:
-    """A ``CAPAFleet`` NodeClass's inventory (``None`` for any other NodeClass)."""
-    if fleet_launch(nodeclass) is None:
-        return None
-    return default_plugin().fleet_instance_types(nodeclass, ctx)
-
-
-@hookimpl(tryfirst=True)
-def karpenter_capi_create(
-    nodeclaim: Any, instance_types: list[InstanceType], nodeclass: NodeClass, ctx: PluginContext
-) -> LaunchResult | None:
-    """Launch through EC2 Fleet for a ``CAPAFleet`` NodeClass (``None`` otherwise)."""
-    if fleet_launch(nodeclass) is None:
-        return None
-    return default_plugin().launcher(ctx).create(nodeclaim, instance_types, nodeclass)
-
-
-@hookimpl(tryfirst=True)
-def karpenter_capi_delete(nodeclaim: Any, ctx: PluginContext) -> bool | None:
-    """Delete a fleet-launched NodeClaim's Machine (``None`` for other NodeClaims)."""
-    return default_plugin().launcher(ctx).delete(nodeclaim)
-
-
-@hookimpl(tryfirst=True)
-def karpenter_capi_get(provider_id: str, ctx: PluginContext) -> Instance | None:
-    """A fleet-launched instance by provider ID (``None`` for any other)."""
-    return default_plugin().launcher(ctx).get(provider_id)
-
-
-@hookimpl
-def karpenter_capi_list(ctx: PluginContext) -> list[Instance]:
-    """Fleet-launched Machines and instances tagged for a NodeClaim."""
-    return default_plugin().launcher(ctx).list()

@@ -1,7 +1,7 @@
 """The ``generic_capi`` provider plugin: any Cluster API infrastructure as Karpenter capacity.
 
-This module is the entry point (``karpenter_capi.plugins`` group, name ``generic_capi``) and
-only wires hooks to the modules that do the work:
+``GenericCapiPlugin`` is the entry point (``karpenter_capi.plugins`` group, name
+``generic_capi``) and only wires hooks to the modules that do the work:
 
 | Hook | Module |
 |---|---|
@@ -16,10 +16,10 @@ only wires hooks to the modules that do the work:
 ``launch``, ``delete`` and ``instances`` read the NodeClaims and each resource's Machines through
 ``mirror`` (one list, then only the changes), so a poll costs no list of everything.
 
-The hooks are module functions, so the per-cluster state (discovered CAPI version, caches, the
-launches in flight that ``karpenter_capi_launch_watches`` wakes) is kept per ``PluginContext``:
-one context per plugin per process, and a fresh context (a restarted process, or a test that
-builds a new ``Plugins``) starts from nothing but the API.
+The core makes one ``GenericCapiPlugin`` per ``Plugins`` with the plugin's ``PluginContext``, and
+the object keeps the per-cluster state (discovered CAPI version, caches, the launches in flight
+that ``karpenter_capi_launch_watches`` wakes): a new ``Plugins`` (a restarted process, or a test
+that builds one) starts from nothing but the API.
 
 Plugin options (``--plugin-option generic_capi.<name>=<value>``): ``machine_timeout``,
 ``conflict_retries`` (``launch``), ``cache_ttl`` (``instances``), ``drift_remediation``
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -82,9 +81,8 @@ NODECLASS_STATUS_OPTION = "nodeclass_status"
 
 @dataclass
 class _State:
-    """Everything the hooks keep for one ``PluginContext``."""
+    """What the hooks build on first use: discovery needs the management cluster."""
 
-    ctx: PluginContext
     capi: CapiResources
     machines: MachineCache
     resources: ResourceCache
@@ -96,24 +94,11 @@ class _State:
     inflight: LaunchesInFlight
 
 
-_states_lock = threading.Lock()
-# Per context, most recently used last. A process has one context per plugin; tests make many,
-# and the state is only caches (everything that matters is in the API), so keeping the last
-# few and rebuilding an evicted one is safe and bounds memory.
-_states: OrderedDict[int, _State] = OrderedDict()
-_MAX_STATES = 16
-
-
 def _cache_ttl(ctx: PluginContext) -> float:
     return seconds_option(ctx.options, CACHE_TTL_OPTION, DEFAULT_CACHE_TTL, ctx.logger)
 
 
-def _state(ctx: PluginContext) -> _State:
-    with _states_lock:
-        found = _states.get(id(ctx))
-        if found is not None and found.ctx is ctx:
-            _states.move_to_end(id(ctx))
-            return found
+def _new_state(ctx: PluginContext) -> _State:
     capi = capi_resources(ctx.management, os.environ)
     ttl = _cache_ttl(ctx)
     machines = MachineCache(ctx.management, capi, ctx.clock, ttl)
@@ -122,8 +107,7 @@ def _state(ctx: PluginContext) -> _State:
     unavailable = UnavailableOfferings.shared(ctx.management, ctx.clock)
     mirrors = ClusterMirrors(ctx.management, ctx.workload, capi)
     inflight = LaunchesInFlight(ctx.clock.monotonic)
-    state = _State(
-        ctx=ctx,
+    return _State(
         capi=capi,
         machines=machines,
         resources=resources,
@@ -136,14 +120,6 @@ def _state(ctx: PluginContext) -> _State:
         mirrors=mirrors,
         inflight=inflight,
     )
-    with _states_lock:
-        found = _states.get(id(ctx))
-        if found is not None and found.ctx is ctx:
-            return found
-        _states[id(ctx)] = state
-        while len(_states) > _MAX_STATES:
-            _states.popitem(last=False)
-    return state
 
 
 def _writes_status(ctx: PluginContext) -> bool:
@@ -174,57 +150,6 @@ def _claims_our_kind(nodeclaim: Any) -> bool:
     return bool(ref.get("kind", NODECLASS_KIND) == NODECLASS_KIND)
 
 
-@hookimpl
-def karpenter_capi_nodeclass_kinds() -> list[tuple[str, str]]:
-    return [(CAPI_NODECLASS_GROUP, NODECLASS_KIND)]
-
-
-@hookimpl
-def karpenter_capi_instance_types(
-    nodeclass: NodeClass, ctx: PluginContext
-) -> list[InstanceType] | None:
-    if not _ours(nodeclass):
-        return None
-    raw = raw_nodeclass(nodeclass)
-    name = str((raw.get("metadata") or {}).get("name") or "")
-    try:
-        state = _state(ctx)  # discovery, on first use
-        inventory = collect_inventory(ctx, nodeclass, state.capi)
-    except NotFound:
-        raise
-    except ApiError as exc:
-        # The management cluster is down, unreachable or refusing us: say so where users
-        # look, and launch nothing (nothing else reads the inventory, so nothing is deleted).
-        # The error itself (URL, port, connection object) is logged; the NodePool's Event
-        # gets the stable sentence, so repeated rounds aggregate into one Event. Not a
-        # NodeClassNotReadyError: that gives up a NodeClaim being launched, and this is
-        # transient (the launch is retried with backoff).
-        reason = _unreadable_management(ctx, nodeclass, name, exc)
-        raise ManagementClusterError(f"ClusterAPINodeClass {name}: {reason}") from exc
-    deployments = []
-    for resource in inventory.resources:
-        if resource.kind == MACHINE_DEPLOYMENT:
-            ref = ResourceRef(resource.kind, resource.namespace, resource.name)
-            obj = state.resources.get(ref)
-            if obj is not None:
-                deployments.append((resource.namespace, resource.name, obj))
-    inventory.notices.extend(rollout_warnings(nodeclass, ctx.options, deployments))
-    if _writes_status(ctx):
-        try:
-            update_nodeclass_status(ctx, nodeclass, inventory)
-        except ApiError as exc:
-            ctx.logger.warning("ClusterAPINodeClass %s: cannot update its status: %s", name, exc)
-    if inventory.error is not None:
-        raise NodeClassNotReadyError(name, inventory.error)
-    if not inventory.instance_types:
-        detail = "; ".join(str(p) for p in inventory.problems) or (
-            "its scalableResourceSelector matches no MachineDeployment, MachineSet or "
-            "MachinePool labelled node.cluster.x-k8s.io/karpenter-member"
-        )
-        raise NodeClassNotReadyError(name, f"no usable capacity: {detail}")
-    return inventory.instance_types
-
-
 def _unreadable_management(
     ctx: PluginContext, nodeclass: NodeClass, name: str, exc: ApiError
 ) -> str:
@@ -247,72 +172,130 @@ def _name(nodeclaim: Any) -> str:
     return str(getattr(metadata, "name", None) or "?")
 
 
-@hookimpl
-def karpenter_capi_create(
-    nodeclaim: Any, instance_types: list[InstanceType], nodeclass: NodeClass, ctx: PluginContext
-) -> LaunchResult | None:
-    if not _ours(nodeclass):
-        return None
-    try:
-        return _state(ctx).launcher.create(nodeclaim, instance_types, nodeclass)
-    except ApiError as exc:
-        # A failed request is transient, not a plugin bug: the core retries with backoff.
-        raise RetryableCreateError(f"Cluster API request failed: {exc}") from exc
+class GenericCapiPlugin:
+    """The ``generic_capi`` hooks over one ``PluginContext`` (one management cluster)."""
 
+    def __init__(self, ctx: PluginContext) -> None:
+        self._ctx = ctx
+        self._lock = threading.Lock()
+        self._built: _State | None = None
 
-@hookimpl
-def karpenter_capi_launch_watches(ctx: PluginContext) -> list[LaunchWatch]:
-    inflight = _state(ctx).inflight
-    resource = _state(ctx).capi.machines
+    def _state(self) -> _State:
+        """The state, built on first use (discovery reads the management cluster, which may be
+        down: the inventory hook reports that as the NodeClass's condition)."""
+        with self._lock:
+            if self._built is None:
+                self._built = _new_state(self._ctx)
+            return self._built
 
-    def nodeclaims(machine: Mapping[str, Any]) -> list[str]:
-        return inflight.to_wake(machine_facts(machine))
+    @hookimpl
+    def karpenter_capi_nodeclass_kinds(self) -> list[tuple[str, str]]:
+        return [(CAPI_NODECLASS_GROUP, NODECLASS_KIND)]
 
-    return [LaunchWatch(resource, nodeclaims, "management")]
+    @hookimpl
+    def karpenter_capi_instance_types(self, nodeclass: NodeClass) -> list[InstanceType] | None:
+        if not _ours(nodeclass):
+            return None
+        ctx = self._ctx
+        raw = raw_nodeclass(nodeclass)
+        name = str((raw.get("metadata") or {}).get("name") or "")
+        try:
+            state = self._state()  # discovery, on first use
+            inventory = collect_inventory(ctx, nodeclass, state.capi)
+        except NotFound:
+            raise
+        except ApiError as exc:
+            # The management cluster is down, unreachable or refusing us: say so where users
+            # look, and launch nothing (nothing else reads the inventory, so nothing is
+            # deleted). The error itself (URL, port, connection object) is logged; the
+            # NodePool's Event gets the stable sentence, so repeated rounds aggregate into one
+            # Event. Not a NodeClassNotReadyError: that gives up a NodeClaim being launched,
+            # and this is transient (the launch is retried with backoff).
+            reason = _unreadable_management(ctx, nodeclass, name, exc)
+            raise ManagementClusterError(f"ClusterAPINodeClass {name}: {reason}") from exc
+        deployments = []
+        for resource in inventory.resources:
+            if resource.kind == MACHINE_DEPLOYMENT:
+                ref = ResourceRef(resource.kind, resource.namespace, resource.name)
+                obj = state.resources.get(ref)
+                if obj is not None:
+                    deployments.append((resource.namespace, resource.name, obj))
+        inventory.notices.extend(rollout_warnings(nodeclass, ctx.options, deployments))
+        if _writes_status(ctx):
+            try:
+                update_nodeclass_status(ctx, nodeclass, inventory)
+            except ApiError as exc:
+                ctx.logger.warning(
+                    "ClusterAPINodeClass %s: cannot update its status: %s", name, exc
+                )
+        if inventory.error is not None:
+            raise NodeClassNotReadyError(name, inventory.error)
+        if not inventory.instance_types:
+            detail = "; ".join(str(p) for p in inventory.problems) or (
+                "its scalableResourceSelector matches no MachineDeployment, MachineSet or "
+                "MachinePool labelled node.cluster.x-k8s.io/karpenter-member"
+            )
+            raise NodeClassNotReadyError(name, f"no usable capacity: {detail}")
+        return inventory.instance_types
 
+    @hookimpl
+    def karpenter_capi_create(
+        self, nodeclaim: Any, instance_types: list[InstanceType], nodeclass: NodeClass
+    ) -> LaunchResult | None:
+        if not _ours(nodeclass):
+            return None
+        try:
+            return self._state().launcher.create(nodeclaim, instance_types, nodeclass)
+        except ApiError as exc:
+            # A failed request is transient, not a plugin bug: the core retries with backoff.
+            raise RetryableCreateError(f"Cluster API request failed: {exc}") from exc
 
-@hookimpl
-def karpenter_capi_delete(nodeclaim: Any, ctx: PluginContext) -> bool | None:
-    if not _claims_our_kind(nodeclaim):
-        return None
-    state = _state(ctx)
-    state.inflight.done(_name(nodeclaim))
-    try:
-        return state.deleter.delete(nodeclaim)
-    except ApiError as exc:
-        raise DeleteFailedError(
-            f"removing the Machine of NodeClaim {_name(nodeclaim)} failed: {exc}"
-        ) from exc
+    @hookimpl
+    def karpenter_capi_launch_watches(self) -> list[LaunchWatch]:
+        state = self._state()
+        inflight = state.inflight
 
+        def nodeclaims(machine: Mapping[str, Any]) -> list[str]:
+            return inflight.to_wake(machine_facts(machine))
 
-@hookimpl
-def karpenter_capi_get(provider_id: str, ctx: PluginContext) -> Instance | None:
-    return _state(ctx).instances.get(provider_id)
+        return [LaunchWatch(state.capi.machines, nodeclaims, "management")]
 
+    @hookimpl
+    def karpenter_capi_delete(self, nodeclaim: Any) -> bool | None:
+        if not _claims_our_kind(nodeclaim):
+            return None
+        state = self._state()
+        state.inflight.done(_name(nodeclaim))
+        try:
+            return state.deleter.delete(nodeclaim)
+        except ApiError as exc:
+            raise DeleteFailedError(
+                f"removing the Machine of NodeClaim {_name(nodeclaim)} failed: {exc}"
+            ) from exc
 
-@hookimpl
-def karpenter_capi_list(ctx: PluginContext) -> list[Instance]:
-    return _state(ctx).instances.list()
+    @hookimpl
+    def karpenter_capi_get(self, provider_id: str) -> Instance | None:
+        return self._state().instances.get(provider_id)
 
+    @hookimpl
+    def karpenter_capi_list(self) -> list[Instance]:
+        return self._state().instances.list()
 
-@hookimpl
-def karpenter_capi_is_drifted(
-    nodeclaim: Any, nodeclass: NodeClass, ctx: PluginContext
-) -> str | None:
-    if not _ours(nodeclass):
-        return None
-    return _state(ctx).drift.is_drifted(nodeclaim, nodeclass)
+    @hookimpl
+    def karpenter_capi_is_drifted(self, nodeclaim: Any, nodeclass: NodeClass) -> str | None:
+        if not _ours(nodeclass):
+            return None
+        return self._state().drift.is_drifted(nodeclaim, nodeclass)
 
-
-@hookimpl
-def karpenter_capi_disruption_blocked(nodeclaims: list[Any], ctx: PluginContext) -> dict[str, str]:
-    ours = [claim for claim in nodeclaims if _claims_our_kind(claim)]
-    if not ours:
-        return {}
-    try:
-        state = _state(ctx)
-        return blocked_by_min_size(ours, state.resources, state.mirrors)
-    except ApiError as exc:
-        # Unsure of the floors: keep every node rather than risk going below one.
-        why = f"cannot read the scalable resources: {exc}"
-        return {_name(claim): why for claim in ours}
+    @hookimpl
+    def karpenter_capi_disruption_blocked(self, nodeclaims: list[Any]) -> dict[str, str]:
+        ours = [claim for claim in nodeclaims if _claims_our_kind(claim)]
+        if not ours:
+            return {}
+        try:
+            state = self._state()
+            return blocked_by_min_size(ours, state.resources, state.mirrors)
+        except ApiError as exc:
+            # Unsure of the floors: keep every node rather than risk going below one.
+            why = f"cannot read the scalable resources: {exc}"
+            return {_name(claim): why for claim in ours}

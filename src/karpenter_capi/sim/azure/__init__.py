@@ -23,9 +23,8 @@ def scenario_plugins(enabled: Sequence[str]) -> list[tuple[str, object]]:
     from karpenter_capi.core.plugins import load_plugins
 
     names = list(dict.fromkeys([*enabled, CAPZ]))
-    manager = load_plugins(names)
+    loaded = dict(load_plugins(names))
     from karpenter_capi.sim.azure.world import SimulatedAzure
 
     azure = SimulatedAzure.eastus()
-    loaded = dict(manager.list_name_plugin())
     return [(name, azure.capz_plugin() if name == CAPZ else loaded[name]) for name in names]

@@ -221,9 +221,12 @@ def _start_aws(scenario: Scenario, stack: ExitStack) -> SimAws | None:
 def _aws_plugins(aws: SimAws) -> list[tuple[str, object]]:
     """generic_capi and capa, capa over the emulated AWS."""
     from karpenter_capi.plugins.capa.plugin import CapaPlugin
-    from karpenter_capi.plugins.generic_capi import plugin as generic_capi
+    from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
 
-    return [("generic_capi", generic_capi), ("capa", CapaPlugin(aws, background_refresh=False))]
+    return [
+        ("generic_capi", GenericCapiPlugin),
+        ("capa", CapaPlugin(aws, background_refresh=False)),
+    ]
 
 
 def _writes(audit: AuditLog) -> int:
