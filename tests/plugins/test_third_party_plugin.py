@@ -113,6 +113,21 @@ _PROBE = textwrap.dedent(
     report["types"] = [
         [t.name, t.allocatable.to_dict(), [o.price for o in t.offerings]] for t in types
     ]
+    # A plugin written as a class: one object per Plugins, holding its context and its state.
+    fleet_environment = PluginEnvironment(
+        workload=object(),
+        management=object(),
+        clock=FakeClock(),
+        options={"acme_fleet": {"zone": "acme-1b"}},
+    )
+    fleet = Plugins.load(["acme", "acme_fleet"], fleet_environment)
+    fleet_class = {"kind": "AcmeFleetNodeClass", "metadata": {"name": "f"}}
+    claims = [{"kind": "NodeClaim", "metadata": {"name": n}} for n in ("nc-1", "nc-2")]
+    report["fleet_zones"] = [fleet.create(claim, [], fleet_class).zone for claim in claims]
+    report["fleet_list"] = [i.name for i in fleet.list_instances()]
+    report["fleet_object"] = type(fleet.plugin("acme_fleet")).__name__
+    restarted = Plugins.load(["acme_fleet"], fleet_environment)
+    report["fleet_restarted_list"] = [i.name for i in restarted.list_instances()]
     for name in ("acme-typo", "acme_gpu"):
         try:
             Plugins.load([name], environment)
@@ -161,7 +176,13 @@ def test_installed_plugin_is_discovered_enabled_by_name_and_called(installed_tar
     unknown = report["acme-typo"]["message"]
     assert "'acme-typo'" in unknown
     assert "not installed" in unknown
-    assert "acme, acme_gpu" in unknown  # lists what is installed
+    assert "acme, acme_fleet, acme_gpu" in unknown  # lists what is installed
+
+    # The class plugin kept the machines it launched, in its object, with its own option.
+    assert report["fleet_zones"] == ["acme-1b", "acme-1b"]
+    assert report["fleet_list"] == ["acme_fleet-nc-1", "acme_fleet-nc-2"]
+    assert report["fleet_object"] == "AcmeFleet"
+    assert report["fleet_restarted_list"] == []
 
     missing_extra = report["acme_gpu"]
     assert missing_extra["extra"] == "gpu"
@@ -172,6 +193,7 @@ def test_installed_plugin_is_discovered_enabled_by_name_and_called(installed_tar
 
     describe = report["describe"]
     assert describe["acme"] == ["acme-karpenter-plugin", "1.2.0", True, None]
+    assert describe["acme_fleet"] == ["acme-karpenter-plugin", "1.2.0", False, None]
     assert describe["generic_capi"][:3] == ["karpenter-capi", "0.1.0", False]
     assert describe["acme_gpu"][2] is True
     assert "acme-karpenter-plugin[gpu]" in describe["acme_gpu"][3]

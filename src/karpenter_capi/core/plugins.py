@@ -545,11 +545,12 @@ class Plugins:
         return cls(plugins, environment)
 
     def _registered(self) -> pluggy.PluginManager:
+        made = [(name, _make(name, plugin, self.context(name))) for name, plugin in self._sources]
         manager = _new_manager()
         # pluggy calls the most recently registered implementation first; register in reverse
         # so that the enabled order is the call order.
-        for name, plugin in reversed(self._sources):
-            _register(manager, name, _make(name, plugin, self.context(name)))
+        for name, plugin in reversed(made):
+            _register(manager, name, plugin)
         return manager
 
     def use_metrics(self, metrics: Metrics) -> None:
