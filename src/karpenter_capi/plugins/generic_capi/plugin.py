@@ -60,6 +60,7 @@ from karpenter_capi.plugins.generic_capi.instances import (
     ResourceCache,
 )
 from karpenter_capi.plugins.generic_capi.inventory import (
+    Inventory,
     UnavailableOfferings,
     collect_inventory,
     raw_nodeclass,
@@ -157,14 +158,21 @@ def _unreadable_management(
     ctx.logger.warning("ClusterAPINodeClass %s: cannot read the management cluster: %s", name, exc)
     inventory = management_cluster_error(exc)
     assert inventory.management_error is not None
-    if _writes_status(ctx):
-        try:
-            update_nodeclass_status(ctx, nodeclass, inventory)
-        except ApiError as status_exc:
-            ctx.logger.warning(
-                "ClusterAPINodeClass %s: cannot update its status: %s", name, status_exc
-            )
+    _update_status(ctx, nodeclass, name, inventory)
     return inventory.management_error[1]
+
+
+def _update_status(
+    ctx: PluginContext, nodeclass: NodeClass, name: str, inventory: Inventory
+) -> None:
+    """Write the NodeClass status for ``inventory`` where allowed; a failed write is only
+    logged (the next round writes it again)."""
+    if not _writes_status(ctx):
+        return
+    try:
+        update_nodeclass_status(ctx, nodeclass, inventory)
+    except ApiError as exc:
+        ctx.logger.warning("ClusterAPINodeClass %s: cannot update its status: %s", name, exc)
 
 
 def _name(nodeclaim: Any) -> str:
@@ -221,13 +229,7 @@ class GenericCapiPlugin:
                 if obj is not None:
                     deployments.append((resource.namespace, resource.name, obj))
         inventory.notices.extend(rollout_warnings(nodeclass, ctx.options, deployments))
-        if _writes_status(ctx):
-            try:
-                update_nodeclass_status(ctx, nodeclass, inventory)
-            except ApiError as exc:
-                ctx.logger.warning(
-                    "ClusterAPINodeClass %s: cannot update its status: %s", name, exc
-                )
+        _update_status(ctx, nodeclass, name, inventory)
         if inventory.error is not None:
             raise NodeClassNotReadyError(name, inventory.error)
         if not inventory.instance_types:
