@@ -7,11 +7,12 @@ import sys
 import textwrap
 
 from karpenter_capi.core.plugins import load_plugins
+from karpenter_capi.plugins.capa.plugin import CapaHooks
 
 
 def test_capa_loads_with_boto3_installed() -> None:
-    manager = load_plugins(["generic_capi", "capa"])
-    assert manager.get_plugin("capa") is not None
+    loaded = dict(load_plugins(["generic_capi", "capa"]))
+    assert loaded["capa"] is CapaHooks
 
 
 def test_enabling_capa_without_boto3_names_the_aws_extra() -> None:
