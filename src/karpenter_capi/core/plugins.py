@@ -7,10 +7,15 @@ group, and a name that is not installed or fails to import stops startup with a
 ``PluginLoadError`` that says which plugin, from which distribution, and (for a missing optional
 SDK) which extra to install.
 
-The rest of the core never touches pluggy: it calls the typed ``Plugins`` facade. The facade calls
-each implementation itself, in the documented plugin order (see ``core.hookspecs``), so that it
-can hand every plugin its own ``PluginContext``, chain the pricing hook, and check what each
-plugin returns, naming the plugin whose result has the wrong type or whose code raised.
+An entry point names a module of hook functions, or a class or factory: ``Plugins`` calls the
+latter once with the plugin's ``PluginContext`` and registers the object it returns, so a
+plugin's state lives exactly as long as the ``Plugins`` that made it (no plugin keeps a map of
+contexts).
+
+The rest of the core never touches pluggy: it calls the typed ``Plugins`` facade. The facade
+calls each implementation itself, in the documented plugin order (see ``core.hookspecs``), so
+that it can hand every plugin its own ``PluginContext``, chain the pricing hook, and check what
+each plugin returns, naming the plugin whose result has the wrong type or whose code raised.
 """
 
 from __future__ import annotations
@@ -348,7 +353,7 @@ def _make(name: str, plugin: object, ctx: PluginContext) -> object:
     factory: Callable[[PluginContext], object] = plugin  # type: ignore[assignment]
     try:
         made = factory(ctx)
-    except (ProviderError, PluginError):
+    except PluginError:
         raise
     except Exception as error:
         raise PluginLoadError(
