@@ -128,7 +128,7 @@ _PROBE = textwrap.dedent(
     report["fleet_object"] = type(fleet.plugin("acme_fleet")).__name__
     restarted = Plugins.load(["acme_fleet"], fleet_environment)
     report["fleet_restarted_list"] = [i.name for i in restarted.list_instances()]
-    for name in ("acme-typo", "acme_gpu"):
+    for name in ("acme-typo", "acme_gpu", "acme_empty"):
         try:
             Plugins.load([name], environment)
         except PluginLoadError as error:
@@ -176,7 +176,10 @@ def test_installed_plugin_is_discovered_enabled_by_name_and_called(installed_tar
     unknown = report["acme-typo"]["message"]
     assert "'acme-typo'" in unknown
     assert "not installed" in unknown
-    assert "acme, acme_fleet, acme_gpu" in unknown  # lists what is installed
+    assert "acme, acme_empty, acme_fleet, acme_gpu" in unknown  # lists what is installed
+    assert report["acme_empty"]["message"] == (
+        "plugin 'acme_empty' could not be loaded: acme_karpenter implements no hook"
+    )
 
     # The class plugin kept the machines it launched, in its object, with its own option.
     assert report["fleet_zones"] == ["acme-1b", "acme-1b"]

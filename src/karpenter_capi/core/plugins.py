@@ -333,8 +333,22 @@ def load_plugins(enabled: Sequence[str]) -> list[tuple[str, object]]:
     for name in names:
         if not is_factory(loaded[name]) or isinstance(loaded[name], type):
             # pluggy reads a class's hook methods as it reads an object's (``self`` aside).
-            _register(_new_manager(), name, loaded[name])
+            manager = _new_manager()
+            _register(manager, name, loaded[name])
+            if not any(_implements(manager, hook, name) for hook in hookspecs.HOOK_NAMES):
+                # Most likely the entry point names the wrong thing (a package, or a module
+                # whose hooks moved into a class): say so rather than serve nothing.
+                raise PluginLoadError(name, f"{_entry_value(installed, name)} implements no hook")
     return [(name, loaded[name]) for name in names]
+
+
+def _implements(manager: pluggy.PluginManager, hook: str, plugin: str) -> bool:
+    caller: pluggy.HookCaller = getattr(manager.hook, hook)
+    return any(impl.plugin_name == plugin for impl in caller.get_hookimpls())
+
+
+def _entry_value(installed: Sequence[importlib.metadata.EntryPoint], name: str) -> str:
+    return next((ep.value for ep in installed if ep.name == name), name)
 
 
 def is_factory(plugin: object) -> bool:
