@@ -150,17 +150,17 @@ def _apply(server: InMemoryAPIServer, scenario: Scenario, action: TimelineAction
         return
     if action.kind == "NodePool":  # kubectl scale nodepool: the scale subresource
         server.patch(
-            NODEPOOLS, action.target, {"spec": {"replicas": action.replicas}}, subresource="scale"
+            NODEPOOLS, action.target, {"spec": {"replicas": action.count}}, subresource="scale"
         )
         return
     workload = next(w for w in scenario.workloads if w.name == action.target)
     if action.action == "deploy":
-        server.apply_manifests([deployment(workload, action.replicas)])
+        server.apply_manifests([deployment(workload, action.count)])
     elif action.action == "scale":
         server.patch(
             DEPLOYMENTS,
             workload.name,
-            {"spec": {"replicas": action.replicas}},
+            {"spec": {"replicas": action.count}},
             workload.namespace,
         )
     else:
@@ -243,6 +243,7 @@ def run(
     plugin_objects: Sequence[tuple[str, object]] | None = None,
     controller_client: Callable[[InMemoryAPIServer], KubeClient] | None = None,
     emulation: Mapping[str, Any] | None = None,
+    on_operator: Callable[[Operator], None] | None = None,
 ) -> ScenarioResult:
     """Run ``scenario`` for ``until`` virtual seconds and return its outcome.
 
@@ -264,7 +265,9 @@ def run(
     ``seed`` seeds the API server's generated names and uids, the scheduler stand-in's choice
     between equally scored nodes (and ``random``), so two runs of a scenario match.
     ``on_cluster`` is handed the in-memory API server before anything runs (``simulate
-    --serve`` puts its HTTP front on it). ``on_sample`` is called with each
+    --serve`` puts its HTTP front on it); ``on_operator`` the wired ``Operator`` (its clock,
+    plugins, controllers and caches) before the first step, for a harness that inspects the
+    controller during the run (``sim.soak``). ``on_sample`` is called with each
     sample as it is taken; ``pace`` with 0 once setup is done (the CRDs, plugins and first
     settle, so a pacer can start its wall clock there), then with the virtual seconds elapsed,
     at most ``pace_step`` apart, after the clock has moved there (without it the clock jumps
@@ -344,8 +347,10 @@ def run(
             launch_rounds = LaunchRounds(clock)
             launch_rounds.attach(operator.manager)
             driver = operator.stepped()
+            if on_operator is not None:
+                on_operator(operator)
             observer = Observer(server, clock, loaded)
-            actions = sorted((a for a in scenario.timeline if a.at <= until), key=lambda a: a.at)
+            actions = scenario.actions(until)
             samples = [0.0]
             while samples[-1] + sample_every < until:
                 samples.append(samples[-1] + sample_every)

@@ -1,0 +1,310 @@
+"""A day of churn: does the controller stay correct, flat in memory and flat in API load?
+
+An autoprovisioner runs for months; a cache keyed by pod names that is never pruned, or a
+request per NodeClaim ever seen, only shows after hours of scale-ups, scale-downs and node
+replacements. ``soak`` runs a scenario (``soak-day``: Deployments scaling every few minutes,
+drift and expiration rolling through) on the real controllers for a number of virtual hours
+and, at every hour mark:
+
+- checks the invariants (``sim.invariants``) with ``settled=False``: churn never stops, so
+  only what must hold at any instant is asserted there; after the last hour the churn stops,
+  the cluster is given ``settle`` seconds, and the settled invariants are checked too;
+- counts the requests the controller made during the hour (on its own client, so the emulated
+  kubelet, scheduler and Cluster API are left out; the stepped informers' zero-timeout watch
+  drains apart, since a real informer holds one watch open instead);
+- measures memory: the process's RSS, and, because the controller shares the process with the
+  simulated cluster, what the ``Operator`` retains (its controllers, informers' caches, plugin
+  state; ``sim.footprint``) apart from what the in-memory API server retains, with the
+  controller's containers by place, so a growth names its structure.
+
+Time is virtual (a ``FakeClock``); the hours are the scenario's, not the wall's.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final
+
+from karpenter_capi.core.kube.client import KubeClient, WatchStream
+from karpenter_capi.core.kube.resources import NODES, PODS, Resource
+from karpenter_capi.core.operator import Operator
+from karpenter_capi.sim.apiserver import InMemoryAPIServer
+from karpenter_capi.sim.apiserver.audit import AuditingClient, AuditLog, AuditRecord
+from karpenter_capi.sim.footprint import Footprint, footprint, module_roots, process_memory
+from karpenter_capi.sim.scenario.result import Sample
+from karpenter_capi.sim.scenario.runner import run
+from karpenter_capi.sim.scenario.schema import Scenario
+
+HOUR: Final = 3600.0
+DEFAULT_SETTLE: Final = 900.0
+"""Quiet seconds after the churn before the settled invariants are checked: long enough for
+the last scale-down's consolidation (``consolidateAfter`` 1m, then a command's replacement
+and drain) to finish."""
+POLL: Final = "watch/poll"
+
+
+class RequestTally(AuditLog):
+    """Counts requests by ``verb`` or ``verb/subresource`` (``create/eviction``), in constant
+    memory: an ``AuditLog`` keeps one entry per distinct object name, which a day of churn
+    would grow without bound and blur the measurement."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: dict[str, int] = {}
+
+    def record(self, entry: AuditRecord) -> None:
+        key = f"{entry.verb}/{entry.subresource}" if entry.subresource else entry.verb
+        self.counts[key] = self.counts.get(key, 0) + 1
+
+    def poll(self) -> None:
+        self.counts[POLL] = self.counts.get(POLL, 0) + 1
+
+    def snapshot(self) -> dict[str, int]:
+        return dict(self.counts)
+
+
+class _TallyingClient(AuditingClient):
+    """The controller's client, counted; a zero-timeout watch (a stepped informer's drain) is
+    a ``watch/poll``, not a ``watch``."""
+
+    def __init__(self, inner: KubeClient, tally: RequestTally) -> None:
+        super().__init__(inner, tally)
+        self.tally = tally
+
+    def watch(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        resource_version: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        allow_bookmarks: bool = False,
+        timeout_seconds: float | None = None,
+    ) -> WatchStream:
+        if timeout_seconds != 0:
+            return super().watch(
+                resource,
+                namespace,
+                resource_version=resource_version,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                allow_bookmarks=allow_bookmarks,
+                timeout_seconds=timeout_seconds,
+            )
+        self.tally.poll()
+        return self._inner.watch(
+            resource,
+            namespace,
+            resource_version=resource_version,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            allow_bookmarks=allow_bookmarks,
+            timeout_seconds=timeout_seconds,
+        )
+
+
+@dataclass
+class Checkpoint:
+    """The cluster and the controller at one hour mark (``hour``), and the hour before it."""
+
+    hour: float
+    wall_seconds: float
+    """Wall time the hour took to simulate."""
+    requests: dict[str, int]
+    """The controller's requests during the hour, by verb (``watch/poll`` apart)."""
+    violations: list[str]
+    pods_bound: int
+    pods_pending: int
+    nodes: int
+    memory: dict[str, Any] = field(default_factory=dict)
+    """``rss_bytes`` (and how it was read), ``python_blocks``, ``gc_objects``, and with the
+    footprint measured: ``controller_bytes``, ``controller_objects``, ``apiserver_bytes``."""
+
+    @property
+    def requests_total(self) -> int:
+        return sum(count for verb, count in self.requests.items() if verb != POLL)
+
+
+@dataclass
+class SoakReport:
+    scenario: str
+    hours: int
+    seed: int
+    settle_seconds: float
+    checkpoints: list[Checkpoint]
+    settled_violations: list[str]
+    """The settled invariants after ``settle_seconds`` of quiet at the end."""
+    controller_growth: list[tuple[str, int, int]]
+    """Controller containers holding more items at the last hour than at hour 1:
+    ``(place, items at hour 1, items at the last hour)``, largest growth first."""
+    disruptions: dict[str, int]
+    errors: list[str]
+    wall_seconds: float
+
+    def checkpoint(self, hour: int) -> Checkpoint:
+        return next(c for c in self.checkpoints if c.hour == hour)
+
+    def violations(self) -> list[str]:
+        every = [v for c in self.checkpoints for v in c.violations]
+        return every + self.settled_violations
+
+    def growth_percent(self, key: str, first: int = 1) -> float | None:
+        """How much ``memory[key]`` grew from hour ``first`` to the last hour, in percent."""
+        start = self.checkpoint(first).memory.get(key)
+        end = self.checkpoints[-1].memory.get(key)
+        if not start or end is None:
+            return None
+        return round(100.0 * (end - start) / start, 2)
+
+    def requests_per_hour(self) -> list[int]:
+        return [c.requests_total for c in self.checkpoints]
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["requests_per_hour"] = self.requests_per_hour()
+        data["rss_growth_percent"] = self.growth_percent("rss_bytes")
+        data["controller_growth_percent"] = self.growth_percent("controller_bytes")
+        data["violations_total"] = len(self.violations())
+        return data
+
+
+def churn_for(scenario: Scenario, hours: float) -> Scenario:
+    """``scenario`` with its timeline cut at ``hours``: repeating actions stop before the
+    mark, single actions after it are dropped, so what follows is quiet."""
+    end = hours * HOUR
+    kept = []
+    for action in scenario.timeline:
+        if action.at >= end:
+            continue
+        if action.every is not None:
+            # Strictly before the mark: an action at the mark belongs to the settling time.
+            last = end - 0.001 if action.until is None else min(action.until, end - 0.001)
+            action = action.model_copy(update={"until": max(action.at, last)})
+        kept.append(action)
+    return scenario.model_copy(update={"timeline": kept})
+
+
+def _check(server: InMemoryAPIServer, operator: Operator, *, settled: bool) -> list[str]:
+    from karpenter_capi.sim.invariants import check_invariants
+
+    violations = check_invariants(
+        server, clock=operator.clock, plugins=operator.context.plugins, settled=settled
+    )
+    return [str(violation) for violation in violations]
+
+
+def _live(server: InMemoryAPIServer, resource: Resource) -> list[dict[str, Any]]:
+    return [o for o in server.list(resource).items if not o["metadata"].get("deletionTimestamp")]
+
+
+def soak(
+    scenario: Scenario,
+    *,
+    hours: int,
+    seed: int = 0,
+    settle: float = DEFAULT_SETTLE,
+    measure_footprint: bool = True,
+    check: bool = True,
+    watch_history: int | None = None,
+    on_checkpoint: Callable[[Checkpoint], None] | None = None,
+) -> SoakReport:
+    """Run ``scenario``'s churn for ``hours`` virtual hours, then ``settle`` quiet seconds,
+    with a ``Checkpoint`` at every hour mark (see the module docstring).
+
+    ``watch_history`` sets the in-memory API server's retained watch events per resource
+    (kube-apiserver keeps minutes of them; the simulator's default keeps 50,000, which a day of
+    churn fills slowly, so the simulator's own memory climbs for hours). ``check=False`` skips
+    the invariants; ``measure_footprint=False`` skips the reachability walks (seconds each on a
+    large cluster), leaving RSS and Python's own counts."""
+    if hours < 1:
+        raise ValueError("a soak runs at least one hour")
+    if settle < 0:
+        raise ValueError("settle cannot be negative")
+    wall_start = time.perf_counter()
+    tally = RequestTally()
+    wired: dict[str, Any] = {}
+    checkpoints: list[Checkpoint] = []
+    footprints: list[Footprint] = []
+    settled: list[str] = []
+    end = hours * HOUR + settle
+    last = {"requests": tally.snapshot(), "wall": time.perf_counter()}
+
+    def on_cluster(server: InMemoryAPIServer) -> None:
+        wired["server"] = server
+        if watch_history is not None:
+            server.set_watch_history(watch_history)
+
+    def on_operator(operator: Operator) -> None:
+        wired["operator"] = operator
+        last["wall"] = time.perf_counter()
+
+    def on_sample(sample: Sample) -> None:
+        server: InMemoryAPIServer = wired["server"]
+        operator: Operator = wired["operator"]
+        if sample.at == end and check:
+            settled.extend(_check(server, operator, settled=True))
+        if sample.at == 0 or sample.at % HOUR or sample.at > hours * HOUR:
+            return
+        # Before the check: what the check asks of the plugins is not the controller's load.
+        now = tally.snapshot()
+        violations = _check(server, operator, settled=False) if check else []
+        requests = {k: v - last["requests"].get(k, 0) for k, v in sorted(now.items())}
+        wall = time.perf_counter() - float(last["wall"])
+        gc.collect()
+        memory = process_memory()
+        if measure_footprint:
+            controller = footprint([("Operator", operator), *module_roots()])
+            footprints.append(controller)
+            apiserver = footprint([("InMemoryAPIServer", server)], stop=lambda _: False)
+            memory |= {
+                "controller_bytes": controller.bytes,
+                "controller_objects": controller.objects,
+                "apiserver_bytes": apiserver.bytes,
+            }
+        pods = _live(server, PODS)
+        bound = sum(1 for p in pods if (p.get("spec") or {}).get("nodeName"))
+        checkpoint = Checkpoint(
+            hour=sample.at / HOUR,
+            wall_seconds=round(wall, 2),
+            requests={k: v for k, v in requests.items() if v},
+            violations=violations,
+            pods_bound=bound,
+            pods_pending=len(pods) - bound,
+            nodes=len(_live(server, NODES)),
+            memory=memory,
+        )
+        checkpoints.append(checkpoint)
+        if on_checkpoint is not None:
+            on_checkpoint(checkpoint)
+        last["requests"] = tally.snapshot()
+        last["wall"] = time.perf_counter()
+
+    result = run(
+        churn_for(scenario, hours),
+        until=end,
+        seed=seed,
+        # Hourly samples: each resolves the inventory once through the controller's plugins
+        # (and client), the same few requests every hour, which leaves the hours comparable.
+        sample_every=HOUR,
+        on_cluster=on_cluster,
+        on_operator=on_operator,
+        on_sample=on_sample,
+        controller_client=lambda server: _TallyingClient(server, tally),
+    )
+    growth = footprints[0].grown(footprints[-1]) if len(footprints) > 1 else []
+    return SoakReport(
+        scenario=scenario.name,
+        hours=hours,
+        seed=seed,
+        settle_seconds=settle,
+        checkpoints=checkpoints,
+        settled_violations=settled,
+        controller_growth=growth,
+        disruptions=result.disruptions,
+        errors=result.errors,
+        wall_seconds=round(time.perf_counter() - wall_start, 1),
+    )
