@@ -6,9 +6,9 @@ replacements. ``soak`` runs a scenario (``soak-day``: Deployments scaling every 
 drift and expiration rolling through) on the real controllers for a number of virtual hours
 and, at every hour mark:
 
-- checks the invariants (``sim.invariants``) with ``settled=False``: churn never stops, so
-  only what must hold at any instant is asserted there; after the last hour the churn stops,
-  the cluster is given ``settle`` seconds, and the settled invariants are checked too;
+- checks the invariants (``sim.invariants``), all of them: the scenario leaves the last part of
+  every hour quiet (a timeline ``window``), so the cluster has settled by the mark (a scenario
+  that churns through the mark is checked with ``settled=False``: what holds at any instant);
 - counts the requests the controller made during the hour (on its own client, so the emulated
   kubelet, scheduler and Cluster API are left out; the stepped informers' zero-timeout watch
   drains apart, since a real informer holds one watch open instead);
@@ -39,10 +39,6 @@ from karpenter_capi.sim.scenario.runner import run
 from karpenter_capi.sim.scenario.schema import Scenario
 
 HOUR: Final = 3600.0
-DEFAULT_SETTLE: Final = 900.0
-"""Quiet seconds after the churn before the settled invariants are checked: long enough for
-the last scale-down's consolidation (``consolidateAfter`` 1m, then a command's replacement
-and drain) to finish."""
 POLL: Final = "watch/poll"
 
 
@@ -134,10 +130,9 @@ class SoakReport:
     scenario: str
     hours: int
     seed: int
-    settle_seconds: float
+    settled: bool
+    """Whether the hourly checks included the invariants that hold once things settle."""
     checkpoints: list[Checkpoint]
-    settled_violations: list[str]
-    """The settled invariants after ``settle_seconds`` of quiet at the end."""
     controller_growth: list[tuple[str, int, int]]
     """Controller containers holding more items at the last hour than at hour 1:
     ``(place, items at hour 1, items at the last hour)``, largest growth first."""
@@ -149,8 +144,7 @@ class SoakReport:
         return next(c for c in self.checkpoints if c.hour == hour)
 
     def violations(self) -> list[str]:
-        every = [v for c in self.checkpoints for v in c.violations]
-        return every + self.settled_violations
+        return [v for c in self.checkpoints for v in c.violations]
 
     def growth_percent(self, key: str, first: int = 1) -> float | None:
         """How much ``memory[key]`` grew from hour ``first`` to the last hour, in percent."""
@@ -172,22 +166,6 @@ class SoakReport:
         return data
 
 
-def churn_for(scenario: Scenario, hours: float) -> Scenario:
-    """``scenario`` with its timeline cut at ``hours``: repeating actions stop before the
-    mark, single actions after it are dropped, so what follows is quiet."""
-    end = hours * HOUR
-    kept = []
-    for action in scenario.timeline:
-        if action.at >= end:
-            continue
-        if action.every is not None:
-            # Strictly before the mark: an action at the mark belongs to the settling time.
-            last = end - 0.001 if action.until is None else min(action.until, end - 0.001)
-            action = action.model_copy(update={"until": max(action.at, last)})
-        kept.append(action)
-    return scenario.model_copy(update={"timeline": kept})
-
-
 def _check(server: InMemoryAPIServer, operator: Operator, *, settled: bool) -> list[str]:
     from karpenter_capi.sim.invariants import check_invariants
 
@@ -206,14 +184,14 @@ def soak(
     *,
     hours: int,
     seed: int = 0,
-    settle: float = DEFAULT_SETTLE,
+    settled: bool = True,
     measure_footprint: bool = True,
     check: bool = True,
     watch_history: int | None = None,
     on_checkpoint: Callable[[Checkpoint], None] | None = None,
 ) -> SoakReport:
-    """Run ``scenario``'s churn for ``hours`` virtual hours, then ``settle`` quiet seconds,
-    with a ``Checkpoint`` at every hour mark (see the module docstring).
+    """Run ``scenario`` for ``hours`` virtual hours with a ``Checkpoint`` at every hour mark
+    (see the module docstring); ``settled=False`` for a scenario not quiet before the marks.
 
     ``watch_history`` sets the in-memory API server's retained watch events per resource
     (kube-apiserver keeps minutes of them; the simulator's default keeps 50,000, which a day of
@@ -222,15 +200,11 @@ def soak(
     large cluster), leaving RSS and Python's own counts."""
     if hours < 1:
         raise ValueError("a soak runs at least one hour")
-    if settle < 0:
-        raise ValueError("settle cannot be negative")
     wall_start = time.perf_counter()
     tally = RequestTally()
     wired: dict[str, Any] = {}
     checkpoints: list[Checkpoint] = []
     footprints: list[Footprint] = []
-    settled: list[str] = []
-    end = hours * HOUR + settle
     last = {"requests": tally.snapshot(), "wall": time.perf_counter()}
 
     def on_cluster(server: InMemoryAPIServer) -> None:
@@ -245,13 +219,11 @@ def soak(
     def on_sample(sample: Sample) -> None:
         server: InMemoryAPIServer = wired["server"]
         operator: Operator = wired["operator"]
-        if sample.at == end and check:
-            settled.extend(_check(server, operator, settled=True))
-        if sample.at == 0 or sample.at % HOUR or sample.at > hours * HOUR:
+        if sample.at == 0 or sample.at % HOUR:
             return
         # Before the check: what the check asks of the plugins is not the controller's load.
         now = tally.snapshot()
-        violations = _check(server, operator, settled=False) if check else []
+        violations = _check(server, operator, settled=settled) if check else []
         requests = {k: v - last["requests"].get(k, 0) for k, v in sorted(now.items())}
         wall = time.perf_counter() - float(last["wall"])
         gc.collect()
@@ -284,8 +256,8 @@ def soak(
         last["wall"] = time.perf_counter()
 
     result = run(
-        churn_for(scenario, hours),
-        until=end,
+        scenario,
+        until=hours * HOUR,
         seed=seed,
         # Hourly samples: each resolves the inventory once through the controller's plugins
         # (and client), the same few requests every hour, which leaves the hours comparable.
@@ -300,9 +272,8 @@ def soak(
         scenario=scenario.name,
         hours=hours,
         seed=seed,
-        settle_seconds=settle,
+        settled=settled,
         checkpoints=checkpoints,
-        settled_violations=settled,
         controller_growth=growth,
         disruptions=result.disruptions,
         errors=result.errors,

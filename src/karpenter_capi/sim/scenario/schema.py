@@ -190,6 +190,30 @@ class Workload(_Strict):
     _quantities = field_validator("cpu", "memory", mode="before")(_check_quantity)
 
 
+class Window(_Strict):
+    """Where in every period a repeating action may fall: the ``first`` part of every ``of``
+    (``{first: 40m, of: 1h}``: minutes :00 to :40 of each hour; the rest is quiet)."""
+
+    first: float
+    of: float
+
+    @field_validator("first", "of", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        if not isinstance(value, str | int | float) or isinstance(value, bool):
+            raise ValueError("a duration is text like 30s, 5m or 1h30m, or seconds")
+        return parse_duration(value)
+
+    @model_validator(mode="after")
+    def _inside(self) -> Window:
+        if not 0 < self.first <= self.of:
+            raise ValueError("first must be positive and no longer than of")
+        return self
+
+    def admits(self, at: float) -> bool:
+        return at % self.of < self.first
+
+
 REPETITION: Final = "${n}"
 """Replaced, in a repeating patch's strings, by the repetition's number (1 for the first)."""
 
@@ -205,7 +229,9 @@ class TimelineAction(_Strict):
     the end of the run), so a day of churn is a few lines instead of thousands: a repeating
     ``scale`` may give ``replicas`` as a list, taken in turn (the n-th repetition takes item
     ``(n - 1) % len``), and a repeating ``patch`` has ``${n}`` in its strings replaced by the
-    repetition's number (``version: v1.31.${n}``: a new version each time)."""
+    repetition's number (``version: v1.31.${n}``: a new version each time). A ``window``
+    keeps the repetitions to part of every period (``{first: 40m, of: 1h}``), leaving the rest
+    quiet; the repetitions it skips are not counted."""
 
     at: float
     action: Literal["scale", "deploy", "delete", "patch"]
@@ -215,6 +241,7 @@ class TimelineAction(_Strict):
     patch: dict[str, Any] | None = None
     every: float | None = None
     until: float | None = None
+    window: Window | None = None
 
     @field_validator("at", "every", "until", mode="before")
     @classmethod
@@ -239,8 +266,9 @@ class TimelineAction(_Strict):
     def _replicas_for_scale(self) -> TimelineAction:
         if self.action == "scale" and self.replicas is None:
             raise ValueError("scale needs replicas")
-        if self.every is None and (self.until is not None or isinstance(self.replicas, list)):
-            raise ValueError("until and a list of replicas need every (a repeating action)")
+        repeating_only = self.until is not None or self.window is not None
+        if self.every is None and (repeating_only or isinstance(self.replicas, list)):
+            raise ValueError("until, window and a list of replicas need every (a repeating action)")
         if self.every is not None and self.every <= 0:
             raise ValueError("every must be a positive duration")
         if self.until is not None and self.until < self.at:
@@ -271,8 +299,12 @@ class TimelineAction(_Strict):
         last = end if self.until is None else min(end, self.until)
         actions = []
         number = 1
+        step = 0
         # Multiplying rather than adding keeps a day of 5m steps free of drift in the float sum.
-        while (at := self.at + (number - 1) * self.every) <= last:
+        while (at := self.at + step * self.every) <= last:
+            step += 1
+            if self.window is not None and not self.window.admits(at):
+                continue
             replicas = self.replicas
             if isinstance(replicas, list):
                 replicas = replicas[(number - 1) % len(replicas)]
@@ -285,6 +317,7 @@ class TimelineAction(_Strict):
                         "patch": patch,
                         "every": None,
                         "until": None,
+                        "window": None,
                     }
                 )
             )
