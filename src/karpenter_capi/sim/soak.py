@@ -152,7 +152,7 @@ class SoakReport:
         end = self.checkpoints[-1].memory.get(key)
         if not start or end is None:
             return None
-        return round(100.0 * (end - start) / start, 2)
+        return round(100.0 * (float(end) - float(start)) / float(start), 2)
 
     def requests_per_hour(self) -> list[int]:
         return [c.requests_total for c in self.checkpoints]
@@ -205,7 +205,8 @@ def soak(
     wired: dict[str, Any] = {}
     checkpoints: list[Checkpoint] = []
     footprints: list[Footprint] = []
-    last = {"requests": tally.snapshot(), "wall": time.perf_counter()}
+    last_requests = tally.snapshot()
+    last_wall = time.perf_counter()
 
     def on_cluster(server: InMemoryAPIServer) -> None:
         wired["server"] = server
@@ -213,10 +214,12 @@ def soak(
             server.set_watch_history(watch_history)
 
     def on_operator(operator: Operator) -> None:
+        nonlocal last_wall
         wired["operator"] = operator
-        last["wall"] = time.perf_counter()
+        last_wall = time.perf_counter()
 
     def on_sample(sample: Sample) -> None:
+        nonlocal last_requests, last_wall
         server: InMemoryAPIServer = wired["server"]
         operator: Operator = wired["operator"]
         if sample.at == 0 or sample.at % HOUR:
@@ -224,8 +227,8 @@ def soak(
         # Before the check: what the check asks of the plugins is not the controller's load.
         now = tally.snapshot()
         violations = _check(server, operator, settled=settled) if check else []
-        requests = {k: v - last["requests"].get(k, 0) for k, v in sorted(now.items())}
-        wall = time.perf_counter() - float(last["wall"])
+        requests = {k: v - last_requests.get(k, 0) for k, v in sorted(now.items())}
+        wall = time.perf_counter() - last_wall
         gc.collect()
         memory = process_memory()
         if measure_footprint:
@@ -252,8 +255,8 @@ def soak(
         checkpoints.append(checkpoint)
         if on_checkpoint is not None:
             on_checkpoint(checkpoint)
-        last["requests"] = tally.snapshot()
-        last["wall"] = time.perf_counter()
+        last_requests = tally.snapshot()
+        last_wall = time.perf_counter()
 
     result = run(
         scenario,
