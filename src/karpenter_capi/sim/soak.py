@@ -25,11 +25,15 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any, Final
 
+from karpenter_capi.core.clock import parse_timestamp
 from karpenter_capi.core.kube.client import KubeClient, WatchStream
-from karpenter_capi.core.kube.resources import NODES, PODS, Resource
+from karpenter_capi.core.kube.errors import NotFound
+from karpenter_capi.core.kube.resources import EVENTS, NODES, PODS, Resource
 from karpenter_capi.core.operator import Operator
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.apiserver.audit import AuditingClient, AuditLog, AuditRecord
@@ -175,6 +179,37 @@ def _check(server: InMemoryAPIServer, operator: Operator, *, settled: bool) -> l
     return [str(violation) for violation in violations]
 
 
+EVENT_TTL: Final = HOUR
+"""kube-apiserver's ``--event-ttl`` default: an Event goes an hour after its last update."""
+
+
+def expire_events(server: InMemoryAPIServer, now: datetime) -> int:
+    """Delete the Events last updated more than ``EVENT_TTL`` before ``now``, as
+    kube-apiserver's TTL does (the in-memory server keeps them for good, which in a day of
+    churn is the simulator's memory growing, not the controller's); how many went."""
+    gone = 0
+    for event in server.list(EVENTS).items:
+        stamp = event.get("lastTimestamp") or event["metadata"].get("creationTimestamp")
+        if stamp and (now - parse_timestamp(str(stamp))).total_seconds() > EVENT_TTL:
+            with suppress(NotFound):
+                server.delete(EVENTS, event["metadata"]["name"], event["metadata"]["namespace"])
+                gone += 1
+    return gone
+
+
+def disrupted(operator: Operator) -> dict[str, int]:
+    """NodeClaims disrupted so far by reason, from the controller's own
+    ``karpenter_nodeclaims_disrupted_total`` (what its dashboard would show; the scenario
+    observer's count follows a watch that a short watch history can cut)."""
+    counts: dict[str, int] = {}
+    for family in operator.metrics.registry.collect():
+        for sample in family.samples:
+            if sample.name == "karpenter_nodeclaims_disrupted_total":
+                reason = sample.labels.get("reason", "")
+                counts[reason] = counts.get(reason, 0) + int(sample.value)
+    return dict(sorted(counts.items()))
+
+
 def _live(server: InMemoryAPIServer, resource: Resource) -> list[dict[str, Any]]:
     return [o for o in server.list(resource).items if not o["metadata"].get("deletionTimestamp")]
 
@@ -188,6 +223,7 @@ def soak(
     measure_footprint: bool = True,
     check: bool = True,
     watch_history: int | None = None,
+    event_ttl: bool = True,
     on_checkpoint: Callable[[Checkpoint], None] | None = None,
 ) -> SoakReport:
     """Run ``scenario`` for ``hours`` virtual hours with a ``Checkpoint`` at every hour mark
@@ -197,7 +233,8 @@ def soak(
     (kube-apiserver keeps minutes of them; the simulator's default keeps 50,000, which a day of
     churn fills slowly, so the simulator's own memory climbs for hours). ``check=False`` skips
     the invariants; ``measure_footprint=False`` skips the reachability walks (seconds each on a
-    large cluster), leaving RSS and Python's own counts."""
+    large cluster), leaving RSS and Python's own counts. ``event_ttl`` deletes, at every mark,
+    the Events an hour old (``expire_events``), as kube-apiserver would have."""
     if hours < 1:
         raise ValueError("a soak runs at least one hour")
     wall_start = time.perf_counter()
@@ -226,6 +263,8 @@ def soak(
             return
         # Before the check: what the check asks of the plugins is not the controller's load.
         now = tally.snapshot()
+        if event_ttl:
+            expire_events(server, operator.clock.now())
         violations = _check(server, operator, settled=settled) if check else []
         requests = {k: v - last_requests.get(k, 0) for k, v in sorted(now.items())}
         wall = time.perf_counter() - last_wall
@@ -278,7 +317,7 @@ def soak(
         settled=settled,
         checkpoints=checkpoints,
         controller_growth=growth,
-        disruptions=result.disruptions,
+        disruptions=disrupted(wired["operator"]),
         errors=result.errors,
         wall_seconds=round(time.perf_counter() - wall_start, 1),
     )
