@@ -96,6 +96,13 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         "(env METRICS_PORT, default 8080)",
     )
     run.add_argument(
+        "--unready-after",
+        type=float,
+        default=env("UNREADY_AFTER", "30"),
+        help="seconds a cache may fail to list or watch in a row before /readyz answers 503 "
+        "(env UNREADY_AFTER, default 30)",
+    )
+    run.add_argument(
         "--metrics-host",
         default=env("METRICS_HOST", "0.0.0.0"),
         help="address the endpoint listens on (env METRICS_HOST, default 0.0.0.0)",
@@ -205,6 +212,7 @@ def run_command(
         batch_max=args.batch_max_duration,
         workers=args.workers,
         packing_budget=args.packing_optimizer_budget,
+        unready_after=args.unready_after,
         disruption=DisruptionSettings(
             poll_seconds=args.disruption_poll_interval,
             spot_to_spot=gates.get("SpotToSpotConsolidation", False),

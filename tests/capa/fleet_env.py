@@ -38,6 +38,7 @@ from karpenter_capi.plugins.capa.plugin import CapaPlugin
 from karpenter_capi.plugins.generic_capi import plugin as generic_capi
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
+from karpenter_capi.sim.scenario.aws import amazon_linux_ami, serve_catalog_from_memory
 
 INFRA = "infrastructure.cluster.x-k8s.io"
 BOOTSTRAP = "bootstrap.cluster.x-k8s.io"
@@ -73,7 +74,7 @@ class FleetAws(StubbedAws):
         self.extra_sg = ec2.create_security_group(
             GroupName="prod-extra", Description="extra", VpcId=self.vpc
         )["GroupId"]
-        self.ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+        self.ami = amazon_linux_ami(ec2)
 
     def _record(self, params: dict[str, Any], **_: Any) -> None:
         self.fleet_requests.append(params)
@@ -349,4 +350,4 @@ def tags_of(request: Mapping[str, Any], kind: str = "instance") -> dict[str, str
 
 
 def ec2_client(region: str = REGION) -> Any:
-    return boto3.client("ec2", region_name=region)
+    return serve_catalog_from_memory(boto3.client("ec2", region_name=region))

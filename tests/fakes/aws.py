@@ -20,7 +20,7 @@ import pytest
 from botocore.stub import ANY, Stubber
 from moto import mock_aws
 
-from karpenter_capi.sim.scenario.aws import price_list_entry
+from karpenter_capi.sim.scenario.aws import price_list_entry, serve_catalog_from_memory
 
 REGION = "us-east-1"
 # On-demand Linux, shared tenancy, us-east-1 (USD per hour, as the Pricing API lists them).
@@ -89,7 +89,7 @@ class StubbedAws:
 
     def __init__(self, region: str = REGION) -> None:
         self.region = region
-        self.catalog = boto3.client("ec2", region_name=region)
+        self.catalog = serve_catalog_from_memory(boto3.client("ec2", region_name=region))
         self.spot_client = boto3.client("ec2", region_name=region)
         self.pricing_client = boto3.client("pricing", region_name="us-east-1")
         self.spot_stub = Stubber(self.spot_client)

@@ -66,6 +66,7 @@ class OperatorOptions:
     batch_max: float = DEFAULT_MAX_SECONDS
     workers: int = 4
     packing_budget: float = DEFAULT_PACKING_BUDGET  # seconds; 0 disables re-packing
+    unready_after: float = 30.0  # seconds a cache may fail to follow the API before /readyz fails
     disruption: DisruptionSettings = field(default_factory=DisruptionSettings)
 
 
@@ -147,8 +148,36 @@ class Operator:
         return self.elector is None or self.elector.is_leader
 
     def ready(self) -> bool:
-        """Ready once the caches have synced (a standby replica is ready too: it waits)."""
-        return self.manager.has_synced()
+        return self.readiness()[0]
+
+    def readiness(self) -> tuple[bool, str]:
+        """``(ready, why not)``: what ``/readyz`` answers.
+
+        Ready once every cache has synced, and for as long as none has been failing to list or
+        watch for ``unready_after`` seconds in a row: a controller whose caches cannot follow
+        the API server (unreachable, throttling everything, answering 500) acts on a stale
+        view or not at all, and the probe should say so rather than report the start-up sync.
+        It turns ready again with the first list or watch that works. A standby replica is
+        ready too: it waits, and its caches stay warm.
+        """
+        informers = self.manager.informers
+        unsynced = [i.name for i in informers if not i.has_synced()]
+        now = self.clock.monotonic()
+        failing = [
+            (now - since, informer)
+            for informer in informers
+            if (since := informer.failing_since) is not None
+            and now - since >= self.options.unready_after
+        ]
+        if failing:
+            seconds, worst = max(failing, key=lambda f: f[0])
+            return False, (
+                f"{len(failing)} of {len(informers)} caches cannot follow the API server, "
+                f"{worst.name} for {seconds:.0f}s: {worst.last_error}"
+            )
+        if unsynced:
+            return False, f"caches not synced yet: {', '.join(unsynced)}"
+        return True, ""
 
     def stepped(self) -> SteppedDriver:
         """A deterministic driver for the simulator and tests (needs a ``FakeClock``)."""
@@ -167,7 +196,7 @@ class Operator:
                 self.metrics,
                 host=self.options.metrics_host,
                 port=self.options.metrics_port,
-                ready=self.ready,
+                ready=self.readiness,
             ).start()
             log.info("metrics and probes on %s", self.server.url)
         elector_thread = None

@@ -169,3 +169,19 @@ def error_from_status(status: dict[str, Any], http_code: int | None = None) -> A
         details=details if isinstance(details, dict) else None,
         retry_after_seconds=int(retry_after) if retry_after is not None else None,
     )
+
+
+def retry_after(error: BaseException | None) -> float:
+    """The ``Retry-After`` seconds a server asked for in ``error`` or what it was raised from.
+
+    A plugin may wrap the API's 429 in its own error (``raise RetryableCreateError(...) from
+    exc``); the server's request still stands, so the ``__cause__``/``__context__`` chain is
+    searched. 0 when no server asked for anything.
+    """
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, ApiError) and error.retry_after_seconds:
+            return float(error.retry_after_seconds)
+        error = error.__cause__ or error.__context__
+    return 0.0

@@ -182,6 +182,9 @@ class Informer(Generic[T]):
         """Objects dropped because ``transform`` or key extraction failed."""
         self.relists_total = 0
         """Relists forced by 410 Gone (the initial list is not counted)."""
+        self._failing_since: float | None = None
+        self._last_error = ""
+        self._watch_opened_at: float | None = None  # while a watch stream is open
 
     # Public reads.
 
@@ -229,6 +232,30 @@ class Informer(Generic[T]):
     def consecutive_failures(self) -> int:
         return self._backoff.failures
 
+    @property
+    def failing_since(self) -> float | None:
+        """Clock-monotonic time of the first of the failures in a row now going on (``None``
+        when the last list or watch worked): how long this cache has been unable to follow.
+
+        A watch open for ``MIN_HEALTHY_WATCH`` since the last failure counts as working: a
+        healthy watch may stream for minutes before it ends and says so, and one that ends at
+        once (still a failure) does not clear the streak.
+        """
+        since, opened = self._failing_since, self._watch_opened_at
+        if (
+            since is not None
+            and opened is not None
+            and opened >= since
+            and self._clock.monotonic() - opened >= MIN_HEALTHY_WATCH
+        ):
+            return None
+        return since
+
+    @property
+    def last_error(self) -> str:
+        """The latest failure, one line (empty when none yet)."""
+        return self._last_error
+
     def add_handler(
         self,
         on_add: Callable[[T], None] | None = None,
@@ -262,7 +289,7 @@ class Informer(Generic[T]):
                 return True
             changes, _ = self._watch(timeout_seconds=0, stop=None)
             self._watch_ok_since_list = True
-            self._backoff.reset()
+            self._healthy()
             return changes > 0 or progressed
         except Gone as gone:
             return self._on_gone(gone) or progressed
@@ -301,7 +328,7 @@ class Informer(Generic[T]):
                 if delivered == 0 and self._clock.monotonic() - started < MIN_HEALTHY_WATCH:
                     raise _ShortWatchError("watch ended at once without any event")
                 self._watch_ok_since_list = True
-                self._backoff.reset()
+                self._healthy()
             except Gone as gone:
                 self._on_gone(gone)
             except Exception as error:
@@ -324,6 +351,7 @@ class Informer(Generic[T]):
     def _close_stream(self) -> None:
         with self._stream_lock:
             stream, self._stream = self._stream, None
+            self._watch_opened_at = None
         if stream is not None:
             try:
                 stream.close()
@@ -400,7 +428,7 @@ class Informer(Generic[T]):
                 _log.debug("%s: synced %d objects at %s", self.name, len(items), resource_version)
             if self._resync_period is not None and self._next_resync is None:
                 self._next_resync = self._clock.monotonic() + self._resync_period
-        self._backoff.reset()
+        self._healthy()
 
     # Watching.
 
@@ -421,6 +449,7 @@ class Informer(Generic[T]):
         )
         with self._stream_lock:
             self._stream = stream
+            self._watch_opened_at = self._clock.monotonic()
         if stop is not None and stop.is_set():
             self._close_stream()
             return 0, 0
@@ -487,7 +516,14 @@ class Informer(Generic[T]):
             return False
         return True
 
+    def _healthy(self) -> None:
+        self._backoff.reset()
+        self._failing_since = None
+
     def _on_failure(self, error: Exception) -> None:
+        if self._failing_since is None:
+            self._failing_since = self._clock.monotonic()
+        self._last_error = f"{type(error).__name__}: {error}".splitlines()[0][:200]
         retry_after = error.retry_after_seconds if isinstance(error, ApiError) else None
         delay = self._backoff.fail(at_least=float(retry_after or 0))
         _log.warning(

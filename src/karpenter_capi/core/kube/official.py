@@ -70,16 +70,26 @@ class OfficialClient:
         api_client: ApiClient,
         *,
         request_timeout_seconds: float = DEFAULT_REQUEST_TIMEOUT_SECONDS,
+        poll_watches: bool = False,
     ) -> None:
+        """``poll_watches``: a watch asked with ``timeout_seconds=0`` is sent as
+        ``timeoutSeconds=0``, which the simulated API server answers with the events it has and
+        ends at once (the stepped runtime's poll). Off by default because a real kube-apiserver
+        reads 0 as "its default timeout", so a poll would hang for minutes there."""
         self._api = api_client
         self._timeout = (_CONNECT_TIMEOUT_SECONDS, request_timeout_seconds)
         self._closed = False
+        self._poll_watches = poll_watches
 
     # ---------------------------------------------------------------- constructors
 
     @classmethod
     def from_configuration(
-        cls, configuration: Configuration, *, pool_maxsize: int = DEFAULT_POOL_MAXSIZE
+        cls,
+        configuration: Configuration,
+        *,
+        pool_maxsize: int = DEFAULT_POOL_MAXSIZE,
+        poll_watches: bool = False,
     ) -> OfficialClient:
         configuration.connection_pool_maxsize = max(
             pool_maxsize, configuration.connection_pool_maxsize or 0
@@ -97,7 +107,7 @@ class OfficialClient:
                 other=0,
                 respect_retry_after_header=False,
             )
-        return cls(ApiClient(configuration))
+        return cls(ApiClient(configuration), poll_watches=poll_watches)
 
     @classmethod
     def from_url(
@@ -108,6 +118,7 @@ class OfficialClient:
         insecure_skip_tls_verify: bool = False,
         *,
         pool_maxsize: int = DEFAULT_POOL_MAXSIZE,
+        poll_watches: bool = False,
     ) -> OfficialClient:
         """Connect to ``url`` with an optional bearer token and CA bundle.
 
@@ -121,7 +132,9 @@ class OfficialClient:
         if ca_data:
             configuration.ca_cert_data = decode_ca_data(ca_data)
         configuration.verify_ssl = not insecure_skip_tls_verify
-        return cls.from_configuration(configuration, pool_maxsize=pool_maxsize)
+        return cls.from_configuration(
+            configuration, pool_maxsize=pool_maxsize, poll_watches=poll_watches
+        )
 
     @classmethod
     def from_kubeconfig(
@@ -237,7 +250,10 @@ class OfficialClient:
         if allow_bookmarks:
             query.append(("allowWatchBookmarks", "true"))
         read_timeout: float | None = None
-        if timeout_seconds is not None:
+        if timeout_seconds == 0 and self._poll_watches:
+            query.append(("timeoutSeconds", "0"))
+            read_timeout = self._timeout[1]
+        elif timeout_seconds is not None:
             # The API takes whole seconds; round up so the server never ends early.
             query.append(("timeoutSeconds", str(max(1, int(-(-timeout_seconds // 1))))))
             read_timeout = timeout_seconds + _WATCH_READ_SLACK_SECONDS

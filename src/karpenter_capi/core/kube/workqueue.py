@@ -205,12 +205,13 @@ class WorkQueue(Generic[K]):
             if self._waiting.pop(item, None) is not None:
                 self._compact_timers_locked()
 
-    def add_rate_limited(self, item: K) -> None:
-        """Retry ``item`` after the delay the rate limiter gives it."""
+    def add_rate_limited(self, item: K, at_least: float = 0.0) -> None:
+        """Retry ``item`` after the delay the rate limiter gives it, and no sooner than
+        ``at_least`` seconds (a server's ``Retry-After``)."""
         with self._cond:
             if self._shutting_down:
                 return
-            delay = self._rate_limiter.when(item)
+            delay = max(at_least, self._rate_limiter.when(item))
             self.retries_total += 1
         if self._hooks.on_retry is not None:
             self._hooks.on_retry(item)

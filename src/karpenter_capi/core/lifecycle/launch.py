@@ -45,7 +45,7 @@ from karpenter_capi.core.errors import (
 )
 from karpenter_capi.core.hookspecs import LaunchResult
 from karpenter_capi.core.instancetype import InstanceType
-from karpenter_capi.core.kube.errors import ApiError
+from karpenter_capi.core.kube.errors import ApiError, retry_after
 from karpenter_capi.core.kube.events import WARNING
 from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES, NODECLAIMS, NODEPOOLS
 from karpenter_capi.core.lifecycle.metrics import LifecycleReporter
@@ -274,11 +274,15 @@ class Launch:
             return self._give_up(work, "NodeClassNotReady", "nodeclass_not_ready", exc)
         except RetryableCreateError as exc:
             delay = exc.retry_after.total_seconds() if exc.retry_after else None
-            return self._retry(work, attempt, REASON_LAUNCH_FAILED, str(exc), delay)
+            return self._retry(
+                work, attempt, REASON_LAUNCH_FAILED, str(exc), delay, at_least=retry_after(exc)
+            )
         except LaunchInputError as exc:
             return self._retry(work, attempt, exc.reason, exc.message, None)
         except (ProviderError, PluginError, ApiError) as exc:
-            return self._retry(work, attempt, REASON_LAUNCH_FAILED, str(exc), None)
+            return self._retry(
+                work, attempt, REASON_LAUNCH_FAILED, str(exc), None, at_least=retry_after(exc)
+            )
         attempt.result = result
         attempt.failures = 0
         attempt.instance_type = next(
@@ -367,11 +371,15 @@ class Launch:
         reason: str,
         message: str,
         delay: float | None,
+        *,
+        at_least: float = 0.0,
     ) -> Result:
         attempt.failures += 1
         if delay is None:
             doublings = min(attempt.failures - 1, 32)  # past the cap anyway; keeps it a float
             delay = min(self._retry_initial * 2**doublings, self._retry_max)
+        # A Retry-After from the API server (possibly wrapped by the plugin) is a floor.
+        delay = max(delay, at_least)
         attempt.next_at = self._ctx.clock.monotonic() + delay
         self._ctx.log.warning(
             "launching nodeclaim %s failed (attempt %d, retrying in %gs): %s",

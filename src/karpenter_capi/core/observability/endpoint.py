@@ -30,6 +30,8 @@ class ObservabilityServer:
 
     ``port=0`` picks a free port (read it back from ``.port`` or ``.url`` after ``start()``).
     ``ready`` and ``healthy`` are called on every probe; one that raises counts as ``False``.
+    ``ready`` may answer ``(ready, reason)``: the reason is the body of a 503, so whoever looks
+    at a failing probe (``kubectl describe pod`` shows it) learns why.
     """
 
     def __init__(
@@ -38,7 +40,7 @@ class ObservabilityServer:
         *,
         host: str = "127.0.0.1",
         port: int = 8080,
-        ready: Callable[[], bool],
+        ready: Callable[[], bool | tuple[bool, str]],
         healthy: Callable[[], bool] = lambda: True,
     ) -> None:
         self.metrics = metrics
@@ -108,10 +110,14 @@ class ObservabilityServer:
         return HTTPStatus.NOT_FOUND, _TEXT, b"not found\n"
 
 
-def _ask(check: Callable[[], bool], negative: str) -> tuple[bool, str]:
+def _ask(check: Callable[[], bool | tuple[bool, str]], negative: str) -> tuple[bool, str]:
     """Run a probe callback; a callback that raises is a failed probe, not a crashed server."""
     try:
-        return bool(check()), negative
+        answer = check()
+        if isinstance(answer, tuple):
+            ok, reason = answer
+            return bool(ok), f"{negative}: {reason}" if reason else negative
+        return bool(answer), negative
     except Exception as error:
         log.warning("probe callback failed", exc_info=True)
         return False, f"{negative}: {type(error).__name__}: {error}"

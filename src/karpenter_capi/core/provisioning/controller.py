@@ -126,7 +126,15 @@ class ProvisioningController:
             return Result(requeue_after=self.interval if wait is None else max(wait, 0.01))
         self._batcher.reset()
         self._last_world = world
-        report = self._provisioner.reconcile(snapshot)
+        try:
+            report = self._provisioner.reconcile(snapshot)
+        except Exception:
+            # The round failed part-way (say a 429 creating a NodeClaim). Its pods are still
+            # pending and no new pod may ever come to reopen the window, so reopen it here:
+            # the retry solves them again, counting whatever NodeClaims the round did create.
+            self._batcher.trigger()
+            self._last_world = None
+            raise
         self.last_report = report
         if report.launched:
             # The round logged each NodeClaim; this is the tally, for debugging.

@@ -31,7 +31,7 @@ from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.kube.backoff import Backoff
 from karpenter_capi.core.kube.cache import IndexFunc, Store
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
-from karpenter_capi.core.kube.errors import Conflict
+from karpenter_capi.core.kube.errors import Conflict, retry_after
 from karpenter_capi.core.kube.events import EventRecorder
 from karpenter_capi.core.kube.indexes import (
     MACHINE_INDEXERS,
@@ -397,7 +397,8 @@ class Manager:
                         queue.num_requeues(key) + 1,
                         exc_info=error,
                     )
-                queue.add_rate_limited(key)
+                # A server that answered 429 said when to come back; sooner is a retry storm.
+                queue.add_rate_limited(key, at_least=retry_after(error))
             else:
                 requeue_after = getattr(result, "requeue_after", None)
                 if requeue_after is None:
@@ -426,7 +427,7 @@ class Manager:
         entry.runs_total += 1
         if error is not None:
             entry.failures_total += 1
-            delay = entry.backoff.fail()
+            delay = entry.backoff.fail(at_least=retry_after(error))
             _log.error("%s: run failed, retrying in %.3gs", entry.name, delay, exc_info=error)
         else:
             entry.backoff.reset()

@@ -18,6 +18,7 @@ import json
 import select
 import socket
 import threading
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -61,20 +62,73 @@ VERSION_INFO: JsonObject = {
     "platform": "linux/amd64",
 }
 
+# The verb a fault rule names, for a request on one object (GET of a collection is list/watch).
+_VERB_OF_METHOD = {
+    "GET": "get",
+    "POST": "create",
+    "PUT": "update",
+    "PATCH": "patch",
+    "DELETE": "delete",
+}
 _OBJECT_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 # How often a watch checks whether its client hung up while no events flow.
 _DISCONNECT_POLL_SECONDS = 0.5
 
 
-class HttpFront:
-    """Serve ``server`` on ``http://host:port`` until ``close()`` (port 0 picks a free one)."""
+@dataclass(frozen=True, slots=True)
+class ServedRequest:
+    """One request as the front received it (``HttpFront(record_requests=True)``)."""
 
-    def __init__(self, server: InMemoryAPIServer, host: str = "127.0.0.1", port: int = 0) -> None:
+    at: float  # the server clock's monotonic time on arrival
+    method: str
+    path: str  # without the query
+    query: str
+    status: int  # 200 for a watch that started streaming
+    agent: str
+    answered: bool = True  # False: done, then the connection dropped (``lose_answers``)
+
+
+class HttpFront:
+    """Serve ``server`` on ``http://host:port`` until ``close()`` (port 0 picks a free one).
+
+    ``start()`` after ``close()`` listens again on the same port with the same store: an API
+    server restarting, as clients see it (connections refused while it is down, watches ended).
+    With ``record_requests`` every request is kept in ``requests`` (tests count retries).
+    """
+
+    def __init__(
+        self,
+        server: InMemoryAPIServer,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        record_requests: bool = False,
+    ) -> None:
         self.api = server
         self._host = host
         self._requested_port = port
         self._httpd: _Httpd | None = None
         self._thread: threading.Thread | None = None
+        self._record = record_requests
+        self._requests_lock = threading.Lock()
+        self._requests: list[ServedRequest] = []
+        self.restarts = 0
+        """Times ``start()`` listened again after a ``close()``."""
+        self._closed_once = False
+
+    @property
+    def requests(self) -> list[ServedRequest]:
+        with self._requests_lock:
+            return list(self._requests)
+
+    def record(self, request: ServedRequest) -> None:
+        if self._record:
+            with self._requests_lock:
+                self._requests.append(request)
+
+    @property
+    def serving(self) -> bool:
+        return self._httpd is not None
 
     @property
     def port(self) -> int:
@@ -95,6 +149,8 @@ class HttpFront:
         if self._httpd is not None:
             return self
         self._httpd = _Httpd((self._host, self._requested_port), self)
+        if self._closed_once:
+            self.restarts += 1
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
             kwargs={"poll_interval": 0.05},  # bounds how long close() waits
@@ -109,6 +165,9 @@ class HttpFront:
         httpd, self._httpd = self._httpd, None
         if httpd is None:
             return
+        # A restart comes back where clients expect it.
+        self._requested_port = int(httpd.server_address[1])
+        self._closed_once = True
         httpd.shutdown()
         httpd.end_all_connections()
         httpd.server_close()
@@ -135,6 +194,11 @@ class _Httpd(QuietThreadingHTTPServer):
         self._connections: set[socket.socket] = set()
         self._watches: set[WatchStream] = set()
         super().__init__(address, _Handler)
+
+    def service_actions(self) -> None:
+        # Called by serve_forever between polls: periodic watch drops and compactions happen
+        # on the server's clock even when no request arrives.
+        self.front.api.faults.tick()
 
     def track_connection(self, conn: socket.socket, active: bool) -> None:
         with self._lock:
@@ -169,6 +233,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Httpd
     server_version = "karpenter-capi-sim"
+    lost_reply: Reply | None = None  # the answer a lose_answers fault kept from the client
 
     def setup(self) -> None:
         super().setup()
@@ -203,6 +268,8 @@ class _Handler(BaseHTTPRequestHandler):
     # ---------------------------------------------------------------- plumbing
 
     def _dispatch(self, method: str) -> None:
+        front = self.server.front
+        arrived = front.api.clock.monotonic()
         try:
             body = self._read_body()
             reply = _Router(self, method, body).route()
@@ -213,6 +280,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         except Exception as exc:  # a bug in the store must still answer like an API server
             reply = _error_reply(InternalError(f"{type(exc).__name__}: {exc}"))
+        path, _, query = self.path.partition("?")
+        lost, self.lost_reply = self.lost_reply, None
+        answer = reply or lost
+        status = 200 if answer is None else answer.code
+        agent = self.headers.get("User-Agent", "")
+        front.record(ServedRequest(arrived, method, path, query, status, agent, lost is None))
         if reply is not None:
             self._send(reply)
 
@@ -448,6 +521,7 @@ class _Router:
         subresource = rest[2] if len(rest) > 2 else None
         if subresource is not None and subresource not in definition.subresources:
             raise NotFound(f"{definition.plural} has no subresource {subresource!r}")
+        lose_answer = self._inject_faults(definition, name, subresource)
         if self.method != "GET":
             refuse_dry_run(self.query)  # a body's DeleteOptions are checked by the request
         request = ResourceRequest(
@@ -458,7 +532,27 @@ class _Router:
             name=name,
             subresource=subresource,
         )
-        return request.handle()
+        reply = request.handle()
+        if lose_answer and reply is not None:
+            # Done, but the client never hears of it: the connection drops instead.
+            self.handler.close_connection = True
+            self.handler.lost_reply = reply
+            return None
+        return reply
+
+    def _inject_faults(
+        self, definition: ResourceDefinition, name: str | None, subresource: str | None
+    ) -> bool:
+        """The faults meant for HTTP clients only (``FaultInjector`` rules with ``over_http``)."""
+        verb = _VERB_OF_METHOD.get(self.method, self.method.lower())
+        if self.method == "GET" and name is None:
+            verb = "watch" if self.truthy("watch") else "list"
+        agent = self.handler.headers.get("User-Agent", "")
+        faults = self.api.faults
+        args = (verb, definition.plural, definition.group_resource, name, subresource)
+        faults.delay(*args, agent=agent)
+        faults.check(*args, over_http=True, agent=agent)
+        return verb != "watch" and faults.answer_lost(*args, agent=agent)
 
     def truthy(self, key: str) -> bool:
         return self.query.get(key, "").lower() in ("1", "true")

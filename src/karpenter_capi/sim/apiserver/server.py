@@ -103,7 +103,7 @@ class InMemoryAPIServer(Controllers):
     ) -> None:
         """``random_seed`` makes generated names and uids reproducible (simulations)."""
         super().__init__(clock, watch_history, random_seed)
-        self.faults = FaultInjector(self._hub.drop_all, self.compact)
+        self.faults = FaultInjector(self._hub.drop_all, self.compact, self.clock)
         # Every request served, by verb (``sim.apiserver.request_counts``).
         self.requests = RequestCounts()
         # Idle watches that allow bookmarks get one this often (real time, like kube's ~1/min).

@@ -16,6 +16,7 @@ and set only while the block runs; nothing leaves the process.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -86,6 +87,54 @@ def _answer(parsed: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     return SimpleNamespace(status_code=200, headers={}), parsed
 
 
+# moto's instance-type catalog is static data, but each DescribeInstanceTypes serializes all of
+# its ~900 types to XML and parses them back: seconds per call, paid by every plugin instance a
+# test or scenario builds. Identical requests in one region get the first answer again.
+_CATALOG_OPERATIONS: Final = ("DescribeInstanceTypes", "DescribeInstanceTypeOfferings")
+_catalog_answers: dict[tuple[str, str, str], dict[str, Any]] = {}
+_CACHE_KEY: Final = "sim_catalog_cache_key"
+
+
+def amazon_linux_ami(ec2: Any) -> str:
+    """An Amazon Linux 2 AMI of moto's (filtered: describing all of its 1,300 public images costs
+    seconds)."""
+    images = ec2.describe_images(
+        Owners=["amazon"],
+        Filters=[
+            {"Name": "name", "Values": ["amzn2-ami-hvm-*"]},
+            {"Name": "architecture", "Values": ["x86_64"]},
+        ],
+    )["Images"]
+    return str(images[0]["ImageId"])
+
+
+def serve_catalog_from_memory(client: Any) -> Any:
+    """Answer ``client``'s repeated catalog calls (``_CATALOG_OPERATIONS``) from memory; returns
+    it. Only the first call of each (region, operation, request) reaches moto."""
+    region = client.meta.region_name
+    events = client.meta.events
+    for operation in _CATALOG_OPERATIONS:
+
+        def before(
+            params: Mapping[str, Any], context: dict[str, Any], _op: str = operation, **_: Any
+        ) -> tuple[Any, dict[str, Any]] | None:
+            key = (region, _op, json.dumps(params.get("body"), sort_keys=True, default=str))
+            known = _catalog_answers.get(key)
+            if known is None:
+                context[_CACHE_KEY] = key
+                return None
+            return _answer(copy.deepcopy(known))
+
+        def after(parsed: dict[str, Any], context: Mapping[str, Any], **_: Any) -> None:
+            key = context.get(_CACHE_KEY)
+            if key is not None and "Error" not in parsed:
+                _catalog_answers[key] = copy.deepcopy(parsed)
+
+        events.register(f"before-call.ec2.{operation}", before)
+        events.register(f"after-call.ec2.{operation}", after)
+    return client
+
+
 @dataclass
 class FleetFigures:
     """What the plugin asked of EC2 Fleet during the run."""
@@ -108,9 +157,9 @@ class SimAws:
         self.environment = environment
         region = environment.region
         self.region = region
-        self._ec2 = boto3.client("ec2", region_name=region)
+        self._ec2 = serve_catalog_from_memory(boto3.client("ec2", region_name=region))
         self._pricing = boto3.client("pricing", region_name="us-east-1")
-        self.emulation_ec2 = boto3.client("ec2", region_name=region)
+        self.emulation_ec2 = serve_catalog_from_memory(boto3.client("ec2", region_name=region))
         self.fleet = FleetFigures()
         self._request: dict[str, Any] = {}
         self._refusals = {
@@ -148,7 +197,7 @@ class SimAws:
         values["aws.securityGroup.node"] = ec2.create_security_group(
             GroupName="nodes", Description="nodes", VpcId=vpc
         )["GroupId"]
-        values["aws.ami"] = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+        values["aws.ami"] = amazon_linux_ami(ec2)
         return values
 
     # -- botocore handlers -----------------------------------------------------------------------
