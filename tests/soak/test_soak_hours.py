@@ -45,7 +45,7 @@ def _halved(counts: int | list[int] | None) -> int | list[int] | None:
 
 
 def small(scenario: Scenario) -> Scenario:
-    """``scenario`` with half the replicas, drift at 2h05m and nodes expiring after 1h."""
+    """``scenario`` with half the replicas and drift at 2h05m."""
     timeline: list[TimelineAction] = []
     for action in scenario.timeline:
         update: dict[str, object] = {"replicas": _halved(action.replicas)}
