@@ -43,7 +43,9 @@ _SKIPPED_SLOTS: Final = frozenset({"__dict__", "__weakref__"})
 @dataclass(frozen=True)
 class Footprint:
     """``bytes`` and ``objects`` reachable from the roots; ``containers``: items held by the
-    containers at each place (``Class.attribute`` or ``module.global``), over every instance."""
+    containers at each place (``Class.attribute`` or ``module.global``), over every instance,
+    the containers nested in them included (a dict of lists counts its keys and the lists'
+    items), so a place's count grows when anything kept there does."""
 
     bytes: int
     objects: int
