@@ -62,6 +62,7 @@ def start_like_kubelet(
         for item in secret.get("items") or [{"key": k, "path": k} for k in data]:
             (local / item["path"]).write_text(data[item["key"]])
         args = [a.replace(mount["mountPath"], str(local)) for a in args]
+        env = {k: v.replace(mount["mountPath"], str(local)) for k, v in env.items()}
     # The parser reads its defaults from the environment when it is built.
     monkeypatch.setattr(os, "environ", {"PATH": "/usr/bin:/bin", **env})
     ns = cli._build_parser().parse_args(["run", *args])
@@ -151,10 +152,14 @@ def test_management_cluster_by_url_and_token_keeps_the_token_off_the_command_lin
     _ns, config, _env = start_like_kubelet(objects, tmp_path, monkeypatch)
     assert config.management is not None
     assert config.management.url == "https://management.example.com:6443"
-    assert config.management.token == SECRETS["management-token"]["token"]
+    # A mounted file, re-read when the Secret is rotated; never an env value or an argument.
+    assert config.management.token is None
+    assert config.management.token_file == str(tmp_path / "management-token" / "token")
+    assert Path(config.management.token_file).read_text() == SECRETS["management-token"]["token"]
     assert config.management.ca_data == SECRETS["management-token"]["ca.crt"]
     container = controller_container(objects)
     assert not any("token" in a or "management" in a for a in container["args"])
+    assert "KARPENTER_CAPI_MANAGEMENT_TOKEN" not in {e["name"] for e in container["env"]}
     assert "management-bearer-token" not in yaml.safe_dump_all(objects)
 
 

@@ -75,7 +75,7 @@ def test_no_annotations_means_no_shape_and_max_pods_defaults_to_110() -> None:
         ),
         ({P + "cpu": "2"}, "memory is required"),
         ({P + "cpu": "2", P + "memory": "-4Gi"}, "must not be negative"),
-        ({P + "cpu": "0", P + "memory": "4Gi"}, "cpu capacity '0': must be greater than zero"),
+        ({P + "cpu": "0", P + "memory": "4Gi"}, "cpu='0': must be greater than zero"),
         ({P + "cpu": "2", P + "memory": "500mb"}, "memory='500mb'"),
         ({P + "cpu": "2", P + "memory": "4Gi", P + "gpu-count": "1"}, "needs"),
         (

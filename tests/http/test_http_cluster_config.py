@@ -122,6 +122,17 @@ def test_management_kubeconfig_with_context(kubeconfig: Path) -> None:
             "both a URL and a kubeconfig",
         ),
         (["--management-token", "t"], {}, "--management-token needs --management-url"),
+        (["--management-token-file", "{kc}"], {}, "--management-token-file needs --management-url"),
+        (
+            ["--management-url", "https://m", "--management-token", "t"],
+            {"KARPENTER_CAPI_MANAGEMENT_TOKEN_FILE": "{kc}"},
+            "both a token and a token file",
+        ),
+        (
+            ["--management-url", "https://m", "--management-token-file", "/nonexistent/token"],
+            {},
+            "--management-token-file: file not found",
+        ),
         ([], {"KARPENTER_CAPI_MANAGEMENT_CA_DATA": PEM_B64}, "--management-ca-data needs"),
         (["--management-kubeconfig", "/nonexistent/mgmt.yaml"], {}, "not found"),
         (["--management-url", "mgmt:6443"], {}, "must start with https:// or http://$"),
@@ -138,6 +149,7 @@ def test_contradictions_are_one_line_errors(
     kubeconfig: Path, argv: list[str], env: dict[str, str], message: str
 ) -> None:
     argv = ["--kubeconfig", str(kubeconfig), *(a.replace("{kc}", str(kubeconfig)) for a in argv)]
+    env = {name: value.replace("{kc}", str(kubeconfig)) for name, value in env.items()}
     with pytest.raises(ClusterConfigError, match=message) as info:
         cluster_config_from_args(_parse(argv), env)
     assert "\n" not in str(info.value)

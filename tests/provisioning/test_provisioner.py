@@ -129,6 +129,36 @@ def test_an_invalid_nodepool_is_reported_and_the_others_still_work(
     assert [e["involvedObject"]["name"] for e in warnings] == ["broken"]
 
 
+def test_a_nodepool_error_is_logged_once_while_it_lasts_and_again_when_it_changes(
+    cluster: tuple[InMemoryAPIServer, Provisioner, FakeClock],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server, provisioner, _ = cluster
+    broken = copy.deepcopy(server.get(NODEPOOLS, "general"))
+    broken["metadata"] = {"name": "broken"}
+    broken["spec"]["template"]["spec"]["nodeClassRef"]["name"] = "missing"
+    server.create(NODEPOOLS, broken)
+
+    def warnings() -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.levelno == logging.WARNING and r.getMessage().startswith("NodePool broken")
+        ]
+
+    with caplog.at_level(logging.DEBUG, logger="karpenter_capi"):
+        for _ in range(3):
+            provisioner.reconcile()
+        assert len(warnings()) == 1
+        assert "not found" in warnings()[0]
+        broken = server.get(NODEPOOLS, "broken")
+        broken["spec"]["template"]["spec"]["nodeClassRef"]["name"] = "gone"
+        server.update(NODEPOOLS, broken)
+        provisioner.reconcile()
+    assert len(warnings()) == 2
+    assert "gone" in warnings()[1]
+
+
 def test_bound_pods_are_not_provisioned_for(
     cluster: tuple[InMemoryAPIServer, Provisioner, FakeClock],
 ) -> None:

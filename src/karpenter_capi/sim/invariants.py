@@ -409,8 +409,11 @@ class _Checker:
         ]
         snapshot = Snapshot(self.nodes, bound)
         for pod in pending:
-            context = PodContext(pod, snapshot)
-            fits = [n.name for n in context.static.passing if not context.failures(n)]
+            try:
+                context = PodContext(pod, snapshot)
+                fits = [n.name for n in context.static.passing if not context.failures(n)]
+            except (ValueError, TypeError, AttributeError, KeyError):
+                continue  # a spec kube-scheduler would never see (the API refuses it)
             if fits:
                 self.add(
                     SCHEDULABLE_PENDING_POD,

@@ -74,3 +74,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "karpenter-capi.managementKubeconfigDir" -}}
 /etc/karpenter-capi/management
 {{- end }}
+
+{{/* Where mode urlToken mounts the management cluster's token Secret. */}}
+{{- define "karpenter-capi.managementTokenDir" -}}
+/etc/karpenter-capi/management-token
+{{- end }}

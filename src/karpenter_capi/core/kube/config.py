@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from karpenter_capi.core.kube.official import OfficialClient, decode_ca_data
@@ -23,6 +23,7 @@ ENV_MANAGEMENT_KUBECONFIG = "KARPENTER_CAPI_MANAGEMENT_KUBECONFIG"
 ENV_MANAGEMENT_CONTEXT = "KARPENTER_CAPI_MANAGEMENT_CONTEXT"
 ENV_MANAGEMENT_URL = "KARPENTER_CAPI_MANAGEMENT_URL"
 ENV_MANAGEMENT_TOKEN = "KARPENTER_CAPI_MANAGEMENT_TOKEN"
+ENV_MANAGEMENT_TOKEN_FILE = "KARPENTER_CAPI_MANAGEMENT_TOKEN_FILE"
 ENV_MANAGEMENT_CA_DATA = "KARPENTER_CAPI_MANAGEMENT_CA_DATA"
 ENV_MANAGEMENT_INSECURE = "KARPENTER_CAPI_MANAGEMENT_INSECURE_SKIP_TLS_VERIFY"
 # Set by the kubelet in every pod: the sign that the service account can be used.
@@ -44,7 +45,9 @@ class ClusterConnection:
     context: str | None = None
     in_cluster: bool = False
     url: str | None = None
-    token: str | None = None
+    # Kept out of repr: a connection printed in a log or a traceback must not show it.
+    token: str | None = field(default=None, repr=False)
+    token_file: str | None = None  # read at each request after it changes (rotated Secrets)
     ca_data: str | None = None  # base64-encoded PEM, as kubeconfig certificate-authority-data
     insecure_skip_tls_verify: bool = False
 
@@ -100,6 +103,11 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"bearer token for --management-url (env {ENV_MANAGEMENT_TOKEN})",
     )
     group.add_argument(
+        "--management-token-file",
+        help="file holding the bearer token for --management-url, re-read when it changes "
+        f"(a mounted Secret); instead of --management-token (env {ENV_MANAGEMENT_TOKEN_FILE})",
+    )
+    group.add_argument(
         "--management-ca-data",
         help=f"base64 PEM CA bundle for --management-url (env {ENV_MANAGEMENT_CA_DATA})",
     )
@@ -129,6 +137,7 @@ def cluster_config_from_args(
     m_context = pick("management_context", ENV_MANAGEMENT_CONTEXT)
     m_url = pick("management_url", ENV_MANAGEMENT_URL)
     m_token = pick("management_token", ENV_MANAGEMENT_TOKEN)
+    m_token_file = pick("management_token_file", ENV_MANAGEMENT_TOKEN_FILE)
     m_ca_data = pick("management_ca_data", ENV_MANAGEMENT_CA_DATA)
     m_insecure_flag = getattr(ns, "management_insecure_skip_tls_verify", None)
     m_insecure = (
@@ -145,11 +154,17 @@ def cluster_config_from_args(
     if not m_url:
         for given, flag in (
             (m_token, "--management-token"),
+            (m_token_file, "--management-token-file"),
             (m_ca_data, "--management-ca-data"),
             (m_insecure, "--management-insecure-skip-tls-verify"),
         ):
             if given:
                 raise ClusterConfigError(f"{flag} needs --management-url")
+    if m_token and m_token_file:
+        raise ClusterConfigError(
+            "the management cluster is given both a token and a token file: "
+            "use --management-token or --management-token-file, not both"
+        )
     if m_context and not m_kubeconfig:
         raise ClusterConfigError("--management-context needs --management-kubeconfig")
 
@@ -164,8 +179,14 @@ def cluster_config_from_args(
                 decode_ca_data(m_ca_data)
             except ValueError as exc:
                 raise ClusterConfigError(f"--management-ca-data: {exc}") from None
+        if m_token_file and not Path(m_token_file).expanduser().is_file():
+            raise ClusterConfigError(f"--management-token-file: file not found: {m_token_file}")
         management = ClusterConnection(
-            url=m_url, token=m_token, ca_data=m_ca_data, insecure_skip_tls_verify=m_insecure
+            url=m_url,
+            token=m_token,
+            token_file=m_token_file,
+            ca_data=m_ca_data,
+            insecure_skip_tls_verify=m_insecure,
         )
     elif m_kubeconfig:
         _require_kubeconfig(m_kubeconfig, "--management-kubeconfig")
@@ -179,6 +200,7 @@ def connect(conn: ClusterConnection) -> OfficialClient:
         return OfficialClient.from_url(
             conn.url,
             token=conn.token,
+            token_file=conn.token_file,
             ca_data=conn.ca_data,
             insecure_skip_tls_verify=conn.insecure_skip_tls_verify,
         )

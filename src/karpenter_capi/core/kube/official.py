@@ -18,6 +18,7 @@ import base64
 import binascii
 import contextlib
 import json
+import os
 import threading
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,7 @@ from karpenter_capi.core.kube.errors import (
     BadRequest,
     ServiceUnavailable,
     Timeout,
+    Unauthorized,
     error_from_status,
 )
 from karpenter_capi.core.kube.resources import PODS, Resource
@@ -94,6 +96,7 @@ class OfficialClient:
         configuration.connection_pool_maxsize = max(
             pool_maxsize, configuration.connection_pool_maxsize or 0
         )
+        _trim_credentials(configuration)
         if configuration.retries is None:
             # urllib3's default would quietly sleep out a 429's Retry-After and resend GETs;
             # the caller's work queue owns that decision (the error carries Retry-After), so
@@ -117,10 +120,12 @@ class OfficialClient:
         ca_data: str | None = None,
         insecure_skip_tls_verify: bool = False,
         *,
+        token_file: str | None = None,
         pool_maxsize: int = DEFAULT_POOL_MAXSIZE,
         poll_watches: bool = False,
     ) -> OfficialClient:
-        """Connect to ``url`` with an optional bearer token and CA bundle.
+        """Connect to ``url`` with an optional bearer token (or a file holding one, re-read
+        whenever it changes) and CA bundle.
 
         ``ca_data`` is the base64-encoded PEM bundle as kubeconfig's
         ``certificate-authority-data`` carries it (plain PEM text is accepted too).
@@ -129,6 +134,11 @@ class OfficialClient:
         if token:
             configuration.api_key = {"BearerToken": token}
             configuration.api_key_prefix = {"BearerToken": "Bearer"}
+        elif token_file:
+            configuration.api_key_prefix = {"BearerToken": "Bearer"}
+            hook = _TokenFile(token_file)
+            hook(configuration)
+            configuration.refresh_api_key_hook = hook  # type: ignore[assignment]
         if ca_data:
             configuration.ca_cert_data = decode_ca_data(ca_data)
         configuration.verify_ssl = not insecure_skip_tls_verify
@@ -359,6 +369,16 @@ class OfficialClient:
 
     # ---------------------------------------------------------------- transport
 
+    def _redact(self, text: str) -> str:
+        """``text`` with this client's bearer token (if one shows up in it) replaced."""
+        for value in (self._api.configuration.api_key or {}).values():
+            if not isinstance(value, str):
+                continue
+            for secret in (value.strip(), value.strip().removeprefix("Bearer ").strip()):
+                if len(secret) >= 8:
+                    text = text.replace(secret, "<redacted>")
+        return text
+
     def request_json(
         self, method: str, path: str, *, query: Query | None = None, body: Any = None
     ) -> JsonObject:
@@ -433,8 +453,16 @@ class OfficialClient:
             raise Timeout(f"{method} {path}: timed out waiting for the API server") from exc
         except urllib3.exceptions.HTTPError as exc:
             raise ServiceUnavailable(
-                f"{method} {path}: cannot reach the API server: {exc}"
+                f"{method} {path}: cannot reach the API server: {self._redact(str(exc))}"
             ) from exc
+        except ValueError:
+            # http.client refuses a header with a control character in it and quotes the whole
+            # value in its message: with a bearer token, that is the token. Neither the message
+            # nor the exception (a traceback would print it) may travel on.
+            raise Unauthorized(
+                f"{method} {path}: the credentials cannot be sent: the token is not a valid "
+                "HTTP header value (it contains a line break or another control character)"
+            ) from None
         response: urllib3.BaseHTTPResponse = rest_response.response
         return response
 
@@ -503,6 +531,53 @@ class OfficialWatch:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+class _TokenFile:
+    """A ``refresh_api_key_hook`` that reads the bearer token from a file when it changes.
+
+    A mounted Secret is updated in place when the token is rotated; stat-ing the file on each
+    request and reading it only when its mtime or size moved keeps that cheap. While the file
+    cannot be read (mid-update), the token read last is kept.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._path = os.path.expanduser(path)
+        self._stamp: tuple[int, int] | None = None
+
+    def __call__(self, configuration: Configuration) -> None:
+        try:
+            stat = os.stat(self._path)
+            stamp = (stat.st_mtime_ns, stat.st_size)
+            if stamp == self._stamp:
+                return
+            with open(self._path, encoding="utf-8") as handle:
+                token = handle.read().strip()
+        except OSError:
+            return
+        configuration.api_key["BearerToken"] = token
+        self._stamp = stamp
+
+
+class _TrimmedKeys(dict[str, Any]):
+    """``Configuration.api_key`` that strips whitespace around every token it is given."""
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, value.strip() if isinstance(value, str) else value)
+
+
+def _trim_credentials(configuration: Configuration) -> None:
+    """Strip whitespace around bearer tokens, now and whenever they are reloaded.
+
+    Token files usually end with a newline (``echo $TOKEN > token``): kubectl trims it, the
+    official client sends it as part of the header, which http.client then refuses. The
+    kubeconfig and in-cluster loaders store each (re)loaded token with ``api_key[...] = ...``,
+    so a dict that trims on assignment covers their refresh hooks too.
+    """
+    keys = _TrimmedKeys()
+    for name, value in (configuration.api_key or {}).items():
+        keys[name] = value
+    configuration.api_key = keys
 
 
 def decode_ca_data(ca_data: str) -> str:

@@ -17,6 +17,7 @@ from typing import Final
 from pydantic import ValidationError
 
 from karpenter_capi.core.api.meta import validation_problems
+from karpenter_capi.core.api.nodeclass import ClusterAPINodeClass
 from karpenter_capi.core.api.nodepool import NodePool, NodePoolConditionType
 from karpenter_capi.core.api.runtime_validation import runtime_problems
 from karpenter_capi.core.clock import parse_timestamp
@@ -131,6 +132,17 @@ class NodePoolReadinessController:
         nodeclass = self._ctx.caches.store(CLUSTER_API_NODE_CLASSES, WORKLOAD).get(str(name))
         if nodeclass is None:
             conditions.set_false(NODECLASS_READY, "NodeClassNotFound", f"{kind} {name} not found")
+            return
+        try:
+            ClusterAPINodeClass.model_validate(nodeclass)
+        except ValidationError as exc:
+            # The provisioner cannot read it either (nor can a plugin judge it): say so here,
+            # or the pool looks ready while it provisions nothing.
+            conditions.set_false(
+                NODECLASS_READY,
+                "NodeClassInvalid",
+                f"{kind} {name}: {'; '.join(validation_problems(exc))}",
+            )
             return
         for condition in (nodeclass.get("status") or {}).get("conditions") or []:
             if condition.get("type") != "Ready":

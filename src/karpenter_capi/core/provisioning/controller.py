@@ -34,6 +34,11 @@ from karpenter_capi.core.scheduling.packing import DEFAULT_BUDGET_SECONDS as DEF
 log = logging.getLogger(__name__)
 
 DEFAULT_POLL_SECONDS: Final = 0.5
+RETRY_AFTER_NODEPOOL_ERRORS_SECONDS: Final = 10.0
+"""How soon pods a round left pending are looked at again when a NodePool could not be used
+(upstream requeues every pending pod after 10 s). The cause is often outside this cluster
+(the management cluster down, a cloud API failing): nothing in the cached view changes when
+it recovers, so without this the pods would wait for an unrelated event."""
 ROUND_RESOURCES: Final = (
     PODS,
     NODES,
@@ -94,6 +99,8 @@ class ProvisioningController:
         self.last_report: ProvisioningReport | None = None
         # What the cluster looked like at the last round, for pods it left pending.
         self._last_world: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None
+        # clock.monotonic() at which to run a round again although nothing changed.
+        self._retry_at: float | None = None
 
     def nominated_within(self, seconds: float) -> frozenset[str]:
         """Nodes and NodeClaims pending pods were counted on in the last ``seconds``."""
@@ -110,6 +117,9 @@ class ProvisioningController:
         caches = self._ctx.caches
         return ClusterSnapshot.from_stores(lambda resource: caches.store(resource).list())
 
+    def _retry_due(self) -> bool:
+        return self._retry_at is not None and self._ctx.clock.monotonic() >= self._retry_at
+
     def run_once(self) -> Result:
         snapshot = self._snapshot()
         pending = self._provisioner.pending_pods(snapshot)
@@ -121,6 +131,9 @@ class ProvisioningController:
             # Karpenter do, instead of waiting for a new pod.
             self._batcher.trigger()
             self._last_world = None
+        elif pending and self._retry_due():
+            # The last round could not use a NodePool; whatever broke it may have recovered.
+            self._batcher.trigger()
         if not self._batcher.ready():
             wait = self._batcher.seconds_until_ready()
             return Result(requeue_after=self.interval if wait is None else max(wait, 0.01))
@@ -136,6 +149,11 @@ class ProvisioningController:
             self._last_world = None
             raise
         self.last_report = report
+        self._retry_at = (
+            self._ctx.clock.monotonic() + RETRY_AFTER_NODEPOOL_ERRORS_SECONDS
+            if report.nodepool_errors and report.unschedulable
+            else None
+        )
         if report.launched:
             # The round logged each NodeClaim; this is the tally, for debugging.
             log.debug(

@@ -9,7 +9,6 @@ NodePool never stops the others.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,8 +25,6 @@ from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.errors import ApiError, NotFound
 from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES, NODEPOOLS
 from karpenter_capi.core.plugins import PluginError, Plugins
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -109,7 +106,9 @@ def resolve_nodepool(
         inventory.error = f"ClusterAPINodeClass {inventory.nodeclass} not found"
         return inventory
     except ValidationError as exc:
-        inventory.error = f"invalid ClusterAPINodeClass: {_validation_message(exc)}"
+        inventory.error = (
+            f"invalid ClusterAPINodeClass {inventory.nodeclass}: {_validation_message(exc)}"
+        )
         return inventory
     try:
         inventory.instance_types = plugins.instance_types(nodeclass, inventory.model)
@@ -127,10 +126,6 @@ def resolve_inventory(
         pools = [client.get(NODEPOOLS, nodepool_name)]
     else:
         pools = nodepools_by_weight(client)
-    result = []
-    for raw in pools:
-        inventory = resolve_nodepool(client, plugins, raw)
-        if inventory.error:
-            log.warning("NodePool %s: %s", inventory.nodepool, inventory.error)
-        result.append(inventory)
-    return result
+    # Errors are in each inventory's ``error``; callers say them (the provisioner logs one
+    # WARNING per error while it lasts, not one per round).
+    return [resolve_nodepool(client, plugins, raw) for raw in pools]

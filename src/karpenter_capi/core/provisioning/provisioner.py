@@ -248,6 +248,13 @@ class Provisioner:
         for inventory in inventories:
             if inventory.error:
                 report.nodepool_errors[inventory.nodepool] = inventory.error
+                level = self._level(f"nodepool-error/{inventory.nodepool}", inventory.error)
+                log.log(
+                    logging.WARNING if level == logging.INFO else logging.DEBUG,
+                    "NodePool %s: %s",
+                    inventory.nodepool,
+                    inventory.error,
+                )
                 if not self._dry_run:
                     self._recorder.record(
                         inventory.raw, WARNING, "NodePoolNotReady", inventory.error

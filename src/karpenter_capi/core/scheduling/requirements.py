@@ -74,6 +74,28 @@ def _int_bound(key: str, operator: str, values: Sequence[str]) -> int:
         ) from None
 
 
+def _any_value(requirement: Requirement) -> str | None:
+    """A value for a custom label that ``NotIn``, ``Exists``, ``Gt`` or ``Lt`` constrains.
+
+    Nothing else gives such a label to the node, so without one the node would never meet its
+    own NodePool's requirement and be replaced as drifted as soon as it launched, forever.
+    Upstream's ``Requirements.Labels`` picks a random integer within the bounds; the first one
+    allowed is as good and the same on every call (the NodeClaim's labels are computed more
+    than once).
+    """
+    if not requirement.complement or wellknown.label_domain(requirement.key) in (
+        wellknown.RESTRICTED_LABEL_DOMAINS
+    ):
+        return None
+    gt, lt = requirement.greater_than, requirement.less_than
+    low = gt + 1 if gt is not None else min(0, lt - 1) if lt is not None else 0
+    high = lt if lt is not None else low + len(requirement.values) + 1
+    for candidate in range(low, high):
+        if str(candidate) not in requirement.values:
+            return str(candidate)
+    return None
+
+
 def _as_int(value: str) -> int | None:
     try:
         return int(value)
@@ -374,10 +396,13 @@ class Requirements(Mapping[str, Requirement]):
         return next(iter(requirement.values))
 
     def labels(self) -> dict[str, str]:
-        """The labels these requirements pin to one value (what a new node will carry)."""
+        """The labels a new node will carry: those pinned to one value, and a value for every
+        custom label the requirements let take many (see ``_any_value``)."""
         result = {}
         for key, requirement in self._by_key.items():
             value = self.label_value(key)
+            if value is None and key not in WELL_KNOWN_LABELS:
+                value = _any_value(requirement)
             if value is not None and requirement.has(value):
                 result[key] = value
         return result

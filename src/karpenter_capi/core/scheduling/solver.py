@@ -52,6 +52,7 @@ from karpenter_capi.core.scheduling.model import (
     compatible_offerings,
     pod_key,
 )
+from karpenter_capi.core.scheduling.nofit import no_type_reason, too_small_reason
 from karpenter_capi.core.scheduling.preferences import (
     relax,
     strict_topology,
@@ -64,7 +65,7 @@ from karpenter_capi.core.scheduling.requirements import (
     preferred_node_terms,
 )
 from karpenter_capi.core.scheduling.resources import ResourceList, pod_requests
-from karpenter_capi.core.scheduling.taints import Taint
+from karpenter_capi.core.scheduling.taints import EFFECTS, Taint
 from karpenter_capi.core.scheduling.topology import NodeInfo, Refusal, Topology
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,54 @@ def pod_requirements(pod: Pod, *, preferred: bool = True) -> Requirements | None
             Requirements.from_dicts(terms[0].get("matchExpressions") or [])
         )
     return requirements
+
+
+_TOLERATION_OPERATORS: Final = ("Exists", "Equal", "")
+_UNSATISFIABLE: Final = ("DoNotSchedule", "ScheduleAnyway", "")
+# What reading a pod spec the API server would have refused raises (a string where a list is,
+# an unknown operator, a malformed quantity): one such pod must not stop the round.
+_SPEC_ERRORS: Final = (ValueError, TypeError, AttributeError, KeyError)
+
+
+def unreadable_pod(pod: Pod) -> str | None:
+    """Why ``pod``'s scheduling constraints cannot be read, or ``None`` when they can.
+
+    The API server refuses such specs, but a webhook-less test cluster, an aggregated API or a
+    bug upstream may still hand one over; the pod is then reported unschedulable with this
+    text instead of taking the whole provisioning round down with it.
+    """
+    spec = pod.get("spec") or {}
+    try:
+        requests = pod_requests(pod, include_pod_count=True)
+        negative = sorted(name for name in requests if requests.milli(name) < 0)
+        if negative:
+            return f"requests of {', '.join(negative)} must not be negative"
+        pod_requirements(pod)
+        pod_requirements(pod, preferred=False)
+        pod_host_ports(pod)
+        for field in ("tolerations", "topologySpreadConstraints"):
+            items = spec.get(field) or []
+            if not isinstance(items, list) or not all(isinstance(i, Mapping) for i in items):
+                return f"{field} is not a list of objects"
+        for index, toleration in enumerate(spec.get("tolerations") or ()):
+            operator = toleration.get("operator") or ""
+            effect = toleration.get("effect") or ""
+            if operator not in _TOLERATION_OPERATORS:
+                return f"tolerations[{index}]: operator {operator!r} is not Exists or Equal"
+            if effect and effect not in EFFECTS:
+                return f"tolerations[{index}]: effect {effect!r} is not one of {', '.join(EFFECTS)}"
+        for index, constraint in enumerate(spec.get("topologySpreadConstraints") or ()):
+            where = f"topologySpreadConstraints[{index}]"
+            if int(constraint.get("maxSkew", 1)) < 1:
+                return f"{where}: maxSkew must be at least 1"
+            if (constraint.get("whenUnsatisfiable") or "") not in _UNSATISFIABLE:
+                return f"{where}: whenUnsatisfiable {constraint['whenUnsatisfiable']!r} is unknown"
+            if not constraint.get("topologyKey"):
+                return f"{where}: topologyKey is required"
+        strict_topology(pod)
+    except _SPEC_ERRORS as exc:
+        return f"cannot read its spec: {exc}"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +326,15 @@ class Solver:
         vector[pods_index] = limits.milli("nodes") if "nodes" in limits else unlimited
         return tuple(vector)
 
+    def _limits_reason(self, types: Sequence[TypeInfo], remaining: Vector) -> str:
+        """Which limits even the smallest node would break ("nodes" in the pods slot)."""
+        names = [
+            "nodes" if name == "pods" else name
+            for index, name in enumerate(self._resources)
+            if all(limit_use(t.capacity)[index] > remaining[index] for t in types)
+        ]
+        return f"the NodePool's limits would be exceeded ({', '.join(names) or 'together'})"
+
     def _limit_usage(self, option: NodePoolOption) -> Vector:
         usage = [option.usage.milli(n) for n in self._resources]
         usage[self._resources.index("pods")] = option.usage.milli("nodes")
@@ -389,13 +447,21 @@ class Solver:
     def solve(self, pods: Sequence[Pod]) -> SolveResult:
         """Place ``pods``; see the module docstring for the order things are tried in."""
         deadline = self._clock.monotonic() + self._timeout
+        errors: dict[str, str] = {}
+        readable = []
+        for pod in pods:
+            problem = unreadable_pod(pod)
+            if problem is None:
+                readable.append(pod)
+            else:
+                errors[pod_key(pod)] = problem
+        pods = readable
         self._index_resources(pods)
         self._build_pools()
         self._build_nodes()
         self._topology = self._build_topology(pods)
         result = SolveResult()
         queue = deque(self._order(pods))
-        errors: dict[str, str] = {}
         stalled = 0  # pods retried since the last one was placed
         handled = 0
         while queue:
@@ -407,7 +473,12 @@ class Solver:
             handled += 1
             pod = queue.popleft()
             key = pod_key(pod)
-            why = self._place(pod)
+            try:
+                why = self._place(pod)
+            except _SPEC_ERRORS as exc:  # what unreadable_pod did not foresee
+                log.warning("cannot place pod %s: %r", key, exc)
+                errors[key] = f"cannot read its spec: {exc}"
+                continue
             if why is None:
                 errors.pop(key, None)
                 stalled = 0
@@ -423,7 +494,7 @@ class Solver:
             if stalled <= len(queue):
                 queue.append(pod)
         # Report the pods as given, not the relaxed copies that were placed.
-        originals = {pod_key(p): p for p in pods}
+        originals = {pod_key(p): p for p in readable}
         if self._packing_budget > 0 and self._claims:
             repacker = Repacker(
                 class_of=self._class_of,
@@ -796,15 +867,26 @@ class Solver:
                     r for key, r in requirements.items() if key != wellknown.LABEL_HOSTNAME
                 )
                 return f"no instance type is offered where its topology allows ({shown})"
-            return "no instance type meets its requirements and tolerations"
+            relevant = Requirements(
+                r for key, r in requirements.items() if key != wellknown.LABEL_HOSTNAME
+            )
+            return no_type_reason(
+                pool.option.instance_types,
+                relevant,
+                lambda it: (
+                    not it.taints or strictly_untolerated(pod_class.tolerations, it.taints) is None
+                ),
+            )
         if pool.remaining is not None:
             remaining = pool.remaining
-            types = [t for t in types if fits(limit_use(t.capacity), remaining)]
-            if not types:
-                return "the NodePool's limits would be exceeded"
+            within = [t for t in types if fits(limit_use(t.capacity), remaining)]
+            if not within:
+                return self._limits_reason(types, remaining)
+            types = within
         first = self._first_fit(types, 0, total, pod_class)
         if first is None:
-            return "no instance type is large enough for its requests"
+            needed = pod_class.requests.add(self._daemons.for_node(requirements, taints))
+            return too_small_reason([t.instance_type for t in types], needed)
         if pool.min_values:
             problem = self._min_values_problem(requirements, types[first:], total)
             if problem is not None:

@@ -486,7 +486,10 @@ def _store(ctx: PluginContext, client: KubeClient, region: str) -> PriceStore | 
         or "kube-system"
     )
     store: PriceStore = ConfigMapPriceStore(
-        client, namespace, f"karpenter-capi-prices-aws-{region}"
+        client,
+        namespace,
+        f"karpenter-capi-prices-aws-{region}",
+        clock=None if ctx.dry_run else ctx.clock,  # a dry run writes no Event
     )
     return ReadOnlyPriceStore(store) if ctx.dry_run else store
 

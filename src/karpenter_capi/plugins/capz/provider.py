@@ -283,7 +283,12 @@ class CapzProvider:
         namespace = self.settings.prices_namespace
         if not namespace:
             return None
-        store = ConfigMapPriceStore(self._management, namespace, PRICES_CONFIGMAP_PREFIX + location)
+        store = ConfigMapPriceStore(
+            self._management,
+            namespace,
+            PRICES_CONFIGMAP_PREFIX + location,
+            clock=None if self.settings.dry_run else self._clock,  # a dry run writes no Event
+        )
         return ReadOnlyPriceStore(store) if self.settings.dry_run else store
 
     def _fetch_prices(self, location: str) -> PriceSnapshot:

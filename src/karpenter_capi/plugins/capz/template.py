@@ -73,8 +73,13 @@ def _max_price(spot_options: Mapping[str, Any], display: str) -> float | None:
         raise TemplateSpecError(
             f"{display}: spotVMOptions.maxPrice {raw!r} is not a number (a quantity)"
         ) from None
-    if price.nanos < 0:
+    if price.nanos == -1_000_000_000:
         return None  # -1: pay up to the on-demand price, no cap
+    if price.nanos < 0:
+        # Azure refuses any other negative price, so every launch from it would fail.
+        raise TemplateSpecError(
+            f"{display}: spotVMOptions.maxPrice {raw!r} is negative; only -1 (no cap) may be"
+        )
     return float(price.as_fraction())
 
 

@@ -32,6 +32,7 @@ from typing import Any, Final, Protocol
 from karpenter_capi.core.clock import Clock, format_timestamp, parse_timestamp
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
+from karpenter_capi.core.kube.events import WARNING, EventRecorder
 from karpenter_capi.core.kube.resources import CONFIGMAPS
 from karpenter_capi.plugins.cloud.metrics import CloudMetrics
 
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_REFRESH_SECONDS: Final = 12 * 3600.0
 DEFAULT_RETRY_SECONDS: Final = 300.0
+REASON_INVALID_PRICES: Final = "InvalidPriceSnapshot"
+"""The Event reason on a price ConfigMap whose snapshot could not be read."""
 SNAPSHOT_KEY: Final = "prices.json"
 """The ConfigMap data key holding the snapshot's JSON."""
 _FORMAT_VERSION: Final = 1
@@ -86,6 +89,10 @@ class PriceSnapshot:
             raw = json.loads(text)
             if not isinstance(raw, dict) or raw.get("version") != _FORMAT_VERSION:
                 raise ValueError(f"not a version-{_FORMAT_VERSION} price snapshot")
+            for field in ("onDemand", "spot"):
+                # dict() would also take a list of pairs: a snapshot is objects, nothing else.
+                if not isinstance(raw.get(field) or {}, dict):
+                    raise ValueError(f"{field} is not an object of prices")
             spot: dict[tuple[str, str], float] = {}
             for key, price in dict(raw.get("spot") or {}).items():
                 instance_type, sep, zone = str(key).partition("|")
@@ -137,15 +144,21 @@ class ReadOnlyPriceStore:
 class ConfigMapPriceStore:
     """A ``PriceStore`` in one ConfigMap (``data["prices.json"]``).
 
+    With a ``clock``, a snapshot that cannot be read is also a Warning Event on the ConfigMap
+    (reason ``InvalidPriceSnapshot``); without one (a dry run) only a log line.
+
     Written only after a successful fetch (twice a day by default), with the read
     ``resourceVersion`` as a precondition: two replicas refreshing at once cannot interleave a
     half-written update, and the loser simply retries once on the new version.
     """
 
-    def __init__(self, client: KubeClient, namespace: str, name: str) -> None:
+    def __init__(
+        self, client: KubeClient, namespace: str, name: str, *, clock: Clock | None = None
+    ) -> None:
         self._client = client
         self.namespace = namespace
         self.name = name
+        self._clock = clock
 
     def load(self) -> PriceSnapshot | None:
         try:
@@ -162,7 +175,15 @@ class ConfigMapPriceStore:
         try:
             return PriceSnapshot.from_json(str(text))
         except ValueError as exc:
-            log.warning("ignoring prices in ConfigMap %s/%s: %s", self.namespace, self.name, exc)
+            message = (
+                f"ignoring {SNAPSHOT_KEY} of ConfigMap {self.namespace}/{self.name}: {exc}; "
+                "prices come from the cloud (or an estimate) until it is rewritten"
+            )
+            log.warning("%s", message)
+            if self._clock is not None:
+                # The log is easy to miss; an Event on the ConfigMap is where kubectl looks.
+                recorder = EventRecorder(self._client, self._clock)
+                recorder.record(found, WARNING, REASON_INVALID_PRICES, message)
             return None
 
     def save(self, snapshot: PriceSnapshot) -> None:

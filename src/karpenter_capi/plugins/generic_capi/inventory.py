@@ -133,6 +133,9 @@ class Inventory:
     notices: list[ResourceProblem] = field(default_factory=list)
     selected: int = 0
     error: str | None = None
+    management_error: tuple[str, str] | None = None
+    """``(reason, message)`` when the management cluster could not be read at all (see
+    ``nodeclass_status.management_cluster_error``): nothing is known, not "nothing selected"."""
 
     def resources_for(
         self, instance_type: str, zone: str | None = None, capacity_type: str | None = None

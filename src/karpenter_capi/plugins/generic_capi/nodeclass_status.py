@@ -11,6 +11,11 @@ and the Events):
   message lists why, one line per resource;
 - ``Ready=False``, reason ``InvalidConfiguration``: the selector or an overhead setting is
   malformed;
+- ``Ready=False``, reason ``ManagementClusterUnreachable`` (connection refused, timeouts, 5xx,
+  throttling) or ``ManagementClusterAccessDenied`` (401, 403): the Cluster API objects could not
+  be read at all. The message says what the server answered, without the request's details
+  (URLs, ports, object addresses), so it stays the same while the outage lasts and the status
+  is written once, not once per round;
 - ``Ready=True``, reason ``Ready``: at least one resource is usable; the message counts them and
   lists the ones left out and the caveats (estimated prices, unreadable templates, a native
   plugin that could not describe a template, a failure domain where the cloud does not sell
@@ -31,8 +36,15 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from karpenter_capi.core.clock import format_timestamp
+from karpenter_capi.core.errors import ProviderError
 from karpenter_capi.core.hookspecs import NodeClass, PluginContext
-from karpenter_capi.core.kube.errors import Conflict, NotFound
+from karpenter_capi.core.kube.errors import (
+    ApiError,
+    Conflict,
+    NotFound,
+    ServiceUnavailable,
+    Timeout,
+)
 from karpenter_capi.core.kube.events import NORMAL, WARNING, EventRecorder
 from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES
 from karpenter_capi.plugins.generic_capi.inventory import (
@@ -53,6 +65,8 @@ REASON_READY: Final = "Ready"
 REASON_NO_SCALABLE_RESOURCES: Final = "NoScalableResources"
 REASON_NO_USABLE_SCALABLE_RESOURCES: Final = "NoUsableScalableResources"
 REASON_INVALID_CONFIGURATION: Final = "InvalidConfiguration"
+REASON_MANAGEMENT_CLUSTER_UNREACHABLE: Final = "ManagementClusterUnreachable"
+REASON_MANAGEMENT_CLUSTER_ACCESS_DENIED: Final = "ManagementClusterAccessDenied"
 
 _MAX_MESSAGE: Final = 32768  # metav1.Condition's limit
 _NOTHING_SELECTED: Final = (
@@ -72,8 +86,42 @@ def _truncate(message: str) -> str:
     return f"{cut}\n- (truncated)"
 
 
+class ManagementClusterError(ProviderError):
+    """The management cluster could not be read: a transient failure (a launch waiting on it
+    is retried, not given up), worded the same however the request failed."""
+
+
+def management_cluster_error(exc: ApiError) -> Inventory:
+    """The inventory of a NodeClass whose Cluster API objects could not be read: ``exc`` came
+    from the management cluster (or from reaching it)."""
+    answer = f"{exc.code} {exc.reason}"
+    if exc.code in (401, 403):
+        return Inventory(
+            management_error=(
+                REASON_MANAGEMENT_CLUSTER_ACCESS_DENIED,
+                "the management cluster refused the controller's credentials "
+                f"({answer}): check the management kubeconfig or token and its RBAC",
+            )
+        )
+    what = (
+        "cannot be reached"
+        if isinstance(exc, ServiceUnavailable | Timeout)
+        else "answers with errors"
+    )
+    return Inventory(
+        management_error=(
+            REASON_MANAGEMENT_CLUSTER_UNREACHABLE,
+            f"the management cluster {what} ({answer}): no Cluster API object can be read, "
+            "so nothing is launched and nothing is deleted until it answers again",
+        )
+    )
+
+
 def ready_condition(inventory: Inventory) -> tuple[str, str, str]:
     """``(status, reason, message)`` of the Ready condition for ``inventory``."""
+    if inventory.management_error is not None:
+        reason, message = inventory.management_error
+        return "False", reason, message
     if inventory.error is not None:
         return "False", REASON_INVALID_CONFIGURATION, _truncate(inventory.error)
     if not inventory.instance_types:

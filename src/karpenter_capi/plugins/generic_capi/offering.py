@@ -227,6 +227,14 @@ def describe_resource(
     except (TypeError, ValueError):
         raise ShapeError(f"spec.replicas={raw_replicas!r}: not an integer") from None
     max_size = _int_annotation(annotations, wellknown.ANNOTATION_AUTOSCALER_MAX_SIZE)
+    # Scale-down reads the min size leniently (scaling.min_size_of); a malformed one is still
+    # the user's mistake to hear about, here where the resource is described.
+    min_size = _int_annotation(annotations, wellknown.ANNOTATION_AUTOSCALER_MIN_SIZE)
+    if min_size is not None and max_size is not None and min_size > max_size:
+        raise ShapeError(
+            f"annotation {wellknown.ANNOTATION_AUTOSCALER_MIN_SIZE}={min_size} is above "
+            f"{wellknown.ANNOTATION_AUTOSCALER_MAX_SIZE}={max_size}"
+        )
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     unavailable_reason = None
     if max_size is not None and replicas >= max_size:

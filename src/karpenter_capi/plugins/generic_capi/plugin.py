@@ -46,7 +46,7 @@ from karpenter_capi.core.hookspecs import (
 )
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.kube.discovery import CapiResources, capi_resources
-from karpenter_capi.core.kube.errors import ApiError
+from karpenter_capi.core.kube.errors import ApiError, NotFound
 from karpenter_capi.core.kube.resources import CAPI_NODECLASS_GROUP
 from karpenter_capi.plugins.generic_capi.binding import machine_facts
 from karpenter_capi.plugins.generic_capi.delete import DeleteFailedError, Deleter
@@ -67,7 +67,11 @@ from karpenter_capi.plugins.generic_capi.inventory import (
 )
 from karpenter_capi.plugins.generic_capi.launch import Launcher
 from karpenter_capi.plugins.generic_capi.mirror import ClusterMirrors
-from karpenter_capi.plugins.generic_capi.nodeclass_status import update_nodeclass_status
+from karpenter_capi.plugins.generic_capi.nodeclass_status import (
+    ManagementClusterError,
+    management_cluster_error,
+    update_nodeclass_status,
+)
 from karpenter_capi.plugins.generic_capi.planning import LaunchSettings, seconds_option
 from karpenter_capi.plugins.generic_capi.scaling import ResourceRef
 from karpenter_capi.plugins.generic_capi.selection import MACHINE_DEPLOYMENT
@@ -181,10 +185,22 @@ def karpenter_capi_instance_types(
 ) -> list[InstanceType] | None:
     if not _ours(nodeclass):
         return None
-    state = _state(ctx)
     raw = raw_nodeclass(nodeclass)
     name = str((raw.get("metadata") or {}).get("name") or "")
-    inventory = collect_inventory(ctx, nodeclass, state.capi)
+    try:
+        state = _state(ctx)  # discovery, on first use
+        inventory = collect_inventory(ctx, nodeclass, state.capi)
+    except NotFound:
+        raise
+    except ApiError as exc:
+        # The management cluster is down, unreachable or refusing us: say so where users
+        # look, and launch nothing (nothing else reads the inventory, so nothing is deleted).
+        # The error itself (URL, port, connection object) is logged; the NodePool's Event
+        # gets the stable sentence, so repeated rounds aggregate into one Event. Not a
+        # NodeClassNotReadyError: that gives up a NodeClaim being launched, and this is
+        # transient (the launch is retried with backoff).
+        reason = _unreadable_management(ctx, nodeclass, name, exc)
+        raise ManagementClusterError(f"ClusterAPINodeClass {name}: {reason}") from exc
     deployments = []
     for resource in inventory.resources:
         if resource.kind == MACHINE_DEPLOYMENT:
@@ -207,6 +223,23 @@ def karpenter_capi_instance_types(
         )
         raise NodeClassNotReadyError(name, f"no usable capacity: {detail}")
     return inventory.instance_types
+
+
+def _unreadable_management(
+    ctx: PluginContext, nodeclass: NodeClass, name: str, exc: ApiError
+) -> str:
+    """Log ``exc``, set the NodeClass's Ready=False for it; returns the condition's message."""
+    ctx.logger.warning("ClusterAPINodeClass %s: cannot read the management cluster: %s", name, exc)
+    inventory = management_cluster_error(exc)
+    assert inventory.management_error is not None
+    if _writes_status(ctx):
+        try:
+            update_nodeclass_status(ctx, nodeclass, inventory)
+        except ApiError as status_exc:
+            ctx.logger.warning(
+                "ClusterAPINodeClass %s: cannot update its status: %s", name, status_exc
+            )
+    return inventory.management_error[1]
 
 
 def _name(nodeclaim: Any) -> str:

@@ -32,11 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.api.runtime_validation import label_value_problems, qualified_name_problems
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.discovery import CapiResources
 from karpenter_capi.core.kube.errors import NotFound
 from karpenter_capi.core.kube.resources import Resource
-from karpenter_capi.core.kube.selectors import selector_to_string
+from karpenter_capi.core.kube.selectors import SelectorError, selector_to_string
 
 log = logging.getLogger(__name__)
 
@@ -128,11 +129,31 @@ def why_out_of_play(kind: str, obj: Mapping[str, Any]) -> ResourceProblem | None
     return None
 
 
+def _check_labels(selector: Mapping[str, Any]) -> None:
+    """Refuse keys and values the API server would refuse, naming them: its answer (a
+    BadRequest on every list) would otherwise fail the whole inventory as an API error."""
+    pairs = [
+        (f"matchLabels[{k}]", str(k), [str(v)])
+        for k, v in (selector.get("matchLabels") or {}).items()
+    ]
+    for index, expression in enumerate(selector.get("matchExpressions") or []):
+        values = [str(v) for v in (expression.get("values") or [])]
+        pairs.append((f"matchExpressions[{index}]", str(expression.get("key") or ""), values))
+    for where, key, values in pairs:
+        problems = [f"key {key!r}: {p}" for p in qualified_name_problems(key)] if key else []
+        for value in values:
+            problems += [f"value {value!r}: {p}" for p in label_value_problems(value)]
+        if problems:
+            raise SelectorError(f"{where}: {problems[0]}")
+
+
 def label_selector(selector: Mapping[str, Any] | None) -> str:
     """The server-side selector: the NodeClass's selector ANDed with the opt-in label.
 
     Raises ``SelectorError`` (a ``ValueError``) for a selector Kubernetes would reject.
     """
+    if selector:
+        _check_labels(selector)
     return ",".join(filter(None, (selector_to_string(selector), wellknown.LABEL_KARPENTER_MEMBER)))
 
 

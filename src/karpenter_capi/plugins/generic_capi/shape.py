@@ -51,6 +51,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.api.runtime_validation import label_value_problems, qualified_name_problems
 from karpenter_capi.core.hookspecs import MachineTemplateDescription
 from karpenter_capi.core.scheduling.quantity import QuantityError, parse_quantity
 from karpenter_capi.core.scheduling.resources import ResourceList
@@ -98,6 +99,16 @@ _PROPAGATED_EXACT: Final = frozenset({"node-role.kubernetes.io"})
 _PROPAGATED_DOMAINS: Final = ("node-restriction.kubernetes.io", "node.cluster.x-k8s.io")
 
 _GIB: Final = 1024 * 1024 * 1024
+
+# What no real node exceeds (the largest cloud machines have about 2,000 vCPUs and 32 TiB), or
+# falls short of: values outside are typos or wrong units, refused with a message saying so.
+MAX_CPU_CORES: Final = 16384
+MIN_MEMORY_BYTES: Final = 64 * 1024 * 1024
+MAX_MEMORY_BYTES: Final = 1024**5
+MAX_COUNT: Final = 100_000
+"""Pods or GPUs on one node."""
+MAX_PRICE: Final = 1_000_000.0
+"""USD per hour (the dearest cloud machines list at a few hundred)."""
 
 
 class ShapeError(ValueError):
@@ -179,27 +190,61 @@ def _annotation_quantity(annotations: Mapping[str, str], key: str) -> str | None
     return None if raw is None else _quantity(raw, f"annotation {key}")
 
 
+def _label_problem(label: str, value: str) -> str | None:
+    """Why a Node could not carry ``label=value``, or why Karpenter must set it itself."""
+    if label in (wellknown.LABEL_NODEPOOL, wellknown.LABEL_HOSTNAME):
+        return f"label {label} is set by Karpenter and Kubernetes, not by the node's shape"
+    restricted = wellknown.restricted_label_reason(label)
+    if restricted:
+        return restricted
+    problems = [f"invalid key, {p}" for p in qualified_name_problems(label)]
+    problems += [f"invalid value {value!r}, {p}" for p in label_value_problems(value)]
+    return f"label {label!r}: {problems[0]}" if problems else None
+
+
 def _pairs(annotations: Mapping[str, str], key: str) -> dict[str, str]:
     raw = annotations.get(key, "")
     labels: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in raw.split(","))):
         label, sep, value = item.partition("=")
-        if not sep or not label.strip():
+        label, value = label.strip(), value.strip()
+        if not sep or not label:
             raise ShapeError(f"annotation {key}: {item!r} is not key=value")
-        labels[label.strip()] = value.strip()
+        problem = _label_problem(label, value)
+        if problem:
+            raise ShapeError(f"annotation {key}: {problem}")
+        # One node cannot carry two values of a label: which one was meant is a guess.
+        if label in labels and labels[label] != value:
+            raise ShapeError(
+                f"annotation {key}: label {label} is given twice ({labels[label]!r} and {value!r})"
+            )
+        labels[label] = value
     return labels
 
 
 def _annotation_taints(annotations: Mapping[str, str]) -> tuple[Taint, ...]:
     key = wellknown.ANNOTATION_CAPACITY_TAINTS
     raw = annotations.get(key, "")
-    taints: list[Taint] = []
+    taints: dict[tuple[str, str], Taint] = {}
     for item in filter(None, (part.strip() for part in raw.split(","))):
         try:
-            taints.append(Taint.parse(item))
+            taint = Taint.parse(item)
         except TaintError as exc:
             raise ShapeError(f"annotation {key}: {exc}") from None
-    return tuple(taints)
+        # The API server refuses a Node whose taints name a key and effect twice.
+        problems = [f"key {taint.key!r}: {p}" for p in qualified_name_problems(taint.key)]
+        if taint.value:
+            problems += [f"value {taint.value!r}: {p}" for p in label_value_problems(taint.value)]
+        if problems:
+            raise ShapeError(f"annotation {key}: taint {item!r}: {problems[0]}")
+        previous = taints.get((taint.key, taint.effect))
+        if previous is not None and previous != taint:
+            raise ShapeError(
+                f"annotation {key}: taint {taint.key}:{taint.effect} is given twice "
+                f"({previous} and {taint})"
+            )
+        taints[(taint.key, taint.effect)] = taint
+    return tuple(taints.values())
 
 
 def _price(annotations: Mapping[str, str]) -> float | None:
@@ -212,6 +257,11 @@ def _price(annotations: Mapping[str, str]) -> float | None:
         raise ShapeError(f"annotation {PRICE_ANNOTATION}={raw!r}: not a decimal number") from None
     if price < 0 or not math.isfinite(price):
         raise ShapeError(f"annotation {PRICE_ANNOTATION}={raw!r}: must be a finite price >= 0")
+    if price > MAX_PRICE:
+        raise ShapeError(
+            f"annotation {PRICE_ANNOTATION}={raw!r}: more than {MAX_PRICE:g} per hour is not the "
+            "price of a node"
+        )
     return price
 
 
@@ -311,6 +361,11 @@ def resolve_shape(
                 f"annotation {wellknown.ANNOTATION_CAPACITY_GPU_COUNT} needs "
                 f"{wellknown.ANNOTATION_CAPACITY_GPU_TYPE} (the resource name, e.g. nvidia.com/gpu)"
             )
+        problem = _extended_resource_problem(gpu_type)
+        if problem:
+            raise ShapeError(
+                f"annotation {wellknown.ANNOTATION_CAPACITY_GPU_TYPE}={gpu_type!r}: {problem}"
+            )
         annotated[gpu_type] = gpu_count
     for name, value in annotated.items():
         if value is not None:
@@ -327,9 +382,12 @@ def resolve_shape(
                 f"no {name} capacity: annotation {annotation} is required{where}"
             )
     resources = ResourceList.parse(capacity)
+    counted_gpu = gpu_type if gpu_count is not None else None
     for name in ("cpu", "memory"):
         if resources.milli(name) <= 0:
-            raise ShapeError(f"{name} capacity {capacity[name]!r}: must be greater than zero")
+            where = _where(name, origins, counted_gpu)
+            raise ShapeError(f"{where}={capacity[name]!r}: must be greater than zero")
+    _check_plausible(resources, capacity, origins, counted_gpu)
 
     labels = propagated_labels(template_labels or {})
     if template is not None:
@@ -357,6 +415,76 @@ def resolve_shape(
         price=_price(annotations),
         source=_capacity_source(origins),
     )
+
+
+def _extended_resource_problem(name: str) -> str | None:
+    """Why ``name`` cannot be an extended resource (a GPU's), or ``None``.
+
+    Extended resources are domain-prefixed qualified names outside ``kubernetes.io``; a plain
+    ``cpu`` would silently replace the node's CPU capacity.
+    """
+    problems = qualified_name_problems(name)
+    if problems:
+        return f"not a resource name, {problems[0]}"
+    domain = wellknown.label_domain(name)
+    if not domain:
+        return "an extended resource name needs a domain prefix (e.g. nvidia.com/gpu)"
+    if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+        return "the kubernetes.io domain is reserved for Kubernetes' own resources"
+    return None
+
+
+def _where(name: str, origins: Mapping[str, str], gpu_type: str | None) -> str:
+    """The annotation or field a capacity came from, for messages."""
+    annotation = {
+        "cpu": wellknown.ANNOTATION_CAPACITY_CPU,
+        "memory": wellknown.ANNOTATION_CAPACITY_MEMORY,
+        "ephemeral-storage": wellknown.ANNOTATION_CAPACITY_EPHEMERAL_DISK,
+        "pods": wellknown.ANNOTATION_CAPACITY_MAX_PODS,
+    }.get(name)
+    if name == gpu_type:
+        annotation = wellknown.ANNOTATION_CAPACITY_GPU_COUNT
+    if origins.get(name) == SOURCE_ANNOTATION and annotation:
+        return f"annotation {annotation}"
+    return f"{name} capacity ({origins.get(name, SOURCE_DEFAULT)})"
+
+
+def _check_plausible(
+    resources: ResourceList,
+    capacity: Mapping[str, str],
+    origins: Mapping[str, str],
+    gpu_type: str | None,
+) -> None:
+    """Refuse capacities no node has: they are typos or wrong units, and the solver would
+    otherwise happily pick a 10^12-core node, or never fit anything on one with 8 bytes of
+    memory, without a word."""
+    cpu = resources.milli("cpu")
+    if cpu > MAX_CPU_CORES * 1000:
+        raise ShapeError(
+            f"{_where('cpu', origins, gpu_type)}={capacity['cpu']!r}: more than "
+            f"{MAX_CPU_CORES} cores is not a node"
+        )
+    memory = resources.milli("memory") // 1000
+    if memory < MIN_MEMORY_BYTES:
+        raise ShapeError(
+            f"{_where('memory', origins, gpu_type)}={capacity['memory']!r}: less than 64Mi of "
+            "memory is not a node (a unit missing? quantities without one are bytes, e.g. 8Gi)"
+        )
+    if memory > MAX_MEMORY_BYTES:
+        raise ShapeError(
+            f"{_where('memory', origins, gpu_type)}={capacity['memory']!r}: more than 1Pi of "
+            "memory is not a node"
+        )
+    counted = ["pods"] + ([gpu_type] if gpu_type else [])
+    for name in counted:
+        milli = resources.milli(name)
+        where = f"{_where(name, origins, gpu_type)}={capacity[name]!r}"
+        if milli % 1000:
+            raise ShapeError(f"{where}: must be a whole number")
+        if name == "pods" and milli == 0:
+            raise ShapeError(f"{where}: a node that holds no pods cannot run anything")
+        if milli > MAX_COUNT * 1000:
+            raise ShapeError(f"{where}: more than {MAX_COUNT} is not a node's")
 
 
 def shape_from_annotations(annotations: Mapping[str, str]) -> NodeShape | None:

@@ -14,6 +14,7 @@ encoding for watches, one daemon thread per connection.
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
 import select
 import socket
@@ -31,6 +32,7 @@ from karpenter_capi.core.kube.errors import (
     InternalError,
     MethodNotAllowed,
     NotFound,
+    Unauthorized,
 )
 from karpenter_capi.core.kube.resources import Resource
 from karpenter_capi.sim.apiserver.http_openapi import openapi_group_version, openapi_root
@@ -103,8 +105,12 @@ class HttpFront:
         port: int = 0,
         *,
         record_requests: bool = False,
+        token: str | None = None,
     ) -> None:
         self.api = server
+        # With a token, requests without ``Authorization: Bearer <token>`` are 401, so a test
+        # can tell which credentials reached which cluster; without one, anything goes.
+        self.token = token
         self._host = host
         self._requested_port = port
         self._httpd: _Httpd | None = None
@@ -272,6 +278,7 @@ class _Handler(BaseHTTPRequestHandler):
         arrived = front.api.clock.monotonic()
         try:
             body = self._read_body()
+            self._authenticate()
             reply = _Router(self, method, body).route()
         except ApiError as exc:
             reply = _error_reply(exc)
@@ -288,6 +295,14 @@ class _Handler(BaseHTTPRequestHandler):
         front.record(ServedRequest(arrived, method, path, query, status, agent, lost is None))
         if reply is not None:
             self._send(reply)
+
+    def _authenticate(self) -> None:
+        expected = self.server.front.token
+        if expected is None:
+            return
+        given = self.headers.get("Authorization") or ""
+        if not hmac.compare_digest(given.encode(), f"Bearer {expected}".encode()):
+            raise Unauthorized("Unauthorized")
 
     def _read_body(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":

@@ -143,7 +143,12 @@ class SimScheduler:
         pending.sort(key=_queue_order)
         snapshot = Snapshot(self.caches.store(NODES).list(), bound)
         for pod in pending:
-            self._schedule_one(pod, snapshot)
+            try:
+                self._schedule_one(pod, snapshot)
+            except (ValueError, TypeError, AttributeError, KeyError) as exc:
+                # The API server refuses such a spec, so kube-scheduler never meets one; the
+                # stand-in leaves it pending, said why, rather than stop the cycle for all pods.
+                self._mark_unschedulable(pod, f"cannot read the pod's spec: {exc}")
 
     @staticmethod
     def _wants(pod: JsonObject) -> bool:

@@ -1,0 +1,78 @@
+"""Why no instance type of a NodePool can hold a pod: the words of a FailedScheduling Event.
+
+"no instance type meets its requirements and tolerations" is true but leaves the user to guess
+which requirement of which NodePool excludes what (a zone the NodeClass never offers, a typo in
+an instance type name, a capacity type no resource has). The solver only needs a yes or no, so
+the explanation is computed here, once per unschedulable pod, by asking each instance type why
+it is out and reporting the most common answer with an example.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.instancetype import InstanceType
+from karpenter_capi.core.scheduling.model import compatible_offerings
+from karpenter_capi.core.scheduling.requirements import Requirements
+from karpenter_capi.core.scheduling.resources import ResourceList
+
+
+def why_excluded(
+    instance_type: InstanceType,
+    requirements: Requirements,
+    tolerated: Callable[[InstanceType], bool],
+) -> str:
+    """Why ``instance_type`` cannot make a node meeting ``requirements`` (the pod's and its
+    NodePool's, merged) for a pod ``tolerated`` tells about."""
+    conflict = requirements.intersects(Requirements.from_value_sets(instance_type.requirements))
+    if conflict is not None:
+        return conflict
+    if not compatible_offerings(instance_type, requirements, available_only=False):
+        allowed = [
+            str(requirement)
+            for key in (wellknown.LABEL_TOPOLOGY_ZONE, wellknown.LABEL_CAPACITY_TYPE)
+            if (requirement := requirements.get(key)) is not None
+        ]
+        offered = ", ".join(f"{o.zone}/{o.capacity_type}" for o in instance_type.offerings)
+        return f"none of its offerings ({offered}) meets {', '.join(allowed) or 'the requirements'}"
+    if not compatible_offerings(instance_type, requirements):
+        return "its offerings allowed are unavailable"
+    if not tolerated(instance_type):
+        return "its taints are not tolerated"
+    return "excluded"
+
+
+def no_type_reason(
+    types: Sequence[InstanceType],
+    requirements: Requirements,
+    tolerated: Callable[[InstanceType], bool],
+) -> str:
+    """The FailedScheduling text when none of ``types`` can hold the pod."""
+    head = "no instance type meets its requirements and tolerations"
+    if not types:
+        return f"{head}: its NodeClass offers no instance type"
+    reasons = Counter(why_excluded(t, requirements, tolerated) for t in types)
+    (reason, count), *others = reasons.most_common()
+    share = f"all {count}" if not others else f"{count} of {len(types)}"
+    return f"{head} ({share} instance types: {reason})"
+
+
+def too_small_reason(types: Sequence[InstanceType], needed: ResourceList) -> str:
+    """The FailedScheduling text when the pod (with its DaemonSets) fits none of ``types``:
+    the resources it asks for more of than the largest type allocates."""
+    head = "no instance type is large enough for its requests"
+    largest = ResourceList()
+    for instance_type in types:
+        largest = largest.max_merge(instance_type.allocatable)
+    short = []
+    for name in needed:
+        want, have = needed[name], largest.milli(name)
+        if needed.milli(name) <= have:
+            continue
+        if have <= 0:
+            short.append(f"{name} {want} (no instance type has {name})")
+        else:
+            short.append(f"{name} {want} (the most any allocates is {largest[name]})")
+    return f"{head}: {'; '.join(short)}" if short else head

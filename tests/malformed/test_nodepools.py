@@ -1,0 +1,220 @@
+"""NodePools the CRD admits but that cannot be satisfied, next to one that can.
+
+A user who pins pods to such a NodePool reads why on the pods (FailedScheduling, naming the
+NodePool and the requirement that excludes every instance type, or the limit) or on the NodePool
+(its Ready condition and a NodePoolNotReady Event, naming the NodeClass or rule at fault); the
+catalog NodePool keeps provisioning for the other pods in the same round.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from karpenter_capi.core.api import wellknown
+
+from .world import NODECLASS_REF, NODEPOOL, World
+
+IT = wellknown.LABEL_INSTANCE_TYPE
+ZONE = wellknown.LABEL_TOPOLOGY_ZONE
+ARCH = wellknown.LABEL_ARCH
+CT = wellknown.LABEL_CAPACITY_TYPE
+
+
+def _req(key: str, operator: str, *values: str, **extra: Any) -> dict[str, Any]:
+    return {"key": key, "operator": operator, "values": list(values), **extra}
+
+
+# (id, NodePool template spec, NodePool spec extras, words on the pinned pods' Event)
+ON_PODS: list[tuple[str, dict[str, Any], dict[str, Any], tuple[str, ...]]] = [
+    (
+        "instance-type-typo",
+        {"requirements": [_req(IT, "In", "m-2x-amd64-linux-typo")]},
+        {},
+        ("NodePool bad: no instance type meets", "m-2x-amd64-linux-typo"),
+    ),
+    (
+        "instance-type-excluded",
+        {"requirements": [_req(IT, "NotIn", "m-2x-amd64-linux")]},
+        {},
+        ("NodePool bad: no instance type meets", f"{IT} NotIn [m-2x-amd64-linux]"),
+    ),
+    (
+        "arch-not-offered",
+        {"requirements": [_req(ARCH, "In", "arm64")]},
+        {},
+        ("NodePool bad: no instance type meets", f"{ARCH} In [arm64]"),
+    ),
+    (
+        "os-not-offered",
+        {"requirements": [_req(wellknown.LABEL_OS, "In", "windows")]},
+        {},
+        ("NodePool bad: no instance type meets", "windows"),
+    ),
+    (
+        "zone-not-offered",
+        {"requirements": [_req(ZONE, "In", "zone-z")]},
+        {},
+        (
+            "NodePool bad: no instance type meets",
+            "none of its offerings (zone-a/on-demand)",
+            "zone-z",
+        ),
+    ),
+    (
+        "capacity-type-not-offered",
+        {"requirements": [_req(CT, "In", "spot")]},
+        {},
+        ("NodePool bad: no instance type meets", "none of its offerings", "spot"),
+    ),
+    (
+        "min-values-too-many",
+        {"requirements": [_req(IT, "Exists", minValues=5)]},
+        {},
+        ("NodePool bad: minValues 5", "only 1 value(s) remain"),
+    ),
+    (
+        "limits-zero-cpu",
+        {},
+        {"limits": {"cpu": "0"}},
+        ("NodePool bad: the NodePool's limits would be exceeded (cpu)",),
+    ),
+    (
+        "limits-zero-nodes",
+        {},
+        {"limits": {"nodes": "0"}},
+        ("NodePool bad: the NodePool's limits would be exceeded (nodes)",),
+    ),
+    (
+        "limits-below-one-node",
+        {},
+        {"limits": {"memory": "1Gi"}},
+        ("NodePool bad: the NodePool's limits would be exceeded (memory)",),
+    ),
+    (
+        "taint-not-tolerated",
+        {"taints": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]},
+        {},
+        ("NodePool bad: taint dedicated=ml:NoSchedule not tolerated",),
+    ),
+]
+
+# (id, template spec, the NodePool condition type, its reason, words in its message)
+ON_NODEPOOL: list[tuple[str, dict[str, Any], str, str, tuple[str, ...]]] = [
+    (
+        "nodeclass-missing",
+        {"nodeClassRef": {**NODECLASS_REF, "name": "nope"}},
+        "NodeClassReady",
+        "NodeClassNotFound",
+        ("ClusterAPINodeClass nope not found",),
+    ),
+    (
+        "taints-duplicate-with-startup-taints",
+        {
+            "taints": [{"key": "a", "effect": "NoSchedule"}],
+            "startupTaints": [{"key": "a", "effect": "NoSchedule"}],
+        },
+        "ValidationSucceeded",
+        "ValidationFailed",
+        ("spec.template.spec.startupTaints[0]: duplicate taint Key/Effect pair a=NoSchedule",),
+    ),
+    (
+        "taint-value-invalid",
+        {"taints": [{"key": "a", "value": "v" * 64, "effect": "NoSchedule"}]},
+        "ValidationSucceeded",
+        "ValidationFailed",
+        ("spec.template.spec.taints[0].value", "no more than 63 characters"),
+    ),
+    (
+        "capacity-type-unknown",
+        {"requirements": [_req(CT, "In", "cheap")]},
+        "ValidationSucceeded",
+        "ValidationFailed",
+        ("cheap",),
+    ),
+]
+
+
+def _pinned(world: World, pool: str = "bad") -> None:
+    world.deploy("pinned", 2, node_selector={wellknown.LABEL_NODEPOOL: pool})
+
+
+@pytest.mark.parametrize(
+    ("template", "spec", "words"),
+    [pytest.param(t, s, w, id=case) for case, t, s, w in ON_PODS],
+)
+def test_pods_pinned_to_an_unsatisfiable_nodepool_are_told_why_and_the_others_run(
+    template: dict[str, Any], spec: dict[str, Any], words: tuple[str, ...]
+) -> None:
+    world = World()
+    world.nodepool("bad", template, **spec)
+    _pinned(world)
+    world.deploy()
+    world.run()
+
+    pinned = world.pending("pinned")
+    assert len(pinned) == 2
+    events = [e for e in world.events("FailedScheduling") if e.name in pinned]
+    assert events, "\n".join(map(str, world.events()))
+    assert all(word in events[-1].message for word in words), events[-1].message
+    assert not [
+        c
+        for c in world.nodeclaims()
+        if c["metadata"]["labels"].get(wellknown.LABEL_NODEPOOL) == "bad"
+    ]
+    world.assert_good_resource_served()
+
+
+@pytest.mark.parametrize(
+    ("template", "condition", "reason", "words"),
+    [pytest.param(t, c, r, w, id=case) for case, t, c, r, w in ON_NODEPOOL],
+)
+def test_a_nodepool_that_cannot_be_used_says_so_on_itself_and_the_others_run(
+    template: dict[str, Any], condition: str, reason: str, words: tuple[str, ...]
+) -> None:
+    world = World()
+    world.nodepool("bad", template)
+    _pinned(world)
+    world.deploy()
+    world.run()
+
+    found = world.nodepool_condition("bad", condition)
+    assert (found["status"], found["reason"]) == ("False", reason), found
+    assert all(word in found["message"] for word in words), found["message"]
+    assert world.nodepool_condition("bad")["status"] == "False"
+    event = world.event_about(*words)
+    assert (event.kind, event.name, event.type) == ("NodePool", "bad", "Warning")
+    assert world.nodepool_condition(NODEPOOL)["status"] == "True"
+    world.assert_good_resource_served()
+
+
+@pytest.mark.parametrize(
+    "requirement",
+    [
+        pytest.param(_req("example.com/cpus", "Gt", "64"), id="gt"),
+        pytest.param(_req("example.com/cpus", "Lt", "4"), id="lt"),
+        pytest.param(_req("example.com/team", "Exists"), id="exists"),
+        pytest.param(_req("example.com/team", "NotIn", "a", "b"), id="not-in"),
+    ],
+)
+def test_a_custom_label_requirement_with_many_values_labels_the_node_instead_of_churning(
+    requirement: dict[str, Any],
+) -> None:
+    """No instance type defines the label, so the node carries whatever the NodeClaim gives it;
+    without a value there, the node failed its own NodePool's requirement and was replaced as
+    drifted as soon as it launched, forever (the pods evicted each time)."""
+    world = World()
+    world.nodepool("bad", {"requirements": [requirement]})
+    _pinned(world)
+    world.run(120)
+    claims = [c["metadata"]["name"] for c in world.nodeclaims()]
+    world.run(600)
+
+    assert len(world.running("pinned")) == 2
+    assert [c["metadata"]["name"] for c in world.nodeclaims()] == claims
+    assert not world.events("Evicted")
+    assert not [e for e in world.events() if "Drifted" in e.message]
+    [claim] = world.nodeclaims()
+    value = claim["metadata"]["labels"][requirement["key"]]
+    assert value not in requirement["values"]
