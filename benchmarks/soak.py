@@ -3,7 +3,7 @@
 Why: a leak of one entry per pod, or a request per object ever seen, does not show in a
 ten-minute scenario. This runs the shipped ``soak-day`` scenario (Deployments scaling every few
 minutes for 40 minutes of every hour, one created and deleted hourly, drift every 6 h, nodes
-expiring after 5 h, consolidation throughout) on the real controllers for ``--hours`` virtual
+expiring after 1 h, consolidation throughout) on the real controllers for ``--hours`` virtual
 hours (``sim.soak``) and reports, at every hour mark:
 
 - the invariant violations (``sim.invariants``, every check: the last 20 minutes of each hour

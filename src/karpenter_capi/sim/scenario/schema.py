@@ -190,6 +190,15 @@ class Workload(_Strict):
     _quantities = field_validator("cpu", "memory", mode="before")(_check_quantity)
 
 
+def _duration_field(value: Any) -> float | None:
+    """A duration field's value (``None`` stays ``None``), or a ``ValueError`` naming the form."""
+    if value is None:
+        return None
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        raise ValueError("a duration is text like 30s, 5m or 1h30m, or seconds")
+    return parse_duration(value)
+
+
 class Window(_Strict):
     """Where in every period a repeating action may fall: the ``first`` part of every ``of``
     (``{first: 40m, of: 1h}``: minutes :00 to :40 of each hour; the rest is quiet)."""
@@ -197,12 +206,7 @@ class Window(_Strict):
     first: float
     of: float
 
-    @field_validator("first", "of", mode="before")
-    @classmethod
-    def _duration(cls, value: Any) -> float:
-        if not isinstance(value, str | int | float) or isinstance(value, bool):
-            raise ValueError("a duration is text like 30s, 5m or 1h30m, or seconds")
-        return parse_duration(value)
+    _durations = field_validator("first", "of", mode="before")(_duration_field)
 
     @model_validator(mode="after")
     def _inside(self) -> Window:
@@ -243,14 +247,7 @@ class TimelineAction(_Strict):
     until: float | None = None
     window: Window | None = None
 
-    @field_validator("at", "every", "until", mode="before")
-    @classmethod
-    def _duration(cls, value: Any) -> float | None:
-        if value is None:
-            return None
-        if not isinstance(value, str | int | float) or isinstance(value, bool):
-            raise ValueError("a duration is text like 30s, 5m or 1h30m, or seconds")
-        return parse_duration(value)
+    _durations = field_validator("at", "every", "until", mode="before")(_duration_field)
 
     @field_validator("replicas")
     @classmethod
