@@ -19,6 +19,7 @@ hours (``sim.soak``) and reports, at every hour mark:
 Then the controller's containers that grew between hour 1 and the last hour, by place.
 
     .venv/bin/python benchmarks/soak.py [--hours 24] [--seed 0] [--watch-history N]
+        [--compaction-interval SECONDS]
         [--no-footprint] [--json]
 """
 
@@ -105,6 +106,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "50,000, fills for days and makes its memory, not the controller's, climb)",
     )
     parser.add_argument(
+        "--compaction-interval",
+        type=float,
+        default=300.0,
+        help="virtual seconds between the in-memory API server's history compactions (default "
+        "300, kube-apiserver's etcd compaction interval; 0 for none)",
+    )
+    parser.add_argument(
         "--no-footprint", action="store_true", help="skip the reachability walks (RSS only)"
     )
     parser.add_argument("--json", action="store_true")
@@ -122,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=args.seed,
         measure_footprint=not args.no_footprint,
         watch_history=args.watch_history,
+        compaction_interval=args.compaction_interval or None,
         on_checkpoint=progress,
     )
     if args.json:

@@ -223,6 +223,7 @@ def soak(
     measure_footprint: bool = True,
     check: bool = True,
     watch_history: int | None = None,
+    compaction_interval: float | None = None,
     event_ttl: bool = True,
     on_checkpoint: Callable[[Checkpoint], None] | None = None,
 ) -> SoakReport:
@@ -231,7 +232,9 @@ def soak(
 
     ``watch_history`` sets the in-memory API server's retained watch events per resource
     (kube-apiserver keeps minutes of them; the simulator's default keeps 50,000, which a day of
-    churn fills slowly, so the simulator's own memory climbs for hours). ``check=False`` skips
+    churn fills slowly, so the simulator's own memory climbs for hours); ``compaction_interval``
+    compacts that history every so many virtual seconds, as kube-apiserver has etcd do every
+    5 minutes, so it stays minutes long from the first hour on. ``check=False`` skips
     the invariants; ``measure_footprint=False`` skips the reachability walks (seconds each on a
     large cluster), leaving RSS and Python's own counts. ``event_ttl`` deletes, at every mark,
     the Events an hour old (``expire_events``), as kube-apiserver would have."""
@@ -249,6 +252,8 @@ def soak(
         wired["server"] = server
         if watch_history is not None:
             server.set_watch_history(watch_history)
+        if compaction_interval is not None:
+            server.set_compaction_interval(compaction_interval)
 
     def on_operator(operator: Operator) -> None:
         nonlocal last_wall
