@@ -77,7 +77,7 @@ class Repacker:
             types = [
                 t
                 for t in family[0].pool.types
-                if requirements.intersects(t.requirements) is None
+                if requirements.conflict_with(t.requirements) is None
                 and compatible_offerings(t.instance_type, requirements)
                 and fits(daemon, t.allocatable)
             ]

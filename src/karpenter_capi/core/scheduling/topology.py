@@ -53,6 +53,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.scheduling.refusal import Refusal
 from karpenter_capi.core.scheduling.requirements import Requirement, Requirements, normalize_key
 from karpenter_capi.core.scheduling.taints import Taint, untolerated
 
@@ -192,7 +193,7 @@ class _NodeFilter:
 
     def matches_requirements(self, requirements: Requirements, taints: Sequence[Taint]) -> bool:
         if not self.affinity_trivial and not any(
-            requirements.compatible(t) is None for t in self.terms
+            requirements.incompatibility(t) is None for t in self.terms
         ):
             return False
         return not self.honor_taints or untolerated(self.tolerations, taints) is None
@@ -216,28 +217,13 @@ def _spread_filter(spec: Mapping[str, Any], constraint: Mapping[str, Any]) -> _N
     return _NodeFilter(honor_affinity, terms, honor_taints, tolerations)
 
 
-class Refusal(str):
-    """Why a node cannot take a pod, and whether that can change during the solve.
-
-    ``permanent`` refusals stay true as the solve goes on (counts only grow): a hostname
-    domain that already holds a pod the anti-affinity selects, or a hostname spread whose
-    node is at its skew (a new node is always possible, so the global minimum stays 0).
-    ``local`` refusals (any hostname-keyed constraint) depend only on what is on that one
-    node, so they hold until a pod is added to it. The solver uses both to stop offering a
-    node to pods with the same constraints.
-    """
-
-    permanent: bool
-    local: bool
-
-    def __new__(cls, text: str, *, permanent: bool = False, local: bool = False) -> Refusal:
-        refusal = super().__new__(cls, text)
-        refusal.permanent = permanent
-        refusal.local = local or permanent
-        return refusal
-
-
 _UNEXPLAINED: Final = "topology constraint not satisfied (details omitted)"
+# A solver trying many nodes asks without an explanation; these spare it an allocation per no.
+_UNEXPLAINED_BY_FLAGS: Final = {
+    (permanent, local): Refusal(_UNEXPLAINED, permanent=permanent, local=local)
+    for permanent in (False, True)
+    for local in (False, True)
+}
 
 
 def _permanent(group: _Group) -> bool:
@@ -639,11 +625,12 @@ class Topology:
         else:
             allowed = _anti_affinity_domains(group, pod_domains, node_domains)
         if not allowed:
-            text = _reason(group, pod_domains, node_domains) if explain else _UNEXPLAINED
+            permanent = _permanent(group)
+            local = group.key == wellknown.LABEL_HOSTNAME
+            if not explain:
+                return _UNEXPLAINED_BY_FLAGS[permanent, local]
             return Refusal(
-                text,
-                permanent=_permanent(group),
-                local=group.key == wellknown.LABEL_HOSTNAME,
+                _reason(group, pod_domains, node_domains), permanent=permanent, local=local
             )
         if (
             node_domains is not None
