@@ -572,3 +572,20 @@ def test_a_zonal_spread_refusal_may_change_as_other_pods_land() -> None:
 def test_a_permanent_refusal_is_always_local() -> None:
     assert Refusal("taint", permanent=True).local
     assert str(Refusal("no room")) == "no room"
+
+
+# --- nil and empty selectors --------------------------------------------------------------------
+
+
+def test_a_nil_spread_selector_selects_no_pod_and_an_empty_one_every_pod() -> None:
+    zone_a = node("n-a", "a")
+    topology = Topology(
+        domains={ZONE: ZONES},
+        existing_pods=existing([("old-1", zone_a), ("old-2", zone_a)]),
+        pending_pods=[],
+    )
+    nil = make_pod("web", spread=[{**spread(), "labelSelector": None}])
+    empty = make_pod("web", spread=[{**spread(), "labelSelector": {}}])
+    # nil counts no pod, so zone a holding two is no skew; {} counts both of them.
+    assert allowed(topology, nil, claim(["a"])) == {"a"}
+    assert "maxSkew 1" in refused(topology, empty, claim(["a"]))

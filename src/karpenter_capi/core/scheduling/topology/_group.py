@@ -8,9 +8,15 @@ groups whose selectors select it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
+from karpenter_capi.core.kube.selectors import (
+    NOTHING,
+    Clause,
+    CompiledSelector,
+    SelectorError,
+    compile_selector,
+)
 from karpenter_capi.core.scheduling.requirements import Requirement
 from karpenter_capi.core.scheduling.topology._domains import TaintSets
 from karpenter_capi.core.scheduling.topology._filter import NodeFilter, tolerates_any
@@ -22,55 +28,19 @@ ANTI_AFFINITY: Final = "pod anti-affinity"
 # Anti-affinity narrows hardest and is cheapest, so it goes first; spread then keeps whichever of
 # the remaining domains are within maxSkew, and the pin picks the least loaded of those.
 KIND_ORDER: Final = {ANTI_AFFINITY: 0, AFFINITY: 1, SPREAD: 2}
-_SELECTOR_OPERATORS: Final = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
-
-Clause = tuple[str, str, frozenset[str]]
 
 
-@dataclass(frozen=True, slots=True)
-class Selector:
-    """A compiled ``metav1.LabelSelector``; ``clauses`` None selects nothing (a nil selector)."""
+def term_selector(raw: Mapping[str, Any] | None, extra: Iterable[Clause] = ()) -> CompiledSelector:
+    """A spread constraint's or affinity term's selector, as kube-scheduler reads it.
 
-    clauses: tuple[Clause, ...] | None
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        clauses = self.clauses
-        if clauses is None:
-            return False
-        for key, operator, values in clauses:
-            value = labels.get(key)
-            if operator == "In":
-                if value is None or value not in values:
-                    return False
-            elif operator == "NotIn":
-                if value is not None and value in values:
-                    return False
-            elif operator == "Exists":
-                if value is None:
-                    return False
-            elif value is not None:
-                return False
-        return True
-
-
-def compile_selector(raw: Mapping[str, Any] | None, extra: Iterable[Clause] = ()) -> Selector:
-    # A nil selector in a spread constraint or affinity term selects no pod, unlike ``{}``;
-    # kube-scheduler treats a malformed one the same way, so both become "nothing".
-    if raw is None:
-        return Selector(None)
-    clauses: set[Clause] = {
-        (str(key), "In", frozenset((str(value),)))
-        for key, value in (raw.get("matchLabels") or {}).items()
-    }
-    for expression in raw.get("matchExpressions") or ():
-        key = expression.get("key")
-        operator = expression.get("operator")
-        if not key or operator not in _SELECTOR_OPERATORS:
-            return Selector(None)
-        values = frozenset(str(v) for v in expression.get("values") or ())
-        clauses.add((str(key), str(operator), values))
-    clauses.update(extra)
-    return Selector(tuple(sorted(clauses, key=lambda c: (c[0], c[1], sorted(c[2])))))
+    A nil ``labelSelector`` selects no pod, unlike ``{}``; kube-scheduler treats a malformed
+    selector the same way, so both become "nothing" (a nil ``namespaceSelector`` means the
+    pod's own namespace, which the caller decides before asking).
+    """
+    try:
+        return compile_selector(raw, nil_matches=False, extra=extra)
+    except SelectorError:
+        return NOTHING
 
 
 class Group:
@@ -104,7 +74,7 @@ class Group:
         *,
         domains: dict[str, TaintSets],
         namespaces: frozenset[str] | None,
-        selector: Selector,
+        selector: CompiledSelector,
         max_skew: int,
         min_domains: int | None,
         node_filter: NodeFilter | None,

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final
 
+from karpenter_capi.core.kube.selectors import Clause, CompiledSelector
 from karpenter_capi.core.scheduling.refusal import Refusal
 from karpenter_capi.core.scheduling.requirements import Requirement, Requirements, normalize_key
 from karpenter_capi.core.scheduling.taints import Taint
@@ -20,12 +21,10 @@ from karpenter_capi.core.scheduling.topology._group import (
     ANTI_AFFINITY,
     KIND_ORDER,
     SPREAD,
-    Clause,
     Group,
     Profile,
-    Selector,
-    compile_selector,
     possible_domains,
+    term_selector,
 )
 from karpenter_capi.core.scheduling.topology._narrowing import narrow, record_in
 
@@ -288,7 +287,7 @@ class Topology:
         kind: str,
         key: str,
         namespaces: frozenset[str] | None,
-        selector: Selector,
+        selector: CompiledSelector,
         *,
         max_skew: int = 0,
         min_domains: int | None = None,
@@ -361,7 +360,7 @@ class Topology:
         raw_selector = term.get("namespaceSelector")
         if raw_selector is None:
             return frozenset(listed) if listed else frozenset((namespace,))
-        selector = compile_selector(raw_selector)
+        selector = term_selector(raw_selector)
         if selector.clauses == ():
             return None  # ``namespaceSelector: {}`` selects every namespace
         selected = {
@@ -394,7 +393,7 @@ class Topology:
             for k in term.get("mismatchLabelKeys") or ()
             if k in labels
         )
-        selector = compile_selector(term.get("labelSelector"), extra)
+        selector = term_selector(term.get("labelSelector"), extra)
         namespaces = self._term_namespaces(namespace, term)
         return self._group(kind, str(key), namespaces, selector, inverse=inverse)
 
@@ -487,7 +486,7 @@ class Topology:
                     SPREAD,
                     str(key),
                     frozenset((namespace,)),
-                    compile_selector(constraint.get("labelSelector"), extra),
+                    term_selector(constraint.get("labelSelector"), extra),
                     max_skew=int(constraint.get("maxSkew") or 1),
                     min_domains=None if min_domains is None else int(min_domains),
                     node_filter=spread_filter(spec, constraint),
