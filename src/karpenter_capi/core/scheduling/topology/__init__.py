@@ -51,13 +51,9 @@ pod shape's view of the groups), ``_narrowing`` (the domains each kind of constr
 
 from karpenter_capi.core.scheduling.refusal import Refusal
 from karpenter_capi.core.scheduling.topology._domains import NodeInfo
-from karpenter_capi.core.scheduling.topology._group import AFFINITY, ANTI_AFFINITY, SPREAD
 from karpenter_capi.core.scheduling.topology._topology import Topology, schedule_anyway_constraints
 
 __all__ = [
-    "AFFINITY",
-    "ANTI_AFFINITY",
-    "SPREAD",
     "NodeInfo",
     "Refusal",
     "Topology",
