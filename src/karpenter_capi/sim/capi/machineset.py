@@ -253,7 +253,11 @@ class MachineSetController:
         # An orphan: every set whose selector matches it may adopt it.
         labels = labels_of(machine)
         sets = in_namespace(self.caches.store(self.primary, MANAGEMENT), namespace_of(machine))
-        return [key_of(ms) for ms in sets if selector_matches(machine_set_selector(ms), labels)]
+        return [
+            key_of(ms)
+            for ms in sets
+            if selector_matches(machine_set_selector(ms), labels, nil_matches=False)
+        ]
 
     def _deployment_to_sets(self, md: JsonObject) -> Iterable[Key]:
         return [key_of(ms) for ms in controlled_by(self.caches.store(self.primary, MANAGEMENT), md)]
@@ -301,7 +305,7 @@ class MachineSetController:
         for machine in in_namespace(store, namespace_of(ms)):
             if controller_ref(machine) is not None or is_deleting(machine):
                 continue
-            if not selector_matches(selector, labels_of(machine)):
+            if not selector_matches(selector, labels_of(machine), nil_matches=False):
                 continue
             adopted = self._adopt(ms, machine)
             if adopted is not None:
