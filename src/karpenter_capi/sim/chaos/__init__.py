@@ -22,6 +22,7 @@ from karpenter_capi.sim.chaos.process import (
     KillSwitch,
     PlannedKills,
     ProcessDied,
+    When,
 )
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "PlannedKills",
     "ProcessDied",
     "Trial",
+    "When",
     "phases",
     "run_chaos",
     "run_phase",

@@ -71,7 +71,8 @@ class KillSwitch:
         self.writes = 0
         self.total = 0  # every write, counted or not: what ``ChaosWorld.run_until_idle`` watches
         self.deaths: list[str] = []
-        self._landing: str | None = None
+        self.killed: list[str] = []  # the writes the deaths were at, ``patch machines/scale``
+        self._landing: tuple[str, str] | None = None
 
     def choose(self, index: int, what: str) -> When | None:
         """Whether the process dies at write ``index`` (``what``: ``patch machines``)."""
@@ -88,18 +89,19 @@ class KillSwitch:
         self.writes += 1
         when = self.choose(index, what)
         if when == "after":
-            self._landing = f"after write #{index} ({what})"
+            self._landing = (f"after write #{index} ({what})", what)
         elif when == "before":
-            self._die(f"before write #{index} ({what})")
+            self._die(f"before write #{index} ({what})", what)
 
     def landed(self) -> None:
         """The write sent last has been answered; may kill the process before it hears."""
         landing, self._landing = self._landing, None
         if landing is not None:
-            self._die(landing)
+            self._die(*landing)
 
-    def _die(self, where: str) -> None:
+    def _die(self, where: str, what: str) -> None:
         self.deaths.append(where)
+        self.killed.append(what)
         raise ProcessDied(where)
 
 
