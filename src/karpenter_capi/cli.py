@@ -128,6 +128,13 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     simulate.add_argument("--seed", type=int, default=0, help="seed for generated names")
     simulate.add_argument(
+        "--check",
+        action="store_true",
+        help="at the end of a SCENARIO, check the invariants of a sound cluster (no leaked or "
+        "double-claimed Machine, no stuck NodeClaim, no pending pod the cluster could hold, ...) "
+        "and exit 1 on any violation",
+    )
+    simulate.add_argument(
         "--realtime",
         action="store_true",
         help="pace virtual time to wall time (1 virtual second per second), to watch the run "
@@ -350,6 +357,7 @@ def _run_named_scenario(args: argparse.Namespace, out: TextIO) -> int:
                 plugins=tuple(_plugin_names(args)),
                 on_cluster=on_cluster,
                 on_sample=progress,
+                check=args.check,
                 **pacing,
             )
         except AwsUnavailableError as exc:
@@ -365,7 +373,7 @@ def _run_named_scenario(args: argparse.Namespace, out: TextIO) -> int:
     finally:
         for front in fronts:
             front.close()
-    return 1 if result.errors else 0
+    return 1 if result.errors or result.violations else 0
 
 
 def _serving(args: argparse.Namespace, out: TextIO, fronts: list[Any]) -> Any:

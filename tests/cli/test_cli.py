@@ -231,6 +231,16 @@ def test_simulate_an_unknown_scenario_is_a_one_line_error(
     assert "shipped scenarios: " in err[0]
 
 
+def test_simulate_demo_by_name_says_to_use_the_demo_flag(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # demo.yaml sits with the scenarios but is the manifest file of ``simulate --demo``.
+    assert main(["simulate", "demo"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "run `karpenter-capi simulate --demo`" in err[0]
+
+
 @pytest.mark.parametrize(("level", "shown"), [(None, True), ("WARNING", False)])
 def test_run_logs_its_decisions_at_info_unless_told_otherwise(
     tmp_path: Path,

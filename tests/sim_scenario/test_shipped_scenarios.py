@@ -28,6 +28,7 @@ from karpenter_capi.core.kube.resources import (
 )
 from karpenter_capi.plugins.generic_capi.binding import ANNOTATION_SCALABLE_RESOURCE
 from karpenter_capi.sim.apiserver.server import InMemoryAPIServer
+from karpenter_capi.sim.invariants import check_invariants
 from karpenter_capi.sim.scenario import runner
 from karpenter_capi.sim.scenario.schema import Scenario, load_scenario, shipped_scenarios
 
@@ -185,6 +186,8 @@ def test_shipped_scenario_outcome(name: str, capture: list[InMemoryAPIServer]) -
     }
     empty = sorted(node for node in run.node_zones() if per_node[node] == 0 and node in dynamic)
     assert empty == []
+    # Nothing leaked, claimed twice or stuck, and no pending pod an existing node could hold.
+    assert [str(v) for v in check_invariants(run.server, clock=run.server.clock)] == []
 
 
 def test_kubeadm_reserved_nodes_keep_what_the_bootstrap_config_says_and_both_sides_agree(

@@ -95,6 +95,9 @@ class ScenarioResult:
     native_launch: dict[str, Any] = field(default_factory=dict)
     """``sim.scenario.aws.SimAws.figures`` for a scenario on the emulated AWS: fleet calls and
     the controller's Kubernetes writes per launched node; empty otherwise."""
+    violations: list[str] | None = None
+    """``sim.invariants`` violations at the end of the run (``simulate --check``); ``None`` when
+    not checked."""
 
     def to_json(self) -> dict[str, Any]:
         """The result with the field names ``simulate --json`` documents (snake_case)."""
@@ -123,6 +126,7 @@ class ScenarioResult:
             "launch_rounds": dict(self.launch_rounds),
             "controller_writes": dict(self.controller_writes),
             **({"native_launch": dict(self.native_launch)} if self.native_launch else {}),
+            **({} if self.violations is None else {"violations": list(self.violations)}),
         }
 
     def summary(self) -> str:

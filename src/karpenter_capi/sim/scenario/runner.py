@@ -47,6 +47,7 @@ from karpenter_capi.core.operator import Operator
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.apiserver.audit import AuditingClient, AuditLog
 from karpenter_capi.sim.apiserver.request_counts import WATCH_POLL
+from karpenter_capi.sim.invariants import check_invariants
 from karpenter_capi.sim.scenario.aws import SimAws, emulated_aws, substitute
 from karpenter_capi.sim.scenario.catalog import generate_catalog
 from karpenter_capi.sim.scenario.launches import LaunchRounds
@@ -258,6 +259,7 @@ def run(
     plugin_objects: Sequence[tuple[str, object]] | None = None,
     controller_client: Callable[[InMemoryAPIServer], KubeClient] | None = None,
     emulation: Mapping[str, Any] | None = None,
+    check: bool = False,
 ) -> ScenarioResult:
     """Run ``scenario`` for ``until`` virtual seconds and return its outcome.
 
@@ -268,8 +270,9 @@ def run(
     calling the server itself.
     ``emulation`` overrides ``EmulationSettings`` fields of the CAPI emulation (VM sizes a
     simulated Azure has no capacity for, ``azure_unavailable_sizes``), over what the scenario
-    sets. A scenario with ``azure:`` enables ``capz`` (besides ``plugins``) over the simulated
-    Azure of ``sim.azure``, unless ``plugin_objects`` is given.
+    sets. ``check`` checks ``sim.invariants`` on the cluster the run ends with (its
+    ``violations``). A scenario with ``azure:`` enables ``capz`` (besides ``plugins``) over
+    the simulated Azure of ``sim.azure``, unless ``plugin_objects`` is given.
 
     A scenario with ``infrastructure.aws`` runs against an emulated AWS (moto; see
     ``sim.scenario.aws``) with the ``generic_capi`` and ``capa`` plugins over it (unless
@@ -358,6 +361,11 @@ def run(
                     sample = observer.sample()
                     if on_sample is not None:
                         on_sample(sample)
+            violations = (
+                [str(v) for v in check_invariants(server, clock=clock, plugins=loaded)]
+                if check
+                else None
+            )
         api_requests = server.requests.since(requests_before)
         for verb, count in observer.own_requests.items():
             api_requests[verb] = api_requests.get(verb, 0) - count
@@ -396,4 +404,5 @@ def run(
             launch_rounds=launch_rounds.figures(),
             controller_writes=controller_writes(audit, launch_rounds.launched()),
             native_launch={} if aws is None else aws.figures(_writes(audit)),
+            violations=violations,
         )

@@ -305,6 +305,11 @@ def shipped_scenarios() -> list[str]:
 def load_scenario(name_or_path: str | Path) -> Scenario:
     """A shipped scenario by name (``basic-1000``), else a scenario file by path."""
     text_name = str(name_or_path)
+    if text_name == "demo":
+        raise ScenarioError(
+            text_name,
+            ["the demo is a manifest file, not a scenario: run `karpenter-capi simulate --demo`"],
+        )
     candidate = SHIPPED / f"{text_name}.yaml"
     if "/" not in text_name and not text_name.endswith((".yaml", ".yml")) and candidate.exists():
         path = candidate

@@ -79,6 +79,19 @@ def _polls(result: ScenarioResult) -> str:
     return f"\n(not counted: {result.watch_polls:,} watch polls, the stepped informers' drains)"
 
 
+def _violations(result: ScenarioResult, limit: int = 20) -> str:
+    """What ``simulate --check`` found (``sim.invariants``); nothing when not asked."""
+    if result.violations is None:
+        return ""
+    if not result.violations:
+        return "\ninvariants: all hold"
+    lines = [f"\ninvariants: {len(result.violations)} violation(s)"]
+    lines.extend(f"  {violation[: WIDTH - 2]}" for violation in result.violations[:limit])
+    if len(result.violations) > limit:
+        lines.append(f"  ... and {len(result.violations) - limit} more (--json lists them all)")
+    return "\n".join(lines)
+
+
 def _errors(result: ScenarioResult, limit: int = 20) -> str:
     if not result.errors:
         return "errors: none"
@@ -205,6 +218,6 @@ def render_summary(result: ScenarioResult) -> str:
         *filter(None, [_native_launch(result)]),
         _counts("disruptions by reason", result.disruptions, "reason"),
         _counts("API requests by verb", result.api_requests, "verb") + _polls(result),
-        _errors(result),
+        _errors(result) + _violations(result),
     ]
     return "\n\n".join(sections) + "\n"
