@@ -13,7 +13,7 @@ It prints the kill points tried (kills that happened), the violations found (goa
 NodeClaims and Machines created because of restarts (against the run without kills; negative
 when restarted controllers packed better than the baseline's batches) and the wall time.
 Figures, and exit status 1 when a violation was found (its seed, phase and kill points
-printed, which replay it).
+printed, which replay it). Each run is reported on stderr as it ends.
 
     .venv/bin/python benchmarks/chaos.py --chaos 50 [--pods 1000] [--seed 0]
         [--kills-per-run 5] [--phase NAME ...] [--json]
@@ -68,7 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.CRITICAL)
     selected = [p for p in phases(args.pods) if not args.phase or p.name in args.phase]
     report = run_chaos(
-        selected, kill_points=args.chaos, seed=args.seed, kills_per_trial=args.kills_per_run
+        selected,
+        kill_points=args.chaos,
+        seed=args.seed,
+        kills_per_trial=args.kills_per_run,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
     )
     if args.json:
         print(json.dumps(report.figures(), indent=2))

@@ -267,6 +267,7 @@ def run_phase(
     kill_points: int,
     kills_per_trial: int,
     settle_seconds: float = DEFAULT_SETTLE_SECONDS,
+    progress: Callable[[str], None] | None = None,
 ) -> PhaseReport:
     """The baseline of ``phase``, then trials of up to ``kills_per_trial`` kills each until
     ``kill_points`` kills have happened.
@@ -275,8 +276,9 @@ def run_phase(
     new process sees every pending pod at once and launches fewer, better packed nodes than
     the baseline's batches, which it then has no need to consolidate); the next trials make up
     for them. Trials stop at three times the number the points would need, so a phase that
-    stopped writing cannot loop forever.
+    stopped writing cannot loop forever. ``progress`` is told about each run as it ends.
     """
+    say = progress or (lambda _: None)
     fork = hasattr(os, "fork")
     prepared = _prepare(phase, seed) if fork else None
 
@@ -286,6 +288,9 @@ def run_phase(
         return _isolated(lambda: _act(prepared, phase, points, settle_seconds))
 
     baseline = outcome([])
+    say(
+        f"{phase.name}: baseline {baseline.writes} writes, {baseline.nodeclaims_created} NodeClaims"
+    )
     report = PhaseReport(
         phase.name,
         _pods(phase),
@@ -303,7 +308,12 @@ def run_phase(
         rng = random.Random(f"{seed}/{phase.name}/{number}")
         wanted = min(kills_per_trial, kill_points - report.kill_points_tried)
         points = pick_points(rng, baseline.writes, wanted)
-        report.trials.append(_trial(phase, seed, number, points, outcome(points)))
+        trial = _trial(phase, seed, number, points, outcome(points))
+        report.trials.append(trial)
+        say(
+            f"{phase.name}: trial {number}, {len(trial.deaths)} kills, "
+            f"{'sound' if trial.ok else 'VIOLATIONS'}, {trial.nodeclaims_created} NodeClaims"
+        )
         number += 1
     return report
 
@@ -330,6 +340,7 @@ def run_chaos(
     seed: int = 0,
     kills_per_trial: int = 5,
     settle_seconds: float = DEFAULT_SETTLE_SECONDS,
+    progress: Callable[[str], None] | None = None,
 ) -> ChaosReport:
     """``kill_points`` kills spread evenly over ``phases`` (the first phases take the
     remainder), ``kills_per_trial`` at most in one rerun."""
@@ -342,6 +353,7 @@ def run_chaos(
             kill_points=share + (1 if index < extra else 0),
             kills_per_trial=kills_per_trial,
             settle_seconds=settle_seconds,
+            progress=progress,
         )
         for index, phase in enumerate(phases)
     ]
