@@ -54,6 +54,27 @@ def _scaled(scenario: Scenario, pods: int) -> Scenario:
     return scenario.model_copy(update={"workloads": workloads, "timeline": timeline})
 
 
+# The default budget (10% of a NodePool's nodes) lets a small cluster disrupt one node at a
+# time, which rules out merging several; the user lifts it for the scale-down.
+_ALL_AT_ONCE = TimelineAction(
+    at=0,
+    action="patch",
+    kind="NodePool",
+    target="*",
+    patch={"spec": {"disruption": {"budgets": [{"nodes": "100%"}]}}},
+)
+
+
+def _small_nodes(scenario: Scenario) -> Scenario:
+    """``scenario`` with only its 2- and 4-CPU types, so that even a few pods fill several
+    nodes and thinning them leaves several half-empty nodes to merge."""
+    catalog = scenario.infrastructure.catalog
+    assert catalog is not None
+    small = catalog.model_copy(update={"cpus": [c for c in catalog.cpus if c <= 4]})
+    infrastructure = scenario.infrastructure.model_copy(update={"catalog": small})
+    return scenario.model_copy(update={"infrastructure": infrastructure})
+
+
 def _scale(workload: str, replicas: int) -> TimelineAction:
     return TimelineAction(at=0, action="scale", target=workload, replicas=replicas)
 
@@ -63,7 +84,7 @@ def phases(pods: int = SMALL_PODS) -> list[Phase]:
     grow = _scaled(load_scenario("scale-from-zero"), pods)
     replicas = {w.name: w.replicas for w in grow.workloads}
     drift = _scaled(load_scenario("drift"), pods)
-    merge = _scaled(load_scenario("consolidation"), pods)
+    merge = _small_nodes(_scaled(load_scenario("consolidation"), pods))
     merged = {w.name: max(1, w.replicas // 5) for w in merge.workloads}
     return [
         # Pods on an empty cluster: NodeClaims created, MachineDeployments scaled, Machines
@@ -82,12 +103,13 @@ def phases(pods: int = SMALL_PODS) -> list[Phase]:
         Phase(
             "drift", drift, 600.0, tuple(a for a in drift.timeline if a.action == "patch"), 900.0
         ),
-        # Most pods go at once, spread over every node: several nodes merged into fewer.
+        # The budget lifted, most pods go at once, spread over every (small) node: several
+        # nodes merged into fewer.
         Phase(
             "multi-node-consolidation",
             merge,
             600.0,
-            tuple(_scale(name, n) for name, n in merged.items()),
+            (_ALL_AT_ONCE, *(_scale(name, n) for name, n in merged.items())),
             900.0,
         ),
     ]
