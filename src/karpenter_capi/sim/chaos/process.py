@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from karpenter_capi.core.api.crds import generate_crds
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.disruption.candidates import condition_true
 from karpenter_capi.core.kube.client import JsonObject, PatchType, Preconditions, PropagationPolicy
@@ -239,8 +240,6 @@ class ChaosWorld:
         emulation: Mapping[str, Any] | None = None,
         aws_values: Mapping[str, str] | None = None,
     ) -> None:
-        from karpenter_capi.core.api.crds import generate_crds
-
         random.seed(seed)
         self.scenario = scenario
         self.seed = seed
