@@ -13,7 +13,14 @@ the procedure: count a phase's writes once, pick kill points uniformly among the
 the kills, settle and check.
 """
 
-from karpenter_capi.sim.chaos.driver import ChaosReport, PhaseReport, Trial, run_chaos, run_phase
+from karpenter_capi.sim.chaos.driver import (
+    ChaosReport,
+    PhaseReport,
+    Trial,
+    run_chaos,
+    run_phase,
+    run_trial,
+)
 from karpenter_capi.sim.chaos.phases import PHASES, Phase, phases
 from karpenter_capi.sim.chaos.process import (
     ChaosWorld,
@@ -41,4 +48,5 @@ __all__ = [
     "phases",
     "run_chaos",
     "run_phase",
+    "run_trial",
 ]

@@ -333,6 +333,18 @@ def _trial(phase: Phase, seed: int, number: int, points: list[KillPoint], run: _
     )
 
 
+def run_trial(
+    phase: Phase,
+    *,
+    seed: int,
+    points: list[KillPoint],
+    settle_seconds: float = DEFAULT_SETTLE_SECONDS,
+) -> Trial:
+    """One trial with given kill points (a failure's, to replay it), in this process."""
+    run = _act(_prepare(phase, seed), phase, points, settle_seconds)
+    return _trial(phase, seed, 0, points, run)
+
+
 def run_chaos(
     phases: list[Phase],
     *,
