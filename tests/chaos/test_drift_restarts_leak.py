@@ -4,11 +4,9 @@ Nodes (``unclaimed-node``).
 
 Found by ``benchmarks/chaos.py --chaos 30 --pods 200 --phase drift --kills-per-run 10`` (seed
 0): 3 of its 4 reruns ended with 1 to 4 such Machines; every single kill tried alone, and every
-rerun at 16 or 50 pods, ended sound. This is the first of those reruns. The simulation at this
-size is not reproducible to the write across processes (the baseline's write count varies
-between invocations), so the kill points land on nearby writes rather than the very same ones;
-the failure has reproduced each time so far. Kept as a known failure until the launch/binding
-path is fixed: it then passes, and the mark goes.
+rerun at 16 or 50 pods, ended sound. This is the first of those reruns; alone (about 20 s on
+a quiet machine) it ends with the same four Machines leaked. Kept as a known failure until the
+launch/binding path is fixed: it then passes, and the mark goes.
 """
 
 from __future__ import annotations
