@@ -8,13 +8,14 @@ decides before every write the controller makes, to Kubernetes (create, update, 
 before the write or after it with the answer lost) or to EC2 (launch template writes,
 CreateFleet, TerminateInstances, and right after CreateFleet returned), whether the process dies
 there; a dead operator is replaced by a new one with nothing in memory (plugin caches, intents,
-informers). The emulated cluster around it never dies. Pods come, shrink (consolidation replaces
-a node) and go (empty nodes are deleted); then the reaper stops and the cluster settles.
+informers). The emulated cluster around it never dies. Pods come, shrink (consolidation
+replaces a node) and go (empty nodes are deleted); then the reaper stops and the cluster
+settles. ``sim.chaos`` is the harness (the dying client, the world that restarts the
+operator); the reaper is this test's kill policy.
 """
 
 from __future__ import annotations
 
-import logging
 import random
 from collections import Counter
 from collections.abc import Iterator
@@ -22,23 +23,14 @@ from typing import Any
 
 import pytest
 
-from karpenter_capi.core.api.crds import generate_crds
-from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube.resources import DEPLOYMENTS, NODECLAIMS, PODS
-from karpenter_capi.core.operator import Operator, OperatorOptions
-from karpenter_capi.core.plugins import PluginEnvironment, Plugins
-from karpenter_capi.core.runtime.stepped import SteppedDriver
 from karpenter_capi.plugins.capa.adopt import aws_machines
 from karpenter_capi.plugins.capa.plugin import CapaPlugin
 from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
-from karpenter_capi.sim.apiserver import InMemoryAPIServer
-from karpenter_capi.sim.capi import add_capi_emulation
 from karpenter_capi.sim.capi.objects import capi_resources
-from karpenter_capi.sim.scenario.aws import SimAws, emulated_aws, substitute
-from karpenter_capi.sim.scenario.runner import deployment
+from karpenter_capi.sim.chaos import ChaosWorld, KillSwitch, When
+from karpenter_capi.sim.scenario.aws import SimAws, emulated_aws
 from karpenter_capi.sim.scenario.schema import load_scenario
-from karpenter_capi.sim.scheduler import SimScheduler
-from karpenter_capi.sim.workloads import add_workload_emulation
 
 pytest.importorskip("moto")
 
@@ -53,53 +45,28 @@ _EC2_WRITES = (
 )
 
 
-class Killed(BaseException):
-    """The operator process died (a BaseException: no controller's error handling sees it)."""
-
-
-class Reaper:
-    """Decides, write by write, whether the operator dies there (seeded, at most ``limit``)."""
+class Reaper(KillSwitch):
+    """Decides, write by write, whether the operator dies there (seeded, at most ``limit``):
+    before a write or after it (the answer lost). EC2 writes (CamelCase operations) are few,
+    one Fleet call a node, and get a higher rate."""
 
     def __init__(self, seed: int, rate: float, ec2_rate: float, limit: int) -> None:
+        super().__init__()
+        self.counting = True
         self.rand = random.Random(seed)
         self.rate = rate
         self.ec2_rate = ec2_rate
         self.limit = limit
-        self.kills: Counter[str] = Counter()
-        self.armed = True
 
-    def step(self, what: str, *, ec2: bool = False) -> bool:
-        """True: die (the caller raises ``Killed`` where the process would stop). EC2 writes
-        are few (one Fleet call a node) and get a higher rate."""
-        if not self.armed or sum(self.kills.values()) >= self.limit:
-            return False
-        if self.rand.random() < (self.ec2_rate if ec2 else self.rate):
-            self.kills[what] += 1
-            return True
-        return False
-
-
-class DyingClient:
-    """The operator's client: before or after (answer lost) a write, the process may die."""
-
-    def __init__(self, inner: InMemoryAPIServer, reaper: Reaper) -> None:
-        self._inner = inner
-        self._reaper = reaper
-
-    def __getattr__(self, name: str) -> Any:
-        target = getattr(self._inner, name)
-        if name not in ("create", "update", "patch", "delete", "evict"):
-            return target
-
-        def write(*args: Any, **kwargs: Any) -> Any:
-            if self._reaper.step(f"before {name}"):
-                raise Killed(name)
-            result = target(*args, **kwargs)
-            if self._reaper.step(f"after {name}"):
-                raise Killed(name)
-            return result
-
-        return write
+    def choose(self, index: int, what: str) -> When | None:
+        if len(self.deaths) >= self.limit:
+            return None
+        rate = self.ec2_rate if what[:1].isupper() else self.rate
+        if self.rand.random() < rate:
+            return "before"
+        if self.rand.random() < rate:
+            return "after"
+        return None
 
 
 _CATALOG_READS = ("DescribeInstanceTypes", "DescribeInstanceTypeOfferings")
@@ -129,90 +96,40 @@ def memoize_catalog(client: Any) -> None:
         client.meta.events.register(f"after-call.ec2.{operation}", after)
 
 
-class World:
+class World(ChaosWorld):
+    """The aws-fleet scenario's cluster, with its Deployments at 0 until ``scale``d; EC2's
+    writes pass the reaper too (before the call, and after it returned)."""
+
     def __init__(self, aws: SimAws, reaper: Reaper) -> None:
-        self.aws = aws
-        self.reaper = reaper
-        self.clock = FakeClock()
-        self.server = InMemoryAPIServer(clock=self.clock, random_seed=0)
-        self.server.apply_manifests(generate_crds())
-        self.server.register_cluster_api()
         scenario = load_scenario("aws-fleet")
-        manifests = scenario.infrastructure.manifests or []
-        self.server.apply_manifests([substitute(dict(m), aws.values) for m in manifests])
-        self.workloads = {w.name: w for w in scenario.workloads}
+        idle = [w.model_copy(update={"replicas": 0}) for w in scenario.workloads]
+        super().__init__(
+            scenario.model_copy(update={"workloads": idle, "timeline": []}),
+            switch=reaper,
+            plugin_objects=lambda: [
+                ("generic_capi", GenericCapiPlugin),
+                ("capa", CapaPlugin(aws, background_refresh=False)),
+            ],
+            emulation={"kubeadm_bootstrap": True, "aws_ec2": aws.emulation_ec2},
+            aws_values=aws.values,
+        )
         memoize_catalog(aws.ec2(aws.region))
         events = aws.ec2(aws.region).meta.events
         for operation in _EC2_WRITES:
             events.register(f"before-call.ec2.{operation}", self._ec2_write(operation))
-        events.register("after-call.ec2.CreateFleet", self._ec2_write("after CreateFleet"))
-        self.restarts = 0
-        self.driver = self._start()
+            events.register(f"after-call.ec2.{operation}", self._ec2_landed)
 
-    def _ec2_write(self, what: str) -> Any:
+    def _ec2_write(self, operation: str) -> Any:
         def handler(**_: Any) -> None:
-            if self.reaper.step(what, ec2=True):
-                raise Killed(what)
+            self.switch.write(operation)
 
         return handler
 
-    def _start(self) -> SteppedDriver:
-        """A new operator process over the same API and EC2, nothing in memory."""
-        client: Any = DyingClient(self.server, self.reaper)
-        environment = PluginEnvironment(
-            workload=client,
-            management=client,
-            clock=self.clock,
-            logger=logging.getLogger("karpenter_capi.plugins"),
-        )
-        plugins = Plugins.from_objects(
-            [
-                ("generic_capi", GenericCapiPlugin),
-                ("capa", CapaPlugin(self.aws, background_refresh=False)),
-            ],
-            environment,
-        )
-        operator = Operator(
-            client, client, plugins, self.clock, OperatorOptions(leader_elect=False)
-        )
-        # The emulated cluster around the operator writes to the API itself: it never dies.
-        operator.manager.client = operator.manager.management = self.server
-        add_capi_emulation(
-            operator.manager,
-            nodes=True,
-            kubeadm_bootstrap=True,
-            aws_ec2=self.aws.emulation_ec2,
-        )
-        add_workload_emulation(operator.manager)
-        operator.manager.add(SimScheduler(self.server, operator.manager, self.clock))
-        return operator.stepped()
-
-    def _survive(self, action: Any) -> None:
-        for _ in range(50):
-            try:
-                action()
-                return
-            except Killed:
-                self.restarts += 1
-                self.driver = self._start()
-        raise AssertionError("the operator kept dying")
-
-    def settle(self) -> None:
-        self._survive(self.driver.run_until_quiet)
-
-    def advance(self, seconds: float, step: float = 5) -> None:
-        target = self.clock.monotonic() + seconds
-        while self.clock.monotonic() < target:
-            self._survive(lambda: self.driver.advance(step))
+    def _ec2_landed(self, **_: Any) -> None:
+        self.switch.landed()
 
     def scale(self, name: str, replicas: int) -> None:
-        workload = self.workloads[name]
-        try:
-            self.server.patch(
-                DEPLOYMENTS, name, {"spec": {"replicas": replicas}}, workload.namespace
-            )
-        except Exception:
-            self.server.apply_manifests([deployment(workload, replicas)])
+        self.server.patch(DEPLOYMENTS, name, {"spec": {"replicas": replicas}}, "default")
         self.settle()
 
 
@@ -241,8 +158,8 @@ def test_killed_between_writes_the_operator_launches_once_and_leaks_nothing(
     world.advance(180)
     world.scale("batch", 0)  # empty spot nodes are deleted
     world.advance(120)
-    reaper.armed = False
-    assert world.restarts == sum(reaper.kills.values()) > 0
+    reaper.counting = False
+    assert world.restarts == len(reaper.deaths) > 0
     world.advance(600)  # settle: registration timeouts, garbage collection, consolidation
 
     server = world.server

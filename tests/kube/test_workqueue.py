@@ -261,3 +261,29 @@ def test_concurrent_workers_never_hold_one_key_at_once_and_miss_no_final_add() -
     assert overlaps == []
     # Every key was reconciled after its last change: nothing was lost to deduplication.
     assert versions_seen == dict.fromkeys(keys, 199)
+
+
+def test_a_cancelled_timer_never_fires_and_leaves_nothing_behind() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[str] = WorkQueue(clock)
+    for n in range(200):
+        queue.add_after(f"nodeclaim-{n}", 5 * 3600)
+    queue.add_after("kept", 5 * 3600)
+    for n in range(200):
+        queue.cancel_later(f"nodeclaim-{n}")
+    assert queue.waiting() == 1
+    # The heap is rebuilt once stale entries dominate: memory follows the live timers.
+    assert len(queue._heap) <= 2 * queue.waiting() + 16
+    clock.advance(5 * 3600)
+    assert drain(queue) == ["kept"]
+
+
+def test_rescheduling_a_key_earlier_again_and_again_keeps_the_heap_bounded() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[str] = WorkQueue(clock)
+    for n in range(1000):
+        queue.add_after("a", 10_000 - n)
+    assert queue.waiting() == 1
+    assert len(queue._heap) <= 2 * queue.waiting() + 16
+    clock.advance(10_000 - 999)
+    assert drain(queue) == ["a"]

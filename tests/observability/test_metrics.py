@@ -294,3 +294,17 @@ def test_render_has_no_created_series(metrics: Metrics) -> None:
 
     assert not [s.name for s in samples(metrics) if s.name.endswith("_created")]
     assert "# TYPE karpenter_nodeclaims_created_total counter" in text
+
+
+def test_an_unscraped_summary_keeps_only_its_window_of_observations(
+    metrics: Metrics, clock: FakeClock
+) -> None:
+    # A day of pods starting, one a minute, and nothing scraping: the quantile window is ten
+    # minutes, so that is all that may be kept, not the last 4,096 observations.
+    for _ in range(24 * 60):
+        metrics.observe_pod_startup(5.0)
+        clock.advance(60)
+    kept = sum(len(window._recent) for window in metrics._pods_startup_duration._series.values())
+    assert kept <= 11
+    name = "karpenter_pods_startup_duration_seconds"
+    assert value(metrics, name + "_count") == 24 * 60

@@ -11,6 +11,7 @@ from runtime_toys import Failing, Scripted, Ticker, configmap
 
 from karpenter_capi.core.clock import FakeClock, SystemClock
 from karpenter_capi.core.kube.client import KubeClient
+from karpenter_capi.core.kube.errors import NotFound
 from karpenter_capi.core.kube.resources import CONFIGMAPS, NODES
 from karpenter_capi.core.runtime.controller import DONE, WORKLOAD, Key, Result
 from karpenter_capi.core.runtime.manager import Manager
@@ -242,3 +243,33 @@ def test_keys_can_be_enqueued_by_hand(api: InMemoryAPIServer, clock: FakeClock) 
     driver.manager.enqueue("scripted", "default/missing")
     assert driver.run_until_quiet() == 1
     assert [key for key, _ in controller.calls] == ["default/missing"]
+
+
+def test_a_deleted_objects_pending_requeue_is_dropped_not_held_until_it_fires(
+    api: InMemoryAPIServer, clock: FakeClock
+) -> None:
+    # An expiry-like controller: every live object is looked at again in five hours. Objects
+    # come and go all day; the timers of those gone must not pile up until they fire.
+    def behaviour(key: Key, call: int) -> Result:
+        namespace, name = key.split("/")
+        try:
+            api.get(CONFIGMAPS, name, namespace)
+        except NotFound:
+            return DONE
+        return Result(requeue_after=5 * 3600)
+
+    controller = Scripted(clock, behaviour=behaviour)
+    driver = driver_for(api, clock, controller)
+    queue = driver.manager.queue("scripted")
+    for n in range(50):
+        api.create(CONFIGMAPS, configmap(f"cm-{n}", {}), "default")
+        driver.advance(60)
+        api.delete(CONFIGMAPS, f"cm-{n}", "default")
+        driver.advance(60)
+    api.create(CONFIGMAPS, configmap("alive", {}), "default")
+    driver.run_until_quiet()
+    assert queue.waiting() == 1  # only the live object's timer
+    reconciles = len(controller.calls)
+    driver.advance(5 * 3600)
+    # The live object is looked at again on time; nothing wakes for the 50 deleted ones.
+    assert [key for key, _ in controller.calls[reconciles:]] == ["default/alive"]

@@ -200,50 +200,50 @@ def test_merged_requirements_intersect_shared_keys_and_keep_the_rest() -> None:
     assert nodepool[ARCH].values == frozenset({"amd64", "arm64"})
 
 
-def test_intersects_names_the_conflicting_key() -> None:
+def test_conflict_with_names_the_conflicting_key() -> None:
     nodepool = reqs((ARCH, "In", "amd64"))
-    reason = nodepool.intersects(reqs((ARCH, "In", "arm64")))
-    assert reason is not None
-    assert ARCH in reason
-    # A key only one side mentions is no conflict for intersects().
-    assert nodepool.intersects(reqs((TEAM, "In", "ml"))) is None
+    refusal = nodepool.conflict_with(reqs((ARCH, "In", "arm64")))
+    assert refusal is not None
+    assert refusal.reason == f"{ARCH} In [amd64] conflicts with {ARCH} In [arm64]"
+    # A key only one side mentions is no conflict for conflict_with().
+    assert nodepool.conflict_with(reqs((TEAM, "In", "ml"))) is None
 
 
 def test_a_pod_may_require_a_well_known_label_the_nodepool_leaves_open() -> None:
     nodepool = reqs((ARCH, "In", "amd64"))
     for key in (ZONE, REGION, INSTANCE_TYPE, "karpenter.sh/capacity-type", "kubernetes.io/os"):
-        assert nodepool.compatible(reqs((key, "In", "anything"))) is None
+        assert nodepool.incompatibility(reqs((key, "In", "anything"))) is None
 
 
 def test_a_pod_may_not_require_a_custom_label_the_nodepool_does_not_promise() -> None:
     nodepool = reqs((ARCH, "In", "amd64"))
-    reason = nodepool.compatible(reqs((TEAM, "In", "ml")))
-    assert reason is not None
-    assert TEAM in reason
-    assert nodepool.compatible(reqs((TEAM, "Exists"))) is not None
-    assert nodepool.compatible(reqs((GEN, "Gt", "3"))) is not None
+    refusal = nodepool.incompatibility(reqs((TEAM, "In", "ml")))
+    assert refusal is not None
+    assert refusal.reason == f"label {TEAM} is not defined by the NodePool ({TEAM} In [ml])"
+    assert nodepool.incompatibility(reqs((TEAM, "Exists"))) is not None
+    assert nodepool.incompatibility(reqs((GEN, "Gt", "3"))) is not None
 
 
 def test_a_pod_may_exclude_a_custom_label_the_nodepool_does_not_mention() -> None:
     nodepool = reqs((ARCH, "In", "amd64"))
-    assert nodepool.compatible(reqs((TEAM, "NotIn", "ml"))) is None
-    assert nodepool.compatible(reqs((TEAM, "DoesNotExist"))) is None
+    assert nodepool.incompatibility(reqs((TEAM, "NotIn", "ml"))) is None
+    assert nodepool.incompatibility(reqs((TEAM, "DoesNotExist"))) is None
 
 
 def test_a_custom_label_the_nodepool_defines_must_intersect() -> None:
     nodepool = reqs((TEAM, "In", "ml", "web"))
-    assert nodepool.compatible(reqs((TEAM, "In", "ml"))) is None
-    assert nodepool.compatible(reqs((TEAM, "In", "batch"))) is not None
+    assert nodepool.incompatibility(reqs((TEAM, "In", "ml"))) is None
+    assert nodepool.incompatibility(reqs((TEAM, "In", "batch"))) is not None
 
 
 def test_the_undefined_allowance_can_be_narrowed() -> None:
     nodepool = reqs((ARCH, "In", "amd64"))
-    assert nodepool.compatible(reqs((ZONE, "In", "a")), undefined=frozenset()) is not None
+    assert nodepool.incompatibility(reqs((ZONE, "In", "a")), undefined=frozenset()) is not None
 
 
 def test_a_well_known_label_the_nodepool_pins_must_still_intersect() -> None:
     nodepool = reqs((ZONE, "In", "zone-a"))
-    assert nodepool.compatible(reqs((ZONE, "In", "zone-b"))) is not None
+    assert nodepool.incompatibility(reqs((ZONE, "In", "zone-b"))) is not None
 
 
 def test_satisfied_by_checks_a_node_label_set() -> None:
@@ -266,8 +266,8 @@ def test_min_values_fails_when_too_few_values_remain() -> None:
     narrowed = nodepool.merged(reqs((INSTANCE_TYPE, "NotIn", "c5.large")))
     problem = narrowed.min_values_problem(offered)
     assert problem is not None
-    assert "minValues 3" in problem
-    assert "2 value(s)" in problem
+    assert "minValues 3" in problem.reason
+    assert "2 value(s)" in problem.reason
 
 
 def test_min_values_counts_only_values_the_requirement_allows() -> None:
@@ -288,8 +288,8 @@ def test_beta_arch_is_the_arch_label() -> None:
     pod = Requirements.from_labels({"beta.kubernetes.io/arch": "arm64"})
     assert set(pod) == {ARCH}
     nodepool = reqs((ARCH, "In", "amd64"))
-    assert nodepool.compatible(pod) is not None
-    assert reqs((ARCH, "In", "arm64")).compatible(pod) is None
+    assert nodepool.incompatibility(pod) is not None
+    assert reqs((ARCH, "In", "arm64")).incompatibility(pod) is None
 
 
 def test_failure_domain_zone_is_the_topology_zone_label() -> None:
@@ -305,7 +305,7 @@ def test_failure_domain_zone_is_the_topology_zone_label() -> None:
     assert pod.labels() == {ZONE: "zone-a"}
     both = pod.merged(reqs((ZONE, "In", "zone-a", "zone-b")))
     assert both.labels() == {ZONE: "zone-a"}
-    assert reqs((ZONE, "In", "zone-b")).compatible(pod) is not None
+    assert reqs((ZONE, "In", "zone-b")).incompatibility(pod) is not None
 
 
 # --- a pod's node selector terms ----------------------------------------------------------------
@@ -368,7 +368,7 @@ def test_a_node_selector_conflicting_with_a_term_leaves_an_empty_alternative() -
     pod = node_affinity_pod([term((ARCH, "In", "arm64"))], node_selector={ARCH: "amd64"})
     [alternative] = node_selector_terms(pod)
     assert alternative[ARCH].is_empty()
-    assert reqs((ARCH, "In", "amd64", "arm64")).compatible(alternative) is not None
+    assert reqs((ARCH, "In", "amd64", "arm64")).incompatibility(alternative) is not None
 
 
 def test_an_empty_term_selects_no_node() -> None:

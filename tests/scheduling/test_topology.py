@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.scheduling.refusal import Refusal
 from karpenter_capi.core.scheduling.requirements import (
     EMPTY,
     Requirement,
@@ -91,14 +92,14 @@ def allowed(
     topology: Topology, pod: Mapping[str, Any], node_requirements: Requirements, key: str = ZONE
 ) -> set[str]:
     narrowed = topology.add_requirements(pod, pod_requirements(pod), node_requirements)
-    assert not isinstance(narrowed, str), narrowed
+    assert isinstance(narrowed, Requirements), narrowed
     return set(narrowed[key].values)
 
 
 def place(topology: Topology, pod: Mapping[str, Any], node_requirements: Requirements) -> str:
     """Narrow, pin the alphabetically first zone left (the solver would pick by price), record."""
     narrowed = topology.add_requirements(pod, pod_requirements(pod), node_requirements)
-    assert not isinstance(narrowed, str), narrowed
+    assert isinstance(narrowed, Requirements), narrowed
     zone = min(narrowed[ZONE].values)
     topology.record(pod, narrowed.with_requirement(Requirement.new(ZONE, "In", [zone])))
     return zone
@@ -106,8 +107,8 @@ def place(topology: Topology, pod: Mapping[str, Any], node_requirements: Require
 
 def refused(topology: Topology, pod: Mapping[str, Any], node_requirements: Requirements) -> str:
     narrowed = topology.add_requirements(pod, pod_requirements(pod), node_requirements)
-    assert isinstance(narrowed, str), f"expected a refusal, got {narrowed}"
-    return narrowed
+    assert isinstance(narrowed, Refusal), f"expected a refusal, got {narrowed}"
+    return narrowed.reason
 
 
 def existing(
@@ -329,7 +330,7 @@ def test_own_constraints_pin_the_least_loaded_zone_and_inverse_ones_leave_a_set(
     assert allowed(topology, make_pod("w", spread=[spread(maxSkew=2)]), claim()) == {"c"}
     # With no zone requirement at all the pod still gets one, so record can count it.
     narrowed = topology.add_requirements(make_pod("w", spread=[spread()]), Requirements(), EMPTY)
-    assert not isinstance(narrowed, str)
+    assert isinstance(narrowed, Requirements)
     assert narrowed.label_value(ZONE) == "c"
     # Narrowing that only comes from another pod's anti-affinity is left for the solver.
     topology.record(guard, claim(["a"]))
@@ -533,3 +534,58 @@ def test_a_pod_changed_in_place_is_reread_after_forget() -> None:
     pod["spec"]["topologySpreadConstraints"] = [spread()]
     topology.forget(pod)
     refused(topology, pod, claim(["a"]))
+
+
+# --- what a refusal says about the rest of the solve --------------------------------------------
+
+
+def refusal(topology: Topology, pod: Mapping[str, Any], node_requirements: Requirements) -> Refusal:
+    narrowed = topology.add_requirements(
+        pod, pod_requirements(pod), node_requirements, explain=False
+    )
+    assert isinstance(narrowed, Refusal), f"expected a refusal, got {narrowed}"
+    return narrowed
+
+
+def test_a_hostname_anti_affinity_refusal_lasts_for_the_rest_of_the_solve() -> None:
+    pods = [make_pod(f"web-{i}", anti=[term(HOST)]) for i in range(2)]
+    topology = Topology(domains={ZONE: ZONES}, existing_pods=[], pending_pods=pods)
+    node_requirements = claim(["a"], hostname="claim-0")
+    topology.register_domain(HOST, "claim-0")
+    topology.record(pods[0], node_requirements)
+    verdict = refusal(topology, pods[1], node_requirements)
+    # The flags survive the reason: the solver relies on them to stop offering this claim.
+    assert (verdict.permanent, verdict.local) == (True, True)
+    assert verdict.reason == "topology constraint not satisfied (details omitted)"
+
+
+def test_a_zonal_spread_refusal_may_change_as_other_pods_land() -> None:
+    topology = Topology(
+        domains={ZONE: ZONES},
+        existing_pods=existing([("old-1", node("n-a", "a"))]),
+        pending_pods=[],
+    )
+    verdict = refusal(topology, make_pod("web", spread=[spread()]), claim(["a"]))
+    assert (verdict.permanent, verdict.local) == (False, False)
+
+
+def test_a_permanent_refusal_is_always_local() -> None:
+    assert Refusal("taint", permanent=True).local
+    assert str(Refusal("no room")) == "no room"
+
+
+# --- nil and empty selectors --------------------------------------------------------------------
+
+
+def test_a_nil_spread_selector_selects_no_pod_and_an_empty_one_every_pod() -> None:
+    zone_a = node("n-a", "a")
+    topology = Topology(
+        domains={ZONE: ZONES},
+        existing_pods=existing([("old-1", zone_a), ("old-2", zone_a)]),
+        pending_pods=[],
+    )
+    nil = make_pod("web", spread=[{**spread(), "labelSelector": None}])
+    empty = make_pod("web", spread=[{**spread(), "labelSelector": {}}])
+    # nil counts no pod, so zone a holding two is no skew; {} counts both of them.
+    assert allowed(topology, nil, claim(["a"])) == {"a"}
+    assert "maxSkew 1" in refused(topology, empty, claim(["a"]))

@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube.errors import InternalError, NotFound, Timeout, TooManyRequests
 from karpenter_capi.core.kube.resources import CONFIGMAPS, MACHINES, PODS
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
@@ -184,6 +185,31 @@ def test_slow_reader_past_the_window_gets_410(apiserver: InMemoryAPIServer) -> N
     remaining = list(iterator)
     assert [e.type for e in remaining] == ["ERROR"]
     assert remaining[0].object["code"] == 410
+
+
+def test_periodic_compaction_keeps_minutes_of_history_and_410s_older_resumes() -> None:
+    clock = FakeClock()
+    apiserver = InMemoryAPIServer(clock=clock)
+    apiserver.set_compaction_interval(300)  # kube-apiserver's etcd compaction interval
+    apiserver.create(CONFIGMAPS, _configmap("a"))
+    at_a = apiserver.resource_version
+    clock.advance(301)
+    apiserver.create(CONFIGMAPS, _configmap("b"))  # compacts what came before the interval
+    at_b = apiserver.resource_version
+    clock.advance(301)
+    apiserver.create(CONFIGMAPS, _configmap("c"))  # compacts up to ``b``'s revision
+
+    def replay(since: str) -> list[str]:
+        events = apiserver.watch(CONFIGMAPS, resource_version=since, timeout_seconds=0)
+        return ["410" if e.type == "ERROR" else e.object["metadata"]["name"] for e in events]
+
+    assert replay(at_a) == ["410"]
+    assert replay(at_b) == ["c"]
+    # Without compaction, history is kept by count alone.
+    apiserver.set_compaction_interval(None)
+    clock.advance(3600)
+    apiserver.create(CONFIGMAPS, _configmap("d"))
+    assert replay(at_b) == ["c", "d"]
 
 
 def test_deleting_a_crd_ends_watches_of_its_resource(apiserver: InMemoryAPIServer) -> None:

@@ -138,3 +138,82 @@ def test_hostname_spread_puts_each_spread_pod_on_its_own_node() -> None:
     assert result.errors == []
     assert result.pods_pending == 0
     assert result.nodes >= 12
+
+
+def test_a_repeating_scale_takes_its_counts_in_turn_until_the_end() -> None:
+    text = BASE + (
+        "timeline:\n- {at: 2m, every: 5m, until: 22m, action: scale, target: web, "
+        "replicas: [4, 9, 1]}\n"
+    )
+    scenario = parse_scenario_text(text, "t.yaml")
+    actions = scenario.actions(3600)
+    assert [(a.at, a.count) for a in actions] == [
+        (120, 4),
+        (420, 9),
+        (720, 1),
+        (1020, 4),
+        (1320, 9),
+    ]
+    # The run's end cuts it too.
+    assert len(scenario.actions(500)) == 2
+
+
+def test_a_window_keeps_repetitions_to_part_of_every_period_and_counts_only_those() -> None:
+    text = BASE + (
+        "timeline:\n- {at: 0s, every: 10m, window: {first: 25m, of: 1h}, action: scale, "
+        "target: web, replicas: [1, 2, 3]}\n"
+    )
+    actions = parse_scenario_text(text, "t.yaml").actions(2 * 3600 - 1)
+    # :00 :10 :20 of each hour; the list goes round once an hour.
+    assert [(a.at / 60, a.count) for a in actions] == [
+        (0, 1),
+        (10, 2),
+        (20, 3),
+        (60, 1),
+        (70, 2),
+        (80, 3),
+    ]
+
+
+def test_a_repeating_patch_numbers_each_repetition() -> None:
+    text = BASE + (
+        "timeline:\n- {at: 1h, every: 6h, action: patch, kind: MachineDeployment, target: '*', "
+        "patch: {spec: {template: {spec: {version: 'v1.31.${n}'}}}}}\n"
+    )
+    actions = parse_scenario_text(text, "t.yaml").actions(24 * 3600)
+    versions = [a.patch["spec"]["template"]["spec"]["version"] for a in actions if a.patch]
+    assert versions == ["v1.31.1", "v1.31.2", "v1.31.3", "v1.31.4"]
+    assert [a.at / 3600 for a in actions] == [1, 7, 13, 19]
+
+
+def test_repetition_fields_need_every_and_sensible_durations() -> None:
+    listed = BASE + "timeline:\n- {at: 1m, action: scale, target: web, replicas: [1, 2]}\n"
+    assert any("need every" in p for p in _problems(listed))
+    backwards = BASE + (
+        "timeline:\n- {at: 1h, every: 5m, until: 30m, action: scale, target: web, replicas: 1}\n"
+    )
+    assert any("until comes before at" in p for p in _problems(backwards))
+    window = BASE + (
+        "timeline:\n- {at: 0s, every: 5m, window: {first: 2h, of: 1h}, action: scale, "
+        "target: web, replicas: 1}\n"
+    )
+    assert any(p.startswith("timeline[0].window") for p in _problems(window))
+    negative = BASE + (
+        "timeline:\n- {at: 0s, every: 5m, action: scale, target: web, replicas: [1, -2]}\n"
+    )
+    assert any("negative" in p for p in _problems(negative))
+
+
+def test_the_soak_day_scenario_asks_for_the_same_pods_at_every_hour_mark() -> None:
+    scenario = load_scenario("soak-day")
+    final: dict[str, int] = {w.name: w.replicas for w in scenario.workloads}
+    by_hour: list[dict[str, int]] = []
+    actions = scenario.actions(24 * 3600)
+    for hour in range(1, 25):
+        for action in actions:
+            if (hour - 1) * 3600 <= action.at < hour * 3600 and action.action == "scale":
+                final[action.target] = action.count or 0
+        by_hour.append(dict(final, report=0))
+    assert all(counts == by_hour[0] for counts in by_hour)
+    # Nothing happens in the last 20 minutes of any hour (the six-hourly drift falls at :05).
+    assert all(action.at % 3600 < 40 * 60 for action in actions)

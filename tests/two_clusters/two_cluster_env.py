@@ -20,7 +20,6 @@ management cluster would.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,15 +38,13 @@ from karpenter_capi.core.kube import (
     PODS,
     JsonObject,
     KubeClient,
-    Resource,
 )
 from karpenter_capi.core.kube.config import (
     add_cluster_arguments,
     cluster_config_from_args,
     connect_clusters,
 )
-from karpenter_capi.core.kube.errors import error_from_status
-from karpenter_capi.core.kube.official import OfficialClient, OfficialWatch
+from karpenter_capi.core.kube.official import OfficialClient
 from karpenter_capi.core.operator import Operator, OperatorOptions
 from karpenter_capi.core.plugins import PluginEnvironment, Plugins
 from karpenter_capi.core.runtime.stepped import SteppedDriver
@@ -206,64 +203,21 @@ def write_kubeconfig(path: Path, url: str, token: str, context: str) -> Path:
     return path
 
 
-class SteppedOfficialClient(OfficialClient):
-    """The official client, with the stepped driver's zero-timeout watches sent as such.
-
-    The stepped informers drain their watches with ``timeout_seconds=0`` ("deliver what is
-    queued, then end"), which the in-memory front honours; a real API server reads 0 as "its
-    default", so ``OfficialClient`` sends at least 1 s, and every informer step would wait a
-    wall second. Everything else (transport, credentials, errors) is the official client's.
-    """
-
-    def watch(
-        self,
-        resource: Resource,
-        namespace: str | None = None,
-        *,
-        resource_version: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        allow_bookmarks: bool = False,
-        timeout_seconds: float | None = None,
-    ) -> OfficialWatch:
-        if timeout_seconds != 0:
-            return super().watch(
-                resource,
-                namespace,
-                resource_version=resource_version,
-                label_selector=label_selector,
-                field_selector=field_selector,
-                allow_bookmarks=allow_bookmarks,
-                timeout_seconds=timeout_seconds,
-            )
-        query = [("watch", "1"), ("timeoutSeconds", "0")]
-        for key, value in (
-            ("resourceVersion", resource_version),
-            ("labelSelector", label_selector),
-            ("fieldSelector", field_selector),
-        ):
-            if value:
-                query.append((key, value))
-        if allow_bookmarks:
-            query.append(("allowWatchBookmarks", "true"))
-        path = resource.path(namespace if resource.namespaced else None)
-        response = self._send("GET", path, query=query, timeout=(5.0, 30.0))
-        if not 200 <= response.status < 300:
-            raise error_from_status(json.loads(response.data or b"{}"), response.status)
-        return OfficialWatch(response)
-
-
 def clients_from_command_line(
     argv: list[str], environ: dict[str, str]
-) -> tuple[SteppedOfficialClient, SteppedOfficialClient]:
-    """The clients ``karpenter-capi run`` would open for these flags and this environment
-    (as ``SteppedOfficialClient``s over the same official ``ApiClient``s)."""
+) -> tuple[OfficialClient, OfficialClient]:
+    """The clients ``karpenter-capi run`` would open for these flags and this environment,
+    over the same official ``ApiClient``s, with the stepped driver's zero-timeout watches sent
+    as such (``poll_watches``: the in-memory front answers them at once)."""
     parser = argparse.ArgumentParser()
     add_cluster_arguments(parser)
     workload, management = connect_clusters(
         cluster_config_from_args(parser.parse_args(argv), environ)
     )
-    return SteppedOfficialClient(workload.api_client), SteppedOfficialClient(management.api_client)
+    return (
+        OfficialClient(workload.api_client, poll_watches=True),
+        OfficialClient(management.api_client, poll_watches=True),
+    )
 
 
 def names(objects: list[JsonObject]) -> list[str]:

@@ -35,6 +35,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from karpenter_capi.core.clock import format_timestamp
+from karpenter_capi.core.kube.selectors import compile_parts
 
 QUANTITY_PATTERN = (
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
@@ -451,18 +452,6 @@ class LabelSelectorRequirement(KubeModel):
             )
         return self
 
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        present = self.key in labels
-        match self.operator:
-            case LabelSelectorOperator.IN:
-                return present and labels[self.key] in self.values
-            case LabelSelectorOperator.NOT_IN:
-                return not present or labels[self.key] not in self.values
-            case LabelSelectorOperator.EXISTS:
-                return present
-            case LabelSelectorOperator.DOES_NOT_EXIST:
-                return not present
-
 
 class LabelSelector(KubeModel):
     """A ``metav1.LabelSelector``. An empty selector matches everything, as in Kubernetes."""
@@ -478,9 +467,11 @@ class LabelSelector(KubeModel):
     """Label selector requirements; ANDed."""
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        if any(labels.get(k) != v for k, v in self.match_labels.items()):
-            return False
-        return all(expr.matches(labels) for expr in self.match_expressions)
+        """Kubernetes' semantics, by the one matcher core uses (:mod:`core.kube.selectors`)."""
+        return compile_parts(
+            self.match_labels,
+            ((e.key, e.operator.value, e.values) for e in self.match_expressions),
+        ).matches(labels)
 
 
 class TypedObject(KubeModel):

@@ -19,6 +19,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from karpenter_capi.core.kube.selectors import SelectorError, compile_parts
+
 
 def _quantity_text(raw: Any) -> Any:
     if isinstance(raw, int | float) and not isinstance(raw, bool):
@@ -130,24 +132,15 @@ class LabelSelectorView(View):
     match_expressions: tuple[LabelSelectorRequirementView, ...] = ()
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        """Kubernetes label-selector semantics; an unknown operator matches nothing."""
-        if any(labels.get(k) != v for k, v in self.match_labels.items()):
+        """Kubernetes label-selector semantics; a malformed selector (an unknown operator, say)
+        matches nothing, as kube-scheduler treats it."""
+        try:
+            selector = compile_parts(
+                self.match_labels, ((e.key, e.operator, e.values) for e in self.match_expressions)
+            )
+        except SelectorError:
             return False
-        for expr in self.match_expressions:
-            present = expr.key in labels
-            if expr.operator == "In":
-                ok = present and labels[expr.key] in expr.values
-            elif expr.operator == "NotIn":
-                ok = not present or labels[expr.key] not in expr.values
-            elif expr.operator == "Exists":
-                ok = present
-            elif expr.operator == "DoesNotExist":
-                ok = not present
-            else:
-                ok = False
-            if not ok:
-                return False
-        return True
+        return selector.matches(labels)
 
 
 class PodAffinityTermView(View):

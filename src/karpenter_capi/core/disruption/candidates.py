@@ -146,7 +146,7 @@ class DisruptionBudgetView:
         if self.selector is None or meta.get("namespace") != self.namespace:
             return False
         try:
-            return selector_matches(self.selector, meta.get("labels") or {})
+            return selector_matches(self.selector, meta.get("labels") or {}, nil_matches=False)
         except SelectorError:
             return False
 

@@ -80,7 +80,10 @@ DEFAULT_VALIDATION_DELAY: Final = 15.0
 DEFAULT_REPLACEMENT_TIMEOUT: Final = 600.0
 DEFAULT_NOMINATION_WINDOW: Final = 20.0
 """Upstream's: twice the batching window's maximum, so a pod still in a batch is covered."""
-HISTORY: Final = 100
+HISTORY: Final = 10
+"""Commands kept in ``history``. Each pins its candidates' pods, NodeClaims and NodePool models
+long after they are gone; a hundred of them was, after a few hours of churn, more memory than
+every other structure of the controller together (docs/reliability.md#a-day-of-churn)."""
 REPLACEMENT_GRACE: Final = 300.0
 DELETION_GRACE: Final = 60.0
 """How long a replacement stays protected after its command ends, while the moved pods land."""

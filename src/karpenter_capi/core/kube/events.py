@@ -50,6 +50,9 @@ class EventRecorder:
         self._clock = clock
         self._component = component
         self._recent: dict[tuple[str, str, str, str], _Recorded] = {}
+        # What an entry is remembered for: the repeat window, or the longest dedupe asked for.
+        self._horizon = max(_REPEAT_WINDOW, UNCONSOLIDATABLE_DEDUPE).total_seconds()
+        self._next_sweep: float | None = None
 
     def record(
         self,
@@ -71,6 +74,9 @@ class EventRecorder:
         key = (uid, event_type, reason, message)
         now = self._clock.now()
         stamp = format_timestamp(now)
+        if dedupe is not None:
+            self._horizon = max(self._horizon, dedupe.total_seconds())
+        self._sweep(now.timestamp())
         seen = self._recent.get(key)
         if (
             dedupe is not None
@@ -124,9 +130,12 @@ class EventRecorder:
         self._recent[key] = _Recorded(
             str(created["metadata"]["name"]), namespace, 1, now.timestamp()
         )
-        if len(self._recent) > 10_000:
-            self._forget_old(now.timestamp())
 
-    def _forget_old(self, now: float) -> None:
-        window = max(_REPEAT_WINDOW, UNCONSOLIDATABLE_DEDUPE).total_seconds()
-        self._recent = {k: v for k, v in self._recent.items() if now - v.last < window}
+    def _sweep(self, now: float) -> None:
+        # Every object the controller ever told something about has an entry (pods, nodes,
+        # NodeClaims long gone): forgetting those past the horizon once per horizon keeps the
+        # map to what the last two horizons said, at a cost of O(1) per record amortized.
+        if self._next_sweep is not None and now < self._next_sweep:
+            return
+        self._next_sweep = now + self._horizon
+        self._recent = {k: v for k, v in self._recent.items() if now - v.last < self._horizon}

@@ -190,8 +190,20 @@ class WorkQueue(Generic[K]):
             seq = next(self._seq)
             self._waiting[item] = (ready_at, seq)
             heapq.heappush(self._heap, (ready_at, seq, item))
+            if current is not None:
+                self._compact_timers_locked()
             # A blocked ``get`` may need to wake earlier than it planned to.
             self._cond.notify_all()
+
+    def cancel_later(self, item: K) -> None:
+        """Drop ``item``'s pending ``add_after``, if any (a key queued now stays queued).
+
+        For a key whose object is gone: a timer for it (an expiry hours away) would otherwise
+        be held until it fires, one per object ever seen, for nothing.
+        """
+        with self._cond:
+            if self._waiting.pop(item, None) is not None:
+                self._compact_timers_locked()
 
     def add_rate_limited(self, item: K, at_least: float = 0.0) -> None:
         """Retry ``item`` after the delay the rate limiter gives it, and no sooner than
@@ -339,6 +351,14 @@ class WorkQueue(Generic[K]):
             if self._waiting.get(item) == (ready_at, seq):
                 return
             heapq.heappop(self._heap)
+
+    def _compact_timers_locked(self) -> None:
+        # A rescheduled or cancelled timer leaves its heap entry behind, skipped when it comes
+        # up; a long delay (an expiry) would keep it for hours, so once stale entries are the
+        # majority the heap is rebuilt from the live ones: O(n), at most once per n changes.
+        if len(self._heap) > 2 * len(self._waiting) + 16:
+            self._heap = [(at, seq, item) for item, (at, seq) in self._waiting.items()]
+            heapq.heapify(self._heap)
 
     def _promote_due_locked(self) -> None:
         now = self._clock.monotonic()

@@ -108,7 +108,7 @@ def launchable_instance_types(
     result = []
     for instance_type in instance_types:
         type_requirements = Requirements.from_value_sets(instance_type.requirements)
-        if requirements.intersects(type_requirements) is not None:
+        if requirements.conflict_with(type_requirements) is not None:
             continue
         offerings = compatible_offerings(instance_type, requirements, available_only=available_only)
         if offerings:

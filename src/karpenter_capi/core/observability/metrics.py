@@ -591,6 +591,9 @@ class _WindowedSummary:
             if window is None:
                 window = self._series[labelvalues] = _Window()
             window.add(now, value)
+            # Unscraped (no Prometheus, or a slow one), the window would keep observations
+            # long past the ten minutes any scrape could report, up to its cap per series.
+            window.recent(now - SUMMARY_MAX_AGE_SECONDS, values=False)
 
     def describe(self) -> Iterable[Metric]:
         return [Metric(self._name, self._documentation, "summary")]
@@ -625,10 +628,12 @@ class _Window:
         self.total += value
         self._recent.append((at, value))
 
-    def recent(self, horizon: float) -> list[float]:
+    def recent(self, horizon: float, *, values: bool = True) -> list[float]:
+        """The observations since ``horizon``, sorted (older ones are dropped for good);
+        ``values=False`` only drops them."""
         while self._recent and self._recent[0][0] < horizon:
             self._recent.popleft()
-        return sorted(value for _, value in self._recent)
+        return sorted(value for _, value in self._recent) if values else []
 
 
 def _quantiles(ordered: list[float]) -> list[float]:

@@ -230,7 +230,7 @@ class Manager:
         )
         primary = self.informer(controller.primary, controller.primary_cluster)
         used = [primary]
-        _enqueue_on_events(primary, queue, Watch(controller.primary), name)
+        _enqueue_on_events(primary, queue, Watch(controller.primary), name, primary=True)
         for watch in controller.watches():
             informer = self.informer(watch.resource, watch.cluster)
             _enqueue_on_events(informer, queue, watch, name)
@@ -475,18 +475,37 @@ def _unique(informers: Sequence[Informer[JsonObject]]) -> tuple[Informer[JsonObj
 
 
 def _enqueue_on_events(
-    informer: Informer[JsonObject], queue: WorkQueue[Key], watch: Watch, controller: str
+    informer: Informer[JsonObject],
+    queue: WorkQueue[Key],
+    watch: Watch,
+    controller: str,
+    *,
+    primary: bool = False,
 ) -> None:
-    """Register the handlers that turn ``informer`` events into keys of ``queue``."""
+    """Register the handlers that turn ``informer`` events into keys of ``queue``.
 
-    def enqueue(obj: JsonObject) -> None:
+    The deletion of a ``primary`` object also drops its key's pending ``requeue_after``: the
+    reconcile the deletion queues says whether anything is still to wait for, and a timer
+    left for an object that is gone (an expiry, hours away) would be kept until it fires,
+    one per object the controller ever saw.
+    """
+
+    def keys_of(obj: JsonObject) -> list[Key]:
         try:
-            keys = list(watch.to_keys(obj))
+            return list(watch.to_keys(obj))
         except Exception:
             # One bad mapping must not hide the other side of an update from the controller.
             _log.exception("%s: mapping a %s event to keys failed", controller, watch.resource.kind)
-            return
-        for key in keys:
+            return []
+
+    def enqueue(obj: JsonObject) -> None:
+        for key in keys_of(obj):
+            queue.add(key)
+
+    def on_delete(obj: JsonObject) -> None:
+        for key in keys_of(obj):
+            if primary:
+                queue.cancel_later(key)
             queue.add(key)
 
     def on_update(old: JsonObject, new: JsonObject) -> None:
@@ -494,7 +513,7 @@ def _enqueue_on_events(
         enqueue(old)
         enqueue(new)
 
-    informer.add_handler(on_add=enqueue, on_update=on_update, on_delete=enqueue)
+    informer.add_handler(on_add=enqueue, on_update=on_update, on_delete=on_delete)
 
 
 def _observe(

@@ -98,7 +98,7 @@ class _Daemon:
             return False
         # Upstream tries each required OR-term in turn (removeRequiredNodeAffinityTerm) until
         # one is compatible: the daemon runs if any alternative fits.
-        return any(requirements.compatible(alt) is None for alt in self.alternatives)
+        return any(requirements.incompatibility(alt) is None for alt in self.alternatives)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,9 +26,9 @@ def why_excluded(
 ) -> str:
     """Why ``instance_type`` cannot make a node meeting ``requirements`` (the pod's and its
     NodePool's, merged) for a pod ``tolerated`` tells about."""
-    conflict = requirements.intersects(Requirements.from_value_sets(instance_type.requirements))
+    conflict = requirements.conflict_with(Requirements.from_value_sets(instance_type.requirements))
     if conflict is not None:
-        return conflict
+        return conflict.reason
     if not compatible_offerings(instance_type, requirements, available_only=False):
         allowed = [
             str(requirement)

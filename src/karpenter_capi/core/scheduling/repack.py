@@ -77,7 +77,7 @@ class Repacker:
             types = [
                 t
                 for t in family[0].pool.types
-                if requirements.intersects(t.requirements) is None
+                if requirements.conflict_with(t.requirements) is None
                 and compatible_offerings(t.instance_type, requirements)
                 and fits(daemon, t.allocatable)
             ]
@@ -170,7 +170,7 @@ class Repacker:
         outcome: packing_model.PackingOutcome,
         problem: packing_model.PackingProblem,
     ) -> None:
-        """Swap ``claims`` for the plan's nodes, built as ``_new_claim`` builds a claim.
+        """Swap ``claims`` for the plan's nodes, built as ``_place_on_new_claim`` builds one.
 
         Each lists every type that holds its pods and, as greedy does, fits what is left of the
         NodePool's limits; if that leaves the plan no cheaper, greedy's claims stay.

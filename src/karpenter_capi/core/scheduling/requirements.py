@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.scheduling.refusal import Refusal
 
 OPERATORS: Final = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "Gte", "Lte")
 
@@ -407,18 +408,18 @@ class Requirements(Mapping[str, Requirement]):
                 result[key] = value
         return result
 
-    def intersects(self, other: Mapping[str, Requirement]) -> str | None:
+    def conflict_with(self, other: Mapping[str, Requirement]) -> Refusal | None:
         """Why no node satisfies both (a shared key with no common value), or ``None``."""
         small, large = (self, other) if len(self) <= len(other) else (other, self)
         for key, requirement in small.items():
             counterpart = large.get(key)
             if counterpart is not None and not requirement.intersects(counterpart):
-                return f"{requirement} conflicts with {counterpart}"
+                return Refusal(f"{requirement} conflicts with {counterpart}")
         return None
 
-    def compatible(
+    def incompatibility(
         self, incoming: Mapping[str, Requirement], *, undefined: frozenset[str] = WELL_KNOWN_LABELS
-    ) -> str | None:
+    ) -> Refusal | None:
         """Why a node with these requirements cannot meet ``incoming``, or ``None`` if it can.
 
         ``incoming`` is what a pod asks for. A key it requires that these requirements never
@@ -429,10 +430,12 @@ class Requirements(Mapping[str, Requirement]):
         for key, requirement in incoming.items():
             if key in self._by_key or key in undefined or requirement.allows_absence():
                 continue
-            return f"label {key} is not defined by the NodePool ({requirement})"
-        return self.intersects(incoming)
+            return Refusal(f"label {key} is not defined by the NodePool ({requirement})")
+        return self.conflict_with(incoming)
 
-    def min_values_problem(self, instance_type_values: Mapping[str, Iterable[str]]) -> str | None:
+    def min_values_problem(
+        self, instance_type_values: Mapping[str, Iterable[str]]
+    ) -> Refusal | None:
         """Which ``minValues`` floor the remaining instance types no longer meet, or ``None``.
 
         ``instance_type_values`` maps each label key to the distinct values the remaining
@@ -443,7 +446,7 @@ class Requirements(Mapping[str, Requirement]):
                 continue
             available = {v for v in instance_type_values.get(key, ()) if requirement.has(v)}
             if len(available) < requirement.min_values:
-                return (
+                return Refusal(
                     f"minValues {requirement.min_values} for {key} not met: only "
                     f"{len(available)} value(s) remain ({', '.join(sorted(available)) or 'none'})"
                 )

@@ -58,6 +58,7 @@ from karpenter_capi.core.scheduling.preferences import (
     strict_topology,
     strictly_untolerated,
 )
+from karpenter_capi.core.scheduling.refusal import Refusal
 from karpenter_capi.core.scheduling.repack import Repacker
 from karpenter_capi.core.scheduling.requirements import (
     Requirement,
@@ -66,7 +67,7 @@ from karpenter_capi.core.scheduling.requirements import (
 )
 from karpenter_capi.core.scheduling.resources import ResourceList, pod_requests
 from karpenter_capi.core.scheduling.taints import EFFECTS, Taint
-from karpenter_capi.core.scheduling.topology import NodeInfo, Refusal, Topology
+from karpenter_capi.core.scheduling.topology import NodeInfo, Topology
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,20 @@ _UNSATISFIABLE: Final = ("DoNotSchedule", "ScheduleAnyway", "")
 # What reading a pod spec the API server would have refused raises (a string where a list is,
 # an unknown operator, a malformed quantity): one such pod must not stop the round.
 _SPEC_ERRORS: Final = (ValueError, TypeError, AttributeError, KeyError)
+
+
+# Refusals whose text no user sees (the solver only asks whether there was one), made once so the
+# hot path allocates nothing to say no.
+_TAINT: Final = Refusal("taint", permanent=True)
+_LABELS: Final = Refusal("labels", permanent=True)
+_RESOURCES: Final = Refusal("resources", permanent=True)
+_HOST_PORT: Final = Refusal("host port", permanent=True)
+_NO_ROOM: Final = Refusal("no instance type can hold it with the pods already there")
+_MIN_VALUES: Final = Refusal("minValues would no longer be met")
+_NO_NODE_MATCHES_TERM: Final = Refusal(
+    "its required node affinity term is empty or selects by field, which no new node matches"
+)
+_NO_NODEPOOL: Final = Refusal("no NodePool is available")
 
 
 def unreadable_pod(pod: Pod) -> str | None:
@@ -249,7 +264,7 @@ class Solver:
         self._nodes: list[_Node] = []
         self._pools: list[PoolState] = []
         self._topology: Topology | None = None
-        self._merge_cache: dict[tuple[str, int], tuple[Requirements, Requirements | str]] = {}
+        self._merge_cache: dict[tuple[str, int], tuple[Requirements, Requirements | Refusal]] = {}
         self._types_cache: dict[tuple[int, Requirements, str], list[TypeInfo]] = {}
         self._label_requirements = label_requirements if label_requirements is not None else {}
         self._packing_budget = packing_budget
@@ -281,7 +296,7 @@ class Solver:
             types = []
             for instance_type in option.instance_types:
                 requirements = Requirements.from_value_sets(instance_type.requirements)
-                if base.intersects(requirements) is not None:
+                if base.conflict_with(requirements) is not None:
                     continue
                 offerings = compatible_offerings(instance_type, base)
                 if not offerings:
@@ -483,7 +498,7 @@ class Solver:
                 errors.pop(key, None)
                 stalled = 0
                 continue
-            errors[key] = why
+            errors[key] = why.reason
             relaxed = relax(pod)
             if relaxed is not None:
                 queue.append(relaxed)
@@ -551,18 +566,17 @@ class Solver:
             ordered.append(chosen.pod)
         return ordered
 
-    def _place(self, pod: Pod) -> str | None:
+    def _place(self, pod: Pod) -> Refusal | None:
+        """Put ``pod`` on a node or claim (existing, in-flight, then new), or say why not."""
         pod_class = self._class_of(pod)
         strict = strict_topology(pod) if pod_class.topological else pod
         if pod_class.requirements is None:
-            return (
-                "its required node affinity term is empty or selects by field, "
-                "which no new node matches"
-            )
+            return _NO_NODE_MATCHES_TERM
         key = pod_key(pod)
         # Back to the in-flight NodeClaim this pod was launched for, before anything else.
         for node in self._nodes:
-            if key in node.node.nominated and self._try_node(node, pod_class, pod, strict) is None:
+            if key in node.node.nominated and self._node_refusal(node, pod_class, strict) is None:
+                self._place_on_node(node, pod_class, pod, strict)
                 return None
         hosts = None
         if pod_class.topological:
@@ -572,7 +586,8 @@ class Solver:
         for node in nodes:
             if node.index in pod_class.rejected_nodes:
                 continue
-            if self._try_node(node, pod_class, pod, strict) is None:
+            if self._node_refusal(node, pod_class, strict) is None:
+                self._place_on_node(node, pod_class, pod, strict)
                 return None
         claims: Sequence[ClaimState]
         if hosts is None:
@@ -601,7 +616,7 @@ class Solver:
             if refusals and refusals.get(claim.index) == claim.version:
                 continue
             fit = self._fit_claim(claim, pod_class, strict)
-            if isinstance(fit, str):
+            if isinstance(fit, Refusal):
                 continue
             score = self._imbalance(fit)
             if best is None or score < best_score:
@@ -614,13 +629,13 @@ class Solver:
             return None
         reasons = []
         for pool in self._pools:
-            why = self._new_claim(pool, pod_class, pod, strict)
+            why = self._place_on_new_claim(pool, pod_class, pod, strict)
             if why is None:
                 return None
-            reasons.append(f"NodePool {pool.option.name}: {why}")
+            reasons.append(f"NodePool {pool.option.name}: {why.reason}")
         if not reasons:
-            return "no NodePool is available"
-        return "; ".join(reasons)
+            return _NO_NODEPOOL
+        return Refusal("; ".join(reasons))
 
     def _tolerates(self, pod_class: PodClass, pool: PoolState) -> Taint | None:
         name = pool.option.name
@@ -630,46 +645,55 @@ class Solver:
             )
         return pod_class.pool_taint[name]
 
-    def _try_node(self, node: _Node, pod_class: PodClass, pod: Pod, strict: Pod) -> str | None:
+    def _node_refusal(self, node: _Node, pod_class: PodClass, strict: Pod) -> Refusal | None:
+        """Why the existing node cannot take a pod of ``pod_class``, or ``None`` if it can.
+
+        Checks only; a refusal that lasts (taints, labels, room, ports) also marks the node as
+        never again for this pod class.
+        """
         assert pod_class.requirements is not None
         assert self._topology is not None
-        permanent = None
+        lasting = None
         if strictly_untolerated(pod_class.tolerations, node.node.taints) is not None:
-            permanent = "taint"
+            lasting = _TAINT
         elif (
-            node.requirements.compatible(pod_class.requirements) is not None
+            node.requirements.incompatibility(pod_class.requirements) is not None
             if node.node.in_flight
             else not pod_class.requirements.satisfied_by(node.node.labels)
         ):
-            permanent = "labels"
+            lasting = _LABELS
         elif not fits(add(node.total, pod_class.vector), node.allocatable):
-            permanent = "resources"
+            lasting = _RESOURCES
         elif pod_class.host_ports and node.ports.conflicts(pod_class.host_ports):
-            permanent = "host port"
-        if permanent is not None:
+            lasting = _HOST_PORT
+        if lasting is not None:
             pod_class.rejected_nodes.add(node.index)
-            return permanent
+            return lasting
         if pod_class.topological:
             narrowed = self._topology.add_requirements(
                 strict, pod_class.required, node.requirements, node.node.taints
             )
-            if isinstance(narrowed, str):
+            if isinstance(narrowed, Refusal):
                 return narrowed
+        return None
+
+    def _place_on_node(self, node: _Node, pod_class: PodClass, pod: Pod, strict: Pod) -> None:
+        """Commit ``pod`` to an existing node :meth:`_node_refusal` found no reason against."""
+        assert self._topology is not None
         self._topology.record(strict, node.requirements)
         node.total = add(node.total, pod_class.vector)
         node.ports.add(pod_class.host_ports)
         node.placed.append(pod)
-        return None
 
-    def _merged(self, pod_class: PodClass, requirements: Requirements) -> Requirements | str:
+    def _merged(self, pod_class: PodClass, requirements: Requirements) -> Requirements | Refusal:
         """The claim's requirements with the pod's, or why they conflict (cached per class)."""
         assert pod_class.requirements is not None
         cache_key = (pod_class.signature, id(requirements))
         cached = self._merge_cache.get(cache_key)
         if cached is not None and cached[0] is requirements:
             return cached[1]
-        why = requirements.compatible(pod_class.requirements)
-        merged: Requirements | str
+        why = requirements.incompatibility(pod_class.requirements)
+        merged: Requirements | Refusal
         if why is not None:
             merged = why
         else:
@@ -679,7 +703,7 @@ class Solver:
         self._merge_cache[cache_key] = (requirements, merged)
         return merged
 
-    def _fit_claim(self, claim: ClaimState, pod_class: PodClass, strict: Pod) -> _Fit | str:
+    def _fit_claim(self, claim: ClaimState, pod_class: PodClass, strict: Pod) -> _Fit | Refusal:
         """How ``claim`` would look with the pod on it, or why it cannot take the pod.
 
         The checks whose failure lasts (taints, ports, labels, room) come first and mark the
@@ -691,12 +715,12 @@ class Solver:
         rejected = pod_class.rejected_claims
         if self._tolerates(pod_class, claim.pool) is not None:
             rejected.add(claim.index)
-            return "taint"
+            return _TAINT
         if pod_class.host_ports and claim.ports.conflicts(pod_class.host_ports):
             rejected.add(claim.index)
-            return "host port"
+            return _HOST_PORT
         merged = self._merged(pod_class, claim.requirements)
-        if isinstance(merged, str):
+        if isinstance(merged, Refusal):
             rejected.add(claim.index)
             return merged
         pods_total = add(claim.pods_total, pod_class.vector)
@@ -705,7 +729,7 @@ class Solver:
         if room is None:
             # Narrowing only removes types and adds DaemonSets, so there will be no more room.
             rejected.add(claim.index)
-            return "no instance type can hold it with the pods already there"
+            return _NO_ROOM
         narrowed = merged
         if pod_class.topological:
             topological = self._topology.add_requirements(
@@ -733,12 +757,14 @@ class Solver:
             if not types:
                 if not pod_class.topological:
                     rejected.add(claim.index)
-                return "no instance type can hold it with the pods already there"
+                return _NO_ROOM
             first = 0
-        if claim.pool.min_values and self._min_values_problem(
-            narrowed, types[first:], add(pods_total, daemon)
+        if (
+            claim.pool.min_values
+            and self._min_values_problem(narrowed, types[first:], add(pods_total, daemon))
+            is not None
         ):
-            return "minValues would no longer be met"
+            return _MIN_VALUES
         return _Fit(claim, narrowed, types, first, pods_total, daemon)
 
     def _commit(self, fit: _Fit, pod_class: PodClass, pod: Pod, strict: Pod) -> None:
@@ -814,7 +840,7 @@ class Solver:
             cached = [
                 t
                 for t in pool.types
-                if relevant.intersects(t.requirements) is None
+                if relevant.conflict_with(t.requirements) is None
                 and compatible_offerings(t.instance_type, relevant)
                 and self._type_tolerated(t, pod_class)
             ]
@@ -823,7 +849,7 @@ class Solver:
 
     def _min_values_problem(
         self, requirements: Requirements, types: Sequence[TypeInfo], total: Vector
-    ) -> str | None:
+    ) -> Refusal | None:
         values: dict[str, set[str]] = {}
         for info in types:
             if not fits(total, info.allocatable):
@@ -832,15 +858,18 @@ class Solver:
                 values.setdefault(key, set()).update(allowed)
         return requirements.min_values_problem(values)
 
-    def _new_claim(self, pool: PoolState, pod_class: PodClass, pod: Pod, strict: Pod) -> str | None:
+    def _place_on_new_claim(
+        self, pool: PoolState, pod_class: PodClass, pod: Pod, strict: Pod
+    ) -> Refusal | None:
+        """Open a new claim in ``pool`` holding ``pod``, or say why the pool cannot."""
         assert pod_class.requirements is not None
         assert self._topology is not None
         taint = self._tolerates(pod_class, pool)
         if taint is not None:
-            return f"taint {taint} not tolerated"
-        why = pool.requirements.compatible(pod_class.requirements)
+            return Refusal(f"taint {taint} not tolerated")
+        why = pool.requirements.incompatibility(pod_class.requirements)
         if why is not None:
-            return f"incompatible requirements: {why}"
+            return Refusal(f"incompatible requirements: {why.reason}")
         hostname = f"{HOSTNAME_PLACEHOLDER}{len(self._claims):04d}"
         requirements = pool.requirements.merged(pod_class.requirements).with_requirement(
             Requirement.new(wellknown.LABEL_HOSTNAME, "In", [hostname])
@@ -851,14 +880,14 @@ class Solver:
             narrowed = self._topology.add_requirements(
                 strict, pod_class.required, requirements, taints
             )
-            if isinstance(narrowed, str):
+            if isinstance(narrowed, Refusal):
                 return narrowed
             requirements = narrowed
         daemon = self._vector(self._daemons.for_node(requirements, taints))
         ports = self._daemons.host_ports_for_node(requirements, taints)
         clash = ports.conflicts(pod_class.host_ports) if pod_class.host_ports else None
         if clash is not None:
-            return f"host port {clash} is taken by a DaemonSet on every such node"
+            return Refusal(f"host port {clash} is taken by a DaemonSet on every such node")
         total = add(pod_class.vector, daemon)
         types = self._compatible_types(pool, requirements, pod_class)
         if not types:
@@ -866,27 +895,30 @@ class Solver:
                 shown = Requirements(
                     r for key, r in requirements.items() if key != wellknown.LABEL_HOSTNAME
                 )
-                return f"no instance type is offered where its topology allows ({shown})"
+                return Refusal(f"no instance type is offered where its topology allows ({shown})")
             relevant = Requirements(
                 r for key, r in requirements.items() if key != wellknown.LABEL_HOSTNAME
             )
-            return no_type_reason(
-                pool.option.instance_types,
-                relevant,
-                lambda it: (
-                    not it.taints or strictly_untolerated(pod_class.tolerations, it.taints) is None
-                ),
+            return Refusal(
+                no_type_reason(
+                    pool.option.instance_types,
+                    relevant,
+                    lambda it: (
+                        not it.taints
+                        or strictly_untolerated(pod_class.tolerations, it.taints) is None
+                    ),
+                )
             )
         if pool.remaining is not None:
             remaining = pool.remaining
             within = [t for t in types if fits(limit_use(t.capacity), remaining)]
             if not within:
-                return self._limits_reason(types, remaining)
+                return Refusal(self._limits_reason(types, remaining))
             types = within
         first = self._first_fit(types, 0, total, pod_class)
         if first is None:
             needed = pod_class.requests.add(self._daemons.for_node(requirements, taints))
-            return too_small_reason([t.instance_type for t in types], needed)
+            return Refusal(too_small_reason([t.instance_type for t in types], needed))
         if pool.min_values:
             problem = self._min_values_problem(requirements, types[first:], total)
             if problem is not None:

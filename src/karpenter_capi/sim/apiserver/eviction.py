@@ -54,7 +54,9 @@ def pdb_selects(pdb: JsonObject, pod: JsonObject) -> bool:
     if selector is None:
         return False
     try:
-        return selector_matches(selector, (pod.get("metadata") or {}).get("labels") or {})
+        return selector_matches(
+            selector, (pod.get("metadata") or {}).get("labels") or {}, nil_matches=False
+        )
     except SelectorError:
         return False
 

@@ -160,6 +160,14 @@ class InMemoryAPIServer(Controllers):
         with self._lock:
             self._store.set_watch_history(events)
 
+    def set_compaction_interval(self, seconds: float | None) -> None:
+        """Compact the watch history every ``seconds`` of the server's clock, as kube-apiserver
+        has etcd do (every 5 minutes by default): history stays minutes long however long the
+        server runs, and a watch resuming from before the last compaction gets 410. ``None``
+        (the default) keeps history by count alone (``set_watch_history``)."""
+        with self._lock:
+            self._store.set_compaction(seconds, self.clock.monotonic)
+
     def compact(self) -> None:
         """Drop all retained watch history, as an etcd compaction does."""
         with self._lock:

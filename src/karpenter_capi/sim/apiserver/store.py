@@ -12,6 +12,7 @@ copying them; copies are made only when an object leaves the server.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,6 +92,11 @@ class Store:
         self.dependents: dict[str, set[TableRef]] = {}
         # Objects per namespace, so a terminating namespace knows when it is empty.
         self.namespace_counts: dict[str, int] = {}
+        # Periodic compaction (``set_compaction``): (interval, monotonic clock), when it is due
+        # next, and the revision the previous one recorded (compacted at the next).
+        self._compaction: tuple[float, Callable[[], float]] | None = None
+        self._compaction_due = 0.0
+        self._compaction_rv = 0
 
     def table(self, definition: ResourceDefinition) -> Table:
         """The table of a resource, created on first use (kept when a CRD is re-created)."""
@@ -145,7 +151,29 @@ class Store:
             self.by_uid[uid] = ref
             self._reindex_owners(ref, prev, stored)
         table.log.append(LoggedEvent(self.rv, event_type, stored, prev))
+        if self._compaction is not None:
+            self._compact_when_due()
         return stored
+
+    def set_compaction(self, interval: float | None, monotonic: Callable[[], float]) -> None:
+        """Every ``interval`` seconds of ``monotonic``, forget the history up to the revision
+        the previous compaction recorded, as kube-apiserver has etcd do every 5 minutes
+        (``--etcd-compaction-interval``): a watch resuming from before it gets 410. ``None``
+        stops it."""
+        self._compaction = None if interval is None else (interval, monotonic)
+        self._compaction_due = 0.0 if interval is None else monotonic() + interval
+        self._compaction_rv = self.rv
+
+    def _compact_when_due(self) -> None:
+        assert self._compaction is not None
+        interval, monotonic = self._compaction
+        now = monotonic()
+        if now < self._compaction_due:
+            return
+        for table in self.tables.values():
+            table.log.drop_through(self._compaction_rv)
+        self._compaction_rv = self.rv
+        self._compaction_due = now + interval
 
     def _reindex_owners(
         self, ref: TableRef, before: JsonObject | None, after: JsonObject | None

@@ -69,6 +69,11 @@ class EventLog:
         self.capacity = max(1, capacity)
         self._drop(len(self._events) - self.capacity)
 
+    def drop_through(self, rv: int) -> None:
+        """Forget the events at or below ``rv`` (an etcd compaction at that revision)."""
+        self._drop(bisect_right(self._rvs, rv))
+        self.compacted_rv = max(self.compacted_rv, rv)
+
     def compact(self, up_to_rv: int) -> None:
         """Forget every event (history before ``up_to_rv`` can no longer be replayed)."""
         self._events.clear()

@@ -218,7 +218,9 @@ class MachineDeploymentController:
         labels = labels_of(ms)
         deployments = in_namespace(self.caches.store(self.primary, MANAGEMENT), namespace_of(ms))
         return [
-            key_of(md) for md in deployments if selector_matches(deployment_selector(md), labels)
+            key_of(md)
+            for md in deployments
+            if selector_matches(deployment_selector(md), labels, nil_matches=False)
         ]
 
     # -- reconcile -------------------------------------------------------------------------------
@@ -266,7 +268,7 @@ class MachineDeploymentController:
         for ms in in_namespace(store, namespace_of(md)):
             if controller_ref(ms) is not None or is_deleting(ms):
                 continue
-            if selector_matches(selector, labels_of(ms)):
+            if selector_matches(selector, labels_of(ms), nil_matches=False):
                 refs = list(metadata(ms).get("ownerReferences") or [])
                 refs.append(new_controller_ref(md, "MachineDeployment", self.primary.version))
                 patch = {

@@ -202,6 +202,9 @@ def replica_status(
 # --- the controller -----------------------------------------------------------------------------
 
 
+_NAME_ATTEMPTS: Final = 5
+
+
 @dataclass
 class _Expectations:
     """Writes this controller made that its cache may not show yet."""
@@ -231,6 +234,7 @@ class MachineSetController:
         self.clock = clock
         self.settings = settings or EmulationSettings()
         self.rand = rand or random.Random(self.settings.seed)
+        self._drawn = 0
         self.deployments, self.primary, self.machines, _ = capi_resources(self.settings.version)
         self._expectations: dict[Key, _Expectations] = {}
 
@@ -253,7 +257,11 @@ class MachineSetController:
         # An orphan: every set whose selector matches it may adopt it.
         labels = labels_of(machine)
         sets = in_namespace(self.caches.store(self.primary, MANAGEMENT), namespace_of(machine))
-        return [key_of(ms) for ms in sets if selector_matches(machine_set_selector(ms), labels)]
+        return [
+            key_of(ms)
+            for ms in sets
+            if selector_matches(machine_set_selector(ms), labels, nil_matches=False)
+        ]
 
     def _deployment_to_sets(self, md: JsonObject) -> Iterable[Key]:
         return [key_of(ms) for ms in controlled_by(self.caches.store(self.primary, MANAGEMENT), md)]
@@ -278,7 +286,8 @@ class MachineSetController:
         if diff < 0:
             if ANNOTATION_DISABLE_MACHINE_CREATE in annotations_of(ms):
                 return DONE
-            self._create(ms, shape, -diff)
+            if not self._create(ms, shape, -diff):
+                return Result(requeue_after=1.0)
         elif diff > 0:
             order = ms_deletion_order(ms, shape)
             if order and order not in DELETION_ORDERS:
@@ -301,7 +310,7 @@ class MachineSetController:
         for machine in in_namespace(store, namespace_of(ms)):
             if controller_ref(machine) is not None or is_deleting(machine):
                 continue
-            if not selector_matches(selector, labels_of(machine)):
+            if not selector_matches(selector, labels_of(machine), nil_matches=False):
                 continue
             adopted = self._adopt(ms, machine)
             if adopted is not None:
@@ -322,24 +331,43 @@ class MachineSetController:
         except (NotFound, AlreadyExists):
             return None
 
-    def _create(self, ms: JsonObject, shape: str, count: int) -> None:
+    def _create(self, ms: JsonObject, shape: str, count: int) -> bool:
+        """Create ``count`` Machines; ``False`` when name clashes kept one from being made
+        (the caller requeues, as CAPI's reconcile returns the error and is retried)."""
         key = key_of(ms)
         expect = self._expect(key)
         for _ in range(count):
-            body = self._new_machine(ms, shape)
-            for _attempt in range(5):
+            for _attempt in range(_NAME_ATTEMPTS):
                 try:
                     created = self.client.create(
-                        resource_at(self.machines, shape), body, namespace_of(ms)
+                        resource_at(self.machines, shape),
+                        self._new_machine(ms, shape),
+                        namespace_of(ms),
                     )
                 except AlreadyExists:
-                    body = self._new_machine(ms, shape)  # a name clash: draw another
-                    continue
+                    continue  # a name clash: draw another
                 expect.created.add(key_of(created))
                 break
+            else:
+                _log.warning("MachineSet %s: every Machine name drawn was taken; retrying", key)
+                return False
+        return True
+
+    def _names(self, ms: JsonObject) -> random.Random:
+        """Where a new Machine's random suffix comes from: the seed, the set and its current
+        resourceVersion. A generator seeded once would, in an emulation restarted with the same
+        seed (the chaos harness restarts it with the controller), draw again the names of the
+        Machines it already made; the set's resourceVersion moves with every change, so a new
+        process draws new names, and the run stays deterministic."""
+        self._drawn += 1
+        meta = ms.get("metadata") or {}
+        return random.Random(
+            f"{self.settings.seed}/{meta.get('namespace')}/{meta.get('name')}"
+            f"/{meta.get('resourceVersion')}/{self._drawn}"
+        )
 
     def _new_machine(self, ms: JsonObject, shape: str) -> JsonObject:
-        name = generated_name(name_of(ms), self.rand)
+        name = generated_name(name_of(ms), self._names(ms))
         namespace = namespace_of(ms)
         template = nested(ms, "spec", "template") or {}
         template_meta = template.get("metadata") or {}

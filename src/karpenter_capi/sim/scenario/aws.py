@@ -130,7 +130,8 @@ def serve_catalog_from_memory(client: Any) -> Any:
             if key is not None and "Error" not in parsed:
                 _catalog_answers[key] = copy.deepcopy(parsed)
 
-        events.register(f"before-call.ec2.{operation}", before)
+        # Last, so a test's own before-call handler (an injected error) still answers first.
+        events.register_last(f"before-call.ec2.{operation}", before)
         events.register(f"after-call.ec2.{operation}", after)
     return client
 

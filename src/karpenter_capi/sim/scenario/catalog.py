@@ -159,7 +159,7 @@ def generate_catalog(catalog: Catalog) -> list[dict[str, Any]]:
                             "values": list(catalog.capacity_types),
                         },
                     ],
-                    "expireAfter": "Never",
+                    "expireAfter": catalog.expire_after,
                 }
             },
             "disruption": {

@@ -43,26 +43,30 @@ from karpenter_capi.core.kube.resources import (
     MACHINE_SETS,
     NODEPOOLS,
 )
-from karpenter_capi.core.operator import Operator, OperatorOptions
-from karpenter_capi.core.plugins import PluginEnvironment, Plugins
+from karpenter_capi.core.operator import Operator
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.apiserver.audit import AuditingClient, AuditLog
 from karpenter_capi.sim.apiserver.request_counts import WATCH_POLL
-from karpenter_capi.sim.capi import add_capi_emulation
 from karpenter_capi.sim.invariants import check_invariants
 from karpenter_capi.sim.scenario.aws import SimAws, emulated_aws, substitute
 from karpenter_capi.sim.scenario.catalog import generate_catalog
 from karpenter_capi.sim.scenario.launches import LaunchRounds
 from karpenter_capi.sim.scenario.observer import Observer, percentile
+from karpenter_capi.sim.scenario.process import DEFAULT_PLUGINS, start_controller
 from karpenter_capi.sim.scenario.result import CapacityRow, Sample, ScenarioResult
 from karpenter_capi.sim.scenario.schema import Scenario, TimelineAction, Workload
 from karpenter_capi.sim.scenario.writes import controller_writes
-from karpenter_capi.sim.scheduler import SimScheduler
-from karpenter_capi.sim.workloads import add_workload_emulation
 
-__all__ = ["CapacityRow", "Sample", "ScenarioResult", "deployment", "run"]
+__all__ = [
+    "CapacityRow",
+    "Sample",
+    "ScenarioResult",
+    "apply_action",
+    "deployment",
+    "load_objects",
+    "run",
+]
 
-DEFAULT_PLUGINS = ("generic_capi",)
 DEFAULT_SCENARIO = "scale-from-zero"  # what ``simulate`` and ``make run`` run without a name
 DEFAULT_SAMPLE_EVERY = 15.0
 
@@ -119,6 +123,23 @@ def deployment(workload: Workload, replicas: int | None = None) -> dict[str, Any
     }
 
 
+def load_objects(
+    server: InMemoryAPIServer, scenario: Scenario, aws_values: Mapping[str, str] | None = None
+) -> None:
+    """The scenario's infrastructure (its catalog or manifests, ``aws_values`` substituted
+    into them) and the Deployments of the workloads that exist from the start."""
+    infrastructure = scenario.infrastructure
+    if infrastructure.catalog is not None:
+        server.apply_manifests(generate_catalog(infrastructure.catalog))
+    else:
+        manifests = [dict(obj) for obj in infrastructure.manifests or []]
+        if aws_values is not None:
+            manifests = [substitute(obj, aws_values) for obj in manifests]
+        server.apply_manifests(manifests)
+    deferred = scenario.deferred()
+    server.apply_manifests([deployment(w) for w in scenario.workloads if w.name not in deferred])
+
+
 def _patch(server: InMemoryAPIServer, scenario: Scenario, action: TimelineAction) -> None:
     """A merge patch on one infrastructure object, or on every one of its kind (``*``)."""
     assert action.kind is not None
@@ -145,23 +166,24 @@ _PATCHABLE = {
 }
 
 
-def _apply(server: InMemoryAPIServer, scenario: Scenario, action: TimelineAction) -> None:
+def apply_action(server: InMemoryAPIServer, scenario: Scenario, action: TimelineAction) -> None:
+    """One timeline action, as the user or a CI job would do it (straight to the server)."""
     if action.action == "patch":
         _patch(server, scenario, action)
         return
     if action.kind == "NodePool":  # kubectl scale nodepool: the scale subresource
         server.patch(
-            NODEPOOLS, action.target, {"spec": {"replicas": action.replicas}}, subresource="scale"
+            NODEPOOLS, action.target, {"spec": {"replicas": action.count}}, subresource="scale"
         )
         return
     workload = next(w for w in scenario.workloads if w.name == action.target)
     if action.action == "deploy":
-        server.apply_manifests([deployment(workload, action.replicas)])
+        server.apply_manifests([deployment(workload, action.count)])
     elif action.action == "scale":
         server.patch(
             DEPLOYMENTS,
             workload.name,
-            {"spec": {"replicas": action.replicas}},
+            {"spec": {"replicas": action.count}},
             workload.namespace,
         )
     else:
@@ -200,13 +222,6 @@ class _ReconcileErrors:
             f"controller {controller}: {count}x {what}"
             for (controller, what), count in sorted(self.failures.items())
         ]
-
-
-def _scenario_emulation(scenario: Scenario) -> dict[str, Any]:
-    """``EmulationSettings`` fields the scenario file sets (its simulated Azure's failures)."""
-    if scenario.azure is None:
-        return {}
-    return {"azure_unavailable_sizes": frozenset(scenario.azure.unavailable_sizes)}
 
 
 _WRITES = ("create", "update", "patch", "delete")
@@ -248,6 +263,7 @@ def run(
     controller_client: Callable[[InMemoryAPIServer], KubeClient] | None = None,
     emulation: Mapping[str, Any] | None = None,
     check: bool = False,
+    on_operator: Callable[[Operator], None] | None = None,
 ) -> ScenarioResult:
     """Run ``scenario`` for ``until`` virtual seconds and return its outcome.
 
@@ -270,7 +286,9 @@ def run(
     ``seed`` seeds the API server's generated names and uids, the scheduler stand-in's choice
     between equally scored nodes (and ``random``), so two runs of a scenario match.
     ``on_cluster`` is handed the in-memory API server before anything runs (``simulate
-    --serve`` puts its HTTP front on it). ``on_sample`` is called with each
+    --serve`` puts its HTTP front on it); ``on_operator`` the wired ``Operator`` (its clock,
+    plugins, controllers and caches) before the first step, for a harness that inspects the
+    controller during the run (``sim.soak``). ``on_sample`` is called with each
     sample as it is taken; ``pace`` with 0 once setup is done (the CRDs, plugins and first
     settle, so a pacer can start its wall clock there), then with the virtual seconds elapsed,
     at most ``pace_step`` apart, after the clock has moved there (without it the clock jumps
@@ -288,17 +306,7 @@ def run(
         server.register_cluster_api()
         if on_cluster is not None:
             on_cluster(server)
-        infrastructure = scenario.infrastructure
-        if infrastructure.catalog is not None:
-            server.apply_manifests(generate_catalog(infrastructure.catalog))
-        else:
-            manifests = [dict(obj) for obj in infrastructure.manifests or []]
-            if aws is not None:
-                manifests = [substitute(obj, aws.values) for obj in manifests]
-            server.apply_manifests(manifests)
-        deferred = scenario.deferred()
-        initial = [w for w in scenario.workloads if w.name not in deferred]
-        server.apply_manifests([deployment(w) for w in initial])
+        load_objects(server, scenario, None if aws is None else aws.values)
         requests_before = server.requests.snapshot()
         # The controller's own requests, told apart from the emulated cluster's, for the writes
         # per launched node (``writes``).
@@ -315,43 +323,25 @@ def run(
                 **(emulation or {}),
             }
         with _capture_errors() as records:
-            environment = PluginEnvironment(
-                workload=client,
-                management=client,
-                clock=clock,
-                logger=logging.getLogger("karpenter_capi.plugins"),
-            )
-            if plugin_objects is None and scenario.azure is not None:
-                from karpenter_capi.sim.azure import scenario_plugins
-
-                plugin_objects = scenario_plugins(plugins)
-            loaded = (
-                Plugins.load(list(plugins), environment)
-                if plugin_objects is None
-                else Plugins.from_objects(plugin_objects, environment)
-            )
-            operator = Operator(
-                client,
-                client,
-                loaded,
+            process = start_controller(
+                scenario,
+                server,
                 clock,
-                OperatorOptions(leader_elect=False, metrics_port=None),
+                client,
+                seed=seed,
+                plugins=plugins,
+                plugin_objects=plugin_objects,
+                emulation=emulation,
             )
-            # The controller's caches exist now. What is added below is the emulated cluster, not
-            # the controller: its writes, and the caches only it needs, go to the server directly.
-            operator.manager.client = operator.manager.management = server
+            operator, loaded = process.operator, process.plugins
             reconcile_errors = _ReconcileErrors(operator)
-            add_capi_emulation(
-                operator.manager,
-                **{"nodes": True, **_scenario_emulation(scenario), **(emulation or {})},
-            )
-            add_workload_emulation(operator.manager)
-            operator.manager.add(SimScheduler(server, operator.manager, clock, seed=seed))
             launch_rounds = LaunchRounds(clock)
             launch_rounds.attach(operator.manager)
             driver = operator.stepped()
+            if on_operator is not None:
+                on_operator(operator)
             observer = Observer(server, clock, loaded)
-            actions = sorted((a for a in scenario.timeline if a.at <= until), key=lambda a: a.at)
+            actions = scenario.actions(until)
             samples = [0.0]
             while samples[-1] + sample_every < until:
                 samples.append(samples[-1] + sample_every)
@@ -373,7 +363,7 @@ def run(
                     if pace is not None:
                         pace(now)
                 if action is not None:
-                    _apply(server, scenario, action)
+                    apply_action(server, scenario, action)
                     driver.run_until_quiet()
                 else:
                     sample = observer.sample()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -99,6 +99,9 @@ class Catalog(_Strict):
     static_nodepools: list[StaticNodePool] = Field(default_factory=list)
     consolidation_policy: Literal["WhenEmpty", "WhenEmptyOrUnderutilized", "Balanced"] = "WhenEmpty"
     consolidate_after: str = "Never"
+    expire_after: str = "Never"
+    """The NodePool's ``spec.template.spec.expireAfter``: how long a node lives before
+    Karpenter replaces it (``Expired``)."""
     rollout_strategy: Literal["OnDelete", "RollingUpdate"] = "OnDelete"
     """How the MachineDeployments roll out a template change. ``OnDelete`` (the default, and
     what docs/generic-capi.md recommends) leaves drifted Machines to Karpenter's drift
@@ -187,31 +190,86 @@ class Workload(_Strict):
     _quantities = field_validator("cpu", "memory", mode="before")(_check_quantity)
 
 
+def _duration_field(value: Any) -> float | None:
+    """A duration field's value (``None`` stays ``None``), or a ``ValueError`` naming the form."""
+    if value is None:
+        return None
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        raise ValueError("a duration is text like 30s, 5m or 1h30m, or seconds")
+    return parse_duration(value)
+
+
+class Window(_Strict):
+    """Where in every period a repeating action may fall: the ``first`` part of every ``of``
+    (``{first: 40m, of: 1h}``: minutes :00 to :40 of each hour; the rest is quiet)."""
+
+    first: float
+    of: float
+
+    _durations = field_validator("first", "of", mode="before")(_duration_field)
+
+    @model_validator(mode="after")
+    def _inside(self) -> Window:
+        if not 0 < self.first <= self.of:
+            raise ValueError("first must be positive and no longer than of")
+        return self
+
+    def admits(self, at: float) -> bool:
+        return at % self.of < self.first
+
+
+REPETITION: Final = "${n}"
+"""Replaced, in a repeating patch's strings, by the repetition's number (1 for the first)."""
+
+
 class TimelineAction(_Strict):
     """At ``at`` after the start: ``scale`` a workload, ``deploy`` it, or ``delete`` it; or
     ``patch`` an object of the infrastructure (``kind``, ``target`` its name or ``*`` for
     every one of that kind) with a JSON merge patch, as a user's ``kubectl patch`` would; or
     ``scale`` a static NodePool (``kind: NodePool``) through its scale subresource, as
-    ``kubectl scale nodepool`` does."""
+    ``kubectl scale nodepool`` does.
+
+    With ``every``, the action repeats at ``at``, ``at + every``, ... up to ``until`` (default:
+    the end of the run), so a day of churn is a few lines instead of thousands: a repeating
+    ``scale`` may give ``replicas`` as a list, taken in turn (the n-th repetition takes item
+    ``(n - 1) % len``), and a repeating ``patch`` has ``${n}`` in its strings replaced by the
+    repetition's number (``version: v1.31.${n}``: a new version each time). A ``window``
+    keeps the repetitions to part of every period (``{first: 40m, of: 1h}``), leaving the rest
+    quiet; the repetitions it skips are not counted."""
 
     at: float
     action: Literal["scale", "deploy", "delete", "patch"]
     target: str
-    replicas: int | None = Field(default=None, ge=0)
+    replicas: int | list[int] | None = None
     kind: Literal["MachineDeployment", "MachineSet", "MachinePool", "NodePool"] | None = None
     patch: dict[str, Any] | None = None
+    every: float | None = None
+    until: float | None = None
+    window: Window | None = None
 
-    @field_validator("at", mode="before")
+    _durations = field_validator("at", "every", "until", mode="before")(_duration_field)
+
+    @field_validator("replicas")
     @classmethod
-    def _duration(cls, value: Any) -> float:
-        if not isinstance(value, str | int | float) or isinstance(value, bool):
-            raise ValueError("a duration is text like 30s, 5m or 1h30m, or seconds")
-        return parse_duration(value)
+    def _non_negative(cls, value: int | list[int] | None) -> int | list[int] | None:
+        counts = value if isinstance(value, list) else [] if value is None else [value]
+        if any(count < 0 for count in counts):
+            raise ValueError("replicas cannot be negative")
+        if isinstance(value, list) and not value:
+            raise ValueError("a list of replicas needs at least one count")
+        return value
 
     @model_validator(mode="after")
     def _replicas_for_scale(self) -> TimelineAction:
         if self.action == "scale" and self.replicas is None:
             raise ValueError("scale needs replicas")
+        repeating_only = self.until is not None or self.window is not None
+        if self.every is None and (repeating_only or isinstance(self.replicas, list)):
+            raise ValueError("until, window and a list of replicas need every (a repeating action)")
+        if self.every is not None and self.every <= 0:
+            raise ValueError("every must be a positive duration")
+        if self.until is not None and self.until < self.at:
+            raise ValueError("until comes before at")
         if self.action == "patch" and (self.kind is None or self.patch is None):
             raise ValueError("patch needs kind and patch")
         if self.action == "scale" and self.kind not in (None, "NodePool"):
@@ -221,6 +279,58 @@ class TimelineAction(_Strict):
         if self.action not in ("patch", "scale") and self.kind is not None:
             raise ValueError("only patch and scale take kind")
         return self
+
+    @property
+    def count(self) -> int | None:
+        """``replicas`` of a single action (a repeating one's list is unrolled by
+        ``occurrences``)."""
+        if isinstance(self.replicas, list):
+            raise ValueError("a list of replicas belongs to a repeating action: unroll it first")
+        return self.replicas
+
+    def occurrences(self, end: float) -> list[TimelineAction]:
+        """The single actions this one stands for up to ``end`` (itself when it does not repeat),
+        each with one ``replicas`` count, ``${n}`` replaced, and no ``every``."""
+        if self.every is None:
+            return [self] if self.at <= end else []
+        last = end if self.until is None else min(end, self.until)
+        actions = []
+        number = 1
+        step = 0
+        # Multiplying rather than adding keeps a day of 5m steps free of drift in the float sum.
+        while (at := self.at + step * self.every) <= last:
+            step += 1
+            if self.window is not None and not self.window.admits(at):
+                continue
+            replicas = self.replicas
+            if isinstance(replicas, list):
+                replicas = replicas[(number - 1) % len(replicas)]
+            patch = None if self.patch is None else _numbered(self.patch, number)
+            actions.append(
+                self.model_copy(
+                    update={
+                        "at": at,
+                        "replicas": replicas,
+                        "patch": patch,
+                        "every": None,
+                        "until": None,
+                        "window": None,
+                    }
+                )
+            )
+            number += 1
+        return actions
+
+
+def _numbered(value: Any, number: int) -> Any:
+    """``value`` with ``${n}`` replaced by ``number`` in every string of it."""
+    if isinstance(value, str):
+        return value.replace(REPETITION, str(number))
+    if isinstance(value, dict):
+        return {key: _numbered(item, number) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_numbered(item, number) for item in value]
+    return value
 
 
 class SimulatedAzure(_Strict):
@@ -248,6 +358,12 @@ class Scenario(_Strict):
         if "\n" in value.strip():
             raise ValueError("the description is one line")
         return value.strip()
+
+    def actions(self, end: float) -> list[TimelineAction]:
+        """Every single action up to ``end`` virtual seconds, repetitions unrolled, in time
+        order (actions at the same time in file order)."""
+        unrolled = [one for action in self.timeline for one in action.occurrences(end)]
+        return sorted(unrolled, key=lambda action: action.at)
 
     def deferred(self) -> set[str]:
         """Workloads a ``deploy`` action creates later (the others exist from the start)."""

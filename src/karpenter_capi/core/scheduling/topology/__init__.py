@@ -1,0 +1,61 @@
+"""Topology spread, pod affinity and pod anti-affinity, as the scheduling simulator honours them.
+
+The solver decides where pods go before any node exists, so it cannot ask kube-scheduler whether a
+placement keeps a ``topologySpreadConstraint`` or a required pod (anti-)affinity term. If it guessed
+differently from kube-scheduler the pods it provisioned for would stay Pending (or land on nodes
+that break the constraint), so this package answers the question the way Karpenter's
+``pkg/controllers/provisioning/scheduling/topology.go`` does: every constraint becomes a *topology
+group* that counts matching pods per domain (``SELECT count(*) ... GROUP BY <topologyKey>``), and a
+placement narrows the node's requirements to the domains the counts still allow.
+
+What is enforced, and how:
+
+* ``topologySpreadConstraints`` with ``whenUnsatisfiable: DoNotSchedule`` (the default), on any
+  topology key: ``labelSelector`` plus ``matchLabelKeys``, ``maxSkew``, ``minDomains`` (fewer
+  eligible domains than ``minDomains`` makes the global minimum 0), ``nodeAffinityPolicy`` (Honor,
+  the default: only domains the pod's requirements allow count toward the global minimum, where
+  those are the ``pod_requirements`` passed in, i.e. the node-affinity term being tried, as in
+  Karpenter; and only pods on nodes matching the pod's ``nodeSelector`` and any of its required
+  node-affinity terms are counted) and
+  ``nodeTaintsPolicy`` (Honor: domains whose nodes all carry taints the pod does not tolerate do
+  not count toward the minimum, and pods on such nodes are not counted). Only pods in the pod's own
+  namespace count. For ``kubernetes.io/hostname`` the global minimum is always 0, because the
+  solver can always open a new node.
+* Required pod affinity: a domain is allowed when it already holds a selected pod; when no selected
+  pod exists anywhere the pod may bootstrap the group only if its own term selects it.
+* Required pod anti-affinity, both ways: a pod may not enter a domain holding a pod its term
+  selects, and may not enter a domain holding a pod (existing, or placed earlier in this solve)
+  whose required anti-affinity term selects it.
+
+Every key the pod's own constraints use comes back pinned to one domain (the least loaded by its
+spreads, then by name), because a placement counts only where its domain is known.
+
+Not enforced here, on purpose: ``ScheduleAnyway`` spreads and ``preferredDuringScheduling`` pod
+(anti-)affinity are ignored. They are preferences, which the solver owns and relaxes; use
+:func:`schedule_anyway_constraints` to find the soft spreads. To try a preference as though it were
+required, pass a *copy* of the pod with it promoted (``whenUnsatisfiable: DoNotSchedule``, or the
+term moved to ``required...``): groups are derived from the pod object each call receives, and a
+group first seen mid-solve is counted from the existing pods and every placement recorded so far.
+
+Pods are recognised by object identity first, then by content, and treated as immutable: call
+:meth:`Topology.forget` after changing a pod's constraints in place (a fresh copy needs nothing).
+Identical constraints shared by many pods (the replicas of a Deployment) are one group with one
+set of counts, and a pod's view of the groups is cached by namespace, labels and constraints, so
+the per-pod cost is a few dictionary look-ups.
+
+The package is split as upstream splits its scheduler's topology: ``_domains`` (which domain a
+node is in), ``_filter`` (which nodes a spread counts), ``_group`` (the counts per domain, and a
+pod shape's view of the groups), ``_narrowing`` (the domains each kind of constraint allows) and
+``_topology`` (the :class:`Topology` the solver talks to).
+"""
+
+from karpenter_capi.core.scheduling.refusal import Refusal
+from karpenter_capi.core.scheduling.topology._domains import NodeInfo
+from karpenter_capi.core.scheduling.topology._topology import Topology, schedule_anyway_constraints
+
+__all__ = [
+    "NodeInfo",
+    "Refusal",
+    "Topology",
+    "schedule_anyway_constraints",
+]

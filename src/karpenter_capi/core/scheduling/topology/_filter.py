@@ -1,0 +1,86 @@
+"""Which nodes a spread counts, as its ``nodeAffinityPolicy`` and ``nodeTaintsPolicy`` say.
+
+Kept apart from the groups because the rules are Kubernetes' own and easy to get subtly wrong:
+this is the one place that reads those two fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from karpenter_capi.core.scheduling.requirements import Requirements
+from karpenter_capi.core.scheduling.taints import Taint, untolerated
+from karpenter_capi.core.scheduling.topology._domains import TaintSets
+
+
+def tolerates_any(tolerations: Sequence[Mapping[str, Any]], taint_sets: TaintSets) -> bool:
+    # No taint information means an untainted node shape, which every pod tolerates.
+    if not taint_sets:
+        return True
+    return any(untolerated(tolerations, taints) is None for taints in taint_sets)
+
+
+class NodeFilter:
+    """Which nodes a spread constraint counts (``nodeAffinityPolicy``/``nodeTaintsPolicy``)."""
+
+    __slots__ = (
+        "affinity_trivial",
+        "honor_affinity",
+        "honor_taints",
+        "identity",
+        "terms",
+        "tolerations",
+        "trivial",
+    )
+
+    def __init__(
+        self,
+        honor_affinity: bool,
+        terms: tuple[Requirements, ...],
+        honor_taints: bool,
+        tolerations: tuple[Mapping[str, Any], ...],
+    ) -> None:
+        self.honor_affinity = honor_affinity
+        self.terms = terms
+        self.honor_taints = honor_taints
+        self.tolerations = tolerations
+        # Terms are ORed, so one empty term lets every node through.
+        self.affinity_trivial = not honor_affinity or any(len(t) == 0 for t in terms)
+        self.trivial = self.affinity_trivial and not honor_taints
+        self.identity = (
+            honor_affinity,
+            None if self.affinity_trivial else frozenset(terms),
+            honor_taints,
+            tuple(sorted(repr(sorted(t.items())) for t in tolerations)) if honor_taints else None,
+        )
+
+    def matches_node(self, labels: Mapping[str, str], taints: Sequence[Taint]) -> bool:
+        if not self.affinity_trivial and not any(t.satisfied_by(labels) for t in self.terms):
+            return False
+        return not self.honor_taints or untolerated(self.tolerations, taints) is None
+
+    def matches_requirements(self, requirements: Requirements, taints: Sequence[Taint]) -> bool:
+        if not self.affinity_trivial and not any(
+            requirements.incompatibility(t) is None for t in self.terms
+        ):
+            return False
+        return not self.honor_taints or untolerated(self.tolerations, taints) is None
+
+
+def spread_filter(spec: Mapping[str, Any], constraint: Mapping[str, Any]) -> NodeFilter:
+    honor_affinity = (constraint.get("nodeAffinityPolicy") or "Honor") == "Honor"
+    honor_taints = (constraint.get("nodeTaintsPolicy") or "Ignore") == "Honor"
+    terms: tuple[Requirements, ...] = ()
+    if honor_affinity:
+        selector = Requirements.from_labels(spec.get("nodeSelector") or {})
+        node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+        required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+        # matchFields pins node names, which only existing nodes have; dropping it counts a
+        # little more than kube-scheduler would, never less.
+        terms = tuple(
+            selector.merged(Requirements.from_dicts(term.get("matchExpressions") or ()))
+            for term in required.get("nodeSelectorTerms") or ()
+        ) or (selector,)
+    tolerations = tuple(spec.get("tolerations") or ()) if honor_taints else ()
+    return NodeFilter(honor_affinity, terms, honor_taints, tolerations)

@@ -1,0 +1,513 @@
+"""The :class:`Topology` of one solve: builds the groups, answers the solver, records placements.
+
+The package docstring says what is enforced and how; this module holds the bookkeeping that ties
+groups to pods (which groups a pod owns or is selected by) and remembers what was placed so far.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Final
+
+from karpenter_capi.core.kube.selectors import Clause, CompiledSelector
+from karpenter_capi.core.scheduling.refusal import Refusal
+from karpenter_capi.core.scheduling.requirements import Requirement, Requirements, normalize_key
+from karpenter_capi.core.scheduling.taints import Taint
+from karpenter_capi.core.scheduling.topology._domains import NodeInfo, TaintSets, domain_of
+from karpenter_capi.core.scheduling.topology._filter import NodeFilter, spread_filter
+from karpenter_capi.core.scheduling.topology._group import (
+    AFFINITY,
+    ANTI_AFFINITY,
+    KIND_ORDER,
+    SPREAD,
+    Group,
+    Profile,
+    possible_domains,
+    term_selector,
+)
+from karpenter_capi.core.scheduling.topology._narrowing import narrow, record_in
+
+_NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
+_NO_NAMESPACES: Final[Mapping[str, Mapping[str, str]]] = MappingProxyType({})
+_NO_DOMAIN_TAINTS: Final[Mapping[str, Mapping[str, Iterable[Iterable[Taint]]]]] = MappingProxyType(
+    {}
+)
+# Callers may hand over a fresh copy of a pod on every call; past this many identities the
+# identity cache is dropped (the content-keyed profiles survive, so a miss costs a few reprs).
+_IDENTITY_CACHE_LIMIT: Final = 1 << 16
+
+
+def schedule_anyway_constraints(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The pod's ``ScheduleAnyway`` spread constraints: preferences Topology does not enforce."""
+    spec = pod.get("spec") or {}
+    return [
+        constraint
+        for constraint in spec.get("topologySpreadConstraints") or ()
+        if (constraint.get("whenUnsatisfiable") or "DoNotSchedule") != "DoNotSchedule"
+    ]
+
+
+def _identity(pod: Mapping[str, Any]) -> object:
+    meta = pod.get("metadata") or {}
+    uid = meta.get("uid")
+    if uid:
+        return uid
+    return (meta.get("namespace") or "default", meta.get("name"))
+
+
+def _ignored(pod: Mapping[str, Any]) -> bool:
+    # Finished and terminating pods no longer occupy their domain (Karpenter's
+    # IgnoredForTopology).
+    phase = (pod.get("status") or {}).get("phase")
+    return phase in ("Succeeded", "Failed") or bool(
+        (pod.get("metadata") or {}).get("deletionTimestamp")
+    )
+
+
+def _required_terms(affinity: Mapping[str, Any], kind: str) -> Sequence[Mapping[str, Any]]:
+    terms: Sequence[Mapping[str, Any]] = (affinity.get(kind) or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or ()
+    return terms
+
+
+class Topology:
+    """Topology groups for one solve: counts per domain, narrowed node requirements per pod.
+
+    ``domains`` maps each topology key to every value a node could have (from NodePools,
+    instance types, offerings and existing nodes); the values existing nodes carry are added
+    automatically. ``existing_pods`` are the pods already bound or nominated, each with the node
+    it is on. ``pending_pods`` are the pods this solve places; any of them also listed in
+    ``existing_pods`` (same uid) is not counted twice. ``namespaces`` maps namespace names to
+    their labels, for ``namespaceSelector``.
+
+    ``domain_taints`` (optional, only consulted by ``nodeTaintsPolicy: Honor``) maps a key and a
+    value to the taint sets of the node shapes that yield it, e.g. each NodePool template's
+    taints. A value listed there is tolerated when any of its sets is; a value not listed is
+    assumed to come from an untainted node and is tolerated by every pod.
+    """
+
+    def __init__(
+        self,
+        *,
+        domains: Mapping[str, Iterable[str]],
+        existing_pods: Iterable[tuple[Mapping[str, Any], NodeInfo]],
+        pending_pods: Iterable[Mapping[str, Any]],
+        namespaces: Mapping[str, Mapping[str, str]] = _NO_NAMESPACES,
+        domain_taints: Mapping[str, Mapping[str, Iterable[Iterable[Taint]]]] = _NO_DOMAIN_TAINTS,
+    ) -> None:
+        self._namespaces = namespaces
+        self._groups: list[Group] = []
+        self._by_identity: dict[tuple[Any, ...], Group] = {}
+        self._profiles: dict[tuple[Any, ...], Profile] = {}
+        self._by_id: dict[int, tuple[Mapping[str, Any], Profile]] = {}
+        self._placements: list[tuple[Profile, Requirements, tuple[Taint, ...]]] = []
+
+        self._universe: dict[str, dict[str, TaintSets]] = {}
+        for key, values in domains.items():
+            bucket = self._universe.setdefault(normalize_key(key), {})
+            for value in values:
+                bucket.setdefault(str(value), [])
+        for key, by_value in domain_taints.items():
+            bucket = self._universe.setdefault(normalize_key(key), {})
+            for value, taint_sets in by_value.items():
+                bucket.setdefault(str(value), []).extend(tuple(s) for s in taint_sets)
+        self._universe_complete: set[str] = set()
+
+        pending = list(pending_pods)
+        skip = {_identity(pod) for pod in pending}
+        self._nodes: list[NodeInfo] = []
+        node_index: dict[str, int] = {}
+        # namespace -> repr(labels) -> (labels, node index -> pods): replicas on one node with one
+        # label set collapse, so counting a new group touches each distinct shape once.
+        self._existing: dict[str, dict[str, tuple[Mapping[str, str], dict[int, int]]]] = {}
+        anti_affinity: list[tuple[Mapping[str, Any], int]] = []
+        for pod, node in existing_pods:
+            if _ignored(pod) or _identity(pod) in skip:
+                continue
+            index = node_index.get(node.name)
+            if index is None:
+                index = node_index[node.name] = len(self._nodes)
+                self._nodes.append(node)
+            meta = pod.get("metadata") or {}
+            labels = meta.get("labels") or {}
+            buckets = self._existing.setdefault(meta.get("namespace") or "default", {})
+            entry = buckets.setdefault(repr(labels), (labels, {}))
+            entry[1][index] = entry[1].get(index, 0) + 1
+            affinity = (pod.get("spec") or {}).get("affinity") or {}
+            if _required_terms(affinity, "podAntiAffinity"):
+                anti_affinity.append((pod, index))
+
+        for pod, index in anti_affinity:
+            node = self._nodes[index]
+            for group in self._inverse_groups(pod):
+                domain = domain_of(node, group.key)
+                if domain is not None:
+                    group.add(domain)
+
+        # Building every pending pod's groups now counts the existing pods once per distinct
+        # constraint, before any placement, instead of on the solver's hot path.
+        for pod in pending:
+            self._profile(pod)
+
+    # --- the solver's interface ---------------------------------------------------------------
+
+    def has_constraints(self, pod: Mapping[str, Any]) -> bool:
+        """Whether any topology group constrains where ``pod`` may go.
+
+        False means :meth:`add_requirements` would return the node requirements unchanged.
+        :meth:`record` must still be called for every placed pod: it may count in other pods'
+        groups.
+        """
+        profile = self._refreshed(pod)
+        return bool(profile.owned or profile.inverse_selecting)
+
+    def add_requirements(
+        self,
+        pod: Mapping[str, Any],
+        pod_requirements: Requirements,
+        node_requirements: Requirements,
+        node_taints: Sequence[Taint] = (),
+        *,
+        explain: bool = True,
+    ) -> Requirements | Refusal:
+        """``node_requirements`` narrowed to the domains where ``pod`` keeps every constraint.
+
+        ``pod_requirements`` are the pod's own node requirements (one alternative of its node
+        selector terms); ``node_requirements`` those of the candidate node (an existing node's
+        labels, or a NodeClaim's requirements with its hostname placeholder). Each group keeps
+        the domains it allows (spread: within ``maxSkew`` of the global minimum; affinity: those
+        holding a selected pod; anti-affinity: those holding none), and every key the pod's own
+        constraints use is then pinned to one domain, the least loaded by its spreads, so that
+        :meth:`record` can count it. Keys narrowed only by other pods' anti-affinity are left as
+        a set. Returns a :class:`Refusal` instead when no domain is left; with
+        ``explain=False`` its text is a fixed phrase (building the counts into a message costs
+        more than the check, and a solver trying many nodes only needs the verdict).
+        """
+        profile = self._refreshed(pod)
+        if not profile.owned and not profile.inverse_selecting:
+            return node_requirements
+        result = node_requirements
+        for group in profile.inverse_selecting:
+            narrowed = narrow(group, False, pod_requirements, result, node_taints, explain=explain)
+            if isinstance(narrowed, Refusal):
+                return narrowed
+            result = narrowed
+        for group, self_selecting in profile.owned:
+            narrowed = narrow(
+                group, self_selecting, pod_requirements, result, node_taints, explain=explain
+            )
+            if isinstance(narrowed, Refusal):
+                return narrowed
+            result = narrowed
+        # record counts a spread or affinity only in a pinned domain, and blocks every domain
+        # still possible for an anti-affinity, so choose now: the domain the pod's spreads load
+        # least, then by name (Karpenter also hands back a single domain).
+        for key, spreads in profile.pins:
+            requirement = result.get(key)
+            if requirement is None or requirement.complement or len(requirement.values) < 2:
+                continue
+            choice = min(
+                requirement.values, key=lambda d: (sum(g.counts.get(d, 0) for g in spreads), d)
+            )
+            result = result.with_requirement(Requirement(key, False, frozenset((choice,))))
+        return result
+
+    def affinity_domains(self, pod: Mapping[str, Any], key: str) -> frozenset[str] | None:
+        """The only ``key`` domains the pod's required pod affinity can accept, if known.
+
+        ``None`` when the pod has no required affinity on ``key``, or may start its group
+        anywhere (it selects itself and nothing it follows is placed yet). A superset of what
+        :meth:`add_requirements` allows, so a solver can skip every other node outright: with
+        thousands of nodes and a hostname affinity, that is most of the work saved.
+        """
+        profile = self._refreshed(pod)
+        result: frozenset[str] | None = None
+        for group, self_selecting in profile.owned:
+            if group.kind != AFFINITY or group.key != key:
+                continue
+            occupied = frozenset(d for d, c in group.counts.items() if c > 0)
+            if not occupied and self_selecting:
+                continue
+            result = occupied if result is None else result & occupied
+        return result
+
+    def record(
+        self,
+        pod: Mapping[str, Any],
+        node_requirements: Requirements,
+        node_taints: Sequence[Taint] = (),
+    ) -> None:
+        """Count ``pod``, placed on a node with ``node_requirements``, in every group it affects.
+
+        Spread and affinity groups count it only for a key the requirements pin to one value,
+        so pin each such key (choose the zone) before recording. Anti-affinity groups, and the
+        pod's own required anti-affinity terms, block every domain the node could still be in.
+        ``node_taints`` matter only to spreads with ``nodeTaintsPolicy: Honor``.
+        """
+        profile = self._refreshed(pod)
+        taints = tuple(node_taints)
+        for group in profile.selected:
+            record_in(group, node_requirements, taints)
+        for group in profile.inverse_owned:
+            for domain in possible_domains(group, node_requirements.get(group.key)):
+                group.add(domain)
+        self._placements.append((profile, node_requirements, taints))
+
+    def register_domain(self, key: str, value: str, taints: Sequence[Taint] = ()) -> None:
+        """A new domain (a NodeClaim's hostname placeholder, say) on a node with ``taints``."""
+        key = normalize_key(key)
+        bucket = self._universe_for(key)
+        taint_sets = bucket.get(value)
+        if taint_sets is None:
+            taint_sets = bucket[value] = [tuple(taints)] if taints else []
+        elif taints or taint_sets:
+            # An untainted shape joining a tainted value makes it tolerable for everyone.
+            taint_sets.append(tuple(taints))
+
+    def forget(self, pod: Mapping[str, Any]) -> None:
+        """Drop the cached view of ``pod`` after its constraints were changed in place."""
+        self._by_id.pop(id(pod), None)
+
+    # --- groups and profiles ------------------------------------------------------------------
+
+    def _universe_for(self, key: str) -> dict[str, TaintSets]:
+        bucket = self._universe.setdefault(key, {})
+        if key not in self._universe_complete:
+            for node in self._nodes:
+                domain = domain_of(node, key)
+                if domain is not None:
+                    bucket.setdefault(domain, [])
+            self._universe_complete.add(key)
+        return bucket
+
+    def _group(
+        self,
+        kind: str,
+        key: str,
+        namespaces: frozenset[str] | None,
+        selector: CompiledSelector,
+        *,
+        max_skew: int = 0,
+        min_domains: int | None = None,
+        node_filter: NodeFilter | None = None,
+        inverse: bool = False,
+    ) -> Group:
+        key = normalize_key(key)
+        identity = (
+            kind,
+            key,
+            namespaces,
+            selector.clauses,
+            max_skew,
+            min_domains,
+            None if node_filter is None else node_filter.identity,
+            inverse,
+        )
+        group = self._by_identity.get(identity)
+        if group is not None:
+            return group
+        group = Group(
+            kind,
+            key,
+            domains=self._universe_for(key),
+            namespaces=namespaces,
+            selector=selector,
+            max_skew=max_skew,
+            min_domains=min_domains,
+            node_filter=node_filter,
+            inverse=inverse,
+        )
+        if not inverse:
+            # An inverse group counts its owners, and no owner can have been placed before the
+            # group existed: building the owner's profile is what creates it.
+            self._count_existing(group)
+            for profile, requirements, taints in self._placements:
+                if group.selects(profile.namespace, profile.labels):
+                    record_in(group, requirements, taints)
+        self._by_identity[identity] = group
+        self._groups.append(group)
+        return group
+
+    def _count_existing(self, group: Group) -> None:
+        if group.namespaces is None:
+            spaces = list(self._existing.values())
+        else:
+            spaces = [self._existing[ns] for ns in group.namespaces if ns in self._existing]
+        node_filter = group.filter
+        check = node_filter is not None and not node_filter.trivial
+        node_ok: dict[int, bool] = {}
+        for buckets in spaces:
+            for labels, per_node in buckets.values():
+                if not group.selector.matches(labels):
+                    continue
+                for index, count in per_node.items():
+                    node = self._nodes[index]
+                    if check and node_filter is not None:
+                        ok = node_ok.get(index)
+                        if ok is None:
+                            ok = node_ok[index] = node_filter.matches_node(node.labels, node.taints)
+                        if not ok:
+                            continue
+                    domain = domain_of(node, group.key)
+                    if domain is not None:
+                        group.add(domain, count)
+
+    def _term_namespaces(self, namespace: str, term: Mapping[str, Any]) -> frozenset[str] | None:
+        """The namespaces an affinity term looks in; None for all of them."""
+        listed = [str(n) for n in term.get("namespaces") or ()]
+        raw_selector = term.get("namespaceSelector")
+        if raw_selector is None:
+            return frozenset(listed) if listed else frozenset((namespace,))
+        selector = term_selector(raw_selector)
+        if selector.clauses == ():
+            return None  # ``namespaceSelector: {}`` selects every namespace
+        selected = {
+            name
+            for name, labels in self._namespaces.items()
+            if selector.matches({**labels, _NAMESPACE_NAME_LABEL: name})
+        }
+        return frozenset(selected.union(listed))
+
+    def _term_group(
+        self,
+        kind: str,
+        namespace: str,
+        labels: Mapping[str, str],
+        term: Mapping[str, Any],
+        *,
+        inverse: bool,
+    ) -> Group | None:
+        key = term.get("topologyKey")
+        if not key:
+            return None
+        # matchLabelKeys/mismatchLabelKeys copy the owner's own label values into the selector.
+        extra: list[Clause] = [
+            (k, "In", frozenset((labels[k],)))
+            for k in term.get("matchLabelKeys") or ()
+            if k in labels
+        ]
+        extra.extend(
+            (k, "NotIn", frozenset((labels[k],)))
+            for k in term.get("mismatchLabelKeys") or ()
+            if k in labels
+        )
+        selector = term_selector(term.get("labelSelector"), extra)
+        namespaces = self._term_namespaces(namespace, term)
+        return self._group(kind, str(key), namespaces, selector, inverse=inverse)
+
+    def _inverse_groups(self, pod: Mapping[str, Any]) -> list[Group]:
+        meta = pod.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        labels = meta.get("labels") or {}
+        affinity = (pod.get("spec") or {}).get("affinity") or {}
+        groups = []
+        for term in _required_terms(affinity, "podAntiAffinity"):
+            group = self._term_group(ANTI_AFFINITY, namespace, labels, term, inverse=True)
+            if group is not None:
+                groups.append(group)
+        return groups
+
+    def _refreshed(self, pod: Mapping[str, Any]) -> Profile:
+        profile = self._profile(pod)
+        groups = self._groups
+        if profile.seen < len(groups):
+            for index in range(profile.seen, len(groups)):
+                group = groups[index]
+                if group.selects(profile.namespace, profile.labels):
+                    if group.inverse:
+                        profile.inverse_selecting.append(group)
+                    else:
+                        profile.selected.append(group)
+            profile.seen = len(groups)
+        return profile
+
+    def _profile(self, pod: Mapping[str, Any]) -> Profile:
+        cached = self._by_id.get(id(pod))
+        if cached is not None and cached[0] is pod:
+            return cached[1]
+        meta = pod.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        labels = meta.get("labels") or {}
+        spec = pod.get("spec") or {}
+        spreads = spec.get("topologySpreadConstraints")
+        affinity = spec.get("affinity") or {}
+        affinity_terms = _required_terms(affinity, "podAffinity")
+        anti_terms = _required_terms(affinity, "podAntiAffinity")
+        # repr is exact for JSON data and far cheaper than canonicalising; two equal pods whose
+        # dicts differ only in key order just get two profiles sharing the same groups.
+        signature: tuple[Any, ...] = (
+            namespace,
+            repr(labels),
+            repr(affinity_terms),
+            repr(anti_terms),
+        )
+        if spreads:
+            signature += (
+                repr(spreads),
+                repr(spec.get("nodeSelector")),
+                repr(affinity.get("nodeAffinity")),
+                repr(spec.get("tolerations")),
+            )
+        profile = self._profiles.get(signature)
+        if profile is None:
+            profile = self._build_profile(namespace, labels, spec, affinity_terms, anti_terms)
+            self._profiles[signature] = profile
+        if len(self._by_id) >= _IDENTITY_CACHE_LIMIT:
+            self._by_id.clear()
+        self._by_id[id(pod)] = (pod, profile)
+        return profile
+
+    def _build_profile(
+        self,
+        namespace: str,
+        labels: Mapping[str, str],
+        spec: Mapping[str, Any],
+        affinity_terms: Sequence[Mapping[str, Any]],
+        anti_terms: Sequence[Mapping[str, Any]],
+    ) -> Profile:
+        profile = Profile(namespace, labels)
+        owned: list[Group] = []
+        for constraint in spec.get("topologySpreadConstraints") or ():
+            if (constraint.get("whenUnsatisfiable") or "DoNotSchedule") != "DoNotSchedule":
+                continue
+            key = constraint.get("topologyKey")
+            if not key:
+                continue
+            extra = [
+                (k, "In", frozenset((labels[k],)))
+                for k in constraint.get("matchLabelKeys") or ()
+                if k in labels
+            ]
+            min_domains = constraint.get("minDomains")
+            owned.append(
+                self._group(
+                    SPREAD,
+                    str(key),
+                    frozenset((namespace,)),
+                    term_selector(constraint.get("labelSelector"), extra),
+                    max_skew=int(constraint.get("maxSkew") or 1),
+                    min_domains=None if min_domains is None else int(min_domains),
+                    node_filter=spread_filter(spec, constraint),
+                )
+            )
+        for kind, terms in ((AFFINITY, affinity_terms), (ANTI_AFFINITY, anti_terms)):
+            for term in terms:
+                group = self._term_group(kind, namespace, labels, term, inverse=False)
+                if group is not None:
+                    owned.append(group)
+                if kind == ANTI_AFFINITY:
+                    inverse = self._term_group(kind, namespace, labels, term, inverse=True)
+                    if inverse is not None and inverse not in profile.inverse_owned:
+                        profile.inverse_owned.append(inverse)
+        unique = list(dict.fromkeys(owned))
+        unique.sort(key=lambda g: KIND_ORDER[g.kind])
+        profile.owned = [(g, g.selects(namespace, labels)) for g in unique]
+        pins: dict[str, list[Group]] = {}
+        for group in unique:
+            pins.setdefault(group.key, [])
+            if group.kind == SPREAD:
+                pins[group.key].append(group)
+        profile.pins = list(pins.items())
+        return profile
