@@ -44,6 +44,7 @@ def _print(report: ChaosReport) -> None:
         )
     print(
         f"kill points tried: {figures['kill_points_tried']}; violations: {figures['violations']}; "
+        f"runs that did not settle: {figures['unsettled']}; "
         f"extra nodes launched because of restarts: {figures['extra_nodeclaims']} NodeClaims, "
         f"{figures['extra_machines']} Machines; wall time {figures['wall_seconds']} s "
         f"(seed {figures['seed']})"
@@ -78,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(report.figures(), indent=2))
     else:
         _print(report)
-    return 1 if report.violations else 0
+    return 1 if report.violations or report.unsettled else 0
 
 
 if __name__ == "__main__":

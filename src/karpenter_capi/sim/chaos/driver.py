@@ -61,10 +61,13 @@ class Trial:
     unbound_pods: list[str]
     nodeclaims_created: int
     machines_created: int
+    settled: bool = True
+    """Whether the cluster went idle within the settle window. A cluster still consolidating
+    has pods in flight, so only the invariants that hold at any instant are checked then."""
 
     @property
     def ok(self) -> bool:
-        return not self.violations and not self.unbound_pods
+        return self.settled and not self.violations and not self.unbound_pods
 
     def describe(self) -> str:
         """Everything needed to replay and read a failure, on a few lines."""
@@ -73,6 +76,8 @@ class Trial:
             f"kill points {', '.join(self.points) or '-'}",
             f"  died: {'; '.join(self.deaths) or 'never'}",
         ]
+        if not self.settled:
+            lines.append("  did not settle within the settle window (still disrupting)")
         lines += [f"  violation: {v}" for v in self.violations]
         lines += [f"  pod not bound: {p}" for p in self.unbound_pods]
         return "\n".join(lines)
@@ -105,6 +110,10 @@ class PhaseReport:
     def extra_machines(self) -> int:
         return sum(t.machines_created - self.baseline_machines for t in self.trials)
 
+    @property
+    def unsettled(self) -> int:
+        return sum(1 for t in self.trials if not t.settled)
+
     def failures(self) -> list[Trial]:
         return [t for t in self.trials if not t.ok]
 
@@ -123,6 +132,10 @@ class ChaosReport:
     def violations(self) -> int:
         return sum(p.violations for p in self.phases)
 
+    @property
+    def unsettled(self) -> int:
+        return sum(p.unsettled for p in self.phases)
+
     def failures(self) -> list[Trial]:
         return [t for p in self.phases for t in p.failures()]
 
@@ -132,6 +145,7 @@ class ChaosReport:
             "seed": self.seed,
             "kill_points_tried": self.kill_points_tried,
             "violations": self.violations,
+            "unsettled": self.unsettled,
             "extra_nodeclaims": sum(p.extra_nodeclaims for p in self.phases),
             "extra_machines": sum(p.extra_machines for p in self.phases),
             "wall_seconds": round(self.wall_seconds, 1),
@@ -143,6 +157,7 @@ class ChaosReport:
                     "trials": len(p.trials),
                     "kill_points_tried": p.kill_points_tried,
                     "violations": p.violations,
+                    "unsettled": p.unsettled,
                     "extra_nodeclaims": p.extra_nodeclaims,
                     "extra_machines": p.extra_machines,
                     "baseline_nodeclaims": p.baseline_nodeclaims,
@@ -163,6 +178,7 @@ class _Outcome:
     unbound_pods: list[str]
     nodeclaims_created: int
     machines_created: int
+    settled: bool = True
 
 
 def _created(client: KubeClient, resource: Resource, since: str) -> int:
@@ -210,15 +226,22 @@ def _act(world: ChaosWorld, phase: Phase, points: list[KillPoint], settle: float
     writes, unreached = switch.writes, switch.pending
     switch.disarm()
     world.run_until_idle(quiet=QUIET_SECONDS, limit=settle)
-    violations = check_invariants(world.server, clock=world.clock, plugins=world.plugins)
+    # A cluster still launching or disrupting when the window ends has pods between nodes:
+    # only what holds at any instant can be checked, and the run is reported as unsettled, not
+    # as sound. A pod left pending with nothing under way is checked, and is a violation.
+    settled = world.nodeclaims_at_rest()
+    violations = check_invariants(
+        world.server, clock=world.clock, plugins=world.plugins, settled=settled
+    )
     return _Outcome(
         writes=writes,
         unreached=unreached,
         deaths=list(switch.deaths),
         violations=[str(v) for v in violations],
-        unbound_pods=_unbound_pods(world),
+        unbound_pods=_unbound_pods(world) if settled else [],
         nodeclaims_created=_created(world.server, NODECLAIMS, since),
         machines_created=_created(world.server, MACHINES, since),
+        settled=settled,
     )
 
 
@@ -298,7 +321,7 @@ def run_phase(
         baseline.nodeclaims_created,
         baseline.machines_created,
     )
-    if baseline.violations or baseline.unbound_pods:
+    if baseline.violations or baseline.unbound_pods or not baseline.settled:
         # Without kills the phase must already end sound, or no kill can be blamed.
         report.trials.append(_trial(phase, seed, -1, [], baseline))
         return report
@@ -312,7 +335,8 @@ def run_phase(
         report.trials.append(trial)
         say(
             f"{phase.name}: trial {number}, {len(trial.deaths)} kills, "
-            f"{'sound' if trial.ok else 'VIOLATIONS'}, {trial.nodeclaims_created} NodeClaims"
+            f"{'sound' if trial.ok else 'VIOLATIONS' if trial.settled else 'unsettled'}, "
+            f"{trial.nodeclaims_created} NodeClaims"
         )
         number += 1
     return report
@@ -330,6 +354,7 @@ def _trial(phase: Phase, seed: int, number: int, points: list[KillPoint], run: _
         unbound_pods=run.unbound_pods,
         nodeclaims_created=run.nodeclaims_created,
         machines_created=run.machines_created,
+        settled=run.settled,
     )
 
 

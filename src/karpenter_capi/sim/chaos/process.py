@@ -309,10 +309,15 @@ class ChaosWorld:
     def idle(self) -> bool:
         """No NodeClaim is launching, registering or being deleted, and no pod is pending:
         what the controller still has to do is at most a periodic check."""
-        for claim in self.server.list(NODECLAIMS).items:
-            if claim["metadata"].get("deletionTimestamp") or not condition_true(claim, "Ready"):
-                return False
-        return all(p["spec"].get("nodeName") for p in self.live(PODS))
+        return self.nodeclaims_at_rest() and all(p["spec"].get("nodeName") for p in self.live(PODS))
+
+    def nodeclaims_at_rest(self) -> bool:
+        """No NodeClaim is launching, registering or being deleted: no disruption or launch is
+        under way (a pod may still be pending, which is then the controller's to explain)."""
+        return not any(
+            claim["metadata"].get("deletionTimestamp") or not condition_true(claim, "Ready")
+            for claim in self.server.list(NODECLAIMS).items
+        )
 
     def run_until_idle(self, *, quiet: float, limit: float, step: float = 30.0) -> float:
         """Advance in ``step``s until the cluster is ``idle`` and the controller has written
