@@ -28,6 +28,7 @@ import sys
 from collections.abc import Sequence
 
 from karpenter_capi.sim.chaos import PHASES, ChaosReport, phases, run_chaos
+from karpenter_capi.sim.chaos.driver import DEFAULT_SETTLE_SECONDS
 
 
 def _print(report: ChaosReport) -> None:
@@ -60,6 +61,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--kills-per-run", type=int, default=5)
     parser.add_argument("--phase", action="append", choices=PHASES, help="only these phases")
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=DEFAULT_SETTLE_SECONDS,
+        metavar="SECONDS",
+        help="virtual seconds a run may take to settle after its window (default "
+        f"{DEFAULT_SETTLE_SECONDS:g}: past the registration TTL); large clusters consolidate "
+        "one node at a time for longer",
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     if args.chaos <= 0 or args.pods <= 0 or args.kills_per_run <= 0:
@@ -73,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         kill_points=args.chaos,
         seed=args.seed,
         kills_per_trial=args.kills_per_run,
+        settle_seconds=args.settle,
         progress=lambda line: print(line, file=sys.stderr, flush=True),
     )
     if args.json:
