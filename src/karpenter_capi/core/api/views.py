@@ -2,9 +2,9 @@
 
 A cluster holds thousands of pods and the controller re-reads them on every scheduling pass, so
 it validates raw API JSON into these small frozen models instead of the official client's
-generated ones (see DESIGN.md, "Raw JSON, narrow models"). Only the fields the scheduler,
-provisioner and disruption logic look at are modelled; everything else is ignored on input, which
-also keeps the views tolerant of fields added by newer Kubernetes versions.
+generated ones (docs/design.md, decision 10). Only the fields the scheduler, provisioner and
+disruption logic look at are modelled; everything else is ignored on input, which also keeps
+the views tolerant of fields added by newer Kubernetes versions.
 
 Views never reject a value the API server accepted: operators and effects stay plain strings
 (the scheduling code decides what it understands) and quantities stay as their text.
