@@ -137,3 +137,19 @@ def test_context_reads_through_the_manager(api: InMemoryAPIServer, clock: FakeCl
     assert context.client is api
     assert context.management is api
     assert context.dry_run
+
+
+def test_added_observers_are_told_of_every_reconcile_and_depth_as_the_first(
+    api: InMemoryAPIServer, clock: FakeClock
+) -> None:
+    first, second = Recorder(), Recorder()
+    api.create(CONFIGMAPS, configmap("app", {}), "default")
+    manager = Manager(api, clock=clock, observer=first)
+    manager.add(Scripted(clock, behaviour=lambda key, call: DONE), Ticker(clock))
+    manager.add_observer(second)  # after the controllers: their queues tell it too
+    SteppedDriver(manager).advance(5)
+
+    assert [name for name, _, _ in first.reconciles] == ["scripted", "ticker"]
+    assert second.reconciles == first.reconciles
+    assert second.depths == first.depths
+    assert second.depths

@@ -185,7 +185,9 @@ class Manager:
         self.client = client
         self.management = management if management is not None else client
         self.clock = clock
-        self.observer = observer
+        # Told of every reconcile and queue depth, in order: the metrics, and whoever else
+        # measures the runtime (the simulator's reports), added with ``add_observer``.
+        self.observers: list[ReconcileObserver] = [] if observer is None else [observer]
         self._rate_limiter = rate_limiter
         self._resync_period = resync_period
         self._page_size = page_size
@@ -199,6 +201,10 @@ class Manager:
         self.add(*controllers)
 
     # Building.
+
+    def add_observer(self, observer: ReconcileObserver) -> None:
+        """Tell ``observer`` of every reconcile and queue depth from now on, after the others."""
+        self.observers.append(observer)
 
     def add(self, *controllers: Controller | PeriodicController) -> None:
         """Register controllers (before a driver takes the manager), in their run order."""
@@ -221,10 +227,8 @@ class Manager:
 
     def _add_reconciler(self, controller: Controller) -> ControllerEntry:
         name = controller.name
-        observer = self.observer
-        hooks = None
-        if observer is not None:
-            hooks = QueueHooks(on_depth=lambda depth: _observe_depth(observer, name, depth))
+        observers = self.observers
+        hooks = QueueHooks(on_depth=lambda depth: _observe_depth(observers, name, depth))
         queue: WorkQueue[Key] = WorkQueue(
             self.clock, rate_limiter=self._rate_limiter(self.clock), name=name, hooks=hooks
         )
@@ -411,7 +415,7 @@ class Manager:
         finally:
             queue.done(key)
         self._count(entry.name, error)
-        _observe(self.observer, entry.name, seconds, error)
+        _observe(self.observers, entry.name, seconds, error)
 
     def run_periodic(self, entry: PeriodicEntry) -> None:
         """Run ``entry`` once now and schedule its next run."""
@@ -435,7 +439,7 @@ class Manager:
             delay = controller.interval if requeue_after is None else max(0.0, requeue_after)
         entry.next_run = now + delay
         self._count(entry.name, error)
-        _observe(self.observer, entry.name, max(0.0, now - started), error)
+        _observe(self.observers, entry.name, max(0.0, now - started), error)
 
     def shutdown_queues(self) -> None:
         for entry in self._entries:
@@ -517,21 +521,24 @@ def _enqueue_on_events(
 
 
 def _observe(
-    observer: ReconcileObserver | None, name: str, seconds: float, error: BaseException | None
+    observers: Sequence[ReconcileObserver],
+    name: str,
+    seconds: float,
+    error: BaseException | None,
 ) -> None:
-    if observer is None:
-        return
-    try:
-        observer.on_reconcile(name, seconds, error)
-    except Exception:
-        _log.exception("%s: the reconcile observer raised", name)
+    for observer in observers:
+        try:
+            observer.on_reconcile(name, seconds, error)
+        except Exception:
+            _log.exception("%s: the reconcile observer raised", name)
 
 
-def _observe_depth(observer: ReconcileObserver, name: str, depth: int) -> None:
-    try:
-        observer.on_queue_depth(name, depth)
-    except Exception:
-        _log.exception("%s: the queue depth observer raised", name)
+def _observe_depth(observers: Sequence[ReconcileObserver], name: str, depth: int) -> None:
+    for observer in observers:
+        try:
+            observer.on_queue_depth(name, depth)
+        except Exception:
+            _log.exception("%s: the queue depth observer raised", name)
 
 
 __all__ = [

@@ -194,28 +194,24 @@ def apply_action(server: InMemoryAPIServer, scenario: Scenario, action: Timeline
 class _ReconcileErrors:
     """Counts failed reconciles per controller and error, as the runtime reports them.
 
-    Wraps the Operator's ``Metrics.on_reconcile`` (the runtime's observer), so the
-    ``controller_runtime_reconcile_errors_total`` series stays exact while the report can tell
-    optimistic-concurrency conflicts (retried at once, normal with several writers) from
-    real failures.
+    A second observer of the runtime (``Manager.add_observer``), next to the Operator's
+    metrics, so the report can tell optimistic-concurrency conflicts (retried at once, normal
+    with several writers) from real failures.
     """
 
-    def __init__(self, operator: Operator) -> None:
+    def __init__(self) -> None:
         self.conflicts = 0
         self.failures: dict[tuple[str, str], int] = {}
-        metrics = operator.metrics
-        forward = metrics.on_reconcile
 
-        def observe(controller: str, seconds: float, error: BaseException | bool | None) -> None:
-            if isinstance(error, Conflict):
-                self.conflicts += 1
-            elif error is not None and error is not False:
-                what = "failed" if error is True else f"{type(error).__name__}: {error}"
-                key = (controller, what)
-                self.failures[key] = self.failures.get(key, 0) + 1
-            forward(controller, seconds, error)
+    def on_reconcile(self, controller: str, seconds: float, error: BaseException | None) -> None:
+        if isinstance(error, Conflict):
+            self.conflicts += 1
+        elif error is not None:
+            key = (controller, f"{type(error).__name__}: {error}")
+            self.failures[key] = self.failures.get(key, 0) + 1
 
-        metrics.on_reconcile = observe  # type: ignore[method-assign]
+    def on_queue_depth(self, controller: str, depth: int) -> None:
+        """Queue depths are the metrics' concern."""
 
     def messages(self) -> list[str]:
         return [
@@ -334,7 +330,8 @@ def run(
                 emulation=emulation,
             )
             operator, loaded = process.operator, process.plugins
-            reconcile_errors = _ReconcileErrors(operator)
+            reconcile_errors = _ReconcileErrors()
+            operator.manager.add_observer(reconcile_errors)
             launch_rounds = LaunchRounds(clock)
             launch_rounds.attach(operator.manager)
             driver = operator.stepped()
