@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from karpenter_capi.core.clock import FakeClock
+from karpenter_capi.core.clock import SystemClock
 from karpenter_capi.core.kube.resources import LEASES, NODECLAIMS, PODS
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.apiserver.http import HttpFront
@@ -37,7 +37,10 @@ def _wait_for(condition: Callable[[], bool], timeout: float, what: str) -> float
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[InMemoryAPIServer, Path]]:
-    api = new_cluster(clock=FakeClock())
+    # The replicas are real processes on the wall clock: a server on a FakeClock (2026-01-01)
+    # stamps their NodeClaims months in the past, so each one was expired and timed out the
+    # moment it was created, and the test saw one only if it looked within those milliseconds.
+    api = new_cluster(clock=SystemClock())
     api.apply_manifests(load_manifest_files([DEMO_SCENARIO]))
     mark_unschedulable(api)
     with HttpFront(api) as front:
