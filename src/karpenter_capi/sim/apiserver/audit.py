@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import builtins
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NamedTuple
 
 from karpenter_capi.core.kube.client import (
@@ -31,7 +33,7 @@ from karpenter_capi.core.kube.client import (
     PropagationPolicy,
     WatchStream,
 )
-from karpenter_capi.core.kube.resources import Resource
+from karpenter_capi.core.kube.resources import PODS, Resource
 
 WORKLOAD_CLUSTER = "workload"
 MANAGEMENT_CLUSTER = "management"
@@ -111,6 +113,25 @@ class AuditingClient:
             )
         )
 
+    @contextmanager
+    def _writing(
+        self,
+        verb: str,
+        resource: Resource,
+        namespace: str | None,
+        name: str | None = None,
+        subresource: str | None = None,
+    ) -> Iterator[None]:
+        """Record a write, then hand it over; ``_written`` runs once it is answered or failed."""
+        self._record(verb, resource, namespace, name, subresource)
+        try:
+            yield
+        finally:
+            self._written()
+
+    def _written(self) -> None:
+        """A write of this client came back (answered or failed); for subclasses."""
+
     @staticmethod
     def _namespace_of(obj: JsonObject, namespace: str | None = None) -> str | None:
         return namespace or (obj.get("metadata") or {}).get("namespace")
@@ -178,8 +199,8 @@ class AuditingClient:
     ) -> JsonObject:
         # A create names no object to RBAC (resourceNames cannot restrict it), even when the
         # body does: the name is left out so a check cannot wrongly rely on it.
-        self._record("create", resource, self._namespace_of(obj, namespace))
-        return self._inner.create(resource, obj, namespace)
+        with self._writing("create", resource, self._namespace_of(obj, namespace)):
+            return self._inner.create(resource, obj, namespace)
 
     def update(
         self,
@@ -189,8 +210,10 @@ class AuditingClient:
         subresource: str | None = None,
     ) -> JsonObject:
         meta = obj.get("metadata") or {}
-        self._record("update", resource, meta.get("namespace"), meta.get("name"), subresource)
-        return self._inner.update(resource, obj, subresource=subresource)
+        with self._writing(
+            "update", resource, meta.get("namespace"), meta.get("name"), subresource
+        ):
+            return self._inner.update(resource, obj, subresource=subresource)
 
     def patch(
         self,
@@ -202,10 +225,10 @@ class AuditingClient:
         patch_type: PatchType = PatchType.MERGE,
         subresource: str | None = None,
     ) -> JsonObject:
-        self._record("patch", resource, namespace, name, subresource)
-        return self._inner.patch(
-            resource, name, patch, namespace, patch_type=patch_type, subresource=subresource
-        )
+        with self._writing("patch", resource, namespace, name, subresource):
+            return self._inner.patch(
+                resource, name, patch, namespace, patch_type=patch_type, subresource=subresource
+            )
 
     def delete(
         self,
@@ -217,21 +240,19 @@ class AuditingClient:
         propagation_policy: PropagationPolicy | None = None,
         grace_period_seconds: int | None = None,
     ) -> JsonObject:
-        self._record("delete", resource, namespace, name)
-        return self._inner.delete(
-            resource,
-            name,
-            namespace,
-            preconditions=preconditions,
-            propagation_policy=propagation_policy,
-            grace_period_seconds=grace_period_seconds,
-        )
+        with self._writing("delete", resource, namespace, name):
+            return self._inner.delete(
+                resource,
+                name,
+                namespace,
+                preconditions=preconditions,
+                propagation_policy=propagation_policy,
+                grace_period_seconds=grace_period_seconds,
+            )
 
     def evict(self, name: str, namespace: str, *, grace_period_seconds: int | None = None) -> None:
-        self.log.record(
-            AuditRecord(self.cluster, "create", "", "pods", "eviction", namespace, name)
-        )
-        self._inner.evict(name, namespace, grace_period_seconds=grace_period_seconds)
+        with self._writing("create", PODS, namespace, name, "eviction"):
+            self._inner.evict(name, namespace, grace_period_seconds=grace_period_seconds)
 
     def served_versions(self, group: str) -> builtins.list[str]:
         self.log.record(

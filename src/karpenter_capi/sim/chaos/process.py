@@ -15,7 +15,6 @@ its state there, and is never killed: only the controller's writes are counted a
 
 from __future__ import annotations
 
-import builtins
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from typing import Any, Literal
 from karpenter_capi.core.api.crds import generate_crds
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.disruption.candidates import condition_true
-from karpenter_capi.core.kube.client import JsonObject, PatchType, Preconditions, PropagationPolicy
+from karpenter_capi.core.kube.client import JsonObject
 from karpenter_capi.core.kube.resources import NODECLAIMS, PODS, Resource
 from karpenter_capi.core.plugins import Plugins
 from karpenter_capi.core.runtime.stepped import SteppedDriver
@@ -156,67 +155,8 @@ class DyingClient(AuditingClient):
                 f"{verb} {resource.plural}" + (f"/{subresource}" if subresource else "")
             )
 
-    def create(
-        self, resource: Resource, obj: JsonObject, namespace: str | None = None
-    ) -> JsonObject:
-        try:
-            return super().create(resource, obj, namespace)
-        finally:
-            self.switch.landed()
-
-    def update(
-        self, resource: Resource, obj: JsonObject, *, subresource: str | None = None
-    ) -> JsonObject:
-        try:
-            return super().update(resource, obj, subresource=subresource)
-        finally:
-            self.switch.landed()
-
-    def patch(
-        self,
-        resource: Resource,
-        name: str,
-        patch: JsonObject | builtins.list[JsonObject],
-        namespace: str | None = None,
-        *,
-        patch_type: PatchType = PatchType.MERGE,
-        subresource: str | None = None,
-    ) -> JsonObject:
-        try:
-            return super().patch(
-                resource, name, patch, namespace, patch_type=patch_type, subresource=subresource
-            )
-        finally:
-            self.switch.landed()
-
-    def delete(
-        self,
-        resource: Resource,
-        name: str,
-        namespace: str | None = None,
-        *,
-        preconditions: Preconditions | None = None,
-        propagation_policy: PropagationPolicy | None = None,
-        grace_period_seconds: int | None = None,
-    ) -> JsonObject:
-        try:
-            return super().delete(
-                resource,
-                name,
-                namespace,
-                preconditions=preconditions,
-                propagation_policy=propagation_policy,
-                grace_period_seconds=grace_period_seconds,
-            )
-        finally:
-            self.switch.landed()
-
-    def evict(self, name: str, namespace: str, *, grace_period_seconds: int | None = None) -> None:
-        self.switch.write("create pods/eviction")
-        try:
-            super().evict(name, namespace, grace_period_seconds=grace_period_seconds)
-        finally:
-            self.switch.landed()
+    def _written(self) -> None:
+        self.switch.landed()
 
 
 class ChaosWorld:
