@@ -24,10 +24,6 @@ from karpenter_capi.core.api.meta import (
 )
 
 
-class NodeClassConditionType(StrEnum):
-    READY = "Ready"
-
-
 class LaunchMode(StrEnum):
     """How a native plugin launches nodes for this NodeClass (unset: scalable resources)."""
 

@@ -49,7 +49,6 @@ EMPTINESS: Final = "emptiness"
 DRIFT: Final = "drift"
 MULTI_NODE: Final = "multi-node-consolidation"
 SINGLE_NODE: Final = "single-node-consolidation"
-METHODS: Final = (EMPTINESS, DRIFT, MULTI_NODE, SINGLE_NODE)
 NO_ROOM: Final = (
     "its pods fit neither on the other nodes nor on one cheaper node (cpu, memory or pod slots)"
 )
@@ -71,14 +70,6 @@ class Command:
     def decision(self) -> str:
         """``delete`` or ``replace``, the label of the decisions metric."""
         return "replace" if self.replacements else "delete"
-
-    @property
-    def price_before(self) -> float:
-        return sum(c.price for c in self.candidates)
-
-    @property
-    def price_after(self) -> float:
-        return sum(r.price for r in self.replacements)
 
     def describe(self) -> str:
         pods = sum(len(c.pods) for c in self.candidates)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock
@@ -278,21 +278,3 @@ def _pin_capacity_type(claim: ProposedNodeClaim, price: float) -> Requirements:
     return requirements.with_requirement(
         Requirement.new(wellknown.LABEL_CAPACITY_TYPE, "NotIn", [wellknown.CAPACITY_TYPE_SPOT])
     )
-
-
-def describe_replacements(replacements: Sequence[ProposedNodeClaim]) -> list[Mapping[str, Any]]:
-    """The replacements as a report shows them."""
-    result: list[Mapping[str, Any]] = []
-    for claim in replacements:
-        instance_type, offering = claim.cheapest()
-        result.append(
-            {
-                "nodepool": claim.nodepool.name,
-                "instanceType": instance_type.name,
-                "zone": offering.zone,
-                "capacityType": offering.capacity_type,
-                "price": offering.price,
-                "pods": len(claim.pods),
-            }
-        )
-    return result

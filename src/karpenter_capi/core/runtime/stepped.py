@@ -175,10 +175,6 @@ class SteppedDriver:
         self._move_to(end)
         return count + self.run_until_quiet()
 
-    def run_for(self, seconds: float) -> int:
-        """``advance``, under the name a simulation's main loop reads best with."""
-        return self.advance(seconds)
-
     def _move_to(self, target: float) -> None:
         delta = target - self._clock.monotonic()
         if delta > 0:

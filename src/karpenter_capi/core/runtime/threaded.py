@@ -52,9 +52,9 @@ class ThreadedDriver:
 
     ``workers`` is the number of worker threads per controller, or a mapping from controller
     name to that number (controllers it does not name get one). ``is_leader``, when given,
-    gates all reconciles and periodic runs; an elector should call
-    ``notify_leadership_changed`` whenever its answer changes so that waiting threads react at
-    once instead of at their next ``poll_interval``.
+    gates all reconciles and periodic runs; an elector should call ``on_leadership_gained`` and
+    ``on_leadership_lost`` when its answer changes so that waiting threads react at once instead
+    of at their next ``poll_interval``.
     """
 
     def __init__(
@@ -208,10 +208,6 @@ class ThreadedDriver:
         except Exception:
             _log.exception("the leadership check raised; acting as a follower")
             return False
-
-    def notify_leadership_changed(self) -> None:
-        """Wake waiting threads to re-check ``is_leader`` now."""
-        self._notify()
 
     def on_leadership_gained(self) -> None:
         """For an elector's ``on_started_leading``: start reconciling now."""

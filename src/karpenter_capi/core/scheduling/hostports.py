@@ -69,12 +69,6 @@ class HostPort:
         """Whether it is bound on the unspecified address, so on every address of the node."""
         return self.ip in _BIND_ALL
 
-    def conflicts_with(self, other: HostPort) -> bool:
-        """Whether the two cannot be bound on one node at once."""
-        if self.port != other.port or self.protocol != other.protocol:
-            return False
-        return self.ip == other.ip or self.binds_all_addresses or other.binds_all_addresses
-
     def __str__(self) -> str:
         host = f"[{self.ip}]" if ":" in self.ip else self.ip
         return f"{host}:{self.port}/{self.protocol}"

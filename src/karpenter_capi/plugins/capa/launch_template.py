@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import gzip
 import re
-from collections.abc import Mapping
 from typing import Any, Final
 
 from karpenter_capi.plugins.capa.fleet_target import FleetTarget
@@ -149,12 +148,3 @@ def delete_version(ec2: Any, template_id: str, version: int) -> None:
     except Exception as exc:
         if error_code(exc) not in _NOT_FOUND:
             raise
-
-
-def version_user_data(ec2: Any, template_id: str, version: int) -> Mapping[str, Any]:
-    """The launch template data of one version (for tests and ``explain``)."""
-    found = ec2.describe_launch_template_versions(
-        LaunchTemplateId=template_id, Versions=[str(version)]
-    )
-    versions = found.get("LaunchTemplateVersions") or []
-    return dict(versions[0].get("LaunchTemplateData") or {}) if versions else {}

@@ -321,11 +321,6 @@ def failure_of(pool: Mapping[str, Any]) -> str | None:
     return None
 
 
-def is_ours(obj: Mapping[str, Any]) -> bool:
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    return bool(labels.get(LABEL_LAUNCH) == LAUNCH_MODE)
-
-
 def delete_pool_parts(client: KubeClient, namespace: str, name: str) -> None:
     """Delete a pool's KubeadmConfig and AzureMachinePool (CAPI also does, once it has taken
     them over; either may be gone already)."""
