@@ -130,8 +130,6 @@ class PeriodicEntry:
     backoff: Backoff
     next_run: float | None = None
     """``None`` until the first run, which is due as soon as the caches have synced."""
-    runs_total: int = 0
-    failures_total: int = 0
 
     @property
     def name(self) -> str:
@@ -428,9 +426,7 @@ class Manager:
         except Exception as raised:
             error = raised
         now = self.clock.monotonic()
-        entry.runs_total += 1
         if error is not None:
-            entry.failures_total += 1
             delay = entry.backoff.fail(at_least=retry_after(error))
             _log.error("%s: run failed, retrying in %.3gs", entry.name, delay, exc_info=error)
         else:

@@ -42,7 +42,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Final
@@ -397,6 +397,3 @@ class PoolLaunch:
         annotations = (pool.get("metadata") or {}).get("annotations") or {}
         if ANNOTATION_EMPTY_SINCE in annotations:
             self._annotate(pool, None)
-
-
-StateFactory = Callable[[PluginContext], PoolLaunch]
