@@ -49,7 +49,7 @@ from karpenter_capi.core.kube.resources import (
     PODS,
 )
 from karpenter_capi.core.operator import Operator, OperatorOptions
-from karpenter_capi.core.plugins import PluginEnvironment, Plugins
+from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.core.runtime.controller import MANAGEMENT, WORKLOAD
 from karpenter_capi.core.runtime.leader import LeaderElector
 from karpenter_capi.core.runtime.stepped import SteppedDriver
