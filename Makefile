@@ -31,6 +31,7 @@ kubectl:
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -53,7 +54,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/scheduling.py --mix generic
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
 
 # The container image (deploy/Containerfile; docs/image.md) with docker, else podman. No test
 # uses it. EXTRAS=aws|azure|all adds the cloud plugins' SDKs; IMAGE names the repository.

@@ -38,7 +38,7 @@ from karpenter_capi.core.clock import SystemClock
 from karpenter_capi.core.kube.official import OfficialClient
 from karpenter_capi.core.kube.resources import MACHINE_DEPLOYMENTS, NODECLAIMS
 from karpenter_capi.core.operator import Operator, OperatorOptions
-from karpenter_capi.core.plugins import PluginEnvironment, Plugins
+from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.core.runtime.manager import Manager
 from karpenter_capi.core.runtime.threaded import ThreadedDriver
 from karpenter_capi.sim.apiserver.http import HttpFront

@@ -246,7 +246,7 @@ def _cmd_manifests(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_plugins(args: argparse.Namespace, out: TextIO) -> int:
-    from karpenter_capi.core.plugins import describe_plugins
+    from karpenter_capi.core.plugin_host import describe_plugins
 
     infos = describe_plugins(_plugin_names(args))
     rows = [
@@ -523,7 +523,7 @@ def _fmt_resource(instance_type: Any, name: str) -> str:
 
 
 def _plugin_names(args: argparse.Namespace) -> list[str]:
-    from karpenter_capi.core.plugins import resolve_enabled
+    from karpenter_capi.core.plugin_host import resolve_enabled
 
     return resolve_enabled(args.plugins, os.environ)
 
@@ -548,7 +548,7 @@ def _load_plugins(
     """The enabled plugins; ``read_only`` (a command that only looks) runs them as under
     ``--dry-run``, so they write nothing (no NodeClass status, no price ConfigMap)."""
     from karpenter_capi.core.clock import SystemClock
-    from karpenter_capi.core.plugins import PluginEnvironment, Plugins, parse_plugin_options
+    from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins, parse_plugin_options
 
     environment = PluginEnvironment(
         workload=workload,
@@ -577,7 +577,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
     errors: list[type[BaseException]] = [CliError, ApiError, OSError, ValueError]
     try:
-        from karpenter_capi.core.plugins import PluginLoadError
+        from karpenter_capi.core.plugin_host import PluginLoadError
     except ImportError:  # pragma: no cover - the plugin layer is part of core
         pass
     else:

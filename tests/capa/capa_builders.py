@@ -12,7 +12,7 @@ from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube.discovery import CapiResources, capi_resources
 from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES
 from karpenter_capi.core.observability.metrics import Metrics
-from karpenter_capi.core.plugins import PluginEnvironment, Plugins
+from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.plugins.capa.plugin import CapaPlugin
 from karpenter_capi.plugins.generic_capi.inventory import Inventory, collect_inventory
 from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin

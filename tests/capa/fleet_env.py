@@ -33,7 +33,7 @@ from karpenter_capi.core.kube.resources import (
     SECRETS,
 )
 from karpenter_capi.core.lifecycle.launch import claim_requirements, launchable_instance_types
-from karpenter_capi.core.plugins import PluginEnvironment, Plugins
+from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.plugins.capa.plugin import CapaPlugin
 from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
 from karpenter_capi.sim.apiserver import InMemoryAPIServer

@@ -21,10 +21,10 @@ from karpenter_capi.core.kube.errors import NotFound
 from karpenter_capi.core.kube.resources import NODECLAIMS
 from karpenter_capi.core.lifecycle.garbagecollection import orphan_nodeclaim
 from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.plugins._cloud.unavailable import UnavailableOfferings
 from karpenter_capi.plugins.capa import fleet
 from karpenter_capi.plugins.capa.adopt import aws_machines, kubeadm_configs
 from karpenter_capi.plugins.capa.plugin import CapaPlugin
-from karpenter_capi.plugins.cloud.unavailable import UnavailableOfferings
 
 AWS_MACHINES = aws_machines("infrastructure.cluster.x-k8s.io/v1beta2")
 KUBEADM_CONFIGS = kubeadm_configs("bootstrap.cluster.x-k8s.io/v1beta2")

@@ -20,7 +20,7 @@ from moto import mock_aws
 from fakes.aws import fake_credentials
 from karpenter_capi.core.errors import InstanceNotFoundError
 from karpenter_capi.core.kube.errors import NotFound
-from karpenter_capi.core.plugins import PluginCallError, PluginEnvironment, Plugins
+from karpenter_capi.core.plugin_host import PluginCallError, PluginEnvironment, Plugins
 from karpenter_capi.plugins.capa.adopt import aws_machines
 from karpenter_capi.plugins.capa.plugin import CapaPlugin
 from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import textwrap
 
-from karpenter_capi.core.plugins import load_plugins
+from karpenter_capi.core.plugin_host import load_plugins
 from karpenter_capi.plugins.capa.plugin import CapaHooks
 
 
@@ -21,7 +21,7 @@ def test_enabling_capa_without_boto3_names_the_aws_extra() -> None:
         """
         import sys
         sys.modules["boto3"] = None
-        from karpenter_capi.core.plugins import PluginLoadError, load_plugins
+        from karpenter_capi.core.plugin_host import PluginLoadError, load_plugins
         try:
             load_plugins(["capa"])
         except PluginLoadError as exc:

@@ -30,7 +30,7 @@ from karpenter_capi.core.kube import (
     JsonObject,
 )
 from karpenter_capi.core.lifecycle.launch import claim_requirements, launchable_instance_types
-from karpenter_capi.core.plugins import PluginEnvironment, Plugins
+from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.core.runtime.manager import Manager
 from karpenter_capi.core.runtime.stepped import SteppedDriver
 from karpenter_capi.plugins.capz.plugin import CapzPlugin

@@ -15,9 +15,9 @@ from capz_env import (
 from karpenter_capi.core.errors import NodeClassNotReadyError
 from karpenter_capi.core.kube.resources import CONFIGMAPS
 from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.plugins._cloud.pricebook import SNAPSHOT_KEY, PriceSnapshot
 from karpenter_capi.plugins.capz.provider import CapzSettings
 from karpenter_capi.plugins.capz.template import TemplateSpecError, parse_template
-from karpenter_capi.plugins.cloud.pricebook import SNAPSHOT_KEY, PriceSnapshot
 from karpenter_capi.sim.apiserver.capi_crds import crd
 from karpenter_capi.sim.azure.transport import SUBSCRIPTION
 

@@ -15,7 +15,7 @@ from capz_env import CapzWorld, azure_machine_template, machine_deployment
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.kube.discovery import capi_resources
-from karpenter_capi.core.plugins import PluginEnvironment, Plugins
+from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.plugins.capz.plugin import CapzPlugin
 from karpenter_capi.plugins.generic_capi.inventory import Inventory, collect_inventory

@@ -10,7 +10,12 @@ from capz_env import CapzWorld, azure_machine_template, machine_deployment
 
 from karpenter_capi.core.errors import NodeClassNotReadyError
 from karpenter_capi.core.observability.metrics import Metrics
-from karpenter_capi.core.plugins import PluginEnvironment, PluginLoadError, Plugins, load_plugins
+from karpenter_capi.core.plugin_host import (
+    PluginEnvironment,
+    PluginLoadError,
+    Plugins,
+    load_plugins,
+)
 from karpenter_capi.plugins.capz.plugin import CapzHooks, CapzPlugin
 
 

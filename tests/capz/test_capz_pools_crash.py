@@ -20,7 +20,7 @@ from capz_pools_env import NAMESPACE, PoolsEnv, new_env
 from karpenter_capi.core.errors import InstanceNotFoundError, InsufficientCapacityError
 from karpenter_capi.core.kube import NODECLAIMS
 from karpenter_capi.core.kube.errors import NotFound
-from karpenter_capi.core.plugins import NotHandledError, PluginCallError
+from karpenter_capi.core.plugin_host import NotHandledError, PluginCallError
 from karpenter_capi.plugins.capz.pools import AZURE_MACHINE_POOLS, KUBEADM_CONFIGS, LABEL_LAUNCH
 
 D4S = "Standard_D4s_v5"

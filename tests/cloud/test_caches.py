@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from karpenter_capi.core.clock import FakeClock
-from karpenter_capi.plugins.cloud.catalog import CatalogCache, CatalogError
-from karpenter_capi.plugins.cloud.unavailable import ExpiringMarks, UnavailableOfferings
+from karpenter_capi.plugins._cloud.catalog import CatalogCache, CatalogError
+from karpenter_capi.plugins._cloud.unavailable import ExpiringMarks, UnavailableOfferings
 from karpenter_capi.plugins.generic_capi.inventory import UnavailableOfferings as ResourceMarks
 
 

@@ -14,8 +14,8 @@ from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube.errors import Conflict
 from karpenter_capi.core.kube.resources import CONFIGMAPS
 from karpenter_capi.core.observability.metrics import Metrics
-from karpenter_capi.plugins.cloud.metrics import PRICING_AGE_METRIC, CloudMetrics
-from karpenter_capi.plugins.cloud.pricebook import (
+from karpenter_capi.plugins._cloud.metrics import PRICING_AGE_METRIC, CloudMetrics
+from karpenter_capi.plugins._cloud.pricebook import (
     SNAPSHOT_KEY,
     ConfigMapPriceStore,
     PriceBook,
@@ -106,7 +106,7 @@ def test_a_failing_refresh_keeps_the_last_good_prices_logs_once_and_retries_late
     prices = book(clock, cloud, refresh_seconds=HOUR, retry_seconds=300)
     assert prices.on_demand("m5.large") == 0.096
     cloud.failing = True
-    caplog.set_level(logging.DEBUG, logger="karpenter_capi.plugins.cloud.pricebook")
+    caplog.set_level(logging.DEBUG, logger="karpenter_capi.plugins._cloud.pricebook")
     for _ in range(3):
         clock.advance(HOUR)
         assert prices.on_demand("m5.large") == 0.096

@@ -34,7 +34,7 @@ from fakes.aws import fake_credentials
 from karpenter_capi.core.errors import InstanceNotFoundError, InsufficientCapacityError
 from karpenter_capi.core.kube.resources import DEPLOYMENTS, MACHINE_POOLS, NODECLAIMS
 from karpenter_capi.core.lifecycle.garbagecollection import orphan_nodeclaim
-from karpenter_capi.core.plugins import PluginEnvironment, Plugins
+from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.plugins.capz.plugin import CapzPlugin
 from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
 from karpenter_capi.sim.apiserver.audit import (

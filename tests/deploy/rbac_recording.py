@@ -49,12 +49,12 @@ from karpenter_capi.core.kube.resources import (
     PODS,
 )
 from karpenter_capi.core.operator import Operator, OperatorOptions
-from karpenter_capi.core.plugins import PluginEnvironment, Plugins
+from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.core.runtime.controller import MANAGEMENT, WORKLOAD
 from karpenter_capi.core.runtime.leader import LeaderElector
 from karpenter_capi.core.runtime.stepped import SteppedDriver
+from karpenter_capi.plugins._cloud.pricebook import SNAPSHOT_KEY, PriceSnapshot
 from karpenter_capi.plugins.capa.plugin import CapaPlugin
-from karpenter_capi.plugins.cloud.pricebook import SNAPSHOT_KEY, PriceSnapshot
 from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.apiserver.audit import (

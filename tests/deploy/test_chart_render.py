@@ -22,7 +22,7 @@ import yaml
 from karpenter_capi import cli
 from karpenter_capi.cli_run import KNOWN_FEATURE_GATES, parse_feature_gates
 from karpenter_capi.core.kube.config import ClusterConfig, cluster_config_from_args
-from karpenter_capi.core.plugins import parse_plugin_options
+from karpenter_capi.core.plugin_host import parse_plugin_options
 
 from .chart_env import (
     CHART_DIR,

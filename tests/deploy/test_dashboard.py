@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from karpenter_capi.core.observability.metrics import Metrics
-from karpenter_capi.plugins.cloud.metrics import CloudMetrics
+from karpenter_capi.plugins._cloud.metrics import CloudMetrics
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "dashboards" / "karpenter-capi.json"
 METRIC = re.compile(r"\b((?:karpenter|controller_runtime|workqueue)_[a-z0-9_]+)\b(\{[^}]*\})?")

@@ -17,7 +17,7 @@ from typing import Any
 from karpenter_capi.cli import main
 from karpenter_capi.cli_explain import explain
 from karpenter_capi.core.disruption.methods import NO_ROOM
-from karpenter_capi.core.plugins import PluginEnvironment, Plugins
+from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.sim.apiserver.http import HttpFront
 from karpenter_capi.sim.apiserver.kubeconfig import write_kubeconfig
 from karpenter_capi.sim.scenario.schema import Catalog

@@ -36,7 +36,7 @@ from karpenter_capi.core.instancetype import InstanceType, Offering, freeze_requ
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.errors import NotFound
 from karpenter_capi.core.kube.resources import NODECLAIMS
-from karpenter_capi.core.plugins import PluginEnvironment, Plugins
+from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.core.scheduling.resources import ResourceList
 
 SCHEME = "fake://"

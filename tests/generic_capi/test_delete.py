@@ -11,7 +11,7 @@ from karpenter_capi.core.errors import InstanceNotFoundError
 from karpenter_capi.core.hookspecs import Instance
 from karpenter_capi.core.kube import MACHINE_DEPLOYMENTS, MACHINES, NODECLAIMS, Conflict
 from karpenter_capi.core.lifecycle import orphan_nodeclaim
-from karpenter_capi.core.plugins import NotHandledError
+from karpenter_capi.core.plugin_host import NotHandledError
 from karpenter_capi.plugins.generic_capi.binding import (
     ANNOTATION_DELETE_MACHINE,
     ANNOTATION_SCALABLE_RESOURCE,

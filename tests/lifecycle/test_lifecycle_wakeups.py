@@ -11,7 +11,7 @@ from lifecycle_harness import condition, new_env
 from karpenter_capi.core.hookspecs import LaunchWatch, hookimpl
 from karpenter_capi.core.kube.resources import CONFIGMAPS
 from karpenter_capi.core.lifecycle import lifecycle_controllers
-from karpenter_capi.core.plugins import PluginEnvironment, Plugins
+from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.core.runtime.manager import Manager
 from karpenter_capi.core.runtime.stepped import SteppedDriver
 

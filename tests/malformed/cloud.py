@@ -28,7 +28,7 @@ from karpenter_capi.core.kube.resources import (
     NODEPOOLS,
     PODS,
 )
-from karpenter_capi.core.plugins import PluginEnvironment, Plugins
+from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.core.provisioning.provisioner import Provisioner, ProvisioningReport
 from karpenter_capi.plugins.capz.plugin import CapzPlugin
 from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin

@@ -17,7 +17,7 @@ from karpenter_capi.core.hookspecs import (
 )
 from karpenter_capi.core.instancetype import InstanceType, Offering
 from karpenter_capi.core.kube.client import KubeClient
-from karpenter_capi.core.plugins import (
+from karpenter_capi.core.plugin_host import (
     NotHandledError,
     PluginCallError,
     PluginEnvironment,

@@ -7,17 +7,17 @@ import re
 
 import pytest
 
-from karpenter_capi.core.plugins import (
+from karpenter_capi.core.plugin_host import (
     DEFAULT_PLUGINS,
     ENTRY_POINT_GROUP,
     ENV_VAR,
     PluginLoadError,
-    _extra_providing,
     describe_plugins,
     load_plugins,
     parse_plugin_options,
     resolve_enabled,
 )
+from karpenter_capi.core.plugin_host._loading import _extra_providing
 from karpenter_capi.plugins.capz.plugin import CapzHooks
 from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
 

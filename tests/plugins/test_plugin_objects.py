@@ -24,13 +24,13 @@ from karpenter_capi.core.instancetype import InstanceType, Offering
 from karpenter_capi.core.kube import NODECLAIMS
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.observability.metrics import Metrics
-from karpenter_capi.core.plugins import (
-    _RESULT_CHECKS,
+from karpenter_capi.core.plugin_host import (
     PluginEnvironment,
     PluginLoadError,
     Plugins,
     is_factory,
 )
+from karpenter_capi.core.plugin_host._results import RESULT_CHECKS
 from karpenter_capi.core.scheduling.resources import ResourceList
 
 NODECLASS: Any = {"kind": "ClusterAPINodeClass", "metadata": {"name": "default"}}
@@ -216,7 +216,7 @@ def _recording_plugin(called: list[str]) -> object:
 
 
 def test_every_hookspec_has_a_result_check() -> None:
-    assert set(_RESULT_CHECKS) == set(hookspecs.HOOK_NAMES)
+    assert set(RESULT_CHECKS) == set(hookspecs.HOOK_NAMES)
     assert set(_ANSWERS) == set(hookspecs.HOOK_NAMES), "give the new hook an answer above"
 
 

@@ -83,7 +83,7 @@ _PROBE = textwrap.dedent(
     import sys
 
     from karpenter_capi.core.clock import FakeClock
-    from karpenter_capi.core.plugins import (
+    from karpenter_capi.core.plugin_host import (
         PluginEnvironment,
         PluginLoadError,
         Plugins,

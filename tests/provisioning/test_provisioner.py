@@ -12,7 +12,7 @@ import pytest
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube.resources import EVENTS, NODECLAIMS, NODEPOOLS, PODS
-from karpenter_capi.core.plugins import PluginEnvironment, Plugins
+from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.core.provisioning.batcher import Batcher
 from karpenter_capi.core.provisioning.provisioner import Provisioner
 from karpenter_capi.sim.apiserver import InMemoryAPIServer

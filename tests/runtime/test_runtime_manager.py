@@ -15,7 +15,7 @@ from karpenter_capi.core.kube.resources import (
     PODS,
     SECRETS,
 )
-from karpenter_capi.core.plugins import PluginEnvironment, Plugins
+from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.core.runtime.controller import DONE, MANAGEMENT, WORKLOAD, Key, Result
 from karpenter_capi.core.runtime.manager import Manager
 from karpenter_capi.core.runtime.stepped import SteppedDriver

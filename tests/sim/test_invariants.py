@@ -29,7 +29,7 @@ from karpenter_capi.core.kube.resources import (
     NODES,
     PODS,
 )
-from karpenter_capi.core.plugins import PluginEnvironment, Plugins
+from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.invariants import (
     DOUBLE_CLAIM,

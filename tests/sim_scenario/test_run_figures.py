@@ -15,7 +15,7 @@ from karpenter_capi.core.api.crds import generate_crds
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube.events import EventRecorder
 from karpenter_capi.core.kube.resources import NODECLAIMS, PODS
-from karpenter_capi.core.plugins import PluginEnvironment, Plugins
+from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.plugins.generic_capi.binding import ANNOTATION_SCALABLE_RESOURCE
 from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
 from karpenter_capi.plugins.generic_capi.shape import PRICE_ANNOTATION

@@ -34,7 +34,7 @@ from karpenter_capi.core.kube.resources import (
     Resource,
 )
 from karpenter_capi.core.observability.metrics import Metrics
-from karpenter_capi.core.plugins import PluginEnvironment, Plugins
+from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.core.runtime.controller import WORKLOAD, ControllerContext, Result
 from karpenter_capi.core.termination import (
     NodeClaimTerminationController,

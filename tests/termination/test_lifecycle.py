@@ -12,7 +12,7 @@ from termination_harness import Harness, new_harness
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.kube.resources import NODECLAIMS, NODES
 from karpenter_capi.core.observability.metrics import Metrics
-from karpenter_capi.core.plugins import PluginCallError
+from karpenter_capi.core.plugin_host import PluginCallError
 
 
 def _finalizers(h: Harness, resource: Any, name: str) -> list[str] | None:

@@ -46,7 +46,7 @@ from karpenter_capi.core.kube.config import (
 )
 from karpenter_capi.core.kube.official import OfficialClient
 from karpenter_capi.core.operator import Operator, OperatorOptions
-from karpenter_capi.core.plugins import PluginEnvironment, Plugins
+from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.core.runtime.stepped import SteppedDriver
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.apiserver.kubeconfig import kubeconfig_document

@@ -4,7 +4,7 @@ The core reacts differently to each: insufficient capacity marks the offerings u
 while and lets the next provisioning round pick another shape; a NodeClass that is not ready
 becomes a NodePool condition; a missing instance lets the NodeClaim finish terminating; a
 retryable create is requeued after the suggested delay. Anything else from a plugin is a bug in
-the plugin and is reported with the plugin's name (see ``core.plugins``).
+the plugin and is reported with the plugin's name (see ``core.plugin_host``).
 """
 
 from __future__ import annotations

@@ -4,8 +4,10 @@ A provider (the generic Cluster API plugin, AWS, Azure, or a third party's packa
 whose functions, or an object whose methods, are decorated with ``hookimpl`` and named like the
 specifications below. An entry point naming a class or a factory gets one object per ``Plugins``,
 made with the plugin's ``PluginContext``, so the object holds that context and its own state
-(see ``core.plugins``). The docstrings here ARE the reference
-documentation (``docs/plugins.md`` repeats the signatures, and a test keeps the two in step).
+(see ``core.plugin_host``). The docstrings here ARE the reference
+documentation (``docs/plugins.md`` repeats the signatures, and a test keeps the two in step). A
+plugin imports ``hookimpl`` and the types below from ``karpenter_capi.plugin_api``, its only
+import from this distribution.
 
 Rules that hold for every hook:
 
@@ -17,7 +19,7 @@ Rules that hold for every hook:
   plugin never sleeps to wait for an instance. Launch is asynchronous: ``create`` records intent
   and returns, and later rounds observe progress through ``get`` and ``list``.
 * An implementation may accept any subset of a hook's arguments, by name (pluggy's rule).
-* Hooks are called one plugin at a time by ``core.plugins.Plugins`` in the **plugin order**:
+* Hooks are called one plugin at a time by ``core.plugin_host.Plugins`` in the **plugin order**:
   implementations marked ``hookimpl(tryfirst=True)`` first, then unmarked ones in the order
   the plugins are enabled (``--plugins a,b``: ``a`` before ``b``), then ``trylast=True`` ones.
 * "firstresult" hooks stop at the first plugin that returns something other than ``None``;

@@ -27,7 +27,7 @@ from karpenter_capi.core.kube.events import EventRecorder
 from karpenter_capi.core.lifecycle import lifecycle_controllers
 from karpenter_capi.core.observability.endpoint import ObservabilityServer
 from karpenter_capi.core.observability.metrics import Metrics
-from karpenter_capi.core.plugins import Plugins
+from karpenter_capi.core.plugin_host import Plugins
 from karpenter_capi.core.provisioning.batcher import (
     DEFAULT_IDLE_SECONDS,
     DEFAULT_MAX_SECONDS,

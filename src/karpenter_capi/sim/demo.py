@@ -29,7 +29,7 @@ from karpenter_capi.core.kube.resources import (
     PODS,
 )
 from karpenter_capi.core.operator import Operator, OperatorOptions
-from karpenter_capi.core.plugins import PluginEnvironment, Plugins
+from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.core.provisioning.loop import (
     Provisioner,
     ProvisioningReport,

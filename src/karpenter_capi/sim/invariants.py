@@ -52,7 +52,7 @@ from karpenter_capi.core.kube.resources import NODECLAIMS, NODES, PODS
 from karpenter_capi.sim.scheduler.cycle import PodContext, Snapshot, finished
 
 if TYPE_CHECKING:
-    from karpenter_capi.core.plugins import Plugins
+    from karpenter_capi.core.plugin_host import Plugins
 
 __all__ = [
     "INVARIANTS",

@@ -65,7 +65,7 @@ from karpenter_capi.core.kube.resources import (
     POD_DISRUPTION_BUDGETS,
     Resource,
 )
-from karpenter_capi.core.plugins import PluginError, Plugins
+from karpenter_capi.core.plugin_host import PluginError, Plugins
 from karpenter_capi.core.provisioning.controller import ROUND_RESOURCES
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory, resolve_inventory
 from karpenter_capi.core.provisioning.state import ClusterSnapshot, has_disrupted_taint

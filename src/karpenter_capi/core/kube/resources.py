@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Resource:
+    """One REST resource of a Kubernetes API: what every ``KubeClient`` call takes to name it."""
+
     group: str  # "" for the core API group
     version: str
     plural: str

@@ -53,7 +53,7 @@ from karpenter_capi.core.lifecycle.nodes import nodeclaim_keys_for_node
 from karpenter_capi.core.lifecycle.registration import Registration
 from karpenter_capi.core.lifecycle.work import NodeClaimWork
 from karpenter_capi.core.lifecycle.writes import Writes
-from karpenter_capi.core.plugins import PluginError
+from karpenter_capi.core.plugin_host import PluginError
 from karpenter_capi.core.runtime.controller import (
     DONE,
     MANAGEMENT,

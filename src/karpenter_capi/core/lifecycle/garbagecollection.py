@@ -48,7 +48,7 @@ from karpenter_capi.core.lifecycle.launch import LAUNCHED
 from karpenter_capi.core.lifecycle.metrics import LifecycleReporter
 from karpenter_capi.core.lifecycle.nodes import node_is_ready, nodes_for_provider_id
 from karpenter_capi.core.lifecycle.writes import Writes
-from karpenter_capi.core.plugins import PluginError
+from karpenter_capi.core.plugin_host import PluginError
 from karpenter_capi.core.runtime.controller import WORKLOAD, ControllerContext, Result
 
 NAME: Final = "nodeclaim.garbagecollection"

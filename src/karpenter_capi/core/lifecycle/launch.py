@@ -52,7 +52,7 @@ from karpenter_capi.core.lifecycle.metrics import LifecycleReporter
 from karpenter_capi.core.lifecycle.work import NodeClaimWork
 from karpenter_capi.core.lifecycle.writes import Writes
 from karpenter_capi.core.observability.logs import ref
-from karpenter_capi.core.plugins import PluginError
+from karpenter_capi.core.plugin_host import PluginError
 from karpenter_capi.core.runtime.controller import DONE, WORKLOAD, ControllerContext, Result
 from karpenter_capi.core.scheduling.model import compatible_offerings
 from karpenter_capi.core.scheduling.requirements import RequirementError, Requirements

@@ -24,7 +24,7 @@ from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.errors import ApiError, NotFound
 from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES, NODEPOOLS
-from karpenter_capi.core.plugins import PluginError, Plugins
+from karpenter_capi.core.plugin_host import PluginError, Plugins
 
 
 @dataclass

@@ -33,7 +33,7 @@ from karpenter_capi.core.kube.events import NORMAL, WARNING, EventRecorder
 from karpenter_capi.core.kube.resources import NODECLAIMS, NODEPOOLS
 from karpenter_capi.core.observability.logs import first, ref
 from karpenter_capi.core.observability.metrics import Metrics
-from karpenter_capi.core.plugins import Plugins
+from karpenter_capi.core.plugin_host import Plugins
 from karpenter_capi.core.provisioning.inventory import resolve_inventory
 from karpenter_capi.core.provisioning.pending import is_provisionable
 from karpenter_capi.core.provisioning.state import (

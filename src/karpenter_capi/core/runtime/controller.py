@@ -27,7 +27,7 @@ from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.events import EventRecorder
 from karpenter_capi.core.kube.resources import Resource
 from karpenter_capi.core.observability.metrics import Metrics
-from karpenter_capi.core.plugins import Plugins
+from karpenter_capi.core.plugin_host import Plugins
 
 __all__ = [
     "DONE",

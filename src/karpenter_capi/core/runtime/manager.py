@@ -52,7 +52,7 @@ from karpenter_capi.core.kube.workqueue import (
     WorkQueue,
     default_controller_rate_limiter,
 )
-from karpenter_capi.core.plugins import Plugins
+from karpenter_capi.core.plugin_host import Plugins
 from karpenter_capi.core.runtime.controller import (
     MANAGEMENT,
     WORKLOAD,

@@ -35,7 +35,7 @@ from karpenter_capi.core.kube.errors import Conflict, NotFound
 from karpenter_capi.core.kube.events import WARNING
 from karpenter_capi.core.kube.resources import NODECLAIMS, NODES, PODS, Resource
 from karpenter_capi.core.observability.logs import ref
-from karpenter_capi.core.plugins import PluginError
+from karpenter_capi.core.plugin_host import PluginError
 from karpenter_capi.core.runtime.controller import (
     DONE,
     WORKLOAD,

@@ -26,7 +26,7 @@ from karpenter_capi.core.errors import InstanceNotFoundError, ProviderError
 from karpenter_capi.core.kube.errors import Conflict, NotFound
 from karpenter_capi.core.kube.events import WARNING
 from karpenter_capi.core.kube.resources import NODECLAIMS
-from karpenter_capi.core.plugins import NotHandledError, PluginError, Plugins
+from karpenter_capi.core.plugin_host import NotHandledError, PluginError, Plugins
 from karpenter_capi.core.termination.actions import Actions, condition_of, set_condition
 from karpenter_capi.core.termination.relations import name_of
 

@@ -1,7 +1,7 @@
 """What EC2 sells in a region: instance type shapes (``DescribeInstanceTypes``) and the zones
 that offer them (``DescribeInstanceTypeOfferings``), as node capacity and labels.
 
-Loaded per (region, instance type) and cached (``plugins.cloud.catalog.CatalogCache``): a
+Loaded per (region, instance type) and cached (``plugins._cloud.catalog.CatalogCache``): a
 cluster's templates name a handful of types, so two small calls per type and TTL cost less than
 paging through the region's whole catalog (some 800 types in 6 zones).
 """
@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.scheduling.resources import ResourceList
-from karpenter_capi.plugins.cloud.metrics import CloudMetrics, timed
+from karpenter_capi.plugins._cloud.metrics import CloudMetrics, timed
 
 NVIDIA_GPU: Final = "nvidia.com/gpu"
 AMD_GPU: Final = "amd.com/gpu"

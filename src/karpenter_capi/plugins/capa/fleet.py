@@ -37,7 +37,7 @@ from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.instancetype import InstanceType
-from karpenter_capi.plugins.cloud.unavailable import UnavailableOfferings
+from karpenter_capi.plugins._cloud.unavailable import UnavailableOfferings
 
 MAX_OVERRIDES: Final = 60
 TAG_NODECLAIM: Final = "karpenter.sh/nodeclaim"

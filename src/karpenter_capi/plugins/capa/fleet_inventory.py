@@ -22,10 +22,10 @@ from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.instancetype import InstanceType, Offering
+from karpenter_capi.plugins._cloud.metrics import CloudMetrics, timed
+from karpenter_capi.plugins._cloud.pricebook import PriceSnapshot
+from karpenter_capi.plugins._cloud.unavailable import UnavailableOfferings
 from karpenter_capi.plugins.capa.catalog import InstanceTypeInfo, instance_type_info
-from karpenter_capi.plugins.cloud.metrics import CloudMetrics, timed
-from karpenter_capi.plugins.cloud.pricebook import PriceSnapshot
-from karpenter_capi.plugins.cloud.unavailable import UnavailableOfferings
 from karpenter_capi.plugins.generic_capi.overhead import default_overhead
 
 SOURCE: Final = "AWS"

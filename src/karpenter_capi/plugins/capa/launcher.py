@@ -51,6 +51,7 @@ from karpenter_capi.core.kube.resources import (
     CLUSTER_API_NODE_CLASSES,
     SECRETS,
 )
+from karpenter_capi.plugins._cloud.unavailable import UnavailableOfferings
 from karpenter_capi.plugins.capa import adopt, fleet, launch_template
 from karpenter_capi.plugins.capa.clients import AwsClients
 from karpenter_capi.plugins.capa.fleet_target import (
@@ -58,7 +59,6 @@ from karpenter_capi.plugins.capa.fleet_target import (
     fleet_launch,
     resolve_target,
 )
-from karpenter_capi.plugins.cloud.unavailable import UnavailableOfferings
 
 log = logging.getLogger(__name__)
 

@@ -57,6 +57,17 @@ from karpenter_capi.core.hookspecs import (
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.resources import CAPI_INFRASTRUCTURE_GROUP
+from karpenter_capi.plugins._cloud.catalog import CatalogCache, CatalogError
+from karpenter_capi.plugins._cloud.metrics import CloudMetrics
+from karpenter_capi.plugins._cloud.pricebook import (
+    DEFAULT_REFRESH_SECONDS,
+    ConfigMapPriceStore,
+    PriceBook,
+    PriceSnapshot,
+    PriceStore,
+    ReadOnlyPriceStore,
+)
+from karpenter_capi.plugins._cloud.unavailable import UnavailableOfferings
 from karpenter_capi.plugins.capa.catalog import CatalogEntry, load_instance_type
 from karpenter_capi.plugins.capa.clients import AwsClients, Boto3Clients
 from karpenter_capi.plugins.capa.eks import EKS_CONTROL_PLANE_KIND, eks_overhead
@@ -74,17 +85,6 @@ from karpenter_capi.plugins.capa.region import (
     control_plane_kind,
     owner_cluster,
 )
-from karpenter_capi.plugins.cloud.catalog import CatalogCache, CatalogError
-from karpenter_capi.plugins.cloud.metrics import CloudMetrics
-from karpenter_capi.plugins.cloud.pricebook import (
-    DEFAULT_REFRESH_SECONDS,
-    ConfigMapPriceStore,
-    PriceBook,
-    PriceSnapshot,
-    PriceStore,
-    ReadOnlyPriceStore,
-)
-from karpenter_capi.plugins.cloud.unavailable import UnavailableOfferings
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from datetime import datetime
 from typing import Any, Final
 
 from karpenter_capi.core.clock import Clock
+from karpenter_capi.plugins._cloud.metrics import CloudMetrics, timed
+from karpenter_capi.plugins._cloud.pricebook import PriceSnapshot
 from karpenter_capi.plugins.capa.clients import AwsClients
-from karpenter_capi.plugins.cloud.metrics import CloudMetrics, timed
-from karpenter_capi.plugins.cloud.pricebook import PriceSnapshot
 
 log = logging.getLogger(__name__)
 

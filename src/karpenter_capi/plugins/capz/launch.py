@@ -55,6 +55,7 @@ from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.kube.client import JsonObject, Preconditions
 from karpenter_capi.core.kube.discovery import capi_resources
 from karpenter_capi.core.kube.errors import ApiError, Conflict, NotFound
+from karpenter_capi.plugins._cloud.unavailable import UnavailableOfferings as OfferingMarks
 from karpenter_capi.plugins.capz.offerings import PoolInventory, build_inventory, load_templates
 from karpenter_capi.plugins.capz.pools import (
     ANNOTATION_EMPTY_SINCE,
@@ -68,7 +69,6 @@ from karpenter_capi.plugins.capz.pools import (
     pool_objects,
 )
 from karpenter_capi.plugins.capz.provider import CapzProvider
-from karpenter_capi.plugins.cloud.unavailable import UnavailableOfferings as OfferingMarks
 from karpenter_capi.plugins.generic_capi.binding import claim_facts, machine_facts, mark_patch
 from karpenter_capi.plugins.generic_capi.delete import Deleter
 from karpenter_capi.plugins.generic_capi.inflight import LaunchesInFlight

@@ -30,6 +30,7 @@ from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.discovery import CapiResources
 from karpenter_capi.core.kube.errors import ApiError
 from karpenter_capi.core.kube.resources import CAPI_GROUP, CAPI_INFRASTRUCTURE_GROUP
+from karpenter_capi.plugins._cloud.catalog import CatalogError
 from karpenter_capi.plugins.capz.cluster import AzureClusterError, read_served
 from karpenter_capi.plugins.capz.pools import (
     BOOTSTRAP_GROUP,
@@ -49,7 +50,6 @@ from karpenter_capi.plugins.capz.provider import (
 )
 from karpenter_capi.plugins.capz.retail import spot_price
 from karpenter_capi.plugins.capz.template import AzureNodeSpec, TemplateSpecError, parse_template
-from karpenter_capi.plugins.cloud.catalog import CatalogError
 from karpenter_capi.plugins.generic_capi.inventory import Inventory
 from karpenter_capi.plugins.generic_capi.kubelet import KubeletConfigError, kubelet_settings
 from karpenter_capi.plugins.generic_capi.offering import ScalableResource

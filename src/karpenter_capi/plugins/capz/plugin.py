@@ -38,6 +38,7 @@ from karpenter_capi.core.hookspecs import (
 )
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.kube.errors import ApiError
+from karpenter_capi.plugins._cloud.metrics import CloudMetrics
 from karpenter_capi.plugins.capz.launch import PoolLaunch, is_pool_claim, launch_spec
 from karpenter_capi.plugins.capz.provider import (
     PROVIDER,
@@ -47,7 +48,6 @@ from karpenter_capi.plugins.capz.provider import (
     display_name,
 )
 from karpenter_capi.plugins.capz.template import KINDS
-from karpenter_capi.plugins.cloud.metrics import CloudMetrics
 from karpenter_capi.plugins.generic_capi.delete import DeleteFailedError
 
 __all__ = ["CapzHooks", "CapzPlugin", "CapzProvider"]

@@ -37,6 +37,17 @@ from karpenter_capi.core.errors import NodeClassNotReadyError
 from karpenter_capi.core.hookspecs import MachineTemplateDescription
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.plugins._cloud.catalog import CatalogCache, CatalogError
+from karpenter_capi.plugins._cloud.metrics import CloudMetrics, timed
+from karpenter_capi.plugins._cloud.pricebook import (
+    DEFAULT_REFRESH_SECONDS,
+    ConfigMapPriceStore,
+    PriceBook,
+    PriceSnapshot,
+    PriceStore,
+    ReadOnlyPriceStore,
+)
+from karpenter_capi.plugins._cloud.unavailable import UnavailableOfferings
 from karpenter_capi.plugins.capz.cluster import (
     AzureClusterError,
     AzureTarget,
@@ -46,17 +57,6 @@ from karpenter_capi.plugins.capz.cluster import (
 from karpenter_capi.plugins.capz.retail import RetailPricesClient, spot_price
 from karpenter_capi.plugins.capz.skus import VmSku, list_vm_skus
 from karpenter_capi.plugins.capz.template import AzureNodeSpec, TemplateSpecError, parse_template
-from karpenter_capi.plugins.cloud.catalog import CatalogCache, CatalogError
-from karpenter_capi.plugins.cloud.metrics import CloudMetrics, timed
-from karpenter_capi.plugins.cloud.pricebook import (
-    DEFAULT_REFRESH_SECONDS,
-    ConfigMapPriceStore,
-    PriceBook,
-    PriceSnapshot,
-    PriceStore,
-    ReadOnlyPriceStore,
-)
-from karpenter_capi.plugins.cloud.unavailable import UnavailableOfferings
 
 log = logging.getLogger(__name__)
 

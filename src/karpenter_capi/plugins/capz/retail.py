@@ -36,7 +36,7 @@ from azure.core.pipeline.policies import (
 )
 from azure.core.rest import HttpRequest
 
-from karpenter_capi.plugins.cloud.pricebook import PriceSnapshot
+from karpenter_capi.plugins._cloud.pricebook import PriceSnapshot
 
 RETAIL_PRICES_URL: Final = "https://prices.azure.com/api/retail/prices"
 ANY_ZONE: Final = ""

@@ -25,7 +25,7 @@ from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.errors import ApiError, NotFound
 from karpenter_capi.core.kube.resources import CAPI_INFRASTRUCTURE_GROUP, Resource
-from karpenter_capi.plugins.cloud.unavailable import ExpiringMarks
+from karpenter_capi.plugins._cloud.unavailable import ExpiringMarks
 from karpenter_capi.plugins.generic_capi.kubelet import (
     BOOTSTRAP_GROUP,
     KubeletConfigError,
@@ -74,7 +74,7 @@ class UnavailableOfferings(ExpiringMarks[str]):
     its Machine); the inventory then reports that resource's offering unavailable until
     ``ttl_seconds`` (3 minutes, like Karpenter's unavailable-offerings cache) have passed on the
     injected clock. Keys are ``selection.resource_key(kind, namespace, name)``. The expiry
-    logic is the cloud plugins' (``plugins.cloud.unavailable.ExpiringMarks``). Thread-safe.
+    logic is the cloud plugins' (``plugins._cloud.unavailable.ExpiringMarks``). Thread-safe.
     """
 
     @classmethod

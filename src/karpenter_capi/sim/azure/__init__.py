@@ -20,7 +20,7 @@ CAPZ = "capz"
 def scenario_plugins(enabled: Sequence[str]) -> list[tuple[str, object]]:
     """``enabled`` (with ``capz`` added when missing) as ``(name, plugin)`` pairs in order,
     ``capz`` being a ``CapzPlugin`` over a fresh simulated Azure."""
-    from karpenter_capi.core.plugins import load_plugins
+    from karpenter_capi.core.plugin_host import load_plugins
 
     names = list(dict.fromkeys([*enabled, CAPZ]))
     loaded = dict(load_plugins(names))

@@ -25,7 +25,7 @@ from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.disruption.candidates import condition_true
 from karpenter_capi.core.kube.client import JsonObject
 from karpenter_capi.core.kube.resources import NODECLAIMS, PODS, Resource
-from karpenter_capi.core.plugins import Plugins
+from karpenter_capi.core.plugin_host import Plugins
 from karpenter_capi.core.runtime.stepped import SteppedDriver
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.apiserver.audit import AuditingClient, AuditLog

@@ -41,7 +41,7 @@ from karpenter_capi.core.kube.resources import (
     PODS,
     Resource,
 )
-from karpenter_capi.core.plugins import Plugins
+from karpenter_capi.core.plugin_host import Plugins
 from karpenter_capi.core.provisioning.inventory import resolve_inventory
 from karpenter_capi.plugins.generic_capi.binding import ANNOTATION_SCALABLE_RESOURCE
 from karpenter_capi.plugins.generic_capi.shape import PRICE_ANNOTATION

@@ -18,7 +18,7 @@ from typing import Any
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.operator import Operator, OperatorOptions
-from karpenter_capi.core.plugins import PluginEnvironment, Plugins
+from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.capi import add_capi_emulation
 from karpenter_capi.sim.scenario.schema import Scenario

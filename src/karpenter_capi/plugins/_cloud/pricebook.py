@@ -34,7 +34,7 @@ from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
 from karpenter_capi.core.kube.events import WARNING, EventRecorder
 from karpenter_capi.core.kube.resources import CONFIGMAPS
-from karpenter_capi.plugins.cloud.metrics import CloudMetrics
+from karpenter_capi.plugins._cloud.metrics import CloudMetrics
 
 log = logging.getLogger(__name__)
 
