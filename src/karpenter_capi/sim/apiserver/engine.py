@@ -88,7 +88,7 @@ class Engine:
         self._random = random.Random(random_seed)
         self._seeded = random_seed is not None
         self.hooks: tuple[WriteHook, ...] = tuple(make(self) for make in hooks)
-        # Per phase, only the hooks that take part: most writes touch no hook at all.
+        # Per phase, only the hooks that take part: a phase no hook needs costs nothing.
         self._phase: dict[str, tuple[WriteHook, ...]] = {
             phase: tuple(h for h in self.hooks if overrides(h, phase)) for phase in PHASES
         }
@@ -122,6 +122,7 @@ class Engine:
     def commit(
         self, table: Table, event_type: WatchEventType, obj: JsonObject, prev: JsonObject | None
     ) -> JsonObject:
+        """Store ``obj``, wake watchers, then let each hook react, in order (depth first)."""
         stored = self.store.commit(table, event_type, obj, prev)
         self.condition.notify_all()
         for hook in self._after_commit:
