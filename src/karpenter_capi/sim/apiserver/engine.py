@@ -1,10 +1,20 @@
-"""The write path of the in-memory API server: create and update with kube's rules.
+"""The write path of the in-memory API server: create, update and delete with kube's rules.
 
-Creating and replacing objects is where most of kube-apiserver's semantics live: uid,
+Creating, replacing and deleting objects is where most of kube-apiserver's semantics live: uid,
 creationTimestamp and generation, generateName, name validation, resourceVersion
 preconditions, the split between the main endpoint and the ``status`` subresource, finalizers
-on an object being deleted, and no-op writes that must not bump the resourceVersion. They sit
-in one class that the deletion logic (``lifecycle``) and the public verbs (``server``) build on.
+on an object being deleted, propagation policies, and no-op writes that must not bump the
+resourceVersion. ``Engine`` does those and nothing else: what the rest of a control plane does
+in reaction to a write (garbage collection, namespace teardown, CRD registration, budgets) is
+an ordered list of write hooks (``write_hooks.WRITE_HOOKS``) that the engine calls at fixed
+points, so one list says what a write triggers and in which order. The public verbs
+(``server``) are a thin layer over this class.
+
+Karpenter's termination flow is built on the deletion rules here: a NodeClaim with the
+``karpenter.sh/termination`` finalizer stays, with a deletionTimestamp, until the controller
+has drained and removed the instance. Pods are deleted immediately unless they carry
+finalizers (no kubelet-driven grace period): the simulated kubelet has nothing to shut down,
+and a deterministic simulation wants the pod gone when the eviction or delete returns.
 """
 
 from __future__ import annotations
@@ -12,17 +22,27 @@ from __future__ import annotations
 import random
 import threading
 import uuid
+from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from karpenter_capi.core.clock import Clock, SystemClock, format_timestamp
-from karpenter_capi.core.kube.client import WatchEventType
+from karpenter_capi.core.kube.client import PropagationPolicy, WatchEventType
 from karpenter_capi.core.kube.errors import BadRequest, NotFound
 from karpenter_capi.core.kube.resources import Resource
 from karpenter_capi.sim.apiserver import kinds, messages
 from karpenter_capi.sim.apiserver.definitions import ResourceDefinition
+from karpenter_capi.sim.apiserver.namespace_lifecycle import require_open_namespace
 from karpenter_capi.sim.apiserver.objects import copy_object, object_key
 from karpenter_capi.sim.apiserver.store import Store, Table
 from karpenter_capi.sim.apiserver.watch import WatchHub
+from karpenter_capi.sim.apiserver.write_hook import (
+    PHASES,
+    Deletion,
+    HookFactory,
+    WriteHook,
+    overrides,
+)
 
 JsonObject = dict[str, Any]
 
@@ -36,63 +56,82 @@ _SYSTEM_METADATA = (
     "generation",
 )
 
+# The garbage collector's finalizers: the delete verb sets them for an orphan or foreground
+# propagation policy and the collector (``garbage_collector``) removes them when done.
+FOREGROUND_FINALIZER = "foregroundDeletion"
+ORPHAN_FINALIZER = "orphan"
+GC_FINALIZERS = (ORPHAN_FINALIZER, FOREGROUND_FINALIZER)
+
 
 class Engine:
-    """Shared state (store, served definitions, lock, clock) and the create/update path."""
+    """Shared state (store, served definitions, lock, clock), the write path, and its hooks.
 
-    def __init__(self, clock: Clock | None, watch_history: int, random_seed: int | None) -> None:
+    ``hooks`` are made in order, each given this engine; that order is the order of every
+    phase (see ``write_hook``).
+    """
+
+    def __init__(
+        self,
+        clock: Clock | None,
+        watch_history: int,
+        random_seed: int | None,
+        hooks: Sequence[HookFactory] = (),
+    ) -> None:
         self.clock: Clock = clock or SystemClock()
-        self._lock = threading.RLock()
-        self._condition = threading.Condition(self._lock)
-        self._store = Store(watch_history)
-        self._served: dict[tuple[str, str], ResourceDefinition] = {}
-        self._hub = WatchHub(self._condition)
+        self.lock = threading.RLock()
+        self.condition = threading.Condition(self.lock)
+        self.store = Store(watch_history)
+        self.served: dict[tuple[str, str], ResourceDefinition] = {}
+        self.hub = WatchHub(self.condition)
         # Seeded, generated names and uids repeat run after run (deterministic simulations);
         # unseeded they are as random as kube's.
         self._random = random.Random(random_seed)
         self._seeded = random_seed is not None
+        self.hooks: tuple[WriteHook, ...] = tuple(make(self) for make in hooks)
+        # Per phase, only the hooks that take part: a phase no hook needs costs nothing.
+        self._phase: dict[str, tuple[WriteHook, ...]] = {
+            phase: tuple(h for h in self.hooks if overrides(h, phase)) for phase in PHASES
+        }
+        self._after_commit = self._phase["after_commit"]
 
     # ------------------------------------------------------------------------- definitions
 
-    def _serve(self, definition: ResourceDefinition) -> Table:
-        with self._lock:
-            self._served[(definition.group, definition.plural)] = definition
-            return self._store.table(definition)
+    def serve(self, definition: ResourceDefinition) -> Table:
+        with self.lock:
+            self.served[(definition.group, definition.plural)] = definition
+            return self.store.table(definition)
 
-    def _resolve(self, resource: Resource) -> tuple[ResourceDefinition, Table]:
-        definition = self._served.get((resource.group, resource.plural))
+    def resolve(self, resource: Resource) -> tuple[ResourceDefinition, Table]:
+        definition = self.served.get((resource.group, resource.plural))
         if definition is None or resource.version not in definition.versions:
             gv = resource.api_version
             raise NotFound(
                 f"the server could not find the requested resource ({resource.plural} in {gv})"
             )
-        return definition, self._store.tables[definition.group_resource]
+        return definition, self.store.tables[definition.group_resource]
 
-    def _table(self, group: str, plural: str) -> Table | None:
-        definition = self._served.get((group, plural))
-        return None if definition is None else self._store.tables[definition.group_resource]
+    def table_of(self, group: str, plural: str) -> Table | None:
+        definition = self.served.get((group, plural))
+        return None if definition is None else self.store.tables[definition.group_resource]
 
-    def _now(self) -> str:
+    def now(self) -> str:
         return format_timestamp(self.clock.now())
 
     # ----------------------------------------------------------------------------- commits
 
-    def _commit(
+    def commit(
         self, table: Table, event_type: WatchEventType, obj: JsonObject, prev: JsonObject | None
     ) -> JsonObject:
-        stored = self._store.commit(table, event_type, obj, prev)
-        self._condition.notify_all()
-        self._after_commit(table, event_type, stored, prev)
+        """Store ``obj``, wake watchers, then let each hook react, in order (depth first)."""
+        stored = self.store.commit(table, event_type, obj, prev)
+        self.condition.notify_all()
+        for hook in self._after_commit:
+            hook.after_commit(table, event_type, stored, prev)
         return stored
 
-    def _after_commit(
-        self, table: Table, event_type: WatchEventType, stored: JsonObject, prev: JsonObject | None
-    ) -> None:
-        """Side effects of a write (PDB status, cascades, CRD registration): see subclasses."""
-
-    def _finish_deletion(self, table: Table, final: JsonObject, stored: JsonObject) -> JsonObject:
-        """Remove ``stored``, last seen as ``final`` (implemented by ``lifecycle``)."""
-        raise NotImplementedError
+    def finish_deletion(self, table: Table, final: JsonObject, stored: JsonObject) -> JsonObject:
+        """Remove ``stored``, last seen as ``final`` (finalizers gone, its last state)."""
+        return self.commit(table, "DELETED", final, stored)
 
     # ------------------------------------------------------------------------------ create
 
@@ -115,7 +154,7 @@ class Engine:
         meta["namespace"] = chosen
         return str(chosen)
 
-    def _check_type(self, definition: ResourceDefinition, obj: JsonObject, version: str) -> None:
+    def check_type(self, definition: ResourceDefinition, obj: JsonObject, version: str) -> None:
         """Fill in apiVersion/kind, or reject a body meant for another resource (400)."""
         expected = definition.api_version(version)
         api_version = obj.get("apiVersion")
@@ -152,14 +191,14 @@ class Engine:
         return str(uuid.uuid4())
 
     def _priorities(self) -> dict[str, int]:
-        table = self._table("scheduling.k8s.io", "priorityclasses")
+        table = self.table_of("scheduling.k8s.io", "priorityclasses")
         if table is None:
             return {}
         return {
             str(pc["metadata"]["name"]): int(pc.get("value") or 0) for pc in table.objects.values()
         }
 
-    def _create_object(
+    def create_object(
         self,
         definition: ResourceDefinition,
         table: Table,
@@ -171,13 +210,14 @@ class Engine:
         warnings: list[str] | None = None,
     ) -> JsonObject:
         """Store a new object (``obj`` is owned by the caller-made copy). Lock must be held."""
-        self._check_create_allowed(definition)
-        self._check_type(definition, obj, version)
+        for hook in self._phase["refuse_create"]:
+            hook.refuse_create(definition)
+        self.check_type(definition, obj, version)
         chosen_namespace = self._namespace_of(definition, obj, namespace)
         meta = obj["metadata"]
         _drop_unknown_metadata(meta)
         if chosen_namespace is not None:
-            self._require_namespace_open(definition, chosen_namespace, meta)
+            require_open_namespace(self.store, definition, chosen_namespace, meta)
         name = meta.get("name")
         if not name and meta.get("generateName"):
             name = self._generate_name(table, chosen_namespace, str(meta["generateName"]))
@@ -191,36 +231,19 @@ class Engine:
         for field in (*_SYSTEM_METADATA, "resourceVersion", "selfLink"):
             meta.pop(field, None)
         meta["uid"] = self._new_uid()
-        meta["creationTimestamp"] = self._now()
+        meta["creationTimestamp"] = self.now()
         if kinds.tracks_generation(definition):
             meta["generation"] = 1
         status = obj.get("status")
         kinds.prepare_create(definition, obj, self._priorities())
         if keep_status and status is not None:
             obj["status"] = status
-        obj = self._admit(definition, obj, None, warnings)
-        self._prepare_create_hook(definition, obj)
-        return self._commit(table, "ADDED", obj, None)
+        obj = self.admit(definition, obj, None, warnings)
+        for hook in self._phase["prepare_create"]:
+            hook.prepare_create(definition, obj)
+        return self.commit(table, "ADDED", obj, None)
 
-    def _require_namespace_open(
-        self, definition: ResourceDefinition, namespace: str, meta: JsonObject
-    ) -> None:
-        namespaces = self._store.tables["namespaces"].objects
-        found = namespaces.get(namespace)
-        if found is None:
-            raise messages.namespace_not_found(namespace)
-        if found["metadata"].get("deletionTimestamp"):
-            raise messages.forbidden(
-                definition,
-                str(meta.get("name") or meta.get("generateName") or ""),
-                f"unable to create new content in namespace {namespace} because it is being "
-                "terminated",
-            )
-
-    def _check_create_allowed(self, definition: ResourceDefinition) -> None:
-        """Refuse creates the resource does not take right now (a terminating CRD's kind)."""
-
-    def _admit(
+    def admit(
         self,
         definition: ResourceDefinition,
         obj: JsonObject,
@@ -232,32 +255,38 @@ class Engine:
         ``old`` is the stored object on update (transition rules, ratcheting); ``warnings``
         collects what the client should be warned about (ratcheted rule failures).
         """
+        for hook in self._phase["admit"]:
+            obj = hook.admit(definition, obj, old, warnings)
         return obj
 
-    def _unknown_fields(self, definition: ResourceDefinition, obj: JsonObject) -> list[str]:
-        """Paths of fields the server would drop (``fieldValidation``): ObjectMeta's here."""
+    def unknown_fields(self, definition: ResourceDefinition, obj: JsonObject) -> list[str]:
+        """Paths of fields the server would drop (``fieldValidation``): ObjectMeta's, then
+        what the hooks know of (a custom resource's schema)."""
         meta = obj.get("metadata")
-        if not isinstance(meta, dict):
-            return []
-        return [f"metadata.{key}" for key in meta if key not in kinds.OBJECT_META_FIELDS]
-
-    def _prepare_create_hook(self, definition: ResourceDefinition, obj: JsonObject) -> None:
-        """Kind-specific validation or defaulting that needs the server (CRDs): subclasses."""
+        found = []
+        if isinstance(meta, dict):
+            found = [f"metadata.{key}" for key in meta if key not in kinds.OBJECT_META_FIELDS]
+        for hook in self._phase["unknown_fields"]:
+            found.extend(hook.unknown_fields(definition, obj))
+        return found
 
     # ------------------------------------------------------------------------------ update
 
-    def _update_object(
+    def update_object(
         self,
         table: Table,
         old: JsonObject,
         incoming: JsonObject,
         *,
-        subresource: str | None,
         precondition: str | None,
-        require_version: bool,
+        subresource: str | None = None,
+        require_version: bool = False,
         warnings: list[str] | None = None,
     ) -> JsonObject:
-        """Replace ``old`` with ``incoming`` (a private copy). Lock must be held."""
+        """Replace ``old`` with ``incoming`` (a private copy). Lock must be held.
+
+        ``precondition`` is the resourceVersion the client based the write on (None: any).
+        """
         definition = table.definition
         old_meta = old["metadata"]
         name = str(old_meta["name"])
@@ -287,7 +316,7 @@ class Engine:
                 new.pop("status")
         else:
             new = self._merge_system_fields(definition, old, incoming)
-        new = self._admit(definition, new, old, warnings)
+        new = self.admit(definition, new, old, warnings)
         errors = kinds.validate_update(definition, old, new)
         errors.extend(self._finalizer_errors(old, new))
         if subresource is None and new["metadata"] != old_meta:
@@ -298,10 +327,11 @@ class Engine:
             new["metadata"]["generation"] = int(old_meta.get("generation") or 0) + 1
         if new == old:
             return old  # a no-op write keeps the resourceVersion, as kube does
-        self._prepare_update_hook(definition, old, new)
+        for hook in self._phase["prepare_update"]:
+            hook.prepare_update(definition, old, new)
         if old_meta.get("deletionTimestamp") and not new["metadata"].get("finalizers"):
-            return self._finish_deletion(table, new, old)
-        return self._commit(table, "MODIFIED", new, old)
+            return self.finish_deletion(table, new, old)
+        return self.commit(table, "MODIFIED", new, old)
 
     def _merge_system_fields(
         self, definition: ResourceDefinition, old: JsonObject, incoming: JsonObject
@@ -348,14 +378,59 @@ class Engine:
             )
         ]
 
-    def _prepare_update_hook(
-        self, definition: ResourceDefinition, old: JsonObject, new: JsonObject
-    ) -> None:
-        """Kind-specific checks that need the server (CRD updates): subclasses."""
+    # ------------------------------------------------------------------------------ delete
+
+    def delete_object(
+        self,
+        table: Table,
+        stored: JsonObject,
+        policy: PropagationPolicy | None,
+        grace_period_seconds: int | None,
+    ) -> Deletion:
+        """Delete ``stored``. ``policy=None`` keeps what the object's GC finalizers ask for.
+
+        The object goes at once unless finalizers hold it; an orphan or foreground policy is
+        recorded as the garbage collector's finalizer, which the collector acts on when the
+        marked object is committed. Lock must be held.
+        """
+        for hook in self._phase["delete"]:
+            special = hook.delete(table, stored)
+            if special is not None:
+                return special
+        meta = stored["metadata"]
+        existing = list(meta.get("finalizers") or [])
+        finalizers = [f for f in existing if f not in GC_FINALIZERS]
+        orphan = policy == PropagationPolicy.ORPHAN or (
+            policy is None and ORPHAN_FINALIZER in existing
+        )
+        foreground = policy == PropagationPolicy.FOREGROUND or (
+            policy is None and FOREGROUND_FINALIZER in existing and not orphan
+        )
+        if orphan:
+            finalizers.append(ORPHAN_FINALIZER)
+        if foreground:
+            finalizers.append(FOREGROUND_FINALIZER)
+        deleting = bool(meta.get("deletionTimestamp"))
+        if not finalizers:
+            final = stored
+            if existing:  # a re-delete that drops the last GC finalizer
+                final = {**stored, "metadata": {k: v for k, v in meta.items() if k != "finalizers"}}
+            return self.finish_deletion(table, final, stored), True
+        if deleting and set(finalizers) == set(existing):
+            return stored, False
+        new_meta = {**meta, "finalizers": finalizers}
+        if not deleting:
+            grace = _grace_period(table, stored, grace_period_seconds)
+            moment = self.clock.now() + timedelta(seconds=grace)
+            new_meta["deletionTimestamp"] = format_timestamp(moment)
+            new_meta["deletionGracePeriodSeconds"] = grace
+            if meta.get("generation"):  # kube bumps generation only where it is tracked
+                new_meta["generation"] = int(meta["generation"]) + 1
+        return self.commit(table, "MODIFIED", {**stored, "metadata": new_meta}, stored), False
 
     # ------------------------------------------------------------------------------ helpers
 
-    def _get_stored(
+    def get_stored(
         self, definition: ResourceDefinition, table: Table, name: str, namespace: str | None
     ) -> JsonObject:
         if definition.namespaced and not namespace:
@@ -366,13 +441,37 @@ class Engine:
         return found
 
     @staticmethod
-    def _private_copy(obj: JsonObject) -> JsonObject:
+    def private_copy(obj: JsonObject) -> JsonObject:
         if not isinstance(obj, dict):
             raise BadRequest("the request body must be a JSON object")
         return copy_object(obj)
+
+
+def precondition_of(meta: JsonObject) -> str | None:
+    """The resourceVersion a client's metadata pins its write to, if any."""
+    return str(meta.get("resourceVersion") or "") or None
 
 
 def _drop_unknown_metadata(meta: JsonObject) -> None:
     """Keys ObjectMeta does not have are not stored (kube decodes metadata into ObjectMeta)."""
     for key in [k for k in meta if k not in kinds.OBJECT_META_FIELDS]:
         del meta[key]
+
+
+def _grace_period(table: Table, stored: JsonObject, requested: int | None) -> int:
+    """The grace period kube-apiserver records on a deletion it cannot finish at once.
+
+    For pods it is what the request asked for, else ``spec.terminationGracePeriodSeconds``,
+    else 30; 0 for a pod no kubelet runs (unbound, or already finished), as the pod strategy's
+    ``CheckGracefulDelete``. ``deletionTimestamp`` is then that far in the future: the moment
+    the kubelet is expected to be done. Other kinds have no grace period.
+    """
+    if table.definition.group != "" or table.definition.plural != "pods":
+        return requested or 0
+    spec, status = stored.get("spec") or {}, stored.get("status") or {}
+    if not spec.get("nodeName") or status.get("phase") in ("Succeeded", "Failed"):
+        return 0
+    if requested is not None:
+        return max(0, requested)
+    configured = spec.get("terminationGracePeriodSeconds")
+    return 30 if configured is None else max(0, int(configured))

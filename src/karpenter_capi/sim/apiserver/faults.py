@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, TypedDict, TypeVar, Unpack
 
 from karpenter_capi.core.clock import Clock, FakeClock, SystemClock
 from karpenter_capi.core.kube.errors import ApiError, InternalError, Timeout, TooManyRequests
@@ -65,12 +66,18 @@ class _Scope:
 
 
 @dataclass(kw_only=True)
-class FaultRule(_Scope):
+class _Limited(_Scope):
+    """A rule used up after ``remaining`` more matching requests (``None`` = never)."""
+
+    remaining: int | None = 1
+    hits: int = 0
+
+
+@dataclass(kw_only=True)
+class FaultRule(_Limited):
     """Fail matching requests with ``error``, ``remaining`` more times (``None`` = always)."""
 
     error: ApiError
-    remaining: int | None = 1
-    hits: int = 0
 
 
 @dataclass(kw_only=True)
@@ -82,11 +89,61 @@ class SlowRule(_Scope):
 
 
 @dataclass(kw_only=True)
-class LostAnswerRule(_Scope):
+class LostAnswerRule(_Limited):
     """Do matching HTTP requests, then hang up instead of answering (``remaining`` times)."""
 
-    remaining: int | None = 1
-    hits: int = 0
+
+class FaultScope(TypedDict, total=False):
+    """Which requests a failure applies to, and when: ``FaultInjector.fail``'s keywords."""
+
+    name: str | None
+    times: int | None
+    duration: float | None
+    start: float | None
+    over_http: bool
+    agent: str | None
+
+
+_Rule = TypeVar("_Rule", bound=_Scope)
+_Used = TypeVar("_Used", bound=_Limited)
+
+
+def _live_matches(
+    rules: list[_Rule],
+    now: float,
+    request: tuple[str, str, str, str | None, str | None],
+    over_http: bool,
+    agent: str | None,
+) -> Iterator[_Rule]:
+    """The rules that apply to ``request`` now, in order; expired ones are dropped on the way.
+
+    ``request`` is (verb, plural, group resource, name, subresource). The caller holds the
+    injector's lock and may stop at the first.
+    """
+    for rule in list(rules):
+        if rule.expired(now):
+            rules.remove(rule)
+        elif rule.applies(now, over_http, agent) and rule.matches(*request):
+            yield rule
+
+
+def _use(rules: list[_Used], rule: _Used) -> None:
+    """Count one use of ``rule``, dropping it from ``rules`` when it is used up."""
+    rule.hits += 1
+    if rule.remaining is not None:
+        rule.remaining -= 1
+        if rule.remaining <= 0:
+            rules.remove(rule)
+
+
+def _throttled(retry_after_seconds: int) -> ApiError:
+    return TooManyRequests(
+        "Too many requests, please try again later.", retry_after_seconds=retry_after_seconds
+    )
+
+
+def _internal() -> ApiError:
+    return InternalError("Internal error occurred: injected fault")
 
 
 @dataclass
@@ -161,6 +218,36 @@ class FaultInjector:
         begin = self._clock.monotonic() if start is None else start
         return begin, begin + duration
 
+    def _scope(
+        self,
+        verb: str,
+        resource: str,
+        *,
+        name: str | None = None,
+        subresource: str | None = None,
+        over_http: bool,
+        agent: str | None,
+        start: float | None,
+        duration: float | None,
+    ) -> dict[str, Any]:
+        """A new rule's ``_Scope`` fields, checked (the verb, ``agent`` only over HTTP)."""
+        if verb not in VERBS:
+            raise ValueError(f"unknown verb {verb!r}; expected one of {sorted(VERBS)}")
+        if agent is not None and not over_http:
+            raise ValueError("agent= needs over_http=True: only HTTP requests carry a User-Agent")
+        begin, end = self._window(start, duration)
+        scope = _Scope(
+            verb,
+            resource,
+            name,
+            subresource,
+            over_http,
+            agent,
+            begin,
+            None if end == float("inf") else end,
+        )
+        return vars(scope)
+
     def fail(
         self,
         verb: str,
@@ -181,23 +268,17 @@ class FaultInjector:
         rule applies; ``over_http`` limits it to requests through the HTTP front, ``agent`` to
         clients whose User-Agent contains it.
         """
-        if verb not in VERBS:
-            raise ValueError(f"unknown verb {verb!r}; expected one of {sorted(VERBS)}")
-        if agent is not None and not over_http:
-            raise ValueError("agent= needs over_http=True: only HTTP requests carry a User-Agent")
-        begin, end = self._window(start, duration)
-        rule = FaultRule(
+        scope = self._scope(
             verb,
             resource,
-            name,
-            subresource,
-            over_http,
-            agent,
-            begin,
-            None if end == float("inf") else end,
-            error=error,
-            remaining=times,
+            name=name,
+            subresource=subresource,
+            over_http=over_http,
+            agent=agent,
+            start=start,
+            duration=duration,
         )
+        rule = FaultRule(**scope, error=error, remaining=times)
         with self._lock:
             self._rules.append(rule)
         return rule
@@ -208,54 +289,14 @@ class FaultInjector:
         resource: str,
         *,
         retry_after_seconds: int = 1,
-        name: str | None = None,
-        times: int | None = 1,
-        duration: float | None = None,
-        start: float | None = None,
-        over_http: bool = False,
-        agent: str | None = None,
+        **scope: Unpack[FaultScope],
     ) -> FaultRule:
         """Answer 429 with ``Retry-After`` as kube's priority-and-fairness does."""
-        error = TooManyRequests(
-            "Too many requests, please try again later.",
-            retry_after_seconds=retry_after_seconds,
-        )
-        return self.fail(
-            verb,
-            resource,
-            error,
-            name=name,
-            times=times,
-            duration=duration,
-            start=start,
-            over_http=over_http,
-            agent=agent,
-        )
+        return self.fail(verb, resource, _throttled(retry_after_seconds), **scope)
 
-    def internal_error(
-        self,
-        verb: str,
-        resource: str,
-        *,
-        name: str | None = None,
-        times: int | None = 1,
-        duration: float | None = None,
-        start: float | None = None,
-        over_http: bool = False,
-        agent: str | None = None,
-    ) -> FaultRule:
-        error = InternalError("Internal error occurred: injected fault")
-        return self.fail(
-            verb,
-            resource,
-            error,
-            name=name,
-            times=times,
-            duration=duration,
-            start=start,
-            over_http=over_http,
-            agent=agent,
-        )
+    def internal_error(self, verb: str, resource: str, **scope: Unpack[FaultScope]) -> FaultRule:
+        """Answer 500 (an injected internal error)."""
+        return self.fail(verb, resource, _internal(), **scope)
 
     def timeout(
         self, verb: str, resource: str, *, name: str | None = None, times: int | None = 1
@@ -280,27 +321,21 @@ class FaultInjector:
         """Every matching HTTP request fails for ``duration``: ``error`` is ``"throttle"`` (429
         with ``Retry-After``) or ``"internal_error"`` (500)."""
         if error == "throttle":
-            return self.throttle(
-                verb,
-                resource,
-                retry_after_seconds=retry_after_seconds,
-                times=None,
-                duration=duration,
-                start=start,
-                over_http=True,
-                agent=agent,
-            )
-        if error == "internal_error":
-            return self.internal_error(
-                verb,
-                resource,
-                times=None,
-                duration=duration,
-                start=start,
-                over_http=True,
-                agent=agent,
-            )
-        raise ValueError(f"unknown storm {error!r}; expected 'throttle' or 'internal_error'")
+            failure = _throttled(retry_after_seconds)
+        elif error == "internal_error":
+            failure = _internal()
+        else:
+            raise ValueError(f"unknown storm {error!r}; expected 'throttle' or 'internal_error'")
+        return self.fail(
+            verb,
+            resource,
+            failure,
+            times=None,
+            duration=duration,
+            start=start,
+            over_http=True,
+            agent=agent,
+        )
 
     def slow(
         self,
@@ -317,18 +352,10 @@ class FaultInjector:
             raise ValueError(f"unknown verb {verb!r}; expected one of {sorted(VERBS)}")
         if seconds <= 0:
             raise ValueError("a slow answer needs a positive delay")
-        begin, end = self._window(start, duration)
-        rule = SlowRule(
-            verb,
-            resource,
-            None,
-            None,
-            True,
-            agent,
-            begin,
-            None if end == float("inf") else end,
-            seconds=seconds,
+        scope = self._scope(
+            verb, resource, over_http=True, agent=agent, start=start, duration=duration
         )
+        rule = SlowRule(**scope, seconds=seconds)
         with self._lock:
             self._slow.append(rule)
         return rule
@@ -345,20 +372,10 @@ class FaultInjector:
     ) -> LostAnswerRule:
         """The HTTP front does matching requests and then drops the connection unanswered:
         a write that happened although its client saw only an error (a timeout, a reset)."""
-        if verb not in VERBS:
-            raise ValueError(f"unknown verb {verb!r}; expected one of {sorted(VERBS)}")
-        begin, end = self._window(start, duration)
-        rule = LostAnswerRule(
-            verb,
-            resource,
-            None,
-            None,
-            True,
-            agent,
-            begin,
-            None if end == float("inf") else end,
-            remaining=times,
+        scope = self._scope(
+            verb, resource, over_http=True, agent=agent, start=start, duration=duration
         )
+        rule = LostAnswerRule(**scope, remaining=times)
         with self._lock:
             self._lost.append(rule)
         return rule
@@ -375,21 +392,12 @@ class FaultInjector:
     ) -> bool:
         """Whether the HTTP front should hang up after doing this request (uses up one)."""
         now = self._clock.monotonic()
+        request = (verb, plural, group_resource, name, subresource)
         with self._lock:
-            for rule in list(self._lost):
-                if rule.expired(now):
-                    self._lost.remove(rule)
-                    continue
-                if rule.applies(now, True, agent) and rule.matches(
-                    verb, plural, group_resource, name, subresource
-                ):
-                    rule.hits += 1
-                    self.injected["lost_answer"] += 1
-                    if rule.remaining is not None:
-                        rule.remaining -= 1
-                        if rule.remaining <= 0:
-                            self._lost.remove(rule)
-                    return True
+            for rule in _live_matches(self._lost, now, request, True, agent):
+                _use(self._lost, rule)
+                self.injected["lost_answer"] += 1
+                return True
         return False
 
     def drop_watches_every(
@@ -477,21 +485,12 @@ class FaultInjector:
         rules; the server's verbs check the others, whoever calls them.
         """
         now = self._clock.monotonic()
+        request = (verb, plural, group_resource, name, subresource)
         with self._lock:
-            for rule in list(self._rules):
-                if rule.expired(now):
-                    self._rules.remove(rule)
-                    continue
-                if not rule.applies(now, over_http, agent):
-                    continue
-                if rule.matches(verb, plural, group_resource, name, subresource):
-                    rule.hits += 1
-                    self.injected[rule.error.reason] += 1
-                    if rule.remaining is not None:
-                        rule.remaining -= 1
-                        if rule.remaining <= 0:
-                            self._rules.remove(rule)
-                    raise _fresh(rule.error)
+            for rule in _live_matches(self._rules, now, request, over_http, agent):
+                _use(self._rules, rule)
+                self.injected[rule.error.reason] += 1
+                raise _fresh(rule.error)
 
     def delay(
         self,
@@ -506,16 +505,11 @@ class FaultInjector:
         """Wait as long as the longest matching slow rule says; returns the seconds waited."""
         now = self._clock.monotonic()
         seconds = 0.0
+        request = (verb, plural, group_resource, name, subresource)
         with self._lock:
-            for rule in list(self._slow):
-                if rule.expired(now):
-                    self._slow.remove(rule)
-                    continue
-                if rule.applies(now, True, agent) and rule.matches(
-                    verb, plural, group_resource, name, subresource
-                ):
-                    rule.hits += 1
-                    seconds = max(seconds, rule.seconds)
+            for rule in _live_matches(self._slow, now, request, True, agent):
+                rule.hits += 1
+                seconds = max(seconds, rule.seconds)
             if seconds:
                 self.injected["slow"] += 1
         if seconds:

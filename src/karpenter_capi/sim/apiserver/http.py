@@ -35,6 +35,14 @@ from karpenter_capi.core.kube.errors import (
     Unauthorized,
 )
 from karpenter_capi.core.kube.resources import Resource
+from karpenter_capi.sim.apiserver.http_discovery import (
+    api_group,
+    api_group_list,
+    api_resource_list,
+    api_versions,
+    host_port,
+    lookup,
+)
 from karpenter_capi.sim.apiserver.http_openapi import openapi_group_version, openapi_root
 from karpenter_capi.sim.apiserver.http_resources import (
     JSON_TYPE,
@@ -45,7 +53,7 @@ from karpenter_capi.sim.apiserver.http_resources import (
 from karpenter_capi.sim.apiserver.http_tables import TableRenderer
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable
 
     from karpenter_capi.core.kube.client import WatchEvent, WatchStream
     from karpenter_capi.sim.apiserver import InMemoryAPIServer
@@ -72,7 +80,6 @@ _VERB_OF_METHOD = {
     "PATCH": "patch",
     "DELETE": "delete",
 }
-_OBJECT_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 # How often a watch checks whether its client hung up while no events flow.
 _DISCONNECT_POLL_SECONDS = 0.5
 
@@ -414,13 +421,14 @@ class _Router:
             return self._openapi(segs[1:])
         if head == "api":
             if len(segs) == 1:
-                return self._get_only(self._api_versions)
+                host, port = self.handler.server.server_address[:2]
+                return self._get_only(lambda: api_versions(str(host), int(port)))
             return self._under_group_version("", segs[1], segs[2:])
         if head == "apis":
             if len(segs) == 1:
-                return self._get_only(self._api_group_list)
+                return self._get_only(lambda: api_group_list(self.api))
             if len(segs) == 2:
-                return self._get_only(lambda: self._api_group(segs[1]))
+                return self._get_only(lambda: api_group(self.api, segs[1]))
             return self._under_group_version(segs[1], segs[2], segs[3:])
         raise NotFound("the server could not find the requested resource")
 
@@ -448,82 +456,19 @@ class _Router:
             raise MethodNotAllowed(f"{self.method} is not allowed on discovery documents")
         return Reply(200, build())
 
-    def _api_versions(self) -> JsonObject:
-        host, port = self.handler.server.server_address[:2]
-        return {
-            "kind": "APIVersions",
-            "versions": ["v1"],
-            "serverAddressByClientCIDRs": [
-                {"clientCIDR": "0.0.0.0/0", "serverAddress": host_port(str(host), int(port))}
-            ],
-        }
-
-    def _groups(self) -> dict[str, list[str]]:
-        """Served versions per named group, preferred first."""
-        groups: dict[str, list[str]] = {}
-        for definition in self.api.definitions():
-            if not definition.group:
-                continue
-            versions = groups.setdefault(definition.group, [])
-            for version in definition.versions:
-                if version not in versions:
-                    versions.append(version)
-        for group, versions in groups.items():
-            preferred = self.api.served_versions(group)
-            versions.sort(key=lambda v: preferred.index(v) if v in preferred else len(preferred))
-        return groups
-
-    @staticmethod
-    def _group_document(group: str, versions: list[str]) -> JsonObject:
-        entries = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
-        return {"name": group, "versions": entries, "preferredVersion": entries[0]}
-
-    def _api_group_list(self) -> JsonObject:
-        groups = [self._group_document(g, vs) for g, vs in sorted(self._groups().items())]
-        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
-
-    def _api_group(self, group: str) -> JsonObject:
-        versions = self._groups().get(group)
-        if not versions:
-            raise NotFound(f"the server could not find the requested resource (group {group})")
-        return {"kind": "APIGroup", "apiVersion": "v1", **self._group_document(group, versions)}
-
-    def _api_resource_list(self, group: str, version: str) -> JsonObject:
-        resources: list[JsonObject] = []
-        for definition in self._definitions_in(group, version):
-            resources.extend(_discovery_entries(definition))
-        if not resources:
-            raise NotFound(f"the server could not find the requested resource ({group} {version})")
-        group_version = f"{group}/{version}" if group else version
-        return {
-            "kind": "APIResourceList",
-            "apiVersion": "v1",
-            "groupVersion": group_version,
-            "resources": resources,
-        }
-
-    def _definitions_in(self, group: str, version: str) -> Iterable[ResourceDefinition]:
-        return [d for d in self.api.definitions() if d.group == group and version in d.versions]
-
-    def _lookup(self, group: str, version: str, plural: str) -> ResourceDefinition | None:
-        for definition in self._definitions_in(group, version):
-            if definition.plural == plural:
-                return definition
-        return None
-
     # ---------------------------------------------------------------- resources
 
     def _under_group_version(self, group: str, version: str, rest: list[str]) -> Reply | None:
         if not rest:
-            return self._get_only(lambda: self._api_resource_list(group, version))
+            return self._get_only(lambda: api_resource_list(self.api, group, version))
         namespace: str | None = None
         if len(rest) >= 3 and rest[0] == "namespaces":
-            inner = self._lookup(group, version, rest[2])
+            inner = lookup(self.api, group, version, rest[2])
             if inner is not None and inner.namespaced:
                 namespace, rest = rest[1], rest[2:]
         if len(rest) > 3:
             raise NotFound("the server could not find the requested resource")
-        definition = self._lookup(group, version, rest[0])
+        definition = lookup(self.api, group, version, rest[0])
         if definition is None:
             gv = f"{group}/{version}" if group else version
             raise NotFound(f"the server could not find the requested resource ({rest[0]} in {gv})")
@@ -579,42 +524,6 @@ class _Router:
             return json.loads(self.body)
         except ValueError as exc:
             raise BadRequest(f"the request body is not valid JSON: {exc}") from None
-
-
-def _discovery_entries(definition: ResourceDefinition) -> list[JsonObject]:
-    entry: JsonObject = {
-        "name": definition.plural,
-        "singularName": definition.singular,
-        "namespaced": definition.namespaced,
-        "kind": definition.kind,
-        "verbs": list(_OBJECT_VERBS),
-    }
-    if definition.short_names:
-        entry["shortNames"] = list(definition.short_names)
-    if definition.categories:
-        entry["categories"] = list(definition.categories)
-    entries = [entry]
-    for sub in sorted(definition.subresources):
-        sub_entry: JsonObject = {
-            "name": f"{definition.plural}/{sub}",
-            "singularName": "",
-            "namespaced": definition.namespaced,
-            "kind": definition.kind,
-            "verbs": ["get", "patch", "update"],
-        }
-        if sub == "scale":
-            sub_entry.update(group="autoscaling", version="v1", kind="Scale")
-        elif sub == "eviction":
-            sub_entry.update(group="policy", version="v1", kind="Eviction", verbs=["create"])
-        entries.append(sub_entry)
-    return entries
-
-
-def host_port(host: str, port: int) -> str:
-    """``host:port`` for a URL, an IPv6 literal in brackets (``[::1]:6443``)."""
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"{host}:{port}"
 
 
 def warning_header(text: str) -> str:

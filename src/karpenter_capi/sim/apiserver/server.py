@@ -31,21 +31,21 @@ from karpenter_capi.core.kube.client import (
 )
 from karpenter_capi.core.kube.errors import (
     BadRequest,
-    Invalid,
     NotFound,
     Timeout,
     UnsupportedMediaType,
 )
 from karpenter_capi.core.kube.resources import NAMESPACES, Resource
-from karpenter_capi.core.kube.selectors import selector_to_string
 from karpenter_capi.sim.apiserver import manifests, messages
 from karpenter_capi.sim.apiserver.builtin import BUILTIN_DEFINITIONS, INITIAL_NAMESPACES
 from karpenter_capi.sim.apiserver.capi_crds import cluster_api_crds
-from karpenter_capi.sim.apiserver.controllers import Controllers
 from karpenter_capi.sim.apiserver.definitions import ResourceDefinition, version_priority
+from karpenter_capi.sim.apiserver.disruption_budgets import budgets_in
+from karpenter_capi.sim.apiserver.engine import Engine, precondition_of
 from karpenter_capi.sim.apiserver.eviction import check_eviction
 from karpenter_capi.sim.apiserver.faults import FaultInjector
-from karpenter_capi.sim.apiserver.objects import copy_object, get_path, set_path
+from karpenter_capi.sim.apiserver.field_validation import check_directive, check_fields
+from karpenter_capi.sim.apiserver.objects import copy_object
 from karpenter_capi.sim.apiserver.patch import json_patch, merge_patch
 from karpenter_capi.sim.apiserver.request_counts import RequestCounts
 from karpenter_capi.sim.apiserver.selectors import (
@@ -53,17 +53,15 @@ from karpenter_capi.sim.apiserver.selectors import (
     parse_field_selector,
     parse_label_selector,
 )
-from karpenter_capi.sim.apiserver.store import Table
 from karpenter_capi.sim.apiserver.strategic import strategic_merge_patch
+from karpenter_capi.sim.apiserver.subresources import check_subresource, scale_of, write_scale
 from karpenter_capi.sim.apiserver.watch import InMemoryWatch, WatchFilter, present_copy
+from karpenter_capi.sim.apiserver.write_hooks import WRITE_HOOKS
 
 JsonObject = dict[str, Any]
 
 # kube-apiserver's NamespaceLifecycle admission refuses to delete these.
 _UNDELETABLE = frozenset({"default", "kube-system", "kube-public"})
-
-
-FIELD_VALIDATION_DIRECTIVES = ("Ignore", "Strict", "Warn")
 
 
 class DeleteResult(NamedTuple):
@@ -91,8 +89,8 @@ def _decode_continue(token: str) -> tuple[int, str]:
         raise BadRequest(f"continue key is not valid: {token!r}") from None
 
 
-class InMemoryAPIServer(Controllers):
-    """A Kubernetes API server in memory. See the module docstring."""
+class InMemoryAPIServer:
+    """A Kubernetes API server in memory: the verbs over one ``Engine`` (module docstring)."""
 
     def __init__(
         self,
@@ -102,16 +100,27 @@ class InMemoryAPIServer(Controllers):
         random_seed: int | None = None,
     ) -> None:
         """``random_seed`` makes generated names and uids reproducible (simulations)."""
-        super().__init__(clock, watch_history, random_seed)
+        engine = Engine(clock, watch_history, random_seed, WRITE_HOOKS)
+        self._engine = engine
+        # The engine's state the read verbs use directly (the same objects, not copies).
+        self._lock = engine.lock
+        self._store = engine.store
+        self._served = engine.served
+        self._hub = engine.hub
         self.faults = FaultInjector(self._hub.drop_all, self.compact, self.clock)
         # Every request served, by verb (``sim.apiserver.request_counts``).
         self.requests = RequestCounts()
         # Idle watches that allow bookmarks get one this often (real time, like kube's ~1/min).
         self.bookmark_interval_seconds: float | None = 60.0
         for definition in BUILTIN_DEFINITIONS:
-            self._serve(definition)
+            self._engine.serve(definition)
         for name in INITIAL_NAMESPACES:
             self.create(NAMESPACES, {"metadata": {"name": name}})
+
+    @property
+    def clock(self) -> Clock:
+        """The server's clock: timestamps, deletion grace periods, fault windows."""
+        return self._engine.clock
 
     # -------------------------------------------------------------------------- registry
 
@@ -206,13 +215,13 @@ class InMemoryAPIServer(Controllers):
         *,
         subresource: str | None = None,
     ) -> JsonObject:
-        definition, table = self._resolve(resource)
-        self._check_subresource(definition, subresource)
+        definition, table = self._engine.resolve(resource)
+        check_subresource(definition, subresource)
         self._check_fault("get", definition, name, subresource)
         with self._lock:
-            stored = self._get_stored(definition, table, name, namespace)
+            stored = self._engine.get_stored(definition, table, name, namespace)
             if subresource == "scale":
-                return self._scale_of(definition, stored)
+                return scale_of(definition, stored)
             return self._present(stored, resource)
 
     def list(
@@ -226,7 +235,7 @@ class InMemoryAPIServer(Controllers):
         continue_token: str | None = None,
         resource_version: str | None = None,
     ) -> ListResult:
-        definition, table = self._resolve(resource)
+        definition, table = self._engine.resolve(resource)
         self._check_fault("list", definition)
         predicate = object_filter(
             parse_label_selector(label_selector), parse_field_selector(field_selector, definition)
@@ -299,7 +308,7 @@ class InMemoryAPIServer(Controllers):
         ``timeout_seconds=0`` delivers what is already there and ends without blocking (see
         ``InMemoryWatch``), which is how the stepped simulation polls.
         """
-        definition, table = self._resolve(resource)
+        definition, table = self._engine.resolve(resource)
         self._check_fault("watch", definition, poll=timeout_seconds == 0)
         predicate = object_filter(
             parse_label_selector(label_selector), parse_field_selector(field_selector, definition)
@@ -350,23 +359,23 @@ class InMemoryAPIServer(Controllers):
         warnings: builtins.list[str] | None = None,
     ) -> JsonObject:
         """Create ``obj``. ``field_validation`` (see ``_check_fields``) defaults to Ignore."""
-        definition, table = self._resolve(resource)
-        _check_directive(field_validation, "CreateOptions")
+        definition, table = self._engine.resolve(resource)
+        check_directive(field_validation, "CreateOptions")
         self._check_fault("create", definition, (obj.get("metadata") or {}).get("name"))
-        body = self._private_copy(obj)
+        body = self._engine.private_copy(obj)
         with self._lock:
             self._check_fields(definition, resource, body, field_validation, warnings)
-            stored = self._create_object(
+            stored = self._engine.create_object(
                 definition, table, body, namespace, resource.version, warnings=warnings
             )
             return self._present(stored, resource)
 
     def seed(self, resource: Resource, obj: JsonObject, namespace: str | None = None) -> JsonObject:
         """Create keeping the ``status`` the caller wrote (a fixture shortcut; no API does this)."""
-        definition, table = self._resolve(resource)
-        body = self._private_copy(obj)
+        definition, table = self._engine.resolve(resource)
+        body = self._engine.private_copy(obj)
         with self._lock:
-            stored = self._create_object(
+            stored = self._engine.create_object(
                 definition, table, body, namespace, resource.version, keep_status=True
             )
             return self._present(stored, resource)
@@ -380,26 +389,26 @@ class InMemoryAPIServer(Controllers):
         field_validation: str | None = None,
         warnings: builtins.list[str] | None = None,
     ) -> JsonObject:
-        definition, table = self._resolve(resource)
-        self._check_subresource(definition, subresource)
-        _check_directive(field_validation, "UpdateOptions")
+        definition, table = self._engine.resolve(resource)
+        check_subresource(definition, subresource)
+        check_directive(field_validation, "UpdateOptions")
         meta = obj.get("metadata") or {}
         name = str(meta.get("name") or "")
         self._check_fault("update", definition, name, subresource)
-        body = self._private_copy(obj)
+        body = self._engine.private_copy(obj)
         with self._lock:
-            stored = self._get_stored(definition, table, name, meta.get("namespace"))
+            stored = self._engine.get_stored(definition, table, name, meta.get("namespace"))
             if subresource == "scale":
-                return self._write_scale(definition, table, stored, body)
+                return write_scale(self._engine, definition, table, stored, body)
             self._check_fields(definition, resource, body, field_validation, warnings)
             if subresource is None:
-                self._check_type(definition, body, resource.version)
-            written = self._update_object(
+                self._engine.check_type(definition, body, resource.version)
+            written = self._engine.update_object(
                 table,
                 stored,
                 body,
                 subresource=subresource,
-                precondition=str(meta.get("resourceVersion") or "") or None,
+                precondition=precondition_of(meta),
                 require_version=definition.custom,
                 warnings=warnings,
             )
@@ -417,9 +426,9 @@ class InMemoryAPIServer(Controllers):
         field_validation: str | None = None,
         warnings: builtins.list[str] | None = None,
     ) -> JsonObject:
-        definition, table = self._resolve(resource)
-        self._check_subresource(definition, subresource)
-        _check_directive(field_validation, "PatchOptions")
+        definition, table = self._engine.resolve(resource)
+        check_subresource(definition, subresource)
+        check_directive(field_validation, "PatchOptions")
         self._check_fault("patch", definition, name, subresource)
         if patch_type == PatchType.STRATEGIC and definition.custom:
             raise UnsupportedMediaType(
@@ -428,12 +437,12 @@ class InMemoryAPIServer(Controllers):
                 "application/apply-patch+yaml"
             )
         with self._lock:
-            stored = self._get_stored(definition, table, name, namespace)
+            stored = self._engine.get_stored(definition, table, name, namespace)
             if subresource == "scale":
                 patched_scale = self._apply_patch(
-                    self._scale_of(definition, stored), patch, patch_type, "Scale"
+                    scale_of(definition, stored), patch, patch_type, "Scale"
                 )
-                return self._write_scale(definition, table, stored, patched_scale)
+                return write_scale(self._engine, definition, table, stored, patched_scale)
             patched = self._apply_patch(
                 self._present(stored, resource), patch, patch_type, definition.kind
             )
@@ -444,16 +453,28 @@ class InMemoryAPIServer(Controllers):
                     f"name on the URL ({name})"
                 )
             self._check_fields(definition, None, patched, field_validation, warnings)
-            written = self._update_object(
+            written = self._engine.update_object(
                 table,
                 stored,
                 patched,
+                precondition=precondition_of(patched_meta),
                 subresource=subresource,
-                precondition=str(patched_meta.get("resourceVersion") or "") or None,
-                require_version=False,
                 warnings=warnings,
             )
             return self._present(written, resource)
+
+    def _check_fields(
+        self,
+        definition: ResourceDefinition,
+        resource: Resource | None,
+        body: JsonObject,
+        directive: str | None,
+        warnings: builtins.list[str] | None,
+    ) -> None:
+        """``fieldValidation`` for ``body`` (see ``field_validation.check_fields``)."""
+        check_fields(
+            self._engine, definition, resource, body, directive=directive, warnings=warnings
+        )
 
     @staticmethod
     def _apply_patch(
@@ -474,37 +495,6 @@ class InMemoryAPIServer(Controllers):
         if not isinstance(result, dict):
             raise BadRequest("the patched document is not a JSON object")
         return result
-
-    def _check_fields(
-        self,
-        definition: ResourceDefinition,
-        resource: Resource | None,
-        body: JsonObject,
-        directive: str | None,
-        warnings: builtins.list[str] | None,
-    ) -> None:
-        """``fieldValidation``: Strict refuses unknown fields (400), Warn reports them.
-
-        Unknown means what the server would drop: fields outside a custom resource's schema
-        (unless it preserves unknown fields) and keys ObjectMeta does not have. Ignore, the
-        in-process default, drops them silently. ``resource`` is None for a patch, whose
-        message kube words without the kind.
-        """
-        if directive in (None, "", "Ignore"):
-            return
-        unknown = self._unknown_fields(definition, body)
-        if not unknown:
-            return
-        found = [f'unknown field "{path}"' for path in unknown]
-        if directive == "Warn":
-            if warnings is not None:
-                warnings.extend(found)
-            return
-        error = "strict decoding error: " + ", ".join(found)
-        if resource is not None:
-            kind = definition.kind
-            error = f'{kind} in version "{resource.version}" cannot be handled as a {kind}: {error}'
-        raise BadRequest(error)
 
     def delete(
         self,
@@ -540,14 +530,14 @@ class InMemoryAPIServer(Controllers):
         Without a ``propagation_policy`` the object's own ``orphan``/``foregroundDeletion``
         finalizer decides, and else the default (Background), as in kube.
         """
-        definition, table = self._resolve(resource)
+        definition, table = self._engine.resolve(resource)
         self._check_fault("delete", definition, name)
         if definition.group == "" and definition.plural == "namespaces" and name in _UNDELETABLE:
             raise messages.forbidden(definition, name, "this namespace may not be deleted")
         with self._lock:
-            stored = self._get_stored(definition, table, name, namespace)
+            stored = self._engine.get_stored(definition, table, name, namespace)
             self._check_preconditions(definition, stored, preconditions)
-            result, deleted = self._delete_object(
+            result, deleted = self._engine.delete_object(
                 table, stored, propagation_policy, grace_period_seconds
             )
             return DeleteResult(self._present(result, resource), deleted)
@@ -585,87 +575,11 @@ class InMemoryAPIServer(Controllers):
         self.faults.check("create", pods.plural, pods.group_resource, name, "eviction")
         with self._lock:
             table = self._store.tables["pods"]
-            stored = self._get_stored(pods, table, name, namespace)
-            check_eviction(stored, self.budgets_in(namespace))
-            self._delete_object(table, stored, None, grace_period_seconds)
+            stored = self._engine.get_stored(pods, table, name, namespace)
+            check_eviction(stored, budgets_in(self._engine, namespace))
+            self._engine.delete_object(table, stored, None, grace_period_seconds)
 
-    # ------------------------------------------------------------------------- subresources
-
-    @staticmethod
-    def _check_subresource(definition: ResourceDefinition, subresource: str | None) -> None:
-        if subresource is None:
-            return
-        if subresource not in definition.subresources or subresource == "eviction":
-            raise NotFound(
-                f"the server could not find the requested resource "
-                f"({definition.plural}/{subresource})"
-            )
-
-    def _scale_of(self, definition: ResourceDefinition, stored: JsonObject) -> JsonObject:
-        meta = stored["metadata"]
-        scale_meta = {
-            key: meta[key]
-            for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
-            if key in meta
-        }
-        status: JsonObject = {"replicas": int(get_path(stored, definition.scale_status_path) or 0)}
-        if definition.scale_selector_path:
-            selector = get_path(stored, definition.scale_selector_path)
-            if isinstance(selector, dict):
-                selector = selector_to_string(selector)
-            if selector:
-                status["selector"] = selector
-        return {
-            "kind": "Scale",
-            "apiVersion": "autoscaling/v1",
-            "metadata": scale_meta,
-            "spec": {"replicas": int(get_path(stored, definition.scale_spec_path) or 0)},
-            "status": status,
-        }
-
-    def _write_scale(
-        self, definition: ResourceDefinition, table: Table, stored: JsonObject, scale: JsonObject
-    ) -> JsonObject:
-        name = str(stored["metadata"]["name"])
-        replicas = (scale.get("spec") or {}).get("replicas")
-        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
-            raise messages.invalid(
-                definition,
-                name,
-                [
-                    messages.invalid_value(
-                        "spec.replicas", replicas, "must be greater than or equal to 0"
-                    )
-                ],
-                kind="Scale.autoscaling",
-            )
-        meta = scale.get("metadata") or {}
-        new = copy_object(stored)
-        set_path(new, definition.scale_spec_path, replicas)
-        written = self._update_object(
-            table,
-            stored,
-            new,
-            subresource=None,
-            precondition=str(meta.get("resourceVersion") or "") or None,
-            require_version=False,
-        )
-        return self._scale_of(definition, written)
-
-
-def _check_directive(directive: str | None, options_kind: str) -> None:
-    """An unknown ``fieldValidation`` is 422 on the request's options, as kube answers it."""
-    if directive in (None, "") or directive in FIELD_VALIDATION_DIRECTIVES:
-        return
-    supported = ", ".join(f'"{d}"' for d in FIELD_VALIDATION_DIRECTIVES)
-    detail = f'Unsupported value: "{directive}": supported values: {supported}'
-    raise Invalid(
-        f'{options_kind}.meta.k8s.io "" is invalid: fieldValidation: {detail}',
-        details={
-            "group": "meta.k8s.io",
-            "kind": options_kind,
-            "causes": [
-                {"reason": "FieldValueNotSupported", "message": detail, "field": "fieldValidation"}
-            ],
-        },
-    )
+    def budgets_in(self, namespace: str) -> builtins.list[JsonObject]:
+        """The PodDisruptionBudgets stored in ``namespace``, as stored (do not modify)."""
+        with self._lock:
+            return budgets_in(self._engine, namespace)

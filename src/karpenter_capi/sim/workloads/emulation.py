@@ -7,8 +7,8 @@ then the kubelet stand-in (which starts them). Mirrors ``sim.capi.add_capi_emula
 
 PodDisruptionBudget status needs no controller here: the in-memory API server keeps every
 budget's ``currentHealthy``/``desiredHealthy``/``disruptionsAllowed`` current inside each pod,
-budget and scalable-controller write (``sim.apiserver.controllers``), from Ready pods, as kube's
-disruption controller does.
+budget and scalable-controller write (``sim.apiserver.disruption_budgets``), from Ready pods,
+as kube's disruption controller does.
 """
 
 from __future__ import annotations

@@ -1,0 +1,218 @@
+"""CustomResourceDefinitions: what apiextensions-apiserver does when a CRD is written.
+
+Creating a ``CustomResourceDefinition`` makes a new resource served, validated by the CRD's
+structural schema and CEL rules; kube's apiextensions-apiserver does that (and refuses a CRD
+that is not well formed). This hook does it inside the write, so a CRD is usable the moment its
+create returns: it validates CRD writes and fills in their ``status``, serves (or stops
+serving) the resource on each committed change, and admits each custom object against the
+schema of its storage version (pruning, defaults, validation, CEL). Deleting a CRD's objects
+before the CRD goes is the cleanup controller's job (``crd_cleanup``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from karpenter_capi.core.kube.client import WatchEventType
+from karpenter_capi.sim.apiserver import messages, schema
+from karpenter_capi.sim.apiserver.cel import RuleValidator
+from karpenter_capi.sim.apiserver.cel_checks import schema_rule_errors
+from karpenter_capi.sim.apiserver.definitions import ResourceDefinition, definition_from_crd
+from karpenter_capi.sim.apiserver.store import Table, key_of
+from karpenter_capi.sim.apiserver.write_hook import Previous, Warnings, WriteHook
+
+if TYPE_CHECKING:
+    from karpenter_capi.sim.apiserver.engine import Engine
+
+JsonObject = dict[str, Any]
+
+CRD_GROUP = "apiextensions.k8s.io"
+
+
+# Schema errors after which kube does not evaluate CEL rules (the value may not have the shape
+# the rules assume); it says so with one more error instead.
+_BLOCKING = frozenset(
+    {
+        "FieldValueNotSupported",
+        "FieldValueRequired",
+        "FieldValueTooLong",
+        "FieldValueTooMany",
+        "FieldValueTypeInvalid",
+    }
+)
+_RULES_NOT_CHECKED = messages.FieldError(
+    "<nil>",
+    "FieldValueInvalid",
+    'Invalid value: "null": some validation rules were not checked because the object was '
+    "invalid; correct the existing errors to complete validation",
+)
+
+
+def is_crd(definition: ResourceDefinition) -> bool:
+    """Whether ``definition`` is the CustomResourceDefinition resource itself."""
+    return definition.group == CRD_GROUP and definition.plural == "customresourcedefinitions"
+
+
+def crd_key(crd: JsonObject) -> tuple[str, str]:
+    """(group, plural) of the resource a CRD object defines."""
+    spec = crd.get("spec") or {}
+    return (str(spec.get("group", "")), str((spec.get("names") or {}).get("plural", "")))
+
+
+class CustomResourceDefinitions(WriteHook):
+    """Validates CRDs, serves their resources, and admits custom objects by their schema."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
+        # The storage version's openAPIV3Schema of each custom resource, by (group, plural).
+        self._schemas: dict[tuple[str, str], JsonObject] = {}
+        # Its compiled CEL rules (x-kubernetes-validations), built once per CRD write.
+        self._rules: dict[tuple[str, str], RuleValidator] = {}
+
+    def admit(
+        self, definition: ResourceDefinition, obj: JsonObject, old: Previous, warnings: Warnings
+    ) -> JsonObject:
+        if not definition.custom:
+            return obj
+        key = _key(definition)
+        found = self._schemas.get(key)
+        if found is None:
+            return obj
+        stored = schema.prune_and_default(obj, found)
+        errors = schema.validate(stored, found, old)
+        rules = self._rules.get(key)
+        if rules is not None and rules.has_rules:
+            if any(e.reason in _BLOCKING for e in errors):
+                errors.append(_RULES_NOT_CHECKED)
+            else:
+                errors.extend(rules.validate(stored, old, warnings))
+        if errors:
+            raise messages.invalid(definition, str(stored["metadata"].get("name", "")), errors)
+        return stored
+
+    def unknown_fields(self, definition: ResourceDefinition, obj: JsonObject) -> list[str]:
+        if not definition.custom:
+            return []
+        return schema.unknown_fields(obj, self._schemas.get(_key(definition)))
+
+    def prepare_create(self, definition: ResourceDefinition, obj: JsonObject) -> None:
+        if is_crd(definition):
+            self._validate_crd(definition, obj)
+            obj["status"] = _crd_status(obj)
+
+    def prepare_update(
+        self, definition: ResourceDefinition, old: JsonObject, new: JsonObject
+    ) -> None:
+        if is_crd(definition) and old.get("spec") != new.get("spec"):
+            self._validate_crd(definition, new)
+            new["status"] = _crd_status(new)
+
+    def after_commit(
+        self, table: Table, event_type: WatchEventType, stored: JsonObject, prev: JsonObject | None
+    ) -> None:
+        if is_crd(table.definition):
+            self._sync_crd(event_type, stored)
+
+    def _validate_crd(self, definition: ResourceDefinition, crd: JsonObject) -> None:
+        spec = crd.get("spec") or {}
+        names = spec.get("names") or {}
+        name = str(crd["metadata"].get("name", ""))
+        errors: list[messages.FieldError] = []
+        plural, group = names.get("plural"), spec.get("group")
+        if not group:
+            errors.append(messages.required("spec.group", ""))
+        if not plural:
+            errors.append(messages.required("spec.names.plural", ""))
+        if not names.get("kind"):
+            errors.append(messages.required("spec.names.kind", ""))
+        if plural and group and name != f"{plural}.{group}":
+            errors.append(
+                messages.invalid_value(
+                    "metadata.name", name, 'must be spec.names.plural+"."+spec.group'
+                )
+            )
+        versions = spec.get("versions") or []
+        if not versions:
+            errors.append(messages.required("spec.versions", "must have exactly one version"))
+        elif sum(1 for v in versions if v.get("storage")) != 1:
+            errors.append(
+                messages.invalid_value(
+                    "spec.versions", "", "must have exactly one version marked as storage version"
+                )
+            )
+        existing = self.engine.served.get((str(group), str(plural)))
+        if existing is not None and not existing.custom:
+            errors.append(
+                messages.invalid_value("spec.group", group, "is served by the API server itself")
+            )
+        for index, version in enumerate(versions):
+            found = ((version.get("schema") or {}).get("openAPIV3Schema")) or {}
+            where = f"spec.versions[{index}].schema.openAPIV3Schema"
+            errors.extend(schema_rule_errors(found, where))
+        if errors:
+            raise messages.invalid(definition, name, errors)
+
+    def _sync_crd(self, event_type: WatchEventType, crd: JsonObject) -> None:
+        definition = definition_from_crd(crd)
+        key = (definition.group, definition.plural)
+        if event_type != "DELETED":
+            self.engine.serve(definition)
+            storage_schema = _storage_schema(crd)
+            if self._schemas.get(key) is not storage_schema:
+                self._schemas[key] = storage_schema
+                self._rules[key] = RuleValidator(storage_schema)
+            return
+        served = self.engine.served.get(key)
+        if served is None or not served.custom:
+            return
+        # Normally empty by now; objects left behind (the cleanup finalizer was removed by hand)
+        # become unreachable with their resource, so they are dropped with it.
+        table = self.engine.store.tables[served.group_resource]
+        for stored in [table.objects[k] for k in table.sorted_keys()]:
+            if table.objects.get(key_of(stored)) is stored:
+                self.engine.finish_deletion(table, stored, stored)
+        del self.engine.served[key]
+        self._schemas.pop(key, None)
+        self._rules.pop(key, None)
+        self.engine.hub.drop_for(table.log)  # as kube ends watches of a resource that is gone
+
+
+def _key(definition: ResourceDefinition) -> tuple[str, str]:
+    return (definition.group, definition.plural)
+
+
+def _crd_status(crd: JsonObject) -> JsonObject:
+    spec = crd.get("spec") or {}
+    names = dict(spec.get("names") or {})
+    names.setdefault("singular", str(names.get("kind", "")).lower())
+    names.setdefault("listKind", f"{names.get('kind')}List")
+    storage = [v["name"] for v in spec.get("versions") or [] if v.get("storage")]
+    previous = (crd.get("status") or {}).get("storedVersions") or []
+    stored_versions = list(dict.fromkeys([*previous, *storage]))
+
+    def condition(kind: str, reason: str, message: str) -> JsonObject:
+        return {
+            "type": kind,
+            "status": "True",
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": (crd.get("metadata") or {}).get("creationTimestamp"),
+        }
+
+    return {
+        "acceptedNames": names,
+        "conditions": [
+            condition("NamesAccepted", "NoConflicts", "no conflicts found"),
+            condition(
+                "Established", "InitialNamesAccepted", "the initial names have been accepted"
+            ),
+        ],
+        "storedVersions": stored_versions,
+    }
+
+
+def _storage_schema(crd: JsonObject) -> JsonObject:
+    versions = (crd.get("spec") or {}).get("versions") or []
+    storage = next((v for v in versions if v.get("storage")), versions[0] if versions else {})
+    found: JsonObject = ((storage.get("schema") or {}).get("openAPIV3Schema")) or {}
+    return found
