@@ -49,10 +49,6 @@ class ResourceDefinition:
         """``plural.group`` as kube's messages spell it (``machines.cluster.x-k8s.io``)."""
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
-    @property
-    def storage_version(self) -> str:
-        return self.versions[0]
-
     def api_version(self, version: str | None = None) -> str:
         chosen = version or self.versions[0]
         return f"{self.group}/{chosen}" if self.group else chosen
