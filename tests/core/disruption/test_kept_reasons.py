@@ -34,8 +34,7 @@ def _verdicts(cluster: Cluster, report: PassReport) -> dict[str, NodeVerdict]:
     return {v.nodeclaim: v for v in node_verdicts(report, snapshot, pools, NOW)}
 
 
-def test_a_node_whose_pods_fit_nowhere_cheaper_is_kept_with_that_reason() -> None:
-    cluster = Cluster()
+def test_a_node_whose_pods_fit_nowhere_cheaper_is_kept_with_that_reason(cluster: Cluster) -> None:
     node = cluster.node("full", "large")
     cluster.pod("a-0", node, cpu="3", labels={"app": "a"})
     cluster.pod("a-1", node, cpu="3", labels={"app": "a"})
@@ -51,8 +50,9 @@ def test_a_node_whose_pods_fit_nowhere_cheaper_is_kept_with_that_reason() -> Non
     assert verdict.unconsolidatable
 
 
-def test_an_exhausted_budget_is_the_reason_for_empty_and_underused_nodes_alike() -> None:
-    cluster = Cluster()
+def test_an_exhausted_budget_is_the_reason_for_empty_and_underused_nodes_alike(
+    cluster: Cluster,
+) -> None:
     cluster.disruption["budgets"] = [{"nodes": "0"}]
     cluster.node("idle", "small")
     cluster.node("big", "large")
@@ -68,8 +68,7 @@ def test_an_exhausted_budget_is_the_reason_for_empty_and_underused_nodes_alike()
     }
 
 
-def test_when_empty_keeps_a_node_with_pods_and_says_so() -> None:
-    cluster = Cluster()
+def test_when_empty_keeps_a_node_with_pods_and_says_so(cluster: Cluster) -> None:
     cluster.disruption["consolidationPolicy"] = "WhenEmpty"
     cluster.node("big", "large")
     cluster.pod("app-0", "big", cpu="500m")
@@ -83,8 +82,7 @@ def test_when_empty_keeps_a_node_with_pods_and_says_so() -> None:
     )
 
 
-def test_a_node_in_the_command_is_never_also_kept() -> None:
-    cluster = Cluster()
+def test_a_node_in_the_command_is_never_also_kept(cluster: Cluster) -> None:
     cluster.node("big", "large")
     cluster.pod("app-0", "big", cpu="1")
 
@@ -98,8 +96,7 @@ def test_a_node_in_the_command_is_never_also_kept() -> None:
     assert not verdict.unconsolidatable
 
 
-def test_protected_nodes_are_not_candidates_and_say_what_protects_them() -> None:
-    cluster = Cluster()
+def test_protected_nodes_are_not_candidates_and_say_what_protects_them(cluster: Cluster) -> None:
     cluster.node("pinned", "large", node_annotations={wellknown.ANNOTATION_DO_NOT_DISRUPT: "true"})
     cluster.node("guarded", "large")
     cluster.pod("db-0", "guarded", cpu="1", labels={"app": "db"})
@@ -116,8 +113,7 @@ def test_protected_nodes_are_not_candidates_and_say_what_protects_them() -> None
     assert verdicts["guarded"].unconsolidatable
 
 
-def test_a_node_not_quiet_for_consolidate_after_says_how_long_is_left() -> None:
-    cluster = Cluster()
+def test_a_node_not_quiet_for_consolidate_after_says_how_long_is_left(cluster: Cluster) -> None:
     cluster.disruption["consolidateAfter"] = "10m"
     cluster.node("busy", "large", consolidatable=False)
     [claim] = cluster.nodeclaims
@@ -131,8 +127,7 @@ def test_a_node_not_quiet_for_consolidate_after_says_how_long_is_left() -> None:
     assert not verdict.unconsolidatable  # not consolidatable yet: no Event for it
 
 
-def test_a_node_the_pass_did_not_get_to_has_no_reason_and_no_event() -> None:
-    cluster = Cluster()
+def test_a_node_the_pass_did_not_get_to_has_no_reason_and_no_event(cluster: Cluster) -> None:
     cluster.node("idle", "small")
     cluster.node("big", "large")
     cluster.pod("app-0", "big", cpu="1")

@@ -11,8 +11,7 @@ from karpenter_capi.core.disruption.methods import DRIFT, EMPTINESS, MULTI_NODE,
 from .builders import NOW, Cluster, instance_type
 
 
-def test_an_empty_node_is_deleted_and_a_daemonset_pod_does_not_count() -> None:
-    cluster = Cluster()
+def test_an_empty_node_is_deleted_and_a_daemonset_pod_does_not_count(cluster: Cluster) -> None:
     busy = cluster.node("busy", "large")
     cluster.pod("app-0", busy, cpu="6")
     idle = cluster.node("idle", "small")
@@ -28,8 +27,7 @@ def test_an_empty_node_is_deleted_and_a_daemonset_pod_does_not_count() -> None:
     assert report.command.savings == 0.10
 
 
-def test_a_node_not_yet_consolidatable_is_left_alone() -> None:
-    cluster = Cluster()
+def test_a_node_not_yet_consolidatable_is_left_alone(cluster: Cluster) -> None:
     cluster.node("busy", "large")
     cluster.pod("app-0", "busy", cpu="6")
     cluster.node("idle", "small", consolidatable=False)
@@ -40,8 +38,7 @@ def test_a_node_not_yet_consolidatable_is_left_alone() -> None:
     assert report.outcomes[EMPTINESS] is None
 
 
-def test_an_underused_node_is_replaced_by_a_cheaper_one() -> None:
-    cluster = Cluster()
+def test_an_underused_node_is_replaced_by_a_cheaper_one(cluster: Cluster) -> None:
     cluster.node("big", "large")
     cluster.pod("app-0", "big", cpu="1")
     cluster.pod("app-1", "big", cpu="500m")
@@ -63,8 +60,7 @@ def test_an_underused_node_is_replaced_by_a_cheaper_one() -> None:
     assert set(types.values) == {it.name for it in replacement.instance_types}
 
 
-def test_two_half_empty_nodes_become_one() -> None:
-    cluster = Cluster()
+def test_two_half_empty_nodes_become_one(cluster: Cluster) -> None:
     for name in ("a", "b"):
         cluster.node(name, "medium")
         cluster.pod(f"{name}-app-0", name, cpu="1500m")
@@ -79,8 +75,7 @@ def test_two_half_empty_nodes_become_one() -> None:
     assert round(command.savings, 2) == 0.20
 
 
-def test_pods_move_to_room_elsewhere_without_a_replacement() -> None:
-    cluster = Cluster()
+def test_pods_move_to_room_elsewhere_without_a_replacement(cluster: Cluster) -> None:
     # A node that may not go itself can still take pods from one that may.
     cluster.node("roomy", "large", node_annotations={"karpenter.sh/do-not-disrupt": "true"})
     cluster.pod("app-0", "roomy", cpu="1")
@@ -94,8 +89,7 @@ def test_pods_move_to_room_elsewhere_without_a_replacement() -> None:
     assert [c.name for c in command.candidates] == ["tiny-load"]
 
 
-def test_zonal_spread_is_kept_by_the_replacement() -> None:
-    cluster = Cluster()
+def test_zonal_spread_is_kept_by_the_replacement(cluster: Cluster) -> None:
     cluster.node("a", "large", zone="zone-a")
     cluster.node("b", "small", zone="zone-b")
     for index, node in enumerate(("a", "a", "b")):
@@ -115,8 +109,7 @@ def test_zonal_spread_is_kept_by_the_replacement() -> None:
     assert replacement.cheapest()[0].name == "small"
 
 
-def test_a_do_not_disrupt_pod_or_node_protects_its_node() -> None:
-    cluster = Cluster()
+def test_a_do_not_disrupt_pod_or_node_protects_its_node(cluster: Cluster) -> None:
     cluster.node("held", "large")
     cluster.pod("app-0", "held", cpu="500m", annotations={"karpenter.sh/do-not-disrupt": "true"})
     cluster.node("marked", "large", node_annotations={"karpenter.sh/do-not-disrupt": "true"})
@@ -128,8 +121,7 @@ def test_a_do_not_disrupt_pod_or_node_protects_its_node() -> None:
     assert "do-not-disrupt" in report.excluded["marked"]
 
 
-def test_a_do_not_disrupt_duration_protects_only_until_it_has_passed() -> None:
-    cluster = Cluster()
+def test_a_do_not_disrupt_duration_protects_only_until_it_has_passed(cluster: Cluster) -> None:
     cluster.node("held", "large")
     # The pod started 30 minutes before NOW.
     cluster.pod("app-0", "held", cpu="500m", annotations={"karpenter.sh/do-not-disrupt": "1h"})
@@ -140,8 +132,7 @@ def test_a_do_not_disrupt_duration_protects_only_until_it_has_passed() -> None:
     assert [c.name for c in later.candidates] == ["held"]
 
 
-def test_a_pdb_that_allows_no_eviction_protects_the_node() -> None:
-    cluster = Cluster()
+def test_a_pdb_that_allows_no_eviction_protects_the_node(cluster: Cluster) -> None:
     cluster.node("guarded", "large")
     cluster.pod("db-0", "guarded", cpu="500m", labels={"app": "db"})
     cluster.pdb("db", {"app": "db"}, allowed=0)
@@ -155,8 +146,7 @@ def test_a_pdb_that_allows_no_eviction_protects_the_node() -> None:
     assert cluster.plan().command is not None
 
 
-def test_budgets_cap_how_many_empty_nodes_go_at_once() -> None:
-    cluster = Cluster()
+def test_budgets_cap_how_many_empty_nodes_go_at_once(cluster: Cluster) -> None:
     cluster.disruption["budgets"] = [{"nodes": "2"}]
     for index in range(5):
         cluster.node(f"idle-{index}", "small")
@@ -167,8 +157,7 @@ def test_budgets_cap_how_many_empty_nodes_go_at_once() -> None:
     assert len(command.candidates) == 2
 
 
-def test_nodes_already_disrupting_count_against_the_budget() -> None:
-    cluster = Cluster()
+def test_nodes_already_disrupting_count_against_the_budget(cluster: Cluster) -> None:
     cluster.disruption["budgets"] = [{"nodes": "2"}]
     cluster.node("going", "small", tainted=True)
     for index in range(3):
@@ -180,8 +169,9 @@ def test_nodes_already_disrupting_count_against_the_budget() -> None:
     assert len(command.candidates) == 1
 
 
-def test_a_percentage_budget_rounds_up_and_a_reason_budget_applies_to_its_reason_only() -> None:
-    cluster = Cluster()
+def test_a_percentage_budget_rounds_up_and_a_reason_budget_applies_to_its_reason_only(
+    cluster: Cluster,
+) -> None:
     cluster.disruption["budgets"] = [
         {"nodes": "10%"},  # 10% of 5 nodes rounds up to 1
         {"nodes": "0", "reasons": ["Drifted"]},
@@ -197,8 +187,7 @@ def test_a_percentage_budget_rounds_up_and_a_reason_budget_applies_to_its_reason
     assert len(report.command.candidates) == 1
 
 
-def test_a_scheduled_budget_blocks_only_inside_its_window() -> None:
-    cluster = Cluster()
+def test_a_scheduled_budget_blocks_only_inside_its_window(cluster: Cluster) -> None:
     # Nothing may be disrupted for the first two hours of every day (UTC).
     cluster.disruption["budgets"] = [
         {"nodes": "100%"},
@@ -212,8 +201,7 @@ def test_a_scheduled_budget_blocks_only_inside_its_window() -> None:
     assert cluster.plan(now=outside).command is not None
 
 
-def test_when_empty_never_consolidates_a_node_with_pods() -> None:
-    cluster = Cluster()
+def test_when_empty_never_consolidates_a_node_with_pods(cluster: Cluster) -> None:
     cluster.disruption["consolidationPolicy"] = "WhenEmpty"
     cluster.node("big", "large")
     cluster.pod("app-0", "big", cpu="500m")
@@ -229,8 +217,7 @@ def test_when_empty_never_consolidates_a_node_with_pods() -> None:
     assert cluster.plan().command is None
 
 
-def test_consolidate_after_never_disables_consolidation() -> None:
-    cluster = Cluster()
+def test_consolidate_after_never_disables_consolidation(cluster: Cluster) -> None:
     cluster.disruption["consolidateAfter"] = "Never"
     cluster.node("idle", "small")
     assert cluster.plan().command is None
@@ -269,8 +256,7 @@ def test_spot_to_spot_needs_fifteen_cheaper_types_even_when_enabled() -> None:
     assert "none of 1 candidates consolidates" in simulator_said
 
 
-def test_a_drifted_node_is_replaced_even_when_nothing_cheaper_exists() -> None:
-    cluster = Cluster()
+def test_a_drifted_node_is_replaced_even_when_nothing_cheaper_exists(cluster: Cluster) -> None:
     cluster.node("old", "small", drifted=True)
     cluster.pod("app-0", "old", cpu="1500m")
 
@@ -282,8 +268,7 @@ def test_a_drifted_node_is_replaced_even_when_nothing_cheaper_exists() -> None:
     assert [r.cheapest()[0].name for r in command.replacements] == ["small"]
 
 
-def test_nominated_nodes_and_provider_blocked_nodes_are_not_candidates() -> None:
-    cluster = Cluster()
+def test_nominated_nodes_and_provider_blocked_nodes_are_not_candidates(cluster: Cluster) -> None:
     cluster.node("idle-0", "small")
     cluster.node("idle-1", "small")
 
@@ -294,8 +279,7 @@ def test_nominated_nodes_and_provider_blocked_nodes_are_not_candidates() -> None
     assert report.excluded["idle-1"] == "at its min size"
 
 
-def test_pods_of_a_node_already_going_away_take_their_room_first() -> None:
-    cluster = Cluster()
+def test_pods_of_a_node_already_going_away_take_their_room_first(cluster: Cluster) -> None:
     # "going" is being disrupted (tainted): its 3-CPU pod must land somewhere too.
     cluster.node("going", "medium", tainted=True)
     cluster.pod("moving-0", "going", cpu="3")
@@ -311,8 +295,7 @@ def test_pods_of_a_node_already_going_away_take_their_room_first() -> None:
     assert report.command is None
 
 
-def test_pending_pods_needing_a_new_node_hold_consolidation_back() -> None:
-    cluster = Cluster()
+def test_pending_pods_needing_a_new_node_hold_consolidation_back(cluster: Cluster) -> None:
     cluster.node("big", "large")
     cluster.pod("app-0", "big", cpu="1")
     cluster.pending_pod("waiting-0", cpu="7")
@@ -323,8 +306,7 @@ def test_pending_pods_needing_a_new_node_hold_consolidation_back() -> None:
     assert cluster.plan().command is not None  # without it, the big node is replaced
 
 
-def test_a_finished_pod_with_do_not_disrupt_does_not_protect_its_node() -> None:
-    cluster = Cluster()
+def test_a_finished_pod_with_do_not_disrupt_does_not_protect_its_node(cluster: Cluster) -> None:
     cluster.node("done", "small")
     cluster.pod("job-0", "done", annotations={"karpenter.sh/do-not-disrupt": "true"})
     cluster.pods[-1]["status"]["phase"] = "Succeeded"
@@ -336,8 +318,7 @@ def test_a_finished_pod_with_do_not_disrupt_does_not_protect_its_node() -> None:
     assert [c.name for c in command.candidates] == ["done"]
 
 
-def test_pods_split_between_existing_room_and_one_cheaper_node() -> None:
-    cluster = Cluster()
+def test_pods_split_between_existing_room_and_one_cheaper_node(cluster: Cluster) -> None:
     cluster.node("roomy", "medium", node_annotations={"karpenter.sh/do-not-disrupt": "true"})
     cluster.pod("app-0", "roomy", cpu="2500m")  # 1.5 CPU free there
     cluster.node("b", "large")
@@ -373,8 +354,7 @@ def test_spot_to_spot_pins_the_replacement_to_spot() -> None:
     assert len(replacement.instance_types) == 15
 
 
-def test_candidates_whose_pods_cannot_fit_are_not_simulated_one_by_one() -> None:
-    cluster = Cluster()
+def test_candidates_whose_pods_cannot_fit_are_not_simulated_one_by_one(cluster: Cluster) -> None:
     for index in range(50):
         node = cluster.node(f"n{index:02d}", "large")  # 8 CPU, 2 free after its two pods
         cluster.pod(f"a{index}-0", node, cpu="3", labels={"app": f"a{index}"})

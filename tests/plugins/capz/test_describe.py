@@ -33,8 +33,7 @@ def _describe(
     return world.provider(settings).describe(template, owner or machine_deployment("md", "t"))
 
 
-def test_standard_d4s_v5_on_demand() -> None:
-    world = CapzWorld.new()
+def test_standard_d4s_v5_on_demand(world: CapzWorld) -> None:
     found = _describe(world, azure_machine_template("t", "Standard_D4s_v5"))
     assert found.source == "Azure"
     assert found.instance_type == "Standard_D4s_v5"
@@ -49,15 +48,13 @@ def test_standard_d4s_v5_on_demand() -> None:
     assert found.unavailable_reason is None
 
 
-def test_its_spot_twin_has_the_spot_price() -> None:
-    world = CapzWorld.new()
+def test_its_spot_twin_has_the_spot_price(world: CapzWorld) -> None:
     found = _describe(world, azure_machine_template("t", "Standard_D4s_v5", spot={}))
     assert found.capacity_type == "spot"
     assert dict(found.zones) == dict.fromkeys(ZONES_1_TO_3, 0.0384)
 
 
-def test_the_failure_domain_narrows_the_zones() -> None:
-    world = CapzWorld.new()
+def test_the_failure_domain_narrows_the_zones(world: CapzWorld) -> None:
     owner = machine_deployment("md", "t", failure_domain="2")
     found = _describe(world, azure_machine_template("t", "Standard_D4s_v5"), owner)
     assert dict(found.zones) == {"eastus-2": 0.192}
@@ -67,8 +64,7 @@ def test_the_failure_domain_narrows_the_zones() -> None:
     assert "topology.kubernetes.io/zone" not in unpinned.labels
 
 
-def test_a_failure_domain_the_size_lacks_is_unavailable() -> None:
-    world = CapzWorld.new()
+def test_a_failure_domain_the_size_lacks_is_unavailable(world: CapzWorld) -> None:
     owner = machine_deployment("md", "t", failure_domain="2")
     found = _describe(world, azure_machine_template("t", "Standard_NC6s_v3"), owner)
     assert found.zones == {}
@@ -78,8 +74,7 @@ def test_a_failure_domain_the_size_lacks_is_unavailable() -> None:
     assert found.capacity["nvidia.com/gpu"] == ResourceList.parse({"x": "1"})["x"]
 
 
-def test_a_zone_restricted_for_the_subscription_is_left_out() -> None:
-    world = CapzWorld.new()
+def test_a_zone_restricted_for_the_subscription_is_left_out(world: CapzWorld) -> None:
     found = _describe(world, azure_machine_template("t", "Standard_E4s_v5"))
     assert dict(found.zones) == {"eastus-1": 0.252, "eastus-3": 0.252}
     owner = machine_deployment("md", "t", failure_domain="2")
@@ -88,8 +83,7 @@ def test_a_zone_restricted_for_the_subscription_is_left_out() -> None:
     assert "(NotAvailableForSubscription)" in pinned.unavailable_reason
 
 
-def test_a_restricted_sku_is_unavailable() -> None:
-    world = CapzWorld.new()
+def test_a_restricted_sku_is_unavailable(world: CapzWorld) -> None:
     found = _describe(world, azure_machine_template("t", "Standard_M416ms_v2"))
     assert found.zones == {}
     assert found.unavailable_reason == (
@@ -98,8 +92,7 @@ def test_a_restricted_sku_is_unavailable() -> None:
     )
 
 
-def test_spot_only_where_low_priority_capable() -> None:
-    world = CapzWorld.new()
+def test_spot_only_where_low_priority_capable(world: CapzWorld) -> None:
     found = _describe(world, azure_machine_template("t", "Standard_B2s", spot={}))
     assert found.zones == {}
     assert "cannot run as Spot" in found.unavailable_reason
@@ -107,8 +100,7 @@ def test_spot_only_where_low_priority_capable() -> None:
     assert dict(on_demand.zones) == dict.fromkeys(ZONES_1_TO_3, 0.0416)
 
 
-def test_a_spot_max_price_below_the_spot_price_is_unavailable() -> None:
-    world = CapzWorld.new()
+def test_a_spot_max_price_below_the_spot_price_is_unavailable(world: CapzWorld) -> None:
     capped = azure_machine_template("t", "Standard_D4s_v5", spot={"maxPrice": "0.02"})
     found = _describe(world, capped)
     assert found.zones == {}
@@ -117,9 +109,8 @@ def test_a_spot_max_price_below_the_spot_price_is_unavailable() -> None:
     assert dict(_describe(world, uncapped).zones) == dict.fromkeys(ZONES_1_TO_3, 0.0384)
 
 
-def test_a_spot_max_price_is_a_quantity_as_a_go_client_writes_it_back() -> None:
+def test_a_spot_max_price_is_a_quantity_as_a_go_client_writes_it_back(world: CapzWorld) -> None:
     # CAPZ's maxPrice is a resource.Quantity: "0.05" comes back from a Go round-trip as "50m".
-    world = CapzWorld.new()
     above = azure_machine_template("t", "Standard_D4s_v5", spot={"maxPrice": "50m"})
     assert dict(_describe(world, above).zones) == dict.fromkeys(ZONES_1_TO_3, 0.0384)
     below = azure_machine_template("t", "Standard_D4s_v5", spot={"maxPrice": "20m"})
@@ -153,8 +144,7 @@ def test_a_malformed_spot_max_price_is_named() -> None:
         parse_template(template, machine_deployment("md", "t"))
 
 
-def test_arm_sizes_and_windows_templates() -> None:
-    world = CapzWorld.new()
+def test_arm_sizes_and_windows_templates(world: CapzWorld) -> None:
     arm = _describe(world, azure_machine_template("t", "Standard_D2ps_v5"))
     assert arm.labels["kubernetes.io/arch"] == "arm64"
     windows = _describe(world, azure_machine_template("t", "Standard_D4s_v5", os_type="Windows"))
@@ -163,8 +153,7 @@ def test_arm_sizes_and_windows_templates() -> None:
     assert dict(windows.zones) == dict.fromkeys(ZONES_1_TO_3, None)
 
 
-def test_max_pods_option_and_the_size_name_in_another_case() -> None:
-    world = CapzWorld.new()
+def test_max_pods_option_and_the_size_name_in_another_case(world: CapzWorld) -> None:
     found = _describe(
         world,
         azure_machine_template("t", "standard_d4s_v5", disk_gib=None),
@@ -174,8 +163,7 @@ def test_max_pods_option_and_the_size_name_in_another_case() -> None:
     assert found.capacity == ResourceList.parse({"cpu": "4", "memory": "16Gi", "pods": "30"})
 
 
-def test_other_kinds_are_not_capz_s() -> None:
-    world = CapzWorld.new()
+def test_other_kinds_are_not_capz_s(world: CapzWorld) -> None:
     docker = {
         "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
         "kind": "DockerMachineTemplate",
@@ -186,8 +174,7 @@ def test_other_kinds_are_not_capz_s() -> None:
     assert world.transport.requests == []
 
 
-def test_an_azure_machine_pool() -> None:
-    world = CapzWorld.new()
+def test_an_azure_machine_pool(world: CapzWorld) -> None:
     pool = {
         "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
         "kind": "AzureMachinePool",
@@ -201,8 +188,7 @@ def test_an_azure_machine_pool() -> None:
     assert dict(found.zones) == {"eastus-1": 0.192, "eastus-3": 0.192}
 
 
-def test_an_unknown_size_and_a_missing_size_are_not_ready() -> None:
-    world = CapzWorld.new()
+def test_an_unknown_size_and_a_missing_size_are_not_ready(world: CapzWorld) -> None:
     with pytest.raises(NodeClassNotReadyError, match="Standard_Z9_v9 is not offered in location"):
         _describe(world, azure_machine_template("t", "Standard_Z9_v9"))
     template = azure_machine_template("t", "Standard_D4s_v5")
@@ -286,8 +272,7 @@ def test_a_missing_cluster_says_so() -> None:
         _describe(world, azure_machine_template("t", "Standard_D4s_v5"))
 
 
-def test_catalog_and_cluster_are_cached_between_rounds() -> None:
-    world = CapzWorld.new()
+def test_catalog_and_cluster_are_cached_between_rounds(world: CapzWorld) -> None:
     provider = world.provider()
     template = azure_machine_template("t", "Standard_D4s_v5")
     for _ in range(5):
@@ -296,15 +281,13 @@ def test_catalog_and_cluster_are_cached_between_rounds() -> None:
     assert world.prices.calls == 2  # one snapshot, two pages
 
 
-def test_azure_unreachable_before_any_catalog_is_not_ready() -> None:
-    world = CapzWorld.new()
+def test_azure_unreachable_before_any_catalog_is_not_ready(world: CapzWorld) -> None:
     world.transport.routes.clear()  # every Azure call is now a 404
     with pytest.raises(NodeClassNotReadyError, match="cannot list Azure VM sizes in eastus"):
         _describe(world, azure_machine_template("t", "Standard_D4s_v5"))
 
 
-def test_a_failing_prices_api_keeps_the_last_good_prices() -> None:
-    world = CapzWorld.new()
+def test_a_failing_prices_api_keeps_the_last_good_prices(world: CapzWorld) -> None:
     provider = world.provider(CapzSettings(price_refresh_seconds=3600))
     template = azure_machine_template("t", "Standard_D4s_v5")
     owner = machine_deployment("md", "t")
@@ -318,8 +301,7 @@ def test_a_failing_prices_api_keeps_the_last_good_prices() -> None:
     assert provider.price_book("eastus").last_error is not None
 
 
-def test_prices_survive_a_restart_through_the_configmap() -> None:
-    world = CapzWorld.new()
+def test_prices_survive_a_restart_through_the_configmap(world: CapzWorld) -> None:
     template = azure_machine_template("t", "Standard_D4s_v5", spot={})
     owner = machine_deployment("md", "t")
     world.provider().describe(template, owner)
@@ -336,8 +318,7 @@ def test_prices_survive_a_restart_through_the_configmap() -> None:
     assert world.prices.calls == calls  # fresh enough: not even asked
 
 
-def test_dry_run_reads_stored_prices_but_writes_none() -> None:
-    world = CapzWorld.new()
+def test_dry_run_reads_stored_prices_but_writes_none(world: CapzWorld) -> None:
     world.provider(CapzSettings(dry_run=True)).describe(
         azure_machine_template("t", "Standard_D4s_v5"), machine_deployment("md", "t")
     )
@@ -347,8 +328,7 @@ def test_dry_run_reads_stored_prices_but_writes_none() -> None:
     assert "karpenter-capi-prices-azure-eastus" not in names
 
 
-def test_offerings_a_launcher_found_unavailable_are_left_out() -> None:
-    world = CapzWorld.new()
+def test_offerings_a_launcher_found_unavailable_are_left_out(world: CapzWorld) -> None:
     provider = world.provider()
     provider.unavailable.mark("Standard_D4s_v5", "eastus-1", "on-demand", "ZonalAllocationFailed")
     found = provider.describe(

@@ -25,9 +25,8 @@ def _plugins(world: CapzWorld, options: dict[str, str] | None = None) -> Plugins
     return Plugins.from_objects([("capz", CapzPlugin(**world.provider_options()))], environment)
 
 
-def test_another_plugin_asks_through_its_context() -> None:
+def test_another_plugin_asks_through_its_context(world: CapzWorld) -> None:
     # generic_capi reaches capz through ctx.describe_machine_template.
-    world = CapzWorld.new()
     plugins = _plugins(world, {"max-pods": "50"})
     ask = plugins.context("generic_capi").describe_machine_template
     found = ask(azure_machine_template("t", "Standard_D4s_v5"), machine_deployment("md", "t"))
@@ -42,8 +41,7 @@ def test_another_plugin_asks_through_its_context() -> None:
     assert ask(docker, machine_deployment("md", "t")) is None
 
 
-def test_azure_calls_and_price_age_reach_the_operator_metrics() -> None:
-    world = CapzWorld.new()
+def test_azure_calls_and_price_age_reach_the_operator_metrics(world: CapzWorld) -> None:
     metrics = Metrics(world.clock)
     environment = PluginEnvironment(
         workload=world.server,
@@ -72,8 +70,7 @@ def test_azure_calls_and_price_age_reach_the_operator_metrics() -> None:
     assert age == 60.0
 
 
-def test_each_plugins_keeps_its_own_provider_for_as_long_as_it_lives() -> None:
-    world = CapzWorld.new()
+def test_each_plugins_keeps_its_own_provider_for_as_long_as_it_lives(world: CapzWorld) -> None:
     factory = CapzPlugin(**world.provider_options())
     first = _plugins(world, {})
     hooks = first.plugin("capz")
@@ -89,8 +86,7 @@ def test_each_plugins_keeps_its_own_provider_for_as_long_as_it_lives() -> None:
     assert again.provider() is not hooks.provider()
 
 
-def test_an_invalid_option_makes_the_template_not_ready() -> None:
-    world = CapzWorld.new()
+def test_an_invalid_option_makes_the_template_not_ready(world: CapzWorld) -> None:
     plugins = _plugins(world, {"max-pods": "many"})
     with pytest.raises(NodeClassNotReadyError, match=r"capz\.max-pods='many' is not a number"):
         plugins.describe_machine_template(

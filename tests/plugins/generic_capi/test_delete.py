@@ -79,9 +79,8 @@ def test_delete_lowers_exactly_one_replica_and_removes_the_marked_machine(
 
 
 def test_marks_left_by_a_crash_are_covered_by_one_batched_scale_down(
-    monkeypatch: pytest.MonkeyPatch,
+    env: Env,
 ) -> None:
-    env = new_env(monkeypatch=monkeypatch)
     bound = launched(env, 4)
     # Two earlier calls marked their Machines and died before lowering the replicas.
     for claim in ("nc-001", "nc-002"):
@@ -107,8 +106,7 @@ def test_marks_left_by_a_crash_are_covered_by_one_batched_scale_down(
     assert not gone(env, bound["nc-003"])
 
 
-def test_a_failed_scale_down_removes_the_mark_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    env = new_env(monkeypatch=monkeypatch)
+def test_a_failed_scale_down_removes_the_mark_again(env: Env) -> None:
     bound = launched(env, 2)
     env.api.faults.internal_error("patch", MD_GROUP_RESOURCE)
 
@@ -162,9 +160,8 @@ def test_min_size_replaces_the_machine_instead_of_scaling_below_it(
 
 
 def test_a_waiting_nodeclaim_withdraws_its_in_flight_replica(
-    monkeypatch: pytest.MonkeyPatch,
+    env: Env,
 ) -> None:
-    env = new_env(monkeypatch=monkeypatch)
     bound = launched(env, 2)
     env.nodeclaim("nc-late")
     env.launch("nc-late")
@@ -208,9 +205,8 @@ def test_a_waiting_nodeclaim_removes_the_machine_made_for_it_and_nobody_elses(
 
 
 def test_a_nodeclaim_that_never_asked_for_anything_is_not_ours(
-    monkeypatch: pytest.MonkeyPatch,
+    env: Env,
 ) -> None:
-    env = new_env(monkeypatch=monkeypatch)
     env.deployment("md-a")
     env.nodeclaim("nc")
 
@@ -219,9 +215,8 @@ def test_a_nodeclaim_that_never_asked_for_anything_is_not_ours(
 
 
 def test_an_orphan_from_the_garbage_collector_is_deleted_by_its_machine(
-    monkeypatch: pytest.MonkeyPatch,
+    env: Env,
 ) -> None:
-    env = new_env(monkeypatch=monkeypatch)
     bound = launched(env, 2)
     (instance,) = [i for i in env.plugins.list_instances() if i.nodeclaim_name == "nc-001"]
     orphan = NodeClaim.model_validate(orphan_nodeclaim(instance))
@@ -255,9 +250,8 @@ def test_a_scale_up_waits_for_a_pending_scale_down(monkeypatch: pytest.MonkeyPat
 
 
 def test_a_mark_written_then_blocked_by_min_size_is_removed(
-    monkeypatch: pytest.MonkeyPatch,
+    env: Env,
 ) -> None:
-    env = new_env(monkeypatch=monkeypatch)
     bound = launched(env, 3)
     # Another NodeClaim's Machine is already marked and accounted for.
     assert env.delete("nc-000") is True

@@ -84,8 +84,7 @@ def test_a_machine_deployment_template_change_is_drift(
     assert drifted(env, "nc-001") == reason
 
 
-def test_leaving_rollouts_to_cluster_api_reports_no_drift(monkeypatch: pytest.MonkeyPatch) -> None:
-    env = new_env(monkeypatch=monkeypatch)
+def test_leaving_rollouts_to_cluster_api_reports_no_drift(env: Env) -> None:
     launched(env)
     env.api.patch(
         CLUSTER_API_NODE_CLASSES,
@@ -188,8 +187,7 @@ def test_a_machine_set_edited_in_place_is_drift_by_what_its_machines_were_cloned
     assert drifted(env, "nc-000") == REASON_BOOTSTRAP
 
 
-def test_a_nodeclaim_without_a_machine_is_not_drifted(monkeypatch: pytest.MonkeyPatch) -> None:
-    env = new_env(monkeypatch=monkeypatch)
+def test_a_nodeclaim_without_a_machine_is_not_drifted(env: Env) -> None:
     env.deployment("md-a")
     env.nodeclaim("nc")
     env.launch("nc")
@@ -205,9 +203,8 @@ def ready_message(env: Env) -> str:
 
 
 def test_the_nodeclass_status_warns_about_deployments_that_roll_out_on_their_own(
-    monkeypatch: pytest.MonkeyPatch,
+    env: Env,
 ) -> None:
-    env = new_env(monkeypatch=monkeypatch)
     env.deployment("md-rolling", strategy="RollingUpdate")
     env.deployment("md-on-delete", strategy="OnDelete", zone="zone-b")
     env.nodeclaim("nc")
@@ -221,8 +218,7 @@ def test_the_nodeclass_status_warns_about_deployments_that_roll_out_on_their_own
     assert REASON_ROLLOUT_STRATEGY in reasons
 
 
-def test_no_warning_when_cluster_api_does_the_rollouts(monkeypatch: pytest.MonkeyPatch) -> None:
-    env = new_env(monkeypatch=monkeypatch)
+def test_no_warning_when_cluster_api_does_the_rollouts(env: Env) -> None:
     env.api.patch(
         CLUSTER_API_NODE_CLASSES,
         "default",

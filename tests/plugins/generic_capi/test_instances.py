@@ -87,16 +87,14 @@ def test_a_gone_machine_of_ours_is_not_found(monkeypatch: pytest.MonkeyPatch) ->
     assert env.get(env.provider_id("nc-001")).nodeclaim_name == "nc-001"
 
 
-def test_an_id_that_is_not_ours_is_left_to_other_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
-    env = new_env(monkeypatch=monkeypatch)
+def test_an_id_that_is_not_ours_is_left_to_other_plugins(env: Env) -> None:
     launched(env, 1)
 
     with pytest.raises(InstanceNotFoundError, match="no enabled plugin knows it"):
         env.get("aws:///us-east-1a/i-0abc")
 
 
-def test_list_returns_the_machines_this_plugin_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    env = new_env(monkeypatch=monkeypatch)
+def test_list_returns_the_machines_this_plugin_bound(env: Env) -> None:
     bound = launched(env, 3)
     # A member label without our annotation (a Machine template carrying it) is not ours.
     (baseline,) = [m for m in env.machines() if m["metadata"]["name"] not in bound.values()]
@@ -116,9 +114,8 @@ def test_list_returns_the_machines_this_plugin_bound(monkeypatch: pytest.MonkeyP
 
 
 def test_get_reports_the_scale_down_headroom_under_a_min_size(
-    monkeypatch: pytest.MonkeyPatch,
+    env: Env,
 ) -> None:
-    env = new_env(monkeypatch=monkeypatch)
     launched(env, 2, annotations={MIN_SIZE: "1"})
 
     instance = env.get(env.provider_id("nc-000"))

@@ -15,7 +15,7 @@ from karpenter_capi.plugins.generic_capi.binding import (
 from karpenter_capi.plugins.generic_capi.inventory import UnavailableOfferings
 from karpenter_capi.sim.apiserver.http import HttpFront
 from karpenter_capi.sim.capi import ANNOTATION_OUT_OF_CAPACITY
-from tests.plugins.generic_capi.env import MEMBER, SHAPES, names, new_env
+from tests.plugins.generic_capi.env import MEMBER, SHAPES, Env, names, new_env
 
 MAX_SIZE = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
 DISABLE_CREATE = "machinedeployment.clusters.x-k8s.io/disable-machine-create"
@@ -47,9 +47,8 @@ def test_fifty_nodeclaims_at_once_make_fifty_replicas_and_fifty_bindings(
 
 
 def test_a_round_of_nodeclaims_raises_the_replicas_once_by_its_whole_shortfall(
-    monkeypatch: pytest.MonkeyPatch,
+    env: Env,
 ) -> None:
-    env = new_env(monkeypatch=monkeypatch)
     env.deployment("md-a")
     claims = names("nc", 10)
     for name in claims:
@@ -69,9 +68,8 @@ def test_a_round_of_nodeclaims_raises_the_replicas_once_by_its_whole_shortfall(
 
 
 def test_the_last_nodeclaim_of_a_round_raises_the_resources_the_others_chose(
-    monkeypatch: pytest.MonkeyPatch,
+    env: Env,
 ) -> None:
-    env = new_env(monkeypatch=monkeypatch)
     env.deployment("md-a", instance_type="m5.large", price=0.1)
     env.deployment("md-b", instance_type="m5.xlarge", price=0.2)
     env.nodeclaim("nc-0", instance_types=("m5.large",))
@@ -100,9 +98,8 @@ def test_a_nodeclaim_stuck_before_choosing_holds_back_no_scale_up_past_the_round
 
 
 def test_the_cheapest_offering_is_chosen_and_ties_are_broken_the_same_way_every_time(
-    monkeypatch: pytest.MonkeyPatch,
+    env: Env,
 ) -> None:
-    env = new_env(monkeypatch=monkeypatch)
     env.deployment("md-pricey", instance_type="m5.xlarge", price=0.2)
     env.deployment("md-b", price=0.1, zone="zone-b")
     env.deployment("md-a2", price=0.1, zone="zone-a")
@@ -122,8 +119,7 @@ def test_the_cheapest_offering_is_chosen_and_ties_are_broken_the_same_way_every_
     assert [env.replicas(md) for md in ("md-a1", "md-a2", "md-b", "md-pricey")] == [1, 0, 0, 0]
 
 
-def test_machines_that_existed_before_are_never_claimed(monkeypatch: pytest.MonkeyPatch) -> None:
-    env = new_env(monkeypatch=monkeypatch)
+def test_machines_that_existed_before_are_never_claimed(env: Env) -> None:
     env.deployment("md-a", replicas=3)
     env.driver.advance(30)
     baseline = sorted(m["metadata"]["name"] for m in env.machines())
@@ -145,9 +141,8 @@ def test_machines_that_existed_before_are_never_claimed(monkeypatch: pytest.Monk
 
 
 def test_a_nodeclaim_keeps_its_resource_between_polls_without_rereading_the_inventory(
-    monkeypatch: pytest.MonkeyPatch,
+    env: Env,
 ) -> None:
-    env = new_env(monkeypatch=monkeypatch)
     env.deployment("md-a")
     env.nodeclaim("nc")
     env.launch("nc")
@@ -161,9 +156,8 @@ def test_a_nodeclaim_keeps_its_resource_between_polls_without_rereading_the_inve
 
 
 def test_a_full_resource_sends_the_nodeclaims_beyond_its_max_size_to_the_next_offering(
-    monkeypatch: pytest.MonkeyPatch,
+    env: Env,
 ) -> None:
-    env = new_env(monkeypatch=monkeypatch)
     env.deployment("md-cheap", price=0.1, annotations={MAX_SIZE: "2"})
     env.deployment("md-backup", price=0.2, zone="zone-b")
     claims = names("nc", 3)
@@ -186,9 +180,8 @@ def test_a_full_resource_sends_the_nodeclaims_beyond_its_max_size_to_the_next_of
 
 
 def test_a_waiting_nodeclaim_beyond_a_lowered_max_size_moves_and_gives_its_replica_back(
-    monkeypatch: pytest.MonkeyPatch,
+    env: Env,
 ) -> None:
-    env = new_env(monkeypatch=monkeypatch)
     env.deployment("md-cheap", price=0.1)
     env.deployment("md-backup", price=0.2, zone="zone-b")
     env.nodeclaim("nc-0")
@@ -214,8 +207,7 @@ def test_a_waiting_nodeclaim_beyond_a_lowered_max_size_moves_and_gives_its_repli
     assert len(env.machines()) == 2
 
 
-def test_no_resource_left_is_insufficient_capacity(monkeypatch: pytest.MonkeyPatch) -> None:
-    env = new_env(monkeypatch=monkeypatch)
+def test_no_resource_left_is_insufficient_capacity(env: Env) -> None:
     env.deployment("md-a", annotations={MAX_SIZE: "1"})
     env.nodeclaim("nc-0")
     env.nodeclaim("nc-1")
@@ -255,9 +247,8 @@ def test_a_resource_that_makes_no_machine_in_time_gives_its_replica_back_and_is_
 
 
 def test_a_machine_that_fails_reports_insufficient_capacity_and_marks_its_resource(
-    monkeypatch: pytest.MonkeyPatch,
+    env: Env,
 ) -> None:
-    env = new_env(monkeypatch=monkeypatch)
     env.deployment("md-a", annotations={ANNOTATION_OUT_OF_CAPACITY: "true"})
     env.nodeclaim("nc")
     env.launch("nc")
@@ -274,9 +265,8 @@ def test_a_machine_that_fails_reports_insufficient_capacity_and_marks_its_resour
 
 
 def test_a_bound_machine_is_named_on_the_machine_at_once_and_on_the_nodeclaim_at_launch(
-    monkeypatch: pytest.MonkeyPatch,
+    env: Env,
 ) -> None:
-    env = new_env(monkeypatch=monkeypatch)
     env.deployment("md-a")
     env.nodeclaim("nc")
     env.launch("nc")

@@ -109,9 +109,8 @@ def test_deleting_a_launched_nodeclaim_removes_exactly_its_machine(
 
 
 def test_a_nodeclaim_deleted_while_waiting_withdraws_its_replica(
-    monkeypatch: pytest.MonkeyPatch,
+    env: Env,
 ) -> None:
-    env = new_env(monkeypatch=monkeypatch)
     env.deployment("md-a")
     env.with_core()
     env.nodeclaim("nc-0")
@@ -129,9 +128,8 @@ def test_a_nodeclaim_deleted_while_waiting_withdraws_its_replica(
 
 
 def test_nodeclaims_that_fill_a_resource_to_its_max_size_are_launched(
-    monkeypatch: pytest.MonkeyPatch,
+    env: Env,
 ) -> None:
-    env = new_env(monkeypatch=monkeypatch)
     env.deployment(
         "md-a", annotations={"cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size": "2"}
     )

@@ -15,7 +15,7 @@ from karpenter_capi.plugins.generic_capi.scaling import ResourceRef
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.apiserver.http import HttpFront
 from karpenter_capi.sim.cluster import new_cluster
-from tests.plugins.generic_capi.env import MEMBER, names, new_env
+from tests.plugins.generic_capi.env import MEMBER, Env, names
 
 INTENT = "karpenter.cluster.x-k8s.io/scalable-resource"
 
@@ -56,9 +56,8 @@ def api() -> InMemoryAPIServer:
 
 
 def test_a_burst_of_launches_lists_the_nodeclaims_and_the_machines_once(
-    monkeypatch: pytest.MonkeyPatch,
+    env: Env,
 ) -> None:
-    env = new_env(monkeypatch=monkeypatch)
     env.deployment("md-a")
     claims = names("nc", 30)
     for name in claims:

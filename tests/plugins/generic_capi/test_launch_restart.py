@@ -94,12 +94,11 @@ def test_restart_after_bind_before_the_nodeclaim_update(
 
 
 def test_intents_the_core_has_not_written_yet_are_counted_once(
-    monkeypatch: pytest.MonkeyPatch,
+    env: Env,
 ) -> None:
     # The core writes a result on the NodeClaim after create returns. Calls made before that
     # (the other NodeClaims of the round, other workers) count the intents this process sent
     # and the API does not show yet: the round asks for every replica it needs, in one write.
-    env = new_env(monkeypatch=monkeypatch)
     env.deployment("md-a")
     claims = names("nc", 20)
     for name in claims:
@@ -164,8 +163,7 @@ def test_random_crashes_and_restarts_converge(seed: int, monkeypatch: pytest.Mon
     assert_converged(env, claims)
 
 
-def test_concurrent_creates_on_threads_never_over_count(monkeypatch: pytest.MonkeyPatch) -> None:
-    env = new_env(monkeypatch=monkeypatch)
+def test_concurrent_creates_on_threads_never_over_count(env: Env) -> None:
     env.deployment("md-a")
     claims = names("nc", 30)
     for name in claims:
@@ -185,11 +183,10 @@ def test_concurrent_creates_on_threads_never_over_count(monkeypatch: pytest.Monk
 
 
 def test_concurrent_first_calls_of_a_round_always_raise_every_replica_it_needs(
-    monkeypatch: pytest.MonkeyPatch,
+    env: Env,
 ) -> None:
     # Each first call records its choice before it looks for NodeClaims still choosing, so the
     # last of the round to record always sees none and raises the replicas for all of them.
-    env = new_env(monkeypatch=monkeypatch)
     env.deployment("md-a")
     claims = names("nc", 30)
     for name in claims:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from karpenter_capi.core.kube import DAEMONSETS, NODES, PODS, JsonObject
-from tests.sim.workloads.harness import NS, daemonset, new_sim
+from tests.sim.workloads.harness import NS, Sim, daemonset, new_sim
 
 NO_SCHEDULE = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
 
@@ -37,8 +37,7 @@ def test_one_pod_per_eligible_node_bound_and_controlled() -> None:
     assert status["numberReady"] == 2
 
 
-def test_a_toleration_admits_the_tainted_node() -> None:
-    sim = new_sim()
+def test_a_toleration_admits_the_tainted_node(sim: Sim) -> None:
     sim.node("n1")
     sim.node("tainted", taints=[NO_SCHEDULE])
     tolerations = [{"key": "dedicated", "operator": "Exists"}]
@@ -47,8 +46,7 @@ def test_a_toleration_admits_the_tainted_node() -> None:
     assert placement(sim.pods("agent")) == ["n1", "tainted"]
 
 
-def test_automatic_tolerations_cover_not_ready_and_unschedulable_nodes() -> None:
-    sim = new_sim()
+def test_automatic_tolerations_cover_not_ready_and_unschedulable_nodes(sim: Sim) -> None:
     sim.node(
         "cordoned",
         ready=False,
@@ -62,8 +60,7 @@ def test_automatic_tolerations_cover_not_ready_and_unschedulable_nodes() -> None
     assert placement(sim.pods("agent")) == ["cordoned"]
 
 
-def test_node_selector_and_affinity_pick_nodes() -> None:
-    sim = new_sim()
+def test_node_selector_and_affinity_pick_nodes(sim: Sim) -> None:
     sim.node("a", labels={"pool": "a", "zone": "z1"})
     sim.node("b", labels={"pool": "b", "zone": "z1"})
     sim.node("c", labels={"pool": "a", "zone": "z2"})
@@ -83,8 +80,7 @@ def test_node_selector_and_affinity_pick_nodes() -> None:
     assert placement(sim.pods("agent")) == ["a"]
 
 
-def test_pods_follow_nodes_as_they_come_and_go() -> None:
-    sim = new_sim()
+def test_pods_follow_nodes_as_they_come_and_go(sim: Sim) -> None:
     sim.node("n1")
     sim.api.create(DAEMONSETS, daemonset("agent"), NS)
     sim.settle()
@@ -97,8 +93,7 @@ def test_pods_follow_nodes_as_they_come_and_go() -> None:
     assert placement(sim.pods("agent")) == ["n2"]
 
 
-def test_a_deleted_daemon_pod_is_recreated_and_a_no_execute_taint_removes_it() -> None:
-    sim = new_sim()
+def test_a_deleted_daemon_pod_is_recreated_and_a_no_execute_taint_removes_it(sim: Sim) -> None:
     sim.node("n1")
     sim.api.create(DAEMONSETS, daemonset("agent"), NS)
     sim.settle()

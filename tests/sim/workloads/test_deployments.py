@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from karpenter_capi.core.kube import DEPLOYMENTS, POD_DISRUPTION_BUDGETS, PODS
-from tests.sim.workloads.harness import NS, condition, new_sim
+from tests.sim.workloads.harness import NS, Sim, condition, new_sim
 
 
-def test_deployment_creates_owned_pods_from_its_template() -> None:
-    sim = new_sim()
+def test_deployment_creates_owned_pods_from_its_template(sim: Sim) -> None:
     web = sim.deployment("web", 3)
     sim.settle()
 
@@ -51,8 +50,7 @@ def test_scale_up_and_down_prefers_deleting_unscheduled_pods() -> None:
     assert status["availableReplicas"] == 1
 
 
-def test_scale_down_among_equals_deletes_the_newest() -> None:
-    sim = new_sim()
+def test_scale_down_among_equals_deletes_the_newest(sim: Sim) -> None:
     sim.deployment("web", 1)
     sim.settle()
     (oldest,) = sim.pods("web")
@@ -64,8 +62,7 @@ def test_scale_down_among_equals_deletes_the_newest() -> None:
     assert [p["metadata"]["name"] for p in sim.pods("web")] == [oldest["metadata"]["name"]]
 
 
-def test_deleted_and_evicted_pods_are_replaced() -> None:
-    sim = new_sim()
+def test_deleted_and_evicted_pods_are_replaced(sim: Sim) -> None:
     sim.deployment("web", 2)
     sim.settle()
     victim, other = sim.pods("web")
