@@ -131,8 +131,7 @@ def _through_the_outage(
     assert len(after["Machine"]) == len(after["NodeClaim"]) == len(after["Node"])
 
 
-def test_in_process_the_management_server_answering_503_for_a_minute() -> None:
-    env = TwoClusters()
+def test_in_process_the_management_server_answering_503_for_a_minute(env: TwoClusters) -> None:
     env.start()
     before = _settle_three_pods(env)
     rules = []
@@ -160,9 +159,9 @@ def _fronts(env: TwoClusters, tmp_path: Path) -> Iterator[tuple[HttpFront, HttpF
 
 
 def test_over_http_the_management_front_refusing_connections_for_a_minute(
+    env: TwoClusters,
     tmp_path: Path,
 ) -> None:
-    env = TwoClusters()
     with _fronts(env, tmp_path) as (_, management_front):
         before = _settle_three_pods(env)
         port = management_front.port
@@ -179,8 +178,9 @@ def test_over_http_the_management_front_refusing_connections_for_a_minute(
     assert_invariants(env.workload, env.management, clock=env.clock, plugins=env.plugins)
 
 
-def test_a_launch_in_flight_when_the_management_cluster_goes_waits_and_completes_once() -> None:
-    env = TwoClusters()
+def test_a_launch_in_flight_when_the_management_cluster_goes_waits_and_completes_once(
+    env: TwoClusters,
+) -> None:
     driver = env.start()
     env.deploy("web", 3)
     # Step until the NodeClaim exists: its launch has begun (a replica asked for), no Machine

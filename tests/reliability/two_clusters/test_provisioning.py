@@ -22,8 +22,9 @@ from tests.reliability.two_clusters.env import (
 )
 
 
-def test_pods_of_the_workload_cluster_scale_machine_deployments_of_the_management_cluster() -> None:
-    env = TwoClusters()
+def test_pods_of_the_workload_cluster_scale_machine_deployments_of_the_management_cluster(
+    env: TwoClusters,
+) -> None:
     env.start()
     env.deploy("web", 6)
     env.advance(60)
@@ -43,9 +44,8 @@ MANAGEMENT_TOKEN = "mgmt-token-8d41b7c3"
 
 @pytest.mark.parametrize("management_by", ["url-and-token-env", "kubeconfig-flag"])
 def test_over_http_with_the_clusters_configured_as_a_user_would(
-    tmp_path: Path, management_by: str
+    env: TwoClusters, tmp_path: Path, management_by: str
 ) -> None:
-    env = TwoClusters()
     with (
         HttpFront(env.workload, token=WORKLOAD_TOKEN) as workload_front,
         HttpFront(env.management, token=MANAGEMENT_TOKEN) as management_front,
@@ -77,8 +77,7 @@ def test_over_http_with_the_clusters_configured_as_a_user_would(
     no_kind_crosses_over(env)
 
 
-def test_each_front_refuses_the_other_clusters_token(tmp_path: Path) -> None:
-    env = TwoClusters()
+def test_each_front_refuses_the_other_clusters_token(env: TwoClusters, tmp_path: Path) -> None:
     with (
         HttpFront(env.workload, token=WORKLOAD_TOKEN) as workload_front,
         HttpFront(env.management, token=MANAGEMENT_TOKEN) as management_front,
