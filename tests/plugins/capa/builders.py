@@ -8,6 +8,7 @@ from typing import Any
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock
+from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.kube.discovery import CapiResources, capi_resources
 from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES
 from karpenter_capi.core.observability.metrics import Metrics
@@ -135,3 +136,9 @@ class Stack:
 
     def inventory(self) -> Inventory:
         return collect_inventory(self.plugins.context("generic_capi"), nodeclass(), self.capi)
+
+
+def only(instance_types: list[InstanceType], name: str) -> InstanceType:
+    """The one instance type of that name (the test fails if there are none or several)."""
+    [found] = [it for it in instance_types if it.name == name]
+    return found

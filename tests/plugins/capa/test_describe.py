@@ -6,12 +6,8 @@ reaches the network.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.instancetype import InstanceType, Offering
+from karpenter_capi.core.instancetype import Offering
 from karpenter_capi.core.observability.metrics import Metrics
 from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.plugins.capa.catalog import instance_type_info
@@ -27,20 +23,9 @@ from tests.plugins.capa.builders import (
     aws_template,
     cluster,
     machine_deployment,
+    only,
 )
-from tests.support.aws import StubbedAws, fake_credentials, stubbed_aws
-
-
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[StubbedAws]:
-    fake_credentials(monkeypatch)
-    with stubbed_aws() as doubles:
-        yield doubles
-
-
-def only(instance_types: list[InstanceType], name: str) -> InstanceType:
-    [found] = [it for it in instance_types if it.name == name]
-    return found
+from tests.support.aws import StubbedAws
 
 
 def test_an_m5_large_machine_deployment_resolves_to_its_aws_shape_zone_and_price(

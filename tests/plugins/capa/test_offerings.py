@@ -6,29 +6,15 @@ EC2's catalog comes from moto (real network cards of p4d and p5), prices from St
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 
 import pytest
 
-from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.plugins.capa.catalog import instance_type_info, load_instance_type
 from karpenter_capi.plugins.capa.plugin import CapaHooks
-from tests.plugins.capa.builders import Stack, aws_template, cluster, machine_deployment
-from tests.support.aws import ON_DEMAND, REGION, StubbedAws, fake_credentials, stubbed_aws
+from tests.plugins.capa.builders import Stack, aws_template, cluster, machine_deployment, only
+from tests.support.aws import ON_DEMAND, REGION, StubbedAws
 
 PRICING_LOGGER = "karpenter_capi.plugins.capa.pricing"
-
-
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[StubbedAws]:
-    fake_credentials(monkeypatch)
-    with stubbed_aws() as doubles:
-        yield doubles
-
-
-def only(instance_types: list[InstanceType], name: str) -> InstanceType:
-    [found] = [it for it in instance_types if it.name == name]
-    return found
 
 
 # -- max pods: the default network card's ENIs ----------------------------------------------------
