@@ -1,7 +1,7 @@
 """How often our NodePool/NodeClaim CRDs give the same outcome as upstream Karpenter's (issue 14).
 
 Why: "drop-in" is a claim to measure, not to assume. The cases of
-``tests/api/upstream_cel_cases.py`` (upstream's own CEL validation tests, restated) and every
+``tests/core/api/upstream_cel_cases.py`` (upstream's own CEL validation tests, restated) and every
 NodePool in aws/karpenter-provider-aws ``examples/v1/`` are created twice, in two in-memory API
 servers (which evaluate CEL rules with a real CEL evaluator): one with our generated CRDs, one
 with upstream's CRDs. An outcome is "admitted with this stored spec" or "refused"; the figures
@@ -30,8 +30,8 @@ from karpenter_capi.core.kube.errors import Invalid
 from karpenter_capi.core.kube.resources import NODECLAIMS, NODEPOOLS, Resource
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from api.upstream_cel_cases import (
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: tests.*
+from tests.core.api.upstream_cel_cases import (
     NODECLAIM_CASES,
     NODECLAIM_UPDATES,
     NODEPOOL_CASES,

@@ -2,8 +2,8 @@
 
 Why: a controller that leaks a machine or launches one twice when it is killed at the wrong
 moment costs more than it saves, and the moments that matter multiply with the cluster's size.
-The CI test (``tests/chaos``) tries 200 kill points at about 16 pods a phase; this runs the
-same procedure (``sim.chaos``) with ``--pods`` pods per phase: scale-up, scale-down, drift
+The CI test (``tests/reliability/chaos``) tries 200 kill points at about 16 pods a phase; this
+runs the same procedure (``sim.chaos``) with ``--pods`` pods per phase: scale-up, scale-down, drift
 replacement and multi-node consolidation, each counted once without kills, then rerun with
 up to ``--kills-per-run`` kills (before a write reaches the API or after it, the answer lost)
 at writes drawn uniformly among the counted ones, the controller restarted from the API alone

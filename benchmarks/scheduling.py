@@ -85,7 +85,7 @@ LABEL_VALUES = ("a", "b", "c", "d", "e", "f", "g")
 MIXES = ("diverse", "upstream-diverse", "generic")
 _GIB = 1 << 30
 _MIB = 1 << 20
-_CHECKER = Path(__file__).resolve().parent.parent / "tests" / "scheduling" / "checker.py"
+_CHECKER = Path(__file__).resolve().parent.parent / "tests" / "core" / "scheduling" / "checker.py"
 
 
 # -- inventory -------------------------------------------------------------------------------

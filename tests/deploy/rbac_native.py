@@ -4,15 +4,15 @@ least-privilege RBAC test, kept apart from ``rbac_recording`` because their rule
 separate set of requests. The same runs give the cloud calls the AWS policy and the Azure role
 are checked against (``test_aws_iam_policy``, ``test_azure_role``).
 
-* ``CAPAFleet`` at the plugin level, as ``tests/capa/fleet_env.py`` drives it over moto's EC2:
-  a launch that waits for bootstrap data, a Fleet refused for capacity and retried, a restarted
+* ``CAPAFleet`` at the plugin level, as ``tests/plugins/capa/fleet_env.py`` drives it over moto's
+  EC2: a launch that waits for bootstrap data, a Fleet refused for capacity and retried, a restarted
   controller's repeated create, ``get``, delete through the Machine, garbage collection of an
   instance no NodeClaim claims and of a Machine whose instance is gone. The plugins get an
   ``AuditingClient`` per role over one in-memory server: each request is recorded under the
   client the plugin chose (``ONE_CLUSTER`` for both in the one-cluster layout), so a request
   sent to the wrong cluster shows up as a request that cluster's roles must allow.
 * ``CAPZMachinePool`` through the whole controller (the scenario runner, and the two-cluster
-  wiring of ``rbac_recording``) over the fake Azure of ``tests/capz``, with stock CAPZ
+  wiring of ``rbac_recording``) over the fake Azure of ``tests/plugins/capz``, with stock CAPZ
   emulated: pools created, a pool without capacity falling back to another, consolidation
   deleting a node through ``delete-machine`` and the pool's scale, and, after the grace period,
   the empty pools scaled to zero and deleted.
@@ -21,16 +21,13 @@ are checked against (``test_aws_iam_policy``, ``test_azure_role``).
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
 from moto import mock_aws
 
-from fakes.aws import fake_credentials
 from karpenter_capi.core.errors import InstanceNotFoundError, InsufficientCapacityError
 from karpenter_capi.core.kube.resources import DEPLOYMENTS, MACHINE_POOLS, NODECLAIMS
 from karpenter_capi.core.lifecycle.garbagecollection import orphan_nodeclaim
@@ -45,17 +42,11 @@ from karpenter_capi.sim.apiserver.audit import (
 )
 from karpenter_capi.sim.capi.settings import EmulationSettings
 from karpenter_capi.sim.scenario.schema import parse_scenario_text
+from tests.plugins.capa.fleet_env import FleetAws, FleetWorld
+from tests.plugins.capz.env import CapzWorld
+from tests.support.aws import fake_credentials
 
 from .rbac_recording import ONE_CLUSTER, PRICE_NAMESPACE, _all_bound, _run, two_clusters
-
-# The capa and capz test worlds are modules of their own test directories (no packages).
-_TESTS = Path(__file__).resolve().parents[1]
-for _directory in ("capa", "capz"):
-    if str(_TESTS / _directory) not in sys.path:
-        sys.path.append(str(_TESTS / _directory))
-
-from capz_env import CapzWorld  # noqa: E402
-from fleet_env import FleetAws, FleetWorld  # noqa: E402
 
 __all__ = [
     "CapzWorld",

@@ -16,7 +16,7 @@ The runs, together, reach every controller and code path that talks to a cluster
   MachineDeployments turned into MachineSets;
 * capa's AWS prices over two clusters (AWSCluster and AWSMachineTemplate reads, the price
   ConfigMap created, and replaced when stale), over moto and botocore Stubbers as in
-  ``tests/sim_scenario``;
+  ``tests/sim/scenario``;
 * an Event repeated within its window (its count patched), through ``EventRecorder``;
 * two clusters: the drift catalog with the Cluster API objects in a management API server of
   their own, the Nodes, pods and Karpenter objects in the workload one;
@@ -35,7 +35,6 @@ from typing import Any
 
 import pytest
 
-from fakes.aws import StubbedAws, fake_credentials, stubbed_aws
 from karpenter_capi.core.api.crds import generate_crds
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube.events import EventRecorder
@@ -77,6 +76,7 @@ from karpenter_capi.sim.scenario.schema import (
 )
 from karpenter_capi.sim.scheduler import SimScheduler
 from karpenter_capi.sim.workloads.emulation import workload_controllers
+from tests.support.aws import StubbedAws, fake_credentials, stubbed_aws
 
 ONE_CLUSTER = "one cluster"
 """The label of requests to a cluster that is its own management cluster: one client serves

@@ -13,7 +13,7 @@ from pathlib import Path
 from karpenter_capi import plugin_api
 
 ROOT = Path(__file__).resolve().parents[3]
-FIXTURE_PLUGIN = ROOT / "tests" / "plugins" / "fixtures" / "acme_plugin" / "src"
+FIXTURE_PLUGIN = Path(__file__).resolve().parent / "fixtures" / "acme_plugin" / "src"
 PLUGINS_DOC = ROOT / "docs" / "plugins.md"
 
 # Grouped as docs/plugins.md describes them.

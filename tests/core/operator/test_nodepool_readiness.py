@@ -1,0 +1,115 @@
+"""A NodePool says whether it can be used, and why not, in its Ready condition."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.clock import FakeClock
+from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES, EVENTS, NODEPOOLS
+from karpenter_capi.core.operator import Operator, OperatorOptions
+from karpenter_capi.sim.apiserver import InMemoryAPIServer
+from karpenter_capi.sim.cluster import new_cluster
+from tests.support.provider import FakeProvider
+
+
+def _world() -> tuple[InMemoryAPIServer, Operator]:
+    clock = FakeClock()
+    api = new_cluster(clock=clock)
+    provider = FakeProvider(clock)
+    operator = Operator(
+        api,
+        api,
+        provider.plugins(api),
+        clock,
+        OperatorOptions(leader_elect=False, metrics_port=None),
+    )
+    api.create(
+        NODEPOOLS,
+        {
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodePool",
+            "metadata": {"name": "general"},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "nodeClassRef": {
+                            "group": "karpenter.cluster.x-k8s.io",
+                            "kind": "ClusterAPINodeClass",
+                            "name": "default",
+                        },
+                        "requirements": [],
+                    }
+                }
+            },
+        },
+    )
+    return api, operator
+
+
+def _conditions(api: InMemoryAPIServer) -> dict[str, tuple[str, str]]:
+    pool = api.get(NODEPOOLS, "general")
+    return {
+        c["type"]: (c["status"], c["reason"])
+        for c in (pool.get("status") or {}).get("conditions") or []
+    }
+
+
+def _nodeclass() -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": wellknown.NODECLASS_API_VERSION,
+        "kind": wellknown.NODECLASS_KIND,
+        "metadata": {"name": "default"},
+        "spec": {},
+    }
+    return body
+
+
+def test_a_nodepool_without_its_nodeclass_is_not_ready_until_it_appears() -> None:
+    api, operator = _world()
+    driver = operator.stepped()
+    driver.advance(1)
+    conditions = _conditions(api)
+    assert conditions["NodeClassReady"] == ("False", "NodeClassNotFound")
+    assert conditions["Ready"][0] == "False"
+    assert conditions["ValidationSucceeded"][0] == "True"
+
+    api.create(CLUSTER_API_NODE_CLASSES, _nodeclass())
+    driver.advance(1)
+    assert _conditions(api)["Ready"][0] == "True"
+    reasons = [e["reason"] for e in api.list(EVENTS).items]
+    assert "NodePoolReady" in reasons
+
+
+def test_a_nodeclass_that_is_not_ready_makes_its_nodepool_not_ready() -> None:
+    api, operator = _world()
+    api.create(CLUSTER_API_NODE_CLASSES, _nodeclass())
+    driver = operator.stepped()
+    driver.advance(1)
+    assert _conditions(api)["Ready"][0] == "True"
+
+    api.patch(
+        CLUSTER_API_NODE_CLASSES,
+        "default",
+        {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "False",
+                        "reason": "NothingSelected",
+                        "message": "the selector matches no MachineDeployment",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z",
+                    }
+                ]
+            }
+        },
+        subresource="status",
+    )
+    driver.advance(1)
+    conditions = _conditions(api)
+    assert conditions["NodeClassReady"] == ("False", "NodeClassNotReady")
+    assert conditions["Ready"][0] == "False"
+    warnings = [e for e in api.list(EVENTS).items if e["reason"] == "NodePoolNotReady"]
+    assert warnings
+    assert "matches no MachineDeployment" in warnings[0]["message"]

@@ -1,0 +1,365 @@
+"""The re-packing stage (``core/scheduling/packing.py``): cheaper plans, and only safe ones.
+
+The costs are checked against an exhaustive search written here (a dynamic program over the
+pods still to place, every node shape, every way to fill it), not against the integer program
+the optimizer solves, so a wrong model cannot agree with itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.clock import FakeClock
+from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead, Offering
+from karpenter_capi.core.scheduling import highs, packing, packing_model
+from karpenter_capi.core.scheduling.model import NodePoolOption, SolveResult
+from karpenter_capi.core.scheduling.readiness import queue_runs, strandings
+from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
+from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.core.scheduling.solver import Solver
+from tests.core.scheduling.checker import check
+
+Pod = dict[str, Any]
+GI = 1 << 30
+
+
+def _type(
+    name: str, cpu: int, memory_gi: int, price: float, *, available: bool = True
+) -> InstanceType:
+    return InstanceType(
+        name=name,
+        capacity=ResourceList.parse({"cpu": cpu, "memory": f"{memory_gi}Gi", "pods": 110}),
+        offerings=(Offering("zone-a", "on-demand", price, available=available),),
+        requirements={wellknown.LABEL_ARCH: frozenset({"amd64"})},
+        overhead=InstanceTypeOverhead(kube_reserved=ResourceList.parse({"cpu": "100m"})),
+    )
+
+
+# The issue's catalog: on-demand MachineDeployments of 2, 4, 4 and 16 CPUs.
+C2 = _type("c2", 2, 8, 0.10)
+C4 = _type("c4", 4, 16, 0.19)
+M4 = _type("m4", 4, 32, 0.25)
+C16 = _type("c16", 16, 64, 0.72)
+CATALOG = (C2, C4, M4, C16)
+
+
+def _pods(prefix: str, count: int, cpu: str, memory: str = "1Gi", **spec: Any) -> list[Pod]:
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{prefix}-{i:03d}", "namespace": "default", "labels": {}},
+            "spec": {
+                "containers": [
+                    {"name": "app", "resources": {"requests": {"cpu": cpu, "memory": memory}}}
+                ],
+                **spec,
+            },
+        }
+        for i in range(count)
+    ]
+
+
+def _pool(
+    name: str = "default", types: Sequence[InstanceType] = CATALOG, **kw: Any
+) -> NodePoolOption:
+    return NodePoolOption(name=name, instance_types=tuple(types), **kw)
+
+
+def _solve(pods: list[Pod], *pools: NodePoolOption, budget: float = 5.0, **kw: Any) -> SolveResult:
+    solver = Solver(list(pools) or [_pool()], clock=FakeClock(), packing_budget=budget, **kw)
+    return solver.solve(pods)
+
+
+def _cheapest(result: SolveResult) -> list[str]:
+    return sorted(claim.cheapest()[0].name for claim in result.new_nodeclaims)
+
+
+def _optimum(types: Sequence[InstanceType], shapes: Sequence[tuple[int, int, int]]) -> float:
+    """The cheapest way to buy nodes for ``count`` pods of each ``(cpu_milli, memory, count)``.
+
+    Exhaustive: the cheapest of every first node (any type, any non-empty mix of the remaining
+    pods it can hold) plus the cheapest for what is left, memoized on what is left.
+    """
+    rooms = [
+        (t.allocatable.milli("cpu"), t.allocatable.milli("memory"), t.allocatable.milli("pods"))
+        for t in types
+    ]
+    prices = [min((o.price for o in t.offerings if o.available), default=0.0) for t in types]
+    usable = [i for i, t in enumerate(types) if any(o.available for o in t.offerings)]
+
+    def fillings(room: tuple[int, int, int], left: tuple[int, ...]) -> list[tuple[int, ...]]:
+        found: list[tuple[int, ...]] = []
+
+        def walk(g: int, used: tuple[int, int, int], taken: tuple[int, ...]) -> None:
+            if g == len(left):
+                if any(taken):
+                    found.append(taken)
+                return
+            cpu, memory, _ = shapes[g]
+            n = 0
+            while n <= left[g]:
+                total = (used[0] + n * cpu, used[1] + n * memory * 1000, used[2] + n * 1000)
+                if any(a > b for a, b in zip(total, room, strict=True)):
+                    break
+                walk(g + 1, total, (*taken, n))
+                n += 1
+
+        walk(0, (0, 0, 0), ())
+        return found
+
+    @functools.cache
+    def best(left: tuple[int, ...]) -> float:
+        if not any(left):
+            return 0.0
+        cheapest = float("inf")
+        for t in usable:
+            for taken in fillings(rooms[t], left):
+                rest = tuple(a - b for a, b in zip(left, taken, strict=True))
+                cheapest = min(cheapest, prices[t] + best(rest))
+        return cheapest
+
+    return best(tuple(count for _, _, count in shapes))
+
+
+# -- cheaper, and close to the optimum ---------------------------------------------------------
+
+
+def test_a_small_catalog_is_packed_within_two_percent_of_the_exhaustive_optimum() -> None:
+    pods = _pods("web", 33, "750m", "2Gi")
+    greedy = _solve(pods, budget=0)
+    optimized = _solve(pods)
+    optimum = _optimum(CATALOG, [(750, 2 * GI, 33)])
+    assert greedy.price > optimum * 1.02  # the case is one greedy gets wrong
+    assert optimized.price <= optimum * 1.02
+    assert sorted(p for c in optimized.new_nodeclaims for p in map(_key, c.pods)) == sorted(
+        map(_key, pods)
+    )
+    assert check(optimized, pods, [_pool()]) == []
+
+
+def _key(pod: Pod) -> str:
+    return str(pod["metadata"]["name"])
+
+
+def test_the_issue_case_one_big_and_small_nodes_instead_of_two_big_ones() -> None:
+    pods = _pods("web", 21, "1")
+    greedy = _solve(pods, budget=0)
+    optimized = _solve(pods)
+    assert _cheapest(greedy) == ["c16", "c16"]
+    assert optimized.price < greedy.price
+    assert optimized.price <= _optimum(CATALOG, [(1000, GI, 21)]) * 1.02
+    assert "c16" in _cheapest(optimized)
+
+
+def test_repacked_nodeclaims_look_like_greedy_ones() -> None:
+    result = _solve(_pods("web", 21, "1"))
+    hostnames = [claim.hostname for claim in result.new_nodeclaims]
+    assert len(set(hostnames)) == len(hostnames)
+    for claim in result.new_nodeclaims:
+        assert claim.hostname.startswith("hostname-placeholder-")
+        assert claim.requirements.get(wellknown.LABEL_HOSTNAME).values == {claim.hostname}
+        names = claim.requirements.get(wellknown.LABEL_INSTANCE_TYPE).values
+        assert names == {t.name for t in claim.instance_types}
+        # Every type that holds the pods, cheapest first, as greedy lists them.
+        holding = [t for t in CATALOG if claim.requests.fits(t.allocatable)]
+        assert [t.name for t in claim.instance_types] == [
+            t.name for t in sorted(holding, key=lambda t: t.offerings[0].price)
+        ]
+
+
+# -- what greedy respects, the optimizer respects ----------------------------------------------
+
+
+def test_limits_keep_the_greedy_plan_when_the_cheaper_one_needs_more_nodes() -> None:
+    pods = _pods("web", 21, "1")
+    limited = _pool(limits=ResourceList.parse({"nodes": "2"}))
+    result = _solve(pods, limited)
+    assert _cheapest(result) == ["c16", "c16"]
+    assert not result.unschedulable
+
+
+def test_limits_count_each_claim_at_its_largest_type() -> None:
+    pods = _pods("web", 21, "1")
+    limited = _pool(limits=ResourceList.parse({"cpu": "40"}))
+    result = _solve(pods, limited)
+    counted = sum(
+        max(t.capacity.milli("cpu") for t in claim.instance_types)
+        for claim in result.new_nodeclaims
+    )
+    assert counted <= 40_000
+    assert check(result, pods, [limited]) == []
+
+
+def test_unavailable_offerings_are_never_planned() -> None:
+    gone = _type("c4", 4, 16, 0.19, available=False)
+    catalog = (C2, gone, M4, C16)
+    pods = _pods("web", 21, "1")
+    result = _solve(pods, _pool(types=catalog))
+    assert all(t.name != "c4" for c in result.new_nodeclaims for t in c.instance_types)
+    assert result.price <= _optimum(catalog, [(1000, GI, 21)]) * 1.02
+
+
+def test_pods_stay_in_the_heavier_nodepool_greedy_gave_them() -> None:
+    heavy = _pool("heavy", types=(C16,), weight=10)
+    light = _pool("light", types=(C2, C4))
+    result = _solve(_pods("web", 21, "1"), heavy, light)
+    assert {claim.nodepool.name for claim in result.new_nodeclaims} == {"heavy"}
+
+
+def test_min_values_pools_keep_their_greedy_claims() -> None:
+    min_values = Requirements(
+        [Requirement.new(wellknown.LABEL_INSTANCE_TYPE, "Exists", [], min_values=2)]
+    )
+    pool = _pool(requirements=min_values)
+    pods = _pods("web", 21, "1")
+    assert _cheapest(_solve(pods, pool)) == _cheapest(_solve(pods, pool, budget=0))
+
+
+def test_constrained_pods_stay_where_greedy_put_them() -> None:
+    spread = {
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": wellknown.LABEL_TOPOLOGY_ZONE,
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {}},
+            }
+        ]
+    }
+    pods = _pods("spread", 21, "1", **spread)
+    solver = Solver([_pool()], clock=FakeClock(), packing_budget=5.0)
+    result = solver.solve(pods)
+    assert solver.packing_outcomes == []
+    assert _cheapest(result) == _cheapest(_solve(pods, budget=0))
+
+
+def test_a_zero_budget_turns_it_off() -> None:
+    pods = _pods("web", 21, "1")
+    solver = Solver([_pool()], clock=FakeClock(), packing_budget=0)
+    assert _cheapest(solver.solve(pods)) == ["c16", "c16"]
+    assert solver.packing_outcomes == []
+
+
+class _OutOfTime(highs.HiGHS):
+    """HiGHS as it answers when its time limit strikes before an integer solution."""
+
+    def milp(self, *args: Any, **kwargs: Any) -> tuple[str, np.ndarray | None]:
+        return "timed-out", None
+
+
+def test_an_optimizer_out_of_time_keeps_the_greedy_plan() -> None:
+    pods = _pods("web", 21, "1")
+    solver = Solver([_pool()], clock=FakeClock(), packing_backend=_OutOfTime())
+    result = solver.solve(pods)
+    assert _cheapest(result) == ["c16", "c16"]
+    assert [o.status for o in solver.packing_outcomes] == ["timed-out"]
+
+
+# -- plans kube-scheduler can realize ----------------------------------------------------------
+
+
+def test_a_node_filled_by_small_pods_first_strands_the_big_one() -> None:
+    rooms = [(8000, 0, 110_000), (4000, 0, 110_000)]
+    small, big = (1000, 0, 1000), (6000, 0, 1000)
+    allowed = [frozenset({0, 1})] * 2
+    # Small pods were created first: if the 8-CPU node is ready first they fill it.
+    found = list(strandings(rooms, [0, 1], [small, big], allowed, queue_runs([0] * 6 + [1])))
+    assert [(f.order, f.left) for f in found] == [((0, 1), (0, 1))]
+    # Queued first, the big pod takes the 8-CPU node whenever it comes.
+    assert not list(strandings(rooms, [0, 1], [small, big], allowed, queue_runs([1] + [0] * 6)))
+
+
+def test_the_optimizer_rejects_a_cheaper_plan_that_strands_a_pod() -> None:
+    types = (
+        packing_model.BinType((8000, 0, 110_000), 1.0, (8000, 0, 1000)),
+        packing_model.BinType((4000, 0, 110_000), 0.55, (4000, 0, 1000)),
+    )
+    groups = (
+        packing_model.PodGroup((1000, 0, 1000), 6, frozenset({0, 1})),
+        packing_model.PodGroup((6000, 0, 1000), 1, frozenset({0, 1})),
+    )
+    greedy = (packing_model.Bin(0, (6, 0)), packing_model.Bin(0, (0, 1)))
+    problem = packing_model.PackingProblem(types, groups, greedy, queue=(0,) * 6 + (1,))
+    outcome = packing.optimize(problem, budget=5.0, clock=FakeClock())
+    # 8 + 4 CPUs (1.55) hold everything, but not in every readiness order.
+    assert outcome.bins is None
+    assert outcome.status == "not-robust"
+    assert outcome.rejected >= 1
+    # The same pods queued big first make that plan safe, and it is taken.
+    safe = packing_model.PackingProblem(types, groups, greedy, queue=(1,) + (0,) * 6)
+    taken = packing.optimize(safe, budget=5.0, clock=FakeClock())
+    assert taken.bins is not None
+    assert taken.cost == pytest.approx(1.55)
+
+
+def _strands(problem: packing_model.PackingProblem, bins: Sequence[packing_model.Bin]) -> bool:
+    found = strandings(
+        [problem.types[b.type].room for b in bins],
+        [b.type for b in bins],
+        [g.vector for g in problem.groups],
+        [g.types for g in problem.groups],
+        queue_runs(problem.queue),
+    )
+    return any(True for _ in found)
+
+
+def test_when_greedy_strands_too_a_cheaper_plan_no_worse_in_its_worst_order_is_taken() -> None:
+    # 8-, 6- and 2-CPU nodes; six 3-CPU pods queued before five 5-CPU ones. Greedy's six
+    # 8-CPU nodes strand a 5-CPU pod when two 3-CPU pods take a node first, and so does every
+    # cheaper plan; the cheaper one still costs less once the worst order has had its way.
+    types = tuple(
+        packing_model.BinType((cpu * 1000, 0, 110_000), price, (cpu * 1000, 0, 1000))
+        for cpu, price in ((2, 0.182), (6, 0.58), (8, 0.83))
+    )
+    groups = (
+        packing_model.PodGroup((5000, 0, 1000), 5, frozenset({0, 1, 2})),
+        packing_model.PodGroup((3000, 0, 1000), 6, frozenset({0, 1, 2})),
+    )
+    greedy = (*[packing_model.Bin(2, (1, 1))] * 5, packing_model.Bin(2, (0, 1)))
+    problem = packing_model.PackingProblem(types, groups, greedy, queue=(1,) * 6 + (0,) * 5)
+    assert _strands(problem, greedy)
+    outcome = packing.optimize(problem, budget=5.0, clock=FakeClock())
+    assert outcome.status == "improved"
+    assert outcome.bins is not None
+    assert outcome.cost is not None
+    assert outcome.cost < outcome.greedy_cost
+    assert _strands(problem, outcome.bins)
+
+
+# -- the independent checker, optimizer on -----------------------------------------------------
+
+
+def _random_case(seed: int) -> tuple[NodePoolOption, list[Pod]]:
+    rng = random.Random(seed)
+    types = []
+    for n, cpu in enumerate(sorted(rng.sample([1, 2, 4, 8, 16], rng.randint(2, 4)))):
+        memory = cpu * rng.choice((2, 4, 8))
+        price = (0.03 * cpu + 0.004 * memory) * rng.uniform(0.85, 1.15)
+        types.append(_type(f"t{n}-{cpu}", cpu, memory, round(price, 4)))
+    pods: list[Pod] = []
+    for d in range(rng.randint(1, 3)):
+        cpu = rng.choice(("250m", "500m", "700m"))
+        memory = rng.choice(("256Mi", "1Gi", "2Gi"))
+        pods += _pods(f"app{d}", rng.randint(3, 30), cpu, memory)
+    return _pool(types=types), pods
+
+
+def test_optimized_results_pass_the_independent_checker() -> None:
+    improved = 0
+    for seed in range(40):
+        pool, pods = _random_case(seed)
+        solver = Solver([pool], clock=FakeClock(), packing_budget=5.0)
+        result = solver.solve(pods)
+        assert check(result, pods, [pool]) == [], f"seed {seed}"
+        greedy = _solve(pods, pool, budget=0)
+        assert result.price <= greedy.price + 1e-9
+        improved += any(o.status == "improved" for o in solver.packing_outcomes)
+    assert improved >= 5  # the cases exercise the optimizer, not only greedy

@@ -1,0 +1,120 @@
+"""Which scalable resources a ClusterAPINodeClass selects, and why selected ones may go unused."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from karpenter_capi.core.kube.resources import Resource
+from karpenter_capi.core.kube.selectors import SelectorError
+from karpenter_capi.plugins.generic_capi.selection import select, select_resources
+from tests.plugins.generic_capi.inventory_builders import MEMBER, add, new_env, scalable, sized
+
+
+def _names(selected: list[tuple[Resource, dict]]) -> list[str]:  # type: ignore[type-arg]
+    return sorted(f"{r.kind}/{obj['metadata']['name']}" for r, obj in selected)
+
+
+def test_deployments_sets_and_pools_need_the_opt_in_label_and_a_selector_match() -> None:
+    server, _, _, capi = new_env()
+    pool = {**MEMBER, "example.com/pool": "general"}
+    add(
+        server,
+        capi,
+        scalable("MachineDeployment", "md", labels=pool, annotations=sized()),
+        scalable("MachineSet", "ms", labels=pool, annotations=sized()),
+        scalable("MachinePool", "mp", labels=pool, annotations=sized()),
+        scalable("MachineDeployment", "not-opted-in", labels={"example.com/pool": "general"}),
+        scalable("MachineDeployment", "other-pool", labels={**MEMBER, "example.com/pool": "gpu"}),
+        # The selector reads the object's own labels, not its Machine template's.
+        scalable(
+            "MachineDeployment",
+            "template-only",
+            labels=MEMBER,
+            template_labels={"example.com/pool": "general"},
+        ),
+    )
+    selector = {"matchLabels": {"example.com/pool": "general"}}
+    assert _names(select_resources(server, capi, selector)) == [
+        "MachineDeployment/md",
+        "MachinePool/mp",
+        "MachineSet/ms",
+    ]
+    # An empty selector selects every opted-in resource, in every namespace.
+    add(server, capi, scalable("MachineDeployment", "elsewhere", namespace="kube-system"))
+    assert len(select_resources(server, capi, None)) == 6
+
+
+def test_a_machine_set_owned_by_a_selected_deployment_is_left_out_silently() -> None:
+    server, _, _, capi = new_env()
+    add(
+        server,
+        capi,
+        scalable("MachineDeployment", "md"),
+        scalable("MachineSet", "md-abc12", owner="md"),
+    )
+    selection = select(server, capi, {})
+    assert _names(selection.selected) == ["MachineDeployment/md"]
+    assert selection.problems == []
+
+
+def test_a_machine_set_opted_in_through_an_unselected_deployment_is_reported() -> None:
+    server, _, _, capi = new_env()
+    add(
+        server,
+        capi,
+        scalable("MachineDeployment", "md", labels={}),
+        scalable("MachineSet", "md-abc12", owner="md"),
+    )
+    selection = select(server, capi, {})
+    assert selection.selected == []
+    [problem] = selection.problems
+    assert (problem.kind, problem.name, problem.reason) == (
+        "MachineSet",
+        "md-abc12",
+        "OwnedByMachineDeployment",
+    )
+    assert "owned by MachineDeployment default/md, which is not selected" in problem.message
+
+
+def test_paused_and_deleting_resources_are_selected_but_not_used() -> None:
+    server, _, _, capi = new_env()
+    add(
+        server,
+        capi,
+        scalable("MachineDeployment", "active", annotations=sized()),
+        scalable("MachineDeployment", "paused", annotations={"cluster.x-k8s.io/paused": ""}),
+        scalable("MachineDeployment", "spec-paused", spec={"paused": True}),
+        scalable("MachinePool", "pool-paused", annotations={"cluster.x-k8s.io/paused": "true"}),
+    )
+    deleting = scalable("MachineSet", "going")
+    deleting["metadata"]["finalizers"] = ["example.com/hold"]
+    add(server, capi, deleting)
+    server.delete(capi.machine_sets, "going", "default")
+
+    selection = select(server, capi, {})
+    assert _names(selection.selected) == ["MachineDeployment/active"]
+    reasons = {p.name: (p.reason, p.message) for p in selection.problems}
+    assert reasons == {
+        "paused": ("Paused", "paused (cluster.x-k8s.io/paused); not scaled"),
+        "spec-paused": ("Paused", "paused (spec.paused); not scaled"),
+        "pool-paused": ("Paused", "paused (cluster.x-k8s.io/paused); not scaled"),
+        "going": ("Deleting", "being deleted; not scaled"),
+    }
+
+
+def test_a_kind_the_cluster_does_not_serve_selects_nothing() -> None:
+    server, _, _, capi = new_env()
+    add(server, capi, scalable("MachineDeployment", "md"))
+    no_pools = dataclasses.replace(
+        capi,
+        machine_pools=Resource("cluster.x-k8s.io", "v1beta2", "nosuchpools", "MachinePool", True),
+    )
+    assert _names(select_resources(server, no_pools, {})) == ["MachineDeployment/md"]
+
+
+def test_an_invalid_selector_is_an_error_not_an_empty_selection() -> None:
+    server, _, _, capi = new_env()
+    with pytest.raises(SelectorError, match="needs at least one value"):
+        select(server, capi, {"matchExpressions": [{"key": "a", "operator": "In"}]})
