@@ -422,7 +422,8 @@ def karpenter_capi_disruption_blocked(
 
 
 # Every hook, in the order this module declares them: what the loader validates plugins against
-# and what the facade must cover (tests/core/plugin_host checks both), so a new hookspec is one edit here.
+# and what the facade must cover (tests/core/plugin_host checks both), so a new hookspec is one
+# edit here.
 HOOK_NAMES: Final[tuple[str, ...]] = tuple(
     name
     for name, value in list(globals().items())
