@@ -184,6 +184,12 @@ class OfficialClient:
         return self._api
 
     @property
+    def drains_zero_timeout_watch(self) -> bool:
+        """Only with ``poll_watches``: then a zero timeout is sent as ``timeoutSeconds=0``,
+        which the simulated API server answers by draining (see ``KubeClient``)."""
+        return self._poll_watches
+
+    @property
     def host(self) -> str:
         return str(self._api.configuration.host)
 
