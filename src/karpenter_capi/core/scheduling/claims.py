@@ -82,7 +82,7 @@ class PodClass:
     rejected_claims: set[int] = field(default_factory=set)
     rejected_nodes: set[int] = field(default_factory=set)
     # Claims that can never take a pod with these topology constraints, whatever its size:
-    # shared by every class with the same constraints (see Solver._class_of).
+    # shared by every class with the same constraints (see _pod_spec.new_pod_class).
     topology_rejected: set[int] = field(default_factory=set)
     # Claims that refused it for what is on them alone, and their version at the time.
     unchanged_refusals: dict[int, int] = field(default_factory=dict)

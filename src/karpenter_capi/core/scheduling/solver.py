@@ -168,9 +168,7 @@ class Solver:
         self._packing_backend = packing_backend
         self.packing_outcomes: list[packing_model.PackingOutcome] = []
 
-    # -- set-up ----------------------------------------------------------------------------
-
-    # -- set-up ----------------------------------------------------------------------------
+    # -- set-up (the rest of it, once per round, is in _solver_view.py) -------------------
 
     def _vector(self, resources: ResourceList) -> Vector:
         return to_vector(self._resources, resources)
