@@ -26,8 +26,7 @@ from karpenter_capi.sim.capi.objects import (
     name_of,
     nested,
 )
-from karpenter_capi.sim.capi.settings import V1BETA2
-from karpenter_capi.sim.capi.shapes import Strategy
+from karpenter_capi.sim.capi.shapes import Strategy, replica_status
 from karpenter_capi.sim.capi.templates import deployment_selector
 
 # As the controller's: a malformed rollout value is the deployment's problem, logged there.
@@ -148,32 +147,15 @@ def deployment_status(
         phase = "ScalingUp"
     else:
         phase = "Running"
-    status: JsonObject = {
-        "selector": selector_to_string(deployment_selector(md)),
-        "replicas": replicas,
-        "readyReplicas": ready,
-        "availableReplicas": available,
-        "phase": phase,
-    }
-    generation = metadata(md).get("generation")
-    if isinstance(generation, int):
-        status["observedGeneration"] = generation
-    if shape == V1BETA2:
-        status["upToDateReplicas"] = up_to_date
-        status["deprecated"] = {
-            "v1beta1": {
-                "updatedReplicas": up_to_date,
-                "readyReplicas": ready,
-                "availableReplicas": available,
-                "unavailableReplicas": unavailable,
-            }
-        }
-    else:
-        status["updatedReplicas"] = up_to_date
-        status["unavailableReplicas"] = unavailable
-        status["v1beta2"] = {
-            "readyReplicas": ready,
-            "availableReplicas": available,
-            "upToDateReplicas": up_to_date,
-        }
+    status = replica_status(
+        shape,
+        replicas=replicas,
+        ready=ready,
+        available=available,
+        up_to_date=up_to_date,
+        selector=selector_to_string(deployment_selector(md)),
+        generation=metadata(md).get("generation"),
+        legacy={"updatedReplicas": up_to_date, "unavailableReplicas": unavailable},
+    )
+    status["phase"] = phase
     return status, up_to_date == desired == replicas == available
