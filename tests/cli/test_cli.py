@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from karpenter_capi.cli import main
+from karpenter_capi.sim.scenario.schema import SHIPPED
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -119,7 +120,7 @@ def test_simulate_demo_launches_cheapest_nodes_and_is_idempotent() -> None:
 
 
 def test_instance_types_from_manifests(tmp_path: Path) -> None:
-    scenario = ROOT / "src" / "karpenter_capi" / "sim" / "scenarios" / "demo.yaml"
+    scenario = SHIPPED / "demo.yaml"
     code, text = _run("instance-types", "-f", str(scenario), "--json")
     assert code == 0
     (inventory,) = json.loads(text)
@@ -131,9 +132,9 @@ def test_instance_types_from_manifests(tmp_path: Path) -> None:
 
 
 def test_instance_types_shows_the_overhead_and_where_it_came_from(tmp_path: Path) -> None:
-    scenario = ROOT / "src" / "karpenter_capi" / "sim" / "scenarios" / "kubeadm-reserved.yaml"
+    scenario = SHIPPED / "kubeadm-reserved.yaml"
     manifests = yaml.safe_load(scenario.read_text())["infrastructure"]["manifests"]
-    demo = ROOT / "src" / "karpenter_capi" / "sim" / "scenarios" / "demo.yaml"
+    demo = SHIPPED / "demo.yaml"
     path = tmp_path / "objs.yaml"
     path.write_text(yaml.safe_dump_all(manifests))
 

@@ -39,10 +39,11 @@ from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.capi import add_capi_emulation
 from karpenter_capi.sim.cluster import new_cluster
 from karpenter_capi.sim.manifests import load_manifest_files
+from karpenter_capi.sim.scenario.schema import SHIPPED
 from karpenter_capi.sim.scheduler import SimScheduler
 from karpenter_capi.sim.workloads import add_workload_emulation
 
-DEMO_SCENARIO = Path(__file__).parent / "scenarios" / "demo.yaml"
+DEMO_SCENARIO = SHIPPED / "demo.yaml"
 DEFAULT_MINUTES = 3.0
 
 

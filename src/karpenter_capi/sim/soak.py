@@ -31,7 +31,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from karpenter_capi.core.clock import parse_timestamp
-from karpenter_capi.core.kube.client import KubeClient, WatchStream
+from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.errors import NotFound
 from karpenter_capi.core.kube.resources import EVENTS, NODES, PODS, Resource
 from karpenter_capi.core.operator import Operator
@@ -74,37 +74,13 @@ class _TallyingClient(AuditingClient):
         super().__init__(inner, tally)
         self.tally = tally
 
-    def watch(
-        self,
-        resource: Resource,
-        namespace: str | None = None,
-        *,
-        resource_version: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        allow_bookmarks: bool = False,
-        timeout_seconds: float | None = None,
-    ) -> WatchStream:
-        if timeout_seconds != 0:
-            return super().watch(
-                resource,
-                namespace,
-                resource_version=resource_version,
-                label_selector=label_selector,
-                field_selector=field_selector,
-                allow_bookmarks=allow_bookmarks,
-                timeout_seconds=timeout_seconds,
-            )
-        self.tally.poll()
-        return self._inner.watch(
-            resource,
-            namespace,
-            resource_version=resource_version,
-            label_selector=label_selector,
-            field_selector=field_selector,
-            allow_bookmarks=allow_bookmarks,
-            timeout_seconds=timeout_seconds,
-        )
+    def _record_watch(
+        self, resource: Resource, namespace: str | None, timeout_seconds: float | None
+    ) -> None:
+        if timeout_seconds == 0:
+            self.tally.poll()
+        else:
+            super()._record_watch(resource, namespace, timeout_seconds)
 
 
 @dataclass

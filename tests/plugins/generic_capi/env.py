@@ -105,6 +105,10 @@ class CountingClient:
     def summary(self) -> Counter[str]:
         return Counter(f"{v} {p}{'/' + s if s else ''}" for v, p, s in self.writes)
 
+    @property
+    def drains_zero_timeout_watch(self) -> bool:
+        return self.inner.drains_zero_timeout_watch
+
     def _record(self, verb: str, resource: Resource, subresource: str | None) -> None:
         self.writes.append((verb, resource.plural, subresource or ""))
 

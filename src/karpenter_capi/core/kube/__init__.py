@@ -7,6 +7,7 @@ over the official client (``core.kube.official``) and client configuration are i
 their own modules, so importing this package stays cheap and free of the ``kubernetes`` library.
 """
 
+from karpenter_capi.core.kube._handlers import EventHandler
 from karpenter_capi.core.kube.backoff import Backoff
 from karpenter_capi.core.kube.cache import (
     IndexFunc,
@@ -77,7 +78,7 @@ from karpenter_capi.core.kube.indexes import (
     nodes_by_provider_id,
     pods_by_node_name,
 )
-from karpenter_capi.core.kube.informer import EventHandler, Informer
+from karpenter_capi.core.kube.informer import Informer
 from karpenter_capi.core.kube.resources import (
     CAPI_GROUP,
     CAPI_INFRASTRUCTURE_GROUP,

@@ -134,6 +134,20 @@ class KubeClient(Protocol):
         """
         ...
 
+    @property
+    def drains_zero_timeout_watch(self) -> bool:
+        """Whether ``watch(..., timeout_seconds=0)`` drains instead of streaming.
+
+        ``True`` promises that such a watch delivers the events already recorded after
+        ``resource_version`` and then ends at once, without waiting for more; with
+        ``allow_bookmarks`` its last event is a ``BOOKMARK`` at the server's current
+        resourceVersion. One call then brings a caller exactly up to date, which a list would
+        otherwise be needed for. ``False`` promises nothing for a zero timeout: a real
+        kube-apiserver reads ``timeoutSeconds=0`` as "its default" (minutes), so the watch blocks
+        and streams like any other. Wrappers answer with the wrapped client's value.
+        """
+        ...
+
     def create(
         self,
         resource: Resource,

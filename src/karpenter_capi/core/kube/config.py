@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from karpenter_capi.core.kube.official import OfficialClient, decode_ca_data
+from karpenter_capi.core.kube._official_credentials import decode_ca_data
+from karpenter_capi.core.kube.official import OfficialClient
 
 ENV_KUBECONFIG = "KUBECONFIG"
 ENV_MANAGEMENT_KUBECONFIG = "KARPENTER_CAPI_MANAGEMENT_KUBECONFIG"

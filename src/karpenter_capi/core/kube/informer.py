@@ -30,10 +30,10 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast, overload
 
 from karpenter_capi.core.clock import Clock
+from karpenter_capi.core.kube._handlers import EventHandler, HandlerSet
 from karpenter_capi.core.kube.backoff import Backoff
 from karpenter_capi.core.kube.cache import IndexFunc, Store, object_key
 from karpenter_capi.core.kube.client import JsonObject, KubeClient, WatchEvent, WatchStream
@@ -54,15 +54,6 @@ MIN_HEALTHY_WATCH = 1.0
 class _Phase(enum.Enum):
     LISTING = "listing"
     WATCHING = "watching"
-
-
-@dataclass(frozen=True, slots=True)
-class EventHandler(Generic[T]):
-    """Callbacks for one consumer of an informer. Any of them may be ``None``."""
-
-    on_add: Callable[[T], None] | None = None
-    on_update: Callable[[T, T], None] | None = None
-    on_delete: Callable[[T], None] | None = None
 
 
 class _ShortWatchError(Exception):
@@ -161,7 +152,7 @@ class Informer(Generic[T]):
         self._store: Store[T] = Store(indexers)
         self._backoff = Backoff(clock, initial=1.0, cap=30.0, factor=2.0, jitter=0.25, rand=rand)
 
-        self._handlers: list[EventHandler[T]] = []
+        self._handlers: HandlerSet[T] = HandlerSet(self.name)
         # Serialises cache mutation + handler dispatch between the driver, the resync timer and
         # add_handler, so handlers see events in cache order.
         self._dispatch_lock = threading.RLock()
@@ -265,10 +256,7 @@ class Informer(Generic[T]):
         """Register callbacks; registered after sync, ``on_add`` first replays the cache."""
         handler = EventHandler(on_add, on_update, on_delete)
         with self._dispatch_lock:
-            self._handlers.append(handler)
-            if self._synced.is_set() and on_add is not None:
-                for obj in self._store.list():
-                    self._call(handler, "on_add", on_add, obj)
+            self._handlers.add(handler, replay=self._store.list() if self._synced.is_set() else ())
         return handler
 
     # Stepped driver.
@@ -422,7 +410,7 @@ class Informer(Generic[T]):
             self._phase = _Phase.WATCHING
             self._watch_ok_since_list = False
             for old, new in changes:
-                self._notify(old, new)
+                self._handlers.notify(old, new)
             if not self._synced.is_set():
                 self._synced.set()
                 _log.debug("%s: synced %d objects at %s", self.name, len(items), resource_version)
@@ -486,14 +474,14 @@ class Informer(Generic[T]):
                 self._advance(rv)
                 if old is not None:
                     final = self._transform_or_none(event.object, key)
-                    self._notify(old, None, final=final)
+                    self._handlers.notify(old, None, final=final)
             elif self._versions.get(key) != rv:
                 new = self._transform_or_none(event.object, key)
                 self._advance(rv)
                 if new is not None:
                     old = self._store.upsert(key, new)
                     self._versions[key] = rv
-                    self._notify(old, new)
+                    self._handlers.notify(old, new)
             else:
                 self._advance(rv)
         return True
@@ -545,26 +533,8 @@ class Informer(Generic[T]):
         with self._dispatch_lock:
             self._next_resync = self._clock.monotonic() + self._resync_period
             for obj in self._store.list():
-                self._notify(obj, obj)
+                self._handlers.notify(obj, obj)
         return True
-
-    def _notify(self, old: T | None, new: T | None, *, final: T | None = None) -> None:
-        for handler in list(self._handlers):
-            if new is None:
-                if handler.on_delete is not None and old is not None:
-                    gone = final if final is not None else old
-                    self._call(handler, "on_delete", handler.on_delete, gone)
-            elif old is None:
-                if handler.on_add is not None:
-                    self._call(handler, "on_add", handler.on_add, new)
-            elif handler.on_update is not None:
-                self._call(handler, "on_update", handler.on_update, old, new)
-
-    def _call(self, handler: EventHandler[T], which: str, func: Any, *args: T) -> None:
-        try:
-            func(*args)
-        except Exception:
-            _log.exception("%s: %s handler %r raised", self.name, which, handler)
 
     # Object helpers.
 

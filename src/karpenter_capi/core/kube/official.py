@@ -14,13 +14,7 @@ so controller code never sees ``ApiException`` or a urllib3 error.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import contextlib
 import json
-import os
-import threading
-from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
@@ -28,6 +22,17 @@ import urllib3
 from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
 
+from karpenter_capi.core.kube._official_credentials import (
+    TokenFile,
+    decode_ca_data,
+    trim_credentials,
+)
+from karpenter_capi.core.kube._official_wire import (
+    OfficialWatch,
+    error_from_api_exception,
+    error_from_response,
+    read_all,
+)
 from karpenter_capi.core.kube.client import (
     JsonObject,
     KubeClient,
@@ -35,15 +40,13 @@ from karpenter_capi.core.kube.client import (
     PatchType,
     Preconditions,
     PropagationPolicy,
-    WatchEvent,
+    WatchStream,
 )
 from karpenter_capi.core.kube.errors import (
-    ApiError,
     BadRequest,
     ServiceUnavailable,
     Timeout,
     Unauthorized,
-    error_from_status,
 )
 from karpenter_capi.core.kube.resources import PODS, Resource
 
@@ -56,7 +59,6 @@ _CONNECT_TIMEOUT_SECONDS = 10.0
 # gives up reading, so a dead connection is noticed without racing the server's own timeout.
 _WATCH_READ_SLACK_SECONDS = 30.0
 _JSON = "application/json"
-_VALID_EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"})
 
 Query = list[tuple[str, str]]
 # Spelled out of class scope, where ``list`` names the verb.
@@ -96,7 +98,7 @@ class OfficialClient:
         configuration.connection_pool_maxsize = max(
             pool_maxsize, configuration.connection_pool_maxsize or 0
         )
-        _trim_credentials(configuration)
+        trim_credentials(configuration)
         if configuration.retries is None:
             # urllib3's default would quietly sleep out a 429's Retry-After and resend GETs;
             # the caller's work queue owns that decision (the error carries Retry-After), so
@@ -136,7 +138,7 @@ class OfficialClient:
             configuration.api_key_prefix = {"BearerToken": "Bearer"}
         elif token_file:
             configuration.api_key_prefix = {"BearerToken": "Bearer"}
-            hook = _TokenFile(token_file)
+            hook = TokenFile(token_file)
             hook(configuration)
             configuration.refresh_api_key_hook = hook  # type: ignore[assignment]
         if ca_data:
@@ -180,6 +182,12 @@ class OfficialClient:
     def api_client(self) -> ApiClient:
         """The underlying official client, e.g. to call a generated API for comparison."""
         return self._api
+
+    @property
+    def drains_zero_timeout_watch(self) -> bool:
+        """Only with ``poll_watches``: then a zero timeout is sent as ``timeoutSeconds=0``,
+        which the simulated API server answers by draining (see ``KubeClient``)."""
+        return self._poll_watches
 
     @property
     def host(self) -> str:
@@ -252,7 +260,7 @@ class OfficialClient:
         field_selector: str | None = None,
         allow_bookmarks: bool = False,
         timeout_seconds: float | None = None,
-    ) -> OfficialWatch:
+    ) -> WatchStream:
         query: Query = [("watch", "1")]
         _add(query, "resourceVersion", resource_version)
         _add(query, "labelSelector", label_selector)
@@ -274,7 +282,7 @@ class OfficialClient:
             timeout=(_CONNECT_TIMEOUT_SECONDS, read_timeout),
         )
         if not 200 <= response.status < 300:
-            raise _error_from_response(response, _read_all(response))
+            raise error_from_response(response, read_all(response))
         return OfficialWatch(response)
 
     def create(
@@ -402,9 +410,9 @@ class OfficialClient:
         content_type: str = _JSON,
     ) -> JsonObject:
         response = self._send(method, path, query=query, body=body, content_type=content_type)
-        data = _read_all(response)
+        data = read_all(response)
         if not 200 <= response.status < 300:
-            raise _error_from_response(response, data)
+            raise error_from_response(response, data)
         try:
             parsed = json.loads(data) if data else {}
         except ValueError as exc:
@@ -448,7 +456,7 @@ class OfficialClient:
                 _request_timeout=timeout or self._timeout,
             )
         except ApiException as exc:  # TLS failures and client-side retries end up here
-            raise _error_from_api_exception(exc, method, path) from exc
+            raise error_from_api_exception(exc, method, path) from exc
         except urllib3.exceptions.ReadTimeoutError as exc:
             raise Timeout(f"{method} {path}: timed out waiting for the API server") from exc
         except urllib3.exceptions.HTTPError as exc:
@@ -467,133 +475,6 @@ class OfficialClient:
         return response
 
 
-class OfficialWatch:
-    """One open watch: a chunked HTTP response read line by line into ``WatchEvent``s.
-
-    ``close()`` may be called from any thread; it shuts the socket down so a reader blocked
-    waiting for the next event returns at once, and the iteration then simply ends.
-    """
-
-    def __init__(self, response: urllib3.BaseHTTPResponse) -> None:
-        self._response = response
-        self._closed = threading.Event()
-        self._lock = threading.Lock()
-
-    def __iter__(self) -> Iterator[WatchEvent]:
-        pending = b""
-        try:
-            for chunk in self._chunks():
-                pending += chunk
-                # A chunk may hold several events, or end in the middle of one.
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    event = _parse_event(line)
-                    if event is not None:
-                        yield event
-            event = _parse_event(pending)
-            if event is not None:
-                yield event
-        except (urllib3.exceptions.HTTPError, OSError, AttributeError):
-            # A closed or reset connection ends the watch (the informer then rewatches); urllib3
-            # may also trip over a socket torn down by close() with an AttributeError.
-            pass
-        finally:
-            self.close()
-
-    def _chunks(self) -> Iterator[bytes]:
-        response = self._response
-        if getattr(response, "chunked", False):
-            yield from response.read_chunked(decode_content=True)
-            return
-        while not self._closed.is_set():
-            data = response.read1(65536) if hasattr(response, "read1") else response.read(65536)
-            if not data:
-                return
-            yield data
-
-    def close(self) -> None:
-        with self._lock:
-            if self._closed.is_set():
-                return
-            self._closed.set()
-        response = self._response
-        shutdown = getattr(response, "shutdown", None)
-        if shutdown is not None:
-            # RuntimeError: the stream already ended and its connection went back to the pool.
-            with contextlib.suppress(OSError, RuntimeError):
-                shutdown()
-        with contextlib.suppress(OSError, urllib3.exceptions.HTTPError):
-            response.close()
-        response.release_conn()
-
-    def __enter__(self) -> OfficialWatch:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
-
-
-class _TokenFile:
-    """A ``refresh_api_key_hook`` that reads the bearer token from a file when it changes.
-
-    A mounted Secret is updated in place when the token is rotated; stat-ing the file on each
-    request and reading it only when its mtime or size moved keeps that cheap. While the file
-    cannot be read (mid-update), the token read last is kept.
-    """
-
-    def __init__(self, path: str) -> None:
-        self._path = os.path.expanduser(path)
-        self._stamp: tuple[int, int] | None = None
-
-    def __call__(self, configuration: Configuration) -> None:
-        try:
-            stat = os.stat(self._path)
-            stamp = (stat.st_mtime_ns, stat.st_size)
-            if stamp == self._stamp:
-                return
-            with open(self._path, encoding="utf-8") as handle:
-                token = handle.read().strip()
-        except OSError:
-            return
-        configuration.api_key["BearerToken"] = token
-        self._stamp = stamp
-
-
-class _TrimmedKeys(dict[str, Any]):
-    """``Configuration.api_key`` that strips whitespace around every token it is given."""
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        super().__setitem__(key, value.strip() if isinstance(value, str) else value)
-
-
-def _trim_credentials(configuration: Configuration) -> None:
-    """Strip whitespace around bearer tokens, now and whenever they are reloaded.
-
-    Token files usually end with a newline (``echo $TOKEN > token``): kubectl trims it, the
-    official client sends it as part of the header, which http.client then refuses. The
-    kubeconfig and in-cluster loaders store each (re)loaded token with ``api_key[...] = ...``,
-    so a dict that trims on assignment covers their refresh hooks too.
-    """
-    keys = _TrimmedKeys()
-    for name, value in (configuration.api_key or {}).items():
-        keys[name] = value
-    configuration.api_key = keys
-
-
-def decode_ca_data(ca_data: str) -> str:
-    """PEM text from base64 (kubeconfig ``certificate-authority-data`` style) or PEM itself."""
-    text = ca_data.strip()
-    if text.startswith("-----BEGIN"):
-        return text
-    try:
-        decoded = base64.b64decode(text, validate=True).decode("ascii")
-    except (binascii.Error, UnicodeDecodeError) as exc:
-        raise ValueError("CA data is neither PEM nor base64-encoded PEM") from exc
-    if "-----BEGIN" not in decoded:
-        raise ValueError("CA data decodes from base64 but is not a PEM bundle")
-    return decoded
-
-
 def _add(query: Query, key: str, value: str | None) -> None:
     if value:
         query.append((key, value))
@@ -605,62 +486,6 @@ def _segment(name: str) -> str:
 
 def _collection_path(resource: Resource, namespace: str | None) -> str:
     return resource.path(namespace if resource.namespaced else None)
-
-
-def _read_all(response: urllib3.BaseHTTPResponse) -> bytes:
-    try:
-        return response.data
-    finally:
-        response.release_conn()
-
-
-def _parse_event(line: bytes) -> WatchEvent | None:
-    line = line.strip()
-    if not line:
-        return None
-    raw = json.loads(line)
-    event_type = raw.get("type")
-    if event_type not in _VALID_EVENT_TYPES:
-        raise ValueError(f"unexpected watch event type {event_type!r}")
-    return WatchEvent(type=event_type, object=raw.get("object") or {})
-
-
-def _error_from_response(response: urllib3.BaseHTTPResponse, data: bytes) -> ApiError:
-    status: JsonObject = {}
-    try:
-        parsed = json.loads(data) if data else {}
-        if isinstance(parsed, dict) and parsed.get("kind") == "Status":
-            status = parsed
-    except ValueError:
-        pass
-    if not status:
-        text = data.decode("utf-8", "replace").strip()[:200]
-        status = {"message": text or f"HTTP {response.status} {response.reason or ''}".strip()}
-    return _with_retry_after(error_from_status(status, response.status), response.headers)
-
-
-def _error_from_api_exception(exc: ApiException, method: str, path: str) -> ApiError:
-    if not exc.status:
-        return ServiceUnavailable(f"{method} {path}: cannot reach the API server: {exc.reason}")
-    status: JsonObject = {}
-    body = getattr(exc, "body", None)
-    if body:
-        try:
-            parsed = json.loads(body)
-            if isinstance(parsed, dict):
-                status = parsed
-        except ValueError:
-            pass
-    status.setdefault("message", str(exc.reason or f"HTTP {exc.status}"))
-    return _with_retry_after(error_from_status(status, exc.status), exc.headers or {})
-
-
-def _with_retry_after(error: ApiError, headers: Mapping[str, str]) -> ApiError:
-    if error.retry_after_seconds is None:
-        value = headers.get("Retry-After")
-        if value is not None and value.strip().isdigit():
-            error.retry_after_seconds = int(value.strip())
-    return error
 
 
 if TYPE_CHECKING:

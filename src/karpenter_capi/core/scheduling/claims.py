@@ -2,8 +2,10 @@
 
 Why a module of its own: the greedy pass (``solver.py``) builds and fills these, and the
 re-packing stage (``repack.py``) reads them and builds claims of the same kind, so both share
-one definition. Resources are integer vectors (milli-units) in the order
-``Solver._index_resources`` fixes: cpu, memory, pods, then the rest by name.
+one definition, and the questions asked of them that need no solver state (which type still
+fits, which types a pod class tolerates) live with them. Resources are integer vectors
+(milli-units) in the order ``_solver_view.resource_names`` fixes: cpu, memory, pods, then the
+rest by name.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Any, Final
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.scheduling.hostports import HostPort, HostPortUsage
 from karpenter_capi.core.scheduling.model import NodePoolOption, Pod, compatible_offerings
+from karpenter_capi.core.scheduling.preferences import strictly_untolerated
+from karpenter_capi.core.scheduling.refusal import Refusal
 from karpenter_capi.core.scheduling.requirements import Requirements
 from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.core.scheduling.taints import Taint
@@ -31,6 +35,10 @@ def fits(total: Vector, allocatable: Vector) -> bool:
         if used > available:
             return False
     return True
+
+
+def to_vector(names: Sequence[str], resources: ResourceList) -> Vector:
+    return tuple(resources.milli(name) for name in names)
 
 
 def add(a: Vector, b: Vector) -> Vector:
@@ -74,7 +82,7 @@ class PodClass:
     rejected_claims: set[int] = field(default_factory=set)
     rejected_nodes: set[int] = field(default_factory=set)
     # Claims that can never take a pod with these topology constraints, whatever its size:
-    # shared by every class with the same constraints (see Solver._class_of).
+    # shared by every class with the same constraints (see _pod_spec.new_pod_class).
     topology_rejected: set[int] = field(default_factory=set)
     # Claims that refused it for what is on them alone, and their version at the time.
     unchanged_refusals: dict[int, int] = field(default_factory=dict)
@@ -117,5 +125,67 @@ def max_capacity(types: Iterable[TypeInfo]) -> Vector:
 
 def limit_use(capacity: Vector) -> Vector:
     """A node's capacity as it counts against limits: the ``pods`` slot counts one node."""
-    # The resource index puts cpu, memory, pods first; see Solver._index_resources.
+    # The resource index puts cpu, memory, pods first; see _solver_view.resource_names.
     return (*capacity[:2], 1000, *capacity[3:])
+
+
+def type_tolerated(info: TypeInfo, pod_class: PodClass) -> bool:
+    """Whether the pod class tolerates every taint of the instance type."""
+    taints = info.instance_type.taints
+    return not taints or strictly_untolerated(pod_class.tolerations, taints) is None
+
+
+def first_fit(types: list[TypeInfo], first: int, total: Vector, pod_class: PodClass) -> int | None:
+    """Index of the cheapest type from ``first`` on that holds ``total``."""
+    for index in range(first, len(types)):
+        if fits(total, types[index].allocatable) and type_tolerated(types[index], pod_class):
+            return index
+    return None
+
+
+def untolerated_pool_taint(pod_class: PodClass, pool: PoolState) -> Taint | None:
+    """The NodePool's first taint the pod class does not tolerate (cached per class)."""
+    name = pool.option.name
+    if name not in pod_class.pool_taint:
+        pod_class.pool_taint[name] = strictly_untolerated(pod_class.tolerations, pool.option.taints)
+    return pod_class.pool_taint[name]
+
+
+def tolerates_every_type(pod_class: PodClass, pool: PoolState) -> bool:
+    """Whether no instance type of the pool has a taint this pod class does not tolerate."""
+    if not pool.tainted_types:
+        return True
+    key = f"types:{pool.option.name}"
+    if key not in pod_class.pool_taint:
+        pod_class.pool_taint[key] = next(
+            (
+                taint
+                for info in pool.types
+                if (taint := strictly_untolerated(pod_class.tolerations, info.instance_type.taints))
+            ),
+            None,
+        )
+    return pod_class.pool_taint[key] is None
+
+
+def imbalance(claim: ClaimState, pods_total: Vector, daemon: Vector) -> float:
+    """How lopsided a claim's CPU and memory would be, relative to its pool's largest type.
+
+    0 when both are used in the proportion the largest type offers them.
+    """
+    cpu_max, memory_max = claim.pool.largest
+    total = add(pods_total, daemon)
+    return abs(total[0] / cpu_max - total[1] / memory_max)
+
+
+def min_values_problem(
+    requirements: Requirements, types: Sequence[TypeInfo], total: Vector
+) -> Refusal | None:
+    """Why the types that hold ``total`` would not meet the requirements' minValues."""
+    values: dict[str, set[str]] = {}
+    for info in types:
+        if not fits(total, info.allocatable):
+            continue
+        for key, allowed in info.instance_type.requirements.items():
+            values.setdefault(key, set()).update(allowed)
+    return requirements.min_values_problem(values)

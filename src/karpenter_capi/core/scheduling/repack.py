@@ -3,8 +3,8 @@
 Why it exists: ``packing.py`` optimizes plain numbers (node types, pod groups, patterns); this
 module decides which of the greedy pass's claims it may touch, turns them into such a problem,
 and turns an accepted plan back into claims built the way the greedy pass builds them, so that
-``Solver._finish`` emits them like any other. Kept out of ``solver.py``, which only calls
-``Repacker.repack`` once its greedy pass is done.
+``_solver_view.proposed_claim`` emits them like any other. Kept out of ``solver.py``, which only
+calls ``Repacker.repack`` once its greedy pass is done.
 """
 
 from __future__ import annotations

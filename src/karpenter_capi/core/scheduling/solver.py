@@ -22,12 +22,28 @@ import json
 import logging
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock, SystemClock
 from karpenter_capi.core.scheduling import highs, packing, packing_model
+from karpenter_capi.core.scheduling._pod_spec import (
+    SPEC_ERRORS,
+    new_pod_class,
+    scheduling_spec,
+    unreadable_pod,
+)
+from karpenter_capi.core.scheduling._solver_view import (
+    SolverNode,
+    build_nodes,
+    build_pools,
+    build_topology,
+    largest_first,
+    limits_reason,
+    proposed_claim,
+    resource_names,
+)
 from karpenter_capi.core.scheduling.claims import (
     HOSTNAME_PLACEHOLDER,
     ClaimState,
@@ -36,18 +52,22 @@ from karpenter_capi.core.scheduling.claims import (
     TypeInfo,
     Vector,
     add,
-    cheapest_price,
+    first_fit,
     fits,
+    imbalance,
     limit_use,
     max_capacity,
+    min_values_problem,
+    to_vector,
+    tolerates_every_type,
+    type_tolerated,
+    untolerated_pool_taint,
 )
 from karpenter_capi.core.scheduling.daemons import DaemonOverhead
-from karpenter_capi.core.scheduling.hostports import HostPortUsage, pod_host_ports
 from karpenter_capi.core.scheduling.model import (
     ExistingNode,
     NodePoolOption,
     Pod,
-    ProposedNodeClaim,
     SolveResult,
     compatible_offerings,
     pod_key,
@@ -60,14 +80,9 @@ from karpenter_capi.core.scheduling.preferences import (
 )
 from karpenter_capi.core.scheduling.refusal import Refusal
 from karpenter_capi.core.scheduling.repack import Repacker
-from karpenter_capi.core.scheduling.requirements import (
-    Requirement,
-    Requirements,
-    preferred_node_terms,
-)
-from karpenter_capi.core.scheduling.resources import ResourceList, pod_requests
-from karpenter_capi.core.scheduling.taints import EFFECTS, Taint
-from karpenter_capi.core.scheduling.topology import NodeInfo, Topology
+from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
+from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.core.scheduling.topology import Topology
 
 log = logging.getLogger(__name__)
 
@@ -75,59 +90,6 @@ DEFAULT_MAX_INSTANCE_TYPES: Final = 60
 DEFAULT_TIMEOUT_SECONDS: Final = 60.0
 _DEADLINE_CHECK_EVERY: Final = 64
 _BALANCE_CANDIDATES: Final = 4
-
-
-def _scheduling_spec(pod: Pod) -> Mapping[str, Any]:
-    spec = pod.get("spec") or {}
-    meta = pod.get("metadata") or {}
-    return {
-        "namespace": meta.get("namespace"),
-        "labels": meta.get("labels"),
-        "nodeSelector": spec.get("nodeSelector"),
-        "affinity": spec.get("affinity"),
-        "tolerations": spec.get("tolerations"),
-        "topologySpreadConstraints": spec.get("topologySpreadConstraints"),
-        "containers": [(c.get("resources"), c.get("ports")) for c in spec.get("containers") or ()],
-        "initContainers": [
-            (c.get("resources"), c.get("ports"), c.get("restartPolicy"))
-            for c in spec.get("initContainers") or ()
-        ],
-        "overhead": spec.get("overhead"),
-        "resources": spec.get("resources"),
-    }
-
-
-def pod_requirements(pod: Pod, *, preferred: bool = True) -> Requirements | None:
-    """What a pod asks of a node's labels, with preferences treated as requirements.
-
-    As Karpenter: ``nodeSelector``, the first required node-affinity term, and (unless
-    ``preferred`` is false) the heaviest preferred node-affinity term; relaxation removes the
-    terms one at a time when the pod does not fit. ``None`` when the first required term can
-    never match a new node: it selects by ``matchFields`` (an existing node's name) or is empty
-    (Kubernetes: selects no node).
-    """
-    spec = pod.get("spec") or {}
-    requirements = Requirements.from_labels(spec.get("nodeSelector") or {})
-    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
-    heaviest = preferred_node_terms(pod)[:1] if preferred else []
-    for _, preference in heaviest:
-        requirements = requirements.merged(preference)
-    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-    terms = required.get("nodeSelectorTerms") or []
-    if terms:
-        if terms[0].get("matchFields") or not terms[0].get("matchExpressions"):
-            return None
-        requirements = requirements.merged(
-            Requirements.from_dicts(terms[0].get("matchExpressions") or [])
-        )
-    return requirements
-
-
-_TOLERATION_OPERATORS: Final = ("Exists", "Equal", "")
-_UNSATISFIABLE: Final = ("DoNotSchedule", "ScheduleAnyway", "")
-# What reading a pod spec the API server would have refused raises (a string where a list is,
-# an unknown operator, a malformed quantity): one such pod must not stop the round.
-_SPEC_ERRORS: Final = (ValueError, TypeError, AttributeError, KeyError)
 
 
 # Refusals whose text no user sees (the solver only asks whether there was one), made once so the
@@ -144,56 +106,6 @@ _NO_NODE_MATCHES_TERM: Final = Refusal(
 _NO_NODEPOOL: Final = Refusal("no NodePool is available")
 
 
-def unreadable_pod(pod: Pod) -> str | None:
-    """Why ``pod``'s scheduling constraints cannot be read, or ``None`` when they can.
-
-    The API server refuses such specs, but a webhook-less test cluster, an aggregated API or a
-    bug upstream may still hand one over; the pod is then reported unschedulable with this
-    text instead of taking the whole provisioning round down with it.
-    """
-    spec = pod.get("spec") or {}
-    try:
-        requests = pod_requests(pod, include_pod_count=True)
-        negative = sorted(name for name in requests if requests.milli(name) < 0)
-        if negative:
-            return f"requests of {', '.join(negative)} must not be negative"
-        pod_requirements(pod)
-        pod_requirements(pod, preferred=False)
-        pod_host_ports(pod)
-        for field in ("tolerations", "topologySpreadConstraints"):
-            items = spec.get(field) or []
-            if not isinstance(items, list) or not all(isinstance(i, Mapping) for i in items):
-                return f"{field} is not a list of objects"
-        for index, toleration in enumerate(spec.get("tolerations") or ()):
-            operator = toleration.get("operator") or ""
-            effect = toleration.get("effect") or ""
-            if operator not in _TOLERATION_OPERATORS:
-                return f"tolerations[{index}]: operator {operator!r} is not Exists or Equal"
-            if effect and effect not in EFFECTS:
-                return f"tolerations[{index}]: effect {effect!r} is not one of {', '.join(EFFECTS)}"
-        for index, constraint in enumerate(spec.get("topologySpreadConstraints") or ()):
-            where = f"topologySpreadConstraints[{index}]"
-            if int(constraint.get("maxSkew", 1)) < 1:
-                return f"{where}: maxSkew must be at least 1"
-            if (constraint.get("whenUnsatisfiable") or "") not in _UNSATISFIABLE:
-                return f"{where}: whenUnsatisfiable {constraint['whenUnsatisfiable']!r} is unknown"
-            if not constraint.get("topologyKey"):
-                return f"{where}: topologyKey is required"
-        strict_topology(pod)
-    except _SPEC_ERRORS as exc:
-        return f"cannot read its spec: {exc}"
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class _Ordered:
-    size: float  # negated dominant share, so an ascending sort puts the largest first
-    key: str
-    cpu: float
-    memory: float
-    pod: Pod
-
-
 @dataclass(eq=False)
 class _Fit:
     """A claim as it would be with one more pod (see ``Solver._fit_claim``)."""
@@ -204,21 +116,6 @@ class _Fit:
     first: int
     pods_total: Vector
     daemon: Vector
-
-
-@dataclass(eq=False)
-class _Node:
-    index: int
-    node: ExistingNode
-    requirements: Requirements
-    allocatable: Vector
-    total: Vector
-    ports: HostPortUsage
-    placed: list[Pod] = field(default_factory=list)
-
-    @property
-    def hostname(self) -> str:
-        return self.node.labels.get(wellknown.LABEL_HOSTNAME, self.node.name)
 
 
 class Solver:
@@ -261,7 +158,7 @@ class Solver:
         self._claims: list[ClaimState] = []
         self._claims_by_host: dict[str, ClaimState] = {}
         self._topology_rejections: dict[str, set[int]] = {}
-        self._nodes: list[_Node] = []
+        self._nodes: list[SolverNode] = []
         self._pools: list[PoolState] = []
         self._topology: Topology | None = None
         self._merge_cache: dict[tuple[str, int], tuple[Requirements, Requirements | Refusal]] = {}
@@ -271,189 +168,21 @@ class Solver:
         self._packing_backend = packing_backend
         self.packing_outcomes: list[packing_model.PackingOutcome] = []
 
-    # -- set-up ----------------------------------------------------------------------------
+    # -- set-up (the rest of it, once per round, is in _solver_view.py) -------------------
 
     def _vector(self, resources: ResourceList) -> Vector:
-        return tuple(resources.milli(name) for name in self._resources)
-
-    def _index_resources(self, pods: Sequence[Pod]) -> None:
-        names: set[str] = {"cpu", "memory", "pods"}
-        for option in self._options:
-            for instance_type in option.instance_types:
-                names.update(instance_type.allocatable)
-        for pod in pods:
-            names.update(pod_requests(pod))
-        for node in self._existing:
-            names.update(node.allocatable)
-        first = ("cpu", "memory", "pods")
-        self._resources = first + tuple(sorted(names - set(first)))
-
-    def _build_pools(self) -> None:
-        for option in self._options:
-            base = option.requirements.merged(
-                [Requirement.new(wellknown.LABEL_NODEPOOL, "In", [option.name])]
-            )
-            types = []
-            for instance_type in option.instance_types:
-                requirements = Requirements.from_value_sets(instance_type.requirements)
-                if base.conflict_with(requirements) is not None:
-                    continue
-                offerings = compatible_offerings(instance_type, base)
-                if not offerings:
-                    continue
-                types.append(
-                    TypeInfo(
-                        instance_type,
-                        self._vector(instance_type.allocatable),
-                        self._vector(instance_type.capacity),
-                        requirements,
-                        min(o.price for o in offerings),
-                    )
-                )
-            types.sort(key=lambda t: (t.price, t.instance_type.name))
-            remaining = None
-            if option.limits is not None:
-                limits = self._limit_vector(option.limits)
-                remaining = tuple(
-                    limit - used
-                    for limit, used in zip(limits, self._limit_usage(option), strict=True)
-                )
-            self._pools.append(
-                PoolState(
-                    option,
-                    base,
-                    types,
-                    remaining,
-                    any(r.min_values for r in base.values()),
-                    any(t.instance_type.taints for t in types),
-                    (
-                        max((t.allocatable[0] for t in types), default=1) or 1,
-                        max((t.allocatable[1] for t in types), default=1) or 1,
-                    ),
-                )
-            )
-
-    def _limit_vector(self, limits: ResourceList) -> Vector:
-        # Resources the limits do not name are unlimited; "nodes" is counted in pods' place.
-        unlimited = 1 << 62
-        vector = [limits.milli(n) if n in limits else unlimited for n in self._resources]
-        pods_index = self._resources.index("pods")
-        vector[pods_index] = limits.milli("nodes") if "nodes" in limits else unlimited
-        return tuple(vector)
-
-    def _limits_reason(self, types: Sequence[TypeInfo], remaining: Vector) -> str:
-        """Which limits even the smallest node would break ("nodes" in the pods slot)."""
-        names = [
-            "nodes" if name == "pods" else name
-            for index, name in enumerate(self._resources)
-            if all(limit_use(t.capacity)[index] > remaining[index] for t in types)
-        ]
-        return f"the NodePool's limits would be exceeded ({', '.join(names) or 'together'})"
-
-    def _limit_usage(self, option: NodePoolOption) -> Vector:
-        usage = [option.usage.milli(n) for n in self._resources]
-        usage[self._resources.index("pods")] = option.usage.milli("nodes")
-        return tuple(usage)
-
-    def _build_nodes(self) -> None:
-        for index, node in enumerate(self._existing):
-            ports = HostPortUsage()
-            for pod in node.pods:
-                ports.add(pod_host_ports(pod))
-            requested = self._vector(node.requested)
-            if node.in_flight:
-                requirements = Requirements.from_labels(node.labels)
-            else:
-                cached = self._label_requirements.get(node.name)
-                if cached is None:
-                    cached = Requirements.from_labels(node.labels)
-                    self._label_requirements[node.name] = cached
-                requirements = cached
-            if node.in_flight:
-                # What the claim may still become, not only what it already pins.
-                requirements = requirements.merged(node.requirements)
-                taints = tuple(node.taints)
-                requested = add(
-                    requested, self._vector(self._daemons.for_node(requirements, taints))
-                )
-            self._nodes.append(
-                _Node(
-                    index,
-                    node,
-                    requirements,
-                    self._vector(node.allocatable),
-                    requested,
-                    ports,
-                )
-            )
-
-    def _build_topology(self, pods: Sequence[Pod]) -> Topology:
-        domains: dict[str, set[str]] = {}
-        for pool in self._pools:
-            for key, requirement in pool.requirements.items():
-                if not requirement.complement:
-                    domains.setdefault(key, set()).update(requirement.values)
-            for info in pool.types:
-                for key, values in info.instance_type.requirements.items():
-                    domains.setdefault(key, set()).update(values)
-                for offering in compatible_offerings(info.instance_type, pool.requirements):
-                    domains.setdefault(wellknown.LABEL_TOPOLOGY_ZONE, set()).add(offering.zone)
-                    domains.setdefault(wellknown.LABEL_CAPACITY_TYPE, set()).add(
-                        offering.capacity_type
-                    )
-        existing_pods: list[tuple[Pod, NodeInfo]] = []
-        for node in self._existing:
-            labels = dict(node.labels)
-            labels.setdefault(wellknown.LABEL_HOSTNAME, node.name)
-            for key, value in labels.items():
-                domains.setdefault(key, set()).add(value)
-            node_info = NodeInfo(node.name, labels, tuple(node.taints))
-            existing_pods.extend((pod, node_info) for pod in node.pods)
-        return Topology(
-            domains=domains,
-            existing_pods=existing_pods,
-            pending_pods=[strict_topology(p) for p in pods],
-            namespaces=self._namespaces,
-        )
+        return to_vector(self._resources, resources)
 
     def _class_of(self, pod: Pod) -> PodClass:
-        signature = json.dumps(_scheduling_spec(pod), sort_keys=True, default=str)
+        """The class of pods sharing ``pod``'s scheduling spec, made on its first pod."""
+        signature = json.dumps(scheduling_spec(pod), sort_keys=True, default=str)
         found = self._classes.get(signature)
         if found is not None:
             return found
-        requests = pod_requests(pod, include_pod_count=True)
-        spec = pod.get("spec") or {}
         assert self._topology is not None
-        strict = strict_topology(pod)
-        pod_class = PodClass(
-            signature=signature,
-            requests=requests,
-            vector=self._vector(requests),
-            requirements=pod_requirements(pod),
-            required=pod_requirements(pod, preferred=False) or Requirements(),
-            tolerations=spec.get("tolerations") or (),
-            host_ports=pod_host_ports(pod),
-            topological=self._topology.has_constraints(strict),
+        pod_class = new_pod_class(
+            pod, signature, self._resources, self._topology, self._topology_rejections
         )
-        if pod_class.topological:
-            strict_spec = strict.get("spec") or {}
-            meta = pod.get("metadata") or {}
-            constraints = json.dumps(
-                [
-                    meta.get("namespace"),
-                    meta.get("labels"),
-                    (strict_spec.get("affinity") or {}).get("podAffinity"),
-                    (strict_spec.get("affinity") or {}).get("podAntiAffinity"),
-                    strict_spec.get("topologySpreadConstraints"),
-                    # Spreads may count only nodes the pod's affinity and tolerations allow.
-                    strict_spec.get("nodeSelector"),
-                    (strict_spec.get("affinity") or {}).get("nodeAffinity"),
-                    strict_spec.get("tolerations"),
-                ],
-                sort_keys=True,
-                default=str,
-            )
-            pod_class.topology_rejected = self._topology_rejections.setdefault(constraints, set())
         self._classes[signature] = pod_class
         return pod_class
 
@@ -471,12 +200,14 @@ class Solver:
             else:
                 errors[pod_key(pod)] = problem
         pods = readable
-        self._index_resources(pods)
-        self._build_pools()
-        self._build_nodes()
-        self._topology = self._build_topology(pods)
+        self._resources = resource_names(self._options, pods, self._existing)
+        self._pools = build_pools(self._options, self._resources)
+        self._nodes = build_nodes(
+            self._existing, self._resources, self._daemons, self._label_requirements
+        )
+        self._topology = build_topology(self._pools, self._existing, pods, self._namespaces)
         result = SolveResult()
-        queue = deque(self._order(pods))
+        queue = deque(largest_first(pods, self._pools))
         stalled = 0  # pods retried since the last one was placed
         handled = 0
         while queue:
@@ -490,7 +221,7 @@ class Solver:
             key = pod_key(pod)
             try:
                 why = self._place(pod)
-            except _SPEC_ERRORS as exc:  # what unreadable_pod did not foresee
+            except SPEC_ERRORS as exc:  # what unreadable_pod did not foresee
                 log.warning("cannot place pod %s: %r", key, exc)
                 errors[key] = f"cannot read its spec: {exc}"
                 continue
@@ -526,45 +257,12 @@ class Solver:
                 result.existing[node.node.name] = [originals[pod_key(p)] for p in node.placed]
         for claim in self._claims:
             claim.pods = [originals[pod_key(p)] for p in claim.pods]
-        result.new_nodeclaims = [self._finish(claim) for claim in self._claims]
+        result.new_nodeclaims = [
+            proposed_claim(claim, self._resources, self._max_instance_types)
+            for claim in self._claims
+        ]
         result.unschedulable = errors
         return result
-
-    def _order(self, pods: Sequence[Pod]) -> list[Pod]:
-        """Largest first, interleaving CPU-heavy and memory-heavy pods.
-
-        Karpenter sorts by CPU then memory, so a claim fills with the biggest pods of one shape
-        and ends up CPU-bound or memory-bound, paying for what it does not use. Here pods are
-        split by which resource they lean on (relative to the largest instance type's
-        proportion), each side sorted by its dominant size, and merged so the running totals
-        stay in that proportion: consecutive pods, which land on the same claim, then fill its
-        CPU and memory together.
-        """
-        cpu_max = max((pool.largest[0] for pool in self._pools), default=1)
-        memory_max = max((pool.largest[1] for pool in self._pools), default=1)
-        sides: tuple[list[_Ordered], list[_Ordered]] = ([], [])  # CPU-heavy, memory-heavy
-        for pod in pods:
-            requests = pod_requests(pod)
-            cpu = requests.milli("cpu") / cpu_max
-            memory = requests.milli("memory") / memory_max
-            sides[memory > cpu].append(_Ordered(-max(cpu, memory), pod_key(pod), cpu, memory, pod))
-        for side in sides:
-            side.sort(key=lambda o: (o.size, o.key))
-        cpu_heavy, memory_heavy = sides
-        ordered: list[Pod] = []
-        cpu_total = memory_total = 0.0
-        i = j = 0
-        while i < len(cpu_heavy) or j < len(memory_heavy):
-            if j >= len(memory_heavy) or (i < len(cpu_heavy) and cpu_total <= memory_total):
-                chosen = cpu_heavy[i]
-                i += 1
-            else:
-                chosen = memory_heavy[j]
-                j += 1
-            cpu_total += chosen.cpu
-            memory_total += chosen.memory
-            ordered.append(chosen.pod)
-        return ordered
 
     def _place(self, pod: Pod) -> Refusal | None:
         """Put ``pod`` on a node or claim (existing, in-flight, then new), or say why not."""
@@ -618,7 +316,7 @@ class Solver:
             fit = self._fit_claim(claim, pod_class, strict)
             if isinstance(fit, Refusal):
                 continue
-            score = self._imbalance(fit)
+            score = imbalance(fit.claim, fit.pods_total, fit.daemon)
             if best is None or score < best_score:
                 best, best_score = fit, score
             seen += 1
@@ -637,15 +335,7 @@ class Solver:
             return _NO_NODEPOOL
         return Refusal("; ".join(reasons))
 
-    def _tolerates(self, pod_class: PodClass, pool: PoolState) -> Taint | None:
-        name = pool.option.name
-        if name not in pod_class.pool_taint:
-            pod_class.pool_taint[name] = strictly_untolerated(
-                pod_class.tolerations, pool.option.taints
-            )
-        return pod_class.pool_taint[name]
-
-    def _node_refusal(self, node: _Node, pod_class: PodClass, strict: Pod) -> Refusal | None:
+    def _node_refusal(self, node: SolverNode, pod_class: PodClass, strict: Pod) -> Refusal | None:
         """Why the existing node cannot take a pod of ``pod_class``, or ``None`` if it can.
 
         Checks only; a refusal that lasts (taints, labels, room, ports) also marks the node as
@@ -677,7 +367,7 @@ class Solver:
                 return narrowed
         return None
 
-    def _place_on_node(self, node: _Node, pod_class: PodClass, pod: Pod, strict: Pod) -> None:
+    def _place_on_node(self, node: SolverNode, pod_class: PodClass, pod: Pod, strict: Pod) -> None:
         """Commit ``pod`` to an existing node :meth:`_node_refusal` found no reason against."""
         assert self._topology is not None
         self._topology.record(strict, node.requirements)
@@ -713,7 +403,7 @@ class Solver:
         assert pod_class.requirements is not None
         assert self._topology is not None
         rejected = pod_class.rejected_claims
-        if self._tolerates(pod_class, claim.pool) is not None:
+        if untolerated_pool_taint(pod_class, claim.pool) is not None:
             rejected.add(claim.index)
             return _TAINT
         if pod_class.host_ports and claim.ports.conflicts(pod_class.host_ports):
@@ -724,8 +414,8 @@ class Solver:
             rejected.add(claim.index)
             return merged
         pods_total = add(claim.pods_total, pod_class.vector)
-        fast = self._tolerates_every_type(pod_class, claim.pool)
-        room = self._first_fit(claim.types, claim.first, add(pods_total, claim.daemon), pod_class)
+        fast = tolerates_every_type(pod_class, claim.pool)
+        room = first_fit(claim.types, claim.first, add(pods_total, claim.daemon), pod_class)
         if room is None:
             # Narrowing only removes types and adds DaemonSets, so there will be no more room.
             rejected.add(claim.index)
@@ -761,8 +451,7 @@ class Solver:
             first = 0
         if (
             claim.pool.min_values
-            and self._min_values_problem(narrowed, types[first:], add(pods_total, daemon))
-            is not None
+            and min_values_problem(narrowed, types[first:], add(pods_total, daemon)) is not None
         ):
             return _MIN_VALUES
         return _Fit(claim, narrowed, types, first, pods_total, daemon)
@@ -777,50 +466,6 @@ class Solver:
         claim.pods.append(pod)
         claim.version += 1
         self._topology.record(strict, fit.requirements)
-
-    def _imbalance(self, fit: _Fit) -> float:
-        """How lopsided the claim's CPU and memory would be, relative to its pool's largest type.
-
-        0 when both are used in the proportion the largest type offers them.
-        """
-        cpu_max, memory_max = fit.claim.pool.largest
-        total = add(fit.pods_total, fit.daemon)
-        return abs(total[0] / cpu_max - total[1] / memory_max)
-
-    def _first_fit(
-        self, types: list[TypeInfo], first: int, total: Vector, pod_class: PodClass
-    ) -> int | None:
-        """Index of the cheapest type from ``first`` on that holds ``total``."""
-        for index in range(first, len(types)):
-            if fits(total, types[index].allocatable) and self._type_tolerated(
-                types[index], pod_class
-            ):
-                return index
-        return None
-
-    def _tolerates_every_type(self, pod_class: PodClass, pool: PoolState) -> bool:
-        """Whether no instance type of the pool has a taint this pod class does not tolerate."""
-        if not pool.tainted_types:
-            return True
-        key = f"types:{pool.option.name}"
-        if key not in pod_class.pool_taint:
-            pod_class.pool_taint[key] = next(
-                (
-                    taint
-                    for info in pool.types
-                    if (
-                        taint := strictly_untolerated(
-                            pod_class.tolerations, info.instance_type.taints
-                        )
-                    )
-                ),
-                None,
-            )
-        return pod_class.pool_taint[key] is None
-
-    def _type_tolerated(self, info: TypeInfo, pod_class: PodClass) -> bool:
-        taints = info.instance_type.taints
-        return not taints or strictly_untolerated(pod_class.tolerations, taints) is None
 
     def _compatible_types(
         self, pool: PoolState, requirements: Requirements, pod_class: PodClass
@@ -842,21 +487,10 @@ class Solver:
                 for t in pool.types
                 if relevant.conflict_with(t.requirements) is None
                 and compatible_offerings(t.instance_type, relevant)
-                and self._type_tolerated(t, pod_class)
+                and type_tolerated(t, pod_class)
             ]
             self._types_cache[cache_key] = cached
         return cached
-
-    def _min_values_problem(
-        self, requirements: Requirements, types: Sequence[TypeInfo], total: Vector
-    ) -> Refusal | None:
-        values: dict[str, set[str]] = {}
-        for info in types:
-            if not fits(total, info.allocatable):
-                continue
-            for key, allowed in info.instance_type.requirements.items():
-                values.setdefault(key, set()).update(allowed)
-        return requirements.min_values_problem(values)
 
     def _place_on_new_claim(
         self, pool: PoolState, pod_class: PodClass, pod: Pod, strict: Pod
@@ -864,7 +498,7 @@ class Solver:
         """Open a new claim in ``pool`` holding ``pod``, or say why the pool cannot."""
         assert pod_class.requirements is not None
         assert self._topology is not None
-        taint = self._tolerates(pod_class, pool)
+        taint = untolerated_pool_taint(pod_class, pool)
         if taint is not None:
             return Refusal(f"taint {taint} not tolerated")
         why = pool.requirements.incompatibility(pod_class.requirements)
@@ -913,14 +547,14 @@ class Solver:
             remaining = pool.remaining
             within = [t for t in types if fits(limit_use(t.capacity), remaining)]
             if not within:
-                return Refusal(self._limits_reason(types, remaining))
+                return Refusal(limits_reason(self._resources, types, remaining))
             types = within
-        first = self._first_fit(types, 0, total, pod_class)
+        first = first_fit(types, 0, total, pod_class)
         if first is None:
             needed = pod_class.requests.add(self._daemons.for_node(requirements, taints))
             return Refusal(too_small_reason([t.instance_type for t in types], needed))
         if pool.min_values:
-            problem = self._min_values_problem(requirements, types[first:], total)
+            problem = min_values_problem(requirements, types[first:], total)
             if problem is not None:
                 return problem
         if not pod_class.topological:
@@ -948,38 +582,3 @@ class Solver:
         self._claims_by_host[hostname] = claim
         self._topology.record(strict, requirements)
         return None
-
-    def _finish(self, claim: ClaimState) -> ProposedNodeClaim:
-        total = add(claim.pods_total, claim.daemon)
-        pool_requirements = claim.pool.requirements
-        same_offerings = all(
-            claim.requirements.get(key) == pool_requirements.get(key)
-            for key in (wellknown.LABEL_TOPOLOGY_ZONE, wellknown.LABEL_CAPACITY_TYPE)
-        )
-        types: list[TypeInfo] = []
-        for info in claim.types[claim.first :]:
-            if fits(total, info.allocatable):
-                types.append(info)
-                # In pool price order already unless the claim narrowed zone or capacity type.
-                if same_offerings and len(types) == self._max_instance_types:
-                    break
-        if not same_offerings:
-            types.sort(key=lambda t: (cheapest_price(t, claim.requirements), t.instance_type.name))
-        chosen = [t.instance_type for t in types[: self._max_instance_types]]
-        requirements = claim.requirements.with_requirement(
-            Requirement.new(wellknown.LABEL_INSTANCE_TYPE, "In", [t.name for t in chosen])
-        )
-        names = self._resources
-        return ProposedNodeClaim(
-            nodepool=claim.pool.option,
-            hostname=claim.hostname,
-            requirements=requirements,
-            instance_types=chosen,
-            pods=claim.pods,
-            requests=_resource_list(names, total),
-            daemon_requests=_resource_list(names, claim.daemon),
-        )
-
-
-def _resource_list(names: Sequence[str], vector: Vector) -> ResourceList:
-    return ResourceList.from_milli({n: v for n, v in zip(names, vector, strict=True) if v})

@@ -11,12 +11,14 @@ there and ends with a bookmark at the server's current resourceVersion. A read t
 exactly what a list made at that moment would, for the price of the changes since the last
 read. A 410 Gone relists; any other error propagates, as a failed list did.
 
-Only a watch that drains without blocking allows that: the in-memory API server's (simulator,
-tests, ``-f`` manifests). The official client's watch waits at least a second (the API takes
-whole seconds), and a watch thread would make the reads eventually consistent, which the launch
-arithmetic does not assume. So a mirror whose first stream is the official client's closes it
-and lists on every read, exactly as before (checked on the stream, so a wrapper around either
-client is served the right way).
+Only a client whose zero-timeout watch drains without blocking allows that, which the
+``KubeClient`` port declares (``drains_zero_timeout_watch``): the in-memory API server
+(simulator, tests, ``-f`` manifests), and the official client only when told to poll the
+simulated API server (``poll_watches``). Against a real kube-apiserver such a watch would block
+for its default timeout, and a watch thread would make the reads eventually consistent, which
+the launch arithmetic does not assume; so there the mirror lists on every read. A drain that
+ends before its closing bookmark (a dropped connection) is not known to be complete, so the
+mirror lists instead of trusting it.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from karpenter_capi.core.kube.cache import object_key
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.discovery import CapiResources
 from karpenter_capi.core.kube.errors import Gone, error_from_status
-from karpenter_capi.core.kube.official import OfficialWatch
 from karpenter_capi.core.kube.resources import NODECLAIMS, Resource
 from karpenter_capi.plugins.generic_capi.binding import (
     ClaimFacts,
@@ -76,8 +77,7 @@ class Mirror(Generic[T]):
         self._frozen: dict[str, tuple[T, ...]] = {}
         """Groups as tuples, as of the last read; a changed group is dropped until the next."""
         self._rv: str | None = None
-        self._drains: bool | None = None
-        """Whether this client's watch drains without blocking; unknown until the first one."""
+        self._drains = client.drains_zero_timeout_watch
         self.lists = 0
         """How many times the mirror listed (for tests)."""
 
@@ -97,7 +97,7 @@ class Mirror(Generic[T]):
             return dict(self._frozen)
 
     def _sync(self) -> None:
-        if self._rv is None or self._drains is False or not self._catch_up():
+        if self._rv is None or not self._drains or not self._catch_up():
             self._relist()
 
     def _relist(self) -> None:
@@ -142,12 +142,10 @@ class Mirror(Generic[T]):
             allow_bookmarks=True,
             timeout_seconds=0,
         )
+        complete = False  # the drain ends with a bookmark at the server's resourceVersion
         try:
-            if self._drains is None:
-                self._drains = not isinstance(stream, OfficialWatch)
-            if not self._drains:
-                return False
             for event in stream:
+                complete = event.type == "BOOKMARK"
                 if event.type == "ERROR":
                     error = error_from_status(event.object)
                     if isinstance(error, Gone):
@@ -163,7 +161,7 @@ class Mirror(Generic[T]):
             return False
         finally:
             stream.close()
-        return True
+        return complete
 
 
 CHOOSING: Final = ""

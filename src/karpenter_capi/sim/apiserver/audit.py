@@ -98,6 +98,10 @@ class AuditingClient:
         self.log = log
         self.cluster = cluster
 
+    @property
+    def drains_zero_timeout_watch(self) -> bool:
+        return self._inner.drains_zero_timeout_watch
+
     def _record(
         self,
         verb: str,
@@ -128,6 +132,12 @@ class AuditingClient:
             yield
         finally:
             self._written()
+
+    def _record_watch(
+        self, resource: Resource, namespace: str | None, timeout_seconds: float | None
+    ) -> None:
+        """Record a watch; for subclasses that count a poll (``timeout_seconds=0``) apart."""
+        self._record("watch", resource, namespace)
 
     def _written(self) -> None:
         """A write of this client came back (answered or failed); for subclasses."""
@@ -180,7 +190,7 @@ class AuditingClient:
         allow_bookmarks: bool = False,
         timeout_seconds: float | None = None,
     ) -> WatchStream:
-        self._record("watch", resource, namespace)
+        self._record_watch(resource, namespace, timeout_seconds)
         return self._inner.watch(
             resource,
             namespace,

@@ -18,7 +18,7 @@ import builtins
 import json
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.kube.client import (
@@ -91,6 +91,9 @@ def _decode_continue(token: str) -> tuple[int, str]:
 
 class InMemoryAPIServer:
     """A Kubernetes API server in memory: the verbs over one ``Engine`` (module docstring)."""
+
+    drains_zero_timeout_watch: Final = True
+    """A zero-timeout watch delivers what is recorded and ends (``InMemoryWatch``)."""
 
     def __init__(
         self,

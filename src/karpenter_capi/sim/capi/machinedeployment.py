@@ -34,16 +34,25 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.errors import AlreadyExists, NotFound
-from karpenter_capi.core.kube.selectors import selector_matches, selector_to_string
+from karpenter_capi.core.kube.selectors import selector_matches
 from karpenter_capi.core.runtime.controller import DONE, MANAGEMENT, Caches, Key, Result, Watch
+from karpenter_capi.sim.capi._rollout import (
+    ON_DELETE,
+    ROLLING_UPDATE,
+    MachineSetView,
+    by_creation,
+    deployment_status,
+    fenceposts,
+    new_replicas_on_delete,
+    new_replicas_rolling,
+    revision_of,
+)
 from karpenter_capi.sim.capi.objects import (
     ANNOTATION_DESIRED_REPLICAS,
     ANNOTATION_DISABLE_MACHINE_CREATE,
@@ -53,12 +62,10 @@ from karpenter_capi.sim.capi.objects import (
     LABEL_DEPLOYMENT_NAME,
     LABEL_TEMPLATE_HASH,
     annotations_of,
-    as_int,
     capi_resources,
     controlled_by,
     controller_key,
     controller_ref,
-    created_at,
     desired_replicas,
     in_namespace,
     is_deleting,
@@ -77,7 +84,6 @@ from karpenter_capi.sim.capi.objects import (
 from karpenter_capi.sim.capi.settings import (
     ANNOTATION_SHAPE,
     SIM_DOMAIN,
-    V1BETA2,
     EmulationSettings,
 )
 from karpenter_capi.sim.capi.shapes import (
@@ -93,9 +99,6 @@ from karpenter_capi.sim.capi.templates import deployment_selector, template_hash
 
 _log = logging.getLogger(__name__)
 
-ON_DELETE = "OnDelete"
-ROLLING_UPDATE = "RollingUpdate"
-
 # Deployment annotations CAPI does not copy onto its MachineSets (mdutil annotationsToSkip),
 # plus the emulation's own, which are read from the deployment itself.
 _NOT_COPIED = (
@@ -107,81 +110,12 @@ _NOT_COPIED = (
 )
 
 
-def scaled_value(value: int | str | None, total: int, *, round_up: bool, default: int) -> int:
-    """An int-or-percentage against ``total`` (``intstr.GetScaledValueFromIntOrPercent``);
-    a malformed value counts as ``default``."""
-    if value is None:
-        return default
-    if isinstance(value, int) and not isinstance(value, bool):
-        return max(0, value)
-    text = str(value).strip()
-    try:
-        if text.endswith("%"):
-            fraction = float(text[:-1]) * total / 100
-            return max(0, math.ceil(fraction) if round_up else math.floor(fraction))
-        return max(0, int(text))
-    except ValueError:
-        _log.warning("ignoring malformed rollout value %r", value)
-        return default
-
-
-def fenceposts(strategy: Strategy, replicas: int) -> tuple[int, int]:
-    """``(maxSurge, maxUnavailable)`` resolved as ``mdutil.ResolveFenceposts``: both zero
-    would deadlock, so ``maxUnavailable`` becomes 1."""
-    surge = scaled_value(strategy.max_surge, replicas, round_up=True, default=1)
-    unavailable = scaled_value(strategy.max_unavailable, replicas, round_up=False, default=0)
-    if surge == 0 and unavailable == 0:
-        unavailable = 1
-    return surge, unavailable
-
-
 def _copied_annotations(md: Mapping[str, Any]) -> dict[str, str]:
     return {
         k: v
         for k, v in annotations_of(md).items()
         if k not in _NOT_COPIED and not k.startswith(SIM_DOMAIN)
     }
-
-
-def revision_of(ms: Mapping[str, Any]) -> int:
-    return as_int(annotations_of(ms).get(ANNOTATION_REVISION), 0)
-
-
-@dataclass
-class _Set:
-    """A MachineSet as this reconcile sees it: ``replicas`` follows the writes it makes."""
-
-    obj: JsonObject
-    replicas: int
-
-    @property
-    def name(self) -> str:
-        return name_of(self.obj)
-
-    @property
-    def status_replicas(self) -> int:
-        return as_int(nested(self.obj, "status", "replicas"), 0)
-
-    @property
-    def available(self) -> int:
-        return as_int(nested(self.obj, "status", "availableReplicas"), 0)
-
-    @property
-    def ready(self) -> int:
-        return as_int(nested(self.obj, "status", "readyReplicas"), 0)
-
-    @property
-    def created(self) -> str:
-        return str(metadata(self.obj).get("creationTimestamp") or "")
-
-
-def _total_sum(sets: Iterable[_Set]) -> int:
-    """``mdutil.TotalMachineSetsReplicaSum``: max of desired and actual per set."""
-    return sum(max(s.replicas, s.status_replicas) for s in sets)
-
-
-def _by_creation(sets: Iterable[_Set]) -> list[_Set]:
-    return sorted(sets, key=lambda s: (created_at(s.obj) is None, s.created, s.name))
 
 
 class MachineDeploymentController:
@@ -232,7 +166,7 @@ class MachineDeploymentController:
         shape = shape_of(md, self.settings.default_shape)
         strategy = rollout_strategy(md, shape)
         current_hash = template_hash(md)
-        sets = [_Set(ms, desired_replicas(ms)) for ms in self._machine_sets(md)]
+        sets = [MachineSetView(ms, desired_replicas(ms)) for ms in self._machine_sets(md)]
         new = next(
             (s for s in sets if labels_of(s.obj).get(LABEL_TEMPLATE_HASH) == current_hash), None
         )
@@ -288,14 +222,19 @@ class MachineDeploymentController:
     # -- the current MachineSet ------------------------------------------------------------------
 
     def _create_new_set(
-        self, md: JsonObject, shape: str, strategy: Strategy, current_hash: str, old: list[_Set]
+        self,
+        md: JsonObject,
+        shape: str,
+        strategy: Strategy,
+        current_hash: str,
+        old: list[MachineSetView],
     ) -> Result:
         replicas = desired_replicas(md)
-        start = _Set({}, 0)
+        start = MachineSetView({}, 0)
         if strategy.type == ON_DELETE:
-            size = self._new_replicas_on_delete(md, start, old)
+            size = new_replicas_on_delete(md, start, old)
         else:
-            size = self._new_replicas_rolling(md, strategy, start, old)
+            size = new_replicas_rolling(md, strategy, start, old)
         revision = max((revision_of(s.obj) for s in old), default=0) + 1
         surge, _ = fenceposts(strategy, replicas)
         body = self._new_set_body(
@@ -359,7 +298,9 @@ class MachineDeploymentController:
             "spec": spec,
         }
 
-    def _sync_revision(self, md: JsonObject, new: _Set, old: Sequence[_Set]) -> None:
+    def _sync_revision(
+        self, md: JsonObject, new: MachineSetView, old: Sequence[MachineSetView]
+    ) -> None:
         max_old = max((revision_of(s.obj) for s in old), default=0)
         revision = revision_of(new.obj)
         if revision <= max_old or revision == 0:
@@ -371,7 +312,7 @@ class MachineDeploymentController:
         if annotations_of(md).get(ANNOTATION_REVISION) != str(revision):
             self._annotate(md, {ANNOTATION_REVISION: str(revision)})
 
-    def _sync_in_place(self, md: JsonObject, shape: str, sets: Sequence[_Set]) -> None:
+    def _sync_in_place(self, md: JsonObject, shape: str, sets: Sequence[MachineSetView]) -> None:
         """Propagate what changes without a rollout to every set: the deletion order and the
         deployment's annotations (added or changed ones; a removed one stays on the sets)."""
         order = md_deletion_order(md, shape)
@@ -385,20 +326,8 @@ class MachineDeploymentController:
 
     # -- RollingUpdate ---------------------------------------------------------------------------
 
-    def _new_replicas_rolling(
-        self, md: JsonObject, strategy: Strategy, new: _Set, old: Sequence[_Set]
-    ) -> int:
-        """``mdutil.NewMSNewReplicas`` for RollingUpdate: grow within ``replicas + maxSurge``."""
-        replicas = desired_replicas(md)
-        surge = scaled_value(strategy.max_surge, replicas, round_up=True, default=1)
-        current = _total_sum([*old, new])
-        max_total = replicas + surge
-        if current >= max_total:
-            return new.replicas
-        return new.replicas + min(max_total - current, replicas - new.replicas)
-
     def _rollout_rolling(
-        self, md: JsonObject, strategy: Strategy, new: _Set, old: list[_Set]
+        self, md: JsonObject, strategy: Strategy, new: MachineSetView, old: list[MachineSetView]
     ) -> None:
         replicas = desired_replicas(md)
         surge, max_unavailable = fenceposts(strategy, replicas)
@@ -408,7 +337,7 @@ class MachineDeploymentController:
         if new.replicas > replicas:
             self._scale(md, new, replicas, surge)
         elif new.replicas < replicas:
-            self._scale(md, new, self._new_replicas_rolling(md, strategy, new, old), surge)
+            self._scale(md, new, new_replicas_rolling(md, strategy, new, old), surge)
 
         # Scale down old sets, as reconcileOldMachineSets.
         old_count = sum(s.replicas for s in old)
@@ -422,7 +351,7 @@ class MachineDeploymentController:
             return
         # Unhealthy replicas of old sets go first: they cost no availability.
         cleaned = 0
-        for s in _by_creation(old):
+        for s in by_creation(old):
             if cleaned >= max_scaled_down:
                 break
             if s.replicas == 0 or s.replicas <= s.available:
@@ -435,7 +364,7 @@ class MachineDeploymentController:
         if available <= min_available:
             return
         budget = available - min_available
-        for s in _by_creation(old):
+        for s in by_creation(old):
             if budget <= 0:
                 break
             if s.replicas == 0:
@@ -446,16 +375,8 @@ class MachineDeploymentController:
 
     # -- OnDelete --------------------------------------------------------------------------------
 
-    def _new_replicas_on_delete(self, md: JsonObject, new: _Set, old: Sequence[_Set]) -> int:
-        """``mdutil.NewMSNewReplicas`` for OnDelete: grow into what old sets gave up."""
-        replicas = desired_replicas(md)
-        current = _total_sum([*old, new])
-        if current >= replicas:
-            return new.replicas
-        return new.replicas + (replicas - current)
-
     def _rollout_on_delete(
-        self, md: JsonObject, strategy: Strategy, new: _Set, old: list[_Set]
+        self, md: JsonObject, strategy: Strategy, new: MachineSetView, old: list[MachineSetView]
     ) -> None:
         replicas = desired_replicas(md)
         surge, _ = fenceposts(strategy, replicas)
@@ -463,11 +384,11 @@ class MachineDeploymentController:
         if new.replicas > replicas:
             self._scale(md, new, replicas, surge)
         elif new.replicas < replicas:
-            self._scale(md, new, self._new_replicas_on_delete(md, new, old), surge)
+            self._scale(md, new, new_replicas_on_delete(md, new, old), surge)
 
         # Old sets never make Machines again; they follow deletions, and a deployment scale-down.
         scale_down = sum(s.replicas for s in [*old, new]) - replicas
-        for s in _by_creation(old):
+        for s in by_creation(old):
             if ANNOTATION_DISABLE_MACHINE_CREATE not in annotations_of(s.obj):
                 self._patch_set(
                     s,
@@ -490,14 +411,14 @@ class MachineDeploymentController:
 
     # -- writes ----------------------------------------------------------------------------------
 
-    def _enable_creation(self, new: _Set) -> None:
+    def _enable_creation(self, new: MachineSetView) -> None:
         # A set that was old once (OnDelete) and is current again may create Machines again.
         if ANNOTATION_DISABLE_MACHINE_CREATE in annotations_of(new.obj):
             self._patch_set(
                 new, {"metadata": {"annotations": {ANNOTATION_DISABLE_MACHINE_CREATE: None}}}
             )
 
-    def _scale(self, md: JsonObject, s: _Set, replicas: int, surge: int) -> None:
+    def _scale(self, md: JsonObject, s: MachineSetView, replicas: int, surge: int) -> None:
         """``scaleMachineSet``: replicas and the deployment's sizes, in one write."""
         desired = desired_replicas(md)
         wanted = {
@@ -512,7 +433,7 @@ class MachineDeploymentController:
         s.replicas = max(0, replicas)
         self._patch_set(s, wanted)
 
-    def _patch_set(self, s: _Set, wanted: Mapping[str, Any]) -> None:
+    def _patch_set(self, s: MachineSetView, wanted: Mapping[str, Any]) -> None:
         patch = merge_diff(s.obj, wanted)
         if not patch:
             return
@@ -532,51 +453,11 @@ class MachineDeploymentController:
     # -- status and cleanup ----------------------------------------------------------------------
 
     def _write_status(
-        self, md: JsonObject, shape: str, new: _Set | None, old: Sequence[_Set]
+        self, md: JsonObject, shape: str, new: MachineSetView | None, old: Sequence[MachineSetView]
     ) -> bool:
         """Write the deployment's status; answer whether the rollout is complete
         (``mdutil.DeploymentComplete``)."""
-        sets = [*old, new] if new is not None else list(old)
-        desired = desired_replicas(md)
-        replicas = sum(s.status_replicas for s in sets)
-        ready = sum(s.ready for s in sets)
-        available = sum(s.available for s in sets)
-        up_to_date = new.status_replicas if new is not None else 0
-        unavailable = max(desired - available, 0)
-        if replicas > desired:
-            phase = "ScalingDown"
-        elif desired > ready:
-            phase = "ScalingUp"
-        else:
-            phase = "Running"
-        status: JsonObject = {
-            "selector": selector_to_string(deployment_selector(md)),
-            "replicas": replicas,
-            "readyReplicas": ready,
-            "availableReplicas": available,
-            "phase": phase,
-        }
-        generation = metadata(md).get("generation")
-        if isinstance(generation, int):
-            status["observedGeneration"] = generation
-        if shape == V1BETA2:
-            status["upToDateReplicas"] = up_to_date
-            status["deprecated"] = {
-                "v1beta1": {
-                    "updatedReplicas": up_to_date,
-                    "readyReplicas": ready,
-                    "availableReplicas": available,
-                    "unavailableReplicas": unavailable,
-                }
-            }
-        else:
-            status["updatedReplicas"] = up_to_date
-            status["unavailableReplicas"] = unavailable
-            status["v1beta2"] = {
-                "readyReplicas": ready,
-                "availableReplicas": available,
-                "upToDateReplicas": up_to_date,
-            }
+        status, complete = deployment_status(md, shape, new, old)
         patch = merge_diff(md.get("status"), status)
         if patch:
             try:
@@ -589,9 +470,9 @@ class MachineDeploymentController:
                 )
             except NotFound:
                 return False
-        return up_to_date == desired == replicas == available
+        return complete
 
-    def _cleanup(self, md: JsonObject, shape: str, old: Sequence[_Set]) -> None:
+    def _cleanup(self, md: JsonObject, shape: str, old: Sequence[MachineSetView]) -> None:
         """Delete old sets that are empty, beyond the revision history the layout keeps."""
         empty = [s for s in old if s.replicas == 0 and s.status_replicas == 0]
         keep = revision_history_limit(md, shape)

@@ -79,12 +79,13 @@ from karpenter_capi.sim.capi.objects import (
     new_controller_ref,
     resource_at,
 )
-from karpenter_capi.sim.capi.settings import ANNOTATION_SHAPE, V1BETA2, EmulationSettings
+from karpenter_capi.sim.capi.settings import ANNOTATION_SHAPE, EmulationSettings
 from karpenter_capi.sim.capi.shapes import (
     clone_ref,
     condition_status,
     failure_of,
     ms_deletion_order,
+    replica_status,
     shape_of,
 )
 from karpenter_capi.sim.capi.templates import machine_set_selector, template_hash
@@ -159,44 +160,6 @@ def is_ready(machine: Mapping[str, Any]) -> bool:
 
 def is_available(machine: Mapping[str, Any]) -> bool:
     return condition_status(machine, "Available") == "True"
-
-
-def replica_status(
-    shape: str,
-    *,
-    replicas: int,
-    ready: int,
-    available: int,
-    up_to_date: int,
-    selector: str,
-    generation: Any,
-) -> JsonObject:
-    """A MachineSet's counters where a client of ``shape`` reads them."""
-    status: JsonObject = {
-        "selector": selector,
-        "replicas": replicas,
-        "readyReplicas": ready,
-        "availableReplicas": available,
-    }
-    if isinstance(generation, int):
-        status["observedGeneration"] = generation
-    if shape == V1BETA2:
-        status["upToDateReplicas"] = up_to_date
-        status["deprecated"] = {
-            "v1beta1": {
-                "fullyLabeledReplicas": replicas,
-                "readyReplicas": ready,
-                "availableReplicas": available,
-            }
-        }
-    else:
-        status["fullyLabeledReplicas"] = replicas
-        status["v1beta2"] = {
-            "readyReplicas": ready,
-            "availableReplicas": available,
-            "upToDateReplicas": up_to_date,
-        }
-    return status
 
 
 # --- the controller -----------------------------------------------------------------------------
@@ -460,6 +423,7 @@ class MachineSetController:
             up_to_date=up_to_date,
             selector=selector_to_string(selector),
             generation=metadata(ms).get("generation"),
+            legacy={"fullyLabeledReplicas": replicas},
         )
         patch = merge_diff(ms.get("status"), desired)
         if patch:

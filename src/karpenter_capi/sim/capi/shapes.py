@@ -303,3 +303,43 @@ def failure_of(obj: Mapping[str, Any]) -> tuple[str, str] | None:
         if reason or message:
             return str(reason or ""), str(message or "")
     return None
+
+
+def replica_status(
+    shape: str,
+    *,
+    replicas: int,
+    ready: int,
+    available: int,
+    up_to_date: int,
+    selector: str,
+    generation: Any,
+    legacy: Mapping[str, Any],
+) -> JsonObject:
+    """A MachineSet's or MachineDeployment's counters where a client of ``shape`` reads them.
+
+    ``legacy`` are the counters only v1beta1 has (``fullyLabeledReplicas``, ``updatedReplicas``,
+    ...): at the top of ``status`` in that layout, under ``status.deprecated.v1beta1`` (with
+    the ready and available counts) in v1beta2, which moves the up-to-date count the other way.
+    """
+    status: JsonObject = {
+        "selector": selector,
+        "replicas": replicas,
+        "readyReplicas": ready,
+        "availableReplicas": available,
+    }
+    if isinstance(generation, int):
+        status["observedGeneration"] = generation
+    if shape == V1BETA2:
+        status["upToDateReplicas"] = up_to_date
+        status["deprecated"] = {
+            "v1beta1": {**legacy, "readyReplicas": ready, "availableReplicas": available}
+        }
+    else:
+        status.update(legacy)
+        status["v1beta2"] = {
+            "readyReplicas": ready,
+            "availableReplicas": available,
+            "upToDateReplicas": up_to_date,
+        }
+    return status

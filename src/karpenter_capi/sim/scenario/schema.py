@@ -405,12 +405,13 @@ def parse_scenario_text(text: str, source: str = "<scenario>") -> Scenario:
     return parse_scenario(data, source)
 
 
-SHIPPED = Path(__file__).resolve().parent.parent / "scenarios"
-"""Where the shipped scenario files live (``sim/scenarios``)."""
+SHIPPED = Path(__file__).resolve().parent / "shipped"
+"""Where the shipped scenario files live (``sim/scenario/shipped``), package data beside the
+code that reads them."""
 
 
 def shipped_scenarios() -> list[str]:
-    """Names of the shipped scenarios (files in ``sim/scenarios`` that are scenarios)."""
+    """Names of the shipped scenarios (files in ``sim/scenario/shipped`` that are scenarios)."""
     return sorted(
         path.stem
         for path in SHIPPED.glob("*.yaml")

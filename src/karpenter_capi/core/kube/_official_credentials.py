@@ -1,0 +1,76 @@
+"""Credentials for the official client: bearer tokens read from a file as it rotates, trimmed
+of the whitespace token files end with, and CA bundles given as PEM or base64.
+
+Why a module of its own: ``official.py`` sends requests; how the ``Configuration`` it sends them
+with gets and keeps its credentials is a separate concern with its own tests.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from typing import Any
+
+from kubernetes.client import Configuration
+
+
+class TokenFile:
+    """A ``refresh_api_key_hook`` that reads the bearer token from a file when it changes.
+
+    A mounted Secret is updated in place when the token is rotated; stat-ing the file on each
+    request and reading it only when its mtime or size moved keeps that cheap. While the file
+    cannot be read (mid-update), the token read last is kept.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._path = os.path.expanduser(path)
+        self._stamp: tuple[int, int] | None = None
+
+    def __call__(self, configuration: Configuration) -> None:
+        try:
+            stat = os.stat(self._path)
+            stamp = (stat.st_mtime_ns, stat.st_size)
+            if stamp == self._stamp:
+                return
+            with open(self._path, encoding="utf-8") as handle:
+                token = handle.read().strip()
+        except OSError:
+            return
+        configuration.api_key["BearerToken"] = token
+        self._stamp = stamp
+
+
+class _TrimmedKeys(dict[str, Any]):
+    """``Configuration.api_key`` that strips whitespace around every token it is given."""
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, value.strip() if isinstance(value, str) else value)
+
+
+def trim_credentials(configuration: Configuration) -> None:
+    """Strip whitespace around bearer tokens, now and whenever they are reloaded.
+
+    Token files usually end with a newline (``echo $TOKEN > token``): kubectl trims it, the
+    official client sends it as part of the header, which http.client then refuses. The
+    kubeconfig and in-cluster loaders store each (re)loaded token with ``api_key[...] = ...``,
+    so a dict that trims on assignment covers their refresh hooks too.
+    """
+    keys = _TrimmedKeys()
+    for name, value in (configuration.api_key or {}).items():
+        keys[name] = value
+    configuration.api_key = keys
+
+
+def decode_ca_data(ca_data: str) -> str:
+    """PEM text from base64 (kubeconfig ``certificate-authority-data`` style) or PEM itself."""
+    text = ca_data.strip()
+    if text.startswith("-----BEGIN"):
+        return text
+    try:
+        decoded = base64.b64decode(text, validate=True).decode("ascii")
+    except (binascii.Error, UnicodeDecodeError) as exc:
+        raise ValueError("CA data is neither PEM nor base64-encoded PEM") from exc
+    if "-----BEGIN" not in decoded:
+        raise ValueError("CA data decodes from base64 but is not a PEM bundle")
+    return decoded

@@ -1,0 +1,301 @@
+"""The solver's view of a round: the inputs turned into vectors, and its claims turned back.
+
+Why a module of its own: the solve itself (``solver.py``) is the hot loop that places pods; what
+happens once per round before it (indexing resources, pricing each NodePool's instance types,
+the existing nodes' room and ports, the topology domains, the order pods are tried in) and after
+it (a ``ProposedNodeClaim`` per claim) reads the inputs, not the loop's state, and is easier to
+follow on its own. Vectors are integer milli-units in the order ``resource_names`` fixes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.scheduling.claims import (
+    ClaimState,
+    PoolState,
+    TypeInfo,
+    Vector,
+    add,
+    cheapest_price,
+    fits,
+    limit_use,
+    to_vector,
+)
+from karpenter_capi.core.scheduling.daemons import DaemonOverhead
+from karpenter_capi.core.scheduling.hostports import HostPortUsage, pod_host_ports
+from karpenter_capi.core.scheduling.model import (
+    ExistingNode,
+    NodePoolOption,
+    Pod,
+    ProposedNodeClaim,
+    compatible_offerings,
+    pod_key,
+)
+from karpenter_capi.core.scheduling.preferences import strict_topology
+from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
+from karpenter_capi.core.scheduling.resources import ResourceList, pod_requests
+from karpenter_capi.core.scheduling.topology import NodeInfo, Topology
+
+
+@dataclass(eq=False)
+class SolverNode:
+    """An existing node (registered, or a NodeClaim still launching) as the solve fills it."""
+
+    index: int
+    node: ExistingNode
+    requirements: Requirements
+    allocatable: Vector
+    total: Vector
+    ports: HostPortUsage
+    placed: list[Pod] = field(default_factory=list)
+
+    @property
+    def hostname(self) -> str:
+        return self.node.labels.get(wellknown.LABEL_HOSTNAME, self.node.name)
+
+
+def resource_names(
+    options: Sequence[NodePoolOption], pods: Sequence[Pod], existing: Sequence[ExistingNode]
+) -> tuple[str, ...]:
+    """Every resource anything in the round names: cpu, memory, pods, then the rest by name."""
+    names: set[str] = {"cpu", "memory", "pods"}
+    for option in options:
+        for instance_type in option.instance_types:
+            names.update(instance_type.allocatable)
+    for pod in pods:
+        names.update(pod_requests(pod))
+    for node in existing:
+        names.update(node.allocatable)
+    first = ("cpu", "memory", "pods")
+    return first + tuple(sorted(names - set(first)))
+
+
+def build_pools(options: Sequence[NodePoolOption], names: Sequence[str]) -> list[PoolState]:
+    """Each NodePool with the instance types it may launch, cheapest first, and its limits."""
+    pools = []
+    for option in options:
+        base = option.requirements.merged(
+            [Requirement.new(wellknown.LABEL_NODEPOOL, "In", [option.name])]
+        )
+        types = []
+        for instance_type in option.instance_types:
+            requirements = Requirements.from_value_sets(instance_type.requirements)
+            if base.conflict_with(requirements) is not None:
+                continue
+            offerings = compatible_offerings(instance_type, base)
+            if not offerings:
+                continue
+            types.append(
+                TypeInfo(
+                    instance_type,
+                    to_vector(names, instance_type.allocatable),
+                    to_vector(names, instance_type.capacity),
+                    requirements,
+                    min(o.price for o in offerings),
+                )
+            )
+        types.sort(key=lambda t: (t.price, t.instance_type.name))
+        remaining = None
+        if option.limits is not None:
+            limits = _limit_vector(names, option.limits)
+            remaining = tuple(
+                limit - used
+                for limit, used in zip(limits, _limit_usage(names, option), strict=True)
+            )
+        pools.append(
+            PoolState(
+                option,
+                base,
+                types,
+                remaining,
+                any(r.min_values for r in base.values()),
+                any(t.instance_type.taints for t in types),
+                (
+                    max((t.allocatable[0] for t in types), default=1) or 1,
+                    max((t.allocatable[1] for t in types), default=1) or 1,
+                ),
+            )
+        )
+    return pools
+
+
+def _limit_vector(names: Sequence[str], limits: ResourceList) -> Vector:
+    # Resources the limits do not name are unlimited; "nodes" is counted in pods' place.
+    unlimited = 1 << 62
+    vector = [limits.milli(n) if n in limits else unlimited for n in names]
+    pods_index = names.index("pods")
+    vector[pods_index] = limits.milli("nodes") if "nodes" in limits else unlimited
+    return tuple(vector)
+
+
+def _limit_usage(names: Sequence[str], option: NodePoolOption) -> Vector:
+    usage = [option.usage.milli(n) for n in names]
+    usage[names.index("pods")] = option.usage.milli("nodes")
+    return tuple(usage)
+
+
+def limits_reason(names: Sequence[str], types: Sequence[TypeInfo], remaining: Vector) -> str:
+    """Which limits even the smallest node would break ("nodes" in the pods slot)."""
+    broken = [
+        "nodes" if name == "pods" else name
+        for index, name in enumerate(names)
+        if all(limit_use(t.capacity)[index] > remaining[index] for t in types)
+    ]
+    return f"the NodePool's limits would be exceeded ({', '.join(broken) or 'together'})"
+
+
+def build_nodes(
+    existing: Sequence[ExistingNode],
+    names: Sequence[str],
+    daemons: DaemonOverhead,
+    label_requirements: dict[str, Requirements],
+) -> list[SolverNode]:
+    """The existing nodes with what is on them; ``label_requirements`` caches (and gains) each
+    registered node's labels as requirements, by node name."""
+    nodes = []
+    for index, node in enumerate(existing):
+        ports = HostPortUsage()
+        for pod in node.pods:
+            ports.add(pod_host_ports(pod))
+        requested = to_vector(names, node.requested)
+        if node.in_flight:
+            requirements = Requirements.from_labels(node.labels)
+        else:
+            cached = label_requirements.get(node.name)
+            if cached is None:
+                cached = Requirements.from_labels(node.labels)
+                label_requirements[node.name] = cached
+            requirements = cached
+        if node.in_flight:
+            # What the claim may still become, not only what it already pins.
+            requirements = requirements.merged(node.requirements)
+            taints = tuple(node.taints)
+            requested = add(requested, to_vector(names, daemons.for_node(requirements, taints)))
+        nodes.append(
+            SolverNode(
+                index, node, requirements, to_vector(names, node.allocatable), requested, ports
+            )
+        )
+    return nodes
+
+
+def build_topology(
+    pools: Sequence[PoolState],
+    existing: Sequence[ExistingNode],
+    pods: Sequence[Pod],
+    namespaces: Mapping[str, Mapping[str, str]],
+) -> Topology:
+    """Topology over every domain a pool or an existing node could put a pod in."""
+    domains: dict[str, set[str]] = {}
+    for pool in pools:
+        for key, requirement in pool.requirements.items():
+            if not requirement.complement:
+                domains.setdefault(key, set()).update(requirement.values)
+        for info in pool.types:
+            for key, values in info.instance_type.requirements.items():
+                domains.setdefault(key, set()).update(values)
+            for offering in compatible_offerings(info.instance_type, pool.requirements):
+                domains.setdefault(wellknown.LABEL_TOPOLOGY_ZONE, set()).add(offering.zone)
+                domains.setdefault(wellknown.LABEL_CAPACITY_TYPE, set()).add(offering.capacity_type)
+    existing_pods: list[tuple[Pod, NodeInfo]] = []
+    for node in existing:
+        labels = dict(node.labels)
+        labels.setdefault(wellknown.LABEL_HOSTNAME, node.name)
+        for key, value in labels.items():
+            domains.setdefault(key, set()).add(value)
+        node_info = NodeInfo(node.name, labels, tuple(node.taints))
+        existing_pods.extend((pod, node_info) for pod in node.pods)
+    return Topology(
+        domains=domains,
+        existing_pods=existing_pods,
+        pending_pods=[strict_topology(p) for p in pods],
+        namespaces=namespaces,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Ordered:
+    size: float  # negated dominant share, so an ascending sort puts the largest first
+    key: str
+    cpu: float
+    memory: float
+    pod: Pod
+
+
+def largest_first(pods: Sequence[Pod], pools: Sequence[PoolState]) -> list[Pod]:
+    """Largest first, interleaving CPU-heavy and memory-heavy pods.
+
+    Karpenter sorts by CPU then memory, so a claim fills with the biggest pods of one shape
+    and ends up CPU-bound or memory-bound, paying for what it does not use. Here pods are
+    split by which resource they lean on (relative to the largest instance type's
+    proportion), each side sorted by its dominant size, and merged so the running totals
+    stay in that proportion: consecutive pods, which land on the same claim, then fill its
+    CPU and memory together.
+    """
+    cpu_max = max((pool.largest[0] for pool in pools), default=1)
+    memory_max = max((pool.largest[1] for pool in pools), default=1)
+    sides: tuple[list[_Ordered], list[_Ordered]] = ([], [])  # CPU-heavy, memory-heavy
+    for pod in pods:
+        requests = pod_requests(pod)
+        cpu = requests.milli("cpu") / cpu_max
+        memory = requests.milli("memory") / memory_max
+        sides[memory > cpu].append(_Ordered(-max(cpu, memory), pod_key(pod), cpu, memory, pod))
+    for side in sides:
+        side.sort(key=lambda o: (o.size, o.key))
+    cpu_heavy, memory_heavy = sides
+    ordered: list[Pod] = []
+    cpu_total = memory_total = 0.0
+    i = j = 0
+    while i < len(cpu_heavy) or j < len(memory_heavy):
+        if j >= len(memory_heavy) or (i < len(cpu_heavy) and cpu_total <= memory_total):
+            chosen = cpu_heavy[i]
+            i += 1
+        else:
+            chosen = memory_heavy[j]
+            j += 1
+        cpu_total += chosen.cpu
+        memory_total += chosen.memory
+        ordered.append(chosen.pod)
+    return ordered
+
+
+def proposed_claim(
+    claim: ClaimState, names: Sequence[str], max_instance_types: int
+) -> ProposedNodeClaim:
+    """The NodeClaim to create for ``claim``: every type that still holds its pods, cheapest
+    first, at most ``max_instance_types`` of them."""
+    total = add(claim.pods_total, claim.daemon)
+    pool_requirements = claim.pool.requirements
+    same_offerings = all(
+        claim.requirements.get(key) == pool_requirements.get(key)
+        for key in (wellknown.LABEL_TOPOLOGY_ZONE, wellknown.LABEL_CAPACITY_TYPE)
+    )
+    types: list[TypeInfo] = []
+    for info in claim.types[claim.first :]:
+        if fits(total, info.allocatable):
+            types.append(info)
+            # In pool price order already unless the claim narrowed zone or capacity type.
+            if same_offerings and len(types) == max_instance_types:
+                break
+    if not same_offerings:
+        types.sort(key=lambda t: (cheapest_price(t, claim.requirements), t.instance_type.name))
+    chosen = [t.instance_type for t in types[:max_instance_types]]
+    requirements = claim.requirements.with_requirement(
+        Requirement.new(wellknown.LABEL_INSTANCE_TYPE, "In", [t.name for t in chosen])
+    )
+    return ProposedNodeClaim(
+        nodepool=claim.pool.option,
+        hostname=claim.hostname,
+        requirements=requirements,
+        instance_types=chosen,
+        pods=claim.pods,
+        requests=_resource_list(names, total),
+        daemon_requests=_resource_list(names, claim.daemon),
+    )
+
+
+def _resource_list(names: Sequence[str], vector: Vector) -> ResourceList:
+    return ResourceList.from_milli({n: v for n, v in zip(names, vector, strict=True) if v})
