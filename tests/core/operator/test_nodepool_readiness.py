@@ -2,48 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES, EVENTS, NODEPOOLS
-from karpenter_capi.core.operator import Operator, OperatorOptions
+from karpenter_capi.core.operator import Operator
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
+from tests.support import operator_world as world
 from tests.support.provider import FakeProvider
 
 
 def _world() -> tuple[InMemoryAPIServer, Operator]:
+    """A NodePool whose NodeClass does not exist yet."""
     clock = FakeClock()
     api = new_cluster(clock=clock)
-    provider = FakeProvider(clock)
-    operator = Operator(
-        api,
-        api,
-        provider.plugins(api),
-        clock,
-        OperatorOptions(leader_elect=False, metrics_port=None),
-    )
-    api.create(
-        NODEPOOLS,
-        {
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodePool",
-            "metadata": {"name": "general"},
-            "spec": {
-                "template": {
-                    "spec": {
-                        "nodeClassRef": {
-                            "group": "karpenter.cluster.x-k8s.io",
-                            "kind": "ClusterAPINodeClass",
-                            "name": "default",
-                        },
-                        "requirements": [],
-                    }
-                }
-            },
-        },
-    )
+    operator = world.operator(api, clock, FakeProvider(clock))
+    api.create(NODEPOOLS, world.nodepool())
     return api, operator
 
 
@@ -55,16 +28,6 @@ def _conditions(api: InMemoryAPIServer) -> dict[str, tuple[str, str]]:
     }
 
 
-def _nodeclass() -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "apiVersion": wellknown.NODECLASS_API_VERSION,
-        "kind": wellknown.NODECLASS_KIND,
-        "metadata": {"name": "default"},
-        "spec": {},
-    }
-    return body
-
-
 def test_a_nodepool_without_its_nodeclass_is_not_ready_until_it_appears() -> None:
     api, operator = _world()
     driver = operator.stepped()
@@ -74,7 +37,7 @@ def test_a_nodepool_without_its_nodeclass_is_not_ready_until_it_appears() -> Non
     assert conditions["Ready"][0] == "False"
     assert conditions["ValidationSucceeded"][0] == "True"
 
-    api.create(CLUSTER_API_NODE_CLASSES, _nodeclass())
+    api.create(CLUSTER_API_NODE_CLASSES, world.nodeclass())
     driver.advance(1)
     assert _conditions(api)["Ready"][0] == "True"
     reasons = [e["reason"] for e in api.list(EVENTS).items]
@@ -83,7 +46,7 @@ def test_a_nodepool_without_its_nodeclass_is_not_ready_until_it_appears() -> Non
 
 def test_a_nodeclass_that_is_not_ready_makes_its_nodepool_not_ready() -> None:
     api, operator = _world()
-    api.create(CLUSTER_API_NODE_CLASSES, _nodeclass())
+    api.create(CLUSTER_API_NODE_CLASSES, world.nodeclass())
     driver = operator.stepped()
     driver.advance(1)
     assert _conditions(api)["Ready"][0] == "True"

@@ -14,12 +14,12 @@ from karpenter_capi.core.kube.resources import (
     NODECLAIMS,
     NODEPOOLS,
     NODES,
-    PODS,
 )
 from karpenter_capi.core.observability.endpoint import ObservabilityServer
-from karpenter_capi.core.operator import Operator, OperatorOptions
+from karpenter_capi.core.operator import Operator
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
+from tests.support import operator_world as world
 from tests.support.provider import FakeProvider
 
 
@@ -27,70 +27,9 @@ def _setup() -> tuple[FakeClock, InMemoryAPIServer, FakeProvider, Operator]:
     clock = FakeClock()
     api = new_cluster(clock=clock)
     provider = FakeProvider(clock, bind_after_polls=1)
-    api.create(
-        CLUSTER_API_NODE_CLASSES,
-        {
-            "apiVersion": wellknown.NODECLASS_API_VERSION,
-            "kind": wellknown.NODECLASS_KIND,
-            "metadata": {"name": "default"},
-            "spec": {},
-        },
-    )
-    api.create(
-        NODEPOOLS,
-        {
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodePool",
-            "metadata": {"name": "general"},
-            "spec": {
-                "template": {
-                    "spec": {
-                        "nodeClassRef": {
-                            "group": "karpenter.cluster.x-k8s.io",
-                            "kind": "ClusterAPINodeClass",
-                            "name": "default",
-                        },
-                        "requirements": [],
-                    }
-                }
-            },
-        },
-    )
-    operator = Operator(
-        api,
-        api,
-        provider.plugins(api),
-        clock,
-        OperatorOptions(leader_elect=False, metrics_port=None),
-    )
-    return clock, api, provider, operator
-
-
-def _pending(api: InMemoryAPIServer, name: str, cpu: str = "500m") -> None:
-    api.create(
-        PODS,
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": cpu}}}]},
-        },
-        "default",
-    )
-    api.patch(
-        PODS,
-        name,
-        {
-            "status": {
-                "phase": "Pending",
-                "conditions": [
-                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
-                ],
-            }
-        },
-        "default",
-        subresource="status",
-    )
+    api.create(CLUSTER_API_NODE_CLASSES, world.nodeclass())
+    api.create(NODEPOOLS, world.nodepool())
+    return clock, api, provider, world.operator(api, clock, provider)
 
 
 def _node_for(api: InMemoryAPIServer, claim: dict[str, Any]) -> None:
@@ -124,7 +63,7 @@ def test_a_scale_up_runs_from_pending_pods_to_initialized_nodes_and_is_measured(
     _, api, _, operator = _setup()
     driver = operator.stepped()
     for i in range(3):
-        _pending(api, f"web-{i}")
+        world.pending_pod(api, f"web-{i}")
     driver.advance(3)  # past the batching window
     claims = api.list(NODECLAIMS).items
     assert claims
@@ -158,7 +97,7 @@ def test_a_scale_up_runs_from_pending_pods_to_initialized_nodes_and_is_measured(
 def test_deleting_a_nodeclaim_drains_and_removes_everything() -> None:
     _, api, provider, operator = _setup()
     driver = operator.stepped()
-    _pending(api, "web-0")
+    world.pending_pod(api, "web-0")
     driver.advance(15)
     (claim,) = api.list(NODECLAIMS).items
     _node_for(api, claim)

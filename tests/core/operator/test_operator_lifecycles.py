@@ -28,20 +28,16 @@ from karpenter_capi.core.kube.resources import (
     PODS,
     Resource,
 )
-from karpenter_capi.core.operator import Operator, OperatorOptions
+from karpenter_capi.core.operator import Operator
 from karpenter_capi.core.runtime.stepped import SteppedDriver
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
+from tests.support import operator_world
 from tests.support.provider import INSTANCE_ANNOTATION, FakeProvider
 
 JsonObject = dict[str, Any]
 
 NAMESPACE = "default"
-NODECLASS_REF = {
-    "group": wellknown.NODECLASS_GROUP,
-    "kind": wellknown.NODECLASS_KIND,
-    "name": "default",
-}
 UNREGISTERED = {
     "key": wellknown.TAINT_UNREGISTERED_KEY,
     "effect": wellknown.TAINT_UNREGISTERED_EFFECT,
@@ -85,7 +81,7 @@ class World:
         """A NodeClaim as the provisioner writes it (a user could write the same)."""
         pool = self.api.get(NODEPOOLS, "general")
         spec: JsonObject = {
-            "nodeClassRef": NODECLASS_REF,
+            "nodeClassRef": operator_world.NODECLASS_REF,
             "requirements": [
                 {"key": wellknown.LABEL_NODEPOOL, "operator": "In", "values": ["general"]},
                 {"key": wellknown.LABEL_INSTANCE_TYPE, "operator": "In", "values": ["small"]},
@@ -234,40 +230,17 @@ def new_world(*, nodepool_template: JsonObject | None = None, **provider_options
     clock = FakeClock()
     api = new_cluster(clock=clock)
     provider = FakeProvider(clock, **{"bind_after_polls": 1, **provider_options})
-    api.create(
-        CLUSTER_API_NODE_CLASSES,
-        {
-            "apiVersion": wellknown.NODECLASS_API_VERSION,
-            "kind": wellknown.NODECLASS_KIND,
-            "metadata": {"name": "default"},
-            "spec": {},
-        },
-    )
-    template = nodepool_template or {"spec": {}}
+    api.create(CLUSTER_API_NODE_CLASSES, operator_world.nodeclass())
     api.create(
         NODEPOOLS,
-        {
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodePool",
-            "metadata": {"name": "general"},
-            "spec": {
-                "template": {
-                    **template,
-                    "spec": {"nodeClassRef": NODECLASS_REF, "requirements": [], **template["spec"]},
-                },
-                # These stories are about lifecycle and termination: consolidation, which would
-                # rightly remove their idle nodes, is covered in tests/core/disruption.
-                "disruption": {"consolidateAfter": "Never"},
-            },
-        },
+        operator_world.nodepool(
+            template=nodepool_template,
+            # These stories are about lifecycle and termination: consolidation, which would
+            # rightly remove their idle nodes, is covered in tests/core/disruption.
+            disruption={"consolidateAfter": "Never"},
+        ),
     )
-    operator = Operator(
-        api,
-        api,
-        provider.plugins(api),
-        clock,
-        OperatorOptions(leader_elect=False, metrics_port=None),
-    )
+    operator = operator_world.operator(api, clock, provider)
     return World(clock, api, provider, operator, operator.stepped())
 
 

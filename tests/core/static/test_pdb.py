@@ -21,52 +21,28 @@ from karpenter_capi.core.kube.resources import (
     POD_DISRUPTION_BUDGETS,
     PODS,
 )
-from karpenter_capi.core.operator import Operator, OperatorOptions
+from karpenter_capi.core.operator import Operator
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
+from tests.support import operator_world as world
 from tests.support.provider import FakeProvider
-
-NODECLASS_REF = {
-    "group": wellknown.NODECLASS_GROUP,
-    "kind": wellknown.NODECLASS_KIND,
-    "name": "default",
-}
 
 
 def _world(replicas: int) -> tuple[InMemoryAPIServer, Operator, Any]:
     clock = FakeClock()
     api = new_cluster(clock=clock)
     provider = FakeProvider(clock, bind_after_polls=1)
-    api.create(
-        CLUSTER_API_NODE_CLASSES,
-        {
-            "apiVersion": wellknown.NODECLASS_API_VERSION,
-            "kind": wellknown.NODECLASS_KIND,
-            "metadata": {"name": "default"},
-            "spec": {},
-        },
-    )
+    api.create(CLUSTER_API_NODE_CLASSES, world.nodeclass())
     api.create(
         NODEPOOLS,
-        {
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodePool",
-            "metadata": {"name": "static"},
-            "spec": {
-                "replicas": replicas,
-                "template": {"spec": {"nodeClassRef": NODECLASS_REF, "requirements": []}},
-                # A zero budget: scale-down is the user's request and does not wait for it.
-                "disruption": {"consolidateAfter": "0s", "budgets": [{"nodes": "0"}]},
-            },
-        },
+        world.nodepool(
+            "static",
+            replicas=replicas,
+            # A zero budget: scale-down is the user's request and does not wait for it.
+            disruption={"consolidateAfter": "0s", "budgets": [{"nodes": "0"}]},
+        ),
     )
-    operator = Operator(
-        api,
-        api,
-        provider.plugins(api),
-        clock,
-        OperatorOptions(leader_elect=False, metrics_port=None),
-    )
+    operator = world.operator(api, clock, provider)
     return api, operator, operator.stepped()
 
 

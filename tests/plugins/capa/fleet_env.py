@@ -38,6 +38,7 @@ from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
 from karpenter_capi.sim.scenario.aws import amazon_linux_ami, serve_catalog_from_memory
+from tests.support import operator_world
 from tests.support.aws import REGION, StubbedAws
 
 INFRA = "infrastructure.cluster.x-k8s.io"
@@ -215,24 +216,7 @@ class FleetWorld:
         self.server.apply_manifests(manifests(aws))
         self.nodeclass_raw = self.server.create(CLUSTER_API_NODE_CLASSES, fleet_nodeclass())
         self.nodepool_raw = self.server.create(
-            NODEPOOLS,
-            {
-                "apiVersion": "karpenter.sh/v1",
-                "kind": "NodePool",
-                "metadata": {"name": "general"},
-                "spec": {
-                    "template": {
-                        "spec": {
-                            "nodeClassRef": {
-                                "group": wellknown.NODECLASS_GROUP,
-                                "kind": wellknown.NODECLASS_KIND,
-                                "name": "fleet",
-                            },
-                            "requirements": [],
-                        }
-                    }
-                },
-            },
+            NODEPOOLS, operator_world.nodepool(nodeclass="fleet")
         )
         self.plugins = self.new_plugins()
         self.capi = capi_resources(self.server, {})

@@ -23,7 +23,6 @@ from karpenter_capi.core.kube.resources import (
     CONFIGMAPS,
     EVENTS,
     NODEPOOLS,
-    PODS,
 )
 from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.core.provisioning.provisioner import Provisioner, ProvisioningReport
@@ -35,31 +34,12 @@ from tests.plugins.capa.builders import Stack, aws_template, cluster, machine_de
 from tests.plugins.capz.env import CapzWorld as _CapzCluster
 from tests.plugins.capz.env import azure_machine_template
 from tests.plugins.capz.env import machine_deployment as azure_machine_deployment
+from tests.support import operator_world
 from tests.support.aws import StubbedAws
 
 PRICES_NAMESPACE: Final = "kube-system"
 GOOD: Final = "good"
 GOOD_AZURE: Final = "Standard_D2s_v5"
-
-
-def _nodepool() -> JsonObject:
-    return {
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodePool",
-        "metadata": {"name": "general"},
-        "spec": {
-            "template": {
-                "spec": {
-                    "nodeClassRef": {
-                        "group": wellknown.NODECLASS_GROUP,
-                        "kind": wellknown.NODECLASS_KIND,
-                        "name": "default",
-                    },
-                    "requirements": [],
-                }
-            }
-        },
-    }
 
 
 class _Round:
@@ -71,30 +51,7 @@ class _Round:
     prices_configmap: str
 
     def pending_pod(self, name: str = "web", cpu: str = "500m") -> None:
-        self.server.create(
-            PODS,
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": name, "namespace": "default"},
-                "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": cpu}}}]},
-            },
-            "default",
-        )
-        self.server.patch(
-            PODS,
-            name,
-            {
-                "status": {
-                    "phase": "Pending",
-                    "conditions": [
-                        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
-                    ],
-                }
-            },
-            "default",
-            subresource="status",
-        )
+        operator_world.pending_pod(self.server, name, cpu)
 
     def provisioning_round(self) -> ProvisioningReport:
         return Provisioner(self.server, self.plugins, self.clock).reconcile()
@@ -159,7 +116,7 @@ class CapaWorld(_Round):
             machine_deployment(GOOD, "m5-large"),
             nodeclass(),
         )
-        self.server.create(NODEPOOLS, _nodepool())
+        self.server.create(NODEPOOLS, operator_world.nodepool())
 
     def add_bad(self, instance_type: str | None, *, spot: bool = False, **md: Any) -> None:
         """A MachineDeployment ``bad`` on an AWSMachineTemplate ``bad`` of ``instance_type``."""
@@ -222,7 +179,7 @@ class CapzWorld(_Round):
                     GOOD, "d2s", failure_domain="1", labels=member, annotations=shape
                 ),
                 nodeclass(),
-                _nodepool(),
+                operator_world.nodepool(),
             ]
         )
 
