@@ -6,8 +6,8 @@ specifications below. An entry point naming a class or a factory gets one object
 made with the plugin's ``PluginContext``, so the object holds that context and its own state
 (see ``core.plugin_host``). The docstrings here ARE the reference
 documentation (``docs/plugins.md`` repeats the signatures, and a test keeps the two in step). A
-plugin imports ``hookimpl`` and the types below from ``karpenter_capi.plugin_api``, its only
-import from this distribution.
+plugin imports ``hookimpl`` and the types below from ``karpenter_capi.plugin_api`` (and its
+``kube`` and ``model`` modules), its only import from this distribution.
 
 Rules that hold for every hook:
 

@@ -21,6 +21,9 @@ class TaintError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Taint:
+    """A node taint (``key``, ``value``, ``effect``), as a NodePool, a NodeClass or a node
+    template declares it."""
+
     key: str
     effect: str
     value: str = ""

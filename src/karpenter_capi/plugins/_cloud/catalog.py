@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 
-from karpenter_capi.core.clock import Clock
+from karpenter_capi.plugin_api import Clock
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from typing import Final
 
 from prometheus_client import Gauge
 
-from karpenter_capi.core.observability.metrics import Metrics
+from karpenter_capi.plugin_api.model import Metrics
 
 PRICING_AGE_METRIC: Final = "karpenter_capi_pricing_age_seconds"
 CONTROLLER: Final = "inventory"

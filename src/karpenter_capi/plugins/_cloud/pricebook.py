@@ -29,11 +29,17 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Final, Protocol
 
-from karpenter_capi.core.clock import Clock, format_timestamp, parse_timestamp
-from karpenter_capi.core.kube.client import KubeClient
-from karpenter_capi.core.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
-from karpenter_capi.core.kube.events import WARNING, EventRecorder
-from karpenter_capi.core.kube.resources import CONFIGMAPS
+from karpenter_capi.plugin_api import Clock, KubeClient
+from karpenter_capi.plugin_api.kube import (
+    CONFIGMAPS,
+    WARNING,
+    AlreadyExists,
+    ApiError,
+    Conflict,
+    EventRecorder,
+    NotFound,
+)
+from karpenter_capi.plugin_api.model import format_timestamp, parse_timestamp
 from karpenter_capi.plugins._cloud.metrics import CloudMetrics
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Hashable
 from typing import ClassVar, Final, Generic, TypeVar
 
-from karpenter_capi.core.clock import Clock
+from karpenter_capi.plugin_api import Clock
 
 K = TypeVar("K", bound=Hashable)
 

@@ -29,10 +29,9 @@ import copy
 from collections.abc import Mapping
 from typing import Any, Final
 
-from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.kube.client import JsonObject
-from karpenter_capi.core.kube.discovery import CapiResources
-from karpenter_capi.core.kube.resources import CAPI_INFRASTRUCTURE_GROUP, Resource
+from karpenter_capi.plugin_api import Resource
+from karpenter_capi.plugin_api.kube import CAPI_INFRASTRUCTURE_GROUP, CapiResources, JsonObject
+from karpenter_capi.plugin_api.model import wellknown
 from karpenter_capi.plugins.capa.fleet import LaunchedInstance
 from karpenter_capi.plugins.capa.fleet_target import BOOTSTRAP_GROUP, FleetTarget
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
 
-from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.plugin_api import ResourceList
+from karpenter_capi.plugin_api.model import wellknown
 from karpenter_capi.plugins._cloud.metrics import CloudMetrics, timed
 
 NVIDIA_GPU: Final = "nvidia.com/gpu"

@@ -15,8 +15,7 @@ import math
 from fractions import Fraction
 from typing import Final
 
-from karpenter_capi.core.instancetype import InstanceTypeOverhead
-from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.plugin_api import InstanceTypeOverhead, ResourceList
 
 SOURCE_EKS: Final = "EKS"
 EKS_CONTROL_PLANE_KIND: Final = "AWSManagedControlPlane"

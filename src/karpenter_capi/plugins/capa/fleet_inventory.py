@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.instancetype import InstanceType, Offering
+from karpenter_capi.plugin_api import InstanceType, Offering
+from karpenter_capi.plugin_api.model import wellknown
 from karpenter_capi.plugins._cloud.metrics import CloudMetrics, timed
 from karpenter_capi.plugins._cloud.pricebook import PriceSnapshot
 from karpenter_capi.plugins._cloud.unavailable import UnavailableOfferings

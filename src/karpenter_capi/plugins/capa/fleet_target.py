@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
 
-from karpenter_capi.core.api.nodeclass import ClusterAPINodeClass, LaunchMode, LaunchSpec
-from karpenter_capi.core.errors import NodeClassNotReadyError
-from karpenter_capi.core.kube.client import KubeClient
-from karpenter_capi.core.kube.resources import CAPI_GROUP, CAPI_INFRASTRUCTURE_GROUP
+from karpenter_capi.plugin_api import KubeClient, NodeClassNotReadyError
+from karpenter_capi.plugin_api.kube import CAPI_GROUP, CAPI_INFRASTRUCTURE_GROUP
+from karpenter_capi.plugin_api.model import ClusterAPINodeClass, LaunchMode, LaunchSpec
 from karpenter_capi.plugins.capa.region import (
     CONTROL_PLANE_GROUP,
     RegionError,

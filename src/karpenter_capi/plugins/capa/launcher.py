@@ -33,24 +33,29 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.clock import Clock
-from karpenter_capi.core.errors import (
+from karpenter_capi.plugin_api import (
+    Clock,
+    Instance,
     InstanceNotFoundError,
+    InstanceType,
     InsufficientCapacityError,
+    KubeClient,
+    LaunchResult,
     NodeClassNotReadyError,
     RetryableCreateError,
 )
-from karpenter_capi.core.hookspecs import Instance, LaunchResult
-from karpenter_capi.core.instancetype import InstanceType
-from karpenter_capi.core.kube.client import JsonObject, KubeClient
-from karpenter_capi.core.kube.discovery import CapiResources, capi_resources
-from karpenter_capi.core.kube.errors import AlreadyExists, ApiError, NotFound
-from karpenter_capi.core.kube.resources import (
+from karpenter_capi.plugin_api.kube import (
     CAPI_INFRASTRUCTURE_GROUP,
     CLUSTER_API_NODE_CLASSES,
     SECRETS,
+    AlreadyExists,
+    ApiError,
+    CapiResources,
+    JsonObject,
+    NotFound,
+    capi_resources,
 )
+from karpenter_capi.plugin_api.model import wellknown
 from karpenter_capi.plugins._cloud.unavailable import UnavailableOfferings
 from karpenter_capi.plugins.capa import adopt, fleet, launch_template
 from karpenter_capi.plugins.capa.clients import AwsClients

@@ -44,19 +44,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.errors import NodeClassNotReadyError
-from karpenter_capi.core.hookspecs import (
+from karpenter_capi.plugin_api import (
     Instance,
+    InstanceType,
+    KubeClient,
     LaunchResult,
     MachineTemplateDescription,
-    NodeClass,
+    NodeClassNotReadyError,
     PluginContext,
     hookimpl,
 )
-from karpenter_capi.core.instancetype import InstanceType
-from karpenter_capi.core.kube.client import KubeClient
-from karpenter_capi.core.kube.resources import CAPI_INFRASTRUCTURE_GROUP
+from karpenter_capi.plugin_api.kube import CAPI_INFRASTRUCTURE_GROUP
+from karpenter_capi.plugin_api.model import NodeClass, wellknown
 from karpenter_capi.plugins._cloud.catalog import CatalogCache, CatalogError
 from karpenter_capi.plugins._cloud.metrics import CloudMetrics
 from karpenter_capi.plugins._cloud.pricebook import (

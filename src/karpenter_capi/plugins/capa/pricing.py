@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any, Final
 
-from karpenter_capi.core.clock import Clock
+from karpenter_capi.plugin_api import Clock
 from karpenter_capi.plugins._cloud.metrics import CloudMetrics, timed
 from karpenter_capi.plugins._cloud.pricebook import PriceSnapshot
 from karpenter_capi.plugins.capa.clients import AwsClients

@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from karpenter_capi.core.kube.client import KubeClient
-from karpenter_capi.core.kube.errors import NotFound
-from karpenter_capi.core.kube.resources import CAPI_GROUP, CAPI_INFRASTRUCTURE_GROUP, Resource
+from karpenter_capi.plugin_api import KubeClient, Resource
+from karpenter_capi.plugin_api.kube import CAPI_GROUP, CAPI_INFRASTRUCTURE_GROUP, NotFound
 
 CONTROL_PLANE_GROUP = "controlplane.cluster.x-k8s.io"
 

@@ -18,9 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from karpenter_capi.core.kube.client import KubeClient
-from karpenter_capi.core.kube.errors import ApiError, NotFound
-from karpenter_capi.core.kube.resources import CAPI_GROUP, CAPI_INFRASTRUCTURE_GROUP, Resource
+from karpenter_capi.plugin_api import KubeClient, Resource
+from karpenter_capi.plugin_api.kube import CAPI_GROUP, CAPI_INFRASTRUCTURE_GROUP, ApiError, NotFound
 
 CLUSTER_NAME_LABEL: Final = "cluster.x-k8s.io/cluster-name"
 AZURE_CLUSTER: Final = "AzureCluster"

@@ -47,14 +47,22 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Final
 
-from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.clock import format_timestamp, parse_timestamp
-from karpenter_capi.core.errors import NodeClassNotReadyError
-from karpenter_capi.core.hookspecs import LaunchResult, LaunchWatch, NodeClass, PluginContext
-from karpenter_capi.core.instancetype import InstanceType
-from karpenter_capi.core.kube.client import JsonObject, Preconditions
-from karpenter_capi.core.kube.discovery import capi_resources
-from karpenter_capi.core.kube.errors import ApiError, Conflict, NotFound
+from karpenter_capi.plugin_api import (
+    InstanceType,
+    LaunchResult,
+    LaunchWatch,
+    NodeClassNotReadyError,
+    PluginContext,
+)
+from karpenter_capi.plugin_api.kube import (
+    ApiError,
+    Conflict,
+    JsonObject,
+    NotFound,
+    Preconditions,
+    capi_resources,
+)
+from karpenter_capi.plugin_api.model import NodeClass, format_timestamp, parse_timestamp, wellknown
 from karpenter_capi.plugins._cloud.unavailable import UnavailableOfferings as OfferingMarks
 from karpenter_capi.plugins.capz.offerings import PoolInventory, build_inventory, load_templates
 from karpenter_capi.plugins.capz.pools import (

@@ -23,13 +23,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.errors import NodeClassNotReadyError
-from karpenter_capi.core.instancetype import InstanceType, Offering
-from karpenter_capi.core.kube.client import KubeClient
-from karpenter_capi.core.kube.discovery import CapiResources
-from karpenter_capi.core.kube.errors import ApiError
-from karpenter_capi.core.kube.resources import CAPI_GROUP, CAPI_INFRASTRUCTURE_GROUP
+from karpenter_capi.plugin_api import InstanceType, KubeClient, NodeClassNotReadyError, Offering
+from karpenter_capi.plugin_api.kube import (
+    CAPI_GROUP,
+    CAPI_INFRASTRUCTURE_GROUP,
+    ApiError,
+    CapiResources,
+)
+from karpenter_capi.plugin_api.model import wellknown
 from karpenter_capi.plugins._cloud.catalog import CatalogError
 from karpenter_capi.plugins.capz.cluster import AzureClusterError, read_served
 from karpenter_capi.plugins.capz.pools import (

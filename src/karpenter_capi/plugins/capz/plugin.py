@@ -27,17 +27,18 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from karpenter_capi.core.errors import NodeClassNotReadyError, RetryableCreateError
-from karpenter_capi.core.hookspecs import (
+from karpenter_capi.plugin_api import (
+    InstanceType,
     LaunchResult,
     LaunchWatch,
     MachineTemplateDescription,
-    NodeClass,
+    NodeClassNotReadyError,
     PluginContext,
+    RetryableCreateError,
     hookimpl,
 )
-from karpenter_capi.core.instancetype import InstanceType
-from karpenter_capi.core.kube.errors import ApiError
+from karpenter_capi.plugin_api.kube import ApiError
+from karpenter_capi.plugin_api.model import NodeClass
 from karpenter_capi.plugins._cloud.metrics import CloudMetrics
 from karpenter_capi.plugins.capz.launch import PoolLaunch, is_pool_claim, launch_spec
 from karpenter_capi.plugins.capz.provider import (

@@ -41,12 +41,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.kube.client import JsonObject, KubeClient
-from karpenter_capi.core.kube.discovery import CapiResources
-from karpenter_capi.core.kube.errors import AlreadyExists, NotFound
-from karpenter_capi.core.kube.resources import CAPI_INFRASTRUCTURE_GROUP, Resource
-from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.plugin_api import KubeClient, Resource, ResourceList
+from karpenter_capi.plugin_api.kube import (
+    CAPI_INFRASTRUCTURE_GROUP,
+    AlreadyExists,
+    CapiResources,
+    JsonObject,
+    NotFound,
+)
+from karpenter_capi.plugin_api.model import wellknown
 
 LAUNCH_MODE: Final = "CAPZMachinePool"
 LABEL_LAUNCH: Final = "karpenter.cluster.x-k8s.io/launch"

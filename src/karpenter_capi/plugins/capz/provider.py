@@ -31,12 +31,14 @@ from typing import Any, Final
 from azure.identity import DefaultAzureCredential
 from azure.mgmt.compute import ComputeManagementClient
 
-from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.clock import Clock
-from karpenter_capi.core.errors import NodeClassNotReadyError
-from karpenter_capi.core.hookspecs import MachineTemplateDescription
-from karpenter_capi.core.kube.client import KubeClient
-from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.plugin_api import (
+    Clock,
+    KubeClient,
+    MachineTemplateDescription,
+    NodeClassNotReadyError,
+    ResourceList,
+)
+from karpenter_capi.plugin_api.model import wellknown
 from karpenter_capi.plugins._cloud.catalog import CatalogCache, CatalogError
 from karpenter_capi.plugins._cloud.metrics import CloudMetrics, timed
 from karpenter_capi.plugins._cloud.pricebook import (

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from karpenter_capi.core.kube.resources import CAPI_INFRASTRUCTURE_GROUP
-from karpenter_capi.core.scheduling.quantity import QuantityError, parse_quantity
+from karpenter_capi.plugin_api import parse_quantity
+from karpenter_capi.plugin_api.kube import CAPI_INFRASTRUCTURE_GROUP
+from karpenter_capi.plugin_api.model import QuantityError
 
 AZURE_MACHINE_TEMPLATE: Final = "AzureMachineTemplate"
 AZURE_MACHINE_POOL: Final = "AzureMachinePool"

@@ -31,9 +31,8 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any, Final
 
-from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.clock import parse_timestamp
-from karpenter_capi.core.kube.client import JsonObject
+from karpenter_capi.plugin_api.kube import JsonObject
+from karpenter_capi.plugin_api.model import parse_timestamp, wellknown
 
 LABEL_MEMBER: Final = wellknown.LABEL_KARPENTER_MEMBER
 ANNOTATION_NODECLAIM: Final = "karpenter.cluster.x-k8s.io/nodeclaim"

@@ -36,12 +36,20 @@ import logging
 from collections.abc import Sequence
 from typing import Final
 
-from karpenter_capi.core.clock import format_timestamp
-from karpenter_capi.core.errors import InstanceNotFoundError, ProviderError
-from karpenter_capi.core.hookspecs import PluginContext
-from karpenter_capi.core.kube.client import KubeClient, Preconditions
-from karpenter_capi.core.kube.discovery import CapiResources
-from karpenter_capi.core.kube.errors import ApiError, Conflict, NotFound
+from karpenter_capi.plugin_api import (
+    InstanceNotFoundError,
+    KubeClient,
+    PluginContext,
+    ProviderError,
+)
+from karpenter_capi.plugin_api.kube import (
+    ApiError,
+    CapiResources,
+    Conflict,
+    NotFound,
+    Preconditions,
+)
+from karpenter_capi.plugin_api.model import format_timestamp
 from karpenter_capi.plugins.generic_capi.binding import (
     ANNOTATION_ORPHANED_INSTANCE,
     ClaimFacts,

@@ -39,12 +39,15 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from karpenter_capi.core.hookspecs import NodeClass, PluginContext
-from karpenter_capi.core.kube.client import JsonObject, KubeClient
-from karpenter_capi.core.kube.discovery import CapiResources
-from karpenter_capi.core.kube.errors import ApiError, NotFound
-from karpenter_capi.core.kube.indexes import SET_NAME_LABEL
-from karpenter_capi.core.kube.resources import Resource
+from karpenter_capi.plugin_api import KubeClient, PluginContext, Resource
+from karpenter_capi.plugin_api.kube import (
+    SET_NAME_LABEL,
+    ApiError,
+    CapiResources,
+    JsonObject,
+    NotFound,
+)
+from karpenter_capi.plugin_api.model import NodeClass
 from karpenter_capi.plugins.generic_capi.binding import (
     MachineFacts,
     claim_facts,

@@ -33,12 +33,8 @@ from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any, Final
 
-from karpenter_capi.core.clock import Clock
-from karpenter_capi.core.errors import InstanceNotFoundError
-from karpenter_capi.core.hookspecs import Instance
-from karpenter_capi.core.kube.client import JsonObject, KubeClient
-from karpenter_capi.core.kube.discovery import CapiResources
-from karpenter_capi.core.kube.errors import NotFound
+from karpenter_capi.plugin_api import Clock, Instance, InstanceNotFoundError, KubeClient
+from karpenter_capi.plugin_api.kube import CapiResources, JsonObject, NotFound
 from karpenter_capi.plugins.generic_capi.binding import (
     EPOCH,
     LABEL_MEMBER,

@@ -43,17 +43,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from karpenter_capi.core.errors import NodeClassNotReadyError
-from karpenter_capi.core.hookspecs import (
+from karpenter_capi.plugin_api import (
     DescribeMachineTemplate,
+    InstanceType,
+    InstanceTypeOverhead,
     MachineTemplateDescription,
-    NodeClass,
+    NodeClassNotReadyError,
+    Offering,
     PluginContext,
+    Resource,
 )
-from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead, Offering
-from karpenter_capi.core.kube.discovery import CapiResources
-from karpenter_capi.core.kube.resources import Resource
-from karpenter_capi.core.kube.selectors import SelectorError
+from karpenter_capi.plugin_api.kube import CapiResources, SelectorError
+from karpenter_capi.plugin_api.model import NodeClass
 from karpenter_capi.plugins.generic_capi.learned import NodeOverheads
 from karpenter_capi.plugins.generic_capi.offering import (
     ScalableResource,

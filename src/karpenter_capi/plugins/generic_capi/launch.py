@@ -64,14 +64,16 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.clock import format_timestamp
-from karpenter_capi.core.errors import InsufficientCapacityError, RetryableCreateError
-from karpenter_capi.core.hookspecs import LaunchResult, NodeClass, PluginContext
-from karpenter_capi.core.instancetype import InstanceType
-from karpenter_capi.core.kube.client import KubeClient
-from karpenter_capi.core.kube.discovery import CapiResources
-from karpenter_capi.core.kube.errors import ApiError, Conflict, NotFound
+from karpenter_capi.plugin_api import (
+    InstanceType,
+    InsufficientCapacityError,
+    KubeClient,
+    LaunchResult,
+    PluginContext,
+    RetryableCreateError,
+)
+from karpenter_capi.plugin_api.kube import ApiError, CapiResources, Conflict, NotFound
+from karpenter_capi.plugin_api.model import NodeClass, format_timestamp, wellknown
 from karpenter_capi.plugins.generic_capi.binding import (
     ANNOTATION_MACHINE,
     ANNOTATION_REQUESTED_AT,

@@ -35,12 +35,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from karpenter_capi.core.clock import Clock, parse_timestamp
-from karpenter_capi.core.kube.client import KubeClient
-from karpenter_capi.core.kube.discovery import CapiResources
-from karpenter_capi.core.kube.errors import ApiError, NotFound
-from karpenter_capi.core.kube.resources import NODES, Resource
-from karpenter_capi.core.scheduling.resources import ResourceList, ResourceListError
+from karpenter_capi.plugin_api import Clock, KubeClient, Resource, ResourceList
+from karpenter_capi.plugin_api.kube import NODES, ApiError, CapiResources, NotFound
+from karpenter_capi.plugin_api.model import ResourceListError, parse_timestamp
 from karpenter_capi.plugins.generic_capi.overhead import LearnedOverhead
 from karpenter_capi.plugins.generic_capi.scaling import ResourceRef
 from karpenter_capi.plugins.generic_capi.selection import MACHINE_POOL

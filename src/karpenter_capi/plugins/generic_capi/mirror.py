@@ -27,11 +27,15 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final, Generic, TypeVar
 
-from karpenter_capi.core.kube.cache import object_key
-from karpenter_capi.core.kube.client import JsonObject, KubeClient
-from karpenter_capi.core.kube.discovery import CapiResources
-from karpenter_capi.core.kube.errors import Gone, error_from_status
-from karpenter_capi.core.kube.resources import NODECLAIMS, Resource
+from karpenter_capi.plugin_api import KubeClient, Resource
+from karpenter_capi.plugin_api.kube import (
+    NODECLAIMS,
+    CapiResources,
+    Gone,
+    JsonObject,
+    error_from_status,
+    object_key,
+)
 from karpenter_capi.plugins.generic_capi.binding import (
     ClaimFacts,
     MachineFacts,

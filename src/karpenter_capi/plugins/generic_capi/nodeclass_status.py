@@ -35,18 +35,19 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
-from karpenter_capi.core.clock import format_timestamp
-from karpenter_capi.core.errors import ProviderError
-from karpenter_capi.core.hookspecs import NodeClass, PluginContext
-from karpenter_capi.core.kube.errors import (
+from karpenter_capi.plugin_api import PluginContext, ProviderError
+from karpenter_capi.plugin_api.kube import (
+    CLUSTER_API_NODE_CLASSES,
+    NORMAL,
+    WARNING,
     ApiError,
     Conflict,
+    EventRecorder,
     NotFound,
     ServiceUnavailable,
     Timeout,
 )
-from karpenter_capi.core.kube.events import NORMAL, WARNING, EventRecorder
-from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES
+from karpenter_capi.plugin_api.model import NodeClass, format_timestamp
 from karpenter_capi.plugins.generic_capi.inventory import (
     REASON_OFFERING_NOT_AVAILABLE,
     REASON_PRICE_ESTIMATED,

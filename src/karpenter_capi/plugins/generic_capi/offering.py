@@ -14,9 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.hookspecs import MachineTemplateDescription
-from karpenter_capi.core.kube.resources import Resource
+from karpenter_capi.plugin_api import MachineTemplateDescription, Resource
+from karpenter_capi.plugin_api.model import wellknown
 from karpenter_capi.plugins.generic_capi.kubelet import KubeletSettings
 from karpenter_capi.plugins.generic_capi.overhead import (
     LearnedOverhead,

@@ -33,9 +33,8 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Final
 
-from karpenter_capi.core.instancetype import InstanceTypeOverhead
-from karpenter_capi.core.scheduling.quantity import QuantityError, parse_quantity
-from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.plugin_api import InstanceTypeOverhead, ResourceList, parse_quantity
+from karpenter_capi.plugin_api.model import QuantityError
 
 Reservation = Mapping[str, int | Fraction]
 """Resource name -> an absolute amount in milli-units (int) or a share of capacity (Fraction)."""

@@ -23,9 +23,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Final
 
-from karpenter_capi.core.api.duration import DurationError, parse_duration
-from karpenter_capi.core.hookspecs import LaunchResult
-from karpenter_capi.core.instancetype import InstanceType, Offering
+from karpenter_capi.plugin_api import InstanceType, LaunchResult, Offering
+from karpenter_capi.plugin_api.model import DurationError, parse_duration
 from karpenter_capi.plugins.generic_capi.binding import ClaimFacts, MachineFacts, match
 from karpenter_capi.plugins.generic_capi.inventory import Inventory, UnavailableOfferings
 from karpenter_capi.plugins.generic_capi.scaling import ResourceRef, ResourceState

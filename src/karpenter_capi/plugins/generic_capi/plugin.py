@@ -34,19 +34,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from karpenter_capi.core.errors import NodeClassNotReadyError, RetryableCreateError
-from karpenter_capi.core.hookspecs import (
+from karpenter_capi.plugin_api import (
     Instance,
+    InstanceType,
     LaunchResult,
     LaunchWatch,
-    NodeClass,
+    NodeClassNotReadyError,
     PluginContext,
+    RetryableCreateError,
     hookimpl,
 )
-from karpenter_capi.core.instancetype import InstanceType
-from karpenter_capi.core.kube.discovery import CapiResources, capi_resources
-from karpenter_capi.core.kube.errors import ApiError, NotFound
-from karpenter_capi.core.kube.resources import CAPI_NODECLASS_GROUP
+from karpenter_capi.plugin_api.kube import (
+    CAPI_NODECLASS_GROUP,
+    ApiError,
+    CapiResources,
+    NotFound,
+    capi_resources,
+)
+from karpenter_capi.plugin_api.model import NodeClass
 from karpenter_capi.plugins.generic_capi.binding import machine_facts
 from karpenter_capi.plugins.generic_capi.delete import DeleteFailedError, Deleter
 from karpenter_capi.plugins.generic_capi.disruption import blocked_by_min_size

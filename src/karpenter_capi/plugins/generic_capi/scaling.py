@@ -23,16 +23,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.kube.client import JsonObject, KubeClient
-from karpenter_capi.core.kube.discovery import CapiResources
-from karpenter_capi.core.kube.errors import NotFound
-from karpenter_capi.core.kube.indexes import (
+from karpenter_capi.plugin_api import KubeClient, Resource
+from karpenter_capi.plugin_api.kube import (
     DEPLOYMENT_NAME_LABEL,
     POOL_NAME_LABEL,
     SET_NAME_LABEL,
+    CapiResources,
+    JsonObject,
+    NotFound,
 )
-from karpenter_capi.core.kube.resources import Resource
+from karpenter_capi.plugin_api.model import wellknown
 from karpenter_capi.plugins.generic_capi.binding import MachineFacts, machine_facts
 from karpenter_capi.plugins.generic_capi.selection import (
     MACHINE_DEPLOYMENT,

@@ -31,13 +31,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.api.runtime_validation import label_value_problems, qualified_name_problems
-from karpenter_capi.core.kube.client import KubeClient
-from karpenter_capi.core.kube.discovery import CapiResources
-from karpenter_capi.core.kube.errors import NotFound
-from karpenter_capi.core.kube.resources import Resource
-from karpenter_capi.core.kube.selectors import SelectorError, selector_to_string
+from karpenter_capi.plugin_api import KubeClient, Resource
+from karpenter_capi.plugin_api.kube import (
+    CapiResources,
+    NotFound,
+    SelectorError,
+    selector_to_string,
+)
+from karpenter_capi.plugin_api.model import label_value_problems, qualified_name_problems, wellknown
 
 log = logging.getLogger(__name__)
 

@@ -50,12 +50,15 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Any, Final
 
-from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.api.runtime_validation import label_value_problems, qualified_name_problems
-from karpenter_capi.core.hookspecs import MachineTemplateDescription
-from karpenter_capi.core.scheduling.quantity import QuantityError, parse_quantity
-from karpenter_capi.core.scheduling.resources import ResourceList
-from karpenter_capi.core.scheduling.taints import Taint, TaintError
+from karpenter_capi.plugin_api import MachineTemplateDescription, ResourceList, parse_quantity
+from karpenter_capi.plugin_api.model import (
+    QuantityError,
+    Taint,
+    TaintError,
+    label_value_problems,
+    qualified_name_problems,
+    wellknown,
+)
 from karpenter_capi.plugins.generic_capi.overhead import (
     SOURCE_ANNOTATION as OVERHEAD_ANNOTATION,
 )

@@ -21,10 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-from karpenter_capi.core.clock import Clock
-from karpenter_capi.core.kube.client import KubeClient
-from karpenter_capi.core.kube.errors import ApiError, NotFound
-from karpenter_capi.core.kube.resources import CAPI_INFRASTRUCTURE_GROUP, Resource
+from karpenter_capi.plugin_api import Clock, KubeClient, Resource
+from karpenter_capi.plugin_api.kube import CAPI_INFRASTRUCTURE_GROUP, ApiError, NotFound
 from karpenter_capi.plugins._cloud.unavailable import ExpiringMarks
 from karpenter_capi.plugins.generic_capi.kubelet import (
     BOOTSTRAP_GROUP,
