@@ -35,8 +35,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.instancetype import InstanceType
+from karpenter_capi.plugin_api import InstanceType
+from karpenter_capi.plugin_api.model import wellknown
 from karpenter_capi.plugins._cloud.unavailable import UnavailableOfferings
 
 MAX_OVERRIDES: Final = 60
