@@ -12,7 +12,11 @@ from karpenter_capi.plugins.generic_capi.binding import (
     ANNOTATION_DELETE_MACHINE,
     machine_facts,
 )
-from karpenter_capi.plugins.generic_capi.scaling import ANNOTATION_REVISION, rollout_in_progress
+from karpenter_capi.plugins.generic_capi.scaling import (
+    ANNOTATION_REVISION,
+    rollout_in_progress,
+    withdrawal_unsafe,
+)
 from tests.plugins.generic_capi.env import SHAPES, Env, names, new_env
 
 # --- the rule, on hand-written objects ----------------------------------------------------------
@@ -90,6 +94,19 @@ def test_on_delete_is_safe_for_machines_of_the_oldest_active_set_only() -> None:
     assert rollout_in_progress(deployment, [OLD, NEW], three) is not None
 
 
+def test_withdrawing_a_replica_waits_only_while_two_machine_sets_have_replicas() -> None:
+    assert withdrawal_unsafe(md("OnDelete", revision=2), [ms("old", 0, 1, "t"), NEW]) is None
+    # A raise the controller has not seen yet is withdrawn before it acts: nothing is removed.
+    unobserved = md(generation=3)
+    unobserved["status"] = {"observedGeneration": 2}
+    assert withdrawal_unsafe(unobserved, [OLD]) is None
+    for strategy in ("OnDelete", "RollingUpdate"):
+        why = withdrawal_unsafe(md(strategy, revision=2), [OLD, NEW])
+        assert why is not None
+        assert strategy in why
+        assert "removing a running Machine" in why
+
+
 # --- against the emulated MachineDeployment controller -----------------------------------------
 
 
@@ -160,3 +177,83 @@ def test_on_delete_replaces_drifted_machines_one_by_one(
     env.driver.advance(30)
     live = sorted(m["metadata"]["name"] for m in env.machines())
     assert live == sorted([bound["nc-001"], new_machine])
+
+
+# --- withdrawing a replica that has no Machine yet ---------------------------------------------
+
+
+def stalled_replacement(env: Env) -> tuple[dict[str, str], str]:
+    """Two NodeClaims on md-a's old MachineSet, an OnDelete template change, and a third
+    NodeClaim whose replica lands in the new MachineSet, which makes no Machine (paused, as a
+    stuck infrastructure provider would leave it)."""
+    bound = launched(env, 2, "OnDelete")
+    old_sets = {m["metadata"]["labels"]["cluster.x-k8s.io/set-name"] for m in env.machines()}
+    change_template(env)
+    (new_set,) = set(sets(env)) - old_sets
+    env.api.patch(
+        env.res(MACHINE_SETS),
+        new_set,
+        {"metadata": {"annotations": {"cluster.x-k8s.io/paused": "true"}}},
+        "default",
+    )
+    env.clock.advance(1)
+    env.nodeclaim("nc-new")
+    env.launch("nc-new")
+    env.driver.run_until_quiet()
+    assert sets(env)[new_set] == 1
+    return bound, new_set
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_launch_timing_out_during_an_on_delete_rollout_removes_no_running_machine(
+    shape: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = new_env(shape, monkeypatch=monkeypatch, options={"machine_timeout": "30s"})
+    bound, _ = stalled_replacement(env)
+    assert env.replicas("md-a") == 3
+    for _ in range(10):  # past the machine timeout, polling as the core does
+        env.clock.advance(5)
+        result = env.launch("nc-new")
+        env.driver.run_until_quiet()
+
+    # Giving the replica back would make CAPI scale the old MachineSet down and remove a
+    # running node; the NodeClaim keeps waiting on the rollout instead.
+    assert env.replicas("md-a") == 3
+    live = {m["metadata"]["name"] for m in env.machines()}
+    assert set(bound.values()) <= live
+    assert result.provider_id is None
+    assert result.annotations.get("karpenter.cluster.x-k8s.io/scalable-resource", "").endswith(
+        "md-a"
+    )
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_nodeclaim_deleted_during_an_on_delete_rollout_waits_to_withdraw_its_replica(
+    shape: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = new_env(shape, monkeypatch=monkeypatch)
+    bound, new_set = stalled_replacement(env)
+    writes = len(env.plugin_management.writes)
+
+    assert env.delete("nc-new") is True  # under way: not yet safe
+    env.driver.run_until_quiet()
+    assert env.replicas("md-a") == 3
+    assert set(bound.values()) <= {m["metadata"]["name"] for m in env.machines()}
+    assert env.plugin_management.writes[writes:] == []
+
+    # Once the new set makes its Machine, that Machine is marked as the one to go; it goes when
+    # the roll-out lets CAPI take it (the rule of the tests above), and no running node goes.
+    env.api.patch(
+        env.res(MACHINE_SETS),
+        new_set,
+        {"metadata": {"annotations": {"cluster.x-k8s.io/paused": None}}},
+        "default",
+    )
+    env.driver.run_until_quiet()
+    assert env.delete("nc-new") is True
+    env.driver.advance(30)
+    made = [m for m in env.machines() if m["metadata"]["name"] not in bound.values()]
+    assert len(made) == 1
+    assert ANNOTATION_DELETE_MACHINE in made[0]["metadata"]["annotations"]
+    assert set(bound.values()) <= {m["metadata"]["name"] for m in env.machines()}
+    assert env.replicas("md-a") == 3

@@ -72,6 +72,7 @@ from karpenter_capi.plugins.generic_capi.scaling import (
     read_state,
     rollout_in_progress,
     scale,
+    withdrawal_blocked,
 )
 from karpenter_capi.plugins.generic_capi.selection import MACHINE_DEPLOYMENT
 
@@ -308,6 +309,13 @@ class Deleter:
                 return self._remove(bound, claim)
             floor = max(plan.target, len(state.present), minimum)
             if state.in_flight > 0 and state.replicas > floor:
+                why = withdrawal_blocked(self._client, self._capi, state)
+                if why is not None:
+                    # Once its Machine exists it is the surplus above; or the roll-out ends.
+                    log.info(
+                        "not withdrawing NodeClaim %s's replica of %s yet: %s", claim.name, ref, why
+                    )
+                    return True
                 try:
                     scale(self._client, self._capi, state, state.replicas - 1)
                 except Conflict:

@@ -37,7 +37,9 @@ falls beyond the max size, when conflicts persist (``conflict_retries``), or whe
 bound within ``machine_timeout`` of the request. The last two give back the replica this
 NodeClaim had asked for when it has no Machine yet; max size and the timeout also mark the
 resource unavailable (``inventory.UnavailableOfferings``) for the solver. When no candidate is
-left the call raises ``InsufficientCapacityError`` and the core deletes the NodeClaim.
+left the call raises ``InsufficientCapacityError`` and the core deletes the NodeClaim. A replica
+is never given back while a MachineDeployment rolls out (``scaling.withdrawal_unsafe``: CAPI
+would remove a running Machine instead), so a timed-out NodeClaim keeps waiting there.
 
 While Machines of the resource are marked for deletion and the replicas already exclude them,
 no scale-up is written: CAPI cannot remove marked Machines and add new ones in one replica
@@ -108,6 +110,7 @@ from karpenter_capi.plugins.generic_capi.scaling import (
     owner_of,
     read_state,
     scale,
+    withdrawal_blocked,
 )
 
 log = logging.getLogger(__name__)
@@ -373,7 +376,11 @@ class Launcher:
             since = claim.requested_at if sticky else None
             timeout = timedelta(seconds=self._settings.machine_timeout)
             if since is not None and now - since > timeout:
-                self._give_back(state, claim, claims, bound_elsewhere)
+                if not self._give_back(state, claim, claims, bound_elsewhere):
+                    # Its replica cannot be withdrawn without removing another Machine: it keeps
+                    # waiting here, and a deletion of the NodeClaim withdraws it when it can.
+                    self._inflight.intend(claim, ref.key)
+                    return _Outcome(waiting=True)
                 return _Outcome(
                     skip=f"{ref} produced no Machine within {self._settings.machine_timeout:g}s",
                     mark=True,
@@ -458,17 +465,25 @@ class Launcher:
         claim: ClaimFacts,
         claims: Sequence[ClaimFacts],
         bound_elsewhere: AbstractSet[str],
-    ) -> None:
+    ) -> bool:
         """Withdraw the replica ``claim`` asked ``state``'s resource for, if it has no Machine
         yet: lower the replicas by one, never below what the other waiting NodeClaims need,
-        below the Machines that exist, or below the min size."""
+        below the Machines that exist, or below the min size. False when it must not, because a
+        MachineDeployment is rolling out and CAPI would remove a running Machine instead
+        (``scaling.withdrawal_unsafe``)."""
         for _ in range(self._settings.conflict_retries):
             if state is None:
-                return
+                return True
             others = waiting_claims(claims, state, bound_elsewhere, exclude=claim.name)
             floor = max(make_plan(state, others).target, len(state.present), state.min_size or 0)
             if state.replicas <= floor:
-                return
+                return True
+            why = withdrawal_blocked(self._client, self._capi, state)
+            if why is not None:
+                log.info(
+                    "NodeClaim %s keeps its replica of %s for now: %s", claim.name, state.ref, why
+                )
+                return False
             try:
                 scale(self._client, self._capi, state, state.replicas - 1)
             except Conflict:
@@ -481,7 +496,8 @@ class Launcher:
                 state.replicas,
                 state.replicas - 1,
             )
-            return
+            return True
+        return True
 
     def _give_up_on(self, candidate: Candidate, outcome: _Outcome, reasons: list[str]) -> None:
         reasons.append(outcome.skip)

@@ -313,8 +313,40 @@ def rollout_in_progress(
     return None
 
 
+def withdrawal_unsafe(
+    deployment: Mapping[str, Any], machine_sets: Sequence[Mapping[str, Any]]
+) -> str | None:
+    """Why lowering this MachineDeployment's replicas to withdraw a replica that has no Machine
+    yet could remove a running Machine instead, or ``None`` when it is safe.
+
+    With one active MachineSet the lower count only stops the Machine not yet made, even if the
+    controller has yet to see the raise (it then sees neither). While two or more have replicas,
+    a roll-out is under way and CAPI takes the replica from the old MachineSets first (OnDelete
+    and RollingUpdate alike): a running Machine would go, and the new set would still make the
+    one nobody waits for. The withdrawal then waits until the roll-out is over or the Machine
+    exists (and can be marked and removed itself, under ``rollout_in_progress``'s rule).
+    """
+    active = sorted(
+        str((ms.get("metadata") or {}).get("name")) for ms in machine_sets if _ms_replicas(ms) > 0
+    )
+    if len(active) <= 1:
+        return None
+    strategy = rollout_strategy(deployment)
+    return (
+        f"it is rolling out ({strategy}: {', '.join(active)} have replicas) and CAPI would take "
+        "the replica from an old MachineSet, removing a running Machine"
+    )
+
+
 def machine_sets_of(client: KubeClient, capi: CapiResources, ref: ResourceRef) -> list[JsonObject]:
     """The MachineSets of a MachineDeployment (by its deployment-name label)."""
     return client.list(
         capi.machine_sets, ref.namespace, label_selector=f"{DEPLOYMENT_NAME_LABEL}={ref.name}"
     ).items
+
+
+def withdrawal_blocked(client: KubeClient, capi: CapiResources, state: ResourceState) -> str | None:
+    """``withdrawal_unsafe`` for ``state``'s resource: only a MachineDeployment rolls out."""
+    if state.ref.kind != MACHINE_DEPLOYMENT:
+        return None
+    return withdrawal_unsafe(state.obj, machine_sets_of(client, capi, state.ref))
