@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from karpenter_capi import __version__
-from karpenter_capi.cli_common import CliError, add_plugin_argument, plugin_names
+from karpenter_capi.cli_common import CliError, Parser, add_plugin_argument, plugin_names
 from karpenter_capi.cli_explain import add_explain_arguments, explain_command
 from karpenter_capi.cli_run import add_run_arguments, run_command
 from karpenter_capi.cli_simulate import add_simulate_arguments, simulate_command
@@ -33,7 +33,7 @@ _EXIT_FAILURE = 1
 def _build_parser() -> argparse.ArgumentParser:
     from karpenter_capi.core.kube.config import add_cluster_arguments
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="karpenter-capi",
         description="Karpenter-compatible node autoprovisioner for Cluster API clusters.",
     )

@@ -1,4 +1,5 @@
-"""What every ``karpenter-capi`` subcommand shares: the plugin options and the user-facing error.
+"""What every ``karpenter-capi`` subcommand shares: the parser, the plugin options and the
+user-facing error.
 
 Why a module of its own: the subcommands live in modules of their own (``cli_run``,
 ``cli_explain``, ``cli_simulate``) that ``cli`` imports to build its parser, so what they share
@@ -9,10 +10,45 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import NoReturn
 
 
 class CliError(Exception):
     """A user-facing failure: printed as one line, exit status 1."""
+
+
+_UNRECOGNIZED = "unrecognized arguments: "
+_AMBIGUOUS = "ambiguous option: "
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, except that its usage errors do not print values back.
+
+    The value after a misspelt flag is often a credential (``--management-tokn TOKEN``), and
+    argparse would echo it in "unrecognized arguments", to a terminal or a CI log. The flags are
+    kept, so the message still says what was wrong. Subparsers are made of this class too.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        super().error(redact_values(message))
+
+
+def redact_values(message: str) -> str:
+    """``message`` with every word that is not a flag, and every ``=value``, replaced."""
+    if message.startswith(_UNRECOGNIZED):
+        words = message[len(_UNRECOGNIZED) :].split(" ")
+        return _UNRECOGNIZED + " ".join(_flag_only(word) for word in words)
+    if message.startswith(_AMBIGUOUS):
+        option, sep, rest = message[len(_AMBIGUOUS) :].partition(" ")
+        return _AMBIGUOUS + _flag_only(option) + sep + rest
+    return message
+
+
+def _flag_only(word: str) -> str:
+    if not word.startswith("-"):
+        return "<value>"
+    flag, equals, _ = word.partition("=")
+    return f"{flag}=<value>" if equals else flag
 
 
 def add_plugin_argument(parser: argparse.ArgumentParser) -> None:

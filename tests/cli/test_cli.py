@@ -286,3 +286,23 @@ def test_the_packing_optimizer_budget_reads_durations_and_refuses_nonsense(
         _run("run", "--once", "--packing-optimizer-budget", "soon")
     assert exited.value.code == 2
     assert "invalid budget 'soon'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["run", "--management-tokn", "s3cr3t-token"], "--management-tokn <value>"),
+        (["run", "--management-tok=s3cr3t-token"], "--management-tok=<value>"),
+        (["explain", "--kubeconfig-path", "s3cr3t-token"], "--kubeconfig-path <value>"),
+    ],
+)
+def test_a_misspelt_flag_is_named_without_echoing_its_value(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A misspelt credential flag must not put the credential in a terminal or a CI log."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "s3cr3t-token" not in err
+    assert named in err
