@@ -30,10 +30,10 @@ class Parser(argparse.ArgumentParser):
     """
 
     def error(self, message: str) -> NoReturn:
-        super().error(redact_values(message))
+        super().error(_redact_values(message))
 
 
-def redact_values(message: str) -> str:
+def _redact_values(message: str) -> str:
     """``message`` with every word that is not a flag, and every ``=value``, replaced."""
     if message.startswith(_UNRECOGNIZED):
         words = message[len(_UNRECOGNIZED) :].split(" ")

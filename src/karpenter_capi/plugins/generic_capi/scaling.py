@@ -272,6 +272,10 @@ def _revision(obj: Mapping[str, Any]) -> int | None:
     return _int_annotation(_annotations_of(obj), ANNOTATION_REVISION)
 
 
+def _names(machine_sets: Sequence[Mapping[str, Any]]) -> str:
+    return ", ".join(sorted(str((ms.get("metadata") or {}).get("name")) for ms in machine_sets))
+
+
 def rollout_in_progress(
     deployment: Mapping[str, Any],
     machine_sets: Sequence[Mapping[str, Any]],
@@ -292,7 +296,7 @@ def rollout_in_progress(
         return f"its revision {wanted} has no MachineSet yet"
     if len(active) <= 1:
         return None
-    names = ", ".join(sorted(str((ms.get("metadata") or {}).get("name")) for ms in active))
+    names = _names(active)
     if rollout_strategy(deployment) != STRATEGY_ON_DELETE:
         return f"it is rolling out ({len(active)} MachineSets have replicas: {names})"
 
@@ -326,15 +330,12 @@ def withdrawal_unsafe(
     one nobody waits for. The withdrawal then waits until the roll-out is over or the Machine
     exists (and can be marked and removed itself, under ``rollout_in_progress``'s rule).
     """
-    active = sorted(
-        str((ms.get("metadata") or {}).get("name")) for ms in machine_sets if _ms_replicas(ms) > 0
-    )
+    active = [ms for ms in machine_sets if _ms_replicas(ms) > 0]
     if len(active) <= 1:
         return None
-    strategy = rollout_strategy(deployment)
     return (
-        f"it is rolling out ({strategy}: {', '.join(active)} have replicas) and CAPI would take "
-        "the replica from an old MachineSet, removing a running Machine"
+        f"it is rolling out ({rollout_strategy(deployment)}: {_names(active)} have replicas) and "
+        "CAPI would take the replica from an old MachineSet, removing a running Machine"
     )
 
 
