@@ -107,8 +107,14 @@ class Deleter:
         self._cache = cache
         self._settings = settings
         self._mirrors = mirrors
+        self._unrecorded: dict[tuple[str, str], str] = {}
+        """(NodeClaim name, uid) -> the resource this process sent it to, for a NodeClaim
+        deleted before the core wrote that intent on it, until its cancel is done."""
 
-    def delete(self, nodeclaim: object) -> bool | None:
+    def delete(self, nodeclaim: object, sent_to: str | None = None) -> bool | None:
+        """``sent_to``: the resource this process last sent the NodeClaim to (``inflight``),
+        which the NodeClaim may not show yet: deleted right after the ``create`` that raised
+        the replicas, its replica would otherwise never be given back."""
         claim = claim_facts(nodeclaim)
         machine, ours = self._find(claim)
         if machine is not None:
@@ -118,10 +124,18 @@ class Deleter:
         if ours:
             # It had a Machine (recorded, or an orphan's): never cancel on its behalf.
             raise InstanceNotFoundError(claim.name, _GONE)
-        intent = ResourceRef.parse(claim.intent) if claim.intent else None
-        if intent is not None:
+        key = (claim.name, claim.uid)
+        if sent_to and not claim.intent:
+            self._unrecorded[key] = sent_to
+        recorded = claim.intent or self._unrecorded.get(key, "")
+        intent = ResourceRef.parse(recorded) if recorded else None
+        if intent is None:
+            return None
+        try:
             return self._cancel(intent, claim)
-        return None
+        except InstanceNotFoundError:
+            self._unrecorded.pop(key, None)
+            raise
 
     # --- finding the Machine ----------------------------------------------------------------
 

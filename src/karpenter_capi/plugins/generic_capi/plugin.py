@@ -272,9 +272,11 @@ class GenericCapiPlugin:
         if not _claims_our_kind(nodeclaim):
             return None
         state = self._state()
-        state.inflight.done(_name(nodeclaim))
+        name = _name(nodeclaim)
+        sent_to = state.inflight.intent_of(name)
+        state.inflight.done(name)
         try:
-            return state.deleter.delete(nodeclaim)
+            return state.deleter.delete(nodeclaim, sent_to)
         except ApiError as exc:
             raise DeleteFailedError(
                 f"removing the Machine of NodeClaim {_name(nodeclaim)} failed: {exc}"
