@@ -43,14 +43,17 @@ from karpenter_capi.plugin_api import (
     ProviderError,
 )
 from karpenter_capi.plugin_api.kube import (
+    WARNING,
     ApiError,
     CapiResources,
     Conflict,
+    EventRecorder,
     NotFound,
     Preconditions,
 )
 from karpenter_capi.plugin_api.model import format_timestamp
 from karpenter_capi.plugins.generic_capi.binding import (
+    ANNOTATION_DELETE_MACHINE,
     ANNOTATION_ORPHANED_INSTANCE,
     ClaimFacts,
     MachineFacts,
@@ -79,6 +82,11 @@ from karpenter_capi.plugins.generic_capi.selection import MACHINE_DEPLOYMENT
 log = logging.getLogger(__name__)
 
 _GONE: Final = "its Machine no longer exists"
+REASON_UNCLAIMED: Final = "UnclaimedMachine"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:g}m" if seconds >= 60 else f"{seconds:g}s"
 
 
 class DeleteFailedError(ProviderError):
@@ -107,6 +115,9 @@ class Deleter:
         self._cache = cache
         self._settings = settings
         self._mirrors = mirrors
+        self._events = EventRecorder(ctx.management, ctx.clock)
+        self._announced: set[str] = set()
+        """Unclaimed Machines whose removal was logged and recorded (once per Machine)."""
         self._unrecorded: dict[tuple[str, str], str] = {}
         """(NodeClaim name, uid) -> the resource this process sent it to, for a NodeClaim
         deleted before the core wrote that intent on it, until its cancel is done."""
@@ -120,6 +131,8 @@ class Deleter:
         if machine is not None:
             if machine.deleting:
                 return True
+            if ANNOTATION_ORPHANED_INSTANCE in claim.annotations:
+                return self._remove_orphan(machine, claim)
             return self._remove(machine, claim)
         if ours:
             # It had a Machine (recorded, or an orphan's): never cancel on its behalf.
@@ -177,6 +190,44 @@ class Deleter:
             if found is not None:
                 return found, True
         return None, recorded is not None
+
+    # --- a Machine the garbage collector found unclaimed -----------------------------------
+
+    def _remove_orphan(self, machine: MachineFacts, claim: ClaimFacts) -> bool:
+        """The garbage collector's stand-in names ``machine``: a Machine bound to a NodeClaim
+        that is gone (the stand-in has its name), or one no NodeClaim ever claimed
+        (``unclaimed``). Either may have been claimed since the collector looked."""
+        if machine.claim and machine.claim != claim.name:
+            raise InstanceNotFoundError(
+                claim.name, f"Machine {machine.key} is claimed by NodeClaim {machine.claim} now"
+            )
+        if machine.claim or machine.member:
+            return self._remove(machine, claim)
+        owner = owner_of(machine)
+        state = (
+            read_state(self._client, self._capi, owner, self._mirrors.machines_of)
+            if owner
+            else None
+        )
+        if state is not None and state.min_size is not None and len(state.alive) <= state.min_size:
+            # The resource's floor: CAPI capacity, never replaced (that would churn forever).
+            raise InstanceNotFoundError(
+                claim.name, f"Machine {machine.key} is kept: {owner} is at its min size"
+            )
+        if not machine.marked and machine.key not in self._announced:
+            self._announced.add(machine.key)
+            where = f" of {owner}" if owner else ""
+            message = (
+                f"Machine {machine.key}{where} was claimed by no NodeClaim for "
+                f"{_minutes(self._settings.unclaimed_ttl)} (its NodeClaim went before it "
+                f"was made); removing it with {ANNOTATION_DELETE_MACHINE} and lowering the "
+                "replicas"
+            )
+            log.warning("%s", message)
+            self._events.record(machine.raw, WARNING, REASON_UNCLAIMED, message)
+            if state is not None:
+                self._events.record(state.obj, WARNING, REASON_UNCLAIMED, message)
+        return self._remove(machine, claim)
 
     # --- a bound Machine --------------------------------------------------------------------
 
@@ -296,7 +347,11 @@ class Deleter:
             if claims is None:
                 claims = self._mirrors.waiting().on(ref)
             others = waiting_claims(claims, state, self._cache.bound_claims(), exclude=claim.name)
-            plan = make_plan(state, others)
+            plan = make_plan(
+                state,
+                others,
+                unclaimed_before=self._settings.unclaimed_before(self._ctx.clock.now()),
+            )
             taken = {m.key for m in plan.pairs.values()}
             surplus = sorted(
                 (
