@@ -41,6 +41,24 @@ def test_a_nodeclaim_deleted_before_the_core_recorded_its_intent_gives_its_repli
     assert env.machines() == []
 
 
+def test_a_nodeclaim_deleted_after_falling_back_gives_back_the_replica_it_asked_for_last(
+    env: Env,
+) -> None:
+    env.deployment("md-a", price=0.1)
+    env.deployment("md-b", price=0.2)
+    env.nodeclaim("nc")
+    env.launch("nc")  # md-a, recorded on the NodeClaim
+    assert env.replicas("md-a") == 1
+    env.clock.advance(180)  # md-a makes no Machine within machine_timeout
+    env.launch("nc", record=False)  # falls back to md-b; the core has not written that yet
+    assert (env.replicas("md-a"), env.replicas("md-b")) == (0, 1)
+
+    with pytest.raises(InstanceNotFoundError):
+        env.delete("nc")
+
+    assert (env.replicas("md-a"), env.replicas("md-b")) == (0, 0)
+
+
 def test_a_cancel_retried_after_a_conflict_storm_still_knows_the_unrecorded_intent(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -119,13 +119,14 @@ class Deleter:
         self._announced: set[str] = set()
         """Unclaimed Machines whose removal was logged and recorded (once per Machine)."""
         self._unrecorded: dict[tuple[str, str], str] = {}
-        """(NodeClaim name, uid) -> the resource this process sent it to, for a NodeClaim
+        """(NodeClaim name, uid) -> the resource this process last sent it to, for a NodeClaim
         deleted before the core wrote that intent on it, until its cancel is done."""
 
     def delete(self, nodeclaim: object, sent_to: str | None = None) -> bool | None:
         """``sent_to``: the resource this process last sent the NodeClaim to (``inflight``),
-        which the NodeClaim may not show yet: deleted right after the ``create`` that raised
-        the replicas, its replica would otherwise never be given back."""
+        which the NodeClaim may not show yet (or shows an older one, before a fallback):
+        deleted right after the ``create`` that raised the replicas, its replica would
+        otherwise never be given back."""
         claim = claim_facts(nodeclaim)
         machine, ours = self._find(claim)
         if machine is not None:
@@ -138,9 +139,10 @@ class Deleter:
             # It had a Machine (recorded, or an orphan's): never cancel on its behalf.
             raise InstanceNotFoundError(claim.name, _GONE)
         key = (claim.name, claim.uid)
-        if sent_to and not claim.intent:
+        if sent_to and sent_to != claim.intent:
             self._unrecorded[key] = sent_to
-        recorded = claim.intent or self._unrecorded.get(key, "")
+        # What this process sent last is newer than what the API shows (a fallback's intent).
+        recorded = self._unrecorded.get(key) or claim.intent
         intent = ResourceRef.parse(recorded) if recorded else None
         if intent is None:
             return None
