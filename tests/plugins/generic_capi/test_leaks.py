@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from karpenter_capi.core.errors import InstanceNotFoundError
-from karpenter_capi.core.kube import EVENTS, NODECLAIMS
+from karpenter_capi.core.kube import EVENTS, MACHINE_DEPLOYMENTS, NODECLAIMS
 from karpenter_capi.core.lifecycle.garbagecollection import (
     DEFAULT_ORPHAN_GRACE,
     NodeClaimGarbageCollector,
@@ -205,3 +205,27 @@ def test_a_machine_adopted_after_the_collector_listed_it_is_not_removed(env: Env
     assert env.bindings() == {"nc-new": [name]}
     assert not env.machines()[0]["metadata"].get("annotations", {}).get(ANNOTATION_DELETE_MACHINE)
     assert env.replicas("md-a") == 1
+
+
+def test_a_machine_the_min_size_covers_by_the_time_of_the_delete_is_kept(env: Env) -> None:
+    env.deployment("md-a", replicas=2, annotations={MIN_SIZE: "1"})
+    env.driver.advance(TTL + 60)
+    (instance,) = env.plugins.list_instances()
+    env.api.patch(
+        env.res(MACHINE_DEPLOYMENTS),
+        "md-a",
+        {"metadata": {"annotations": {MIN_SIZE: "2"}}},
+        NAMESPACE,
+    )
+
+    with pytest.raises(
+        InstanceNotFoundError, match="is kept: MachineDeployment default/md-a is at its min size"
+    ):
+        env.plugins.delete(orphan_nodeclaim(instance))
+
+    assert env.replicas("md-a") == 2
+    assert not any(
+        ANNOTATION_DELETE_MACHINE in (m["metadata"].get("annotations") or {})
+        for m in env.machines()
+    )
+    assert events(env, "UnclaimedMachine") == []

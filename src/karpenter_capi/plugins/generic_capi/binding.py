@@ -14,7 +14,8 @@ A Machine is *claimable* only if it is free (no NodeClaim named on it, no member
 the NodeClaim that takes it. The last rule keeps the replicas a user runs by hand (and any
 Machine that existed before the request) out of Karpenter's hands; it compares the Machine's
 and the NodeClaim's creationTimestamps, so it assumes the management and workload API servers
-agree on the time to the second.
+agree on the time to the second. The one exception is a Machine nobody claimed for the
+plugin's ``unclaimed_ttl`` (``unclaimed``): a NodeClaim left without a Machine may adopt it.
 
 ``match`` pairs the waiting NodeClaims of one resource with its claimable Machines, oldest
 NodeClaim first, each taking the oldest Machine it may. Every process computes the same

@@ -169,7 +169,7 @@ class Deleter:
         orphan = claim.annotations.get(ANNOTATION_ORPHANED_INSTANCE, "")
         namespace, slash, name = orphan.partition("/")
         if slash and namespace and name:
-            # The garbage collector's stand-in for a member Machine nobody claims.
+            # The garbage collector's stand-in for a Machine nobody claims (``unclaimed``).
             return self._get(namespace, name), True
         recorded = claim.machine_ref
         if recorded is not None:
@@ -211,7 +211,13 @@ class Deleter:
             if owner
             else None
         )
-        if state is not None and state.min_size is not None and len(state.alive) <= state.min_size:
+        stays = None if state is None else len(state.alive) - (0 if machine.marked else 1)
+        if (
+            state is not None
+            and state.min_size is not None
+            and stays is not None
+            and stays < state.min_size
+        ):
             # The resource's floor: CAPI capacity, never replaced (that would churn forever).
             raise InstanceNotFoundError(
                 claim.name, f"Machine {machine.key} is kept: {owner} is at its min size"

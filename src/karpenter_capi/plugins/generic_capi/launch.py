@@ -15,7 +15,8 @@ process can take the next one after a crash:
    inventory (ties: resource price, instance type, zone, capacity type, resource key).
 3. **Bind or scale.** One read of the resource, its Machines and the NodeClaims gives the
    waiting NodeClaims (those naming the resource, not deleting, not bound). ``binding.match``
-   pairs them with the free Machines; if this NodeClaim gets one it binds it (one write).
+   pairs them with the free Machines; if this NodeClaim gets one it binds it (one write). A
+   Machine nobody claimed for ``unclaimed_ttl`` it adopts, giving back its own replica.
    Otherwise the replicas should be ``target`` = Machines that stay + waiting NodeClaims no free
    Machine serves (the shortfall), capped by the max-size annotation: the replicas are raised
    to ``target`` if lower, never beyond, through the scale subresource with a resourceVersion

@@ -8,9 +8,10 @@ what makes concurrent launches converge instead of counting a NodeClaim twice.
 
 - ``waiting_claims``: the NodeClaims whose intent annotation names the resource, not deleting,
   without a provider ID or a bound Machine;
-- ``make_plan``: pairs them with the free Machines (``binding.match``); the others need new
-  replicas, as many as the max size leaves room for (oldest NodeClaims first); the replicas
-  target is the Machines that stay (neither deleting nor marked) plus those;
+- ``make_plan``: pairs them with the free Machines (``binding.match``; Machines nobody claimed
+  for ``unclaimed_ttl`` are adopted by the NodeClaims left over, see ``unclaimed``); the others
+  need new replicas, as many as the max size leaves room for (oldest NodeClaims first); the
+  replicas target is the Machines that stay (neither deleting nor marked) plus those;
 - ``rank_candidates``: the resources behind the offerings the core allows, cheapest first.
 """
 
