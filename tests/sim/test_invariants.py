@@ -296,3 +296,50 @@ def test_simulate_check_reports_that_the_invariants_hold(tmp_path: Path) -> None
 
     assert status == 0
     assert "invariants: all hold" in out.getvalue()
+
+
+def _free_replica(settled: Settled) -> str:
+    """A second Machine of the launched node's MachineSet that no NodeClaim claims."""
+    machine = copy.deepcopy(settled.one(MACHINES))
+    meta = machine["metadata"]
+    meta["name"] = "spare"
+    for key in ("uid", "resourceVersion", "creationTimestamp"):
+        meta.pop(key, None)
+    meta["annotations"] = {}
+    meta["labels"] = {
+        k: v for k, v in meta["labels"].items() if k != wellknown.LABEL_KARPENTER_MEMBER
+    }
+    machine["spec"].pop("providerID", None)
+    machine.pop("status", None)
+    settled.server.create(MACHINES, machine, meta["namespace"])
+    return f"Machine {meta['namespace']}/spare"
+
+
+def test_a_replica_no_nodeclaim_claims_is_a_leaked_machine(settled: Settled) -> None:
+    subject = _free_replica(settled)
+
+    leaks = [v for v in settled.check() if v.invariant == LEAKED_MACHINE]
+
+    assert [v.subject for v in leaks] == [subject]
+    assert "no NodeClaim: it is a replica of MachineDeployment" in leaks[0].detail
+
+
+def test_the_min_size_keeps_free_replicas_beside_the_claimed_ones(settled: Settled) -> None:
+    subject = _free_replica(settled)
+    (deployment,) = [
+        d
+        for d in settled.server.list(MACHINE_DEPLOYMENTS).items
+        if d["metadata"].get("labels", {}).get(wellknown.LABEL_KARPENTER_MEMBER) is not None
+        and d["spec"].get("replicas")
+    ]
+    meta = deployment["metadata"]
+    for minimum, leaked in (("1", [subject]), ("2", [])):
+        annotations = {wellknown.ANNOTATION_AUTOSCALER_MIN_SIZE: minimum}
+        settled.server.patch(
+            MACHINE_DEPLOYMENTS,
+            meta["name"],
+            {"metadata": {"annotations": annotations}},
+            meta["namespace"],
+        )
+        leaks = [v.subject for v in settled.check() if v.invariant == LEAKED_MACHINE]
+        assert leaks == leaked, minimum

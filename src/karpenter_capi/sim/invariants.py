@@ -7,8 +7,10 @@ used to assert its own subset of that; this module is the one list, used by all 
 
 - ``leaked-machine``: a live Machine the controller is responsible for (one it bound to a
   NodeClaim, launched natively, or that belongs to an opted-in scalable resource) that no
-  NodeClaim claims (a NodeClaim being deleted still does: termination removes its Machine).
-  That is a machine the user pays for and nothing will ever remove.
+  NodeClaim claims (a NodeClaim being deleted still does: termination removes its Machine),
+  beyond its resource's min size (``cluster-api-autoscaler-node-group-min-size`` keeps that
+  many Machines, claimed or not). That is a machine the user pays for and nothing removes on
+  purpose (``generic_capi``'s safety net would, after its TTL: a settled run shows none).
 - ``double-claim``: two NodeClaims with one provider ID, two live Machines with one provider ID,
   or one NodeClaim bound to two Machines (a launch done twice).
 - ``stuck-nodeclaim``: a NodeClaim neither Ready nor being deleted for longer than the
@@ -320,16 +322,47 @@ class _Checker:
 
     # --- checks that hold once the cluster has settled --------------------------------------
 
-    def leaked_machines(self) -> None:
+    def _floor_kept(self) -> set[int]:
+        """The free Machines a resource's min size keeps (``id`` of each): the oldest, as many
+        as the min size leaves room for beside the Machines NodeClaims claim. Those are the
+        resource's floor, CAPI capacity nobody removes on purpose."""
+        by_owner: dict[int, tuple[Mapping[str, Any], list[JsonObject]]] = {}
+        claimed: Counter[int] = Counter()
         for machine in self.managed_machines:
-            if _deleting(machine):
+            owner = self.capi.owner(machine)
+            if owner is None or _deleting(machine):
+                continue
+            entry = by_owner.setdefault(id(owner[1]), (owner[1], []))
+            if self._claimed(machine):
+                claimed[id(owner[1])] += 1
+            elif not _bound_claim(machine):  # bound to a NodeClaim that is gone: a leak
+                entry[1].append(machine)
+        kept: set[int] = set()
+        for key, (resource, unclaimed) in by_owner.items():
+            annotations = _meta(resource).get("annotations") or {}
+            try:
+                minimum = int(str(annotations.get(wellknown.ANNOTATION_AUTOSCALER_MIN_SIZE, "0")))
+            except ValueError:
+                minimum = 0
+            room = max(0, minimum - claimed[key])
+            unclaimed.sort(key=lambda m: (str(_meta(m).get("creationTimestamp")), _meta(m)["name"]))
+            kept.update(id(m) for m in unclaimed[:room])
+        return kept
+
+    def _claimed(self, machine: Mapping[str, Any]) -> bool:
+        # A NodeClaim being deleted still holds its Machine: termination deletes it last,
+        # and a drain a PodDisruptionBudget blocks may keep it for as long as it takes.
+        provider_id = _provider_id(machine, "spec")
+        return _bound_claim(machine) in self.claim_names or bool(
+            provider_id and provider_id in self.claimed_ids
+        )
+
+    def leaked_machines(self) -> None:
+        floor = self._floor_kept()
+        for machine in self.managed_machines:
+            if _deleting(machine) or self._claimed(machine) or id(machine) in floor:
                 continue
             claim = _bound_claim(machine)
-            provider_id = _provider_id(machine, "spec")
-            # A NodeClaim being deleted still holds its Machine: termination deletes it last,
-            # and a drain a PodDisruptionBudget blocks may keep it for as long as it takes.
-            if claim in self.claim_names or (provider_id and provider_id in self.claimed_ids):
-                continue
             if claim:
                 said = f"bound to NodeClaim {claim}, which does not exist"
             else:

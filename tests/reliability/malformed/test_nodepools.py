@@ -218,3 +218,4 @@ def test_a_custom_label_requirement_with_many_values_labels_the_node_instead_of_
     [claim] = world.nodeclaims()
     value = claim["metadata"]["labels"][requirement["key"]]
     assert value not in requirement["values"]
+    assert world.violations() == []

@@ -11,6 +11,7 @@ from karpenter_capi.core.kube import MACHINES, NODEPOOLS
 from karpenter_capi.core.kube.errors import Unauthorized
 from karpenter_capi.core.kube.official import OfficialClient
 from karpenter_capi.sim.apiserver.http import HttpFront
+from karpenter_capi.sim.invariants import assert_invariants
 from tests.reliability.two_clusters.env import (
     NAMESPACE,
     TwoClusters,
@@ -36,6 +37,7 @@ def test_pods_of_the_workload_cluster_scale_machine_deployments_of_the_managemen
     assert len(machines) == len(claims) == len(env.nodes())
     assert sum(env.replicas().values()) == len(machines)
     no_kind_crosses_over(env)
+    assert_invariants(env.workload, env.management, clock=env.clock, plugins=env.plugins)
 
 
 WORKLOAD_TOKEN = "wl-token-5f0c2a9e"
@@ -75,6 +77,8 @@ def test_over_http_with_the_clusters_configured_as_a_user_would(
     assert ready_nodeclaims(env) == names(claims)
     assert len(env.machines()) == len(claims) == len(env.nodes())
     no_kind_crosses_over(env)
+    # The plugins' HTTP clients are closed: the controller's own dry run is not asked.
+    assert_invariants(env.workload, env.management, clock=env.clock)
 
 
 def test_each_front_refuses_the_other_clusters_token(env: TwoClusters, tmp_path: Path) -> None:

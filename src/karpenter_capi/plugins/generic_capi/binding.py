@@ -14,7 +14,8 @@ A Machine is *claimable* only if it is free (no NodeClaim named on it, no member
 the NodeClaim that takes it. The last rule keeps the replicas a user runs by hand (and any
 Machine that existed before the request) out of Karpenter's hands; it compares the Machine's
 and the NodeClaim's creationTimestamps, so it assumes the management and workload API servers
-agree on the time to the second.
+agree on the time to the second. The one exception is a Machine nobody claimed for the
+plugin's ``unclaimed_ttl`` (``unclaimed``): a NodeClaim left without a Machine may adopt it.
 
 ``match`` pairs the waiting NodeClaims of one resource with its claimable Machines, oldest
 NodeClaim first, each taking the oldest Machine it may. Every process computes the same
@@ -225,23 +226,37 @@ def claim_facts(obj: Any) -> ClaimFacts:
 
 
 def match(
-    claims: Iterable[ClaimFacts], machines: Iterable[MachineFacts]
+    claims: Iterable[ClaimFacts],
+    machines: Iterable[MachineFacts],
+    *,
+    unclaimed_before: datetime | None = None,
 ) -> dict[str, MachineFacts]:
     """NodeClaim name -> the free Machine it takes (see the module docstring for the rule).
 
     Greedy over Machines oldest first, each going to the oldest unpaired NodeClaim not newer
     than it: for this "created no earlier than" constraint that is a maximum matching.
+
+    A free Machine created before ``unclaimed_before`` has waited longer than any NodeClaim
+    waits for its Machine, so it was made for one that is gone (``unclaimed``): the NodeClaims
+    left unpaired adopt such Machines, oldest first, whatever their age. They are paired last,
+    so that adopting one never takes a new Machine's NodeClaim away from it.
     """
     waiting = sorted(claims, key=lambda claim: claim.order)
     free = sorted((m for m in machines if m.free), key=lambda m: (m.created, m.name))
     pairs: dict[str, MachineFacts] = {}
     next_claim = 0
+    leftover: list[MachineFacts] = []
     for machine in free:
-        if next_claim >= len(waiting):
-            break
-        if waiting[next_claim].created <= machine.created:
+        if next_claim < len(waiting) and waiting[next_claim].created <= machine.created:
             pairs[waiting[next_claim].name] = machine
             next_claim += 1
+        else:
+            leftover.append(machine)
+    if unclaimed_before is not None:
+        unpaired = (claim for claim in waiting if claim.name not in pairs)
+        adoptable = (m for m in leftover if m.created < unclaimed_before)
+        for claim, machine in zip(unpaired, adoptable, strict=False):
+            pairs[claim.name] = machine
     return pairs
 
 

@@ -43,14 +43,17 @@ from karpenter_capi.plugin_api import (
     ProviderError,
 )
 from karpenter_capi.plugin_api.kube import (
+    WARNING,
     ApiError,
     CapiResources,
     Conflict,
+    EventRecorder,
     NotFound,
     Preconditions,
 )
 from karpenter_capi.plugin_api.model import format_timestamp
 from karpenter_capi.plugins.generic_capi.binding import (
+    ANNOTATION_DELETE_MACHINE,
     ANNOTATION_ORPHANED_INSTANCE,
     ClaimFacts,
     MachineFacts,
@@ -79,6 +82,11 @@ from karpenter_capi.plugins.generic_capi.selection import MACHINE_DEPLOYMENT
 log = logging.getLogger(__name__)
 
 _GONE: Final = "its Machine no longer exists"
+REASON_UNCLAIMED: Final = "UnclaimedMachine"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:g}m" if seconds >= 60 else f"{seconds:g}s"
 
 
 class DeleteFailedError(ProviderError):
@@ -107,21 +115,42 @@ class Deleter:
         self._cache = cache
         self._settings = settings
         self._mirrors = mirrors
+        self._events = EventRecorder(ctx.management, ctx.clock)
+        self._announced: set[str] = set()
+        """Unclaimed Machines whose removal was logged and recorded (once per Machine)."""
+        self._unrecorded: dict[tuple[str, str], str] = {}
+        """(NodeClaim name, uid) -> the resource this process last sent it to, for a NodeClaim
+        deleted before the core wrote that intent on it, until its cancel is done."""
 
-    def delete(self, nodeclaim: object) -> bool | None:
+    def delete(self, nodeclaim: object, sent_to: str | None = None) -> bool | None:
+        """``sent_to``: the resource this process last sent the NodeClaim to (``inflight``),
+        which the NodeClaim may not show yet (or shows an older one, before a fallback):
+        deleted right after the ``create`` that raised the replicas, its replica would
+        otherwise never be given back."""
         claim = claim_facts(nodeclaim)
         machine, ours = self._find(claim)
         if machine is not None:
             if machine.deleting:
                 return True
+            if ANNOTATION_ORPHANED_INSTANCE in claim.annotations:
+                return self._remove_orphan(machine, claim)
             return self._remove(machine, claim)
         if ours:
             # It had a Machine (recorded, or an orphan's): never cancel on its behalf.
             raise InstanceNotFoundError(claim.name, _GONE)
-        intent = ResourceRef.parse(claim.intent) if claim.intent else None
-        if intent is not None:
+        key = (claim.name, claim.uid)
+        if sent_to and sent_to != claim.intent:
+            self._unrecorded[key] = sent_to
+        # What this process sent last is newer than what the API shows (a fallback's intent).
+        recorded = self._unrecorded.get(key) or claim.intent
+        intent = ResourceRef.parse(recorded) if recorded else None
+        if intent is None:
+            return None
+        try:
             return self._cancel(intent, claim)
-        return None
+        except InstanceNotFoundError:
+            self._unrecorded.pop(key, None)
+            raise
 
     # --- finding the Machine ----------------------------------------------------------------
 
@@ -140,7 +169,7 @@ class Deleter:
         orphan = claim.annotations.get(ANNOTATION_ORPHANED_INSTANCE, "")
         namespace, slash, name = orphan.partition("/")
         if slash and namespace and name:
-            # The garbage collector's stand-in for a member Machine nobody claims.
+            # The garbage collector's stand-in for a Machine nobody claims (``unclaimed``).
             return self._get(namespace, name), True
         recorded = claim.machine_ref
         if recorded is not None:
@@ -163,6 +192,50 @@ class Deleter:
             if found is not None:
                 return found, True
         return None, recorded is not None
+
+    # --- a Machine the garbage collector found unclaimed -----------------------------------
+
+    def _remove_orphan(self, machine: MachineFacts, claim: ClaimFacts) -> bool:
+        """The garbage collector's stand-in names ``machine``: a Machine bound to a NodeClaim
+        that is gone (the stand-in has its name), or one no NodeClaim ever claimed
+        (``unclaimed``). Either may have been claimed since the collector looked."""
+        if machine.claim and machine.claim != claim.name:
+            raise InstanceNotFoundError(
+                claim.name, f"Machine {machine.key} is claimed by NodeClaim {machine.claim} now"
+            )
+        if machine.claim or machine.member:
+            return self._remove(machine, claim)
+        owner = owner_of(machine)
+        state = (
+            read_state(self._client, self._capi, owner, self._mirrors.machines_of)
+            if owner
+            else None
+        )
+        stays = None if state is None else len(state.alive) - (0 if machine.marked else 1)
+        if (
+            state is not None
+            and state.min_size is not None
+            and stays is not None
+            and stays < state.min_size
+        ):
+            # The resource's floor: CAPI capacity, never replaced (that would churn forever).
+            raise InstanceNotFoundError(
+                claim.name, f"Machine {machine.key} is kept: {owner} is at its min size"
+            )
+        if not machine.marked and machine.key not in self._announced:
+            self._announced.add(machine.key)
+            where = f" of {owner}" if owner else ""
+            message = (
+                f"Machine {machine.key}{where} was claimed by no NodeClaim for "
+                f"{_minutes(self._settings.unclaimed_ttl)} (its NodeClaim went before it "
+                f"was made); removing it with {ANNOTATION_DELETE_MACHINE} and lowering the "
+                "replicas"
+            )
+            log.warning("%s", message)
+            self._events.record(machine.raw, WARNING, REASON_UNCLAIMED, message)
+            if state is not None:
+                self._events.record(state.obj, WARNING, REASON_UNCLAIMED, message)
+        return self._remove(machine, claim)
 
     # --- a bound Machine --------------------------------------------------------------------
 
@@ -282,7 +355,11 @@ class Deleter:
             if claims is None:
                 claims = self._mirrors.waiting().on(ref)
             others = waiting_claims(claims, state, self._cache.bound_claims(), exclude=claim.name)
-            plan = make_plan(state, others)
+            plan = make_plan(
+                state,
+                others,
+                unclaimed_before=self._settings.unclaimed_before(self._ctx.clock.now()),
+            )
             taken = {m.key for m in plan.pairs.values()}
             surplus = sorted(
                 (

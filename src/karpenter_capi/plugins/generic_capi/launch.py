@@ -15,7 +15,8 @@ process can take the next one after a crash:
    inventory (ties: resource price, instance type, zone, capacity type, resource key).
 3. **Bind or scale.** One read of the resource, its Machines and the NodeClaims gives the
    waiting NodeClaims (those naming the resource, not deleting, not bound). ``binding.match``
-   pairs them with the free Machines; if this NodeClaim gets one it binds it (one write).
+   pairs them with the free Machines; if this NodeClaim gets one it binds it (one write). A
+   Machine nobody claimed for ``unclaimed_ttl`` it adopts, giving back its own replica.
    Otherwise the replicas should be ``target`` = Machines that stay + waiting NodeClaims no free
    Machine serves (the shortfall), capped by the max-size annotation: the replicas are raised
    to ``target`` if lower, never beyond, through the scale subresource with a resourceVersion
@@ -359,7 +360,7 @@ class Launcher:
             if mine is not None:
                 return _Outcome(machine=mine)
             others = waiting_claims(claims, state, bound_elsewhere, exclude=claim.name)
-            plan = make_plan(state, [*others, claim])
+            plan = self._plan(state, [*others, claim], now)
             free = plan.pairs.get(claim.name)
             if free is not None:
                 try:
@@ -372,6 +373,8 @@ class Launcher:
                 self._cache.observe(bound)
                 self._unavailable.clear(ref.key)
                 log.info("bound Machine %s to NodeClaim %s", bound.key, claim.name)
+                if free.created < self._settings.unclaimed_before(now):
+                    self._adopted(state, bound, claim, claims, bound_elsewhere)
                 return _Outcome(machine=bound)
             since = claim.requested_at if sticky else None
             timeout = timedelta(seconds=self._settings.machine_timeout)
@@ -403,6 +406,29 @@ class Launcher:
         return _Outcome(
             skip=f"{ref} kept changing ({self._settings.conflict_retries} conflicts in a row)"
         )
+
+    def _plan(self, state: ResourceState, waiting: Sequence[ClaimFacts], now: datetime) -> Plan:
+        return make_plan(state, waiting, unclaimed_before=self._settings.unclaimed_before(now))
+
+    def _adopted(
+        self,
+        state: ResourceState,
+        machine: MachineFacts,
+        claim: ClaimFacts,
+        claims: Sequence[ClaimFacts],
+        bound_elsewhere: AbstractSet[str],
+    ) -> None:
+        """``claim`` took a Machine nobody had claimed (``unclaimed``): the replica it may have
+        asked for is not needed any more, so it is given back before CAPI makes its Machine."""
+        log.info(
+            "NodeClaim %s adopted Machine %s of %s, which no NodeClaim had claimed for %gs",
+            claim.name,
+            machine.key,
+            state.ref,
+            self._settings.unclaimed_ttl,
+        )
+        state.replace(machine)
+        self._give_back(state, claim, claims, bound_elsewhere)
 
     def _raise(self, state: ResourceState, plan: Plan, on_behalf: str) -> bool | None:
         """Raise the replicas to ``plan.target`` unless they are there or a scale-down must go
@@ -453,7 +479,7 @@ class Launcher:
                 return
             claims = self._on(self._mirrors.waiting(), ref)
             others = waiting_claims(claims, state, self._cache.bound_claims())
-            plan = make_plan(state, others)
+            plan = self._plan(state, others, self._ctx.clock.now())
             if self._raise(state, plan, on_behalf) is not None:
                 self._inflight.covered(ref.key, None)
                 return
@@ -475,7 +501,8 @@ class Launcher:
             if state is None:
                 return True
             others = waiting_claims(claims, state, bound_elsewhere, exclude=claim.name)
-            floor = max(make_plan(state, others).target, len(state.present), state.min_size or 0)
+            plan = self._plan(state, others, self._ctx.clock.now())
+            floor = max(plan.target, len(state.present), state.min_size or 0)
             if state.replicas <= floor:
                 return True
             why = withdrawal_blocked(self._client, self._capi, state)

@@ -8,9 +8,10 @@ what makes concurrent launches converge instead of counting a NodeClaim twice.
 
 - ``waiting_claims``: the NodeClaims whose intent annotation names the resource, not deleting,
   without a provider ID or a bound Machine;
-- ``make_plan``: pairs them with the free Machines (``binding.match``); the others need new
-  replicas, as many as the max size leaves room for (oldest NodeClaims first); the replicas
-  target is the Machines that stay (neither deleting nor marked) plus those;
+- ``make_plan``: pairs them with the free Machines (``binding.match``; Machines nobody claimed
+  for ``unclaimed_ttl`` are adopted by the NodeClaims left over, see ``unclaimed``); the others
+  need new replicas, as many as the max size leaves room for (oldest NodeClaims first); the
+  replicas target is the Machines that stay (neither deleting nor marked) plus those;
 - ``rank_candidates``: the resources behind the offerings the core allows, cheapest first.
 """
 
@@ -21,6 +22,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Final
 
 from karpenter_capi.plugin_api import InstanceType, LaunchResult, Offering
@@ -34,9 +36,12 @@ log = logging.getLogger(__name__)
 MACHINE_TIMEOUT_OPTION: Final = "machine_timeout"
 CONFLICT_RETRIES_OPTION: Final = "conflict_retries"
 ROUND_WINDOW_OPTION: Final = "round_window"
+UNCLAIMED_TTL_OPTION: Final = "unclaimed_ttl"
 DEFAULT_MACHINE_TIMEOUT: Final = 120.0
 DEFAULT_CONFLICT_RETRIES: Final = 5
 DEFAULT_ROUND_WINDOW: Final = 10.0
+DEFAULT_UNCLAIMED_TTL: Final = 15 * 60.0
+"""The core's registration TTL: no NodeClaim waits longer for its Machine to be bound."""
 
 
 def parse_seconds(text: str) -> float:
@@ -65,11 +70,19 @@ class LaunchSettings:
     machine_timeout: float = DEFAULT_MACHINE_TIMEOUT
     conflict_retries: int = DEFAULT_CONFLICT_RETRIES
     round_window: float = DEFAULT_ROUND_WINDOW
+    unclaimed_ttl: float = DEFAULT_UNCLAIMED_TTL
+    """Seconds after which a free Machine of an opted-in resource counts as unclaimed
+    (``unclaimed``): adopted by a waiting NodeClaim, else removed."""
+
+    def unclaimed_before(self, now: datetime) -> datetime:
+        """Free Machines created before this moment are unclaimed."""
+        return now - timedelta(seconds=self.unclaimed_ttl)
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> LaunchSettings:
         timeout = seconds_option(options, MACHINE_TIMEOUT_OPTION, DEFAULT_MACHINE_TIMEOUT)
         window = seconds_option(options, ROUND_WINDOW_OPTION, DEFAULT_ROUND_WINDOW)
+        unclaimed = seconds_option(options, UNCLAIMED_TTL_OPTION, DEFAULT_UNCLAIMED_TTL)
         retries = DEFAULT_CONFLICT_RETRIES
         raw = options.get(CONFLICT_RETRIES_OPTION)
         if raw:
@@ -77,7 +90,12 @@ class LaunchSettings:
                 retries = max(1, int(raw))
             except ValueError:
                 log.warning("ignoring option %s=%r: not an integer", CONFLICT_RETRIES_OPTION, raw)
-        return cls(machine_timeout=timeout, conflict_retries=retries, round_window=window)
+        return cls(
+            machine_timeout=timeout,
+            conflict_retries=retries,
+            round_window=window,
+            unclaimed_ttl=unclaimed,
+        )
 
 
 def seconds_option(
@@ -196,10 +214,18 @@ class Plan:
         return claim.name in names[: self.served]
 
 
-def make_plan(state: ResourceState, waiting: Iterable[ClaimFacts]) -> Plan:
-    """Pair ``waiting`` with free Machines; the rest need new replicas, within the max size."""
+def make_plan(
+    state: ResourceState,
+    waiting: Iterable[ClaimFacts],
+    *,
+    unclaimed_before: datetime | None = None,
+) -> Plan:
+    """Pair ``waiting`` with free Machines; the rest need new replicas, within the max size.
+
+    With ``unclaimed_before``, the free Machines created before it are adopted by NodeClaims
+    no newer Machine serves (``binding.match``)."""
     claims = sorted(waiting, key=lambda claim: claim.order)
-    pairs = match(claims, state.machines)
+    pairs = match(claims, state.machines, unclaimed_before=unclaimed_before)
     unmatched = [claim for claim in claims if claim.name not in pairs]
     alive = len(state.alive)
     max_size = state.max_size

@@ -9,7 +9,7 @@
 | ``karpenter_capi_create`` | ``launch`` (scale up, bind a Machine), ``planning`` |
 | ``karpenter_capi_launch_watches`` | ``inflight`` (which NodeClaim a Machine's event wakes) |
 | ``karpenter_capi_delete`` | ``delete`` (mark a Machine, scale down; cancel) |
-| ``karpenter_capi_get``, ``karpenter_capi_list`` | ``instances`` (member-Machine cache) |
+| ``karpenter_capi_get``, ``karpenter_capi_list`` | ``instances`` (member Machines), ``unclaimed`` |
 | ``karpenter_capi_is_drifted`` | ``drift`` |
 | ``karpenter_capi_disruption_blocked`` | ``disruption`` (min sizes) |
 
@@ -80,6 +80,7 @@ from karpenter_capi.plugins.generic_capi.nodeclass_status import (
 from karpenter_capi.plugins.generic_capi.planning import LaunchSettings, seconds_option
 from karpenter_capi.plugins.generic_capi.scaling import ResourceRef
 from karpenter_capi.plugins.generic_capi.selection import MACHINE_DEPLOYMENT
+from karpenter_capi.plugins.generic_capi.unclaimed import UnclaimedMachines
 
 NODECLASS_KIND = "ClusterAPINodeClass"
 NODECLASS_STATUS_OPTION = "nodeclass_status"
@@ -98,6 +99,7 @@ class _State:
     drift: DriftDetector
     mirrors: ClusterMirrors
     inflight: LaunchesInFlight
+    unclaimed: UnclaimedMachines
 
 
 def _cache_ttl(ctx: PluginContext) -> float:
@@ -125,6 +127,7 @@ def _new_state(ctx: PluginContext) -> _State:
         drift=DriftDetector(ctx, capi, machines),
         mirrors=mirrors,
         inflight=inflight,
+        unclaimed=UnclaimedMachines(ctx, capi, machines, mirrors, settings),
     )
 
 
@@ -272,9 +275,11 @@ class GenericCapiPlugin:
         if not _claims_our_kind(nodeclaim):
             return None
         state = self._state()
-        state.inflight.done(_name(nodeclaim))
+        name = _name(nodeclaim)
+        sent_to = state.inflight.intent_of(name)
+        state.inflight.done(name)
         try:
-            return state.deleter.delete(nodeclaim)
+            return state.deleter.delete(nodeclaim, sent_to)
         except ApiError as exc:
             raise DeleteFailedError(
                 f"removing the Machine of NodeClaim {_name(nodeclaim)} failed: {exc}"
@@ -286,7 +291,8 @@ class GenericCapiPlugin:
 
     @hookimpl
     def karpenter_capi_list(self) -> list[Instance]:
-        return self._state().instances.list()
+        state = self._state()
+        return [*state.instances.list(), *state.unclaimed.instances()]
 
     @hookimpl
     def karpenter_capi_is_drifted(self, nodeclaim: Any, nodeclass: NodeClass) -> str | None:
