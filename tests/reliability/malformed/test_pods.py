@@ -86,6 +86,32 @@ UNSCHEDULABLE: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
         ),
         ("kubernetes.io/arch DoesNotExist conflicts",),
     ),
+    # a node that does not exist: a new node cannot be given that name (issue 24)
+    (
+        "selector-hostname-missing",
+        _pod(SMALL, nodeSelector={"kubernetes.io/hostname": "no-such-node"}),
+        ("kubernetes.io/hostname In [no-such-node]", "no node of that name exists"),
+    ),
+    (
+        "affinity-hostname-missing",
+        _pod(
+            SMALL,
+            affinity=_required(
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": ["gone-1", "gone-2"]}
+            ),
+        ),
+        ("kubernetes.io/hostname In [gone-1, gone-2]", "no node of that name exists"),
+    ),
+    (
+        "affinity-arch-nowhere",
+        _pod(
+            SMALL,
+            affinity=_required(
+                {"key": "kubernetes.io/arch", "operator": "In", "values": ["s390x"]}
+            ),
+        ),
+        ("kubernetes.io/arch In [s390x]",),
+    ),
     (
         "zone-nowhere",
         _pod(SMALL, nodeSelector={"topology.kubernetes.io/zone": "zone-z"}),
@@ -192,6 +218,8 @@ def test_a_pod_no_node_can_hold_is_told_why_and_the_others_still_get_nodes(
     assert all(word in events[-1].message for word in words), events[-1].message
     assert events[-1].type == "Warning"
     assert not [c for c in world.nodeclaims() if "bad" in str(c["spec"])]
+    # One NodeClaim for the good pods, none launched (and launched again) for the bad one.
+    assert len(world.nodeclaims()) == 1, [c["metadata"]["name"] for c in world.nodeclaims()]
     world.assert_good_resource_served()
 
 

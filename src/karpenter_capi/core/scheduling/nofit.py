@@ -10,12 +10,13 @@ it is out and reporting the most common answer with an example.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.instancetype import InstanceType
+from karpenter_capi.core.scheduling.claims import HOSTNAME_PLACEHOLDER
 from karpenter_capi.core.scheduling.model import compatible_offerings
-from karpenter_capi.core.scheduling.requirements import Requirements
+from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
 from karpenter_capi.core.scheduling.resources import ResourceList
 
 
@@ -76,3 +77,24 @@ def too_small_reason(types: Sequence[InstanceType], needed: ResourceList) -> str
         else:
             short.append(f"{name} {want} (the most any allocates is {largest[name]})")
     return f"{head}: {'; '.join(short)}" if short else head
+
+
+def named_node_reason(requirement: Requirement, hostnames: Collection[str]) -> str | None:
+    """The FailedScheduling text when ``requirement`` (the pod's ``kubernetes.io/hostname``)
+    excludes every node Karpenter could launch, or ``None`` when a new node may do;
+    ``hostnames`` are the nodes that exist."""
+    if requirement.has(HOSTNAME_PLACEHOLDER):
+        return None
+    fix = f"name a node that exists or remove the {requirement.key} selector or affinity"
+    if requirement.complement or not requirement.values:
+        return f"{requirement}: every node has a hostname, so no node can take it ({fix})"
+    named = sorted(requirement.values)
+    if not any(name in hostnames for name in named):
+        return (
+            f"{requirement}: no node of that name exists, and a new node cannot be given a "
+            f"name in advance ({fix})"
+        )
+    return (
+        f"{requirement}: only the node(s) it names can take it, and a new node cannot be "
+        "given one of those names"
+    )
