@@ -60,6 +60,19 @@ def no_type_reason(
     return f"{head} ({share} instance types: {reason})"
 
 
+def unsatisfiable_reason(types: Sequence[InstanceType], requirements: Requirements) -> str | None:
+    """Why no instance type of ``types`` can ever meet a NodePool's ``requirements``, whatever
+    pod comes (``None`` if one can): the NodePool's own condition, not a pod's Event."""
+    if any(why_excluded(t, requirements, lambda _: True) == "excluded" for t in types):
+        return None
+    reasons = Counter(why_excluded(t, requirements, lambda _: True) for t in types)
+    if set(reasons) == {"its offerings allowed are unavailable"}:
+        return None  # unavailable for now (a maximum size reached), not impossible
+    (reason, count), *others = reasons.most_common()
+    share = f"all {count}" if not others else f"{count} of {len(types)}"
+    return f"no instance type meets its requirements ({share} instance types: {reason})"
+
+
 def too_small_reason(types: Sequence[InstanceType], needed: ResourceList) -> str:
     """The FailedScheduling text when the pod (with its DaemonSets) fits none of ``types``:
     the resources it asks for more of than the largest type allocates."""
