@@ -117,6 +117,17 @@ def launchable_instance_types(
     return result
 
 
+def _nodepool_not_found(name: str | None) -> str:
+    """What a NodeClaim made by hand (or outliving its NodePool) is told to fix."""
+    label = wellknown.LABEL_NODEPOOL
+    if not name:
+        return (
+            f"the NodeClaim has no {label} label: name the NodePool it belongs to in that "
+            "label (a NodeClaim is launched with its NodePool's settings)"
+        )
+    return f"NodePool {name} (label {label}) not found: create it or name an existing NodePool"
+
+
 def resolve_launch_inputs(ctx: ControllerContext, work: NodeClaimWork) -> LaunchInputs:
     """The NodePool, NodeClass and launchable instance types of a NodeClaim, from the caches.
 
@@ -128,7 +139,7 @@ def resolve_launch_inputs(ctx: ControllerContext, work: NodeClaimWork) -> Launch
     pool_name = work.nodepool
     raw_pool = ctx.caches.store(NODEPOOLS, WORKLOAD).get(pool_name) if pool_name else None
     if raw_pool is None:
-        raise LaunchInputError("NodePoolNotFound", f"NodePool {pool_name or '(none)'} not found")
+        raise LaunchInputError("NodePoolNotFound", _nodepool_not_found(pool_name))
     try:
         nodepool = NodePool.model_validate(raw_pool)
     except ValidationError as exc:
