@@ -249,6 +249,7 @@ def _announce(
     status, reason, message = verdict
     recorder = recorder or EventRecorder(ctx.workload, ctx.clock)
     said = str(previous.get("message") or "") if previous is not None else ""
+    on_resource: EventRecorder | None = None
     name = (live.get("metadata") or {}).get("name")
     for item, is_notice in (
         *((p, False) for p in result.problems),
@@ -261,6 +262,16 @@ def _announce(
         level = logging.INFO if event_type == NORMAL else logging.WARNING
         ctx.logger.log(level, "ClusterAPINodeClass %s: %s", name, item)
         recorder.record(live, event_type, item.reason, str(item))
+        involved = item.involved()
+        if not is_notice and event_type == WARNING and involved is not None:
+            # Also where `kubectl describe machinedeployment` shows it, in its own cluster.
+            on_resource = on_resource or EventRecorder(ctx.management, ctx.clock)
+            on_resource.record(
+                involved,
+                WARNING,
+                item.reason,
+                f"left out of {CLUSTER_API_NODE_CLASSES.kind} {name}: {item.message}",
+            )
     changed_verdict = previous is None or (previous.get("status"), previous.get("reason")) != (
         status,
         reason,
