@@ -243,3 +243,26 @@ def test_a_pod_asking_for_nothing_gets_a_node_like_any_other(
     assert world.running("tiny") == ["tiny"]
     assert not world.events("FailedScheduling")
     world.assert_good_resource_served()
+
+
+def test_a_pod_whose_volume_claim_does_not_exist_is_told_so_and_gets_no_node() -> None:
+    """kube-scheduler leaves it pending (``persistentvolumeclaim "data" not found``) whatever
+    nodes exist; a node launched for it would stay empty and be launched again (issue 24)."""
+    world = World()
+    volumes = [
+        {"name": "cache", "emptyDir": {}},
+        {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+    ]
+    _pending(world, "bad", _pod(SMALL, volumes=volumes))
+    world.deploy()
+    world.run()
+
+    assert world.pending("bad") == ["bad"]
+    events = [e for e in world.events("FailedScheduling") if e.kind == "Pod" and e.name == "bad"]
+    assert events, "\n".join(map(str, world.events()))
+    message = events[-1].message
+    assert 'persistentvolumeclaim "data" not found' in message, message
+    assert "spec.volumes[1].persistentVolumeClaim.claimName" in message, message
+    assert not [e for e in world.events("Nominated") if e.name == "bad"]
+    assert len(world.nodeclaims()) == 1
+    world.assert_good_resource_served()
