@@ -30,6 +30,7 @@ from karpenter_capi.core.api.nodepool import NodePool, NodePoolConditionType
 from karpenter_capi.core.api.runtime_validation import runtime_problems
 from karpenter_capi.core.clock import parse_timestamp
 from karpenter_capi.core.errors import ProviderError
+from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.kube.client import JsonObject
 from karpenter_capi.core.kube.errors import ApiError
 from karpenter_capi.core.kube.events import NORMAL, WARNING
@@ -63,6 +64,35 @@ def _nodeclass_name(pool: JsonObject) -> str | None:
     ref = (template.get("spec") or {}).get("nodeClassRef") or {}
     name = ref.get("name")
     return str(name) if name else None
+
+
+def instance_types_problem(pool: JsonObject, types: Sequence[InstanceType]) -> str | None:
+    """Why none of its NodeClass's ``types`` can ever make a node of ``pool`` (its requirements
+    and template labels), naming the requirement and what to change; ``None`` if one can."""
+    template = (pool.get("spec") or {}).get("template") or {}
+    requirements = Requirements.from_dicts(
+        (template.get("spec") or {}).get("requirements") or []
+    ).merged(Requirements.from_labels((template.get("metadata") or {}).get("labels") or {}))
+    why = unsatisfiable_reason(types, requirements) if types else None
+    if why is None:
+        return None
+    return (
+        f"{why}; change the requirement, or select scalable resources that offer it in "
+        f"{CLUSTER_API_NODE_CLASSES.kind} {_nodeclass_name(pool)}"
+    )
+
+
+def short_expiry_warning(model: NodePool) -> str | None:
+    """What an ``expireAfter`` shorter than a registration may take means, or ``None``."""
+    expire_after = model.spec.template.spec.expire_after
+    if expire_after.value is None or expire_after.value >= SHORT_EXPIRY:
+        return None
+    return (
+        f"expireAfter {expire_after} is shorter than a node may take to register "
+        f"({format_duration(SHORT_EXPIRY)}): every node of this NodePool is replaced as soon "
+        "as it comes up, and its pods with it; honoured as written, raise it unless that "
+        "churn is intended"
+    )
 
 
 class NodePoolReadinessController:
@@ -166,40 +196,22 @@ class NodePoolReadinessController:
         if not types:
             conditions.set_true(SATISFIABLE)  # NodeClassReady says why it offers nothing
             return
-        template = (pool.get("spec") or {}).get("template") or {}
-        requirements = Requirements.from_dicts(
-            (template.get("spec") or {}).get("requirements") or []
-        ).merged(Requirements.from_labels((template.get("metadata") or {}).get("labels") or {}))
-        why = unsatisfiable_reason(types, requirements)
+        why = instance_types_problem(pool, types)
         if why is None:
             conditions.set_true(SATISFIABLE)
             return
-        conditions.set_false(
-            SATISFIABLE,
-            "NoInstanceTypeMeetsRequirements",
-            f"{why}; change the requirement, or select scalable resources that offer it in "
-            f"{CLUSTER_API_NODE_CLASSES.kind} {nodeclass.metadata.name}",
-        )
+        conditions.set_false(SATISFIABLE, "NoInstanceTypeMeetsRequirements", why)
 
     def _warn_short_expiry(self, pool: JsonObject, model: NodePool) -> None:
         uid = str(pool["metadata"].get("uid") or pool["metadata"]["name"])
         expire_after = model.spec.template.spec.expire_after
-        value = expire_after.value
-        if value is None or value >= SHORT_EXPIRY:
+        if short_expiry_warning(model) is None:
             self._warned_expiry.pop(uid, None)
             return
         if self._warned_expiry.get(uid) == str(expire_after):
             return
         self._warned_expiry[uid] = str(expire_after)
-        self._writes.event(
-            pool,
-            WARNING,
-            "ExpireAfterTooShort",
-            f"expireAfter {expire_after} is shorter than a node may take to register "
-            f"({format_duration(SHORT_EXPIRY)}): every node of this NodePool is replaced as "
-            "soon as it comes up, and its pods with it; honoured as written, raise it unless "
-            "that churn is intended",
-        )
+        self._writes.event(pool, WARNING, "ExpireAfterTooShort", short_expiry_warning(model) or "")
 
     def _judge_nodeclass(
         self, pool: JsonObject, conditions: ConditionSet

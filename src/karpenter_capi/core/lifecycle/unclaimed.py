@@ -42,6 +42,37 @@ def _karpenter_labels(node: Mapping[str, Any]) -> dict[str, str]:
     return {key: str(labels[key]) for key in LABELS if key in labels}
 
 
+def unclaimed_message(node: Mapping[str, Any]) -> str | None:
+    """What a Node with Karpenter's labels is told when no NodeClaim holds it; ``None`` for a
+    Node without them."""
+    labels = _karpenter_labels(node)
+    if not labels:
+        return None
+    provider_id = (node.get("spec") or {}).get("providerID") or "(none)"
+    shown = ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))
+    return (
+        f"Node carries {shown} but no NodeClaim holds it (provider ID {provider_id}): "
+        "Karpenter does not launch, count, disrupt or drain it; if it was made by hand, "
+        "remove the karpenter.sh/ labels, or delete it if its NodeClaim is gone"
+    )
+
+
+def holds(claim: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    """Whether ``claim`` is ``node``'s NodeClaim (provider ID, ``status.nodeName`` or owner)."""
+    status = claim.get("status") or {}
+    node_meta = node.get("metadata") or {}
+    provider_id = (node.get("spec") or {}).get("providerID")
+    if provider_id and status.get("providerID") == provider_id:
+        return True
+    if status.get("nodeName") and status.get("nodeName") == node_meta.get("name"):
+        return True
+    name = (claim.get("metadata") or {}).get("name")
+    return any(
+        ref.get("kind") == NODECLAIMS.kind and ref.get("name") == name
+        for ref in node_meta.get("ownerReferences") or ()
+    )
+
+
 class UnclaimedNodeController:
     """Warns on Nodes labelled as Karpenter's that no NodeClaim holds."""
 
@@ -72,8 +103,8 @@ class UnclaimedNodeController:
             return DONE
         meta = node["metadata"]
         uid = str(meta.get("uid") or key)
-        labels = _karpenter_labels(node)
-        if not labels or meta.get("deletionTimestamp") or self._claimed(node):
+        message = unclaimed_message(node)
+        if message is None or meta.get("deletionTimestamp") or self._claimed(node):
             self._said.pop(uid, None)
             return DONE
         created = meta.get("creationTimestamp")
@@ -81,13 +112,6 @@ class UnclaimedNodeController:
             age = (self._ctx.clock.now() - parse_timestamp(str(created))).total_seconds()
             if age < self._grace:
                 return Result(requeue_after=self._grace - age)
-        provider_id = (node.get("spec") or {}).get("providerID") or "(none)"
-        shown = ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))
-        message = (
-            f"Node carries {shown} but no NodeClaim holds it (provider ID {provider_id}): "
-            "Karpenter does not launch, count, disrupt or drain it; if it was made by hand, "
-            "remove the karpenter.sh/ labels, or delete it if its NodeClaim is gone"
-        )
         if self._said.get(uid) != message:
             self._said[uid] = message
             self._writes.event(node, WARNING, "NodeNotClaimed", message)
@@ -97,5 +121,4 @@ class UnclaimedNodeController:
         claims = self._ctx.caches.store(NODECLAIMS, WORKLOAD)
         if any(claims.get(k) is not None for k in nodeclaim_keys_for_node(self._ctx.caches, node)):
             return True
-        name = node["metadata"]["name"]
-        return any((c.get("status") or {}).get("nodeName") == name for c in claims.list())
+        return any(holds(claim, node) for claim in claims.list())
