@@ -266,3 +266,43 @@ def test_a_pod_whose_volume_claim_does_not_exist_is_told_so_and_gets_no_node() -
     assert not [e for e in world.events("Nominated") if e.name == "bad"]
     assert len(world.nodeclaims()) == 1
     world.assert_good_resource_served()
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        pytest.param(_pod(SMALL, nodeSelector={"kubernetes.io/arch": "arm64"}), id="selector"),
+        pytest.param(
+            _pod(
+                SMALL,
+                affinity=_required(
+                    {"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64", "s390x"]}
+                ),
+            ),
+            id="affinity",
+        ),
+    ],
+)
+def test_an_architecture_no_nodepool_offers_is_named_for_every_nodepool(
+    spec: dict[str, Any],
+) -> None:
+    """Several NodePools (one weighted, one pinned to amd64 itself): the Event names each."""
+    world = World()
+    world.nodepool(
+        "amd",
+        {"requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]},
+        weight=10,
+    )
+    world.nodepool("spare", {})
+    _pending(world, "bad", spec)
+    world.deploy()
+    world.run()
+
+    events = [e for e in world.events("FailedScheduling") if e.name == "bad"]
+    assert events, "\n".join(map(str, world.events()))
+    message = events[-1].message
+    for pool in ("amd", "catalog", "spare"):
+        assert f"NodePool {pool}: " in message, message
+    assert "kubernetes.io/arch In [" in message and "arm64" in message, message
+    assert len(world.nodeclaims()) == 1
+    world.assert_good_resource_served()
