@@ -114,3 +114,16 @@ def test_a_hand_made_node_with_karpenter_labels_is_told_it_is_not_managed(
     assert "remove the karpenter.sh/ labels" in message, message
     assert len(world.running("web")) == 2
     assert world.replicas("m-2x-amd64-zone-a-on-demand") >= 1
+
+
+def test_a_hand_made_nodeclaim_no_instance_type_meets_is_given_up_naming_the_requirement() -> None:
+    world = World()
+    arch = {"key": wellknown.LABEL_ARCH, "operator": "In", "values": ["s390x"]}
+    _nodeclaim(world, "hand", {wellknown.LABEL_NODEPOOL: NODEPOOL}, requirements=[arch])
+    world.deploy()
+    world.run()
+
+    event = world.event_about("insufficient capacity", "kubernetes.io/arch In [s390x]")
+    assert (event.kind, event.name, event.type) == ("NodeClaim", "hand", "Warning")
+    assert "hand" not in [c["metadata"]["name"] for c in world.nodeclaims()]
+    world.assert_good_resource_served()

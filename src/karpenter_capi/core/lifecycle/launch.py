@@ -55,6 +55,7 @@ from karpenter_capi.core.observability.logs import ref
 from karpenter_capi.core.plugin_host import PluginError
 from karpenter_capi.core.runtime.controller import DONE, WORKLOAD, ControllerContext, Result
 from karpenter_capi.core.scheduling.model import compatible_offerings
+from karpenter_capi.core.scheduling.nofit import unsatisfiable_reason
 from karpenter_capi.core.scheduling.requirements import RequirementError, Requirements
 
 LAUNCHED: Final = str(NodeClaimConditionType.LAUNCHED)
@@ -83,6 +84,9 @@ class LaunchInputs:
     under_way: list[InstanceType]
     """The same types with their unavailable offerings too: what a launch already under way
     may still be completing (its own waiting claims can be what made an offering full)."""
+    impossible: str | None = None
+    """Why no type could ever meet the requirements (a hand-made NodeClaim's, say), naming the
+    requirement; ``None`` when some could, were its offerings available."""
 
 
 def _truncate(message: str) -> str:
@@ -164,11 +168,13 @@ def resolve_launch_inputs(ctx: ControllerContext, work: NodeClaimWork) -> Launch
     except RequirementError as exc:
         raise LaunchInputError("InvalidRequirements", str(exc)) from exc
     inventory = ctx.plugins.instance_types(nodeclass, nodepool)
+    under_way = launchable_instance_types(inventory, requirements, available_only=False)
     return LaunchInputs(
         nodepool,
         nodeclass,
         launchable_instance_types(inventory, requirements),
-        launchable_instance_types(inventory, requirements, available_only=False),
+        under_way,
+        impossible=None if under_way else unsatisfiable_reason(inventory, requirements),
     )
 
 
@@ -264,9 +270,10 @@ class Launch:
                 # The plugin is completing this launch; only it can say it has failed.
                 instance_types = inputs.under_way
             if not instance_types:
+                detail = f": {inputs.impossible}" if inputs.impossible else ""
                 raise InsufficientCapacityError(
                     "no instance type allowed by the NodeClaim's requirements has an available "
-                    "offering"
+                    f"offering{detail}"
                 )
             if self._writes.dry_run:
                 self._writes.would(
