@@ -55,6 +55,7 @@ VALIDATION: Final = str(NodePoolConditionType.VALIDATION_SUCCEEDED)
 NODECLASS_READY: Final = str(NodePoolConditionType.NODE_CLASS_READY)
 READY: Final = str(NodePoolConditionType.READY)
 SATISFIABLE: Final = "InstanceTypesSatisfiable"
+RECHECK: Final = 60.0
 SHORT_EXPIRY: Final = timedelta(seconds=DEFAULT_REGISTRATION_TIMEOUT)
 """An ``expireAfter`` below this may expire a node before it has even registered."""
 
@@ -157,8 +158,13 @@ class NodePoolReadinessController:
             )
         if model is not None:
             self._warn_short_expiry(pool, model)
+        # Offerings change with the Cluster API objects, which this does not watch: a pool
+        # nothing satisfies is looked at again a minute on.
+        settled = (
+            Result(requeue_after=RECHECK) if conditions.status(SATISFIABLE) == "False" else DONE
+        )
         if not conditions.changed:
-            return DONE
+            return settled
         self._writes.patch(
             NODEPOOLS,
             pool,
@@ -174,11 +180,12 @@ class NodePoolReadinessController:
                 f"{kind}: {conditions.message(kind)}"
                 for kind in (VALIDATION, NODECLASS_READY, SATISFIABLE)
                 if not conditions.is_true(kind)
+                and not (kind == SATISFIABLE and conditions.status(kind) != "False")
             )
             self._writes.event(pool, WARNING, "NodePoolNotReady", why)
         elif ready and not was_ready:
             self._writes.event(pool, NORMAL, "NodePoolReady", "NodePool is ready")
-        return DONE
+        return settled
 
     def _judge_instance_types(
         self,
