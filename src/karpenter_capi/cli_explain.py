@@ -114,24 +114,34 @@ class Explanation:
     nodes: list[Any]
     """``NodeVerdict``s, one per NodeClaim."""
     static: list[StaticExplanation] = field(default_factory=list)
+    nodepool_warnings: dict[str, list[str]] = field(default_factory=dict)
+    """What the NodePool readiness controller says on a usable pool: no instance type meets
+    its requirements, an ``expireAfter`` too short to keep a node."""
+    unclaimed_nodes: dict[str, str] = field(default_factory=dict)
+    """Nodes with Karpenter's labels that no NodeClaim holds, with their Event's words."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "provisioning": {
                 "pods": [p.as_dict() for p in self.pods],
                 "nodepoolErrors": self.nodepool_errors,
+                "nodepoolWarnings": self.nodepool_warnings,
             },
             "static": [s.as_dict() for s in self.static],
             "disruption": {
                 "command": self.command,
                 "nodes": [v.as_dict() for v in self.nodes],
             },
+            "unclaimedNodes": self.unclaimed_nodes,
         }
 
     def write_text(self, out: TextIO) -> None:
         out.write(f"Next provisioning round: {len(self.pods)} pending pod(s)\n")
         for pool, error in sorted(self.nodepool_errors.items()):
             out.write(f"  NodePool {pool} is not usable: {error}\n")
+        for pool, warnings in sorted(self.nodepool_warnings.items()):
+            for warning in warnings:
+                out.write(f"  NodePool {pool}: {warning}\n")
         for pod in self.pods:
             out.write(f"  {pod.pod}: {pod.text()}\n")
         if self.static:
@@ -146,6 +156,10 @@ class Explanation:
                 f"  NodeClaim {verdict.nodeclaim}{node}, NodePool {verdict.nodepool or '-'}: "
                 f"{verdict.verdict}: {verdict.reason}\n"
             )
+        if self.unclaimed_nodes:
+            out.write("\nNodes no NodeClaim holds:\n")
+            for node, message in sorted(self.unclaimed_nodes.items()):
+                out.write(f"  Node {node}: {message}\n")
 
 
 def explain(
@@ -200,6 +214,8 @@ def explain(
     )
     pools = {i.nodepool: i.model for i in usable if i.model is not None}
     return Explanation(
+        nodepool_warnings=_nodepool_warnings(usable),
+        unclaimed_nodes=_unclaimed_nodes(snapshot),
         pods=[pods[k] for k in sorted(pods)],
         nodepool_errors=dict(round_report.nodepool_errors),
         command=report.command.describe() if report.command else None,
@@ -208,6 +224,32 @@ def explain(
             [i.model for i in inventories if i.model is not None], snapshot, clock
         ),
     )
+
+
+def _nodepool_warnings(inventories: list[Any]) -> dict[str, list[str]]:
+    """The readiness controller's words on each usable NodePool, computed afresh."""
+    from karpenter_capi.core.lifecycle.nodepool import instance_types_problem, short_expiry_warning
+
+    found: dict[str, list[str]] = {}
+    for inventory in inventories:
+        warnings = [
+            instance_types_problem(inventory.raw, inventory.instance_types),
+            short_expiry_warning(inventory.model),
+        ]
+        if any(warnings):
+            found[inventory.nodepool] = [w for w in warnings if w]
+    return found
+
+
+def _unclaimed_nodes(snapshot: Any) -> dict[str, str]:
+    from karpenter_capi.core.lifecycle.unclaimed import holds, unclaimed_message
+
+    found = {}
+    for node in snapshot.nodes:
+        message = unclaimed_message(node)
+        if message and not any(holds(claim, node) for claim in snapshot.nodeclaims):
+            found[str(node["metadata"]["name"])] = message
+    return found
 
 
 def explain_static(pools: list[Any], snapshot: Any, clock: Clock) -> list[StaticExplanation]:

@@ -51,6 +51,7 @@ from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.discovery import CapiNotServedError, CapiResources, capi_resources
 from karpenter_capi.core.kube.errors import ApiError
 from karpenter_capi.core.kube.resources import NODECLAIMS, NODES, PODS
+from karpenter_capi.sim.scheduler.controller import missing_claim
 from karpenter_capi.sim.scheduler.cycle import PodContext, Snapshot, finished
 
 if TYPE_CHECKING:
@@ -442,6 +443,8 @@ class _Checker:
         ]
         snapshot = Snapshot(self.nodes, bound)
         for pod in pending:
+            if missing_claim(workload, pod) is not None:
+                continue  # no node can take it until its claim exists
             try:
                 context = PodContext(pod, snapshot)
                 fits = [n.name for n in context.static.passing if not context.failures(n)]

@@ -219,3 +219,66 @@ def test_a_custom_label_requirement_with_many_values_labels_the_node_instead_of_
     value = claim["metadata"]["labels"][requirement["key"]]
     assert value not in requirement["values"]
     assert world.violations() == []
+
+
+# The ON_PODS cases whose requirements no instance type of the NodeClass meets: the NodePool
+# itself says so (issue 24 item 2), not only the pods pinned to it.
+UNSATISFIABLE = {
+    "instance-type-typo": f"{IT} In [m-2x-amd64-linux-typo]",
+    "instance-type-excluded": f"{IT} NotIn [m-2x-amd64-linux]",
+    "arch-not-offered": f"{ARCH} In [arm64]",
+    "os-not-offered": f"{wellknown.LABEL_OS} In [windows]",
+    "zone-not-offered": f"{ZONE} In [zone-z]",
+    "capacity-type-not-offered": f"{CT} In [spot]",
+}
+
+
+@pytest.mark.parametrize(
+    ("template", "requirement"),
+    [
+        pytest.param(t, UNSATISFIABLE[case], id=case)
+        for case, t, _, _ in ON_PODS
+        if case in UNSATISFIABLE
+    ],
+)
+def test_a_nodepool_no_instance_type_can_satisfy_is_not_ready_naming_the_requirement(
+    template: dict[str, Any], requirement: str
+) -> None:
+    world = World()
+    world.nodepool("bad", template)
+    world.deploy()
+    world.run()
+
+    found = world.nodepool_condition("bad", "InstanceTypesSatisfiable")
+    assert (found["status"], found["reason"]) == ("False", "NoInstanceTypeMeetsRequirements")
+    assert requirement in found["message"], found["message"]
+    assert "ClusterAPINodeClass catalog" in found["message"], found["message"]
+    ready = world.nodepool_condition("bad")
+    assert ready["status"] == "False", ready
+    event = world.event_about(requirement)
+    assert (event.kind, event.name, event.type, event.reason) == (
+        "NodePool",
+        "bad",
+        "Warning",
+        "NodePoolNotReady",
+    )
+    assert world.nodepool_condition(NODEPOOL, "InstanceTypesSatisfiable")["status"] == "True"
+    assert world.nodepool_condition(NODEPOOL)["status"] == "True"
+    world.assert_good_resource_served()
+
+
+def test_an_expire_after_shorter_than_a_node_takes_to_register_is_warned_about_once() -> None:
+    """Upstream honours any expireAfter, so this does too; but ``1s`` replaces every node as
+    soon as it comes up (33 NodeClaims in five minutes, in issue 24) and the user is told."""
+    world = World()
+    world.nodepool("fast", {"expireAfter": "1s"})
+    world.deploy(node_selector={wellknown.LABEL_NODEPOOL: "fast"})
+    world.run(300)
+
+    warnings = [e for e in world.events("ExpireAfterTooShort") if e.name == "fast"]
+    assert len(warnings) == 1, "\n".join(map(str, world.events()))
+    assert warnings[0].type == "Warning"
+    assert "expireAfter 1s" in warnings[0].message
+    assert "replaced as soon as" in warnings[0].message
+    assert world.nodepool_condition("fast")["status"] == "True"
+    assert not [e for e in world.events("ExpireAfterTooShort") if e.name == NODEPOOL]

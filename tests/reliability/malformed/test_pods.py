@@ -86,6 +86,32 @@ UNSCHEDULABLE: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
         ),
         ("kubernetes.io/arch DoesNotExist conflicts",),
     ),
+    # a node that does not exist: a new node cannot be given that name (issue 24)
+    (
+        "selector-hostname-missing",
+        _pod(SMALL, nodeSelector={"kubernetes.io/hostname": "no-such-node"}),
+        ("kubernetes.io/hostname In [no-such-node]", "no node of that name exists"),
+    ),
+    (
+        "affinity-hostname-missing",
+        _pod(
+            SMALL,
+            affinity=_required(
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": ["gone-1", "gone-2"]}
+            ),
+        ),
+        ("kubernetes.io/hostname In [gone-1, gone-2]", "no node of that name exists"),
+    ),
+    (
+        "affinity-arch-nowhere",
+        _pod(
+            SMALL,
+            affinity=_required(
+                {"key": "kubernetes.io/arch", "operator": "In", "values": ["s390x"]}
+            ),
+        ),
+        ("kubernetes.io/arch In [s390x]",),
+    ),
     (
         "zone-nowhere",
         _pod(SMALL, nodeSelector={"topology.kubernetes.io/zone": "zone-z"}),
@@ -192,6 +218,8 @@ def test_a_pod_no_node_can_hold_is_told_why_and_the_others_still_get_nodes(
     assert all(word in events[-1].message for word in words), events[-1].message
     assert events[-1].type == "Warning"
     assert not [c for c in world.nodeclaims() if "bad" in str(c["spec"])]
+    # One NodeClaim for the good pods, none launched (and launched again) for the bad one.
+    assert len(world.nodeclaims()) == 1, [c["metadata"]["name"] for c in world.nodeclaims()]
     world.assert_good_resource_served()
 
 
@@ -214,4 +242,68 @@ def test_a_pod_asking_for_nothing_gets_a_node_like_any_other(
 
     assert world.running("tiny") == ["tiny"]
     assert not world.events("FailedScheduling")
+    world.assert_good_resource_served()
+
+
+def test_a_pod_whose_volume_claim_does_not_exist_is_told_so_and_gets_no_node() -> None:
+    """kube-scheduler leaves it pending (``persistentvolumeclaim "data" not found``) whatever
+    nodes exist; a node launched for it would stay empty and be launched again (issue 24)."""
+    world = World()
+    volumes = [
+        {"name": "cache", "emptyDir": {}},
+        {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+    ]
+    _pending(world, "bad", _pod(SMALL, volumes=volumes))
+    world.deploy()
+    world.run()
+
+    assert world.pending("bad") == ["bad"]
+    events = [e for e in world.events("FailedScheduling") if e.kind == "Pod" and e.name == "bad"]
+    assert events, "\n".join(map(str, world.events()))
+    message = events[-1].message
+    assert 'persistentvolumeclaim "data" not found' in message, message
+    assert "spec.volumes[1].persistentVolumeClaim.claimName" in message, message
+    assert not [e for e in world.events("Nominated") if e.name == "bad"]
+    assert len(world.nodeclaims()) == 1
+    world.assert_good_resource_served()
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        pytest.param(_pod(SMALL, nodeSelector={"kubernetes.io/arch": "arm64"}), id="selector"),
+        pytest.param(
+            _pod(
+                SMALL,
+                affinity=_required(
+                    {"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64", "s390x"]}
+                ),
+            ),
+            id="affinity",
+        ),
+    ],
+)
+def test_an_architecture_no_nodepool_offers_is_named_for_every_nodepool(
+    spec: dict[str, Any],
+) -> None:
+    """Several NodePools (one weighted, one pinned to amd64 itself): the Event names each."""
+    world = World()
+    world.nodepool(
+        "amd",
+        {"requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]},
+        weight=10,
+    )
+    world.nodepool("spare", {})
+    _pending(world, "bad", spec)
+    world.deploy()
+    world.run()
+
+    events = [e for e in world.events("FailedScheduling") if e.name == "bad"]
+    assert events, "\n".join(map(str, world.events()))
+    message = events[-1].message
+    for pool in ("amd", "catalog", "spare"):
+        assert f"NodePool {pool}: " in message, message
+    assert "kubernetes.io/arch In [" in message, message
+    assert "arm64" in message, message
+    assert len(world.nodeclaims()) == 1
     world.assert_good_resource_served()

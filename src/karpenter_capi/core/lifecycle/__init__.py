@@ -23,6 +23,7 @@ from karpenter_capi.core.lifecycle.liveness import (
     DEFAULT_REGISTRATION_TIMEOUT,
 )
 from karpenter_capi.core.lifecycle.nodepool import NodePoolReadinessController
+from karpenter_capi.core.lifecycle.unclaimed import UnclaimedNodeController
 from karpenter_capi.core.runtime.controller import ControllerContext
 
 
@@ -38,9 +39,11 @@ def lifecycle_controllers(
     | NodeClaimGarbageCollector
     | NodePoolReadinessController
     | NodePoolCounterController
+    | UnclaimedNodeController
 ]:
-    """The lifecycle controller, the garbage collector, NodePool readiness and the NodePool
-    counter (``status.resources``, ``status.nodes``), sharing ``ctx`` (times in seconds)."""
+    """The lifecycle controller, the garbage collector, NodePool readiness, the NodePool
+    counter (``status.resources``, ``status.nodes``) and the warning on Nodes no NodeClaim
+    holds, sharing ``ctx`` (times in seconds)."""
     return [
         NodeClaimLifecycleController(
             ctx, launch_timeout=launch_timeout, registration_timeout=registration_timeout
@@ -48,6 +51,7 @@ def lifecycle_controllers(
         NodeClaimGarbageCollector(ctx, interval=gc_interval, orphan_grace=orphan_grace),
         NodePoolReadinessController(ctx),
         NodePoolCounterController(ctx),
+        UnclaimedNodeController(ctx),
     ]
 
 
@@ -57,6 +61,7 @@ __all__ = [
     "NodeClaimLifecycleController",
     "NodePoolCounterController",
     "NodePoolReadinessController",
+    "UnclaimedNodeController",
     "lifecycle_controllers",
     "orphan_nodeclaim",
 ]

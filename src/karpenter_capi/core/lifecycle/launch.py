@@ -55,6 +55,7 @@ from karpenter_capi.core.observability.logs import ref
 from karpenter_capi.core.plugin_host import PluginError
 from karpenter_capi.core.runtime.controller import DONE, WORKLOAD, ControllerContext, Result
 from karpenter_capi.core.scheduling.model import compatible_offerings
+from karpenter_capi.core.scheduling.nofit import unsatisfiable_reason
 from karpenter_capi.core.scheduling.requirements import RequirementError, Requirements
 
 LAUNCHED: Final = str(NodeClaimConditionType.LAUNCHED)
@@ -83,6 +84,9 @@ class LaunchInputs:
     under_way: list[InstanceType]
     """The same types with their unavailable offerings too: what a launch already under way
     may still be completing (its own waiting claims can be what made an offering full)."""
+    impossible: str | None = None
+    """Why no type could ever meet the requirements (a hand-made NodeClaim's, say), naming the
+    requirement; ``None`` when some could, were its offerings available."""
 
 
 def _truncate(message: str) -> str:
@@ -117,6 +121,17 @@ def launchable_instance_types(
     return result
 
 
+def _nodepool_not_found(name: str | None) -> str:
+    """What a NodeClaim made by hand (or outliving its NodePool) is told to fix."""
+    label = wellknown.LABEL_NODEPOOL
+    if not name:
+        return (
+            f"the NodeClaim has no {label} label: name the NodePool it belongs to in that "
+            "label (a NodeClaim is launched with its NodePool's settings)"
+        )
+    return f"NodePool {name} (label {label}) not found: create it or name an existing NodePool"
+
+
 def resolve_launch_inputs(ctx: ControllerContext, work: NodeClaimWork) -> LaunchInputs:
     """The NodePool, NodeClass and launchable instance types of a NodeClaim, from the caches.
 
@@ -128,7 +143,7 @@ def resolve_launch_inputs(ctx: ControllerContext, work: NodeClaimWork) -> Launch
     pool_name = work.nodepool
     raw_pool = ctx.caches.store(NODEPOOLS, WORKLOAD).get(pool_name) if pool_name else None
     if raw_pool is None:
-        raise LaunchInputError("NodePoolNotFound", f"NodePool {pool_name or '(none)'} not found")
+        raise LaunchInputError("NodePoolNotFound", _nodepool_not_found(pool_name))
     try:
         nodepool = NodePool.model_validate(raw_pool)
     except ValidationError as exc:
@@ -153,11 +168,13 @@ def resolve_launch_inputs(ctx: ControllerContext, work: NodeClaimWork) -> Launch
     except RequirementError as exc:
         raise LaunchInputError("InvalidRequirements", str(exc)) from exc
     inventory = ctx.plugins.instance_types(nodeclass, nodepool)
+    under_way = launchable_instance_types(inventory, requirements, available_only=False)
     return LaunchInputs(
         nodepool,
         nodeclass,
         launchable_instance_types(inventory, requirements),
-        launchable_instance_types(inventory, requirements, available_only=False),
+        under_way,
+        impossible=None if under_way else unsatisfiable_reason(inventory, requirements),
     )
 
 
@@ -253,9 +270,10 @@ class Launch:
                 # The plugin is completing this launch; only it can say it has failed.
                 instance_types = inputs.under_way
             if not instance_types:
+                detail = f": {inputs.impossible}" if inputs.impossible else ""
                 raise InsufficientCapacityError(
                     "no instance type allowed by the NodeClaim's requirements has an available "
-                    "offering"
+                    f"offering{detail}"
                 )
             if self._writes.dry_run:
                 self._writes.would(

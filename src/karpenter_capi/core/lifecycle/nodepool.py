@@ -7,25 +7,38 @@ pods stay pending. As upstream's NodePool readiness controller, this sets ``Vali
 and ``NodeClassReady`` and derives ``Ready`` from them (``NodeRegistrationHealthy`` is
 informational, see ``health.py``), with a Warning Event when the pool stops being ready and a
 Normal one when it recovers.
+
+Two more things make a NodePool useless without anything being invalid, and are said here too:
+requirements no instance type of its NodeClass meets (a typo in an instance type, a zone or an
+architecture nothing offers), ``InstanceTypesSatisfiable=False``, which makes it not ready; and
+an ``expireAfter`` shorter than a node may take to register, which upstream honours and so
+does this, but which replaces every node as soon as it comes up: a Warning Event, once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
 from typing import Final
 
 from pydantic import ValidationError
 
+from karpenter_capi.core.api.duration import format_duration
 from karpenter_capi.core.api.meta import validation_problems
 from karpenter_capi.core.api.nodeclass import ClusterAPINodeClass
 from karpenter_capi.core.api.nodepool import NodePool, NodePoolConditionType
 from karpenter_capi.core.api.runtime_validation import runtime_problems
 from karpenter_capi.core.clock import parse_timestamp
+from karpenter_capi.core.errors import ProviderError
+from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.kube.client import JsonObject
+from karpenter_capi.core.kube.errors import ApiError
 from karpenter_capi.core.kube.events import NORMAL, WARNING
 from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES, NODEPOOLS, Resource
 from karpenter_capi.core.lifecycle.conditions import ConditionSet
+from karpenter_capi.core.lifecycle.liveness import DEFAULT_REGISTRATION_TIMEOUT
 from karpenter_capi.core.lifecycle.writes import Writes
+from karpenter_capi.core.plugin_host import PluginError
 from karpenter_capi.core.runtime.controller import (
     DONE,
     WORKLOAD,
@@ -34,11 +47,17 @@ from karpenter_capi.core.runtime.controller import (
     Result,
     Watch,
 )
+from karpenter_capi.core.scheduling.nofit import unsatisfiable_reason
+from karpenter_capi.core.scheduling.requirements import Requirements
 
 NAME: Final = "nodepool.readiness"
 VALIDATION: Final = str(NodePoolConditionType.VALIDATION_SUCCEEDED)
 NODECLASS_READY: Final = str(NodePoolConditionType.NODE_CLASS_READY)
 READY: Final = str(NodePoolConditionType.READY)
+SATISFIABLE: Final = "InstanceTypesSatisfiable"
+RECHECK: Final = 60.0
+SHORT_EXPIRY: Final = timedelta(seconds=DEFAULT_REGISTRATION_TIMEOUT)
+"""An ``expireAfter`` below this may expire a node before it has even registered."""
 
 
 def _nodeclass_name(pool: JsonObject) -> str | None:
@@ -46,6 +65,35 @@ def _nodeclass_name(pool: JsonObject) -> str | None:
     ref = (template.get("spec") or {}).get("nodeClassRef") or {}
     name = ref.get("name")
     return str(name) if name else None
+
+
+def instance_types_problem(pool: JsonObject, types: Sequence[InstanceType]) -> str | None:
+    """Why none of its NodeClass's ``types`` can ever make a node of ``pool`` (its requirements
+    and template labels), naming the requirement and what to change; ``None`` if one can."""
+    template = (pool.get("spec") or {}).get("template") or {}
+    requirements = Requirements.from_dicts(
+        (template.get("spec") or {}).get("requirements") or []
+    ).merged(Requirements.from_labels((template.get("metadata") or {}).get("labels") or {}))
+    why = unsatisfiable_reason(types, requirements) if types else None
+    if why is None:
+        return None
+    return (
+        f"{why}; change the requirement, or select scalable resources that offer it in "
+        f"{CLUSTER_API_NODE_CLASSES.kind} {_nodeclass_name(pool)}"
+    )
+
+
+def short_expiry_warning(model: NodePool) -> str | None:
+    """What an ``expireAfter`` shorter than a registration may take means, or ``None``."""
+    expire_after = model.spec.template.spec.expire_after
+    if expire_after.value is None or expire_after.value >= SHORT_EXPIRY:
+        return None
+    return (
+        f"expireAfter {expire_after} is shorter than a node may take to register "
+        f"({format_duration(SHORT_EXPIRY)}): every node of this NodePool is replaced as soon "
+        "as it comes up, and its pods with it; honoured as written, raise it unless that "
+        "churn is intended"
+    )
 
 
 class NodePoolReadinessController:
@@ -58,6 +106,8 @@ class NodePoolReadinessController:
     def __init__(self, ctx: ControllerContext) -> None:
         self._ctx = ctx
         self._writes = Writes(ctx, NAME)
+        # NodePool uid -> the expireAfter last warned about: one Event per value, not per round.
+        self._warned_expiry: dict[str, str] = {}
 
     def watches(self) -> Sequence[Watch]:
         return [Watch(CLUSTER_API_NODE_CLASSES, self._pools_of)]
@@ -82,21 +132,39 @@ class NodePoolReadinessController:
             now=self._ctx.clock.now(),
             generation=int(generation) if generation is not None else None,
             created=parse_timestamp(str(created)) if created else None,
-            dependents=(VALIDATION, NODECLASS_READY),
+            dependents=(VALIDATION, NODECLASS_READY, SATISFIABLE),
             root=READY,
         )
         was_ready = conditions.is_true(READY)
+        # Said when it stops being ready and when first judged not ready (a new bad pool).
+        was_false = conditions.status(READY) == "False"
+        model: NodePool | None = None
         try:
-            problems = runtime_problems(NodePool.model_validate(pool))
+            model = NodePool.model_validate(pool)
+            problems = runtime_problems(model)
         except ValidationError as exc:
             problems = validation_problems(exc)
         if problems:
             conditions.set_false(VALIDATION, "ValidationFailed", "; ".join(problems))
         else:
             conditions.set_true(VALIDATION)
-        self._judge_nodeclass(pool, conditions)
+        nodeclass = self._judge_nodeclass(pool, conditions)
+        if model is not None and nodeclass is not None and not problems:
+            self._judge_instance_types(pool, model, nodeclass, conditions)
+        else:
+            # Not judged until the pool and its NodeClass can be used; Ready says why not.
+            conditions.set_unknown(
+                SATISFIABLE, "AwaitingNodeClass", "judged once the NodePool and its NodeClass are"
+            )
+        if model is not None:
+            self._warn_short_expiry(pool, model)
+        # Offerings change with the Cluster API objects, which this does not watch: a pool
+        # nothing satisfies is looked at again a minute on.
+        settled = (
+            Result(requeue_after=RECHECK) if conditions.status(SATISFIABLE) == "False" else DONE
+        )
         if not conditions.changed:
-            return DONE
+            return settled
         self._writes.patch(
             NODEPOOLS,
             pool,
@@ -107,18 +175,55 @@ class NodePoolReadinessController:
             subresource="status",
         )
         ready = conditions.is_true(READY)
-        if was_ready and not ready:
+        if conditions.status(READY) == "False" and not was_false:
             why = "; ".join(
                 f"{kind}: {conditions.message(kind)}"
-                for kind in (VALIDATION, NODECLASS_READY)
+                for kind in (VALIDATION, NODECLASS_READY, SATISFIABLE)
                 if not conditions.is_true(kind)
+                and not (kind == SATISFIABLE and conditions.status(kind) != "False")
             )
             self._writes.event(pool, WARNING, "NodePoolNotReady", why)
         elif ready and not was_ready:
             self._writes.event(pool, NORMAL, "NodePoolReady", "NodePool is ready")
-        return DONE
+        return settled
 
-    def _judge_nodeclass(self, pool: JsonObject, conditions: ConditionSet) -> None:
+    def _judge_instance_types(
+        self,
+        pool: JsonObject,
+        model: NodePool,
+        nodeclass: ClusterAPINodeClass,
+        conditions: ConditionSet,
+    ) -> None:
+        """``InstanceTypesSatisfiable``: whether any instance type of the NodeClass meets the
+        pool's requirements (and template labels), naming the one that excludes them if not."""
+        try:
+            types = self._ctx.plugins.instance_types(nodeclass, model, priced=False)
+        except (ProviderError, PluginError, ApiError):
+            return  # the provisioner reports the inventory's error on the NodePool
+        if not types:
+            conditions.set_true(SATISFIABLE)  # NodeClassReady says why it offers nothing
+            return
+        why = instance_types_problem(pool, types)
+        if why is None:
+            conditions.set_true(SATISFIABLE)
+            return
+        conditions.set_false(SATISFIABLE, "NoInstanceTypeMeetsRequirements", why)
+
+    def _warn_short_expiry(self, pool: JsonObject, model: NodePool) -> None:
+        uid = str(pool["metadata"].get("uid") or pool["metadata"]["name"])
+        expire_after = model.spec.template.spec.expire_after
+        if short_expiry_warning(model) is None:
+            self._warned_expiry.pop(uid, None)
+            return
+        if self._warned_expiry.get(uid) == str(expire_after):
+            return
+        self._warned_expiry[uid] = str(expire_after)
+        self._writes.event(pool, WARNING, "ExpireAfterTooShort", short_expiry_warning(model) or "")
+
+    def _judge_nodeclass(
+        self, pool: JsonObject, conditions: ConditionSet
+    ) -> ClusterAPINodeClass | None:
+        """Sets ``NodeClassReady``; the NodeClass when it is ready (or not judged yet)."""
         template = (pool.get("spec") or {}).get("template") or {}
         ref = (template.get("spec") or {}).get("nodeClassRef") or {}
         group, kind, name = ref.get("group"), ref.get("kind"), ref.get("name")
@@ -128,13 +233,13 @@ class NodePoolReadinessController:
                 "NodeClassNotSupported",
                 f"nodeClassRef {group}/{kind} is not a kind this controller serves",
             )
-            return
+            return None
         nodeclass = self._ctx.caches.store(CLUSTER_API_NODE_CLASSES, WORKLOAD).get(str(name))
         if nodeclass is None:
             conditions.set_false(NODECLASS_READY, "NodeClassNotFound", f"{kind} {name} not found")
-            return
+            return None
         try:
-            ClusterAPINodeClass.model_validate(nodeclass)
+            model = ClusterAPINodeClass.model_validate(nodeclass)
         except ValidationError as exc:
             # The provisioner cannot read it either (nor can a plugin judge it): say so here,
             # or the pool looks ready while it provisions nothing.
@@ -143,14 +248,15 @@ class NodePoolReadinessController:
                 "NodeClassInvalid",
                 f"{kind} {name}: {'; '.join(validation_problems(exc))}",
             )
-            return
+            return None
         for condition in (nodeclass.get("status") or {}).get("conditions") or []:
             if condition.get("type") != "Ready":
                 continue
             status = condition.get("status")
             if status == "True":
                 conditions.set_true(NODECLASS_READY)
-            elif status == "False":
+                return model
+            if status == "False":
                 conditions.set_false(
                     NODECLASS_READY,
                     "NodeClassNotReady",
@@ -160,6 +266,7 @@ class NodePoolReadinessController:
                 conditions.set_unknown(
                     NODECLASS_READY, "NodeClassReadinessUnknown", f"{kind} {name} is not judged yet"
                 )
-            return
+            return None
         # A NodeClass no plugin has judged yet: usable, as the provisioner treats it.
         conditions.set_true(NODECLASS_READY)
+        return model

@@ -49,6 +49,7 @@ from karpenter_capi.core.scheduling.model import (
     compatible_offerings,
     pod_key,
 )
+from karpenter_capi.core.scheduling.nofit import missing_claim_reason
 from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.core.scheduling.solver import (
     DEFAULT_MAX_INSTANCE_TYPES,
@@ -237,9 +238,12 @@ class Provisioner:
         """One round over ``snapshot`` (read from the API when not given)."""
         report = ProvisioningReport()
         snapshot = snapshot or ClusterSnapshot.read(self._client)
-        pending = self.pending_pods(snapshot)
-        report.pending = len(pending)
-        if not pending:
+        provisionable = self.pending_pods(snapshot)
+        report.pending = len(provisionable)
+        # Pods no node can help (their claim is missing): told so, never launched for.
+        blocked = {pod_key(p): why for p in provisionable if (why := missing_claim_reason(p))}
+        pending = [p for p in provisionable if pod_key(p) not in blocked]
+        if not provisionable:
             self._said.clear()
             self._said_unschedulable = {}
             return report
@@ -346,7 +350,8 @@ class Provisioner:
         for key, reason in result.unschedulable.items():
             if key not in moving_keys:
                 report.unschedulable.setdefault(key, reason)
-        by_key = {pod_key(p): p for p in pending}
+        report.unschedulable.update(blocked)
+        by_key = {pod_key(p): p for p in provisionable}
         said = self._said_unschedulable
         self._said_unschedulable = dict(report.unschedulable)
         for key, reason in sorted(report.unschedulable.items()):

@@ -9,13 +9,16 @@ it is out and reporting the most common answer with an example.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.instancetype import InstanceType
+from karpenter_capi.core.scheduling.claims import HOSTNAME_PLACEHOLDER
 from karpenter_capi.core.scheduling.model import compatible_offerings
-from karpenter_capi.core.scheduling.requirements import Requirements
+from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
 from karpenter_capi.core.scheduling.resources import ResourceList
 
 
@@ -59,6 +62,19 @@ def no_type_reason(
     return f"{head} ({share} instance types: {reason})"
 
 
+def unsatisfiable_reason(types: Sequence[InstanceType], requirements: Requirements) -> str | None:
+    """Why no instance type of ``types`` can ever meet a NodePool's ``requirements``, whatever
+    pod comes (``None`` if one can): the NodePool's own condition, not a pod's Event."""
+    if any(why_excluded(t, requirements, lambda _: True) == "excluded" for t in types):
+        return None
+    reasons = Counter(why_excluded(t, requirements, lambda _: True) for t in types)
+    if set(reasons) == {"its offerings allowed are unavailable"}:
+        return None  # unavailable for now (a maximum size reached), not impossible
+    (reason, count), *others = reasons.most_common()
+    share = f"all {count}" if not others else f"{count} of {len(types)}"
+    return f"no instance type meets its requirements ({share} instance types: {reason})"
+
+
 def too_small_reason(types: Sequence[InstanceType], needed: ResourceList) -> str:
     """The FailedScheduling text when the pod (with its DaemonSets) fits none of ``types``:
     the resources it asks for more of than the largest type allocates."""
@@ -76,3 +92,53 @@ def too_small_reason(types: Sequence[InstanceType], needed: ResourceList) -> str
         else:
             short.append(f"{name} {want} (the most any allocates is {largest[name]})")
     return f"{head}: {'; '.join(short)}" if short else head
+
+
+def named_node_reason(requirement: Requirement, hostnames: Collection[str]) -> str | None:
+    """The FailedScheduling text when ``requirement`` (the pod's ``kubernetes.io/hostname``)
+    excludes every node Karpenter could launch, or ``None`` when a new node may do;
+    ``hostnames`` are the nodes that exist."""
+    if requirement.has(HOSTNAME_PLACEHOLDER):
+        return None
+    fix = f"name a node that exists or remove the {requirement.key} selector or affinity"
+    if requirement.complement or not requirement.values:
+        return f"{requirement}: every node has a hostname, so no node can take it ({fix})"
+    named = sorted(requirement.values)
+    if not any(name in hostnames for name in named):
+        return (
+            f"{requirement}: no node of that name exists, and a new node cannot be given a "
+            f"name in advance ({fix})"
+        )
+    return (
+        f"{requirement}: only the node(s) it names can take it, and a new node cannot be "
+        "given one of those names"
+    )
+
+
+_MISSING_CLAIM: Final = re.compile(r'persistentvolumeclaim "([^"]+)" not found')
+
+
+def missing_claim_reason(pod: Mapping[str, Any]) -> str | None:
+    """The FailedScheduling text when kube-scheduler said the pod's claim does not exist (its
+    ``PodScheduled`` message), naming the volume to fix; ``None`` otherwise."""
+    conditions = (pod.get("status") or {}).get("conditions") or ()
+    said = next(
+        (str(c.get("message") or "") for c in conditions if c.get("type") == "PodScheduled"), ""
+    )
+    found = _MISSING_CLAIM.search(said)
+    if found is None:
+        return None
+    claim = found.group(1)
+    volumes = (pod.get("spec") or {}).get("volumes") or ()
+    where = next(
+        (
+            f"spec.volumes[{index}].persistentVolumeClaim.claimName"
+            for index, volume in enumerate(volumes)
+            if ((volume or {}).get("persistentVolumeClaim") or {}).get("claimName") == claim
+        ),
+        "its volumes",
+    )
+    return (
+        f'persistentvolumeclaim "{claim}" not found (kube-scheduler): no new node can help '
+        f"until it exists; create the PersistentVolumeClaim or fix {where}"
+    )

@@ -72,7 +72,11 @@ from karpenter_capi.core.scheduling.model import (
     compatible_offerings,
     pod_key,
 )
-from karpenter_capi.core.scheduling.nofit import no_type_reason, too_small_reason
+from karpenter_capi.core.scheduling.nofit import (
+    named_node_reason,
+    no_type_reason,
+    too_small_reason,
+)
 from karpenter_capi.core.scheduling.preferences import (
     relax,
     strict_topology,
@@ -325,6 +329,12 @@ class Solver:
         if best is not None:
             self._commit(best, pod_class, pod, strict)
             return None
+        pinned = pod_class.requirements.get(wellknown.LABEL_HOSTNAME)
+        if pinned is not None:
+            # Merged with a new claim's own hostname this would come out empty, not refused.
+            named = named_node_reason(pinned, {n.hostname for n in self._nodes})
+            if named is not None:
+                return Refusal(named)
         reasons = []
         for pool in self._pools:
             why = self._place_on_new_claim(pool, pod_class, pod, strict)

@@ -70,6 +70,7 @@ from karpenter_capi.plugins.generic_capi.selection import (
     INFORMATIONAL_REASONS,
     ResourceProblem,
     Selection,
+    problem_of,
     resource_key,
     select,
     select_resources,
@@ -229,10 +230,10 @@ def _describe(
             reason, message = REASON_TEMPLATE_NOT_DESCRIBED, f"{exc}; and {native_error}"
         else:
             reason, message = REASON_NO_SHAPE, str(exc)
-        inventory.problems.append(ResourceProblem(*identity, reason, message))
+        inventory.problems.append(problem_of(resource.kind, obj, reason, message))
         return
     except ShapeError as exc:
-        inventory.problems.append(ResourceProblem(*identity, REASON_INVALID_SHAPE, str(exc)))
+        inventory.problems.append(problem_of(resource.kind, obj, REASON_INVALID_SHAPE, str(exc)))
         return
     inventory.resources.append(scalable)
     if template_error is not None:

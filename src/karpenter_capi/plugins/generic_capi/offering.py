@@ -229,6 +229,12 @@ def describe_resource(
     # Scale-down reads the min size leniently (scaling.min_size_of); a malformed one is still
     # the user's mistake to hear about, here where the resource is described.
     min_size = _int_annotation(annotations, wellknown.ANNOTATION_AUTOSCALER_MIN_SIZE)
+    if max_size == 0 and replicas == 0:
+        # Kept while it still has nodes (they are someone's), but it can never give another.
+        raise ShapeError(
+            f"annotation {wellknown.ANNOTATION_AUTOSCALER_MAX_SIZE}=0: it may never have a "
+            "node; raise it, or take the resource out of the NodeClass's selection"
+        )
     if min_size is not None and max_size is not None and min_size > max_size:
         raise ShapeError(
             f"annotation {wellknown.ANNOTATION_AUTOSCALER_MIN_SIZE}={min_size} is above "

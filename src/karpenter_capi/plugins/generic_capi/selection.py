@@ -12,7 +12,9 @@ Selected but left out, each with a ``ResourceProblem`` that the NodeClass status
 
 - a resource annotated ``cluster.x-k8s.io/paused`` (or a MachineDeployment with
   ``spec.paused``): CAPI does not reconcile it, so a replica change would produce no Machine;
-- a resource being deleted.
+- a resource being deleted;
+- a resource whose ``spec.clusterName`` names a Cluster that does not exist (CAPI would make
+  no Machine for it).
 
 Left out silently: a MachineSet owned by a MachineDeployment, because the MachineDeployment
 stands for it (scaling the MachineSet would be undone by the MachineDeployment). When only the
@@ -33,6 +35,7 @@ from typing import Any, Final
 
 from karpenter_capi.plugin_api import KubeClient, Resource
 from karpenter_capi.plugin_api.kube import (
+    ApiError,
     CapiResources,
     NotFound,
     SelectorError,
@@ -50,6 +53,7 @@ MACHINE_POOL: Final = "MachinePool"
 REASON_PAUSED: Final = "Paused"
 REASON_DELETING: Final = "Deleting"
 REASON_OWNED_BY_MACHINE_DEPLOYMENT: Final = "OwnedByMachineDeployment"
+REASON_CLUSTER_NOT_FOUND: Final = "ClusterNotFound"
 
 # Reasons for which a resource is deliberately out of play: reported as Normal Events, not
 # Warnings.
@@ -79,10 +83,24 @@ class ResourceProblem:
     name: str
     reason: str
     message: str
+    uid: str = field(default="", compare=False)
+    """The resource's uid and apiVersion when known: its own Events need them (``kubectl
+    describe`` matches Events by uid)."""
+    api_version: str = field(default="", compare=False)
 
     @property
     def key(self) -> str:
         return resource_key(self.kind, self.namespace, self.name)
+
+    def involved(self) -> dict[str, Any] | None:
+        """The resource as an Event's ``involvedObject``, or ``None`` without its uid."""
+        if not self.uid:
+            return None
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "metadata": {"name": self.name, "namespace": self.namespace, "uid": self.uid},
+        }
 
     def __str__(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name}: {self.message}"
@@ -108,10 +126,17 @@ def _owner_machine_deployment(obj: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _problem(kind: str, obj: Mapping[str, Any], reason: str, message: str) -> ResourceProblem:
+def problem_of(kind: str, obj: Mapping[str, Any], reason: str, message: str) -> ResourceProblem:
+    """A ``ResourceProblem`` of ``obj``, carrying what an Event on it needs."""
     meta = _metadata(obj)
     return ResourceProblem(
-        kind, str(meta.get("namespace") or ""), str(meta.get("name") or ""), reason, message
+        kind,
+        str(meta.get("namespace") or ""),
+        str(meta.get("name") or ""),
+        reason,
+        message,
+        uid=str(meta.get("uid") or ""),
+        api_version=str(obj.get("apiVersion") or ""),
     )
 
 
@@ -120,13 +145,13 @@ def why_out_of_play(kind: str, obj: Mapping[str, Any]) -> ResourceProblem | None
     meta = _metadata(obj)
     annotations = meta.get("annotations") or {}
     if wellknown.ANNOTATION_CAPI_PAUSED in annotations:
-        return _problem(
+        return problem_of(
             kind, obj, REASON_PAUSED, f"paused ({wellknown.ANNOTATION_CAPI_PAUSED}); not scaled"
         )
     if kind == MACHINE_DEPLOYMENT and (obj.get("spec") or {}).get("paused") is True:
-        return _problem(kind, obj, REASON_PAUSED, "paused (spec.paused); not scaled")
+        return problem_of(kind, obj, REASON_PAUSED, "paused (spec.paused); not scaled")
     if meta.get("deletionTimestamp"):
-        return _problem(kind, obj, REASON_DELETING, "being deleted; not scaled")
+        return problem_of(kind, obj, REASON_DELETING, "being deleted; not scaled")
     return None
 
 
@@ -196,7 +221,7 @@ def select(
                 namespace = str(_metadata(obj).get("namespace") or "")
                 if (namespace, owner) not in deployment_keys:
                     selection.problems.append(
-                        _problem(
+                        problem_of(
                             kind,
                             obj,
                             REASON_OWNED_BY_MACHINE_DEPLOYMENT,
@@ -210,7 +235,47 @@ def select(
                 selection.problems.append(out)
                 continue
             selection.selected.append((resource, obj))
+    _leave_out_clusterless(client, capi, selection)
     return selection
+
+
+def _leave_out_clusterless(client: KubeClient, capi: CapiResources, selection: Selection) -> None:
+    """Move resources whose ``spec.clusterName`` names no Cluster to the problems: Cluster API
+    makes no Machine for them, so a replica given to one would wait forever (and leak).
+
+    Only judged when the Clusters can be listed and some exist: a management cluster that
+    shows none (a view without access to them) cannot tell a mistake from a blind spot.
+    """
+    if not selection.selected:
+        return
+    try:
+        clusters = client.list(capi.clusters).items
+    except ApiError:
+        return
+    if not clusters:
+        return
+    known = {
+        (str(_metadata(c).get("namespace") or ""), str(_metadata(c).get("name") or ""))
+        for c in clusters
+    }
+    kept = []
+    for resource, obj in selection.selected:
+        namespace = str(_metadata(obj).get("namespace") or "")
+        name = (obj.get("spec") or {}).get("clusterName")
+        if name and (namespace, str(name)) not in known:
+            selection.problems.append(
+                problem_of(
+                    resource.kind,
+                    obj,
+                    REASON_CLUSTER_NOT_FOUND,
+                    f"spec.clusterName {name}: Cluster {namespace}/{name} does not exist, so "
+                    "Cluster API would make no Machine for it; fix spec.clusterName or create "
+                    "the Cluster",
+                )
+            )
+        else:
+            kept.append((resource, obj))
+    selection.selected = kept
 
 
 def select_resources(

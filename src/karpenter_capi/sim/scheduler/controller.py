@@ -33,7 +33,7 @@ from karpenter_capi.core.clock import Clock, format_timestamp
 from karpenter_capi.core.kube.cache import object_key
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.errors import Conflict, NotFound
-from karpenter_capi.core.kube.resources import NODES, PODS, Resource
+from karpenter_capi.core.kube.resources import NODES, PERSISTENT_VOLUME_CLAIMS, PODS, Resource
 from karpenter_capi.core.runtime.controller import DONE, WORKLOAD, Caches, Key, Result, Watch
 from karpenter_capi.sim.scheduler import scoring
 from karpenter_capi.sim.scheduler.cycle import (
@@ -45,11 +45,26 @@ from karpenter_capi.sim.scheduler.cycle import (
     unschedulable_message,
 )
 
-__all__ = ["CYCLE_KEY", "SCHEDULER_NAME", "SimScheduler"]
+__all__ = ["CYCLE_KEY", "SCHEDULER_NAME", "SimScheduler", "missing_claim"]
 
 SCHEDULER_NAME: Final = "default-scheduler"
 CYCLE_KEY: Final = "sim.kube-scheduler/cycle"
 """The key node events enqueue: any key starts a cycle, this one names no pod."""
+
+
+def missing_claim(client: KubeClient, pod: Mapping[str, Any]) -> str | None:
+    """kube-scheduler's VolumeBinding PreFilter: a claim that does not exist leaves the pod
+    unschedulable whatever the nodes (``persistentvolumeclaim "data" not found``)."""
+    namespace = metadata(pod).get("namespace")
+    for volume in (pod.get("spec") or {}).get("volumes") or ():
+        claim = ((volume or {}).get("persistentVolumeClaim") or {}).get("claimName")
+        if not claim:
+            continue
+        try:
+            client.get(PERSISTENT_VOLUME_CLAIMS, str(claim), namespace)
+        except NotFound:
+            return f'persistentvolumeclaim "{claim}" not found'
+    return None
 
 
 def _queue_order(pod: Mapping[str, Any]) -> tuple[int, str, str, str]:
@@ -157,6 +172,15 @@ class SimScheduler:
         ) in (SCHEDULER_NAME, "", None)
 
     def _schedule_one(self, pod: JsonObject, snapshot: Snapshot) -> None:
+        missing = missing_claim(self.client, pod)
+        if missing is not None:
+            nodes = len(snapshot.nodes)
+            self._mark_unschedulable(
+                pod,
+                f"0/{nodes} nodes are available: {missing}. preemption: 0/{nodes} nodes are "
+                "available: Preemption is not helpful for scheduling.",
+            )
+            return
         context = PodContext(pod, snapshot)
         reasons: Counter[str] = Counter(context.static.reasons)
         feasible: list[NodeInfo] = []
