@@ -11,6 +11,10 @@ behaviour (``expireAfter: Never``) and is carried as ``value is None``, never as
 
 Only whole ``h``/``m``/``s`` components are accepted: that is what the CRD's OpenAPI pattern
 lets through the API server, so a value this module accepts is one the API server accepts too.
+The pattern alone admits ``99999999999h``, which neither Go's ``time.ParseDuration`` (upstream
+Karpenter's parser) nor a ``timedelta`` holds: anything longer than Go's longest duration,
+``2562047h47m16.854775807s``, is refused here with that bound in the message, so the NodePool
+carrying it is marked invalid instead of raising in the middle of a controller.
 """
 
 from __future__ import annotations
@@ -31,6 +35,12 @@ NILLABLE_DURATION_PATTERN: Final = r"^(([0-9]+(s|m|h))+|Never)$"
 _WHOLE: Final = re.compile(r"(?:[0-9]+[hms])+")
 _COMPONENT: Final = re.compile(r"([0-9]+)([hms])")
 _UNIT_SECONDS: Final = {"h": 3600, "m": 60, "s": 1}
+# Go's time.Duration is an int64 of nanoseconds; these are its whole seconds.
+MAX_SECONDS: Final = (2**63 - 1) // 1_000_000_000
+MAX_DURATION: Final = "2562047h47m16s"
+# More digits than this in one component is beyond MAX_SECONDS whatever the unit; checking the
+# length first keeps a hostile ten-thousand-digit string from being converted at all.
+_MAX_DIGITS: Final = len(str(MAX_SECONDS))
 
 
 class DurationError(ValueError):
@@ -44,8 +54,15 @@ def parse_duration(text: str) -> timedelta:
             f"invalid duration {text!r}: expected whole hours, minutes and seconds such as "
             "'30s', '5m', '1h30m' or '720h'"
         )
-    seconds = sum(int(n) * _UNIT_SECONDS[unit] for n, unit in _COMPONENT.findall(text))
-    return timedelta(seconds=seconds)
+    components = _COMPONENT.findall(text)
+    if any(len(n.lstrip("0")) > _MAX_DIGITS for n, _ in components) or (
+        sum(int(n) * _UNIT_SECONDS[unit] for n, unit in components) > MAX_SECONDS
+    ):
+        raise DurationError(
+            f"invalid duration {text!r}: longer than the longest duration Kubernetes holds "
+            f"({MAX_DURATION}); use a shorter one, or 'Never' where the field allows it"
+        )
+    return timedelta(seconds=sum(int(n) * _UNIT_SECONDS[unit] for n, unit in components))
 
 
 def format_duration(value: timedelta) -> str:

@@ -1,0 +1,173 @@
+"""The inputs that once stopped provisioning for the whole cluster (issue 24, item 1).
+
+Each was admitted by the API server and then raised in the middle of a controller: a duration
+beyond what a ``timedelta`` (or Go's ``time.Duration``) holds, a quantity beyond int64, a
+NodePool name too long for the ``karpenter.sh/nodepool`` label its NodeClaims carry, and a
+NodePool whose NodeClaims would carry more requirements than the NodeClaim CRD admits. With
+one of them applied no pod was bound again and every round logged a traceback at ERROR. Now the
+offending object is marked (the NodePool's ``ValidationSucceeded`` condition, or an Event on the
+pod), the good NodePool provisions in the same pass, and nothing is logged with a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.kube.resources import PODS
+
+from .world import NAMESPACE, NODEPOOL, World
+
+_TOO_LONG = "99999999999h"
+
+
+def _requirements(count: int) -> list[dict[str, Any]]:
+    return [{"key": f"example.com/k{i}", "operator": "In", "values": ["v"]} for i in range(count)]
+
+
+# (id, NodePool name, template spec, NodePool spec extras, words in ValidationSucceeded)
+BAD_NODEPOOLS: list[tuple[str, str, dict[str, Any], dict[str, Any], tuple[str, ...]]] = [
+    (
+        "expire-after-beyond-go",
+        "bad",
+        {"expireAfter": _TOO_LONG},
+        {},
+        ("spec.template.spec.expireAfter", _TOO_LONG, "2562047h47m16s"),
+    ),
+    (
+        "termination-grace-beyond-go",
+        "bad",
+        {"terminationGracePeriod": _TOO_LONG},
+        {},
+        ("spec.template.spec.terminationGracePeriod", _TOO_LONG, "2562047h47m16s"),
+    ),
+    (
+        "consolidate-after-beyond-go",
+        "bad",
+        {},
+        {"disruption": {"consolidateAfter": _TOO_LONG}},
+        ("spec.disruption.consolidateAfter", _TOO_LONG, "2562047h47m16s"),
+    ),
+    (
+        "name-over-a-label-value",
+        "b" * 64,
+        {},
+        {},
+        ("metadata.name", "karpenter.sh/nodepool", "no more than 63 characters"),
+    ),
+    (
+        "name-of-250-characters",
+        "b" * 250,
+        {},
+        {},
+        ("metadata.name", "karpenter.sh/nodepool", "no more than 63 characters"),
+    ),
+    (
+        "requirements-over-the-nodeclaim-maximum",
+        "bad",
+        {"requirements": _requirements(100)},
+        {},
+        ("spec.template.spec.requirements", "103", "at most 100", "97"),
+    ),
+]
+
+
+def _tracebacks(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        f"{r.levelname} {r.name}: {r.getMessage()}"
+        for r in caplog.records
+        if r.exc_info and r.levelno >= logging.WARNING
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "template", "spec", "words"),
+    [pytest.param(n, t, s, w, id=case) for case, n, t, s, w in BAD_NODEPOOLS],
+)
+def test_a_nodepool_the_controller_cannot_use_is_marked_and_the_others_still_provision(
+    name: str,
+    template: dict[str, Any],
+    spec: dict[str, Any],
+    words: tuple[str, ...],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    world = World()
+    world.nodepool(name, template, **spec)
+    world.deploy("pinned", 2, node_selector={wellknown.LABEL_NODEPOOL: name})
+    world.deploy()
+    world.run()
+
+    found = world.nodepool_condition(name, "ValidationSucceeded")
+    assert (found["status"], found["reason"]) == ("False", "ValidationFailed"), found
+    assert all(word in found["message"] for word in words), found["message"]
+    assert world.nodepool_condition(name)["status"] == "False"
+    event = world.event_about(*words)
+    assert (event.kind, event.type) == ("NodePool", "Warning")
+    assert world.pending("pinned")
+    assert not [
+        c
+        for c in world.nodeclaims()
+        if c["metadata"]["labels"].get(wellknown.LABEL_NODEPOOL) == name
+    ]
+    assert world.nodepool_condition(NODEPOOL)["status"] == "True"
+    world.assert_good_resource_served()
+    assert _tracebacks(caplog) == []
+
+
+def test_a_limit_beyond_int64_is_held_at_int64_as_kubernetes_does(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``resource.ParseQuantity`` caps a value at 2^63-1: ``cpu: 1e400`` is no limit at all."""
+    caplog.set_level(logging.INFO)
+    world = World()
+    world.nodepool("roomy", {}, limits={"cpu": "1e400"})
+    world.deploy("pinned", 2, node_selector={wellknown.LABEL_NODEPOOL: "roomy"})
+    world.deploy()
+    world.run()
+
+    assert len(world.running("pinned")) == 2, world.pending("pinned")
+    assert world.nodepool_condition("roomy")["status"] == "True"
+    world.assert_good_resource_served()
+    assert _tracebacks(caplog) == []
+
+
+def test_a_pod_requesting_more_than_int64_is_told_so_and_the_others_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    world = World()
+    world.pod(
+        "huge",
+        {
+            "containers": [
+                {"name": "app", "image": "pause", "resources": {"requests": {"cpu": "1e400"}}}
+            ]
+        },
+    )
+    world.server.patch(
+        PODS,
+        "huge",
+        {
+            "status": {
+                "phase": "Pending",
+                "conditions": [
+                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+                ],
+            }
+        },
+        NAMESPACE,
+        subresource="status",
+    )
+    world.deploy()
+    world.run()
+
+    events = [e for e in world.events("FailedScheduling") if e.name == "huge"]
+    assert events, "\n".join(map(str, world.events()))
+    assert "cpu 10e99" in events[-1].message, events[-1].message
+    assert "the most any allocates is 2" in events[-1].message, events[-1].message
+    world.assert_good_resource_served()
+    assert _tracebacks(caplog) == []
