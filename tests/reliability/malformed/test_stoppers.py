@@ -171,3 +171,55 @@ def test_a_pod_requesting_more_than_int64_is_told_so_and_the_others_run(
     assert "the most any allocates is 2" in events[-1].message, events[-1].message
     world.assert_good_resource_served()
     assert _tracebacks(caplog) == []
+
+
+def test_a_nodeclaim_the_api_refuses_marks_its_nodepool_and_the_round_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The pods add the requirements: 97 of the NodePool's and its three fit the NodeClaim's
+    100, but pods bounding one of its keys from both sides (Gt and Lt, two entries) make 101,
+    which no validation of the NodePool alone can foresee. The API refuses that one NodeClaim;
+    the NodePool and its pods are told why, and the other NodePool launches in the same round
+    (the bad one sorts first, so a refusal that ended the round would stop it)."""
+    caplog.set_level(logging.INFO)
+    world = World()
+    requirements = [
+        {"key": f"example.com/k{i}", "operator": "Exists", "values": []} for i in range(97)
+    ]
+    taint = {"key": "dedicated", "value": "bad", "effect": "NoSchedule"}
+    world.nodepool("zz-bad", {"requirements": requirements, "taints": [taint]})
+    bounded = [
+        {"key": "example.com/k0", "operator": "Gt", "values": ["1"]},
+        {"key": "example.com/k0", "operator": "Lt", "values": ["9"]},
+    ]
+    world.deploy(
+        "pinned",
+        2,
+        node_selector={wellknown.LABEL_NODEPOOL: "zz-bad"},
+        tolerations=[{"key": "dedicated", "operator": "Equal", "value": "bad"}],
+        affinity={
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": bounded}]
+                }
+            }
+        },
+    )
+    world.deploy()
+    world.run()
+
+    assert world.nodepool_condition("zz-bad", "ValidationSucceeded")["status"] == "True"
+    words = ("could not create a NodeClaim", "spec.requirements", "must have at most 100 items")
+    on_pool = [e for e in world.events("NodeClaimNotCreated") if e.kind == "NodePool"]
+    assert [(e.name, e.type) for e in on_pool] == [("zz-bad", "Warning")], world.events()
+    assert all(word in on_pool[0].message for word in words), on_pool[0].message
+    pinned = world.pending("pinned")
+    assert len(pinned) == 2
+    told = [e for e in world.events("FailedScheduling") if e.name in pinned]
+    assert told, "\n".join(map(str, world.events()))
+    assert all(word in told[-1].message for word in ("NodePool zz-bad", *words)), told[-1]
+    world.assert_good_resource_served()
+    assert _tracebacks(caplog) == []
+    refusals = [r for r in caplog.records if r.getMessage() == "could not create nodeclaim"]
+    assert [r.levelname for r in refusals[:1]] == ["WARNING"]
+    assert len([r for r in refusals if r.levelno >= logging.WARNING]) == 1, "once per change"
