@@ -43,6 +43,19 @@ MAX_DURATION: Final = "2562047h47m16s"
 _MAX_DIGITS: Final = len(str(MAX_SECONDS))
 
 
+# This project's one rule beyond upstream's CRDs for durations: the pattern admits any number of
+# digits, Go's time.ParseDuration (upstream's parser, and CEL's duration()) fails beyond
+# MAX_DURATION, so nothing upstream can use is refused. Evaluated only once the pattern matched.
+_MAX_RULE: Final = {
+    "message": f"must be at most {MAX_DURATION}, the longest duration Kubernetes holds",
+    "rule": f"duration(self) <= duration('{MAX_DURATION}')",
+}
+_NILLABLE_MAX_RULE: Final = {
+    "message": f"must be 'Never' or at most {MAX_DURATION}, the longest duration Kubernetes holds",
+    "rule": f"self == '{NEVER}' || duration(self) <= duration('{MAX_DURATION}')",
+}
+
+
 class DurationError(ValueError):
     """A string that is not a Kubernetes duration; the message quotes it and shows examples."""
 
@@ -139,7 +152,11 @@ class Duration:
     def __get_pydantic_json_schema__(
         cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
     ) -> JsonSchemaValue:
-        return {"type": "string", "pattern": cls._pattern}
+        return {
+            "type": "string",
+            "pattern": cls._pattern,
+            "x-kubernetes-validations": [_MAX_RULE],
+        }
 
 
 class NillableDuration:
@@ -211,4 +228,8 @@ class NillableDuration:
     def __get_pydantic_json_schema__(
         cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
     ) -> JsonSchemaValue:
-        return {"type": "string", "pattern": NILLABLE_DURATION_PATTERN}
+        return {
+            "type": "string",
+            "pattern": NILLABLE_DURATION_PATTERN,
+            "x-kubernetes-validations": [_NILLABLE_MAX_RULE],
+        }
