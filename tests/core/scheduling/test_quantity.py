@@ -196,6 +196,8 @@ def test_absurd_magnitudes_are_held_at_a_bound_not_computed_nor_refused() -> Non
     assert parse_quantity("-1e400").value() == -(10**100)
     assert str(parse_quantity("1e400")) == "10e99"  # exponents in threes, as Kubernetes writes
     assert parse_quantity("1e99").value() == 10**99
+    assert parse_quantity(10**400).value() == 10**100  # a bare JSON number, as in limits
+    assert parse_quantity(-(10**400)).value() == -(10**100)
     with pytest.raises(QuantityError, match="too many digits"):
         parse_quantity("1" * 101)
     # Tiny values round up to the smallest representable quantity, like Kubernetes.

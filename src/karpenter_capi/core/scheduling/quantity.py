@@ -289,7 +289,9 @@ def parse_quantity(value: str | int | float | Quantity) -> Quantity:
     if isinstance(value, bool):
         raise QuantityError(value, "a boolean is not a quantity")
     if isinstance(value, int):
-        return Quantity.from_units(value)
+        # A bare JSON integer is held at the same bound as a written one (``1e400``).
+        bounded = max(-_MAX_DECIMAL_NANOS, min(value * _NANO, _MAX_DECIMAL_NANOS))
+        return Quantity.from_nanos(bounded)
     if isinstance(value, float):
         if not math.isfinite(value):
             raise QuantityError(value, "not a finite number")
