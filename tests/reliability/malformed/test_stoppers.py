@@ -1,12 +1,14 @@
 """The inputs that once stopped provisioning for the whole cluster (issue 24, item 1).
 
 Each was admitted by the API server and then raised in the middle of a controller: a duration
-beyond what a ``timedelta`` (or Go's ``time.Duration``) holds, a quantity beyond int64, a
+beyond what a ``timedelta`` (or Go's ``time.Duration``) holds, a quantity of ``1e400``, a
 NodePool name too long for the ``karpenter.sh/nodepool`` label its NodeClaims carry, and a
-NodePool whose NodeClaims would carry more requirements than the NodeClaim CRD admits. With
-one of them applied no pod was bound again and every round logged a traceback at ERROR. Now the
-offending object is marked (the NodePool's ``ValidationSucceeded`` condition, or an Event on the
-pod), the good NodePool provisions in the same pass, and nothing is logged with a traceback.
+NodePool whose NodeClaims would carry more requirements than the NodeClaim CRD admits (or whose
+NodeClaim the API refuses for any other reason). With one of them applied no pod was bound again
+and every round logged a traceback at ERROR. Now our CRDs refuse what can be refused; what a
+cluster on upstream's CRDs admits is marked on the object (the NodePool's
+``ValidationSucceeded`` condition and an Event, or an Event on the pod), the good NodePool
+provisions in the same pass, and nothing is logged with a traceback.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import pytest
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.crds import generate_crds
 from karpenter_capi.core.kube.errors import Invalid
-from karpenter_capi.core.kube.resources import PODS
+from karpenter_capi.core.kube.resources import NODEPOOLS, PODS
 
 from .world import NAMESPACE, NODEPOOL, World
 
@@ -150,10 +152,11 @@ def test_a_nodepool_the_controller_cannot_use_is_marked_and_the_others_still_pro
     assert _tracebacks(caplog) == []
 
 
-def test_a_limit_beyond_int64_is_held_at_int64_as_kubernetes_does(
+def test_a_limit_of_1e400_is_no_limit_as_in_kubernetes(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """``resource.ParseQuantity`` caps a value at 2^63-1: ``cpu: 1e400`` is no limit at all."""
+    """Go keeps ``cpu: 1e400`` as an arbitrary-precision decimal, which no node ever reaches;
+    here it is held at 10^100, which none reaches either."""
     caplog.set_level(logging.INFO)
     world = World()
     world.nodepool("roomy", {}, limits={"cpu": "1e400"})
@@ -167,7 +170,7 @@ def test_a_limit_beyond_int64_is_held_at_int64_as_kubernetes_does(
     assert _tracebacks(caplog) == []
 
 
-def test_a_pod_requesting_more_than_int64_is_told_so_and_the_others_run(
+def test_a_pod_requesting_1e400_cpus_is_told_so_and_the_others_run(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO)
@@ -273,3 +276,36 @@ def test_our_crds_refuse_them_at_admission_with_the_same_words(
         world.nodepool(name, template, **spec)
     shown = [w for w in words if w not in ("metadata.name", "karpenter.sh/nodepool", _TOO_LONG)]
     assert all(word in refused.value.message for word in shown), refused.value.message
+
+
+def test_all_of_them_at_once_leave_the_good_nodepool_serving_in_the_same_pass(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The issue's run: every stopper applied together, then a normal workload."""
+    caplog.set_level(logging.INFO)
+    world = World()
+    _with_upstreams_crds(world)
+    for index, (_, name, template, spec, _) in enumerate(BAD_NODEPOOLS):
+        world.nodepool(name if name != "bad" else f"bad-{index}", template, **spec)
+    world.nodepool("roomy", {}, limits={"cpu": "1e400"})
+    world.pod(
+        "huge",
+        {
+            "containers": [
+                {"name": "app", "image": "pause", "resources": {"requests": {"cpu": "1e400"}}}
+            ]
+        },
+    )
+    world.deploy(replicas=6)
+    world.run()
+
+    world.assert_good_resource_served(pods=6)
+    invalid = [
+        pool["metadata"]["name"]
+        for pool in world.server.list(NODEPOOLS).items
+        if world.nodepool_condition(pool["metadata"]["name"], "ValidationSucceeded")["status"]
+        == "False"
+    ]
+    assert len(invalid) == len(BAD_NODEPOOLS)
+    assert world.pending("huge") == ["huge"]
+    assert _tracebacks(caplog) == []
