@@ -9,6 +9,10 @@ startup taints, an owner reference to the NodePool and its template hash. Limits
 again, against a fresh read, just before each creation, because another replica or a user may
 have added capacity since the solve started.
 
+A NodeClaim the API refuses (invalid, forbidden, conflicting) is that NodePool's problem only:
+the refusal is said on the NodePool and its pods and the round goes on with the others; an API
+that is away or busy fails the round, which is retried as a whole.
+
 Pods placed on a NodeClaim are remembered (Karpenter's "nominated" pods): the next round sends
 them back to the same claim first, so a claim still launching is not asked for twice.
 
@@ -338,6 +342,7 @@ class Provisioner:
                 continue
             try:
                 report.launched.append(self._launch(inventory.raw, claim, computed))
+                self._said.pop(f"nodeclaim-refused/{claim.nodepool.name}", None)
             except ApiError as error:
                 if not refused_by_api(error):
                     raise  # the API is away or busy: the round is retried as a whole
