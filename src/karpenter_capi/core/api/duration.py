@@ -64,7 +64,7 @@ def parse_duration(text: str) -> timedelta:
     """Parse ``1h30m``-style text into a timedelta; raise ``DurationError`` otherwise."""
     if not isinstance(text, str) or not _WHOLE.fullmatch(text):
         raise DurationError(
-            f"invalid duration {text!r}: expected whole hours, minutes and seconds such as "
+            f"invalid duration {_shown(text)}: expected whole hours, minutes and seconds such as "
             "'30s', '5m', '1h30m' or '720h'"
         )
     components = _COMPONENT.findall(text)
@@ -72,10 +72,17 @@ def parse_duration(text: str) -> timedelta:
         sum(int(n) * _UNIT_SECONDS[unit] for n, unit in components) > MAX_SECONDS
     ):
         raise DurationError(
-            f"invalid duration {text!r}: longer than the longest duration Kubernetes holds "
+            f"invalid duration {_shown(text)}: longer than the longest duration Kubernetes holds "
             f"({MAX_DURATION}); use a shorter one, or 'Never' where the field allows it"
         )
     return timedelta(seconds=sum(int(n) * _UNIT_SECONDS[unit] for n, unit in components))
+
+
+def _shown(text: object) -> str:
+    """``text`` quoted for a message, cut short: the field has no length limit, a condition's
+    message has one (32768), and nobody reads a megabyte of digits."""
+    quoted = repr(text)
+    return quoted if len(quoted) <= 60 else f"{quoted[:57]}..."
 
 
 def format_duration(value: timedelta) -> str:
