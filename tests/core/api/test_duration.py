@@ -86,3 +86,16 @@ def test_never() -> None:
 def test_built_from_timedelta() -> None:
     holder = _Holder(grace=Duration(timedelta(seconds=30)), expire=NillableDuration(None))
     assert holder.model_dump() == {"grace": "30s", "expire": "Never"}
+
+
+def test_nothing_longer_than_gos_longest_duration_is_read() -> None:
+    """Go's time.Duration is int64 nanoseconds: 2562047h47m16.854775807s, so whole seconds
+    stop at 2562047h47m16s; the CRD pattern admits any number of digits."""
+    assert parse_duration("2562047h47m16s") == timedelta(seconds=(2**63 - 1) // 10**9)
+    assert parse_duration("2562047h") == timedelta(hours=2562047)
+    for text in ("2562047h47m17s", "2562048h", "99999999999h", "9" * 5000 + "s", "1000000h" * 3):
+        with pytest.raises(DurationError, match="longer than the longest duration") as refused:
+            parse_duration(text)
+        assert "2562047h47m16s" in str(refused.value)
+        assert len(str(refused.value)) < 250  # the text is quoted, cut short
+    assert NillableDuration("Never").is_never

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.meta import NodeSelectorOperator, TaintEffect
 from karpenter_capi.core.api.nodepool import (
     Budget,
@@ -385,3 +386,35 @@ def test_template_hash_tracks_what_drift_compares() -> None:
     changed = load(NODEPOOL_YAML)
     changed["spec"]["template"]["spec"]["expireAfter"] = "Never"
     assert NodePool.model_validate(changed).template_hash() != base.template_hash()
+
+
+def test_a_name_too_long_for_the_nodepool_label_fails_runtime_validation() -> None:
+    obj = _minimal()
+    obj["metadata"]["name"] = "b" * 64
+    [problem] = runtime_problems(NodePool.model_validate(obj))
+    assert problem.startswith("metadata.name: invalid value 'bbbbbbbbbbbbbbbbbbbb'...")
+    assert "karpenter.sh/nodepool label" in problem
+    assert "must be no more than 63 characters" in problem
+    obj["metadata"]["name"] = "b" * 63
+    assert runtime_problems(NodePool.model_validate(obj)) == []
+
+
+def test_requirements_a_nodeclaim_could_not_carry_fail_runtime_validation() -> None:
+    """A NodeClaim admits 100 requirements and gets the NodePool's, one per template label,
+    and the NodePool, instance-type and capacity-type keys."""
+    obj = _minimal()
+    spec = obj["spec"]["template"]["spec"]
+    spec["requirements"] = [{"key": f"example.com/k{i}", "operator": "Exists"} for i in range(97)]
+    assert runtime_problems(NodePool.model_validate(obj)) == []
+    obj["spec"]["template"]["metadata"] = {"labels": {"team": "a"}}
+    [problem] = runtime_problems(NodePool.model_validate(obj))
+    assert "would carry 101 requirements" in problem
+    assert "keep at most 96 requirements here" in problem
+    # Keys that repeat are one requirement; the instance-type key given is not added again.
+    obj["spec"]["template"]["metadata"] = {}
+    spec["requirements"][1:3] = [
+        {"key": "example.com/k0", "operator": "NotIn", "values": ["x"]},
+        {"key": wellknown.LABEL_INSTANCE_TYPE, "operator": "Exists"},
+    ]
+    spec["requirements"].append({"key": "example.com/k0", "operator": "Exists"})
+    assert runtime_problems(NodePool.model_validate(obj)) == []

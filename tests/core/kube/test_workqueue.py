@@ -287,3 +287,28 @@ def test_rescheduling_a_key_earlier_again_and_again_keeps_the_heap_bounded() -> 
     assert len(queue._heap) <= 2 * queue.waiting() + 16
     clock.advance(10_000 - 999)
     assert drain(queue) == ["a"]
+
+
+def test_a_worker_waits_for_a_timer_further_off_than_a_thread_can_wait() -> None:
+    """A NodeClaim expiring in 2562047h (the longest duration Kubernetes holds) is requeued that
+    far off; a blocking wait beyond ``threading.TIMEOUT_MAX`` raised OverflowError in the worker."""
+    queue: WorkQueue[str] = WorkQueue(FakeClock())
+    queue.add_after("far", threading.TIMEOUT_MAX * 2)
+    results: list[str | None] = []
+    failures: list[BaseException] = []
+    entered = threading.Event()
+
+    def worker() -> None:
+        entered.set()
+        try:
+            results.append(queue.get())
+        except BaseException as error:  # what the thread would die of
+            failures.append(error)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    assert entered.wait(5)
+    queue.shutdown()
+    thread.join(5)
+    assert failures == []
+    assert results == [None]

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
+from karpenter_capi.core.api.duration import DurationError
 from karpenter_capi.core.clock import FakeClock
+from karpenter_capi.core.kube.errors import Invalid
 from karpenter_capi.core.kube.indexes import BY_NODE_NAME, BY_PROVIDER_ID
 from karpenter_capi.core.kube.resources import (
     CONFIGMAPS,
@@ -18,6 +22,7 @@ from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.core.runtime.controller import DONE, MANAGEMENT, WORKLOAD, Key, Result
 from karpenter_capi.core.runtime.manager import Manager
 from karpenter_capi.core.runtime.stepped import SteppedDriver
+from karpenter_capi.core.scheduling.quantity import QuantityError
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
 from tests.core.runtime.toys import Failing, Mirror, Recorder, Scripted, Ticker, configmap, pod
@@ -153,3 +158,42 @@ def test_added_observers_are_told_of_every_reconcile_and_depth_as_the_first(
     assert second.reconciles == first.reconciles
     assert second.depths == first.depths
     assert second.depths
+
+
+def test_an_expected_error_is_one_warning_line_per_change_and_a_bug_keeps_its_traceback(
+    api: InMemoryAPIServer, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Invalid input (a DurationError, a QuantityError, an object the API refused) says what
+    is wrong in one WARNING line, again only when the message changes; an unexpected
+    exception is a bug and keeps its ERROR and traceback."""
+    errors: list[Exception] = [
+        DurationError("invalid duration '99999999999h': too long"),
+        DurationError("invalid duration '99999999999h': too long"),
+        QuantityError("lots"),
+        Invalid('NodeClaim.karpenter.sh "a" is invalid: spec.requirements: Too many'),
+        Failing("boom"),
+    ]
+
+    def failing(key: Key, call: int) -> Result:
+        raise errors[min(call, len(errors)) - 1]
+
+    def ticking(run: int) -> Result:
+        raise errors[min(run, len(errors)) - 1]
+
+    api.create(CONFIGMAPS, configmap("app", {}), "default")
+    manager = Manager(api, clock=clock)
+    manager.add(Scripted(clock, behaviour=failing), Ticker(clock, interval=1.0, behaviour=ticking))
+    with caplog.at_level(logging.DEBUG, logger="karpenter_capi"):
+        SteppedDriver(manager).advance(60)
+
+    for name in ("scripted", "ticker"):
+        said = [r for r in caplog.records if r.getMessage().startswith(f"{name}:")]
+        loud = [(r.levelname, r.exc_info is not None) for r in said if r.levelno >= logging.WARNING]
+        assert loud == [
+            ("WARNING", False),  # the duration, once though it happened twice
+            ("WARNING", False),  # the quantity
+            ("WARNING", False),  # the refused object
+            ("ERROR", True),  # the bug, every time
+        ] + [("ERROR", True)] * (len(loud) - 4), [r.getMessage() for r in said]
+        first = next(r.getMessage() for r in said if r.levelno == logging.WARNING)
+        assert "invalid duration '99999999999h'" in first

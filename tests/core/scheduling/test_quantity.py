@@ -189,9 +189,17 @@ def test_helpers_round_up_like_the_scheduler() -> None:
     assert Quantity("1.5").value() == 2
 
 
-def test_absurd_magnitudes_are_refused_not_computed() -> None:
-    with pytest.raises(QuantityError, match="1e200"):
-        parse_quantity("1e200")
+def test_absurd_magnitudes_are_held_at_a_bound_not_computed_nor_refused() -> None:
+    # The API server admits cpu: 1e400; a limit that large is no limit, a request fits nowhere.
+    for text in ("1e400", "1e2147483647", "1e101", "100000e97"):
+        assert parse_quantity(text).value() == 10**100, text
+    assert parse_quantity("-1e400").value() == -(10**100)
+    assert str(parse_quantity("1e400")) == "10e99"  # exponents in threes, as Kubernetes writes
+    assert parse_quantity("1e99").value() == 10**99
+    assert parse_quantity(10**400).value() == 10**100  # a bare JSON number, as in limits
+    assert parse_quantity(-(10**400)).value() == -(10**100)
+    with pytest.raises(QuantityError, match="too many digits"):
+        parse_quantity("1" * 101)
     # Tiny values round up to the smallest representable quantity, like Kubernetes.
     assert parse_quantity("1e-2000000000").nanos == 1
 

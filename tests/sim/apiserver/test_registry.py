@@ -207,3 +207,13 @@ def test_seeded_servers_generate_the_same_names_and_uids() -> None:
 
     first, second = InMemoryAPIServer(random_seed=7), InMemoryAPIServer(random_seed=7)
     assert [generated(first) for _ in range(3)] == [generated(second) for _ in range(3)]
+
+
+def test_a_long_generate_name_is_cut_so_the_name_fits_63_characters() -> None:
+    """As kube-apiserver's name generator: an Event about an object with a long name is still
+    created (``<name>.`` plus five characters would be over the limit otherwise)."""
+    server = InMemoryAPIServer(random_seed=7)
+    body = {"metadata": {"generateName": "b" * 250 + ".", "namespace": "default"}}
+    name = server.create(CONFIGMAPS, body)["metadata"]["name"]
+    assert len(name) == 63
+    assert name.startswith("b" * 58)

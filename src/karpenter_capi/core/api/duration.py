@@ -11,6 +11,10 @@ behaviour (``expireAfter: Never``) and is carried as ``value is None``, never as
 
 Only whole ``h``/``m``/``s`` components are accepted: that is what the CRD's OpenAPI pattern
 lets through the API server, so a value this module accepts is one the API server accepts too.
+The pattern alone admits ``99999999999h``, which neither Go's ``time.ParseDuration`` (upstream
+Karpenter's parser) nor a ``timedelta`` holds: anything longer than Go's longest duration,
+``2562047h47m16.854775807s``, is refused here with that bound in the message, so the NodePool
+carrying it is marked invalid instead of raising in the middle of a controller.
 """
 
 from __future__ import annotations
@@ -31,6 +35,25 @@ NILLABLE_DURATION_PATTERN: Final = r"^(([0-9]+(s|m|h))+|Never)$"
 _WHOLE: Final = re.compile(r"(?:[0-9]+[hms])+")
 _COMPONENT: Final = re.compile(r"([0-9]+)([hms])")
 _UNIT_SECONDS: Final = {"h": 3600, "m": 60, "s": 1}
+# Go's time.Duration is an int64 of nanoseconds; these are its whole seconds.
+MAX_SECONDS: Final = (2**63 - 1) // 1_000_000_000
+MAX_DURATION: Final = "2562047h47m16s"
+# More digits than this in one component is beyond MAX_SECONDS whatever the unit; checking the
+# length first keeps a hostile ten-thousand-digit string from being converted at all.
+_MAX_DIGITS: Final = len(str(MAX_SECONDS))
+
+
+# This project's one rule beyond upstream's CRDs for durations: the pattern admits any number of
+# digits, Go's time.ParseDuration (upstream's parser, and CEL's duration()) fails beyond
+# MAX_DURATION, so nothing upstream can use is refused. Evaluated only once the pattern matched.
+_MAX_RULE: Final = {
+    "message": f"must be at most {MAX_DURATION}, the longest duration Kubernetes holds",
+    "rule": f"duration(self) <= duration('{MAX_DURATION}')",
+}
+_NILLABLE_MAX_RULE: Final = {
+    "message": f"must be 'Never' or at most {MAX_DURATION}, the longest duration Kubernetes holds",
+    "rule": f"self == '{NEVER}' || duration(self) <= duration('{MAX_DURATION}')",
+}
 
 
 class DurationError(ValueError):
@@ -41,11 +64,25 @@ def parse_duration(text: str) -> timedelta:
     """Parse ``1h30m``-style text into a timedelta; raise ``DurationError`` otherwise."""
     if not isinstance(text, str) or not _WHOLE.fullmatch(text):
         raise DurationError(
-            f"invalid duration {text!r}: expected whole hours, minutes and seconds such as "
+            f"invalid duration {_shown(text)}: expected whole hours, minutes and seconds such as "
             "'30s', '5m', '1h30m' or '720h'"
         )
-    seconds = sum(int(n) * _UNIT_SECONDS[unit] for n, unit in _COMPONENT.findall(text))
-    return timedelta(seconds=seconds)
+    components = _COMPONENT.findall(text)
+    if any(len(n.lstrip("0")) > _MAX_DIGITS for n, _ in components) or (
+        sum(int(n) * _UNIT_SECONDS[unit] for n, unit in components) > MAX_SECONDS
+    ):
+        raise DurationError(
+            f"invalid duration {_shown(text)}: longer than the longest duration Kubernetes holds "
+            f"({MAX_DURATION}); use a shorter one, or 'Never' where the field allows it"
+        )
+    return timedelta(seconds=sum(int(n) * _UNIT_SECONDS[unit] for n, unit in components))
+
+
+def _shown(text: object) -> str:
+    """``text`` quoted for a message, cut short: the field has no length limit, a condition's
+    message has one (32768), and nobody reads a megabyte of digits."""
+    quoted = repr(text)
+    return quoted if len(quoted) <= 60 else f"{quoted[:57]}..."
 
 
 def format_duration(value: timedelta) -> str:
@@ -122,7 +159,11 @@ class Duration:
     def __get_pydantic_json_schema__(
         cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
     ) -> JsonSchemaValue:
-        return {"type": "string", "pattern": cls._pattern}
+        return {
+            "type": "string",
+            "pattern": cls._pattern,
+            "x-kubernetes-validations": [_MAX_RULE],
+        }
 
 
 class NillableDuration:
@@ -194,4 +235,8 @@ class NillableDuration:
     def __get_pydantic_json_schema__(
         cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
     ) -> JsonSchemaValue:
-        return {"type": "string", "pattern": NILLABLE_DURATION_PATTERN}
+        return {
+            "type": "string",
+            "pattern": NILLABLE_DURATION_PATTERN,
+            "x-kubernetes-validations": [_NILLABLE_MAX_RULE],
+        }

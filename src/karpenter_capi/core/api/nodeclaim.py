@@ -10,7 +10,7 @@ nodeclaims`` reads the same as with Karpenter.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, Final
 
 from pydantic import Field
 
@@ -32,6 +32,9 @@ from karpenter_capi.core.api.meta import (
     find_condition,
 )
 from karpenter_capi.core.api.nodepool import DEFAULT_EXPIRE_AFTER
+
+NODECLAIM_MAX_REQUIREMENTS: Final = 100
+"""The CRD's ``maxItems`` for ``spec.requirements`` (upstream's, since v1.0)."""
 
 
 class NodeClaimConditionType(StrEnum):
@@ -76,7 +79,7 @@ class NodeClaimSpec(KubeModel):
     """Taints expected to be removed by a daemon after startup; ignored when provisioning."""
     requirements: Annotated[
         list[NodeSelectorRequirementWithMinValues],
-        Field(max_length=100, json_schema_extra=REQUIREMENTS_LIST),
+        Field(max_length=NODECLAIM_MAX_REQUIREMENTS, json_schema_extra=REQUIREMENTS_LIST),
     ]
     """Constraints on the node's labels."""
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)

@@ -20,7 +20,7 @@ import math
 import re
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Final
 
 from croniter import croniter
 from pydantic import ConfigDict, Field, JsonValue, field_validator, model_validator
@@ -386,8 +386,21 @@ class NodePoolStatus(KubeModel):
     """Signals for health and readiness."""
 
 
+# This project's one rule beyond upstream's NodePool CRD: the name becomes the
+# karpenter.sh/nodepool label value of every NodeClaim and Node, which kube caps at 63
+# characters, so a longer name is a NodePool no Karpenter can launch for (every NodeClaim create
+# is refused). Runtime validation says the same of NodePools admitted before this rule.
+_NAME_RULE: Final[dict[str, JsonValue]] = {
+    "message": f"name must be no more than 63 characters: it is the {wellknown.LABEL_NODEPOOL} "
+    "label value of the NodePool's NodeClaims and Nodes",
+    "rule": "self.metadata.name.size() <= 63",
+}
+
+
 class NodePool(TypedObject):
     """NodePool is the Schema for the NodePools API."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [_NAME_RULE]})
 
     API_VERSION: ClassVar[str] = wellknown.KARPENTER_API_VERSION
     KIND: ClassVar[str] = "NodePool"

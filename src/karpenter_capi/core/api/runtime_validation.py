@@ -8,6 +8,11 @@ names (``spaces are not allowed``, name parts over 63 characters), taint keys an
 not qualified names, a taint key/effect pair given twice across ``taints`` and ``startupTaints``,
 requirements on restricted labels or with invalid values, and a capacity-type requirement that
 names no capacity type Karpenter knows. This module is that second step, as ``runtime_problems``.
+
+Two more checks are this project's, for NodePools upstream admits but cannot use either (its
+NodeClaim creates fail on every round): a name longer than a label value may be (it becomes the
+``karpenter.sh/nodepool`` label of every NodeClaim and Node), and so many requirements and
+labels that its NodeClaims would carry more requirements than the NodeClaim CRD admits.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from karpenter_capi.core.api.meta import (
     Taint,
     requirement_values_problem,
 )
+from karpenter_capi.core.api.nodeclaim import NODECLAIM_MAX_REQUIREMENTS
 from karpenter_capi.core.api.nodepool import NodePool
 
 _NAME_PART: Final = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
@@ -151,10 +157,57 @@ def _well_known_value_problems(
     return []
 
 
-def runtime_problems(nodepool: NodePool) -> list[str]:
-    """Everything upstream's ``NodePool.RuntimeValidate`` refuses, one line each with a path."""
+def _name_problems(name: str) -> list[str]:
+    return [
+        f"metadata.name: invalid value {name[:20]!r}... for the {wellknown.LABEL_NODEPOOL} label "
+        f"its NodeClaims and Nodes carry, {p}; use a shorter name"
+        for p in label_value_problems(name)
+    ]
+
+
+def _nodeclaim_requirement_count(nodepool: NodePool) -> int:
+    """How many requirements the NodeClaims of ``nodepool`` carry at least: one per key of its
+    requirements and template labels (two or three for a key bounded by NotIn, Gt and Lt, which
+    are written apart), plus the NodePool, instance-type and capacity-type keys."""
     template = nodepool.spec.template
-    problems = _label_problems(template.metadata.labels)
+    operators: dict[str, set[str]] = {}
+    for requirement in template.spec.requirements:
+        key = wellknown.NORMALIZED_LABELS.get(requirement.key, requirement.key)
+        operators.setdefault(key, set()).add(requirement.operator.value)
+    for key in [*template.metadata.labels, wellknown.LABEL_NODEPOOL]:
+        operators.setdefault(key, set()).add("In")
+    for key in (wellknown.LABEL_INSTANCE_TYPE, wellknown.LABEL_CAPACITY_TYPE):
+        operators.setdefault(key, {"In"})
+    count = 0
+    for used in operators.values():
+        if used & {"In", "DoesNotExist"}:
+            count += 1
+        else:
+            count += max(1, len(used & {"NotIn", "Gt", "Lt"}))
+    return count
+
+
+def _requirement_count_problems(nodepool: NodePool) -> list[str]:
+    count = _nodeclaim_requirement_count(nodepool)
+    if count <= NODECLAIM_MAX_REQUIREMENTS:
+        return []
+    mine = len(nodepool.spec.template.spec.requirements)
+    return [
+        f"spec.template.spec.requirements: its NodeClaims would carry {count} requirements (its "
+        f"{mine}, one per template label, and {wellknown.LABEL_NODEPOOL}, "
+        f"{wellknown.LABEL_INSTANCE_TYPE} and {wellknown.LABEL_CAPACITY_TYPE}) and a NodeClaim "
+        f"admits at most {NODECLAIM_MAX_REQUIREMENTS}; keep at most "
+        f"{max(0, mine - (count - NODECLAIM_MAX_REQUIREMENTS))} requirements here"
+    ]
+
+
+def runtime_problems(nodepool: NodePool) -> list[str]:
+    """Everything upstream's ``NodePool.RuntimeValidate`` refuses, one line each with a path,
+    and the two NodePools this project refuses besides (see the module docstring)."""
+    template = nodepool.spec.template
+    problems = _name_problems(nodepool.metadata.name or "")
+    problems += _requirement_count_problems(nodepool)
+    problems += _label_problems(template.metadata.labels)
     problems += _taint_problems(template.spec.taints, template.spec.startup_taints)
     for index, requirement in enumerate(template.spec.requirements):
         where = f"spec.template.spec.requirements[{index}]"

@@ -171,6 +171,13 @@ def error_from_status(status: dict[str, Any], http_code: int | None = None) -> A
     )
 
 
+def refused_by_api(error: BaseException) -> bool:
+    """Whether the API judged this one request and said no (400-422: invalid, forbidden, not
+    found, already exists, conflict): retrying the same request will not help, and other
+    requests are not affected, unlike an API that is away or busy (429, 5xx)."""
+    return isinstance(error, ApiError) and 400 <= error.code < 500 and error.code != 429
+
+
 def retry_after(error: BaseException | None) -> float:
     """The ``Retry-After`` seconds a server asked for in ``error`` or what it was raised from.
 

@@ -23,11 +23,14 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Final, Generic, Protocol, TypeVar
 
 from karpenter_capi.core.clock import Clock
 
 K = TypeVar("K", bound=Hashable)
+
+
+_LONGEST_WAIT_SECONDS: Final = 3600.0
 
 
 class RateLimiter(Protocol):
@@ -244,6 +247,10 @@ class WorkQueue(Generic[K]):
                 if self._shutting_down or not block:
                     return None
                 wait = self._seconds_to_next_timer_locked()
+                if wait is not None:
+                    # A requeue hours or centuries off (a NodeClaim that expires in 2562047h)
+                    # is waited for an hour at a time: a longer wait overflows the thread's.
+                    wait = min(wait, _LONGEST_WAIT_SECONDS)
                 if deadline is not None:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:

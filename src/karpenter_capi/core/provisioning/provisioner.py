@@ -9,6 +9,10 @@ startup taints, an owner reference to the NodePool and its template hash. Limits
 again, against a fresh read, just before each creation, because another replica or a user may
 have added capacity since the solve started.
 
+A NodeClaim the API refuses (invalid, forbidden, conflicting) is that NodePool's problem only:
+the refusal is said on the NodePool and its pods and the round goes on with the others; an API
+that is away or busy fails the round, which is retried as a whole.
+
 Pods placed on a NodeClaim are remembered (Karpenter's "nominated" pods): the next round sends
 them back to the same claim first, so a claim still launching is not asked for twice.
 
@@ -29,6 +33,7 @@ from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.nodepool import NodePool
 from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
+from karpenter_capi.core.kube.errors import ApiError, refused_by_api
 from karpenter_capi.core.kube.events import NORMAL, WARNING, EventRecorder
 from karpenter_capi.core.kube.resources import NODECLAIMS, NODEPOOLS
 from karpenter_capi.core.observability.logs import first, ref
@@ -249,29 +254,22 @@ class Provisioner:
             return report
         inventories = resolve_inventory(self._client, self._plugins)
         usable = []
+        options = []
         for inventory in inventories:
+            if inventory.error is None:
+                try:
+                    option = nodepool_option(inventory, snapshot)
+                except ValueError as error:  # a value no validation caught: this pool only
+                    inventory.error = f"invalid NodePool: {error}"
             if inventory.error:
                 report.nodepool_errors[inventory.nodepool] = inventory.error
-                level = self._level(f"nodepool-error/{inventory.nodepool}", inventory.error)
-                log.log(
-                    logging.WARNING if level == logging.INFO else logging.DEBUG,
-                    "NodePool %s: %s",
-                    inventory.nodepool,
-                    inventory.error,
-                )
-                if not self._dry_run:
-                    self._recorder.record(
-                        inventory.raw, WARNING, "NodePoolNotReady", inventory.error
-                    )
-            else:
-                usable.append(inventory)
-        # A static NodePool keeps its own node count: pods may land on its nodes (``usable``
-        # still gives its launching NodeClaims their size) but no round launches for it.
-        options = [
-            nodepool_option(inventory, snapshot)
-            for inventory in usable
-            if not (inventory.model is not None and inventory.model.is_static)
-        ]
+                self._unusable(inventory.raw, inventory.nodepool, inventory.error)
+                continue
+            usable.append(inventory)
+            # A static NodePool keeps its own node count: pods may land on its nodes (``usable``
+            # still gives its launching NodeClaims their size) but no round launches for it.
+            if not (inventory.model is not None and inventory.model.is_static):
+                options.append(option)
         solver = Solver(
             options,
             existing_nodes=existing_nodes(snapshot, usable, self._nominations),
@@ -346,7 +344,16 @@ class Provisioner:
                 for pod in claim.pods:
                     report.unschedulable[pod_key(pod)] = f"NodePool {claim.nodepool.name}: {why}"
                 continue
-            report.launched.append(self._launch(inventory.raw, claim, computed))
+            try:
+                report.launched.append(self._launch(inventory.raw, claim, computed))
+                self._said.pop(f"nodeclaim-refused/{claim.nodepool.name}", None)
+            except ApiError as error:
+                if not refused_by_api(error):
+                    raise  # the API is away or busy: the round is retried as a whole
+                why = self._refused(inventory.raw, claim.nodepool.name, error)
+                report.nodepool_errors[claim.nodepool.name] = why
+                for pod in claim.pods:
+                    report.unschedulable[pod_key(pod)] = f"NodePool {claim.nodepool.name}: {why}"
         for key, reason in result.unschedulable.items():
             if key not in moving_keys:
                 report.unschedulable.setdefault(key, reason)
@@ -364,6 +371,37 @@ class Provisioner:
             if not self._dry_run:
                 self._recorder.record(by_key[key], WARNING, "FailedScheduling", reason)
         return report
+
+    def _unusable(self, raw_pool: Mapping[str, Any], nodepool: str, why: str) -> None:
+        """A NodePool this round cannot use: a WARNING while ``why`` is new, and an Event."""
+        level = self._level(f"nodepool-error/{nodepool}", why)
+        log.log(
+            logging.WARNING if level == logging.INFO else logging.DEBUG,
+            "NodePool %s: %s",
+            nodepool,
+            why,
+        )
+        if not self._dry_run:
+            self._recorder.record(raw_pool, WARNING, "NodePoolNotReady", why)
+
+    def _refused(self, raw_pool: Mapping[str, Any], nodepool: str, error: ApiError) -> str:
+        """Say on the NodePool (an Event, a WARNING while the message is new) that the API
+        refused its NodeClaim; the message, for its pods."""
+        message = error.message
+        generated = str(error.details.get("name") or "")
+        if generated.startswith(f"{nodepool}-"):
+            # The random suffix differs on every attempt; without it the refusal reads the
+            # same each round, so its Events fold into one and it is logged once.
+            message = message.replace(generated, f"{nodepool}-*")
+        why = f"could not create a NodeClaim: {message}"
+        level = self._level(f"nodeclaim-refused/{nodepool}", why)
+        log.log(
+            logging.WARNING if level == logging.INFO else logging.DEBUG,
+            "could not create nodeclaim",
+            extra={"NodePool": ref(nodepool), "error": why},
+        )
+        self._recorder.record(raw_pool, WARNING, "NodeClaimNotCreated", why)
+        return why
 
     def _limits_exceeded(
         self, claim: ProposedNodeClaim, instance_types: Sequence[Any]

@@ -64,6 +64,7 @@ from karpenter_capi.core.runtime.controller import (
     Result,
     Watch,
 )
+from karpenter_capi.core.runtime.failures import FailureLog
 
 _log = logging.getLogger(__name__)
 
@@ -196,6 +197,7 @@ class Manager:
         self._names: set[str] = set()
         self._sealed = False
         self._stats = _Stats()
+        self._failures = FailureLog(_log)
         self.add(*controllers)
 
     # Building.
@@ -392,16 +394,16 @@ class Manager:
                     # retry on fresh data is the whole remedy, not an error worth a traceback.
                     _log.debug("%s: %s changed under the reconcile; retrying", entry.name, key)
                 else:
-                    _log.error(
-                        "%s: reconcile of %s failed (retry %d)",
-                        entry.name,
-                        key,
-                        queue.num_requeues(key) + 1,
-                        exc_info=error,
+                    retry = queue.num_requeues(key) + 1
+                    self._failures.failed(
+                        (entry.name, key),
+                        f"{entry.name}: reconcile of {key} failed (retry {retry})",
+                        error,
                     )
                 # A server that answered 429 said when to come back; sooner is a retry storm.
                 queue.add_rate_limited(key, at_least=retry_after(error))
             else:
+                self._failures.succeeded((entry.name, key))
                 requeue_after = getattr(result, "requeue_after", None)
                 if requeue_after is None:
                     queue.forget(key)
@@ -428,8 +430,10 @@ class Manager:
         now = self.clock.monotonic()
         if error is not None:
             delay = entry.backoff.fail(at_least=retry_after(error))
-            _log.error("%s: run failed, retrying in %.3gs", entry.name, delay, exc_info=error)
+            what = f"{entry.name}: run failed, retrying in {delay:.3g}s"
+            self._failures.failed(entry.name, what, error)
         else:
+            self._failures.succeeded(entry.name)
             entry.backoff.reset()
             requeue_after = getattr(result, "requeue_after", None)
             delay = controller.interval if requeue_after is None else max(0.0, requeue_after)

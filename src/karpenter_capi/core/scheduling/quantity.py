@@ -15,10 +15,18 @@ Grammar (as ``resource.ParseQuantity``)::
     binarySI   ::= Ki | Mi | Gi | Ti | Pi | Ei
     decimalSI  ::= n | u | m | "" | k | M | G | T | P | E
 
+Magnitudes are bounded without refusing anything the API server admits. BinarySI values are
+held at 2^63-1 units, as ``ParseQuantity`` caps them (``maxAllowed``). Go keeps larger decimal
+values (``cpu: 1e400``) as arbitrary-precision decimals; here they are held at 10^100 units,
+which compares the same against any real capacity (a limit that large is no limit, a request
+that large fits nowhere) and stays within what a float, the gauges and the solver's matrices,
+can hold. The bound is decided from the digits and the exponent before any multiplication, so
+``1e2000000000`` costs nothing.
+
 Two deliberate differences with Go's scanner, both on nonsense input: a number needs at least
 one digit (Go reads ``Mi`` and ``.`` as zero; the OpenAPI pattern the API server publishes for
-quantities requires a digit), and magnitudes beyond 10^100 are refused instead of
-being carried as arbitrary-precision decimals.
+quantities requires a digit), and more than 100 significant digits are refused instead of being
+carried as arbitrary-precision decimals.
 """
 
 from __future__ import annotations
@@ -32,11 +40,15 @@ from typing import Final
 
 _NANO: Final = 1_000_000_000
 _MILLI_PER_NANO: Final = 1_000_000
-# A bound on the decimal exponent of any quantity: far above anything physical (an exabyte is
-# 10^18) yet small enough that a hostile "1e2000000000" cannot make us build a gigabyte integer.
+# A bound on the significant digits of any quantity: far above anything physical (an exabyte is
+# 10^18) yet small enough that a hostile string cannot make us build a gigabyte integer.
+_MAX_DIGITS: Final = 100
+# Decimal magnitudes are held at 10^_MAX_EXPONENT units: far above anything physical, far below
+# a float's range.
 _MAX_EXPONENT: Final = 100
+_MAX_DECIMAL_NANOS: Final = 10 ** (_MAX_EXPONENT + 9)
 # BinarySI quantities are capped like Kubernetes does (``maxAllowed``: the largest int64).
-_MAX_BINARY_UNITS: Final = 2**63 - 1
+_MAX_BINARY_NANOS: Final = (2**63 - 1) * _NANO
 
 _QUANTITY_RE: Final = re.compile(
     r"(?P<sign>[+-]?)(?P<int>[0-9]*)(?:\.(?P<frac>[0-9]*))?"
@@ -223,7 +235,7 @@ def _parse_text(text: str) -> Quantity:
     if not integer and not fraction:
         raise QuantityError(text, "a quantity needs at least one digit")
     digits = (integer + fraction).lstrip("0")
-    if len(digits) > _MAX_EXPONENT:
+    if len(digits) > _MAX_DIGITS:
         raise QuantityError(text, "too many digits")
     mantissa = int(digits) if digits else 0
     negative = match["sign"] == "-"
@@ -233,8 +245,8 @@ def _parse_text(text: str) -> Quantity:
         scaled = mantissa * (1024 ** _BINARY_SUFFIX_POWER[binary_suffix]) * _NANO
         nanos = -(-scaled // 10 ** len(fraction))
         fmt = QuantityFormat.BINARY_SI
-        if nanos > _MAX_BINARY_UNITS * _NANO:
-            nanos = _MAX_BINARY_UNITS * _NANO
+        if nanos > _MAX_BINARY_NANOS:
+            nanos = _MAX_BINARY_NANOS
         elif 0 < nanos < _NANO:
             # Kubernetes switches sub-unit binary values to DecimalSI "to avoid confusion".
             fmt = QuantityFormat.DECIMAL_SI
@@ -252,9 +264,11 @@ def _parse_text(text: str) -> Quantity:
         if mantissa == 0:
             nanos = 0
         elif shift >= 0:
-            if shift + len(digits) > _MAX_EXPONENT + 9:
-                raise QuantityError(text, f"larger than 10^{_MAX_EXPONENT}")
-            nanos = mantissa * 10**shift
+            # Past the bound's digit count the value is over it: the integer is never built.
+            too_long = shift + len(digits) > _MAX_EXPONENT + 9
+            nanos = (
+                _MAX_DECIMAL_NANOS if too_long else min(mantissa * 10**shift, _MAX_DECIMAL_NANOS)
+            )
         elif -shift > len(digits):
             # Smaller than one nano: Kubernetes rounds any non-zero value up to 1n.
             nanos = 1
@@ -275,7 +289,9 @@ def parse_quantity(value: str | int | float | Quantity) -> Quantity:
     if isinstance(value, bool):
         raise QuantityError(value, "a boolean is not a quantity")
     if isinstance(value, int):
-        return Quantity.from_units(value)
+        # A bare JSON integer is held at the same bound as a written one (``1e400``).
+        bounded = max(-_MAX_DECIMAL_NANOS, min(value * _NANO, _MAX_DECIMAL_NANOS))
+        return Quantity.from_nanos(bounded)
     if isinstance(value, float):
         if not math.isfinite(value):
             raise QuantityError(value, "not a finite number")

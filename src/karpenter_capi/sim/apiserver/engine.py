@@ -24,7 +24,7 @@ import threading
 import uuid
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, Final
 
 from karpenter_capi.core.clock import Clock, SystemClock, format_timestamp
 from karpenter_capi.core.kube.client import PropagationPolicy, WatchEventType
@@ -47,6 +47,7 @@ from karpenter_capi.sim.apiserver.write_hook import (
 JsonObject = dict[str, Any]
 
 _NAME_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_MAX_GENERATED_PREFIX: Final = 58
 # Metadata only the server writes; a client's copy of them is ignored on update.
 _SYSTEM_METADATA = (
     "uid",
@@ -178,6 +179,9 @@ class Engine:
         obj.update(rest)
 
     def _generate_name(self, table: Table, namespace: str | None, prefix: str) -> str:
+        # As the apiserver's SimpleNameGenerator: the base is cut to 58 characters so the name
+        # with its five random ones fits 63 (an Event about a long-named object is still made).
+        prefix = prefix[:_MAX_GENERATED_PREFIX]
         for _ in range(100):
             suffix = "".join(self._random.choice(_NAME_SUFFIX_ALPHABET) for _ in range(5))
             candidate = f"{prefix}{suffix}"
