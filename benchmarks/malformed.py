@@ -11,7 +11,8 @@ prints the figures the issue counts:
 - inputs applied, refused at admission, surfaced on the object (a condition or an Event),
   silent (listed, with the part of the issue expected to fix each);
 - the workload's pods bound, and the virtual seconds from its Deployments to the last pod
-  bound, against a clean run of the same world without a single bad input;
+  bound, against a clean run of the same world without a single bad input, and the NodeClaims
+  each ends with;
 - Machines leaked and the other invariant violations at the end (``sim.invariants``);
 - log records with a traceback, and WARNING lines (all of them, and distinct).
 
@@ -66,6 +67,8 @@ def _figures(run: MalformedRun, clean: MalformedRun, wall: float) -> dict[str, A
         "workload_bound": run.workload_bound,
         "workload_bound_seconds": run.workload_bound_at,
         "clean_bound_seconds": clean.workload_bound_at,
+        "nodeclaims": run.result.nodeclaims if run.result else None,
+        "clean_nodeclaims": clean.result.nodeclaims if clean.result else None,
         "leaked_machines": len(leaked),
         "violations": run.violations,
         "tracebacks": len(run.tracebacks),
@@ -91,6 +94,10 @@ def _print(figures: dict[str, Any]) -> None:
         f"last after {seconds(figures['workload_bound_seconds'])} "
         f"(clean run: {seconds(figures['clean_bound_seconds'])}, virtual)"
     )
+    print(
+        f"NodeClaims at the end     {figures['nodeclaims']} "
+        f"(clean run: {figures['clean_nodeclaims']})"
+    )
     print(f"leaked Machines           {figures['leaked_machines']}")
     print(f"invariant violations      {len(figures['violations'])}")
     for violation in figures["violations"]:
@@ -99,8 +106,7 @@ def _print(figures: dict[str, Any]) -> None:
     for kind in figures["traceback_kinds"][:10]:
         print(f"  {kind[:150]}")
     print(
-        f"WARNING lines             {figures['warnings']} "
-        f"({figures['warnings_distinct']} distinct)"
+        f"WARNING lines             {figures['warnings']} ({figures['warnings_distinct']} distinct)"
     )
     print(f"wall                      {figures['wall_seconds']} s")
 
@@ -120,9 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The controller's own log lines are counted, not shown.
     logging.getLogger("karpenter_capi").propagate = False
 
-    entries = [
-        e for e in catalogue() if not (args.leave_out_stoppers and e.fails_today == STOPPER)
-    ]
+    entries = [e for e in catalogue() if not (args.leave_out_stoppers and e.fails_today == STOPPER)]
     clean = MalformedRun(scale=args.scale).run(until=args.until, seed=args.seed)
     started = time.perf_counter()
     run = MalformedRun(entries, scale=args.scale).run(until=args.until, seed=args.seed)

@@ -18,41 +18,32 @@ the exact words, this one checks that they all still hold when everything arrive
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.kube.client import JsonObject
-from karpenter_capi.core.kube.resources import (
-    CLUSTER_API_NODE_CLASSES,
-    MACHINE_DEPLOYMENTS,
-    NODECLAIMS,
-    NODEPOOLS,
-    NODES,
-    PODS,
-)
-from karpenter_capi.sim.scenario.catalog import NAME, POOL_LABEL
+from karpenter_capi.sim.scenario.catalog import NAME
 from tests.reliability.malformed import test_nodeclasses, test_nodepools, test_pods
 from tests.reliability.malformed.test_scale_from_zero import CASES as ANNOTATION_CASES
 from tests.reliability.malformed.test_templates import NO_SHAPE
-from tests.reliability.malformed.world import BOOTSTRAP, CA, INFRA, NODECLASS_REF
+from tests.reliability.malformed.world import CA, INFRA, NODECLASS_REF
+
+from .objects import (
+    MAX_SIZE,
+    NAMESPACE,
+    RESOURCES,
+    machine_deployment,
+    node,
+    nodeclaim,
+    nodeclass,
+    nodepool,
+    pod,
+    pod_spec,
+    required,
+)
 
 Outcome = Literal["refused", "condition", "event"]
-NAMESPACE: Final = "default"
-CLUSTER: Final = "sim"
-TEMPLATE: Final = "sim-workers"
-"""The infrastructure and bootstrap templates the catalog's MachineDeployments name."""
-MAX_SIZE: Final = wellknown.ANNOTATION_AUTOSCALER_MAX_SIZE
-RESOURCES: Final = {
-    "NodePool": NODEPOOLS,
-    "ClusterAPINodeClass": CLUSTER_API_NODE_CLASSES,
-    "MachineDeployment": MACHINE_DEPLOYMENTS.with_version("v1beta2"),
-    "Pod": PODS,
-    "NodeClaim": NODECLAIMS,
-    "Node": NODES,
-}
-
 # Why an entry fails today; the fixes of the other parts of issue 24 turn these into passes
 # (strict xfail, so the lead sees each one flip).
 STOPPER: Final = "issue 24 item 1: stops provisioning for the whole cluster"
@@ -102,23 +93,13 @@ class Entry:
 # -- NodePools -----------------------------------------------------------------------------
 
 
-def nodepool(name: str, template_spec: dict[str, Any], **spec: Any) -> JsonObject:
-    """A NodePool on the catalog NodeClass (unless ``template_spec`` names another)."""
-    return {
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodePool",
-        "metadata": {"name": name},
-        "spec": {
-            "template": {
-                "spec": {"nodeClassRef": dict(NODECLASS_REF), "requirements": []} | template_spec
-            },
-            **spec,
-        },
-    }
-
-
 _HUGE = "99999999999h"
-_UNSATISFIABLE = {case: (template, spec) for case, template, spec, _ in test_nodepools.ON_PODS}
+_UNSATISFIABLE = {
+    case: (template, spec)
+    for case, template, spec, _ in test_nodepools.ON_PODS
+    # A taint is for the pods that tolerate it: only the pods that do not are told.
+    if case != "taint-not-tolerated"
+}
 # What the NodePool itself must say for the unsatisfiable ones (the pods pinned to them are
 # told today; the NodePool is not).
 _UNSATISFIABLE_WORDS: Final = {
@@ -129,10 +110,9 @@ _UNSATISFIABLE_WORDS: Final = {
     "zone-not-offered": ("zone-z",),
     "capacity-type-not-offered": ("spot",),
     "min-values-too-many": ("minValues",),
-    "limits-zero-cpu": ("limits",),
-    "limits-zero-nodes": ("limits",),
-    "limits-below-one-node": ("limits",),
-    "taint-not-tolerated": ("dedicated",),
+    "limits-zero-cpu": ("limit",),
+    "limits-zero-nodes": ("limit",),
+    "limits-below-one-node": ("limit",),
 }
 
 
@@ -173,7 +153,11 @@ def _nodepools() -> list[Entry]:
         ),
         ("limit-cpu-1e400", nodepool("np-limit-huge", {}, limits={"cpu": "1e400"}), "cpu"),
         ("name-64", nodepool("n" * 64, {}), "63"),
-        ("requirements-100", nodepool("np-requirements", {"requirements": requirements}), ""),
+        (
+            "requirements-100",
+            nodepool("np-requirements", {"requirements": requirements}),
+            "requirements",
+        ),
     ]
     entries += [
         Entry(
@@ -181,7 +165,7 @@ def _nodepools() -> list[Entry]:
             "nodepool",
             obj,
             ("refused", "condition"),
-            (word,) if word else (),
+            (word,),
             # A pod cannot select a label value over 63 characters; the issue's run stopped
             # with no pod pinned to that one.
             pinned=not case.startswith("name-"),
@@ -211,15 +195,6 @@ def _nodepools() -> list[Entry]:
 
 
 # -- NodeClasses ---------------------------------------------------------------------------
-
-
-def nodeclass(name: str, spec: dict[str, Any], annotations: dict[str, str]) -> JsonObject:
-    return {
-        "apiVersion": wellknown.NODECLASS_API_VERSION,
-        "kind": wellknown.NODECLASS_KIND,
-        "metadata": {"name": name, "annotations": dict(annotations)},
-        "spec": dict(spec),
-    }
 
 
 def _behind(nodeclass_name: str) -> JsonObject:
@@ -260,45 +235,6 @@ def _nodeclasses() -> list[Entry]:
 
 
 # -- Cluster API objects -------------------------------------------------------------------
-
-
-def machine_deployment(
-    name: str,
-    annotations: dict[str, str],
-    *,
-    cluster: str = CLUSTER,
-    template_spec: dict[str, Any] | None = None,
-) -> JsonObject:
-    """An opted-in MachineDeployment the catalog NodeClass selects, shaped like the catalog's
-    2-vCPU one (``annotations`` the catalog's, to be merged into)."""
-    spec: dict[str, Any] = {
-        "clusterName": cluster,
-        "version": "v1.31.0",
-        "failureDomain": "zone-a",
-        "bootstrap": {
-            "configRef": {"apiGroup": BOOTSTRAP, "kind": "KubeadmConfigTemplate", "name": TEMPLATE}
-        },
-        "infrastructureRef": {"apiGroup": INFRA, "kind": "DockerMachineTemplate", "name": TEMPLATE},
-    }
-    spec.update(template_spec or {})
-    selector = {"malformed.test/owner": name}
-    return {
-        "apiVersion": "cluster.x-k8s.io/v1beta2",
-        "kind": "MachineDeployment",
-        "metadata": {
-            "name": name,
-            "namespace": NAMESPACE,
-            "labels": {wellknown.LABEL_KARPENTER_MEMBER: "", POOL_LABEL: NAME},
-            "annotations": annotations,
-        },
-        "spec": {
-            "clusterName": cluster,
-            "replicas": 0,
-            "rollout": {"strategy": {"type": "OnDelete"}},
-            "selector": {"matchLabels": selector},
-            "template": {"metadata": {"labels": dict(selector)}, "spec": spec},
-        },
-    }
 
 
 GOOD_ANNOTATIONS: Final = {
@@ -403,35 +339,6 @@ def _cluster_api() -> list[Entry]:
 # -- pods ------------------------------------------------------------------------------------
 
 
-def pod(name: str, spec: dict[str, Any]) -> JsonObject:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"app": name}},
-        "spec": copy.deepcopy(spec),
-    }
-
-
-def _spec(requests: dict[str, str], **spec: Any) -> dict[str, Any]:
-    container = {"name": "app", "image": "pause", "resources": {"requests": requests}}
-    return {"containers": [container], **spec}
-
-
-def _required(*expressions: dict[str, Any]) -> dict[str, Any]:
-    terms = [{"matchExpressions": list(expressions)}]
-    return {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
-        }
-    }
-
-
-def pinned_pod(pool: str) -> JsonObject:
-    """A small pod for ``pool`` alone (the bad NodePool is used, as the workload would)."""
-    spec = _spec({"cpu": "100m"}, nodeSelector={wellknown.LABEL_NODEPOOL: pool})
-    return pod(f"pinned-{pool}", spec)
-
-
 _FIT_HERE: Final = {"cpu-just-over"}
 """Single-object cases a node of this catalog holds (2100m fits its 4-vCPU types)."""
 
@@ -456,7 +363,7 @@ def _pods() -> list[Entry]:
         Entry(
             "pod-cpu-1e400",
             "impossible pod",
-            pod("pod-cpu-1e400", _spec({"cpu": "1e400"})),
+            pod("pod-cpu-1e400", pod_spec({"cpu": "1e400"})),
             ("refused", "event"),
             ("cpu",),
             fails_today=STOPPER,
@@ -466,7 +373,7 @@ def _pods() -> list[Entry]:
             "impossible pod",
             pod(
                 "pod-node-missing",
-                _spec(small, nodeSelector={wellknown.LABEL_HOSTNAME: "no-such-node"}),
+                pod_spec(small, nodeSelector={wellknown.LABEL_HOSTNAME: "no-such-node"}),
             ),
             ("event",),
             ("no-such-node",),
@@ -477,7 +384,7 @@ def _pods() -> list[Entry]:
             "impossible pod",
             pod(
                 "pod-pvc-missing",
-                _spec(
+                pod_spec(
                     small,
                     volumes=[
                         {"name": "data", "persistentVolumeClaim": {"claimName": "no-such-claim"}}
@@ -493,9 +400,9 @@ def _pods() -> list[Entry]:
             "impossible pod",
             pod(
                 "pod-arch-affinity",
-                _spec(
+                pod_spec(
                     small,
-                    affinity=_required(
+                    affinity=required(
                         {"key": wellknown.LABEL_ARCH, "operator": "In", "values": ["s390x"]}
                     ),
                 ),
@@ -509,37 +416,6 @@ def _pods() -> list[Entry]:
 
 
 # -- hand-made NodeClaims and Nodes ---------------------------------------------------------
-
-
-def nodeclaim(name: str, labels: dict[str, str], nodeclass_name: str = NAME) -> JsonObject:
-    return {
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodeClaim",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "nodeClassRef": {**NODECLASS_REF, "name": nodeclass_name},
-            "requirements": [
-                {"key": wellknown.LABEL_ARCH, "operator": "In", "values": ["amd64"]},
-            ],
-            "resources": {"requests": {"cpu": "100m"}},
-        },
-    }
-
-
-def node(name: str) -> JsonObject:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {
-                wellknown.LABEL_NODEPOOL: NAME,
-                wellknown.LABEL_REGISTERED: "true",
-                wellknown.LABEL_HOSTNAME: name,
-            },
-        },
-        "spec": {"providerID": f"docker:////{name}"},
-    }
 
 
 def _hand_made() -> list[Entry]:

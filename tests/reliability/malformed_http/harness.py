@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
+from karpenter_capi.core.api.wellknown import LABEL_NODEPOOL
 from karpenter_capi.core.clock import parse_timestamp
 from karpenter_capi.core.kube.errors import ApiError, NotFound
 from karpenter_capi.core.kube.official import OfficialClient
-from karpenter_capi.core.kube.resources import EVENTS, NODEPOOLS, PODS
+from karpenter_capi.core.kube.resources import EVENTS, NODECLAIMS, NODEPOOLS, PODS
 from karpenter_capi.core.operator import Operator
 from karpenter_capi.core.plugin_host import Plugins
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
@@ -41,7 +42,8 @@ from karpenter_capi.sim.scenario.result import ScenarioResult
 from karpenter_capi.sim.scenario.runner import run
 from karpenter_capi.sim.scenario.schema import Scenario, parse_scenario
 
-from .catalogue import BOOTSTRAP, CLUSTER, INFRA, NAMESPACE, RESOURCES, TEMPLATE, Entry, pinned_pod
+from .catalogue import Entry
+from .objects import BOOTSTRAP, CLUSTER, INFRA, NAMESPACE, RESOURCES, TEMPLATE, pinned_pod
 
 CONTROLLER_AGENT: Final = "karpenter-capi-under-test"
 USER_AGENT: Final = "kubectl-malformed"
@@ -156,6 +158,8 @@ class MalformedRun:
     events: list[dict[str, Any]] = field(default_factory=list)
     objects: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     """Each admitted entry's object as the run left it (None: gone), by entry id."""
+    nodeclaims: dict[str, int] = field(default_factory=dict)
+    """Live NodeClaims at the end by their NodePool label (``-`` for none)."""
     violations: list[str] = field(default_factory=list)
     tracebacks: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -277,6 +281,10 @@ class MalformedRun:
         self.warnings = logged.warnings
         self.events = list(self.server.list(EVENTS).items)
         self._workload()
+        for claim in self.server.list(NODECLAIMS).items:
+            if not claim["metadata"].get("deletionTimestamp"):
+                pool = (claim["metadata"].get("labels") or {}).get(LABEL_NODEPOOL, "-")
+                self.nodeclaims[pool] = self.nodeclaims.get(pool, 0) + 1
         for entry in self.entries:
             if self.applied.get(entry.id, Applied("")).answer != "created":
                 continue
