@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from karpenter_capi.core.kube import NODES, PERSISTENT_VOLUME_CLAIMS, PODS
+from karpenter_capi.core.kube import NODES, PODS
 from tests.sim.scheduler.harness import HOSTNAME, ZONE, Sim, new_sim
 
 NO_SCHEDULE = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
@@ -321,29 +321,3 @@ def test_quantities_in_any_spelling_compare_exactly(sim: Sim) -> None:
     assert sim.node_of("a") == "n"  # 1.5Gi == 1536Mi exactly
     assert sim.node_of("b") == "n"  # 0.3 + 700m == 1 exactly
     assert sim.node_of("c") is None
-
-
-def test_a_pod_whose_claim_does_not_exist_stays_pending_until_it_does(sim: Sim) -> None:
-    """kube-scheduler's VolumeBinding PreFilter: a PersistentVolumeClaim that does not exist
-    makes the pod unschedulable on every node, said once, whatever the nodes offer; the claim
-    created, the pod is placed at the next cycle."""
-    sim.node("n1")
-    volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
-    sim.pod("db", volumes=volumes)
-    sim.settle()
-    assert sim.node_of("db") is None
-    condition = sim.scheduled("db")
-    assert condition is not None
-    assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
-    assert condition["message"] == (
-        '0/1 nodes are available: persistentvolumeclaim "data" not found.'
-    )
-
-    sim.api.create(
-        PERSISTENT_VOLUME_CLAIMS,
-        {"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"]}},
-        "default",
-    )
-    sim.node("n2")  # any pod or node event starts a cycle
-    sim.settle()
-    assert sim.node_of("db") in ("n1", "n2")

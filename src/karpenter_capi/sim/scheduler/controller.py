@@ -15,10 +15,6 @@ put it: the highest weighted score (``scoring``), ties broken by the scheduler's
 generator. So pods spread as they do in a real cluster, and a plan that only works if they
 pack tightly shows up as a pod left pending.
 
-A pod mounting a PersistentVolumeClaim that does not exist stays pending before any filter
-runs, as VolumeBinding's PreFilter leaves it (the claims are listed only in a cycle where a
-pending pod mounts one).
-
 Pods this scheduler bound but the cache does not show bound yet are *assumed* on their node, as
 kube-scheduler's assume cache does, so a threaded driver with a lagging cache cannot bind a pod
 twice or overcommit a node.
@@ -37,7 +33,7 @@ from karpenter_capi.core.clock import Clock, format_timestamp
 from karpenter_capi.core.kube.cache import object_key
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.errors import Conflict, NotFound
-from karpenter_capi.core.kube.resources import NODES, PERSISTENT_VOLUME_CLAIMS, PODS, Resource
+from karpenter_capi.core.kube.resources import NODES, PODS, Resource
 from karpenter_capi.core.runtime.controller import DONE, WORKLOAD, Caches, Key, Result, Watch
 from karpenter_capi.sim.scheduler import scoring
 from karpenter_capi.sim.scheduler.cycle import (
@@ -69,21 +65,6 @@ def _queue_order(pod: Mapping[str, Any]) -> tuple[int, str, str, str]:
         meta.get("namespace", ""),
         meta["name"],
     )
-
-
-def _claim_names(pod: Mapping[str, Any]) -> list[str]:
-    volumes = (pod.get("spec") or {}).get("volumes") or []
-    return [
-        str(claim)
-        for volume in volumes
-        if isinstance(volume, Mapping)
-        and (claim := (volume.get("persistentVolumeClaim") or {}).get("claimName"))
-    ]
-
-
-def _missing_claim(pod: Mapping[str, Any], claims: set[tuple[str, str]]) -> str | None:
-    namespace = str(metadata(pod).get("namespace"))
-    return next((c for c in _claim_names(pod) if (namespace, c) not in claims), None)
 
 
 class SimScheduler:
@@ -161,33 +142,13 @@ class SimScheduler:
             return
         pending.sort(key=_queue_order)
         snapshot = Snapshot(self.caches.store(NODES).list(), bound)
-        claims = self._claims(pending)
         for pod in pending:
             try:
-                missing = _missing_claim(pod, claims)
-                if missing is not None:
-                    # VolumeBinding's PreFilter: no node can help, so no filter runs.
-                    self._mark_unschedulable(
-                        pod,
-                        f"0/{len(snapshot.nodes)} nodes are available: "
-                        f'persistentvolumeclaim "{missing}" not found.',
-                    )
-                    continue
                 self._schedule_one(pod, snapshot)
             except (ValueError, TypeError, AttributeError, KeyError) as exc:
                 # The API server refuses such a spec, so kube-scheduler never meets one; the
                 # stand-in leaves it pending, said why, rather than stop the cycle for all pods.
                 self._mark_unschedulable(pod, f"cannot read the pod's spec: {exc}")
-
-    def _claims(self, pending: Sequence[JsonObject]) -> set[tuple[str, str]]:
-        """The (namespace, name) of every PersistentVolumeClaim, read only when a pending pod
-        mounts one (most runs have none, and then no claim is ever listed)."""
-        if not any(_claim_names(pod) for pod in pending):
-            return set()
-        return {
-            (str(metadata(c).get("namespace")), str(metadata(c).get("name")))
-            for c in self.client.list(PERSISTENT_VOLUME_CLAIMS).items
-        }
 
     @staticmethod
     def _wants(pod: JsonObject) -> bool:
