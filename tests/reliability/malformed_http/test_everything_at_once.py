@@ -28,10 +28,6 @@ NOT_THE_CONTROLLERS = (
     # A Node labelled as Karpenter's that no NodeClaim holds is what the checker's
     # ``unclaimed-node`` describes: the bad input itself, the user's to remove.
     "Node hand-made-node",
-    # The checker judges pending pods by the stand-in scheduler's filters, which it runs
-    # without the claims the stand-in reads first (sim/invariants.py does not list them), so
-    # a pod whose claim does not exist looks schedulable to it.
-    "Pod default/pod-pvc-missing: pending, but kube-scheduler's filters pass",
 )
 """Violations that are not the controller's doing."""
 
