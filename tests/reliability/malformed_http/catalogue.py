@@ -48,6 +48,14 @@ Outcome = Literal["refused", "condition", "event"]
 # (strict xfail, so the lead sees each one flip).
 STOPPER: Final = "issue 24 item 1: stops provisioning for the whole cluster"
 SILENT: Final = "issue 24 item 2: nothing on the object itself says what is wrong"
+HELD: Final = (
+    f"{STOPPER}; with that fixed (h-stoppers) it is held at 10^100, no limit, and neither "
+    "refused nor said on the NodePool"
+)
+LIMITS: Final = (
+    "issue 24 item 2: limits no node fits under are told to the pods pinned to the NodePool, "
+    "not on the NodePool"
+)
 BLOCKED: Final = (
     "issue 24 item 1: the stoppers end every provisioning round before its FailedScheduling "
     "Events are written"
@@ -97,19 +105,27 @@ _HUGE = "99999999999h"
 _UNSATISFIABLE = {
     case: (template, spec)
     for case, template, spec, _ in test_nodepools.ON_PODS
-    # A taint is for the pods that tolerate it: only the pods that do not are told.
-    if case != "taint-not-tolerated"
+    # A taint is for the pods that tolerate it: only the pods that do not are told. The
+    # other two exclude one type, or ask for 5 of them, which this catalog has.
+    if case not in ("taint-not-tolerated", "instance-type-excluded", "min-values-too-many")
 }
+_UNSATISFIABLE["min-values-beyond-the-catalog"] = (
+    {
+        "requirements": [
+            {"key": wellknown.LABEL_INSTANCE_TYPE, "operator": "Exists", "minValues": 50}
+        ]
+    },
+    {},
+)
 # What the NodePool itself must say for the unsatisfiable ones (the pods pinned to them are
 # told today; the NodePool is not).
 _UNSATISFIABLE_WORDS: Final = {
     "instance-type-typo": ("m-2x-amd64-linux-typo",),
-    "instance-type-excluded": ("NotIn",),
     "arch-not-offered": ("arm64",),
     "os-not-offered": ("windows",),
     "zone-not-offered": ("zone-z",),
     "capacity-type-not-offered": ("spot",),
-    "min-values-too-many": ("minValues",),
+    "min-values-beyond-the-catalog": ("minValues",),
     "limits-zero-cpu": ("limit",),
     "limits-zero-nodes": ("limit",),
     "limits-below-one-node": ("limit",),
@@ -124,7 +140,7 @@ def _nodepools() -> list[Entry]:
             nodepool(f"np-{case}", template, **spec),
             ("condition", "event"),
             _UNSATISFIABLE_WORDS[case],
-            fails_today=SILENT,
+            fails_today=LIMITS if case.startswith("limits-") else SILENT,
         )
         for case, (template, spec) in _UNSATISFIABLE.items()
     ]
@@ -169,7 +185,7 @@ def _nodepools() -> list[Entry]:
             # A pod cannot select a label value over 63 characters; the issue's run stopped
             # with no pod pinned to that one.
             pinned=not case.startswith("name-"),
-            fails_today=STOPPER,
+            fails_today=HELD if case == "limit-cpu-1e400" else STOPPER,
         )
         for case, obj, word in stoppers
     ]

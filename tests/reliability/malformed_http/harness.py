@@ -49,8 +49,10 @@ CONTROLLER_AGENT: Final = "karpenter-capi-under-test"
 USER_AGENT: Final = "kubectl-malformed"
 DEPLOY_AT: Final = 5.0
 SECOND_HALF_AT: Final = 10.0
-UNTIL: Final = 60.0
-"""Virtual seconds a run lasts: a clean run binds the workload in about 30."""
+UNTIL: Final = 140.0
+"""Virtual seconds a run lasts: a clean run binds the workload in about 20; a Node with
+Karpenter's labels that no NodeClaim holds is only said after two minutes (it may be one
+whose launch has not written its provider ID yet)."""
 WORKLOADS: Final = (
     ("web", 12, "500m", "1Gi"),
     ("api", 8, "1", "2Gi"),
