@@ -13,9 +13,11 @@ runtime's ``FakeClock``: a run costs no wall time beyond the computing and is re
 
 The schedule: the first half of the catalogue just after the controller starts, the
 workload's Deployments at ``DEPLOY_AT``, the second half at ``SECOND_HALF_AT``, while the
-workload is being provisioned. The run records, each virtual second, when the last workload
-pod got bound; what each create answered; every log record with a traceback; and at the end
-the Events, the objects as they are, and the invariant checker's findings.
+workload is being provisioned (the catalog NodePool weighted first, so the workload goes
+where a user's main NodePool would take it). The run records what each create answered and
+every log record with a traceback; at the end, when the workload's pods were bound (from
+their timestamps), the Events, the NodeClaims per NodePool, and the invariant checker's
+findings (its dry run with the controller's own plugins).
 """
 
 from __future__ import annotations
@@ -154,12 +156,11 @@ class MalformedRun:
     applied: dict[str, Applied] = field(default_factory=dict)
     result: ScenarioResult | None = None
     workload_bound_at: float | None = None
-    """Virtual seconds after the start when the last workload pod was bound (None: never)."""
+    """Virtual seconds from the workload's first pod created to its last pod bound (None:
+    not all were bound)."""
     workload_bound: int = 0
     workload_total: int = 0
     events: list[dict[str, Any]] = field(default_factory=list)
-    objects: dict[str, dict[str, Any] | None] = field(default_factory=dict)
-    """Each admitted entry's object as the run left it (None: gone), by entry id."""
     nodeclaims: dict[str, int] = field(default_factory=dict)
     """Live NodeClaims at the end by their NodePool label (``-`` for none)."""
     violations: list[str] = field(default_factory=list)
@@ -168,9 +169,9 @@ class MalformedRun:
     _server: InMemoryAPIServer | None = None
     _front: HttpFront | None = None
     _clients: list[OfficialClient] = field(default_factory=list)
-    _origin: float = 0.0
+    _user: OfficialClient | None = None
     _plugins: Plugins | None = None
-    _done: set[float] = field(default_factory=set)
+    _second_half_applied: bool = False
 
     # -- the schedule -------------------------------------------------------------------------
 
@@ -196,7 +197,8 @@ class MalformedRun:
 
     def _apply(self, entries: Sequence[Entry]) -> None:
         """``kubectl apply`` of each entry (its companions first), over HTTP."""
-        user = self._clients[-1]
+        user = self._user
+        assert user is not None
         for entry in entries:
             for companion in entry.companions:
                 kind = str(companion["kind"])
@@ -212,14 +214,13 @@ class MalformedRun:
 
     def _pace(self, now: float) -> None:
         if now == 0:
-            self._origin = self.server.clock.monotonic()
-            self._client(USER_AGENT, poll=False)
+            self._user = self._client(USER_AGENT, poll=False)
             # The workload goes to the catalog NodePool first, as a user's main NodePool
             # would take it; the bad NodePools get only the pods pinned to them.
             self.server.patch(NODEPOOLS, NAME, {"spec": {"weight": 100}})
             self._apply(self.entries[0::2])
-        if now >= SECOND_HALF_AT and SECOND_HALF_AT not in self._done:
-            self._done.add(SECOND_HALF_AT)
+        if now >= SECOND_HALF_AT and not self._second_half_applied:
+            self._second_half_applied = True
             self._apply(self.entries[1::2])
 
     def _workload(self) -> None:
@@ -287,15 +288,6 @@ class MalformedRun:
             if not claim["metadata"].get("deletionTimestamp"):
                 pool = (claim["metadata"].get("labels") or {}).get(LABEL_NODEPOOL, "-")
                 self.nodeclaims[pool] = self.nodeclaims.get(pool, 0) + 1
-        for entry in self.entries:
-            if self.applied.get(entry.id, Applied("")).answer != "created":
-                continue
-            try:
-                self.objects[entry.id] = self.server.get(
-                    RESOURCES[entry.kind], entry.name, entry.namespace
-                )
-            except NotFound:
-                self.objects[entry.id] = None
         return self
 
     # -- what the user reads ------------------------------------------------------------------
