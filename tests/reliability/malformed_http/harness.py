@@ -163,6 +163,9 @@ class MalformedRun:
     events: list[dict[str, Any]] = field(default_factory=list)
     nodeclaims: dict[str, int] = field(default_factory=dict)
     """Live NodeClaims at the end by their NodePool label (``-`` for none)."""
+    idle_nodeclaims: list[str] = field(default_factory=list)
+    """``pool/name`` of the live NodeClaims whose node holds no pod at the end (or that have
+    no node yet): capacity bought for nothing."""
     violations: list[str] = field(default_factory=list)
     tracebacks: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -284,10 +287,17 @@ class MalformedRun:
         self.warnings = logged.warnings
         self.events = list(self.server.list(EVENTS).items)
         self._workload()
+        holding = {
+            str(p["spec"]["nodeName"])
+            for p in self.server.list(PODS).items
+            if (p.get("spec") or {}).get("nodeName")
+        }
         for claim in self.server.list(NODECLAIMS).items:
             if not claim["metadata"].get("deletionTimestamp"):
                 pool = (claim["metadata"].get("labels") or {}).get(LABEL_NODEPOOL, "-")
                 self.nodeclaims[pool] = self.nodeclaims.get(pool, 0) + 1
+                if (claim.get("status") or {}).get("nodeName") not in holding:
+                    self.idle_nodeclaims.append(f"{pool}/{claim['metadata']['name']}")
         return self
 
     # -- what the user reads ------------------------------------------------------------------

@@ -57,6 +57,7 @@ def test_the_clean_run_is_quiet(clean: MalformedRun) -> None:
     assert clean.workload_bound_at is not None
     assert clean.violations == []
     assert clean.tracebacks == []
+    assert clean.idle_nodeclaims == []
 
 
 @pytest.mark.xfail(strict=True, reason=STOPPER)
@@ -71,18 +72,17 @@ def test_the_workload_is_served_about_as_fast_as_in_a_clean_run(
     assert malformed.workload_bound_at <= clean.workload_bound_at + SLOWER_BY_AT_MOST
 
 
-def test_no_capacity_is_bought_for_pods_that_can_never_run(
-    malformed: MalformedRun, clean: MalformedRun
-) -> None:
-    """The catalog NodePool ends with the NodeClaims the workload needs: about the clean
-    run's (one more for batches split by the inputs arriving in between), none for the bad
-    pods, which no node could ever hold.
+def test_no_capacity_is_bought_for_pods_that_can_never_run(malformed: MalformedRun) -> None:
+    """Every NodeClaim of the catalog NodePool ends holding a pod: none was launched for a bad
+    pod no node can hold. (Not the count: the workload itself may be packed differently with
+    the bad objects around; with all of issue 24's fixes merged it took 5 nodes where the clean
+    run took 3, every one of them holding workload pods.)
 
     Not marked: it passes on today's code only because the stoppers launch nothing at all;
     without them (``benchmarks/malformed.py --leave-out-stoppers``) the pod pinned to a
-    hostname no node has gets a NodeClaim round after round (44 at the end against the clean
+    hostname no node has gets a NodeClaim round after round (97 at the end against the clean
     run's 3), which issue 24 item 2 must end."""
-    assert malformed.nodeclaims.get(NAME, 0) <= clean.nodeclaims[NAME] + 1, malformed.nodeclaims
+    assert [c for c in malformed.idle_nodeclaims if c.startswith(f"{NAME}/")] == []
 
 
 @pytest.mark.xfail(
