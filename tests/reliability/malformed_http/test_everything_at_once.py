@@ -7,8 +7,8 @@ cluster the invariant checker finds sound; and no traceback in the controller's 
 every error here is an expected one. The catalogue is data (``catalogue``); the run is the
 harness's (``harness``).
 
-Entries that fail on today's code are strict xfails naming the part of issue 24 that fixes
-them, so each one turns into a failure, to be unmarked, as soon as its fix lands.
+An entry that fails on today's code is a strict xfail naming what is missing, so it turns
+into a failure, to be unmarked, as soon as its fix lands.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 
 from karpenter_capi.sim.scenario.catalog import NAME
 
-from .catalogue import STOPPER, Entry, catalogue
+from .catalogue import Entry, catalogue
 from .harness import MalformedRun
 
 SLOWER_BY_AT_MOST = 10.0
@@ -60,7 +60,6 @@ def test_the_clean_run_is_quiet(clean: MalformedRun) -> None:
     assert clean.idle_nodeclaims == []
 
 
-@pytest.mark.xfail(strict=True, reason=STOPPER)
 def test_the_workload_is_served_about_as_fast_as_in_a_clean_run(
     malformed: MalformedRun, clean: MalformedRun
 ) -> None:
@@ -78,24 +77,17 @@ def test_no_capacity_is_bought_for_pods_that_can_never_run(malformed: MalformedR
     the bad objects around; with all of issue 24's fixes merged it took 5 nodes where the clean
     run took 3, every one of them holding workload pods.)
 
-    Not marked: it passes on today's code only because the stoppers launch nothing at all;
-    without them (``benchmarks/malformed.py --leave-out-stoppers``) the pod pinned to a
-    hostname no node has gets a NodeClaim round after round (97 at the end against the clean
-    run's 3), which issue 24 item 2 must end."""
+    Before issue 24 the pod pinned to a hostname no node has got a NodeClaim round after
+    round (97 at the end of ``benchmarks/malformed.py --leave-out-stoppers``, against the
+    clean run's 3)."""
     assert [c for c in malformed.idle_nodeclaims if c.startswith(f"{NAME}/")] == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=f"{STOPPER} (the checker's dry run too); issue 24 item 2: a pod pinned to a node "
-    "that does not exist has NodeClaims launched for it",
-)
 def test_the_invariants_hold(malformed: MalformedRun) -> None:
     found = [v for v in malformed.violations if not any(n in v for n in NOT_THE_CONTROLLERS)]
     assert found == []
 
 
-@pytest.mark.xfail(strict=True, reason=f"{STOPPER}: a traceback at ERROR every round")
 def test_no_traceback_for_an_expected_error(malformed: MalformedRun) -> None:
     assert sorted(set(malformed.tracebacks)) == []
 
