@@ -123,6 +123,22 @@ def test_pods_waiting_on_the_management_cluster_are_served_within_seconds_of_its
     assert _tracebacks(caplog.records) == []
 
 
+def test_pods_waiting_on_the_workload_cluster_are_served_within_seconds_of_its_return(
+    env: TwoClusters, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The other cluster: the workload API answers 503 for 64 s while the launch is under way
+    (the emulated scheduler and kubelets, which use it too, stop with it)."""
+    caplog.set_level(logging.DEBUG, logger="karpenter_capi")
+    driver = _launch_caught_by_the_outage(env)
+    rule = env.workload.faults.fail("*", "*", ServiceUnavailable("unavailable"), times=None)
+    env.advance(OUTAGE_SECONDS)
+    env.workload.faults.remove(rule)
+    assert env.pending()
+    seconds = _seconds_to_serve(env, driver)
+    assert seconds <= RECOVERY_TARGET, f"the last pod was bound {seconds:.1f}s after the outage"
+    assert _tracebacks(caplog.records) == []
+
+
 def test_over_http_pods_are_served_within_seconds_of_the_management_front_reopening(
     env: TwoClusters, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
