@@ -398,9 +398,9 @@ class Launch:
         if delay is None:
             doublings = min(attempt.failures - 1, 32)  # past the cap anyway; keeps it a float
             delay = min(self._retry_initial * 2**doublings, self._retry_max)
-        if attempt.unreachable:
-            # Asking a server that is not there again costs nothing, and it may be back.
-            delay = min(delay, UNREACHABLE_RETRY_MAX)
+            if attempt.unreachable:
+                # Asking a server that is not there again costs nothing, and it may be back.
+                delay = min(delay, UNREACHABLE_RETRY_MAX)
         # A Retry-After from the API server (possibly wrapped by the plugin) is a floor.
         delay = max(delay, retry_after(error))
         attempt.next_at = self._ctx.clock.monotonic() + delay
