@@ -22,6 +22,7 @@ from karpenter_capi.core.kube.errors import (
     ServiceUnavailable,
     Timeout,
     error_from_status,
+    unreachable,
 )
 from karpenter_capi.core.kube.events import NORMAL, WARNING, EventRecorder
 from karpenter_capi.core.kube.indexes import (
@@ -74,4 +75,5 @@ __all__ = [
     "error_from_status",
     "object_key",
     "selector_to_string",
+    "unreachable",
 ]

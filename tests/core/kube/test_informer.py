@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.discovery import capi_resources
-from karpenter_capi.core.kube.errors import ServiceUnavailable
+from karpenter_capi.core.kube.errors import TooManyRequests
 from karpenter_capi.core.kube.indexes import (
     BY_MACHINE_DEPLOYMENT,
     BY_NODE_NAME,
@@ -339,7 +339,8 @@ def test_errors_back_off_with_jitter_and_reset_after_success(
     apiserver: InMemoryAPIServer, clock: FakeClock
 ) -> None:
     apiserver.create(PODS, pod("a"))
-    apiserver.faults.fail("list", "pods", ServiceUnavailable("apiserver down"), times=3)
+    # Throttled (a 429 without Retry-After): the server answers, so the backoff grows.
+    apiserver.faults.fail("list", "pods", TooManyRequests("slow down"), times=3)
     client = RecordingClient(cast(KubeClient, apiserver))
     jitter = iter([0.0, 1.0, 0.5, 0.0, 0.0])
     informer = Informer(cast(KubeClient, client), PODS, clock=clock, rand=lambda: next(jitter))

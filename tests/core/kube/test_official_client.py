@@ -297,6 +297,36 @@ def test_closing_a_watch_unblocks_its_reader(stub: tuple[Script, OfficialClient]
     assert client.get(NODES, "n1")["metadata"]["name"] == "n1"
 
 
+def test_a_watch_whose_server_drops_the_connection_just_ends() -> None:
+    """A real socket closed mid-stream (no final chunk): urllib3 2.8 closes the response itself,
+    and shutting it down again raises ``ValueError: Cannot shutdown socket``. That is a dropped
+    watch, which the informer resumes; it must not surface as "watching failed"."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    event = b'{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"2"}}}\n'
+
+    def serve_once() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n" % (len(event), event)
+            )
+            conn.shutdown(socket.SHUT_RDWR)
+
+    server = threading.Thread(target=serve_once, daemon=True)
+    server.start()
+    client = OfficialClient.from_url(f"http://127.0.0.1:{listener.getsockname()[1]}", token="t")
+    try:
+        stream = client.watch(PODS, "default")
+        assert [e.type for e in stream] == ["ADDED"]
+        stream.close()  # closing again is a no-op too
+    finally:
+        client.close()
+        server.join(10)
+        listener.close()
+
+
 def test_from_kubeconfig_reaches_the_url_with_the_token(
     stub: tuple[Script, OfficialClient], tmp_path: Path
 ) -> None:

@@ -14,6 +14,11 @@ from karpenter_capi.core.errors import (
     RetryableCreateError,
 )
 from karpenter_capi.core.instancetype import Offering
+from karpenter_capi.core.kube.errors import (
+    STORAGE_INITIALIZING,
+    ServiceUnavailable,
+    TooManyRequests,
+)
 from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES, NODECLAIMS
 from tests.core.lifecycle.harness import Env, condition, new_env
 
@@ -185,6 +190,80 @@ def test_failed_creates_retry_after_1s_doubling_to_1min() -> None:
     env.reconcile(controller, "nc")
     assert condition(env.get("nc"), "Launched")["status"] == "True"
     assert not env.get("nc")["metadata"].get("deletionTimestamp")
+
+
+def _outage(message: str = "cannot reach the management cluster") -> RetryableCreateError:
+    """What a plugin raises when the API it needs is out of reach: its error, from the API's."""
+    try:
+        raise ServiceUnavailable(message)
+    except ServiceUnavailable as cause:
+        try:
+            raise RetryableCreateError(f"wrapped: {message}") from cause
+        except RetryableCreateError as wrapped:
+            return wrapped
+
+
+def test_an_api_out_of_reach_is_retried_every_5s_at_most_and_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    env = new_env()
+    env.nodeclaim("nc")
+    env.provider.create_errors.extend(_outage() for _ in range(6))
+    controller = env.lifecycle()
+
+    delays = []
+    for _ in range(6):
+        result = env.reconcile(controller, "nc")
+        assert result.requeue_after is not None
+        delays.append(result.requeue_after)
+        env.clock.advance(result.requeue_after)
+
+    assert delays == [1, 2, 4, 5, 5, 5]
+    failures = [r for r in caplog.records if r.getMessage().startswith("launching nodeclaim nc")]
+    assert [r.levelno for r in failures] == [logging.WARNING] + [logging.DEBUG] * 5
+    env.reconcile(controller, "nc")
+    assert condition(env.get("nc"), "Launched")["status"] == "True"
+
+
+def test_a_storage_initializing_server_waits_its_retry_after_but_no_backoff() -> None:
+    env = new_env()
+    env.nodeclaim("nc")
+    initializing = TooManyRequests(STORAGE_INITIALIZING, retry_after_seconds=7)
+    env.provider.create_errors.extend(initializing for _ in range(8))
+    controller = env.lifecycle()
+
+    delays = []
+    for _ in range(8):
+        result = env.reconcile(controller, "nc")
+        assert result.requeue_after is not None
+        delays.append(result.requeue_after)
+        env.clock.advance(result.requeue_after)
+
+    assert delays == [7] * 8  # the server's Retry-After is a floor; 5 s is the backoff's cap
+
+
+def test_the_api_answering_again_ends_the_launch_backoff_at_once() -> None:
+    env = new_env()
+    env.nodeclaim("nc")
+    env.provider.create_errors.extend(_outage() for _ in range(4))
+    controller = env.lifecycle()
+    for _ in range(4):
+        result = env.reconcile(controller, "nc")
+        assert result.requeue_after is not None
+        env.clock.advance(result.requeue_after)
+    env.provider.create_errors.append(_outage())
+    assert env.reconcile(controller, "nc").requeue_after == 5
+    env.reconcile(controller, "nc")  # early (its own write): waits
+    calls = env.provider.count("create")
+
+    assert controller.recovered() == ["nc"]
+
+    env.reconcile(controller, "nc")
+    assert env.provider.count("create") == calls + 1
+    assert condition(env.get("nc"), "Launched")["status"] == "True"
+    # Launched, not yet Ready: it still waits (for its Node), so it is woken again.
+    assert controller.recovered() == ["nc"]
 
 
 def test_a_retry_after_from_the_provider_is_honoured(env: Env) -> None:

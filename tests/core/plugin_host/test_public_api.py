@@ -54,6 +54,7 @@ KUBE_EXPORTS_BY_PURPOSE = {
         "ServiceUnavailable",
         "Timeout",
         "error_from_status",
+        "unreachable",
     ],
     "resources": [
         "Resource",

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -49,6 +51,7 @@ from karpenter_capi.core.operator import Operator, OperatorOptions
 from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.core.runtime.stepped import SteppedDriver
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
+from karpenter_capi.sim.apiserver.http import HttpFront
 from karpenter_capi.sim.apiserver.kubeconfig import kubeconfig_document
 from karpenter_capi.sim.capi import add_capi_emulation
 from karpenter_capi.sim.scenario.catalog import generate_catalog
@@ -218,6 +221,21 @@ def clients_from_command_line(
         OfficialClient(workload.api_client, poll_watches=True),
         OfficialClient(management.api_client, poll_watches=True),
     )
+
+
+@contextmanager
+def http_fronts(
+    env: TwoClusters, tmp_path: Path, **start: Any
+) -> Iterator[tuple[HttpFront, HttpFront]]:
+    """Both servers behind HTTP fronts and the controller started over them, with clients
+    built as ``karpenter-capi run`` builds them; yields ``(workload front, management front)``."""
+    with HttpFront(env.workload) as workload_front, HttpFront(env.management) as management:
+        kubeconfig = write_kubeconfig(tmp_path / "wl.yaml", workload_front.url, "t", "workload")
+        environ = {"KUBECONFIG": str(kubeconfig), "KARPENTER_CAPI_MANAGEMENT_URL": management.url}
+        workload, management_client = clients_from_command_line([], environ)
+        with workload, management_client:
+            env.start(workload, management_client, **start)
+            yield workload_front, management
 
 
 def names(objects: list[JsonObject]) -> list[str]:

@@ -14,8 +14,7 @@ the workload cluster.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 from karpenter_capi.core.kube import CLUSTER_API_NODE_CLASSES, EVENTS, NODEPOOLS, JsonObject
@@ -24,11 +23,10 @@ from karpenter_capi.sim.apiserver.http import HttpFront
 from karpenter_capi.sim.invariants import assert_invariants
 from tests.reliability.two_clusters.env import (
     TwoClusters,
-    clients_from_command_line,
     condition,
+    http_fronts,
     names,
     ready_nodeclaims,
-    write_kubeconfig,
 )
 
 OUTAGE_SECONDS = 60.0
@@ -147,22 +145,11 @@ def test_in_process_the_management_server_answering_503_for_a_minute(env: TwoClu
     assert_invariants(env.workload, env.management, clock=env.clock, plugins=env.plugins)
 
 
-@contextmanager
-def _fronts(env: TwoClusters, tmp_path: Path) -> Iterator[tuple[HttpFront, HttpFront]]:
-    with HttpFront(env.workload) as workload_front, HttpFront(env.management) as management:
-        kubeconfig = write_kubeconfig(tmp_path / "wl.yaml", workload_front.url, "t", "workload")
-        environ = {"KUBECONFIG": str(kubeconfig), "KARPENTER_CAPI_MANAGEMENT_URL": management.url}
-        workload, management_client = clients_from_command_line([], environ)
-        with workload, management_client:
-            env.start(workload, management_client)
-            yield workload_front, management
-
-
 def test_over_http_the_management_front_refusing_connections_for_a_minute(
     env: TwoClusters,
     tmp_path: Path,
 ) -> None:
-    with _fronts(env, tmp_path) as (_, management_front):
+    with http_fronts(env, tmp_path) as (_, management_front):
         before = _settle_three_pods(env)
         port = management_front.port
         restarted: list[HttpFront] = []

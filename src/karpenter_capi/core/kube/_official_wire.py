@@ -74,8 +74,10 @@ class OfficialWatch:
         response = self._response
         shutdown = getattr(response, "shutdown", None)
         if shutdown is not None:
-            # RuntimeError: the stream already ended and its connection went back to the pool.
-            with contextlib.suppress(OSError, RuntimeError):
+            # RuntimeError: the stream already ended and its connection went back to the pool;
+            # ValueError (urllib3 >= 2.3, "Cannot shutdown socket"): urllib3 closed the response
+            # itself (a server that dropped the connection mid-stream). Closed either way.
+            with contextlib.suppress(OSError, RuntimeError, ValueError):
                 shutdown()
         with contextlib.suppress(OSError, urllib3.exceptions.HTTPError):
             response.close()

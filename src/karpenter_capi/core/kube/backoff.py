@@ -13,6 +13,19 @@ from collections.abc import Callable
 
 from karpenter_capi.core.clock import Clock
 
+UNREACHABLE_RETRY_MAX = 5.0
+"""The longest wait (seconds) before trying an API server again that could not be reached
+(``core.kube.errors.unreachable``). Longer backoffs protect a server that answers with errors;
+one that does not answer at all costs nothing to ask again, and every second waited past its
+return is a second of pods left pending (issue 24: a 60 s backoff bound the last pods 59 s
+after the API was back). A ``Retry-After`` the server sends still wins."""
+
+RECONNECT_MAX = 2.0
+"""The longest wait (seconds) of an informer before listing or watching again a server that
+could not be reached: its first answer is what wakes every controller waiting on the outage
+(``Informer.add_recovery_handler``), so it is asked more often than anything else. A refused
+connection costs the server nothing."""
+
 
 class Backoff:
     """Delays of ``initial * factor**n`` capped at ``cap``, each shortened by up to ``jitter``.
@@ -56,12 +69,15 @@ class Backoff:
         """The un-jittered delay the next failure will get."""
         return min(self._cap, self._initial * self._factor**self._failures)
 
-    def fail(self, at_least: float = 0.0) -> float:
+    def fail(self, at_least: float = 0.0, *, cap: float | None = None) -> float:
         """Record a failure; return the delay to wait and remember when the wait ends.
 
-        ``at_least`` honours a server's ``Retry-After`` when it asks for longer than the backoff.
+        ``at_least`` honours a server's ``Retry-After`` when it asks for longer than the backoff;
+        ``cap`` lowers the cap for this failure (``UNREACHABLE_RETRY_MAX`` for a server that
+        did not answer), without forgetting the failures counted so far.
         """
-        delay = max(at_least, self.base_delay() * (1.0 - self._jitter * self._rand()))
+        base = self.base_delay() if cap is None else min(cap, self.base_delay())
+        delay = max(at_least, base * (1.0 - self._jitter * self._rand()))
         self._failures += 1
         self._retry_at = self._clock.monotonic() + delay
         return delay

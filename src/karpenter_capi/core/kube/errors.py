@@ -185,10 +185,48 @@ def retry_after(error: BaseException | None) -> float:
     exc``); the server's request still stands, so the ``__cause__``/``__context__`` chain is
     searched. 0 when no server asked for anything.
     """
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, ApiError) and error.retry_after_seconds:
-            return float(error.retry_after_seconds)
-        error = error.__cause__ or error.__context__
+    for cause in _chain(error):
+        if isinstance(cause, ApiError) and cause.retry_after_seconds:
+            return float(cause.retry_after_seconds)
     return 0.0
+
+
+STORAGE_INITIALIZING = "storage is (re)initializing"
+"""kube-apiserver's 429 message while a resource's storage (its watch cache) is not ready: a
+just-started server says this until etcd answers, so it is part of the outage, not throttling."""
+
+
+def _chain(error: BaseException | None) -> list[BaseException]:
+    """``error`` and what it was raised from (a plugin may wrap the API's error in its own)."""
+    chain: list[BaseException] = []
+    while error is not None and all(error is not seen for seen in chain):
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    return chain
+
+
+def storage_initializing(error: BaseException | None) -> bool:
+    """Whether ``error`` (or its cause) is kube-apiserver's ``429 storage is (re)initializing``."""
+    return any(
+        isinstance(e, ApiError) and e.code == 429 and STORAGE_INITIALIZING in e.message
+        for e in _chain(error)
+    )
+
+
+def unreachable(error: BaseException | None) -> bool:
+    """Whether ``error`` (or its cause) says the API server cannot be reached or cannot answer
+    yet: connection refused or reset (the clients map those to 503), a timeout, a 5xx, or a
+    server still initializing its storage. Such errors end when the server is back, so whoever
+    waits on them retries within seconds rather than backing off for minutes."""
+    return any(
+        isinstance(e, ApiError) and (e.code >= 500 or isinstance(e, ServiceUnavailable | Timeout))
+        for e in _chain(error)
+    ) or storage_initializing(error)
+
+
+def expected(error: BaseException | None) -> bool:
+    """Whether ``error`` is one a controller meets in normal operation and retries: the server
+    unreachable, throttling (429) or a write conflict (409). Logged as one line, no traceback."""
+    return unreachable(error) or any(
+        isinstance(e, TooManyRequests | Conflict | AlreadyExists) for e in _chain(error)
+    )

@@ -19,7 +19,14 @@ The semantics that keep the cache exact:
 * A 410 Gone (the resume point fell out of the server's history) forces a relist. The relist is
   reconciled against the cache like DeltaFIFO's ``Replace``: objects that vanished during the
   gap get a synthesized delete, new ones an add, and ones whose resourceVersion moved an update.
-* Errors back off exponentially with jitter (1s doubling to 30s), reset after healthy work.
+* Errors back off exponentially with jitter (1s doubling to 30s), reset after healthy work;
+  an API server that cannot be reached is asked again at least every ``backoff.RECONNECT_MAX``
+  (2) seconds, so the cache follows within seconds of its return.
+  A failure is logged once per change of error, one line; a traceback only for what is not an
+  API or connection error (a bug).
+* When the server answers again after failures (a list or a watch succeeds), the recovery
+  handlers run (``add_recovery_handler``): whoever waits on that cluster resumes now instead of
+  at the end of its own backoff.
 * A malformed object (``transform`` raises) is logged and skipped; it never stops the informer.
 """
 
@@ -34,10 +41,11 @@ from typing import Any, Generic, TypeVar, cast, overload
 
 from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.kube._handlers import EventHandler, HandlerSet
-from karpenter_capi.core.kube.backoff import Backoff
+from karpenter_capi.core.kube._outage import OutageLog
+from karpenter_capi.core.kube.backoff import RECONNECT_MAX, Backoff
 from karpenter_capi.core.kube.cache import IndexFunc, Store, object_key
 from karpenter_capi.core.kube.client import JsonObject, KubeClient, WatchEvent, WatchStream
-from karpenter_capi.core.kube.errors import ApiError, Gone, error_from_status
+from karpenter_capi.core.kube.errors import ApiError, Gone, error_from_status, unreachable
 from karpenter_capi.core.kube.resources import Resource
 
 T = TypeVar("T")
@@ -58,6 +66,8 @@ class _Phase(enum.Enum):
 
 class _ShortWatchError(Exception):
     """The watch ended immediately without delivering anything: treat like an error."""
+
+    expected = True  # a server or proxy cutting watches short: one line, no traceback
 
 
 class Informer(Generic[T]):
@@ -176,6 +186,7 @@ class Informer(Generic[T]):
         self._failing_since: float | None = None
         self._last_error = ""
         self._watch_opened_at: float | None = None  # while a watch stream is open
+        self._outage = OutageLog(self.name)
 
     # Public reads.
 
@@ -258,6 +269,11 @@ class Informer(Generic[T]):
         with self._dispatch_lock:
             self._handlers.add(handler, replay=self._store.list() if self._synced.is_set() else ())
         return handler
+
+    def add_recovery_handler(self, handler: Callable[[], None]) -> None:
+        """Call ``handler`` (on the informer's thread) each time the API server answers again
+        after a failed list or watch; an exception in it is logged and goes no further."""
+        self._outage.add_handler(handler)
 
     # Stepped driver.
 
@@ -417,6 +433,7 @@ class Informer(Generic[T]):
             if self._resync_period is not None and self._next_resync is None:
                 self._next_resync = self._clock.monotonic() + self._resync_period
         self._healthy()
+        self._outage.answered()
 
     # Watching.
 
@@ -438,6 +455,7 @@ class Informer(Generic[T]):
         with self._stream_lock:
             self._stream = stream
             self._watch_opened_at = self._clock.monotonic()
+        self._outage.answered()
         if stop is not None and stop.is_set():
             self._close_stream()
             return 0, 0
@@ -513,14 +531,9 @@ class Informer(Generic[T]):
             self._failing_since = self._clock.monotonic()
         self._last_error = f"{type(error).__name__}: {error}".splitlines()[0][:200]
         retry_after = error.retry_after_seconds if isinstance(error, ApiError) else None
-        delay = self._backoff.fail(at_least=float(retry_after or 0))
-        _log.warning(
-            "%s: %s failed, retrying in %.1fs",
-            self.name,
-            self._phase.value,
-            delay,
-            exc_info=True,
-        )
+        cap = RECONNECT_MAX if unreachable(error) else None
+        delay = self._backoff.fail(at_least=float(retry_after or 0), cap=cap)
+        self._outage.failed(error, self._last_error, self._phase.value, delay)
 
     # Resync and notification.
 

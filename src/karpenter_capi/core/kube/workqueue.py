@@ -208,13 +208,15 @@ class WorkQueue(Generic[K]):
             if self._waiting.pop(item, None) is not None:
                 self._compact_timers_locked()
 
-    def add_rate_limited(self, item: K, at_least: float = 0.0) -> None:
+    def add_rate_limited(self, item: K, at_least: float = 0.0, *, cap: float | None = None) -> None:
         """Retry ``item`` after the delay the rate limiter gives it, and no sooner than
-        ``at_least`` seconds (a server's ``Retry-After``)."""
+        ``at_least`` seconds (a server's ``Retry-After``); ``cap`` bounds the rate limiter's
+        delay (not ``at_least``) for a failure that ends on its own, such as an outage."""
         with self._cond:
             if self._shutting_down:
                 return
-            delay = max(at_least, self._rate_limiter.when(item))
+            delay = self._rate_limiter.when(item)
+            delay = max(at_least, delay if cap is None else min(cap, delay))
             self.retries_total += 1
         if self._hooks.on_retry is not None:
             self._hooks.on_retry(item)

@@ -41,6 +41,7 @@ from karpenter_capi.core.kube.resources import (
     NODES,
     Resource,
 )
+from karpenter_capi.core.lifecycle.conditions import READY
 from karpenter_capi.core.lifecycle.initialization import Initialization
 from karpenter_capi.core.lifecycle.launch import Launch
 from karpenter_capi.core.lifecycle.liveness import (
@@ -68,6 +69,13 @@ NAME: Final = "nodeclaim.lifecycle"
 DEFAULT_LAUNCH_POLL_INTERVAL: Final = 5.0
 DEFAULT_RETRY_INITIAL: Final = 1.0
 DEFAULT_RETRY_MAX: Final = 60.0
+
+
+def _ready_or_deleting(raw: JsonObject) -> bool:
+    if (raw.get("metadata") or {}).get("deletionTimestamp"):
+        return True
+    conditions = (raw.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == READY and c.get("status") == "True" for c in conditions)
 
 
 def earliest(results: Iterable[Result]) -> Result:
@@ -160,6 +168,14 @@ class NodeClaimLifecycleController:
 
     def reads(self) -> Sequence[tuple[Resource, str]]:
         return ((NODEPOOLS, WORKLOAD), (CLUSTER_API_NODE_CLASSES, WORKLOAD))
+
+    def recovered(self) -> list[Key]:
+        """An API server this controller reads answers again (the manager calls this): every
+        NodeClaim not yet Ready is reconciled now, and launches that failed for want of the
+        server are retried without waiting out their backoff."""
+        self._launch.recover()
+        store = self._ctx.caches.store(NODECLAIMS, WORKLOAD)
+        return [key for key, raw in store.snapshot().items.items() if not _ready_or_deleting(raw)]
 
     def _nodeclaims_of_node(self, node: JsonObject) -> list[Key]:
         return nodeclaim_keys_for_node(self._ctx.caches, node)

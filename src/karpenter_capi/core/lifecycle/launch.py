@@ -15,6 +15,12 @@ Failures split three ways, as upstream's launch does:
 * everything else (a ``RetryableCreateError``, a plugin bug, an API error, a NodePool that
   cannot be read) keeps ``Launched`` ``Unknown`` with the reason and retries after 1 s,
   doubling up to 1 min; liveness deletes the NodeClaim if that goes on past the launch timeout.
+  When the failure is an API server that cannot be reached (``core.kube.errors.unreachable``:
+  refused, timed out, 5xx, ``429 storage is (re)initializing``, however a plugin wrapped it)
+  the wait stops doubling at ``UNREACHABLE_RETRY_MAX`` (5 s), and ``recover`` (called when an
+  informer hears the server answer again) ends it at once: pods waiting on an outage are served
+  within seconds of its end. A ``Retry-After`` from the server is always a floor. The failure
+  is logged once per change of message, not at every retry.
 
 What was launched is also remembered in memory per NodeClaim uid, because the informer cache
 may not show our own write yet on the next reconcile: without it a stale read would look like
@@ -25,6 +31,7 @@ status write) does not call the provider again before its time.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -45,7 +52,8 @@ from karpenter_capi.core.errors import (
 )
 from karpenter_capi.core.hookspecs import LaunchResult
 from karpenter_capi.core.instancetype import InstanceType
-from karpenter_capi.core.kube.errors import ApiError, retry_after
+from karpenter_capi.core.kube.backoff import UNREACHABLE_RETRY_MAX
+from karpenter_capi.core.kube.errors import ApiError, retry_after, unreachable
 from karpenter_capi.core.kube.events import WARNING
 from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES, NODECLAIMS, NODEPOOLS
 from karpenter_capi.core.lifecycle.metrics import LifecycleReporter
@@ -190,6 +198,10 @@ class _Attempt:
     """Clock-monotonic time before which the provider is not called again."""
     wakes: int = 0
     """Wake-ups so far (``Launch.wake``): one that comes during a call voids its poll delay."""
+    unreachable: bool = False
+    """The last failure was an API server out of reach: ``recover`` retries it at once."""
+    logged: str = ""
+    """The failure message last logged at WARNING (a repeat goes to DEBUG)."""
 
 
 class Launch:
@@ -227,6 +239,15 @@ class Launch:
             if attempt is not None and attempt.failures == 0:
                 attempt.wakes += 1
                 attempt.next_at = 0.0
+
+    def recover(self) -> list[str]:
+        """An API server answers again: every launch that failed because it could not be
+        reached is retried at its next reconcile. Returns their NodeClaims' names."""
+        with self._lock:
+            woken = [name for name, a in self._attempts.items() if a.failures and a.unreachable]
+            for name in woken:
+                self._attempts[name].next_at = 0.0
+            return woken
 
     def _attempt(self, work: NodeClaimWork) -> _Attempt:
         with self._lock:
@@ -292,17 +313,15 @@ class Launch:
             return self._give_up(work, "NodeClassNotReady", "nodeclass_not_ready", exc)
         except RetryableCreateError as exc:
             delay = exc.retry_after.total_seconds() if exc.retry_after else None
-            return self._retry(
-                work, attempt, REASON_LAUNCH_FAILED, str(exc), delay, at_least=retry_after(exc)
-            )
+            return self._retry(work, attempt, REASON_LAUNCH_FAILED, str(exc), delay, error=exc)
         except LaunchInputError as exc:
-            return self._retry(work, attempt, exc.reason, exc.message, None)
+            return self._retry(work, attempt, exc.reason, exc.message, None, error=exc)
         except (ProviderError, PluginError, ApiError) as exc:
-            return self._retry(
-                work, attempt, REASON_LAUNCH_FAILED, str(exc), None, at_least=retry_after(exc)
-            )
+            return self._retry(work, attempt, REASON_LAUNCH_FAILED, str(exc), None, error=exc)
         attempt.result = result
         attempt.failures = 0
+        attempt.unreachable = False
+        attempt.logged = ""
         attempt.instance_type = next(
             (it for it in instance_types if it.name == result.instance_type),
             attempt.instance_type,
@@ -390,16 +409,23 @@ class Launch:
         message: str,
         delay: float | None,
         *,
-        at_least: float = 0.0,
+        error: Exception,
     ) -> Result:
         attempt.failures += 1
+        attempt.unreachable = unreachable(error)
         if delay is None:
             doublings = min(attempt.failures - 1, 32)  # past the cap anyway; keeps it a float
             delay = min(self._retry_initial * 2**doublings, self._retry_max)
+            if attempt.unreachable:
+                # Asking a server that is not there again costs nothing, and it may be back.
+                delay = min(delay, UNREACHABLE_RETRY_MAX)
         # A Retry-After from the API server (possibly wrapped by the plugin) is a floor.
-        delay = max(delay, at_least)
+        delay = max(delay, retry_after(error))
         attempt.next_at = self._ctx.clock.monotonic() + delay
-        self._ctx.log.warning(
+        repeated = message == attempt.logged
+        attempt.logged = message
+        self._ctx.log.log(
+            logging.DEBUG if repeated else logging.WARNING,
             "launching nodeclaim %s failed (attempt %d, retrying in %gs): %s",
             work.name,
             attempt.failures,

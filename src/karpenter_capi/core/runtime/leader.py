@@ -180,6 +180,7 @@ class LeaderElector:
         self._renewed_at = -math.inf  # monotonic time the last successful write was sent
         self._lease: JsonObject | None = None  # as last read or written: its resourceVersion
         self._observed: LeaderElectionRecord | None = None
+        self._read_error = ""  # the failed read last logged at WARNING (once per change)
         self._observed_at = -math.inf  # monotonic time _observed was first seen
         self._reported_leader: str | None = None
 
@@ -378,8 +379,12 @@ class LeaderElector:
         except NotFound:
             return self._create(desired, sent_at)
         except ApiError as err:
-            log.warning("cannot read lease %s: %r", self.describe(), err)
+            # Every retry period meets the same outage again: once per change at WARNING.
+            level = logging.DEBUG if repr(err) == self._read_error else logging.WARNING
+            self._read_error = repr(err)
+            log.log(level, "cannot read lease %s: %r", self.describe(), err)
             return False
+        self._read_error = ""
         self._lease = lease
         current = LeaderElectionRecord.from_lease(lease)
         self._observe(current)

@@ -13,7 +13,12 @@ and the simulator) cannot disagree about it:
 * ``process``: what the outcome of one reconcile does to its queue, exactly as controller-runtime
   does it (an exception retries with per-key backoff; ``requeue_after`` forgets the backoff and
   schedules the key; success forgets it), timed on the injected clock for the metrics observer;
-* ``run_periodic``: the same for ``PeriodicController``s, which have no queue but a schedule.
+* ``run_periodic``: the same for ``PeriodicController``s, which have no queue but a schedule;
+* outages: a reconcile or periodic run that failed because an API server could not be
+  reached (``core.kube.errors.unreachable``) retries within ``UNREACHABLE_RETRY_MAX`` seconds
+  whatever its backoff, and at once when one of the controller's informers hears its server
+  answer again; a controller with a ``recovered()`` method also gets the keys it returns then
+  queued. Work waiting on an outage resumes within seconds of its end.
 
 Drivers decide only *when* these run: on threads, or in virtual time.
 """
@@ -28,10 +33,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from karpenter_capi.core.clock import Clock
-from karpenter_capi.core.kube.backoff import Backoff
+from karpenter_capi.core.kube.backoff import UNREACHABLE_RETRY_MAX, Backoff
 from karpenter_capi.core.kube.cache import IndexFunc, Store
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
-from karpenter_capi.core.kube.errors import Conflict, retry_after
+from karpenter_capi.core.kube.errors import Conflict, retry_after, unreachable
 from karpenter_capi.core.kube.events import EventRecorder
 from karpenter_capi.core.kube.indexes import (
     MACHINE_INDEXERS,
@@ -112,6 +117,13 @@ class ControllerEntry:
     controller: Controller
     queue: WorkQueue[Key]
     informers: tuple[Informer[JsonObject], ...]
+    outage_keys: set[Key] = field(default_factory=set)
+    """Keys whose last reconcile failed for want of an API server (under ``lock``)."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def note(self, key: Key, *, outage: bool) -> None:
+        with self.lock:
+            (self.outage_keys.add if outage else self.outage_keys.discard)(key)
 
     @property
     def name(self) -> str:
@@ -240,7 +252,10 @@ class Manager:
             _enqueue_on_events(informer, queue, watch, name)
             used.append(informer)
         used.extend(self.informer(resource, cluster) for resource, cluster in controller.reads())
-        return ControllerEntry(controller, queue, _unique(used))
+        entry = ControllerEntry(controller, queue, _unique(used))
+        for informer in entry.informers:
+            informer.add_recovery_handler(lambda: self._resume(entry))
+        return entry
 
     def _add_periodic(self, controller: PeriodicController) -> PeriodicEntry:
         if controller.interval <= 0:
@@ -249,7 +264,24 @@ class Manager:
         # Failures retry sooner than the interval, but never more often than it would allow.
         initial = min(1.0, controller.interval)
         backoff = Backoff(self.clock, initial=initial, cap=controller.interval, jitter=0.0)
-        return PeriodicEntry(controller, _unique(used), backoff)
+        entry = PeriodicEntry(controller, _unique(used), backoff)
+        for informer in entry.informers:
+            informer.add_recovery_handler(lambda: self._resume_periodic(entry))
+        return entry
+
+    def _resume(self, entry: ControllerEntry) -> None:
+        """An informer of ``entry`` hears its API server again: retry what the outage held."""
+        with entry.lock:
+            keys, entry.outage_keys = list(entry.outage_keys), set()
+        recovered = getattr(entry.controller, "recovered", None)
+        if callable(recovered):
+            keys.extend(recovered())
+        for key in keys:
+            entry.queue.add(key)
+
+    def _resume_periodic(self, entry: PeriodicEntry) -> None:
+        if entry.backoff.failures:
+            entry.next_run = self.clock.monotonic()
 
     def informer(self, resource: Resource, cluster: str = WORKLOAD) -> Informer[JsonObject]:
         """The shared informer of ``resource`` in ``cluster``, created on first use."""
@@ -401,9 +433,15 @@ class Manager:
                         error,
                     )
                 # A server that answered 429 said when to come back; sooner is a retry storm.
-                queue.add_rate_limited(key, at_least=retry_after(error))
+                # One that did not answer at all is asked again within seconds.
+                outage = unreachable(error)
+                queue.add_rate_limited(
+                    key, at_least=retry_after(error), cap=UNREACHABLE_RETRY_MAX if outage else None
+                )
+                entry.note(key, outage=outage)
             else:
                 self._failures.succeeded((entry.name, key))
+                entry.note(key, outage=False)
                 requeue_after = getattr(result, "requeue_after", None)
                 if requeue_after is None:
                     queue.forget(key)
@@ -429,7 +467,8 @@ class Manager:
             error = raised
         now = self.clock.monotonic()
         if error is not None:
-            delay = entry.backoff.fail(at_least=retry_after(error))
+            cap = UNREACHABLE_RETRY_MAX if unreachable(error) else None
+            delay = entry.backoff.fail(at_least=retry_after(error), cap=cap)
             what = f"{entry.name}: run failed, retrying in {delay:.3g}s"
             self._failures.failed(entry.name, what, error)
         else:

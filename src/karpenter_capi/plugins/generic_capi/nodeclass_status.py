@@ -12,10 +12,13 @@ and the Events):
 - ``Ready=False``, reason ``InvalidConfiguration``: the selector or an overhead setting is
   malformed;
 - ``Ready=False``, reason ``ManagementClusterUnreachable`` (connection refused, timeouts, 5xx,
-  throttling) or ``ManagementClusterAccessDenied`` (401, 403): the Cluster API objects could not
-  be read at all. The message says what the server answered, without the request's details
-  (URLs, ports, object addresses), so it stays the same while the outage lasts and the status
-  is written once, not once per round;
+  ``429 storage is (re)initializing``, throttling) or ``ManagementClusterAccessDenied`` (401,
+  403): the Cluster API objects could not be read at all. The message says what the server
+  answered, without the request's details (URLs, ports, object addresses), so it stays the same
+  while the outage lasts and the status is written once, not once per round. An outage
+  (``plugin_api.kube.unreachable``) is one sentence whatever its answers: a real one goes from
+  refused to timed out to a restarted server's 429 "storage is (re)initializing", and a message
+  naming each would flip the condition and repeat the Events;
 - ``Ready=True``, reason ``Ready``: at least one resource is usable; the message counts them and
   lists the ones left out and the caveats (estimated prices, unreadable templates, a native
   plugin that could not describe a template, a failure domain where the cloud does not sell
@@ -44,8 +47,7 @@ from karpenter_capi.plugin_api.kube import (
     Conflict,
     EventRecorder,
     NotFound,
-    ServiceUnavailable,
-    Timeout,
+    unreachable,
 )
 from karpenter_capi.plugin_api.model import NodeClass, format_timestamp
 from karpenter_capi.plugins.generic_capi.inventory import (
@@ -104,15 +106,11 @@ def management_cluster_error(exc: ApiError) -> Inventory:
                 f"({answer}): check the management kubeconfig or token and its RBAC",
             )
         )
-    what = (
-        "cannot be reached"
-        if isinstance(exc, ServiceUnavailable | Timeout)
-        else "answers with errors"
-    )
+    what = "cannot be reached" if unreachable(exc) else f"answers with errors ({answer})"
     return Inventory(
         management_error=(
             REASON_MANAGEMENT_CLUSTER_UNREACHABLE,
-            f"the management cluster {what} ({answer}): no Cluster API object can be read, "
+            f"the management cluster {what}: no Cluster API object can be read, "
             "so nothing is launched and nothing is deleted until it answers again",
         )
     )

@@ -28,6 +28,7 @@ Plugin options (``--plugin-option generic_capi.<name>=<value>``): ``machine_time
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Mapping
@@ -162,25 +163,34 @@ def _claims_our_kind(nodeclaim: Any) -> bool:
 def _unreadable_management(
     ctx: PluginContext, nodeclass: NodeClass, name: str, exc: ApiError
 ) -> str:
-    """Log ``exc``, set the NodeClass's Ready=False for it; returns the condition's message."""
-    ctx.logger.warning("ClusterAPINodeClass %s: cannot read the management cluster: %s", name, exc)
+    """Log ``exc``, set the NodeClass's Ready=False for it; returns the condition's message.
+
+    At WARNING once per change of the condition (each provisioning round meets the same
+    outage again; the condition and its Event already say it), else at DEBUG."""
     inventory = management_cluster_error(exc)
     assert inventory.management_error is not None
-    _update_status(ctx, nodeclass, name, inventory)
+    changed = _update_status(ctx, nodeclass, name, inventory)
+    ctx.logger.log(
+        logging.WARNING if changed or not _writes_status(ctx) else logging.DEBUG,
+        "ClusterAPINodeClass %s: cannot read the management cluster: %s",
+        name,
+        exc,
+    )
     return inventory.management_error[1]
 
 
 def _update_status(
     ctx: PluginContext, nodeclass: NodeClass, name: str, inventory: Inventory
-) -> None:
+) -> bool:
     """Write the NodeClass status for ``inventory`` where allowed; a failed write is only
-    logged (the next round writes it again)."""
+    logged (the next round writes it again). True when the condition changed."""
     if not _writes_status(ctx):
-        return
+        return False
     try:
-        update_nodeclass_status(ctx, nodeclass, inventory)
+        return update_nodeclass_status(ctx, nodeclass, inventory)
     except ApiError as exc:
         ctx.logger.warning("ClusterAPINodeClass %s: cannot update its status: %s", name, exc)
+        return False
 
 
 def _name(nodeclaim: Any) -> str:
