@@ -228,13 +228,23 @@ def explain(
 
 def _nodepool_warnings(inventories: list[Any]) -> dict[str, list[str]]:
     """The readiness controller's words on each usable NodePool, computed afresh."""
-    from karpenter_capi.core.lifecycle.nodepool import instance_types_problem, short_expiry_warning
+    from karpenter_capi.core.lifecycle.nodepool import (
+        instance_types_problem,
+        limits_warnings,
+        short_expiry_warning,
+    )
 
     found: dict[str, list[str]] = {}
     for inventory in inventories:
         warnings = [
             instance_types_problem(inventory.raw, inventory.instance_types),
             short_expiry_warning(inventory.model),
+            *(
+                message
+                for _, _, message in limits_warnings(
+                    inventory.raw, inventory.model, inventory.instance_types
+                )
+            ),
         ]
         if any(warnings):
             found[inventory.nodepool] = [w for w in warnings if w]

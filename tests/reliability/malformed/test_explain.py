@@ -1,7 +1,9 @@
 """``karpenter-capi explain`` says what the bad objects are told on themselves.
 
 A pod pinned to a node that does not exist or waiting for a missing claim, a NodePool no
-instance type can satisfy or with an ``expireAfter`` of a second, and a Node made by hand:
+instance type can satisfy (or not enough of them for its ``minValues``), with an
+``expireAfter`` of a second or limits that leave room for no node (or beyond what Kubernetes
+counts), and a Node made by hand:
 each is named with the same words as its Event or condition, and explain writes nothing.
 """
 
@@ -26,6 +28,16 @@ def test_explain_names_every_bad_object_as_its_own_event_or_condition_does() -> 
         {"requirements": [{"key": wellknown.LABEL_ARCH, "operator": "In", "values": ["arm64"]}]},
     )
     world.nodepool("fast", {"expireAfter": "1s"})
+    world.nodepool("paused", {}, limits={"cpu": "0"})
+    world.nodepool("roomy", {}, limits={"cpu": "1e400"})
+    world.nodepool(
+        "narrow",
+        {
+            "requirements": [
+                {"key": wellknown.LABEL_INSTANCE_TYPE, "operator": "Exists", "minValues": 5}
+            ]
+        },
+    )
     world.server.create(
         NODES,
         {
@@ -58,6 +70,9 @@ def test_explain_names_every_bad_object_as_its_own_event_or_condition_does() -> 
         "kubernetes.io/arch In [arm64]"
     ) in text, text
     assert "NodePool fast: expireAfter 1s is shorter than a node may take to register" in text
+    assert "NodePool paused: limits.cpu 0 leaves room for no node" in text, text
+    assert "NodePool roomy: limits.cpu 1e400 is beyond what Kubernetes counts (int64)" in text
+    assert "NodePool narrow: minValues 5 for node.kubernetes.io/instance-type not met" in text
     assert "Node hand-node: Node carries karpenter.sh/nodepool=bad but no NodeClaim holds" in text
     document = result.as_dict()
     assert "bad" in document["provisioning"]["nodepoolWarnings"]

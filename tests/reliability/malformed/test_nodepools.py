@@ -2,8 +2,9 @@
 
 A user who pins pods to such a NodePool reads why on the pods (FailedScheduling, naming the
 NodePool and the requirement that excludes every instance type, or the limit) or on the NodePool
-(its Ready condition and a NodePoolNotReady Event, naming the NodeClass or rule at fault); the
-catalog NodePool keeps provisioning for the other pods in the same round.
+(its Ready condition and a NodePoolNotReady Event, naming the NodeClass or rule at fault; for
+limits no node fits under, which leave it Ready, a NoNodeWithinLimits Event); the catalog
+NodePool keeps provisioning for the other pods in the same round.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.kube.resources import NODEPOOLS
 
 from .world import NODECLASS_REF, NODEPOOL, World
 
@@ -282,3 +284,92 @@ def test_an_expire_after_shorter_than_a_node_takes_to_register_is_warned_about_o
     assert "replaced as soon as" in warnings[0].message
     assert world.nodepool_condition("fast")["status"] == "True"
     assert not [e for e in world.events("ExpireAfterTooShort") if e.name == NODEPOOL]
+
+
+# (id, NodePool limits, Event type, words) for limits under which no node of the NodePool's
+# instance types fits. Upstream users write ``cpu: 0`` to pause a NodePool, so a zero limit is
+# said as a Normal Event and the NodePool stays Ready; a non-zero limit below the smallest node
+# is almost always a unit slip, a Warning.
+NO_ROOM: list[tuple[str, dict[str, str], str, tuple[str, ...]]] = [
+    (
+        "limits-zero-cpu",
+        {"cpu": "0"},
+        "Normal",
+        ("limits.cpu 0", "smallest instance type (m-2x-amd64-linux) has 2", "paused"),
+    ),
+    (
+        "limits-zero-nodes",
+        {"nodes": "0"},
+        "Normal",
+        ("limits.nodes 0 leaves room for no node", "paused"),
+    ),
+    (
+        "limits-below-one-node",
+        {"memory": "1Gi"},
+        "Warning",
+        ("limits.memory 1Gi", "smallest instance type (m-2x-amd64-linux) has 8Gi", "raise"),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("limits", "kind", "words"),
+    [pytest.param(limits, kind, words, id=case) for case, limits, kind, words in NO_ROOM],
+)
+def test_limits_that_leave_room_for_no_node_are_said_once_on_the_nodepool_which_stays_ready(
+    limits: dict[str, str], kind: str, words: tuple[str, ...]
+) -> None:
+    world = World()
+    world.nodepool("bad", {}, limits=limits)
+    _pinned(world)
+    world.deploy()
+    world.run(300)
+
+    said = [e for e in world.events("NoNodeWithinLimits") if e.name == "bad"]
+    assert len(said) == 1, "\n".join(map(str, world.events()))
+    assert (said[0].kind, said[0].type) == ("NodePool", kind)
+    assert all(word in said[0].message for word in words), said[0].message
+    assert world.nodepool_condition("bad")["status"] == "True"
+    assert not [e for e in world.events("NoNodeWithinLimits") if e.name == NODEPOOL]
+    world.assert_good_resource_served()
+
+
+def test_limits_are_said_again_when_they_change() -> None:
+    world = World()
+    world.nodepool("bad", {}, limits={"cpu": "0"})
+    world.run()
+    world.server.patch(NODEPOOLS, "bad", {"spec": {"limits": {"cpu": "8"}}})
+    world.run()
+    world.server.patch(NODEPOOLS, "bad", {"spec": {"limits": {"cpu": "1"}}})
+    world.run()
+
+    said = [e for e in world.events("NoNodeWithinLimits") if e.name == "bad"]
+    assert [(e.type, e.message.split(":")[0]) for e in said] == [
+        ("Normal", "limits.cpu 0 leaves room for no node"),
+        ("Warning", "limits.cpu 1 leaves room for no node"),
+    ], "\n".join(map(str, world.events()))
+
+
+def test_a_min_values_beyond_the_catalog_makes_the_nodepool_not_ready_naming_it() -> None:
+    """Upstream refuses to launch for a pool whose minValues the instance types cannot meet,
+    whatever pod comes; the NodePool says so, as for a requirement nothing offers."""
+    world = World()
+    world.nodepool("bad", {"requirements": [_req(IT, "Exists", minValues=5)]})
+    _pinned(world)
+    world.deploy()
+    world.run()
+
+    found = world.nodepool_condition("bad", "InstanceTypesSatisfiable")
+    assert (found["status"], found["reason"]) == ("False", "MinValuesNotMet"), found
+    words = (f"minValues 5 for {IT} not met: only 1 value(s) remain", "ClusterAPINodeClass catalog")
+    assert all(word in found["message"] for word in words), found["message"]
+    assert world.nodepool_condition("bad")["status"] == "False"
+    event = world.event_about(*words)
+    assert (event.kind, event.name, event.type, event.reason) == (
+        "NodePool",
+        "bad",
+        "Warning",
+        "NodePoolNotReady",
+    )
+    assert world.nodepool_condition(NODEPOOL)["status"] == "True"
+    world.assert_good_resource_served()

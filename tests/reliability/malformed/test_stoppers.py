@@ -166,6 +166,11 @@ def test_a_limit_of_1e400_is_no_limit_as_in_kubernetes(
 
     assert len(world.running("pinned")) == 2, world.pending("pinned")
     assert world.nodepool_condition("roomy")["status"] == "True"
+    # Read as no limit, which is what it is, but the user is told once that it was.
+    [said] = [e for e in world.events("LimitBeyondInt64") if e.name == "roomy"]
+    assert (said.kind, said.type) == ("NodePool", "Warning")
+    assert "limits.cpu 1e400 is beyond what Kubernetes counts (int64)" in said.message
+    assert "treated as no limit on cpu" in said.message
     world.assert_good_resource_served()
     assert _tracebacks(caplog) == []
 
@@ -202,7 +207,8 @@ def test_a_pod_requesting_1e400_cpus_is_told_so_and_the_others_run(
 
     events = [e for e in world.events("FailedScheduling") if e.name == "huge"]
     assert events, "\n".join(map(str, world.events()))
-    assert "cpu 10e99" in events[-1].message, events[-1].message
+    assert "cpu 10^100 or more (the most" in events[-1].message, events[-1].message
+    assert "10e99" not in events[-1].message
     assert "the most any allocates is 2" in events[-1].message, events[-1].message
     world.assert_good_resource_served()
     assert _tracebacks(caplog) == []

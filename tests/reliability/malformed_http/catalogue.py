@@ -56,16 +56,6 @@ STOPPERS: Final = frozenset(
         "pod-cpu-1e400",
     }
 )
-# Why an entry fails today (strict xfail, so a fix shows as a failure until the mark goes).
-MIN_VALUES: Final = "issue 24 item 2: a minValues beyond the catalog is said only on the pods"
-HELD: Final = (
-    "issue 24 item 1: a cpu limit of 1e400 is held at 10^100 (no limit) and neither refused "
-    "nor said on the NodePool"
-)
-LIMITS: Final = (
-    "issue 24 item 2: limits no node fits under are told to the pods pinned to the NodePool, "
-    "not on the NodePool"
-)
 
 
 @dataclass(frozen=True)
@@ -123,18 +113,19 @@ _UNSATISFIABLE["min-values-beyond-the-catalog"] = (
     },
     {},
 )
-# What the NodePool itself must say for the unsatisfiable ones (the pods pinned to them are
-# told today; the NodePool is not).
+# What the NodePool itself must say for the unsatisfiable ones, besides what the pods pinned
+# to them are told: its InstanceTypesSatisfiable condition, or for limits (which leave it
+# Ready: a zero limit is how upstream users pause a NodePool) a NoNodeWithinLimits Event.
 _UNSATISFIABLE_WORDS: Final = {
     "instance-type-typo": ("m-2x-amd64-linux-typo",),
     "arch-not-offered": ("arm64",),
     "os-not-offered": ("windows",),
     "zone-not-offered": ("zone-z",),
     "capacity-type-not-offered": ("spot",),
-    "min-values-beyond-the-catalog": ("minValues",),
-    "limits-zero-cpu": ("limit",),
-    "limits-zero-nodes": ("limit",),
-    "limits-below-one-node": ("limit",),
+    "min-values-beyond-the-catalog": ("minValues 50", "not met"),
+    "limits-zero-cpu": ("limits.cpu 0 leaves room for no node",),
+    "limits-zero-nodes": ("limits.nodes 0 leaves room for no node",),
+    "limits-below-one-node": ("limits.memory", "leaves room for no node"),
 }
 
 
@@ -146,13 +137,6 @@ def _nodepools() -> list[Entry]:
             nodepool(f"np-{case}", template, **spec),
             ("condition", "event"),
             _UNSATISFIABLE_WORDS[case],
-            fails_today=(
-                LIMITS
-                if case.startswith("limits-")
-                else MIN_VALUES
-                if case == "min-values-beyond-the-catalog"
-                else None
-            ),
         )
         for case, (template, spec) in _UNSATISFIABLE.items()
     ]
@@ -179,7 +163,6 @@ def _nodepools() -> list[Entry]:
             nodepool("np-grace-huge", {"terminationGracePeriod": _HUGE}),
             "terminationGracePeriod",
         ),
-        ("limit-cpu-1e400", nodepool("np-limit-huge", {}, limits={"cpu": "1e400"}), "cpu"),
         ("name-64", nodepool("n" * 64, {}), "63"),
         (
             "requirements-100",
@@ -197,10 +180,21 @@ def _nodepools() -> list[Entry]:
             # A pod cannot select a label value over 63 characters; the issue's run stopped
             # with no pod pinned to that one.
             pinned=not case.startswith("name-"),
-            fails_today=HELD if case == "limit-cpu-1e400" else None,
         )
         for case, obj, word in stoppers
     ]
+    entries.append(
+        Entry(
+            "nodepool-limit-cpu-1e400",
+            "nodepool",
+            nodepool("np-limit-huge", {}, limits={"cpu": "1e400"}),
+            # Go keeps it as an arbitrary-precision decimal, no limit; it is admitted and said
+            # on the NodePool (an Event: it stays Ready, as in Kubernetes).
+            ("refused", "condition", "event"),
+            ("limits.cpu 1e400", "no limit"),
+            pinned=True,
+        )
+    )
     entries += [
         Entry(
             "nodepool-name-250",

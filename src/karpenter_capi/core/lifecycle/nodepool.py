@@ -8,11 +8,15 @@ and ``NodeClassReady`` and derives ``Ready`` from them (``NodeRegistrationHealth
 informational, see ``health.py``), with a Warning Event when the pool stops being ready and a
 Normal one when it recovers.
 
-Two more things make a NodePool useless without anything being invalid, and are said here too:
+More things make a NodePool useless without anything being invalid, and are said here too:
 requirements no instance type of its NodeClass meets (a typo in an instance type, a zone or an
-architecture nothing offers), ``InstanceTypesSatisfiable=False``, which makes it not ready; and
-an ``expireAfter`` shorter than a node may take to register, which upstream honours and so
-does this, but which replaces every node as soon as it comes up: a Warning Event, once.
+architecture nothing offers) or a ``minValues`` all of them together cannot meet,
+``InstanceTypesSatisfiable=False``, which makes it not ready (upstream launches nothing for
+either); an ``expireAfter`` shorter than a node may take to register, which upstream honours and
+so does this, but which replaces every node as soon as it comes up: a Warning Event, once; and
+limits that leave room for no node, or that are beyond what Kubernetes counts (read as no limit):
+an Event once per value, the pool staying ready, since a limit of 0 is how upstream users pause
+a NodePool on purpose.
 """
 
 from __future__ import annotations
@@ -47,8 +51,14 @@ from karpenter_capi.core.runtime.controller import (
     Result,
     Watch,
 )
-from karpenter_capi.core.scheduling.nofit import unsatisfiable_reason
+from karpenter_capi.core.scheduling.nofit import (
+    min_values_reason,
+    no_room_reason,
+    satisfying,
+    unsatisfiable_reason,
+)
 from karpenter_capi.core.scheduling.requirements import Requirements
+from karpenter_capi.core.scheduling.resources import ResourceList, ResourceListError
 
 NAME: Final = "nodepool.readiness"
 VALIDATION: Final = str(NodePoolConditionType.VALIDATION_SUCCEEDED)
@@ -58,6 +68,8 @@ SATISFIABLE: Final = "InstanceTypesSatisfiable"
 RECHECK: Final = 60.0
 SHORT_EXPIRY: Final = timedelta(seconds=DEFAULT_REGISTRATION_TIMEOUT)
 """An ``expireAfter`` below this may expire a node before it has even registered."""
+NO_ROOM: Final = "NoNodeWithinLimits"
+_INT64_MAX: Final = 2**63 - 1
 
 
 def _nodeclass_name(pool: JsonObject) -> str | None:
@@ -67,20 +79,93 @@ def _nodeclass_name(pool: JsonObject) -> str | None:
     return str(name) if name else None
 
 
+def _requirements(pool: JsonObject) -> Requirements:
+    """What every node of ``pool`` must meet: its requirements and its template labels."""
+    template = (pool.get("spec") or {}).get("template") or {}
+    return Requirements.from_dicts((template.get("spec") or {}).get("requirements") or []).merged(
+        Requirements.from_labels((template.get("metadata") or {}).get("labels") or {})
+    )
+
+
+def _instance_types_refusal(
+    pool: JsonObject, types: Sequence[InstanceType]
+) -> tuple[str, str] | None:
+    """``InstanceTypesSatisfiable``'s reason and message when it is False, else ``None``."""
+    if not types:
+        return None
+    requirements = _requirements(pool)
+    where = f"{CLUSTER_API_NODE_CLASSES.kind} {_nodeclass_name(pool)}"
+    why = unsatisfiable_reason(types, requirements)
+    if why is not None:
+        return (
+            "NoInstanceTypeMeetsRequirements",
+            f"{why}; change the requirement, or select scalable resources that offer it in {where}",
+        )
+    why = min_values_reason(types, requirements)
+    if why is not None:
+        return (
+            "MinValuesNotMet",
+            f"{why} among the instance types of {where} that meet the requirements; lower "
+            "minValues, or select more scalable resources",
+        )
+    return None
+
+
 def instance_types_problem(pool: JsonObject, types: Sequence[InstanceType]) -> str | None:
     """Why none of its NodeClass's ``types`` can ever make a node of ``pool`` (its requirements
-    and template labels), naming the requirement and what to change; ``None`` if one can."""
-    template = (pool.get("spec") or {}).get("template") or {}
-    requirements = Requirements.from_dicts(
-        (template.get("spec") or {}).get("requirements") or []
-    ).merged(Requirements.from_labels((template.get("metadata") or {}).get("labels") or {}))
-    why = unsatisfiable_reason(types, requirements) if types else None
+    and template labels, or a ``minValues`` they all together cannot meet), naming the
+    requirement and what to change; ``None`` if one can."""
+    refusal = _instance_types_refusal(pool, types)
+    return None if refusal is None else refusal[1]
+
+
+def limits_warnings(
+    pool: JsonObject, model: NodePool, types: Sequence[InstanceType]
+) -> list[tuple[str, str, str]]:
+    """What to tell about ``pool``'s limits, as (Event type, reason, message): a limit beyond
+    what Kubernetes counts, read as no limit; and limits under which no node of its instance
+    types fits (``types``, empty when not judged). Neither makes the pool unready: upstream
+    users write ``cpu: 0`` to pause a NodePool, so a zero limit is said as Normal, and a
+    non-zero one under the smallest node, almost always a unit slip, as a Warning."""
+    written = model.spec.limits
+    try:
+        limits = ResourceList.parse(written)
+    except ResourceListError:
+        return []  # what the provisioner cannot read, it says on the NodePool
+    said = [
+        (
+            WARNING,
+            "LimitBeyondInt64",
+            f"limits.{name} {written[name]} is beyond what Kubernetes counts "
+            f"(int64): treated as no limit on {name}; remove it, or write the bound meant",
+        )
+        for name in sorted(limits)
+        if limits.value(name) >= _INT64_MAX
+    ]
+    if model.is_static:
+        return said  # limits.nodes caps its replicas, which the static controllers say
+    why = no_room_reason(limits, satisfying(types, _requirements(pool)))
     if why is None:
-        return None
-    return (
-        f"{why}; change the requirement, or select scalable resources that offer it in "
-        f"{CLUSTER_API_NODE_CLASSES.kind} {_nodeclass_name(pool)}"
-    )
+        return said
+    if any(limits.milli(name) == 0 for name in limits):
+        return [
+            *said,
+            (
+                NORMAL,
+                NO_ROOM,
+                f"{why}; nothing is launched from this NodePool: a limit of 0 is how a "
+                "NodePool is paused, raise it to launch again",
+            ),
+        ]
+    return [
+        *said,
+        (
+            WARNING,
+            NO_ROOM,
+            f"{why}; nothing is launched from this NodePool until the limit is raised to at "
+            "least one node's size (limits cap the total of all its nodes)",
+        ),
+    ]
 
 
 def short_expiry_warning(model: NodePool) -> str | None:
@@ -108,6 +193,8 @@ class NodePoolReadinessController:
         self._writes = Writes(ctx, NAME)
         # NodePool uid -> the expireAfter last warned about: one Event per value, not per round.
         self._warned_expiry: dict[str, str] = {}
+        # NodePool uid -> the limits messages said: each said once, again after it went away.
+        self._warned_limits: dict[str, set[str]] = {}
 
     def watches(self) -> Sequence[Watch]:
         return [Watch(CLUSTER_API_NODE_CLASSES, self._pools_of)]
@@ -149,8 +236,9 @@ class NodePoolReadinessController:
         else:
             conditions.set_true(VALIDATION)
         nodeclass = self._judge_nodeclass(pool, conditions)
+        types: Sequence[InstanceType] | None = None
         if model is not None and nodeclass is not None and not problems:
-            self._judge_instance_types(pool, model, nodeclass, conditions)
+            types = self._judge_instance_types(pool, model, nodeclass, conditions)
         else:
             # Not judged until the pool and its NodeClass can be used; Ready says why not.
             conditions.set_unknown(
@@ -158,6 +246,7 @@ class NodePoolReadinessController:
             )
         if model is not None:
             self._warn_short_expiry(pool, model)
+            self._warn_limits(pool, model, types)
         # Offerings change with the Cluster API objects, which this does not watch: a pool
         # nothing satisfies is looked at again a minute on.
         settled = (
@@ -193,21 +282,21 @@ class NodePoolReadinessController:
         model: NodePool,
         nodeclass: ClusterAPINodeClass,
         conditions: ConditionSet,
-    ) -> None:
+    ) -> Sequence[InstanceType] | None:
         """``InstanceTypesSatisfiable``: whether any instance type of the NodeClass meets the
-        pool's requirements (and template labels), naming the one that excludes them if not."""
+        pool's requirements (and template labels, and minValues), naming the one that excludes
+        them if not. Returns the NodeClass's instance types, ``None`` when they are not known."""
         try:
             types = self._ctx.plugins.instance_types(nodeclass, model, priced=False)
         except (ProviderError, PluginError, ApiError):
-            return  # the provisioner reports the inventory's error on the NodePool
-        if not types:
-            conditions.set_true(SATISFIABLE)  # NodeClassReady says why it offers nothing
-            return
-        why = instance_types_problem(pool, types)
-        if why is None:
+            return None  # the provisioner reports the inventory's error on the NodePool
+        refusal = _instance_types_refusal(pool, types)
+        if refusal is None:
+            # With no type at all, NodeClassReady says why it offers nothing.
             conditions.set_true(SATISFIABLE)
-            return
-        conditions.set_false(SATISFIABLE, "NoInstanceTypeMeetsRequirements", why)
+            return types
+        conditions.set_false(SATISFIABLE, *refusal)
+        return types
 
     def _warn_short_expiry(self, pool: JsonObject, model: NodePool) -> None:
         uid = str(pool["metadata"].get("uid") or pool["metadata"]["name"])
@@ -219,6 +308,25 @@ class NodePoolReadinessController:
             return
         self._warned_expiry[uid] = str(expire_after)
         self._writes.event(pool, WARNING, "ExpireAfterTooShort", short_expiry_warning(model) or "")
+
+    def _warn_limits(
+        self, pool: JsonObject, model: NodePool, types: Sequence[InstanceType] | None
+    ) -> None:
+        """Each of ``limits_warnings`` as an Event, once until it stops being true; while the
+        instance types are not known, what was said of them stands."""
+        uid = str(pool["metadata"].get("uid") or pool["metadata"]["name"])
+        warnings = limits_warnings(pool, model, types or ())
+        said = self._warned_limits.get(uid, set())
+        for event_type, reason, message in warnings:
+            if message not in said:
+                self._writes.event(pool, event_type, reason, message)
+        now = {message for _, _, message in warnings}
+        if types is None:
+            now |= said
+        if now:
+            self._warned_limits[uid] = now
+        else:
+            self._warned_limits.pop(uid, None)
 
     def _judge_nodeclass(
         self, pool: JsonObject, conditions: ConditionSet

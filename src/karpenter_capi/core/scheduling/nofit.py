@@ -18,8 +18,12 @@ from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.scheduling.claims import HOSTNAME_PLACEHOLDER
 from karpenter_capi.core.scheduling.model import compatible_offerings
+from karpenter_capi.core.scheduling.quantity import HELD_UNITS, MAX_EXPONENT
 from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
 from karpenter_capi.core.scheduling.resources import ResourceList
+
+_POSSIBLE: Final = ("excluded", "its offerings allowed are unavailable")
+"""What ``why_excluded`` says of a type that meets the requirements (see there)."""
 
 
 def why_excluded(
@@ -65,14 +69,64 @@ def no_type_reason(
 def unsatisfiable_reason(types: Sequence[InstanceType], requirements: Requirements) -> str | None:
     """Why no instance type of ``types`` can ever meet a NodePool's ``requirements``, whatever
     pod comes (``None`` if one can): the NodePool's own condition, not a pod's Event."""
-    if any(why_excluded(t, requirements, lambda _: True) == "excluded" for t in types):
+    if satisfying(types, requirements):
         return None
     reasons = Counter(why_excluded(t, requirements, lambda _: True) for t in types)
-    if set(reasons) == {"its offerings allowed are unavailable"}:
-        return None  # unavailable for now (a maximum size reached), not impossible
     (reason, count), *others = reasons.most_common()
     share = f"all {count}" if not others else f"{count} of {len(types)}"
     return f"no instance type meets its requirements ({share} instance types: {reason})"
+
+
+def satisfying(types: Sequence[InstanceType], requirements: Requirements) -> list[InstanceType]:
+    """The ``types`` that can make a node meeting a NodePool's ``requirements``, whether or not
+    their offerings are available right now (a maximum size reached is for now, not for ever)."""
+    return [t for t in types if why_excluded(t, requirements, lambda _: True) in _POSSIBLE]
+
+
+def min_values_reason(types: Sequence[InstanceType], requirements: Requirements) -> str | None:
+    """Which ``minValues`` of a NodePool's ``requirements`` all of its instance types together
+    cannot meet, whatever pod comes (upstream launches nothing for such a pool), or ``None``."""
+    values: dict[str, set[str]] = {}
+    for instance_type in satisfying(types, requirements):
+        for key, allowed in instance_type.requirements.items():
+            values.setdefault(key, set()).update(allowed)
+    refusal = requirements.min_values_problem(values)
+    return None if refusal is None else refusal.reason
+
+
+def no_room_reason(limits: ResourceList, types: Sequence[InstanceType]) -> str | None:
+    """Which of a NodePool's ``limits`` leave room for no node of ``types`` (its instance types
+    that meet its requirements) even with nothing launched yet, naming the smallest type's size;
+    ``None`` when one node fits. Limits cap the capacity of all the pool's nodes together, as
+    upstream counts them, and ``nodes`` their number."""
+    if not limits or not types:
+        return None
+
+    def over(instance_type: InstanceType, name: str) -> bool:
+        if name == "nodes":
+            return limits.milli(name) < 1000
+        return instance_type.capacity.milli(name) > limits.milli(name)
+
+    if any(not any(over(t, name) for name in limits) for t in types):
+        return None
+    said = []
+    for name in sorted(limits):
+        if not all(over(t, name) for t in types):
+            continue
+        if name == "nodes":
+            said.append(f"limits.nodes {limits[name]} leaves room for no node")
+            continue
+        smallest = min(types, key=lambda t: (t.capacity.milli(name), t.name))
+        said.append(
+            f"limits.{name} {limits[name]} leaves room for no node: the smallest instance type "
+            f"({smallest.name}) has {smallest.capacity[name]}"
+        )
+    if not said:
+        written = ", ".join(f"{name} {limits[name]}" for name in sorted(limits))
+        said.append(
+            f"limits {written} leave room for no node together: each instance type is over one"
+        )
+    return "; ".join(said)
 
 
 def too_small_reason(types: Sequence[InstanceType], needed: ResourceList) -> str:
@@ -84,9 +138,12 @@ def too_small_reason(types: Sequence[InstanceType], needed: ResourceList) -> str
         largest = largest.max_merge(instance_type.allocatable)
     short = []
     for name in needed:
-        want, have = needed[name], largest.milli(name)
+        have = largest.milli(name)
         if needed.milli(name) <= have:
             continue
+        # A request held at the bound (``1e400``) is quoted as such, not as a number never written.
+        held = needed.value(name) >= HELD_UNITS
+        want = f"10^{MAX_EXPONENT} or more" if held else str(needed[name])
         if have <= 0:
             short.append(f"{name} {want} (no instance type has {name})")
         else:

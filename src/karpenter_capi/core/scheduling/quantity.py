@@ -47,6 +47,10 @@ _MAX_DIGITS: Final = 100
 # a float's range.
 _MAX_EXPONENT: Final = 100
 _MAX_DECIMAL_NANOS: Final = 10 ** (_MAX_EXPONENT + 9)
+MAX_EXPONENT: Final = _MAX_EXPONENT
+HELD_UNITS: Final = 10**_MAX_EXPONENT
+"""Where decimal magnitudes are held, in units: a value at it may stand for any larger one, so
+messages quote it as "10^100 or more", not as a number the user never wrote."""
 # BinarySI quantities are capped like Kubernetes does (``maxAllowed``: the largest int64).
 _MAX_BINARY_NANOS: Final = (2**63 - 1) * _NANO
 
