@@ -11,8 +11,8 @@ prints the figures the issue counts:
 - inputs applied, refused at admission, surfaced on the object (a condition or an Event),
   silent (listed, with the part of the issue expected to fix each);
 - the workload's pods bound, and the virtual seconds from its Deployments to the last pod
-  bound, against a clean run of the same world without a single bad input, and the NodeClaims
-  each ends with;
+  bound, against a clean run of the same world without a single bad input, the NodeClaims
+  each ends with, and the instance types of the catalog NodePool's (the workload's nodes);
 - Machines leaked and the other invariant violations at the end (``sim.invariants``);
 - log records with a traceback, and WARNING lines (all of them, and distinct).
 
@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: tests.*
+from karpenter_capi.sim.scenario.catalog import NAME
 from tests.reliability.malformed_http.catalogue import STOPPERS, catalogue
 from tests.reliability.malformed_http.harness import UNTIL, MalformedRun
 
@@ -69,6 +70,8 @@ def _figures(run: MalformedRun, clean: MalformedRun, wall: float) -> dict[str, A
         "clean_bound_seconds": clean.workload_bound_at,
         "nodeclaims": run.result.nodeclaims if run.result else None,
         "clean_nodeclaims": clean.result.nodeclaims if clean.result else None,
+        "workload_nodes": run.instance_types.get(NAME, []),
+        "clean_workload_nodes": clean.instance_types.get(NAME, []),
         "leaked_machines": len(leaked),
         "violations": run.violations,
         "tracebacks": len(run.tracebacks),
@@ -97,6 +100,11 @@ def _print(figures: dict[str, Any]) -> None:
     print(
         f"NodeClaims at the end     {figures['nodeclaims']} "
         f"(clean run: {figures['clean_nodeclaims']})"
+    )
+    nodes, clean_nodes = figures["workload_nodes"], figures["clean_workload_nodes"]
+    print(
+        f"{NAME} NodePool's nodes  {len(nodes)}: {', '.join(nodes) or '-'} (clean run: "
+        f"{'the same' if nodes == clean_nodes else ', '.join(clean_nodes) or '-'})"
     )
     print(f"leaked Machines           {figures['leaked_machines']}")
     print(f"invariant violations      {len(figures['violations'])}")

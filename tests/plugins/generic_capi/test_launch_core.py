@@ -141,3 +141,38 @@ def test_nodeclaims_that_fill_a_resource_to_its_max_size_are_launched(
     env.driver.advance(60)
 
     assert all(launched(env, name) for name in claims)
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [{"karpenter.sh/nodepool": "ghost"}, {}],
+    ids=["nodepool-missing", "no-nodepool-label"],
+)
+def test_a_hand_made_nodeclaim_the_core_cannot_launch_holds_back_no_scale_up(
+    env: Env, labels: dict[str, str]
+) -> None:
+    """A NodeClaim whose NodePool does not exist never reaches ``create``: the NodeClaims
+    launched next to it must not leave their scale-up to it as to the last of their round,
+    or every launch in the cluster waits a whole poll (5 s) for as long as the hand-made
+    NodeClaim is younger than the round window (issue 24: the workload bound 5 s late)."""
+    env.deployment("md-a")
+    env.with_core()
+    env.nodeclaim("hand-made")
+    env.api.patch(
+        NODECLAIMS, "hand-made", {"metadata": {"labels": {"karpenter.sh/nodepool": None}}}
+    )
+    if labels:
+        env.api.patch(NODECLAIMS, "hand-made", {"metadata": {"labels": labels}})
+    env.driver.run_until_quiet()
+    condition = next(
+        c for c in env.claim("hand-made")["status"]["conditions"] if c["type"] == LAUNCHED
+    )
+    assert (condition["status"], condition["reason"]) == ("Unknown", "NodePoolNotFound")
+
+    env.nodeclaim("nc-0")
+    env.driver.run_until_quiet()
+
+    # Raised at nc-0's first call, not at its next poll.
+    assert env.replicas("md-a") == 1
+    assert list(env.bindings()) == ["nc-0"]
+    assert env.scale_writes() == 1

@@ -13,8 +13,8 @@ runtime's ``FakeClock``: a run costs no wall time beyond the computing and is re
 
 The schedule: the first half of the catalogue just after the controller starts, the
 workload's Deployments at ``DEPLOY_AT``, the second half at ``SECOND_HALF_AT``, while the
-workload is being provisioned (the catalog NodePool weighted first, so the workload goes
-where a user's main NodePool would take it). The run records what each create answered and
+workload is being provisioned (the workload selects the catalog NodePool, which is also
+weighted first, as a user's main NodePool). The run records what each create answered and
 every log record with a traceback; at the end, when the workload's pods were bound (from
 their timestamps), the Events, the NodeClaims per NodePool, and the invariant checker's
 findings (its dry run with the controller's own plugins).
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
-from karpenter_capi.core.api.wellknown import LABEL_NODEPOOL
+from karpenter_capi.core.api.wellknown import LABEL_INSTANCE_TYPE, LABEL_NODEPOOL
 from karpenter_capi.core.clock import parse_timestamp
 from karpenter_capi.core.kube.errors import ApiError, NotFound
 from karpenter_capi.core.kube.official import OfficialClient
@@ -65,7 +65,13 @@ WORKLOADS: Final = (
 
 def scenario(scale: int = 1) -> Scenario:
     """A small catalog (2, 4 and 8 vCPU, two families, one zone) and the workload, deployed
-    at ``DEPLOY_AT``, its replicas times ``scale``."""
+    at ``DEPLOY_AT``, its replicas times ``scale``, on the catalog NodePool.
+
+    The workload selects that NodePool so both runs buy it the same nodes: otherwise its pods
+    may take the room left on a bad NodePool's node, as Karpenter rightly does with any
+    compatible node already launching (``np-limit-huge``'s, bought at 0 s for the pod pinned
+    to it, took one ``batch`` pod, and the other 25 were packed on five nodes instead of the
+    clean run's three), and the comparison would measure that node, not the controller."""
     return parse_scenario(
         {
             "name": "malformed-http",
@@ -83,7 +89,13 @@ def scenario(scale: int = 1) -> Scenario:
                 }
             },
             "workloads": [
-                {"name": name, "replicas": replicas * scale, "cpu": cpu, "memory": memory}
+                {
+                    "name": name,
+                    "replicas": replicas * scale,
+                    "cpu": cpu,
+                    "memory": memory,
+                    "nodeSelector": {LABEL_NODEPOOL: NAME},
+                }
                 for name, replicas, cpu, memory in WORKLOADS
             ],
             "timeline": [
@@ -163,6 +175,8 @@ class MalformedRun:
     events: list[dict[str, Any]] = field(default_factory=list)
     nodeclaims: dict[str, int] = field(default_factory=dict)
     """Live NodeClaims at the end by their NodePool label (``-`` for none)."""
+    instance_types: dict[str, list[str]] = field(default_factory=dict)
+    """The instance types of those NodeClaims by NodePool, sorted: the nodes bought."""
     idle_nodeclaims: list[str] = field(default_factory=list)
     """``pool/name`` of the live NodeClaims whose node holds no pod at the end (or that have
     no node yet): capacity bought for nothing."""
@@ -218,8 +232,9 @@ class MalformedRun:
     def _pace(self, now: float) -> None:
         if now == 0:
             self._user = self._client(USER_AGENT, poll=False)
-            # The workload goes to the catalog NodePool first, as a user's main NodePool
-            # would take it; the bad NodePools get only the pods pinned to them.
+            # The pods that select no NodePool (the impossible ones) go to the catalog
+            # NodePool first, as a user's main NodePool would take them; the bad NodePools
+            # get only the pods pinned to them (the workload selects the catalog's).
             self.server.patch(NODEPOOLS, NAME, {"spec": {"weight": 100}})
             self._apply(self.entries[0::2])
         if now >= SECOND_HALF_AT and not self._second_half_applied:
@@ -296,8 +311,12 @@ class MalformedRun:
             if not claim["metadata"].get("deletionTimestamp"):
                 pool = (claim["metadata"].get("labels") or {}).get(LABEL_NODEPOOL, "-")
                 self.nodeclaims[pool] = self.nodeclaims.get(pool, 0) + 1
+                kind = (claim["metadata"].get("labels") or {}).get(LABEL_INSTANCE_TYPE, "-")
+                self.instance_types.setdefault(pool, []).append(kind)
                 if (claim.get("status") or {}).get("nodeName") not in holding:
                     self.idle_nodeclaims.append(f"{pool}/{claim['metadata']['name']}")
+        for kinds in self.instance_types.values():
+            kinds.sort()
         return self
 
     # -- what the user reads ------------------------------------------------------------------

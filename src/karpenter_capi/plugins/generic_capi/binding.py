@@ -51,6 +51,11 @@ ANNOTATION_ORPHANED_INSTANCE: Final = "karpenter.cluster.x-k8s.io/orphaned-insta
 ANNOTATION_DELETE_MACHINE: Final = wellknown.ANNOTATION_CAPI_DELETE_MACHINE
 
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+LAUNCH_UNDER_WAY: Final = frozenset({"", "AwaitingReconciliation", "Launching"})
+"""Reasons of a NodeClaim's ``Launched`` condition while the core may still call ``create``
+for it (none yet, the core's initial one, its own while the plugin launches). Any other is the
+core saying it could not (its NodePool missing or invalid, its requirements unreadable, the
+last call failed): it retries later, after a backoff."""
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -173,6 +178,14 @@ class ClaimFacts:
     provider_id: str
     node_class_kind: str = ""
     """The kind of its ``spec.nodeClassRef`` (which plugin launches it)."""
+    launch_reason: str = ""
+    """The reason of its ``Launched`` condition while not ``True``."""
+
+    @property
+    def launch_held(self) -> bool:
+        """The core said it could not launch the NodeClaim yet (``LAUNCH_UNDER_WAY``): no
+        ``create`` call for it is about to come."""
+        return self.launch_reason not in LAUNCH_UNDER_WAY
 
     @cached_property
     def intent(self) -> str:
@@ -222,7 +235,16 @@ def claim_facts(obj: Any) -> ClaimFacts:
         annotations=_str_map(meta.get("annotations")),
         provider_id=str((status.get("providerID") if isinstance(status, Mapping) else "") or ""),
         node_class_kind=str((ref.get("kind") if isinstance(ref, Mapping) else "") or ""),
+        launch_reason=_launch_reason(status),
     )
+
+
+def _launch_reason(status: Any) -> str:
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    for condition in conditions if isinstance(conditions, list) else ():
+        if isinstance(condition, Mapping) and condition.get("type") == "Launched":
+            return "" if condition.get("status") == "True" else str(condition.get("reason") or "")
+    return ""
 
 
 def match(

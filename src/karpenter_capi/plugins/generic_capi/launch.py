@@ -28,7 +28,9 @@ and whose intent the core has not written yet (``inflight``: otherwise the next 
 the round would bind the Machine made for the previous one, which would ask again only at its
 next poll). And a NodeClaim's first call that would raise the replicas leaves that to the last
 NodeClaim of its round: it records its choice, then, if another NodeClaim of this plugin's kind
-created within ``round_window`` has chosen nothing yet, it only waits. The call that finds none
+created within ``round_window`` has chosen nothing yet, it only waits. One the core could not
+launch (a hand-made NodeClaim whose NodePool does not exist) is not waited for: its call may
+never come, and every launch beside it would wait a whole poll. The call that finds none
 closes the round: it raises its own resource and every resource left to it (``_close_round``),
 each to its target from a fresh read. Recording before looking means that of two concurrent
 first calls at least one sees the other's choice, so some call always closes the round.
@@ -274,7 +276,8 @@ class Launcher:
 
     def _choosing(self, call: _Call) -> bool:
         """Whether another NodeClaim of this round has yet to choose its resource: created
-        within ``round_window``, launched by this plugin, with no intent in the API or here."""
+        within ``round_window``, launched by this plugin, with no intent in the API or here,
+        and not held back by the core (``ClaimFacts.launch_held``)."""
         if call.choosing is None:
             claim = call.claim
             window = self._settings.round_window
@@ -283,6 +286,7 @@ class Launcher:
                 other.name != claim.name
                 and other.node_class_kind == claim.node_class_kind
                 and other.created >= horizon
+                and not other.launch_held  # a hand-made one may never get here (issue 24)
                 and not self._inflight.has_intent(other.name)
                 for other in call.claims(self._mirrors).choosing
             )
