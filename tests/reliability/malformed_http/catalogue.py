@@ -76,6 +76,8 @@ class Entry:
     where: tuple[str, str] | None = None
     """(kind, name) of the object that carries the mark, when it is not the entry itself."""
     fails_today: str | None = None
+    """What is still missing for this entry, when something is: a strict xfail, so the fix
+    shows as a failure until the mark goes. None today."""
 
     @property
     def kind(self) -> str:
