@@ -10,12 +10,16 @@ case the good Deployment's pods run.
 
 from __future__ import annotations
 
+import io
+import logging
 from typing import Any
 
 import pytest
 
+from karpenter_capi.cli_explain import explain
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.kube.resources import MACHINES, NODECLAIMS, NODES
+from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.plugins.generic_capi.binding import ANNOTATION_MACHINE, ANNOTATION_NODECLAIM
 from tests.support.operator_world import nodeclaim_crd_without_duration_bounds
 
@@ -193,3 +197,27 @@ def test_an_invalid_nodeclaim_upstream_launched_is_marked_and_gives_its_machine_
     assert "hand" not in [c["metadata"]["name"] for c in world.nodeclaims()]
     assert name not in [m["metadata"]["name"] for m in _machines(world)]
     world.assert_good_resource_served()
+
+
+def test_explain_names_an_invalid_nodeclaim_as_its_condition_does() -> None:
+    world = World()
+    world.server.apply_manifests([nodeclaim_crd_without_duration_bounds()])
+    _nodeclaim(
+        world, "hand", {wellknown.LABEL_NODEPOOL: NODEPOOL}, terminationGracePeriod="99999999999h"
+    )
+    world.run(10)
+    ready = world.condition(NODECLAIMS, "hand", "Ready")
+    environment = PluginEnvironment(
+        workload=world.server,
+        management=world.server,
+        clock=world.clock,
+        dry_run=True,
+        logger=logging.getLogger("karpenter_capi.plugins"),
+    )
+
+    result = explain(world.server, Plugins.load(["generic_capi"], environment), world.clock)
+    out = io.StringIO()
+    result.write_text(out)
+
+    assert f"NodeClaim hand: {ready['message']}" in out.getvalue(), out.getvalue()
+    assert result.as_dict()["invalidNodeClaims"] == {"hand": ready["message"]}

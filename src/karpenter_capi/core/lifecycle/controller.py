@@ -83,6 +83,16 @@ INVALID_FIX: Final = (
 )
 
 
+def invalid_nodeclaim_message(raw: JsonObject) -> str | None:
+    """What ``Ready`` says on a NodeClaim the model refuses (``None`` when it validates):
+    each field with its bound, and how to fix it. ``explain`` shows the same words."""
+    try:
+        NodeClaim.model_validate(raw)
+    except ValidationError as exc:
+        return f"{'; '.join(validation_problems(exc))}. {INVALID_FIX}"
+    return None
+
+
 def earliest(results: Iterable[Result]) -> Result:
     """The soonest requeue any step asked for (none if none did)."""
     delays = [r.requeue_after for r in results if r.requeue_after is not None]
@@ -184,9 +194,9 @@ class NodeClaimLifecycleController:
             return DONE
         try:
             model = NodeClaim.model_validate(raw)
-        except ValidationError as exc:
+        except ValidationError:
             self._launch.forget(key)
-            self._mark_invalid(key, raw, "; ".join(validation_problems(exc)))
+            self._mark_invalid(key, raw, invalid_nodeclaim_message(raw) or "")
             return DONE
         try:
             return self._reconcile(raw, model)
@@ -195,10 +205,9 @@ class NodeClaimLifecycleController:
             self._launch.forget(key)
             return DONE
 
-    def _mark_invalid(self, key: Key, raw: JsonObject, problems: str) -> None:
-        """``Ready=False`` naming ``problems``; the Event and the log line only when that is
+    def _mark_invalid(self, key: Key, raw: JsonObject, message: str) -> None:
+        """``Ready=False`` saying ``message``; the Event and the log line only when that is
         news (so once per change, and not again after a restart)."""
-        message = f"{problems}. {INVALID_FIX}"
         meta = raw.get("metadata") or {}
         generation, created = meta.get("generation"), meta.get("creationTimestamp")
         conditions = ConditionSet(
