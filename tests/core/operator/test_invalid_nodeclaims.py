@@ -71,6 +71,7 @@ def test_an_invalid_nodeclaim_is_marked_once_and_its_machine_released_when_delet
     assert f"spec.{field}" in ready["message"], ready["message"]
     assert "2562047h47m16s" in ready["message"], ready["message"]
     assert "delete" in ready["message"], ready["message"]
+    assert ready["message"].count("'Never'") <= 1, ready["message"]
     (event,) = world.events("InvalidNodeClaim", name="hand")
     assert f"spec.{field}" in event["message"]
     warned = [r for r in caplog.records if "hand" in r.getMessage()]
