@@ -119,6 +119,8 @@ class Explanation:
     its requirements, an ``expireAfter`` too short to keep a node."""
     unclaimed_nodes: dict[str, str] = field(default_factory=dict)
     """Nodes with Karpenter's labels that no NodeClaim holds, with their Event's words."""
+    invalid_nodeclaims: dict[str, str] = field(default_factory=dict)
+    """NodeClaims the model refuses, with their ``Ready`` condition's words."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -133,6 +135,7 @@ class Explanation:
                 "nodes": [v.as_dict() for v in self.nodes],
             },
             "unclaimedNodes": self.unclaimed_nodes,
+            "invalidNodeClaims": self.invalid_nodeclaims,
         }
 
     def write_text(self, out: TextIO) -> None:
@@ -160,6 +163,10 @@ class Explanation:
             out.write("\nNodes no NodeClaim holds:\n")
             for node, message in sorted(self.unclaimed_nodes.items()):
                 out.write(f"  Node {node}: {message}\n")
+        if self.invalid_nodeclaims:
+            out.write("\nNodeClaims the controller cannot work on:\n")
+            for claim, message in sorted(self.invalid_nodeclaims.items()):
+                out.write(f"  NodeClaim {claim}: {message}\n")
 
 
 def explain(
@@ -216,6 +223,7 @@ def explain(
     return Explanation(
         nodepool_warnings=_nodepool_warnings(usable),
         unclaimed_nodes=_unclaimed_nodes(snapshot),
+        invalid_nodeclaims=_invalid_nodeclaims(snapshot),
         pods=[pods[k] for k in sorted(pods)],
         nodepool_errors=dict(round_report.nodepool_errors),
         command=report.command.describe() if report.command else None,
@@ -259,6 +267,17 @@ def _unclaimed_nodes(snapshot: Any) -> dict[str, str]:
         message = unclaimed_message(node)
         if message and not any(holds(claim, node) for claim in snapshot.nodeclaims):
             found[str(node["metadata"]["name"])] = message
+    return found
+
+
+def _invalid_nodeclaims(snapshot: Any) -> dict[str, str]:
+    from karpenter_capi.core.lifecycle.controller import invalid_nodeclaim_message
+
+    found = {}
+    for claim in snapshot.nodeclaims:
+        message = invalid_nodeclaim_message(claim)
+        if message:
+            found[str(claim["metadata"]["name"])] = message
     return found
 
 

@@ -310,12 +310,30 @@ def _all_bound(clusters: TwoClusters) -> None:
     assert not pending, f"pods never bound across two clusters: {pending}"
 
 
+def _clusterless(manifests: list[dict[str, Any]]) -> dict[str, Any]:
+    """A copy of the catalog's first MachineDeployment naming a Cluster that does not exist:
+    left out, with a Warning Event on it in the management cluster (events create)."""
+    good = next(o for o in manifests if o["kind"] == "MachineDeployment")
+    broken = copy.deepcopy(good)
+    broken["metadata"] = {
+        **{k: v for k, v in good["metadata"].items() if k in ("namespace", "labels")},
+        "name": "clusterless",
+        "annotations": dict(good["metadata"].get("annotations") or {}),
+    }
+    broken.pop("status", None)
+    broken["spec"]["clusterName"] = "ghost"
+    broken["spec"]["template"]["spec"]["clusterName"] = "ghost"
+    return broken
+
+
 def record_two_clusters(log: AuditLog) -> None:
     """The drift catalog with a management cluster of its own: provision, drift, shrink."""
     scenario = load_scenario("drift")
     assert scenario.infrastructure.catalog is not None
     manifests = generate_catalog(scenario.infrastructure.catalog)
-    clusters = two_clusters(log, manifests, list(scenario.workloads))
+    clusters = two_clusters(
+        log, manifests, list(scenario.workloads), management_objects=[_clusterless(manifests)]
+    )
     clusters.driver.run_until_quiet()
     clusters.driver.advance(60)
     _all_bound(clusters)

@@ -166,6 +166,9 @@ def test_the_runs_reach_every_cluster_and_kind_of_request(recorded: list[AuditRe
     assert {r.namespace for r in lease} == {LEASE_NAMESPACE}
     prices = [r for r in recorded if r.resource == "configmaps"]
     assert {r.cluster for r in prices} == {MANAGEMENT_CLUSTER}
+    # Events on Cluster API objects (a left-out MachineDeployment) go to their own cluster.
+    events = [r for r in _in(MANAGEMENT_CLUSTER, recorded) if r.resource == "events"]
+    assert {(r.verb, r.group) for r in events} >= {("create", "")}
 
 
 # ------------------------------------------------------- the Kustomize base and management file

@@ -105,3 +105,16 @@ def operator(api: InMemoryAPIServer, clock: FakeClock, provider: FakeProvider) -
         clock,
         OperatorOptions(leader_elect=False, metrics_port=None),
     )
+
+
+def nodeclaim_crd_without_duration_bounds() -> JsonObject:
+    """The NodeClaim CRD as upstream Karpenter ships it: duration patterns, but no CEL bound,
+    so ``expireAfter: 99999999999h`` is admitted (what this project's model refuses)."""
+    from karpenter_capi.core.api.crds import generate_crds
+
+    (crd,) = [c for c in generate_crds() if c["spec"]["names"]["kind"] == "NodeClaim"]
+    for version in crd["spec"]["versions"]:
+        fields = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        for name in ("expireAfter", "terminationGracePeriod"):
+            fields[name].pop("x-kubernetes-validations", None)
+    return dict(crd)

@@ -219,7 +219,9 @@ class NillableDuration:
             try:
                 return cls(raw)
             except DurationError as err:
-                raise DurationError(f"{err}, or 'Never'") from None
+                # The too-long message already offers 'Never'; say it once.
+                said = str(err)
+                raise DurationError(said if NEVER in said else f"{said}, or 'Never'") from None
         raise DurationError(f"invalid duration {raw!r}: expected a string such as '1h' or 'Never'")
 
     @classmethod

@@ -9,10 +9,12 @@ nodeclaims`` reads the same as with Karpenter.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
-from typing import Annotated, ClassVar, Final
+from typing import Annotated, Any, ClassVar, Final
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.duration import Duration, NillableDuration
@@ -30,6 +32,7 @@ from karpenter_capi.core.api.meta import (
     Timestamp,
     TypedObject,
     find_condition,
+    validation_problems,
 )
 from karpenter_capi.core.api.nodepool import DEFAULT_EXPIRE_AFTER
 
@@ -147,3 +150,67 @@ class NodeClaim(TypedObject):
     @property
     def is_deleting(self) -> bool:
         return self.metadata.deletion_timestamp is not None
+
+
+# A best-effort reading drops what does not validate; these stand in for required fields it
+# dropped, so the rest (name, providerID, labels, annotations) still reaches a plugin.
+_STAND_INS: Final[Mapping[str, Any]] = {
+    "requirements": [],
+    "nodeClassRef": {"group": "unreadable", "kind": "unreadable", "name": "unreadable"},
+}
+# Each pass drops at least one field; a NodeClaim has far fewer leaves that can fail at once.
+_READ_PASSES: Final = 20
+
+
+def readable_nodeclaim(raw: Mapping[str, Any]) -> tuple[NodeClaim, list[str]]:
+    """``raw`` as a model, and what about it does not validate (``path: reason`` lines).
+
+    A NodeClaim our model refuses (created under upstream's CRDs, which admit durations no
+    ``timedelta`` holds, or written by hand) must still be terminated: its machine released
+    through the plugins, its finalizer removed. Each field that fails validation is dropped
+    (a required one gets a stand-in) until the rest validates. Raises ``ValidationError``
+    when even that fails (the metadata itself is unreadable).
+    """
+    try:
+        return NodeClaim.model_validate(raw), []
+    except ValidationError as error:
+        problems = validation_problems(error)
+        failed = error
+    body = copy.deepcopy(dict(raw))
+    for _ in range(_READ_PASSES):
+        # Every failing field in one pass (a short-circuit would drop one per pass).
+        dropped = [_drop(body, item["loc"], item["type"]) for item in failed.errors()]
+        if not any(dropped):
+            break
+        try:
+            return NodeClaim.model_validate(body), problems
+        except ValidationError as error:
+            failed = error
+    raise failed
+
+
+def _drop(body: dict[str, Any], loc: Sequence[int | str], kind: str) -> bool:
+    """Remove (or, when missing, stand in for) the value at the deepest part of ``loc`` that
+    exists in ``body``; False when nothing could be changed."""
+    parent: Any = None
+    node: Any = body
+    last: int | str | None = None
+    for part in loc:
+        in_dict = isinstance(node, dict) and isinstance(part, str) and part in node
+        in_list = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        if in_dict or in_list:
+            parent, node, last = node, node[part], part
+        elif kind == "missing" and isinstance(node, dict) and isinstance(part, str):
+            if part not in _STAND_INS:
+                break
+            node[part] = copy.deepcopy(_STAND_INS[part])
+            return True
+        else:
+            break
+    if parent is None or last is None or last == "metadata":
+        return False
+    if isinstance(last, str) and last in _STAND_INS and node != _STAND_INS[last]:
+        parent[last] = copy.deepcopy(_STAND_INS[last])
+    else:
+        del parent[last]
+    return True

@@ -285,8 +285,14 @@ class NodeClaimDisruptionController:
         raw_class = self._ctx.caches.store(CLUSTER_API_NODE_CLASSES).get_by_name(ref.name)
         if raw_class is not None:
             try:
+                model = NodeClaim.model_validate(claim)
+            except ValidationError:
+                # The lifecycle controller marks an invalid NodeClaim (once); nothing to ask.
+                self._drift_checked[key] = (now, None)
+                return None
+            try:
                 reason = self._ctx.plugins.is_drifted(
-                    NodeClaim.model_validate(claim), ClusterAPINodeClass.model_validate(raw_class)
+                    model, ClusterAPINodeClass.model_validate(raw_class)
                 )
             except (PluginError, ProviderError, ValidationError) as error:
                 log.warning("drift check of NodeClaim %s failed: %s", key, error)

@@ -37,6 +37,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.api.meta import validation_problems
 from karpenter_capi.core.api.nodeclaim import NodeClaim, NodeClaimConditionType
 from karpenter_capi.core.disruption.budgets import BudgetLedger
 from karpenter_capi.core.disruption.candidates import (
@@ -107,11 +108,19 @@ class _Pending:
 
 def ask_providers(plugins: Plugins, nodeclaims: list[Mapping[str, Any]]) -> Mapping[str, str]:
     """Which NodeClaims the providers refuse to remove (``karpenter_capi_disruption_blocked``);
-    every one of them when the providers cannot be asked."""
+    every one of them when the providers cannot be asked. A NodeClaim the model refuses is
+    held (naming why; the lifecycle controller marks it) and the others are still asked."""
+    claims: list[NodeClaim] = []
+    invalid: dict[str, str] = {}
+    for raw in nodeclaims:
+        try:
+            claims.append(NodeClaim.model_validate(raw))
+        except ValidationError as error:
+            name = str((raw.get("metadata") or {}).get("name") or "")
+            invalid[name] = "invalid NodeClaim: " + "; ".join(validation_problems(error))
     try:
-        claims = [NodeClaim.model_validate(c) for c in nodeclaims]
-        return plugins.disruption_blocked(claims)
-    except (PluginError, ProviderError, ApiError, ValidationError) as error:
+        return {**invalid, **plugins.disruption_blocked(claims)}
+    except (PluginError, ProviderError, ApiError) as error:
         # Unsure what the providers allow: disrupt nothing rather than break a floor.
         log.warning("disruption: cannot ask the providers what may be removed: %s", error)
         return {

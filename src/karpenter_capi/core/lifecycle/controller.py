@@ -13,6 +13,12 @@ Before any of them, the ``karpenter.sh/termination`` finalizer is added, in its 
 that nothing is ever launched for a NodeClaim that could disappear without the termination
 flow releasing its machine. A NodeClaim being deleted is left to termination.
 
+A NodeClaim the model refuses (upstream's CRDs admit what ours refuse, and hand-made ones may
+carry anything) is not worked on, and gets no finalizer from us: its ``Ready`` condition says
+``False``/``InvalidNodeClaim``, naming each field and its bound, with a Warning Event and one
+WARNING line each time that message changes. Its spec is immutable, so the fix is to delete it;
+termination releases whatever machine it has from what can be read of it.
+
 Writes: metadata (finalizer, labels, annotations) through the main resource and status through
 the status subresource, each with the resourceVersion just read or written as precondition. A
 ``Conflict`` propagates and the driver retries with backoff against the fresh object; whatever a
@@ -28,7 +34,8 @@ from pydantic import ValidationError
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.meta import validation_problems
-from karpenter_capi.core.api.nodeclaim import NodeClaim
+from karpenter_capi.core.api.nodeclaim import READINESS_CONDITIONS, NodeClaim
+from karpenter_capi.core.clock import parse_timestamp
 from karpenter_capi.core.errors import ProviderError
 from karpenter_capi.core.hookspecs import LaunchWatch
 from karpenter_capi.core.kube.client import JsonObject
@@ -41,7 +48,7 @@ from karpenter_capi.core.kube.resources import (
     NODES,
     Resource,
 )
-from karpenter_capi.core.lifecycle.conditions import READY
+from karpenter_capi.core.lifecycle.conditions import READY, ConditionSet
 from karpenter_capi.core.lifecycle.initialization import Initialization
 from karpenter_capi.core.lifecycle.launch import Launch
 from karpenter_capi.core.lifecycle.liveness import (
@@ -69,6 +76,21 @@ NAME: Final = "nodeclaim.lifecycle"
 DEFAULT_LAUNCH_POLL_INTERVAL: Final = 5.0
 DEFAULT_RETRY_INITIAL: Final = 1.0
 DEFAULT_RETRY_MAX: Final = 60.0
+INVALID_REASON: Final = "InvalidNodeClaim"
+INVALID_FIX: Final = (
+    "A NodeClaim's spec cannot change: delete this NodeClaim (its instance, if any, is released)"
+    " and correct the NodePool or manifest it came from"
+)
+
+
+def invalid_nodeclaim_message(raw: JsonObject) -> str | None:
+    """What ``Ready`` says on a NodeClaim the model refuses (``None`` when it validates):
+    each field with its bound, and how to fix it. ``explain`` shows the same words."""
+    try:
+        NodeClaim.model_validate(raw)
+    except ValidationError as exc:
+        return f"{'; '.join(validation_problems(exc))}. {INVALID_FIX}"
+    return None
 
 
 def _ready_or_deleting(raw: JsonObject) -> bool:
@@ -187,10 +209,9 @@ class NodeClaimLifecycleController:
             return DONE
         try:
             model = NodeClaim.model_validate(raw)
-        except ValidationError as exc:
-            problems = "; ".join(validation_problems(exc))
-            self._ctx.log.warning("nodeclaim %s is invalid, skipping it: %s", key, problems)
-            self._writes.event(raw, WARNING, "InvalidNodeClaim", problems)
+        except ValidationError:
+            self._launch.forget(key)
+            self._mark_invalid(key, raw, invalid_nodeclaim_message(raw) or "")
             return DONE
         try:
             return self._reconcile(raw, model)
@@ -198,6 +219,32 @@ class NodeClaimLifecycleController:
             # Deleted while we worked on it; nothing left to do.
             self._launch.forget(key)
             return DONE
+
+    def _mark_invalid(self, key: Key, raw: JsonObject, message: str) -> None:
+        """``Ready=False`` saying ``message``; the Event and the log line only when that is
+        news (so once per change, and not again after a restart)."""
+        meta = raw.get("metadata") or {}
+        generation, created = meta.get("generation"), meta.get("creationTimestamp")
+        conditions = ConditionSet(
+            (raw.get("status") or {}).get("conditions") or [],
+            now=self._ctx.clock.now(),
+            generation=int(generation) if generation is not None else None,
+            created=parse_timestamp(str(created)) if created else None,
+            dependents=[str(c) for c in READINESS_CONDITIONS],
+        )
+        if not conditions.set_false(READY, INVALID_REASON, message):
+            return
+        self._writes.patch(
+            NODECLAIMS,
+            raw,
+            {
+                "metadata": {"resourceVersion": raw["metadata"].get("resourceVersion")},
+                "status": {"conditions": conditions.to_json()},
+            },
+            subresource="status",
+        )
+        self._ctx.log.warning("nodeclaim %s is invalid, not launching it: %s", key, message)
+        self._writes.event(raw, WARNING, INVALID_REASON, message)
 
     def _reconcile(self, raw: JsonObject, model: NodeClaim) -> Result:
         raw = self._ensure_finalizer(raw)

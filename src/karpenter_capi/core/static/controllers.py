@@ -51,6 +51,7 @@ from karpenter_capi.core.runtime.controller import (
     Watch,
 )
 from karpenter_capi.core.static.plan import (
+    CAPPED_RETRY,
     OVERPROVISIONED,
     ReplicaPlan,
     plan_replicas,
@@ -139,14 +140,26 @@ class StaticProvisioningController(_StaticBase):
     def reads(self) -> Sequence[tuple[Resource, str]]:
         return [*super().reads(), (DAEMONSETS, WORKLOAD), (CLUSTER_API_NODE_CLASSES, WORKLOAD)]
 
+    def __init__(self, ctx: ControllerContext) -> None:
+        super().__init__(ctx)
+        # NodePool -> when its last round was cut to CREATE_PER_ROUND, and what it was told.
+        self._limited: dict[str, tuple[float, str]] = {}
+
     def reconcile(self, key: Key) -> Result:
         found = self._static_pool(key)
         if found is None:
+            self._limited.pop(key, None)
             return DONE
         raw, pool = found
         if not _ready(raw):
             # Readiness says why; its status write wakes this controller again.
             return DONE
+        limited = self._limited.get(pool.name)
+        if limited is not None:
+            # Its own NodeClaims' events wake it at once; the cap is per CAPPED_RETRY.
+            waited = self._ctx.clock.monotonic() - limited[0]
+            if waited < CAPPED_RETRY:
+                return Result(requeue_after=CAPPED_RETRY - waited)
         claims = self._nodeclaims(pool.name)
         plan = plan_replicas(pool, claims)
         if plan.create <= 0:
@@ -201,7 +214,23 @@ class StaticProvisioningController(_StaticBase):
         )
         if plan.held:
             self._held(raw, plan)
+        if plan.limited:
+            return self._limit(raw, plan)
+        self._limited.pop(pool.name, None)
         return Result(requeue_after=RESYNC)
+
+    def _limit(self, raw: JsonObject, plan: ReplicaPlan) -> Result:
+        """Say once per change that the pool is filled a round at a time; wait for the next."""
+        said = self._limited.get(plan.nodepool)
+        self._limited[plan.nodepool] = (self._ctx.clock.monotonic(), plan.limited)
+        if said is None or said[1] != plan.limited:
+            log.warning(
+                "static nodepool creates nodeclaims a round at a time: %s",
+                plan.limited,
+                extra={"NodePool": ref(plan.nodepool)},
+            )
+            self._actions.event(NODEPOOLS, raw, WARNING, "ScaleUpLimited", plan.limited)
+        return Result(requeue_after=CAPPED_RETRY)
 
     def _held(self, raw: JsonObject, plan: ReplicaPlan) -> None:
         self._say(

@@ -41,6 +41,13 @@ from karpenter_capi.core.scheduling.requirements import Requirement
 from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.core.scheduling.solver import DEFAULT_MAX_INSTANCE_TYPES
 
+CREATE_PER_ROUND: Final = 100
+"""Most NodeClaims one static round creates. The CRD admits any ``replicas`` (2^31-1 too) and
+upstream creates every missing one at once, bounded by ``limits.nodes`` alone; a pool without
+that limit would otherwise flood the API server and hold the controller in one reconcile."""
+CAPPED_RETRY: Final = 10.0
+"""Seconds between two rounds of a pool that had more to create than ``CREATE_PER_ROUND``."""
+
 OVERPROVISIONED: Final = "Overprovisioned"
 """Why a static NodePool's surplus NodeClaim goes (upstream's ``overprovisioned``)."""
 
@@ -132,7 +139,8 @@ def room_under_limit(pool: NodePool, count: StaticCount, wanted: int) -> int:
 class ReplicaPlan:
     """What a static NodePool needs now: ``create`` or ``delete`` NodeClaims (never both).
 
-    ``held`` says why fewer NodeClaims than missing are created (``limits.nodes``).
+    ``held`` says why fewer NodeClaims than missing are created (``limits.nodes``), and
+    ``limited`` when it is the per-round cap (``CREATE_PER_ROUND``).
     """
 
     nodepool: str
@@ -141,6 +149,7 @@ class ReplicaPlan:
     create: int = 0
     delete: int = 0
     held: str = ""
+    limited: str = ""
 
     def describe(self) -> str:
         """One line for a user: where the pool stands and what happens next."""
@@ -152,7 +161,7 @@ class ReplicaPlan:
         if self.delete:
             return f"{state}: deleting {self.delete} NodeClaim(s)"
         steps = [f"creating {self.create} NodeClaim(s)"] if self.create else []
-        steps += [self.held] if self.held else []
+        steps += [s for s in (self.limited, self.held) if s]
         return f"{state}: {'; '.join(steps) or 'nothing to do'}"
 
 
@@ -176,7 +185,15 @@ def plan_replicas(
             f"limits.nodes {node_limit(pool)} reached ({count.total} NodeClaims): "
             f"{wanted - create} replica(s) wait for NodeClaims to go"
         )
-    return ReplicaPlan(pool.name, replicas, count, create=create, held=held)
+    limited = ""
+    if create > CREATE_PER_ROUND:
+        create = CREATE_PER_ROUND
+        limited = (
+            f"{replicas} replicas asked: NodeClaims are created at most {CREATE_PER_ROUND} "
+            f"every {CAPPED_RETRY:g}s until they are reached; set limits.nodes to bound how many "
+            "this NodePool may ever have"
+        )
+    return ReplicaPlan(pool.name, replicas, count, create=create, held=held, limited=limited)
 
 
 # -- scale-down order ---------------------------------------------------------------------

@@ -48,6 +48,7 @@ from karpenter_capi.core.termination.actions import Actions, condition_of, set_c
 from karpenter_capi.core.termination.drain import FORCED_REASON, Drainer
 from karpenter_capi.core.termination.instance import (
     InstanceTerminator,
+    SaidOnce,
     instance_termination_seconds,
 )
 from karpenter_capi.core.termination.relations import (
@@ -117,6 +118,7 @@ class NodeTerminationController:
         self._lock = threading.Lock()
         self._announced: set[str] = set()
         self._failures: dict[str, tuple[str, float]] = {}
+        self._said = SaidOnce()
 
     # --- wiring ---------------------------------------------------------------------------------
 
@@ -165,7 +167,7 @@ class NodeTerminationController:
                 claim = deleted
 
         deadline, problem = termination_deadline(claim)
-        if problem:
+        if problem and self._said.first(name_of(claim), problem):
             self._log.warning("nodeclaim %s: %s", name_of(claim), problem)
         if deadline is not None:
             self._announce(node, deadline_text=format_timestamp(deadline))
@@ -328,6 +330,7 @@ class NodeClaimTerminationController:
         self._log = ctx.log.getChild("termination.nodeclaim")
         self._actions = Actions(ctx, self._log)
         self._instances = InstanceTerminator(ctx.plugins, self._actions, ctx.clock, self._log)
+        self._said = SaidOnce()
 
     def watches(self) -> Sequence[Watch]:
         return [Watch(NODES, self._node_to_nodeclaims)]
@@ -380,7 +383,7 @@ class NodeClaimTerminationController:
         if wellknown.ANNOTATION_NODECLAIM_TERMINATION_TIMESTAMP in annotations:
             return claim
         deadline, problem = termination_deadline(claim)
-        if problem:
+        if problem and self._said.first(name_of(claim), problem):
             self._log.warning("nodeclaim %s: %s", name_of(claim), problem)
         if deadline is None:
             return claim
@@ -415,6 +418,7 @@ class NodeClaimTerminationController:
             return Result(requeue_after=CONFLICT_RETRY_SECONDS)
         if not removed:  # dry run
             return Result(requeue_after=DRY_RUN_RECHECK_SECONDS)
+        self._said.forget(name_of(claim))
         now = self._ctx.clock.now()
         instance_seconds = instance_termination_seconds(claim, now)
         metrics = self._ctx.metrics

@@ -248,7 +248,6 @@ def _announce(
     recorder = recorder or EventRecorder(ctx.workload, ctx.clock)
     said = str(previous.get("message") or "") if previous is not None else ""
     on_resource: EventRecorder | None = None
-    same_cluster = ctx.management is ctx.workload
     name = (live.get("metadata") or {}).get("name")
     for item, is_notice in (
         *((p, False) for p in result.problems),
@@ -262,10 +261,9 @@ def _announce(
         ctx.logger.log(level, "ClusterAPINodeClass %s: %s", name, item)
         recorder.record(live, event_type, item.reason, str(item))
         involved = item.involved()
-        if not is_notice and event_type == WARNING and involved is not None and same_cluster:
-            # Also where `kubectl describe machinedeployment` shows it. Only when the Cluster
-            # API objects live in the workload cluster: the management cluster's RBAC grants
-            # no Events, so there the NodeClass alone says it.
+        if not is_notice and event_type == WARNING and involved is not None:
+            # Also where `kubectl describe machinedeployment` shows it: in the management
+            # cluster, the resource's namespace (its RBAC grants Events for this).
             on_resource = on_resource or EventRecorder(ctx.management, ctx.clock)
             on_resource.record(
                 involved,
