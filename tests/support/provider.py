@@ -11,6 +11,7 @@
 * ``create_errors``: exceptions raised, in order, by the next ``create`` calls
   (``InsufficientCapacityError``, ``RetryableCreateError``, anything).
 * ``instance_types_error``: raised by ``instance_types`` (e.g. ``NodeClassNotReadyError``).
+* ``list_error``: raised by ``list`` while set (a provider that cannot be reached).
 * ``delete_calls_to_finish``: ``delete`` answers True ("under way") that many times for an
   instance, then the instance is gone and ``delete`` raises ``InstanceNotFoundError``.
 * ``add_instance`` (a machine nobody launched through a NodeClaim: a leak) and ``vanish``
@@ -123,6 +124,7 @@ class FakeProvider:
         self.delete_calls_to_finish = delete_calls_to_finish
         self.create_errors: list[Exception] = []
         self.instance_types_error: Exception | None = None
+        self.list_error: Exception | None = None
         self.instances: dict[str, FakeInstance] = {}
         self.calls: list[tuple[str, str]] = []
         self.finalizers_at_create: dict[str, list[str]] = {}
@@ -234,6 +236,8 @@ class FakeProvider:
     @hookimpl
     def karpenter_capi_list(self) -> list[Instance]:
         self.calls.append(("list", ""))
+        if self.list_error is not None:
+            raise self.list_error
         return [instance.view() for instance in self.instances.values()]
 
     @hookimpl

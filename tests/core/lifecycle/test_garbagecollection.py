@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
+from karpenter_capi.core.errors import ProviderError
 from karpenter_capi.core.kube.errors import NotFound
 from karpenter_capi.core.kube.resources import NODECLAIMS
 from karpenter_capi.core.lifecycle import orphan_nodeclaim
@@ -145,3 +148,34 @@ def test_the_orphan_handed_to_the_delete_hook_names_the_instance(env: Env) -> No
     assert claim.status.provider_id == instance.provider_id
     assert claim.metadata.annotations[ORPHAN_INSTANCE_ANNOTATION] == instance.name
     assert claim.metadata.labels["node.kubernetes.io/instance-type"] == "large"
+
+
+def test_a_listing_that_keeps_failing_is_one_warning_until_it_changes_or_works(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An outage of the provider is one line, not one a round; news again after it ends."""
+    collector = env.gc()
+    env.provider.list_error = ProviderError("management cluster unreachable")
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+    with caplog.at_level(logging.DEBUG):
+        for _ in range(5):
+            env.run_gc(collector)
+            env.clock.advance(120)
+        assert len(warnings()) == 1, warnings()
+        assert "cannot list instances or NodeClaims: management cluster unreachable" in (
+            warnings()[0]
+        )
+        assert not any(r.exc_info for r in caplog.records)
+
+        env.provider.list_error = ProviderError("access denied")
+        env.run_gc(collector)
+        assert len(warnings()) == 2
+
+        env.provider.list_error = None
+        env.run_gc(collector)
+        env.provider.list_error = ProviderError("access denied")
+        env.run_gc(collector)
+        assert len(warnings()) == 3, "a failure after a success is news again"

@@ -29,6 +29,8 @@ the NodeClaims read are at least as recent as the instances they are compared wi
 
 from __future__ import annotations
 
+import logging
+
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
@@ -119,6 +121,8 @@ class NodeClaimGarbageCollector:
         self._metrics = LifecycleReporter(ctx.metrics, NAME)
         self._unclaimed_since: dict[str, datetime] = {}
         self._kinds: set[tuple[str, str]] | None = None
+        # The listing failure last logged at WARNING: an outage is one line, not one a round.
+        self._list_failure: str | None = None
 
     def reads(self) -> Sequence[tuple[Resource, str]]:
         return ((NODES, WORKLOAD),)
@@ -129,8 +133,12 @@ class NodeClaimGarbageCollector:
                 instances = self._ctx.plugins.list_instances()
             nodeclaims = self._ctx.client.list(NODECLAIMS).items
         except (ProviderError, PluginError, ApiError) as exc:
-            self._ctx.log.warning("%s: cannot list instances or NodeClaims: %s", NAME, exc)
+            message = f"{NAME}: cannot list instances or NodeClaims: {exc}"
+            repeated = message == self._list_failure
+            self._list_failure = message
+            self._ctx.log.log(logging.DEBUG if repeated else logging.WARNING, "%s", message)
             return Result(requeue_after=self.interval)
+        self._list_failure = None
         self._collect_vanished(nodeclaims, instances)
         next_due = self._collect_orphans(nodeclaims, instances)
         return Result(requeue_after=min(self.interval, next_due))
