@@ -165,8 +165,8 @@ def test_a_listing_that_keeps_failing_is_one_warning_until_it_changes_or_works(
             env.run_gc(collector)
             env.clock.advance(120)
         assert len(warnings()) == 1, warnings()
-        assert "cannot list instances or NodeClaims: management cluster unreachable" in (
-            warnings()[0]
+        assert (
+            "cannot list instances or NodeClaims: management cluster unreachable" in (warnings()[0])
         )
         assert not any(r.exc_info for r in caplog.records)
 

@@ -30,7 +30,6 @@ the NodeClaims read are at least as recent as the instances they are compared wi
 from __future__ import annotations
 
 import logging
-
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
