@@ -87,7 +87,7 @@ class World:
         server.apply_manifests(
             generate_catalog(Catalog(cpus=[2], families={"m": 4}, zones=["zone-a"]))
         )
-        server.apply_manifests(_templates())
+        server.apply_manifests(catalog_templates())
         # SimWorld's wiring, started only once the templates exist (templates read as missing
         # are remembered for a minute).
         self.sim = SimWorld(server, clock, *SimWorld._operator(server, clock))
@@ -281,8 +281,8 @@ class World:
         assert self.violations() == []
 
 
-def _templates() -> list[JsonObject]:
-    """The infrastructure and bootstrap templates the catalog names."""
+def catalog_templates() -> list[JsonObject]:
+    """The infrastructure and bootstrap templates the catalog names (a clean run is quiet)."""
     return [
         {
             "apiVersion": f"{INFRA}/v1beta1",

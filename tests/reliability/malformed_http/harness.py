@@ -43,9 +43,10 @@ from karpenter_capi.sim.scenario.catalog import NAME
 from karpenter_capi.sim.scenario.result import ScenarioResult
 from karpenter_capi.sim.scenario.runner import run
 from karpenter_capi.sim.scenario.schema import Scenario, parse_scenario
+from tests.reliability.malformed.world import catalog_templates
 
 from .catalogue import Entry
-from .objects import BOOTSTRAP, CLUSTER, INFRA, NAMESPACE, RESOURCES, TEMPLATE, pinned_pod
+from .objects import CLUSTER, NAMESPACE, RESOURCES, pinned_pod
 
 CONTROLLER_AGENT: Final = "karpenter-capi-under-test"
 USER_AGENT: Final = "kubectl-malformed"
@@ -105,24 +106,6 @@ def scenario(scale: int = 1) -> Scenario:
         },
         "malformed-http",
     )
-
-
-def _templates() -> list[dict[str, Any]]:
-    """The infrastructure and bootstrap templates the catalog names, so a clean run is quiet."""
-    return [
-        {
-            "apiVersion": f"{INFRA}/v1beta1",
-            "kind": "DockerMachineTemplate",
-            "metadata": {"name": TEMPLATE, "namespace": NAMESPACE},
-            "spec": {"template": {"spec": {}}},
-        },
-        {
-            "apiVersion": f"{BOOTSTRAP}/v1beta2",
-            "kind": "KubeadmConfigTemplate",
-            "metadata": {"name": TEMPLATE, "namespace": NAMESPACE},
-            "spec": {"template": {"spec": {}}},
-        },
-    ]
 
 
 @dataclass(frozen=True)
@@ -206,7 +189,7 @@ class MalformedRun:
 
     def _on_cluster(self, server: InMemoryAPIServer) -> None:
         self._server = server
-        server.apply_manifests(_templates())
+        server.apply_manifests(catalog_templates())
         self._front = HttpFront(server).start()
 
     def _controller_client(self, server: InMemoryAPIServer) -> OfficialClient:

@@ -22,12 +22,15 @@ from karpenter_capi.core.kube.resources import (
     PODS,
 )
 from karpenter_capi.sim.scenario.catalog import NAME, POOL_LABEL
-from tests.reliability.malformed.world import BOOTSTRAP, INFRA, NODECLASS_REF
+from tests.reliability.malformed.world import (
+    BOOTSTRAP,
+    INFRA,
+    NAMESPACE,
+    NODECLASS_REF,
+    TEMPLATE,
+)
 
-NAMESPACE: Final = "default"
 CLUSTER: Final = "sim"
-TEMPLATE: Final = "sim-workers"
-"""The infrastructure and bootstrap templates the catalog's MachineDeployments name."""
 MAX_SIZE: Final = wellknown.ANNOTATION_AUTOSCALER_MAX_SIZE
 RESOURCES: Final = {
     "NodePool": NODEPOOLS,
