@@ -19,6 +19,7 @@ Unknown with the first unmet point as reason, as upstream reports it.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
@@ -126,13 +127,17 @@ class Initialization:
             )
             return DONE
         labels = (node.get("metadata") or {}).get("labels") or {}
-        if labels.get(wellknown.LABEL_INITIALIZED) != "true":
+        first = labels.get(wellknown.LABEL_INITIALIZED) != "true"
+        if first:
             # A map merge adds one key and cannot lose a concurrent change: no precondition.
             work.node = self._writes.patch(
                 NODES, node, {"metadata": {"labels": {wellknown.LABEL_INITIALIZED: "true"}}}
             )
         conditions.set_true(INITIALIZED)
-        self._ctx.log.info(
+        # As registration: a retry after the NodeClaim's status write lost a conflict finds
+        # the Node labelled already and says so only at DEBUG.
+        self._ctx.log.log(
+            logging.INFO if first else logging.DEBUG,
             "initialized nodeclaim",
             extra={
                 "NodeClaim": ref(work.name),
