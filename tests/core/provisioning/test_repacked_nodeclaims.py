@@ -8,12 +8,14 @@ $0.616/h.
 
 from __future__ import annotations
 
+import io
 import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from karpenter_capi.cli_explain import explain
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube.resources import EVENTS, NODECLAIMS, PODS
 from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
@@ -58,7 +60,11 @@ def _world(budget: float | None, *, dry_run: bool = False) -> tuple[InMemoryAPIS
     plugins = Plugins.load(
         ["generic_capi"],
         PluginEnvironment(
-            workload=server, management=server, clock=clock, logger=logging.getLogger("t")
+            workload=server,
+            management=server,
+            clock=clock,
+            logger=logging.getLogger("t"),
+            dry_run=dry_run,
         ),
     )
     provisioner = (
@@ -152,3 +158,20 @@ def test_a_round_without_re_packing_says_nothing_about_it(
     _, report = _round(0)
     assert report.packing is None
     assert _said(caplog) == []
+
+
+def test_explain_says_what_re_packing_saved() -> None:
+    server, provisioner = _world(None, dry_run=True)
+    version = server.resource_version
+    result = explain(server, provisioner._plugins, FakeClock())
+    assert server.resource_version == version
+    out = io.StringIO()
+    result.write_text(out)
+    assert (
+        "  Re-packing: re-packed 1 group of NodeClaims: saved $0.1520/h against greedy's plan "
+        "($0.7680/h -> $0.6160/h)\n"
+    ) in out.getvalue()
+    packing = result.as_dict()["provisioning"]["packing"]
+    assert packing["outcome"] == "re-packed"
+    assert packing["saved"] == 0.152
+    assert packing["greedyCost"] == 0.768
