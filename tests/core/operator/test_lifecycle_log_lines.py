@@ -24,6 +24,7 @@ from karpenter_capi.core.kube.resources import (
     NODEPOOLS,
     NODES,
 )
+from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
 from tests.support import operator_world as world
 from tests.support.provider import FakeProvider
@@ -57,6 +58,28 @@ class _BusyProvider(FakeProvider):
         return result
 
 
+def _race_status_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another writer touches each NodeClaim just before the lifecycle's first status write
+    of every new set of conditions, so that write loses the conflict and is retried."""
+    patch = InMemoryAPIServer.patch
+    raced: set[tuple[str, frozenset[str]]] = set()
+
+    def racing(
+        server: InMemoryAPIServer, resource: Any, name: str, body: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        status = kwargs.get("subresource") == "status" and isinstance(body, dict)
+        if resource == NODECLAIMS and status:
+            conditions = (body.get("status") or {}).get("conditions") or []
+            done = frozenset(c["type"] for c in conditions if c.get("status") == "True")
+            if (name, done) not in raced:
+                raced.add((name, done))
+                touch = {"metadata": {"annotations": {"example.com/race": str(len(raced))}}}
+                patch(server, NODECLAIMS, name, touch)
+        return patch(server, resource, name, body, *args, **kwargs)
+
+    monkeypatch.setattr(InMemoryAPIServer, "patch", racing)
+
+
 def _register(api: Any, claim: dict[str, Any]) -> None:
     """What a kubelet does: a Node with the claim's provider ID, tainted, then Ready."""
     api.create(
@@ -78,7 +101,7 @@ def _register(api: Any, claim: dict[str, Any]) -> None:
 
 
 def test_each_lifecycle_line_is_logged_once_per_nodeclaim(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = FakeClock()
     api = new_cluster(clock=clock)
@@ -86,6 +109,7 @@ def test_each_lifecycle_line_is_logged_once_per_nodeclaim(
     api.create(CLUSTER_API_NODE_CLASSES, world.nodeclass())
     api.create(NODEPOOLS, world.nodepool())
     driver = world.operator(api, clock, provider).stepped()
+    _race_status_writes(monkeypatch)
     caplog.set_level(logging.DEBUG)
     for i in range(4):
         world.pending_pod(api, f"web-{i}", cpu="3")

@@ -36,6 +36,7 @@ from karpenter_capi.core.lifecycle.nodes import (
     taint_matches,
 )
 from karpenter_capi.core.lifecycle.registration import REGISTERED
+from karpenter_capi.core.lifecycle.said import SaidOnce
 from karpenter_capi.core.lifecycle.work import NodeClaimWork
 from karpenter_capi.core.lifecycle.writes import Writes
 from karpenter_capi.core.observability.logs import ref
@@ -73,10 +74,17 @@ def unregistered_resource(work: NodeClaimWork, node: dict[str, Any]) -> str | No
 class Initialization:
     """The initialization step of the NodeClaim lifecycle controller."""
 
-    def __init__(self, ctx: ControllerContext, writes: Writes, metrics: LifecycleReporter) -> None:
+    def __init__(
+        self,
+        ctx: ControllerContext,
+        writes: Writes,
+        metrics: LifecycleReporter,
+        said: SaidOnce | None = None,
+    ) -> None:
         self._ctx = ctx
         self._writes = writes
         self._metrics = metrics
+        self._said = said or SaidOnce()
 
     def _node(self, work: NodeClaimWork) -> dict[str, Any] | None:
         if work.node is not None:
@@ -127,15 +135,15 @@ class Initialization:
             )
             return DONE
         labels = (node.get("metadata") or {}).get("labels") or {}
-        first = labels.get(wellknown.LABEL_INITIALIZED) != "true"
-        if first:
+        if labels.get(wellknown.LABEL_INITIALIZED) != "true":
             # A map merge adds one key and cannot lose a concurrent change: no precondition.
             work.node = self._writes.patch(
                 NODES, node, {"metadata": {"labels": {wellknown.LABEL_INITIALIZED: "true"}}}
             )
         conditions.set_true(INITIALIZED)
-        # As registration: a retry after the NodeClaim's status write lost a conflict finds
-        # the Node labelled already and says so only at DEBUG.
+        # As registration: a retry after a lost conflict or over lagging caches says so only
+        # at DEBUG.
+        first = self._said.first(work.name, work.uid, "initialized")
         self._ctx.log.log(
             logging.INFO if first else logging.DEBUG,
             "initialized nodeclaim",
