@@ -80,3 +80,10 @@ def test_several_groups_add_up_and_say_what_kept_the_others_greedy() -> None:
 def test_a_stage_that_did_not_run_says_nothing() -> None:
     assert summarize([]) is None
     assert summarize([PackingOutcome("disabled", 1.0)]) is None
+
+
+def test_a_status_it_does_not_know_is_told_as_it_is() -> None:
+    summary = summarize([PackingOutcome("out-of-work", 0.5)])
+    assert summary is not None
+    assert summary.outcome == "out-of-work"
+    assert summary.reason == "kept greedy's plan ($0.5000/h): out-of-work"

@@ -84,7 +84,7 @@ def summarize(outcomes: Sequence[PackingOutcome]) -> PackingSummary | None:
         return PackingSummary(RE_PACKED, greedy, cost, reason)
     outcome = next(
         (o for o in _PRECEDENCE if any(_outcome(k) == o for k in kept)),
-        NOT_CHEAPER,
+        _outcome(kept[0]),
     )
     return PackingSummary(
         outcome, greedy, greedy, f"kept greedy's plan (${greedy:.4f}/h): {_why(kept)}"
@@ -92,7 +92,8 @@ def summarize(outcomes: Sequence[PackingOutcome]) -> PackingSummary | None:
 
 
 def _outcome(outcome: PackingOutcome) -> str:
-    return _OUTCOME.get(outcome.status, NOT_CHEAPER)
+    """What the user is told; a status this module does not know yet is told as it is."""
+    return _OUTCOME.get(outcome.status, outcome.status)
 
 
 def _families(count: int) -> str:
@@ -106,6 +107,7 @@ def _why(outcomes: Sequence[PackingOutcome]) -> str:
         found = [o for o in outcomes if _outcome(o) == kind]
         if found:
             reasons.append(_reason(kind, found))
+    reasons.extend(sorted({_outcome(o) for o in outcomes} - set(_PRECEDENCE)))
     return "; ".join(reasons)
 
 
