@@ -6,7 +6,8 @@ controller runs: one provisioning round in dry-run mode (``Provisioner(dry_run=T
 creates no NodeClaim and records no Event) and one disruption pass (``planner.plan``, which is
 pure), with the plugins loaded read-only. So it writes nothing, and its reasons are the ones
 the controller would act on: each pending pod's NodeClaim, node, or the per-NodePool refusals;
-each NodeClaim's verdict from the pass (``core.disruption.verdicts``).
+each NodeClaim's verdict from the pass (``core.disruption.verdicts``), and what the
+round's re-packing made of greedy's plan (``core.scheduling.packing_summary``).
 
 What only a running controller knows is not seen: a command it is validating or carrying out,
 and the replacements it protects for a while afterwards.
@@ -18,9 +19,12 @@ import argparse
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from karpenter_capi.core.clock import Clock
+
+if TYPE_CHECKING:
+    from karpenter_capi.core.scheduling.packing_summary import PackingSummary
 
 
 def add_explain_arguments(parser: argparse.ArgumentParser) -> None:
@@ -121,6 +125,8 @@ class Explanation:
     """Nodes with Karpenter's labels that no NodeClaim holds, with their Event's words."""
     invalid_nodeclaims: dict[str, str] = field(default_factory=dict)
     """NodeClaims the model refuses, with their ``Ready`` condition's words."""
+    packing: PackingSummary | None = None
+    """What the round's re-packing stage made of greedy's plan, when it ran."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -128,6 +134,7 @@ class Explanation:
                 "pods": [p.as_dict() for p in self.pods],
                 "nodepoolErrors": self.nodepool_errors,
                 "nodepoolWarnings": self.nodepool_warnings,
+                "packing": self.packing.as_dict() if self.packing else None,
             },
             "static": [s.as_dict() for s in self.static],
             "disruption": {
@@ -145,6 +152,8 @@ class Explanation:
         for pool, warnings in sorted(self.nodepool_warnings.items()):
             for warning in warnings:
                 out.write(f"  NodePool {pool}: {warning}\n")
+        if self.packing is not None:
+            out.write(f"  Re-packing: {self.packing.reason}\n")
         for pod in self.pods:
             out.write(f"  {pod.pod}: {pod.text()}\n")
         if self.static:
@@ -226,6 +235,7 @@ def explain(
         invalid_nodeclaims=_invalid_nodeclaims(snapshot),
         pods=[pods[k] for k in sorted(pods)],
         nodepool_errors=dict(round_report.nodepool_errors),
+        packing=round_report.packing,
         command=report.command.describe() if report.command else None,
         nodes=node_verdicts(report, snapshot, pools, clock.now()),
         static=explain_static(

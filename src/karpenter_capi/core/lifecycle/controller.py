@@ -59,6 +59,7 @@ from karpenter_capi.core.lifecycle.liveness import (
 from karpenter_capi.core.lifecycle.metrics import LifecycleReporter
 from karpenter_capi.core.lifecycle.nodes import nodeclaim_keys_for_node
 from karpenter_capi.core.lifecycle.registration import Registration
+from karpenter_capi.core.lifecycle.said import SaidOnce
 from karpenter_capi.core.lifecycle.work import NodeClaimWork
 from karpenter_capi.core.lifecycle.writes import Writes
 from karpenter_capi.core.plugin_host import PluginError
@@ -140,8 +141,9 @@ class NodeClaimLifecycleController:
             retry_initial=retry_initial,
             retry_max=retry_max,
         )
-        self._registration = Registration(ctx, self._writes, metrics)
-        self._initialization = Initialization(ctx, self._writes, metrics)
+        self._said = SaidOnce()
+        self._registration = Registration(ctx, self._writes, metrics, self._said)
+        self._initialization = Initialization(ctx, self._writes, metrics, self._said)
         self._liveness = Liveness(
             ctx,
             self._writes,
@@ -206,6 +208,7 @@ class NodeClaimLifecycleController:
         raw = self._ctx.caches.store(NODECLAIMS, WORKLOAD).get(key)
         if raw is None or (raw.get("metadata") or {}).get("deletionTimestamp"):
             self._launch.forget(key)
+            self._said.forget(key)
             return DONE
         try:
             model = NodeClaim.model_validate(raw)

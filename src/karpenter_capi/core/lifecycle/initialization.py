@@ -19,6 +19,7 @@ Unknown with the first unmet point as reason, as upstream reports it.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
@@ -35,6 +36,7 @@ from karpenter_capi.core.lifecycle.nodes import (
     taint_matches,
 )
 from karpenter_capi.core.lifecycle.registration import REGISTERED
+from karpenter_capi.core.lifecycle.said import SaidOnce
 from karpenter_capi.core.lifecycle.work import NodeClaimWork
 from karpenter_capi.core.lifecycle.writes import Writes
 from karpenter_capi.core.observability.logs import ref
@@ -72,10 +74,17 @@ def unregistered_resource(work: NodeClaimWork, node: dict[str, Any]) -> str | No
 class Initialization:
     """The initialization step of the NodeClaim lifecycle controller."""
 
-    def __init__(self, ctx: ControllerContext, writes: Writes, metrics: LifecycleReporter) -> None:
+    def __init__(
+        self,
+        ctx: ControllerContext,
+        writes: Writes,
+        metrics: LifecycleReporter,
+        said: SaidOnce | None = None,
+    ) -> None:
         self._ctx = ctx
         self._writes = writes
         self._metrics = metrics
+        self._said = said or SaidOnce()
 
     def _node(self, work: NodeClaimWork) -> dict[str, Any] | None:
         if work.node is not None:
@@ -132,7 +141,11 @@ class Initialization:
                 NODES, node, {"metadata": {"labels": {wellknown.LABEL_INITIALIZED: "true"}}}
             )
         conditions.set_true(INITIALIZED)
-        self._ctx.log.info(
+        # As registration: a retry after a lost conflict or over lagging caches says so only
+        # at DEBUG.
+        first = self._said.first(work.name, work.uid, "initialized")
+        self._ctx.log.log(
+            logging.INFO if first else logging.DEBUG,
             "initialized nodeclaim",
             extra={
                 "NodeClaim": ref(work.name),

@@ -202,6 +202,8 @@ class _Attempt:
     """The last failure was an API server out of reach: ``recover`` retries it at once."""
     logged: str = ""
     """The failure message last logged at WARNING (a repeat goes to DEBUG)."""
+    said: bool = False
+    """``launched nodeclaim`` logged: a retry after a lost conflict or a stale read says no more."""
 
 
 class Launch:
@@ -386,7 +388,8 @@ class Launch:
     def _launched(self, work: NodeClaimWork, attempt: _Attempt) -> Result:
         result = attempt.result
         assert result is not None
-        if work.conditions.set_true(LAUNCHED):
+        if work.conditions.set_true(LAUNCHED) and not attempt.said:
+            attempt.said = True
             self._ctx.log.info(
                 "launched nodeclaim",
                 extra={

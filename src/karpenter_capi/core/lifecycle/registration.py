@@ -43,6 +43,7 @@ from karpenter_capi.core.lifecycle.nodes import (
     nodes_for_provider_id,
     taint_matches,
 )
+from karpenter_capi.core.lifecycle.said import SaidOnce
 from karpenter_capi.core.lifecycle.work import NodeClaimWork
 from karpenter_capi.core.lifecycle.writes import Writes
 from karpenter_capi.core.observability.logs import ref
@@ -130,10 +131,17 @@ def node_patch(stored: dict[str, Any], synced: dict[str, Any]) -> dict[str, Any]
 class Registration:
     """The registration step of the NodeClaim lifecycle controller."""
 
-    def __init__(self, ctx: ControllerContext, writes: Writes, metrics: LifecycleReporter) -> None:
+    def __init__(
+        self,
+        ctx: ControllerContext,
+        writes: Writes,
+        metrics: LifecycleReporter,
+        said: SaidOnce | None = None,
+    ) -> None:
         self._ctx = ctx
         self._writes = writes
         self._metrics = metrics
+        self._said = said or SaidOnce()
 
     def reconcile(self, work: NodeClaimWork) -> Result:
         if work.conditions.is_true(REGISTERED) or not work.conditions.is_true(LAUNCHED):
@@ -174,10 +182,11 @@ class Registration:
         work.node = self._writes.patch(NODES, node, patch) if patch else node
         work.status["nodeName"] = node_name
         work.conditions.set_true(REGISTERED)
-        # A first registration always patches the Node (label, taint); a retry after the
-        # NodeClaim's status write lost a conflict finds it synced and says so only at DEBUG.
+        # A retry after the NodeClaim's status write lost a conflict, or over caches that lag
+        # our writes, says so only at DEBUG.
+        first = self._said.first(work.name, work.uid, "registered")
         self._ctx.log.log(
-            logging.INFO if patch else logging.DEBUG,
+            logging.INFO if first else logging.DEBUG,
             "registered nodeclaim",
             extra={
                 "NodeClaim": ref(work.name),

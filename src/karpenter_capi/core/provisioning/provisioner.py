@@ -17,9 +17,10 @@ Pods placed on a NodeClaim are remembered (Karpenter's "nominated" pods): the ne
 them back to the same claim first, so a claim still launching is not asked for twice.
 
 Each round says what it decided in upstream's words (``found provisionable pod(s)``, ``computed
-new nodeclaim(s) to fit pod(s)``, ``created nodeclaim``, ``could not schedule pod``), at INFO
-only when that differs from what the previous round said: a pod that stays pending for an hour
-is reported once, then at DEBUG.
+new nodeclaim(s) to fit pod(s)``, ``created nodeclaim``, ``could not schedule pod``), and what
+the re-packing stage made of greedy's plan (``re-packing outcome``: saved so much, not cheaper,
+refused, stopped by its budget), at INFO only when that differs from what the previous round
+said: a pod that stays pending for an hour is reported once, then at DEBUG.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from karpenter_capi.core.scheduling.model import (
     pod_key,
 )
 from karpenter_capi.core.scheduling.nofit import missing_claim_reason
+from karpenter_capi.core.scheduling.packing_summary import PackingSummary, summarize
 from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.core.scheduling.solver import (
     DEFAULT_MAX_INSTANCE_TYPES,
@@ -93,6 +95,8 @@ class ProvisioningReport:
     in_flight_pods: int = 0
     existing_pods: int = 0
     timed_out: bool = False
+    packing: PackingSummary | None = None
+    """What the re-packing stage decided, when it ran (``packing_summary.py``)."""
 
     @property
     def hourly_cost(self) -> float:
@@ -292,6 +296,17 @@ class Provisioner:
             "found provisionable pod(s)",
             extra={"Pods": first(keys), "pod-count": len(keys), "duration": f"{seconds:.3f}s"},
         )
+        packed = report.packing = summarize(solver.packing_outcomes)
+        if packed is not None:
+            log.log(
+                self._level("packing", (packed.outcome, packed.reason)),
+                "re-packing outcome",
+                extra={
+                    "outcome": packed.outcome,
+                    "saved": f"${packed.saved:.4f}/h",
+                    "reason": packed.reason,
+                },
+            )
         if self._metrics is not None:
             self._metrics.observe_scheduling(seconds)
             for option in options:

@@ -60,8 +60,10 @@ class PackingOutcome:
     """What ``optimize`` decided. ``bins`` is the plan to use; ``None``: keep greedy's.
 
     ``status``: ``improved``, ``not-cheaper`` (greedy is optimal or nothing cheaper was found),
-    ``timed-out``, ``not-robust`` (every cheaper plan found strands a pod), ``too-large`` or
-    ``disabled``. ``rejected`` counts cheaper plans the robustness rule turned down.
+    ``timed-out``, ``not-robust`` (every cheaper plan found strands a pod), ``too-large``,
+    ``disabled``, or (set by ``repack.py``) ``voided``: the plan was no cheaper once built as
+    NodeClaims within the NodePool's limits. ``packing_summary.py`` words them for the user.
+    ``rejected`` counts cheaper plans the robustness rule turned down.
     """
 
     status: str

@@ -9,6 +9,7 @@ calls ``Repacker.repack`` once its greedy pass is done.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
 from karpenter_capi.core.api import wellknown
@@ -92,9 +93,12 @@ class Repacker:
                 clock=self._clock,
                 backend=self._backend,
             )
-            self.outcomes.append(outcome)
             if outcome.bins is not None:
+                before = self._claims
                 self._replace(family, types, groups, outcome, problem)
+                if self._claims is before:  # no cheaper once built as NodeClaims: greedy's stay
+                    outcome = dataclasses.replace(outcome, status="voided", bins=None, cost=None)
+            self.outcomes.append(outcome)
         return self._claims
 
     def _movable(self, pod: Pod, originals: Mapping[str, Pod]) -> bool:

@@ -89,6 +89,10 @@ class ScenarioResult:
     """``sim.scenario.launches.LaunchRounds.figures``: replica writes per resource and round,
     and when the last NodeClaim of a round got its provider ID."""
 
+    repacking: dict[str, Any] = field(default_factory=dict)
+    """``sim.scenario.repacking.RepackingRounds.figures``: what the re-packing stage decided
+    over the run's rounds; empty when it never ran."""
+
     controller_writes: dict[str, Any] = field(default_factory=dict)
     """``sim.scenario.writes.controller_writes``: the controller's Kubernetes writes, per
     launched node, and the MachinePools it created."""
@@ -124,6 +128,7 @@ class ScenarioResult:
             "samples": [asdict(sample) for sample in self.samples],
             **self._beyond_plan_json(),
             "launch_rounds": dict(self.launch_rounds),
+            "repacking": dict(self.repacking),
             "controller_writes": dict(self.controller_writes),
             **({"native_launch": dict(self.native_launch)} if self.native_launch else {}),
             **({} if self.violations is None else {"violations": list(self.violations)}),

@@ -53,6 +53,7 @@ from karpenter_capi.sim.scenario.catalog import generate_catalog
 from karpenter_capi.sim.scenario.launches import LaunchRounds
 from karpenter_capi.sim.scenario.observer import Observer, percentile
 from karpenter_capi.sim.scenario.process import DEFAULT_PLUGINS, start_controller
+from karpenter_capi.sim.scenario.repacking import RepackingRounds
 from karpenter_capi.sim.scenario.result import CapacityRow, Sample, ScenarioResult
 from karpenter_capi.sim.scenario.schema import Scenario, TimelineAction, Workload
 from karpenter_capi.sim.scenario.writes import controller_writes
@@ -334,6 +335,8 @@ def run(
             operator.manager.add_observer(reconcile_errors)
             launch_rounds = LaunchRounds(clock)
             launch_rounds.attach(operator.manager)
+            repacking = RepackingRounds(operator.provisioning)
+            operator.manager.add_observer(repacking)
             driver = operator.stepped()
             if on_operator is not None:
                 on_operator(operator)
@@ -407,6 +410,7 @@ def run(
             capacity=observer.capacity(),
             beyond_plan=observer.plans.result(),
             launch_rounds=launch_rounds.figures(),
+            repacking=repacking.figures(),
             controller_writes=controller_writes(audit, launch_rounds.launched()),
             native_launch={} if aws is None else aws.figures(_writes(audit)),
             violations=violations,

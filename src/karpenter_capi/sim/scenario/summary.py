@@ -116,6 +116,18 @@ def _beyond_plan(result: ScenarioResult) -> str:
     )
 
 
+def _repacking(result: ScenarioResult) -> str:
+    figures = result.repacking
+    if not figures or not figures.get("rounds"):
+        return "re-packing: did not run"
+    outcomes = ", ".join(f"{name} {count}" for name, count in sorted(figures["by_outcome"].items()))
+    return (
+        f"re-packing: {figures['rounds']} round(s) ({outcomes}); saved "
+        f"{_money(figures['saved_per_hour'])}/h against greedy's plans\n"
+        f"  last: {figures['last_reason']}"
+    )
+
+
 def _launch_rounds(result: ScenarioResult) -> str:
     figures = result.launch_rounds
     if not figures or not figures.get("rounds"):
@@ -213,6 +225,7 @@ def render_summary(result: ScenarioResult) -> str:
         overview,
         _capacity(result),
         _beyond_plan(result),
+        _repacking(result),
         _launch_rounds(result),
         _writes(result),
         *filter(None, [_native_launch(result)]),
