@@ -99,9 +99,7 @@ def synced_node(work: NodeClaimWork, node: dict[str, Any]) -> dict[str, Any]:
     else:
         spec.pop("taints", None)
     # Which pods the claim was launched for is the provisioner's note to itself, not the Node's.
-    copied = {
-        k: v for k, v in work.annotations.items() if k != wellknown.ANNOTATION_NOMINATED_PODS
-    }
+    copied = {k: v for k, v in work.annotations.items() if k != wellknown.ANNOTATION_NOMINATED_PODS}
     meta["annotations"] = {**(meta.get("annotations") or {}), **copied}
     meta["labels"] = {
         **(meta.get("labels") or {}),

@@ -69,6 +69,10 @@ from karpenter_capi.core.scheduling.solver import (
 log = logging.getLogger(__name__)
 
 NODEPOOL_HASH_VERSION: Final = "v3"
+NOMINATED_PODS_MAX_CHARS: Final = 32 * 1024
+"""Past this the pods a claim is launched for are not written on it (a claim of hundreds of
+long-named pods would eat into the API's 256 KiB for all annotations); it is then planned from
+memory only, as before, and a restart packs its pods afresh."""
 
 
 @dataclass(frozen=True)
@@ -160,10 +164,9 @@ def nodeclaim_body(raw_pool: Mapping[str, Any], claim: ProposedNodeClaim) -> Jso
         raw_pool
     ).template_hash()
     annotations[wellknown.ANNOTATION_NODEPOOL_HASH_VERSION] = NODEPOOL_HASH_VERSION
-    if claim.pods:
-        annotations[wellknown.ANNOTATION_NOMINATED_PODS] = ",".join(
-            sorted(pod_key(p) for p in claim.pods)
-        )
+    nominated = ",".join(sorted(pod_key(p) for p in claim.pods))
+    if nominated and len(nominated) <= NOMINATED_PODS_MAX_CHARS:
+        annotations[wellknown.ANNOTATION_NOMINATED_PODS] = nominated
     body: JsonObject = {
         "apiVersion": NODECLAIMS.api_version,
         "kind": NODECLAIMS.kind,
