@@ -199,3 +199,19 @@ def test_a_ready_node_goes_from_launch_to_ready_in_one_reconcile(env: Env) -> No
 
     assert condition(env.get("nc"), "Ready")["status"] == "True"
     assert result.requeue_after is None
+
+
+def test_which_pods_a_claim_was_launched_for_stays_off_its_node(env: Env) -> None:
+    controller, provider_id = launched(
+        env, annotations={wellknown.ANNOTATION_NOMINATED_PODS: "default/web-0,default/web-1"}
+    )
+    env.node("node-1", provider_id)
+
+    env.reconcile(controller, "nc")
+
+    annotations = env.get_node("node-1")["metadata"]["annotations"]
+    assert annotations[wellknown.ANNOTATION_NODEPOOL_HASH] == "123"
+    assert wellknown.ANNOTATION_NOMINATED_PODS not in annotations
+    # The claim keeps it: a restarted provisioner reads it there.
+    claim_annotations = env.get("nc")["metadata"]["annotations"]
+    assert claim_annotations[wellknown.ANNOTATION_NOMINATED_PODS] == "default/web-0,default/web-1"

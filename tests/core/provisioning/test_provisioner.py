@@ -13,6 +13,7 @@ from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube.resources import EVENTS, NODECLAIMS, NODEPOOLS, PODS
 from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
+from karpenter_capi.core.provisioning import provisioner as provisioner_module
 from karpenter_capi.core.provisioning.batcher import Batcher
 from karpenter_capi.core.provisioning.provisioner import Provisioner
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
@@ -65,6 +66,11 @@ def test_nodeclaims_carry_what_karpenter_puts_on_them(
         assert wellknown.LABEL_HOSTNAME not in keys  # the solver's placeholder stays inside
         assert spec["resources"]["requests"]["cpu"]
         assert spec["nodeClassRef"]["kind"] == "ClusterAPINodeClass"
+    # Which pods each claim is for, where a restarted controller finds it.
+    written = {c["metadata"]["name"]: c["metadata"]["annotations"] for c in claims}
+    for decision in report.launched:
+        nominated = written[decision.nodeclaim][wellknown.ANNOTATION_NOMINATED_PODS]
+        assert nominated == ",".join(decision.pods)
 
 
 def test_every_provisioned_pod_gets_a_nominated_event_and_the_rest_a_reason(
@@ -93,6 +99,18 @@ def test_a_second_round_does_not_launch_for_pods_already_provided_for(
     second = provisioner.reconcile()
     assert not second.launched
     assert second.in_flight_pods == sum(len(d.pods) for d in first.launched)
+
+
+def test_too_many_pods_to_write_on_a_claim_are_kept_in_memory_only(
+    cluster: tuple[InMemoryAPIServer, Provisioner, FakeClock], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, provisioner, _ = cluster
+    monkeypatch.setattr(provisioner_module, "NOMINATED_PODS_MAX_CHARS", 10)
+    first = provisioner.reconcile()
+    assert first.launched
+    for claim in server.list(NODECLAIMS).items:
+        assert wellknown.ANNOTATION_NOMINATED_PODS not in claim["metadata"]["annotations"]
+    assert not provisioner.reconcile().launched
 
 
 def test_nodepool_limits_stop_provisioning_part_way(

@@ -83,6 +83,10 @@ TAINT_DISRUPTED_EFFECT: Final = "NoSchedule"
 
 FINALIZER_TERMINATION: Final = "karpenter.sh/termination"
 
+# This project's own: the pending pods a NodeClaim was launched for (``namespace/name``, comma
+# separated), so a restarted controller sends them back to it instead of launching again.
+ANNOTATION_NOMINATED_PODS: Final = "karpenter.cluster.x-k8s.io/nominated-pods"
+
 # --- Cluster API --------------------------------------------------------------------------------
 
 ANNOTATION_CAPI_DELETE_MACHINE: Final = "cluster.x-k8s.io/delete-machine"

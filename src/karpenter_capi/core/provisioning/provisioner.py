@@ -14,7 +14,10 @@ the refusal is said on the NodePool and its pods and the round goes on with the 
 that is away or busy fails the round, which is retried as a whole.
 
 Pods placed on a NodeClaim are remembered (Karpenter's "nominated" pods): the next round sends
-them back to the same claim first, so a claim still launching is not asked for twice.
+them back to the same claim first, so a claim still launching is not asked for twice. The pods a
+claim was launched for are also written on it (``karpenter.cluster.x-k8s.io/nominated-pods``),
+so a restarted controller rebuilds those nominations from the API instead of packing the
+pending pods afresh onto in-flight capacity and launching again for what does not fit.
 
 Each round says what it decided in upstream's words (``found provisionable pod(s)``, ``computed
 new nodeclaim(s) to fit pod(s)``, ``created nodeclaim``, ``could not schedule pod``), and what
@@ -48,6 +51,7 @@ from karpenter_capi.core.provisioning.state import (
     moving_pods,
     nodepool_option,
     nodepool_usage,
+    persisted_nominations,
 )
 from karpenter_capi.core.scheduling import packing
 from karpenter_capi.core.scheduling.model import (
@@ -67,6 +71,10 @@ from karpenter_capi.core.scheduling.solver import (
 log = logging.getLogger(__name__)
 
 NODEPOOL_HASH_VERSION: Final = "v3"
+NOMINATED_PODS_MAX_CHARS: Final = 32 * 1024
+"""Past this the pods a claim is launched for are not written on it (a claim of hundreds of
+long-named pods would eat into the API's 256 KiB for all annotations); it is then planned from
+memory only, as before, and a restart packs its pods afresh."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +168,9 @@ def nodeclaim_body(raw_pool: Mapping[str, Any], claim: ProposedNodeClaim) -> Jso
         raw_pool
     ).template_hash()
     annotations[wellknown.ANNOTATION_NODEPOOL_HASH_VERSION] = NODEPOOL_HASH_VERSION
+    nominated = ",".join(sorted(pod_key(p) for p in claim.pods))
+    if nominated and len(nominated) <= NOMINATED_PODS_MAX_CHARS:
+        annotations[wellknown.ANNOTATION_NOMINATED_PODS] = nominated
     body: JsonObject = {
         "apiVersion": NODECLAIMS.api_version,
         "kind": NODECLAIMS.kind,
@@ -215,7 +226,8 @@ class Provisioner:
         self._solve_timeout = solve_timeout
         self._packing_budget = packing_budget  # seconds for re-packing; 0 disables it
         # Like Karpenter's cluster state: the pods each NodeClaim was launched (or later
-        # counted) for, kept in memory; a restart loses them and packing starts afresh.
+        # counted) for. Those it was launched for are also on the claim, where a restarted
+        # process finds them (``persisted_nominations``); later countings live here only.
         self._nominations: dict[str, frozenset[str]] = {}
         # When pending pods were last counted on each node or NodeClaim (clock.monotonic()):
         # disruption leaves those alone for a while, or it would take what provisioning relies on.
@@ -276,7 +288,9 @@ class Provisioner:
                 options.append(option)
         solver = Solver(
             options,
-            existing_nodes=existing_nodes(snapshot, usable, self._nominations),
+            existing_nodes=existing_nodes(
+                snapshot, usable, {**persisted_nominations(snapshot), **self._nominations}
+            ),
             daemonsets=snapshot.daemonsets,
             namespaces=snapshot.namespaces,
             max_instance_types=self._max_instance_types,

@@ -135,6 +135,22 @@ class ClusterSnapshot:
         )
 
 
+def persisted_nominations(snapshot: ClusterSnapshot) -> dict[str, frozenset[str]]:
+    """NodeClaim name -> the pods it was launched for, as written on it at creation.
+
+    What a controller that has just started knows of its predecessor's plans: without it, the
+    pending pods would be packed afresh onto the in-flight claims, first-fit, and whatever that
+    packing could not fit (the plan's own was better) launched for again.
+    """
+    found: dict[str, frozenset[str]] = {}
+    for claim in snapshot.nodeclaims:
+        meta = claim.get("metadata") or {}
+        value = (meta.get("annotations") or {}).get(wellknown.ANNOTATION_NOMINATED_PODS)
+        if value and isinstance(value, str) and not meta.get("deletionTimestamp"):
+            found[str(meta["name"])] = frozenset(k for k in value.split(",") if k)
+    return found
+
+
 def _is_active(pod: Pod) -> bool:
     phase = (pod.get("status") or {}).get("phase")
     return phase not in ("Succeeded", "Failed")

@@ -211,7 +211,11 @@ class Solver:
         )
         self._topology = build_topology(self._pools, self._existing, pods, self._namespaces)
         result = SolveResult()
-        queue = deque(largest_first(pods, self._pools))
+        # Pods a node or claim was launched or counted for go first, biggest first: taken in
+        # size order with the rest, others could fill the room kept for them.
+        nominated = frozenset().union(*(n.nominated for n in self._existing))
+        ordered = largest_first(pods, self._pools)
+        queue = deque(sorted(ordered, key=lambda p: pod_key(p) not in nominated))
         stalled = 0  # pods retried since the last one was placed
         handled = 0
         while queue:

@@ -1,0 +1,76 @@
+"""A controller restarted while its NodeClaims launch launches nothing more for the same pods.
+
+The pods a round launched each NodeClaim for are what sends them back to it in the next round;
+a new process must find them on the NodeClaims, not in the memory of the process that died, or
+it packs the pending pods afresh onto the in-flight capacity and buys again what first-fit
+cannot place (issue 25: +49 NodeClaims over 13 kills of a 1,000-pod scale-up).
+"""
+
+from __future__ import annotations
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.clock import FakeClock
+from karpenter_capi.core.instancetype import InstanceType, Offering, freeze_requirements
+from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES, NODECLAIMS, NODEPOOLS
+from karpenter_capi.core.runtime.stepped import SteppedDriver
+from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.sim.apiserver import InMemoryAPIServer
+from karpenter_capi.sim.cluster import new_cluster
+from tests.support import operator_world as world
+from tests.support.provider import FakeProvider
+
+# One 10-CPU type. Two waves of pods, 5+3+2 and then 4+3+3, fill one NodeClaim each; solved
+# together over the two launching claims, biggest first, they go 5+4 and 3+3+3, and the 2 is
+# left over.
+TEN = InstanceType(
+    name="ten",
+    capacity=ResourceList.parse({"cpu": "10", "memory": "40Gi", "pods": "110"}),
+    offerings=(Offering("zone-a", "on-demand", 0.50),),
+    requirements=freeze_requirements({wellknown.LABEL_ARCH: ["amd64"]}),
+)
+WAVES = ({"a": "5", "c": "3", "f": "2"}, {"b": "4", "d": "3", "e": "3"})
+
+
+def _two_waves_launched() -> tuple[InMemoryAPIServer, FakeClock, FakeProvider, SteppedDriver]:
+    """Both waves pending, one NodeClaim launched for each, none of them ever coming up."""
+    clock = FakeClock()
+    api = new_cluster(clock=clock)
+    provider = FakeProvider(clock, instance_types=[TEN], bind_after_polls=10_000)
+    api.create(CLUSTER_API_NODE_CLASSES, world.nodeclass())
+    api.create(NODEPOOLS, world.nodepool())
+    driver = world.operator(api, clock, provider).stepped()
+    for wave in WAVES:
+        for name, cpu in wave.items():
+            world.pending_pod(api, name, cpu=cpu)
+        driver.advance(15)
+    return api, clock, provider, driver
+
+
+def _claims(api: InMemoryAPIServer) -> dict[str, str]:
+    """NodeClaim name -> the pods it says it was launched for."""
+    return {
+        c["metadata"]["name"]: c["metadata"]["annotations"][wellknown.ANNOTATION_NOMINATED_PODS]
+        for c in api.list(NODECLAIMS).items
+    }
+
+
+def test_pods_a_claim_was_launched_for_keep_its_room_from_later_pods() -> None:
+    api, _, _, driver = _two_waves_launched()
+    driver.advance(60)
+    assert sorted(_claims(api).values()) == [
+        "default/a,default/c,default/f",
+        "default/b,default/d,default/e",
+    ]
+
+
+def test_a_restart_mid_launch_creates_no_nodeclaim_for_pods_already_launched_for() -> None:
+    api, clock, provider, _ = _two_waves_launched()
+    launched = _claims(api)
+    assert len(launched) == 2
+
+    # The process dies; a new one starts with nothing in memory, over the same API.
+    driver = world.operator(api, clock, provider).stepped()
+    driver.advance(60)
+
+    now = _claims(api)
+    assert now == launched, f"launched again after the restart: {sorted(set(now) - set(launched))}"
