@@ -36,8 +36,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# One worker per core, each taking whole test files (a module's shared fixtures are built once).
 pytest: $(STAMP) kubectl
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n auto --dist loadfile
 
 test: lint typecheck pytest
 
