@@ -60,8 +60,10 @@ class PackingOutcome:
     """What ``optimize`` decided. ``bins`` is the plan to use; ``None``: keep greedy's.
 
     ``status``: ``improved``, ``not-cheaper`` (greedy is optimal or nothing cheaper was found),
-    ``timed-out``, ``not-robust`` (every cheaper plan found strands a pod), ``too-large`` or
-    ``disabled``. ``rejected`` counts cheaper plans the robustness rule turned down.
+    ``not-robust`` (every cheaper plan found strands a pod), ``budget-exhausted`` (the work
+    budget ran out before any cheaper plan; the same every time), ``timed-out`` (the wall-clock
+    safety net struck: a machine too loaded to finish), ``too-large`` or ``disabled``.
+    ``rejected`` counts cheaper plans the robustness rule turned down.
     """
 
     status: str
