@@ -13,22 +13,29 @@ after another, so the scheduling queue interleaves nothing; CPU 100m-4, memory 1
 Every shape fits some type.
 
 For each seed: the Solver exactly as provisioning runs it (one NodePool, the default re-packing
-budget, the system clock), the Solver with re-packing off (greedy alone), and the optimum of the
-same packing problem from a compact integer program (one variable per pod group and candidate
-node, HiGHS, no time limit unless ``--exact-limit``; when a limit stops it, its proven lower
-bound stands in, which only overstates the ratios). Figures: mean and worst ratio of each cost to
-the optimum, how many seeds the optimizer improved, and how often the robustness rule rejected a
-cheaper plan.
+work budget and safety net, the system clock), the Solver with re-packing off (greedy alone), and
+the optimum of the same packing problem from a compact integer program (one variable per pod group
+and candidate node, HiGHS, no time limit unless ``--exact-limit``; when a limit stops it, its
+proven lower bound stands in, which only overstates the ratios). Figures: mean and worst ratio of
+each cost to the optimum, how many seeds the optimizer improved, and how often the robustness rule
+rejected a cheaper plan.
 
-    .venv/bin/python benchmarks/packing.py [--seeds 200] [--first-seed 0] [--budget 0.2]
-        [--exact-limit SECONDS] [--ignore-readiness] [--verbose] [--json]
+Decisions must not depend on the machine's load: each seed's plan is printed as a digest
+(``--plans``), and ``--load N`` runs N busy processes for the whole run, so the digests of a run
+alone and of one next to CPU hogs can be compared line by line (``diff``).
+
+    .venv/bin/python benchmarks/packing.py [--seeds 200] [--first-seed 0] [--budget 5]
+        [--exact-limit SECONDS] [--ignore-readiness] [--load N] [--plans FILE] [--verbose]
+        [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
+import multiprocessing
 import os
 import random
 import statistics
@@ -240,6 +247,35 @@ def _quiet_stdout() -> Iterator[None]:
             os.close(saved)
 
 
+def plan_digest(claims: Sequence[Any]) -> str:
+    """A short digest of a plan: each NodeClaim's cheapest type and the pods it is for."""
+    plan = sorted(
+        (claim.cheapest()[0].name, sorted(str(p["metadata"]["name"]) for p in claim.pods))
+        for claim in claims
+    )
+    return hashlib.sha256(json.dumps(plan).encode()).hexdigest()[:16]
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+@contextlib.contextmanager
+def cpu_load(processes: int) -> Iterator[None]:
+    """``processes`` busy processes for the duration (a noisy neighbour), stopped after."""
+    context = multiprocessing.get_context("spawn")
+    hogs = [context.Process(target=_spin, daemon=True) for _ in range(processes)]
+    for hog in hogs:
+        hog.start()
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.terminate()
+            hog.join()
+
+
 def run_seed(seed: int, budget: float, exact_limit: float | None) -> dict[str, Any]:
     rng = random.Random(seed)
     types = catalog(rng)
@@ -259,6 +295,7 @@ def run_seed(seed: int, budget: float, exact_limit: float | None) -> dict[str, A
         "types": len(types),
         "pods": len(pods),
         "shapes": len({json.dumps(p["spec"]) for p in pods}),
+        "plan": plan_digest(optimized.new_nodeclaims),
         "cost": round(optimized.price, 5),
         "greedy": round(greedy.price, 5),
         "optimum": round(optimum, 5),
@@ -291,6 +328,7 @@ def summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "timed_out": sum(1 for r in rows if "timed-out" in r["status"]),
         "optimum_unproven": sum(1 for r in rows if not r["proven"]),
         "solve_seconds_mean": round(statistics.fmean(r["solve_seconds"] for r in rows), 4),
+        "solve_seconds_median": round(statistics.median(r["solve_seconds"] for r in rows), 4),
         "solve_seconds_worst": round(max(r["solve_seconds"] for r in rows), 4),
         "statuses": dict(Counter(r["status"] for r in rows)),
     }
@@ -301,7 +339,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=200)
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument(
-        "--budget", type=float, default=packing.DEFAULT_BUDGET_SECONDS, help="seconds"
+        "--budget",
+        type=float,
+        default=packing.DEFAULT_BUDGET_SECONDS,
+        help="the re-packing's wall-clock safety net per solve, seconds",
+    )
+    parser.add_argument(
+        "--load", type=int, default=0, help="busy processes to run beside the benchmark"
+    )
+    parser.add_argument(
+        "--plans", default=None, help="write each seed's plan digest to this file, a line each"
     )
     parser.add_argument(
         "--exact-limit", type=float, default=None, help="time limit of the exact solve, seconds"
@@ -318,12 +365,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.ignore_readiness:
         packing.strandings = lambda *_args, **_kwargs: iter(())  # type: ignore[assignment]
     rows = []
-    for seed in range(args.first_seed, args.first_seed + args.seeds):
-        row = run_seed(seed, args.budget, args.exact_limit)
-        rows.append(row)
-        if args.verbose:
-            print(json.dumps(row), file=sys.stderr, flush=True)
+    with cpu_load(args.load):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            row = run_seed(seed, args.budget, args.exact_limit)
+            rows.append(row)
+            if args.verbose:
+                print(json.dumps(row), file=sys.stderr, flush=True)
+    if args.plans:
+        with open(args.plans, "w") as out:
+            out.writelines(f"{r['seed']} {r['plan']} {r['cost']} {r['status']}\n" for r in rows)
     result = summary(rows)
+    result["load"] = args.load
     if args.json:
         print(json.dumps(result))
         return 0
@@ -339,7 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"timed out {result['timed_out']}; optimum only bounded on {result['optimum_unproven']}"
     )
     print(
-        f"solve seconds (with re-packing): mean {result['solve_seconds_mean']:.4f}, "
+        f"solve seconds (with re-packing, {result['load']} busy processes beside): mean "
+        f"{result['solve_seconds_mean']:.4f}, median {result['solve_seconds_median']:.4f}, "
         f"worst {result['solve_seconds_worst']:.4f}; outcomes {result['statuses']}"
     )
     return 0

@@ -38,6 +38,7 @@ from karpenter_capi.core.runtime.leader import LeaderElector, make_identity
 from karpenter_capi.core.runtime.manager import Manager
 from karpenter_capi.core.runtime.stepped import SteppedDriver
 from karpenter_capi.core.runtime.threaded import ThreadedDriver
+from karpenter_capi.core.scheduling import highs
 from karpenter_capi.core.scheduling.packing import DEFAULT_BUDGET_SECONDS as DEFAULT_PACKING_BUDGET
 from karpenter_capi.core.static import static_controllers
 from karpenter_capi.core.termination import termination_controllers
@@ -96,6 +97,9 @@ class Operator:
         self.provisioning = ProvisioningController(
             self.context, batcher=batcher, packing_budget=self.options.packing_budget
         )
+        if self.options.packing_budget > 0:
+            # Pay SciPy's import (about a second) at start, not in the first scale-up's round.
+            highs.warm_up()
         controllers: list[Any] = [
             self.provisioning,
             *lifecycle_controllers(self.context),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import urllib.request
 from typing import Any
 
@@ -17,6 +19,7 @@ from karpenter_capi.core.kube.resources import (
 )
 from karpenter_capi.core.observability.endpoint import ObservabilityServer
 from karpenter_capi.core.operator import Operator
+from karpenter_capi.core.scheduling import highs
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
 from tests.support import operator_world as world
@@ -115,3 +118,23 @@ def test_deleting_a_nodeclaim_drains_and_removes_everything() -> None:
     # ...and the pod, still pending (nothing binds it here), gets a replacement, as it would
     # from Karpenter.
     assert len(names) == 1
+
+
+def test_the_operator_warms_the_packing_solver_up_when_it_starts(monkeypatch: Any) -> None:
+    # The first scale-up after a start must not pay SciPy's import inside its round.
+    calls: list[str] = []
+    monkeypatch.setattr(highs, "warm_up", lambda: calls.append("warmed"))
+    _setup()
+    assert calls == ["warmed"]
+
+
+def test_warming_up_imports_scipy_and_solves_once() -> None:
+    code = (
+        "import sys; from karpenter_capi.core.scheduling import highs; "
+        "assert 'scipy.optimize' not in sys.modules; highs.warm_up(); "
+        "assert 'scipy.optimize' in sys.modules; print('ok')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert done.stdout.strip() == "ok", done.stderr

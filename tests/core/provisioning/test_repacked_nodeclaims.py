@@ -136,7 +136,7 @@ def test_a_round_whose_re_packing_was_stopped_by_its_budget_says_so(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def out_of_budget(*args: Any, **kwargs: Any) -> tuple[str, None]:
-        return "timed-out", None
+        return "budget-exhausted", None
 
     monkeypatch.setattr(highs.HiGHS, "milp", out_of_budget)
     caplog.set_level(logging.INFO, logger="karpenter_capi")

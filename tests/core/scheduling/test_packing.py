@@ -249,18 +249,38 @@ def test_a_zero_budget_turns_it_off() -> None:
 
 
 class _OutOfTime(highs.HiGHS):
-    """HiGHS as it answers when its time limit strikes before an integer solution."""
+    """HiGHS as it answers when its wall-clock safety net strikes."""
 
     def milp(self, *args: Any, **kwargs: Any) -> tuple[str, np.ndarray | None]:
-        return "timed-out", None
+        raise highs.OutOfTime("Time limit reached. (HiGHS Status 13: Time limit reached)")
 
 
-def test_an_optimizer_out_of_time_keeps_the_greedy_plan() -> None:
+def test_an_optimizer_stopped_by_its_safety_net_keeps_the_greedy_plan_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     pods = _pods("web", 21, "1")
     solver = Solver([_pool()], clock=FakeClock(), packing_backend=_OutOfTime())
     result = solver.solve(pods)
     assert _cheapest(result) == ["c16", "c16"]
     assert [o.status for o in solver.packing_outcomes] == ["timed-out"]
+    warnings = [r for r in caplog.records if "safety net" in r.getMessage()]
+    assert len(warnings) <= 1  # once until a solve finishes again, never a traceback
+    assert all(r.exc_info is None for r in warnings)
+
+
+class _NodeLimited(highs.HiGHS):
+    """HiGHS as it answers when its node limit stops it before any integer solution."""
+
+    def milp(self, *args: Any, **kwargs: Any) -> tuple[str, np.ndarray | None]:
+        return "budget-exhausted", None
+
+
+def test_an_optimizer_out_of_work_keeps_the_greedy_plan() -> None:
+    pods = _pods("web", 21, "1")
+    solver = Solver([_pool()], clock=FakeClock(), packing_backend=_NodeLimited())
+    result = solver.solve(pods)
+    assert _cheapest(result) == ["c16", "c16"]
+    assert [o.status for o in solver.packing_outcomes] == ["budget-exhausted"]
 
 
 # -- plans kube-scheduler can realize ----------------------------------------------------------
@@ -288,14 +308,14 @@ def test_the_optimizer_rejects_a_cheaper_plan_that_strands_a_pod() -> None:
     )
     greedy = (packing_model.Bin(0, (6, 0)), packing_model.Bin(0, (0, 1)))
     problem = packing_model.PackingProblem(types, groups, greedy, queue=(0,) * 6 + (1,))
-    outcome = packing.optimize(problem, budget=5.0, clock=FakeClock())
+    outcome = packing.optimize(problem, budget=5.0)
     # 8 + 4 CPUs (1.55) hold everything, but not in every readiness order.
     assert outcome.bins is None
     assert outcome.status == "not-robust"
     assert outcome.rejected >= 1
     # The same pods queued big first make that plan safe, and it is taken.
     safe = packing_model.PackingProblem(types, groups, greedy, queue=(1,) + (0,) * 6)
-    taken = packing.optimize(safe, budget=5.0, clock=FakeClock())
+    taken = packing.optimize(safe, budget=5.0)
     assert taken.bins is not None
     assert taken.cost == pytest.approx(1.55)
 
@@ -326,7 +346,7 @@ def test_when_greedy_strands_too_a_cheaper_plan_no_worse_in_its_worst_order_is_t
     greedy = (*[packing_model.Bin(2, (1, 1))] * 5, packing_model.Bin(2, (0, 1)))
     problem = packing_model.PackingProblem(types, groups, greedy, queue=(1,) * 6 + (0,) * 5)
     assert _strands(problem, greedy)
-    outcome = packing.optimize(problem, budget=5.0, clock=FakeClock())
+    outcome = packing.optimize(problem, budget=5.0)
     assert outcome.status == "improved"
     assert outcome.bins is not None
     assert outcome.cost is not None

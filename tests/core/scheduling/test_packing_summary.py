@@ -61,7 +61,7 @@ def test_several_groups_add_up_and_say_what_kept_the_others_greedy() -> None:
     summary = summarize(
         [
             PackingOutcome("improved", 1.0, bins, 0.8),
-            PackingOutcome("timed-out", 0.5, rejected=1),
+            PackingOutcome("budget-exhausted", 0.5, rejected=1),
         ]
     )
     assert summary is not None
@@ -87,3 +87,10 @@ def test_a_status_it_does_not_know_is_told_as_it_is() -> None:
     assert summary is not None
     assert summary.outcome == "out-of-work"
     assert summary.reason == "kept greedy's plan ($0.5000/h): out-of-work"
+
+
+def test_the_wall_clock_safety_net_is_told_apart_from_the_work_budget() -> None:
+    summary = summarize([PackingOutcome("timed-out", 0.5)])
+    assert summary is not None
+    assert summary.outcome == "timed-out"
+    assert "wall-clock safety net" in summary.reason

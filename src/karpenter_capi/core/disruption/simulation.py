@@ -47,10 +47,10 @@ MIN_SPOT_TO_SPOT_TYPES: Final = 15
 types are on offer, so the replacement is not the next type to be interrupted."""
 
 SIMULATION_TIMEOUT_SECONDS: Final = 10.0
-SIMULATION_PACKING_BUDGET_SECONDS: Final = 0.05
-"""Re-packing budget per simulation (``core.scheduling.packing``): a pass may simulate a
-hundred candidates, so each gets a quarter of provisioning's 200 ms; enough on the small
-catalogs where re-packing runs to merge two new nodes into one or find a cheaper one."""
+SIMULATION_PACKING_BUDGET_SECONDS: Final = 5.0
+"""Re-packing safety net per simulation (``core.scheduling.packing``), as provisioning's: the
+work is bounded by counts, so a consolidation decision does not depend on the machine's load
+either; a shorter wall-clock net would bring that dependence back on a loaded machine."""
 
 
 def _triple(resources: ResourceList) -> tuple[int, int, int]:

@@ -1,9 +1,14 @@
 """HiGHS, through ``scipy.optimize``: the linear and integer solves of the re-packing stage.
 
 Why a module of its own: it is where the re-packing calls SciPy (imported, like NumPy, only
-when a solve runs, so a solver that never re-packs pays for neither), the seam tests replace
-with a backend that reports its time limit reached, and the home of the guard against HiGHS
-printing to stdout.
+when a solve runs or ``warm_up`` asks, so a solver that never re-packs pays for neither), the
+seam tests replace with a backend that reports its safety net reached, and the home of the
+guard against HiGHS printing to stdout.
+
+Each solve is bounded by deterministic work (HiGHS's branch-and-bound node limit), so the same
+problem gets the same answer however loaded the machine is; HiGHS's own ``time_limit`` stays
+only as a safety net, and reaching it raises ``OutOfTime`` instead of returning whatever the
+clock let HiGHS find (``docs/scheduling.md``).
 """
 
 from __future__ import annotations
@@ -55,21 +60,64 @@ class _StdoutToStderr:
 _stdout_to_stderr = _StdoutToStderr()
 
 
+class OutOfTime(Exception):
+    """HiGHS's wall-clock safety net stopped a solve: a machine too loaded to finish work that
+    normally takes milliseconds. The re-packing keeps greedy's plan and says so."""
+
+
+def warm_up() -> None:
+    """Import SciPy and run HiGHS once, so the first round after start does not pay for it.
+
+    Called when the operator starts; the decisions do not depend on it (they read no clock),
+    only the first round's latency does (importing SciPy takes about a second).
+    """
+    import numpy as np
+
+    backend = HiGHS()
+    backend.lp(np.ones(1), -np.ones((1, 1)), -np.ones(1), time_limit=60.0)
+    backend.milp(
+        np.ones(1),
+        np.ones((1, 1)),
+        np.ones(1),
+        np.full(1, np.inf),
+        bounds=(np.zeros(1), np.full(1, 2.0)),
+        time_limit=60.0,
+        node_limit=10,
+        gap=0.0,
+    )
+
+
+# HiGHS's model status when its node limit (``mip_max_nodes``) stops it: kSolutionLimit, which
+# SciPy does not map (its status 4, "not recognized"), so it is read from the message.
+_NODE_LIMIT_STATUS = "HiGHS Status 16:"
+
+
 class HiGHS:
     """The linear and integer solves, through ``scipy.optimize`` (HiGHS).
 
-    A seam: tests substitute a backend that reports its time limit reached.
+    A seam: tests substitute a backend that reports its safety net reached.
     """
 
     def lp(
-        self, cost: np.ndarray, a_ub: np.ndarray, b_ub: np.ndarray
+        self, cost: np.ndarray, a_ub: np.ndarray, b_ub: np.ndarray, *, time_limit: float
     ) -> tuple[float, np.ndarray] | None:
-        """Minimize ``cost @ x`` with ``a_ub @ x <= b_ub``, ``x >= 0``: value and row duals."""
+        """Minimize ``cost @ x`` with ``a_ub @ x <= b_ub``, ``x >= 0``: value and row duals
+        (``None``: infeasible). The simplex method ends by itself; ``time_limit`` is only the
+        safety net (``OutOfTime``)."""
         import numpy as np
         from scipy.optimize import linprog
 
         with _stdout_to_stderr():
-            result = linprog(cost, A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs")
+            result = linprog(
+                cost,
+                A_ub=a_ub,
+                b_ub=b_ub,
+                bounds=(0, None),
+                method="highs",
+                options={"time_limit": time_limit},
+            )
+        if result.status == 1:
+            raise OutOfTime(result.message)
         if result.status != 0:
             return None
         return float(result.fun), np.asarray(result.ineqlin.marginals)
@@ -83,10 +131,13 @@ class HiGHS:
         *,
         bounds: tuple[np.ndarray, np.ndarray],
         time_limit: float,
+        node_limit: int,
         gap: float,
     ) -> tuple[str, np.ndarray | None]:
-        """Minimize over integers; ``(status, x)`` with status optimal, infeasible or timed-out
-        (``x`` then the best integer plan found before the limit, or ``None``)."""
+        """Minimize over integers; ``(status, x)`` with status ``optimal``, ``infeasible`` or
+        ``budget-exhausted`` (``node_limit`` branch-and-bound nodes explored first: ``x`` the
+        best integer plan found by then, or ``None``). ``time_limit`` is only the safety net
+        (``OutOfTime``)."""
         import numpy as np
         from scipy.optimize import Bounds, LinearConstraint, milp
 
@@ -97,7 +148,8 @@ class HiGHS:
                 integrality=np.ones(len(cost)),
                 bounds=Bounds(*bounds),
                 options={
-                    "time_limit": max(time_limit, 0.001),
+                    "time_limit": time_limit,
+                    "node_limit": node_limit,
                     "disp": False,
                     "mip_rel_gap": gap,
                     "presolve": False,
@@ -106,7 +158,8 @@ class HiGHS:
         if result.status == 0:
             return "optimal", np.asarray(result.x)
         if result.status == 1:
-            # The time limit stopped it; ``x`` is its best plan so far, if it found one.
+            raise OutOfTime(result.message)
+        if _NODE_LIMIT_STATUS in str(result.message):
             x = getattr(result, "x", None)
-            return "timed-out", None if x is None else np.asarray(x)
+            return "budget-exhausted", None if x is None else np.asarray(x)
         return "infeasible", None

@@ -6,8 +6,8 @@ leaves 5-15% on the table: it fills a 16-CPU node and then buys a second one for
 where one 16-CPU and three 4-CPU nodes cost less. Bin packing with a few node sizes is a
 small integer program, so after the greedy solve the solver hands the NodeClaims it may
 safely move pods between (no topology, no pod (anti-)affinity, no host ports, no hostname:
-see ``repack.py``) to ``optimize`` here, which looks for a cheaper plan within a time
-budget and keeps greedy's whenever it does not find a strictly cheaper one in time.
+see ``repack.py``) to ``optimize`` here, which looks for a cheaper plan within a budget of
+deterministic work and keeps greedy's whenever it does not find a strictly cheaper one.
 
 The model is Gilmore and Gomory's: a *pattern* is one node of one instance type and how many
 pods of each group (pods with the same requests and scheduling class) it holds; choose how many
@@ -20,6 +20,12 @@ that plan is listed (when there are few enough) and the integer program is solve
 over all patterns that matter. Both run on HiGHS through ``scipy.optimize``
 (``docs/scheduling.md`` says why HiGHS).
 
+The work is counted, never timed (column generation rounds, branch-and-bound nodes, nodes of the
+pattern listing's search), so the same cluster state gives the same plan on an idle machine and
+on a loaded one, and a decision can be reproduced afterwards. A wall-clock cap (``budget``
+seconds, HiGHS's own time limit on each solve) remains only as a safety net: reaching it keeps
+greedy's plan and says so (``timed-out``) rather than use whatever the clock let it find.
+
 A plan is only accepted if kube-scheduler can realize it whatever order its nodes become ready
 in (``readiness.py``): when some order strands pods, the nodes they would force are bought up
 front; when greedy's own plan strands pods too, the cheaper plan must still be cheaper after the
@@ -28,13 +34,13 @@ worst order of each. See ``docs/scheduling.md`` for the rule and its limits.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-from karpenter_capi.core.clock import Clock
-from karpenter_capi.core.scheduling.highs import HiGHS
+from karpenter_capi.core.scheduling.highs import HiGHS, OutOfTime
 from karpenter_capi.core.scheduling.packing_model import (
     Bin,
     PackingOutcome,
@@ -52,7 +58,12 @@ if TYPE_CHECKING:
     # (large catalogs, budget 0) does not pay their import time and memory.
     import numpy as np
 
-DEFAULT_BUDGET_SECONDS: Final = 0.2
+log = logging.getLogger(__name__)
+
+DEFAULT_BUDGET_SECONDS: Final = 5.0
+"""The wall-clock safety net of each HiGHS solve; the work budget below ends each solve of the
+benchmark's seeds in well under a second on a loaded 2-core machine, so this is never reached
+unless the machine all but stops."""
 EPSILON: Final = 1e-6
 """Relative: a plan must be cheaper than greedy's by more than this share to replace it."""
 FIRST_GAP: Final = 0.02
@@ -62,47 +73,69 @@ MIP_GAP: Final = 0.005
 MAX_TYPES: Final = 32
 MAX_GROUPS: Final = 24
 MAX_PODS: Final = 5000
+# The work budget, counted not timed (chosen on benchmarks/packing.py: docs/scheduling.md):
 _MAX_ROUNDS: Final = 60  # column generation rounds
-_GENERATION_SHARE: Final = 0.5  # of the budget, at most, before the integer solves
-_JUDGING_SHARE: Final = 0.25  # of the budget, kept after the integer solves to judge a plan
+KNAPSACK_NODES: Final = 200  # branch-and-bound nodes of each round's pricing knapsacks
+FIRST_NODES: Final = 100  # ... of the integer solve over the generated patterns
+LISTED_NODES: Final = 300  # ... of the integer solve over every pattern that matters
+LISTING_VISITS: Final = 50_000  # nodes of the depth-first search listing the patterns
 _REPAIRS: Final = 10  # rounds of slack added to a plan some readiness order strands
-_MAX_PATTERNS: Final = 2000  # beyond, patterns are generated as needed
+# Beyond, the listed integer solve is skipped: HiGHS's root node (cuts, heuristics), which no
+# node limit bounds, takes seconds over 500 patterns and tens of milliseconds under 300.
+_MAX_PATTERNS: Final = 300
 
 
 def optimize(
     problem: PackingProblem,
     *,
     budget: float = DEFAULT_BUDGET_SECONDS,
-    clock: Clock,
     backend: HiGHS | None = None,
     seed: int = 0,
 ) -> PackingOutcome:
-    """A strictly cheaper plan that kube-scheduler can realize, or why greedy's stays."""
+    """A strictly cheaper plan that kube-scheduler can realize, or why greedy's stays.
+
+    Reads no clock: ``budget`` (seconds; 0 disables re-packing) is only each solve's safety
+    net, and the outcome depends on ``problem`` alone."""
     greedy_cost = plan_cost(problem, problem.greedy)
     if budget <= 0:
         return PackingOutcome("disabled", greedy_cost)
     pods = sum(g.count for g in problem.groups)
     if len(problem.types) > MAX_TYPES or len(problem.groups) > MAX_GROUPS or pods > MAX_PODS:
         return PackingOutcome("too-large", greedy_cost)
-    deadline = clock.monotonic() + budget
-    search = _Search(problem, backend or HiGHS(), clock, deadline, reserve=budget * _JUDGING_SHARE)
-    return search.run(greedy_cost, seed)
+    search = _Search(problem, backend or HiGHS(), budget)
+    try:
+        outcome = search.run(greedy_cost, seed)
+    except OutOfTime as exc:
+        global _warned
+        if not _warned:
+            log.warning(
+                "re-packing kept the greedy plan: a solve reached its %gs wall-clock safety net "
+                "(%s); the machine may be overloaded",
+                budget,
+                exc,
+            )
+        _warned = True
+        return PackingOutcome("timed-out", greedy_cost)
+    _warned = False
+    return outcome
+
+
+_warned = False  # the safety net's warning is logged once until a solve finishes again
 
 
 @dataclass(eq=False)
 class _Search:
     problem: PackingProblem
     backend: HiGHS
-    clock: Clock
-    deadline: float
+    safety: float  # seconds: each solve's wall-clock safety net
     columns: list[Bin] = field(default_factory=list)
     seen: set[Bin] = field(default_factory=set)
     prices: list[float] = field(default_factory=list)  # the relaxation's duals per group
     limit_prices: list[float] = field(default_factory=list)
-    reserve: float = 0.0  # kept for judging plans: integer solves stop this long before the end
     greedy_worst: float | None = None
     gap: float = math.inf  # reduced cost a pattern may have and still be worth listing
-    visited: int = 0  # nodes of the pattern listing's search, to check the clock now and then
+    visited: int = 0  # nodes of the pattern listing's search, against LISTING_VISITS
+    exhausted: bool = False  # some stage stopped on its work budget
 
     def __post_init__(self) -> None:
         # Resources some pod asks for or a limit counts; the rest cannot bind.
@@ -123,9 +156,6 @@ class _Search:
             if problem.limit is not None
             else []
         )
-
-    def left(self) -> float:
-        return self.deadline - self.clock.monotonic()
 
     def add(self, column: Bin) -> bool:
         if column in self.seen or not any(column.counts):
@@ -153,27 +183,25 @@ class _Search:
         best: list[Bin] | None = None
         ceiling = greedy_cost * (1 - EPSILON)
         rejected = 0
-        finished = False
         for stage in ("generated", "listed"):
             if stage == "listed" and (bound is None or not self._list_promising(bound, ceiling)):
                 break
             first = stage == "generated"
             status, bins = self._integer(
-                ceiling, share=0.6 if first else 1.0, gap=FIRST_GAP if first else MIP_GAP
+                ceiling,
+                nodes=FIRST_NODES if first else LISTED_NODES,
+                gap=FIRST_GAP if first else MIP_GAP,
             )
-            if status != "timed-out":
-                finished = True
+            if status == "budget-exhausted":
+                self.exhausted = True
             if bins is None:
                 continue
-            # A plan the time limit cut short is still a plan, found within the budget; it is
-            # judged like any other (cheaper than greedy's, and realizable).
+            # A plan the node limit cut short is still a plan, found within the budget (the
+            # same one every time); it is judged like any other (cheaper, and realizable).
             robust = self._robust(bins, ceiling, runs, seed)
-            if robust is None and self.left() > 0:
+            if robust is None:
                 robust = self._no_worse(bins, runs, seed)
             if robust is None:
-                if self.left() <= 0:
-                    finished = False  # out of time judging it: not a rejection
-                    break
                 rejected += 1
                 continue
             best = robust
@@ -181,9 +209,12 @@ class _Search:
         if best is not None:
             cost = plan_cost(problem, best)
             return PackingOutcome("improved", greedy_cost, tuple(best), cost, rejected, bound)
-        if not finished:
-            return PackingOutcome("timed-out", greedy_cost, rejected=rejected, lower_bound=bound)
-        status = "not-robust" if rejected else "not-cheaper"
+        if rejected:
+            status = "not-robust"
+        elif self.exhausted:
+            status = "budget-exhausted"
+        else:
+            status = "not-cheaper"
         return PackingOutcome(status, greedy_cost, rejected=rejected, lower_bound=bound)
 
     def _list_promising(self, bound: float, ceiling: float) -> bool:
@@ -191,8 +222,8 @@ class _Search:
 
         A pattern whose reduced cost (at the relaxation's optimal duals) exceeds
         ``ceiling - bound`` is in no plan cheaper than ``ceiling``, so leaving it out keeps the
-        integer program exact over the patterns listed. False when there are too many or no
-        time is left to list them.
+        integer program exact over the patterns listed. False when there are too many or
+        listing them would take more than its work budget.
         """
         self.gap = ceiling - bound + 1e-9
         every = self._maximal_patterns()
@@ -225,8 +256,6 @@ class _Search:
         """
         problem = self.problem
         for _ in range(_REPAIRS):
-            if self.left() <= 0:
-                return None
             found = next(self._strandings(bins, runs, seed), None)
             if found is None:
                 return bins
@@ -305,7 +334,7 @@ class _Search:
 
     def _maximal_patterns(self) -> list[Bin] | None:
         """Every pattern no pod could be added to whose reduced cost may be within
-        ``self.gap``, or ``None`` past ``_MAX_PATTERNS`` or the deadline."""
+        ``self.gap``, or ``None`` past ``_MAX_PATTERNS`` or ``LISTING_VISITS``."""
         found: list[Bin] = []
         problem = self.problem
         for t, kind in enumerate(problem.types):
@@ -325,7 +354,8 @@ class _Search:
         cost so far (its price, less what the pods already on it are worth)."""
         groups = self.problem.groups
         self.visited += 1
-        if self.visited % 1024 == 0 and self.left() <= self.reserve:
+        if self.visited > LISTING_VISITS:
+            self.exhausted = True
             return False
         if g == len(groups):
             full = all(
@@ -383,17 +413,14 @@ class _Search:
     def _generate(self) -> float | None:
         """The relaxation's optimum once no pattern improves it (a lower bound on any plan).
 
-        ``None`` when it had to stop first (its share of the budget spent): the patterns so far
-        still make plans, but the value bounds nothing and the duals price nothing exactly.
+        ``None`` when it had to stop first (``_MAX_ROUNDS`` spent): the patterns so far still
+        make plans, but the value bounds nothing and the duals price nothing exactly.
         """
         problem = self.problem
         value = math.inf
-        stop = self.deadline - (self.deadline - self.clock.monotonic()) * (1 - _GENERATION_SHARE)
         for _ in range(_MAX_ROUNDS):
-            if self.clock.monotonic() > stop:
-                return None
             cost, matrix, bound = self._rows()
-            solved = self.backend.lp(cost, matrix, bound)
+            solved = self.backend.lp(cost, matrix, bound, time_limit=self.safety)
             if solved is None:
                 return math.inf  # the limits leave no room for every pod
             value, duals = solved
@@ -411,6 +438,7 @@ class _Search:
                     added += 1
             if not added:
                 return value
+        self.exhausted = True
         return None
 
     def _price(self, prices: Sequence[float]) -> list[tuple[Bin, float]]:
@@ -451,7 +479,8 @@ class _Search:
             np.full(rows, -np.inf),
             high,
             bounds=(np.zeros(len(variables)), np.array(upper)),
-            time_limit=self.left(),
+            time_limit=self.safety,
+            node_limit=KNAPSACK_NODES,
             gap=MIP_GAP,
         )
         if x is None:
@@ -477,13 +506,11 @@ class _Search:
 
     # -- the integer program ----------------------------------------------------------------
 
-    def _integer(self, ceiling: float, *, share: float, gap: float) -> tuple[str, list[Bin] | None]:
-        """The cheapest plan over the patterns so far costing under ``ceiling``, in at most
-        ``share`` of the time left."""
+    def _integer(self, ceiling: float, *, nodes: int, gap: float) -> tuple[str, list[Bin] | None]:
+        """The cheapest plan over the patterns so far costing under ``ceiling``, exploring at
+        most ``nodes`` branch-and-bound nodes."""
         import numpy as np
 
-        if self.left() <= self.reserve:
-            return "timed-out", None
         cost, rows, high = self._rows()
         low = np.full(len(high), -np.inf)
         # No plan needs more of a pattern than it takes to cover the groups it holds.
@@ -504,7 +531,8 @@ class _Search:
             low,
             high,
             bounds=(np.zeros(len(self.columns)), upper),
-            time_limit=(self.left() - self.reserve) * share,
+            time_limit=self.safety,
+            node_limit=nodes,
             gap=gap,
         )
         if x is None:

@@ -60,9 +60,11 @@ class PackingOutcome:
     """What ``optimize`` decided. ``bins`` is the plan to use; ``None``: keep greedy's.
 
     ``status``: ``improved``, ``not-cheaper`` (greedy is optimal or nothing cheaper was found),
-    ``timed-out``, ``not-robust`` (every cheaper plan found strands a pod), ``too-large``,
-    ``disabled``, or (set by ``repack.py``) ``voided``: the plan was no cheaper once built as
-    NodeClaims within the NodePool's limits. ``packing_summary.py`` words them for the user.
+    ``not-robust`` (every cheaper plan found strands a pod), ``budget-exhausted`` (the work
+    budget ran out before any cheaper plan; the same every time), ``timed-out`` (the wall-clock
+    safety net struck: a machine too loaded to finish), ``too-large``, ``disabled``, or (set by
+    ``repack.py``) ``voided``: the plan was no cheaper once built as NodeClaims within the
+    NodePool's limits. ``packing_summary.py`` words them for the user.
     ``rejected`` counts cheaper plans the robustness rule turned down.
     """
 

@@ -20,29 +20,29 @@ RE_PACKED: Final = "re-packed"
 NOT_CHEAPER: Final = "not-cheaper"
 REFUSED: Final = "refused"
 STOPPED_BY_BUDGET: Final = "stopped-by-budget"
+TIMED_OUT: Final = "timed-out"
 TOO_LARGE: Final = "too-large"
 
-# The optimizer's statuses, mapped to what the user is told. Several names for the budget,
-# so that the outcome reads the same whether the budget is counted in seconds or in work.
+# The optimizer's statuses, mapped to what the user is told: its counted work budget spent
+# (the same on any machine) or its wall-clock safety net struck (a machine too loaded).
 _OUTCOME: Final = {
     "improved": RE_PACKED,
     "not-cheaper": NOT_CHEAPER,
     "voided": NOT_CHEAPER,
     "not-robust": REFUSED,
-    "timed-out": STOPPED_BY_BUDGET,
-    "stopped-by-budget": STOPPED_BY_BUDGET,
-    "budget": STOPPED_BY_BUDGET,
+    "budget-exhausted": STOPPED_BY_BUDGET,
+    "timed-out": TIMED_OUT,
     "too-large": TOO_LARGE,
 }
 # When families end differently and none was re-packed, the round is told by the one that
 # says most about why greedy's plan stayed.
-_PRECEDENCE: Final = (STOPPED_BY_BUDGET, REFUSED, TOO_LARGE, NOT_CHEAPER)
+_PRECEDENCE: Final = (TIMED_OUT, STOPPED_BY_BUDGET, REFUSED, TOO_LARGE, NOT_CHEAPER)
 
 
 @dataclass(frozen=True)
 class PackingSummary:
     """One round's re-packing: ``outcome`` (``re-packed``, ``not-cheaper``, ``refused``,
-    ``stopped-by-budget``, ``too-large``), what greedy's plan and the plan used cost per hour
+    ``stopped-by-budget``, ``timed-out``, ``too-large``), what greedy's plan and the plan used cost per hour
     for the NodeClaims it looked at, and ``reason``, the sentence a user reads."""
 
     outcome: str
@@ -119,6 +119,12 @@ def _reason(kind: str, outcomes: Sequence[PackingOutcome]) -> str:
     )
     if kind == STOPPED_BY_BUDGET:
         said = "the re-packing was stopped by its budget before it found a cheaper plan"
+        return f"{said} ({refused})" if rejected else said
+    if kind == TIMED_OUT:
+        said = (
+            "the solver's wall-clock safety net stopped it (the machine is too loaded, or "
+            "--packing-optimizer-budget too short)"
+        )
         return f"{said} ({refused})" if rejected else said
     if kind == REFUSED:
         return refused

@@ -13,7 +13,6 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
 from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.scheduling import highs, packing, packing_model
 from karpenter_capi.core.scheduling.claims import (
     HOSTNAME_PLACEHOLDER,
@@ -34,8 +33,9 @@ from karpenter_capi.core.scheduling.requirements import Requirement, Requirement
 
 
 class Repacker:
-    """Re-packs the families of one solve's claims (see ``repack``), all within ``budget``
-    seconds; ``outcomes`` says what it decided for each family."""
+    """Re-packs the families of one solve's claims (see ``repack``) within the optimizer's
+    work budget, each solve under a ``budget``-second safety net (``packing.optimize``);
+    ``outcomes`` says what it decided for each family."""
 
     def __init__(
         self,
@@ -43,14 +43,12 @@ class Repacker:
         class_of: Callable[[Pod], PodClass],
         compatible_types: Callable[[PoolState, Requirements, PodClass], list[TypeInfo]],
         daemons: DaemonOverhead,
-        clock: Clock,
         budget: float,
         backend: highs.HiGHS | None = None,
     ) -> None:
         self._class_of = class_of
         self._compatible_types = compatible_types
         self._daemons = daemons
-        self._clock = clock
         self._budget = budget
         self._backend = backend
         self._claims: list[ClaimState] = []
@@ -73,7 +71,6 @@ class Repacker:
             if all(self._movable(pod, originals) for pod in claim.pods):
                 key = (id(pool), _without_hostname(claim.requirements), claim.daemon)
                 families.setdefault(key, []).append(claim)
-        deadline = self._clock.monotonic() + self._budget
         for (_, requirements, daemon), family in families.items():
             types = [
                 t
@@ -89,8 +86,7 @@ class Repacker:
             problem = self._packing_problem(family, requirements, types, groups)
             outcome = packing.optimize(
                 problem,
-                budget=deadline - self._clock.monotonic(),
-                clock=self._clock,
+                budget=self._budget,
                 backend=self._backend,
             )
             if outcome.bins is not None:

@@ -146,8 +146,9 @@ class Solver:
     ) -> None:
         """``label_requirements`` caches each registered node's labels as requirements, by
         node name, for callers that solve many times over the same nodes (consolidation).
-        ``packing_budget`` bounds, in seconds, the re-packing of unconstrained NodeClaims
-        after the greedy solve (``packing.py``; 0 disables it); ``packing_outcomes`` then
+        ``packing_budget`` is the wall-clock safety net, in seconds, of each solve re-packing
+        unconstrained NodeClaims after the greedy pass (``packing.py``, which bounds it by
+        deterministic work; 0 disables it); ``packing_outcomes`` then
         says what it decided for each group of claims it looked at."""
         # Upstream's OrderByWeight: heaviest first, ties by name, later names first.
         self._options = sorted(nodepools, key=lambda p: (p.weight, p.name), reverse=True)
@@ -254,7 +255,6 @@ class Solver:
                 class_of=self._class_of,
                 compatible_types=self._compatible_types,
                 daemons=self._daemons,
-                clock=self._clock,
                 budget=self._packing_budget,
                 backend=self._packing_backend,
             )

@@ -1,0 +1,166 @@
+"""The re-packing decides the same plan however loaded the machine (issue 25, item 1).
+
+Why: a decision that depends on how much CPU the controller got cannot be reproduced, and the
+first round after a start (SciPy being imported) always fell back to greedy. The optimizer now
+counts its work instead of timing it; these tests compare plans, never durations.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import random
+from collections.abc import Iterator
+from typing import Any
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.clock import FakeClock
+from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead, Offering
+from karpenter_capi.core.scheduling import highs
+from karpenter_capi.core.scheduling.model import NodePoolOption, SolveResult
+from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.core.scheduling.solver import Solver
+
+Pod = dict[str, Any]
+
+
+def _type(name: str, cpu: int, memory_gi: int, price: float) -> InstanceType:
+    return InstanceType(
+        name=name,
+        capacity=ResourceList.parse({"cpu": cpu, "memory": f"{memory_gi}Gi", "pods": 110}),
+        offerings=(Offering("zone-a", "on-demand", price),),
+        requirements={wellknown.LABEL_ARCH: frozenset({"amd64"})},
+        overhead=InstanceTypeOverhead(kube_reserved=ResourceList.parse({"cpu": "100m"})),
+    )
+
+
+# The issue's catalog: on-demand MachineDeployments of 2, 4, 4 and 16 CPUs.
+CATALOG = (
+    _type("c2", 2, 8, 0.10),
+    _type("c4", 4, 16, 0.19),
+    _type("m4", 4, 32, 0.25),
+    _type("c16", 16, 64, 0.72),
+)
+
+
+def _pods(prefix: str, count: int, cpu: str, memory: str = "1Gi") -> list[Pod]:
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{prefix}-{i:03d}", "namespace": "default", "labels": {}},
+            "spec": {
+                "containers": [
+                    {"name": "app", "resources": {"requests": {"cpu": cpu, "memory": memory}}}
+                ]
+            },
+        }
+        for i in range(count)
+    ]
+
+
+def _plan(result: SolveResult) -> list[tuple[str, tuple[str, ...]]]:
+    """What a plan launches: each NodeClaim's cheapest type and the pods it is for."""
+    return sorted(
+        (
+            claim.cheapest()[0].name,
+            tuple(sorted(str(p["metadata"]["name"]) for p in claim.pods)),
+        )
+        for claim in result.new_nodeclaims
+    )
+
+
+class _RunawayClock(FakeClock):
+    """A clock that jumps a second whenever it is read: what a decision reading it would see
+    on a machine so loaded that every step takes ages (the greedy pass's own one-minute
+    timeout, which reads it too, still lets it place a few dozen pods)."""
+
+    def monotonic(self) -> float:
+        self.advance(1)
+        return super().monotonic()
+
+
+class _SlowHiGHS(highs.HiGHS):
+    """HiGHS, with the injected clock jumping ten minutes during every solve."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self._clock = clock
+
+    def lp(self, *args: Any, **kwargs: Any) -> Any:
+        self._clock.advance(600)
+        return super().lp(*args, **kwargs)
+
+    def milp(self, *args: Any, **kwargs: Any) -> Any:
+        self._clock.advance(600)
+        return super().milp(*args, **kwargs)
+
+
+def test_the_plan_is_the_same_whatever_the_clock_does_during_the_solve() -> None:
+    # 21 one-CPU pods: greedy buys 2 x 16 CPUs; the optimum is 16 CPUs plus small nodes.
+    pods = _pods("web", 21, "1")
+    calm = Solver([NodePoolOption(name="default", instance_types=CATALOG)], clock=FakeClock())
+    expected = calm.solve(pods)
+    clock = FakeClock()
+    loaded = Solver(
+        [NodePoolOption(name="default", instance_types=CATALOG)],
+        clock=clock,
+        packing_backend=_SlowHiGHS(clock),
+    )
+    result = loaded.solve(pods)
+    assert [o.status for o in loaded.packing_outcomes] == ["improved"]
+    assert _plan(result) == _plan(expected)
+    assert sorted(name for name, _ in _plan(result)) != ["c16", "c16"]
+
+
+def _random_case(seed: int) -> tuple[NodePoolOption, list[Pod]]:
+    rng = random.Random(seed)
+    types = []
+    for n, cpu in enumerate(sorted(rng.sample([1, 2, 4, 8, 16, 32], rng.randint(3, 5)))):
+        memory = cpu * rng.choice((2, 4, 8))
+        price = (0.03 * cpu + 0.004 * memory) * rng.uniform(0.85, 1.15)
+        types.append(_type(f"t{n}-{cpu}", cpu, memory, round(price, 4)))
+    pods: list[Pod] = []
+    for d in range(rng.randint(1, 4)):
+        cpu = rng.choice(("250m", "500m", "700m", "1500m"))
+        memory = rng.choice(("256Mi", "1Gi", "2Gi", "5Gi"))
+        pods += _pods(f"app{d}", rng.randint(3, 60), cpu, memory)
+    return NodePoolOption(name="default", instance_types=tuple(types)), pods
+
+
+def _plans(clock: FakeClock) -> list[list[tuple[str, tuple[str, ...]]]]:
+    plans = []
+    for seed in range(12):
+        pool, pods = _random_case(seed)
+        plans.append(_plan(Solver([pool], clock=clock).solve(pods)))
+    return plans
+
+
+def test_random_cases_get_the_same_plans_from_a_frozen_and_a_runaway_clock() -> None:
+    assert _plans(FakeClock()) == _plans(_RunawayClock())
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+@contextlib.contextmanager
+def _cpu_hogs(count: int) -> Iterator[None]:
+    """``count`` processes burning CPU for the duration, stopped afterwards."""
+    context = multiprocessing.get_context("spawn")
+    hogs = [context.Process(target=_spin, daemon=True) for _ in range(count)]
+    for hog in hogs:
+        hog.start()
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.terminate()
+            hog.join()
+
+
+def test_random_cases_get_the_same_plans_next_to_cpu_hogs() -> None:
+    quiet = _plans(FakeClock())
+    with _cpu_hogs(2):  # the machine has about two cores
+        loaded = _plans(FakeClock())
+    assert loaded == quiet
