@@ -6,7 +6,6 @@ test_repacked_nodeclaims.py`` runs whole rounds); here each outcome's words.
 
 from __future__ import annotations
 
-from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.scheduling import packing, packing_model
 from karpenter_capi.core.scheduling.packing_model import PackingOutcome
 from karpenter_capi.core.scheduling.packing_summary import summarize
@@ -23,7 +22,7 @@ def test_a_plan_refused_as_not_robust_says_why_greedy_stayed() -> None:
     )
     greedy = (packing_model.Bin(0, (6, 0)), packing_model.Bin(0, (0, 1)))
     problem = packing_model.PackingProblem(types, groups, greedy, queue=(0,) * 6 + (1,))
-    outcome = packing.optimize(problem, budget=5.0, clock=FakeClock())
+    outcome = packing.optimize(problem, budget=5.0)
     summary = summarize([outcome])
     assert summary is not None
     assert summary.outcome == "refused"

@@ -42,8 +42,8 @@ _PRECEDENCE: Final = (TIMED_OUT, STOPPED_BY_BUDGET, REFUSED, TOO_LARGE, NOT_CHEA
 @dataclass(frozen=True)
 class PackingSummary:
     """One round's re-packing: ``outcome`` (``re-packed``, ``not-cheaper``, ``refused``,
-    ``stopped-by-budget``, ``timed-out``, ``too-large``), what greedy's plan and the plan used cost per hour
-    for the NodeClaims it looked at, and ``reason``, the sentence a user reads."""
+    ``stopped-by-budget``, ``timed-out``, ``too-large``), what greedy's plan and the plan used
+    cost per hour for the NodeClaims it looked at, and ``reason``, the sentence a user reads."""
 
     outcome: str
     greedy_cost: float
