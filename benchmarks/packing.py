@@ -35,7 +35,6 @@ import argparse
 import contextlib
 import hashlib
 import json
-import multiprocessing
 import os
 import random
 import statistics
@@ -43,6 +42,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -56,6 +56,9 @@ from karpenter_capi.core.scheduling import packing
 from karpenter_capi.core.scheduling.model import NodePoolOption
 from karpenter_capi.core.scheduling.resources import ResourceList, pod_requests
 from karpenter_capi.core.scheduling.solver import Solver
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: tests.*
+from tests.support.cpu_load import cpu_load
 
 Pod = dict[str, Any]
 CPU_SIZES = (1, 2, 4, 8, 16, 32, 48, 64)
@@ -254,26 +257,6 @@ def plan_digest(claims: Sequence[Any]) -> str:
         for claim in claims
     )
     return hashlib.sha256(json.dumps(plan).encode()).hexdigest()[:16]
-
-
-def _spin() -> None:
-    while True:
-        pass
-
-
-@contextlib.contextmanager
-def cpu_load(processes: int) -> Iterator[None]:
-    """``processes`` busy processes for the duration (a noisy neighbour), stopped after."""
-    context = multiprocessing.get_context("spawn")
-    hogs = [context.Process(target=_spin, daemon=True) for _ in range(processes)]
-    for hog in hogs:
-        hog.start()
-    try:
-        yield
-    finally:
-        for hog in hogs:
-            hog.terminate()
-            hog.join()
 
 
 def run_seed(seed: int, budget: float, exact_limit: float | None) -> dict[str, Any]:

@@ -7,10 +7,7 @@ counts its work instead of timing it; these tests compare plans, never durations
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing
 import random
-from collections.abc import Iterator
 from typing import Any
 
 from karpenter_capi.core.api import wellknown
@@ -20,6 +17,7 @@ from karpenter_capi.core.scheduling import highs
 from karpenter_capi.core.scheduling.model import NodePoolOption, SolveResult
 from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.core.scheduling.solver import Solver
+from tests.support.cpu_load import cpu_load
 
 Pod = dict[str, Any]
 
@@ -139,28 +137,8 @@ def test_random_cases_get_the_same_plans_from_a_frozen_and_a_runaway_clock() -> 
     assert _plans(FakeClock()) == _plans(_RunawayClock())
 
 
-def _spin() -> None:
-    while True:
-        pass
-
-
-@contextlib.contextmanager
-def _cpu_hogs(count: int) -> Iterator[None]:
-    """``count`` processes burning CPU for the duration, stopped afterwards."""
-    context = multiprocessing.get_context("spawn")
-    hogs = [context.Process(target=_spin, daemon=True) for _ in range(count)]
-    for hog in hogs:
-        hog.start()
-    try:
-        yield
-    finally:
-        for hog in hogs:
-            hog.terminate()
-            hog.join()
-
-
 def test_random_cases_get_the_same_plans_next_to_cpu_hogs() -> None:
     quiet = _plans(FakeClock())
-    with _cpu_hogs(2):  # the machine has about two cores
+    with cpu_load(2):  # the machine has about two cores
         loaded = _plans(FakeClock())
     assert loaded == quiet
