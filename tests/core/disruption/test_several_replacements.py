@@ -83,6 +83,20 @@ def test_a_split_that_costs_no_less_keeps_the_node_and_says_why() -> None:
     assert report.kept == {"big": "no replacement cheaper than 0.4500/h"}
 
 
+def test_a_split_must_save_more_than_its_cheapest_new_node_costs() -> None:
+    # Three nodes for $0.480/h instead of one at $0.500/h: $0.02/h for five restarted pods and
+    # two more nodes, each with its own reserved room, that a later scale-up would buy back.
+    cluster = _issue_cluster()
+    cluster.types[2] = instance_type("c16", 16, 64, 0.50)
+
+    report = cluster.plan()
+
+    assert report.command is None
+    assert report.kept == {
+        "big": "3 new nodes would save 0.0200/h, no more than the cheapest of them costs (0.0960/h)"
+    }
+
+
 def test_a_balanced_nodepool_weighs_a_split_like_any_replacement() -> None:
     cluster = _issue_cluster("Balanced")
 

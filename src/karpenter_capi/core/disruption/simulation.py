@@ -232,7 +232,10 @@ class Simulator:
         cheapest price plus its share, so whatever offering each launch falls back to, the new
         nodes together still cost less than the old ones (with one replacement, its allowance
         is the candidates' price: upstream's rule exactly). Every command therefore lowers the
-        cluster's price strictly, and no sequence of them can go round in circles. Among
+        cluster's price strictly, and no sequence of them can go round in circles. A move
+        that does not lower the number of nodes (one into several, or N into N or more) must
+        also save more than the cheapest of its new nodes costs (docs/disruption.md says why).
+        Among
         several replacements, one that could be of a candidate's own type must also be cheaper
         than that candidate: two nodes replaced by two, one of them the same type as before,
         restarts pods for a saving that replacing the other alone makes.
@@ -278,7 +281,15 @@ class Simulator:
             if isinstance(replacement, str):
                 return replacement
             replacements.append(replacement)
-        return Replacement(replacements, price - sum(r.price for r in replacements))
+        savings = price - sum(r.price for r in replacements)
+        if len(replacements) > 1 and len(replacements) >= len(candidates):
+            smallest = min(r.price for r in replacements)
+            if savings <= smallest:
+                return (
+                    f"{len(replacements)} new nodes would save {savings:.4f}/h, no more than "
+                    f"the cheapest of them costs ({smallest:.4f}/h)"
+                )
+        return Replacement(replacements, savings)
 
     def _restricted(
         self, claim: ProposedNodeClaim, allowance: float, all_spot: bool, replaced: int
