@@ -74,6 +74,8 @@ class Simulation:
     unschedulable: dict[str, str] = field(default_factory=dict)
     new_nodeclaims: list[ProposedNodeClaim] = field(default_factory=list)
     pending_only: int = 0
+    placed: dict[str, list[Pod]] = field(default_factory=dict)
+    """Existing node -> the pods the solver put there (what a benchmark applies)."""
 
     @property
     def all_scheduled(self) -> bool:
@@ -219,6 +221,7 @@ class Simulator:
             pending_only=sum(
                 1 for c in result.new_nodeclaims if not any(pod_key(p) in must_move for p in c.pods)
             ),
+            placed=dict(result.existing),
         )
 
     def consolidate(self, candidates: Sequence[Candidate]) -> Replacement | str:
@@ -333,20 +336,19 @@ def _cost_floor(
     takes more than half of it (two such pods never share one node). The second catches what
     the first misses: two 1.8-CPU pods need two 2-CPU nodes, not 1.8 of one. The best of the
     six bounds is the floor."""
-    floor = 0.0
     counts: dict[tuple[int, int, int], int] = {}
     for pod in pods:
         counts[pod] = counts.get(pod, 0) + 1
-    for i in range(3):
-        share = half = 0.0
-        for pod, count in counts.items():
-            holders = [(p, a) for p, a in shapes if all(pod[j] <= a[j] for j in range(3))]
-            if not holders:
-                return math.inf
-            share += count * min(p * pod[i] / a[i] if a[i] else 0.0 for p, a in holders)
-            half += count * min(p if 2 * pod[i] > a[i] else 0.0 for p, a in holders)
-        floor = max(floor, share, half)
-    return floor
+    share = [0.0, 0.0, 0.0]
+    half = [0.0, 0.0, 0.0]
+    for pod, count in counts.items():
+        holders = [(p, a) for p, a in shapes if all(pod[j] <= a[j] for j in range(3))]
+        if not holders:
+            return math.inf
+        for i in range(3):
+            share[i] += count * min(p * pod[i] / a[i] if a[i] else 0.0 for p, a in holders)
+            half[i] += count * min(p if 2 * pod[i] > a[i] else 0.0 for p, a in holders)
+    return max(*share, *half)
 
 
 def _cheaper_types(
