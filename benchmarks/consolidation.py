@@ -15,7 +15,7 @@ a scale-down (``--removed 0`` keeps them all: 1,000 nodes, 10,000 pods). The
 pass is ``core.disruption.planner.plan``, exactly what the controller runs.
 
     .venv/bin/python benchmarks/consolidation.py [--nodes 1000] [--seed 1] [--removed 0.3]
-        [--json] [--converge MAX_COMMANDS]
+        [--json] [--converge MAX_COMMANDS] [--catalog kwok|capi]
 
 ``--converge N`` carries out each pass's command on the synthetic cluster at once (candidates
 gone, their pods where the command's simulation put them, replacements registered at their
@@ -56,32 +56,43 @@ PODS_PER_NODE = 10
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
 
-def catalog() -> list[InstanceType]:
+CAPI_SIZES = {2: 0.096, 4: 0.192, 16: 0.768}
+"""``--catalog capi``: the few on-demand MachineDeployments a Cluster API cluster typically
+opts in (2, 4 and 16 CPUs, 4 GiB per CPU), where one node replaced by one smaller one often
+does not exist, so splitting (1->N) is what consolidation has left."""
+
+
+def _type(name: str, cpu: int, memory: int, price: float, arch: str) -> InstanceType:
     overhead = InstanceTypeOverhead(kube_reserved=ResourceList({"cpu": "100m", "memory": "300Mi"}))
-    types = []
-    for family, per_cpu in FAMILIES.items():
-        for cpu in CPUS:
-            for arch in ARCHS:
-                memory = cpu * per_cpu
-                price = round(0.025 * cpu + 0.001 * memory, 6)
-                types.append(
-                    InstanceType(
-                        name=f"{family}-{cpu}x-{arch}-linux",
-                        capacity=ResourceList(
-                            {"cpu": str(cpu), "memory": f"{memory}Gi", "pods": "110"}
-                        ),
-                        offerings=tuple(
-                            Offering(zone, wellknown.CAPACITY_TYPE_ON_DEMAND, price)
-                            for zone in ZONES
-                        ),
-                        requirements={
-                            wellknown.LABEL_ARCH: frozenset({arch}),
-                            wellknown.LABEL_OS: frozenset({"linux"}),
-                        },
-                        overhead=overhead,
-                    )
-                )
-    return types
+    return InstanceType(
+        name=name,
+        capacity=ResourceList({"cpu": str(cpu), "memory": f"{memory}Gi", "pods": "110"}),
+        offerings=tuple(Offering(zone, wellknown.CAPACITY_TYPE_ON_DEMAND, price) for zone in ZONES),
+        requirements={
+            wellknown.LABEL_ARCH: frozenset({arch}),
+            wellknown.LABEL_OS: frozenset({"linux"}),
+        },
+        overhead=overhead,
+    )
+
+
+def catalog(kind: str = "kwok") -> list[InstanceType]:
+    if kind == "capi":
+        return [
+            _type(f"md-{cpu}cpu", cpu, cpu * 4, price, "amd64") for cpu, price in CAPI_SIZES.items()
+        ]
+    return [
+        _type(
+            f"{family}-{cpu}x-{arch}-linux",
+            cpu,
+            cpu * per_cpu,
+            round(0.025 * cpu + 0.001 * cpu * per_cpu, 6),
+            arch,
+        )
+        for family, per_cpu in FAMILIES.items()
+        for cpu in CPUS
+        for arch in ARCHS
+    ]
 
 
 def nodepool() -> dict[str, Any]:
@@ -186,10 +197,10 @@ def node_objects(
 
 
 def build(
-    nodes: int, seed: int, removed: float = 0.3
+    nodes: int, seed: int, removed: float = 0.3, kind: str = "kwok"
 ) -> tuple[ClusterSnapshot, list[NodePoolInventory], int]:
     rng = random.Random(seed)
-    types = catalog()
+    types = catalog(kind)
     templates = deployments(rng)
     raw_pool = nodepool()
     inventory = NodePoolInventory(
@@ -209,7 +220,8 @@ def build(
         used_cpu = used_memory = 0.0
         # 10 pods per node on average, in proportion to the node's size so that they fit.
         cpus = int(instance_type.capacity.milli("cpu") // 1000)
-        wanted = max(1, round(PODS_PER_NODE * cpus / (sum(CPUS) / len(CPUS))))
+        sizes = [int(it.capacity.milli("cpu") // 1000) for it in types]
+        wanted = max(1, round(PODS_PER_NODE * cpus / (sum(sizes) / len(sizes))))
         placed = 0
         for attempt in range(60):
             if placed == wanted:
@@ -336,6 +348,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--removed", type=float, default=0.3, help="share of pods removed")
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
+        "--catalog",
+        choices=("kwok", "capi"),
+        default="kwok",
+        help="kwok: 30 types, 2-32 CPUs; capi: 2, 4 and 16 CPUs at $0.048 per CPU",
+    )
+    parser.add_argument(
         "--converge",
         type=int,
         metavar="MAX_COMMANDS",
@@ -344,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    snapshot, inventories, created = build(args.nodes, args.seed, args.removed)
+    snapshot, inventories, created = build(args.nodes, args.seed, args.removed, args.catalog)
     build_seconds = time.perf_counter() - started
     if args.converge:
         result = {"nodes": args.nodes, "pods": len(snapshot.pods)}
