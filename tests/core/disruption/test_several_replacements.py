@@ -201,3 +201,24 @@ def test_on_the_simulated_cluster_the_big_node_goes_only_after_its_replacements_
     [launching] = {e["message"] for e in world.events("DisruptionLaunching")}
     assert launching.startswith("Disrupting NodeClaim: Underutilized/Replace, waiting for ")
     assert len(launching.split("waiting for ")[1].split(", ")) == 3
+
+
+def test_a_spot_node_split_into_spot_nodes_follows_the_spot_to_spot_rules() -> None:
+    cluster = Cluster(
+        types=[
+            instance_type("c2", 2, 8, 0.096, spot=0.03),
+            instance_type("c4", 4, 16, 0.192, spot=0.06),
+            instance_type("c16", 16, 64, 0.768, spot=0.24),
+        ],
+        requirements=[],
+    )
+    cluster.node("big", "c16", capacity_type=wellknown.CAPACITY_TYPE_SPOT)
+    for i in range(5):
+        cluster.pod(f"web-{i}", "big", cpu="1500m", memory="1Gi")
+
+    # Each replacement is pinned to spot (a spot offering within its allowance exists), so the
+    # feature gate decides, and then upstream's floor of 15 cheaper types, per replacement.
+    assert cluster.plan().kept == {"big": "spot-to-spot consolidation is disabled"}
+    assert cluster.plan(spot_to_spot=True).kept == {
+        "big": "spot-to-spot needs 15 cheaper instance types, found 1"
+    }

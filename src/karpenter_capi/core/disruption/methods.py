@@ -82,8 +82,9 @@ class Command:
             f"for {self.reason.value}"
         )
         if self.replacements:
-            types = ", ".join(r.cheapest()[0].name for r in self.replacements)
-            text += f", launching {types}"
+            types = ", ".join(r.cheapest()[0].name for r in self.replacements[:5])
+            extra = len(self.replacements) - 5
+            text += f", launching {types}" + (f" and {extra} more" if extra > 0 else "")
         text = f"{text}; saves {self.savings:.4f}/h"
         for pool, score in sorted(self.scores.items()):
             text += f"; NodePool {pool} (Balanced): {score.summary()}"
