@@ -15,7 +15,13 @@ a scale-down (``--removed 0`` keeps them all: 1,000 nodes, 10,000 pods). The
 pass is ``core.disruption.planner.plan``, exactly what the controller runs.
 
     .venv/bin/python benchmarks/consolidation.py [--nodes 1000] [--seed 1] [--removed 0.3]
-        [--json]
+        [--json] [--converge MAX_COMMANDS] [--catalog kwok|capi]
+
+``--converge N`` carries out each pass's command on the synthetic cluster at once (candidates
+gone, their pods where the command's simulation put them, replacements registered at their
+cheapest offering) and passes again, up to N commands or until a pass finds none: the price
+consolidation ends at, the commands by kind (delete, 1->1, 1->N, N->1, N->M), the pods
+restarted, and any pod left without a place (stranded).
 """
 
 from __future__ import annotations
@@ -32,10 +38,13 @@ from typing import Any
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.nodepool import NodePool
 from karpenter_capi.core.clock import SystemClock, format_timestamp
+from karpenter_capi.core.disruption.methods import Command
 from karpenter_capi.core.disruption.planner import PassSettings, plan
+from karpenter_capi.core.disruption.simulation import Simulator
 from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead, Offering
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.provisioning.state import ClusterSnapshot
+from karpenter_capi.core.scheduling.model import pod_key
 from karpenter_capi.core.scheduling.resources import ResourceList, pod_requests
 
 CPUS = (2, 4, 8, 16, 32)
@@ -47,32 +56,43 @@ PODS_PER_NODE = 10
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
 
-def catalog() -> list[InstanceType]:
+CAPI_SIZES = {2: 0.096, 4: 0.192, 16: 0.768}
+"""``--catalog capi``: the few on-demand MachineDeployments a Cluster API cluster typically
+opts in (2, 4 and 16 CPUs, 4 GiB per CPU), where one node replaced by one smaller one often
+does not exist, so splitting (1->N) is what consolidation has left."""
+
+
+def _type(name: str, cpu: int, memory: int, price: float, arch: str) -> InstanceType:
     overhead = InstanceTypeOverhead(kube_reserved=ResourceList({"cpu": "100m", "memory": "300Mi"}))
-    types = []
-    for family, per_cpu in FAMILIES.items():
-        for cpu in CPUS:
-            for arch in ARCHS:
-                memory = cpu * per_cpu
-                price = round(0.025 * cpu + 0.001 * memory, 6)
-                types.append(
-                    InstanceType(
-                        name=f"{family}-{cpu}x-{arch}-linux",
-                        capacity=ResourceList(
-                            {"cpu": str(cpu), "memory": f"{memory}Gi", "pods": "110"}
-                        ),
-                        offerings=tuple(
-                            Offering(zone, wellknown.CAPACITY_TYPE_ON_DEMAND, price)
-                            for zone in ZONES
-                        ),
-                        requirements={
-                            wellknown.LABEL_ARCH: frozenset({arch}),
-                            wellknown.LABEL_OS: frozenset({"linux"}),
-                        },
-                        overhead=overhead,
-                    )
-                )
-    return types
+    return InstanceType(
+        name=name,
+        capacity=ResourceList({"cpu": str(cpu), "memory": f"{memory}Gi", "pods": "110"}),
+        offerings=tuple(Offering(zone, wellknown.CAPACITY_TYPE_ON_DEMAND, price) for zone in ZONES),
+        requirements={
+            wellknown.LABEL_ARCH: frozenset({arch}),
+            wellknown.LABEL_OS: frozenset({"linux"}),
+        },
+        overhead=overhead,
+    )
+
+
+def catalog(kind: str = "kwok") -> list[InstanceType]:
+    if kind == "capi":
+        return [
+            _type(f"md-{cpu}cpu", cpu, cpu * 4, price, "amd64") for cpu, price in CAPI_SIZES.items()
+        ]
+    return [
+        _type(
+            f"{family}-{cpu}x-{arch}-linux",
+            cpu,
+            cpu * per_cpu,
+            round(0.025 * cpu + 0.001 * cpu * per_cpu, 6),
+            arch,
+        )
+        for family, per_cpu in FAMILIES.items()
+        for cpu in CPUS
+        for arch in ARCHS
+    ]
 
 
 def nodepool() -> dict[str, Any]:
@@ -134,11 +154,53 @@ def deployments(rng: random.Random) -> list[dict[str, Any]]:
     return result
 
 
+def node_objects(
+    name: str, instance_type: InstanceType, zone: str, created: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A registered, initialized, consolidatable Node and its NodeClaim."""
+    labels = {
+        wellknown.LABEL_INSTANCE_TYPE: instance_type.name,
+        wellknown.LABEL_TOPOLOGY_ZONE: zone,
+        wellknown.LABEL_CAPACITY_TYPE: wellknown.CAPACITY_TYPE_ON_DEMAND,
+        wellknown.LABEL_NODEPOOL: "default",
+        wellknown.LABEL_HOSTNAME: name,
+        wellknown.LABEL_INITIALIZED: "true",
+        wellknown.LABEL_ARCH: next(iter(instance_type.requirements[wellknown.LABEL_ARCH])),
+        wellknown.LABEL_OS: "linux",
+    }
+    node = {
+        "metadata": {"name": name, "labels": labels, "creationTimestamp": created},
+        "spec": {"providerID": f"sim://{name}"},
+        "status": {
+            "allocatable": instance_type.allocatable.to_dict(),
+            "capacity": instance_type.capacity.to_dict(),
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    claim = {
+        "metadata": {
+            "name": name,
+            "labels": {wellknown.LABEL_NODEPOOL: "default"},
+            "creationTimestamp": created,
+        },
+        "spec": {"expireAfter": "720h"},
+        "status": {
+            "nodeName": name,
+            "providerID": f"sim://{name}",
+            "conditions": [
+                {"type": "Initialized", "status": "True"},
+                {"type": "Consolidatable", "status": "True"},
+            ],
+        },
+    }
+    return node, claim
+
+
 def build(
-    nodes: int, seed: int, removed: float = 0.3
+    nodes: int, seed: int, removed: float = 0.3, kind: str = "kwok"
 ) -> tuple[ClusterSnapshot, list[NodePoolInventory], int]:
     rng = random.Random(seed)
-    types = catalog()
+    types = catalog(kind)
     templates = deployments(rng)
     raw_pool = nodepool()
     inventory = NodePoolInventory(
@@ -148,54 +210,18 @@ def build(
     created = format_timestamp(NOW - timedelta(hours=2))
     for index in range(nodes):
         instance_type = rng.choice(types)
-        zone = ZONES[index % len(ZONES)]
         name = f"node-{index:05d}"
-        labels = {
-            wellknown.LABEL_INSTANCE_TYPE: instance_type.name,
-            wellknown.LABEL_TOPOLOGY_ZONE: zone,
-            wellknown.LABEL_CAPACITY_TYPE: wellknown.CAPACITY_TYPE_ON_DEMAND,
-            wellknown.LABEL_NODEPOOL: "default",
-            wellknown.LABEL_HOSTNAME: name,
-            wellknown.LABEL_INITIALIZED: "true",
-            wellknown.LABEL_ARCH: next(iter(instance_type.requirements[wellknown.LABEL_ARCH])),
-            wellknown.LABEL_OS: "linux",
-        }
+        node, claim = node_objects(name, instance_type, ZONES[index % len(ZONES)], created)
+        node_objs.append(node)
+        claims.append(claim)
         allocatable = instance_type.allocatable
-        node_objs.append(
-            {
-                "metadata": {"name": name, "labels": labels, "creationTimestamp": created},
-                "spec": {"providerID": f"sim://{name}"},
-                "status": {
-                    "allocatable": allocatable.to_dict(),
-                    "capacity": instance_type.capacity.to_dict(),
-                    "conditions": [{"type": "Ready", "status": "True"}],
-                },
-            }
-        )
-        claims.append(
-            {
-                "metadata": {
-                    "name": name,
-                    "labels": {wellknown.LABEL_NODEPOOL: "default"},
-                    "creationTimestamp": created,
-                },
-                "spec": {"expireAfter": "720h"},
-                "status": {
-                    "nodeName": name,
-                    "providerID": f"sim://{name}",
-                    "conditions": [
-                        {"type": "Initialized", "status": "True"},
-                        {"type": "Consolidatable", "status": "True"},
-                    ],
-                },
-            }
-        )
         budget_cpu = allocatable.milli("cpu") * 0.9
         budget_memory = allocatable.milli("memory") * 0.95
         used_cpu = used_memory = 0.0
         # 10 pods per node on average, in proportion to the node's size so that they fit.
         cpus = int(instance_type.capacity.milli("cpu") // 1000)
-        wanted = max(1, round(PODS_PER_NODE * cpus / (sum(CPUS) / len(CPUS))))
+        sizes = [int(it.capacity.milli("cpu") // 1000) for it in types]
+        wanted = max(1, round(PODS_PER_NODE * cpus / (sum(sizes) / len(sizes))))
         placed = 0
         for attempt in range(60):
             if placed == wanted:
@@ -231,16 +257,123 @@ def cluster_price(snapshot: ClusterSnapshot, types: Sequence[InstanceType]) -> f
     return sum(prices[node_labels[wellknown.LABEL_INSTANCE_TYPE]] for node_labels in labels)
 
 
+def apply(
+    snapshot: ClusterSnapshot,
+    inventories: Sequence[NodePoolInventory],
+    command: Command,
+    serial: int,
+) -> tuple[ClusterSnapshot, int]:
+    """The cluster once ``command`` is carried out: its candidates gone, their pods where the
+    command's simulation put them (other nodes, or its replacements, registered at the
+    cheapest offering); and how many of their pods found no place (stranded)."""
+    simulation = Simulator(snapshot, inventories, SystemClock()).simulate(command.candidates)
+    if len(simulation.new_nodeclaims) != len(command.replacements):
+        raise AssertionError(f"the command's simulation changed: {command.describe()}")
+    gone = {c.node_name for c in command.candidates}
+    destination = {pod_key(pod): node for node, pods in simulation.placed.items() for pod in pods}
+    nodes = [n for n in snapshot.nodes if n["metadata"]["name"] not in gone]
+    claims = [c for c in snapshot.nodeclaims if c["status"]["nodeName"] not in gone]
+    created = format_timestamp(NOW)
+    for index, claim in enumerate(simulation.new_nodeclaims):
+        instance_type, offering = claim.cheapest()
+        name = f"new-{serial:05d}-{index}"
+        node, nodeclaim = node_objects(name, instance_type, offering.zone, created)
+        nodes.append(node)
+        claims.append(nodeclaim)
+        destination.update((pod_key(pod), name) for pod in claim.pods)
+    pods, stranded = [], 0
+    for pod in snapshot.pods:
+        if pod["spec"].get("nodeName") in gone:
+            target = destination.get(pod_key(pod))
+            if target is None:
+                stranded += 1
+                continue
+            pod = {**pod, "spec": {**pod["spec"], "nodeName": target}}
+        pods.append(pod)
+    return ClusterSnapshot(pods=pods, nodes=nodes, nodeclaims=claims, daemonsets=[]), stranded
+
+
+def shape(command: Command) -> str:
+    """delete, 1->1, 1->N, N->1 or N->M: which kind of move a command is."""
+    if not command.replacements:
+        return "delete"
+    old = "1" if len(command.candidates) == 1 else "N"
+    new = "1" if len(command.replacements) == 1 else ("N" if old == "1" else "M")
+    return f"{old}->{new}"
+
+
+def converge(
+    snapshot: ClusterSnapshot, inventories: Sequence[NodePoolInventory], max_commands: int
+) -> dict[str, Any]:
+    """Pass after pass, each command carried out at once, until a pass finds none: where
+    consolidation leaves the cluster, and what it took to get there."""
+    types = inventories[0].instance_types
+    before = cluster_price(snapshot, types)
+    nodes_before = len(snapshot.nodes)
+    shapes: dict[str, int] = {}
+    stranded = restarted = passes = simulations = 0
+    seconds = 0.0
+    for passes in range(1, max_commands + 1):
+        report = plan(snapshot, inventories, [], now=NOW, clock=SystemClock())
+        seconds += report.seconds
+        simulations += report.simulations
+        command = report.command
+        if command is None:
+            break
+        key = f"{command.method} {shape(command)}"
+        shapes[key] = shapes.get(key, 0) + 1
+        restarted += sum(len(c.pods) for c in command.candidates)
+        snapshot, lost = apply(snapshot, inventories, command, passes)
+        stranded += lost
+    return {
+        "commands": sum(shapes.values()),
+        "passes": passes,
+        "converged": report.command is None,
+        "pass_seconds_total": round(seconds, 2),
+        "simulations": simulations,
+        "by_kind": dict(sorted(shapes.items())),
+        "pods_restarted": restarted,
+        "stranded_pods": stranded,
+        "nodes_before": nodes_before,
+        "nodes_after": len(snapshot.nodes),
+        "price_before": round(before, 4),
+        "price_after": round(cluster_price(snapshot, types), 4),
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--removed", type=float, default=0.3, help="share of pods removed")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--catalog",
+        choices=("kwok", "capi"),
+        default="kwok",
+        help="kwok: 30 types, 2-32 CPUs; capi: 2, 4 and 16 CPUs at $0.048 per CPU",
+    )
+    parser.add_argument(
+        "--converge",
+        type=int,
+        metavar="MAX_COMMANDS",
+        default=0,
+        help="carry out each pass's command and pass again until none is found",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    snapshot, inventories, created = build(args.nodes, args.seed, args.removed)
+    snapshot, inventories, created = build(args.nodes, args.seed, args.removed, args.catalog)
     build_seconds = time.perf_counter() - started
+    if args.converge:
+        result = {"nodes": args.nodes, "pods": len(snapshot.pods)}
+        result.update(converge(snapshot, inventories, args.converge))
+        if args.json:
+            json.dump(result, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        else:
+            for key, value in result.items():
+                print(f"{key}: {value}")
+        return 0
     report = plan(
         snapshot,
         inventories,

@@ -8,10 +8,11 @@
    longer met), one at a time, its replacements launched before it drains; a drifted candidate
    without pods is simply deleted.
 3. **Multi-node consolidation**: the longest prefix of the candidates, ranked by savings per
-   unit of disruption, whose pods fit on the rest of the cluster plus at most one cheaper node,
-   found by binary search over at most 100 candidates.
+   unit of disruption, whose pods fit on the rest of the cluster plus new nodes cheaper than
+   the prefix in total (N->M: upstream allows at most one), found by binary search over at
+   most 100 candidates.
 4. **Single-node consolidation**: the first candidate, in the same order, that can be deleted
-   or replaced by one cheaper node.
+   or replaced by cheaper nodes (one, or several smaller ones: 1->N, beyond upstream's 1->1).
 
 The first method that yields a command wins the pass. ``consolidationPolicy: WhenEmpty`` keeps a
 NodePool's non-empty nodes out of 3 and 4; ``Balanced`` lets them in, but a move must also pass
@@ -50,7 +51,8 @@ DRIFT: Final = "drift"
 MULTI_NODE: Final = "multi-node-consolidation"
 SINGLE_NODE: Final = "single-node-consolidation"
 NO_ROOM: Final = (
-    "its pods fit neither on the other nodes nor on one cheaper node (cpu, memory or pod slots)"
+    "its pods fit neither on the other nodes nor on new nodes cheaper than it "
+    "(cpu, memory or pod slots)"
 )
 
 
@@ -80,8 +82,9 @@ class Command:
             f"for {self.reason.value}"
         )
         if self.replacements:
-            types = ", ".join(r.cheapest()[0].name for r in self.replacements)
-            text += f", launching {types}"
+            types = ", ".join(r.cheapest()[0].name for r in self.replacements[:5])
+            extra = len(self.replacements) - 5
+            text += f", launching {types}" + (f" and {extra} more" if extra > 0 else "")
         text = f"{text}; saves {self.savings:.4f}/h"
         for pool, score in sorted(self.scores.items()):
             text += f"; NodePool {pool} (Balanced): {score.summary()}"
@@ -225,7 +228,10 @@ def _command(
 
 
 def _move(outcome: Replacement) -> str:
-    return "replacing it with one cheaper node" if outcome.replacements else "deleting it"
+    count = len(outcome.replacements)
+    if count > 1:
+        return f"replacing it with {count} cheaper nodes"
+    return "replacing it with one cheaper node" if count else "deleting it"
 
 
 def multi_node(

@@ -3,15 +3,21 @@
 A command is only as good as its simulation: remove the candidates, give their pods to the same
 solver provisioning uses (``core.scheduling.solver``), with every other node (registered or
 still launching) as existing capacity, and see what it answers. Consolidation is valid when
-every pod finds a place on the remaining nodes plus at most one new NodeClaim, and that
-NodeClaim is cheaper than what it replaces; drift accepts any number of replacements.
+every pod finds a place on the remaining nodes plus new NodeClaims that together cost less
+than what they replace; drift accepts any replacements.
 
 The cluster is converted to solver input once per pass (``Simulator``), and each simulation
 only filters it, so a pass over 1,000 nodes spends its time in the solver, not in parsing.
+
+Unlike upstream, which replaces one node or several by at most one new node, a consolidation
+may launch as many replacements as the solver proposes (one node by several smaller ones, or
+several by fewer or cheaper ones), as long as they cost strictly less in total than what they
+replace, whatever offering each launch falls back to (``consolidate``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
@@ -68,6 +74,8 @@ class Simulation:
     unschedulable: dict[str, str] = field(default_factory=dict)
     new_nodeclaims: list[ProposedNodeClaim] = field(default_factory=list)
     pending_only: int = 0
+    placed: dict[str, list[Pod]] = field(default_factory=dict)
+    """Existing node -> the pods the solver put there (what a benchmark applies)."""
 
     @property
     def all_scheduled(self) -> bool:
@@ -137,19 +145,30 @@ class Simulator:
         self._top_free = [sorted((f[i] for f in frees), reverse=True)[:2] for i in range(3)]
         # Any NodePool may supply the replacement: every offering its requirements allow (and
         # available), cheapest first.
-        self._cheap_types: list[tuple[float, tuple[int, int, int]]] = sorted(
+        offered = sorted(
             (o.price, _triple(it.allocatable))
             for option in self._options
             for it in option.instance_types
             for o in compatible_offerings(it, option.requirements)
         )
+        # Each node shape once, at its cheapest price: what the quick check compares.
+        self._shapes: list[tuple[float, tuple[int, int, int]]] = []
+        seen: set[tuple[int, int, int]] = set()
+        for price, allocatable in offered:
+            if allocatable not in seen:
+                seen.add(allocatable)
+                self._shapes.append((price, allocatable))
 
     def might_consolidate(self, candidate: Candidate) -> bool:
         """A necessary condition, in microseconds, for deleting the candidate or replacing it
-        with one cheaper node, by resources alone (cpu, memory, pod slots): its pods must fit in
-        the free room of the other nodes plus the largest cheaper type, and the pods too big for
-        any other node's free room must fit together in that one new node. A candidate that
-        fails it needs no simulation."""
+        with new nodes cheaper in total, by resources alone (cpu, memory, pod slots).
+
+        The pods that fit in no other node's free room need new nodes, and those must cost
+        strictly less than the candidate; ``_cost_floor`` gives a lower bound on what new nodes
+        holding them cost. The other pods must fit in the free room elsewhere plus what new
+        nodes cheaper than the candidate can hold at best (its price times the most of each
+        resource a dollar buys among the cheaper types). A candidate that fails it needs no
+        simulation."""
         requests = [_triple(pod_requests(p, include_pod_count=True)) for p in candidate.pods]
         total = tuple(sum(r[i] for r in requests) for i in range(3))
         own = self._free.get(candidate.node_name, (0, 0, 0))
@@ -158,16 +177,15 @@ class Simulator:
             top[1] if len(top) > 1 and top[0] == own[i] else (top[0] if top else 0)
             for i, top in enumerate(self._top_free)
         ]
-        biggest_cheaper = [0, 0, 0]
-        for price, allocatable in self._cheap_types:
-            if price >= candidate.price:
-                break
-            biggest_cheaper = [max(biggest_cheaper[i], allocatable[i]) for i in range(3)]
-        if any(total[i] > elsewhere[i] + biggest_cheaper[i] for i in range(3)):
+        cheaper = [(p, a) for p, a in self._shapes if p < candidate.price]
+        new_room = [
+            max((candidate.price * a[i] / p if p > 0 else math.inf for p, a in cheaper), default=0)
+            for i in range(3)
+        ]
+        if any(0 < total[i] - elsewhere[i] >= new_room[i] for i in range(3)):
             return False
         homeless = [r for r in requests if any(r[i] > largest_free[i] for i in range(3))]
-        need = [sum(r[i] for r in homeless) for i in range(3)]
-        return all(need[i] <= biggest_cheaper[i] for i in range(3))
+        return _cost_floor(homeless, cheaper) < candidate.price
 
     def simulate(self, candidates: Sequence[Candidate]) -> Simulation:
         """Place every pod of ``candidates`` elsewhere, as if the candidates were gone (with the
@@ -203,10 +221,28 @@ class Simulator:
             pending_only=sum(
                 1 for c in result.new_nodeclaims if not any(pod_key(p) in must_move for p in c.pods)
             ),
+            placed=dict(result.existing),
         )
 
     def consolidate(self, candidates: Sequence[Candidate]) -> Replacement | str:
-        """Delete the candidates, or replace them with one cheaper node; else why not."""
+        """Delete the candidates, or replace them with new nodes cheaper in total; else why not.
+
+        The solver proposes the replacements: its greedy pass, re-packed into the cheapest set
+        of NodeClaims it finds (``core.scheduling.packing``), so one node may become several
+        smaller ones and several may become fewer. Their total must be strictly below the
+        candidates' price, as upstream's rule for one replacement. The saving is then shared out
+        evenly: each replacement may launch only the types with an offering below its own
+        cheapest price plus its share, so whatever offering each launch falls back to, the new
+        nodes together still cost less than the old ones (with one replacement, its allowance
+        is the candidates' price: upstream's rule exactly). Every command therefore lowers the
+        cluster's price strictly, and no sequence of them can go round in circles. A move
+        that does not lower the number of nodes (one into several, or N into N or more) must
+        also save more than the cheapest of its new nodes costs (docs/disruption.md says why).
+        Among
+        several replacements, one that could be of a candidate's own type must also be cheaper
+        than that candidate: two nodes replaced by two, one of them the same type as before,
+        restarts pods for a saving that replacing the other alone makes.
+        """
         simulation = self.simulate(candidates)
         if not simulation.all_scheduled:
             key, why = next(iter(sorted(simulation.unschedulable.items())))
@@ -214,21 +250,66 @@ class Simulator:
         if simulation.pending_only:
             return "pending pods need new capacity first"
         price = sum(c.price for c in candidates)
-        if not simulation.new_nodeclaims:
+        claims = simulation.new_nodeclaims
+        if not claims:
             return Replacement([], price)
-        if len(simulation.new_nodeclaims) > 1:
-            return f"needs {len(simulation.new_nodeclaims)} new nodes"
-        claim = simulation.new_nodeclaims[0]
-        requirements = _pin_capacity_type(claim, price)
-        cheaper = _cheaper_types(claim.instance_types, requirements, price)
-        if not cheaper:
-            return f"no replacement cheaper than {price:.4f}/h"
+        total = sum(claim.price for claim in claims)
+        if total >= price:
+            if len(claims) == 1:
+                return f"no replacement cheaper than {price:.4f}/h"
+            return (
+                f"its pods need {len(claims)} new nodes costing {total:.4f}/h, "
+                f"not less than {price:.4f}/h"
+            )
+        share = (price - total) / len(claims)
         all_spot = all(c.capacity_type == wellknown.CAPACITY_TYPE_SPOT for c in candidates)
+        # Against churn, with several replacements (upstream's ``filterOutSameInstanceType``):
+        # one that could be a candidate's own type must be cheaper than that candidate, or
+        # keeping the candidate would save as much with fewer pods moved. One replacement is
+        # left as before: a merge into a candidate's type still removes the other nodes.
+        own: dict[str, float] = {}
+        for candidate in candidates if len(claims) > 1 else ():
+            if candidate.instance_type is not None:
+                name = candidate.instance_type.name
+                own[name] = min(own.get(name, math.inf), candidate.price)
+        replacements = []
+        for claim in claims:
+            allowance = min(
+                [
+                    claim.price + share,
+                    *(own[it.name] for it in claim.instance_types if it.name in own),
+                ]
+            )
+            replacement = self._restricted(claim, allowance, all_spot, len(candidates))
+            if isinstance(replacement, str):
+                return replacement
+            replacements.append(replacement)
+        savings = price - sum(r.price for r in replacements)
+        if len(replacements) > 1 and len(replacements) >= len(candidates):
+            smallest = min(r.price for r in replacements)
+            if savings <= smallest:
+                return (
+                    f"{len(replacements)} new nodes would save {savings:.4f}/h, no more than "
+                    f"the cheapest of them costs ({smallest:.4f}/h)"
+                )
+        return Replacement(replacements, savings)
+
+    def _restricted(
+        self, claim: ProposedNodeClaim, allowance: float, all_spot: bool, replaced: int
+    ) -> ProposedNodeClaim | str:
+        """``claim`` allowed only the types with an offering below ``allowance``, its capacity
+        type pinned (``_pin_capacity_type``); or why it cannot be (spot-to-spot rules)."""
+        requirements = _pin_capacity_type(claim, allowance)
+        cheaper = _cheaper_types(claim.instance_types, requirements, allowance)
+        if not cheaper:
+            return f"no replacement cheaper than {allowance:.4f}/h"
         capacity = requirements.get(wellknown.LABEL_CAPACITY_TYPE)
         if all_spot and (capacity is None or capacity.has(wellknown.CAPACITY_TYPE_SPOT)):
             if not self._spot_to_spot:
                 return "spot-to-spot consolidation is disabled"
-            if len(candidates) == 1:
+            if replaced == 1:
+                # Upstream's rule for one spot node, applied to each of its replacements: none
+                # of them is the next type to be interrupted.
                 if len(cheaper) < MIN_SPOT_TO_SPOT_TYPES:
                     return (
                         f"spot-to-spot needs {MIN_SPOT_TO_SPOT_TYPES} cheaper instance types, "
@@ -236,12 +317,38 @@ class Simulator:
                     )
                 cheaper = cheaper[:MIN_SPOT_TO_SPOT_TYPES]
         # The launch may fall back along the NodeClaim's instance-type requirement, so it must
-        # name only the cheaper types, or a "consolidation" could end on a dearer node.
+        # name only the allowed types, or a "consolidation" could end on dearer nodes.
         requirements = requirements.with_requirement(
             Requirement.new(wellknown.LABEL_INSTANCE_TYPE, "In", [it.name for it in cheaper])
         )
-        replacement = replace(claim, instance_types=cheaper, requirements=requirements)
-        return Replacement([replacement], price - replacement.price)
+        return replace(claim, instance_types=cheaper, requirements=requirements)
+
+
+def _cost_floor(
+    pods: Sequence[tuple[int, int, int]], shapes: Sequence[tuple[float, tuple[int, int, int]]]
+) -> float:
+    """A lower bound on the price of new nodes of ``shapes`` (price, allocatable) holding
+    ``pods``; infinite when one fits none.
+
+    In each resource, two dual-feasible weights of a pod on a node give a bound (the weights of
+    the pods sharing a node sum to at most 1, so each pod can be charged its weight times the
+    node's price, at the shape that makes that least): its share of the node, and 1 when it
+    takes more than half of it (two such pods never share one node). The second catches what
+    the first misses: two 1.8-CPU pods need two 2-CPU nodes, not 1.8 of one. The best of the
+    six bounds is the floor."""
+    counts: dict[tuple[int, int, int], int] = {}
+    for pod in pods:
+        counts[pod] = counts.get(pod, 0) + 1
+    share = [0.0, 0.0, 0.0]
+    half = [0.0, 0.0, 0.0]
+    for pod, count in counts.items():
+        holders = [(p, a) for p, a in shapes if all(pod[j] <= a[j] for j in range(3))]
+        if not holders:
+            return math.inf
+        for i in range(3):
+            share[i] += count * min(p * pod[i] / a[i] if a[i] else 0.0 for p, a in holders)
+            half[i] += count * min(p if 2 * pod[i] > a[i] else 0.0 for p, a in holders)
+    return max(*share, *half)
 
 
 def _cheaper_types(
