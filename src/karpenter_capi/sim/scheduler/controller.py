@@ -44,6 +44,7 @@ from karpenter_capi.sim.scheduler.cycle import (
     metadata,
     unschedulable_message,
 )
+from karpenter_capi.sim.scheduler.nominated import Nominator, nominated_node
 
 __all__ = ["CYCLE_KEY", "SCHEDULER_NAME", "SimScheduler", "missing_claim"]
 
@@ -157,12 +158,14 @@ class SimScheduler:
             return
         pending.sort(key=_queue_order)
         snapshot = Snapshot(self.caches.store(NODES).list(), bound)
+        nominator = Nominator(pending)
         for pod in pending:
             try:
-                self._schedule_one(pod, snapshot)
+                self._schedule_one(pod, snapshot, nominator)
             except (ValueError, TypeError, AttributeError, KeyError) as exc:
                 # The API server refuses such a spec, so kube-scheduler never meets one; the
                 # stand-in leaves it pending, said why, rather than stop the cycle for all pods.
+                nominator.remove(pod)
                 self._mark_unschedulable(pod, f"cannot read the pod's spec: {exc}")
 
     @staticmethod
@@ -171,9 +174,10 @@ class SimScheduler:
             "schedulerName", SCHEDULER_NAME
         ) in (SCHEDULER_NAME, "", None)
 
-    def _schedule_one(self, pod: JsonObject, snapshot: Snapshot) -> None:
+    def _schedule_one(self, pod: JsonObject, snapshot: Snapshot, nominator: Nominator) -> None:
         missing = missing_claim(self.client, pod)
         if missing is not None:
+            nominator.remove(pod)
             nodes = len(snapshot.nodes)
             self._mark_unschedulable(
                 pod,
@@ -182,14 +186,16 @@ class SimScheduler:
             )
             return
         context = PodContext(pod, snapshot)
+        feasible = self._nominated_fit(pod, context, snapshot, nominator)
         reasons: Counter[str] = Counter(context.static.reasons)
-        feasible: list[NodeInfo] = []
-        for node in context.static.passing:
-            failures = context.failures(node)
+        for node in context.static.passing if not feasible else ():
+            failures = context.failures(node, nominator.reserved(node.name, pod))
             if failures:
                 reasons.update(failures)
             else:
                 feasible.append(node)
+        # Assumed on a node or failed: either way the pod no longer holds room elsewhere.
+        nominator.remove(pod)
         if not feasible:
             self._mark_unschedulable(pod, unschedulable_message(len(snapshot.nodes), reasons))
             return
@@ -201,6 +207,18 @@ class SimScheduler:
             ].name
         if self._bind(pod, chosen):
             snapshot.place(pod, chosen)
+
+    @staticmethod
+    def _nominated_fit(
+        pod: JsonObject, context: PodContext, snapshot: Snapshot, nominator: Nominator
+    ) -> list[NodeInfo]:
+        """``evaluateNominatedNode``: the nominated node alone when it passes every filter
+        (with what the other pods nominated there keep), else nothing."""
+        name = nominator.node_of(pod)
+        node = snapshot.by_name.get(name) if name is not None else None
+        if node is None or not any(node is passing for passing in context.static.passing):
+            return []
+        return [] if context.failures(node, nominator.reserved(node.name, pod)) else [node]
 
     def _bind(self, pod: JsonObject, node_name: str) -> bool:
         meta = metadata(pod)
@@ -229,8 +247,12 @@ class SimScheduler:
     ) -> None:
         conditions = list((pod.get("status") or {}).get("conditions") or [])
         current = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
+        # Bound (the API server clears it with the binding) or failed (kube-scheduler's
+        # ``clearNominatedNode``): either way the nomination goes.
+        nominated = nominated_node(pod) is not None
         if (
-            current is not None
+            not nominated
+            and current is not None
             and current.get("status") == status
             and current.get("reason") == reason
             and current.get("message") == message
@@ -247,11 +269,14 @@ class SimScheduler:
         ) or format_timestamp(self.clock.now())
         conditions = [c for c in conditions if c.get("type") != "PodScheduled"] + [condition]
         meta = metadata(pod)
+        written: JsonObject = {"conditions": conditions}
+        if nominated:
+            written["nominatedNodeName"] = None
         with contextlib.suppress(NotFound):
             self.client.patch(
                 PODS,
                 meta["name"],
-                {"status": {"conditions": conditions}},
+                {"status": written},
                 meta.get("namespace"),
                 subresource="status",
             )
