@@ -89,3 +89,26 @@ def test_a_failed_attempt_clears_the_nomination(sim: Sim) -> None:
     sim.settle()
     assert sim.node_of("web") is None
     assert _nominated(sim, "web") is None
+
+
+def test_a_nomination_alone_does_not_start_a_cycle(sim: Sim) -> None:
+    # kube-scheduler's queue keeps an unschedulable pod where it is when only its
+    # nomination changes: the nomination is tried at the next event that requeues the pod.
+    sim.pod("web", cpu="2")
+    sim.settle()
+    cycles = sim.scheduler.cycles
+    _nominate(sim, "web", "booting")
+    sim.settle()
+    assert sim.scheduler.cycles == cycles
+    assert _nominated(sim, "web") == "booting"
+
+
+def test_a_deleted_pod_frees_its_room_for_the_next_cycle(sim: Sim) -> None:
+    sim.node("only", cpu="2")
+    sim.pod("a-first", cpu="2")
+    sim.pod("b-second", cpu="2")
+    sim.settle()
+    assert sim.node_of("a-first") == "only"
+    sim.api.delete(PODS, "a-first", NAMESPACE, grace_period_seconds=0)
+    sim.settle()
+    assert sim.node_of("b-second") == "only"

@@ -68,6 +68,14 @@ def missing_claim(client: KubeClient, pod: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _scheduling_view(pod: JsonObject) -> JsonObject:
+    """The pod without what does not make kube-scheduler look at it again: its
+    ``resourceVersion`` and ``managedFields``, and its ``status.nominatedNodeName``."""
+    meta = {k: v for k, v in metadata(pod).items() if k not in ("resourceVersion", "managedFields")}
+    status = {k: v for k, v in (pod.get("status") or {}).items() if k != "nominatedNodeName"}
+    return {**pod, "metadata": meta, "status": status}
+
+
 def _queue_order(pod: Mapping[str, Any]) -> tuple[int, str, str, str]:
     """kube-scheduler's PrioritySort: higher ``spec.priority`` first, then the older pod.
 
@@ -100,6 +108,7 @@ class SimScheduler:
         self._lock = threading.Lock()
         self._dirty = True
         self._assumed: dict[str, tuple[str, str]] = {}  # pod key -> (uid, node)
+        self._seen: dict[str, JsonObject] = {}  # pod key -> the pod as a cycle would see it
         self.cycles = 0
         """Scheduling cycles run (a cycle is skipped when nothing changed)."""
 
@@ -114,11 +123,20 @@ class SimScheduler:
         return (CYCLE_KEY,)
 
     def _on_pod(self, pod: JsonObject) -> Iterable[Key]:
-        self._dirty = True  # the pod's own key is enqueued as the primary event
+        # kube-scheduler's queue keeps an unschedulable pod where it is when only its
+        # nomination changed (``PodSchedulingPropertiesChange`` finds ``UpdatePodOther``, which
+        # no default plugin's QueueingHint requeues for): no cycle for that.
+        key, seen = object_key(pod), _scheduling_view(pod)
+        if self._seen.get(key) != seen:
+            self._seen[key] = seen
+            self._dirty = True  # the pod's own key is enqueued as the primary event
         return ()
 
     def reconcile(self, key: Key) -> Result:
         with self._lock:
+            if key in self._seen and self.caches.store(PODS).get(key) is None:
+                del self._seen[key]  # deleted: its room is free
+                self._dirty = True
             if not self._dirty:
                 return DONE
             self._dirty = False
