@@ -194,7 +194,8 @@ def test_one_refused_pod_stops_only_that_pod_and_is_said_once(
     assert _nominated(env, "refused") is None
     warnings = [r for r in caplog.records if r.getMessage() == "could not nominate pod"]
     assert len(warnings) == 1
-    assert warnings[0].levelno == logging.WARNING and warnings[0].exc_info is None
+    assert warnings[0].levelno == logging.WARNING
+    assert warnings[0].exc_info is None
 
 
 def test_before_the_first_round_the_nodeclaims_say_what_they_were_launched_for(
