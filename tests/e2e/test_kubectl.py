@@ -116,7 +116,7 @@ def _pod_yaml(name: str) -> str:
 
 def test_version_and_api_resources(cluster: tuple[InMemoryAPIServer, Kubectl]) -> None:
     _server, kubectl = cluster
-    assert "Server Version: v1.35.0" in kubectl("version")
+    assert "Server Version: v1.31.0" in kubectl("version")
     resources = kubectl("api-resources")
     assert "machinedeployments" in resources
     assert "pods" in resources
