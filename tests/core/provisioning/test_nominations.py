@@ -12,11 +12,12 @@ from collections.abc import Mapping
 import pytest
 
 from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.kube.errors import Invalid
+from karpenter_capi.core.kube.errors import Invalid, ServiceUnavailable
 from karpenter_capi.core.kube.resources import NODECLAIMS, PODS
 from karpenter_capi.core.provisioning.nominations import (
     GATE,
     NominationController,
+    log_mode,
     nomination_mode,
 )
 from karpenter_capi.sim.apiserver.version import SIMULATED_CONTROL_PLANE
@@ -243,6 +244,20 @@ def test_the_mode_follows_the_server_release_unless_the_gate_says(
     mode = nomination_mode(env.api, gate)
     assert mode.enabled is enabled
     assert said in mode.why
+
+
+def test_an_unreadable_release_is_said_at_warning_and_the_gate_still_decides(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    env.api.faults.fail("get", "version", ServiceUnavailable("the server is shutting down"))
+    with caplog.at_level(logging.INFO):
+        log_mode(nomination_mode(env.api))
+    [said] = [r for r in caplog.records if "nominating planned pods" in r.getMessage()]
+    assert said.levelno == logging.WARNING
+    assert said.exc_info is None
+    assert "version (not readable: the server is shutting down) unknown" in said.getMessage()
+    env.api.faults.fail("get", "version", ServiceUnavailable("still away"))
+    assert nomination_mode(env.api, True).enabled
 
 
 def test_the_bare_in_memory_api_server_is_v1_31_and_the_simulator_s_control_plane_v1_35(

@@ -57,6 +57,8 @@ class NominationMode:
 
     enabled: bool
     why: str
+    unknown: bool = False
+    """The server's release could not be read: said at WARNING, the gate decides alone."""
 
 
 def nomination_mode(client: KubeClient, gate: bool | None = None) -> NominationMode:
@@ -75,6 +77,7 @@ def nomination_mode(client: KubeClient, gate: bool | None = None) -> NominationM
         return NominationMode(
             False,
             f"kube-apiserver version {said} unknown; set --feature-gates {GATE}=true to nominate",
+            unknown=True,
         )
     if version >= FIRST_RELEASE:
         return NominationMode(
@@ -91,8 +94,10 @@ def log_mode(mode: NominationMode) -> None:
     if mode.enabled:
         log.info("nominating planned pods on their NodeClaims' nodes: %s", mode.why)
     else:
-        log.info(
-            "not nominating planned pods (plans assume kube-scheduler's own order): %s", mode.why
+        log.log(
+            logging.WARNING if mode.unknown else logging.INFO,
+            "not nominating planned pods (plans assume kube-scheduler's own order): %s",
+            mode.why,
         )
 
 

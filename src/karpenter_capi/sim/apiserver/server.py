@@ -147,6 +147,7 @@ class InMemoryAPIServer:
         return self.definition(group, version, plural).resource(version)
 
     def server_version(self) -> JsonObject:
+        self.faults.check("get", "version", "version")  # a fault rule on resource "version"
         return dict(self.version_info)
 
     def served_versions(self, group: str) -> builtins.list[str]:
