@@ -136,8 +136,10 @@ class NominationController:
     def _targets(self) -> dict[str, tuple[str, str]]:
         """Pod key -> (node, its resourceVersion) for every planned pod whose Node exists."""
         caches = self._ctx.caches
-        claims = caches.store(NODECLAIMS, WORKLOAD).list()
         planned = self._plan()
+        if planned is not None and not planned and not self._written:
+            return {}  # nothing planned, nothing to clear: a pass costs nothing while idle
+        claims = caches.store(NODECLAIMS, WORKLOAD).list()
         if planned is None:  # no round yet: what the NodeClaims were launched for
             launched = persisted_nominations(ClusterSnapshot([], [], list(claims), []))
             planned = {pod: claim for claim, pods in sorted(launched.items()) for pod in pods}
