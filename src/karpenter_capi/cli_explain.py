@@ -32,7 +32,8 @@ def add_explain_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--feature-gates",
         default="",
-        help="as for run, e.g. SpotToSpotConsolidation=true, so the pass decides as the "
+        help="as for run, e.g. SpotToSpotConsolidation=true or "
+        "NominatedNodeNameForExpectation=false, so the round and the pass decide as the "
         "controller would",
     )
 
@@ -179,9 +180,15 @@ class Explanation:
 
 
 def explain(
-    workload: Any, plugins: Any, clock: Clock, *, spot_to_spot: bool = False
+    workload: Any,
+    plugins: Any,
+    clock: Clock,
+    *,
+    spot_to_spot: bool = False,
+    plans_nominated: bool = False,
 ) -> Explanation:
-    """Read the cluster once; run one dry-run provisioning round and one disruption pass."""
+    """Read the cluster once; run one dry-run provisioning round and one disruption pass
+    (``plans_nominated``: plan as a controller that nominates planned pods does)."""
     from karpenter_capi.core.disruption.controller import DEFAULT_NOMINATION_WINDOW, ask_providers
     from karpenter_capi.core.disruption.planner import PassSettings, plan
     from karpenter_capi.core.disruption.verdicts import node_verdicts
@@ -191,7 +198,9 @@ def explain(
     from karpenter_capi.core.provisioning.state import ClusterSnapshot
 
     snapshot = ClusterSnapshot.read(workload)
-    provisioner = Provisioner(workload, plugins, clock, dry_run=True)
+    provisioner = Provisioner(
+        workload, plugins, clock, dry_run=True, plans_nominated=plans_nominated
+    )
     round_report = provisioner.reconcile(snapshot)
     claims = {str(c["metadata"]["name"]) for c in snapshot.nodeclaims}
     pods: dict[str, PodExplanation] = {}
@@ -335,12 +344,17 @@ def explain_command(
     """Print the explanation of the cluster ``args`` names; writes nothing to it."""
     from karpenter_capi.cli_run import parse_feature_gates
     from karpenter_capi.core.clock import SystemClock
+    from karpenter_capi.core.provisioning.nominations import GATE, nomination_mode
 
     gates = parse_feature_gates(args.feature_gates)
     workload, management = clients(args)
     plugins = load_plugins(args, workload, management, read_only=True)
     result = explain(
-        workload, plugins, SystemClock(), spot_to_spot=gates.get("SpotToSpotConsolidation", False)
+        workload,
+        plugins,
+        SystemClock(),
+        spot_to_spot=gates.get("SpotToSpotConsolidation", False),
+        plans_nominated=nomination_mode(workload, gates.get(GATE)).enabled,
     )
     if args.json:
         out.write(json.dumps(result.as_dict(), indent=2, sort_keys=True) + "\n")

@@ -126,7 +126,10 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--feature-gates",
         default=env("FEATURE_GATES", ""),
-        help="upstream Karpenter's feature gates, e.g. SpotToSpotConsolidation=true "
+        help="feature gates: upstream Karpenter's SpotToSpotConsolidation (default false), "
+        "and NominatedNodeNameForExpectation (default: on when kube-apiserver is v1.35+; set "
+        "it false when kube-scheduler runs with that gate off), e.g. "
+        "SpotToSpotConsolidation=true,NominatedNodeNameForExpectation=false "
         "(env FEATURE_GATES)",
     )
     run.add_argument(
@@ -169,7 +172,7 @@ def parse_feature_gates(text: str) -> dict[str, bool]:
     return gates
 
 
-KNOWN_FEATURE_GATES = frozenset({"SpotToSpotConsolidation"})
+KNOWN_FEATURE_GATES = frozenset({"SpotToSpotConsolidation", "NominatedNodeNameForExpectation"})
 
 
 def run_command(
@@ -183,6 +186,7 @@ def run_command(
     from karpenter_capi.core.disruption import DisruptionSettings
     from karpenter_capi.core.operator import Operator, OperatorOptions
     from karpenter_capi.core.provisioning.loop import print_report
+    from karpenter_capi.core.provisioning.nominations import GATE, log_mode, nomination_mode
     from karpenter_capi.core.provisioning.provisioner import Provisioner
 
     clock = SystemClock()
@@ -190,12 +194,15 @@ def run_command(
     workload, management = clients(args)
     plugins = load_plugins(args, workload, management)
     if args.once:
+        mode = nomination_mode(workload, gates.get(GATE))
+        log_mode(mode)
         report = Provisioner(
             workload,
             plugins,
             clock,
             dry_run=args.dry_run,
             packing_budget=args.packing_optimizer_budget,
+            plans_nominated=mode.enabled,
         ).reconcile()
         print_report(report, out)
         return 0
@@ -219,6 +226,7 @@ def run_command(
             poll_seconds=args.disruption_poll_interval,
             spot_to_spot=gates.get("SpotToSpotConsolidation", False),
         ),
+        nominations=gates.get(GATE),
     )
     operator = Operator(workload, management, plugins, clock, options)
     stop = threading.Event()

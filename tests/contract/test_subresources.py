@@ -101,6 +101,21 @@ def test_status_patch_changes_only_status(kube: KubeClient) -> None:
     assert "ignored" not in patched["metadata"]["labels"]
 
 
+def test_a_pod_s_nomination_is_set_and_cleared_through_its_status(kube: KubeClient) -> None:
+    """What provisioning's nominations write: one field, a merge patch, ``null`` clears it."""
+    kube.create(PODS, pod("web"))
+    for value in ("node-a", None):
+        patched = kube.patch(
+            PODS, "web", {"status": {"nominatedNodeName": value}}, "default", subresource="status"
+        )
+        assert patched["status"].get("nominatedNodeName") == value
+        assert patched["status"]["phase"] == "Pending"
+
+
+def test_the_server_says_its_release(kube: KubeClient) -> None:
+    assert kube.server_version()["gitVersion"] == "v1.31.0"
+
+
 def test_pod_status_sent_on_create_is_reset_to_pending(kube: KubeClient) -> None:
     body = {**pod("web"), "status": {"phase": "Running"}}
     assert kube.create(PODS, body)["status"]["phase"] == "Pending"

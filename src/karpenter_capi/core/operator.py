@@ -34,6 +34,11 @@ from karpenter_capi.core.provisioning.batcher import (
     Batcher,
 )
 from karpenter_capi.core.provisioning.controller import ProvisioningController
+from karpenter_capi.core.provisioning.nominations import (
+    NominationController,
+    log_mode,
+    nomination_mode,
+)
 from karpenter_capi.core.runtime.leader import LeaderElector, make_identity
 from karpenter_capi.core.runtime.manager import Manager
 from karpenter_capi.core.runtime.stepped import SteppedDriver
@@ -69,6 +74,8 @@ class OperatorOptions:
     packing_budget: float = DEFAULT_PACKING_BUDGET  # seconds; 0 disables re-packing
     unready_after: float = 30.0  # seconds a cache may fail to follow the API before /readyz fails
     disruption: DisruptionSettings = field(default_factory=DisruptionSettings)
+    nominations: bool | None = None
+    """``--feature-gates NominatedNodeNameForExpectation``; None: from the server's release."""
 
 
 class Operator:
@@ -94,14 +101,24 @@ class Operator:
             dry_run=self.options.dry_run,
         )
         batcher = Batcher(clock, idle=self.options.batch_idle, max_duration=self.options.batch_max)
+        self.nomination_mode = nomination_mode(workload, self.options.nominations)
+        log_mode(self.nomination_mode)
         self.provisioning = ProvisioningController(
-            self.context, batcher=batcher, packing_budget=self.options.packing_budget
+            self.context,
+            batcher=batcher,
+            packing_budget=self.options.packing_budget,
+            plans_nominated=self.nomination_mode.enabled,
         )
         if self.options.packing_budget > 0:
             # Pay SciPy's import (about a second) at start, not in the first scale-up's round.
             highs.warm_up()
         controllers: list[Any] = [
             self.provisioning,
+            *(
+                [NominationController(self.context, self.provisioning.planned)]
+                if self.nomination_mode.enabled
+                else []
+            ),
             *lifecycle_controllers(self.context),
             *static_controllers(self.context),
             *termination_controllers(self.context),

@@ -36,6 +36,7 @@ from karpenter_capi.core.provisioning.loop import (
     print_report,
 )
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
+from karpenter_capi.sim.apiserver.version import SIMULATED_CONTROL_PLANE
 from karpenter_capi.sim.capi import add_capi_emulation
 from karpenter_capi.sim.cluster import new_cluster
 from karpenter_capi.sim.manifests import load_manifest_files
@@ -242,6 +243,7 @@ def run_scenario(
     """Load ``paths``, run ``passes`` provisioning rounds, then every controller for ``minutes``."""
     clock = FakeClock()
     server = new_cluster(clock=clock)
+    server.version_info = dict(SIMULATED_CONTROL_PLANE)  # the stand-in is v1.35's
     server.apply_manifests(load_manifest_files(paths))
     mark_unschedulable(server)
     environment = PluginEnvironment(

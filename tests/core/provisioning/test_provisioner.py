@@ -101,6 +101,20 @@ def test_a_second_round_does_not_launch_for_pods_already_provided_for(
     assert second.in_flight_pods == sum(len(d.pods) for d in first.launched)
 
 
+def test_the_plan_is_where_the_last_round_placed_each_pending_pod(
+    cluster: tuple[InMemoryAPIServer, Provisioner, FakeClock],
+) -> None:
+    """What ``nominations.NominationController`` nominates: launched or counted, per pod."""
+    _, provisioner, _ = cluster
+    assert provisioner.planned() is None  # no round yet: the NodeClaims say it
+    first = provisioner.reconcile()
+    launched = {key: d.nodeclaim for d in first.launched for key in d.pods}
+    assert launched
+    assert provisioner.planned() == launched
+    provisioner.reconcile()  # the same pods, counted on the claims now launching
+    assert provisioner.planned() == launched
+
+
 def test_too_many_pods_to_write_on_a_claim_are_kept_in_memory_only(
     cluster: tuple[InMemoryAPIServer, Provisioner, FakeClock], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -175,6 +175,9 @@ class CountingClient:
     def evict(self, name: str, namespace: str, *, grace_period_seconds: int | None = None) -> None:
         self.inner.evict(name, namespace, grace_period_seconds=grace_period_seconds)
 
+    def server_version(self) -> JsonObject:
+        return self.inner.server_version()
+
     def served_versions(self, group: str) -> builtins.list[str]:
         return self.inner.served_versions(group)
 

@@ -5,19 +5,28 @@ big pod on the 4-CPU node, the small one on the 2-CPU node. Both nodes become Re
 kube-scheduler takes the pods in queue order (same creation time: by name) and scores the
 emptier 4-CPU node highest for whichever comes first. When the small pod comes first it takes
 the big pod's node, and the big pod needs a NodeClaim of its own: one launch beyond the plan.
+
+That is a control plane before v1.35. From v1.35 (the in-memory API server's release) the
+controller nominates each planned pod on its NodeClaim's Node before the Node is Ready, and
+kube-scheduler tries the nominated node first: the plan is realized whatever the order.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.scenario.plans import BeyondPlan
 from karpenter_capi.sim.scenario.result import ScenarioResult
 from karpenter_capi.sim.scenario.runner import run
 from karpenter_capi.sim.scenario.schema import parse_scenario
 
 
-def _run(small: str, big: str) -> ScenarioResult:
+def _before_v1_35(server: InMemoryAPIServer) -> None:
+    server.version_info = {"major": "1", "minor": "34", "gitVersion": "v1.34.2"}
+
+
+def _run(small: str, big: str, *, nominations: bool = False) -> ScenarioResult:
     scenario = parse_scenario(
         {
             "name": "no-slack",
@@ -31,7 +40,7 @@ def _run(small: str, big: str) -> ScenarioResult:
             ],
         }
     )
-    return run(scenario, until=120)
+    return run(scenario, until=120, on_cluster=None if nominations else _before_v1_35)
 
 
 @pytest.fixture(scope="module")
@@ -63,3 +72,11 @@ def test_the_big_pod_placed_first_realizes_the_plan() -> None:
     assert result.nodeclaims == 2
     assert (result.to_json()["nodeclaims_beyond_plan"], result.to_json()["pods_stranded"]) == (0, 0)
     assert "launches beyond the plan: none" in result.summary()
+
+
+def test_nominated_the_small_pod_placed_first_still_realizes_the_plan() -> None:
+    result = _run(small="web", big="worker", nominations=True)
+    assert result.errors == []
+    assert result.pods_bound == 2
+    assert result.beyond_plan == BeyondPlan(0, 0)
+    assert result.nodeclaims == 2

@@ -206,3 +206,7 @@ class KubeClient(Protocol):
     def served_versions(self, group: str) -> builtins.list[str]:
         """The versions the server serves for an API group, preferred first; ``[]`` if none."""
         ...
+
+    def server_version(self) -> JsonObject:
+        """The server's ``/version`` document (``gitVersion``, ``major``, ``minor``, ...)."""
+        ...

@@ -361,6 +361,9 @@ class OfficialClient:
             eviction["deleteOptions"] = {"gracePeriodSeconds": grace_period_seconds}
         self._call("POST", PODS.path(namespace, _segment(name), "eviction"), body=eviction)
 
+    def server_version(self) -> JsonObject:
+        return self._call("GET", "/version")
+
     def served_versions(self, group: str) -> _Versions:
         if not group:
             return [str(v) for v in self._call("GET", "/api").get("versions", [])]

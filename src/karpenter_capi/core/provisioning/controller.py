@@ -83,6 +83,7 @@ class ProvisioningController:
         interval: float = DEFAULT_POLL_SECONDS,
         provisioner: Provisioner | None = None,
         packing_budget: float = DEFAULT_PACKING_BUDGET,
+        plans_nominated: bool = False,
     ) -> None:
         self._ctx = ctx
         self.interval = interval
@@ -95,6 +96,7 @@ class ProvisioningController:
             dry_run=ctx.dry_run,
             metrics=ctx.metrics,
             packing_budget=packing_budget,
+            plans_nominated=plans_nominated,
         )
         self.last_report: ProvisioningReport | None = None
         # What the cluster looked like at the last round, for pods it left pending.
@@ -109,6 +111,10 @@ class ProvisioningController:
     def nominations(self) -> dict[str, frozenset[str]]:
         """NodeClaim (or node) name -> keys of the pending pods it was launched or counted for."""
         return self._provisioner.nominations()
+
+    def planned(self) -> dict[str, str] | None:
+        """Pending pod key -> the NodeClaim or node the last round placed it on."""
+        return self._provisioner.planned()
 
     def reads(self) -> Sequence[tuple[Resource, str]]:
         return [(resource, WORKLOAD) for resource in ROUND_RESOURCES]

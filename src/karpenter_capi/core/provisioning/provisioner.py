@@ -215,8 +215,12 @@ class Provisioner:
         packing_budget: float = packing.DEFAULT_BUDGET_SECONDS,
         dry_run: bool = False,
         metrics: Metrics | None = None,
+        plans_nominated: bool = False,
     ) -> None:
         self._client = client
+        # Whether planned pods are nominated to their nodes (``nominations.py``), so that
+        # kube-scheduler realizes the plan instead of following its own order.
+        self.plans_nominated = plans_nominated
         self._dry_run = dry_run
         self._metrics = metrics
         self._plugins = plugins
@@ -235,6 +239,9 @@ class Provisioner:
         # What the last round said at INFO, so an unchanged round says it at DEBUG.
         self._said: dict[str, Hashable] = {}
         self._said_unschedulable: dict[str, str] = {}
+        # Pending pod key -> the NodeClaim or node the last round placed it on; None before
+        # the first round. What ``nominations.NominationController`` nominates.
+        self._planned: dict[str, str] | None = None
 
     def _level(self, topic: str, value: Hashable) -> int:
         """INFO when ``value`` differs from what ``topic`` said last round, else DEBUG."""
@@ -252,6 +259,12 @@ class Provisioner:
         """NodeClaim (or node) name -> keys of the pending pods it was launched or counted for."""
         return dict(list(self._nominations.items()))
 
+    def planned(self) -> dict[str, str] | None:
+        """Pending pod key -> the NodeClaim or node the last round placed it on (None before
+        the first round)."""
+        planned = self._planned
+        return None if planned is None else dict(planned)
+
     def pending_pods(self, snapshot: ClusterSnapshot) -> list[Mapping[str, Any]]:
         return [p for p in snapshot.pods if is_provisionable(p)]
 
@@ -267,6 +280,7 @@ class Provisioner:
         if not provisionable:
             self._said.clear()
             self._said_unschedulable = {}
+            self._planned = {}
             return report
         inventories = resolve_inventory(self._client, self._plugins)
         usable = []
@@ -383,6 +397,10 @@ class Provisioner:
                 report.nodepool_errors[claim.nodepool.name] = why
                 for pod in claim.pods:
                     report.unschedulable[pod_key(pod)] = f"NodePool {claim.nodepool.name}: {why}"
+        self._planned = {
+            **report.placed,
+            **{key: launched.nodeclaim for launched in report.launched for key in launched.pods},
+        }
         for key, reason in result.unschedulable.items():
             if key not in moving_keys:
                 report.unschedulable.setdefault(key, reason)

@@ -264,6 +264,10 @@ class AuditingClient:
         with self._writing("create", PODS, namespace, name, "eviction"):
             self._inner.evict(name, namespace, grace_period_seconds=grace_period_seconds)
 
+    def server_version(self) -> JsonObject:
+        self.log.record(AuditRecord(self.cluster, "get", "", "", None, None, None, path="/version"))
+        return self._inner.server_version()
+
     def served_versions(self, group: str) -> builtins.list[str]:
         self.log.record(
             AuditRecord(self.cluster, "get", "", "", None, None, None, path=f"/apis/{group}")

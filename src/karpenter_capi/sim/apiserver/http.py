@@ -59,18 +59,6 @@ if TYPE_CHECKING:
     from karpenter_capi.sim.apiserver import InMemoryAPIServer
     from karpenter_capi.sim.apiserver.definitions import ResourceDefinition
 
-# What this front claims to be; kubectl prints it and some clients gate features on it.
-VERSION_INFO: JsonObject = {
-    "major": "1",
-    "minor": "31",
-    "gitVersion": "v1.31.0",
-    "gitCommit": "9edcffcde5595e8a5b1a35f88c421764e575afce",
-    "gitTreeState": "clean",
-    "buildDate": "2024-08-13T07:28:49Z",
-    "goVersion": "go1.22.5",
-    "compiler": "gc",
-    "platform": "linux/amd64",
-}
 
 # The verb a fault rule names, for a request on one object (GET of a collection is list/watch).
 _VERB_OF_METHOD = {
@@ -416,7 +404,7 @@ class _Router:
         if head in ("healthz", "readyz", "livez") and len(segs) == 1:
             return Reply(200, "ok", content_type="text/plain; charset=utf-8")
         if head == "version" and len(segs) == 1:
-            return Reply(200, VERSION_INFO)
+            return Reply(200, self.api.server_version())
         if head == "openapi":
             return self._openapi(segs[1:])
         if head == "api":
@@ -445,7 +433,7 @@ class _Router:
         if rest[1] == "apis" and len(rest) == 4:
             group, version = rest[2], rest[3]
         document = openapi_group_version(
-            definitions, group, version, str(VERSION_INFO["gitVersion"])
+            definitions, group, version, str(self.api.server_version()["gitVersion"])
         )
         if not version or document is None:
             raise not_found

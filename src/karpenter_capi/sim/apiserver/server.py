@@ -55,6 +55,7 @@ from karpenter_capi.sim.apiserver.selectors import (
 )
 from karpenter_capi.sim.apiserver.strategic import strategic_merge_patch
 from karpenter_capi.sim.apiserver.subresources import check_subresource, scale_of, write_scale
+from karpenter_capi.sim.apiserver.version import VERSION_INFO
 from karpenter_capi.sim.apiserver.watch import InMemoryWatch, WatchFilter, present_copy
 from karpenter_capi.sim.apiserver.write_hooks import WRITE_HOOKS
 
@@ -115,6 +116,7 @@ class InMemoryAPIServer:
         self.requests = RequestCounts()
         # Idle watches that allow bookmarks get one this often (real time, like kube's ~1/min).
         self.bookmark_interval_seconds: float | None = 60.0
+        self.version_info: JsonObject = dict(VERSION_INFO)  # what ``/version`` answers
         for definition in BUILTIN_DEFINITIONS:
             self._engine.serve(definition)
         for name in INITIAL_NAMESPACES:
@@ -143,6 +145,10 @@ class InMemoryAPIServer:
 
     def resource(self, group: str, version: str, plural: str) -> Resource:
         return self.definition(group, version, plural).resource(version)
+
+    def server_version(self) -> JsonObject:
+        self.faults.check("get", "version", "version")  # a fault rule on resource "version"
+        return dict(self.version_info)
 
     def served_versions(self, group: str) -> builtins.list[str]:
         with self._lock:

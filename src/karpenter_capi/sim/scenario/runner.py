@@ -47,6 +47,7 @@ from karpenter_capi.core.operator import Operator
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.apiserver.audit import AuditingClient, AuditLog
 from karpenter_capi.sim.apiserver.request_counts import WATCH_POLL
+from karpenter_capi.sim.apiserver.version import SIMULATED_CONTROL_PLANE
 from karpenter_capi.sim.invariants import check_invariants
 from karpenter_capi.sim.scenario.aws import SimAws, emulated_aws, substitute
 from karpenter_capi.sim.scenario.catalog import generate_catalog
@@ -299,6 +300,7 @@ def run(
         wall_start = time.perf_counter()
         clock = FakeClock()
         server = InMemoryAPIServer(clock=clock, random_seed=seed)
+        server.version_info = dict(SIMULATED_CONTROL_PLANE)  # the stand-in is v1.35's
         server.apply_manifests(generate_crds())
         server.register_cluster_api()
         if on_cluster is not None:

@@ -44,6 +44,7 @@ from karpenter_capi.sim.scheduler.cycle import (
     metadata,
     unschedulable_message,
 )
+from karpenter_capi.sim.scheduler.nominated import Nominator, nominated_node
 
 __all__ = ["CYCLE_KEY", "SCHEDULER_NAME", "SimScheduler", "missing_claim"]
 
@@ -65,6 +66,14 @@ def missing_claim(client: KubeClient, pod: Mapping[str, Any]) -> str | None:
         except NotFound:
             return f'persistentvolumeclaim "{claim}" not found'
     return None
+
+
+def _scheduling_view(pod: JsonObject) -> JsonObject:
+    """The pod without what does not make kube-scheduler look at it again: its
+    ``resourceVersion`` and ``managedFields``, and its ``status.nominatedNodeName``."""
+    meta = {k: v for k, v in metadata(pod).items() if k not in ("resourceVersion", "managedFields")}
+    status = {k: v for k, v in (pod.get("status") or {}).items() if k != "nominatedNodeName"}
+    return {**pod, "metadata": meta, "status": status}
 
 
 def _queue_order(pod: Mapping[str, Any]) -> tuple[int, str, str, str]:
@@ -99,6 +108,7 @@ class SimScheduler:
         self._lock = threading.Lock()
         self._dirty = True
         self._assumed: dict[str, tuple[str, str]] = {}  # pod key -> (uid, node)
+        self._seen: dict[str, JsonObject] = {}  # pod key -> the pod as a cycle would see it
         self.cycles = 0
         """Scheduling cycles run (a cycle is skipped when nothing changed)."""
 
@@ -113,11 +123,20 @@ class SimScheduler:
         return (CYCLE_KEY,)
 
     def _on_pod(self, pod: JsonObject) -> Iterable[Key]:
-        self._dirty = True  # the pod's own key is enqueued as the primary event
+        # kube-scheduler's queue keeps an unschedulable pod where it is when only its
+        # nomination changed (``PodSchedulingPropertiesChange`` finds ``UpdatePodOther``, which
+        # no default plugin's QueueingHint requeues for): no cycle for that.
+        key, seen = object_key(pod), _scheduling_view(pod)
+        if self._seen.get(key) != seen:
+            self._seen[key] = seen
+            self._dirty = True  # the pod's own key is enqueued as the primary event
         return ()
 
     def reconcile(self, key: Key) -> Result:
         with self._lock:
+            if key in self._seen and self.caches.store(PODS).get(key) is None:
+                del self._seen[key]  # deleted: its room is free
+                self._dirty = True
             if not self._dirty:
                 return DONE
             self._dirty = False
@@ -157,12 +176,14 @@ class SimScheduler:
             return
         pending.sort(key=_queue_order)
         snapshot = Snapshot(self.caches.store(NODES).list(), bound)
+        nominator = Nominator(pending)
         for pod in pending:
             try:
-                self._schedule_one(pod, snapshot)
+                self._schedule_one(pod, snapshot, nominator)
             except (ValueError, TypeError, AttributeError, KeyError) as exc:
                 # The API server refuses such a spec, so kube-scheduler never meets one; the
                 # stand-in leaves it pending, said why, rather than stop the cycle for all pods.
+                nominator.remove(pod)
                 self._mark_unschedulable(pod, f"cannot read the pod's spec: {exc}")
 
     @staticmethod
@@ -171,9 +192,10 @@ class SimScheduler:
             "schedulerName", SCHEDULER_NAME
         ) in (SCHEDULER_NAME, "", None)
 
-    def _schedule_one(self, pod: JsonObject, snapshot: Snapshot) -> None:
+    def _schedule_one(self, pod: JsonObject, snapshot: Snapshot, nominator: Nominator) -> None:
         missing = missing_claim(self.client, pod)
         if missing is not None:
+            nominator.remove(pod)
             nodes = len(snapshot.nodes)
             self._mark_unschedulable(
                 pod,
@@ -182,14 +204,16 @@ class SimScheduler:
             )
             return
         context = PodContext(pod, snapshot)
+        feasible = self._nominated_fit(pod, context, snapshot, nominator)
         reasons: Counter[str] = Counter(context.static.reasons)
-        feasible: list[NodeInfo] = []
-        for node in context.static.passing:
-            failures = context.failures(node)
+        for node in context.static.passing if not feasible else ():
+            failures = context.failures(node, nominator.reserved(node.name, pod))
             if failures:
                 reasons.update(failures)
             else:
                 feasible.append(node)
+        # Assumed on a node or failed: either way the pod no longer holds room elsewhere.
+        nominator.remove(pod)
         if not feasible:
             self._mark_unschedulable(pod, unschedulable_message(len(snapshot.nodes), reasons))
             return
@@ -201,6 +225,18 @@ class SimScheduler:
             ].name
         if self._bind(pod, chosen):
             snapshot.place(pod, chosen)
+
+    @staticmethod
+    def _nominated_fit(
+        pod: JsonObject, context: PodContext, snapshot: Snapshot, nominator: Nominator
+    ) -> list[NodeInfo]:
+        """``evaluateNominatedNode``: the nominated node alone when it passes every filter
+        (with what the other pods nominated there keep), else nothing."""
+        name = nominator.node_of(pod)
+        node = snapshot.by_name.get(name) if name is not None else None
+        if node is None or not any(node is passing for passing in context.static.passing):
+            return []
+        return [] if context.failures(node, nominator.reserved(node.name, pod)) else [node]
 
     def _bind(self, pod: JsonObject, node_name: str) -> bool:
         meta = metadata(pod)
@@ -229,8 +265,12 @@ class SimScheduler:
     ) -> None:
         conditions = list((pod.get("status") or {}).get("conditions") or [])
         current = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
+        # Bound (the API server clears it with the binding) or failed (kube-scheduler's
+        # ``clearNominatedNode``): either way the nomination goes.
+        nominated = nominated_node(pod) is not None
         if (
-            current is not None
+            not nominated
+            and current is not None
             and current.get("status") == status
             and current.get("reason") == reason
             and current.get("message") == message
@@ -247,11 +287,14 @@ class SimScheduler:
         ) or format_timestamp(self.clock.now())
         conditions = [c for c in conditions if c.get("type") != "PodScheduled"] + [condition]
         meta = metadata(pod)
+        written: JsonObject = {"conditions": conditions}
+        if nominated:
+            written["nominatedNodeName"] = None
         with contextlib.suppress(NotFound):
             self.client.patch(
                 PODS,
                 meta["name"],
-                {"status": {"conditions": conditions}},
+                {"status": written},
                 meta.get("namespace"),
                 subresource="status",
             )

@@ -316,12 +316,15 @@ class PodContext:
             return rules.untolerated_taint(self.pod, node.obj) is None
         return True
 
-    def failures(self, node: NodeInfo) -> list[str]:
-        """Why ``node``, which passed the static filters, cannot take the pod; empty if it can."""
+    def failures(self, node: NodeInfo, reserved: Mapping[str, int] | None = None) -> list[str]:
+        """Why ``node``, which passed the static filters, cannot take the pod; empty if it can.
+        ``reserved``: what pods nominated to the node keep there (``nominated.Nominator``)."""
         insufficient: list[str] = []
-        requested, allocatable = node.requested, node.allocatable
+        requested, allocatable, kept = node.requested, node.allocatable, reserved or {}
         for resource, amount in self.request_items:
-            if requested.get(resource, 0) + amount > allocatable.get(resource, 0):
+            if requested.get(resource, 0) + kept.get(resource, 0) + amount > allocatable.get(
+                resource, 0
+            ):
                 insufficient.append(
                     "Too many pods" if resource == rules.PODS else f"Insufficient {resource}"
                 )

@@ -1,0 +1,272 @@
+"""Planned pods are nominated on their NodeClaim's Node (KEP-5278), kept, and cleared.
+
+The writer reads the informer caches and writes ``status.nominatedNodeName`` through
+``pods/status``; these tests drive it pass by pass over an in-memory API server.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import pytest
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.kube.errors import Invalid, ServiceUnavailable
+from karpenter_capi.core.kube.resources import NODECLAIMS, PODS
+from karpenter_capi.core.provisioning.nominations import (
+    GATE,
+    NominationController,
+    log_mode,
+    nomination_mode,
+)
+from karpenter_capi.sim.apiserver.version import SIMULATED_CONTROL_PLANE
+from tests.core.lifecycle.harness import Env, new_env
+
+NAMESPACE = "default"
+
+
+class Plan:
+    """What the provisioner's last round placed where (pod key -> NodeClaim or node)."""
+
+    def __init__(self) -> None:
+        self.placed: dict[str, str] | None = {}
+
+    def __call__(self) -> Mapping[str, str] | None:
+        return self.placed
+
+
+@pytest.fixture
+def env() -> Env:
+    return new_env()
+
+
+def _pod(env: Env, name: str, *, nominated: str | None = None) -> None:
+    env.api.create(
+        PODS,
+        {
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"containers": [{"name": "c", "image": "app"}]},
+        },
+        NAMESPACE,
+    )
+    if nominated is not None:
+        _set_nominated(env, name, nominated)
+
+
+def _set_nominated(env: Env, name: str, node: str | None) -> None:
+    env.api.patch(
+        PODS, name, {"status": {"nominatedNodeName": node}}, NAMESPACE, subresource="status"
+    )
+
+
+def _nominated(env: Env, name: str) -> str | None:
+    value: str | None = (env.api.get(PODS, name, NAMESPACE).get("status") or {}).get(
+        "nominatedNodeName"
+    )
+    return value
+
+
+def _registered(env: Env, claim: str, node: str, **annotations: str) -> None:
+    """A NodeClaim whose Node has just joined (not Ready)."""
+    env.nodeclaim(claim, annotations=annotations or None)
+    env.node(node, f"fake:///{node}")
+    env.api.patch(NODECLAIMS, claim, {"status": {"nodeName": node}}, subresource="status")
+
+
+def _pass(env: Env, controller: NominationController) -> None:
+    env.caches.sync()
+    controller.run_once()
+    env.caches.sync()
+
+
+def _pod_version(env: Env, name: str) -> str:
+    return str(env.api.get(PODS, name, NAMESPACE)["metadata"]["resourceVersion"])
+
+
+def test_planned_pods_are_nominated_once_their_node_exists_before_it_is_ready(
+    env: Env,
+) -> None:
+    plan = Plan()
+    controller = NominationController(env.ctx, plan)
+    _pod(env, "web-1")
+    _pod(env, "web-2")
+    env.nodeclaim("general-a")  # launched, no Node yet
+    plan.placed = {"default/web-1": "general-a", "default/web-2": "general-a"}
+    _pass(env, controller)
+    assert _nominated(env, "web-1") is None  # nothing to name yet
+
+    env.node("node-a", "fake:///node-a")  # joins, not Ready
+    env.api.patch(NODECLAIMS, "general-a", {"status": {"nodeName": "node-a"}}, subresource="status")
+    _pass(env, controller)
+    assert [_nominated(env, "web-1"), _nominated(env, "web-2")] == ["node-a", "node-a"]
+
+    # Nothing changed: nothing is written again.
+    before = _pod_version(env, "web-1")
+    _pass(env, controller)
+    assert _pod_version(env, "web-1") == before
+
+
+def test_a_pod_re_planned_is_nominated_on_its_new_node_and_cleared_when_planned_nowhere(
+    env: Env,
+) -> None:
+    plan = Plan()
+    controller = NominationController(env.ctx, plan)
+    _pod(env, "web")
+    _registered(env, "general-a", "node-a")
+    _registered(env, "general-b", "node-b")
+    plan.placed = {"default/web": "general-a"}
+    _pass(env, controller)
+    assert _nominated(env, "web") == "node-a"
+
+    plan.placed = {"default/web": "node-b"}  # a later round counted it on the registered Node
+    _pass(env, controller)
+    assert _nominated(env, "web") == "node-b"
+
+    plan.placed = {}
+    _pass(env, controller)
+    assert _nominated(env, "web") is None
+
+
+def test_its_nodeclaim_gone_the_nomination_is_cleared(env: Env) -> None:
+    plan = Plan()
+    controller = NominationController(env.ctx, plan)
+    _pod(env, "web")
+    _registered(env, "general-a", "node-a")
+    plan.placed = {"default/web": "general-a"}
+    _pass(env, controller)
+    assert _nominated(env, "web") == "node-a"
+    env.api.delete(NODECLAIMS, "general-a")
+    _pass(env, controller)
+    assert _nominated(env, "web") is None
+
+
+def test_cleared_by_kube_scheduler_it_is_written_again_only_once_the_node_changes(
+    env: Env,
+) -> None:
+    plan = Plan()
+    controller = NominationController(env.ctx, plan)
+    _pod(env, "web")
+    _registered(env, "general-a", "node-a")
+    plan.placed = {"default/web": "general-a"}
+    _pass(env, controller)
+    _set_nominated(env, "web", None)  # an attempt on the not-Ready node failed
+    _pass(env, controller)
+    assert _nominated(env, "web") is None  # no tug of war while nothing changes
+
+    env.set_node_ready("node-a")
+    _pass(env, controller)
+    assert _nominated(env, "web") == "node-a"
+
+
+def test_someone_else_s_nomination_and_bound_pods_are_left_alone(env: Env) -> None:
+    plan = Plan()
+    controller = NominationController(env.ctx, plan)
+    env.node("other", "fake:///other")  # no NodeClaim holds it: preemption's nomination
+    _pod(env, "preemptor", nominated="other")
+    _registered(env, "general-a", "node-a")
+    _pod(env, "bound")
+    env.api.patch(PODS, "bound", {"spec": {"nodeName": "node-a"}}, NAMESPACE)
+    plan.placed = {"default/preemptor": "general-a", "default/bound": "general-a"}
+    _pass(env, controller)
+    assert _nominated(env, "preemptor") == "other"
+    assert _nominated(env, "bound") is None
+
+
+def test_one_refused_pod_stops_only_that_pod_and_is_said_once(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    plan = Plan()
+    controller = NominationController(env.ctx, plan)
+    _pod(env, "refused")
+    _pod(env, "fine")
+    _registered(env, "general-a", "node-a")
+    plan.placed = {"default/refused": "general-a", "default/fine": "general-a"}
+    env.api.faults.fail(
+        "patch",
+        "pods",
+        Invalid("status.nominatedNodeName: Invalid value"),
+        name="refused",
+        times=None,
+    )
+    with caplog.at_level(logging.WARNING):
+        _pass(env, controller)
+        _pass(env, controller)
+    assert _nominated(env, "fine") == "node-a"
+    assert _nominated(env, "refused") is None
+    warnings = [r for r in caplog.records if r.getMessage() == "could not nominate pod"]
+    assert len(warnings) == 1
+    assert warnings[0].levelno == logging.WARNING
+    assert warnings[0].exc_info is None
+
+
+def test_before_the_first_round_the_nodeclaims_say_what_they_were_launched_for(
+    env: Env,
+) -> None:
+    plan = Plan()
+    plan.placed = None  # a controller that has just started
+    controller = NominationController(env.ctx, plan)
+    _pod(env, "web")
+    _registered(env, "general-a", "node-a", **{wellknown.ANNOTATION_NOMINATED_PODS: "default/web"})
+    _pass(env, controller)
+    assert _nominated(env, "web") == "node-a"
+
+
+def test_dry_run_writes_nothing_and_says_so_once(caplog: pytest.LogCaptureFixture) -> None:
+    env = new_env(dry_run=True)
+    plan = Plan()
+    controller = NominationController(env.ctx, plan)
+    _pod(env, "web")
+    _registered(env, "general-a", "node-a")
+    plan.placed = {"default/web": "general-a"}
+    with caplog.at_level(logging.INFO):
+        _pass(env, controller)
+        _pass(env, controller)
+    assert _nominated(env, "web") is None
+    said = [r for r in caplog.records if "nominate pod(s)" in r.getMessage()]
+    assert [r.getMessage() for r in said] == ["would nominate pod(s) on their planned nodes"]
+
+
+@pytest.mark.parametrize(
+    ("git_version", "gate", "enabled", "said"),
+    [
+        ("v1.35.0", None, True, "kube-apiserver v1.35.0: kube-scheduler has"),
+        ("v1.36.1-eks-4a1c2e", None, True, "kube-apiserver v1.36.1-eks-4a1c2e"),
+        ("v1.34.2", None, False, "kube-apiserver v1.34.2 predates v1.35"),
+        ("v1.36.0", False, False, f"turned off by --feature-gates {GATE}=false"),
+        ("v1.33.0", True, True, f"turned on by --feature-gates {GATE}=true"),
+    ],
+)
+def test_the_mode_follows_the_server_release_unless_the_gate_says(
+    env: Env, git_version: str, gate: bool | None, enabled: bool, said: str
+) -> None:
+    env.api.version_info = {"gitVersion": git_version}
+    mode = nomination_mode(env.api, gate)
+    assert mode.enabled is enabled
+    assert said in mode.why
+
+
+def test_an_unreadable_release_is_said_at_warning_and_the_gate_still_decides(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    env.api.faults.fail("get", "version", ServiceUnavailable("the server is shutting down"))
+    with caplog.at_level(logging.INFO):
+        log_mode(nomination_mode(env.api))
+    [said] = [r for r in caplog.records if "nominating planned pods" in r.getMessage()]
+    assert said.levelno == logging.WARNING
+    assert said.exc_info is None
+    assert "version (not readable: the server is shutting down) unknown" in said.getMessage()
+    env.api.faults.fail("get", "version", ServiceUnavailable("still away"))
+    assert nomination_mode(env.api, True).enabled
+
+
+def test_the_bare_in_memory_api_server_is_v1_31_and_the_simulator_s_control_plane_v1_35(
+    env: Env,
+) -> None:
+    # kubectl 1.32+ would send protobuf to a newer server (the front decodes JSON only).
+    assert env.api.server_version()["gitVersion"] == "v1.31.0"
+    mode = nomination_mode(env.api)
+    assert not mode.enabled
+    assert "v1.31.0 predates v1.35" in mode.why
+    env.api.version_info = dict(SIMULATED_CONTROL_PLANE)  # what scenarios and the demo play
+    assert nomination_mode(env.api).enabled
