@@ -26,17 +26,22 @@ on a loaded one, and a decision can be reproduced afterwards. A wall-clock cap (
 seconds, HiGHS's own time limit on each solve) remains only as a safety net: reaching it keeps
 greedy's plan and says so (``timed-out``) rather than use whatever the clock let it find.
 
-A plan is only accepted if kube-scheduler can realize it whatever order its nodes become ready
-in (``readiness.py``): when some order strands pods, the nodes they would force are bought up
-front; when greedy's own plan strands pods too, the cheaper plan must still be cheaper after the
-worst order of each. See ``docs/scheduling.md`` for the rule and its limits.
+kube-scheduler does not read the plan: it scores nodes LeastAllocated, and the new nodes become
+Ready together or in any order, so small pods queued first may spread onto the node planned for
+a big one and strand it (``readiness.py``). Plans are therefore weighed by their worst
+realization: the plan plus the nodes the pods its worst realization strands would force
+(``realization.py``). A cheaper plan replaces greedy's when its worst realization is cheaper
+than greedy's (greedy's plan can strand pods too); a plan that strands is first repaired by
+buying the forced nodes up front, and of the plans found, the cheapest worst realization wins.
+When the controller nominates the planned nodes (``plans_nominated``, KEP-5278), kube-scheduler
+realizes the plan as made and no readiness model applies. See ``docs/scheduling.md``.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
@@ -51,7 +56,7 @@ from karpenter_capi.core.scheduling.packing_model import (
     load,
     plan_cost,
 )
-from karpenter_capi.core.scheduling.readiness import Stranding, queue_runs, strandings
+from karpenter_capi.core.scheduling.realization import Assessed, Realizer
 
 if TYPE_CHECKING:
     # NumPy and SciPy are imported where a solve needs them: a solver that never re-packs
@@ -79,7 +84,7 @@ KNAPSACK_NODES: Final = 200  # branch-and-bound nodes of each round's pricing kn
 FIRST_NODES: Final = 100  # ... of the integer solve over the generated patterns
 LISTED_NODES: Final = 300  # ... of the integer solve over every pattern that matters
 LISTING_VISITS: Final = 50_000  # nodes of the depth-first search listing the patterns
-_REPAIRS: Final = 10  # rounds of slack added to a plan some readiness order strands
+_REPAIRS: Final = 4  # rounds of nodes bought up front for what a plan's worst realization strands
 # Beyond, the listed integer solve is skipped: HiGHS's root node (cuts, heuristics), which no
 # node limit bounds, takes seconds over 500 patterns and tens of milliseconds under 300.
 _MAX_PATTERNS: Final = 300
@@ -91,20 +96,24 @@ def optimize(
     budget: float = DEFAULT_BUDGET_SECONDS,
     backend: HiGHS | None = None,
     seed: int = 0,
+    plans_nominated: bool = False,
 ) -> PackingOutcome:
-    """A strictly cheaper plan that kube-scheduler can realize, or why greedy's stays.
+    """A strictly cheaper plan whose worst realization beats greedy's, or why greedy's stays.
 
     Reads no clock: ``budget`` (seconds; 0 disables re-packing) is only each solve's safety
-    net, and the outcome depends on ``problem`` alone."""
+    net, and the outcome depends on ``problem`` alone. ``plans_nominated``: the controller
+    writes each planned pod's ``status.nominatedNodeName`` (KEP-5278), so kube-scheduler
+    realizes the plan as made and no readiness model applies."""
     greedy_cost = plan_cost(problem, problem.greedy)
     if budget <= 0:
         return PackingOutcome("disabled", greedy_cost)
     pods = sum(g.count for g in problem.groups)
     if len(problem.types) > MAX_TYPES or len(problem.groups) > MAX_GROUPS or pods > MAX_PODS:
         return PackingOutcome("too-large", greedy_cost)
-    search = _Search(problem, backend or HiGHS(), budget)
+    realizer = Realizer(problem, nominated=plans_nominated, seed=seed)
+    search = _Search(problem, backend or HiGHS(), budget, realizer)
     try:
-        outcome = search.run(greedy_cost, seed)
+        outcome = search.run(greedy_cost)
     except OutOfTime as exc:
         global _warned
         if not _warned:
@@ -128,11 +137,11 @@ class _Search:
     problem: PackingProblem
     backend: HiGHS
     safety: float  # seconds: each solve's wall-clock safety net
+    realizer: Realizer
     columns: list[Bin] = field(default_factory=list)
     seen: set[Bin] = field(default_factory=set)
     prices: list[float] = field(default_factory=list)  # the relaxation's duals per group
     limit_prices: list[float] = field(default_factory=list)
-    greedy_worst: float | None = None
     gap: float = math.inf  # reduced cost a pattern may have and still be worth listing
     visited: int = 0  # nodes of the pattern listing's search, against LISTING_VISITS
     exhausted: bool = False  # some stage stopped on its work budget
@@ -164,9 +173,13 @@ class _Search:
         self.columns.append(column)
         return True
 
-    def run(self, greedy_cost: float, seed: int) -> PackingOutcome:
+    def run(self, greedy_cost: float) -> PackingOutcome:
         """Patterns generated from greedy's, a first integer solve over them, then (when
-        they are few enough to list) every pattern that could still beat the best plan."""
+        they are few enough to list) every pattern that could still beat the best plan.
+
+        Plans are weighed by their worst realization (``realization.py``): one replaces
+        greedy's only if it is cheaper and its worst realization is cheaper than greedy's
+        worst; of those, the one with the cheapest worst realization wins."""
         problem = self.problem
         for column in problem.greedy:
             self.add(column)
@@ -179,8 +192,8 @@ class _Search:
         bound = self._generate()
         if bound is not None and bound >= greedy_cost * (1 - EPSILON):
             return PackingOutcome("not-cheaper", greedy_cost, lower_bound=bound)
-        runs = queue_runs(problem.queue)
-        best: list[Bin] | None = None
+        best: Assessed | None = None
+        greedy_worst: float | None = None
         ceiling = greedy_cost * (1 - EPSILON)
         rejected = 0
         for stage in ("generated", "listed"):
@@ -194,21 +207,23 @@ class _Search:
             )
             if status == "budget-exhausted":
                 self.exhausted = True
-            if bins is None:
+            if bins is None or (best is not None and tuple(bins) == best.bins):
                 continue
             # A plan the node limit cut short is still a plan, found within the budget (the
-            # same one every time); it is judged like any other (cheaper, and realizable).
-            robust = self._robust(bins, ceiling, runs, seed)
-            if robust is None:
-                robust = self._no_worse(bins, runs, seed)
-            if robust is None:
-                rejected += 1
+            # same one every time); it is judged like any other.
+            if greedy_worst is None:
+                greedy_worst = self.realizer.assess(problem.greedy).worst
+            target = greedy_worst if best is None else best.worst
+            found = self.realizer.best_of(bins, greedy_cost * (1 - EPSILON), _REPAIRS)
+            if found.worst >= target * (1 - EPSILON):
+                rejected += best is None
                 continue
-            best = robust
-            ceiling = plan_cost(problem, robust) * (1 - EPSILON)
+            best = found
+            ceiling = min(ceiling, found.worst * (1 - EPSILON))
         if best is not None:
-            cost = plan_cost(problem, best)
-            return PackingOutcome("improved", greedy_cost, tuple(best), cost, rejected, bound)
+            return PackingOutcome(
+                "improved", greedy_cost, best.bins, best.cost, rejected, bound, best.worst
+            )
         if rejected:
             status = "not-robust"
         elif self.exhausted:
@@ -243,94 +258,6 @@ class _Search:
             for p, i in zip(self.limit_prices, self.limit_dims, strict=True)
         )
         return kind.price + extra - worth
-
-    def _robust(
-        self, bins: list[Bin], ceiling: float, runs: Sequence[tuple[int, int]], seed: int
-    ) -> list[Bin] | None:
-        """``bins``, or failing that ``bins`` with nodes added up front for the pods some
-        readiness order strands, if no order strands that and it stays under ``ceiling``.
-
-        Plans are judged as launched: every node the cheapest type that holds what is on it,
-        since that is what the NodeClaim lists first (slack from a larger type than its pods
-        need would not survive the launch).
-        """
-        problem = self.problem
-        for _ in range(_REPAIRS):
-            found = next(self._strandings(bins, runs, seed), None)
-            if found is None:
-                return bins
-            extra = self._cover(found.left)
-            if extra is None:
-                return None
-            bins = self._launched(_moved(bins, found.left) + extra)
-            if plan_cost(problem, bins) >= ceiling:
-                return None
-        return None
-
-    def _strandings(
-        self, bins: Sequence[Bin], runs: Sequence[tuple[int, int]], seed: int
-    ) -> Iterator[Stranding]:
-        problem = self.problem
-        return strandings(
-            [problem.types[b.type].room for b in bins],
-            [b.type for b in bins],
-            [g.vector for g in problem.groups],
-            [g.types for g in problem.groups],
-            runs,
-            seed=seed,
-        )
-
-    def _launched(self, bins: Sequence[Bin]) -> list[Bin]:
-        result = []
-        for node in bins:
-            cheapest = cheapest_type(self.problem, node.counts)
-            result.append(Bin(node.type if cheapest is None else cheapest, node.counts))
-        return result
-
-    def _worst(self, bins: Sequence[Bin], runs: Sequence[tuple[int, int]], seed: int) -> float:
-        """What ``bins`` cost once kube-scheduler realizes them in the worst order checked:
-        the plan plus the nodes bought next round for the pods that order strands."""
-        problem = self.problem
-        worst = 0.0
-        for left in {found.left for found in self._strandings(bins, runs, seed)}:
-            extra = self._cover(left)
-            worst = max(worst, math.inf if extra is None else plan_cost(problem, extra))
-        return plan_cost(problem, bins) + worst
-
-    def _no_worse(
-        self, bins: list[Bin], runs: Sequence[tuple[int, int]], seed: int
-    ) -> list[Bin] | None:
-        """``bins`` when greedy's own plan strands pods too and ``bins`` costs less than it
-        even after their worst orders: demanding robustness of the cheaper plan alone would
-        keep a plan no safer, at a higher price."""
-        if self.greedy_worst is None:
-            self.greedy_worst = self._worst(self.problem.greedy, runs, seed)
-        if self.greedy_worst <= plan_cost(self.problem, self.problem.greedy):
-            return None  # greedy's plan is robust: only a robust plan may replace it
-        if self._worst(bins, runs, seed) < self.greedy_worst * (1 - EPSILON):
-            return bins
-        return None
-
-    def _cover(self, left: Sequence[int]) -> list[Bin] | None:
-        """Nodes for the pods ``left``: each group on its cheapest type per pod."""
-        problem = self.problem
-        result = []
-        for g, count in enumerate(left):
-            group = problem.groups[g]
-            while count > 0:
-                options = [
-                    (kind.price / min(count, fit), t, min(count, fit))
-                    for t, kind in enumerate(problem.types)
-                    if t in group.types and (fit := fit_count(group.vector, kind.room)) > 0
-                ]
-                if not options:
-                    return None
-                _, t, n = min(options)
-                counts = [0] * len(left)
-                counts[g] = n
-                result.append(Bin(t, tuple(counts)))
-                count -= n
-        return result
 
     def _maximal_patterns(self) -> list[Bin] | None:
         """Every pattern no pod could be added to whose reduced cost may be within
@@ -566,15 +493,3 @@ class _Search:
             best = cheapest_type(problem, counts)
             result.append(Bin(kind if best is None else best, tuple(counts)))
         return result
-
-
-def _moved(bins: Sequence[Bin], left: Sequence[int]) -> list[Bin]:
-    """``bins`` without ``left`` pods of each group, taken where that group is most packed."""
-    counts = [list(b.counts) for b in bins]
-    for g, count in enumerate(left):
-        while count > 0:
-            fullest = max(range(len(counts)), key=lambda n: counts[n][g])
-            take = min(count, counts[fullest][g])
-            counts[fullest][g] -= take
-            count -= take
-    return [Bin(b.type, tuple(c)) for b, c in zip(bins, counts, strict=True) if any(c)]

@@ -45,12 +45,14 @@ class Repacker:
         daemons: DaemonOverhead,
         budget: float,
         backend: highs.HiGHS | None = None,
+        plans_nominated: bool = False,
     ) -> None:
         self._class_of = class_of
         self._compatible_types = compatible_types
         self._daemons = daemons
         self._budget = budget
         self._backend = backend
+        self._nominated = plans_nominated
         self._claims: list[ClaimState] = []
         self.outcomes: list[packing_model.PackingOutcome] = []
 
@@ -88,6 +90,7 @@ class Repacker:
                 problem,
                 budget=self._budget,
                 backend=self._backend,
+                plans_nominated=self._nominated,
             )
             if outcome.bins is not None:
                 before = self._claims
@@ -160,6 +163,7 @@ class Repacker:
             tuple(greedy),
             tuple(signatures.index(self._class_of(p).signature) for p in queue),
             limit,
+            daemon,
         )
 
     def _replace(
