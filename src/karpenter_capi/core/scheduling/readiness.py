@@ -37,6 +37,8 @@ Vector = tuple[int, ...]
 
 EXHAUSTIVE_WORK: Final = 4_000
 """Pod placements the exhaustive search may make before the sampled realizations stand in."""
+EXHAUSTIVE_NODES: Final = 8
+"""Plans of more nodes go straight to the sampled realizations (they would exhaust the work)."""
 SAMPLED: Final = 8
 """Seeded random realizations tried besides the fixed ones when the search is not exhaustive."""
 MAX_SCORE: Final = 100
@@ -148,12 +150,15 @@ def strandings(
     waiting = [0] * len(view.rooms)
     for kind in kinds:
         waiting[kind] += 1
-    explorer = _Explorer(view, work)
-    try:
-        explorer.search(tuple(waiting), found)
-        return list(found.values())
-    except _OutOfWork:
-        pass
+    pods = sum(count for _, count in view.runs)
+    # Every realization places every pod at least once: past the budget before it starts.
+    if len(kinds) <= EXHAUSTIVE_NODES and pods < work:
+        explorer = _Explorer(view, work)
+        try:
+            explorer.search(tuple(waiting), found)
+            return list(found.values())
+        except _OutOfWork:
+            pass
     rng = random.Random(seed)
     strategies: list[tuple[_BatchRule, _TieRule]] = [
         (_together, _first),
@@ -311,19 +316,32 @@ def _simulate(
             if not new_state(key, placed):
                 return None
         batch = batch_rule(tuple(waiting))
+        arrived = []
         for kind, count in enumerate(batch):
             waiting[kind] -= count
-            ready.extend(_Node(kind, zero, (0, 0)) for _ in range(count))
+            arrived.extend(_Node(kind, zero, (0, 0)) for _ in range(count))
+        ready.extend(arrived)
         batches.append(tuple(k for k, n in enumerate(batch) for _ in range(n)))
-        placed = _pass(view, ready, pending, tie_rule)
+        # A pod still pending fitted no node ready before, and those only filled up since:
+        # only the nodes just arrived can take it.
+        placed = _pass(view, arrived, pending, tie_rule, distinct=new_state is not None)
     if new_state is not None:
         new_state(None, placed)  # only counts the last pass's work
     return tuple(batches), pending
 
 
-def _pass(view: SchedulerView, ready: list[_Node], pending: list[int], tie_rule: _TieRule) -> int:
-    """Every pending pod, in queue order, onto the best scored ready node with room; returns
-    the pods placed. A pod that fits nowhere stays, and so do the rest of its run."""
+def _pass(
+    view: SchedulerView,
+    ready: list[_Node],
+    pending: list[int],
+    tie_rule: _TieRule,
+    *,
+    distinct: bool,
+) -> int:
+    """Every pending pod, in queue order, onto the best scored node of ``ready`` with room;
+    returns the pods placed. A pod that fits nowhere stays, and so do the rest of its run.
+    Ties go to ``tie_rule``, among the tied nodes as kube-scheduler picks (uniformly), or with
+    ``distinct`` among the tied nodes that differ (the exhaustive search's branches)."""
     placed = 0
     for r, (group, _) in enumerate(view.runs):
         if not pending[r]:
@@ -337,16 +355,16 @@ def _pass(view: SchedulerView, ready: list[_Node], pending: list[int], tie_rule:
         scores = [view.score(n.kind, n.used, n.nonzero, group) for n in candidates]
         while pending[r] and candidates:
             best = max(scores)
-            tied = [i for i, s in enumerate(scores) if s == best]
-            if len(tied) > 1:
-                # Nodes alike (type and load) are one choice; kube picks among the rest at random.
-                distinct: dict[tuple[int, Vector], int] = {}
-                for i in tied:
-                    distinct.setdefault((candidates[i].kind, candidates[i].used), i)
-                options = list(distinct.values())
-                chosen = options[tie_rule(len(options))] if len(options) > 1 else options[0]
-            else:
-                chosen = tied[0]
+            chosen = scores.index(best)
+            if tie_rule is not _first and scores.count(best) > 1:
+                tied = [i for i, s in enumerate(scores) if s == best]
+                if distinct:
+                    # Nodes alike (type and load) lead to the same realizations: one choice.
+                    alike: dict[tuple[int, Vector], int] = {}
+                    for i in tied:
+                        alike.setdefault((candidates[i].kind, candidates[i].used), i)
+                    tied = list(alike.values())
+                chosen = tied[tie_rule(len(tied))] if len(tied) > 1 else tied[0]
             node = candidates[chosen]
             node.used = tuple(u + v for u, v in zip(node.used, vector, strict=True))
             node.nonzero = (node.nonzero[0] + nonzero[0], node.nonzero[1] + nonzero[1])
