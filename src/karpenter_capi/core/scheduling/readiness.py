@@ -316,7 +316,7 @@ def _simulate(
             if not new_state(key, placed):
                 return None
         batch = batch_rule(tuple(waiting))
-        arrived = []
+        arrived: list[_Node] = []
         for kind, count in enumerate(batch):
             waiting[kind] -= count
             arrived.extend(_Node(kind, zero, (0, 0)) for _ in range(count))
