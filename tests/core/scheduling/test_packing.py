@@ -214,6 +214,54 @@ def test_pods_stay_in_the_heavier_nodepool_greedy_gave_them() -> None:
     assert {claim.nodepool.name for claim in result.new_nodeclaims} == {"heavy"}
 
 
+def _zoned(name: str, cpu: int, memory_gi: int, prices: dict[str, float]) -> InstanceType:
+    return InstanceType(
+        name=name,
+        capacity=ResourceList.parse({"cpu": cpu, "memory": f"{memory_gi}Gi", "pods": 110}),
+        offerings=tuple(Offering(zone, "on-demand", p) for zone, p in prices.items()),
+        requirements={wellknown.LABEL_ARCH: frozenset({"amd64"})},
+        overhead=InstanceTypeOverhead(kube_reserved=ResourceList.parse({"cpu": "100m"})),
+    )
+
+
+def test_a_large_catalog_is_re_packed_once_its_dominated_types_are_left_out() -> None:
+    # The catalog plus 40 types no larger and no cheaper than one of it, in every zone:
+    # 44 types, but only 4 that matter, so the 21 pods still get the cheaper plan.
+    dominated = [
+        _zoned(f"old{n}", cpu, cpu * 2, {"zone-a": 0.2 * cpu, "zone-b": 0.2 * cpu})
+        for n, cpu in enumerate([2, 4, 8, 16] * 10)
+    ]
+    catalog = [
+        _zoned(t.name, *_size(t), {"zone-a": p, "zone-b": p})
+        for t, p in ((C2, 0.10), (C4, 0.19), (M4, 0.25), (C16, 0.72))
+    ]
+    pool = _pool(types=[*catalog, *dominated])
+    pods = _pods("web", 21, "1")
+    solver = Solver([pool], clock=FakeClock(), packing_budget=5.0)
+    result = solver.solve(pods)
+    assert [o.status for o in solver.packing_outcomes] == ["improved"]
+    assert result.price < _solve(pods, pool, budget=0).price
+    # The claims still list every type that holds their pods, dominated ones too.
+    assert any(t.name.startswith("old") for c in result.new_nodeclaims for t in c.instance_types)
+
+
+def test_a_type_cheaper_in_some_zone_is_not_dominated() -> None:
+    # 40 sizes, each cheapest in a zone of its own: none dominates another, so too many.
+    types = [
+        _zoned(f"t{n}", 4, 16, {"zone-a": 0.19 + n / 1000, f"zone-{n}": 0.1}) for n in range(40)
+    ]
+    solver = Solver([_pool(types=types)], clock=FakeClock(), packing_budget=5.0)
+    solver.solve(_pods("web", 3, "1"))
+    assert [o.status for o in solver.packing_outcomes] == ["too-large"]
+
+
+def _size(instance_type: InstanceType) -> tuple[int, int]:
+    return (
+        instance_type.capacity.value("cpu"),
+        instance_type.capacity.value("memory") // GI,
+    )
+
+
 def test_min_values_pools_keep_their_greedy_claims() -> None:
     min_values = Requirements(
         [Requirement.new(wellknown.LABEL_INSTANCE_TYPE, "Exists", [], min_values=2)]
