@@ -186,6 +186,24 @@ def test_limits_keep_the_greedy_plan_when_the_cheaper_one_needs_more_nodes() -> 
     assert not result.unschedulable
 
 
+def test_under_a_tight_limit_the_cheaper_plan_lists_no_type_larger_than_planned() -> None:
+    # Greedy's two 16-CPU nodes count 32 of the 34 CPUs allowed; 16 + 4 + 4 CPUs cost less and
+    # count 24, but not if the 4-CPU claims also listed the 16-CPU type (each claim counts at
+    # its largest type): they list only what counts no more than the type they were planned as.
+    pods = _pods("web", 21, "1")
+    limited = _pool(limits=ResourceList.parse({"cpu": "34"}))
+    solver = Solver([limited], clock=FakeClock(), packing_budget=5.0)
+    result = solver.solve(pods)
+    assert [o.status for o in solver.packing_outcomes] == ["improved"]
+    assert _cheapest(result) == ["c16", "c4", "c4"]
+    counted = sum(
+        max(t.capacity.milli("cpu") for t in claim.instance_types)
+        for claim in result.new_nodeclaims
+    )
+    assert counted <= 34_000
+    assert check(result, pods, [limited]) == []
+
+
 def test_limits_count_each_claim_at_its_largest_type() -> None:
     pods = _pods("web", 21, "1")
     limited = _pool(limits=ResourceList.parse({"cpu": "40"}))

@@ -199,7 +199,9 @@ class Repacker:
         """Swap ``claims`` for the plan's nodes, built as ``_place_on_new_claim`` builds one.
 
         Each lists every type that holds its pods and, as greedy does, fits what is left of the
-        NodePool's limits; if that leaves the plan no cheaper, greedy's claims stay.
+        NodePool's limits, and under limits none counting more against them than the type it
+        was planned with (else the first claims' largest types use up the limits the plan
+        fits in); if that leaves the plan no cheaper, greedy's claims stay.
         """
         assert outcome.bins is not None
         pool, daemon, taints = claims[0].pool, claims[0].daemon, claims[0].taints
@@ -220,8 +222,16 @@ class Repacker:
                 if all(id(t) in ids for ids in present) and fits(total, t.allocatable)
             ]
             if remaining is not None:
-                listed = [t for t in listed if fits(limit_use(t.capacity), remaining)]
-            # Judged robust as its cheapest type: a limit that rules that type out voids it.
+                # Under limits, no type counting more than the planned one: each claim counts
+                # at its largest type, and the plan fits the limits at its planned types.
+                bound = problem.types[plan_bin.type].limit_use
+                listed = [
+                    t
+                    for t in listed
+                    if fits(limit_use(t.capacity), remaining)
+                    and fits(limit_use(t.capacity), bound)
+                ]
+            # Judged as its cheapest type: a limit that rules that type out voids it.
             planned = problem.types[plan_bin.type].price
             if not listed or min(cheapest_price(t, requirements) for t in listed) > planned:
                 return
