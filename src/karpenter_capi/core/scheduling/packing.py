@@ -17,7 +17,9 @@ needed (column generation: the relaxation's duals price each pod group, and a kn
 instance type finds the pattern worth most at those prices) and an integer program over them
 gives a first plan; then every maximal pattern whose reduced cost leaves it a chance to beat
 that plan is listed (when there are few enough) and the integer program is solved again, exact
-over all patterns that matter. Both run on HiGHS through ``scipy.optimize``
+over all patterns that matter. When those are too many to list, the first plan's nearly full
+nodes are kept and the rest of its pods re-packed on their own, a smaller problem whose
+patterns can be listed. Both run on HiGHS through ``scipy.optimize``
 (``docs/scheduling.md`` says why HiGHS).
 
 The work is counted, never timed (column generation rounds, branch-and-bound nodes, nodes of the
@@ -39,6 +41,7 @@ realizes the plan as made and no readiness model applies. See ``docs/scheduling.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Sequence
@@ -84,6 +87,8 @@ KNAPSACK_NODES: Final = 200  # branch-and-bound nodes of each round's pricing kn
 FIRST_NODES: Final = 100  # ... of the integer solve over the generated patterns
 LISTED_NODES: Final = 300  # ... of the integer solve over every pattern that matters
 LISTING_VISITS: Final = 50_000  # nodes of the depth-first search listing the patterns
+_FIXED_FILL: Final = 0.97  # a node this full is kept when the rest is re-solved on its own
+_RESIDUAL_DEPTH: Final = 1  # residual re-solves nested (each has the budgets above)
 _REPAIRS: Final = 4  # rounds of nodes bought up front for what a plan's worst realization strands
 # Beyond, the listed integer solve is skipped: HiGHS's root node (cuts, heuristics), which no
 # node limit bounds, takes seconds over 500 patterns and tens of milliseconds under 300.
@@ -138,6 +143,11 @@ class _Search:
     backend: HiGHS
     safety: float  # seconds: each solve's wall-clock safety net
     realizer: Realizer
+    depth: int = 0  # how deep in residual re-solves (``_residual``)
+    greedy_cost: float = 0.0
+    greedy_worst: float | None = None
+    best: Assessed | None = None
+    rejected: int = 0
     columns: list[Bin] = field(default_factory=list)
     seen: set[Bin] = field(default_factory=set)
     prices: list[float] = field(default_factory=list)  # the relaxation's duals per group
@@ -192,13 +202,15 @@ class _Search:
         bound = self._generate()
         if bound is not None and bound >= greedy_cost * (1 - EPSILON):
             return PackingOutcome("not-cheaper", greedy_cost, lower_bound=bound)
-        best: Assessed | None = None
-        greedy_worst: float | None = None
+        self.greedy_cost = greedy_cost
         ceiling = greedy_cost * (1 - EPSILON)
-        rejected = 0
+        first_plan: list[Bin] | None = None
+        listed = False
         for stage in ("generated", "listed"):
-            if stage == "listed" and (bound is None or not self._list_promising(bound, ceiling)):
-                break
+            if stage == "listed":
+                listed = bound is not None and self._list_promising(bound, ceiling)
+                if not listed:
+                    break
             first = stage == "generated"
             status, bins = self._integer(
                 ceiling,
@@ -207,30 +219,90 @@ class _Search:
             )
             if status == "budget-exhausted":
                 self.exhausted = True
-            if bins is None or (best is not None and tuple(bins) == best.bins):
-                continue
+            if first:
+                first_plan = bins
             # A plan the node limit cut short is still a plan, found within the budget (the
             # same one every time); it is judged like any other.
-            if greedy_worst is None:
-                greedy_worst = self.realizer.assess(problem.greedy).worst
-            target = greedy_worst if best is None else best.worst
-            found = self.realizer.best_of(bins, greedy_cost * (1 - EPSILON), _REPAIRS)
-            if found.worst >= target * (1 - EPSILON):
-                rejected += best is None
-                continue
-            best = found
-            ceiling = min(ceiling, found.worst * (1 - EPSILON))
+            ceiling = self._consider(bins, ceiling)
+        if not listed and first_plan is not None and self.depth < _RESIDUAL_DEPTH:
+            self._consider(self._residual(first_plan), ceiling)
+        best = self.best
         if best is not None:
             return PackingOutcome(
-                "improved", greedy_cost, best.bins, best.cost, rejected, bound, best.worst
+                "improved", greedy_cost, best.bins, best.cost, self.rejected, bound, best.worst
             )
-        if rejected:
+        if self.rejected:
             status = "not-robust"
         elif self.exhausted:
             status = "budget-exhausted"
         else:
             status = "not-cheaper"
-        return PackingOutcome(status, greedy_cost, rejected=rejected, lower_bound=bound)
+        return PackingOutcome(status, greedy_cost, rejected=self.rejected, lower_bound=bound)
+
+    def _consider(self, bins: list[Bin] | None, ceiling: float) -> float:
+        """Take ``bins`` as the best plan if its worst realization (or a repaired plan's) is
+        the cheapest yet, and below greedy's; the ceiling for the plans still to find."""
+        problem = self.problem
+        if bins is None or plan_cost(problem, bins) >= ceiling:
+            return ceiling
+        if self.best is not None and tuple(bins) == self.best.bins:
+            return ceiling
+        if self.greedy_worst is None:
+            self.greedy_worst = self.realizer.assess(problem.greedy).worst
+        target = self.greedy_worst if self.best is None else self.best.worst
+        found = self.realizer.best_of(bins, self.greedy_cost * (1 - EPSILON), _REPAIRS)
+        if found.worst >= target * (1 - EPSILON):
+            self.rejected += self.best is None
+            return ceiling
+        self.best = found
+        return min(ceiling, found.worst * (1 - EPSILON))
+
+    def _residual(self, bins: Sequence[Bin]) -> list[Bin] | None:
+        """``bins``' fullest nodes kept and the rest of the pods re-packed on their own.
+
+        When the patterns that matter are too many to list, the first integer solve's plan
+        can be well above the optimum with large node types; the pods off its nodes that are
+        not nearly full make a smaller problem whose patterns can be listed. Its plan is
+        judged by cost alone (no readiness model: that judges the whole plan, afterwards)."""
+        problem = self.problem
+
+        def fill(node: Bin) -> float:
+            used = load(problem, node.counts)
+            room = problem.types[node.type].room
+            return max((u / r for u, r in zip(used, room, strict=True) if r > 0), default=1.0)
+
+        fixed = [b for b in bins if fill(b) >= _FIXED_FILL]
+        rest = [b for b in bins if fill(b) < _FIXED_FILL]
+        if not fixed or not rest:
+            return None
+        counts = [g.count - sum(b.counts[i] for b in fixed) for i, g in enumerate(problem.groups)]
+        keep = [i for i, c in enumerate(counts) if c > 0]
+        limit = problem.limit
+        if limit is not None:
+            limit = tuple(
+                value - sum(problem.types[b.type].limit_use[d] for b in fixed)
+                for d, value in enumerate(limit)
+            )
+        sub = PackingProblem(
+            problem.types,
+            tuple(dataclasses.replace(problem.groups[i], count=counts[i]) for i in keep),
+            tuple(Bin(b.type, tuple(b.counts[i] for i in keep)) for b in rest),
+            (),
+            limit,
+            problem.daemon,
+        )
+        search = _Search(sub, self.backend, self.safety, Realizer(sub, nominated=True))
+        search.depth = self.depth + 1
+        outcome = search.run(plan_cost(sub, sub.greedy))
+        if outcome.bins is None:
+            return None
+        repacked = []
+        for node in outcome.bins:
+            full = [0] * len(problem.groups)
+            for i, n in zip(keep, node.counts, strict=True):
+                full[i] = n
+            repacked.append(Bin(node.type, tuple(full)))
+        return [*fixed, *repacked]
 
     def _list_promising(self, bound: float, ceiling: float) -> bool:
         """Add every maximal pattern whose reduced cost leaves it a chance under ``ceiling``.

@@ -228,8 +228,7 @@ class Repacker:
                 listed = [
                     t
                     for t in listed
-                    if fits(limit_use(t.capacity), remaining)
-                    and fits(limit_use(t.capacity), bound)
+                    if fits(limit_use(t.capacity), remaining) and fits(limit_use(t.capacity), bound)
                 ]
             # Judged as its cheapest type: a limit that rules that type out voids it.
             planned = problem.types[plan_bin.type].price
