@@ -15,20 +15,23 @@ def test_a_plan_refused_as_not_robust_says_why_greedy_stayed() -> None:
     types = (
         packing_model.BinType((8000, 0, 110_000), 1.0, (8000, 0, 1000)),
         packing_model.BinType((4000, 0, 110_000), 0.55, (4000, 0, 1000)),
+        packing_model.BinType((16000, 0, 110_000), 1.9, (16000, 0, 1000)),
     )
     groups = (
-        packing_model.PodGroup((1000, 0, 1000), 6, frozenset({0, 1})),
-        packing_model.PodGroup((6000, 0, 1000), 1, frozenset({0, 1})),
+        packing_model.PodGroup((1000, 0, 1000), 6, frozenset({0, 1, 2})),
+        packing_model.PodGroup((6000, 0, 1000), 1, frozenset({0, 1, 2})),
     )
-    greedy = (packing_model.Bin(0, (6, 0)), packing_model.Bin(0, (0, 1)))
+    # One 16-CPU node, whatever happens; 8 + 4 CPUs strand the 6-CPU pod behind the small
+    # ones queued first: $2.55 at worst.
+    greedy = (packing_model.Bin(2, (6, 1)),)
     problem = packing_model.PackingProblem(types, groups, greedy, queue=(0,) * 6 + (1,))
     outcome = packing.optimize(problem, budget=5.0)
     summary = summarize([outcome])
     assert summary is not None
     assert summary.outcome == "refused"
     assert summary.saved == 0
-    assert summary.reason.startswith("kept greedy's plan ($2.0000/h): ")
-    assert "cheaper plan(s) refused because kube-scheduler could strand a pod on them" in (
+    assert summary.reason.startswith("kept greedy's plan ($1.9000/h): ")
+    assert "1 cheaper plan(s) refused because kube-scheduler could strand pods on them" in (
         summary.reason
     )
 
@@ -70,8 +73,8 @@ def test_several_groups_add_up_and_say_what_kept_the_others_greedy() -> None:
         "re-packed 1 group of NodeClaims: saved $0.2000/h against greedy's plan "
         "($1.5000/h -> $1.3000/h); kept greedy's for 1 group of NodeClaims: the re-packing "
         "was stopped by its budget before it found a cheaper plan (1 cheaper plan(s) refused "
-        "because kube-scheduler could strand a pod on them in some order their nodes become "
-        "Ready)"
+        "because kube-scheduler could strand pods on them, which would cost no less than "
+        "greedy's plan at worst)"
     )
     assert summary.as_dict()["saved"] == 0.2
 

@@ -17,7 +17,9 @@ needed (column generation: the relaxation's duals price each pod group, and a kn
 instance type finds the pattern worth most at those prices) and an integer program over them
 gives a first plan; then every maximal pattern whose reduced cost leaves it a chance to beat
 that plan is listed (when there are few enough) and the integer program is solved again, exact
-over all patterns that matter. Both run on HiGHS through ``scipy.optimize``
+over all patterns that matter. When those are too many to list, the first plan's nearly full
+nodes are kept and the rest of its pods re-packed on their own, a smaller problem whose
+patterns can be listed. Both run on HiGHS through ``scipy.optimize``
 (``docs/scheduling.md`` says why HiGHS).
 
 The work is counted, never timed (column generation rounds, branch-and-bound nodes, nodes of the
@@ -26,17 +28,23 @@ on a loaded one, and a decision can be reproduced afterwards. A wall-clock cap (
 seconds, HiGHS's own time limit on each solve) remains only as a safety net: reaching it keeps
 greedy's plan and says so (``timed-out``) rather than use whatever the clock let it find.
 
-A plan is only accepted if kube-scheduler can realize it whatever order its nodes become ready
-in (``readiness.py``): when some order strands pods, the nodes they would force are bought up
-front; when greedy's own plan strands pods too, the cheaper plan must still be cheaper after the
-worst order of each. See ``docs/scheduling.md`` for the rule and its limits.
+kube-scheduler does not read the plan: it scores nodes LeastAllocated, and the new nodes become
+Ready together or in any order, so small pods queued first may spread onto the node planned for
+a big one and strand it (``readiness.py``). Plans are therefore weighed by their worst
+realization: the plan plus the nodes the pods its worst realization strands would force
+(``realization.py``). A cheaper plan replaces greedy's when its worst realization is cheaper
+than greedy's (greedy's plan can strand pods too); a plan that strands is first repaired by
+buying the forced nodes up front, and of the plans found, the cheapest worst realization wins.
+When the controller nominates the planned nodes (``plans_nominated``, KEP-5278), kube-scheduler
+realizes the plan as made and no readiness model applies. See ``docs/scheduling.md``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
@@ -51,7 +59,7 @@ from karpenter_capi.core.scheduling.packing_model import (
     load,
     plan_cost,
 )
-from karpenter_capi.core.scheduling.readiness import Stranding, queue_runs, strandings
+from karpenter_capi.core.scheduling.realization import Assessed, Realizer
 
 if TYPE_CHECKING:
     # NumPy and SciPy are imported where a solve needs them: a solver that never re-packs
@@ -79,7 +87,9 @@ KNAPSACK_NODES: Final = 200  # branch-and-bound nodes of each round's pricing kn
 FIRST_NODES: Final = 100  # ... of the integer solve over the generated patterns
 LISTED_NODES: Final = 300  # ... of the integer solve over every pattern that matters
 LISTING_VISITS: Final = 50_000  # nodes of the depth-first search listing the patterns
-_REPAIRS: Final = 10  # rounds of slack added to a plan some readiness order strands
+_FIXED_FILL: Final = 0.97  # a node this full is kept when the rest is re-solved on its own
+_RESIDUAL_DEPTH: Final = 1  # residual re-solves nested (each has the budgets above)
+_REPAIRS: Final = 4  # rounds of nodes bought up front for what a plan's worst realization strands
 # Beyond, the listed integer solve is skipped: HiGHS's root node (cuts, heuristics), which no
 # node limit bounds, takes seconds over 500 patterns and tens of milliseconds under 300.
 _MAX_PATTERNS: Final = 300
@@ -91,20 +101,24 @@ def optimize(
     budget: float = DEFAULT_BUDGET_SECONDS,
     backend: HiGHS | None = None,
     seed: int = 0,
+    plans_nominated: bool = False,
 ) -> PackingOutcome:
-    """A strictly cheaper plan that kube-scheduler can realize, or why greedy's stays.
+    """A strictly cheaper plan whose worst realization beats greedy's, or why greedy's stays.
 
     Reads no clock: ``budget`` (seconds; 0 disables re-packing) is only each solve's safety
-    net, and the outcome depends on ``problem`` alone."""
+    net, and the outcome depends on ``problem`` alone. ``plans_nominated``: the controller
+    writes each planned pod's ``status.nominatedNodeName`` (KEP-5278), so kube-scheduler
+    realizes the plan as made and no readiness model applies."""
     greedy_cost = plan_cost(problem, problem.greedy)
     if budget <= 0:
         return PackingOutcome("disabled", greedy_cost)
     pods = sum(g.count for g in problem.groups)
     if len(problem.types) > MAX_TYPES or len(problem.groups) > MAX_GROUPS or pods > MAX_PODS:
         return PackingOutcome("too-large", greedy_cost)
-    search = _Search(problem, backend or HiGHS(), budget)
+    realizer = Realizer(problem, nominated=plans_nominated, seed=seed)
+    search = _Search(problem, backend or HiGHS(), budget, realizer)
     try:
-        outcome = search.run(greedy_cost, seed)
+        outcome = search.run(greedy_cost)
     except OutOfTime as exc:
         global _warned
         if not _warned:
@@ -128,11 +142,16 @@ class _Search:
     problem: PackingProblem
     backend: HiGHS
     safety: float  # seconds: each solve's wall-clock safety net
+    realizer: Realizer
+    depth: int = 0  # how deep in residual re-solves (``_residual``)
+    greedy_cost: float = 0.0
+    greedy_worst: float | None = None
+    best: Assessed | None = None
+    rejected: int = 0
     columns: list[Bin] = field(default_factory=list)
     seen: set[Bin] = field(default_factory=set)
     prices: list[float] = field(default_factory=list)  # the relaxation's duals per group
     limit_prices: list[float] = field(default_factory=list)
-    greedy_worst: float | None = None
     gap: float = math.inf  # reduced cost a pattern may have and still be worth listing
     visited: int = 0  # nodes of the pattern listing's search, against LISTING_VISITS
     exhausted: bool = False  # some stage stopped on its work budget
@@ -164,9 +183,13 @@ class _Search:
         self.columns.append(column)
         return True
 
-    def run(self, greedy_cost: float, seed: int) -> PackingOutcome:
+    def run(self, greedy_cost: float) -> PackingOutcome:
         """Patterns generated from greedy's, a first integer solve over them, then (when
-        they are few enough to list) every pattern that could still beat the best plan."""
+        they are few enough to list) every pattern that could still beat the best plan.
+
+        Plans are weighed by their worst realization (``realization.py``): one replaces
+        greedy's only if it is cheaper and its worst realization is cheaper than greedy's
+        worst; of those, the one with the cheapest worst realization wins."""
         problem = self.problem
         for column in problem.greedy:
             self.add(column)
@@ -179,13 +202,15 @@ class _Search:
         bound = self._generate()
         if bound is not None and bound >= greedy_cost * (1 - EPSILON):
             return PackingOutcome("not-cheaper", greedy_cost, lower_bound=bound)
-        runs = queue_runs(problem.queue)
-        best: list[Bin] | None = None
+        self.greedy_cost = greedy_cost
         ceiling = greedy_cost * (1 - EPSILON)
-        rejected = 0
+        first_plan: list[Bin] | None = None
+        listed = False
         for stage in ("generated", "listed"):
-            if stage == "listed" and (bound is None or not self._list_promising(bound, ceiling)):
-                break
+            if stage == "listed":
+                listed = bound is not None and self._list_promising(bound, ceiling)
+                if not listed:
+                    break
             first = stage == "generated"
             status, bins = self._integer(
                 ceiling,
@@ -194,28 +219,90 @@ class _Search:
             )
             if status == "budget-exhausted":
                 self.exhausted = True
-            if bins is None:
-                continue
+            if first:
+                first_plan = bins
             # A plan the node limit cut short is still a plan, found within the budget (the
-            # same one every time); it is judged like any other (cheaper, and realizable).
-            robust = self._robust(bins, ceiling, runs, seed)
-            if robust is None:
-                robust = self._no_worse(bins, runs, seed)
-            if robust is None:
-                rejected += 1
-                continue
-            best = robust
-            ceiling = plan_cost(problem, robust) * (1 - EPSILON)
+            # same one every time); it is judged like any other.
+            ceiling = self._consider(bins, ceiling)
+        if not listed and first_plan is not None and self.depth < _RESIDUAL_DEPTH:
+            self._consider(self._residual(first_plan), ceiling)
+        best = self.best
         if best is not None:
-            cost = plan_cost(problem, best)
-            return PackingOutcome("improved", greedy_cost, tuple(best), cost, rejected, bound)
-        if rejected:
+            return PackingOutcome(
+                "improved", greedy_cost, best.bins, best.cost, self.rejected, bound, best.worst
+            )
+        if self.rejected:
             status = "not-robust"
         elif self.exhausted:
             status = "budget-exhausted"
         else:
             status = "not-cheaper"
-        return PackingOutcome(status, greedy_cost, rejected=rejected, lower_bound=bound)
+        return PackingOutcome(status, greedy_cost, rejected=self.rejected, lower_bound=bound)
+
+    def _consider(self, bins: list[Bin] | None, ceiling: float) -> float:
+        """Take ``bins`` as the best plan if its worst realization (or a repaired plan's) is
+        the cheapest yet, and below greedy's; the ceiling for the plans still to find."""
+        problem = self.problem
+        if bins is None or plan_cost(problem, bins) >= ceiling:
+            return ceiling
+        if self.best is not None and tuple(bins) == self.best.bins:
+            return ceiling
+        if self.greedy_worst is None:
+            self.greedy_worst = self.realizer.assess(problem.greedy).worst
+        target = self.greedy_worst if self.best is None else self.best.worst
+        found = self.realizer.best_of(bins, self.greedy_cost * (1 - EPSILON), _REPAIRS)
+        if found.worst >= target * (1 - EPSILON):
+            self.rejected += self.best is None
+            return ceiling
+        self.best = found
+        return min(ceiling, found.worst * (1 - EPSILON))
+
+    def _residual(self, bins: Sequence[Bin]) -> list[Bin] | None:
+        """``bins``' fullest nodes kept and the rest of the pods re-packed on their own.
+
+        When the patterns that matter are too many to list, the first integer solve's plan
+        can be well above the optimum with large node types; the pods off its nodes that are
+        not nearly full make a smaller problem whose patterns can be listed. Its plan is
+        judged by cost alone (no readiness model: that judges the whole plan, afterwards)."""
+        problem = self.problem
+
+        def fill(node: Bin) -> float:
+            used = load(problem, node.counts)
+            room = problem.types[node.type].room
+            return max((u / r for u, r in zip(used, room, strict=True) if r > 0), default=1.0)
+
+        fixed = [b for b in bins if fill(b) >= _FIXED_FILL]
+        rest = [b for b in bins if fill(b) < _FIXED_FILL]
+        if not fixed or not rest:
+            return None
+        counts = [g.count - sum(b.counts[i] for b in fixed) for i, g in enumerate(problem.groups)]
+        keep = [i for i, c in enumerate(counts) if c > 0]
+        limit = problem.limit
+        if limit is not None:
+            limit = tuple(
+                value - sum(problem.types[b.type].limit_use[d] for b in fixed)
+                for d, value in enumerate(limit)
+            )
+        sub = PackingProblem(
+            problem.types,
+            tuple(dataclasses.replace(problem.groups[i], count=counts[i]) for i in keep),
+            tuple(Bin(b.type, tuple(b.counts[i] for i in keep)) for b in rest),
+            (),
+            limit,
+            problem.daemon,
+        )
+        search = _Search(sub, self.backend, self.safety, Realizer(sub, nominated=True))
+        search.depth = self.depth + 1
+        outcome = search.run(plan_cost(sub, sub.greedy))
+        if outcome.bins is None:
+            return None
+        repacked = []
+        for node in outcome.bins:
+            full = [0] * len(problem.groups)
+            for i, n in zip(keep, node.counts, strict=True):
+                full[i] = n
+            repacked.append(Bin(node.type, tuple(full)))
+        return [*fixed, *repacked]
 
     def _list_promising(self, bound: float, ceiling: float) -> bool:
         """Add every maximal pattern whose reduced cost leaves it a chance under ``ceiling``.
@@ -243,94 +330,6 @@ class _Search:
             for p, i in zip(self.limit_prices, self.limit_dims, strict=True)
         )
         return kind.price + extra - worth
-
-    def _robust(
-        self, bins: list[Bin], ceiling: float, runs: Sequence[tuple[int, int]], seed: int
-    ) -> list[Bin] | None:
-        """``bins``, or failing that ``bins`` with nodes added up front for the pods some
-        readiness order strands, if no order strands that and it stays under ``ceiling``.
-
-        Plans are judged as launched: every node the cheapest type that holds what is on it,
-        since that is what the NodeClaim lists first (slack from a larger type than its pods
-        need would not survive the launch).
-        """
-        problem = self.problem
-        for _ in range(_REPAIRS):
-            found = next(self._strandings(bins, runs, seed), None)
-            if found is None:
-                return bins
-            extra = self._cover(found.left)
-            if extra is None:
-                return None
-            bins = self._launched(_moved(bins, found.left) + extra)
-            if plan_cost(problem, bins) >= ceiling:
-                return None
-        return None
-
-    def _strandings(
-        self, bins: Sequence[Bin], runs: Sequence[tuple[int, int]], seed: int
-    ) -> Iterator[Stranding]:
-        problem = self.problem
-        return strandings(
-            [problem.types[b.type].room for b in bins],
-            [b.type for b in bins],
-            [g.vector for g in problem.groups],
-            [g.types for g in problem.groups],
-            runs,
-            seed=seed,
-        )
-
-    def _launched(self, bins: Sequence[Bin]) -> list[Bin]:
-        result = []
-        for node in bins:
-            cheapest = cheapest_type(self.problem, node.counts)
-            result.append(Bin(node.type if cheapest is None else cheapest, node.counts))
-        return result
-
-    def _worst(self, bins: Sequence[Bin], runs: Sequence[tuple[int, int]], seed: int) -> float:
-        """What ``bins`` cost once kube-scheduler realizes them in the worst order checked:
-        the plan plus the nodes bought next round for the pods that order strands."""
-        problem = self.problem
-        worst = 0.0
-        for left in {found.left for found in self._strandings(bins, runs, seed)}:
-            extra = self._cover(left)
-            worst = max(worst, math.inf if extra is None else plan_cost(problem, extra))
-        return plan_cost(problem, bins) + worst
-
-    def _no_worse(
-        self, bins: list[Bin], runs: Sequence[tuple[int, int]], seed: int
-    ) -> list[Bin] | None:
-        """``bins`` when greedy's own plan strands pods too and ``bins`` costs less than it
-        even after their worst orders: demanding robustness of the cheaper plan alone would
-        keep a plan no safer, at a higher price."""
-        if self.greedy_worst is None:
-            self.greedy_worst = self._worst(self.problem.greedy, runs, seed)
-        if self.greedy_worst <= plan_cost(self.problem, self.problem.greedy):
-            return None  # greedy's plan is robust: only a robust plan may replace it
-        if self._worst(bins, runs, seed) < self.greedy_worst * (1 - EPSILON):
-            return bins
-        return None
-
-    def _cover(self, left: Sequence[int]) -> list[Bin] | None:
-        """Nodes for the pods ``left``: each group on its cheapest type per pod."""
-        problem = self.problem
-        result = []
-        for g, count in enumerate(left):
-            group = problem.groups[g]
-            while count > 0:
-                options = [
-                    (kind.price / min(count, fit), t, min(count, fit))
-                    for t, kind in enumerate(problem.types)
-                    if t in group.types and (fit := fit_count(group.vector, kind.room)) > 0
-                ]
-                if not options:
-                    return None
-                _, t, n = min(options)
-                counts = [0] * len(left)
-                counts[g] = n
-                result.append(Bin(t, tuple(counts)))
-                count -= n
-        return result
 
     def _maximal_patterns(self) -> list[Bin] | None:
         """Every pattern no pod could be added to whose reduced cost may be within
@@ -566,15 +565,3 @@ class _Search:
             best = cheapest_type(problem, counts)
             result.append(Bin(kind if best is None else best, tuple(counts)))
         return result
-
-
-def _moved(bins: Sequence[Bin], left: Sequence[int]) -> list[Bin]:
-    """``bins`` without ``left`` pods of each group, taken where that group is most packed."""
-    counts = [list(b.counts) for b in bins]
-    for g, count in enumerate(left):
-        while count > 0:
-            fullest = max(range(len(counts)), key=lambda n: counts[n][g])
-            take = min(count, counts[fullest][g])
-            counts[fullest][g] -= take
-            count -= take
-    return [Bin(b.type, tuple(c)) for b, c in zip(bins, counts, strict=True) if any(c)]

@@ -44,8 +44,9 @@ class PackingProblem:
     """Pods that may share any node of ``types``, and the plan greedy made for them.
 
     ``queue`` is the group of every pod in kube-scheduler's queue order (priority descending,
-    then creation time), for the robustness check; ``limit`` what the plan's nodes together may
-    count against the NodePool's limits (``None``: unlimited).
+    then creation time), for the readiness model; ``limit`` what the plan's nodes together may
+    count against the NodePool's limits (``None``: unlimited); ``daemon`` what the DaemonSet
+    pods on every node request (kube-scheduler's scores count it; ``None``: nothing).
     """
 
     types: tuple[BinType, ...]
@@ -53,6 +54,7 @@ class PackingProblem:
     greedy: tuple[Bin, ...]
     queue: tuple[int, ...]
     limit: Vector | None = None
+    daemon: Vector | None = None
 
 
 @dataclass
@@ -65,7 +67,9 @@ class PackingOutcome:
     safety net struck: a machine too loaded to finish), ``too-large``, ``disabled``, or (set by
     ``repack.py``) ``voided``: the plan was no cheaper once built as NodeClaims within the
     NodePool's limits. ``packing_summary.py`` words them for the user.
-    ``rejected`` counts cheaper plans the robustness rule turned down.
+    ``rejected`` counts cheaper plans the readiness rule turned down (their worst realization
+    no cheaper than greedy's); ``worst`` is the used plan's worst realization cost (its cost
+    plus the nodes the pods its worst realization strands would force, ``realization.py``).
     """
 
     status: str
@@ -74,6 +78,7 @@ class PackingOutcome:
     cost: float | None = None
     rejected: int = 0
     lower_bound: float | None = None
+    worst: float | None = None
 
 
 def plan_cost(problem: PackingProblem, bins: Sequence[Bin]) -> float:

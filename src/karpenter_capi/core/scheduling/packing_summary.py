@@ -114,8 +114,8 @@ def _why(outcomes: Sequence[PackingOutcome]) -> str:
 def _reason(kind: str, outcomes: Sequence[PackingOutcome]) -> str:
     rejected = sum(o.rejected for o in outcomes)
     refused = (
-        f"{rejected} cheaper plan(s) refused because kube-scheduler could strand a pod on "
-        "them in some order their nodes become Ready"
+        f"{rejected} cheaper plan(s) refused because kube-scheduler could strand pods on them, "
+        "which would cost no less than greedy's plan at worst"
     )
     if kind == STOPPED_BY_BUDGET:
         said = "the re-packing was stopped by its budget before it found a cheaper plan"

@@ -10,6 +10,7 @@ calls ``Repacker.repack`` once its greedy pass is done.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 from karpenter_capi.core.api import wellknown
@@ -31,6 +32,10 @@ from karpenter_capi.core.scheduling.daemons import DaemonOverhead
 from karpenter_capi.core.scheduling.model import Pod, compatible_offerings, pod_key
 from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
 
+MAX_CATALOG = 128
+"""A NodePool with more types is left to greedy without looking for dominated ones (the
+search is quadratic in the types, per family)."""
+
 
 class Repacker:
     """Re-packs the families of one solve's claims (see ``repack``) within the optimizer's
@@ -45,12 +50,14 @@ class Repacker:
         daemons: DaemonOverhead,
         budget: float,
         backend: highs.HiGHS | None = None,
+        plans_nominated: bool = False,
     ) -> None:
         self._class_of = class_of
         self._compatible_types = compatible_types
         self._daemons = daemons
         self._budget = budget
         self._backend = backend
+        self._nominated = plans_nominated
         self._claims: list[ClaimState] = []
         self.outcomes: list[packing_model.PackingOutcome] = []
 
@@ -59,14 +66,15 @@ class Repacker:
 
         A family shares a NodePool, requirements (but the hostname) and DaemonSet overhead, so
         its pods may move between its claims. A claim stays as greedy made it if its pool has
-        ``minValues`` or a large catalog, or one of its pods has topology, pod (anti-)affinity,
-        host ports or a hostname requirement, or was placed only once relaxed.
+        ``minValues`` or more than ``packing.MAX_TYPES`` types once dominated ones are left out
+        (``_undominated``), or one of its pods has topology, pod (anti-)affinity, host ports or
+        a hostname requirement, or was placed only once relaxed.
         """
         self._claims = list(claims)
         families: dict[tuple[int, Requirements, Vector], list[ClaimState]] = {}
         for claim in self._claims:
             pool = claim.pool
-            if pool.min_values or len(pool.types) > packing.MAX_TYPES:
+            if pool.min_values or len(pool.types) > MAX_CATALOG:
                 continue
             if all(self._movable(pod, originals) for pod in claim.pods):
                 key = (id(pool), _without_hostname(claim.requirements), claim.daemon)
@@ -83,15 +91,27 @@ class Repacker:
             for claim in family:
                 for pod in claim.pods:
                     groups.setdefault(self._class_of(pod).signature, []).append(pod)
-            problem = self._packing_problem(family, requirements, types, groups)
+            allowed = [
+                {id(t) for t in self._compatible_types(family[0].pool, requirements, pod_class)}
+                for pod_class in (self._class_of(pods[0]) for pods in groups.values())
+            ]
+            kept = _undominated(types, allowed, requirements, limits=family[0].pool.remaining)
+            if len(kept) > packing.MAX_TYPES:
+                greedy_cost = sum(
+                    cheapest_price(_greedy_type(c, requirements), requirements) for c in family
+                )
+                self.outcomes.append(packing_model.PackingOutcome("too-large", greedy_cost))
+                continue
+            problem = self._packing_problem(family, requirements, kept, groups)
             outcome = packing.optimize(
                 problem,
                 budget=self._budget,
                 backend=self._backend,
+                plans_nominated=self._nominated,
             )
             if outcome.bins is not None:
                 before = self._claims
-                self._replace(family, types, groups, outcome, problem)
+                self._replace(family, types, groups, outcome, problem, allowed=allowed)
                 if self._claims is before:  # no cheaper once built as NodeClaims: greedy's stay
                     outcome = dataclasses.replace(outcome, status="voided", bins=None, cost=None)
             self.outcomes.append(outcome)
@@ -138,14 +158,17 @@ class Repacker:
             for t in types
         )
         greedy = []
+        partial = packing_model.PackingProblem(bin_types, tuple(pod_groups), (), ())
         for claim in claims:
-            total = add(claim.pods_total, claim.daemon)
-            fitting = [t for t in claim.types[claim.first :] if fits(total, t.allocatable)]
-            cheapest = min(fitting, key=lambda t: cheapest_price(t, requirements))
+            cheapest = _greedy_type(claim, requirements)
             counts = [0] * len(signatures)
             for pod in claim.pods:
                 counts[signatures.index(self._class_of(pod).signature)] += 1
-            greedy.append(packing_model.Bin(index[id(cheapest)], tuple(counts)))
+            kind = index.get(id(cheapest))
+            if kind is None:  # dominated: its dominator holds the pods for no more
+                kind = packing_model.cheapest_type(partial, counts)
+                assert kind is not None
+            greedy.append(packing_model.Bin(kind, tuple(counts)))
         queue = sorted(
             (pod for signature in signatures for pod in groups[signature]), key=_queue_order
         )
@@ -160,6 +183,7 @@ class Repacker:
             tuple(greedy),
             tuple(signatures.index(self._class_of(p).signature) for p in queue),
             limit,
+            daemon,
         )
 
     def _replace(
@@ -169,11 +193,15 @@ class Repacker:
         groups: Mapping[str, Sequence[Pod]],
         outcome: packing_model.PackingOutcome,
         problem: packing_model.PackingProblem,
+        *,
+        allowed: Sequence[set[int]],
     ) -> None:
         """Swap ``claims`` for the plan's nodes, built as ``_place_on_new_claim`` builds one.
 
         Each lists every type that holds its pods and, as greedy does, fits what is left of the
-        NodePool's limits; if that leaves the plan no cheaper, greedy's claims stay.
+        NodePool's limits, and under limits none counting more against them than the type it
+        was planned with (else the first claims' largest types use up the limits the plan
+        fits in); if that leaves the plan no cheaper, greedy's claims stay.
         """
         assert outcome.bins is not None
         pool, daemon, taints = claims[0].pool, claims[0].daemon, claims[0].taints
@@ -186,15 +214,23 @@ class Repacker:
             pods = [waiting[g].pop() for g, n in enumerate(plan_bin.counts) for _ in range(n)]
             pods_total = packing_model.load(problem, plan_bin.counts)
             total = add(pods_total, daemon)
-            present = [problem.groups[g].types for g, n in enumerate(plan_bin.counts) if n]
+            # Every type of the family that holds them, dominated ones too (launch fallbacks).
+            present = [allowed[g] for g, n in enumerate(plan_bin.counts) if n]
             listed = [
                 t
-                for i, t in enumerate(types)
-                if all(i in allowed for allowed in present) and fits(total, t.allocatable)
+                for t in types
+                if all(id(t) in ids for ids in present) and fits(total, t.allocatable)
             ]
             if remaining is not None:
-                listed = [t for t in listed if fits(limit_use(t.capacity), remaining)]
-            # Judged robust as its cheapest type: a limit that rules that type out voids it.
+                # Under limits, no type counting more than the planned one: each claim counts
+                # at its largest type, and the plan fits the limits at its planned types.
+                bound = problem.types[plan_bin.type].limit_use
+                listed = [
+                    t
+                    for t in listed
+                    if fits(limit_use(t.capacity), remaining) and fits(limit_use(t.capacity), bound)
+                ]
+            # Judged as its cheapest type: a limit that rules that type out voids it.
             planned = problem.types[plan_bin.type].price
             if not listed or min(cheapest_price(t, requirements) for t in listed) > planned:
                 return
@@ -241,6 +277,63 @@ class Repacker:
         for number, claim in enumerate(kept):
             claim.index = number
         self._claims = kept
+
+
+def _greedy_type(claim: ClaimState, requirements: Requirements) -> TypeInfo:
+    """The type greedy's claim would launch: its cheapest that holds its pods."""
+    total = add(claim.pods_total, claim.daemon)
+    fitting = [t for t in claim.types[claim.first :] if fits(total, t.allocatable)]
+    return min(fitting, key=lambda t: cheapest_price(t, requirements))
+
+
+def _undominated(
+    types: Sequence[TypeInfo],
+    allowed: Sequence[set[int]],
+    requirements: Requirements,
+    *,
+    limits: Vector | None,
+) -> list[TypeInfo]:
+    """``types`` less each one another makes useless to the plan: one that every pod group
+    allowed on it may use too, at least as large in every resource, no dearer in any zone and
+    capacity type it is offered in (and, under NodePool limits, counting no more against them).
+
+    Any plan using a dominated type costs no less with its dominator, so the optimizer need
+    not see it; a catalog of hundreds of sizes and families is often a few dozen that matter.
+    Ties keep the first.
+    """
+    offers = [_offer_prices(t, requirements) for t in types]
+    kept: list[TypeInfo] = []
+    for a, small in enumerate(types):
+        groups = [ids for ids in allowed if id(small) in ids]
+        dominated = False
+        for b, big in enumerate(types):
+            if b == a or not all(id(big) in ids for ids in groups):
+                continue
+            if not fits(small.allocatable, big.allocatable):
+                continue
+            if limits is not None and not fits(limit_use(big.capacity), limit_use(small.capacity)):
+                continue
+            if any(offers[b].get(key, math.inf) > price for key, price in offers[a].items()):
+                continue
+            same = (
+                big.allocatable == small.allocatable
+                and offers[b] == offers[a]
+                and (limits is None or big.capacity == small.capacity)
+            )
+            if not same or b < a:
+                dominated = True
+                break
+        if not dominated:
+            kept.append(small)
+    return kept
+
+
+def _offer_prices(info: TypeInfo, requirements: Requirements) -> dict[tuple[str, str], float]:
+    prices: dict[tuple[str, str], float] = {}
+    for offering in compatible_offerings(info.instance_type, requirements):
+        key = (offering.zone, offering.capacity_type)
+        prices[key] = min(prices.get(key, math.inf), offering.price)
+    return prices
 
 
 def _without_hostname(requirements: Requirements) -> Requirements:

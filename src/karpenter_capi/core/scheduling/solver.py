@@ -143,13 +143,13 @@ class Solver:
         label_requirements: dict[str, Requirements] | None = None,
         packing_budget: float = packing.DEFAULT_BUDGET_SECONDS,
         packing_backend: highs.HiGHS | None = None,
+        plans_nominated: bool = False,
     ) -> None:
-        """``label_requirements`` caches each registered node's labels as requirements, by
-        node name, for callers that solve many times over the same nodes (consolidation).
-        ``packing_budget`` is the wall-clock safety net, in seconds, of each solve re-packing
-        unconstrained NodeClaims after the greedy pass (``packing.py``, which bounds it by
-        deterministic work; 0 disables it); ``packing_outcomes`` then
-        says what it decided for each group of claims it looked at."""
+        """``label_requirements``: registered nodes' labels as requirements, by node name, for
+        callers solving many times over the same nodes (consolidation). ``packing_budget``: each
+        re-packing solve's wall-clock safety net, seconds (``packing.py``; 0 disables it);
+        ``packing_outcomes`` says what it decided. ``plans_nominated``: pods are nominated to
+        their planned nodes (KEP-5278), so no readiness model applies."""
         # Upstream's OrderByWeight: heaviest first, ties by name, later names first.
         self._options = sorted(nodepools, key=lambda p: (p.weight, p.name), reverse=True)
         self._existing = existing_nodes
@@ -171,6 +171,7 @@ class Solver:
         self._label_requirements = label_requirements if label_requirements is not None else {}
         self._packing_budget = packing_budget
         self._packing_backend = packing_backend
+        self._plans_nominated = plans_nominated
         self.packing_outcomes: list[packing_model.PackingOutcome] = []
 
     # -- set-up (the rest of it, once per round, is in _solver_view.py) -------------------
@@ -257,6 +258,7 @@ class Solver:
                 daemons=self._daemons,
                 budget=self._packing_budget,
                 backend=self._packing_backend,
+                plans_nominated=self._plans_nominated,
             )
             self._claims = repacker.repack(self._claims, originals)
             self.packing_outcomes = repacker.outcomes
