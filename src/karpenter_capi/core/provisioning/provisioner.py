@@ -311,6 +311,7 @@ class Provisioner:
             clock=self._clock,
             timeout_seconds=self._solve_timeout,
             packing_budget=self._packing_budget,
+            plans_nominated=self.plans_nominated,
         )
         # Pods of nodes already going away will need room too (upstream counts them): placing
         # them first keeps new pods from taking what a disruption replacement was launched for.
