@@ -66,6 +66,9 @@ class OperatorOptions:
     batch_idle: float = DEFAULT_IDLE_SECONDS
     batch_max: float = DEFAULT_MAX_SECONDS
     workers: int = 4
+    create_concurrency: int = 1
+    """NodeClaims of a provisioning round created at once; ``run`` sets 8, a simulation keeps
+    1 so the server names them in the same order every run."""
     packing_budget: float = DEFAULT_PACKING_BUDGET  # seconds; 0 disables re-packing
     unready_after: float = 30.0  # seconds a cache may fail to follow the API before /readyz fails
     disruption: DisruptionSettings = field(default_factory=DisruptionSettings)
@@ -95,7 +98,10 @@ class Operator:
         )
         batcher = Batcher(clock, idle=self.options.batch_idle, max_duration=self.options.batch_max)
         self.provisioning = ProvisioningController(
-            self.context, batcher=batcher, packing_budget=self.options.packing_budget
+            self.context,
+            batcher=batcher,
+            packing_budget=self.options.packing_budget,
+            create_concurrency=self.options.create_concurrency,
         )
         if self.options.packing_budget > 0:
             # Pay SciPy's import (about a second) at start, not in the first scale-up's round.

@@ -83,6 +83,7 @@ class ProvisioningController:
         interval: float = DEFAULT_POLL_SECONDS,
         provisioner: Provisioner | None = None,
         packing_budget: float = DEFAULT_PACKING_BUDGET,
+        create_concurrency: int = 1,
     ) -> None:
         self._ctx = ctx
         self.interval = interval
@@ -95,6 +96,7 @@ class ProvisioningController:
             dry_run=ctx.dry_run,
             metrics=ctx.metrics,
             packing_budget=packing_budget,
+            create_concurrency=create_concurrency,
         )
         self.last_report: ProvisioningReport | None = None
         # What the cluster looked like at the last round, for pods it left pending.
