@@ -101,6 +101,41 @@ def test_a_rounds_nodeclaims_are_created_at_once_and_events_follow_them() -> Non
     assert nominated >= {pod.split("/")[1] for d in report.launched for pod in d.pods}
 
 
+class _Said(logging.Handler):
+    """Puts each ``created nodeclaim`` line in the client's order of requests."""
+
+    def __init__(self, client: GatedClient) -> None:
+        super().__init__(logging.INFO)
+        self._client = client
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage() == "created nodeclaim":
+            with self._client._lock:
+                self._client.order.append("said")
+
+
+def test_every_nodeclaim_is_said_created_before_the_pods_events_are_written() -> None:
+    """A 1,000-pod round writes as many Events: the log said ``created nodeclaim`` seconds
+    after the NodeClaim was created, between its pods' Events."""
+    server, clock = _world()
+    client = GatedClient(server, parties=1, gated=0)
+    said = _Said(client)
+    logger = logging.getLogger("karpenter_capi.core.provisioning.provisioner")
+    logger.addHandler(said)
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        _provisioner(client, server, clock, create_concurrency=8).reconcile()
+    finally:
+        logger.removeHandler(said)
+        logger.setLevel(old_level)
+    first_event = client.order.index("Event")
+    assert (
+        client.order[:first_event] == ["NodeClaim"] * DEMO_NODECLAIMS + ["said"] * DEMO_NODECLAIMS
+    )
+    assert client.order.count("Event") >= DEMO_NODECLAIMS
+
+
 def test_creates_in_flight_stay_within_the_bound() -> None:
     server, clock = _world()
     # Five creates, two at a time: the barrier opens for each of the first two pairs.
