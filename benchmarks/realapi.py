@@ -26,7 +26,10 @@ MachineDeployments of 2, 4, 16 and 32 vCPU (4 GiB a vCPU, scale-from-zero annota
 on demand). ``--pods N`` scales it down in the same proportions (26: 16, 8 and 2).
 
 Printed: seconds from the first pod to all bound, and from the last pod to all bound less the
-boot delay; the provisioning rounds (creates a second or more apart start a new one), the
+boot delay (which counts from a whole-second ``creationTimestamp``, so this carries up to a
+second of jitter), and the controller's own parts of that wait, exact: from the last pod to the
+last scale-up write, and from the last Node turning Ready to all pods bound; the provisioning
+rounds (creates a second or more apart start a new one), the
 NodeClaims created per second within a round and the longest round's creates; the controller's
 API requests (all verbs, watches included) per node; its CPU-seconds and peak RSS over the
 scale-up and over the whole run; nodes and their hourly cost; empty nodes (bought but holding
@@ -276,6 +279,17 @@ def _verb(request: ServedRequest) -> str:
     return f"{verb} {resource}"
 
 
+def _note_ready(server: InMemoryAPIServer, ready: dict[str, float]) -> None:
+    now = time.monotonic()
+    for node in server.list(NODES).items:
+        name = node["metadata"]["name"]
+        if name not in ready and any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (node.get("status") or {}).get("conditions") or []
+        ):
+            ready[name] = now
+
+
 def _bound(server: InMemoryAPIServer) -> tuple[int, int]:
     pods = server.list(PODS, NAMESPACE).items
     return sum(1 for p in pods if (p.get("spec") or {}).get("nodeName")), len(pods)
@@ -331,8 +345,10 @@ def run(
             writing.start()
             deadline = time.monotonic() + timeout
             bound = 0
+            ready: dict[str, float] = {}  # Node -> when this loop first saw it Ready
             while time.monotonic() < deadline:
                 bound, total = _bound(server)
+                _note_ready(server, ready)
                 if bound == pods and total == pods:
                     break
                 time.sleep(POLL)
@@ -352,6 +368,16 @@ def run(
                 controller.wait()
             driver.stop()
     figures = _figures(server, writer, served[startup_requests:], prices, all_bound)
+    scales = [r.at for r in served if r.method == "PATCH" and r.path.endswith("/scale")]
+    # The parts of the wait that are the controller's own, free of the boot delay's whole
+    # second (it counts from a creationTimestamp): from the last pod to the last scale-up,
+    # and from the last Node turning Ready to every pod bound (registration, scheduling).
+    figures["last_pod_to_last_scale_up_s"] = (
+        round(max(scales) - writer.created[-1], 2) if scales else None
+    )
+    figures["last_ready_to_all_bound_s"] = (
+        round(all_bound - max(ready.values()), 2) if ready else None
+    )
     return {
         "pods": pods,
         "bound": bound,

@@ -221,6 +221,7 @@ def run_command(
         batch_max=args.batch_max_duration,
         workers=args.workers,
         create_concurrency=max(1, args.create_concurrency),
+        wake_on_pods=True,
         packing_budget=args.packing_optimizer_budget,
         unready_after=args.unready_after,
         disruption=DisruptionSettings(

@@ -17,9 +17,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube.resources import EVENTS, NODECLAIMS, NODEPOOLS, Resource
 from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
+from karpenter_capi.core.provisioning.batcher import Batcher
 from karpenter_capi.core.provisioning.provisioner import Provisioner
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
@@ -153,3 +156,20 @@ def test_nodepool_limits_are_kept_when_creating_at_once() -> None:
     report = _provisioner(server, server, clock, create_concurrency=8).reconcile()
     assert 0 < len(report.launched) < DEMO_NODECLAIMS
     assert any("limits would be exceeded" in why for why in report.unschedulable.values())
+
+
+def test_a_pending_pods_event_opens_the_window_from_the_pod_itself() -> None:
+    """Against a real API each pending pod's event feeds the window (``karpenter-capi run``):
+    it opens at the pod, not at the provisioner's next look, and a look that finds the same
+    pods does not hold it open longer."""
+    clock = FakeClock()
+    batcher = Batcher(clock, idle=1.0, max_duration=10.0)
+    assert batcher.saw("default/a") == 1.0
+    clock.advance(0.4)
+    assert batcher.saw("default/b") == 1.0
+    assert batcher.saw("default/b") is None  # seen: the window stays as it is
+    clock.advance(0.5)
+    batcher.observe(["default/a", "default/b"])  # the look finds nothing new
+    assert batcher.seconds_until_ready() == pytest.approx(0.5)
+    clock.advance(0.5)
+    assert batcher.ready()

@@ -143,6 +143,9 @@ class PeriodicEntry:
     backoff: Backoff
     next_run: float | None = None
     """``None`` until the first run, which is due as soon as the caches have synced."""
+    wake: Callable[[float], None] | None = None
+    """Set by a driver that can run the controller early (the threaded one): called with the
+    clock-monotonic time at which an informer event asks for a run (``wake_on``)."""
 
     @property
     def name(self) -> str:
@@ -267,6 +270,9 @@ class Manager:
         entry = PeriodicEntry(controller, _unique(used), backoff)
         for informer in entry.informers:
             informer.add_recovery_handler(lambda: self._resume_periodic(entry))
+        wake_on = getattr(controller, "wake_on", None)
+        for resource, cluster, when in wake_on() if callable(wake_on) else ():
+            _wake_on_events(self.informer(resource, cluster), entry, when)
         return entry
 
     def _resume(self, entry: ControllerEntry) -> None:
@@ -515,6 +521,24 @@ def _unique(informers: Sequence[Informer[JsonObject]]) -> tuple[Informer[JsonObj
     for informer in informers:
         seen.setdefault(id(informer), informer)
     return tuple(seen.values())
+
+
+def _wake_on_events(
+    informer: Informer[JsonObject], entry: PeriodicEntry, when: Callable[[JsonObject], float | None]
+) -> None:
+    """Register the handler that asks ``entry``'s driver for an early run: ``when`` says, for
+    an added or updated object, at what clock-monotonic time (``None``: no run)."""
+
+    def on_event(obj: JsonObject) -> None:
+        try:
+            at = when(obj)
+        except Exception:
+            _log.exception("%s: judging a %s event failed", entry.name, obj.get("kind"))
+            return
+        if at is not None and entry.wake is not None:
+            entry.wake(at)
+
+    informer.add_handler(on_add=on_event, on_update=lambda _old, new: on_event(new))
 
 
 def _enqueue_on_events(
