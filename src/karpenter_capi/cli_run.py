@@ -114,6 +114,13 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         help="concurrent reconciles per controller (env WORKERS, default 4)",
     )
     run.add_argument(
+        "--create-concurrency",
+        type=int,
+        default=env("CREATE_CONCURRENCY", "8"),
+        help="NodeClaims of a provisioning round created at once, so a round's nodes are "
+        "asked for together (env CREATE_CONCURRENCY, default 8)",
+    )
+    run.add_argument(
         "--packing-optimizer-budget",
         type=parse_budget,
         default=env("PACKING_OPTIMIZER_BUDGET", "5s"),
@@ -220,6 +227,8 @@ def run_command(
         batch_idle=args.batch_idle_duration,
         batch_max=args.batch_max_duration,
         workers=args.workers,
+        create_concurrency=max(1, args.create_concurrency),
+        wake_on_pods=True,
         packing_budget=args.packing_optimizer_budget,
         unready_after=args.unready_after,
         disruption=DisruptionSettings(

@@ -71,6 +71,12 @@ class OperatorOptions:
     batch_idle: float = DEFAULT_IDLE_SECONDS
     batch_max: float = DEFAULT_MAX_SECONDS
     workers: int = 4
+    create_concurrency: int = 1
+    """NodeClaims of a provisioning round created at once; ``run`` sets 8, a simulation keeps
+    1 so the server names them in the same order every run."""
+    wake_on_pods: bool = False
+    """Pending pods' events open the batch window at once (``run``); a simulation keeps its
+    rounds on the provisioner's schedule, so they fall on the same virtual instants."""
     packing_budget: float = DEFAULT_PACKING_BUDGET  # seconds; 0 disables re-packing
     unready_after: float = 30.0  # seconds a cache may fail to follow the API before /readyz fails
     disruption: DisruptionSettings = field(default_factory=DisruptionSettings)
@@ -108,6 +114,8 @@ class Operator:
             batcher=batcher,
             packing_budget=self.options.packing_budget,
             plans_nominated=self.nomination_mode.enabled,
+            create_concurrency=self.options.create_concurrency,
+            wake_on_pods=self.options.wake_on_pods,
         )
         if self.options.packing_budget > 0:
             # Pay SciPy's import (about a second) at start, not in the first scale-up's round.

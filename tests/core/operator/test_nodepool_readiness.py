@@ -76,3 +76,28 @@ def test_a_nodeclass_that_is_not_ready_makes_its_nodepool_not_ready() -> None:
     warnings = [e for e in api.list(EVENTS).items if e["reason"] == "NodePoolNotReady"]
     assert warnings
     assert "matches no MachineDeployment" in warnings[0]["message"]
+
+
+def test_a_status_update_does_not_judge_the_instance_types_again() -> None:
+    """Every NodeClaim launched updates its NodePool's ``status.resources``; judging the
+    pool's instance types again on each such update cost a whole inventory (four lists of
+    the management cluster over HTTP) per update, 73 times in a 1,000-pod scale-up. Only a
+    changed spec or NodeClass, or a minute, calls for it (issue 25)."""
+    clock = FakeClock()
+    api = new_cluster(clock=clock)
+    provider = FakeProvider(clock)
+    operator = world.operator(api, clock, provider)
+    api.create(CLUSTER_API_NODE_CLASSES, world.nodeclass())
+    api.create(NODEPOOLS, world.nodepool())
+    driver = operator.stepped()
+    driver.advance(1)
+    assert _conditions(api)["InstanceTypesSatisfiable"][0] == "True"
+    judged = provider.count("instance_types")
+    for nodes in range(1, 4):
+        api.patch(NODEPOOLS, "general", {"status": {"nodes": nodes}}, subresource="status")
+        driver.advance(1)
+    assert provider.count("instance_types") == judged
+    # A changed spec is judged again.
+    api.patch(NODEPOOLS, "general", {"spec": {"weight": 7}})
+    driver.advance(1)
+    assert provider.count("instance_types") > judged

@@ -4,11 +4,14 @@ A Deployment scaled to 100 replicas creates its pods over a second or two; solvi
 first would launch a node for it alone. As upstream Karpenter, the window closes once no new
 pod has appeared for ``idle`` seconds (default 1 s), or ``max_duration`` after it opened
 (default 10 s) however busy it is, so a steady trickle cannot postpone provisioning for ever.
-Time comes from the injected clock.
+Time comes from the injected clock. Pods are observed when a round looks (``observe``) and,
+against a real API, as their events arrive (``saw``, from an informer's thread), so the window
+counts from the pod itself and not from the next look.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from typing import Final
 
@@ -38,24 +41,40 @@ class Batcher:
         self._seen: set[str] = set()
         self._opened: float | None = None
         self._last_new: float = 0.0
+        self._lock = threading.Lock()
 
     def observe(self, pending: Iterable[str]) -> None:
         """The pods pending now (by key); any not seen before opens or extends the window."""
-        now = self._clock.now().timestamp()
         current = set(pending)
-        if current - self._seen:
+        with self._lock:
+            now = self._clock.now().timestamp()
+            if current - self._seen:
+                if self._opened is None:
+                    self._opened = now
+                self._last_new = now
+            self._seen = current
+
+    def saw(self, key: str) -> float | None:
+        """One pending pod, as its event arrives: a new one opens or extends the window.
+        Returns the seconds until the window closes when it did, else ``None``."""
+        with self._lock:
+            if key in self._seen:
+                return None
+            self._seen.add(key)
+            now = self._clock.now().timestamp()
             if self._opened is None:
                 self._opened = now
             self._last_new = now
-        self._seen = current
+            return max(0.0, min(self._last_new + self._idle, self._opened + self._max) - now)
 
     def trigger(self) -> None:
         """Something other than a new pod calls for a round (the cluster changed under pods
         still pending): open or extend the window as a new pod would."""
-        now = self._clock.now().timestamp()
-        if self._opened is None:
-            self._opened = now
-        self._last_new = now
+        with self._lock:
+            now = self._clock.now().timestamp()
+            if self._opened is None:
+                self._opened = now
+            self._last_new = now
 
     def ready(self) -> bool:
         """Whether the open window has closed, so a solve should run now."""
@@ -73,4 +92,5 @@ class Batcher:
 
     def reset(self) -> None:
         """The batch was solved: the next new pod opens a new window."""
-        self._opened = None
+        with self._lock:
+            self._opened = None

@@ -11,9 +11,10 @@ in flight in the next round.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+from karpenter_capi.core.kube.client import JsonObject
 from karpenter_capi.core.kube.resources import (
     CLUSTER_API_NODE_CLASSES,
     DAEMONSETS,
@@ -25,6 +26,7 @@ from karpenter_capi.core.kube.resources import (
     Resource,
 )
 from karpenter_capi.core.provisioning.batcher import Batcher
+from karpenter_capi.core.provisioning.pending import is_provisionable
 from karpenter_capi.core.provisioning.provisioner import Provisioner, ProvisioningReport
 from karpenter_capi.core.provisioning.state import ClusterSnapshot
 from karpenter_capi.core.runtime.controller import WORKLOAD, ControllerContext, Result
@@ -84,8 +86,11 @@ class ProvisioningController:
         provisioner: Provisioner | None = None,
         packing_budget: float = DEFAULT_PACKING_BUDGET,
         plans_nominated: bool = False,
+        create_concurrency: int = 1,
+        wake_on_pods: bool = False,
     ) -> None:
         self._ctx = ctx
+        self._wake_on_pods = wake_on_pods
         self.interval = interval
         self._batcher = batcher or Batcher(ctx.clock)
         self._provisioner = provisioner or Provisioner(
@@ -97,6 +102,7 @@ class ProvisioningController:
             metrics=ctx.metrics,
             packing_budget=packing_budget,
             plans_nominated=plans_nominated,
+            create_concurrency=create_concurrency,
         )
         self.last_report: ProvisioningReport | None = None
         # What the cluster looked like at the last round, for pods it left pending.
@@ -118,6 +124,22 @@ class ProvisioningController:
 
     def reads(self) -> Sequence[tuple[Resource, str]]:
         return [(resource, WORKLOAD) for resource in ROUND_RESOURCES]
+
+    def wake_on(self) -> Sequence[tuple[Resource, str, Callable[[JsonObject], float | None]]]:
+        """With ``wake_on_pods`` (``karpenter-capi run``), each pending pod's event feeds the
+        batch window and a new window asks for a run when it closes, as upstream's provisioner
+        is triggered by pod events: otherwise the window opened only at the next look, up to
+        ``interval`` (0.5 s) after the pod. A simulation keeps looking on its schedule, so
+        its rounds fall on the same virtual instants run after run."""
+        if not self._wake_on_pods:
+            return []
+        return [(PODS, WORKLOAD, self._pod_event)]
+
+    def _pod_event(self, pod: JsonObject) -> float | None:
+        if not is_provisionable(pod):
+            return None
+        wait = self._batcher.saw(pod_key(pod))
+        return None if wait is None else self._ctx.clock.monotonic() + wait
 
     def _snapshot(self) -> ClusterSnapshot:
         caches = self._ctx.caches

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Hashable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -216,11 +217,15 @@ class Provisioner:
         dry_run: bool = False,
         metrics: Metrics | None = None,
         plans_nominated: bool = False,
+        create_concurrency: int = 1,
     ) -> None:
         self._client = client
         # Whether planned pods are nominated to their nodes (``nominations.py``), so that
         # kube-scheduler realizes the plan instead of following its own order.
         self.plans_nominated = plans_nominated
+        # NodeClaims of a round created at once (``_launch_all``); 1 keeps the creates in the
+        # plan's order, as a simulation needs for names that repeat run after run.
+        self._create_concurrency = create_concurrency
         self._dry_run = dry_run
         self._metrics = metrics
         self._plugins = plugins
@@ -262,8 +267,7 @@ class Provisioner:
     def planned(self) -> dict[str, str] | None:
         """Pending pod key -> the NodeClaim or node the last round placed it on (None before
         the first round)."""
-        planned = self._planned
-        return None if planned is None else dict(planned)
+        return None if (planned := self._planned) is None else dict(planned)
 
     def pending_pods(self, snapshot: ClusterSnapshot) -> list[Mapping[str, Any]]:
         return [p for p in snapshot.pods if is_provisionable(p)]
@@ -381,23 +385,7 @@ class Provisioner:
                 "computed new nodeclaim(s) to fit pod(s)",
                 extra={"nodeclaims": len(wanted), "pods": sum(len(c.pods) for c in wanted)},
             )
-        for claim in wanted:
-            inventory = raw_pools[claim.nodepool.name]
-            why = self._limits_exceeded(claim, inventory.instance_types)
-            if why is not None:
-                for pod in claim.pods:
-                    report.unschedulable[pod_key(pod)] = f"NodePool {claim.nodepool.name}: {why}"
-                continue
-            try:
-                report.launched.append(self._launch(inventory.raw, claim, computed))
-                self._said.pop(f"nodeclaim-refused/{claim.nodepool.name}", None)
-            except ApiError as error:
-                if not refused_by_api(error):
-                    raise  # the API is away or busy: the round is retried as a whole
-                why = self._refused(inventory.raw, claim.nodepool.name, error)
-                report.nodepool_errors[claim.nodepool.name] = why
-                for pod in claim.pods:
-                    report.unschedulable[pod_key(pod)] = f"NodePool {claim.nodepool.name}: {why}"
+        self._launch_all(wanted, raw_pools, report, computed)
         self._planned = {
             **report.placed,
             **{key: launched.nodeclaim for launched in report.launched for key in launched.pods},
@@ -452,18 +440,17 @@ class Provisioner:
         return why
 
     def _limits_exceeded(
-        self, claim: ProposedNodeClaim, instance_types: Sequence[Any]
+        self,
+        claim: ProposedNodeClaim,
+        instance_types: Sequence[Any],
+        nodeclaims: Sequence[JsonObject],
     ) -> str | None:
-        """Why creating ``claim`` now would break its NodePool's limits, read afresh."""
+        """Why creating ``claim`` would break its NodePool's limits, with ``nodeclaims``
+        (read afresh, plus the round's claims let through before it) already counted."""
         limits = claim.nodepool.limits
         if limits is None:
             return None
-        fresh = ClusterSnapshot(
-            pods=[],
-            nodes=[],
-            nodeclaims=list(self._client.list(NODECLAIMS).items),
-            daemonsets=[],
-        )
+        fresh = ClusterSnapshot(pods=[], nodes=[], nodeclaims=list(nodeclaims), daemonsets=[])
         usage = nodepool_usage(claim.nodepool.name, fresh, {it.name: it for it in instance_types})
         largest = ResourceList.from_milli({"nodes": 1000})
         for instance_type in claim.instance_types:
@@ -473,28 +460,129 @@ class Provisioner:
             return f"limits would be exceeded ({', '.join(sorted(exceeded))})"
         return None
 
-    def _launch(
-        self, raw_pool: Mapping[str, Any], claim: ProposedNodeClaim, level: int = logging.INFO
-    ) -> LaunchDecision:
-        """Create ``claim``; in a dry run only say so, at ``level`` (DEBUG when the round
-        decided the same as the last one)."""
-        body = nodeclaim_body(raw_pool, claim)
-        keys = tuple(sorted(pod_key(p) for p in claim.pods))
+    def _launch_all(
+        self,
+        wanted: Sequence[ProposedNodeClaim],
+        raw_pools: Mapping[str, Any],
+        report: ProvisioningReport,
+        level: int,
+    ) -> None:
+        """Create the round's NodeClaims, then say and record each, in the plan's order.
+
+        Over a real API a create is a round-trip: one by one, with each claim's Events in
+        between, a 20-claim round spread its nodes over tens of seconds, and each resource's
+        launch raised its replicas once per claim instead of once for all. So the claims are
+        created together, at most ``create_concurrency`` at a time, then said, and the Events
+        follow once all exist. NodePool limits are checked first, claim after claim, against
+        one fresh read of the NodeClaims plus the claims this round already let through, as
+        creating them one by one would.
+        """
+        accepted: list[tuple[ProposedNodeClaim, JsonObject]] = []
+        listed: list[JsonObject] | None = None
+        for claim in wanted:
+            inventory = raw_pools[claim.nodepool.name]
+            body = nodeclaim_body(inventory.raw, claim)
+            if claim.nodepool.limits is not None:
+                if listed is None:
+                    listed = list(self._client.list(NODECLAIMS).items)
+                why = self._limits_exceeded(
+                    claim, inventory.instance_types, [*listed, *(b for _, b in accepted)]
+                )
+                if why is not None:
+                    for pod in claim.pods:
+                        report.unschedulable[pod_key(pod)] = (
+                            f"NodePool {claim.nodepool.name}: {why}"
+                        )
+                    continue
+            accepted.append((claim, body))
         if self._dry_run:
+            report.launched.extend(self._launched(claim, None, level) for claim, _ in accepted)
+            return
+        failure: ApiError | None = None
+        launched: list[tuple[ProposedNodeClaim, str]] = []
+        for claim, outcome in zip(
+            (claim for claim, _ in accepted),
+            self._create_all([b for _, b in accepted]),
+            strict=True,
+        ):
+            if outcome is None:
+                continue  # not tried: the API failed the round before
+            if isinstance(outcome, ApiError):
+                if not refused_by_api(outcome):
+                    failure = failure or outcome
+                    continue
+                raw = raw_pools[claim.nodepool.name].raw
+                why = self._refused(raw, claim.nodepool.name, outcome)
+                report.nodepool_errors[claim.nodepool.name] = why
+                for pod in claim.pods:
+                    report.unschedulable[pod_key(pod)] = f"NodePool {claim.nodepool.name}: {why}"
+                continue
+            self._said.pop(f"nodeclaim-refused/{claim.nodepool.name}", None)
+            report.launched.append(self._launched(claim, outcome, level))
+            launched.append((claim, report.launched[-1].nodeclaim))
+        self._nominate(launched)
+        if failure is not None:
+            raise failure  # the round is retried as a whole; what was created is remembered
+
+    def _create_all(self, bodies: Sequence[JsonObject]) -> list[JsonObject | ApiError | None]:
+        """Each body's created NodeClaim or the API's error; ``None`` for a body not tried.
+
+        With ``create_concurrency`` 1 in the plan's order, stopping at an API that is away or
+        busy (a simulation needs the server to name the claims in the same order every run);
+        otherwise together, at most ``create_concurrency`` in flight."""
+        if self._create_concurrency <= 1 or len(bodies) <= 1:
+            outcomes: list[JsonObject | ApiError | None] = []
+            for body in bodies:
+                failed = any(isinstance(o, ApiError) and not refused_by_api(o) for o in outcomes)
+                outcomes.append(None if failed else self._create(body))
+            return outcomes
+        workers = min(self._create_concurrency, len(bodies))
+        with ThreadPoolExecutor(workers, thread_name_prefix="create-nodeclaim") as pool:
+            return list(pool.map(self._create, bodies))
+
+    def _create(self, body: JsonObject) -> JsonObject | ApiError:
+        try:
+            return self._client.create(NODECLAIMS, body)
+        except ApiError as error:
+            return error
+
+    def _launched(
+        self, claim: ProposedNodeClaim, created: JsonObject | None, level: int = logging.INFO
+    ) -> LaunchDecision:
+        """Remember, say and record a created claim (``None``: a dry run's, said at ``level``,
+        DEBUG when the round decided the same as the last one)."""
+        keys = tuple(sorted(pod_key(p) for p in claim.pods))
+        if created is None:
             log_created("(dry run)", claim, dry_run=True, level=level)
             return _decision("(dry run)", claim, keys)
-        created = self._client.create(NODECLAIMS, body)
         name = str(created["metadata"]["name"])
         if self._metrics is not None:
             self._metrics.nodeclaim_created(claim.nodepool.name)
         self._nominations[name] = frozenset(keys)
         self._nominated_at[name] = self._clock.monotonic()
         log_created(name, claim)
-        for pod in claim.pods:
-            self._recorder.record(
-                pod, NORMAL, "Nominated", f"Pod should schedule on: nodeclaim/{name}"
-            )
         return _decision(name, claim, keys)
+
+    def _nominate(self, launched: Sequence[tuple[ProposedNodeClaim, str]]) -> None:
+        """Each launched pod's ``Nominated`` Event, once every claim of the round is created
+        and said: a 1,000-pod round has as many Events, and written one by one they held the
+        round (and the next) for seconds; ``create_concurrency`` at a time, as the creates."""
+        events = [
+            (pod, f"Pod should schedule on: nodeclaim/{name}")
+            for claim, name in launched
+            for pod in claim.pods
+        ]
+
+        def record(event: tuple[Mapping[str, Any], str]) -> None:
+            self._recorder.record(event[0], NORMAL, "Nominated", event[1])
+
+        if self._create_concurrency <= 1 or len(events) <= 1:
+            for event in events:
+                record(event)
+            return
+        workers = min(self._create_concurrency, len(events))
+        with ThreadPoolExecutor(workers, thread_name_prefix="nominated-event") as pool:
+            list(pool.map(record, events))
 
 
 def _decision(name: str, claim: ProposedNodeClaim, pods: tuple[str, ...]) -> LaunchDecision:

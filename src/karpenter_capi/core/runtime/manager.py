@@ -58,6 +58,7 @@ from karpenter_capi.core.kube.workqueue import (
     default_controller_rate_limiter,
 )
 from karpenter_capi.core.plugin_host import Plugins
+from karpenter_capi.core.runtime._informer_events import enqueue_on_events, wake_on_events
 from karpenter_capi.core.runtime.controller import (
     MANAGEMENT,
     WORKLOAD,
@@ -143,6 +144,9 @@ class PeriodicEntry:
     backoff: Backoff
     next_run: float | None = None
     """``None`` until the first run, which is due as soon as the caches have synced."""
+    wake: Callable[[float], None] | None = None
+    """Set by a driver that can run the controller early (the threaded one): called with the
+    clock-monotonic time at which an informer event asks for a run (``wake_on``)."""
 
     @property
     def name(self) -> str:
@@ -246,10 +250,10 @@ class Manager:
         )
         primary = self.informer(controller.primary, controller.primary_cluster)
         used = [primary]
-        _enqueue_on_events(primary, queue, Watch(controller.primary), name, primary=True)
+        enqueue_on_events(primary, queue, Watch(controller.primary), name, primary=True)
         for watch in controller.watches():
             informer = self.informer(watch.resource, watch.cluster)
-            _enqueue_on_events(informer, queue, watch, name)
+            enqueue_on_events(informer, queue, watch, name)
             used.append(informer)
         used.extend(self.informer(resource, cluster) for resource, cluster in controller.reads())
         entry = ControllerEntry(controller, queue, _unique(used))
@@ -267,6 +271,9 @@ class Manager:
         entry = PeriodicEntry(controller, _unique(used), backoff)
         for informer in entry.informers:
             informer.add_recovery_handler(lambda: self._resume_periodic(entry))
+        wake_on = getattr(controller, "wake_on", None)
+        for resource, cluster, when in wake_on() if callable(wake_on) else ():
+            wake_on_events(self.informer(resource, cluster), entry, when)
         return entry
 
     def _resume(self, entry: ControllerEntry) -> None:
@@ -515,48 +522,6 @@ def _unique(informers: Sequence[Informer[JsonObject]]) -> tuple[Informer[JsonObj
     for informer in informers:
         seen.setdefault(id(informer), informer)
     return tuple(seen.values())
-
-
-def _enqueue_on_events(
-    informer: Informer[JsonObject],
-    queue: WorkQueue[Key],
-    watch: Watch,
-    controller: str,
-    *,
-    primary: bool = False,
-) -> None:
-    """Register the handlers that turn ``informer`` events into keys of ``queue``.
-
-    The deletion of a ``primary`` object also drops its key's pending ``requeue_after``: the
-    reconcile the deletion queues says whether anything is still to wait for, and a timer
-    left for an object that is gone (an expiry, hours away) would be kept until it fires,
-    one per object the controller ever saw.
-    """
-
-    def keys_of(obj: JsonObject) -> list[Key]:
-        try:
-            return list(watch.to_keys(obj))
-        except Exception:
-            # One bad mapping must not hide the other side of an update from the controller.
-            _log.exception("%s: mapping a %s event to keys failed", controller, watch.resource.kind)
-            return []
-
-    def enqueue(obj: JsonObject) -> None:
-        for key in keys_of(obj):
-            queue.add(key)
-
-    def on_delete(obj: JsonObject) -> None:
-        for key in keys_of(obj):
-            if primary:
-                queue.cancel_later(key)
-            queue.add(key)
-
-    def on_update(old: JsonObject, new: JsonObject) -> None:
-        # Both sides: a pod moving from ConfigMap a to b must wake a (lost one) and b (got one).
-        enqueue(old)
-        enqueue(new)
-
-    informer.add_handler(on_add=enqueue, on_update=on_update, on_delete=on_delete)
 
 
 def _observe(

@@ -306,6 +306,7 @@ class ThreadedDriver:
                 queue.done(key)
 
     def _run_periodic(self, entry: PeriodicEntry) -> None:
+        entry.wake = lambda at: self._wake_at(entry, at)
         if not self._wait_synced(entry.informers):
             return
         clock = self._manager.clock
@@ -349,6 +350,13 @@ class ThreadedDriver:
                 self._in_flight -= 1
                 if self._in_flight == 0:
                     self._idle.notify_all()
+
+    def _wake_at(self, entry: PeriodicEntry, at: float) -> None:
+        """Run ``entry`` at ``at`` if that is sooner than planned (an informer event asked)."""
+        with self._wake:
+            if entry.next_run is not None and at < entry.next_run:
+                entry.next_run = at
+                self._wake.notify_all()
 
     def _notify(self) -> None:
         with self._wake:

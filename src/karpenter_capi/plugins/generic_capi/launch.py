@@ -96,7 +96,9 @@ from karpenter_capi.plugins.generic_capi.inventory import (
     Inventory,
     UnavailableOfferings,
     collect_inventory,
+    raw_nodeclass,
 )
+from karpenter_capi.plugins.generic_capi.just_selected import JustSelected
 from karpenter_capi.plugins.generic_capi.mirror import ClusterMirrors, WaitingClaims
 from karpenter_capi.plugins.generic_capi.planning import (
     Candidate,
@@ -171,8 +173,10 @@ class Launcher:
         inflight: LaunchesInFlight,
         inventory: InventoryOf | None = None,
         prepare: Prepare | None = None,
+        selected: JustSelected | None = None,
     ) -> None:
         self._ctx = ctx
+        self._just_selected = selected
         self._inventory_of = inventory or self._selected
         self._prepare = prepare
         self._inflight = inflight
@@ -184,6 +188,10 @@ class Launcher:
         self._settings = settings
 
     def _selected(self, nodeclass: NodeClass) -> Inventory:
+        if self._just_selected is not None:
+            kept = self._just_selected.take(raw_nodeclass(nodeclass))
+            if kept is not None:
+                return kept
         return collect_inventory(self._ctx, nodeclass, self._capi)
 
     # --- entry point ----------------------------------------------------------------------------

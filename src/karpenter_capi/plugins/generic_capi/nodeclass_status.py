@@ -168,6 +168,18 @@ def _ready_of(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
+def _shows(obj: Mapping[str, Any], status: str, reason: str, message: str) -> bool:
+    """Whether ``obj``'s Ready condition says this verdict, for its current generation."""
+    previous = _ready_of(obj)
+    generation = (obj.get("metadata") or {}).get("generation")
+    return previous is not None and (
+        previous.get("status"),
+        previous.get("reason"),
+        previous.get("message"),
+        previous.get("observedGeneration"),
+    ) == (status, reason, message, generation)
+
+
 def update_nodeclass_status(
     ctx: PluginContext,
     nodeclass: NodeClass | Mapping[str, Any],
@@ -177,27 +189,28 @@ def update_nodeclass_status(
 ) -> bool:
     """Write the Ready condition for ``result`` and record an Event per new problem.
 
-    Reads the NodeClass fresh from ``ctx.workload`` (where karpenter objects live), writes
+    Reads the NodeClass fresh from ``ctx.workload`` (where karpenter objects live) unless
+    ``nodeclass`` already shows the verdict, writes
     through the ``status`` subresource with a resourceVersion precondition, and does nothing
     when the condition is unchanged. Returns True when it wrote. A concurrent write or a deleted
     NodeClass is not an error: the next round tries again. Conditions of other types are kept.
     """
-    name = str((raw_nodeclass(nodeclass).get("metadata") or {}).get("name") or "")
+    known = raw_nodeclass(nodeclass)
+    name = str((known.get("metadata") or {}).get("name") or "")
+    status, reason, message = ready_condition(result)
+    # Every round and every launch call judges the NodeClass. When the caller's copy (the
+    # informer's) already shows the verdict, reading it again only cost a request each time;
+    # a copy that lags shows an older verdict and falls through to the fresh read.
+    if _shows(known, status, reason, message):
+        return False
     try:
         live = ctx.workload.get(CLUSTER_API_NODE_CLASSES, name)
     except NotFound:
         return False
-    status, reason, message = ready_condition(result)
+    if _shows(live, status, reason, message):
+        return False
     previous = _ready_of(live)
     generation = (live.get("metadata") or {}).get("generation")
-    unchanged = previous is not None and (
-        previous.get("status"),
-        previous.get("reason"),
-        previous.get("message"),
-        previous.get("observedGeneration"),
-    ) == (status, reason, message, generation)
-    if unchanged:
-        return False
     since = (
         previous.get("lastTransitionTime")
         if previous is not None and previous.get("status") == status

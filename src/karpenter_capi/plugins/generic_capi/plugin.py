@@ -71,6 +71,7 @@ from karpenter_capi.plugins.generic_capi.inventory import (
     collect_inventory,
     raw_nodeclass,
 )
+from karpenter_capi.plugins.generic_capi.just_selected import JustSelected
 from karpenter_capi.plugins.generic_capi.launch import Launcher
 from karpenter_capi.plugins.generic_capi.mirror import ClusterMirrors
 from karpenter_capi.plugins.generic_capi.nodeclass_status import (
@@ -101,6 +102,7 @@ class _State:
     mirrors: ClusterMirrors
     inflight: LaunchesInFlight
     unclaimed: UnclaimedMachines
+    selected: JustSelected
 
 
 def _cache_ttl(ctx: PluginContext) -> float:
@@ -116,12 +118,20 @@ def _new_state(ctx: PluginContext) -> _State:
     unavailable = UnavailableOfferings.shared(ctx.management, ctx.clock)
     mirrors = ClusterMirrors(ctx.management, ctx.workload, capi)
     inflight = LaunchesInFlight(ctx.clock.monotonic)
+    selected = JustSelected()
     return _State(
         capi=capi,
         machines=machines,
         resources=resources,
         launcher=Launcher(
-            ctx, capi, machines, unavailable, settings, mirrors=mirrors, inflight=inflight
+            ctx,
+            capi,
+            machines,
+            unavailable,
+            settings,
+            mirrors=mirrors,
+            inflight=inflight,
+            selected=selected,
         ),
         deleter=Deleter(ctx, capi, machines, settings, mirrors),
         instances=Instances(ctx.management, capi, machines, resources, mirrors),
@@ -129,6 +139,7 @@ def _new_state(ctx: PluginContext) -> _State:
         mirrors=mirrors,
         inflight=inflight,
         unclaimed=UnclaimedMachines(ctx, capi, machines, mirrors, settings),
+        selected=selected,
     )
 
 
@@ -247,6 +258,7 @@ class GenericCapiPlugin:
                 if obj is not None:
                     deployments.append((resource.namespace, resource.name, obj))
         inventory.notices.extend(rollout_warnings(nodeclass, ctx.options, deployments))
+        state.selected.keep(raw, inventory)
         _update_status(ctx, nodeclass, name, inventory)
         if inventory.error is not None:
             raise NodeClassNotReadyError(name, inventory.error)
@@ -264,11 +276,14 @@ class GenericCapiPlugin:
     ) -> LaunchResult | None:
         if not _ours(nodeclass):
             return None
+        state = self._state()
         try:
-            return self._state().launcher.create(nodeclaim, instance_types, nodeclass)
+            return state.launcher.create(nodeclaim, instance_types, nodeclass)
         except ApiError as exc:
             # A failed request is transient, not a plugin bug: the core retries with backoff.
             raise RetryableCreateError(f"Cluster API request failed: {exc}") from exc
+        finally:
+            state.selected.forget()
 
     @hookimpl
     def karpenter_capi_launch_watches(self) -> list[LaunchWatch]:
