@@ -64,6 +64,7 @@ from karpenter_capi.plugins.generic_capi.shape import PRICE_ANNOTATION
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.apiserver.http import HttpFront, ServedRequest
 from karpenter_capi.sim.apiserver.kubeconfig import write_kubeconfig
+from karpenter_capi.sim.apiserver.version import SIMULATED_CONTROL_PLANE
 from karpenter_capi.sim.capi import (
     ANNOTATION_BOOT_DELAY,
     ANNOTATION_PROVISION_DELAY,
@@ -301,10 +302,16 @@ def run(
     controller_args: Sequence[str] = (),
     timeout: float = 300.0,
     keep_log: Path | None = None,
+    *,
+    nominations: bool = True,
 ) -> dict[str, Any]:
-    """One run; returns the figures (``bound`` < ``pods`` if it timed out)."""
+    """One run; returns the figures (``bound`` < ``pods`` if it timed out). With
+    ``nominations`` the server says v1.35 (KEP-5278 on, as on the v1.36 control plane of
+    issue 25), so the controller nominates planned pods and the stand-in follows them."""
     clock = SystemClock()
     server = new_cluster(clock=clock)
+    if nominations:
+        server.version_info = dict(SIMULATED_CONTROL_PLANE)
     objects = catalog_objects(boot_delay)
     server.apply_manifests(objects)
     prices = {
@@ -443,9 +450,21 @@ def main(argv: list[str] | None = None) -> int:
         "--controller-arg", action="append", default=[], help="an extra flag for the controller"
     )
     parser.add_argument("--keep-log", type=Path, help="keep the controller's log here")
+    parser.add_argument(
+        "--no-nominations",
+        action="store_true",
+        help="serve v1.31 (no KEP-5278): the controller nominates nothing",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    figures = run(args.pods, args.boot_delay, args.controller_arg, args.timeout, args.keep_log)
+    figures = run(
+        args.pods,
+        args.boot_delay,
+        args.controller_arg,
+        args.timeout,
+        args.keep_log,
+        nominations=not args.no_nominations,
+    )
     if args.json:
         print(json.dumps(figures, indent=2))
         return 0
