@@ -152,13 +152,11 @@ def _before_v1_35(server: InMemoryAPIServer) -> None:
 
 def record_scenarios(log: AuditLog) -> None:
     """The shipped scenarios and their variants, one cluster that manages itself."""
-    # On a v1.34 control plane kube-scheduler strands a planned pod, the round buys one more
-    # node and consolidation takes the extra capacity away; on the simulator's v1.35 the
-    # nominated plan holds and there is nothing to consolidate.
-    scale_from_zero = _run(
-        log, load_scenario("scale-from-zero"), until=300, on_cluster=_before_v1_35
-    )
-    assert scale_from_zero.disruptions, "consolidation did not happen"
+    # scale-from-zero on a v1.34 control plane: the requests of a controller that does not
+    # nominate; the consolidation scenario (v1.35) scales down and consolidates.
+    _run(log, load_scenario("scale-from-zero"), until=300, on_cluster=_before_v1_35)
+    consolidated = _run(log, load_scenario("consolidation"), until=600)
+    assert consolidated.disruptions, "consolidation did not happen"
     drift = _run(log, load_scenario("drift"), until=240)
     assert drift.nodeclaims > 0
     _run(log, load_scenario("static-pool"), until=300)
