@@ -123,7 +123,13 @@ class Operator:
         controllers: list[Any] = [
             self.provisioning,
             *(
-                [NominationController(self.context, self.provisioning.planned)]
+                [
+                    NominationController(
+                        self.context,
+                        self.provisioning.planned,
+                        write_concurrency=self.options.create_concurrency,
+                    )
+                ]
                 if self.nomination_mode.enabled
                 else []
             ),

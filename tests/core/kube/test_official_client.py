@@ -349,3 +349,53 @@ def test_namespaced_calls_without_namespace_fail_before_sending(
     with pytest.raises(errors.BadRequest, match="needs a namespace"):
         client.get(PODS, "web")
     assert script.seen == []
+
+
+def test_kubeconfig_credentials_are_not_reloaded_on_every_request(
+    stub: tuple[Script, OfficialClient], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kubeconfig loader's refresh hook re-applies the whole cluster config (host, proxy
+    from the environment) before every request: a twentieth of the controller's CPU in a
+    1,000-pod scale-up (issue 25). Its tokens expire minutes ahead, so once a second is plenty."""
+    import kubernetes.client.configuration as configuration_module
+
+    script, client = stub
+    path = write_kubeconfig(client.host, tmp_path / "kubeconfig")
+    from_file = OfficialClient.from_kubeconfig(str(path))
+    reloads: list[int] = []
+    real = configuration_module.getproxies
+    monkeypatch.setattr(configuration_module, "getproxies", lambda: reloads.append(1) or real())
+    try:
+        for _ in range(20):
+            from_file.get(NODES, "n1")
+    finally:
+        from_file.close()
+    assert len(script.seen) == 20
+    assert all(seen.headers["authorization"].startswith("Bearer ") for seen in script.seen)
+    assert len(reloads) <= 1
+
+
+def test_a_paced_refresh_hook_still_renews_the_token_once_the_interval_passes() -> None:
+    from kubernetes.client import Configuration
+
+    from karpenter_capi.core.kube._official_credentials import RefreshAtMostEvery
+
+    now = [0.0]
+    tokens = iter(["one", "two", "three"])
+
+    def loader_hook(configuration: Configuration) -> None:
+        # As the kubeconfig loader does: set the token, then install its hook again.
+        configuration.api_key["BearerToken"] = next(tokens)
+        configuration.refresh_api_key_hook = loader_hook  # type: ignore[assignment]
+
+    configuration = Configuration(host="http://127.0.0.1:1")
+    configuration.api_key = {"BearerToken": "zero"}
+    configuration.refresh_api_key_hook = RefreshAtMostEvery(loader_hook, 1.0, lambda: now[0])  # type: ignore[assignment]
+    for _ in range(5):
+        configuration.auth_settings()
+    assert configuration.api_key["BearerToken"] == "one"
+    now[0] = 1.5
+    configuration.auth_settings()
+    configuration.auth_settings()
+    assert configuration.api_key["BearerToken"] == "two"
+    assert isinstance(configuration.refresh_api_key_hook, RefreshAtMostEvery)

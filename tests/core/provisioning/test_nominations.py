@@ -7,6 +7,7 @@ The writer reads the informer caches and writes ``status.nominatedNodeName`` thr
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
 
 import pytest
@@ -270,3 +271,43 @@ def test_the_bare_in_memory_api_server_is_v1_31_and_the_simulator_s_control_plan
     assert "v1.31.0 predates v1.35" in mode.why
     env.api.version_info = dict(SIMULATED_CONTROL_PLANE)  # what scenarios and the demo play
     assert nomination_mode(env.api).enabled
+
+
+def test_a_pod_whose_write_failed_while_the_api_was_away_is_nominated_on_the_next_pass(
+    env: Env,
+) -> None:
+    plan = Plan()
+    controller = NominationController(env.ctx, plan)
+    _pod(env, "web-1")
+    _pod(env, "web-2")
+    _registered(env, "general-a", "node-a")
+    plan.placed = {"default/web-1": "general-a", "default/web-2": "general-a"}
+    env.api.faults.fail("patch", "pods", ServiceUnavailable("etcd leader changed"), name="web-2")
+    env.caches.sync()
+    with pytest.raises(ServiceUnavailable):
+        controller.run_once()  # the runtime retries the pass and says so once
+    _pass(env, controller)
+    assert [_nominated(env, "web-1"), _nominated(env, "web-2")] == ["node-a", "node-a"]
+
+
+def test_a_pass_writes_its_nominations_together_each_pod_once(env: Env) -> None:
+    plan = Plan()
+    controller = NominationController(env.ctx, plan, write_concurrency=4)
+    names = [f"web-{i}" for i in range(12)]
+    for name in names:
+        _pod(env, name)
+    _registered(env, "general-a", "node-a")
+    plan.placed = {f"{NAMESPACE}/{name}": "general-a" for name in names}
+    writes: list[tuple[str, str]] = []
+    patch = env.ctx.client.patch
+
+    def counted(*args: object, **kwargs: object) -> object:
+        writes.append((str(args[1]), threading.current_thread().name))
+        return patch(*args, **kwargs)  # type: ignore[arg-type]
+
+    env.ctx.client.patch = counted  # type: ignore[method-assign]
+    _pass(env, controller)
+    _pass(env, controller)
+    assert [_nominated(env, name) for name in names] == ["node-a"] * 12
+    assert sorted(name for name, _ in writes) == sorted(names)  # each pod once, none again
+    assert all(thread.startswith("nominate-pod") for _, thread in writes)

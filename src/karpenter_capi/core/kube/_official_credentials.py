@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import time
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes.client import Configuration
@@ -39,6 +41,52 @@ class TokenFile:
             return
         configuration.api_key["BearerToken"] = token
         self._stamp = stamp
+
+
+RefreshHook = Callable[[Configuration], None]
+
+
+class RefreshAtMostEvery:
+    """Runs a credentials loader's ``refresh_api_key_hook`` at most once every ``seconds``.
+
+    The kubeconfig and in-cluster loaders install a hook that re-applies their whole
+    configuration before every request; setting the host again re-reads the proxy settings
+    from the environment, a twentieth of the controller's CPU in a 1,000-pod scale-up over
+    HTTP (issue 25). What they refresh changes far more slowly: kubeconfig tokens are renewed
+    five minutes before they expire, the service account token once a minute. The loaders
+    install their hook again on every run, so this one takes the new hook as the next to run
+    and puts itself back. A monotonic clock of the process, not ``core.clock``: this paces
+    the transport, it decides nothing the controller does.
+    """
+
+    def __init__(
+        self,
+        hook: RefreshHook,
+        seconds: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._hook = hook
+        self._seconds = seconds
+        self._clock = clock
+        self._last: float | None = None
+
+    def __call__(self, configuration: Configuration) -> None:
+        now = self._clock()
+        if self._last is not None and now - self._last < self._seconds:
+            return
+        self._last = now
+        self._hook(configuration)
+        installed = configuration.refresh_api_key_hook
+        if installed is not None and installed is not self:
+            self._hook = installed
+        configuration.refresh_api_key_hook = self  # type: ignore[assignment]
+
+
+def pace_refresh(configuration: Configuration) -> None:
+    """Wrap a loader's refresh hook in ``RefreshAtMostEvery``; ``TokenFile`` is cheap as is."""
+    hook = configuration.refresh_api_key_hook
+    if hook is not None and not isinstance(hook, TokenFile | RefreshAtMostEvery):
+        configuration.refresh_api_key_hook = RefreshAtMostEvery(hook)
 
 
 class _TrimmedKeys(dict[str, Any]):

@@ -25,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from karpenter_capi.core.kube._official_credentials import (
     TokenFile,
     decode_ca_data,
+    pace_refresh,
     trim_credentials,
 )
 from karpenter_capi.core.kube._official_wire import (
@@ -99,6 +100,7 @@ class OfficialClient:
             pool_maxsize, configuration.connection_pool_maxsize or 0
         )
         trim_credentials(configuration)
+        pace_refresh(configuration)
         if configuration.retries is None:
             # urllib3's default would quietly sleep out a 429's Retry-After and resend GETs;
             # the caller's work queue owns that decision (the error carries Retry-After), so

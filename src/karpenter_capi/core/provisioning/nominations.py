@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -110,6 +111,16 @@ def _pending(pod: Mapping[str, Any]) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class _Write:
+    """One nomination to write (``node``) or clear (``None``), and the record it replaces."""
+
+    pod: JsonObject
+    key: str
+    node: str | None
+    previous: tuple[str, str, str] | None
+
+
 class NominationController:
     """Writes each planned pod's ``status.nominatedNodeName`` (see the module docstring)."""
 
@@ -121,8 +132,10 @@ class NominationController:
         plan: Callable[[], Mapping[str, str] | None],
         *,
         interval: float = DEFAULT_INTERVAL,
+        write_concurrency: int = 1,
     ) -> None:
         self._ctx = ctx
+        self._write_concurrency = write_concurrency
         self._plan = plan  # pod key -> NodeClaim or Node name; None before the first round
         self.interval = interval
         # Pod key -> (pod uid, node, the Node's resourceVersion) of the nomination last written.
@@ -162,8 +175,7 @@ class NominationController:
     def run_once(self) -> Result:
         targets = self._targets()
         pods = self._ctx.caches.store(PODS, WORKLOAD)
-        nominated: list[str] = []
-        cleared: list[str] = []
+        writes: list[_Write] = []
         for key in sorted(set(targets) | set(self._written)):
             pod = pods.get(key)
             if pod is None or not _pending(pod):
@@ -186,14 +198,59 @@ class NominationController:
                     continue  # cleared by kube-scheduler since; the Node has not changed
                 # Recorded even when refused: tried again once the plan or the Node changes.
                 self._written[key] = (uid, node, version)
-                if self._write(pod, key, node):
-                    nominated.append(node)
+                writes.append(_Write(pod, key, node, previous))
             elif previous is not None:
-                if current == previous[1] and self._write(pod, key, None):
-                    cleared.append(key)
-                self._forget(key)
-        self._report(nominated, cleared)
+                if current == previous[1]:
+                    writes.append(_Write(pod, key, None, previous))
+                else:
+                    self._forget(key)
+        self._write_all(writes)
         return Result(requeue_after=self.interval)
+
+    def _write_all(self, writes: Sequence[_Write]) -> None:
+        """Write a pass's nominations, ``write_concurrency`` at a time (a 1,000-pod round has
+        as many, and one by one they took seconds), each pod once: ``run_once`` visits each
+        key once. A write the API did not take (away, busy) is not recorded, so the next pass
+        tries it again; the first such error is raised for the runtime to retry and say."""
+
+        def write(job: _Write) -> bool | ApiError:
+            try:
+                return self._write(job.pod, job.key, job.node)
+            except ApiError as error:  # away or busy: not refused_by_api
+                return error
+
+        outcomes: list[bool | ApiError] = []
+        if self._write_concurrency <= 1 or len(writes) <= 1:
+            for job in writes:
+                outcomes.append(write(job))
+                if isinstance(outcomes[-1], ApiError):
+                    break  # the API is away: the rest waits for the retry
+        else:
+            workers = min(self._write_concurrency, len(writes))
+            with ThreadPoolExecutor(workers, thread_name_prefix="nominate-pod") as pool:
+                outcomes = list(pool.map(write, writes))
+        nominated: list[str] = []
+        cleared: list[str] = []
+        failed: ApiError | None = None
+        for index, job in enumerate(writes):
+            outcome = outcomes[index] if index < len(outcomes) else None
+            if outcome is None or isinstance(outcome, ApiError):
+                failed = failed or outcome
+                if job.node is not None:  # not written: as it was before this pass
+                    if job.previous is None:
+                        self._written.pop(job.key, None)
+                    else:
+                        self._written[job.key] = job.previous
+                continue
+            if job.node is None:
+                if outcome:
+                    cleared.append(job.key)
+                self._forget(job.key)
+            elif outcome:
+                nominated.append(job.node)
+        self._report(nominated, cleared)
+        if failed is not None:
+            raise failed
 
     def _forget(self, key: str) -> None:
         self._written.pop(key, None)
