@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -365,14 +366,18 @@ def test_kubeconfig_credentials_are_not_reloaded_on_every_request(
     reloads: list[int] = []
     real = configuration_module.getproxies
     monkeypatch.setattr(configuration_module, "getproxies", lambda: reloads.append(1) or real())
+    started = time.monotonic()
     try:
         for _ in range(20):
             from_file.get(NODES, "n1")
     finally:
         from_file.close()
+    seconds = time.monotonic() - started
     assert len(script.seen) == 20
     assert all(seen.headers["authorization"].startswith("Bearer ") for seen in script.seen)
-    assert len(reloads) <= 1
+    # At most once a second, however long a loaded machine takes over the twenty requests.
+    assert len(reloads) <= 1 + int(seconds)
+    assert len(reloads) < 20
 
 
 def test_a_paced_refresh_hook_still_renews_the_token_once_the_interval_passes() -> None:
