@@ -19,8 +19,10 @@ gives a first plan; then every maximal pattern whose reduced cost leaves it a ch
 that plan is listed (when there are few enough) and the integer program is solved again, exact
 over all patterns that matter. When those are too many to list, the first plan's nearly full
 nodes are kept and the rest of its pods re-packed on their own, a smaller problem whose
-patterns can be listed. Both run on HiGHS through ``scipy.optimize``
-(``docs/scheduling.md`` says why HiGHS).
+patterns can be listed. An existing node's free room (nomination mode, ``repack.py``) is a
+node kind of price 0 usable once: a row of its own caps it, and its dual, the room's worth,
+is charged to its patterns when pricing and listing them. Both run on HiGHS through
+``scipy.optimize`` (``docs/scheduling.md`` says why HiGHS).
 
 The work is counted, never timed (column generation rounds, branch-and-bound nodes, nodes of the
 pattern listing's search), so the same cluster state gives the same plan on an idle machine and
@@ -48,14 +50,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
+from karpenter_capi.core.scheduling import pricing
 from karpenter_capi.core.scheduling.highs import HiGHS, OutOfTime
 from karpenter_capi.core.scheduling.packing_model import (
     Bin,
     PackingOutcome,
     PackingProblem,
-    cheapest_type,
     fit_count,
     fits,
+    launch_type,
     load,
     plan_cost,
 )
@@ -83,7 +86,7 @@ MAX_GROUPS: Final = 24
 MAX_PODS: Final = 5000
 # The work budget, counted not timed (chosen on benchmarks/packing.py: docs/scheduling.md):
 _MAX_ROUNDS: Final = 60  # column generation rounds
-KNAPSACK_NODES: Final = 200  # branch-and-bound nodes of each round's pricing knapsacks
+# pricing.KNAPSACK_NODES: branch-and-bound nodes of each round's pricing knapsacks
 FIRST_NODES: Final = 100  # ... of the integer solve over the generated patterns
 LISTED_NODES: Final = 300  # ... of the integer solve over every pattern that matters
 LISTING_VISITS: Final = 50_000  # nodes of the depth-first search listing the patterns
@@ -152,6 +155,7 @@ class _Search:
     seen: set[Bin] = field(default_factory=set)
     prices: list[float] = field(default_factory=list)  # the relaxation's duals per group
     limit_prices: list[float] = field(default_factory=list)
+    node_prices: list[float] = field(default_factory=list)  # ... per existing node
     gap: float = math.inf  # reduced cost a pattern may have and still be worth listing
     visited: int = 0  # nodes of the pattern listing's search, against LISTING_VISITS
     exhausted: bool = False  # some stage stopped on its work budget
@@ -175,6 +179,7 @@ class _Search:
             if problem.limit is not None
             else []
         )
+        self.existing = [t for t, kind in enumerate(problem.types) if kind.available is not None]
 
     def add(self, column: Bin) -> bool:
         if column in self.seen or not any(column.counts):
@@ -283,8 +288,15 @@ class _Search:
                 value - sum(problem.types[b.type].limit_use[d] for b in fixed)
                 for d, value in enumerate(limit)
             )
+        used = [sum(1 for b in fixed if b.type == t) for t in range(len(problem.types))]
+        types = tuple(
+            kind
+            if kind.available is None
+            else dataclasses.replace(kind, available=kind.available - used[t])
+            for t, kind in enumerate(problem.types)
+        )
         sub = PackingProblem(
-            problem.types,
+            types,
             tuple(dataclasses.replace(problem.groups[i], count=counts[i]) for i in keep),
             tuple(Bin(b.type, tuple(b.counts[i] for i in keep)) for b in rest),
             (),
@@ -325,11 +337,19 @@ class _Search:
     def _reduced_cost(self, column: Bin) -> float:
         kind = self.problem.types[column.type]
         worth = sum(p * n for p, n in zip(self.prices, column.counts, strict=True))
+        return kind.price + self._rent(column.type) - worth
+
+    def _rent(self, t: int) -> float:
+        """What a node of type ``t`` costs beyond its price at the relaxation's duals: its
+        share of the NodePool's limits, or the worth of an existing node's scarce room."""
+        kind = self.problem.types[t]
         extra = sum(
             p * kind.limit_use[i] / self.scale[i]
             for p, i in zip(self.limit_prices, self.limit_dims, strict=True)
         )
-        return kind.price + extra - worth
+        if t in self.existing and self.node_prices:
+            extra += self.node_prices[self.existing.index(t)]
+        return extra
 
     def _maximal_patterns(self) -> list[Bin] | None:
         """Every pattern no pod could be added to whose reduced cost may be within
@@ -337,12 +357,9 @@ class _Search:
         found: list[Bin] = []
         problem = self.problem
         for t, kind in enumerate(problem.types):
-            extra = sum(
-                p * kind.limit_use[i] / self.scale[i]
-                for p, i in zip(self.limit_prices, self.limit_dims, strict=True)
-            )
             counts = [0] * len(problem.groups)
-            if not self._walk(t, 0, list(kind.room), counts, found=found, left=kind.price + extra):
+            left = kind.price + self._rent(t)
+            if not self._walk(t, 0, list(kind.room), counts, found=found, left=left):
                 return None
         return found
 
@@ -388,13 +405,15 @@ class _Search:
     # -- column generation ------------------------------------------------------------------
 
     def _rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Cost, and ``A @ x <= b`` for covering every pod and the limits, over the columns."""
+        """Cost, and ``A @ x <= b`` for covering every pod, the limits and using each existing
+        node at most once, over the columns."""
         import numpy as np
 
         problem = self.problem
         groups = len(problem.groups)
+        nodes = groups + len(self.limit_dims)
         cost = np.array([problem.types[c.type].price for c in self.columns])
-        rows = groups + len(self.limit_dims)
+        rows = nodes + len(self.existing)
         matrix = np.zeros((rows, len(self.columns)))
         bound = np.zeros(rows)
         for j, column in enumerate(self.columns):
@@ -402,11 +421,15 @@ class _Search:
                 matrix[g, j] = -count
             for r, i in enumerate(self.limit_dims):
                 matrix[groups + r, j] = problem.types[column.type].limit_use[i] / self.scale[i]
+            if column.type in self.existing:
+                matrix[nodes + self.existing.index(column.type), j] = 1
         for g, group in enumerate(problem.groups):
             bound[g] = -group.count
         if problem.limit is not None:
             for r, i in enumerate(self.limit_dims):
                 bound[groups + r] = problem.limit[i] / self.scale[i]
+        for r, t in enumerate(self.existing):
+            bound[nodes + r] = problem.types[t].available or 0
         return cost, matrix, bound
 
     def _generate(self) -> float | None:
@@ -424,84 +447,27 @@ class _Search:
                 return math.inf  # the limits leave no room for every pod
             value, duals = solved
             prices = [-d for d in duals[: len(problem.groups)]]
-            limit_prices = [-d for d in duals[len(problem.groups) :]]
-            self.prices, self.limit_prices = prices, limit_prices
+            limits = len(problem.groups) + len(self.limit_dims)
+            self.prices = prices
+            self.limit_prices = [-d for d in duals[len(problem.groups) : limits]]
+            self.node_prices = [-d for d in duals[limits:]]
             added = 0
-            for column, worth in self._price(prices):
+            for column, worth in pricing.best_patterns(
+                problem,
+                prices,
+                self.dims,
+                self.scale,
+                backend=self.backend,
+                safety=self.safety,
+                gap=MIP_GAP,
+            ):
                 kind = problem.types[column.type]
-                extra = sum(
-                    p * kind.limit_use[i] / self.scale[i]
-                    for p, i in zip(limit_prices, self.limit_dims, strict=True)
-                )
-                if kind.price + extra - worth < -1e-9 and self.add(column):
+                if kind.price + self._rent(column.type) - worth < -1e-9 and self.add(column):
                     added += 1
             if not added:
                 return value
         self.exhausted = True
         return None
-
-    def _price(self, prices: Sequence[float]) -> list[tuple[Bin, float]]:
-        """For every type, the pattern worth most at ``prices`` (one knapsack per type).
-
-        Solved as one integer program: the types' knapsacks share no variable, so its optimum
-        is each knapsack's optimum.
-        """
-        import numpy as np
-
-        problem = self.problem
-        variables: list[tuple[int, int]] = []
-        upper: list[float] = []
-        for index, kind in enumerate(problem.types):
-            for g, group in enumerate(problem.groups):
-                if index in group.types and prices[g] > 1e-12:
-                    bound = min(group.count, fit_count(group.vector, kind.room))
-                    if bound:
-                        variables.append((index, g))
-                        upper.append(bound)
-        if not variables:
-            return []
-        type_rows = {t: n for n, t in enumerate(sorted({t for t, _ in variables}))}
-        rows = len(type_rows) * len(self.dims)
-        matrix = np.zeros((rows, len(variables)))
-        high = np.zeros(rows)
-        for t, base in type_rows.items():
-            for d, i in enumerate(self.dims):
-                high[base * len(self.dims) + d] = problem.types[t].room[i] / self.scale[i]
-        for v, (t, g) in enumerate(variables):
-            base = type_rows[t] * len(self.dims)
-            for d, i in enumerate(self.dims):
-                matrix[base + d, v] = problem.groups[g].vector[i] / self.scale[i]
-        cost = np.array([-prices[g] for _, g in variables])
-        _, x = self.backend.milp(
-            cost,
-            matrix,
-            np.full(rows, -np.inf),
-            high,
-            bounds=(np.zeros(len(variables)), np.array(upper)),
-            time_limit=self.safety,
-            node_limit=KNAPSACK_NODES,
-            gap=MIP_GAP,
-        )
-        if x is None:
-            return []
-        by_type: dict[int, list[int]] = {}
-        for v, (t, g) in enumerate(variables):
-            counts = by_type.setdefault(t, [0] * len(problem.groups))
-            counts[g] = round(x[v])
-        found = []
-        for t, counts in by_type.items():
-            counts = self._shrink(t, counts)
-            worth = sum(prices[g] * c for g, c in enumerate(counts))
-            found.append((Bin(t, tuple(counts)), worth))
-        return found
-
-    def _shrink(self, t: int, counts: list[int]) -> list[int]:
-        """Drop pods until ``counts`` fit exactly (the scaled rows are only nearly exact)."""
-        room = self.problem.types[t].room
-        while any(counts) and not fits(load(self.problem, counts), room):
-            g = max(range(len(counts)), key=lambda k: (counts[k] > 0, counts[k]))
-            counts[g] -= 1
-        return counts
 
     # -- the integer program ----------------------------------------------------------------
 
@@ -515,10 +481,13 @@ class _Search:
         # No plan needs more of a pattern than it takes to cover the groups it holds.
         upper = np.array(
             [
-                max(
-                    -(-g.count // n)
-                    for g, n in zip(self.problem.groups, c.counts, strict=True)
-                    if n
+                min(
+                    max(
+                        -(-g.count // n)
+                        for g, n in zip(self.problem.groups, c.counts, strict=True)
+                        if n
+                    ),
+                    self.problem.types[c.type].available or math.inf,
                 )
                 for c in self.columns
             ],
@@ -560,8 +529,7 @@ class _Search:
                 excess -= take
         result = []
         for kind, counts in nodes:
-            if not any(counts):
-                continue
-            best = cheapest_type(problem, counts)
-            result.append(Bin(kind if best is None else best, tuple(counts)))
+            if any(counts):
+                node = Bin(kind, tuple(counts))
+                result.append(Bin(launch_type(problem, node), node.counts))
         return result

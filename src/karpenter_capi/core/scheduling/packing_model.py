@@ -15,11 +15,15 @@ Vector = tuple[int, ...]
 
 @dataclass(frozen=True)
 class BinType:
-    """An instance type a node of the plan may be: what pods may use of it and its price."""
+    """An instance type a node of the plan may be: what pods may use of it and its price.
+
+    Or an existing node (``available`` 1): the room it has left, for nothing, at most once.
+    """
 
     room: Vector  # allocatable minus the DaemonSet pods that would run there
     price: float  # its cheapest compatible available offering
     limit_use: Vector  # what one such node counts against the NodePool's limits
+    available: int | None = None  # how many the plan may use; None: as many as it buys
 
 
 @dataclass(frozen=True)
@@ -100,17 +104,26 @@ def load(problem: PackingProblem, counts: Sequence[int]) -> Vector:
 
 
 def cheapest_type(problem: PackingProblem, counts: Sequence[int]) -> int | None:
-    """The cheapest type every group present may run on and that holds them all."""
+    """The cheapest type to buy that every group present may run on and holds them all."""
     total = load(problem, counts)
     best: int | None = None
     for index, kind in enumerate(problem.types):
-        if not fits(total, kind.room):
+        if kind.available is not None or not fits(total, kind.room):
             continue
         if any(c and index not in g.types for g, c in zip(problem.groups, counts, strict=True)):
             continue
         if best is None or kind.price < problem.types[best].price:
             best = index
     return best
+
+
+def launch_type(problem: PackingProblem, node: Bin) -> int:
+    """The type ``node`` is launched as: the cheapest that holds its pods (what its NodeClaim
+    lists first), or the existing node it is."""
+    if problem.types[node.type].available is not None:
+        return node.type
+    cheapest = cheapest_type(problem, node.counts)
+    return node.type if cheapest is None else cheapest
 
 
 def fit_count(vector: Vector, room: Vector) -> int:
