@@ -130,3 +130,29 @@ def fit_count(vector: Vector, room: Vector) -> int:
     """How many pods of ``vector`` fit in ``room`` (a pod always takes a pod slot)."""
     counts = [available // used for used, available in zip(vector, room, strict=True) if used > 0]
     return max(min(counts, default=0), 0)
+
+
+def trimmed(problem: PackingProblem, columns: Sequence[Bin], chosen: Sequence[int]) -> list[Bin]:
+    """The nodes of a solution choosing ``chosen[j]`` of pattern ``columns[j]``: patterns cover
+    pods at least once, so trim the excess, then launch each node as ``launch_type`` says."""
+    nodes: list[tuple[int, list[int]]] = [
+        (column.type, list(column.counts))
+        for column, n in zip(columns, chosen, strict=True)
+        for _ in range(n)
+    ]
+    # The dearest nodes keep their pods; the excess comes off the cheapest first.
+    nodes.sort(key=lambda node: -problem.types[node[0]].price)
+    for g, group in enumerate(problem.groups):
+        excess = sum(counts[g] for _, counts in nodes) - group.count
+        for _, counts in reversed(nodes):
+            if excess <= 0:
+                break
+            take = min(excess, counts[g])
+            counts[g] -= take
+            excess -= take
+    result = []
+    for kind, counts in nodes:
+        if any(counts):
+            node = Bin(kind, tuple(counts))
+            result.append(Bin(launch_type(problem, node), node.counts))
+    return result

@@ -123,37 +123,51 @@ class Repacker:
                 and compatible_offerings(t.instance_type, requirements)
                 and fits(daemon, t.allocatable)
             ]
-            groups: dict[str, list[Pod]] = {}
+            own: dict[str, list[Pod]] = {}
             for claim in family:
                 for pod in claim.pods:
-                    groups.setdefault(self._class_of(pod).signature, []).append(pod)
-            existing = self._existing(family, requirements, groups, originals)
-            for entry in existing:
-                for pod in entry.pods:
-                    groups.setdefault(self._class_of(pod).signature, []).append(pod)
+                    own.setdefault(self._class_of(pod).signature, []).append(pod)
+            existing = self._existing(family, requirements, own, originals)
+            groups = _with_pods(own, existing, self._class_of)
             allowed = [
                 {id(t) for t in self._compatible_types(family[0].pool, requirements, pod_class)}
                 for pod_class in (self._class_of(pods[0]) for pods in groups.values())
             ]
             kept = _undominated(types, allowed, requirements, limits=family[0].pool.remaining)
-            existing = existing[: max(0, packing.MAX_TYPES - len(kept))]
             if len(kept) > packing.MAX_TYPES:
                 greedy_cost = sum(
                     cheapest_price(_greedy_type(c, requirements), requirements) for c in family
                 )
                 self.outcomes.append(packing_model.PackingOutcome("too-large", greedy_cost))
                 continue
-            problem = self._packing_problem(family, requirements, kept, groups, existing)
+            if len(kept) + len(existing) > packing.MAX_TYPES:
+                existing = existing[: packing.MAX_TYPES - len(kept)]
+                groups = _with_pods(own, existing, self._class_of)
+                allowed = allowed[: len(groups)]
+            for entry in existing:
+                self._taken.update(pod_key(pod) for pod in entry.pods)
+            problem = self._packing_problem(family, requirements, kept, own)
             outcome = packing.optimize(
                 problem,
                 budget=self._budget,
                 backend=self._backend,
                 plans_nominated=self._nominated,
             )
+            if existing:
+                # With the existing nodes' room as well; kept only when cheaper: the search is
+                # a heuristic, and the larger problem can end a little above the smaller one.
+                roomy = self._packing_problem(family, requirements, kept, groups, existing)
+                found = packing.optimize(
+                    roomy, budget=self._budget, backend=self._backend, plans_nominated=True
+                )
+                if found.cost is not None and (outcome.cost is None or found.cost < outcome.cost):
+                    outcome, problem, own = found, roomy, groups
+                else:
+                    existing = []
             if outcome.bins is not None:
                 before = self._claims
                 self._replace(
-                    family, types, groups, outcome, problem, allowed=allowed, existing=existing
+                    family, types, own, outcome, problem, allowed=allowed, existing=existing
                 )
                 if self._claims is before:  # no cheaper once built as NodeClaims: greedy's stay
                     outcome = dataclasses.replace(outcome, status="voided", bins=None, cost=None)
@@ -181,7 +195,10 @@ class Repacker:
         ``MAX_NODES``, those with pods greedy put there that a claim of the family could hold
         instead first (but pods a node was launched for, which go back to it, and pods another
         family moves): those join the family."""
-        found = []
+        found: list[_Existing] = []
+        if not self._nodes:
+            return found
+        classes = [self._class_of(group[0]) for group in groups.values()]
         for node in self._nodes:
             pods = [
                 pod
@@ -194,15 +211,9 @@ class Repacker:
             room = tuple(a - t for a, t in zip(node.allocatable, node.total, strict=True))
             for pod in pods:
                 room = add(room, self._class_of(pod).vector)
-            if pods or any(
-                _accepts(node, self._class_of(group[0]))
-                and fits(self._class_of(group[0]).vector, room)
-                for group in groups.values()
-            ):
+            if pods or any(fits(c.vector, room) and _accepts(node, c) for c in classes):
                 found.append(_Existing(node, pods, room))
         found.sort(key=lambda entry: not entry.pods)  # stable: then by position
-        for entry in found[:MAX_NODES]:
-            self._taken.update(pod_key(pod) for pod in entry.pods)
         return found[:MAX_NODES]
 
     def _joins(
@@ -400,6 +411,19 @@ class Repacker:
         for number, claim in enumerate(kept):
             claim.index = number
         self._claims = kept
+
+
+def _with_pods(
+    groups: Mapping[str, Sequence[Pod]],
+    existing: Sequence[_Existing],
+    class_of: Callable[[Pod], PodClass],
+) -> dict[str, list[Pod]]:
+    """``groups`` and the pods greedy put on ``existing`` nodes, by class (theirs first)."""
+    result = {signature: list(pods) for signature, pods in groups.items()}
+    for entry in existing:
+        for pod in entry.pods:
+            result.setdefault(class_of(pod).signature, []).append(pod)
+    return result
 
 
 def _greedy_type(claim: ClaimState, requirements: Requirements) -> TypeInfo:
