@@ -19,6 +19,7 @@ from karpenter_capi.plugins.capz.plugin import CapzHooks
 from karpenter_capi.plugins.capz.pools import (
     ANNOTATION_EMPTY_SINCE,
     AZURE_MACHINE_POOL_MACHINES,
+    kubeadm_configs,
 )
 from tests.plugins.capz.pools_env import NAMESPACE, new_env
 
@@ -83,9 +84,18 @@ def test_first_launch_creates_the_cheapest_pool_and_scales_it_to_one() -> None:
     assert azure_pool["template"]["vmSize"] == D4S  # the template's B2s replaced
     assert azure_pool["template"]["osDisk"]["diskSizeGB"] == 128
     assert "spotVMOptions" not in azure_pool["template"]
-    kubeadm = env.kubeadm_config(name)["spec"]
-    registration = kubeadm["joinConfiguration"]["nodeRegistration"]
+    # Written at v1beta2, the version the template was read at (its spec's shape), so the
+    # schema admits it; at v1beta1 it reads back converted, as CAPI's webhook converts it.
+    kubeadm = env.api.get(kubeadm_configs("v1beta2"), name, NAMESPACE)
+    registration = kubeadm["spec"]["joinConfiguration"]["nodeRegistration"]
     assert registration["kubeletExtraArgs"] == [{"name": "cloud-provider", "value": "external"}]
+    old = env.kubeadm_config(name)["spec"]["joinConfiguration"]["nodeRegistration"]
+    assert old["kubeletExtraArgs"] == {"cloud-provider": "external"}
+    assert template["bootstrap"]["configRef"] == {
+        "apiGroup": "bootstrap.cluster.x-k8s.io",
+        "kind": "KubeadmConfig",
+        "name": name,
+    }
     assert result.annotations["karpenter.cluster.x-k8s.io/launch"] == "CAPZMachinePool"
 
 

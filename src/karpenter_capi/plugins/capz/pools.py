@@ -6,7 +6,8 @@ offering it may launch: per (NodeClass, VM size, priority, zone). Each pool is t
 created together at zero replicas, from the NodeClass's templates:
 
 * a ``KubeadmConfig`` (the ``KubeadmConfigTemplate``'s ``spec.template.spec``, plus Karpenter's
-  ``karpenter.sh/unregistered`` registration taint), which CAPZ turns into the scale set's
+  ``karpenter.sh/unregistered`` registration taint), written at the version the template was
+  read at (the spec's shape is that version's), which CAPZ turns into the scale set's
   customData;
 * an ``AzureMachinePool`` (``orchestrationMode: Flexible``), whose ``spec.template`` is the
   ``AzureMachineTemplate``'s VM spec (image, OS disk, SSH key, ...) with ``vmSize`` replaced,
@@ -73,6 +74,19 @@ AZURE_MACHINE_POOL_MACHINES: Final = Resource(
 KUBEADM_CONFIGS: Final = Resource(
     BOOTSTRAP_GROUP, "v1beta1", "kubeadmconfigs", KUBEADM_CONFIG, True
 )
+"""At v1beta1, served by every CAPI release; a pool's own is written at its template's version
+(``kubeadm_configs``)."""
+
+
+def kubeadm_configs(version: str) -> Resource:
+    """``KubeadmConfig`` at ``version`` (a bootstrap template's; v1beta1 when unknown)."""
+    return Resource(BOOTSTRAP_GROUP, version or "v1beta1", "kubeadmconfigs", KUBEADM_CONFIG, True)
+
+
+def _version_of(obj: Mapping[str, Any]) -> str:
+    group, slash, version = str(obj.get("apiVersion") or "").rpartition("/")
+    return version if slash and group == BOOTSTRAP_GROUP else "v1beta1"
+
 
 # The AzureMachineTemplate VM fields an AzureMachinePool's template also has (CAPZ
 # ``AzureMachinePoolMachineTemplate``); the others (failureDomain, providerID, identity...) are
@@ -230,8 +244,11 @@ def pool_objects(
     labels = _labels(templates, offering, zone_label)
     namespace = templates.namespace
     bootstrap_spec = ((templates.bootstrap.get("spec") or {}).get("template") or {}).get("spec")
+    # The spec is copied as read, so it is written at the version it was read at (v1beta1 and
+    # v1beta2 differ in shape: kubeletExtraArgs is a map in one, a list in the other).
+    bootstrap_version = _version_of(templates.bootstrap)
     kubeadm: JsonObject = {
-        "apiVersion": KUBEADM_CONFIGS.api_version,
+        "apiVersion": kubeadm_configs(bootstrap_version).api_version,
         "kind": KUBEADM_CONFIG,
         "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
         "spec": with_unregistered_taint(bootstrap_spec or {}),
@@ -258,7 +275,9 @@ def pool_objects(
         "clusterName": templates.cluster,
         "version": templates.version,
         "bootstrap": {
-            "configRef": _ref(capi.version, BOOTSTRAP_GROUP, "v1beta1", KUBEADM_CONFIG, name)
+            "configRef": _ref(
+                capi.version, BOOTSTRAP_GROUP, bootstrap_version, KUBEADM_CONFIG, name
+            )
         },
         "infrastructureRef": _ref(
             capi.version, CAPI_INFRASTRUCTURE_GROUP, "v1beta1", AZURE_MACHINE_POOL, name
@@ -293,7 +312,7 @@ def create_pool(
     namespace = str(machine_pool["metadata"]["namespace"])
     name = str(machine_pool["metadata"]["name"])
     for resource, body in (
-        (KUBEADM_CONFIGS, kubeadm),
+        (kubeadm_configs(_version_of(kubeadm)), kubeadm),
         (AZURE_MACHINE_POOLS, azure_pool),
         (capi.machine_pools, machine_pool),
     ):
