@@ -12,9 +12,13 @@ import pytest
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.nodeclaim import NodeClaim
-from karpenter_capi.core.errors import InstanceNotFoundError, InsufficientCapacityError
+from karpenter_capi.core.errors import (
+    InstanceNotFoundError,
+    InsufficientCapacityError,
+    RetryableCreateError,
+)
 from karpenter_capi.core.kube import MACHINE_POOLS, NODECLAIMS, Resource
-from karpenter_capi.core.kube.errors import Conflict, NotFound
+from karpenter_capi.core.kube.errors import Conflict, NotFound, ServiceUnavailable
 from karpenter_capi.plugins.capz.plugin import CapzHooks
 from karpenter_capi.plugins.capz.pools import (
     ANNOTATION_EMPTY_SINCE,
@@ -311,3 +315,22 @@ def test_changed_templates_make_new_pools_and_drift_the_old_nodes() -> None:
     assert new != old
     assert env.azure_pool(new)["spec"]["template"]["image"] == {"marketplace": {"version": "2.0.0"}}
     assert "image" not in env.azure_pool(old)["spec"]["template"]  # never edited
+
+
+def test_the_machine_pool_is_created_before_its_azure_machine_pool() -> None:
+    """CAPZ's webhook refuses a Flexible AzureMachinePool whose MachinePool does not exist
+    (the emulation runs it); a launch whose AzureMachinePool create failed leaves the
+    MachinePool, and the next launch completes the pool instead of making another."""
+    env = new_env()
+    env.nodeclaim("a", zones=("eastus-2",))
+    env.api.faults.fail("create", "azuremachinepools", ServiceUnavailable("webhook timeout"))
+    with pytest.raises(RetryableCreateError, match="webhook timeout"):
+        env.launch("a")
+    [name] = env.pools()
+    with pytest.raises(NotFound):
+        env.azure_pool(name)
+    env.launch_all(["a"])
+    assert list(env.pools()) == [name]
+    assert env.azure_pool(name)["spec"]["orchestrationMode"] == "Flexible"
+    assert env.pools()[name]["spec"]["replicas"] == 1
+    assert len(env.machines()) == 1

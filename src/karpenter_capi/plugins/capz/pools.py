@@ -13,7 +13,10 @@ created together at zero replicas, from the NodeClass's templates:
   ``AzureMachineTemplate``'s VM spec (image, OS disk, SSH key, ...) with ``vmSize`` replaced,
   ``spotVMOptions`` only for Spot, and the Cluster's location;
 * a ``MachinePool`` referencing both, with ``failureDomains: [zone]`` and the Kubernetes version
-  of the Cluster, created last, so that a pool whose MachinePool exists is whole.
+  of the Cluster, created before the ``AzureMachinePool`` (CAPZ's webhook refuses a Flexible
+  AzureMachinePool whose MachinePool does not exist yet), so a pool is whole once its
+  ``AzureMachinePool`` exists; a launch that finds the MachinePool without it creates what is
+  missing.
 
 Names are derived from the offering (``pool_name``), so every process and every restart finds
 the same pool, and creation is idempotent (``AlreadyExists`` is success). Pools are treated as
@@ -307,22 +310,28 @@ def create_pool(
     client: KubeClient, capi: CapiResources, objects: tuple[JsonObject, JsonObject, JsonObject]
 ) -> JsonObject:
     """Create the three objects (each one that exists already is left as it is) and return the
-    MachinePool as the API has it."""
+    MachinePool as the API has it.
+
+    The MachinePool goes before the AzureMachinePool: CAPZ's webhook admits a Flexible
+    AzureMachinePool only once the MachinePool naming it exists (``validateOrchestrationMode``),
+    and CAPI's admits a MachinePool whose AzureMachinePool does not exist yet."""
     kubeadm, azure_pool, machine_pool = objects
     namespace = str(machine_pool["metadata"]["namespace"])
-    name = str(machine_pool["metadata"]["name"])
+    created: JsonObject | None = None
     for resource, body in (
         (kubeadm_configs(_version_of(kubeadm)), kubeadm),
-        (AZURE_MACHINE_POOLS, azure_pool),
         (capi.machine_pools, machine_pool),
+        (AZURE_MACHINE_POOLS, azure_pool),
     ):
         try:
-            created = client.create(resource, body, namespace)
+            written = client.create(resource, body, namespace)
         except AlreadyExists:
             continue
         if resource is capi.machine_pools:
-            return created
-    return client.get(capi.machine_pools, name, namespace)
+            created = written
+    if created is not None:
+        return created
+    return client.get(capi.machine_pools, str(machine_pool["metadata"]["name"]), namespace)
 
 
 def failure_of(pool: Mapping[str, Any]) -> str | None:
@@ -340,6 +349,35 @@ def failure_of(pool: Mapping[str, Any]) -> str | None:
         return f"{reason or 'Failed'}: {message}" if message else str(reason)
     if status.get("phase") == "Failed":
         return "phase Failed"
+    return None
+
+
+def scale_set_failure(azure_pool: Mapping[str, Any]) -> str | None:
+    """Why CAPZ reports the pool's scale set failed, or ``None``.
+
+    CAPZ sets ``failureReason`` only for errors it deems terminal (a size the SKU cache says is
+    not available); a scale set PUT Azure refuses (allocation, quota) is retried and shows only
+    as the ``BootstrapSucceeded`` condition false with reason ``Failed``, severity ``Error``
+    (azure/scope/machinepool.go: ``UpdatePutStatus``), and a scale set in provisioning state
+    ``Failed`` as ``ScaleSetRunning`` false, reason ``ScaleSetProvisionFailed``
+    (``setProvisioningStateAndConditions``)."""
+    status = azure_pool.get("status")
+    if not isinstance(status, Mapping):
+        return None
+    reason, message = status.get("failureReason"), status.get("failureMessage")
+    if reason or message:
+        return f"{reason or 'Failed'}: {message}" if message else str(reason)
+    conditions = [c for c in status.get("conditions") or [] if isinstance(c, Mapping)]
+    for condition in conditions:
+        if (
+            condition.get("type") == "BootstrapSucceeded"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Failed"
+            and condition.get("severity") == "Error"
+        ):
+            return str(condition.get("message") or "scale set failed to create or update")
+    if status.get("provisioningState") == "Failed":
+        return "scale set provisioning state Failed"
     return None
 
 

@@ -91,6 +91,12 @@ def forbidden(definition: ResourceDefinition, name: str, why: str) -> Forbidden:
     )
 
 
+def webhook_denied(webhook: str, message: str) -> Forbidden:
+    """A validating admission webhook's refusal, as kube-apiserver words it (403; the webhook
+    answered a plain error, which controller-runtime sends as Forbidden)."""
+    return Forbidden(f'admission webhook "{webhook}" denied the request: {message}')
+
+
 def qualified_kind(definition: ResourceDefinition) -> str:
     """``Pod``, ``Deployment.apps``: how kube names a kind in ``is invalid`` messages."""
     return f"{definition.kind}.{definition.group}" if definition.group else definition.kind
