@@ -193,8 +193,19 @@ def test_a_pool_without_capacity_falls_back_to_the_next_offering() -> None:
     first = env.launch("a")
     assert (first.instance_type, first.zone) == (D4S, "eastus-2")
     failed = env.pool_of("a")["metadata"]["name"]
-    env.driver.advance(15)  # CAPZ tried: the scale set has no VM, the MachinePool failed
-    assert env.pools()[failed]["status"]["phase"] == "Failed"
+    env.driver.advance(15)  # CAPZ tried: Azure refused the scale set's VM
+    # CAPZ retries an allocation failure: the MachinePool is not failed, only the
+    # AzureMachinePool says so; the launch reads it there, well before machine_timeout.
+    assert env.pools()[failed]["status"]["phase"] != "Failed"
+    status = env.azure_pool(failed)["status"]
+    assert status["provisioningState"] == "Failed"
+    bootstrap = {c["type"]: c for c in status["conditions"]}["BootstrapSucceeded"]
+    assert (bootstrap["status"], bootstrap["reason"], bootstrap["severity"]) == (
+        "False",
+        "Failed",
+        "Error",
+    )
+    assert "ERROR CODE: ZonalAllocationFailed" in bootstrap["message"]
     second = env.launch("a")
     assert (second.instance_type, second.zone) == (D4S, "eastus-3")
     # The failed pool got its replica back; the offering is unavailable for the solver.
