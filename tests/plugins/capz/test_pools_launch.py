@@ -109,7 +109,28 @@ def test_spot_pool_carries_spot_vm_options() -> None:
     result = env.launch("s")
     assert (result.capacity_type, result.zone) == ("spot", "eastus-1")
     name = env.pool_of("s")["metadata"]["name"]
-    assert env.azure_pool(name)["spec"]["template"]["spotVMOptions"] == {}
+    # Delete, not Azure's default Deallocate: an evicted VM must not keep its replica.
+    assert env.azure_pool(name)["spec"]["template"]["spotVMOptions"] == {
+        "evictionPolicy": "Delete"
+    }
+
+
+def test_spot_eviction_policy_of_the_template_is_kept() -> None:
+    env = new_env()
+    env.api.patch(
+        AZURE_MACHINE_TEMPLATES,
+        "workers",
+        {"spec": {"template": {"spec": {"spotVMOptions": {
+            "evictionPolicy": "Deallocate", "maxPrice": "0.5"}}}}},
+        NAMESPACE,
+    )  # fmt: skip
+    env.nodeclaim("s", capacity_types=("spot",), zones=("eastus-1",))
+    env.launch("s")
+    name = env.pool_of("s")["metadata"]["name"]
+    assert env.azure_pool(name)["spec"]["template"]["spotVMOptions"] == {
+        "evictionPolicy": "Deallocate",
+        "maxPrice": "0.5",
+    }
 
 
 def test_launch_binds_the_new_pool_machine_and_learns_its_azure_provider_id() -> None:

@@ -11,7 +11,8 @@ created together at zero replicas, from the NodeClass's templates:
   customData;
 * an ``AzureMachinePool`` (``orchestrationMode: Flexible``), whose ``spec.template`` is the
   ``AzureMachineTemplate``'s VM spec (image, OS disk, SSH key, ...) with ``vmSize`` replaced,
-  ``spotVMOptions`` only for Spot, and the Cluster's location;
+  ``spotVMOptions`` only for Spot (eviction policy ``Delete`` unless the template sets one),
+  and the Cluster's location;
 * a ``MachinePool`` referencing both, with ``failureDomains: [zone]`` and the Kubernetes version
   of the Cluster, created before the ``AzureMachinePool`` (CAPZ's webhook refuses a Flexible
   AzureMachinePool whose MachinePool does not exist yet), so a pool is whole once its
@@ -106,6 +107,8 @@ _TEMPLATE_FIELDS: Final = (
 )
 _POOL_FIELDS: Final = ("additionalTags", "identity", "userAssignedIdentities")
 _MAX_NAME: Final = 52
+SPOT_EVICTION_POLICY: Final = "Delete"
+"""A Spot pool's ``spotVMOptions.evictionPolicy`` unless the AzureMachineTemplate sets one."""
 
 
 @dataclass(frozen=True)
@@ -261,7 +264,11 @@ def pool_objects(
     template: JsonObject = {k: copy.deepcopy(vm[k]) for k in _TEMPLATE_FIELDS if k in vm}
     template["vmSize"] = offering.vm_size
     if offering.spot:
-        template["spotVMOptions"] = copy.deepcopy(dict(vm.get("spotVMOptions") or {}))
+        spot = copy.deepcopy(dict(vm.get("spotVMOptions") or {}))
+        # Azure's default, Deallocate, keeps an evicted VM (and its replica, so its Machine)
+        # in the scale set; Delete frees both, so the NodeClaim is replaced.
+        spot.setdefault("evictionPolicy", SPOT_EVICTION_POLICY)
+        template["spotVMOptions"] = spot
     pool_spec: JsonObject = {
         "location": templates.location,
         "orchestrationMode": "Flexible",
