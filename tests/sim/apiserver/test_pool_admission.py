@@ -58,7 +58,11 @@ def azure_pool(name: str, mode: str = "Flexible") -> Any:
         "apiVersion": AZURE_MACHINE_POOLS.api_version,
         "kind": "AzureMachinePool",
         "metadata": {"name": name, "namespace": "default"},
-        "spec": {"location": "eastus", "orchestrationMode": mode, "template": {"vmSize": "x"}},
+        "spec": {
+            "location": "eastus",
+            "orchestrationMode": mode,
+            "template": {"vmSize": "x", "osDisk": {"osType": "Linux"}},
+        },
     }
 
 

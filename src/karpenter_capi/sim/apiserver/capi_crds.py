@@ -7,7 +7,8 @@ CRDs where the controller can tell the difference (names, scope, short names, ca
 served versions, status and scale subresources with CAPI's paths, printer columns). Their
 schemas are open (``x-kubernetes-preserve-unknown-fields``) except where a version's shape is
 one the plugins can get wrong: kubeadm's bootstrap kinds have a schema per version and convert
-between them through CAPI's conversion webhook, run in process (``kubeadm_versions``).
+between them through CAPI's conversion webhook, run in process (``kubeadm_versions``), and
+CAPZ's AzureMachinePool has its CRD's fields (``capz_schemas``).
 
 The core kinds are served as v1beta2 (storage) and v1beta1: an object is stored once and shown
 at the version asked for; the kinds with no webhook have only ``apiVersion`` rewritten.
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from karpenter_capi.sim.apiserver import kubeadm_versions
+from karpenter_capi.sim.apiserver import capz_schemas, kubeadm_versions
 from karpenter_capi.sim.apiserver.conversion import webhook as conversion_webhook
 
 JsonObject = dict[str, Any]
@@ -250,6 +251,7 @@ def cluster_api_crds() -> list[JsonObject]:
             ("v1beta1",),
             short_names=("amp",),
             categories=("cluster-api", "capz"),
+            schemas={"v1beta1": capz_schemas.azure_machine_pool()},
         ),
         crd(
             INFRASTRUCTURE_GROUP,

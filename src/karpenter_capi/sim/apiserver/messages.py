@@ -122,7 +122,10 @@ def invalid(
 
 
 def required(field: str, detail: str) -> FieldError:
-    return FieldError(field, "FieldValueRequired", f"Required value: {detail}")
+    # As kube's field.Error: the detail only when there is one ("spec.x: Required value").
+    return FieldError(
+        field, "FieldValueRequired", f"Required value: {detail}" if detail else "Required value"
+    )
 
 
 def invalid_value(field: str, value: Any, detail: str) -> FieldError:
