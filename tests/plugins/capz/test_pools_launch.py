@@ -110,9 +110,7 @@ def test_spot_pool_carries_spot_vm_options() -> None:
     assert (result.capacity_type, result.zone) == ("spot", "eastus-1")
     name = env.pool_of("s")["metadata"]["name"]
     # Delete, not Azure's default Deallocate: an evicted VM must not keep its replica.
-    assert env.azure_pool(name)["spec"]["template"]["spotVMOptions"] == {
-        "evictionPolicy": "Delete"
-    }
+    assert env.azure_pool(name)["spec"]["template"]["spotVMOptions"] == {"evictionPolicy": "Delete"}
 
 
 def test_spot_eviction_policy_of_the_template_is_kept() -> None:
