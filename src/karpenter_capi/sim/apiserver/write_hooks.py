@@ -12,6 +12,7 @@ from karpenter_capi.sim.apiserver.crd_cleanup import CrdCleanup
 from karpenter_capi.sim.apiserver.disruption_budgets import DisruptionBudgets
 from karpenter_capi.sim.apiserver.garbage_collector import GarbageCollector
 from karpenter_capi.sim.apiserver.namespace_lifecycle import NamespaceLifecycle
+from karpenter_capi.sim.apiserver.pool_admission import PoolAdmission
 from karpenter_capi.sim.apiserver.write_hook import HookFactory
 
 # Why this order:
@@ -23,10 +24,13 @@ from karpenter_capi.sim.apiserver.write_hook import HookFactory
 #   in the order the pods changed.
 # - GarbageCollector before NamespaceLifecycle: an object's dependents in a terminating
 #   namespace go first, so the namespace is removed (last) only once the cascade has emptied it.
+# - PoolAdmission (validating webhooks) right after CustomResourceDefinitions: kube calls
+#   validating webhooks after schema validation, before the object is stored.
 # - CrdCleanup last: a terminating CRD lets go only once its last object's deletion, and
 #   whatever that cascaded, is complete.
 WRITE_HOOKS: tuple[HookFactory, ...] = (
     CustomResourceDefinitions,
+    PoolAdmission,
     DisruptionBudgets,
     GarbageCollector,
     NamespaceLifecycle,
