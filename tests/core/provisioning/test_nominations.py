@@ -156,11 +156,16 @@ def test_cleared_by_kube_scheduler_it_is_written_again_only_once_the_node_change
     assert _nominated(env, "web") is None  # no tug of war while nothing changes
 
     env.set_node_ready("node-a")
+    _untaint(env, "node-a")  # registered: kube-scheduler may place the pod there now
     _pass(env, controller)
     assert _nominated(env, "web") == "node-a"
 
 
-def test_cleared_on_a_node_that_is_not_ready_it_waits_for_the_node_to_be_ready(
+def _untaint(env: Env, node: str) -> None:
+    env.api.patch(NODES, node, {"spec": {"taints": None}})
+
+
+def test_cleared_on_a_node_that_cannot_take_the_pod_it_waits_until_the_node_can(
     env: Env,
 ) -> None:
     plan = Plan()
@@ -179,7 +184,12 @@ def test_cleared_on_a_node_that_is_not_ready_it_waits_for_the_node_to_be_ready(
     assert _nominated(env, "web") is None
     assert _pod_version(env, "web") == before
 
-    env.set_node_ready("node-a")
+    env.set_node_ready("node-a")  # Ready, but still tainted karpenter.sh/unregistered
+    _pass(env, controller)
+    assert _nominated(env, "web") is None
+    assert _pod_version(env, "web") == before
+
+    _untaint(env, "node-a")
     _pass(env, controller)
     assert _nominated(env, "web") == "node-a"
 

@@ -14,11 +14,11 @@ patch of that one field). It is kept until the pod is bound (the API server then
 the plan changes: re-planned onto another node, the pod is nominated there; its NodeClaim gone
 or the pod planned nowhere, a nomination this controller wrote is cleared. kube-scheduler clears
 a nomination when an attempt fails (the Node not Ready yet, say); it is written again once the
-Node has changed and is Ready, not every pass, so the two never trade writes while nothing
-happens. While the Node is not Ready every attempt there fails, and kube-scheduler attempts a
-pod again on every change to it or to the Node (the controller's own label and taint writes,
-the kubelet's status): written again on each such change, a thousand-pod round's nominations
-were cleared and rewritten 700 times over, for nothing.
+Node has changed and can take the pod (Ready, not cordoned, its taints tolerated), not every
+pass, so the two never trade writes while nothing happens. Until the Node can take the pod
+every attempt there fails, and kube-scheduler attempts the pod again on every change to it or
+to the Node (the kubelet's status, registration's labels and taints): a rewrite on each such
+change would only be cleared again.
 
 Before a restarted controller's first round, the plan is what the NodeClaims say they were
 launched for (``karpenter.cluster.x-k8s.io/nominated-pods``). A nomination this controller did
@@ -32,6 +32,7 @@ API server's release, unless ``--feature-gates NominatedNodeNameForExpectation=.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -46,6 +47,7 @@ from karpenter_capi.core.lifecycle.nodes import node_is_ready
 from karpenter_capi.core.observability.logs import first, ref
 from karpenter_capi.core.provisioning.state import ClusterSnapshot, persisted_nominations
 from karpenter_capi.core.runtime.controller import WORKLOAD, ControllerContext, Result
+from karpenter_capi.core.scheduling.taints import Taint, TaintError, untolerated
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +118,20 @@ def _pending(pod: Mapping[str, Any]) -> bool:
     )
 
 
+def _may_take(node: JsonObject, pod: JsonObject) -> bool:
+    """Whether kube-scheduler's node-level filters could pass ``pod`` on ``node`` now: Ready,
+    not cordoned, each ``NoSchedule`` and ``NoExecute`` taint tolerated (room aside). Until
+    then an attempt there fails and clears the nomination (module docstring)."""
+    spec = node.get("spec") or {}
+    if not node_is_ready(node) or spec.get("unschedulable"):
+        return False
+    taints = []
+    for raw in spec.get("taints") or ():
+        with contextlib.suppress(TaintError, AttributeError):
+            taints.append(Taint.from_dict(raw))
+    return untolerated((pod.get("spec") or {}).get("tolerations") or [], taints) is None
+
+
 @dataclass(frozen=True)
 class _Write:
     """One nomination to write (``node``) or clear (``None``), and the record it replaces."""
@@ -151,9 +167,9 @@ class NominationController:
     def reads(self) -> Sequence[tuple[Resource, str]]:
         return [(PODS, WORKLOAD), (NODES, WORKLOAD), (NODECLAIMS, WORKLOAD)]
 
-    def _targets(self) -> dict[str, tuple[str, str, bool]]:
-        """Pod key -> (node, its resourceVersion, whether it is Ready) for every planned pod
-        whose Node exists."""
+    def _targets(self) -> dict[str, tuple[str, str, JsonObject]]:
+        """Pod key -> (node, its resourceVersion, the Node) for every planned pod whose Node
+        exists."""
         caches = self._ctx.caches
         planned = self._plan()
         if planned is not None and not planned and not self._written:
@@ -169,13 +185,13 @@ class NominationController:
                 node_of[str(claim["metadata"]["name"])] = str(node_name)
         ours = set(node_of.values())
         nodes = caches.store(NODES, WORKLOAD)
-        targets: dict[str, tuple[str, str, bool]] = {}
+        targets: dict[str, tuple[str, str, JsonObject]] = {}
         for key, name in planned.items():
             node_name = node_of.get(name) or (name if name in ours else None)
             node = nodes.get(node_name) if node_name else None
             if node_name and node is not None and not node["metadata"].get("deletionTimestamp"):
                 version = str(node["metadata"].get("resourceVersion", ""))
-                targets[key] = (node_name, version, node_is_ready(node))
+                targets[key] = (node_name, version, node)
         self._ours = ours
         return targets
 
@@ -195,7 +211,7 @@ class NominationController:
             current = (pod.get("status") or {}).get("nominatedNodeName") or None
             target = targets.get(key)
             if target is not None:
-                node, version, ready = target
+                node, version, node_object = target
                 if current == node:
                     self._written[key] = (uid, node, previous[2] if previous else version)
                     continue
@@ -205,10 +221,10 @@ class NominationController:
                     current is None
                     and previous is not None
                     and previous[:2] == (uid, node)
-                    and (previous[2] == version or not ready)
+                    and (previous[2] == version or not _may_take(node_object, pod))
                 ):
-                    # Cleared by kube-scheduler since: the Node has not changed, or is not
-                    # Ready, where every attempt fails and clears it again (module docstring).
+                    # Cleared by kube-scheduler since: the Node has not changed, or cannot
+                    # take the pod yet, where every attempt fails and clears it again.
                     continue
                 # Recorded even when refused: tried again once the plan or the Node changes.
                 self._written[key] = (uid, node, version)
