@@ -12,14 +12,11 @@ import pytest
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube import MACHINES
 from karpenter_capi.core.kube.client import ListResult
-from karpenter_capi.core.kube.discovery import capi_resources
 from karpenter_capi.plugins.generic_capi.binding import machine_facts
 from karpenter_capi.plugins.generic_capi.mirror import Mirror
-from karpenter_capi.plugins.generic_capi.selection import Selection, select_shared
 from karpenter_capi.plugins.generic_capi.shared_read import SharedRead
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
-from tests.plugins.generic_capi.env import Env
 from tests.plugins.generic_capi.test_launch_mirror import machine
 
 
@@ -135,36 +132,3 @@ def test_mirror_reads_that_come_during_a_list_share_the_next_one(api: InMemoryAP
     assert [[m.name for m in r] for r in results] == [["m-1", "m-2"]] * 3
     assert client.lists == ["machines", "machines"]  # not one list per read
     assert mirror.lists == 2
-
-
-def test_concurrent_selections_share_their_lists(env: Env) -> None:
-    env.deployment("md-a")
-    client = _SlowLists(env.api)
-    capi = capi_resources(env.api, {})
-
-    def selected() -> Selection:
-        return select_shared(client, capi, None)  # type: ignore[arg-type]
-
-    first, earliest = _in_threads(1, selected)
-    _until(lambda: len(client.lists) == 1)
-    env.deployment("md-b")  # after the first selection's list was made
-    late, results = _in_threads(3, selected)
-    _until(lambda: sum(r.waiting for r in _reads_of(client)) == 3)
-    client.gate.set()
-    for thread in first + late:
-        thread.join()
-    assert _names(earliest[0]) == ["md-a"]
-    assert [_names(r) for r in results] == [["md-a", "md-b"]] * 3
-    assert client.lists.count("machinedeployments") == 2  # two selections, not four
-    results[0].selected.clear()
-    assert _names(results[1]) == ["md-a", "md-b"]  # each caller's lists are its own
-
-
-def _names(selection: Selection) -> list[str]:
-    return [obj["metadata"]["name"] for _, obj in selection.selected]
-
-
-def _reads_of(client: object) -> list[SharedRead[Any]]:
-    from karpenter_capi.plugins.generic_capi import selection
-
-    return list(selection._shared_selections[client].values())

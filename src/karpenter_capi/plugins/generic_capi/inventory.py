@@ -72,8 +72,8 @@ from karpenter_capi.plugins.generic_capi.selection import (
     Selection,
     problem_of,
     resource_key,
+    select,
     select_resources,
-    select_shared,
     why_out_of_play,
 )
 from karpenter_capi.plugins.generic_capi.shape import (
@@ -397,7 +397,7 @@ def collect_inventory(
     meta = raw.get("metadata") or {}
     try:
         settings = settings_from(meta.get("annotations") or {}, ctx.options)
-        selection: Selection = select_shared(
+        selection: Selection = select(
             ctx.management, capi, (raw.get("spec") or {}).get("scalableResourceSelector")
         )
     except (SettingsError, SelectorError) as exc:

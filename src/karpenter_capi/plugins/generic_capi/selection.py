@@ -29,9 +29,7 @@ selects nothing rather than failing the whole NodeClass.
 from __future__ import annotations
 
 import logging
-import threading
-import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -44,7 +42,6 @@ from karpenter_capi.plugin_api.kube import (
     selector_to_string,
 )
 from karpenter_capi.plugin_api.model import label_value_problems, qualified_name_problems, wellknown
-from karpenter_capi.plugins.generic_capi.shared_read import SharedRead
 
 log = logging.getLogger(__name__)
 
@@ -203,10 +200,7 @@ def select(
     Raises ``SelectorError`` for an invalid selector; API errors other than an unserved kind
     propagate (a transient failure must not look like "nothing selected").
     """
-    return _select(client, capi, label_selector(selector))
-
-
-def _select(client: KubeClient, capi: CapiResources, string: str) -> Selection:
+    string = label_selector(selector)
     selection = Selection()
     deployments = _list(client, capi.machine_deployments, string)
     deployment_keys = {
@@ -282,44 +276,6 @@ def _leave_out_clusterless(client: KubeClient, capi: CapiResources, selection: S
         else:
             kept.append((resource, obj))
     selection.selected = kept
-
-
-_shared_selections: weakref.WeakKeyDictionary[Any, dict[tuple[CapiResources, str], Any]] = (
-    weakref.WeakKeyDictionary()
-)
-_shared_lock = threading.Lock()
-
-
-def _selecting(
-    client: weakref.ref[KubeClient], capi: CapiResources, string: str
-) -> Callable[[], Selection]:
-    """The read a ``SharedRead`` repeats, holding its client weakly (the registry's key)."""
-
-    def read() -> Selection:
-        alive = client()
-        if alive is None:
-            raise ReferenceError("the management client was discarded")
-        return _select(alive, capi, string)
-
-    return read
-
-
-def select_shared(
-    client: KubeClient, capi: CapiResources, selector: Mapping[str, Any] | None
-) -> Selection:
-    """``select``, shared by the concurrent calls with the same selector (the launches of one
-    round each select their NodeClass's resources): each call gets a selection that began
-    after it asked (``shared_read``), its lists its own to change."""
-    string = label_selector(selector)  # SelectorError before anything is shared
-    with _shared_lock:
-        reads = _shared_selections.get(client)
-        if reads is None:
-            reads = _shared_selections[client] = {}
-        read = reads.get((capi, string))
-        if read is None:
-            read = reads[(capi, string)] = SharedRead(_selecting(weakref.ref(client), capi, string))
-    found: Selection = read()
-    return Selection(list(found.selected), list(found.problems))
 
 
 def select_resources(
