@@ -1,5 +1,5 @@
 """Concurrent launch calls share their fresh reads, and each still sees a read that began after
-it asked (``shared_read`` docstring): the NodeClaims, a resource's Machines, the selection."""
+it asked (``shared_read`` docstring): the NodeClaims and a resource's Machines."""
 
 from __future__ import annotations
 
