@@ -4,10 +4,12 @@ asked: as fresh as reading alone.
 Why: the lifecycle controller launches a round's NodeClaims on several workers at once, and
 every launch call decides from fresh reads of every NodeClaim and of the resource's Machines
 (``launch`` and ``mirror`` module docstrings). Over a real API each is a list, and a mirror
-makes one at a time, so four calls in flight made four identical lists, one after the other. A list is linearizable: one that begins after a
-call began shows every write that ended before it. So a call that finds a read under way waits
-for it to end and then shares the next one with every call that arrived meanwhile; a read that
-began before the call is never handed to it. Reads run one at a time per ``SharedRead``.
+makes one at a time, so four calls in flight made four identical lists, one after the other.
+A list is linearizable: one that begins after a call began shows every write that ended before
+it. So a call that finds a read under way waits for it to end and then shares the next one with
+every call that arrived meanwhile; a read that began before the call is never handed to it.
+Reads run one at a time per ``SharedRead``: use it only where they already did, or callers
+that read side by side would now wait for one another.
 
 An error is shared like an answer (an API that is away fails every call that waited on it,
 once, instead of once per call in turn).
