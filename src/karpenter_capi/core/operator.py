@@ -22,6 +22,7 @@ from karpenter_capi.core.disruption import (
     DisruptionSettings,
     disruption_controllers,
 )
+from karpenter_capi.core.interruption import InterruptionController
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.events import EventRecorder
 from karpenter_capi.core.lifecycle import lifecycle_controllers
@@ -136,6 +137,7 @@ class Operator:
             *lifecycle_controllers(self.context),
             *static_controllers(self.context),
             *termination_controllers(self.context),
+            InterruptionController(self.context),
             *disruption_controllers(
                 self.context,
                 nominated=self.provisioning.nominated_within,
