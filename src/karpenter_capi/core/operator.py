@@ -137,7 +137,7 @@ class Operator:
             *lifecycle_controllers(self.context),
             *static_controllers(self.context),
             *termination_controllers(self.context),
-            InterruptionController(self.context),
+            InterruptionController(self.context, planned=self.provisioning.planned),
             *disruption_controllers(
                 self.context,
                 nominated=self.provisioning.nominated_within,

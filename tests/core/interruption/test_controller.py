@@ -17,11 +17,25 @@ from karpenter_capi.core.hookspecs import (
 )
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.interruption import InterruptionController
-from karpenter_capi.core.kube.errors import ApiError
-from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES, NODEPOOLS, NODES
+from karpenter_capi.core.kube.errors import ApiError, NotFound
+from karpenter_capi.core.kube.resources import (
+    CLUSTER_API_NODE_CLASSES,
+    NODECLAIMS,
+    NODEPOOLS,
+    NODES,
+    PODS,
+)
 from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.plugin_api import PluginContext, hookimpl
 from tests.core.lifecycle.harness import Env, new_env
+
+OWNER = {
+    "apiVersion": "apps/v1",
+    "kind": "ReplicaSet",
+    "name": "web",
+    "uid": "u",
+    "controller": True,
+}
 
 
 class FakeQueue:
@@ -62,6 +76,13 @@ def spot_node(env: Env, name: str = "spot-1", **node_options: object) -> str:
     return provider_id
 
 
+def deleting(env: Env, name: str) -> bool:
+    try:
+        return bool(env.get(name)["metadata"].get("deletionTimestamp"))
+    except NotFound:
+        return True
+
+
 def inventory(env: Env) -> list[InstanceType]:
     """What the solver and launches are offered for NodePool ``general``."""
     nodeclass = ClusterAPINodeClass.model_validate(env.api.get(CLUSTER_API_NODE_CLASSES, "default"))
@@ -88,7 +109,7 @@ def test_a_spot_warning_deletes_the_nodeclaim_marks_the_offering_and_deletes_the
 
     run(env, controller)
 
-    assert env.get("spot-1")["metadata"].get("deletionTimestamp"), "termination drains it now"
+    assert deleting(env, "spot-1"), "termination drains it now"
     assert queue.queued == []
     assert len(queue.deleted) == 1
     warned = env.events("SpotInterrupted")
@@ -124,28 +145,53 @@ def test_acting_again_is_harmless_and_says_nothing_twice() -> None:
     assert queue.queued == []
 
 
-def test_a_failed_delete_keeps_the_message_for_later(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failed_write_keeps_the_message_for_later(caplog: pytest.LogCaptureFixture) -> None:
     env = new_env()
     queue = with_queue(env)
     provider_id = spot_node(env)
     queue.queued.append(InterruptionNotice(SPOT_INTERRUPTED, provider_id, receipt="r-1"))
     controller = InterruptionController(env.ctx)
-    original = env.api.delete
-    calls = []
+    original = env.api.patch
 
     def unreachable(*args: object, **kwargs: object) -> object:
-        calls.append(args)
+        raise ApiError("the server is unavailable")
+
+    env.api.patch = unreachable  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING):
+        run(env, controller)
+        run(env, controller)
+    assert len(queue.queued) == 1, "the message stays until the notice is on the NodeClaim"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "interruption: NodeClaim spot-1 on spot_interrupted failed (will retry): "
+        "the server is unavailable"
+    ], "one line per change, not one per poll"
+    env.api.patch = original  # type: ignore[method-assign]
+    run(env, controller)
+    assert deleting(env, "spot-1")
+    assert queue.queued == []
+
+
+def test_a_restarted_controller_finishes_from_the_nodeclaim() -> None:
+    env = new_env()
+    queue = with_queue(env)
+    provider_id = spot_node(env)
+    queue.queued.append(
+        InterruptionNotice(SPOT_INTERRUPTED, provider_id, env.clock.now() + timedelta(minutes=2))
+    )
+    original = env.api.delete
+
+    def unreachable(*args: object, **kwargs: object) -> object:
         raise ApiError("the server is unavailable")
 
     env.api.delete = unreachable  # type: ignore[method-assign]
-    with caplog.at_level(logging.WARNING):
-        run(env, controller)
-    assert len(queue.queued) == 1, "the message stays until the NodeClaim is deleting"
-    assert "deleting NodeClaim spot-1 on spot_interrupted failed" in caplog.text
+    run(env, InterruptionController(env.ctx))
+    assert queue.queued == [], "the notice is recorded on the NodeClaim: the message can go"
+    annotations = env.get("spot-1")["metadata"]["annotations"]
+    assert annotations[wellknown.ANNOTATION_INTERRUPTION] == SPOT_INTERRUPTED
     env.api.delete = original  # type: ignore[method-assign]
-    run(env, controller)
-    assert env.get("spot-1")["metadata"].get("deletionTimestamp")
-    assert queue.queued == []
+    run(env, InterruptionController(env.ctx))  # a new process: nothing in memory
+    assert deleting(env, "spot-1")
 
 
 def test_a_rebalance_recommendation_is_only_an_event() -> None:
@@ -154,7 +200,7 @@ def test_a_rebalance_recommendation_is_only_an_event() -> None:
     provider_id = spot_node(env)
     queue.queued.append(InterruptionNotice(REBALANCE_RECOMMENDATION, provider_id, receipt="r"))
     run(env, InterruptionController(env.ctx))
-    assert not env.get("spot-1")["metadata"].get("deletionTimestamp")
+    assert not deleting(env, "spot-1")
     assert len(env.events("SpotRebalanceRecommendation")) == 2
     assert queue.queued == []
 
@@ -166,7 +212,7 @@ def test_a_notice_about_no_nodeclaim_is_deleted_and_touches_nothing() -> None:
     queue.queued.append(InterruptionNotice(SPOT_INTERRUPTED, "i-0notours", receipt="r"))
     run(env, InterruptionController(env.ctx))
     assert queue.queued == []
-    assert not env.get("spot-1")["metadata"].get("deletionTimestamp")
+    assert not deleting(env, "spot-1")
 
 
 def test_node_termination_handler_taint_is_a_spot_warning() -> None:
@@ -187,7 +233,7 @@ def test_node_termination_handler_taint_is_a_spot_warning() -> None:
         },
     )
     run(env, InterruptionController(env.ctx))
-    assert env.get("spot-1")["metadata"].get("deletionTimestamp")
+    assert deleting(env, "spot-1")
     message = env.events("SpotInterrupted")[0]["message"]
     assert "aws-node-termination-handler taint aws-node-termination-handler/spot-itn" in message
 
@@ -209,4 +255,97 @@ def test_azure_scheduled_event_condition(reason: str, deleted: bool) -> None:
         subresource="status",
     )
     run(env, InterruptionController(env.ctx))
-    assert bool(env.get("spot-1")["metadata"].get("deletionTimestamp")) is deleted
+    assert deleting(env, "spot-1") is deleted
+
+
+def test_the_pods_stay_until_their_replacement_is_initialized() -> None:
+    env = new_env()
+    queue = with_queue(env)
+    provider_id = spot_node(env)
+    env.api.patch(
+        NODECLAIMS, "spot-1", {"status": {"nodeName": "node-spot-1"}}, subresource="status"
+    )
+    env.api.create(
+        PODS,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "web-1", "namespace": "default", "ownerReferences": [OWNER]},
+            "spec": {"nodeName": "node-spot-1", "containers": [{"name": "c", "image": "i"}]},
+            "status": {"phase": "Running"},
+        },
+    )
+    plan: dict[str, str] = {}
+    controller = InterruptionController(env.ctx, planned=lambda: plan)
+    queue.queued.append(
+        InterruptionNotice(SPOT_INTERRUPTED, provider_id, env.clock.now() + timedelta(minutes=2))
+    )
+
+    run(env, controller)
+    assert not deleting(env, "spot-1"), "nothing ready for its pod yet"
+    node = env.get_node("node-spot-1")
+    assert {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"} in node["spec"]["taints"]
+    assert queue.queued == []
+
+    # Provisioning launched the replacement; it is not initialized yet.
+    env.nodeclaim("replacement")
+    plan["default/web-1"] = "replacement"
+    env.clock.advance(20)
+    run(env, controller)
+    assert not deleting(env, "spot-1")
+
+    env.api.patch(
+        NODECLAIMS,
+        "replacement",
+        {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Initialized",
+                        "status": "True",
+                        "reason": "Initialized",
+                        "message": "",
+                        "lastTransitionTime": "2026-12-02T04:00:00Z",
+                    }
+                ]
+            }
+        },
+        subresource="status",
+    )
+    run(env, controller)
+    assert deleting(env, "spot-1")
+    message = env.events("TerminatingOnInterruption")[0]["message"]
+    assert message.endswith("its pods have a node ready for them")
+
+
+def test_without_a_ready_replacement_the_nodeclaim_goes_with_30s_left() -> None:
+    env = new_env()
+    queue = with_queue(env)
+    provider_id = spot_node(env)
+    env.api.patch(
+        NODECLAIMS, "spot-1", {"status": {"nodeName": "node-spot-1"}}, subresource="status"
+    )
+    env.api.create(
+        PODS,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "web-1", "namespace": "default", "ownerReferences": [OWNER]},
+            "spec": {"nodeName": "node-spot-1", "containers": [{"name": "c", "image": "i"}]},
+            "status": {"phase": "Running"},
+        },
+    )
+    controller = InterruptionController(env.ctx, planned=dict)
+    queue.queued.append(
+        InterruptionNotice(SPOT_INTERRUPTED, provider_id, env.clock.now() + timedelta(minutes=2))
+    )
+    run(env, controller)
+    env.clock.advance(89)
+    run(env, controller)
+    assert not deleting(env, "spot-1")
+    env.clock.advance(1)
+    run(env, controller)
+    assert deleting(env, "spot-1")
+    assert (
+        "30s left before the instance goes" in env.events("TerminatingOnInterruption")[0]["message"]
+    )

@@ -11,19 +11,32 @@ room for its pods, which count as pending as soon as their NodeClaim is deleting
 ``NoAction``).
 
 Here the notices come from two places: the ``karpenter_capi_interruptions`` hook (``capa``'s
-SQS queue) and the Nodes' own taints and conditions (``signals``). A notice is handed back to
-its plugin (``karpenter_capi_interruptions_handled``, which deletes the message) only once every
-NodeClaim it concerns is deleting, so a crash or an API outage in between leaves it to be
-received again; deleting a NodeClaim already deleting is skipped, so doing it twice is harmless.
+SQS queue) and the Nodes' own marks (``signals``). Where upstream deletes at once, and so evicts
+the pods while their replacement is still booting, a notice with time left is acted on in two
+steps so that no pod waits for a node that is not there yet:
+
+1. the NodeClaim is annotated with the notice (``ANNOTATION_INTERRUPTION``, its deadline) and its
+   Node tainted ``karpenter.sh/disrupted:NoSchedule``: provisioning now launches a replacement
+   for the Node's pods through the normal path (``core.provisioning.state.unreplaced_nodes``);
+2. the NodeClaim is deleted (termination drains it) once every one of those pods is planned on a
+   node that is ready for it (an initialized NodeClaim, a Ready Node), or when only
+   ``drain_allowance`` seconds are left before the deadline, whichever comes first.
+
+A notice is handed back to its plugin (``karpenter_capi_interruptions_handled``, which deletes the
+message) once step 1 is written, so a crash or an API outage before that leaves it to be
+received again, and a restarted controller finds step 2's state on the NodeClaim.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.api.nodeclaim import NodeClaimConditionType
+from karpenter_capi.core.clock import format_timestamp, parse_timestamp
 from karpenter_capi.core.errors import ProviderError
 from karpenter_capi.core.hookspecs import (
     INSTANCE_STOPPED,
@@ -37,12 +50,18 @@ from karpenter_capi.core.interruption.signals import nodes_notices
 from karpenter_capi.core.kube.client import JsonObject
 from karpenter_capi.core.kube.errors import ApiError
 from karpenter_capi.core.kube.events import NORMAL, WARNING
-from karpenter_capi.core.kube.resources import NODECLAIMS, NODES, Resource
+from karpenter_capi.core.kube.resources import NODECLAIMS, NODES, PODS, Resource
 from karpenter_capi.core.lifecycle.metrics import LifecycleReporter
-from karpenter_capi.core.lifecycle.nodes import nodes_for_provider_id
+from karpenter_capi.core.lifecycle.nodes import node_is_ready, nodes_for_provider_id
 from karpenter_capi.core.lifecycle.writes import Writes
 from karpenter_capi.core.plugin_host import PluginError
+from karpenter_capi.core.provisioning.state import (
+    has_disrupted_taint,
+    is_recreated,
+    is_reschedulable,
+)
 from karpenter_capi.core.runtime.controller import WORKLOAD, ControllerContext, Result
+from karpenter_capi.core.scheduling.model import pod_key
 
 NAME: Final = "interruption"
 DEFAULT_INTERVAL: Final = 2.0
@@ -60,6 +79,16 @@ _NOTICE_EVENTS: Final[Mapping[str, tuple[str, str]]] = {
     INSTANCE_TERMINATED: ("InstanceTerminating", "Instance is terminating"),
 }
 _NODE_SOURCE: Final = "node"
+DEFAULT_DRAIN_ALLOWANCE: Final = 30.0
+"""Seconds before a notice's deadline when the NodeClaim is deleted whatever its replacement's
+state: the time its pods get to stop (the default ``terminationGracePeriodSeconds``)."""
+# Kinds whose machine is already going: deleted at once, as upstream does.
+_AT_ONCE: Final = frozenset({INSTANCE_STOPPED, INSTANCE_TERMINATED})
+DISRUPTED_TAINT: Final = {
+    "key": wellknown.TAINT_DISRUPTED_KEY,
+    "effect": wellknown.TAINT_DISRUPTED_EFFECT,
+}
+Planned = Callable[[], "dict[str, str] | None"]
 
 
 def _last_segment(provider_id: str) -> str:
@@ -71,18 +100,30 @@ class InterruptionController:
 
     name = NAME
 
-    def __init__(self, ctx: ControllerContext, *, interval: float = DEFAULT_INTERVAL) -> None:
+    def __init__(
+        self,
+        ctx: ControllerContext,
+        *,
+        interval: float = DEFAULT_INTERVAL,
+        planned: Planned | None = None,
+        drain_allowance: float = DEFAULT_DRAIN_ALLOWANCE,
+    ) -> None:
+        """``planned`` is the provisioner's last plan (pod key -> NodeClaim or Node name); without
+        it a NodeClaim is deleted at once, as upstream does."""
         self._ctx = ctx
         self.interval = interval
+        self._planned = planned
+        self._drain_allowance = drain_allowance
         self._writes = Writes(ctx, NAME)
         self._metrics = LifecycleReporter(ctx.metrics, NAME)
-        # NodeClaim uid -> the notice kinds already acted on (Event, deletion): each once,
-        # until the cache shows the deletion or the NodeClaim is gone.
+        # NodeClaim uid -> the notice kinds already told (Events): each once, until the
+        # NodeClaim is gone.
         self._acted: dict[str, set[str]] = {}
         self._poll_failure: str | None = None
+        self._failed: set[str] = set()
 
     def reads(self) -> Sequence[tuple[Resource, str]]:
-        return ((NODECLAIMS, WORKLOAD), (NODES, WORKLOAD))
+        return ((NODECLAIMS, WORKLOAD), (NODES, WORKLOAD), (PODS, WORKLOAD))
 
     def run_once(self) -> Result:
         claims = self._ctx.caches.store(NODECLAIMS, WORKLOAD).list()
@@ -90,7 +131,10 @@ class InterruptionController:
         self._acted = {uid: kinds for uid, kinds in self._acted.items() if uid in live}
         received = self._receive()
         received.extend(
-            (_NODE_SOURCE, n) for n in nodes_notices(self._ctx.caches.store(NODES, WORKLOAD).list())
+            (_NODE_SOURCE, n)
+            for n in nodes_notices(
+                self._ctx.caches.store(NODES, WORKLOAD).list(), self._ctx.clock.now()
+            )
         )
         handled: dict[str, list[InterruptionNotice]] = {}
         for source, notice in received:
@@ -98,6 +142,9 @@ class InterruptionController:
                 handled.setdefault(source, []).append(notice)
         for plugin, notices in handled.items():
             self._acknowledge(plugin, notices)
+        for claim in self._ctx.caches.store(NODECLAIMS, WORKLOAD).list():
+            if _interruption(claim) is not None and not claim["metadata"].get("deletionTimestamp"):
+                self._maybe_delete(claim)
         return Result(requeue_after=self.interval)
 
     def _receive(self) -> list[tuple[str, InterruptionNotice]]:
@@ -154,55 +201,137 @@ class InterruptionController:
         return True
 
     def _act_on(self, claim: JsonObject, provider_id: str, notice: InterruptionNotice) -> bool:
+        """Tell, then record the notice on the NodeClaim (step 1); False when a write failed."""
         meta = claim["metadata"]
-        if meta.get("deletionTimestamp"):
-            return True
-        if not self._first(claim, notice.kind):
+        if meta.get("deletionTimestamp") or _interruption(claim) is not None:
             return True
         nodes = nodes_for_provider_id(self._ctx.caches, provider_id)
-        reason, message = _NOTICE_EVENTS.get(notice.kind, ("Interrupted", notice.kind))
-        if notice.deadline is not None:
-            message = f"{message}; the instance goes at {notice.deadline.isoformat()}"
-        if notice.detail:
-            message = f"{message} ({notice.detail})"
-        event_type = NORMAL if notice.kind == REBALANCE_RECOMMENDATION else WARNING
-        for involved in (claim, *nodes):
-            self._writes.event(involved, event_type, reason, message)
-        labels: Mapping[str, Any] = meta.get("labels") or {}
-        if notice.kind == REBALANCE_RECOMMENDATION:
+        if self._first(claim, notice.kind):
+            reason, message = _NOTICE_EVENTS.get(notice.kind, ("Interrupted", notice.kind))
+            if notice.deadline is not None:
+                message = f"{message}; the instance goes at {notice.deadline.isoformat()}"
+            if notice.detail:
+                message = f"{message} ({notice.detail})"
+            event_type = NORMAL if notice.kind == REBALANCE_RECOMMENDATION else WARNING
+            for involved in (claim, *nodes):
+                self._writes.event(involved, event_type, reason, message)
             self._ctx.log.info("%s: NodeClaim %s: %s", NAME, meta["name"], message)
+            if notice.kind == SPOT_INTERRUPTED:
+                self._mark_offering(meta.get("labels") or {})
+        if notice.kind == REBALANCE_RECOMMENDATION:
             return True
-        if notice.kind == SPOT_INTERRUPTED:
-            self._mark_offering(labels)
+        deadline = "" if notice.deadline is None else format_timestamp(notice.deadline)
+        annotations = {
+            wellknown.ANNOTATION_INTERRUPTION: notice.kind,
+            wellknown.ANNOTATION_INTERRUPTION_DEADLINE: deadline,
+        }
+        try:
+            for node in nodes:
+                self._taint(node)
+            recorded = self._writes.patch(
+                NODECLAIMS, claim, {"metadata": {"annotations": annotations}}
+            )
+        except ApiError as exc:
+            return self._failure(meta["name"], notice.kind, exc)
+        self._maybe_delete(recorded)
+        return True
+
+    def _taint(self, node: JsonObject) -> None:
+        """Keep new pods off the Node (the disruption controller leaves the taint alone)."""
+        if has_disrupted_taint(node):
+            return
+        taints = [*((node.get("spec") or {}).get("taints") or []), dict(DISRUPTED_TAINT)]
+        meta = node["metadata"]
+        # The resourceVersion makes the list's replacement conditional, as a taint write must be.
+        patch = {"metadata": {"resourceVersion": meta.get("resourceVersion")}}
+        self._writes.patch(NODES, node, {**patch, "spec": {"taints": taints}})
+
+    def _failure(self, name: str, kind: str, exc: ApiError) -> bool:
+        line = f"{NAME}: NodeClaim {name} on {kind} failed (will retry): {exc}"
+        self._ctx.log.log(logging.DEBUG if line in self._failed else logging.WARNING, "%s", line)
+        self._failed.add(line)
+        return False
+
+    def _maybe_delete(self, claim: JsonObject) -> None:
+        """Step 2: delete the NodeClaim when its pods have somewhere to go, or time is short."""
+        kind, deadline = _interruption(claim) or ("", None)
+        why = self._due(claim, kind, deadline)
+        if why is None:
+            return
+        meta = claim["metadata"]
         try:
             deleted = self._writes.delete(NODECLAIMS, claim)
         except ApiError as exc:
-            self._acted[str(meta.get("uid") or meta["name"])].discard(notice.kind)
-            self._ctx.log.warning(
-                "%s: deleting NodeClaim %s on %s failed (will retry): %s",
-                NAME,
-                meta["name"],
-                notice.kind,
-                exc,
+            self._failure(meta["name"], kind, exc)
+            return
+        if not deleted:
+            return
+        provider_id = str((claim.get("status") or {}).get("providerID") or "")
+        self._ctx.log.info("%s: deleting NodeClaim %s (%s): %s", NAME, meta["name"], kind, why)
+        nodes = nodes_for_provider_id(self._ctx.caches, provider_id) if provider_id else []
+        for involved in (claim, *nodes):
+            self._writes.event(
+                involved,
+                NORMAL,
+                "TerminatingOnInterruption",
+                f"Interruption triggered termination for the NodeClaim: {why}",
             )
+        labels: Mapping[str, Any] = meta.get("labels") or {}
+        self._metrics.disrupted(
+            kind,
+            str(labels.get(wellknown.LABEL_NODEPOOL, "")),
+            str(labels.get(wellknown.LABEL_CAPACITY_TYPE, "")),
+        )
+
+    def _due(self, claim: JsonObject, kind: str, deadline: datetime | None) -> str | None:
+        """Why the NodeClaim goes now, or None while its pods wait for their replacement."""
+        if self._planned is None or kind in _AT_ONCE or deadline is None:
+            return "the instance is going"
+        left = (deadline - self._ctx.clock.now()).total_seconds()
+        if left <= self._drain_allowance:
+            return f"{max(left, 0):.0f}s left before the instance goes"
+        waiting = self._unplaced(claim)
+        if not waiting:
+            return "its pods have a node ready for them"
+        return None
+
+    def _unplaced(self, claim: JsonObject) -> list[str]:
+        """The pods of the NodeClaim's Node the last plan puts nowhere ready yet."""
+        node_name = (claim.get("status") or {}).get("nodeName")
+        if not node_name:
+            return []
+        pods = [
+            pod_key(p)
+            for p in self._ctx.caches.store(PODS, WORKLOAD).list()
+            if (p.get("spec") or {}).get("nodeName") == node_name
+            and is_reschedulable(p)
+            and is_recreated(p)
+        ]
+        planned = (self._planned() if self._planned is not None else None) or {}
+        # A plan made before the notice may still place them where they are.
+        itself = {str(claim["metadata"]["name"]), str(node_name)}
+        return [
+            key for key in pods if planned.get(key) in itself or not self._ready(planned.get(key))
+        ]
+
+    def _ready(self, target: str | None) -> bool:
+        """Whether a planned target can take pods now: an initialized NodeClaim, a Ready Node."""
+        if target is None:
             return False
-        if deleted:
-            self._ctx.log.info(
-                "%s: deleting NodeClaim %s (%s): %s", NAME, meta["name"], provider_id, message
+        claim = self._ctx.caches.store(NODECLAIMS, WORKLOAD).get(target)
+        if claim is not None:
+            going = claim["metadata"].get("deletionTimestamp") or _interruption(claim)
+            return not going and any(
+                c.get("type") == NodeClaimConditionType.INITIALIZED and c.get("status") == "True"
+                for c in (claim.get("status") or {}).get("conditions") or ()
             )
-            for involved in (claim, *nodes):
-                self._writes.event(
-                    involved,
-                    NORMAL,
-                    "TerminatingOnInterruption",
-                    "Interruption triggered termination for the NodeClaim",
-                )
-            self._metrics.disrupted(
-                notice.kind,
-                str(labels.get(wellknown.LABEL_NODEPOOL, "")),
-                str(labels.get(wellknown.LABEL_CAPACITY_TYPE, "")),
-            )
-        return True
+        node = self._ctx.caches.store(NODES, WORKLOAD).get(target)
+        return (
+            node is not None
+            and node_is_ready(node)
+            and not has_disrupted_taint(node)
+            and not node["metadata"].get("deletionTimestamp")
+        )
 
     def _mark_offering(self, labels: Mapping[str, Any]) -> None:
         instance_type = str(labels.get(wellknown.LABEL_INSTANCE_TYPE) or "")
@@ -210,3 +339,16 @@ class InterruptionController:
         if instance_type and zone:
             # Upstream marks the spot offering, whatever the NodeClaim's capacity type.
             self._ctx.plugins.interrupted.mark(instance_type, zone, wellknown.CAPACITY_TYPE_SPOT)
+
+
+def _interruption(claim: Mapping[str, Any]) -> tuple[str, datetime | None] | None:
+    """The notice recorded on a NodeClaim (kind, deadline), or None."""
+    annotations = (claim.get("metadata") or {}).get("annotations") or {}
+    kind = annotations.get(wellknown.ANNOTATION_INTERRUPTION)
+    if kind is None:
+        return None
+    raw = str(annotations.get(wellknown.ANNOTATION_INTERRUPTION_DEADLINE) or "")
+    try:
+        return str(kind), parse_timestamp(raw) if raw else None
+    except ValueError:
+        return str(kind), None
