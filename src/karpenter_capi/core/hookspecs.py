@@ -485,8 +485,9 @@ def karpenter_capi_interruptions_handled(
     """Forget ``notices``: the core acted on them (or found no NodeClaim they concern).
 
     Called with notices this plugin returned from ``karpenter_capi_interruptions``, and only
-    on this plugin, after the NodeClaims they concern are deleting (or were marked as
-    rebalance-recommended), so a crash before that leaves them to be returned again.
+    on this plugin, once every NodeClaim they concern has the notice recorded on it (or is
+    deleting, or got its rebalance Event), so a crash before that leaves them to be returned
+    again.
     A plugin deletes the queue messages here. Errors are logged and the notices come back.
 
     Returns ``None``.

@@ -232,10 +232,13 @@ def test_node_termination_handler_taint_is_a_spot_warning() -> None:
             }
         },
     )
-    run(env, InterruptionController(env.ctx))
+    controller = InterruptionController(env.ctx)
+    run(env, controller)
+    run(env, controller)  # the taint is still there: seen again, counted once
     assert deleting(env, "spot-1")
     message = env.events("SpotInterrupted")[0]["message"]
     assert "aws-node-termination-handler taint aws-node-termination-handler/spot-itn" in message
+    assert env.metrics.named("interruption_received") == [(SPOT_INTERRUPTED,)]
 
 
 @pytest.mark.parametrize(

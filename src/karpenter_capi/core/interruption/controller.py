@@ -138,7 +138,7 @@ class InterruptionController:
         )
         handled: dict[str, list[InterruptionNotice]] = {}
         for source, notice in received:
-            if self._act(notice, claims) and source != _NODE_SOURCE:
+            if self._act(notice, claims, counted=source != _NODE_SOURCE) and source != _NODE_SOURCE:
                 handled.setdefault(source, []).append(notice)
         for plugin, notices in handled.items():
             self._acknowledge(plugin, notices)
@@ -178,7 +178,7 @@ class InterruptionController:
         if self._ctx.metrics is not None:
             self._ctx.metrics.interruption_deleted(len(notices))
 
-    def _act(self, notice: InterruptionNotice, claims: list[JsonObject]) -> bool:
+    def _act(self, notice: InterruptionNotice, claims: list[JsonObject], *, counted: bool) -> bool:
         """Act on every NodeClaim ``notice`` concerns; False when a write failed."""
         wanted = notice.instance
         by_segment = "/" not in wanted
@@ -189,7 +189,7 @@ class InterruptionController:
                 continue
             if provider_id != wanted and not (by_segment and _last_segment(provider_id) == wanted):
                 continue
-            done = self._act_on(claim, provider_id, notice) and done
+            done = self._act_on(claim, provider_id, notice, counted=counted) and done
         return done
 
     def _first(self, claim: JsonObject, kind: str) -> bool:
@@ -200,13 +200,18 @@ class InterruptionController:
         kinds.add(kind)
         return True
 
-    def _act_on(self, claim: JsonObject, provider_id: str, notice: InterruptionNotice) -> bool:
+    def _act_on(
+        self, claim: JsonObject, provider_id: str, notice: InterruptionNotice, *, counted: bool
+    ) -> bool:
         """Tell, then record the notice on the NodeClaim (step 1); False when a write failed."""
         meta = claim["metadata"]
         if meta.get("deletionTimestamp") or _interruption(claim) is not None:
             return True
         nodes = nodes_for_provider_id(self._ctx.caches, provider_id)
         if self._first(claim, notice.kind):
+            if not counted and self._ctx.metrics is not None:
+                # A Node's mark is seen at every poll: counted once, when first acted on.
+                self._ctx.metrics.interruption_received(notice.kind)
             reason, message = _NOTICE_EVENTS.get(notice.kind, ("Interrupted", notice.kind))
             if notice.deadline is not None:
                 message = f"{message}; the instance goes at {notice.deadline.isoformat()}"
