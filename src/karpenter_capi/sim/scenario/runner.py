@@ -171,7 +171,11 @@ _PATCHABLE = {
 
 
 def apply_action(server: InMemoryAPIServer, scenario: Scenario, action: TimelineAction) -> None:
-    """One timeline action, as the user or a CI job would do it (straight to the server)."""
+    """One timeline action, as the user or a CI job would do it (straight to the server).
+
+    ``interrupt`` is the simulated cloud's, with a deadline to keep: ``run`` does it."""
+    if action.action == "interrupt":
+        raise ValueError("an interrupt action needs the runner's Interruptions (run does it)")
     if action.action == "patch":
         _patch(server, scenario, action)
         return
