@@ -116,7 +116,20 @@ def test_a_spot_warning_deletes_the_nodeclaim_marks_the_offering_and_deletes_the
     assert {e["involvedObject"]["kind"] for e in warned} == {"NodeClaim", "Node"}
     assert "Spot interruption warning was triggered" in warned[0]["message"]
     assert deadline.isoformat() in warned[0]["message"]
-    assert len(env.events("TerminatingOnInterruption")) == 2
+    terminating = {
+        e["involvedObject"]["kind"]: (e["type"], e["message"])
+        for e in env.events("TerminatingOnInterruption")
+    }
+    assert terminating == {
+        "NodeClaim": (
+            "Warning",
+            "Interruption triggered termination for the NodeClaim: the instance is going",
+        ),
+        "Node": (
+            "Warning",
+            "Interruption triggered termination for the Node: the instance is going",
+        ),
+    }
     assert env.metrics.named("nodeclaim_disrupted") == [(SPOT_INTERRUPTED, "general", "spot")]
     assert env.metrics.named("interruption_received") == [(SPOT_INTERRUPTED,)]
     assert env.metrics.named("interruption_deleted") == [(1,)]

@@ -274,12 +274,12 @@ class InterruptionController:
         provider_id = str((claim.get("status") or {}).get("providerID") or "")
         self._ctx.log.info("%s: deleting NodeClaim %s (%s): %s", NAME, meta["name"], kind, why)
         nodes = nodes_for_provider_id(self._ctx.caches, provider_id) if provider_id else []
-        for involved in (claim, *nodes):
+        for involved, what in ((claim, "NodeClaim"), *((node, "Node") for node in nodes)):
             self._writes.event(
                 involved,
-                NORMAL,
+                WARNING,
                 "TerminatingOnInterruption",
-                f"Interruption triggered termination for the NodeClaim: {why}",
+                f"Interruption triggered termination for the {what}: {why}",
             )
         labels: Mapping[str, Any] = meta.get("labels") or {}
         self._metrics.disrupted(
