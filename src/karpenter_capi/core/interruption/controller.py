@@ -126,10 +126,10 @@ class InterruptionController:
         return ((NODECLAIMS, WORKLOAD), (NODES, WORKLOAD), (PODS, WORKLOAD))
 
     def run_once(self) -> Result:
+        received = self._receive()  # may block on a long poll: read the caches after it
         claims = self._ctx.caches.store(NODECLAIMS, WORKLOAD).list()
         live = {str(c["metadata"].get("uid") or c["metadata"]["name"]) for c in claims}
         self._acted = {uid: kinds for uid, kinds in self._acted.items() if uid in live}
-        received = self._receive()
         received.extend(
             (_NODE_SOURCE, n)
             for n in nodes_notices(
