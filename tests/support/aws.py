@@ -105,6 +105,10 @@ class StubbedAws:
         self.pricing_regions.append(region)
         return self.pricing_client
 
+    def sqs(self, region: str) -> Any:
+        """moto's SQS (the interruption queue)."""
+        return boto3.client("sqs", region_name=region)
+
     def queue_prices(
         self,
         on_demand: Mapping[str, float] = ON_DEMAND,

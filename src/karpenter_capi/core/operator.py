@@ -22,6 +22,7 @@ from karpenter_capi.core.disruption import (
     DisruptionSettings,
     disruption_controllers,
 )
+from karpenter_capi.core.interruption import InterruptionController
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.events import EventRecorder
 from karpenter_capi.core.kube.indexes import BY_OWNER_UID, by_owner_uid
@@ -144,6 +145,7 @@ class Operator:
             *lifecycle_controllers(self.context),
             *static_controllers(self.context),
             *termination_controllers(self.context),
+            InterruptionController(self.context, planned=self.provisioning.planned),
             *disruption_controllers(
                 self.context,
                 nominated=self.provisioning.nominated_within,

@@ -86,6 +86,11 @@ FINALIZER_TERMINATION: Final = "karpenter.sh/termination"
 # This project's own: the pending pods a NodeClaim was launched for (``namespace/name``, comma
 # separated), so a restarted controller sends them back to it instead of launching again.
 ANNOTATION_NOMINATED_PODS: Final = "karpenter.cluster.x-k8s.io/nominated-pods"
+# On a NodeClaim whose machine the cloud announced it will take (core.interruption): the notice's
+# kind, and when the machine goes (RFC 3339, empty when the notice gave no time). Kept on the
+# object so a restarted controller still knows the deadline and keeps its pods provisioned for.
+ANNOTATION_INTERRUPTION: Final = "karpenter.cluster.x-k8s.io/interruption"
+ANNOTATION_INTERRUPTION_DEADLINE: Final = "karpenter.cluster.x-k8s.io/interruption-deadline"
 
 # --- Cluster API --------------------------------------------------------------------------------
 

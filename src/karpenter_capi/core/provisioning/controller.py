@@ -30,7 +30,7 @@ from karpenter_capi.core.kube.resources import (
 from karpenter_capi.core.provisioning.batcher import Batcher
 from karpenter_capi.core.provisioning.pending import is_provisionable
 from karpenter_capi.core.provisioning.provisioner import Provisioner, ProvisioningReport
-from karpenter_capi.core.provisioning.state import ClusterSnapshot
+from karpenter_capi.core.provisioning.state import ClusterSnapshot, unreplaced_pods
 from karpenter_capi.core.runtime.controller import WORKLOAD, ControllerContext, Result
 from karpenter_capi.core.scheduling.model import pod_key
 from karpenter_capi.core.scheduling.packing import DEFAULT_BUDGET_SECONDS as DEFAULT_PACKING_BUDGET
@@ -196,7 +196,8 @@ class ProvisioningController:
     def run_once(self) -> Result:
         snapshot = self._snapshot()
         pending = self._provisioner.pending_pods(snapshot)
-        self._batcher.observe(pod_key(p) for p in pending)
+        # The pods of a node going away with nothing replacing it open a window too.
+        self._batcher.observe(pod_key(p) for p in [*pending, *unreplaced_pods(snapshot)])
         world = _world(snapshot, pending)
         if pending and self._last_world is not None and world != self._last_world:
             # Pods a round left pending (expecting them to fit somewhere) are still pending and

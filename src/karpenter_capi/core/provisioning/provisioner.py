@@ -53,6 +53,7 @@ from karpenter_capi.core.provisioning.state import (
     nodepool_option,
     nodepool_usage,
     persisted_nominations,
+    unreplaced_pods,
 )
 from karpenter_capi.core.scheduling import packing
 from karpenter_capi.core.scheduling.model import (
@@ -281,7 +282,8 @@ class Provisioner:
         # Pods no node can help (their claim is missing): told so, never launched for.
         blocked = {pod_key(p): why for p in provisionable if (why := missing_claim_reason(p))}
         pending = [p for p in provisionable if pod_key(p) not in blocked]
-        if not provisionable:
+        unreplaced = {pod_key(p) for p in unreplaced_pods(snapshot)}
+        if not provisionable and not unreplaced:
             self._said.clear()
             self._said_unschedulable = {}
             self._planned = {}
@@ -358,11 +360,10 @@ class Provisioner:
         for node_name in result.existing:
             self._nominated_at[node_name] = nominated_now
         moving_keys = {pod_key(p) for p in moving}
+        held = moving_keys - unreplaced  # a command replaces these; upstream launches for the rest
         for node_name, pods in result.existing.items():
             waiting = sum(1 for p in pods if pod_key(p) not in moving_keys)
-            report.placed.update(
-                (pod_key(p), node_name) for p in pods if pod_key(p) not in moving_keys
-            )
+            report.placed.update((pod_key(p), node_name) for p in pods if pod_key(p) not in held)
             if node_name in claim_names:
                 report.in_flight_pods += waiting
                 self._nominations[node_name] = frozenset(map(pod_key, pods))
@@ -371,10 +372,9 @@ class Provisioner:
         raw_pools = {inventory.nodepool: inventory for inventory in usable}
         wanted = []
         for claim in result.new_nodeclaims:
-            if all(pod_key(p) in moving_keys for p in claim.pods):
-                continue  # their own disruption launches for them, or they go pending first
-            claim.pods = [p for p in claim.pods if pod_key(p) not in moving_keys]
-            wanted.append(claim)
+            claim.pods = [p for p in claim.pods if pod_key(p) not in held]
+            if claim.pods:
+                wanted.append(claim)
         decision = tuple(
             sorted((c.nodepool.name, tuple(sorted(pod_key(p) for p in c.pods))) for c in wanted)
         )

@@ -31,7 +31,8 @@ sees such a NodeClass or NodeClaim; they answer ``None`` for everything else.
 Options (``--plugin-option capa.NAME=VALUE``): ``region`` (instead of the AWSCluster's),
 ``max-pods`` (instead of the VPC CNI formula), ``price-refresh-interval`` (seconds, default
 43200), ``price-configmap-namespace`` (default ``$POD_NAMESPACE`` or ``kube-system``),
-``price-store`` (``configmap`` or ``none``).
+``price-store`` (``configmap`` or ``none``), ``interruption-queue`` (the SQS queue's name or
+URL; see ``interruption`` and docs/aws.md), ``interruption-wait-seconds`` (default 20).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from typing import Any, Final
 from karpenter_capi.plugin_api import (
     Instance,
     InstanceType,
+    InterruptionNotice,
     KubeClient,
     LaunchResult,
     MachineTemplateDescription,
@@ -76,6 +78,7 @@ from karpenter_capi.plugins.capa.fleet_inventory import (
     load_region_catalog,
 )
 from karpenter_capi.plugins.capa.fleet_target import fleet_launch, resolve_target
+from karpenter_capi.plugins.capa.interruption import InterruptionQueue, queue_from_options
 from karpenter_capi.plugins.capa.launcher import FleetLauncher
 from karpenter_capi.plugins.capa.pricing import RegionPrices
 from karpenter_capi.plugins.capa.region import (
@@ -166,6 +169,7 @@ class CapaHooks:
         self._plugin = plugin or default_plugin()
         self._lock = threading.Lock()  # the state and its price books
         self._built: _State | None = None
+        self._queue: InterruptionQueue | None = None
 
     # -- hooks -----------------------------------------------------------------------------------
 
@@ -202,6 +206,18 @@ class CapaHooks:
     @hookimpl
     def karpenter_capi_list(self) -> list[Instance]:
         return self.launcher().list()
+
+    @hookimpl
+    def karpenter_capi_interruptions(self) -> list[InterruptionNotice] | None:
+        with self._lock:
+            if self._queue is None:
+                self._queue = queue_from_options(self._ctx, self._plugin.clients)
+        return self._queue.receive() if self._queue is not None else None
+
+    @hookimpl
+    def karpenter_capi_interruptions_handled(self, notices: list[InterruptionNotice]) -> None:
+        if self._queue is not None:
+            self._queue.handled(notices)
 
     # -- fleet launches --------------------------------------------------------------------------
 

@@ -183,6 +183,12 @@ class SimAws:
     def pricing(self, region: str) -> Any:
         return self._pricing
 
+    def sqs(self, region: str) -> Any:
+        """moto's SQS: where a scenario's EventBridge events would arrive."""
+        import boto3
+
+        return boto3.client("sqs", region_name=region)
+
     def _network(self) -> dict[str, str]:
         """A VPC with one private subnet per zone, a node security group and an AMI."""
         ec2 = self.emulation_ec2
