@@ -16,8 +16,11 @@ after a crash and find what an earlier attempt made):
 * an ``AWSMachine``, created **only after the fleet returned the instance**: it carries
   ``providerID aws:///<zone>/<id>`` and ``instanceID``, so CAPA's ``findInstance`` reads that
   instance instead of calling RunInstances. Created earlier, without a provider ID, it would
-  make CAPA launch a second instance. ``cloudInit.insecureSkipSecretsManager`` is set because
-  the bootstrap data went through the launch template, not Secrets Manager.
+  make CAPA launch a second instance. ``cloudInit.insecureSkipSecretsManager`` (ignition:
+  ``storageType: UnencryptedUserData``) says the bootstrap data went through the launch
+  template, not Secrets Manager or S3; the template's Secrets Manager fields and market fields
+  that do not fit the launched instance are left out, because CAPA's validating webhook
+  refuses them together (``sim/apiserver/capa_webhooks.py`` emulates it).
 
 The Machine is created first and the KubeadmConfig second (owned by it), so a crash between
 them leaves nothing that deleting the Machine does not clean up.
@@ -186,6 +189,45 @@ def kubeadm_config(
     }
 
 
+def _market(spec: JsonObject, *, spot: bool) -> None:
+    """The market fields of the instance the fleet launched, in combinations CAPA's webhook
+    admits (``validateInstanceMarketType``, ``validateCapacityReservation``): a template's
+    ``marketType: OnDemand`` or ``CapacityReservationsOnly`` must not sit next to the
+    ``spotMarketOptions`` of a spot instance, nor ``Spot`` on an on-demand one."""
+    if spot:
+        spec["spotMarketOptions"] = dict(spec.get("spotMarketOptions") or {})
+        spec["marketType"] = "Spot"
+        spec.pop("capacityReservationId", None)
+        if spec.get("capacityReservationPreference") == "CapacityReservationsOnly":
+            spec.pop("capacityReservationPreference")
+        return
+    spec.pop("spotMarketOptions", None)
+    if spec.get("marketType") == "Spot":
+        spec["marketType"] = "OnDemand"
+
+
+def _bootstrap_delivery(spec: JsonObject) -> None:
+    """How the bootstrap data reached the instance: in the launch template's user data, not
+    through a secret store or S3, said in the terms CAPA's webhook accepts.
+
+    cloud-init: ``insecureSkipSecretsManager`` without the Secrets Manager fields a template may
+    carry (``validateCloudInitSecret`` forbids them together). Ignition: ``storageType:
+    UnencryptedUserData`` and no ``cloudInit`` at all (``validateIgnitionAndCloudInit``).
+    """
+    ignition = spec.get("ignition")
+    if isinstance(ignition, Mapping):
+        spec.pop("cloudInit", None)
+        spec["ignition"] = {**ignition, "storageType": "UnencryptedUserData"}
+        return
+    cloud_init = {
+        key: value
+        for key, value in dict(spec.get("cloudInit") or {}).items()
+        if key not in ("secretPrefix", "secretCount", "secureSecretsBackend")
+    }
+    cloud_init["insecureSkipSecretsManager"] = True
+    spec["cloudInit"] = cloud_init
+
+
 def aws_machine(
     target: FleetTarget,
     nodeclaim: str,
@@ -201,13 +243,8 @@ def aws_machine(
     spec["ami"] = {"id": instance.image_id or target.image_id}
     if instance.subnet_id:
         spec["subnet"] = {"id": instance.subnet_id}
-    if instance.capacity_type == wellknown.CAPACITY_TYPE_SPOT:
-        spec["spotMarketOptions"] = dict(spec.get("spotMarketOptions") or {})
-    else:
-        spec.pop("spotMarketOptions", None)
-    cloud_init = dict(spec.get("cloudInit") or {})
-    cloud_init["insecureSkipSecretsManager"] = True
-    spec["cloudInit"] = cloud_init
+    _market(spec, spot=instance.capacity_type == wellknown.CAPACITY_TYPE_SPOT)
+    _bootstrap_delivery(spec)
     resource = aws_machines(target.machine_api_version)
     return {
         "apiVersion": resource.api_version,
