@@ -30,9 +30,8 @@ if TYPE_CHECKING:
     from karpenter_capi.sim.scenario.schema import AwsEnvironment
 
 MOTO_MISSING: Final = (
-    "this scenario emulates AWS with moto, a development dependency that is not installed; "
-    "install it with: pip install 'moto[ec2]>=5' (and the aws extra: "
-    "pip install 'karpenter-capi[aws]')"
+    "this scenario emulates AWS with moto, which is not installed; "
+    "install it with: pip install 'karpenter-capi[sim]' (part of 'karpenter-capi[all]')"
 )
 _FAKE_ENVIRONMENT: Final = {
     "AWS_ACCESS_KEY_ID": "testing",
