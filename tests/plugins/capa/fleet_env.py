@@ -38,6 +38,7 @@ from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
 from karpenter_capi.sim.scenario.aws import amazon_linux_ami, serve_catalog_from_memory
+from karpenter_capi.sim.scenario.aws_launch import LaunchTemplateEffects
 from tests.support import operator_world
 from tests.support.aws import REGION, StubbedAws
 
@@ -58,6 +59,7 @@ class FleetAws(StubbedAws):
         events = self.catalog.meta.events
         events.register("provide-client-params.ec2.CreateFleet", self._record)
         events.register("before-call.ec2.CreateFleet", self._answer)
+        LaunchTemplateEffects(boto3.client("ec2", region_name=region)).attach(self.catalog)
         ec2 = self.catalog
         self.vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
         self.subnets = {

@@ -131,7 +131,14 @@ def test_the_launch_template_version_carries_the_bootstrap_data_and_is_deleted_a
     assert base64.b64decode(data["UserData"]) == CLOUD_INIT
     assert data["IamInstanceProfile"] == {"Name": "nodes.example"}
     assert sorted(data["SecurityGroupIds"]) == sorted([world.aws.node_sg, world.aws.extra_sg])
-    assert data["MetadataOptions"]["HttpTokens"] == "required"
+    # The template sets no metadata options: CAPA's defaults, which CAPA would set back.
+    assert data["MetadataOptions"] == {
+        "HttpEndpoint": "enabled",
+        "HttpProtocolIpv6": "disabled",
+        "HttpPutResponseHopLimit": 1,
+        "HttpTokens": "optional",
+        "InstanceMetadataTags": "disabled",
+    }
     assert deleted == [
         {
             "LaunchTemplateId": version["LaunchTemplateId"],

@@ -241,6 +241,7 @@ def aws_machine(
     spec["instanceID"] = instance.instance_id
     spec["instanceType"] = instance.instance_type
     spec["ami"] = {"id": instance.image_id or target.image_id}
+    spec["instanceMetadataOptions"] = dict(target.metadata_options)
     if instance.subnet_id:
         spec["subnet"] = {"id": instance.subnet_id}
     _market(spec, spot=instance.capacity_type == wellknown.CAPACITY_TYPE_SPOT)

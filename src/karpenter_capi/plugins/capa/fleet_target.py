@@ -21,7 +21,7 @@ that says so, as is a template without ``ami.id`` (CAPA's AMI lookup is not repe
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -37,6 +37,17 @@ from karpenter_capi.plugins.capa.region import (
 
 BOOTSTRAP_GROUP: Final = "bootstrap.cluster.x-k8s.io"
 NODE_SECURITY_GROUP_ROLE: Final = "node"
+METADATA_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType(
+    {
+        "httpEndpoint": "enabled",
+        "httpProtocolIpv6": "disabled",
+        "httpPutResponseHopLimit": 1,
+        "httpTokens": "optional",
+        "instanceMetadataTags": "disabled",
+    }
+)
+"""What CAPA defaults an AWSMachine's unset ``instanceMetadataOptions`` to
+(cluster-api-provider-aws ``api/v1beta2/types.go: InstanceMetadataOptions.SetDefaults``)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +70,10 @@ class FleetTarget:
     """The KubeadmConfigTemplate's ``spec.template`` (``metadata`` and ``spec``)."""
     bootstrap_api_version: str
     version: str | None = None
+    metadata_options: Mapping[str, Any] = field(default_factory=lambda: METADATA_DEFAULTS)
+    """The template's ``instanceMetadataOptions`` over CAPA's defaults: what the instance is
+    launched with and its AWSMachine says, so CAPA's ``ensureInstanceMetadataOptions`` after
+    adoption finds nothing to change."""
 
     @property
     def zones(self) -> frozenset[str]:
@@ -144,6 +159,13 @@ def _version(client: KubeClient, namespace: str, cluster: Mapping[str, Any]) -> 
         return None
     version = ((control_plane or {}).get("spec") or {}).get("version")
     return str(version) if version else None
+
+
+def metadata_options(machine: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The AWSMachineTemplate's metadata options as CAPA defaults them."""
+    raw = machine.get("instanceMetadataOptions") or {}
+    given = {k: v for k, v in raw.items() if k in METADATA_DEFAULTS and v not in (None, "", 0)}
+    return MappingProxyType({**METADATA_DEFAULTS, **given})
 
 
 def resolve_target(client: KubeClient, nodeclass: object, region_option: str | None) -> FleetTarget:
@@ -238,4 +260,5 @@ def resolve_target(client: KubeClient, nodeclass: object, region_option: str | N
         ),
         bootstrap_api_version=str(bootstrap.get("apiVersion") or ""),
         version=_version(client, namespace, cluster),
+        metadata_options=metadata_options(machine),
     )

@@ -5,7 +5,8 @@ Cluster API's kubeadm bootstrap provider wrote into the Machine's bootstrap secr
 a launch template version. The template is named after the cluster and NodeClass and its first
 version holds only the image (version 1 is the default and cannot be deleted); each NodeClaim
 gets a version described ``nodeclaim <uid>`` with the image, IAM instance profile, security
-groups, IMDSv2 and its user data, which is deleted once the instance exists (the launch template
+groups, the template's instance metadata options (CAPA's defaults where unset) and its user
+data, which is deleted once the instance exists (the launch template
 is not needed to run it).
 
 Both steps are idempotent: a version is looked up by its description before one is created
@@ -64,12 +65,30 @@ def _base_data(target: FleetTarget) -> dict[str, Any]:
     return {"ImageId": target.image_id}
 
 
+_METADATA_NAMES: Final = {
+    "httpEndpoint": "HttpEndpoint",
+    "httpProtocolIpv6": "HttpProtocolIpv6",
+    "httpPutResponseHopLimit": "HttpPutResponseHopLimit",
+    "httpTokens": "HttpTokens",
+    "instanceMetadataTags": "InstanceMetadataTags",
+}
+
+
+def metadata_request(target: FleetTarget) -> dict[str, Any]:
+    """The launch template's ``MetadataOptions``: the template's, as CAPA defaults them."""
+    return {
+        aws: target.metadata_options[name]
+        for name, aws in _METADATA_NAMES.items()
+        if name in target.metadata_options
+    }
+
+
 def node_data(target: FleetTarget, user_data: bytes) -> dict[str, Any]:
     """One NodeClaim's launch template data (the Fleet overrides add type, subnet, zone)."""
     data: dict[str, Any] = {
         "ImageId": target.image_id,
         "UserData": encode_user_data(user_data),
-        "MetadataOptions": {"HttpTokens": "required", "HttpPutResponseHopLimit": 2},
+        "MetadataOptions": metadata_request(target),
     }
     if target.security_groups:
         data["SecurityGroupIds"] = list(target.security_groups)

@@ -72,6 +72,13 @@ AWS_MACHINES: Final = Resource(
 )
 _ARCH: Final = {"x86_64": wellknown.ARCH_AMD64, "arm64": wellknown.ARCH_ARM64}
 _GONE_STATES: Final = ("shutting-down", "terminated")
+_METADATA_OPTIONS: Final = {
+    "httpEndpoint": "HttpEndpoint",
+    "httpProtocolIpv6": "HttpProtocolIpv6",
+    "httpPutResponseHopLimit": "HttpPutResponseHopLimit",
+    "httpTokens": "HttpTokens",
+    "instanceMetadataTags": "InstanceMetadataTags",
+}
 
 
 def _error_code(err: Exception) -> str:
@@ -109,6 +116,9 @@ class CapaMachineController(MachineController):
         """Instances CAPA launched itself (an AWSMachine without a provider ID): a second
         instance for a NodeClaim whose fleet already launched one."""
         self.terminated = 0
+        self.metadata_changes = 0
+        """``ModifyInstanceMetadataOptions`` calls: an instance launched with options other than
+        its AWSMachine's, which CAPA rewrites after adoption."""
         self._shapes: dict[str, dict[str, str]] = {}
 
     def watches(self) -> Sequence[Watch]:
@@ -180,6 +190,7 @@ class CapaMachineController(MachineController):
                 "addresses": _addresses(instance),
             },
         )
+        self._ensure_metadata_options(aws_machine, instance)
         provider_id = str(nested(aws_machine, "spec", "providerID"))
         if nested(machine, "spec", "providerID") != provider_id:
             self.client.patch(
@@ -233,6 +244,26 @@ class CapaMachineController(MachineController):
                 return dict(instance)
         return None
 
+    def _ensure_metadata_options(
+        self, aws_machine: Mapping[str, Any], instance: Mapping[str, Any]
+    ) -> None:
+        """CAPA's ``ensureInstanceMetadataOptions`` (controllers/awsmachine_controller.go): the
+        instance's metadata options made the AWSMachine's (as defaulted) when they differ."""
+        wanted = nested(aws_machine, "spec", "instanceMetadataOptions")
+        if not isinstance(wanted, Mapping):
+            return
+        have = instance.get("MetadataOptions") or {}
+        request = {
+            aws_name: wanted.get(name)
+            for name, aws_name in _METADATA_OPTIONS.items()
+            if wanted.get(name) not in (None, "")
+        }
+        if all(have.get(aws_name) == value for aws_name, value in request.items()):
+            return
+        self.ec2.modify_instance_metadata_options(InstanceId=instance["InstanceId"], **request)
+        self.metadata_changes += 1
+        _log.info("CAPA set the metadata options of %s to %s", instance["InstanceId"], request)
+
     def _run_instance(self, machine: Mapping[str, Any], aws_machine: JsonObject) -> JsonObject:
         """CAPA's own launch, for an AWSMachine that names no instance."""
         spec = aws_machine.get("spec") or {}
@@ -259,6 +290,12 @@ class CapaMachineController(MachineController):
         subnet = nested(spec, "subnet", "id")
         if subnet:
             params["SubnetId"] = str(subnet)
+        options = spec.get("instanceMetadataOptions") or {}
+        metadata = {
+            aws: options[name] for name, aws in _METADATA_OPTIONS.items() if options.get(name)
+        }
+        if metadata:
+            params["MetadataOptions"] = metadata
         reservation = self.ec2.run_instances(**params)
         self.run_instances += 1
         instance = reservation["Instances"][0]

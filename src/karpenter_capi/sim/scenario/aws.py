@@ -26,6 +26,8 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Final
 
+from karpenter_capi.sim.scenario.aws_launch import LaunchTemplateEffects
+
 if TYPE_CHECKING:
     from karpenter_capi.sim.scenario.schema import AwsEnvironment
 
@@ -173,6 +175,7 @@ class SimAws:
         events.register("provide-client-params.ec2.CreateFleet", self._fleet_params)
         events.register("before-call.ec2.CreateFleet", self._create_fleet)
         events.register("after-call.ec2.CreateFleet", self._fleet_returned)
+        LaunchTemplateEffects(boto3.client("ec2", region_name=region)).attach(self._ec2)
         self._pricing.meta.events.register("before-call.pricing.GetProducts", self._products)
         self.values = self._network()
 
