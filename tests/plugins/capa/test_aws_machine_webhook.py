@@ -5,7 +5,9 @@ Each rule emulated from cluster-api-provider-aws ``webhooks/awsmachine_webhook.g
 object that passes and one refused with upstream's message; then, for AWSMachineTemplates
 whose fields a naive copy would turn into a refused AWSMachine (Secrets Manager settings next
 to ``insecureSkipSecretsManager``, ignition, ``marketType: OnDemand`` on a spot instance), the
-fleet launch ends with an adopted AWSMachine instead of an instance nobody manages.
+fleet launch ends with an adopted AWSMachine instead of an instance nobody manages (an
+ignition template is a NodeClass error instead: the fleet's nodes fetch their data with a
+cloud-init boothook).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import pytest
 from moto import mock_aws
 
+from karpenter_capi.core.errors import NodeClassNotReadyError
 from karpenter_capi.core.kube.errors import Invalid
 from karpenter_capi.core.kube.resources import Resource
 from karpenter_capi.plugins.capa.adopt import aws_machines
@@ -191,19 +194,27 @@ def test_a_template_with_secrets_manager_settings_still_yields_an_adopted_machin
     result = launch(world, "general-a1")
     awsm = world.server.get(AWS_MACHINES, "general-a1", NAMESPACE)
     assert awsm["spec"]["providerID"] == result.provider_id
-    # The bootstrap data went through the launch template, not a secret store.
-    assert awsm["spec"]["cloudInit"] == {"insecureSkipSecretsManager": True}
+    # The bootstrap data is in Secrets Manager under the instance's ID, whatever the template
+    # said: CAPA deletes it once the node registered.
+    instance_id = str(result.provider_id).rpartition("/")[2]
+    assert awsm["spec"]["cloudInit"] == {
+        "secretPrefix": f"aws.cluster.x-k8s.io/{instance_id}",
+        "secretCount": 1,
+        "secureSecretsBackend": "secrets-manager",
+    }
 
 
-def test_an_ignition_template_is_adopted_with_its_data_unencrypted_in_user_data(
+def test_an_ignition_template_is_a_nodeclass_error_before_anything_is_launched(
     world: FleetWorld,
 ) -> None:
     template_spec(world, ignition={"version": "3.4"})
-    result = launch(world, "general-a1")
-    awsm = world.server.get(AWS_MACHINES, "general-a1", NAMESPACE)
-    assert awsm["spec"]["providerID"] == result.provider_id
-    assert "cloudInit" not in awsm["spec"]
-    assert awsm["spec"]["ignition"] == {"version": "3.4", "storageType": "UnencryptedUserData"}
+    world.nodeclaim("general-a1")
+    with pytest.raises(NodeClassNotReadyError) as caught:
+        world.create("general-a1")
+    assert "AWSMachineTemplate nodes uses ignition; CAPAFleet launches cloud-init nodes" in str(
+        caught.value
+    )
+    assert world.aws.instances() == []
 
 
 def test_a_spot_instance_from_an_on_demand_template_is_adopted_as_spot(world: FleetWorld) -> None:

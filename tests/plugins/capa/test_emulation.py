@@ -40,7 +40,12 @@ class Emulated:
         self.world = world
         manager = Manager(world.server, clock=world.clock)
         controllers = add_capi_emulation(
-            manager, nodes=True, kubeadm_bootstrap=True, bootstrap_delay=2, aws_ec2=ec2_client()
+            manager,
+            nodes=True,
+            kubeadm_bootstrap=True,
+            bootstrap_delay=2,
+            aws_ec2=ec2_client(),
+            aws_secrets=world.aws.secrets_client,
         )
         self.capa = next(c for c in controllers if isinstance(c, CapaMachineController))
         self.driver = SteppedDriver(manager)
@@ -245,3 +250,16 @@ def test_the_templates_metadata_options_are_launched_and_kept(env: Emulated) -> 
     }
     awsm = world.server.get(AWS_MACHINES, "general-a", NAMESPACE)
     assert awsm["spec"]["instanceMetadataOptions"]["httpTokens"] == "required"
+
+
+def test_capa_deletes_the_bootstrap_secret_once_the_node_registered(env: Emulated) -> None:
+    world = env.world
+    provider_id = env.launch("general-a")
+    instance_id = provider_id.rpartition("/")[2]
+    assert env.node(provider_id)  # registered
+    env.driver.run_until_quiet()
+    secrets = world.aws.secrets_client.list_secrets()["SecretList"]
+    assert [s["Name"] for s in secrets if instance_id in s["Name"]] == []
+    assert env.capa.secrets_deleted == 1
+    awsm = world.server.get(AWS_MACHINES, "general-a", NAMESPACE)
+    assert awsm["spec"]["cloudInit"] == {"secureSecretsBackend": "secrets-manager"}

@@ -4,6 +4,7 @@ and garbage collection, against moto's EC2 and an in-memory management cluster."
 from __future__ import annotations
 
 import base64
+import gzip
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +17,7 @@ from karpenter_capi.core.errors import InstanceNotFoundError, InsufficientCapaci
 from karpenter_capi.core.hookspecs import Instance
 from karpenter_capi.core.instancetype import InstanceType, Offering
 from karpenter_capi.core.kube.errors import NotFound
-from karpenter_capi.core.kube.resources import NODECLAIMS
+from karpenter_capi.core.kube.resources import NODECLAIMS, Resource
 from karpenter_capi.core.lifecycle.garbagecollection import orphan_nodeclaim
 from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.plugins._cloud.unavailable import UnavailableOfferings
@@ -28,6 +29,9 @@ from tests.support.aws import fake_credentials
 
 AWS_MACHINES = aws_machines("infrastructure.cluster.x-k8s.io/v1beta2")
 KUBEADM_CONFIGS = kubeadm_configs("bootstrap.cluster.x-k8s.io/v1beta2")
+TEMPLATES = Resource(
+    "infrastructure.cluster.x-k8s.io", "v1beta2", "awsmachinetemplates", "AWSMachineTemplate", True
+)
 
 
 @pytest.fixture
@@ -86,7 +90,8 @@ def test_the_fleet_request_offers_every_compatible_offering_cheapest_first(
         "karpenter.sh/nodepool": "general",
         "karpenter.cluster.x-k8s.io/nodeclass": "fleet",
     }
-    assert tags_of(request, "volume") == tags
+    # An instant fleet may tag only itself and its instances (EC2 refuses other types).
+    assert {spec["ResourceType"] for spec in request["TagSpecifications"]} == {"instance", "fleet"}
     # The node is what EC2 chose, as EC2 reported it.
     [instance] = world.aws.instances()
     assert result.provider_id == (
@@ -96,39 +101,43 @@ def test_the_fleet_request_offers_every_compatible_offering_cheapest_first(
     assert result.zone == instance["Placement"]["AvailabilityZone"]
 
 
-def test_the_launch_template_version_carries_the_bootstrap_data_and_is_deleted_after(
+EC2_WRITES = ("Create", "Delete", "Modify", "Run", "Terminate", "Associate", "Attach")
+
+
+def test_ec2_writes_per_node_are_one_create_fleet(world: FleetWorld) -> None:
+    """The launch template is the NodeClass's, written once: per node, one CreateFleet."""
+    writes: list[str] = []
+
+    def record(model: Any, **_: Any) -> None:
+        if model.name.startswith(EC2_WRITES):
+            writes.append(model.name)
+
+    world.aws.catalog.meta.events.register("before-call.ec2", record)
+    for name in ("general-a1", "general-a2", "general-a3"):
+        assert launch(world, name).provider_id
+    assert writes == ["CreateLaunchTemplate", "CreateFleet", "CreateFleet", "CreateFleet"]
+    template_ids = {
+        r["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateId"]
+        for r in world.aws.fleet_requests
+    }
+    assert len(template_ids) == 1
+
+
+def test_the_launch_template_is_the_nodeclasss_and_the_node_data_is_a_capa_secret(
     world: FleetWorld,
 ) -> None:
-    world.nodeclaim("general-a1")
-    world.create("general-a1")
-    world.bootstrap_ready("general-a1")
-    seen: list[dict[str, Any]] = []
-
-    def look(**_: Any) -> None:
-        [config] = world.aws.fleet_requests[-1]["LaunchTemplateConfigs"]
-        spec = config["LaunchTemplateSpecification"]
-        found = world.aws.catalog.describe_launch_template_versions(
-            LaunchTemplateId=spec["LaunchTemplateId"], Versions=[spec["Version"]]
-        )
-        seen.append(found["LaunchTemplateVersions"][0])
-        # Adoption must come after the fleet: an AWSMachine without a provider ID would make
-        # CAPA launch a second instance.
-        with pytest.raises(NotFound):
-            world.server.get(AWS_MACHINES, "general-a1", NAMESPACE)
-
-    deleted: list[dict[str, Any]] = []
-
-    def record_delete(params: dict[str, Any], **_: Any) -> None:
-        deleted.append(params)
-
-    events = world.aws.catalog.meta.events
-    events.register_first("before-call.ec2.CreateFleet", look)
-    # moto does not implement DeleteLaunchTemplateVersions: what was asked is what counts.
-    events.register("provide-client-params.ec2.DeleteLaunchTemplateVersions", record_delete)
-    world.create("general-a1")
-    [version] = seen
+    result = launch(world, "general-a1")
+    [config] = world.aws.fleet_requests[-1]["LaunchTemplateConfigs"]
+    spec = config["LaunchTemplateSpecification"]
+    [version] = world.aws.catalog.describe_launch_template_versions(
+        LaunchTemplateId=spec["LaunchTemplateId"], Versions=[spec["Version"]]
+    )["LaunchTemplateVersions"]
     data = version["LaunchTemplateData"]
-    assert base64.b64decode(data["UserData"]) == CLOUD_INIT
+    user_data = base64.b64decode(data["UserData"])
+    # Shared by every node: the boothook that fetches the node's own data, no join token.
+    assert b"text/cloud-boothook" in user_data
+    assert b"aws.cluster.x-k8s.io/${INSTANCE}" in user_data
+    assert b"abc.def" not in user_data
     assert data["IamInstanceProfile"] == {"Name": "nodes.example"}
     assert sorted(data["SecurityGroupIds"]) == sorted([world.aws.node_sg, world.aws.extra_sg])
     # The template sets no metadata options: CAPA's defaults, which CAPA would set back.
@@ -139,13 +148,41 @@ def test_the_launch_template_version_carries_the_bootstrap_data_and_is_deleted_a
         "HttpTokens": "optional",
         "InstanceMetadataTags": "disabled",
     }
-    assert deleted == [
-        {
-            "LaunchTemplateId": version["LaunchTemplateId"],
-            "Versions": [str(version["VersionNumber"])],
-        }
-    ]
-    assert version["VersionNumber"] > 1  # version 1 is the template's default, kept
+    instance_id = str(result.provider_id).rpartition("/")[2]
+    secret = world.aws.secrets_client.get_secret_value(
+        SecretId=f"aws.cluster.x-k8s.io/{instance_id}-0"
+    )
+    assert gzip.decompress(secret["SecretBinary"]) == CLOUD_INIT
+    awsm = world.server.get(AWS_MACHINES, "general-a1", NAMESPACE)
+    assert awsm["spec"]["cloudInit"] == {
+        "secretPrefix": f"aws.cluster.x-k8s.io/{instance_id}",
+        "secretCount": 1,
+        "secureSecretsBackend": "secrets-manager",
+    }
+
+
+def test_a_changed_nodeclass_gets_a_new_default_version_used_from_then_on(
+    world: FleetWorld,
+) -> None:
+    launch(world, "general-a1")
+    first = world.aws.fleet_requests[-1]["LaunchTemplateConfigs"][0]
+    image = world.aws.catalog.describe_images(
+        Owners=["amazon"], Filters=[{"Name": "architecture", "Values": ["x86_64"]}]
+    )["Images"]
+    other = next(i["ImageId"] for i in image if i["ImageId"] != world.aws.ami)
+    world.server.patch(
+        TEMPLATES, "nodes", {"spec": {"template": {"spec": {"ami": {"id": other}}}}}, NAMESPACE
+    )
+    launch(world, "general-a2")
+    second = world.aws.fleet_requests[-1]["LaunchTemplateConfigs"][0]
+    spec = second["LaunchTemplateSpecification"]
+    assert spec["LaunchTemplateId"] == first["LaunchTemplateSpecification"]["LaunchTemplateId"]
+    assert int(spec["Version"]) > int(first["LaunchTemplateSpecification"]["Version"])
+    [default] = world.aws.catalog.describe_launch_template_versions(
+        LaunchTemplateId=spec["LaunchTemplateId"], Versions=["$Default"]
+    )["LaunchTemplateVersions"]
+    assert default["VersionNumber"] == int(spec["Version"])
+    assert default["LaunchTemplateData"]["ImageId"] == other
 
 
 def test_stock_capa_adopts_through_an_aws_machine_that_names_the_instance(
@@ -178,7 +215,9 @@ def test_stock_capa_adopts_through_an_aws_machine_that_names_the_instance(
     assert awsm["spec"]["subnet"] == {"id": instance["SubnetId"]}
     assert awsm["spec"]["ami"] == {"id": world.aws.ami}
     assert awsm["spec"]["spotMarketOptions"] == {}
-    assert awsm["spec"]["cloudInit"] == {"insecureSkipSecretsManager": True}
+    assert awsm["spec"]["cloudInit"]["secretPrefix"] == (
+        f"aws.cluster.x-k8s.io/{instance['InstanceId']}"
+    )
 
 
 def test_a_capacity_error_caches_the_offerings_and_the_next_launch_avoids_them(

@@ -16,11 +16,11 @@ after a crash and find what an earlier attempt made):
 * an ``AWSMachine``, created **only after the fleet returned the instance**: it carries
   ``providerID aws:///<zone>/<id>`` and ``instanceID``, so CAPA's ``findInstance`` reads that
   instance instead of calling RunInstances. Created earlier, without a provider ID, it would
-  make CAPA launch a second instance. ``cloudInit.insecureSkipSecretsManager`` (ignition:
-  ``storageType: UnencryptedUserData``) says the bootstrap data went through the launch
-  template, not Secrets Manager or S3; the template's Secrets Manager fields and market fields
-  that do not fit the launched instance are left out, because CAPA's validating webhook
-  refuses them together (``sim/apiserver/capa_webhooks.py`` emulates it).
+  make CAPA launch a second instance. ``cloudInit.secretPrefix`` and ``secretCount`` name the
+  Secrets Manager secrets holding the node's bootstrap data (``bootstrap_secret``), which CAPA
+  deletes once the node registered; market fields that do not fit the launched instance are
+  left out, because CAPA's validating webhook refuses them together
+  (``sim/apiserver/capa_webhooks.py`` emulates it).
 
 The Machine is created first and the KubeadmConfig second (owned by it), so a crash between
 them leaves nothing that deleting the Machine does not clean up.
@@ -35,6 +35,7 @@ from typing import Any, Final
 from karpenter_capi.plugin_api import Resource
 from karpenter_capi.plugin_api.kube import CAPI_INFRASTRUCTURE_GROUP, CapiResources, JsonObject
 from karpenter_capi.plugin_api.model import wellknown
+from karpenter_capi.plugins.capa import bootstrap_secret
 from karpenter_capi.plugins.capa.fleet import LaunchedInstance
 from karpenter_capi.plugins.capa.fleet_target import BOOTSTRAP_GROUP, FleetTarget
 
@@ -206,26 +207,18 @@ def _market(spec: JsonObject, *, spot: bool) -> None:
         spec["marketType"] = "OnDemand"
 
 
-def _bootstrap_delivery(spec: JsonObject) -> None:
-    """How the bootstrap data reached the instance: in the launch template's user data, not
-    through a secret store or S3, said in the terms CAPA's webhook accepts.
-
-    cloud-init: ``insecureSkipSecretsManager`` without the Secrets Manager fields a template may
-    carry (``validateCloudInitSecret`` forbids them together). Ignition: ``storageType:
-    UnencryptedUserData`` and no ``cloudInit`` at all (``validateIgnitionAndCloudInit``).
+def _bootstrap_delivery(spec: JsonObject, instance_id: str, secret_count: int) -> None:
+    """Where the bootstrap data is: CAPA's Secrets Manager secrets named after the instance
+    (``bootstrap_secret``), so CAPA deletes them once the node registered. A template's
+    ``insecureSkipSecretsManager`` or other backend would contradict that
+    (``validateCloudInitSecret``); ignition templates are refused earlier (``fleet_target``).
     """
-    ignition = spec.get("ignition")
-    if isinstance(ignition, Mapping):
-        spec.pop("cloudInit", None)
-        spec["ignition"] = {**ignition, "storageType": "UnencryptedUserData"}
-        return
-    cloud_init = {
-        key: value
-        for key, value in dict(spec.get("cloudInit") or {}).items()
-        if key not in ("secretPrefix", "secretCount", "secureSecretsBackend")
+    spec.pop("ignition", None)
+    spec["cloudInit"] = {
+        "secretPrefix": bootstrap_secret.prefix_for(instance_id),
+        "secretCount": secret_count,
+        "secureSecretsBackend": "secrets-manager",
     }
-    cloud_init["insecureSkipSecretsManager"] = True
-    spec["cloudInit"] = cloud_init
 
 
 def aws_machine(
@@ -234,6 +227,8 @@ def aws_machine(
     owner: Mapping[str, Any],
     nodepool: str | None,
     instance: LaunchedInstance,
+    *,
+    secret_count: int,
 ) -> JsonObject:
     """The AWSMachine that makes CAPA adopt ``instance`` (never one without a provider ID)."""
     spec = copy.deepcopy(dict(target.machine_spec))
@@ -245,7 +240,7 @@ def aws_machine(
     if instance.subnet_id:
         spec["subnet"] = {"id": instance.subnet_id}
     _market(spec, spot=instance.capacity_type == wellknown.CAPACITY_TYPE_SPOT)
-    _bootstrap_delivery(spec)
+    _bootstrap_delivery(spec, instance.instance_id, secret_count)
     resource = aws_machines(target.machine_api_version)
     return {
         "apiVersion": resource.api_version,

@@ -34,6 +34,10 @@ class AwsClients(Protocol):
         """A Pricing client whose endpoint is in ``region`` (see ``pricing.pricing_region``)."""
         ...
 
+    def secretsmanager(self, region: str) -> Any:
+        """A Secrets Manager client for ``region`` (``CAPAFleet`` bootstrap data)."""
+        ...
+
 
 class Boto3Clients:
     """``AwsClients`` from one boto3 session, each client created once per region.
@@ -62,3 +66,6 @@ class Boto3Clients:
 
     def pricing(self, region: str) -> Any:
         return self._client("pricing", region)
+
+    def secretsmanager(self, region: str) -> Any:
+        return self._client("secretsmanager", region)

@@ -204,7 +204,9 @@ def fleet_request(
         ],
         "TagSpecifications": [
             {"ResourceType": kind, "Tags": [dict(tag) for tag in tags]}
-            for kind in ("instance", "volume", "fleet")
+            # An instant fleet tags only itself and its instances; volumes and network
+            # interfaces get the NodeClass's tags from the launch template.
+            for kind in ("instance", "fleet")
         ],
     }
     if spot:

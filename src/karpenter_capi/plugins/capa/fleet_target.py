@@ -220,6 +220,13 @@ def resolve_target(client: KubeClient, nodeclass: object, region_option: str | N
         raise NodeClassNotReadyError(
             name, f"AWSMachineTemplate {infra.name} has no spec.template.spec.ami.id"
         )
+    if machine.get("ignition") is not None:
+        raise NodeClassNotReadyError(
+            name,
+            f"AWSMachineTemplate {infra.name} uses ignition; CAPAFleet launches cloud-init "
+            "nodes (a cloud-init boothook fetches each node's bootstrap data), use a "
+            "cloud-init template or the generic_capi launch",
+        )
     subnet = machine.get("subnet") or {}
     if subnet.get("filters") and not subnet.get("id"):
         raise NodeClassNotReadyError(

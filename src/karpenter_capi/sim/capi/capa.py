@@ -17,6 +17,9 @@ that would go wrong:
   (``CapaEmulation.run_instances`` counts them);
 * **a vanished instance** (terminated behind CAPA's back) fails the AWSMachine and the Machine
   (``failureReason: UpdateError``), never a second launch;
+* **bootstrap secrets**: with a Secrets Manager client, the secrets an AWSMachine names
+  (``cloudInit.secretPrefix``/``secretCount``) are deleted once its node registered, and the
+  two fields cleared (CAPA's ``deleteEncryptedBootstrapDataSecret``);
 * **deletion**: a deleted Machine terminates its instance, deletes its AWSMachine and Node,
   then lets the Machine go.
 
@@ -117,6 +120,8 @@ class CapaMachineController(MachineController):
         instance for a NodeClaim whose fleet already launched one."""
         self.terminated = 0
         self.metadata_changes = 0
+        self.secrets: Any = settings.aws_secrets
+        self.secrets_deleted = 0
         """``ModifyInstanceMetadataOptions`` calls: an instance launched with options other than
         its AWSMachine's, which CAPA rewrites after adoption."""
         self._shapes: dict[str, dict[str, str]] = {}
@@ -204,6 +209,8 @@ class CapaMachineController(MachineController):
         if node is None:
             self._register_node(machine, instance, provider_id)
         self._write_status(machine, shape, "Running" if node else "Provisioned", node=node)
+        if node is not None:
+            self._delete_bootstrap_secrets(aws_machine)
         return DONE
 
     def _aws_machine(self, machine: Mapping[str, Any]) -> JsonObject | None:
@@ -263,6 +270,31 @@ class CapaMachineController(MachineController):
         self.ec2.modify_instance_metadata_options(InstanceId=instance["InstanceId"], **request)
         self.metadata_changes += 1
         _log.info("CAPA set the metadata options of %s to %s", instance["InstanceId"], request)
+
+    def _delete_bootstrap_secrets(self, aws_machine: Mapping[str, Any]) -> None:
+        """CAPA's ``deleteEncryptedBootstrapDataSecret``: once the node registered (or the
+        machine goes), the secrets ``<secretPrefix>-0..secretCount-1`` are deleted and the
+        prefix and count cleared from the spec."""
+        prefix = nested(aws_machine, "spec", "cloudInit", "secretPrefix")
+        if self.secrets is None or not prefix:
+            return
+        count = int(nested(aws_machine, "spec", "cloudInit", "secretCount") or 0)
+        for index in range(count):
+            try:
+                self.secrets.delete_secret(
+                    SecretId=f"{prefix}-{index}", ForceDeleteWithoutRecovery=True
+                )
+            except Exception as err:
+                if _error_code(err) != "ResourceNotFoundException":
+                    raise
+            self.secrets_deleted += 1
+        with contextlib.suppress(NotFound):
+            self.client.patch(
+                AWS_MACHINES,
+                name_of(aws_machine),
+                {"spec": {"cloudInit": {"secretPrefix": None, "secretCount": None}}},
+                namespace_of(aws_machine),
+            )
 
     def _run_instance(self, machine: Mapping[str, Any], aws_machine: JsonObject) -> JsonObject:
         """CAPA's own launch, for an AWSMachine that names no instance."""
@@ -409,6 +441,7 @@ class CapaMachineController(MachineController):
         if now < done_at:
             return Result(requeue_after=max((done_at - now).total_seconds(), 0.0))
         if aws_machine is not None:
+            self._delete_bootstrap_secrets(aws_machine)
             self._terminate(instance_id_of(aws_machine))
             with contextlib.suppress(NotFound):
                 self.client.delete(AWS_MACHINES, name_of(aws_machine), namespace_of(aws_machine))

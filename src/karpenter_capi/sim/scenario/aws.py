@@ -161,6 +161,7 @@ class SimAws:
         self.region = region
         self._ec2 = serve_catalog_from_memory(boto3.client("ec2", region_name=region))
         self._pricing = boto3.client("pricing", region_name="us-east-1")
+        self._secrets = boto3.client("secretsmanager", region_name=region)
         self.emulation_ec2 = serve_catalog_from_memory(boto3.client("ec2", region_name=region))
         self.fleet = FleetFigures()
         self._request: dict[str, Any] = {}
@@ -184,6 +185,9 @@ class SimAws:
 
     def pricing(self, region: str) -> Any:
         return self._pricing
+
+    def secretsmanager(self, region: str) -> Any:
+        return self._secrets
 
     def _network(self) -> dict[str, str]:
         """A VPC with one private subnet per zone, a node security group and an AMI."""
