@@ -74,6 +74,9 @@ class FleetAws(StubbedAws):
         self.node_sg = ec2.create_security_group(
             GroupName="prod-node", Description="nodes", VpcId=self.vpc
         )["GroupId"]
+        self.lb_sg = ec2.create_security_group(
+            GroupName="prod-lb", Description="load balancers", VpcId=self.vpc
+        )["GroupId"]
         self.extra_sg = ec2.create_security_group(
             GroupName="prod-extra", Description="extra", VpcId=self.vpc
         )["GroupId"]
@@ -155,7 +158,15 @@ def manifests(aws: FleetAws, *, instance_profile: str = "nodes.example") -> list
                     ]
                 },
             },
-            "status": {"networkStatus": {"securityGroups": {"node": {"id": aws.node_sg}}}},
+            "status": {
+                "networkStatus": {
+                    "securityGroups": {
+                        "node": {"id": aws.node_sg},
+                        "lb": {"id": aws.lb_sg},
+                        "controlplane": {"id": "sg-control-plane"},
+                    }
+                }
+            },
         },
         {
             "apiVersion": f"{INFRA}/v1beta2",

@@ -86,6 +86,7 @@ def test_the_fleet_request_offers_every_compatible_offering_cheapest_first(
         "kubernetes.io/cluster/prod": "owned",
         "sigs.k8s.io/cluster-api-provider-aws/role": "node",
         "Name": "general-a1",
+        "MachineName": "capi/general-a1",
         "karpenter.sh/nodeclaim": "general-a1",
         "karpenter.sh/nodepool": "general",
         "karpenter.cluster.x-k8s.io/nodeclass": "fleet",
@@ -139,7 +140,8 @@ def test_the_launch_template_is_the_nodeclasss_and_the_node_data_is_a_capa_secre
     assert b"aws.cluster.x-k8s.io/${INSTANCE}" in user_data
     assert b"abc.def" not in user_data
     assert data["IamInstanceProfile"] == {"Name": "nodes.example"}
-    assert sorted(data["SecurityGroupIds"]) == sorted([world.aws.node_sg, world.aws.extra_sg])
+    # CAPA's core groups of a node (node and lb; GetCoreSecurityGroups), then the template's.
+    assert data["SecurityGroupIds"] == [world.aws.node_sg, world.aws.lb_sg, world.aws.extra_sg]
     # The template sets no metadata options: CAPA's defaults, which CAPA would set back.
     assert data["MetadataOptions"] == {
         "HttpEndpoint": "enabled",
@@ -409,7 +411,9 @@ def test_garbage_collection_terminates_an_instance_no_nodeclaim_claims(world: Fl
         TagSpecifications=[
             {
                 "ResourceType": "instance",
-                "Tags": fleet.instance_tags("prod", "ghost", "ghost", "general", "fleet"),
+                "Tags": fleet.instance_tags(
+                    "prod", "ghost", "ghost", "general", "fleet", namespace="capi"
+                ),
             }
         ],
     )["Instances"][0]["InstanceId"]

@@ -150,14 +150,22 @@ def client_token(uid: str, template_version: int, chosen: Sequence[Candidate], k
 
 
 def instance_tags(
-    cluster: str, machine_name: str, nodeclaim: str, nodepool: str | None, nodeclass: str
+    cluster: str,
+    machine_name: str,
+    nodeclaim: str,
+    nodepool: str | None,
+    nodeclass: str,
+    *,
+    namespace: str,
 ) -> list[dict[str, str]]:
-    """The tags of the instance: stock CAPA's for a node, then Karpenter's."""
+    """The tags of the instance: stock CAPA's for a node (``MachineName`` is
+    ``<namespace>/<machine>``, api/v1beta2/tags.go: ``WithMachineName``), then Karpenter's."""
     tags = {
         capa_cluster_tag(cluster): "owned",
         f"kubernetes.io/cluster/{cluster}": "owned",
         TAG_CAPA_ROLE: "node",
         "Name": machine_name,
+        "MachineName": f"{namespace}/{machine_name}",
         TAG_NODECLAIM: nodeclaim,
         TAG_NODECLASS: nodeclass,
     }

@@ -36,7 +36,10 @@ from karpenter_capi.plugins.capa.region import (
 )
 
 BOOTSTRAP_GROUP: Final = "bootstrap.cluster.x-k8s.io"
-NODE_SECURITY_GROUP_ROLE: Final = "node"
+NODE_SECURITY_GROUP_ROLES: Final = ("node", "lb")
+"""The AWSCluster's security groups CAPA gives every node it launches, in its order
+(cluster-api-provider-aws ``pkg/cloud/services/ec2/instances.go: GetCoreSecurityGroups``; the
+``lb`` group is left out only for EKS, which uses an AWSManagedControlPlane, not an AWSCluster)."""
 METADATA_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType(
     {
         "httpEndpoint": "enabled",
@@ -137,13 +140,16 @@ def _zone_of(aws_cluster: Mapping[str, Any], subnet_id: str) -> str | None:
     return None
 
 
-def _node_security_group(aws_cluster: Mapping[str, Any]) -> list[str]:
+def _node_security_groups(aws_cluster: Mapping[str, Any]) -> list[str]:
     groups = ((aws_cluster.get("status") or {}).get("networkStatus") or {}).get(
         "securityGroups"
     ) or {}
-    node = groups.get(NODE_SECURITY_GROUP_ROLE) if isinstance(groups, Mapping) else None
-    found = str(node.get("id") or "") if isinstance(node, Mapping) else ""
-    return [found] if found else []
+    found: list[str] = []
+    for role in NODE_SECURITY_GROUP_ROLES:
+        group = groups.get(role) if isinstance(groups, Mapping) else None
+        if isinstance(group, Mapping) and group.get("id"):
+            found.append(str(group["id"]))
+    return found
 
 
 def _version(client: KubeClient, namespace: str, cluster: Mapping[str, Any]) -> str | None:
@@ -245,7 +251,7 @@ def resolve_target(client: KubeClient, nodeclass: object, region_option: str | N
         raise NodeClassNotReadyError(
             name, f"AWSCluster of {namespace}/{launch.cluster_name} lists no subnet with a zone"
         )
-    groups = _node_security_group(aws_cluster) + [
+    groups = _node_security_groups(aws_cluster) + [
         str(g["id"])
         for g in machine.get("additionalSecurityGroups") or []
         if isinstance(g, Mapping) and g.get("id")

@@ -305,7 +305,12 @@ class FleetLauncher:
             image_id=target.image_id,
             token=fleet.client_token(names.uid, version, chosen, kind),
             tags=fleet.instance_tags(
-                target.cluster, names.name, names.name, names.nodepool, target.nodeclass
+                target.cluster,
+                names.name,
+                names.name,
+                names.nodepool,
+                target.nodeclass,
+                namespace=target.namespace,
             ),
         )
         with self._lock:
