@@ -29,6 +29,9 @@ from tests.support.aws import fake_credentials
 
 AWS_MACHINES = aws_machines("infrastructure.cluster.x-k8s.io/v1beta2")
 KUBEADM_CONFIGS = kubeadm_configs("bootstrap.cluster.x-k8s.io/v1beta2")
+AWS_CLUSTERS = Resource(
+    "infrastructure.cluster.x-k8s.io", "v1beta2", "awsclusters", "AWSCluster", True
+)
 TEMPLATES = Resource(
     "infrastructure.cluster.x-k8s.io", "v1beta2", "awsmachinetemplates", "AWSMachineTemplate", True
 )
@@ -283,7 +286,9 @@ def test_without_spot_left_the_fleet_asks_for_on_demand_at_the_lowest_price(
     assert "spotMarketOptions" not in awsm["spec"]
 
 
-def test_overrides_stop_at_sixty_cheapest_first_and_leave_out_cached_offerings() -> None:
+def test_overrides_are_sixty_types_each_in_every_zone_and_leave_out_cached_offerings() -> None:
+    """As upstream Karpenter: the 60 cheapest types, each in every zone it is offered in (one
+    subnet per zone), not 60 (type x subnet) pairs."""
     clock = FakeClock()
     unavailable = UnavailableOfferings(clock)
     types = [
@@ -295,19 +300,52 @@ def test_overrides_stop_at_sixty_cheapest_first_and_leave_out_cached_offerings()
                 Offering("us-east-1b", "spot", 0.01 * (100 - i) + 0.001),
             ),
         )
-        for i in range(40)
+        for i in range(70)
     ]
-    unavailable.mark("t039.large", "us-east-1a", "spot", "ICE")
+    unavailable.mark("t069.large", "us-east-1a", "spot", "ICE")
     found = fleet.candidates(
         types, {"us-east-1a": ("subnet-a",), "us-east-1b": ("subnet-b",)}, unavailable
     )
-    chosen = fleet.overrides(found, "spot")
-    assert len(chosen) == fleet.MAX_OVERRIDES
+    chosen = fleet.overrides(found, "spot", {"us-east-1a": "subnet-a", "us-east-1b": "subnet-b"})
+    kept = {c.instance_type for c in chosen}
+    assert kept == {f"t{i:03d}.large" for i in range(10, 70)}  # the 60 cheapest
+    assert len(chosen) == 2 * 60 - 1  # every zone of each, but the cached offering
     assert [c.price for c in chosen] == sorted(c.price for c in chosen)
-    assert chosen[0] == fleet.Candidate(
-        0.61 + 0.001, "t039.large", "us-east-1b", "subnet-b", "spot"
-    )
-    assert ("t039.large", "us-east-1a") not in {(c.instance_type, c.zone) for c in chosen}
+    assert ("t069.large", "us-east-1a") not in {(c.instance_type, c.zone) for c in chosen}
+
+
+def test_each_zone_launches_into_its_subnet_with_the_most_free_addresses(
+    world: FleetWorld,
+) -> None:
+    bigger = world.aws.catalog.create_subnet(
+        VpcId=world.aws.vpc, CidrBlock="10.0.16.0/20", AvailabilityZone="us-east-1a"
+    )["Subnet"]["SubnetId"]
+    cluster = world.server.get(AWS_CLUSTERS, "prod", NAMESPACE)
+    subnets = cluster["spec"]["network"]["subnets"]
+    subnets.append({"id": bigger, "availabilityZone": "us-east-1a", "isPublic": False})
+    world.server.patch(AWS_CLUSTERS, "prod", {"spec": {"network": {"subnets": subnets}}}, NAMESPACE)
+    launch(world, "general-a1")
+    [config] = world.aws.fleet_requests[-1]["LaunchTemplateConfigs"]
+    pairs = [(o["InstanceType"], o["SubnetId"]) for o in config["Overrides"]]
+    assert len(pairs) == len(set(pairs))
+    in_zone_a = {
+        subnet for _, subnet in pairs if subnet in (bigger, world.aws.subnets["us-east-1a"])
+    }
+    assert in_zone_a == {bigger}  # 4,091 free addresses against 251
+
+
+def test_a_subnet_out_of_addresses_is_left_out_for_every_type(world: FleetWorld) -> None:
+    world.nodeclaim("general-a1")
+    world.create("general-a1")
+    world.bootstrap_ready("general-a1")
+    full = world.aws.subnets["us-east-1a"]
+    world.aws.refuse_next_fleet([("m5.large", full, "InsufficientFreeAddressesInSubnet")])
+    with pytest.raises(InsufficientCapacityError):
+        world.create("general-a1")
+    assert world.create("general-a1").provider_id
+    [config] = world.aws.fleet_requests[-1]["LaunchTemplateConfigs"]
+    assert config["Overrides"]
+    assert full not in {o["SubnetId"] for o in config["Overrides"]}
 
 
 def test_a_repeated_create_answers_from_the_work_done_and_never_launches_twice(

@@ -59,7 +59,7 @@ from karpenter_capi.plugin_api.kube import (
     capi_resources,
 )
 from karpenter_capi.plugin_api.model import wellknown
-from karpenter_capi.plugins._cloud.unavailable import UnavailableOfferings
+from karpenter_capi.plugins._cloud.unavailable import ExpiringMarks, UnavailableOfferings
 from karpenter_capi.plugins.capa import adopt, bootstrap_secret, fleet, launch_template
 from karpenter_capi.plugins.capa.clients import AwsClients
 from karpenter_capi.plugins.capa.fleet_target import (
@@ -77,6 +77,8 @@ ANNOTATION_REGION: Final = "karpenter.cluster.x-k8s.io/capa-region"
 ANNOTATION_CLUSTER: Final = "karpenter.cluster.x-k8s.io/capa-cluster"
 AWS_PREFIX: Final = "aws:///"
 INDEX_TTL_SECONDS: Final = 5.0
+SUBNET_TTL_SECONDS: Final = 60.0
+"""How long free-address counts of the subnets are reused (upstream Karpenter caches them)."""
 
 
 def _raw(nodeclaim: object) -> Mapping[str, Any]:
@@ -149,6 +151,9 @@ class FleetLauncher:
         self.launched = 0
         self._index: dict[str, tuple[str, str, str]] = {}
         self.templates = launch_template.LaunchTemplates()
+        self._full_subnets: ExpiringMarks[str] = ExpiringMarks(clock)
+        self._free: dict[str, int] = {}
+        self._free_at: dict[str, float] = {}
         self._index_at = -1e18
 
     @property
@@ -287,13 +292,20 @@ class FleetLauncher:
         names: _Names,
         instance_types: list[InstanceType],
     ) -> fleet.LaunchedInstance:
-        found = fleet.candidates(instance_types, target.subnets, self._unavailable)
+        zonal = fleet.zonal_subnets(
+            target.subnets, self._free_addresses(ec2, target), self._full_subnets.is_unavailable
+        )
+        found = [
+            c
+            for c in fleet.candidates(instance_types, target.subnets, self._unavailable)
+            if zonal.get(c.zone) == c.subnet_id
+        ]
         kind = fleet.capacity_type_for(found)
         if kind is None:
             raise InsufficientCapacityError(
                 "every compatible offering is recently unavailable or outside the subnets"
             )
-        chosen = fleet.overrides(found, kind)
+        chosen = fleet.overrides(found, kind, zonal)
         template_id, version = self.templates.ensure(
             ec2, target, bootstrap_secret.user_data(target.region)
         )
@@ -319,6 +331,8 @@ class FleetLauncher:
         if any(code.startswith("InvalidLaunchTemplate") for _, _, code, _ in outcome.errors):
             self.templates.forget(target)  # deleted behind our back: written again next time
         messages = fleet.mark_capacity_errors(outcome, kind, self._unavailable)
+        for subnet in outcome.full_subnets:
+            self._full_subnets.mark(subnet, fleet.FULL_SUBNET)
         if outcome.instance is None:
             detail = "; ".join(messages) or "CreateFleet returned no instance"
             codes = {code for _, _, code, _ in outcome.errors}
@@ -326,6 +340,23 @@ class FleetLauncher:
                 raise RetryableCreateError(f"CreateFleet failed: {detail}")
             raise InsufficientCapacityError(f"CreateFleet launched nothing: {detail}")
         return outcome.instance
+
+    def _free_addresses(self, ec2: Any, target: FleetTarget) -> dict[str, int]:
+        """Free IP addresses of the NodeClass's subnets (``DescribeSubnets``, reused a minute)."""
+        ids = sorted({s for group in target.subnets.values() for s in group})
+        now = self._clock.monotonic()
+        with self._lock:
+            fresh = all(now - self._free_at.get(s, -1e18) < SUBNET_TTL_SECONDS for s in ids)
+            if fresh:
+                return {s: self._free[s] for s in ids if s in self._free}
+        described = ec2.describe_subnets(SubnetIds=ids).get("Subnets") or []
+        with self._lock:
+            for subnet in described:
+                self._free[str(subnet["SubnetId"])] = int(
+                    subnet.get("AvailableIpAddressCount") or 0
+                )
+                self._free_at[str(subnet["SubnetId"])] = now
+            return {s: self._free[s] for s in ids if s in self._free}
 
     def _result(
         self, target: FleetTarget, name: str, instance: fleet.LaunchedInstance
