@@ -487,10 +487,43 @@ def test_a_machine_whose_instance_is_gone_is_cleaned_up(world: FleetWorld) -> No
 def test_generic_capi_leaves_fleet_nodeclasses_alone(world: FleetWorld) -> None:
     assert world.plugins.serving_plugin(world.nodeclass, _nodepool(world)) == "capa"
     names = {it.name for it in world.inventory()}
-    assert {"m5.large", "c5.large", "m6g.large"} <= names
+    assert {"m5.large", "c5.large"} <= names
+
+
+def test_only_types_of_the_images_architecture_are_offered(world: FleetWorld) -> None:
+    inventory = world.inventory()
+    assert {it.name for it in inventory} >= {"m5.large", "c5.large"}
+    assert "m6g.large" not in {it.name for it in inventory}  # arm64, the AMI is x86_64
+    arm = world.aws.catalog.describe_images(
+        Owners=["amazon"], Filters=[{"Name": "architecture", "Values": ["arm64"]}]
+    )["Images"][0]["ImageId"]
+    world.server.patch(
+        TEMPLATES, "nodes", {"spec": {"template": {"spec": {"ami": {"id": arm}}}}}, NAMESPACE
+    )
+    arm_inventory = world.inventory()
+    assert "m6g.large" in {it.name for it in arm_inventory}
+    assert {a for it in arm_inventory for a in it.requirements[wellknown.LABEL_ARCH]} == {"arm64"}
 
 
 def _nodepool(world: FleetWorld) -> Any:
     from karpenter_capi.core.api.nodepool import NodePool
 
     return NodePool.model_validate(world.nodepool_raw)
+
+
+def test_an_architecture_mismatch_marks_the_offering_instead_of_retrying_it() -> None:
+    unavailable = UnavailableOfferings(FakeClock())
+    outcome = fleet.FleetOutcome(
+        None,
+        (
+            (
+                "m6g.large",
+                "us-east-1a",
+                "InvalidParameterValue",
+                "The architecture 'arm64' of the specified instance type does not match the "
+                "architecture 'x86_64' of the specified AMI.",
+            ),
+        ),
+    )
+    fleet.mark_capacity_errors(outcome, "spot", unavailable)
+    assert unavailable.is_unavailable("m6g.large", "us-east-1a", "spot")

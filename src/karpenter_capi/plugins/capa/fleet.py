@@ -311,7 +311,11 @@ def mark_capacity_errors(
     messages = []
     for instance_type, zone, code, message in outcome.errors:
         messages.append(f"{instance_type or '?'} in {zone or '?'}: {code}: {message}")
-        if code in CAPACITY_ERROR_CODES and instance_type and zone:
+        # An image of another architecture than the type's is that offering's failure too, not
+        # one to retry (the inventory filters by the AMI's architecture; this catches an AMI
+        # replaced behind the cache).
+        mismatch = "architecture" in message.lower()
+        if (code in CAPACITY_ERROR_CODES or mismatch) and instance_type and zone:
             unavailable.mark(instance_type, zone, capacity_type, f"{code}: {message}"[:200])
     return messages
 
