@@ -144,6 +144,15 @@ def test_one_fleet_call_per_node_plus_the_retry_and_capa_never_launches_its_own(
     assert figures["fleet_calls"] == launched + figures["fleet_capacity_errors"] == 5
     assert figures["fleet_calls_per_node"] == pytest.approx(1.25)
     assert figures["instances_launched_by_capa"] == 0
+    # Per node, its CreateFleet: the launch template is the NodeClass's, written once; the
+    # only other writes are the terminations of the replaced node and the GC.
+    assert figures["ec2_writes"]["CreateFleet"] == 5
+    assert figures["ec2_writes"]["CreateLaunchTemplate"] == 1
+    assert set(figures["ec2_writes"]) <= {
+        "CreateFleet",
+        "CreateLaunchTemplate",
+        "TerminateInstances",
+    }
     assert figures["instances_live"] == 3
     assert figures["kube_writes"] > 0
     assert figures["kube_writes_per_node"] == pytest.approx(

@@ -44,6 +44,9 @@ _FAKE_ENVIRONMENT: Final = {
 }
 
 
+_EC2_WRITES: Final = ("Create", "Delete", "Modify", "Run", "Terminate", "Associate", "Attach")
+
+
 class AwsUnavailableError(RuntimeError):
     """The scenario needs moto (or boto3), which is not installed."""
 
@@ -145,6 +148,8 @@ class FleetFigures:
     refused: int = 0
     """Calls answered with injected capacity errors and no instance."""
     instances: set[str] = field(default_factory=set)
+    ec2_writes: dict[str, int] = field(default_factory=dict)
+    """EC2 calls of the plugin that change something, by operation."""
 
 
 class SimAws:
@@ -176,6 +181,7 @@ class SimAws:
         events.register("provide-client-params.ec2.CreateFleet", self._fleet_params)
         events.register("before-call.ec2.CreateFleet", self._create_fleet)
         events.register("after-call.ec2.CreateFleet", self._fleet_returned)
+        events.register("provide-client-params.ec2", self._count_write)
         LaunchTemplateEffects(boto3.client("ec2", region_name=region)).attach(self._ec2)
         self._pricing.meta.events.register("before-call.pricing.GetProducts", self._products)
         self.values = self._network()
@@ -262,6 +268,10 @@ class SimAws:
         }
         return _answer({"FleetId": f"fleet-refused-{self.fleet.calls}", "Errors": [error]})
 
+    def _count_write(self, model: Any, **_: Any) -> None:
+        if model.name.startswith(_EC2_WRITES):
+            self.fleet.ec2_writes[model.name] = self.fleet.ec2_writes.get(model.name, 0) + 1
+
     def _fleet_returned(self, parsed: Mapping[str, Any], **_: Any) -> None:
         for launched in parsed.get("Instances") or []:
             self.fleet.instances.update(launched.get("InstanceIds") or [])
@@ -288,6 +298,10 @@ class SimAws:
             "fleet_capacity_errors": self.fleet.refused,
             "nodes_launched": launched,
             "fleet_calls_per_node": round(self.fleet.calls / launched, 3) if launched else 0.0,
+            "ec2_writes": dict(sorted(self.fleet.ec2_writes.items())),
+            "ec2_writes_per_node": (
+                round(sum(self.fleet.ec2_writes.values()) / launched, 3) if launched else 0.0
+            ),
             "kube_writes": kube_writes,
             "kube_writes_per_node": round(kube_writes / launched, 3) if launched else 0.0,
             "instances_live": len(live),
