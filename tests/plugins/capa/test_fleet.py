@@ -527,3 +527,41 @@ def test_an_architecture_mismatch_marks_the_offering_instead_of_retrying_it() ->
     )
     fleet.mark_capacity_errors(outcome, "spot", unavailable)
     assert unavailable.is_unavailable("m6g.large", "us-east-1a", "spot")
+
+
+def test_the_templates_public_ip_volumes_and_ssh_key_are_launched(world: FleetWorld) -> None:
+    world.server.patch(
+        TEMPLATES,
+        "nodes",
+        {
+            "spec": {
+                "template": {
+                    "spec": {
+                        "publicIP": True,
+                        "sshKeyName": "ops",
+                        "rootVolume": {"size": 80, "type": "gp3"},
+                        "nonRootVolumes": [{"deviceName": "/dev/sdb", "size": 100}],
+                    }
+                }
+            }
+        },
+        NAMESPACE,
+    )
+    launch(world, "general-a1")
+    spec = world.aws.fleet_requests[-1]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]
+    [version] = world.aws.catalog.describe_launch_template_versions(
+        LaunchTemplateId=spec["LaunchTemplateId"], Versions=[spec["Version"]]
+    )["LaunchTemplateVersions"]
+    data = version["LaunchTemplateData"]
+    # A public address is asked for on the primary interface, which then holds the groups
+    # (EC2 refuses SecurityGroupIds next to NetworkInterfaces).
+    [interface] = data["NetworkInterfaces"]
+    assert interface["AssociatePublicIpAddress"] is True
+    assert interface["DeviceIndex"] == 0
+    assert interface["Groups"] == [world.aws.node_sg, world.aws.lb_sg, world.aws.extra_sg]
+    assert "SecurityGroupIds" not in data
+    assert data["KeyName"] == "ops"
+    devices = {m["DeviceName"]: m["Ebs"] for m in data["BlockDeviceMappings"]}
+    assert devices["/dev/xvda"]["VolumeSize"] == 80
+    assert devices["/dev/xvda"]["VolumeType"] == "gp3"
+    assert devices["/dev/sdb"]["VolumeSize"] == 100

@@ -137,7 +137,20 @@ def template_data(target: FleetTarget, user_data: str) -> dict[str, Any]:
             for kind in ("volume", "network-interface")
         ],
     }
-    if target.security_groups:
+    public = machine.get("publicIP")
+    if isinstance(public, bool):
+        # As upstream Karpenter (launchtemplate.go: generateNetworkInterfaces): the primary
+        # interface asks for the address and carries the groups, since EC2 refuses
+        # SecurityGroupIds next to NetworkInterfaces; the subnet still comes from the override.
+        data["NetworkInterfaces"] = [
+            {
+                "DeviceIndex": 0,
+                "AssociatePublicIpAddress": public,
+                "Groups": list(target.security_groups),
+                "DeleteOnTermination": True,
+            }
+        ]
+    elif target.security_groups:
         data["SecurityGroupIds"] = list(target.security_groups)
     if target.instance_profile:
         data["IamInstanceProfile"] = {"Name": target.instance_profile}

@@ -64,7 +64,8 @@ class LaunchTemplateEffects:
         options = {
             k: v for k, v in (data.get("MetadataOptions") or {}).items() if k in _METADATA_FIELDS
         }
-        groups = list(data.get("SecurityGroupIds") or [])
+        interfaces = data.get("NetworkInterfaces") or [{}]
+        groups = list(data.get("SecurityGroupIds") or interfaces[0].get("Groups") or [])
         for instance_id in launched:
             if options:
                 # moto's modify clears every option it is not given; EC2 keeps them.
