@@ -69,7 +69,11 @@ from karpenter_capi.plugins._cloud.pricebook import (
     ReadOnlyPriceStore,
 )
 from karpenter_capi.plugins._cloud.unavailable import UnavailableOfferings
-from karpenter_capi.plugins.capa.catalog import CatalogEntry, load_instance_type
+from karpenter_capi.plugins.capa.catalog import (
+    CatalogEntry,
+    image_architecture,
+    load_instance_type,
+)
 from karpenter_capi.plugins.capa.clients import AwsClients, Boto3Clients
 from karpenter_capi.plugins.capa.eks import EKS_CONTROL_PLANE_KIND, eks_overhead
 from karpenter_capi.plugins.capa.fleet_inventory import (
@@ -109,6 +113,8 @@ class _State:
     region_catalogs: CatalogCache[str, RegionCatalog]
     launcher: FleetLauncher
     books: dict[str, PriceBook] = field(default_factory=dict)
+    images: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    """``kubernetes.io/arch`` of each (region, AMI) a fleet NodeClass named."""
 
 
 def _option(ctx: PluginContext, name: str) -> str | None:
@@ -245,6 +251,7 @@ class CapaHooks:
             snapshot,
             state.unavailable,
             int(max_pods) if max_pods is not None else None,
+            arch=self._image_arch(state, target.region, target.image_id),
         )
         if not found:
             raise NodeClassNotReadyError(
@@ -253,6 +260,16 @@ class CapaHooks:
                 f"({', '.join(sorted(target.zones))})",
             )
         return found
+
+    def _image_arch(self, state: _State, region: str, image_id: str) -> str | None:
+        key = (region, image_id)
+        with self._lock:
+            if key in state.images:
+                return state.images[key]
+        arch = image_architecture(self._plugin.clients.ec2(region), image_id)
+        with self._lock:
+            state.images[key] = arch
+        return arch
 
     # -- the description -------------------------------------------------------------------------
 

@@ -324,6 +324,7 @@ def run(
                 plugin_objects = _aws_plugins(aws)
             emulation = {
                 "aws_ec2": aws.emulation_ec2,
+                "aws_secrets": aws.secretsmanager(aws.region),
                 "kubeadm_bootstrap": True,
                 **(emulation or {}),
             }

@@ -182,6 +182,12 @@ def _native_launch(result: ScenarioResult) -> str | None:
             f"{figures['nodes_launched']} nodes)",
         ],
         [
+            "EC2 writes per launched node",
+            f"{figures.get('ec2_writes_per_node', 0):g} ("
+            + ", ".join(f"{n} {op}" for op, n in (figures.get("ec2_writes") or {}).items())
+            + ")",
+        ],
+        [
             "controller's Kubernetes writes per launched node",
             f"{figures['kube_writes_per_node']:g} ({figures['kube_writes']} writes)",
         ],
