@@ -32,19 +32,18 @@ import logging
 from collections.abc import Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
-from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.api.nodepool import NodePool
 from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.errors import ApiError, refused_by_api
 from karpenter_capi.core.kube.events import NORMAL, WARNING, EventRecorder
-from karpenter_capi.core.kube.resources import NODECLAIMS, NODEPOOLS
+from karpenter_capi.core.kube.resources import NODECLAIMS
 from karpenter_capi.core.observability.logs import first, ref
 from karpenter_capi.core.observability.metrics import Metrics
 from karpenter_capi.core.plugin_host import Plugins
 from karpenter_capi.core.provisioning.inventory import resolve_inventory
+from karpenter_capi.core.provisioning.nodeclaims import log_created, nodeclaim_body
 from karpenter_capi.core.provisioning.pending import is_provisionable
 from karpenter_capi.core.provisioning.state import (
     ClusterSnapshot,
@@ -57,7 +56,6 @@ from karpenter_capi.core.provisioning.state import (
 from karpenter_capi.core.scheduling import packing
 from karpenter_capi.core.scheduling.model import (
     ProposedNodeClaim,
-    compatible_offerings,
     pod_key,
 )
 from karpenter_capi.core.scheduling.nofit import missing_claim_reason
@@ -70,12 +68,6 @@ from karpenter_capi.core.scheduling.solver import (
 )
 
 log = logging.getLogger(__name__)
-
-NODEPOOL_HASH_VERSION: Final = "v3"
-NOMINATED_PODS_MAX_CHARS: Final = 32 * 1024
-"""Past this the pods a claim is launched for are not written on it (a claim of hundreds of
-long-named pods would eat into the API's 256 KiB for all annotations); it is then planned from
-memory only, as before, and a restart packs its pods afresh."""
 
 
 @dataclass(frozen=True)
@@ -115,90 +107,6 @@ class ProvisioningReport:
 def _as_floats(resources: ResourceList) -> dict[str, float]:
     """Resource quantities in their base unit (cores, bytes, count), as the gauges report."""
     return {name: resources.milli(name) / 1000 for name in resources}
-
-
-def _without_hostname(claim: ProposedNodeClaim) -> list[dict[str, Any]]:
-    return [r for r in claim.requirements.to_dicts() if r["key"] != wellknown.LABEL_HOSTNAME]
-
-
-def log_created(
-    name: str, claim: ProposedNodeClaim, *, dry_run: bool = False, level: int = logging.INFO
-) -> None:
-    """Upstream's ``created nodeclaim`` line (``would create nodeclaim`` in a dry run)."""
-    log.log(
-        level,
-        "would create nodeclaim" if dry_run else "created nodeclaim",
-        extra={
-            "NodePool": ref(claim.nodepool.name),
-            "NodeClaim": ref(name),
-            "requests": claim.requests.to_dict(),
-            "instance-types": first([it.name for it in claim.instance_types]),
-            "pod-count": len(claim.pods),
-        },
-    )
-
-
-def nodeclaim_body(raw_pool: Mapping[str, Any], claim: ProposedNodeClaim) -> JsonObject:
-    """The NodeClaim Karpenter would create for a proposed claim of this NodePool."""
-    meta = raw_pool["metadata"]
-    template = (raw_pool.get("spec") or {}).get("template") or {}
-    spec = template.get("spec") or {}
-    name = str(meta["name"])
-    requirements = _without_hostname(claim)
-    capacity_types = sorted(
-        {
-            offering.capacity_type
-            for instance_type in claim.instance_types
-            for offering in compatible_offerings(instance_type, claim.requirements)
-        }
-    )
-    requirements = [r for r in requirements if r["key"] != wellknown.LABEL_CAPACITY_TYPE]
-    requirements.append(
-        {"key": wellknown.LABEL_CAPACITY_TYPE, "operator": "In", "values": capacity_types}
-    )
-    requirements.sort(key=lambda r: (r["key"], r["operator"]))
-    labels = dict((template.get("metadata") or {}).get("labels") or {})
-    labels.update(
-        (key, value)
-        for key, value in claim.requirements.labels().items()
-        if key != wellknown.LABEL_HOSTNAME
-    )
-    labels[wellknown.LABEL_NODEPOOL] = name
-    annotations = dict((template.get("metadata") or {}).get("annotations") or {})
-    annotations[wellknown.ANNOTATION_NODEPOOL_HASH] = NodePool.model_validate(
-        raw_pool
-    ).template_hash()
-    annotations[wellknown.ANNOTATION_NODEPOOL_HASH_VERSION] = NODEPOOL_HASH_VERSION
-    nominated = ",".join(sorted(pod_key(p) for p in claim.pods))
-    if nominated and len(nominated) <= NOMINATED_PODS_MAX_CHARS:
-        annotations[wellknown.ANNOTATION_NOMINATED_PODS] = nominated
-    body: JsonObject = {
-        "apiVersion": NODECLAIMS.api_version,
-        "kind": NODECLAIMS.kind,
-        "metadata": {
-            "generateName": f"{name}-",
-            "labels": labels,
-            "annotations": annotations,
-            "ownerReferences": [
-                {
-                    "apiVersion": NODEPOOLS.api_version,
-                    "kind": NODEPOOLS.kind,
-                    "name": name,
-                    "uid": meta.get("uid", ""),
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
-        "spec": {
-            "requirements": requirements,
-            "resources": {"requests": claim.requests.to_dict()},
-            "nodeClassRef": spec.get("nodeClassRef"),
-        },
-    }
-    for key in ("taints", "startupTaints", "expireAfter", "terminationGracePeriod"):
-        if spec.get(key) is not None:
-            body["spec"][key] = spec[key]
-    return body
 
 
 class Provisioner:
