@@ -123,9 +123,10 @@ def _plan_of(api: InMemoryAPIServer) -> list[str]:
     )
 
 
-def _scale_up(kill_after: int | None) -> InMemoryAPIServer:
+def _scale_up(kill_after: int | None, restarted_for: float = 60) -> InMemoryAPIServer:
     """The 40 pods pending on an empty cluster, a minute of provisioning; the process killed
-    after its ``kill_after``-th NodeClaim create and a new one started over the same API."""
+    after its ``kill_after``-th NodeClaim create and a new one started over the same API, run
+    for ``restarted_for`` seconds (0: only what it does the moment it starts)."""
     clock = FakeClock()
     api = new_cluster(clock=clock)
     provider = FakeProvider(clock, instance_types=CATALOG, bind_after_polls=10_000)
@@ -143,7 +144,11 @@ def _scale_up(kill_after: int | None) -> InMemoryAPIServer:
     try:
         process().advance(60)
     except ProcessDied:
-        process().advance(60)
+        restarted = process()
+        if restarted_for:
+            restarted.advance(restarted_for)
+        else:
+            restarted.run_until_quiet()
     return api
 
 
@@ -156,3 +161,10 @@ def test_a_restart_inside_the_creation_loop_finishes_the_plan_it_interrupted() -
             f"killed after NodeClaim {kill_after} of {len(uninterrupted)}: "
             f"{len(restarted)} NodeClaims instead of {len(uninterrupted)}"
         )
+
+
+def test_the_restarted_process_finishes_the_plan_the_moment_it_starts() -> None:
+    """Not a batch window later: each second between the plan's first nodes and the others
+    lets kube-scheduler fill the first with pods planned for the others."""
+    uninterrupted = _plan_of(_scale_up(None))
+    assert _plan_of(_scale_up(2, restarted_for=0)) == uninterrupted
