@@ -13,7 +13,7 @@ from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube.resources import EVENTS, NODECLAIMS, NODEPOOLS, NODES, PODS
 from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
-from karpenter_capi.core.provisioning import provisioner as provisioner_module
+from karpenter_capi.core.provisioning import nodeclaims as nodeclaims_module
 from karpenter_capi.core.provisioning.batcher import Batcher
 from karpenter_capi.core.provisioning.provisioner import Provisioner
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
@@ -119,7 +119,7 @@ def test_too_many_pods_to_write_on_a_claim_are_kept_in_memory_only(
     cluster: tuple[InMemoryAPIServer, Provisioner, FakeClock], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server, provisioner, _ = cluster
-    monkeypatch.setattr(provisioner_module, "NOMINATED_PODS_MAX_CHARS", 10)
+    monkeypatch.setattr(nodeclaims_module, "NOMINATED_PODS_MAX_CHARS", 10)
     first = provisioner.reconcile()
     assert first.launched
     for claim in server.list(NODECLAIMS).items:

@@ -29,6 +29,7 @@ from karpenter_capi.core.kube.resources import (
 )
 from karpenter_capi.core.provisioning.batcher import Batcher
 from karpenter_capi.core.provisioning.pending import is_provisionable
+from karpenter_capi.core.provisioning.plans import missing_claims
 from karpenter_capi.core.provisioning.provisioner import Provisioner, ProvisioningReport
 from karpenter_capi.core.provisioning.state import ClusterSnapshot, unreplaced_pods
 from karpenter_capi.core.runtime.controller import WORKLOAD, ControllerContext, Result
@@ -123,6 +124,8 @@ class ProvisioningController:
         self._last_world: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None
         # clock.monotonic() at which to run a round again although nothing changed.
         self._retry_at: float | None = None
+        # Whether this process has not looked yet (``run_once``: an interrupted plan).
+        self._first_look = True
 
     def nominated_within(self, seconds: float) -> frozenset[str]:
         """Nodes and NodeClaims pending pods were counted on in the last ``seconds``."""
@@ -208,7 +211,14 @@ class ProvisioningController:
         elif pending and self._retry_due():
             # The last round could not use a NodePool; whatever broke it may have recovered.
             self._batcher.trigger()
-        if not self._batcher.ready():
+        # A new process's first look that finds a plan its predecessor was killed creating
+        # (``plans.py``) finishes it at once: its pods waited out their window already, and
+        # each second between the plan's first nodes and the others lets kube-scheduler fill
+        # the first with pods planned for the others (the simulated 1,000-pod scale-up bought
+        # 10 NodeClaims more for a one-second gap, then replaced them one by one).
+        resume = self._first_look and bool(pending) and bool(missing_claims(snapshot.nodeclaims))
+        self._first_look = False
+        if not resume and not self._batcher.ready():
             wait = self._batcher.seconds_until_ready()
             return Result(requeue_after=self.interval if wait is None else max(wait, 0.01))
         self._batcher.reset()
