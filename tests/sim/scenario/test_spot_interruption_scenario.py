@@ -18,6 +18,10 @@ def test_the_replacement_is_ready_before_the_deadline_and_no_pod_waits() -> None
     assert figures["pods_waited_max_seconds"] < figures["replacement_boot_seconds"]
     assert result.pods_bound == 12
     assert result.errors == []
+    # Planned onto the replacement while their interrupted node still runs them: moved, not
+    # stranded (the plan follower counted all 12 as stranded before it knew interruptions).
+    assert result.beyond_plan.pods_stranded == 0
+    assert result.beyond_plan.nodeclaims_beyond_plan == 0
     # The interrupted offering is not bought again for the replacement.
     assert result.disruptions == {} or "spot_interrupted" not in result.disruptions
     summary = result.summary()
