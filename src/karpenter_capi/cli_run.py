@@ -55,6 +55,14 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         "(env BATCH_MAX_DURATION, default 10)",
     )
     run.add_argument(
+        "--batch-complete-idle-duration",
+        type=float,
+        default=env("BATCH_COMPLETE_IDLE_DURATION", "0.2"),
+        help="solve once no new pending pod has appeared for this many seconds when every "
+        "new pod's ReplicaSet has all its replicas; negative: always wait "
+        "--batch-idle-duration (env BATCH_COMPLETE_IDLE_DURATION, default 0.2)",
+    )
+    run.add_argument(
         "--leader-elect",
         action=argparse.BooleanOptionalAction,
         default=_env_bool("LEADER_ELECT", True),
@@ -226,6 +234,11 @@ def run_command(
         metrics_port=None if args.metrics_port < 0 else args.metrics_port,
         batch_idle=args.batch_idle_duration,
         batch_max=args.batch_max_duration,
+        batch_complete_idle=(
+            None
+            if args.batch_complete_idle_duration < 0
+            else min(args.batch_complete_idle_duration, args.batch_idle_duration)
+        ),
         workers=args.workers,
         create_concurrency=max(1, args.create_concurrency),
         wake_on_pods=True,

@@ -29,7 +29,7 @@ import pytest
 from moto import mock_aws
 
 from karpenter_capi.core.errors import InstanceNotFoundError, InsufficientCapacityError
-from karpenter_capi.core.kube.resources import DEPLOYMENTS, MACHINE_POOLS, NODECLAIMS
+from karpenter_capi.core.kube.resources import DEPLOYMENTS, MACHINE_POOLS, NODECLAIMS, Resource
 from karpenter_capi.core.lifecycle.garbagecollection import orphan_nodeclaim
 from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.plugins.capz.plugin import CapzPlugin
@@ -42,7 +42,7 @@ from karpenter_capi.sim.apiserver.audit import (
 )
 from karpenter_capi.sim.capi.settings import EmulationSettings
 from karpenter_capi.sim.scenario.schema import parse_scenario_text
-from tests.plugins.capa.fleet_env import FleetAws, FleetWorld
+from tests.plugins.capa.fleet_env import INFRA, NAMESPACE, FleetAws, FleetWorld
 from tests.plugins.capz.env import CapzWorld
 from tests.support.aws import fake_credentials
 
@@ -144,6 +144,13 @@ def drive_capa_fleet(world: FleetWorld, restart: Callable[[], Plugins]) -> None:
     world.aws.catalog.terminate_instances(InstanceIds=[str(second.provider_id).rsplit("/", 1)[1]])
     listed = restarted.list_instances()
     assert {i.nodeclaim_name for i in listed} == {"general-a2"}
+    # The NodeClass drifts (IMDSv2 from now on): the next launch writes a template version.
+    world.server.patch(
+        Resource(INFRA, "v1beta2", "awsmachinetemplates", "AWSMachineTemplate", True),
+        "nodes",
+        {"spec": {"template": {"spec": {"instanceMetadataOptions": {"httpTokens": "required"}}}}},
+        NAMESPACE,
+    )
     _fleet_orphan(world, restarted)
     restarted.delete(world.claim("general-a2"))
     with pytest.raises(InstanceNotFoundError):

@@ -295,7 +295,8 @@ def two_clusters(
         environment.management,
         plugins,
         clock,
-        OperatorOptions(leader_elect=False, metrics_port=None),
+        # As ``karpenter-capi run``: bursts by ReplicaSet (list and watch ReplicaSets).
+        OperatorOptions(leader_elect=False, metrics_port=None, batch_complete_idle=0.2),
     )
     manager = operator.manager
     # As in the runner: from here on it is the emulated clusters, not the controller.

@@ -35,8 +35,11 @@ PLUGIN_PACKAGE = "karpenter_capi.plugins."
 IMPLIED: dict[str, str] = {
     "ec2:RunInstances": "CreateFleet of type instant launches with the caller's own rights "
     "(no service-linked role), authorized as RunInstances",
-    "ec2:CreateTags": "the TagSpecifications of CreateFleet (instance, volume, fleet) and of "
-    "CreateLaunchTemplate: tag-on-create is authorized as CreateTags",
+    "ec2:CreateTags": "the TagSpecifications of CreateFleet (instance, fleet), of the launch "
+    "template's data (volume, network-interface) and of CreateLaunchTemplate: tag-on-create is "
+    "authorized as CreateTags",
+    "secretsmanager:TagResource": "CreateSecret with Tags (the cluster's, as CAPA tags its "
+    "bootstrap secrets) is authorized as TagResource too",
     "iam:PassRole": "the launch template names the AWSMachineTemplate's instance profile, so "
     "launching from it passes the nodes' role to EC2",
     "iam:CreateServiceLinkedRole": "the first Spot launch of an account creates "
@@ -74,7 +77,7 @@ def called() -> set[str]:
 
     with pytest.MonkeyPatch.context() as monkeypatch, fleet_world(monkeypatch) as world:
         aws = world.aws
-        for client in (aws.catalog, aws.spot_client, aws.pricing_client):
+        for client in (aws.catalog, aws.spot_client, aws.pricing_client, aws.secrets_client):
             client.meta.events.register("provide-client-params", record)
         drive_capa_fleet(world, world.new_plugins)
     return found

@@ -92,6 +92,7 @@ class StubbedAws:
         self.catalog = serve_catalog_from_memory(boto3.client("ec2", region_name=region))
         self.spot_client = boto3.client("ec2", region_name=region)
         self.pricing_client = boto3.client("pricing", region_name="us-east-1")
+        self.secrets_client = boto3.client("secretsmanager", region_name=region)
         self.spot_stub = Stubber(self.spot_client)
         self.pricing_stub = Stubber(self.pricing_client)
         self.spot_stub.activate()
@@ -104,6 +105,13 @@ class StubbedAws:
     def pricing(self, region: str) -> Any:
         self.pricing_regions.append(region)
         return self.pricing_client
+
+    def sqs(self, region: str) -> Any:
+        """moto's SQS (the interruption queue)."""
+        return boto3.client("sqs", region_name=region)
+
+    def secretsmanager(self, region: str) -> Any:
+        return self.secrets_client
 
     def queue_prices(
         self,

@@ -66,16 +66,17 @@ def nodepool(
     }
 
 
-def pending_pod(api: KubeClient, name: str, cpu: str = "500m") -> None:
+def pending_pod(api: KubeClient, name: str, cpu: str = "500m", memory: str | None = None) -> None:
     """A pod in ``default`` that kube-scheduler has marked unschedulable, as the provisioner
     looks for."""
+    requests = {"cpu": cpu} if memory is None else {"cpu": cpu, "memory": memory}
     api.create(
         PODS,
         {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": name, "namespace": "default"},
-            "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": cpu}}}]},
+            "spec": {"containers": [{"name": "app", "resources": {"requests": requests}}]},
         },
         "default",
     )

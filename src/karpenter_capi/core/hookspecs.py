@@ -215,6 +215,47 @@ class LaunchWatch:
     cluster: str = "management"
 
 
+SPOT_INTERRUPTED: Final = "spot_interrupted"
+REBALANCE_RECOMMENDATION: Final = "rebalance_recommendation"
+SCHEDULED_CHANGE: Final = "scheduled_change"
+INSTANCE_STOPPED: Final = "instance_stopped"
+INSTANCE_TERMINATED: Final = "instance_terminated"
+INTERRUPTION_KINDS: Final = frozenset(
+    {
+        SPOT_INTERRUPTED,
+        REBALANCE_RECOMMENDATION,
+        SCHEDULED_CHANGE,
+        INSTANCE_STOPPED,
+        INSTANCE_TERMINATED,
+    }
+)
+"""The kinds of ``InterruptionNotice``, spelled as upstream Karpenter's AWS provider labels its
+``karpenter_interruption_received_messages_total`` counter (``message_type``)."""
+
+
+@dataclass(frozen=True)
+class InterruptionNotice:
+    """A machine is going away, or may: what ``karpenter_capi_interruptions`` returns.
+
+    ``kind`` is one of ``INTERRUPTION_KINDS``: ``spot_interrupted`` (the two-minute spot warning),
+    ``rebalance_recommendation`` (elevated risk, no action by default), ``scheduled_change``
+    (maintenance), ``instance_stopped`` and ``instance_terminated`` (state changes).
+    ``instance`` identifies the machine: its full provider ID (``aws:///us-east-1a/i-0abc``) or
+    the provider ID's last path segment (``i-0abc``, what an EC2 event carries). ``deadline`` is
+    when the machine goes, when the cloud says. ``receipt`` is the plugin's own handle for the
+    notice (an SQS receipt handle); the core hands the notice back through
+    ``karpenter_capi_interruptions_handled`` once it has acted. ``sent_at`` is when the cloud
+    sent it; ``detail`` is text for people.
+    """
+
+    kind: str
+    instance: str
+    deadline: datetime | None = None
+    receipt: str = ""
+    sent_at: datetime | None = None
+    detail: str = ""
+
+
 @hookspec
 def karpenter_capi_nodeclass_kinds() -> list[tuple[str, str]]:
     """The NodeClass kinds this plugin serves, as ``(API group, kind)`` pairs.
@@ -417,6 +458,39 @@ def karpenter_capi_disruption_blocked(
     all plugins are merged.
 
     Returns ``{nodeclaim name: why}`` (empty or ``None`` when nothing is blocked).
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def karpenter_capi_interruptions(ctx: PluginContext) -> list[InterruptionNotice] | None:
+    """Interruption notices the cloud sent since the last call (spot warnings, maintenance).
+
+    Called by the interruption controller on its own thread, one call after another, on every
+    plugin: a call may block on a long poll (an SQS ``ReceiveMessage`` of up to 20 s), but must
+    return what it has when it has something. Return each notice until it is handed back through
+    ``karpenter_capi_interruptions_handled``: a notice the core could not act on (the API server
+    was unreachable) is simply returned again later, as an SQS message becomes visible again.
+    Parse what you can; drop (and acknowledge) what you cannot, logging it once.
+
+    Returns a list (possibly empty) of ``InterruptionNotice``, or ``None`` (no queue).
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def karpenter_capi_interruptions_handled(
+    notices: list[InterruptionNotice], ctx: PluginContext
+) -> None:
+    """Forget ``notices``: the core acted on them (or found no NodeClaim they concern).
+
+    Called with notices this plugin returned from ``karpenter_capi_interruptions``, and only
+    on this plugin, once every NodeClaim they concern has the notice recorded on it (or is
+    deleting, or got its rebalance Event), so a crash before that leaves them to be returned
+    again.
+    A plugin deletes the queue messages here. Errors are logged and the notices come back.
+
+    Returns ``None``.
     """
     raise NotImplementedError
 

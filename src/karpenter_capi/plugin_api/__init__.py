@@ -22,8 +22,14 @@ from karpenter_capi.core.errors import (
     RetryableCreateError,
 )
 from karpenter_capi.core.hookspecs import (
+    INSTANCE_STOPPED,
+    INSTANCE_TERMINATED,
+    REBALANCE_RECOMMENDATION,
+    SCHEDULED_CHANGE,
+    SPOT_INTERRUPTED,
     DescribeMachineTemplate,
     Instance,
+    InterruptionNotice,
     LaunchResult,
     LaunchWatch,
     MachineTemplateDescription,
@@ -44,6 +50,11 @@ from karpenter_capi.core.scheduling.quantity import Quantity, parse_quantity
 from karpenter_capi.core.scheduling.resources import ResourceList
 
 __all__ = [
+    "INSTANCE_STOPPED",
+    "INSTANCE_TERMINATED",
+    "REBALANCE_RECOMMENDATION",
+    "SCHEDULED_CHANGE",
+    "SPOT_INTERRUPTED",
     "Clock",
     "DescribeMachineTemplate",
     "FakeClock",
@@ -52,6 +63,7 @@ __all__ = [
     "InstanceType",
     "InstanceTypeOverhead",
     "InsufficientCapacityError",
+    "InterruptionNotice",
     "KubeClient",
     "LaunchResult",
     "LaunchWatch",

@@ -100,6 +100,12 @@ class RecordingMetrics:
     def nodeclaim_disrupted(self, nodepool: str, *, reason: str, capacity_type: str = "") -> None:
         self._record("nodeclaim_disrupted", reason, nodepool, capacity_type)
 
+    def interruption_received(self, message_type: str) -> None:
+        self._record("interruption_received", message_type)
+
+    def interruption_deleted(self, count: int) -> None:
+        self._record("interruption_deleted", count)
+
     @contextmanager
     def cloudprovider_call(self, method: str, *, provider: str, controller: str) -> Iterator[None]:
         self._record("cloudprovider_call", method, provider, controller)

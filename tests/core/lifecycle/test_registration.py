@@ -203,7 +203,12 @@ def test_a_ready_node_goes_from_launch_to_ready_in_one_reconcile(env: Env) -> No
 
 def test_which_pods_a_claim_was_launched_for_stays_off_its_node(env: Env) -> None:
     controller, provider_id = launched(
-        env, annotations={wellknown.ANNOTATION_NOMINATED_PODS: "default/web-0,default/web-1"}
+        env,
+        annotations={
+            wellknown.ANNOTATION_NOMINATED_PODS: "default/web-0,default/web-1",
+            wellknown.ANNOTATION_PLAN: "0123abcd/0/2",
+            wellknown.ANNOTATION_PLAN_REST: '[["general","default/web-2"]]',
+        },
     )
     env.node("node-1", provider_id)
 
@@ -211,7 +216,8 @@ def test_which_pods_a_claim_was_launched_for_stays_off_its_node(env: Env) -> Non
 
     annotations = env.get_node("node-1")["metadata"]["annotations"]
     assert annotations[wellknown.ANNOTATION_NODEPOOL_HASH] == "123"
-    assert wellknown.ANNOTATION_NOMINATED_PODS not in annotations
+    # Neither those pods nor the round's plan are the Node's business.
+    assert not wellknown.PROVISIONER_NOTES & set(annotations)
     # The claim keeps it: a restarted provisioner reads it there.
     claim_annotations = env.get("nc")["metadata"]["annotations"]
     assert claim_annotations[wellknown.ANNOTATION_NOMINATED_PODS] == "default/web-0,default/web-1"

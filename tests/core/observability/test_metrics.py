@@ -308,3 +308,14 @@ def test_an_unscraped_summary_keeps_only_its_window_of_observations(
     assert kept <= 11
     name = "karpenter_pods_startup_duration_seconds"
     assert value(metrics, name + "_count") == 24 * 60
+
+
+def test_interruption_counters_carry_upstream_names(metrics: Metrics) -> None:
+    metrics.interruption_received("spot_interrupted")
+    metrics.interruption_deleted(2)
+    text = metrics.render().decode()
+    assert (
+        'karpenter_interruption_received_messages_total{message_type="spot_interrupted"} 1.0'
+        in text
+    )
+    assert "karpenter_interruption_deleted_messages_total 2.0" in text

@@ -14,6 +14,7 @@ from karpenter_capi.core import hookspecs
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.hookspecs import (
     Instance,
+    InterruptionNotice,
     LaunchResult,
     LaunchWatch,
     MachineTemplateDescription,
@@ -199,6 +200,8 @@ _ANSWERS: dict[str, object] = {
         zones={"zone-a": 1.0},
     ),
     "karpenter_capi_disruption_blocked": {"nc-1": "kept"},
+    "karpenter_capi_interruptions": [InterruptionNotice("spot_interrupted", "i-0abc")],
+    "karpenter_capi_interruptions_handled": None,
 }
 
 
@@ -233,5 +236,6 @@ def test_every_hookspec_is_called_by_a_facade_method() -> None:
     plugins.is_drifted(NODECLAIM, NODECLASS)
     plugins.describe_machine_template({"kind": "T"}, {"kind": "MachineDeployment"})
     plugins.disruption_blocked([NODECLAIM])
+    plugins.interruptions_handled("all", [n for _, n in plugins.interruptions()])
     missing = sorted(set(hookspecs.HOOK_NAMES) - set(called))
     assert not missing, f"hookspecs no Plugins method calls: {missing}"

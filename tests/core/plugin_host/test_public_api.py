@@ -31,6 +31,14 @@ EXPORTS_BY_PURPOSE = {
     "quantities": ["ResourceList", "Quantity", "parse_quantity"],
     "machines": ["LaunchResult", "Instance", "LaunchWatch", "Resource"],
     "templates": ["MachineTemplateDescription"],
+    "interruptions": [
+        "InterruptionNotice",
+        "SPOT_INTERRUPTED",
+        "REBALANCE_RECOMMENDATION",
+        "SCHEDULED_CHANGE",
+        "INSTANCE_STOPPED",
+        "INSTANCE_TERMINATED",
+    ],
     "provider errors": [
         "ProviderError",
         "InsufficientCapacityError",

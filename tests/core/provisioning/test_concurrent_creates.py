@@ -6,7 +6,9 @@ appeared 0.4 to 2.4 s apart and their nodes over 45 s. These tests hold every No
 at a barrier that opens only when all of them are in flight at once, so a round that creates
 them one by one never gets past its first (the barrier's timeout only keeps a failing run from
 hanging), and check what a user sees: the NodeClaims, their Events after them, and NodePool
-limits still kept.
+limits still kept. The round's first NodeClaim is created alone, before the others: it carries
+the rest of the round's plan, which no other NodeClaim of the round may exist without
+(``core/provisioning/plans.py``).
 """
 
 from __future__ import annotations
@@ -34,14 +36,15 @@ DEMO_NODECLAIMS = 5
 
 
 class GatedClient:
-    """The server, but the first ``gated`` NodeClaim creates wait at a barrier of ``parties``;
-    records the order of NodeClaim and Event creates, and the most NodeClaim creates in flight
-    at once."""
+    """The server, but after the first ``free`` NodeClaim creates the next ``gated`` wait at a
+    barrier of ``parties``; records the order of NodeClaim and Event creates, and the most
+    NodeClaim creates in flight at once."""
 
-    def __init__(self, server: InMemoryAPIServer, parties: int, gated: int) -> None:
+    def __init__(self, server: InMemoryAPIServer, parties: int, gated: int, free: int = 0) -> None:
         self._server = server
         self._barrier = threading.Barrier(parties, timeout=10)
         self._gated = gated
+        self._free = free
         self._lock = threading.Lock()
         self.order: list[str] = []
         self.in_flight = 0
@@ -55,8 +58,10 @@ class GatedClient:
             with self._lock:
                 self.in_flight += 1
                 self.most_in_flight = max(self.most_in_flight, self.in_flight)
-                self._gated -= 1
-                gated = self._gated >= 0
+                self._free -= 1
+                if self._free < 0:
+                    self._gated -= 1
+                gated = self._free < 0 and self._gated >= 0
             try:
                 if gated:
                     self._barrier.wait()
@@ -91,10 +96,11 @@ def _provisioner(client: Any, server: InMemoryAPIServer, clock: FakeClock, **kw:
 
 def test_a_rounds_nodeclaims_are_created_at_once_and_events_follow_them() -> None:
     server, clock = _world()
-    client = GatedClient(server, parties=DEMO_NODECLAIMS, gated=DEMO_NODECLAIMS)
+    # The first alone, then the four others at once.
+    client = GatedClient(server, parties=DEMO_NODECLAIMS - 1, gated=DEMO_NODECLAIMS - 1, free=1)
     report = _provisioner(client, server, clock, create_concurrency=8).reconcile()
     assert len(report.launched) == DEMO_NODECLAIMS
-    assert client.most_in_flight == DEMO_NODECLAIMS
+    assert client.most_in_flight == DEMO_NODECLAIMS - 1
     claims = {c["metadata"]["name"] for c in server.list(NODECLAIMS).items}
     assert claims == {d.nodeclaim for d in report.launched}
     # The pods' Events are written once every node is on its way, not between them.
@@ -141,8 +147,8 @@ def test_every_nodeclaim_is_said_created_before_the_pods_events_are_written() ->
 
 def test_creates_in_flight_stay_within_the_bound() -> None:
     server, clock = _world()
-    # Five creates, two at a time: the barrier opens for each of the first two pairs.
-    client = GatedClient(server, parties=2, gated=4)
+    # Five creates, the first alone, then two at a time: the barrier opens for each pair.
+    client = GatedClient(server, parties=2, gated=4, free=1)
     report = _provisioner(client, server, clock, create_concurrency=2).reconcile()
     assert client.most_in_flight == 2
     assert len(report.launched) == len(server.list(NODECLAIMS).items) == DEMO_NODECLAIMS

@@ -14,7 +14,7 @@ import pytest
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.kube.errors import Invalid, ServiceUnavailable
-from karpenter_capi.core.kube.resources import NODECLAIMS, PODS
+from karpenter_capi.core.kube.resources import NODECLAIMS, NODES, PODS
 from karpenter_capi.core.provisioning.nominations import (
     GATE,
     NominationController,
@@ -156,6 +156,40 @@ def test_cleared_by_kube_scheduler_it_is_written_again_only_once_the_node_change
     assert _nominated(env, "web") is None  # no tug of war while nothing changes
 
     env.set_node_ready("node-a")
+    _untaint(env, "node-a")  # registered: kube-scheduler may place the pod there now
+    _pass(env, controller)
+    assert _nominated(env, "web") == "node-a"
+
+
+def _untaint(env: Env, node: str) -> None:
+    env.api.patch(NODES, node, {"spec": {"taints": None}})
+
+
+def test_cleared_on_a_node_that_cannot_take_the_pod_it_waits_until_the_node_can(
+    env: Env,
+) -> None:
+    plan = Plan()
+    controller = NominationController(env.ctx, plan)
+    _pod(env, "web")
+    _registered(env, "general-a", "node-a")
+    plan.placed = {"default/web": "general-a"}
+    _pass(env, controller)
+    assert _nominated(env, "web") == "node-a"
+    _set_nominated(env, "web", None)  # the attempt on the not-Ready node failed
+    # The Node changes but is still not Ready (registration's labels, say): an attempt there
+    # would fail and clear it again, so nothing is written.
+    env.api.patch(NODES, "node-a", {"metadata": {"labels": {"registered": "true"}}})
+    before = _pod_version(env, "web")
+    _pass(env, controller)
+    assert _nominated(env, "web") is None
+    assert _pod_version(env, "web") == before
+
+    env.set_node_ready("node-a")  # Ready, but still tainted karpenter.sh/unregistered
+    _pass(env, controller)
+    assert _nominated(env, "web") is None
+    assert _pod_version(env, "web") == before
+
+    _untaint(env, "node-a")
     _pass(env, controller)
     assert _nominated(env, "web") == "node-a"
 

@@ -11,9 +11,9 @@ import pytest
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock
-from karpenter_capi.core.kube.resources import EVENTS, NODECLAIMS, NODEPOOLS, PODS
+from karpenter_capi.core.kube.resources import EVENTS, NODECLAIMS, NODEPOOLS, NODES, PODS
 from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
-from karpenter_capi.core.provisioning import provisioner as provisioner_module
+from karpenter_capi.core.provisioning import nodeclaims as nodeclaims_module
 from karpenter_capi.core.provisioning.batcher import Batcher
 from karpenter_capi.core.provisioning.provisioner import Provisioner
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
@@ -119,7 +119,7 @@ def test_too_many_pods_to_write_on_a_claim_are_kept_in_memory_only(
     cluster: tuple[InMemoryAPIServer, Provisioner, FakeClock], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server, provisioner, _ = cluster
-    monkeypatch.setattr(provisioner_module, "NOMINATED_PODS_MAX_CHARS", 10)
+    monkeypatch.setattr(nodeclaims_module, "NOMINATED_PODS_MAX_CHARS", 10)
     first = provisioner.reconcile()
     assert first.launched
     for claim in server.list(NODECLAIMS).items:
@@ -281,3 +281,79 @@ def test_a_round_reports_metrics(
         n == "karpenter_nodepools_usage" and ("nodepool", "general") in labels
         for n, labels in samples
     )
+
+
+def _land(server: InMemoryAPIServer, claim_name: str, pods: tuple[str, ...]) -> str:
+    """The claim's Node joins, Ready, and the pods it was launched for are bound to it."""
+    claim = server.get(NODECLAIMS, claim_name)
+    node_name = f"node-{claim_name}"
+    labels = {
+        **claim["metadata"]["labels"],
+        wellknown.LABEL_HOSTNAME: node_name,
+        wellknown.LABEL_INITIALIZED: "true",
+    }
+    server.create(
+        NODES,
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": node_name, "labels": labels},
+            "spec": {"providerID": f"test:///{claim_name}"},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True"}],
+                # Full: the pods it was launched for and nothing more.
+                "allocatable": {**claim["spec"]["resources"]["requests"], "pods": "110"},
+                "capacity": {**claim["spec"]["resources"]["requests"], "pods": "110"},
+            },
+        },
+    )
+    server.patch(
+        NODECLAIMS,
+        claim_name,
+        {"status": {"nodeName": node_name, "providerID": f"test:///{claim_name}"}},
+        subresource="status",
+    )
+    for key in pods:
+        namespace, name = key.split("/")
+        # Bound, and made by a controller that makes it again once it is evicted.
+        owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u"}
+        server.patch(
+            PODS,
+            name,
+            {
+                "metadata": {"ownerReferences": [{**owner, "controller": True}]},
+                "spec": {"nodeName": node_name},
+            },
+            namespace,
+        )
+        server.patch(PODS, name, {"status": {"phase": "Running"}}, namespace, subresource="status")
+    return node_name
+
+
+@pytest.mark.parametrize("how", ["deleting", "interrupted"])
+def test_the_pods_of_a_node_going_away_get_a_replacement_before_they_are_evicted(
+    cluster: tuple[InMemoryAPIServer, Provisioner, FakeClock], how: str
+) -> None:
+    """Upstream launches for the pods of deleting nodes; an interrupted node's too."""
+    server, provisioner, _ = cluster
+    first = provisioner.reconcile()
+    decision = first.launched[0]
+    _land(server, decision.nodeclaim, decision.pods)
+    for other in first.launched[1:]:
+        _land(server, other.nodeclaim, other.pods)
+    assert not provisioner.reconcile().launched, "everything runs: nothing to do"
+    if how == "deleting":
+        server.patch(NODECLAIMS, decision.nodeclaim, {"metadata": {"finalizers": ["test/hold"]}})
+        server.delete(NODECLAIMS, decision.nodeclaim)
+    else:
+        server.patch(
+            NODECLAIMS,
+            decision.nodeclaim,
+            {"metadata": {"annotations": {wellknown.ANNOTATION_INTERRUPTION: "spot_interrupted"}}},
+        )
+    report = provisioner.reconcile()
+    assert report.launched, "the replacement is launched while the pods still run"
+    assert {p for d in report.launched for p in d.pods} == set(decision.pods)
+    planned = provisioner.planned() or {}
+    assert {planned[p] for p in decision.pods} <= {d.nodeclaim for d in report.launched}
+    assert not provisioner.reconcile().launched, "and only once"

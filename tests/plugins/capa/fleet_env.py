@@ -38,6 +38,7 @@ from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
 from karpenter_capi.sim.scenario.aws import amazon_linux_ami, serve_catalog_from_memory
+from karpenter_capi.sim.scenario.aws_launch import LaunchTemplateEffects
 from tests.support import operator_world
 from tests.support.aws import REGION, StubbedAws
 
@@ -58,6 +59,7 @@ class FleetAws(StubbedAws):
         events = self.catalog.meta.events
         events.register("provide-client-params.ec2.CreateFleet", self._record)
         events.register("before-call.ec2.CreateFleet", self._answer)
+        LaunchTemplateEffects(boto3.client("ec2", region_name=region)).attach(self.catalog)
         ec2 = self.catalog
         self.vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
         self.subnets = {
@@ -71,6 +73,9 @@ class FleetAws(StubbedAws):
         )["Subnet"]["SubnetId"]
         self.node_sg = ec2.create_security_group(
             GroupName="prod-node", Description="nodes", VpcId=self.vpc
+        )["GroupId"]
+        self.lb_sg = ec2.create_security_group(
+            GroupName="prod-lb", Description="load balancers", VpcId=self.vpc
         )["GroupId"]
         self.extra_sg = ec2.create_security_group(
             GroupName="prod-extra", Description="extra", VpcId=self.vpc
@@ -153,7 +158,15 @@ def manifests(aws: FleetAws, *, instance_profile: str = "nodes.example") -> list
                     ]
                 },
             },
-            "status": {"networkStatus": {"securityGroups": {"node": {"id": aws.node_sg}}}},
+            "status": {
+                "networkStatus": {
+                    "securityGroups": {
+                        "node": {"id": aws.node_sg},
+                        "lb": {"id": aws.lb_sg},
+                        "controlplane": {"id": "sg-control-plane"},
+                    }
+                }
+            },
         },
         {
             "apiVersion": f"{INFRA}/v1beta2",

@@ -19,7 +19,7 @@ import pytest
 from moto import mock_aws
 
 from karpenter_capi.core.kube.errors import NotFound
-from karpenter_capi.core.kube.resources import NODES, SECRETS
+from karpenter_capi.core.kube.resources import NODES, SECRETS, Resource
 from karpenter_capi.core.runtime.manager import Manager
 from karpenter_capi.core.runtime.stepped import SteppedDriver
 from karpenter_capi.plugins.capa.adopt import aws_machines, kubeadm_configs
@@ -30,6 +30,9 @@ from tests.support.aws import fake_credentials
 
 AWS_MACHINES = aws_machines("infrastructure.cluster.x-k8s.io/v1beta2")
 KUBEADM_CONFIGS = kubeadm_configs("bootstrap.cluster.x-k8s.io/v1beta2")
+TEMPLATES = Resource(
+    "infrastructure.cluster.x-k8s.io", "v1beta2", "awsmachinetemplates", "AWSMachineTemplate", True
+)
 
 
 class Emulated:
@@ -37,7 +40,12 @@ class Emulated:
         self.world = world
         manager = Manager(world.server, clock=world.clock)
         controllers = add_capi_emulation(
-            manager, nodes=True, kubeadm_bootstrap=True, bootstrap_delay=2, aws_ec2=ec2_client()
+            manager,
+            nodes=True,
+            kubeadm_bootstrap=True,
+            bootstrap_delay=2,
+            aws_ec2=ec2_client(),
+            aws_secrets=world.aws.secrets_client,
         )
         self.capa = next(c for c in controllers if isinstance(c, CapaMachineController))
         self.driver = SteppedDriver(manager)
@@ -192,3 +200,66 @@ def test_an_instance_terminated_behind_capas_back_fails_the_machine(env: Emulate
     assert awsm["status"]["instanceState"] == "terminated"
     assert env.capa.run_instances == 0
     assert world.aws.instances() == []
+
+
+def metadata_options(instance_id: str) -> dict[str, Any]:
+    found = ec2_client().describe_instances(InstanceIds=[instance_id])
+    options = dict(found["Reservations"][0]["Instances"][0]["MetadataOptions"])
+    return {k: options[k] for k in ("HttpTokens", "HttpPutResponseHopLimit", "HttpEndpoint")}
+
+
+def test_without_template_options_the_instance_gets_capas_defaults_and_keeps_them(
+    env: Emulated,
+) -> None:
+    provider_id = env.launch("general-a")
+    # CAPA defaults an AWSMachine's metadata options (IMDSv1 allowed, hop limit 1) and makes
+    # the instance's match after adopting it: launched otherwise, they would be rewritten.
+    assert env.capa.metadata_changes == 0
+    assert metadata_options(provider_id.rpartition("/")[2]) == {
+        "HttpTokens": "optional",
+        "HttpPutResponseHopLimit": 1,
+        "HttpEndpoint": "enabled",
+    }
+
+
+def test_the_templates_metadata_options_are_launched_and_kept(env: Emulated) -> None:
+    world = env.world
+    world.server.patch(
+        TEMPLATES,
+        "nodes",
+        {
+            "spec": {
+                "template": {
+                    "spec": {
+                        "instanceMetadataOptions": {
+                            "httpTokens": "required",
+                            "httpPutResponseHopLimit": 2,
+                        }
+                    }
+                }
+            }
+        },
+        NAMESPACE,
+    )
+    provider_id = env.launch("general-a")
+    assert env.capa.metadata_changes == 0
+    assert metadata_options(provider_id.rpartition("/")[2]) == {
+        "HttpTokens": "required",
+        "HttpPutResponseHopLimit": 2,
+        "HttpEndpoint": "enabled",
+    }
+    awsm = world.server.get(AWS_MACHINES, "general-a", NAMESPACE)
+    assert awsm["spec"]["instanceMetadataOptions"]["httpTokens"] == "required"
+
+
+def test_capa_deletes_the_bootstrap_secret_once_the_node_registered(env: Emulated) -> None:
+    world = env.world
+    provider_id = env.launch("general-a")
+    instance_id = provider_id.rpartition("/")[2]
+    assert env.node(provider_id)  # registered
+    env.driver.run_until_quiet()
+    secrets = world.aws.secrets_client.list_secrets()["SecretList"]
+    assert [s["Name"] for s in secrets if instance_id in s["Name"]] == []
+    assert env.capa.secrets_deleted == 1
+    awsm = world.server.get(AWS_MACHINES, "general-a", NAMESPACE)
+    assert awsm["spec"]["cloudInit"] == {"secureSecretsBackend": "secrets-manager"}

@@ -4,6 +4,7 @@ and garbage collection, against moto's EC2 and an in-memory management cluster."
 from __future__ import annotations
 
 import base64
+import gzip
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +17,7 @@ from karpenter_capi.core.errors import InstanceNotFoundError, InsufficientCapaci
 from karpenter_capi.core.hookspecs import Instance
 from karpenter_capi.core.instancetype import InstanceType, Offering
 from karpenter_capi.core.kube.errors import NotFound
-from karpenter_capi.core.kube.resources import NODECLAIMS
+from karpenter_capi.core.kube.resources import NODECLAIMS, Resource
 from karpenter_capi.core.lifecycle.garbagecollection import orphan_nodeclaim
 from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.plugins._cloud.unavailable import UnavailableOfferings
@@ -28,6 +29,12 @@ from tests.support.aws import fake_credentials
 
 AWS_MACHINES = aws_machines("infrastructure.cluster.x-k8s.io/v1beta2")
 KUBEADM_CONFIGS = kubeadm_configs("bootstrap.cluster.x-k8s.io/v1beta2")
+AWS_CLUSTERS = Resource(
+    "infrastructure.cluster.x-k8s.io", "v1beta2", "awsclusters", "AWSCluster", True
+)
+TEMPLATES = Resource(
+    "infrastructure.cluster.x-k8s.io", "v1beta2", "awsmachinetemplates", "AWSMachineTemplate", True
+)
 
 
 @pytest.fixture
@@ -82,11 +89,13 @@ def test_the_fleet_request_offers_every_compatible_offering_cheapest_first(
         "kubernetes.io/cluster/prod": "owned",
         "sigs.k8s.io/cluster-api-provider-aws/role": "node",
         "Name": "general-a1",
+        "MachineName": "capi/general-a1",
         "karpenter.sh/nodeclaim": "general-a1",
         "karpenter.sh/nodepool": "general",
         "karpenter.cluster.x-k8s.io/nodeclass": "fleet",
     }
-    assert tags_of(request, "volume") == tags
+    # An instant fleet may tag only itself and its instances (EC2 refuses other types).
+    assert {spec["ResourceType"] for spec in request["TagSpecifications"]} == {"instance", "fleet"}
     # The node is what EC2 chose, as EC2 reported it.
     [instance] = world.aws.instances()
     assert result.provider_id == (
@@ -96,49 +105,89 @@ def test_the_fleet_request_offers_every_compatible_offering_cheapest_first(
     assert result.zone == instance["Placement"]["AvailabilityZone"]
 
 
-def test_the_launch_template_version_carries_the_bootstrap_data_and_is_deleted_after(
+EC2_WRITES = ("Create", "Delete", "Modify", "Run", "Terminate", "Associate", "Attach")
+
+
+def test_ec2_writes_per_node_are_one_create_fleet(world: FleetWorld) -> None:
+    """The launch template is the NodeClass's, written once: per node, one CreateFleet."""
+    writes: list[str] = []
+
+    def record(model: Any, **_: Any) -> None:
+        if model.name.startswith(EC2_WRITES):
+            writes.append(model.name)
+
+    world.aws.catalog.meta.events.register("before-call.ec2", record)
+    for name in ("general-a1", "general-a2", "general-a3"):
+        assert launch(world, name).provider_id
+    assert writes == ["CreateLaunchTemplate", "CreateFleet", "CreateFleet", "CreateFleet"]
+    template_ids = {
+        r["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateId"]
+        for r in world.aws.fleet_requests
+    }
+    assert len(template_ids) == 1
+
+
+def test_the_launch_template_is_the_nodeclasss_and_the_node_data_is_a_capa_secret(
     world: FleetWorld,
 ) -> None:
-    world.nodeclaim("general-a1")
-    world.create("general-a1")
-    world.bootstrap_ready("general-a1")
-    seen: list[dict[str, Any]] = []
-
-    def look(**_: Any) -> None:
-        [config] = world.aws.fleet_requests[-1]["LaunchTemplateConfigs"]
-        spec = config["LaunchTemplateSpecification"]
-        found = world.aws.catalog.describe_launch_template_versions(
-            LaunchTemplateId=spec["LaunchTemplateId"], Versions=[spec["Version"]]
-        )
-        seen.append(found["LaunchTemplateVersions"][0])
-        # Adoption must come after the fleet: an AWSMachine without a provider ID would make
-        # CAPA launch a second instance.
-        with pytest.raises(NotFound):
-            world.server.get(AWS_MACHINES, "general-a1", NAMESPACE)
-
-    deleted: list[dict[str, Any]] = []
-
-    def record_delete(params: dict[str, Any], **_: Any) -> None:
-        deleted.append(params)
-
-    events = world.aws.catalog.meta.events
-    events.register_first("before-call.ec2.CreateFleet", look)
-    # moto does not implement DeleteLaunchTemplateVersions: what was asked is what counts.
-    events.register("provide-client-params.ec2.DeleteLaunchTemplateVersions", record_delete)
-    world.create("general-a1")
-    [version] = seen
+    result = launch(world, "general-a1")
+    [config] = world.aws.fleet_requests[-1]["LaunchTemplateConfigs"]
+    spec = config["LaunchTemplateSpecification"]
+    [version] = world.aws.catalog.describe_launch_template_versions(
+        LaunchTemplateId=spec["LaunchTemplateId"], Versions=[spec["Version"]]
+    )["LaunchTemplateVersions"]
     data = version["LaunchTemplateData"]
-    assert base64.b64decode(data["UserData"]) == CLOUD_INIT
+    user_data = base64.b64decode(data["UserData"])
+    # Shared by every node: the boothook that fetches the node's own data, no join token.
+    assert b"text/cloud-boothook" in user_data
+    assert b"aws.cluster.x-k8s.io/${INSTANCE}" in user_data
+    assert b"abc.def" not in user_data
     assert data["IamInstanceProfile"] == {"Name": "nodes.example"}
-    assert sorted(data["SecurityGroupIds"]) == sorted([world.aws.node_sg, world.aws.extra_sg])
-    assert data["MetadataOptions"]["HttpTokens"] == "required"
-    assert deleted == [
-        {
-            "LaunchTemplateId": version["LaunchTemplateId"],
-            "Versions": [str(version["VersionNumber"])],
-        }
-    ]
-    assert version["VersionNumber"] > 1  # version 1 is the template's default, kept
+    # CAPA's core groups of a node (node and lb; GetCoreSecurityGroups), then the template's.
+    assert data["SecurityGroupIds"] == [world.aws.node_sg, world.aws.lb_sg, world.aws.extra_sg]
+    # The template sets no metadata options: CAPA's defaults, which CAPA would set back.
+    assert data["MetadataOptions"] == {
+        "HttpEndpoint": "enabled",
+        "HttpProtocolIpv6": "disabled",
+        "HttpPutResponseHopLimit": 1,
+        "HttpTokens": "optional",
+        "InstanceMetadataTags": "disabled",
+    }
+    instance_id = str(result.provider_id).rpartition("/")[2]
+    secret = world.aws.secrets_client.get_secret_value(
+        SecretId=f"aws.cluster.x-k8s.io/{instance_id}-0"
+    )
+    assert gzip.decompress(secret["SecretBinary"]) == CLOUD_INIT
+    awsm = world.server.get(AWS_MACHINES, "general-a1", NAMESPACE)
+    assert awsm["spec"]["cloudInit"] == {
+        "secretPrefix": f"aws.cluster.x-k8s.io/{instance_id}",
+        "secretCount": 1,
+        "secureSecretsBackend": "secrets-manager",
+    }
+
+
+def test_a_changed_nodeclass_gets_a_new_default_version_used_from_then_on(
+    world: FleetWorld,
+) -> None:
+    launch(world, "general-a1")
+    first = world.aws.fleet_requests[-1]["LaunchTemplateConfigs"][0]
+    image = world.aws.catalog.describe_images(
+        Owners=["amazon"], Filters=[{"Name": "architecture", "Values": ["x86_64"]}]
+    )["Images"]
+    other = next(i["ImageId"] for i in image if i["ImageId"] != world.aws.ami)
+    world.server.patch(
+        TEMPLATES, "nodes", {"spec": {"template": {"spec": {"ami": {"id": other}}}}}, NAMESPACE
+    )
+    launch(world, "general-a2")
+    second = world.aws.fleet_requests[-1]["LaunchTemplateConfigs"][0]
+    spec = second["LaunchTemplateSpecification"]
+    assert spec["LaunchTemplateId"] == first["LaunchTemplateSpecification"]["LaunchTemplateId"]
+    assert int(spec["Version"]) > int(first["LaunchTemplateSpecification"]["Version"])
+    [default] = world.aws.catalog.describe_launch_template_versions(
+        LaunchTemplateId=spec["LaunchTemplateId"], Versions=["$Default"]
+    )["LaunchTemplateVersions"]
+    assert default["VersionNumber"] == int(spec["Version"])
+    assert default["LaunchTemplateData"]["ImageId"] == other
 
 
 def test_stock_capa_adopts_through_an_aws_machine_that_names_the_instance(
@@ -171,7 +220,9 @@ def test_stock_capa_adopts_through_an_aws_machine_that_names_the_instance(
     assert awsm["spec"]["subnet"] == {"id": instance["SubnetId"]}
     assert awsm["spec"]["ami"] == {"id": world.aws.ami}
     assert awsm["spec"]["spotMarketOptions"] == {}
-    assert awsm["spec"]["cloudInit"] == {"insecureSkipSecretsManager": True}
+    assert awsm["spec"]["cloudInit"]["secretPrefix"] == (
+        f"aws.cluster.x-k8s.io/{instance['InstanceId']}"
+    )
 
 
 def test_a_capacity_error_caches_the_offerings_and_the_next_launch_avoids_them(
@@ -235,7 +286,9 @@ def test_without_spot_left_the_fleet_asks_for_on_demand_at_the_lowest_price(
     assert "spotMarketOptions" not in awsm["spec"]
 
 
-def test_overrides_stop_at_sixty_cheapest_first_and_leave_out_cached_offerings() -> None:
+def test_overrides_are_sixty_types_each_in_every_zone_and_leave_out_cached_offerings() -> None:
+    """As upstream Karpenter: the 60 cheapest types, each in every zone it is offered in (one
+    subnet per zone), not 60 (type x subnet) pairs."""
     clock = FakeClock()
     unavailable = UnavailableOfferings(clock)
     types = [
@@ -247,19 +300,52 @@ def test_overrides_stop_at_sixty_cheapest_first_and_leave_out_cached_offerings()
                 Offering("us-east-1b", "spot", 0.01 * (100 - i) + 0.001),
             ),
         )
-        for i in range(40)
+        for i in range(70)
     ]
-    unavailable.mark("t039.large", "us-east-1a", "spot", "ICE")
+    unavailable.mark("t069.large", "us-east-1a", "spot", "ICE")
     found = fleet.candidates(
         types, {"us-east-1a": ("subnet-a",), "us-east-1b": ("subnet-b",)}, unavailable
     )
-    chosen = fleet.overrides(found, "spot")
-    assert len(chosen) == fleet.MAX_OVERRIDES
+    chosen = fleet.overrides(found, "spot", {"us-east-1a": "subnet-a", "us-east-1b": "subnet-b"})
+    kept = {c.instance_type for c in chosen}
+    assert kept == {f"t{i:03d}.large" for i in range(10, 70)}  # the 60 cheapest
+    assert len(chosen) == 2 * 60 - 1  # every zone of each, but the cached offering
     assert [c.price for c in chosen] == sorted(c.price for c in chosen)
-    assert chosen[0] == fleet.Candidate(
-        0.61 + 0.001, "t039.large", "us-east-1b", "subnet-b", "spot"
-    )
-    assert ("t039.large", "us-east-1a") not in {(c.instance_type, c.zone) for c in chosen}
+    assert ("t069.large", "us-east-1a") not in {(c.instance_type, c.zone) for c in chosen}
+
+
+def test_each_zone_launches_into_its_subnet_with_the_most_free_addresses(
+    world: FleetWorld,
+) -> None:
+    bigger = world.aws.catalog.create_subnet(
+        VpcId=world.aws.vpc, CidrBlock="10.0.16.0/20", AvailabilityZone="us-east-1a"
+    )["Subnet"]["SubnetId"]
+    cluster = world.server.get(AWS_CLUSTERS, "prod", NAMESPACE)
+    subnets = cluster["spec"]["network"]["subnets"]
+    subnets.append({"id": bigger, "availabilityZone": "us-east-1a", "isPublic": False})
+    world.server.patch(AWS_CLUSTERS, "prod", {"spec": {"network": {"subnets": subnets}}}, NAMESPACE)
+    launch(world, "general-a1")
+    [config] = world.aws.fleet_requests[-1]["LaunchTemplateConfigs"]
+    pairs = [(o["InstanceType"], o["SubnetId"]) for o in config["Overrides"]]
+    assert len(pairs) == len(set(pairs))
+    in_zone_a = {
+        subnet for _, subnet in pairs if subnet in (bigger, world.aws.subnets["us-east-1a"])
+    }
+    assert in_zone_a == {bigger}  # 4,091 free addresses against 251
+
+
+def test_a_subnet_out_of_addresses_is_left_out_for_every_type(world: FleetWorld) -> None:
+    world.nodeclaim("general-a1")
+    world.create("general-a1")
+    world.bootstrap_ready("general-a1")
+    full = world.aws.subnets["us-east-1a"]
+    world.aws.refuse_next_fleet([("m5.large", full, "InsufficientFreeAddressesInSubnet")])
+    with pytest.raises(InsufficientCapacityError):
+        world.create("general-a1")
+    assert world.create("general-a1").provider_id
+    [config] = world.aws.fleet_requests[-1]["LaunchTemplateConfigs"]
+    assert config["Overrides"]
+    assert full not in {o["SubnetId"] for o in config["Overrides"]}
 
 
 def test_a_repeated_create_answers_from_the_work_done_and_never_launches_twice(
@@ -363,7 +449,9 @@ def test_garbage_collection_terminates_an_instance_no_nodeclaim_claims(world: Fl
         TagSpecifications=[
             {
                 "ResourceType": "instance",
-                "Tags": fleet.instance_tags("prod", "ghost", "ghost", "general", "fleet"),
+                "Tags": fleet.instance_tags(
+                    "prod", "ghost", "ghost", "general", "fleet", namespace="capi"
+                ),
             }
         ],
     )["Instances"][0]["InstanceId"]
@@ -399,10 +487,81 @@ def test_a_machine_whose_instance_is_gone_is_cleaned_up(world: FleetWorld) -> No
 def test_generic_capi_leaves_fleet_nodeclasses_alone(world: FleetWorld) -> None:
     assert world.plugins.serving_plugin(world.nodeclass, _nodepool(world)) == "capa"
     names = {it.name for it in world.inventory()}
-    assert {"m5.large", "c5.large", "m6g.large"} <= names
+    assert {"m5.large", "c5.large"} <= names
+
+
+def test_only_types_of_the_images_architecture_are_offered(world: FleetWorld) -> None:
+    inventory = world.inventory()
+    assert {it.name for it in inventory} >= {"m5.large", "c5.large"}
+    assert "m6g.large" not in {it.name for it in inventory}  # arm64, the AMI is x86_64
+    arm = world.aws.catalog.describe_images(
+        Owners=["amazon"], Filters=[{"Name": "architecture", "Values": ["arm64"]}]
+    )["Images"][0]["ImageId"]
+    world.server.patch(
+        TEMPLATES, "nodes", {"spec": {"template": {"spec": {"ami": {"id": arm}}}}}, NAMESPACE
+    )
+    arm_inventory = world.inventory()
+    assert "m6g.large" in {it.name for it in arm_inventory}
+    assert {a for it in arm_inventory for a in it.requirements[wellknown.LABEL_ARCH]} == {"arm64"}
 
 
 def _nodepool(world: FleetWorld) -> Any:
     from karpenter_capi.core.api.nodepool import NodePool
 
     return NodePool.model_validate(world.nodepool_raw)
+
+
+def test_an_architecture_mismatch_marks_the_offering_instead_of_retrying_it() -> None:
+    unavailable = UnavailableOfferings(FakeClock())
+    outcome = fleet.FleetOutcome(
+        None,
+        (
+            (
+                "m6g.large",
+                "us-east-1a",
+                "InvalidParameterValue",
+                "The architecture 'arm64' of the specified instance type does not match the "
+                "architecture 'x86_64' of the specified AMI.",
+            ),
+        ),
+    )
+    fleet.mark_capacity_errors(outcome, "spot", unavailable)
+    assert unavailable.is_unavailable("m6g.large", "us-east-1a", "spot")
+
+
+def test_the_templates_public_ip_volumes_and_ssh_key_are_launched(world: FleetWorld) -> None:
+    world.server.patch(
+        TEMPLATES,
+        "nodes",
+        {
+            "spec": {
+                "template": {
+                    "spec": {
+                        "publicIP": True,
+                        "sshKeyName": "ops",
+                        "rootVolume": {"size": 80, "type": "gp3"},
+                        "nonRootVolumes": [{"deviceName": "/dev/sdb", "size": 100}],
+                    }
+                }
+            }
+        },
+        NAMESPACE,
+    )
+    launch(world, "general-a1")
+    spec = world.aws.fleet_requests[-1]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]
+    [version] = world.aws.catalog.describe_launch_template_versions(
+        LaunchTemplateId=spec["LaunchTemplateId"], Versions=[spec["Version"]]
+    )["LaunchTemplateVersions"]
+    data = version["LaunchTemplateData"]
+    # A public address is asked for on the primary interface, which then holds the groups
+    # (EC2 refuses SecurityGroupIds next to NetworkInterfaces).
+    [interface] = data["NetworkInterfaces"]
+    assert interface["AssociatePublicIpAddress"] is True
+    assert interface["DeviceIndex"] == 0
+    assert interface["Groups"] == [world.aws.node_sg, world.aws.lb_sg, world.aws.extra_sg]
+    assert "SecurityGroupIds" not in data
+    assert data["KeyName"] == "ops"
+    devices = {m["DeviceName"]: m["Ebs"] for m in data["BlockDeviceMappings"]}
+    assert devices["/dev/xvda"]["VolumeSize"] == 80
+    assert devices["/dev/xvda"]["VolumeType"] == "gp3"
+    assert devices["/dev/sdb"]["VolumeSize"] == 100

@@ -19,6 +19,7 @@ import pytest
 from karpenter_capi.cli import main
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.kube import MACHINE_POOLS, MACHINES, NODECLAIMS, NODES
+from karpenter_capi.plugins.capz.pools import AZURE_MACHINE_POOLS
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.scenario.runner import run
 from karpenter_capi.sim.scenario.schema import load_scenario, shipped_scenarios
@@ -40,15 +41,17 @@ def test_azure_vmss_scenario_binds_on_real_sizes_falls_back_and_consolidates() -
     replicas = {name.rsplit("-", 1)[0]: p["spec"]["replicas"] for name, p in pools.items()}
     # The B2s pool of zone 1 had no capacity: its replica was given back and zone 2 served.
     assert replicas == {"azure-b2s-od-z1": 0, "azure-b2s-od-z2": 1, "azure-d4s-v5-od-z1": 0}
-    # What `kubectl get machinepools -w` showed meanwhile: that pool failed (CAPZ's
-    # allocation failure), and no other did.
-    history = server.watch(MACHINE_POOLS, "default", resource_version="1", timeout_seconds=0)
+    # What `kubectl get azuremachinepools -w` showed meanwhile: that pool's scale set failed
+    # (CAPZ reports Azure's allocation failure there and retries; no MachinePool failed).
+    history = server.watch(AZURE_MACHINE_POOLS, "default", resource_version="1", timeout_seconds=0)
     failed = {
         event.object["metadata"]["name"].rsplit("-", 1)[0]
         for event in history
-        if (event.object.get("status") or {}).get("phase") == "Failed"
+        if (event.object.get("status") or {}).get("provisioningState") == "Failed"
     }
     assert failed == {"azure-b2s-od-z1"}
+    history = server.watch(MACHINE_POOLS, "default", resource_version="1", timeout_seconds=0)
+    assert not [e for e in history if (e.object.get("status") or {}).get("phase") == "Failed"]
     # Consolidation replaced the D4s_v5 nodes, through delete-machine and the pool's scale.
     assert result.disruptions.get("Underutilized", 0) >= 1
     assert result.api_requests["patch/scale"] >= 4

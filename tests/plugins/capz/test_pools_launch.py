@@ -12,13 +12,18 @@ import pytest
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.nodeclaim import NodeClaim
-from karpenter_capi.core.errors import InstanceNotFoundError, InsufficientCapacityError
+from karpenter_capi.core.errors import (
+    InstanceNotFoundError,
+    InsufficientCapacityError,
+    RetryableCreateError,
+)
 from karpenter_capi.core.kube import MACHINE_POOLS, NODECLAIMS, Resource
-from karpenter_capi.core.kube.errors import Conflict, NotFound
+from karpenter_capi.core.kube.errors import Conflict, NotFound, ServiceUnavailable
 from karpenter_capi.plugins.capz.plugin import CapzHooks
 from karpenter_capi.plugins.capz.pools import (
     ANNOTATION_EMPTY_SINCE,
     AZURE_MACHINE_POOL_MACHINES,
+    kubeadm_configs,
 )
 from tests.plugins.capz.pools_env import NAMESPACE, new_env
 
@@ -83,9 +88,18 @@ def test_first_launch_creates_the_cheapest_pool_and_scales_it_to_one() -> None:
     assert azure_pool["template"]["vmSize"] == D4S  # the template's B2s replaced
     assert azure_pool["template"]["osDisk"]["diskSizeGB"] == 128
     assert "spotVMOptions" not in azure_pool["template"]
-    kubeadm = env.kubeadm_config(name)["spec"]
-    registration = kubeadm["joinConfiguration"]["nodeRegistration"]
+    # Written at v1beta2, the version the template was read at (its spec's shape), so the
+    # schema admits it; at v1beta1 it reads back converted, as CAPI's webhook converts it.
+    kubeadm = env.api.get(kubeadm_configs("v1beta2"), name, NAMESPACE)
+    registration = kubeadm["spec"]["joinConfiguration"]["nodeRegistration"]
     assert registration["kubeletExtraArgs"] == [{"name": "cloud-provider", "value": "external"}]
+    old = env.kubeadm_config(name)["spec"]["joinConfiguration"]["nodeRegistration"]
+    assert old["kubeletExtraArgs"] == {"cloud-provider": "external"}
+    assert template["bootstrap"]["configRef"] == {
+        "apiGroup": "bootstrap.cluster.x-k8s.io",
+        "kind": "KubeadmConfig",
+        "name": name,
+    }
     assert result.annotations["karpenter.cluster.x-k8s.io/launch"] == "CAPZMachinePool"
 
 
@@ -95,7 +109,26 @@ def test_spot_pool_carries_spot_vm_options() -> None:
     result = env.launch("s")
     assert (result.capacity_type, result.zone) == ("spot", "eastus-1")
     name = env.pool_of("s")["metadata"]["name"]
-    assert env.azure_pool(name)["spec"]["template"]["spotVMOptions"] == {}
+    # Delete, not Azure's default Deallocate: an evicted VM must not keep its replica.
+    assert env.azure_pool(name)["spec"]["template"]["spotVMOptions"] == {"evictionPolicy": "Delete"}
+
+
+def test_spot_eviction_policy_of_the_template_is_kept() -> None:
+    env = new_env()
+    env.api.patch(
+        AZURE_MACHINE_TEMPLATES,
+        "workers",
+        {"spec": {"template": {"spec": {"spotVMOptions": {
+            "evictionPolicy": "Deallocate", "maxPrice": "0.5"}}}}},
+        NAMESPACE,
+    )  # fmt: skip
+    env.nodeclaim("s", capacity_types=("spot",), zones=("eastus-1",))
+    env.launch("s")
+    name = env.pool_of("s")["metadata"]["name"]
+    assert env.azure_pool(name)["spec"]["template"]["spotVMOptions"] == {
+        "evictionPolicy": "Deallocate",
+        "maxPrice": "0.5",
+    }
 
 
 def test_launch_binds_the_new_pool_machine_and_learns_its_azure_provider_id() -> None:
@@ -179,8 +212,19 @@ def test_a_pool_without_capacity_falls_back_to_the_next_offering() -> None:
     first = env.launch("a")
     assert (first.instance_type, first.zone) == (D4S, "eastus-2")
     failed = env.pool_of("a")["metadata"]["name"]
-    env.driver.advance(15)  # CAPZ tried: the scale set has no VM, the MachinePool failed
-    assert env.pools()[failed]["status"]["phase"] == "Failed"
+    env.driver.advance(15)  # CAPZ tried: Azure refused the scale set's VM
+    # CAPZ retries an allocation failure: the MachinePool is not failed, only the
+    # AzureMachinePool says so; the launch reads it there, well before machine_timeout.
+    assert env.pools()[failed]["status"]["phase"] != "Failed"
+    status = env.azure_pool(failed)["status"]
+    assert status["provisioningState"] == "Failed"
+    bootstrap = {c["type"]: c for c in status["conditions"]}["BootstrapSucceeded"]
+    assert (bootstrap["status"], bootstrap["reason"], bootstrap["severity"]) == (
+        "False",
+        "Failed",
+        "Error",
+    )
+    assert "ERROR CODE: ZonalAllocationFailed" in bootstrap["message"]
     second = env.launch("a")
     assert (second.instance_type, second.zone) == (D4S, "eastus-3")
     # The failed pool got its replica back; the offering is unavailable for the solver.
@@ -301,3 +345,22 @@ def test_changed_templates_make_new_pools_and_drift_the_old_nodes() -> None:
     assert new != old
     assert env.azure_pool(new)["spec"]["template"]["image"] == {"marketplace": {"version": "2.0.0"}}
     assert "image" not in env.azure_pool(old)["spec"]["template"]  # never edited
+
+
+def test_the_machine_pool_is_created_before_its_azure_machine_pool() -> None:
+    """CAPZ's webhook refuses a Flexible AzureMachinePool whose MachinePool does not exist
+    (the emulation runs it); a launch whose AzureMachinePool create failed leaves the
+    MachinePool, and the next launch completes the pool instead of making another."""
+    env = new_env()
+    env.nodeclaim("a", zones=("eastus-2",))
+    env.api.faults.fail("create", "azuremachinepools", ServiceUnavailable("webhook timeout"))
+    with pytest.raises(RetryableCreateError, match="webhook timeout"):
+        env.launch("a")
+    [name] = env.pools()
+    with pytest.raises(NotFound):
+        env.azure_pool(name)
+    env.launch_all(["a"])
+    assert list(env.pools()) == [name]
+    assert env.azure_pool(name)["spec"]["orchestrationMode"] == "Flexible"
+    assert env.pools()[name]["spec"]["replicas"] == 1
+    assert len(env.machines()) == 1

@@ -10,6 +10,7 @@ import pytest
 
 from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead
 from karpenter_capi.core.kube.discovery import CapiResources
+from karpenter_capi.core.kube.errors import Invalid
 from karpenter_capi.core.kube.resources import EVENTS
 from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.plugins.generic_capi.inventory import (
@@ -33,8 +34,11 @@ MI = 1024**2
 
 
 def kubeadm_template(
-    name: str, args: Any = None, *, version: str = "v1beta2", **spec: Any
+    name: str, args: Any = None, *, version: str | None = None, **spec: Any
 ) -> dict[str, Any]:
+    """Written at the version whose shape ``args`` has (a map: v1beta1, else v1beta2), as the
+    API server's schema of each version requires."""
+    version = version or ("v1beta1" if isinstance(args, dict) else "v1beta2")
     join: dict[str, Any] = {}
     if args is not None:
         join["nodeRegistration"] = {"kubeletExtraArgs": args}
@@ -186,7 +190,6 @@ def test_a_kubelet_configuration_patch_file_is_read_and_flags_win_over_it() -> N
         ({"system-reserved": "memory=10%"}, "must be a quantity"),
         ({"eviction-hard": "memory.available>1Gi"}, "is not signal<quantity"),
         ({"max-pods": "many"}, "max-pods='many': not an integer"),
-        ([{"value": "cpu=1"}], r"kubeletExtraArgs\[0\]: not a \{name, value\} pair"),
     ],
 )
 def test_malformed_kubelet_settings_are_a_warning_and_the_next_source_decides(
@@ -208,6 +211,19 @@ def test_malformed_kubelet_settings_are_a_warning_and_the_next_source_decides(
         e for e in world.server.list(EVENTS).items if e["reason"] == "InvalidKubeletConfiguration"
     ]
     assert [e["type"] for e in events] == ["Warning"]
+
+
+def test_a_v1beta2_arg_without_a_name_is_refused_by_the_server_and_the_reader() -> None:
+    """CAPI's schema refuses it, so no cluster holds one; the reader still says what is
+    wrong rather than failing (a config read from elsewhere, or an older server)."""
+    malformed = kubeadm_template("workers", [{"value": "cpu=1"}])
+    with pytest.raises(
+        KubeletConfigError, match=r"kubeletExtraArgs\[0\]: not a \{name, value\} pair"
+    ):
+        kubelet_settings(malformed)
+    world = World()
+    with pytest.raises(Invalid, match=r"kubeletExtraArgs\[0\]\.name: Required value"):
+        world.add(malformed)
 
 
 def _node(name: str, capacity: dict[str, str], allocatable: dict[str, str]) -> dict[str, Any]:

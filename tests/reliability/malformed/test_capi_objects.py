@@ -20,8 +20,8 @@ MAX_SIZE = wellknown.ANNOTATION_AUTOSCALER_MAX_SIZE
 
 
 def _ghost_cluster(world: World, kind: str, name: str = "bad") -> None:
-    world.scalable(kind, name)
-    world.server.patch(resource(kind), name, {"spec": {"clusterName": "ghost"}}, NAMESPACE)
+    # Made so: CAPI's MachinePool webhook refuses changing spec.clusterName afterwards.
+    world.scalable(kind, name, cluster="ghost")
 
 
 def _on_resource(world: World, kind: str, name: str = "bad") -> list[str]:

@@ -108,9 +108,11 @@ class World:
         annotations: Mapping[str, str | None] | None = None,
         template_spec: Mapping[str, Any] | None = None,
         labels: Mapping[str, str] | None = None,
+        cluster: str = "sim",
     ) -> JsonObject:
         """A MachineDeployment, MachineSet or MachinePool selected by the NodeClass: the good
-        one's annotations with ``annotations`` merged in (``None`` removes one)."""
+        one's annotations with ``annotations`` merged in (``None`` removes one), of Cluster
+        ``cluster``."""
         good = self.server.get(resource("MachineDeployment"), GOOD, NAMESPACE)
         merged = dict(good["metadata"]["annotations"])
         for key, value in (annotations or {}).items():
@@ -121,7 +123,8 @@ class World:
         machine = copy.deepcopy(good["spec"]["template"])
         machine["metadata"]["labels"] = {"malformed.test/owner": name}
         machine["spec"].update(template_spec or {})
-        spec: JsonObject = {"clusterName": "sim", "replicas": 0, "template": machine}
+        machine["spec"]["clusterName"] = cluster
+        spec: JsonObject = {"clusterName": cluster, "replicas": 0, "template": machine}
         if kind != "MachinePool":
             spec["selector"] = {"matchLabels": {"malformed.test/owner": name}}
         if kind == "MachineDeployment":

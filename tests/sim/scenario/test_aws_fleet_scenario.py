@@ -11,7 +11,9 @@ from __future__ import annotations
 import functools
 import io
 import sys
+import tomllib
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -142,6 +144,15 @@ def test_one_fleet_call_per_node_plus_the_retry_and_capa_never_launches_its_own(
     assert figures["fleet_calls"] == launched + figures["fleet_capacity_errors"] == 5
     assert figures["fleet_calls_per_node"] == pytest.approx(1.25)
     assert figures["instances_launched_by_capa"] == 0
+    # Per node, its CreateFleet: the launch template is the NodeClass's, written once; the
+    # only other writes are the terminations of the replaced node and the GC.
+    assert figures["ec2_writes"]["CreateFleet"] == 5
+    assert figures["ec2_writes"]["CreateLaunchTemplate"] == 1
+    assert set(figures["ec2_writes"]) <= {
+        "CreateFleet",
+        "CreateLaunchTemplate",
+        "TerminateInstances",
+    }
     assert figures["instances_live"] == 3
     assert figures["kube_writes"] > 0
     assert figures["kube_writes_per_node"] == pytest.approx(
@@ -157,8 +168,23 @@ def test_simulate_says_how_to_get_moto_when_it_is_missing(
     assert main(["simulate", "aws-fleet", "--until", "1m"], out=io.StringIO()) == 1
     error = capsys.readouterr().err
     assert "scenario aws-fleet" in error
-    assert "moto, a development dependency that is not installed" in error
-    assert "pip install 'moto[ec2]>=5'" in error
+    assert "moto, which is not installed" in error
+    assert "pip install 'karpenter-capi[sim]'" in error
+
+
+def test_the_all_extra_brings_what_simulate_aws_fleet_needs() -> None:
+    """``pip install 'karpenter-capi[all]'`` then ``simulate aws-fleet``: moto and boto3 come
+    with it, through the ``sim`` extra the error names."""
+    pyproject = Path(__file__).resolve().parents[3] / "pyproject.toml"
+    extras = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]
+    wanted, todo = set[str](), ["all"]
+    while todo:
+        for requirement in extras[todo.pop()]:
+            if requirement.startswith("karpenter-capi["):
+                todo.extend(requirement[len("karpenter-capi[") : -1].split(","))
+            else:
+                wanted.add(requirement.partition(">")[0])
+    assert {"moto[ec2]", "boto3"} <= wanted
 
 
 def test_simulate_aws_fleet_prints_the_fleet_figures() -> None:

@@ -82,6 +82,16 @@ def test_a_scale_action_on_a_nodepool_names_the_nodepool_not_a_workload() -> Non
     assert any("scale takes kind NodePool" in p for p in _problems(other))
 
 
+def test_an_interrupt_action_names_a_capacity_type_and_takes_a_notice() -> None:
+    good = BASE + "timeline:\n- {at: 2m, action: interrupt, target: spot, notice: 90s}\n"
+    [action] = parse_scenario_text(good, "t.yaml").timeline
+    assert (action.action, action.target, action.notice) == ("interrupt", "spot", 90)
+    bad = BASE + "timeline:\n- {at: 2m, action: interrupt, target: web}\n"
+    assert any("interrupt takes a capacity type as target" in p for p in _problems(bad))
+    notice = BASE + "timeline:\n- {at: 2m, action: delete, target: web, notice: 2m}\n"
+    assert any("only interrupt takes notice" in p for p in _problems(notice))
+
+
 def test_the_catalog_has_one_machine_deployment_per_combination_with_kwok_prices() -> None:
     catalog = Catalog(
         cpus=[2, 4], archs=["amd64", "arm64"], zones=["a"], capacity_types=["on-demand", "spot"]

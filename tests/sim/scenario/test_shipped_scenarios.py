@@ -73,6 +73,8 @@ EXPECTED: dict[str, Expected] = {
     # A day of churn, one hour of it: the hour ends quiet, with the pods it began with
     # (tests/reliability/soak runs three hours of it and checks much more).
     "soak-day": Expected(until=3600, pods_total=13),
+    # Interrupted at 2m; replaced and drained by ~2m20s, the deadline is at 4m.
+    "spot-interruption": Expected(until=300, pods_total=12),
 }
 
 # Kept out of the quick suite (`-m "not slow"`): anti-affinity-500 provisions 500 one-pod nodes

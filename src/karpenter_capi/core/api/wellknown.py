@@ -86,6 +86,22 @@ FINALIZER_TERMINATION: Final = "karpenter.sh/termination"
 # This project's own: the pending pods a NodeClaim was launched for (``namespace/name``, comma
 # separated), so a restarted controller sends them back to it instead of launching again.
 ANNOTATION_NOMINATED_PODS: Final = "karpenter.cluster.x-k8s.io/nominated-pods"
+# On a NodeClaim whose machine the cloud announced it will take (core.interruption): the notice's
+# kind, and when the machine goes (RFC 3339, empty when the notice gave no time). Kept on the
+# object so a restarted controller still knows the deadline and keeps its pods provisioned for.
+ANNOTATION_INTERRUPTION: Final = "karpenter.cluster.x-k8s.io/interruption"
+ANNOTATION_INTERRUPTION_DEADLINE: Final = "karpenter.cluster.x-k8s.io/interruption-deadline"
+# Also this project's own: the round a NodeClaim was created in and its place in that round's
+# plan (``<plan id>/<index>/<count>``), and on the round's first NodeClaim the rest of the plan
+# (JSON: ``[[nodepool, "ns/pod,ns/pod"], ...]`` for indexes 1 on), so a controller killed part
+# way through creating a round's NodeClaims is followed by one that creates the missing ones
+# instead of solving their pods afresh.
+ANNOTATION_PLAN: Final = "karpenter.cluster.x-k8s.io/plan"
+ANNOTATION_PLAN_REST: Final = "karpenter.cluster.x-k8s.io/plan-rest"
+PROVISIONER_NOTES: Final = frozenset(
+    {ANNOTATION_NOMINATED_PODS, ANNOTATION_PLAN, ANNOTATION_PLAN_REST}
+)
+"""The annotations the provisioner writes on a NodeClaim for itself: not copied to its Node."""
 
 # --- Cluster API --------------------------------------------------------------------------------
 

@@ -48,7 +48,7 @@ from karpenter_capi.core.kube.resources import (
     Resource,
 )
 from karpenter_capi.core.plugin_host import PluginError
-from karpenter_capi.core.provisioning.provisioner import NODEPOOL_HASH_VERSION
+from karpenter_capi.core.provisioning.nodeclaims import NODEPOOL_HASH_VERSION
 from karpenter_capi.core.provisioning.state import MIRROR_POD_ANNOTATION
 from karpenter_capi.core.runtime.controller import (
     DONE,

@@ -69,7 +69,11 @@ from karpenter_capi.core.kube.resources import (
 from karpenter_capi.core.plugin_host import PluginError, Plugins
 from karpenter_capi.core.provisioning.controller import ROUND_RESOURCES
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory, resolve_inventory
-from karpenter_capi.core.provisioning.state import ClusterSnapshot, has_disrupted_taint
+from karpenter_capi.core.provisioning.state import (
+    ClusterSnapshot,
+    has_disrupted_taint,
+    is_interrupted,
+)
 from karpenter_capi.core.runtime.controller import WORKLOAD, ControllerContext, Result
 from karpenter_capi.core.termination.actions import Actions
 
@@ -478,7 +482,7 @@ class DisruptionController:
             claim = by_node.get(str(node["metadata"]["name"]))
             if claim is None or (claim.get("metadata") or {}).get("deletionTimestamp"):
                 continue
-            if str(claim["metadata"]["name"]) in held:
+            if str(claim["metadata"]["name"]) in held or is_interrupted(claim):
                 continue
             if node["metadata"].get("deletionTimestamp"):
                 continue

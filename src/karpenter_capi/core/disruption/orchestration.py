@@ -30,7 +30,7 @@ from karpenter_capi.core.kube.errors import ApiError, Conflict, NotFound
 from karpenter_capi.core.kube.events import NORMAL, WARNING
 from karpenter_capi.core.kube.resources import NODECLAIMS, NODES
 from karpenter_capi.core.observability.logs import ref
-from karpenter_capi.core.provisioning.provisioner import log_created, nodeclaim_body
+from karpenter_capi.core.provisioning.nodeclaims import log_created, nodeclaim_body
 from karpenter_capi.core.runtime.controller import ControllerContext
 from karpenter_capi.core.termination.actions import Actions, set_condition
 

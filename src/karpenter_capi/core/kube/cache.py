@@ -106,6 +106,13 @@ class Store(Generic[T]):
         with self._lock:
             return [self._items[key] for key in self.index_keys(index_name, value)]
 
+    def index_count(self, index_name: str, value: str) -> int:
+        """How many objects are under ``value`` (no list built: for checks on every event)."""
+        with self._lock:
+            if index_name not in self._indexes:
+                raise KeyError(f"no index named {index_name!r}")
+            return len(self._indexes[index_name].get(value, ()))
+
     def index_keys(self, index_name: str, value: str) -> builtins.list[str]:
         with self._lock:
             if index_name not in self._indexes:
@@ -141,8 +148,11 @@ class Store(Generic[T]):
     # Writes (the informer is the only writer in normal use).
 
     def add_indexer(self, name: str, func: IndexFunc[T]) -> None:
-        """Add an index, computing it for the objects already stored."""
+        """Add an index, computing it for the objects already stored (adding the same one
+        twice is a no-op: two components may each need it)."""
         with self._lock:
+            if self._indexers.get(name) is func:
+                return
             if name in self._indexers:
                 raise ValueError(f"index {name!r} already exists")
             self._indexers[name] = func

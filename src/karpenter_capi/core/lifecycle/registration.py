@@ -99,8 +99,9 @@ def synced_node(work: NodeClaimWork, node: dict[str, Any]) -> dict[str, Any]:
         spec["taints"] = taints
     else:
         spec.pop("taints", None)
-    # Which pods the claim was launched for is the provisioner's note to itself, not the Node's.
-    copied = {k: v for k, v in work.annotations.items() if k != wellknown.ANNOTATION_NOMINATED_PODS}
+    # Which pods the claim was launched for, and the plan it was part of, are the provisioner's
+    # notes to itself, not the Node's.
+    copied = {k: v for k, v in work.annotations.items() if k not in wellknown.PROVISIONER_NOTES}
     meta["annotations"] = {**(meta.get("annotations") or {}), **copied}
     meta["labels"] = {
         **(meta.get("labels") or {}),

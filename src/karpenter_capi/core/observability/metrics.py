@@ -155,6 +155,19 @@ class Metrics:
             [REASON, NODEPOOL, CAPACITY_TYPE],
             registry=r,
         )
+        self._interruption_received = Counter(
+            "karpenter_interruption_received_messages_total",
+            "Count of interruption notices received (a queue's messages, Nodes' handler "
+            "taints). Labeled by message type.",
+            ["message_type"],
+            registry=r,
+        )
+        self._interruption_deleted = Counter(
+            "karpenter_interruption_deleted_messages_total",
+            "Count of interruption messages handed back to their plugin (deleted from the queue).",
+            [],
+            registry=r,
+        )
         self._nodeclaims_termination_duration = Histogram(
             "karpenter_nodeclaims_termination_duration_seconds",
             "Duration of NodeClaim termination in seconds.",
@@ -373,6 +386,14 @@ class Metrics:
     def nodeclaim_disrupted(self, nodepool: str, *, reason: str, capacity_type: str = "") -> None:
         """A NodeClaim was disrupted (``reason``: empty, underutilized, drifted, expired...)."""
         self._nodeclaims_disrupted.labels(reason, nodepool, capacity_type).inc()
+
+    def interruption_received(self, message_type: str) -> None:
+        """An interruption notice arrived (``message_type``: spot_interrupted, ...)."""
+        self._interruption_received.labels(message_type).inc()
+
+    def interruption_deleted(self, count: int) -> None:
+        """``count`` handled notices were handed back to their plugin."""
+        self._interruption_deleted.inc(count)
 
     def disruption_decision(self, decision: str, *, reason: str, consolidation_type: str) -> None:
         """A disruption command was carried out (``decision``: delete or replace)."""

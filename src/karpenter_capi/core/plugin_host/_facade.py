@@ -23,6 +23,7 @@ from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.errors import InstanceNotFoundError, ProviderError
 from karpenter_capi.core.hookspecs import (
     Instance,
+    InterruptionNotice,
     LaunchResult,
     LaunchWatch,
     MachineTemplateDescription,
@@ -37,6 +38,7 @@ from karpenter_capi.core.plugin_host._errors import (
     PluginError,
     PluginResultError,
 )
+from karpenter_capi.core.plugin_host._interrupted import InterruptedOfferings
 from karpenter_capi.core.plugin_host._loading import load_plugins, make, new_manager, register
 from karpenter_capi.core.plugin_host._results import RESULT_CHECKS, object_name, spec_name
 
@@ -96,6 +98,9 @@ class Plugins:
         self._environment = environment
         self._contexts: dict[str, PluginContext] = {}
         self._manager = self._registered()
+        self.interrupted = InterruptedOfferings(environment.clock)
+        """Offerings spot interruptions took away: every inventory returned shows them
+        unavailable (``core.interruption`` marks them)."""
 
     @classmethod
     def load(cls, enabled: Sequence[str], environment: PluginEnvironment) -> Plugins:
@@ -222,7 +227,9 @@ class Plugins:
                 object_name(nodeclass),
                 self.names,
             )
-        return self.price_offerings(types, nodeclass, nodepool) if priced else types
+        if priced:
+            types = self.price_offerings(types, nodeclass, nodepool)
+        return self.interrupted.apply(types)
 
     def price_offerings(
         self, instance_types: list[InstanceType], nodeclass: NodeClass, nodepool: NodePool
@@ -333,3 +340,21 @@ class Plugins:
             for name, why in answer.items():
                 blocked.setdefault(name, why)
         return blocked
+
+    def interruptions(self) -> list[tuple[str, InterruptionNotice]]:
+        """Every plugin's interruption notices, with the plugin's name, in plugin order."""
+        hook = spec_name(hookspecs.karpenter_capi_interruptions)
+        notices: list[tuple[str, InterruptionNotice]] = []
+        for plugin, result in self._each(hook, {}):
+            if result is None:
+                continue
+            listed: list[InterruptionNotice] = self._checked(plugin, hook, result)
+            notices.extend((plugin, notice) for notice in listed)
+        return notices
+
+    def interruptions_handled(self, plugin: str, notices: list[InterruptionNotice]) -> None:
+        """Hand ``notices`` back to the one plugin that returned them."""
+        hook = spec_name(hookspecs.karpenter_capi_interruptions_handled)
+        for impl in self._implementations(hook):
+            if impl.plugin_name == plugin:
+                self._call(impl, hook, {"notices": notices})

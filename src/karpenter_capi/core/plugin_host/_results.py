@@ -13,6 +13,7 @@ from typing import Any, Final
 from karpenter_capi.core import hookspecs
 from karpenter_capi.core.hookspecs import (
     Instance,
+    InterruptionNotice,
     LaunchResult,
     LaunchWatch,
     MachineTemplateDescription,
@@ -94,6 +95,14 @@ RESULT_CHECKS: Final[dict[str, tuple[Callable[[object], bool], str]]] = {
             and all(isinstance(k, str) and isinstance(w, str) for k, w in v.items())
         ),
         "a dict of NodeClaim name to reason, or None",
+    ),
+    spec_name(hookspecs.karpenter_capi_interruptions): (
+        lambda v: _is_list_of(v, InterruptionNotice),
+        "a list of InterruptionNotice or None",
+    ),
+    spec_name(hookspecs.karpenter_capi_interruptions_handled): (
+        lambda v: v is None,
+        "None",
     ),
     spec_name(hookspecs.karpenter_capi_describe_machine_template): (
         lambda v: isinstance(v, MachineTemplateDescription),

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from karpenter_capi.core.kube.client import JsonObject
+from karpenter_capi.core.kube.indexes import BY_OWNER_UID
 from karpenter_capi.core.kube.resources import (
     CLUSTER_API_NODE_CLASSES,
     DAEMONSETS,
@@ -23,12 +24,14 @@ from karpenter_capi.core.kube.resources import (
     NODEPOOLS,
     NODES,
     PODS,
+    REPLICASETS,
     Resource,
 )
 from karpenter_capi.core.provisioning.batcher import Batcher
 from karpenter_capi.core.provisioning.pending import is_provisionable
+from karpenter_capi.core.provisioning.plans import missing_claims
 from karpenter_capi.core.provisioning.provisioner import Provisioner, ProvisioningReport
-from karpenter_capi.core.provisioning.state import ClusterSnapshot
+from karpenter_capi.core.provisioning.state import ClusterSnapshot, unreplaced_pods
 from karpenter_capi.core.runtime.controller import WORKLOAD, ControllerContext, Result
 from karpenter_capi.core.scheduling.model import pod_key
 from karpenter_capi.core.scheduling.packing import DEFAULT_BUDGET_SECONDS as DEFAULT_PACKING_BUDGET
@@ -65,6 +68,13 @@ def _world(
     return frozenset(pod_key(p) for p in pending), nodes, claims
 
 
+def _active(pod: Mapping[str, Any] | None) -> bool:
+    """A pod a ReplicaSet counts towards its replicas (kube's ``FilterActivePods``)."""
+    if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
 def _ready(node: Mapping[str, Any]) -> bool:
     return any(
         c.get("type") == "Ready" and c.get("status") == "True"
@@ -88,11 +98,16 @@ class ProvisioningController:
         plans_nominated: bool = False,
         create_concurrency: int = 1,
         wake_on_pods: bool = False,
+        complete_idle: float | None = None,
     ) -> None:
         self._ctx = ctx
         self._wake_on_pods = wake_on_pods
         self.interval = interval
         self._batcher = batcher or Batcher(ctx.clock)
+        self._bursts_by_owner = complete_idle is not None
+        if complete_idle is not None:
+            # Needs the pods' index by owner uid (``Operator`` registers it).
+            self._batcher.track(self, complete_idle)
         self._provisioner = provisioner or Provisioner(
             ctx.client,
             ctx.plugins,
@@ -109,6 +124,8 @@ class ProvisioningController:
         self._last_world: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None
         # clock.monotonic() at which to run a round again although nothing changed.
         self._retry_at: float | None = None
+        # Whether this process has not looked yet (``run_once``: an interrupted plan).
+        self._first_look = True
 
     def nominated_within(self, seconds: float) -> frozenset[str]:
         """Nodes and NodeClaims pending pods were counted on in the last ``seconds``."""
@@ -123,7 +140,8 @@ class ProvisioningController:
         return self._provisioner.planned()
 
     def reads(self) -> Sequence[tuple[Resource, str]]:
-        return [(resource, WORKLOAD) for resource in ROUND_RESOURCES]
+        owners = (REPLICASETS,) if self._bursts_by_owner else ()
+        return [(resource, WORKLOAD) for resource in (*ROUND_RESOURCES, *owners)]
 
     def wake_on(self) -> Sequence[tuple[Resource, str, Callable[[JsonObject], float | None]]]:
         """With ``wake_on_pods`` (``karpenter-capi run``), each pending pod's event feeds the
@@ -141,6 +159,36 @@ class ProvisioningController:
         wait = self._batcher.saw(pod_key(pod))
         return None if wait is None else self._ctx.clock.monotonic() + wait
 
+    def owner_of(self, key: str) -> str | None:
+        """The pending pod's ReplicaSet, as ``namespace/name/uid``, for the batch window (see
+        ``batcher``); ``None`` for a pod no ReplicaSet controls."""
+        pod = self._ctx.caches.store(PODS).get(key)
+        if pod is None:
+            return None
+        metadata = pod.get("metadata") or {}
+        for ref in metadata.get("ownerReferences") or []:
+            if isinstance(ref, Mapping) and ref.get("controller") is True:
+                if ref.get("kind") == "ReplicaSet" and ref.get("apiVersion") == "apps/v1":
+                    return f"{metadata.get('namespace') or ''}/{ref.get('name')}/{ref.get('uid')}"
+                return None
+        return None
+
+    def complete(self, owner: str) -> bool:
+        """Whether the ReplicaSet ``owner`` has as many active pods as it asks for."""
+        namespace, name, uid = owner.split("/")
+        caches = self._ctx.caches
+        replicaset = caches.store(REPLICASETS).get(f"{namespace}/{name}")
+        if replicaset is None or (replicaset.get("metadata") or {}).get("uid") != uid:
+            return False  # not seen yet: its size is unknown
+        wanted = (replicaset.get("spec") or {}).get("replicas", 1)
+        if not isinstance(wanted, int):
+            return False
+        pods = caches.store(PODS)
+        if pods.index_count(BY_OWNER_UID, uid) < wanted:
+            return False  # the common case while the burst grows: no pod is read
+        keys = pods.index_keys(BY_OWNER_UID, uid)
+        return sum(1 for k in keys if _active(pods.get(k))) >= wanted
+
     def _snapshot(self) -> ClusterSnapshot:
         caches = self._ctx.caches
         return ClusterSnapshot.from_stores(lambda resource: caches.store(resource).list())
@@ -151,7 +199,8 @@ class ProvisioningController:
     def run_once(self) -> Result:
         snapshot = self._snapshot()
         pending = self._provisioner.pending_pods(snapshot)
-        self._batcher.observe(pod_key(p) for p in pending)
+        # The pods of a node going away with nothing replacing it open a window too.
+        self._batcher.observe(pod_key(p) for p in [*pending, *unreplaced_pods(snapshot)])
         world = _world(snapshot, pending)
         if pending and self._last_world is not None and world != self._last_world:
             # Pods a round left pending (expecting them to fit somewhere) are still pending and
@@ -162,7 +211,14 @@ class ProvisioningController:
         elif pending and self._retry_due():
             # The last round could not use a NodePool; whatever broke it may have recovered.
             self._batcher.trigger()
-        if not self._batcher.ready():
+        # A new process's first look that finds a plan its predecessor was killed creating
+        # (``plans.py``) finishes it at once: its pods waited out their window already, and
+        # each second between the plan's first nodes and the others lets kube-scheduler fill
+        # the first with pods planned for the others (the simulated 1,000-pod scale-up bought
+        # 10 NodeClaims more for a one-second gap, then replaced them one by one).
+        resume = self._first_look and bool(pending) and bool(missing_claims(snapshot.nodeclaims))
+        self._first_look = False
+        if not resume and not self._batcher.ready():
             wait = self._batcher.seconds_until_ready()
             return Result(requeue_after=self.interval if wait is None else max(wait, 0.01))
         self._batcher.reset()

@@ -10,11 +10,11 @@ import logging
 from collections.abc import Mapping
 from typing import TextIO
 
+from karpenter_capi.core.provisioning.nodeclaims import nodeclaim_body
 from karpenter_capi.core.provisioning.provisioner import (
     LaunchDecision,
     Provisioner,
     ProvisioningReport,
-    nodeclaim_body,
 )
 
 __all__ = [

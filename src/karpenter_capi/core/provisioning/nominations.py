@@ -14,7 +14,11 @@ patch of that one field). It is kept until the pod is bound (the API server then
 the plan changes: re-planned onto another node, the pod is nominated there; its NodeClaim gone
 or the pod planned nowhere, a nomination this controller wrote is cleared. kube-scheduler clears
 a nomination when an attempt fails (the Node not Ready yet, say); it is written again once the
-Node has changed, not every pass, so the two never trade writes while nothing happens.
+Node has changed and can take the pod (Ready, not cordoned, its taints tolerated), not every
+pass, so the two never trade writes while nothing happens. Until the Node can take the pod
+every attempt there fails, and kube-scheduler attempts the pod again on every change to it or
+to the Node (the kubelet's status, registration's labels and taints): a rewrite on each such
+change would only be cleared again.
 
 Before a restarted controller's first round, the plan is what the NodeClaims say they were
 launched for (``karpenter.cluster.x-k8s.io/nominated-pods``). A nomination this controller did
@@ -28,6 +32,7 @@ API server's release, unless ``--feature-gates NominatedNodeNameForExpectation=.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -38,9 +43,11 @@ from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.errors import ApiError, NotFound, refused_by_api
 from karpenter_capi.core.kube.resources import NODECLAIMS, NODES, PODS, Resource
 from karpenter_capi.core.kube.version import server_version
+from karpenter_capi.core.lifecycle.nodes import node_is_ready
 from karpenter_capi.core.observability.logs import first, ref
 from karpenter_capi.core.provisioning.state import ClusterSnapshot, persisted_nominations
 from karpenter_capi.core.runtime.controller import WORKLOAD, ControllerContext, Result
+from karpenter_capi.core.scheduling.taints import Taint, TaintError, untolerated
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +118,20 @@ def _pending(pod: Mapping[str, Any]) -> bool:
     )
 
 
+def _may_take(node: JsonObject, pod: JsonObject) -> bool:
+    """Whether kube-scheduler's node-level filters could pass ``pod`` on ``node`` now: Ready,
+    not cordoned, each ``NoSchedule`` and ``NoExecute`` taint tolerated (room aside). Until
+    then an attempt there fails and clears the nomination (module docstring)."""
+    spec = node.get("spec") or {}
+    if not node_is_ready(node) or spec.get("unschedulable"):
+        return False
+    taints = []
+    for raw in spec.get("taints") or ():
+        with contextlib.suppress(TaintError, AttributeError):
+            taints.append(Taint.from_dict(raw))
+    return untolerated((pod.get("spec") or {}).get("tolerations") or [], taints) is None
+
+
 @dataclass(frozen=True)
 class _Write:
     """One nomination to write (``node``) or clear (``None``), and the record it replaces."""
@@ -146,8 +167,9 @@ class NominationController:
     def reads(self) -> Sequence[tuple[Resource, str]]:
         return [(PODS, WORKLOAD), (NODES, WORKLOAD), (NODECLAIMS, WORKLOAD)]
 
-    def _targets(self) -> dict[str, tuple[str, str]]:
-        """Pod key -> (node, its resourceVersion) for every planned pod whose Node exists."""
+    def _targets(self) -> dict[str, tuple[str, str, JsonObject]]:
+        """Pod key -> (node, its resourceVersion, the Node) for every planned pod whose Node
+        exists."""
         caches = self._ctx.caches
         planned = self._plan()
         if planned is not None and not planned and not self._written:
@@ -163,12 +185,13 @@ class NominationController:
                 node_of[str(claim["metadata"]["name"])] = str(node_name)
         ours = set(node_of.values())
         nodes = caches.store(NODES, WORKLOAD)
-        targets: dict[str, tuple[str, str]] = {}
+        targets: dict[str, tuple[str, str, JsonObject]] = {}
         for key, name in planned.items():
             node_name = node_of.get(name) or (name if name in ours else None)
             node = nodes.get(node_name) if node_name else None
             if node_name and node is not None and not node["metadata"].get("deletionTimestamp"):
-                targets[key] = (node_name, str(node["metadata"].get("resourceVersion", "")))
+                version = str(node["metadata"].get("resourceVersion", ""))
+                targets[key] = (node_name, version, node)
         self._ours = ours
         return targets
 
@@ -188,14 +211,21 @@ class NominationController:
             current = (pod.get("status") or {}).get("nominatedNodeName") or None
             target = targets.get(key)
             if target is not None:
-                node, version = target
+                node, version, node_object = target
                 if current == node:
                     self._written[key] = (uid, node, previous[2] if previous else version)
                     continue
                 if current is not None and current not in self._ours:
                     continue  # someone else's nomination, to a node no NodeClaim holds
-                if current is None and previous == (uid, node, version):
-                    continue  # cleared by kube-scheduler since; the Node has not changed
+                if (
+                    current is None
+                    and previous is not None
+                    and previous[:2] == (uid, node)
+                    and (previous[2] == version or not _may_take(node_object, pod))
+                ):
+                    # Cleared by kube-scheduler since: the Node has not changed, or cannot
+                    # take the pod yet, where every attempt fails and clears it again.
+                    continue
                 # Recorded even when refused: tried again once the plan or the Node changes.
                 self._written[key] = (uid, node, version)
                 writes.append(_Write(pod, key, node, previous))

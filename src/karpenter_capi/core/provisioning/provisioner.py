@@ -32,20 +32,21 @@ import logging
 from collections.abc import Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.api.nodepool import NodePool
 from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.errors import ApiError, refused_by_api
 from karpenter_capi.core.kube.events import NORMAL, WARNING, EventRecorder
-from karpenter_capi.core.kube.resources import NODECLAIMS, NODEPOOLS
+from karpenter_capi.core.kube.resources import NODECLAIMS
 from karpenter_capi.core.observability.logs import first, ref
 from karpenter_capi.core.observability.metrics import Metrics
 from karpenter_capi.core.plugin_host import Plugins
 from karpenter_capi.core.provisioning.inventory import resolve_inventory
+from karpenter_capi.core.provisioning.nodeclaims import log_created, nodeclaim_body
 from karpenter_capi.core.provisioning.pending import is_provisionable
+from karpenter_capi.core.provisioning.plans import finish_plans, missing_claims, stamp_plan
 from karpenter_capi.core.provisioning.state import (
     ClusterSnapshot,
     existing_nodes,
@@ -53,11 +54,13 @@ from karpenter_capi.core.provisioning.state import (
     nodepool_option,
     nodepool_usage,
     persisted_nominations,
+    unreplaced_pods,
 )
 from karpenter_capi.core.scheduling import packing
 from karpenter_capi.core.scheduling.model import (
+    ExistingNode,
+    NodePoolOption,
     ProposedNodeClaim,
-    compatible_offerings,
     pod_key,
 )
 from karpenter_capi.core.scheduling.nofit import missing_claim_reason
@@ -70,12 +73,6 @@ from karpenter_capi.core.scheduling.solver import (
 )
 
 log = logging.getLogger(__name__)
-
-NODEPOOL_HASH_VERSION: Final = "v3"
-NOMINATED_PODS_MAX_CHARS: Final = 32 * 1024
-"""Past this the pods a claim is launched for are not written on it (a claim of hundreds of
-long-named pods would eat into the API's 256 KiB for all annotations); it is then planned from
-memory only, as before, and a restart packs its pods afresh."""
 
 
 @dataclass(frozen=True)
@@ -115,90 +112,6 @@ class ProvisioningReport:
 def _as_floats(resources: ResourceList) -> dict[str, float]:
     """Resource quantities in their base unit (cores, bytes, count), as the gauges report."""
     return {name: resources.milli(name) / 1000 for name in resources}
-
-
-def _without_hostname(claim: ProposedNodeClaim) -> list[dict[str, Any]]:
-    return [r for r in claim.requirements.to_dicts() if r["key"] != wellknown.LABEL_HOSTNAME]
-
-
-def log_created(
-    name: str, claim: ProposedNodeClaim, *, dry_run: bool = False, level: int = logging.INFO
-) -> None:
-    """Upstream's ``created nodeclaim`` line (``would create nodeclaim`` in a dry run)."""
-    log.log(
-        level,
-        "would create nodeclaim" if dry_run else "created nodeclaim",
-        extra={
-            "NodePool": ref(claim.nodepool.name),
-            "NodeClaim": ref(name),
-            "requests": claim.requests.to_dict(),
-            "instance-types": first([it.name for it in claim.instance_types]),
-            "pod-count": len(claim.pods),
-        },
-    )
-
-
-def nodeclaim_body(raw_pool: Mapping[str, Any], claim: ProposedNodeClaim) -> JsonObject:
-    """The NodeClaim Karpenter would create for a proposed claim of this NodePool."""
-    meta = raw_pool["metadata"]
-    template = (raw_pool.get("spec") or {}).get("template") or {}
-    spec = template.get("spec") or {}
-    name = str(meta["name"])
-    requirements = _without_hostname(claim)
-    capacity_types = sorted(
-        {
-            offering.capacity_type
-            for instance_type in claim.instance_types
-            for offering in compatible_offerings(instance_type, claim.requirements)
-        }
-    )
-    requirements = [r for r in requirements if r["key"] != wellknown.LABEL_CAPACITY_TYPE]
-    requirements.append(
-        {"key": wellknown.LABEL_CAPACITY_TYPE, "operator": "In", "values": capacity_types}
-    )
-    requirements.sort(key=lambda r: (r["key"], r["operator"]))
-    labels = dict((template.get("metadata") or {}).get("labels") or {})
-    labels.update(
-        (key, value)
-        for key, value in claim.requirements.labels().items()
-        if key != wellknown.LABEL_HOSTNAME
-    )
-    labels[wellknown.LABEL_NODEPOOL] = name
-    annotations = dict((template.get("metadata") or {}).get("annotations") or {})
-    annotations[wellknown.ANNOTATION_NODEPOOL_HASH] = NodePool.model_validate(
-        raw_pool
-    ).template_hash()
-    annotations[wellknown.ANNOTATION_NODEPOOL_HASH_VERSION] = NODEPOOL_HASH_VERSION
-    nominated = ",".join(sorted(pod_key(p) for p in claim.pods))
-    if nominated and len(nominated) <= NOMINATED_PODS_MAX_CHARS:
-        annotations[wellknown.ANNOTATION_NOMINATED_PODS] = nominated
-    body: JsonObject = {
-        "apiVersion": NODECLAIMS.api_version,
-        "kind": NODECLAIMS.kind,
-        "metadata": {
-            "generateName": f"{name}-",
-            "labels": labels,
-            "annotations": annotations,
-            "ownerReferences": [
-                {
-                    "apiVersion": NODEPOOLS.api_version,
-                    "kind": NODEPOOLS.kind,
-                    "name": name,
-                    "uid": meta.get("uid", ""),
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
-        "spec": {
-            "requirements": requirements,
-            "resources": {"requests": claim.requests.to_dict()},
-            "nodeClassRef": spec.get("nodeClassRef"),
-        },
-    }
-    for key in ("taints", "startupTaints", "expireAfter", "terminationGracePeriod"):
-        if spec.get(key) is not None:
-            body["spec"][key] = spec[key]
-    return body
 
 
 class Provisioner:
@@ -281,7 +194,8 @@ class Provisioner:
         # Pods no node can help (their claim is missing): told so, never launched for.
         blocked = {pod_key(p): why for p in provisionable if (why := missing_claim_reason(p))}
         pending = [p for p in provisionable if pod_key(p) not in blocked]
-        if not provisionable:
+        unreplaced = {pod_key(p) for p in unreplaced_pods(snapshot)}
+        if not provisionable and not unreplaced:
             self._said.clear()
             self._said_unschedulable = {}
             self._planned = {}
@@ -304,24 +218,23 @@ class Provisioner:
             # still gives its launching NodeClaims their size) but no round launches for it.
             if not (inventory.model is not None and inventory.model.is_static):
                 options.append(option)
-        solver = Solver(
+        nominations = {**persisted_nominations(snapshot), **self._nominations}
+        # NodeClaims of a plan a killed process did not finish creating: created as planned,
+        # their pods kept out of this round's solve (``plans.py``).
+        resumed = finish_plans(
+            missing_claims(snapshot.nodeclaims),
+            {pod_key(p): p for p in pending},
+            frozenset().union(*nominations.values()),
             options,
-            existing_nodes=existing_nodes(
-                snapshot, usable, {**persisted_nominations(snapshot), **self._nominations}
-            ),
-            daemonsets=snapshot.daemonsets,
-            namespaces=snapshot.namespaces,
-            max_instance_types=self._max_instance_types,
-            clock=self._clock,
-            timeout_seconds=self._solve_timeout,
-            packing_budget=self._packing_budget,
-            plans_nominated=self.plans_nominated,
+            lambda option, pods: self._solver([option], snapshot, [], repack=False).solve(pods),
         )
+        resumed_keys = {pod_key(p) for claim, _ in resumed for p in claim.pods}
+        solver = self._solver(options, snapshot, existing_nodes(snapshot, usable, nominations))
         # Pods of nodes already going away will need room too (upstream counts them): placing
         # them first keeps new pods from taking what a disruption replacement was launched for.
         moving = moving_pods(snapshot)
         started = self._clock.monotonic()
-        result = solver.solve(moving + pending)
+        result = solver.solve(moving + [p for p in pending if pod_key(p) not in resumed_keys])
         seconds = self._clock.monotonic() - started
         keys = sorted(pod_key(p) for p in pending)
         log.log(
@@ -358,11 +271,10 @@ class Provisioner:
         for node_name in result.existing:
             self._nominated_at[node_name] = nominated_now
         moving_keys = {pod_key(p) for p in moving}
+        held = moving_keys - unreplaced  # a command replaces these; upstream launches for the rest
         for node_name, pods in result.existing.items():
             waiting = sum(1 for p in pods if pod_key(p) not in moving_keys)
-            report.placed.update(
-                (pod_key(p), node_name) for p in pods if pod_key(p) not in moving_keys
-            )
+            report.placed.update((pod_key(p), node_name) for p in pods if pod_key(p) not in held)
             if node_name in claim_names:
                 report.in_flight_pods += waiting
                 self._nominations[node_name] = frozenset(map(pod_key, pods))
@@ -371,10 +283,9 @@ class Provisioner:
         raw_pools = {inventory.nodepool: inventory for inventory in usable}
         wanted = []
         for claim in result.new_nodeclaims:
-            if all(pod_key(p) in moving_keys for p in claim.pods):
-                continue  # their own disruption launches for them, or they go pending first
-            claim.pods = [p for p in claim.pods if pod_key(p) not in moving_keys]
-            wanted.append(claim)
+            claim.pods = [p for p in claim.pods if pod_key(p) not in held]
+            if claim.pods:
+                wanted.append(claim)
         decision = tuple(
             sorted((c.nodepool.name, tuple(sorted(pod_key(p) for p in c.pods))) for c in wanted)
         )
@@ -384,6 +295,22 @@ class Provisioner:
                 computed,
                 "computed new nodeclaim(s) to fit pod(s)",
                 extra={"nodeclaims": len(wanted), "pods": sum(len(c.pods) for c in wanted)},
+            )
+        if resumed:
+            log.info(
+                "finishing an interrupted plan",
+                extra={
+                    "plans": first(sorted({stamp.split("/")[0] for _, stamp in resumed})),
+                    "nodeclaims": len(resumed),
+                    "pods": len(resumed_keys),
+                },
+            )
+            self._launch_all(
+                [claim for claim, _ in resumed],
+                raw_pools,
+                report,
+                logging.INFO,
+                stamps=[stamp for _, stamp in resumed],
             )
         self._launch_all(wanted, raw_pools, report, computed)
         self._planned = {
@@ -407,6 +334,26 @@ class Provisioner:
             if not self._dry_run:
                 self._recorder.record(by_key[key], WARNING, "FailedScheduling", reason)
         return report
+
+    def _solver(
+        self,
+        options: Sequence[NodePoolOption],
+        snapshot: ClusterSnapshot,
+        nodes: Sequence[ExistingNode],
+        *,
+        repack: bool = True,
+    ) -> Solver:
+        return Solver(
+            options,
+            existing_nodes=nodes,
+            daemonsets=snapshot.daemonsets,
+            namespaces=snapshot.namespaces,
+            max_instance_types=self._max_instance_types,
+            clock=self._clock,
+            timeout_seconds=self._solve_timeout,
+            packing_budget=self._packing_budget if repack else 0,
+            plans_nominated=self.plans_nominated,
+        )
 
     def _unusable(self, raw_pool: Mapping[str, Any], nodepool: str, why: str) -> None:
         """A NodePool this round cannot use: a WARNING while ``why`` is new, and an Event."""
@@ -466,8 +413,13 @@ class Provisioner:
         raw_pools: Mapping[str, Any],
         report: ProvisioningReport,
         level: int,
+        *,
+        stamps: Sequence[str] | None = None,
     ) -> None:
         """Create the round's NodeClaims, then say and record each, in the plan's order.
+
+        The plan is written on them first (``plans.stamp_plan``), or with ``stamps`` (one per
+        claim) they are an interrupted plan's missing NodeClaims, each with its place in it.
 
         Over a real API a create is a round-trip: one by one, with each claim's Events in
         between, a 20-claim round spread its nodes over tens of seconds, and each resource's
@@ -479,9 +431,11 @@ class Provisioner:
         """
         accepted: list[tuple[ProposedNodeClaim, JsonObject]] = []
         listed: list[JsonObject] | None = None
-        for claim in wanted:
+        for number, claim in enumerate(wanted):
             inventory = raw_pools[claim.nodepool.name]
             body = nodeclaim_body(inventory.raw, claim)
+            if stamps is not None:
+                body["metadata"]["annotations"][wellknown.ANNOTATION_PLAN] = stamps[number]
             if claim.nodepool.limits is not None:
                 if listed is None:
                     listed = list(self._client.list(NODECLAIMS).items)
@@ -495,6 +449,8 @@ class Provisioner:
                         )
                     continue
             accepted.append((claim, body))
+        if stamps is None:
+            stamp_plan(accepted, self._clock.now().isoformat())
         if self._dry_run:
             report.launched.extend(self._launched(claim, None, level) for claim, _ in accepted)
             return
@@ -529,16 +485,22 @@ class Provisioner:
 
         With ``create_concurrency`` 1 in the plan's order, stopping at an API that is away or
         busy (a simulation needs the server to name the claims in the same order every run);
-        otherwise together, at most ``create_concurrency`` in flight."""
+        otherwise the first, then the others together, at most ``create_concurrency`` in
+        flight."""
         if self._create_concurrency <= 1 or len(bodies) <= 1:
             outcomes: list[JsonObject | ApiError | None] = []
             for body in bodies:
                 failed = any(isinstance(o, ApiError) and not refused_by_api(o) for o in outcomes)
                 outcomes.append(None if failed else self._create(body))
             return outcomes
-        workers = min(self._create_concurrency, len(bodies))
+        # The first carries the rest of the plan: created alone first, so that no other
+        # NodeClaim of the round exists without it (``plans.py``).
+        carrier = self._create(bodies[0])
+        if isinstance(carrier, ApiError) and not refused_by_api(carrier):
+            return [carrier, *(None for _ in bodies[1:])]
+        workers = min(self._create_concurrency, len(bodies) - 1)
         with ThreadPoolExecutor(workers, thread_name_prefix="create-nodeclaim") as pool:
-            return list(pool.map(self._create, bodies))
+            return [carrier, *pool.map(self._create, bodies[1:])]
 
     def _create(self, body: JsonObject) -> JsonObject | ApiError:
         try:

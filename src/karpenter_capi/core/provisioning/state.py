@@ -63,19 +63,48 @@ def is_reschedulable(pod: Pod) -> bool:
     return not any(ref.get("kind") in ("DaemonSet", "Node") for ref in owners)
 
 
-def disrupting_nodes(snapshot: ClusterSnapshot) -> frozenset[str]:
-    """Nodes already going away: tainted ``karpenter.sh/disrupted`` (a command under way, a
-    drain), deleting, or whose NodeClaim is deleting. Their pods will need room elsewhere."""
+def is_interrupted(claim: Mapping[str, Any]) -> bool:
+    """Whether the cloud announced it will take the NodeClaim's machine (``core.interruption``)."""
+    annotations = (claim.get("metadata") or {}).get("annotations") or {}
+    return wellknown.ANNOTATION_INTERRUPTION in annotations
+
+
+def unreplaced_nodes(snapshot: ClusterSnapshot) -> frozenset[str]:
+    """Nodes going away that no disruption command launches replacements for: deleting, whose
+    NodeClaim is deleting, or interrupted. Upstream's provisioner launches for their pods
+    (``Provisioner.Schedule``: the pods of deleting nodes), before they are evicted."""
     names = {
         str(n["metadata"]["name"])
         for n in snapshot.nodes
-        if has_disrupted_taint(n) or (n.get("metadata") or {}).get("deletionTimestamp")
+        if (n.get("metadata") or {}).get("deletionTimestamp")
     }
     for claim in snapshot.nodeclaims:
         node_name = (claim.get("status") or {}).get("nodeName")
-        if node_name and (claim.get("metadata") or {}).get("deletionTimestamp"):
+        if node_name and (
+            (claim.get("metadata") or {}).get("deletionTimestamp") or is_interrupted(claim)
+        ):
             names.add(str(node_name))
     return frozenset(names)
+
+
+def unreplaced_pods(snapshot: ClusterSnapshot) -> list[Pod]:
+    """The pods of ``unreplaced_nodes`` that a controller will recreate once evicted, unbound:
+    what provisioning launches for before the drain (a bare pod is gone once evicted)."""
+    return [p for p in moving_pods(snapshot, unreplaced_nodes(snapshot)) if is_recreated(p)]
+
+
+def is_recreated(pod: Pod) -> bool:
+    """Whether a controller (a ReplicaSet, a StatefulSet, a Job) makes the pod again if it goes."""
+    owners = (pod.get("metadata") or {}).get("ownerReferences") or ()
+    return any(ref.get("controller") for ref in owners)
+
+
+def disrupting_nodes(snapshot: ClusterSnapshot) -> frozenset[str]:
+    """Nodes already going away: tainted ``karpenter.sh/disrupted`` (a command under way, a
+    drain), deleting, whose NodeClaim is deleting, or interrupted. Their pods will need room
+    elsewhere."""
+    tainted = {str(n["metadata"]["name"]) for n in snapshot.nodes if has_disrupted_taint(n)}
+    return frozenset(tainted) | unreplaced_nodes(snapshot)
 
 
 def unbound(pod: Pod) -> Pod:
@@ -85,9 +114,9 @@ def unbound(pod: Pod) -> Pod:
     return {**pod, "spec": spec}
 
 
-def moving_pods(snapshot: ClusterSnapshot) -> list[Pod]:
-    """The reschedulable pods of nodes already going away, unbound."""
-    going = disrupting_nodes(snapshot)
+def moving_pods(snapshot: ClusterSnapshot, going: frozenset[str] | None = None) -> list[Pod]:
+    """The reschedulable pods of nodes already going away (or of ``going``), unbound."""
+    going = disrupting_nodes(snapshot) if going is None else going
     return [
         unbound(p)
         for p in snapshot.pods

@@ -16,8 +16,11 @@ after a crash and find what an earlier attempt made):
 * an ``AWSMachine``, created **only after the fleet returned the instance**: it carries
   ``providerID aws:///<zone>/<id>`` and ``instanceID``, so CAPA's ``findInstance`` reads that
   instance instead of calling RunInstances. Created earlier, without a provider ID, it would
-  make CAPA launch a second instance. ``cloudInit.insecureSkipSecretsManager`` is set because
-  the bootstrap data went through the launch template, not Secrets Manager.
+  make CAPA launch a second instance. ``cloudInit.secretPrefix`` and ``secretCount`` name the
+  Secrets Manager secrets holding the node's bootstrap data (``bootstrap_secret``), which CAPA
+  deletes once the node registered; market fields that do not fit the launched instance are
+  left out, because CAPA's validating webhook refuses them together
+  (``sim/apiserver/capa_webhooks.py`` emulates it).
 
 The Machine is created first and the KubeadmConfig second (owned by it), so a crash between
 them leaves nothing that deleting the Machine does not clean up.
@@ -32,6 +35,7 @@ from typing import Any, Final
 from karpenter_capi.plugin_api import Resource
 from karpenter_capi.plugin_api.kube import CAPI_INFRASTRUCTURE_GROUP, CapiResources, JsonObject
 from karpenter_capi.plugin_api.model import wellknown
+from karpenter_capi.plugins.capa import bootstrap_secret
 from karpenter_capi.plugins.capa.fleet import LaunchedInstance
 from karpenter_capi.plugins.capa.fleet_target import BOOTSTRAP_GROUP, FleetTarget
 
@@ -186,12 +190,45 @@ def kubeadm_config(
     }
 
 
+def _market(spec: JsonObject, *, spot: bool) -> None:
+    """The market fields of the instance the fleet launched, in combinations CAPA's webhook
+    admits (``validateInstanceMarketType``, ``validateCapacityReservation``): a template's
+    ``marketType: OnDemand`` or ``CapacityReservationsOnly`` must not sit next to the
+    ``spotMarketOptions`` of a spot instance, nor ``Spot`` on an on-demand one."""
+    if spot:
+        spec["spotMarketOptions"] = dict(spec.get("spotMarketOptions") or {})
+        spec["marketType"] = "Spot"
+        spec.pop("capacityReservationId", None)
+        if spec.get("capacityReservationPreference") == "CapacityReservationsOnly":
+            spec.pop("capacityReservationPreference")
+        return
+    spec.pop("spotMarketOptions", None)
+    if spec.get("marketType") == "Spot":
+        spec["marketType"] = "OnDemand"
+
+
+def _bootstrap_delivery(spec: JsonObject, instance_id: str, secret_count: int) -> None:
+    """Where the bootstrap data is: CAPA's Secrets Manager secrets named after the instance
+    (``bootstrap_secret``), so CAPA deletes them once the node registered. A template's
+    ``insecureSkipSecretsManager`` or other backend would contradict that
+    (``validateCloudInitSecret``); ignition templates are refused earlier (``fleet_target``).
+    """
+    spec.pop("ignition", None)
+    spec["cloudInit"] = {
+        "secretPrefix": bootstrap_secret.prefix_for(instance_id),
+        "secretCount": secret_count,
+        "secureSecretsBackend": "secrets-manager",
+    }
+
+
 def aws_machine(
     target: FleetTarget,
     nodeclaim: str,
     owner: Mapping[str, Any],
     nodepool: str | None,
     instance: LaunchedInstance,
+    *,
+    secret_count: int,
 ) -> JsonObject:
     """The AWSMachine that makes CAPA adopt ``instance`` (never one without a provider ID)."""
     spec = copy.deepcopy(dict(target.machine_spec))
@@ -199,15 +236,11 @@ def aws_machine(
     spec["instanceID"] = instance.instance_id
     spec["instanceType"] = instance.instance_type
     spec["ami"] = {"id": instance.image_id or target.image_id}
+    spec["instanceMetadataOptions"] = dict(target.metadata_options)
     if instance.subnet_id:
         spec["subnet"] = {"id": instance.subnet_id}
-    if instance.capacity_type == wellknown.CAPACITY_TYPE_SPOT:
-        spec["spotMarketOptions"] = dict(spec.get("spotMarketOptions") or {})
-    else:
-        spec.pop("spotMarketOptions", None)
-    cloud_init = dict(spec.get("cloudInit") or {})
-    cloud_init["insecureSkipSecretsManager"] = True
-    spec["cloudInit"] = cloud_init
+    _market(spec, spot=instance.capacity_type == wellknown.CAPACITY_TYPE_SPOT)
+    _bootstrap_delivery(spec, instance.instance_id, secret_count)
     resource = aws_machines(target.machine_api_version)
     return {
         "apiVersion": resource.api_version,

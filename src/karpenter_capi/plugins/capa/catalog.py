@@ -157,3 +157,10 @@ def load_instance_type(
         ):
             zones.update(str(o["Location"]) for o in page.get("InstanceTypeOfferings") or [])
     return CatalogEntry(region, instance_type, info, frozenset(zones))
+
+
+def image_architecture(ec2: Any, image_id: str) -> str | None:
+    """The ``kubernetes.io/arch`` of AMI ``image_id`` (``DescribeImages``), ``None`` when EC2
+    does not know the image or its architecture runs no kubelet."""
+    images = ec2.describe_images(ImageIds=[image_id]).get("Images") or []
+    return _ARCHITECTURES.get(str(images[0].get("Architecture") or "")) if images else None

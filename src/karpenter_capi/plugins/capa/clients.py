@@ -34,6 +34,14 @@ class AwsClients(Protocol):
         """A Pricing client whose endpoint is in ``region`` (see ``pricing.pricing_region``)."""
         ...
 
+    def sqs(self, region: str) -> Any:
+        """An SQS client for ``region`` (the interruption queue)."""
+        ...
+
+    def secretsmanager(self, region: str) -> Any:
+        """A Secrets Manager client for ``region`` (``CAPAFleet`` bootstrap data)."""
+        ...
+
 
 class Boto3Clients:
     """``AwsClients`` from one boto3 session, each client created once per region.
@@ -62,3 +70,10 @@ class Boto3Clients:
 
     def pricing(self, region: str) -> Any:
         return self._client("pricing", region)
+
+    def sqs(self, region: str) -> Any:
+        # SQS's ReceiveMessage long poll waits up to 20 s: read_timeout (30 s) leaves room.
+        return self._client("sqs", region)
+
+    def secretsmanager(self, region: str) -> Any:
+        return self._client("secretsmanager", region)

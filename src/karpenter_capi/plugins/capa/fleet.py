@@ -3,9 +3,10 @@
 The request is the one Karpenter's AWS provider sends: type ``instant`` (synchronous, no fleet
 left behind), ``TotalTargetCapacity`` 1, spot with ``price-capacity-optimized`` or on-demand
 with ``lowest-price``, and one launch template config whose overrides are (instance type x
-zonal subnet) pairs taken from the NodeClaim's compatible offerings, cheapest first, at most 60
-(EC2's limit on overrides in one request is higher, but EC2 ranks them itself and a longer list
-only costs request size), leaving out offerings in the unavailable-offerings cache.
+zone) overrides for the 60 cheapest instance types of the NodeClaim's compatible offerings,
+each in every zone it is offered in, through the zone's subnet with the most free addresses,
+leaving out offerings in the unavailable-offerings cache and subnets recently out of addresses
+(``InsufficientFreeAddressesInSubnet``), as upstream Karpenter does.
 
 Spot is asked for whenever the NodeClaim allows spot and some spot offering is left, on-demand
 otherwise (one fleet asks for one capacity type, as upstream).
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -57,6 +58,7 @@ CAPACITY_ERROR_CODES: Final = frozenset(
     }
 )
 LIVE_STATES: Final = ("pending", "running", "stopping", "stopped")
+FULL_SUBNET: Final = "InsufficientFreeAddressesInSubnet"
 
 
 def capa_cluster_tag(cluster: str) -> str:
@@ -95,6 +97,8 @@ class FleetOutcome:
     instance: LaunchedInstance | None
     errors: tuple[tuple[str, str, str, str], ...] = ()
     """(instance type, zone, code, message) of each error EC2 reported."""
+    full_subnets: tuple[str, ...] = ()
+    """Subnets an ``InsufficientFreeAddressesInSubnet`` error named."""
 
 
 def candidates(
@@ -133,10 +137,34 @@ def capacity_type_for(found: Sequence[Candidate]) -> str | None:
     return None
 
 
-def overrides(found: Sequence[Candidate], capacity_type: str) -> list[Candidate]:
-    """The first ``MAX_OVERRIDES`` candidates of ``capacity_type``, cheapest first."""
-    chosen = [c for c in found if c.capacity_type == capacity_type]
-    return chosen[:MAX_OVERRIDES]
+def zonal_subnets(
+    subnets: Mapping[str, Sequence[str]],
+    free_addresses: Mapping[str, int],
+    full: Callable[[str], bool],
+) -> dict[str, str]:
+    """Per zone, the subnet to launch into: the one with the most free IP addresses among those
+    not recently out of them (upstream Karpenter's ``subnet.go: ZonalSubnetsForLaunch``); a
+    subnet whose count is unknown ranks last, ties keep the listed order."""
+    chosen: dict[str, str] = {}
+    for zone, ids in subnets.items():
+        usable = [s for s in ids if not full(s)]
+        if usable:
+            chosen[zone] = max(usable, key=lambda s: free_addresses.get(s, -1))
+    return chosen
+
+
+def overrides(
+    found: Sequence[Candidate], capacity_type: str, zonal: Mapping[str, str]
+) -> list[Candidate]:
+    """The ``MAX_OVERRIDES`` cheapest instance types of ``capacity_type``, each in every zone
+    it is offered in, through that zone's subnet (upstream Karpenter's ``instance.go:
+    getOverrides`` after ``Truncate(..., maxInstanceTypes)``), cheapest first."""
+    chosen = [
+        c for c in found if c.capacity_type == capacity_type and zonal.get(c.zone) == c.subnet_id
+    ]
+    types = list(dict.fromkeys(c.instance_type for c in chosen))[:MAX_OVERRIDES]
+    kept = set(types)
+    return [c for c in chosen if c.instance_type in kept]
 
 
 def client_token(uid: str, template_version: int, chosen: Sequence[Candidate], kind: str) -> str:
@@ -150,14 +178,22 @@ def client_token(uid: str, template_version: int, chosen: Sequence[Candidate], k
 
 
 def instance_tags(
-    cluster: str, machine_name: str, nodeclaim: str, nodepool: str | None, nodeclass: str
+    cluster: str,
+    machine_name: str,
+    nodeclaim: str,
+    nodepool: str | None,
+    nodeclass: str,
+    *,
+    namespace: str,
 ) -> list[dict[str, str]]:
-    """The tags of the instance: stock CAPA's for a node, then Karpenter's."""
+    """The tags of the instance: stock CAPA's for a node (``MachineName`` is
+    ``<namespace>/<machine>``, api/v1beta2/tags.go: ``WithMachineName``), then Karpenter's."""
     tags = {
         capa_cluster_tag(cluster): "owned",
         f"kubernetes.io/cluster/{cluster}": "owned",
         TAG_CAPA_ROLE: "node",
         "Name": machine_name,
+        "MachineName": f"{namespace}/{machine_name}",
         TAG_NODECLAIM: nodeclaim,
         TAG_NODECLASS: nodeclass,
     }
@@ -204,7 +240,9 @@ def fleet_request(
         ],
         "TagSpecifications": [
             {"ResourceType": kind, "Tags": [dict(tag) for tag in tags]}
-            for kind in ("instance", "volume", "fleet")
+            # An instant fleet tags only itself and its instances; volumes and network
+            # interfaces get the NodeClass's tags from the launch template.
+            for kind in ("instance", "fleet")
         ],
     }
     if spot:
@@ -220,8 +258,11 @@ def parse_response(
     """The instance a ``CreateFleet`` response carries, and its errors."""
     by_subnet = {c.subnet_id: c.zone for c in chosen}
     errors: list[tuple[str, str, str, str]] = []
+    full: list[str] = []
     for error in response.get("Errors") or []:
         override = (error.get("LaunchTemplateAndOverrides") or {}).get("Overrides") or {}
+        if error.get("ErrorCode") == FULL_SUBNET and override.get("SubnetId"):
+            full.append(str(override["SubnetId"]))
         zone = str(
             override.get("AvailabilityZone") or by_subnet.get(str(override.get("SubnetId")), "")
         )
@@ -258,8 +299,9 @@ def parse_response(
                 image_id=override.get("ImageId"),
             ),
             tuple(errors),
+            tuple(full),
         )
-    return FleetOutcome(None, tuple(errors))
+    return FleetOutcome(None, tuple(errors), tuple(full))
 
 
 def mark_capacity_errors(
@@ -269,7 +311,11 @@ def mark_capacity_errors(
     messages = []
     for instance_type, zone, code, message in outcome.errors:
         messages.append(f"{instance_type or '?'} in {zone or '?'}: {code}: {message}")
-        if code in CAPACITY_ERROR_CODES and instance_type and zone:
+        # An image of another architecture than the type's is that offering's failure too, not
+        # one to retry (the inventory filters by the AMI's architecture; this catches an AMI
+        # replaced behind the cache).
+        mismatch = "architecture" in message.lower()
+        if (code in CAPACITY_ERROR_CODES or mismatch) and instance_type and zone:
             unavailable.mark(instance_type, zone, capacity_type, f"{code}: {message}"[:200])
     return messages
 

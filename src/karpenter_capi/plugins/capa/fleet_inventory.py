@@ -72,11 +72,16 @@ def fleet_instance_types(
     snapshot: PriceSnapshot | None,
     unavailable: UnavailableOfferings,
     max_pods: int | None = None,
+    *,
+    arch: str | None = None,
 ) -> list[InstanceType]:
-    """The inventory of a fleet NodeClass whose subnets are in ``zones``."""
+    """The inventory of a fleet NodeClass whose subnets are in ``zones`` (and whose image runs
+    on ``arch``: an arm64 type offered to an x86_64 AMI would only fail at launch)."""
     result: list[InstanceType] = []
     for name in sorted(catalog.types):
         info = catalog.types[name]
+        if arch is not None and info.arch != arch:
+            continue
         where = sorted(catalog.zones.get(name, frozenset()) & zones)
         if not where:
             continue

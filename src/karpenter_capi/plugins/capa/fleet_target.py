@@ -21,7 +21,7 @@ that says so, as is a template without ``ami.id`` (CAPA's AMI lookup is not repe
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -36,7 +36,21 @@ from karpenter_capi.plugins.capa.region import (
 )
 
 BOOTSTRAP_GROUP: Final = "bootstrap.cluster.x-k8s.io"
-NODE_SECURITY_GROUP_ROLE: Final = "node"
+NODE_SECURITY_GROUP_ROLES: Final = ("node", "lb")
+"""The AWSCluster's security groups CAPA gives every node it launches, in its order
+(cluster-api-provider-aws ``pkg/cloud/services/ec2/instances.go: GetCoreSecurityGroups``; the
+``lb`` group is left out only for EKS, which uses an AWSManagedControlPlane, not an AWSCluster)."""
+METADATA_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType(
+    {
+        "httpEndpoint": "enabled",
+        "httpProtocolIpv6": "disabled",
+        "httpPutResponseHopLimit": 1,
+        "httpTokens": "optional",
+        "instanceMetadataTags": "disabled",
+    }
+)
+"""What CAPA defaults an AWSMachine's unset ``instanceMetadataOptions`` to
+(cluster-api-provider-aws ``api/v1beta2/types.go: InstanceMetadataOptions.SetDefaults``)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +73,10 @@ class FleetTarget:
     """The KubeadmConfigTemplate's ``spec.template`` (``metadata`` and ``spec``)."""
     bootstrap_api_version: str
     version: str | None = None
+    metadata_options: Mapping[str, Any] = field(default_factory=lambda: METADATA_DEFAULTS)
+    """The template's ``instanceMetadataOptions`` over CAPA's defaults: what the instance is
+    launched with and its AWSMachine says, so CAPA's ``ensureInstanceMetadataOptions`` after
+    adoption finds nothing to change."""
 
     @property
     def zones(self) -> frozenset[str]:
@@ -122,13 +140,16 @@ def _zone_of(aws_cluster: Mapping[str, Any], subnet_id: str) -> str | None:
     return None
 
 
-def _node_security_group(aws_cluster: Mapping[str, Any]) -> list[str]:
+def _node_security_groups(aws_cluster: Mapping[str, Any]) -> list[str]:
     groups = ((aws_cluster.get("status") or {}).get("networkStatus") or {}).get(
         "securityGroups"
     ) or {}
-    node = groups.get(NODE_SECURITY_GROUP_ROLE) if isinstance(groups, Mapping) else None
-    found = str(node.get("id") or "") if isinstance(node, Mapping) else ""
-    return [found] if found else []
+    found: list[str] = []
+    for role in NODE_SECURITY_GROUP_ROLES:
+        group = groups.get(role) if isinstance(groups, Mapping) else None
+        if isinstance(group, Mapping) and group.get("id"):
+            found.append(str(group["id"]))
+    return found
 
 
 def _version(client: KubeClient, namespace: str, cluster: Mapping[str, Any]) -> str | None:
@@ -144,6 +165,13 @@ def _version(client: KubeClient, namespace: str, cluster: Mapping[str, Any]) -> 
         return None
     version = ((control_plane or {}).get("spec") or {}).get("version")
     return str(version) if version else None
+
+
+def metadata_options(machine: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The AWSMachineTemplate's metadata options as CAPA defaults them."""
+    raw = machine.get("instanceMetadataOptions") or {}
+    given = {k: v for k, v in raw.items() if k in METADATA_DEFAULTS and v not in (None, "", 0)}
+    return MappingProxyType({**METADATA_DEFAULTS, **given})
 
 
 def resolve_target(client: KubeClient, nodeclass: object, region_option: str | None) -> FleetTarget:
@@ -198,6 +226,13 @@ def resolve_target(client: KubeClient, nodeclass: object, region_option: str | N
         raise NodeClassNotReadyError(
             name, f"AWSMachineTemplate {infra.name} has no spec.template.spec.ami.id"
         )
+    if machine.get("ignition") is not None:
+        raise NodeClassNotReadyError(
+            name,
+            f"AWSMachineTemplate {infra.name} uses ignition; CAPAFleet launches cloud-init "
+            "nodes (a cloud-init boothook fetches each node's bootstrap data), use a "
+            "cloud-init template or the generic_capi launch",
+        )
     subnet = machine.get("subnet") or {}
     if subnet.get("filters") and not subnet.get("id"):
         raise NodeClassNotReadyError(
@@ -216,7 +251,7 @@ def resolve_target(client: KubeClient, nodeclass: object, region_option: str | N
         raise NodeClassNotReadyError(
             name, f"AWSCluster of {namespace}/{launch.cluster_name} lists no subnet with a zone"
         )
-    groups = _node_security_group(aws_cluster) + [
+    groups = _node_security_groups(aws_cluster) + [
         str(g["id"])
         for g in machine.get("additionalSecurityGroups") or []
         if isinstance(g, Mapping) and g.get("id")
@@ -238,4 +273,5 @@ def resolve_target(client: KubeClient, nodeclass: object, region_option: str | N
         ),
         bootstrap_api_version=str(bootstrap.get("apiVersion") or ""),
         version=_version(client, namespace, cluster),
+        metadata_options=metadata_options(machine),
     )

@@ -10,11 +10,14 @@ the work done so far and goes on:
    instead of launching again (any further one is a duplicate and is terminated);
 4. no bootstrap data yet (``Machine.spec.bootstrap.dataSecretName`` unset): answer without a
    provider ID, naming the cheapest candidate, and be asked again;
-5. the NodeClaim's launch template version with that data (``launch_template``);
+5. the NodeClass's launch template (``launch_template``: written only when missing or when the
+   NodeClass drifted, never per node);
 6. ``CreateFleet`` (``fleet``): capacity errors go to the unavailable cache, and with no
    instance the NodeClaim fails with ``InsufficientCapacityError``;
-7. the AWSMachine naming the instance (stock CAPA adopts it), then the launch template version
-   is deleted, and the answer carries the instance's provider ID, type, zone and capacity type.
+7. the bootstrap data in Secrets Manager under the instance's ID (``bootstrap_secret``), where
+   the instance's boothook is waiting for it;
+8. the AWSMachine naming the instance and the secret (stock CAPA adopts it), and the answer
+   carries the instance's provider ID, type, zone and capacity type.
 
 ``delete`` deletes the Machine (CAPI drains the node, CAPA terminates the instance) and, while
 no AWSMachine exists (CAPA knows no instance to terminate), terminates the instances tagged for
@@ -56,8 +59,8 @@ from karpenter_capi.plugin_api.kube import (
     capi_resources,
 )
 from karpenter_capi.plugin_api.model import wellknown
-from karpenter_capi.plugins._cloud.unavailable import UnavailableOfferings
-from karpenter_capi.plugins.capa import adopt, fleet, launch_template
+from karpenter_capi.plugins._cloud.unavailable import ExpiringMarks, UnavailableOfferings
+from karpenter_capi.plugins.capa import adopt, bootstrap_secret, fleet, launch_template
 from karpenter_capi.plugins.capa.clients import AwsClients
 from karpenter_capi.plugins.capa.fleet_target import (
     FleetTarget,
@@ -74,6 +77,8 @@ ANNOTATION_REGION: Final = "karpenter.cluster.x-k8s.io/capa-region"
 ANNOTATION_CLUSTER: Final = "karpenter.cluster.x-k8s.io/capa-cluster"
 AWS_PREFIX: Final = "aws:///"
 INDEX_TTL_SECONDS: Final = 5.0
+SUBNET_TTL_SECONDS: Final = 60.0
+"""How long free-address counts of the subnets are reused (upstream Karpenter caches them)."""
 
 
 def _raw(nodeclaim: object) -> Mapping[str, Any]:
@@ -145,6 +150,10 @@ class FleetLauncher:
         """``CreateFleet`` calls made (the simulator reports them per launched node)."""
         self.launched = 0
         self._index: dict[str, tuple[str, str, str]] = {}
+        self.templates = launch_template.LaunchTemplates()
+        self._full_subnets: ExpiringMarks[str] = ExpiringMarks(clock)
+        self._free: dict[str, int] = {}
+        self._free_at: dict[str, float] = {}
         self._index_at = -1e18
 
     @property
@@ -228,16 +237,27 @@ class FleetLauncher:
             return self._result(target, name, _from_aws_machine(existing))
         ec2 = self._clients.ec2(target.region)
         found = fleet.find_launched(ec2, target.cluster, name)
+        secret_name = adopt.data_secret_name(machine)
         if found:
             instance = found[0]
             fleet.terminate(ec2, [i.instance_id for i in found[1:]])
+        elif secret_name is None:
+            return self._waiting(target, name, instance_types)
         else:
-            secret_name = adopt.data_secret_name(machine)
-            if secret_name is None:
-                return self._waiting(target, name, instance_types)
-            instance = self._launch(ec2, target, names, instance_types, secret_name)
-        self._ensure(resource, adopt.aws_machine(target, name, machine, names.nodepool, instance))
-        self._forget_version(ec2, target, names.uid)
+            instance = self._launch(ec2, target, names, instance_types)
+        if secret_name is None:
+            raise RetryableCreateError(f"Machine {ns}/{name} lost its bootstrap data secret")
+        # The instance is waiting for its data: it goes to Secrets Manager before anything else.
+        count = bootstrap_secret.store(
+            self._clients.secretsmanager(target.region),
+            instance.instance_id,
+            self._user_data(ns, secret_name),
+            launch_template.resource_tags(target),
+        )
+        self._ensure(
+            resource,
+            adopt.aws_machine(target, name, machine, names.nodepool, instance, secret_count=count),
+        )
         with self._lock:
             self.launched += 1
         return self._result(target, name, instance)
@@ -271,18 +291,24 @@ class FleetLauncher:
         target: FleetTarget,
         names: _Names,
         instance_types: list[InstanceType],
-        secret_name: str,
     ) -> fleet.LaunchedInstance:
-        found = fleet.candidates(instance_types, target.subnets, self._unavailable)
+        zonal = fleet.zonal_subnets(
+            target.subnets, self._free_addresses(ec2, target), self._full_subnets.is_unavailable
+        )
+        found = [
+            c
+            for c in fleet.candidates(instance_types, target.subnets, self._unavailable)
+            if zonal.get(c.zone) == c.subnet_id
+        ]
         kind = fleet.capacity_type_for(found)
         if kind is None:
             raise InsufficientCapacityError(
                 "every compatible offering is recently unavailable or outside the subnets"
             )
-        chosen = fleet.overrides(found, kind)
-        user_data = self._user_data(target.namespace, secret_name)
-        template_id = launch_template.ensure_template(ec2, target)
-        version = launch_template.ensure_version(ec2, template_id, names.uid, target, user_data)
+        chosen = fleet.overrides(found, kind, zonal)
+        template_id, version = self.templates.ensure(
+            ec2, target, bootstrap_secret.user_data(target.region)
+        )
         request = fleet.fleet_request(
             template_id=template_id,
             template_version=version,
@@ -291,13 +317,22 @@ class FleetLauncher:
             image_id=target.image_id,
             token=fleet.client_token(names.uid, version, chosen, kind),
             tags=fleet.instance_tags(
-                target.cluster, names.name, names.name, names.nodepool, target.nodeclass
+                target.cluster,
+                names.name,
+                names.name,
+                names.nodepool,
+                target.nodeclass,
+                namespace=target.namespace,
             ),
         )
         with self._lock:
             self.fleet_calls += 1
         outcome = fleet.parse_response(ec2.create_fleet(**request), chosen, kind)
+        if any(code.startswith("InvalidLaunchTemplate") for _, _, code, _ in outcome.errors):
+            self.templates.forget(target)  # deleted behind our back: written again next time
         messages = fleet.mark_capacity_errors(outcome, kind, self._unavailable)
+        for subnet in outcome.full_subnets:
+            self._full_subnets.mark(subnet, fleet.FULL_SUBNET)
         if outcome.instance is None:
             detail = "; ".join(messages) or "CreateFleet returned no instance"
             codes = {code for _, _, code, _ in outcome.errors}
@@ -306,16 +341,22 @@ class FleetLauncher:
             raise InsufficientCapacityError(f"CreateFleet launched nothing: {detail}")
         return outcome.instance
 
-    def _forget_version(self, ec2: Any, target: FleetTarget, uid: str) -> None:
-        """The launch template version has served its purpose once the AWSMachine exists."""
-        try:
-            template_id = launch_template.ensure_template(ec2, target)
-            version = launch_template.find_version(ec2, template_id, uid)
-            if version is not None:
-                launch_template.delete_version(ec2, template_id, version)
-        except Exception as exc:
-            # A leftover version costs nothing; the next launch of this NodeClass retries.
-            log.debug("cannot delete the launch template version of %s: %s", uid, exc)
+    def _free_addresses(self, ec2: Any, target: FleetTarget) -> dict[str, int]:
+        """Free IP addresses of the NodeClass's subnets (``DescribeSubnets``, reused a minute)."""
+        ids = sorted({s for group in target.subnets.values() for s in group})
+        now = self._clock.monotonic()
+        with self._lock:
+            fresh = all(now - self._free_at.get(s, -1e18) < SUBNET_TTL_SECONDS for s in ids)
+            if fresh:
+                return {s: self._free[s] for s in ids if s in self._free}
+        described = ec2.describe_subnets(SubnetIds=ids).get("Subnets") or []
+        with self._lock:
+            for subnet in described:
+                self._free[str(subnet["SubnetId"])] = int(
+                    subnet.get("AvailableIpAddressCount") or 0
+                )
+                self._free_at[str(subnet["SubnetId"])] = now
+            return {s: self._free[s] for s in ids if s in self._free}
 
     def _result(
         self, target: FleetTarget, name: str, instance: fleet.LaunchedInstance

@@ -31,7 +31,8 @@ sees such a NodeClass or NodeClaim; they answer ``None`` for everything else.
 Options (``--plugin-option capa.NAME=VALUE``): ``region`` (instead of the AWSCluster's),
 ``max-pods`` (instead of the VPC CNI formula), ``price-refresh-interval`` (seconds, default
 43200), ``price-configmap-namespace`` (default ``$POD_NAMESPACE`` or ``kube-system``),
-``price-store`` (``configmap`` or ``none``).
+``price-store`` (``configmap`` or ``none``), ``interruption-queue`` (the SQS queue's name or
+URL; see ``interruption`` and docs/aws.md), ``interruption-wait-seconds`` (default 20).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from typing import Any, Final
 from karpenter_capi.plugin_api import (
     Instance,
     InstanceType,
+    InterruptionNotice,
     KubeClient,
     LaunchResult,
     MachineTemplateDescription,
@@ -67,7 +69,11 @@ from karpenter_capi.plugins._cloud.pricebook import (
     ReadOnlyPriceStore,
 )
 from karpenter_capi.plugins._cloud.unavailable import UnavailableOfferings
-from karpenter_capi.plugins.capa.catalog import CatalogEntry, load_instance_type
+from karpenter_capi.plugins.capa.catalog import (
+    CatalogEntry,
+    image_architecture,
+    load_instance_type,
+)
 from karpenter_capi.plugins.capa.clients import AwsClients, Boto3Clients
 from karpenter_capi.plugins.capa.eks import EKS_CONTROL_PLANE_KIND, eks_overhead
 from karpenter_capi.plugins.capa.fleet_inventory import (
@@ -76,6 +82,7 @@ from karpenter_capi.plugins.capa.fleet_inventory import (
     load_region_catalog,
 )
 from karpenter_capi.plugins.capa.fleet_target import fleet_launch, resolve_target
+from karpenter_capi.plugins.capa.interruption import InterruptionQueue, queue_from_options
 from karpenter_capi.plugins.capa.launcher import FleetLauncher
 from karpenter_capi.plugins.capa.pricing import RegionPrices
 from karpenter_capi.plugins.capa.region import (
@@ -106,6 +113,8 @@ class _State:
     region_catalogs: CatalogCache[str, RegionCatalog]
     launcher: FleetLauncher
     books: dict[str, PriceBook] = field(default_factory=dict)
+    images: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    """``kubernetes.io/arch`` of each (region, AMI) a fleet NodeClass named."""
 
 
 def _option(ctx: PluginContext, name: str) -> str | None:
@@ -166,6 +175,7 @@ class CapaHooks:
         self._plugin = plugin or default_plugin()
         self._lock = threading.Lock()  # the state and its price books
         self._built: _State | None = None
+        self._queue: InterruptionQueue | None = None
 
     # -- hooks -----------------------------------------------------------------------------------
 
@@ -203,6 +213,18 @@ class CapaHooks:
     def karpenter_capi_list(self) -> list[Instance]:
         return self.launcher().list()
 
+    @hookimpl
+    def karpenter_capi_interruptions(self) -> list[InterruptionNotice] | None:
+        with self._lock:
+            if self._queue is None:
+                self._queue = queue_from_options(self._ctx, self._plugin.clients)
+        return self._queue.receive() if self._queue is not None else None
+
+    @hookimpl
+    def karpenter_capi_interruptions_handled(self, notices: list[InterruptionNotice]) -> None:
+        if self._queue is not None:
+            self._queue.handled(notices)
+
     # -- fleet launches --------------------------------------------------------------------------
 
     def launcher(self) -> FleetLauncher:
@@ -229,6 +251,7 @@ class CapaHooks:
             snapshot,
             state.unavailable,
             int(max_pods) if max_pods is not None else None,
+            arch=self._image_arch(state, target.region, target.image_id),
         )
         if not found:
             raise NodeClassNotReadyError(
@@ -237,6 +260,16 @@ class CapaHooks:
                 f"({', '.join(sorted(target.zones))})",
             )
         return found
+
+    def _image_arch(self, state: _State, region: str, image_id: str) -> str | None:
+        key = (region, image_id)
+        with self._lock:
+            if key in state.images:
+                return state.images[key]
+        arch = image_architecture(self._plugin.clients.ec2(region), image_id)
+        with self._lock:
+            state.images[key] = arch
+        return arch
 
     # -- the description -------------------------------------------------------------------------
 

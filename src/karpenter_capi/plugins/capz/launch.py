@@ -67,6 +67,7 @@ from karpenter_capi.plugins._cloud.unavailable import UnavailableOfferings as Of
 from karpenter_capi.plugins.capz.offerings import PoolInventory, build_inventory, load_templates
 from karpenter_capi.plugins.capz.pools import (
     ANNOTATION_EMPTY_SINCE,
+    AZURE_MACHINE_POOLS,
     LABEL_LAUNCH,
     LAUNCH_MODE,
     PoolOffering,
@@ -75,6 +76,7 @@ from karpenter_capi.plugins.capz.pools import (
     failure_of,
     pool_name,
     pool_objects,
+    scale_set_failure,
 )
 from karpenter_capi.plugins.capz.provider import CapzProvider
 from karpenter_capi.plugins.generic_capi.binding import claim_facts, machine_facts, mark_patch
@@ -218,22 +220,15 @@ class PoolLaunch:
 
     def _prepare(self, candidate: Candidate) -> str | None:
         ref = candidate.ref
+        spec = self.pools.spec(ref.key)  # None: not ours to make (reading it reports it gone)
         try:
             pool = self._client.get(self.capi.machine_pools, ref.name, ref.namespace)
         except NotFound:
-            spec = self.pools.spec(ref.key)
             if spec is None:
-                return None  # not ours to make: reading it reports it gone
+                return None
             if self._ctx.dry_run:
                 return f"{ref} does not exist (dry run: not created)"
-            objects = pool_objects(
-                spec.templates,
-                spec.offering,
-                self.capi,
-                zone_label=spec.zone_label,
-                annotations=spec.annotations,
-            )
-            pool = create_pool(self._client, self.capi, objects)
+            pool = create_pool(self._client, self.capi, self._objects(spec))
             log.info(
                 "created MachinePool %s (%s, %s, zone %s) at 0 replicas",
                 ref,
@@ -241,10 +236,35 @@ class PoolLaunch:
                 spec.offering.capacity_type,
                 spec.offering.zone or "none",
             )
+            return None
         failure = failure_of(pool)
+        if failure is None and spec is not None:
+            failure = self._scale_set_failure(ref, spec)
         if failure is not None:
             return f"{ref} failed: {failure}"
         return None
+
+    def _objects(self, spec: Any) -> tuple[JsonObject, JsonObject, JsonObject]:
+        return pool_objects(
+            spec.templates,
+            spec.offering,
+            self.capi,
+            zone_label=spec.zone_label,
+            annotations=spec.annotations,
+        )
+
+    def _scale_set_failure(self, ref: ResourceRef, spec: Any) -> str | None:
+        """What CAPZ reports of the pool's scale set; a pool left half-made by a process that
+        died between its writes (MachinePool, no AzureMachinePool) is completed."""
+        try:
+            azure_pool = self._client.get(AZURE_MACHINE_POOLS, ref.name, ref.namespace)
+        except NotFound:
+            if self._ctx.dry_run:
+                return "its AzureMachinePool does not exist (dry run: not created)"
+            create_pool(self._client, self.capi, self._objects(spec))
+            log.info("created the missing parts of MachinePool %s", ref)
+            return None
+        return scale_set_failure(azure_pool)
 
     def watches(self) -> list[LaunchWatch]:
         inflight = self.inflight

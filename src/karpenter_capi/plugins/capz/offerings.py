@@ -33,6 +33,7 @@ from karpenter_capi.plugin_api.kube import (
 from karpenter_capi.plugin_api.model import wellknown
 from karpenter_capi.plugins._cloud.catalog import CatalogError
 from karpenter_capi.plugins.capz.cluster import AzureClusterError, read_served
+from karpenter_capi.plugins.capz.fit import unfit
 from karpenter_capi.plugins.capz.pools import (
     BOOTSTRAP_GROUP,
     LaunchTemplates,
@@ -220,9 +221,10 @@ def build_inventory(
         raise NodeClassNotReadyError(nodeclass, str(exc)) from None
     max_pods = settings.max_pods or provider.settings.max_pods
     inventory = PoolInventory()
+    vm = ((templates.infrastructure.get("spec") or {}).get("template") or {}).get("spec") or {}
     for sku in sorted(catalog.values(), key=lambda s: s.name):
-        if sku.restricted is not None or node_spec.os_type != "linux":
-            continue
+        if sku.restricted is not None or node_spec.os_type != "linux" or unfit(sku, vm):
+            continue  # the template's VMs cannot run on it: a pool of it would only fail
         prices = {ON_DEMAND: snapshot.on_demand.get(sku.name)}
         if sku.spot_capable:
             prices[SPOT] = spot_price(snapshot, sku.name)

@@ -6,13 +6,18 @@ offering it may launch: per (NodeClass, VM size, priority, zone). Each pool is t
 created together at zero replicas, from the NodeClass's templates:
 
 * a ``KubeadmConfig`` (the ``KubeadmConfigTemplate``'s ``spec.template.spec``, plus Karpenter's
-  ``karpenter.sh/unregistered`` registration taint), which CAPZ turns into the scale set's
+  ``karpenter.sh/unregistered`` registration taint), written at the version the template was
+  read at (the spec's shape is that version's), which CAPZ turns into the scale set's
   customData;
 * an ``AzureMachinePool`` (``orchestrationMode: Flexible``), whose ``spec.template`` is the
   ``AzureMachineTemplate``'s VM spec (image, OS disk, SSH key, ...) with ``vmSize`` replaced,
-  ``spotVMOptions`` only for Spot, and the Cluster's location;
+  ``spotVMOptions`` only for Spot (eviction policy ``Delete`` unless the template sets one),
+  and the Cluster's location;
 * a ``MachinePool`` referencing both, with ``failureDomains: [zone]`` and the Kubernetes version
-  of the Cluster, created last, so that a pool whose MachinePool exists is whole.
+  of the Cluster, created before the ``AzureMachinePool`` (CAPZ's webhook refuses a Flexible
+  AzureMachinePool whose MachinePool does not exist yet), so a pool is whole once its
+  ``AzureMachinePool`` exists; a launch that finds the MachinePool without it creates what is
+  missing.
 
 Names are derived from the offering (``pool_name``), so every process and every restart finds
 the same pool, and creation is idempotent (``AlreadyExists`` is success). Pools are treated as
@@ -73,6 +78,19 @@ AZURE_MACHINE_POOL_MACHINES: Final = Resource(
 KUBEADM_CONFIGS: Final = Resource(
     BOOTSTRAP_GROUP, "v1beta1", "kubeadmconfigs", KUBEADM_CONFIG, True
 )
+"""At v1beta1, served by every CAPI release; a pool's own is written at its template's version
+(``kubeadm_configs``)."""
+
+
+def kubeadm_configs(version: str) -> Resource:
+    """``KubeadmConfig`` at ``version`` (a bootstrap template's; v1beta1 when unknown)."""
+    return Resource(BOOTSTRAP_GROUP, version or "v1beta1", "kubeadmconfigs", KUBEADM_CONFIG, True)
+
+
+def _version_of(obj: Mapping[str, Any]) -> str:
+    group, slash, version = str(obj.get("apiVersion") or "").rpartition("/")
+    return version if slash and group == BOOTSTRAP_GROUP else "v1beta1"
+
 
 # The AzureMachineTemplate VM fields an AzureMachinePool's template also has (CAPZ
 # ``AzureMachinePoolMachineTemplate``); the others (failureDomain, providerID, identity...) are
@@ -89,6 +107,8 @@ _TEMPLATE_FIELDS: Final = (
 )
 _POOL_FIELDS: Final = ("additionalTags", "identity", "userAssignedIdentities")
 _MAX_NAME: Final = 52
+SPOT_EVICTION_POLICY: Final = "Delete"
+"""A Spot pool's ``spotVMOptions.evictionPolicy`` unless the AzureMachineTemplate sets one."""
 
 
 @dataclass(frozen=True)
@@ -230,8 +250,11 @@ def pool_objects(
     labels = _labels(templates, offering, zone_label)
     namespace = templates.namespace
     bootstrap_spec = ((templates.bootstrap.get("spec") or {}).get("template") or {}).get("spec")
+    # The spec is copied as read, so it is written at the version it was read at (v1beta1 and
+    # v1beta2 differ in shape: kubeletExtraArgs is a map in one, a list in the other).
+    bootstrap_version = _version_of(templates.bootstrap)
     kubeadm: JsonObject = {
-        "apiVersion": KUBEADM_CONFIGS.api_version,
+        "apiVersion": kubeadm_configs(bootstrap_version).api_version,
         "kind": KUBEADM_CONFIG,
         "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
         "spec": with_unregistered_taint(bootstrap_spec or {}),
@@ -241,7 +264,11 @@ def pool_objects(
     template: JsonObject = {k: copy.deepcopy(vm[k]) for k in _TEMPLATE_FIELDS if k in vm}
     template["vmSize"] = offering.vm_size
     if offering.spot:
-        template["spotVMOptions"] = copy.deepcopy(dict(vm.get("spotVMOptions") or {}))
+        spot = copy.deepcopy(dict(vm.get("spotVMOptions") or {}))
+        # Azure's default, Deallocate, keeps an evicted VM (and its replica, so its Machine)
+        # in the scale set; Delete frees both, so the NodeClaim is replaced.
+        spot.setdefault("evictionPolicy", SPOT_EVICTION_POLICY)
+        template["spotVMOptions"] = spot
     pool_spec: JsonObject = {
         "location": templates.location,
         "orchestrationMode": "Flexible",
@@ -258,7 +285,9 @@ def pool_objects(
         "clusterName": templates.cluster,
         "version": templates.version,
         "bootstrap": {
-            "configRef": _ref(capi.version, BOOTSTRAP_GROUP, "v1beta1", KUBEADM_CONFIG, name)
+            "configRef": _ref(
+                capi.version, BOOTSTRAP_GROUP, bootstrap_version, KUBEADM_CONFIG, name
+            )
         },
         "infrastructureRef": _ref(
             capi.version, CAPI_INFRASTRUCTURE_GROUP, "v1beta1", AZURE_MACHINE_POOL, name
@@ -288,22 +317,28 @@ def create_pool(
     client: KubeClient, capi: CapiResources, objects: tuple[JsonObject, JsonObject, JsonObject]
 ) -> JsonObject:
     """Create the three objects (each one that exists already is left as it is) and return the
-    MachinePool as the API has it."""
+    MachinePool as the API has it.
+
+    The MachinePool goes before the AzureMachinePool: CAPZ's webhook admits a Flexible
+    AzureMachinePool only once the MachinePool naming it exists (``validateOrchestrationMode``),
+    and CAPI's admits a MachinePool whose AzureMachinePool does not exist yet."""
     kubeadm, azure_pool, machine_pool = objects
     namespace = str(machine_pool["metadata"]["namespace"])
-    name = str(machine_pool["metadata"]["name"])
+    created: JsonObject | None = None
     for resource, body in (
-        (KUBEADM_CONFIGS, kubeadm),
-        (AZURE_MACHINE_POOLS, azure_pool),
+        (kubeadm_configs(_version_of(kubeadm)), kubeadm),
         (capi.machine_pools, machine_pool),
+        (AZURE_MACHINE_POOLS, azure_pool),
     ):
         try:
-            created = client.create(resource, body, namespace)
+            written = client.create(resource, body, namespace)
         except AlreadyExists:
             continue
         if resource is capi.machine_pools:
-            return created
-    return client.get(capi.machine_pools, name, namespace)
+            created = written
+    if created is not None:
+        return created
+    return client.get(capi.machine_pools, str(machine_pool["metadata"]["name"]), namespace)
 
 
 def failure_of(pool: Mapping[str, Any]) -> str | None:
@@ -321,6 +356,35 @@ def failure_of(pool: Mapping[str, Any]) -> str | None:
         return f"{reason or 'Failed'}: {message}" if message else str(reason)
     if status.get("phase") == "Failed":
         return "phase Failed"
+    return None
+
+
+def scale_set_failure(azure_pool: Mapping[str, Any]) -> str | None:
+    """Why CAPZ reports the pool's scale set failed, or ``None``.
+
+    CAPZ sets ``failureReason`` only for errors it deems terminal (a size the SKU cache says is
+    not available); a scale set PUT Azure refuses (allocation, quota) is retried and shows only
+    as the ``BootstrapSucceeded`` condition false with reason ``Failed``, severity ``Error``
+    (azure/scope/machinepool.go: ``UpdatePutStatus``), and a scale set in provisioning state
+    ``Failed`` as ``ScaleSetRunning`` false, reason ``ScaleSetProvisionFailed``
+    (``setProvisioningStateAndConditions``)."""
+    status = azure_pool.get("status")
+    if not isinstance(status, Mapping):
+        return None
+    reason, message = status.get("failureReason"), status.get("failureMessage")
+    if reason or message:
+        return f"{reason or 'Failed'}: {message}" if message else str(reason)
+    conditions = [c for c in status.get("conditions") or [] if isinstance(c, Mapping)]
+    for condition in conditions:
+        if (
+            condition.get("type") == "BootstrapSucceeded"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Failed"
+            and condition.get("severity") == "Error"
+        ):
+            return str(condition.get("message") or "scale set failed to create or update")
+    if status.get("provisioningState") == "Failed":
+        return "scale set provisioning state Failed"
     return None
 
 

@@ -43,6 +43,7 @@ from karpenter_capi.plugins.generic_capi.binding import (
     machine_facts,
 )
 from karpenter_capi.plugins.generic_capi.scaling import ResourceRef
+from karpenter_capi.plugins.generic_capi.shared_read import SharedRead
 
 T = TypeVar("T")
 
@@ -54,7 +55,7 @@ class Mirror(Generic[T]):
     call, in a list of the caller's own. With ``group``, ``read_groups()`` returns them
     grouped by that function's value (objects it maps to ``None`` are left out), each group a
     tuple in key order; only the groups that changed since the last read are rebuilt. Thread-safe:
-    concurrent reads are serialised while the mirror catches up.
+    reads that come while the mirror catches up share its next catch-up (``SharedRead``).
     """
 
     def __init__(
@@ -82,27 +83,31 @@ class Mirror(Generic[T]):
         """Groups as tuples, as of the last read; a changed group is dropped until the next."""
         self._rv: str | None = None
         self._drains = client.drains_zero_timeout_watch
+        self._shared = SharedRead(self._sync)
         self.lists = 0
         """How many times the mirror listed (for tests)."""
 
     def read(self) -> list[T]:
+        self._shared()
         with self._lock:
-            self._sync()
             if self._ordered is None:
                 self._ordered = [self._items[key] for key in sorted(self._items)]
             return list(self._ordered)
 
     def read_groups(self) -> Mapping[str, tuple[T, ...]]:
+        self._shared()
         with self._lock:
-            self._sync()
             for value, members in self._groups.items():
                 if value not in self._frozen:
                     self._frozen[value] = tuple(members[key] for key in sorted(members))
             return dict(self._frozen)
 
     def _sync(self) -> None:
-        if self._rv is None or not self._drains or not self._catch_up():
-            self._relist()
+        """Bring the copy up to date; one call at a time (``SharedRead``), so reads that wait
+        meanwhile share the next one, which begins after they asked."""
+        with self._lock:
+            if self._rv is None or not self._drains or not self._catch_up():
+                self._relist()
 
     def _relist(self) -> None:
         listed = self._client.list(

@@ -232,4 +232,7 @@ def strongest(resolved: Iterable[ResolvedOverhead]) -> InstanceTypeOverhead:
         total = item.overhead.total()
         return item.rank, sum(total.milli(name) for name in total), item.overhead.source
 
-    return max(resolved, key=order).overhead
+    items = list(resolved)
+    if len(items) == 1:
+        return items[0].overhead  # the usual case, on every launch call: nothing to compare
+    return max(items, key=order).overhead

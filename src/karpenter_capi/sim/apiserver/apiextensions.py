@@ -17,6 +17,7 @@ from karpenter_capi.core.kube.client import WatchEventType
 from karpenter_capi.sim.apiserver import messages, schema
 from karpenter_capi.sim.apiserver.cel import RuleValidator
 from karpenter_capi.sim.apiserver.cel_checks import schema_rule_errors
+from karpenter_capi.sim.apiserver.conversion import converter_of
 from karpenter_capi.sim.apiserver.definitions import ResourceDefinition, definition_from_crd
 from karpenter_capi.sim.apiserver.store import Table, key_of
 from karpenter_capi.sim.apiserver.write_hook import Previous, Warnings, WriteHook
@@ -64,23 +65,30 @@ class CustomResourceDefinitions(WriteHook):
 
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine)
-        # The storage version's openAPIV3Schema of each custom resource, by (group, plural).
-        self._schemas: dict[tuple[str, str], JsonObject] = {}
-        # Its compiled CEL rules (x-kubernetes-validations), built once per CRD write.
-        self._rules: dict[tuple[str, str], RuleValidator] = {}
+        # The openAPIV3Schema of each served version of each custom resource, by (group,
+        # plural), then version; and the version objects are stored at (the preferred one).
+        self._schemas: dict[tuple[str, str], dict[str, JsonObject]] = {}
+        self._stored_at: dict[tuple[str, str], str] = {}
+        # Their compiled CEL rules (x-kubernetes-validations), built once per CRD write.
+        self._rules: dict[tuple[str, str], dict[str, RuleValidator]] = {}
 
     def admit(
         self, definition: ResourceDefinition, obj: JsonObject, old: Previous, warnings: Warnings
     ) -> JsonObject:
+        """Prune, default and validate ``obj`` by the schema of the version it is written at,
+        then convert it to the stored version (``old`` too, for ratcheting, as kube does)."""
         if not definition.custom:
             return obj
         key = _key(definition)
-        found = self._schemas.get(key)
-        if found is None:
+        by_version = self._schemas.get(key)
+        if by_version is None:
             return obj
+        version, found = self._schema_of(key, by_version, obj)
+        if old is not None and old.get("apiVersion") != obj.get("apiVersion"):
+            old = self.engine.present(definition.resource(version), old)
         stored = schema.prune_and_default(obj, found)
         errors = schema.validate(stored, found, old)
-        rules = self._rules.get(key)
+        rules = self._rules[key].get(version)
         if rules is not None and rules.has_rules:
             if any(e.reason in _BLOCKING for e in errors):
                 errors.append(_RULES_NOT_CHECKED)
@@ -88,12 +96,31 @@ class CustomResourceDefinitions(WriteHook):
                 errors.extend(rules.validate(stored, old, warnings))
         if errors:
             raise messages.invalid(definition, str(stored["metadata"].get("name", "")), errors)
+        target = self._stored_at[key]
+        convert = self.engine.conversions.get(key)
+        if convert is not None and version != target:
+            stored = convert(stored, definition.api_version(target))
+            stored = schema.prune_and_default(stored, by_version.get(target))
         return stored
 
     def unknown_fields(self, definition: ResourceDefinition, obj: JsonObject) -> list[str]:
         if not definition.custom:
             return []
-        return schema.unknown_fields(obj, self._schemas.get(_key(definition)))
+        key = _key(definition)
+        by_version = self._schemas.get(key)
+        if by_version is None:
+            return []
+        return schema.unknown_fields(obj, self._schema_of(key, by_version, obj)[1])
+
+    def _schema_of(
+        self, key: tuple[str, str], by_version: dict[str, JsonObject], obj: JsonObject
+    ) -> tuple[str, JsonObject]:
+        """(version ``obj`` is written at, that version's schema): the stored version's when
+        ``obj`` names none that is served."""
+        version = str(obj.get("apiVersion") or "").rpartition("/")[2]
+        if version not in by_version:
+            version = self._stored_at[key]
+        return version, by_version.get(version) or {}
 
     def prepare_create(self, definition: ResourceDefinition, obj: JsonObject) -> None:
         if is_crd(definition):
@@ -157,10 +184,19 @@ class CustomResourceDefinitions(WriteHook):
         key = (definition.group, definition.plural)
         if event_type != "DELETED":
             self.engine.serve(definition)
-            storage_schema = _storage_schema(crd)
-            if self._schemas.get(key) is not storage_schema:
-                self._schemas[key] = storage_schema
-                self._rules[key] = RuleValidator(storage_schema)
+            schemas = _version_schemas(crd)
+            current = self._schemas.get(key) or {}
+            if current.keys() != schemas.keys() or any(
+                current[v] is not found for v, found in schemas.items()
+            ):
+                self._schemas[key] = schemas
+                self._rules[key] = {v: RuleValidator(found) for v, found in schemas.items()}
+            self._stored_at[key] = definition.versions[0]
+            convert = converter_of(crd)
+            if convert is None:
+                self.engine.conversions.pop(key, None)
+            else:
+                self.engine.conversions[key] = convert
             return
         served = self.engine.served.get(key)
         if served is None or not served.custom:
@@ -174,6 +210,8 @@ class CustomResourceDefinitions(WriteHook):
         del self.engine.served[key]
         self._schemas.pop(key, None)
         self._rules.pop(key, None)
+        self._stored_at.pop(key, None)
+        self.engine.conversions.pop(key, None)
         self.engine.hub.drop_for(table.log)  # as kube ends watches of a resource that is gone
 
 
@@ -211,8 +249,12 @@ def _crd_status(crd: JsonObject) -> JsonObject:
     }
 
 
-def _storage_schema(crd: JsonObject) -> JsonObject:
+def _version_schemas(crd: JsonObject) -> dict[str, JsonObject]:
+    """The ``openAPIV3Schema`` of each served version (kube validates an object by the schema
+    of the version it is written at)."""
     versions = (crd.get("spec") or {}).get("versions") or []
-    storage = next((v for v in versions if v.get("storage")), versions[0] if versions else {})
-    found: JsonObject = ((storage.get("schema") or {}).get("openAPIV3Schema")) or {}
-    return found
+    return {
+        str(v.get("name")): ((v.get("schema") or {}).get("openAPIV3Schema")) or {}
+        for v in versions
+        if v.get("served", True)
+    }

@@ -4,17 +4,23 @@ kubeadm's bootstrap kinds.
 The simulated cluster serves CAPI through the same path a real cluster does: these CRDs are
 created like any other object, which makes their resources served. They mirror the upstream
 CRDs where the controller can tell the difference (names, scope, short names, categories,
-served versions, status and scale subresources with CAPI's paths, printer columns) and leave
-the schema open (``x-kubernetes-preserve-unknown-fields``), since the simulator does not
-validate CAPI fields.
+served versions, status and scale subresources with CAPI's paths, printer columns). Their
+schemas are open (``x-kubernetes-preserve-unknown-fields``) except where a version's shape is
+one the plugins can get wrong: kubeadm's bootstrap kinds have a schema per version and convert
+between them through CAPI's conversion webhook, run in process (``kubeadm_versions``), and
+CAPZ's AzureMachinePool has its CRD's fields (``capz_schemas``).
 
 The core kinds are served as v1beta2 (storage) and v1beta1: an object is stored once and shown
-at the version asked for, with only ``apiVersion`` rewritten (no field conversion).
+at the version asked for; the kinds with no webhook have only ``apiVersion`` rewritten.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+from karpenter_capi.sim.apiserver import capz_schemas, kubeadm_versions
+from karpenter_capi.sim.apiserver.conversion import webhook as conversion_webhook
 
 JsonObject = dict[str, Any]
 
@@ -60,8 +66,12 @@ def crd(
     status: bool = True,
     scale: JsonObject | None = None,
     columns: tuple[JsonObject, ...] = (_AGE,),
+    schemas: Mapping[str, JsonObject] | None = None,
+    conversion: JsonObject | None = None,
 ) -> JsonObject:
-    """A ``CustomResourceDefinition``; the first version is the storage version."""
+    """A ``CustomResourceDefinition``; the first version is the storage version. ``schemas``
+    gives a version its own ``openAPIV3Schema`` (others stay open); ``conversion`` is the
+    CRD's ``spec.conversion`` (default: strategy ``None``)."""
     subresources: JsonObject = {}
     if status:
         subresources["status"] = {}
@@ -77,30 +87,38 @@ def crd(
         names["shortNames"] = list(short_names)
     if categories:
         names["categories"] = list(categories)
+    spec: JsonObject = {
+        "group": group,
+        "names": names,
+        "scope": "Namespaced" if namespaced else "Cluster",
+        "versions": [
+            {
+                "name": version,
+                "served": True,
+                "storage": index == 0,
+                "schema": (
+                    {"openAPIV3Schema": schemas[version]}
+                    if schemas and version in schemas
+                    else _OPEN_SCHEMA
+                ),
+                "subresources": subresources,
+                "additionalPrinterColumns": [dict(c) for c in columns],
+            }
+            for index, version in enumerate(versions)
+        ],
+    }
+    if conversion is not None:
+        spec["conversion"] = conversion
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {"name": f"{plural}.{group}"},
-        "spec": {
-            "group": group,
-            "names": names,
-            "scope": "Namespaced" if namespaced else "Cluster",
-            "versions": [
-                {
-                    "name": version,
-                    "served": True,
-                    "storage": index == 0,
-                    "schema": _OPEN_SCHEMA,
-                    "subresources": subresources,
-                    "additionalPrinterColumns": [dict(c) for c in columns],
-                }
-                for index, version in enumerate(versions)
-            ],
-        },
+        "spec": spec,
     }
 
 
 _CORE_VERSIONS = ("v1beta2", "v1beta1")
+_KUBEADM_CONVERSION = conversion_webhook(*kubeadm_versions.WEBHOOK_SERVICE)
 
 
 def cluster_api_crds() -> list[JsonObject]:
@@ -233,6 +251,7 @@ def cluster_api_crds() -> list[JsonObject]:
             ("v1beta1",),
             short_names=("amp",),
             categories=("cluster-api", "capz"),
+            schemas={"v1beta1": capz_schemas.azure_machine_pool()},
         ),
         crd(
             INFRASTRUCTURE_GROUP,
@@ -257,6 +276,8 @@ def cluster_api_crds() -> list[JsonObject]:
             _CORE_VERSIONS,
             categories=("cluster-api", "kubeadm"),
             status=False,
+            schemas=kubeadm_versions.template_schemas(),
+            conversion=_KUBEADM_CONVERSION,
         ),
         crd(
             BOOTSTRAP_GROUP,
@@ -264,5 +285,7 @@ def cluster_api_crds() -> list[JsonObject]:
             "kubeadmconfigs",
             _CORE_VERSIONS,
             categories=("cluster-api", "kubeadm"),
+            schemas=kubeadm_versions.config_schemas(),
+            conversion=_KUBEADM_CONVERSION,
         ),
     ]

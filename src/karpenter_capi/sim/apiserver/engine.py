@@ -31,6 +31,7 @@ from karpenter_capi.core.kube.client import PropagationPolicy, WatchEventType
 from karpenter_capi.core.kube.errors import BadRequest, NotFound
 from karpenter_capi.core.kube.resources import Resource
 from karpenter_capi.sim.apiserver import kinds, messages
+from karpenter_capi.sim.apiserver.conversion import Converter
 from karpenter_capi.sim.apiserver.definitions import ResourceDefinition
 from karpenter_capi.sim.apiserver.namespace_lifecycle import require_open_namespace
 from karpenter_capi.sim.apiserver.objects import copy_object, object_key
@@ -83,6 +84,10 @@ class Engine:
         self.condition = threading.Condition(self.lock)
         self.store = Store(watch_history)
         self.served: dict[tuple[str, str], ResourceDefinition] = {}
+        # Custom resources whose CRD converts through a webhook, by (group, plural): objects
+        # are stored in the preferred version's layout and converted on every read and write
+        # at another version (``present``, ``at_request_version``).
+        self.conversions: dict[tuple[str, str], Converter] = {}
         self.hub = WatchHub(self.condition)
         # Seeded, generated names and uids repeat run after run (deterministic simulations);
         # unseeded they are as random as kube's.
@@ -117,6 +122,17 @@ class Engine:
 
     def now(self) -> str:
         return format_timestamp(self.clock.now())
+
+    def present(self, resource: Resource, obj: JsonObject) -> JsonObject:
+        """A copy of stored ``obj`` as served at ``resource``'s version (converted where its
+        CRD has a conversion webhook)."""
+        copied = copy_object(obj)
+        api_version = resource.api_version
+        convert = self.conversions.get((resource.group, resource.plural))
+        if convert is not None and copied.get("apiVersion") != api_version:
+            copied = convert(copied, api_version)
+        copied["apiVersion"] = api_version
+        return copied
 
     # ----------------------------------------------------------------------------- commits
 
@@ -172,9 +188,11 @@ class Engine:
                 f'{kind} in version "{version}" cannot be handled as a {definition.kind}: '
                 f"the kind in the data does not match the resource"
             )
+        # The version the body is written at: validated against, then converted from, in
+        # ``admit`` (a served version named in the body wins over the URL's, as kube decodes).
         rest = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
         obj.clear()
-        obj["apiVersion"] = definition.api_version()
+        obj["apiVersion"] = api_version or expected
         obj["kind"] = definition.kind
         obj.update(rest)
 
@@ -261,6 +279,7 @@ class Engine:
         """
         for hook in self._phase["admit"]:
             obj = hook.admit(definition, obj, old, warnings)
+        obj["apiVersion"] = definition.api_version()  # stored in the preferred version
         return obj
 
     def unknown_fields(self, definition: ResourceDefinition, obj: JsonObject) -> list[str]:
@@ -356,7 +375,9 @@ class Engine:
                 meta.pop(field, None)
         meta.pop("selfLink", None)
         new["metadata"] = meta
-        new["apiVersion"] = old["apiVersion"]
+        served = {definition.api_version(v) for v in definition.versions}
+        written_at = incoming.get("apiVersion")
+        new["apiVersion"] = written_at if written_at in served else old["apiVersion"]
         new["kind"] = old["kind"]
         if definition.has_status:
             if "status" in old:

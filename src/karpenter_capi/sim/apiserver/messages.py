@@ -91,6 +91,12 @@ def forbidden(definition: ResourceDefinition, name: str, why: str) -> Forbidden:
     )
 
 
+def webhook_denied(webhook: str, message: str) -> Forbidden:
+    """A validating admission webhook's refusal, as kube-apiserver words it (403; the webhook
+    answered a plain error, which controller-runtime sends as Forbidden)."""
+    return Forbidden(f'admission webhook "{webhook}" denied the request: {message}')
+
+
 def qualified_kind(definition: ResourceDefinition) -> str:
     """``Pod``, ``Deployment.apps``: how kube names a kind in ``is invalid`` messages."""
     return f"{definition.kind}.{definition.group}" if definition.group else definition.kind
@@ -116,7 +122,10 @@ def invalid(
 
 
 def required(field: str, detail: str) -> FieldError:
-    return FieldError(field, "FieldValueRequired", f"Required value: {detail}")
+    # As kube's field.Error: the detail only when there is one ("spec.x: Required value").
+    return FieldError(
+        field, "FieldValueRequired", f"Required value: {detail}" if detail else "Required value"
+    )
 
 
 def invalid_value(field: str, value: Any, detail: str) -> FieldError:

@@ -45,7 +45,6 @@ from karpenter_capi.sim.apiserver.engine import Engine, precondition_of
 from karpenter_capi.sim.apiserver.eviction import check_eviction
 from karpenter_capi.sim.apiserver.faults import FaultInjector
 from karpenter_capi.sim.apiserver.field_validation import check_directive, check_fields
-from karpenter_capi.sim.apiserver.objects import copy_object
 from karpenter_capi.sim.apiserver.patch import json_patch, merge_patch
 from karpenter_capi.sim.apiserver.request_counts import RequestCounts
 from karpenter_capi.sim.apiserver.selectors import (
@@ -56,7 +55,7 @@ from karpenter_capi.sim.apiserver.selectors import (
 from karpenter_capi.sim.apiserver.strategic import strategic_merge_patch
 from karpenter_capi.sim.apiserver.subresources import check_subresource, scale_of, write_scale
 from karpenter_capi.sim.apiserver.version import VERSION_INFO
-from karpenter_capi.sim.apiserver.watch import InMemoryWatch, WatchFilter, present_copy
+from karpenter_capi.sim.apiserver.watch import InMemoryWatch, WatchFilter
 from karpenter_capi.sim.apiserver.write_hooks import WRITE_HOOKS
 
 JsonObject = dict[str, Any]
@@ -212,9 +211,7 @@ class InMemoryAPIServer:
         self.faults.check(verb, definition.plural, definition.group_resource, name, subresource)
 
     def _present(self, obj: JsonObject, resource: Resource) -> JsonObject:
-        copied = copy_object(obj)
-        copied["apiVersion"] = resource.api_version
-        return copied
+        return self._engine.present(resource, obj)
 
     def get(
         self,
@@ -323,7 +320,11 @@ class InMemoryAPIServer:
             parse_label_selector(label_selector), parse_field_selector(field_selector, definition)
         )
         scope = namespace if definition.namespaced else None
-        present = present_copy(resource.api_version)
+        engine = self._engine
+
+        def present(obj: JsonObject) -> JsonObject:
+            return engine.present(resource, obj)
+
         with self._lock:
             initial: builtins.list[WatchEvent] = []
             if resource_version in (None, "", "0"):

@@ -24,7 +24,6 @@ from typing import Any
 
 from karpenter_capi.core.kube.client import WatchEvent, WatchEventType
 from karpenter_capi.core.kube.errors import Gone
-from karpenter_capi.sim.apiserver.objects import copy_object
 
 JsonObject = dict[str, Any]
 Presenter = Callable[[JsonObject], JsonObject]
@@ -296,14 +295,3 @@ class InMemoryWatch:
         left = self._present(event.prev)
         left["metadata"]["resourceVersion"] = str(event.rv)
         return WatchEvent("DELETED", left)
-
-
-def present_copy(api_version: str) -> Presenter:
-    """A presenter that copies a stored object and labels it with the requested version."""
-
-    def present(obj: JsonObject) -> JsonObject:
-        copied = copy_object(obj)
-        copied["apiVersion"] = api_version
-        return copied
-
-    return present

@@ -14,12 +14,19 @@ differences:
   Microsoft.Compute/virtualMachines/<vm>`` (subscription ``sim``, resource group the namespace).
 * **No capacity**: a VM size listed in ``EmulationSettings.azure_unavailable_sizes`` (``size``
   anywhere, or ``size@zone`` for one Azure zone) cannot be allocated: the pool's scale set stays
-  without VMs and the MachinePool reports the failure (phase ``Failed``, ``failureReason``), as
-  CAPZ reports ``SkuNotAvailable`` or ``ZonalAllocationFailed``.
+  without VMs and, as CAPZ reports a scale set PUT Azure refuses (it retries it; only errors it
+  deems terminal become ``failureReason``), the ``AzureMachinePool`` says so and the MachinePool
+  does not: provisioning state ``Failed``, condition ``BootstrapSucceeded`` false with reason
+  ``Failed``, severity ``Error`` and message ``scalesets failed to create or update. err:
+  ...ZonalAllocationFailed...`` (cluster-api-provider-azure azure/scope/machinepool.go:
+  ``UpdatePutStatus``), and ``ScaleSetRunning`` false with reason ``ScaleSetProvisionFailed``
+  (``setProvisioningStateAndConditions``). Once it can allocate again, both turn true and the
+  provisioning state ``Succeeded``.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Collection, Mapping
 from typing import Any, Final
 
@@ -30,10 +37,12 @@ from karpenter_capi.sim.capi.objects import (
     LABEL_CLUSTER_NAME,
     LABEL_POOL_NAME,
     label_value,
+    merge_diff,
     name_of,
     namespace_of,
     nested,
 )
+from karpenter_capi.sim.capi.shapes import Condition, merge_conditions
 
 AZURE_MACHINE_POOL: Final = "AzureMachinePool"
 AZURE_PROVIDER_ID_PREFIX: Final = "azure:///subscriptions/sim/resourceGroups/"
@@ -70,16 +79,58 @@ def _infra(client: KubeClient, pool: Mapping[str, Any]) -> Mapping[str, Any] | N
         return None
 
 
-def no_capacity(client: KubeClient, pool: Mapping[str, Any], sizes: Collection[str]) -> bool:
-    """Whether Azure cannot allocate the pool's VM size (in its zone)."""
-    if not sizes:
-        return False
+def _allocation_error(size: str, zones: Collection[str]) -> str:
+    """The error Azure answers a scale set PUT it has no capacity for, as CAPZ words it."""
+    code = "ZonalAllocationFailed" if zones else "AllocationFailed"
+    where = f" in zone '{', '.join(zones)}'" if zones else ""
+    return (
+        "scalesets failed to create or update. err: RESPONSE 409: 409 Conflict, ERROR CODE: "
+        f"{code}: Allocation failed. We do not have sufficient capacity for the requested VM "
+        f"size {size}{where}. Please try another VM size or deploy to a different location or "
+        "zone."
+    )
+
+
+def report_scale_set(
+    client: KubeClient, pool: Mapping[str, Any], sizes: Collection[str], now: str
+) -> bool:
+    """Write CAPZ's report of the pool's scale set on its AzureMachinePool; whether no VM can
+    be made: Azure refuses to allocate its size, or the AzureMachinePool does not exist yet
+    (CAPI's MachinePool controller waits for its infrastructure)."""
     infra = _infra(client, pool)
-    size = str(nested(infra, "spec", "template", "vmSize") or "") if infra else ""
-    if not size:
-        return False
-    zones = nested(pool, "spec", "failureDomains") or []
-    return size in sizes or any(f"{size}@{zone}" in sizes for zone in zones)
+    if infra is None:
+        return True
+    size = str(nested(infra, "spec", "template", "vmSize") or "")
+    zones = [str(z) for z in nested(pool, "spec", "failureDomains") or []]
+    refused = bool(size) and (size in sizes or any(f"{size}@{z}" in sizes for z in zones))
+    current = infra.get("status") if isinstance(infra.get("status"), Mapping) else {}
+    if refused:
+        state = "Failed"
+        wanted = [
+            Condition(
+                "BootstrapSucceeded", "False", "Failed", _allocation_error(size, zones), "Error"
+            ),
+            Condition("ScaleSetRunning", "False", "ScaleSetProvisionFailed", "", "Info"),
+        ]
+    else:
+        state = "Succeeded"
+        wanted = [Condition("BootstrapSucceeded", "True"), Condition("ScaleSetRunning", "True")]
+    status: JsonObject = {
+        "provisioningState": state,
+        "ready": not refused,
+        "conditions": merge_conditions(nested(current, "conditions"), wanted, now, v1beta1=True),
+    }
+    patch = merge_diff(current, status)
+    if patch:
+        with contextlib.suppress(NotFound):  # it went meanwhile: nothing to report on
+            client.patch(
+                AZURE_MACHINE_POOLS,
+                name_of(infra),
+                {"status": patch},
+                namespace_of(infra),
+                subresource="status",
+            )
+    return refused
 
 
 def ensure_pool_machine(

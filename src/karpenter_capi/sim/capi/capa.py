@@ -17,6 +17,9 @@ that would go wrong:
   (``CapaEmulation.run_instances`` counts them);
 * **a vanished instance** (terminated behind CAPA's back) fails the AWSMachine and the Machine
   (``failureReason: UpdateError``), never a second launch;
+* **bootstrap secrets**: with a Secrets Manager client, the secrets an AWSMachine names
+  (``cloudInit.secretPrefix``/``secretCount``) are deleted once its node registered, and the
+  two fields cleared (CAPA's ``deleteEncryptedBootstrapDataSecret``);
 * **deletion**: a deleted Machine terminates its instance, deletes its AWSMachine and Node,
   then lets the Machine go.
 
@@ -72,6 +75,13 @@ AWS_MACHINES: Final = Resource(
 )
 _ARCH: Final = {"x86_64": wellknown.ARCH_AMD64, "arm64": wellknown.ARCH_ARM64}
 _GONE_STATES: Final = ("shutting-down", "terminated")
+_METADATA_OPTIONS: Final = {
+    "httpEndpoint": "HttpEndpoint",
+    "httpProtocolIpv6": "HttpProtocolIpv6",
+    "httpPutResponseHopLimit": "HttpPutResponseHopLimit",
+    "httpTokens": "HttpTokens",
+    "instanceMetadataTags": "InstanceMetadataTags",
+}
 
 
 def _error_code(err: Exception) -> str:
@@ -109,6 +119,11 @@ class CapaMachineController(MachineController):
         """Instances CAPA launched itself (an AWSMachine without a provider ID): a second
         instance for a NodeClaim whose fleet already launched one."""
         self.terminated = 0
+        self.metadata_changes = 0
+        self.secrets: Any = settings.aws_secrets
+        self.secrets_deleted = 0
+        """``ModifyInstanceMetadataOptions`` calls: an instance launched with options other than
+        its AWSMachine's, which CAPA rewrites after adoption."""
         self._shapes: dict[str, dict[str, str]] = {}
 
     def watches(self) -> Sequence[Watch]:
@@ -180,6 +195,7 @@ class CapaMachineController(MachineController):
                 "addresses": _addresses(instance),
             },
         )
+        self._ensure_metadata_options(aws_machine, instance)
         provider_id = str(nested(aws_machine, "spec", "providerID"))
         if nested(machine, "spec", "providerID") != provider_id:
             self.client.patch(
@@ -193,6 +209,8 @@ class CapaMachineController(MachineController):
         if node is None:
             self._register_node(machine, instance, provider_id)
         self._write_status(machine, shape, "Running" if node else "Provisioned", node=node)
+        if node is not None:
+            self._delete_bootstrap_secrets(aws_machine)
         return DONE
 
     def _aws_machine(self, machine: Mapping[str, Any]) -> JsonObject | None:
@@ -233,6 +251,51 @@ class CapaMachineController(MachineController):
                 return dict(instance)
         return None
 
+    def _ensure_metadata_options(
+        self, aws_machine: Mapping[str, Any], instance: Mapping[str, Any]
+    ) -> None:
+        """CAPA's ``ensureInstanceMetadataOptions`` (controllers/awsmachine_controller.go): the
+        instance's metadata options made the AWSMachine's (as defaulted) when they differ."""
+        wanted = nested(aws_machine, "spec", "instanceMetadataOptions")
+        if not isinstance(wanted, Mapping):
+            return
+        have = instance.get("MetadataOptions") or {}
+        request = {
+            aws_name: wanted.get(name)
+            for name, aws_name in _METADATA_OPTIONS.items()
+            if wanted.get(name) not in (None, "")
+        }
+        if all(have.get(aws_name) == value for aws_name, value in request.items()):
+            return
+        self.ec2.modify_instance_metadata_options(InstanceId=instance["InstanceId"], **request)
+        self.metadata_changes += 1
+        _log.info("CAPA set the metadata options of %s to %s", instance["InstanceId"], request)
+
+    def _delete_bootstrap_secrets(self, aws_machine: Mapping[str, Any]) -> None:
+        """CAPA's ``deleteEncryptedBootstrapDataSecret``: once the node registered (or the
+        machine goes), the secrets ``<secretPrefix>-0..secretCount-1`` are deleted and the
+        prefix and count cleared from the spec."""
+        prefix = nested(aws_machine, "spec", "cloudInit", "secretPrefix")
+        if self.secrets is None or not prefix:
+            return
+        count = int(nested(aws_machine, "spec", "cloudInit", "secretCount") or 0)
+        for index in range(count):
+            try:
+                self.secrets.delete_secret(
+                    SecretId=f"{prefix}-{index}", ForceDeleteWithoutRecovery=True
+                )
+            except Exception as err:
+                if _error_code(err) != "ResourceNotFoundException":
+                    raise
+            self.secrets_deleted += 1
+        with contextlib.suppress(NotFound):
+            self.client.patch(
+                AWS_MACHINES,
+                name_of(aws_machine),
+                {"spec": {"cloudInit": {"secretPrefix": None, "secretCount": None}}},
+                namespace_of(aws_machine),
+            )
+
     def _run_instance(self, machine: Mapping[str, Any], aws_machine: JsonObject) -> JsonObject:
         """CAPA's own launch, for an AWSMachine that names no instance."""
         spec = aws_machine.get("spec") or {}
@@ -259,6 +322,12 @@ class CapaMachineController(MachineController):
         subnet = nested(spec, "subnet", "id")
         if subnet:
             params["SubnetId"] = str(subnet)
+        options = spec.get("instanceMetadataOptions") or {}
+        metadata = {
+            aws: options[name] for name, aws in _METADATA_OPTIONS.items() if options.get(name)
+        }
+        if metadata:
+            params["MetadataOptions"] = metadata
         reservation = self.ec2.run_instances(**params)
         self.run_instances += 1
         instance = reservation["Instances"][0]
@@ -372,6 +441,7 @@ class CapaMachineController(MachineController):
         if now < done_at:
             return Result(requeue_after=max((done_at - now).total_seconds(), 0.0))
         if aws_machine is not None:
+            self._delete_bootstrap_secrets(aws_machine)
             self._terminate(instance_id_of(aws_machine))
             with contextlib.suppress(NotFound):
                 self.client.delete(AWS_MACHINES, name_of(aws_machine), namespace_of(aws_machine))

@@ -189,9 +189,12 @@ class MachinePoolController:
             terminating = {nested(m, "spec", "providerID") for m in machines if is_deleting(m)}
             listed = [p for p in listed if p not in terminating]
         requested = self._requested.setdefault(key, [])
-        out_of_capacity = flag_from([pool], ANNOTATION_OUT_OF_CAPACITY, default=False) or (
-            on_azure and azure.no_capacity(self.client, pool, self.settings.azure_unavailable_sizes)
+        flagged = flag_from([pool], ANNOTATION_OUT_OF_CAPACITY, default=False)
+        # CAPZ reports Azure's refusal on the AzureMachinePool, not as a MachinePool failure.
+        refused = on_azure and azure.report_scale_set(
+            self.client, pool, self.settings.azure_unavailable_sizes, format_timestamp(now)
         )
+        out_of_capacity = flagged or refused
         if out_of_capacity:
             requested.clear()  # the cloud gave up on what it had not delivered yet
 
@@ -214,7 +217,7 @@ class MachinePoolController:
             self._ensure_machines(pool, shape, listed, machines)
         else:
             self._delete_nodes(retired)
-        self._write_status(pool, shape, listed, out_of_capacity)
+        self._write_status(pool, shape, listed, flagged)
         waits = [r.ready_at for r in requested if r.ready_at is not None]
         if waits:
             return Result(requeue_after=max((min(waits) - now).total_seconds(), 0.0))

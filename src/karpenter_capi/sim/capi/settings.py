@@ -75,6 +75,9 @@ class EmulationSettings:
     aws_ec2: Any = field(default=None, compare=False)
     """An EC2 client (moto's in the simulator): emulate stock CAPA (``capa.py``) with it for
     Machines whose infrastructure is an ``AWSMachine``; ``None``: no CAPA emulation."""
+    aws_secrets: Any = field(default=None, compare=False)
+    """A Secrets Manager client: the emulated CAPA deletes an AWSMachine's bootstrap data
+    secrets (``cloudInit.secretPrefix``) once its node registered; ``None``: it does not."""
     version: str = V1BETA2
     default_shape: str = V1BETA2
     seed: int | None = 0

@@ -26,13 +26,14 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Final
 
+from karpenter_capi.sim.scenario.aws_launch import LaunchTemplateEffects
+
 if TYPE_CHECKING:
     from karpenter_capi.sim.scenario.schema import AwsEnvironment
 
 MOTO_MISSING: Final = (
-    "this scenario emulates AWS with moto, a development dependency that is not installed; "
-    "install it with: pip install 'moto[ec2]>=5' (and the aws extra: "
-    "pip install 'karpenter-capi[aws]')"
+    "this scenario emulates AWS with moto, which is not installed; "
+    "install it with: pip install 'karpenter-capi[sim]' (part of 'karpenter-capi[all]')"
 )
 _FAKE_ENVIRONMENT: Final = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -41,6 +42,9 @@ _FAKE_ENVIRONMENT: Final = {
     "AWS_CONFIG_FILE": os.devnull,
     "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
 }
+
+
+_EC2_WRITES: Final = ("Create", "Delete", "Modify", "Run", "Terminate", "Associate", "Attach")
 
 
 class AwsUnavailableError(RuntimeError):
@@ -144,6 +148,8 @@ class FleetFigures:
     refused: int = 0
     """Calls answered with injected capacity errors and no instance."""
     instances: set[str] = field(default_factory=set)
+    ec2_writes: dict[str, int] = field(default_factory=dict)
+    """EC2 calls of the plugin that change something, by operation."""
 
 
 class SimAws:
@@ -160,6 +166,7 @@ class SimAws:
         self.region = region
         self._ec2 = serve_catalog_from_memory(boto3.client("ec2", region_name=region))
         self._pricing = boto3.client("pricing", region_name="us-east-1")
+        self._secrets = boto3.client("secretsmanager", region_name=region)
         self.emulation_ec2 = serve_catalog_from_memory(boto3.client("ec2", region_name=region))
         self.fleet = FleetFigures()
         self._request: dict[str, Any] = {}
@@ -174,6 +181,8 @@ class SimAws:
         events.register("provide-client-params.ec2.CreateFleet", self._fleet_params)
         events.register("before-call.ec2.CreateFleet", self._create_fleet)
         events.register("after-call.ec2.CreateFleet", self._fleet_returned)
+        events.register("provide-client-params.ec2", self._count_write)
+        LaunchTemplateEffects(boto3.client("ec2", region_name=region)).attach(self._ec2)
         self._pricing.meta.events.register("before-call.pricing.GetProducts", self._products)
         self.values = self._network()
 
@@ -182,6 +191,15 @@ class SimAws:
 
     def pricing(self, region: str) -> Any:
         return self._pricing
+
+    def sqs(self, region: str) -> Any:
+        """moto's SQS: where a scenario's EventBridge events would arrive."""
+        import boto3
+
+        return boto3.client("sqs", region_name=region)
+
+    def secretsmanager(self, region: str) -> Any:
+        return self._secrets
 
     def _network(self) -> dict[str, str]:
         """A VPC with one private subnet per zone, a node security group and an AMI."""
@@ -256,6 +274,10 @@ class SimAws:
         }
         return _answer({"FleetId": f"fleet-refused-{self.fleet.calls}", "Errors": [error]})
 
+    def _count_write(self, model: Any, **_: Any) -> None:
+        if model.name.startswith(_EC2_WRITES):
+            self.fleet.ec2_writes[model.name] = self.fleet.ec2_writes.get(model.name, 0) + 1
+
     def _fleet_returned(self, parsed: Mapping[str, Any], **_: Any) -> None:
         for launched in parsed.get("Instances") or []:
             self.fleet.instances.update(launched.get("InstanceIds") or [])
@@ -282,6 +304,10 @@ class SimAws:
             "fleet_capacity_errors": self.fleet.refused,
             "nodes_launched": launched,
             "fleet_calls_per_node": round(self.fleet.calls / launched, 3) if launched else 0.0,
+            "ec2_writes": dict(sorted(self.fleet.ec2_writes.items())),
+            "ec2_writes_per_node": (
+                round(sum(self.fleet.ec2_writes.values()) / launched, 3) if launched else 0.0
+            ),
             "kube_writes": kube_writes,
             "kube_writes_per_node": round(kube_writes / launched, 3) if launched else 0.0,
             "instances_live": len(live),

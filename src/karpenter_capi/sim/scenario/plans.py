@@ -13,7 +13,9 @@ before is still alive and not being deleted. The NodeClaim of that later nominat
 created after the pod's earlier nomination: today the provisioner nominates pods only onto the
 NodeClaims it has just created, but a pod re-planned onto a NodeClaim that already stood for
 other pods would be stranded without a launch of its own. A pod whose earlier NodeClaim was
-deleted or is being deleted (a failed launch, a disruption) is planned again, not stranded.
+deleted or is being deleted (a failed launch, a disruption), or whose machine the cloud has
+announced it will take (``karpenter.cluster.x-k8s.io/interruption``: its pods are planned on a
+replacement before the drain), is planned again, not stranded.
 
 Deciding "still alive" needs the order of NodeClaim changes and Events between two samples, so
 the follower watches both from the start of the run and replays them merged by
@@ -29,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+from karpenter_capi.core.api.wellknown import ANNOTATION_INTERRUPTION
 from karpenter_capi.core.kube.resources import EVENTS, NODECLAIMS, Resource
 from karpenter_capi.sim.apiserver.request_counts import WATCH_POLL
 
@@ -39,6 +42,12 @@ __all__ = ["BeyondPlan", "PlanFollower"]
 
 NOMINATED: Final = "Nominated"
 _NODECLAIM_IN_MESSAGE: Final = re.compile(r"nodeclaim/([a-z0-9]([-a-z0-9.]*[a-z0-9])?)")
+
+
+def _going(metadata: Mapping[str, Any]) -> bool:
+    """Whether a NodeClaim is on its way out: being deleted, or its machine interrupted."""
+    annotations = metadata.get("annotations") or {}
+    return bool(metadata.get("deletionTimestamp")) or ANNOTATION_INTERRUPTION in annotations
 
 
 @dataclass(frozen=True)
@@ -133,10 +142,7 @@ class PlanFollower:
     def _relist(self) -> None:
         self._count("list")
         listed = self.server.list(NODECLAIMS)
-        self._claims = {
-            str(c["metadata"]["name"]): bool(c["metadata"].get("deletionTimestamp"))
-            for c in listed.items
-        }
+        self._claims = {str(c["metadata"]["name"]): _going(c["metadata"]) for c in listed.items}
         for stream in self._streams:
             stream.version = listed.resource_version
             stream.events = []
@@ -148,7 +154,7 @@ class PlanFollower:
             self._claims.pop(name, None)
             self._created.pop(name, None)
         else:
-            self._claims[name] = bool(meta.get("deletionTimestamp"))
+            self._claims[name] = _going(meta)
             self._created.setdefault(name, version)
 
     def _event_seen(self, event: Mapping[str, Any], version: int) -> None:

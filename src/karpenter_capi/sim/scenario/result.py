@@ -99,6 +99,9 @@ class ScenarioResult:
     native_launch: dict[str, Any] = field(default_factory=dict)
     """``sim.scenario.aws.SimAws.figures`` for a scenario on the emulated AWS: fleet calls and
     the controller's Kubernetes writes per launched node; empty otherwise."""
+    spot_interruption: dict[str, Any] = field(default_factory=dict)
+    """``sim.scenario.interruptions.Interruptions.figures`` when the timeline interrupts Nodes:
+    the replacement's readiness against the deadline, and the pods left with no place to go."""
     violations: list[str] | None = None
     """``sim.invariants`` violations at the end of the run (``simulate --check``); ``None`` when
     not checked."""
@@ -131,6 +134,11 @@ class ScenarioResult:
             "repacking": dict(self.repacking),
             "controller_writes": dict(self.controller_writes),
             **({"native_launch": dict(self.native_launch)} if self.native_launch else {}),
+            **(
+                {"spot_interruption": dict(self.spot_interruption)}
+                if self.spot_interruption
+                else {}
+            ),
             **({} if self.violations is None else {"violations": list(self.violations)}),
         }
 

@@ -42,6 +42,7 @@ from karpenter_capi.core.kube.resources import (
     MACHINE_POOLS,
     MACHINE_SETS,
     NODEPOOLS,
+    PODS,
 )
 from karpenter_capi.core.operator import Operator
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
@@ -51,12 +52,13 @@ from karpenter_capi.sim.apiserver.version import SIMULATED_CONTROL_PLANE
 from karpenter_capi.sim.invariants import check_invariants
 from karpenter_capi.sim.scenario.aws import SimAws, emulated_aws, substitute
 from karpenter_capi.sim.scenario.catalog import generate_catalog
+from karpenter_capi.sim.scenario.interruptions import RECLAIM, Interruptions
 from karpenter_capi.sim.scenario.launches import LaunchRounds
 from karpenter_capi.sim.scenario.observer import Observer, percentile
 from karpenter_capi.sim.scenario.process import DEFAULT_PLUGINS, start_controller
 from karpenter_capi.sim.scenario.repacking import RepackingRounds
 from karpenter_capi.sim.scenario.result import CapacityRow, Sample, ScenarioResult
-from karpenter_capi.sim.scenario.schema import Scenario, TimelineAction, Workload
+from karpenter_capi.sim.scenario.schema import DEFAULT_NOTICE, Scenario, TimelineAction, Workload
 from karpenter_capi.sim.scenario.writes import controller_writes
 
 __all__ = [
@@ -169,7 +171,11 @@ _PATCHABLE = {
 
 
 def apply_action(server: InMemoryAPIServer, scenario: Scenario, action: TimelineAction) -> None:
-    """One timeline action, as the user or a CI job would do it (straight to the server)."""
+    """One timeline action, as the user or a CI job would do it (straight to the server).
+
+    ``interrupt`` is the simulated cloud's, with a deadline to keep: ``run`` does it."""
+    if action.action == "interrupt":
+        raise ValueError("an interrupt action needs the runner's Interruptions (run does it)")
     if action.action == "patch":
         _patch(server, scenario, action)
         return
@@ -318,6 +324,7 @@ def run(
                 plugin_objects = _aws_plugins(aws)
             emulation = {
                 "aws_ec2": aws.emulation_ec2,
+                "aws_secrets": aws.secretsmanager(aws.region),
                 "kubeadm_bootstrap": True,
                 **(emulation or {}),
             }
@@ -343,14 +350,22 @@ def run(
             if on_operator is not None:
                 on_operator(operator)
             observer = Observer(server, clock, loaded)
+            interruptions = Interruptions(server, clock)
             actions = scenario.actions(until)
             samples = [0.0]
             while samples[-1] + sample_every < until:
                 samples.append(samples[-1] + sample_every)
             samples.append(until)
-            # (time, 0 = action first, 1 = sample) so an action at a sample time is seen by it.
-            events: list[tuple[float, int, TimelineAction | None]] = sorted(
-                [(a.at, 0, a) for a in actions] + [(t, 1, None) for t in samples],
+            # (time, 0 = action first, 1 = sample) so an action at a sample time is seen by it;
+            # an interruption's deadline is an action of the simulated cloud.
+            events: list[tuple[float, int, TimelineAction | str | None]] = sorted(
+                [(a.at, 0, a) for a in actions]
+                + [
+                    (a.at + (a.notice or DEFAULT_NOTICE), 0, RECLAIM)
+                    for a in actions
+                    if a.action == "interrupt"
+                ]
+                + [(t, 1, None) for t in samples],
                 key=lambda e: (e[0], e[1]),
             )
             driver.run_until_quiet()
@@ -364,10 +379,19 @@ def run(
                     now = step_to
                     if pace is not None:
                         pace(now)
-                if action is not None:
+                if action == RECLAIM:
+                    for due in interruptions.interrupted:
+                        if due.there_at_deadline is None and due.deadline <= clock.now():
+                            interruptions.reclaim(due)
+                    driver.run_until_quiet()
+                elif isinstance(action, TimelineAction) and action.action == "interrupt":
+                    interruptions.interrupt(action)
+                    driver.run_until_quiet()
+                elif isinstance(action, TimelineAction):
                     apply_action(server, scenario, action)
                     driver.run_until_quiet()
                 else:
+                    interruptions.observe()
                     sample = observer.sample()
                     if on_sample is not None:
                         on_sample(sample)
@@ -415,5 +439,8 @@ def run(
             repacking=repacking.figures(),
             controller_writes=controller_writes(audit, launch_rounds.launched()),
             native_launch={} if aws is None else aws.figures(_writes(audit)),
+            spot_interruption=interruptions.figures(
+                observer.bound_seconds, list(server.list(PODS).items)
+            ),
             violations=violations,
         )

@@ -218,6 +218,10 @@ class Window(_Strict):
         return at % self.of < self.first
 
 
+INTERRUPTIBLE: Final = frozenset({"spot", "on-demand", "*"})
+DEFAULT_NOTICE: Final = 120.0
+"""EC2's spot interruption notice: two minutes."""
+
 REPETITION: Final = "${n}"
 """Replaced, in a repeating patch's strings, by the repetition's number (1 for the first)."""
 
@@ -227,7 +231,10 @@ class TimelineAction(_Strict):
     ``patch`` an object of the infrastructure (``kind``, ``target`` its name or ``*`` for
     every one of that kind) with a JSON merge patch, as a user's ``kubectl patch`` would; or
     ``scale`` a static NodePool (``kind: NodePool``) through its scale subresource, as
-    ``kubectl scale nodepool`` does.
+    ``kubectl scale nodepool`` does. ``interrupt`` gives the Nodes of capacity type ``target``
+    (``spot``, ``on-demand`` or ``*``; at most ``replicas`` of them, oldest name first) the
+    cloud's interruption notice, ``notice`` (default 2m) before it takes them
+    (``sim.scenario.interruptions``).
 
     With ``every``, the action repeats at ``at``, ``at + every``, ... up to ``until`` (default:
     the end of the run), so a day of churn is a few lines instead of thousands: a repeating
@@ -238,7 +245,7 @@ class TimelineAction(_Strict):
     quiet; the repetitions it skips are not counted."""
 
     at: float
-    action: Literal["scale", "deploy", "delete", "patch"]
+    action: Literal["scale", "deploy", "delete", "patch", "interrupt"]
     target: str
     replicas: int | list[int] | None = None
     kind: Literal["MachineDeployment", "MachineSet", "MachinePool", "NodePool"] | None = None
@@ -246,8 +253,9 @@ class TimelineAction(_Strict):
     every: float | None = None
     until: float | None = None
     window: Window | None = None
+    notice: float | None = None
 
-    _durations = field_validator("at", "every", "until", mode="before")(_duration_field)
+    _durations = field_validator("at", "every", "until", "notice", mode="before")(_duration_field)
 
     @field_validator("replicas")
     @classmethod
@@ -278,6 +286,10 @@ class TimelineAction(_Strict):
             raise ValueError("only patch takes patch")
         if self.action not in ("patch", "scale") and self.kind is not None:
             raise ValueError("only patch and scale take kind")
+        if self.action == "interrupt" and self.target not in INTERRUPTIBLE:
+            raise ValueError(f"interrupt takes a capacity type as target: {sorted(INTERRUPTIBLE)}")
+        if self.notice is not None and (self.action != "interrupt" or self.notice <= 0):
+            raise ValueError("only interrupt takes notice, a positive duration")
         return self
 
     @property
@@ -378,7 +390,7 @@ class Scenario(_Strict):
                 problems.append(f"workloads[{index}].name: {workload.name!r} is used twice")
             names.add(workload.name)
         for index, action in enumerate(self.timeline):
-            if action.kind is None and action.target not in names:
+            if action.kind is None and action.action != "interrupt" and action.target not in names:
                 problems.append(f"timeline[{index}].target: no workload named {action.target!r}")
         return problems
 

@@ -182,6 +182,12 @@ def _native_launch(result: ScenarioResult) -> str | None:
             f"{figures['nodes_launched']} nodes)",
         ],
         [
+            "EC2 writes per launched node",
+            f"{figures.get('ec2_writes_per_node', 0):g} ("
+            + ", ".join(f"{n} {op}" for op, n in (figures.get("ec2_writes") or {}).items())
+            + ")",
+        ],
+        [
             "controller's Kubernetes writes per launched node",
             f"{figures['kube_writes_per_node']:g} ({figures['kube_writes']} writes)",
         ],
@@ -192,6 +198,36 @@ def _native_launch(result: ScenarioResult) -> str | None:
         ],
     ]
     return "native launch (EC2 Fleet):\n" + table(["", ""], rows, [False, False]).split("\n", 1)[1]
+
+
+def _spot_interruption(result: ScenarioResult) -> str | None:
+    """How the interrupted Nodes were replaced (``sim.scenario.interruptions``)."""
+    f = result.spot_interruption
+    if not f:
+        return None
+    boot = f["replacement_boot_seconds"]
+    ready = f["replacement_ready_after_notice_seconds"]
+    rows = [
+        [
+            "nodes interrupted",
+            f"{f['nodes_interrupted']} ({f['nodes_gone_before_deadline']} drained and gone "
+            "before the deadline)",
+        ],
+        [
+            "replacement Ready",
+            "never"
+            if ready is None
+            else f"{ready:g} s after the notice"
+            + (" (before the deadline)" if f["replacement_ready_before_deadline"] else " (LATE)"),
+        ],
+        ["replacement boot", "-" if boot is None else f"{boot:g} s ({f['replacements']} nodes)"],
+        [
+            "pods with no place to go longer than the boot",
+            f"{f['pods_without_place']} of {f['pods_moved']} moved "
+            f"(longest wait {f['pods_waited_max_seconds']:g} s)",
+        ],
+    ]
+    return "spot interruption:\n" + table(["", ""], rows, [False, False]).split("\n", 1)[1]
 
 
 def render_summary(result: ScenarioResult) -> str:
@@ -228,7 +264,7 @@ def render_summary(result: ScenarioResult) -> str:
         _repacking(result),
         _launch_rounds(result),
         _writes(result),
-        *filter(None, [_native_launch(result)]),
+        *filter(None, [_native_launch(result), _spot_interruption(result)]),
         _counts("disruptions by reason", result.disruptions, "reason"),
         _counts("API requests by verb", result.api_requests, "verb") + _polls(result),
         _errors(result) + _violations(result),

@@ -1,0 +1,97 @@
+"""The structural schema of CAPZ's ``AzureMachinePool`` (v1beta1), as the simulated server
+serves it.
+
+The ``capz`` plugin writes AzureMachinePools by copying fields of an ``AzureMachineTemplate``;
+a real API server prunes a field the CRD does not know, applies CAPZ's defaults and refuses a
+missing required field or a value outside an enum. This schema lists every field of the
+upstream CRD's ``spec`` and ``spec.template`` (so pruning drops exactly what upstream drops),
+types the ones the plugin sets or the emulation reads (``location``, ``orchestrationMode``,
+``template.vmSize``, ``template.spotVMOptions``) and keeps the content of the others open.
+
+Upstream: cluster-api-provider-azure
+config/crd/bases/infrastructure.cluster.x-k8s.io_azuremachinepools.yaml (``spec`` requires
+``location`` and ``template``; ``template`` requires ``osDisk`` and ``vmSize``;
+``orchestrationMode`` is ``Flexible`` or ``Uniform``, default ``Uniform``;
+``spotVMOptions.evictionPolicy`` is ``Deallocate`` or ``Delete``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+JsonObject = dict[str, Any]
+
+_OPEN: Final[JsonObject] = {"x-kubernetes-preserve-unknown-fields": True}
+_SPEC_FIELDS: Final = (
+    "additionalTags",
+    "identity",
+    "platformFaultDomainCount",
+    "providerID",
+    "providerIDList",
+    "roleAssignmentName",
+    "strategy",
+    "systemAssignedIdentityRole",
+    "userAssignedIdentities",
+    "zoneBalance",
+)
+_TEMPLATE_FIELDS: Final = (
+    "acceleratedNetworking",
+    "additionalCapabilities",
+    "dataDisks",
+    "diagnostics",
+    "disableVMBootstrapExtension",
+    "image",
+    "networkInterfaces",
+    "osDisk",
+    "securityProfile",
+    "sshPublicKey",
+    "subnetName",
+    "terminateNotificationTimeout",
+    "vmExtensions",
+)
+_QUANTITY: Final = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+
+
+def azure_machine_pool() -> JsonObject:
+    """``AzureMachinePool``'s v1beta1 ``openAPIV3Schema``."""
+    spot = {
+        "type": "object",
+        "properties": {
+            "evictionPolicy": {"type": "string", "enum": ["Deallocate", "Delete"]},
+            "maxPrice": {
+                "anyOf": [{"type": "integer"}, {"type": "string"}],
+                "x-kubernetes-int-or-string": True,
+                "pattern": _QUANTITY,
+            },
+        },
+    }
+    template = {
+        "type": "object",
+        "required": ["osDisk", "vmSize"],
+        "properties": {
+            **dict.fromkeys(_TEMPLATE_FIELDS, _OPEN),
+            "vmSize": {"type": "string"},
+            "spotVMOptions": spot,
+        },
+    }
+    spec = {
+        "type": "object",
+        "required": ["location", "template"],
+        "properties": {
+            **dict.fromkeys(_SPEC_FIELDS, _OPEN),
+            "location": {"type": "string"},
+            "orchestrationMode": {
+                "type": "string",
+                "enum": ["Flexible", "Uniform"],
+                "default": "Uniform",
+            },
+            "template": template,
+        },
+    }
+    return {
+        "type": "object",
+        "properties": {"spec": spec, "status": {"type": "object", **_OPEN}},
+    }
