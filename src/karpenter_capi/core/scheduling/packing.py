@@ -43,7 +43,6 @@ realizes the plan as made and no readiness model applies. See ``docs/scheduling.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 from collections.abc import Sequence
@@ -61,6 +60,7 @@ from karpenter_capi.core.scheduling.packing_model import (
     launch_type,
     load,
     plan_cost,
+    sub_problem,
     trimmed,
 )
 from karpenter_capi.core.scheduling.realization import Assessed, Realizer
@@ -94,6 +94,7 @@ LISTING_VISITS: Final = 50_000  # nodes of the depth-first search listing the pa
 _FIXED_FILL: Final = 0.97  # a node this full is kept when the rest is re-solved on its own
 _RESIDUAL_DEPTH: Final = 1  # residual re-solves nested (each has the budgets above)
 _DIVE_ROUNDS: Final = 120  # column generation rounds of the dive, all its steps together
+DIVE_WORK: Final = 1000  # a family's work (``Work``) past which no dive goes on
 _DIVE_GAP: Final = 0.005  # the dive runs when the first plan is this far above the relaxation
 _REPAIRS: Final = 4  # rounds of nodes bought up front for what a plan's worst realization strands
 # Beyond, the listed integer solve is skipped: HiGHS's root node (cuts, heuristics), which no
@@ -108,13 +109,18 @@ def optimize(
     backend: HiGHS | None = None,
     seed: int = 0,
     plans_nominated: bool = False,
+    work: Work | None = None,
+    known: float = math.inf,
 ) -> PackingOutcome:
     """A strictly cheaper plan whose worst realization beats greedy's, or why greedy's stays.
 
     Reads no clock: ``budget`` (seconds; 0 disables re-packing) is only each solve's safety
     net, and the outcome depends on ``problem`` alone. ``plans_nominated``: the controller
     writes each planned pod's ``status.nominatedNodeName`` (KEP-5278), so kube-scheduler
-    realizes the plan as made and no readiness model applies."""
+    realizes the plan as made and no readiness model applies. ``work``: the family's counted
+    work so far, shared with its other solves; ``known``: the cost of a plan found otherwise
+    (the family's other solve), so the search ends as soon as its relaxation says none is
+    cheaper, and dives only for a cheaper one."""
     greedy_cost = plan_cost(problem, problem.greedy)
     if budget <= 0:
         return PackingOutcome("disabled", greedy_cost)
@@ -122,9 +128,9 @@ def optimize(
     if len(problem.types) > MAX_TYPES or len(problem.groups) > MAX_GROUPS or pods > MAX_PODS:
         return PackingOutcome("too-large", greedy_cost)
     realizer = Realizer(problem, nominated=plans_nominated, seed=seed)
-    search = _Search(problem, backend or HiGHS(), budget, realizer)
+    search = _Search(problem, backend or HiGHS(), budget, realizer, work=work or Work())
     try:
-        outcome = search.run(greedy_cost)
+        outcome = search.run(greedy_cost, known)
     except OutOfTime as exc:
         global _warned
         if not _warned:
@@ -141,6 +147,16 @@ def optimize(
 
 
 _warned = False  # the safety net's warning is logged once until a solve finishes again
+
+
+@dataclass
+class Work:
+    """The counted work of one family's re-packing: the pricing knapsacks' variables, summed
+    over every column generation round of every search (its first problem, the one with
+    existing nodes' room, their residual re-solves and dives). The dives spend only what
+    is left of ``DIVE_WORK`` (``_dive``)."""
+
+    spent: int = 0
 
 
 @dataclass(eq=False)
@@ -163,7 +179,10 @@ class _Search:
     visited: int = 0  # nodes of the pattern listing's search, against LISTING_VISITS
     exhausted: bool = False  # some stage stopped on its work budget
     primal: Sequence[float] = ()  # the last relaxation's solution, a value per column
+    relaxed: float = math.inf  # ... and its value
     rounds: int = _MAX_ROUNDS  # column generation rounds left (the dive shares its budget)
+    work: Work = field(default_factory=Work)  # the family's, shared by its searches
+    limit: float = math.inf  # column generation stops once ``work`` has spent this
 
     def __post_init__(self) -> None:
         # Resources some pod asks for or a limit counts; the rest cannot bind.
@@ -203,7 +222,7 @@ class _Search:
                     counts[g] = min(group.count, fit_count(group.vector, kind.room))
                     self.add(Bin(index, tuple(counts)))
 
-    def run(self, greedy_cost: float) -> PackingOutcome:
+    def run(self, greedy_cost: float, known: float = math.inf) -> PackingOutcome:
         """Patterns generated from greedy's, a first integer solve over them, then (when
         they are few enough to list) every pattern that could still beat the best plan.
 
@@ -215,9 +234,12 @@ class _Search:
             self.add(column)
         self._add_singles()
         bound = self._generate()
-        if bound is not None and bound >= greedy_cost * (1 - EPSILON):
+        if bound is not None and bound >= min(greedy_cost, known) * (1 - EPSILON):
             return PackingOutcome("not-cheaper", greedy_cost, lower_bound=bound)
         self.greedy_cost = greedy_cost
+        # Plans between ``known`` and greedy's are still found as they would be without it:
+        # a lower ceiling would list more patterns (a dearer integer solve) for a plan that
+        # is then judged against ``known`` anyway.
         ceiling = greedy_cost * (1 - EPSILON)
         first_plan: list[Bin] | None = None
         listed = False
@@ -240,12 +262,13 @@ class _Search:
             # same one every time); it is judged like any other.
             ceiling = self._consider(bins, ceiling)
         if not listed and first_plan is not None and self.depth < _RESIDUAL_DEPTH:
+            ceiling = self._consider(self._residual(first_plan), ceiling)
             # Nominated only: the readiness model weighs plans by their worst realization,
             # and there the dive's took dearer plans for it (seed 15: 20.708 for 20.696).
-            far = bound is None or plan_cost(problem, first_plan) > bound * (1 + _DIVE_GAP)
+            ceiling = min(ceiling, known * (1 - EPSILON))
+            far = bound is None or ceiling > bound * (1 + _DIVE_GAP)
             if far and self.realizer.nominated:
-                ceiling = self._consider(self._dive(), ceiling)
-            self._consider(self._residual(first_plan), ceiling)
+                self._consider(self._dive(ceiling), ceiling)
         best = self.best
         if best is not None:
             return PackingOutcome(
@@ -277,7 +300,7 @@ class _Search:
         self.best = found
         return min(ceiling, found.worst * (1 - EPSILON))
 
-    def _dive(self) -> list[Bin] | None:
+    def _dive(self, ceiling: float) -> list[Bin] | None:
         """A plan by rounding the relaxation a few nodes at a time (price and dive).
 
         When the patterns that matter are too many to list, the integer solve over the
@@ -285,25 +308,30 @@ class _Search:
         suit the fractional optimum, not an integer one. Each step buys the nodes the
         relaxation wants whole (or, wanting none whole, the one it wants most) and generates
         patterns again for the pods left, all steps within ``_DIVE_ROUNDS`` column generation
-        rounds (counted work). Judged by cost alone, like ``_residual``."""
+        rounds (counted work). It gives up once the nodes bought and the relaxation of the
+        pods left cost ``ceiling`` (rounding only adds to that), so a dive that cannot beat the
+        plans found spends little. Judged by cost alone, like ``_residual``."""
         problem = self.problem
         counts = [g.count for g in problem.groups]
         chosen: list[Bin] = []
         columns = list(self.columns)
         rounds = _DIVE_ROUNDS
-        while rounds > 0:
+        while rounds > 0 and self.work.spent < DIVE_WORK:
             keep = [i for i, c in enumerate(counts) if c > 0]
             if not keep:
                 return chosen
-            sub = self._sub(chosen, counts, keep, ())
+            sub = sub_problem(self.problem, chosen, counts, keep, ())
             search = _Search(sub, self.backend, self.safety, Realizer(sub, nominated=True))
-            search.depth, search.rounds = self.depth + 1, rounds
+            search.depth, search.rounds, search.work = self.depth + 1, rounds, self.work
+            search.limit = DIVE_WORK
             for column in columns:
                 search.add(Bin(column.type, tuple(min(column.counts[i], counts[i]) for i in keep)))
             search._add_singles()
             bound = search._generate()  # None (rounds spent): its relaxation still guides
             rounds = search.rounds
             if (bound is not None and math.isinf(bound)) or not search.primal:
+                return None
+            if plan_cost(problem, chosen) + search.relaxed >= ceiling:
                 return None
             picks = [
                 (c, x) for c, x in zip(search.columns, search.primal, strict=False) if x > 1e-6
@@ -330,34 +358,6 @@ class _Search:
             ]
         return chosen if not any(counts) else None
 
-    def _sub(
-        self, fixed: Sequence[Bin], counts: Sequence[int], keep: Sequence[int], rest: Sequence[Bin]
-    ) -> PackingProblem:
-        """The pods ``counts`` leaves (groups ``keep``) with ``fixed`` bought: limits and
-        existing nodes less what they use."""
-        problem = self.problem
-        limit = problem.limit
-        if limit is not None:
-            limit = tuple(
-                value - sum(problem.types[b.type].limit_use[d] for b in fixed)
-                for d, value in enumerate(limit)
-            )
-        used = [sum(1 for b in fixed if b.type == t) for t in range(len(problem.types))]
-        types = tuple(
-            kind
-            if kind.available is None
-            else dataclasses.replace(kind, available=kind.available - used[t])
-            for t, kind in enumerate(problem.types)
-        )
-        return PackingProblem(
-            types,
-            tuple(dataclasses.replace(problem.groups[i], count=counts[i]) for i in keep),
-            tuple(Bin(b.type, tuple(b.counts[i] for i in keep)) for b in rest),
-            (),
-            limit,
-            problem.daemon,
-        )
-
     def _residual(self, bins: Sequence[Bin]) -> list[Bin] | None:
         """``bins``' fullest nodes kept and the rest of the pods re-packed on their own.
 
@@ -378,9 +378,9 @@ class _Search:
             return None
         counts = [g.count - sum(b.counts[i] for b in fixed) for i, g in enumerate(problem.groups)]
         keep = [i for i, c in enumerate(counts) if c > 0]
-        sub = self._sub(fixed, counts, keep, rest)
+        sub = sub_problem(problem, fixed, counts, keep, rest)
         search = _Search(sub, self.backend, self.safety, Realizer(sub, nominated=True))
-        search.depth = self.depth + 1
+        search.depth, search.work = self.depth + 1, self.work
         outcome = search.run(plan_cost(sub, sub.greedy))
         if outcome.bins is None:
             return None
@@ -517,20 +517,22 @@ class _Search:
         problem = self.problem
         value = math.inf
         for _ in range(min(_MAX_ROUNDS, self.rounds)):
+            if self.work.spent >= self.limit:
+                break
             self.rounds -= 1
             cost, matrix, bound = self._rows()
             solved = self.backend.lp(cost, matrix, bound, time_limit=self.safety)
             if solved is None:
                 return math.inf  # the limits leave no room for every pod
             value, duals, primal = solved
-            self.primal = [float(v) for v in primal]
+            self.primal, self.relaxed = [float(v) for v in primal], value
             prices = [-d for d in duals[: len(problem.groups)]]
             limits = len(problem.groups) + len(self.limit_dims)
             self.prices = prices
             self.limit_prices = [-d for d in duals[len(problem.groups) : limits]]
             self.node_prices = [-d for d in duals[limits:]]
             added = 0
-            for column, worth in pricing.best_patterns(
+            patterns, size = pricing.best_patterns(
                 problem,
                 prices,
                 self.dims,
@@ -538,7 +540,9 @@ class _Search:
                 backend=self.backend,
                 safety=self.safety,
                 gap=MIP_GAP,
-            ):
+            )
+            self.work.spent += size
+            for column, worth in patterns:
                 kind = problem.types[column.type]
                 if kind.price + self._rent(column.type) - worth < -1e-9 and self.add(column):
                     added += 1

@@ -7,6 +7,7 @@ speak these types; the optimizer's machinery need not come with them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -156,3 +157,35 @@ def trimmed(problem: PackingProblem, columns: Sequence[Bin], chosen: Sequence[in
             node = Bin(kind, tuple(counts))
             result.append(Bin(launch_type(problem, node), node.counts))
     return result
+
+
+def sub_problem(
+    problem: PackingProblem,
+    fixed: Sequence[Bin],
+    counts: Sequence[int],
+    keep: Sequence[int],
+    rest: Sequence[Bin],
+) -> PackingProblem:
+    """The pods ``counts`` leaves (groups ``keep``) with ``fixed`` bought: limits and existing
+    nodes less what they use, ``rest`` (restricted to ``keep``) as its greedy plan."""
+    limit = problem.limit
+    if limit is not None:
+        limit = tuple(
+            value - sum(problem.types[b.type].limit_use[d] for b in fixed)
+            for d, value in enumerate(limit)
+        )
+    used = [sum(1 for b in fixed if b.type == t) for t in range(len(problem.types))]
+    types = tuple(
+        kind
+        if kind.available is None
+        else dataclasses.replace(kind, available=kind.available - used[t])
+        for t, kind in enumerate(problem.types)
+    )
+    return PackingProblem(
+        types,
+        tuple(dataclasses.replace(problem.groups[i], count=counts[i]) for i in keep),
+        tuple(Bin(b.type, tuple(b.counts[i] for i in keep)) for b in rest),
+        (),
+        limit,
+        problem.daemon,
+    )

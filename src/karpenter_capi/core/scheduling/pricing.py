@@ -32,9 +32,10 @@ def best_patterns(
     backend: HiGHS,
     safety: float,
     gap: float,
-) -> list[tuple[Bin, float]]:
+) -> tuple[list[tuple[Bin, float]], int]:
     """For every type, the pattern worth most at ``prices`` (one knapsack per type), with
-    its worth; ``dims`` the resources that bind, ``scale`` each resource's row scale.
+    its worth; ``dims`` the resources that bind, ``scale`` each resource's row scale. Also
+    the knapsacks' size (their variables), the work it counts as (``packing.Work``).
 
     Solved as one integer program: the types' knapsacks share no variable, so its optimum
     is each knapsack's optimum.
@@ -51,7 +52,7 @@ def best_patterns(
                     variables.append((index, g))
                     upper.append(bound)
     if not variables:
-        return []
+        return [], 0
     type_rows = {t: n for n, t in enumerate(sorted({t for t, _ in variables}))}
     rows = len(type_rows) * len(dims)
     matrix = np.zeros((rows, len(variables)))
@@ -75,7 +76,7 @@ def best_patterns(
         gap=gap,
     )
     if x is None:
-        return []
+        return [], len(variables)
     by_type: dict[int, list[int]] = {}
     for v, (t, g) in enumerate(variables):
         counts = by_type.setdefault(t, [0] * len(problem.groups))
@@ -85,7 +86,7 @@ def best_patterns(
         counts = _shrink(problem, t, counts)
         worth = sum(prices[g] * c for g, c in enumerate(counts))
         found.append((Bin(t, tuple(counts)), worth))
-    return found
+    return found, len(variables)
 
 
 def _shrink(problem: PackingProblem, t: int, counts: list[int]) -> list[int]:
