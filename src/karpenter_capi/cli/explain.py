@@ -26,6 +26,8 @@ from karpenter_capi.cli.options import parse_feature_gates
 from karpenter_capi.core.clock import Clock
 
 if TYPE_CHECKING:
+    from karpenter_capi.core.kube.client import KubeClient
+    from karpenter_capi.core.plugin_host import Plugins
     from karpenter_capi.core.scheduling.packing_summary import PackingSummary
 
 
@@ -182,8 +184,8 @@ class Explanation:
 
 
 def explain(
-    workload: Any,
-    plugins: Any,
+    workload: KubeClient,
+    plugins: Plugins,
     clock: Clock,
     *,
     spot_to_spot: bool = False,

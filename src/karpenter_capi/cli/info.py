@@ -10,10 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from karpenter_capi.cli.clusters import clients, load_plugins
 from karpenter_capi.cli.options import plugin_names
+
+if TYPE_CHECKING:
+    from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead
+    from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 
 
 def manifests_command(args: argparse.Namespace, out: TextIO) -> int:
@@ -122,7 +126,7 @@ def _source_cell(shape_source: str, price_source: str) -> str:
     return shape if shape == price else f"{shape}, price {price}"
 
 
-def _overhead_cell(overhead: Any) -> str:
+def _overhead_cell(overhead: InstanceTypeOverhead) -> str:
     """The overhead's total and where it came from: ``cpu=0,memory=100Mi (kubeadm default)``."""
     total = overhead.total().to_dict()
     parts = [f"{name}={total.pop(name, '0')}" for name in ("cpu", "memory")]
@@ -130,7 +134,7 @@ def _overhead_cell(overhead: Any) -> str:
     return f"{','.join(parts)} ({overhead.source or '-'})"
 
 
-def _overhead_json(overhead: Any) -> dict[str, Any]:
+def _overhead_json(overhead: InstanceTypeOverhead) -> dict[str, Any]:
     return {
         "kubeReserved": overhead.kube_reserved.to_dict(),
         "systemReserved": overhead.system_reserved.to_dict(),
@@ -140,7 +144,7 @@ def _overhead_json(overhead: Any) -> dict[str, Any]:
     }
 
 
-def _inventory_json(inventory: Any) -> dict[str, Any]:
+def _inventory_json(inventory: NodePoolInventory) -> dict[str, Any]:
     """``inventory.to_json()`` with each instance type's ``source`` and ``overhead`` and each
     offering's ``priceSource`` (provenance is display-only, so the core's JSON form leaves it
     out)."""
@@ -153,7 +157,7 @@ def _inventory_json(inventory: Any) -> dict[str, Any]:
     return doc
 
 
-def _fmt_resource(instance_type: Any, name: str) -> str:
+def _fmt_resource(instance_type: InstanceType, name: str) -> str:
     value = instance_type.capacity.get(name)
     return "-" if value is None else str(value)
 
