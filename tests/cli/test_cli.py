@@ -149,6 +149,21 @@ def test_a_bad_flag_value_is_one_line_naming_it(
     assert message in line
 
 
+def test_an_unreachable_cluster_is_a_one_line_error_not_a_bug(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from karpenter_capi.sim.apiserver.kubeconfig import write_kubeconfig
+
+    kubeconfig = write_kubeconfig("http://127.0.0.1:9", tmp_path / "kubeconfig")
+    code, _ = _run("explain", "--kubeconfig", str(kubeconfig))
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("karpenter-capi explain: error: ")
+    assert "cannot reach the API server" in last
+
+
 def test_python_dash_m_runs_the_command() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "karpenter_capi", "--version"],
