@@ -256,7 +256,7 @@ def _controller(kubeconfig: Path, log: Path, extra: Sequence[str]) -> subprocess
     command = [
         sys.executable,
         "-m",
-        "karpenter_capi.cli",
+        "karpenter_capi",
         "--log-level",
         "INFO",
         "--log-format",

@@ -1,4 +1,5 @@
-"""The code base keeps the shape docs/design.md promises (decisions 16 and 22).
+"""The code base keeps the shape docs/design.md promises (decision 16, "Layers import one way",
+and decision 22, "Tests mirror the code").
 
 Each check fails with the list of offenders, so a module that grows too big or a test folder
 that stops mirroring the code is named in the failure, not found later by a newcomer.

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from karpenter_capi.cli import main
+from karpenter_capi.cli.entry import EXIT_BUG
 from karpenter_capi.sim.scenario.schema import SHIPPED
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +35,7 @@ def test_every_subcommand_has_help() -> None:
         "explain",
     ):
         result = subprocess.run(
-            [sys.executable, "-m", "karpenter_capi.cli", command, "--help"],
+            [sys.executable, "-m", "karpenter_capi", command, "--help"],
             capture_output=True,
             text=True,
             check=False,
@@ -80,6 +81,98 @@ def test_missing_manifest_file_is_a_one_line_error(capsys: pytest.CaptureFixture
     err = capsys.readouterr().err
     assert "/nonexistent/objs.yaml" in err
     assert "Traceback" not in err
+
+
+def test_a_bug_shows_its_traceback_and_is_not_called_the_users_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ``ValueError`` from deep inside is a bug, not bad input: hiding its traceback behind
+    one line would send the user looking for a mistake they did not make."""
+    from karpenter_capi.core.api import crds
+
+    def broken() -> str:
+        raise ValueError("the CRD generator tripped over itself")
+
+    monkeypatch.setattr(crds, "crds_yaml", broken)
+    code, _ = _run("manifests", "--crds")
+    err = capsys.readouterr().err
+    assert code == EXIT_BUG
+    assert code not in (0, 1, 2)
+    assert "Traceback (most recent call last):" in err
+    assert "ValueError: the CRD generator tripped over itself" in err
+    assert err.rstrip().splitlines()[-1] == (
+        "karpenter-capi manifests: internal error: this is a bug in karpenter-capi, not in "
+        "your input; please report it with the traceback above"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--plugin-option", "capa-region"],
+            "plugin option 'capa-region' is not of the form <plugin>.<option>=<value>",
+        ),
+        (["--context", "nowhere"], "Expected object with name nowhere"),
+    ],
+)
+def test_input_the_user_can_fix_is_one_line_naming_it(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from karpenter_capi.sim.apiserver.kubeconfig import write_kubeconfig
+
+    # Nothing listens there: both mistakes are found before anything is sent.
+    kubeconfig = write_kubeconfig("http://127.0.0.1:9", tmp_path / "kubeconfig")
+    code, _ = _run("instance-types", "--kubeconfig", str(kubeconfig), *argv)
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "Traceback" not in err
+    [line] = err.strip().splitlines()
+    assert line.startswith("karpenter-capi instance-types: error: ")
+    assert message in line
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--log-level", "chatty", "manifests", "--crds"], "unknown log level 'CHATTY'"),
+        (["simulate", "scale-from-zero", "--until", "0s"], "--until '0s': must be longer than 0s"),
+    ],
+)
+def test_a_bad_flag_value_is_one_line_naming_it(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _ = _run(*argv)
+    err = capsys.readouterr().err
+    assert code == 1
+    [line] = err.strip().splitlines()
+    assert message in line
+
+
+def test_an_unreachable_cluster_is_a_one_line_error_not_a_bug(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from karpenter_capi.sim.apiserver.kubeconfig import write_kubeconfig
+
+    kubeconfig = write_kubeconfig("http://127.0.0.1:9", tmp_path / "kubeconfig")
+    code, _ = _run("explain", "--kubeconfig", str(kubeconfig))
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("karpenter-capi explain: error: ")
+    assert "cannot reach the API server" in last
+
+
+def test_python_dash_m_runs_the_command() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "karpenter_capi", "--version"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("karpenter-capi ")
 
 
 def test_simulate_demo_launches_cheapest_nodes_and_is_idempotent() -> None:
@@ -277,7 +370,7 @@ def test_run_logs_its_decisions_at_info_unless_told_otherwise(
 def test_the_packing_optimizer_budget_reads_durations_and_refuses_nonsense(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from karpenter_capi.cli_run import parse_budget
+    from karpenter_capi.cli.run import parse_budget
 
     assert parse_budget("200ms") == pytest.approx(0.2)
     assert parse_budget("1s") == 1.0

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from karpenter_capi import cli
-from karpenter_capi.cli_run import KNOWN_FEATURE_GATES, parse_feature_gates
+from karpenter_capi.cli.entry import build_parser
+from karpenter_capi.cli.options import KNOWN_FEATURE_GATES, parse_feature_gates
 from karpenter_capi.core.kube.config import ClusterConfig, cluster_config_from_args
 from karpenter_capi.core.plugin_host import parse_plugin_options
 
@@ -65,7 +65,7 @@ def start_like_kubelet(
         env = {k: v.replace(mount["mountPath"], str(local)) for k, v in env.items()}
     # The parser reads its defaults from the environment when it is built.
     monkeypatch.setattr(os, "environ", {"PATH": "/usr/bin:/bin", **env})
-    ns = cli._build_parser().parse_args(["run", *args])
+    ns = build_parser().parse_args(["run", *args])
     return ns, cluster_config_from_args(ns, env), env
 
 

@@ -139,14 +139,14 @@ def test_the_image_declares_what_the_deployment_relies_on() -> None:
 
 def test_the_build_context_is_only_what_the_containerfile_copies() -> None:
     ignore = IgnoreRules((ROOT / ".dockerignore").read_text())
-    for sent in ("pyproject.toml", "README.md", "src/karpenter_capi/cli.py"):
+    for sent in ("pyproject.toml", "README.md", "src/karpenter_capi/cli/entry.py"):
         assert not ignore.excluded(sent), sent
     for kept_out in (
         ".venv/lib/python3.11/site-packages/numpy/__init__.py",
         ".git/HEAD",
         "tests/conftest.py",
         "deploy/Containerfile",
-        "src/karpenter_capi/__pycache__/cli.cpython-311.pyc",
+        "src/karpenter_capi/cli/__pycache__/entry.cpython-311.pyc",
         "src/karpenter_capi.egg-info/PKG-INFO",
     ):
         assert ignore.excluded(kept_out), kept_out

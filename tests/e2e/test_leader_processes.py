@@ -52,7 +52,7 @@ def _start(kubeconfig: Path, identity: str, log: Path) -> subprocess.Popen[bytes
     command = [
         sys.executable,
         "-m",
-        "karpenter_capi.cli",
+        "karpenter_capi",
         "--log-level",
         "INFO",
         "--log-format",

@@ -1,18 +1,34 @@
-"""Errors a provider plugin raises to tell the core what went wrong, not just that it did.
+"""Errors that say what went wrong, not just that it did: a provider plugin's, and a user's.
 
-The core reacts differently to each: insufficient capacity marks the offerings unavailable for a
-while and lets the next provisioning round pick another shape; a NodeClass that is not ready
-becomes a NodePool condition; a missing instance lets the NodeClaim finish terminating; a
-retryable create is requeued after the suggested delay. Anything else from a plugin is a bug in
-the plugin and is reported with the plugin's name (see ``core.plugin_host``).
+``InvalidInputError`` is input a person gave that cannot be used (a flag, a file, a scenario, a
+manifest): the command line prints its message as one line, where any other exception that
+escapes a command is a bug and is shown with its traceback. Raise it where user input is
+validated, with a message that names the input and what to fix.
+
+The core reacts differently to each provider error: insufficient capacity marks the offerings
+unavailable for a while and lets the next provisioning round pick another shape; a NodeClass
+that is not ready becomes a NodePool condition; a missing instance lets the NodeClaim finish
+terminating; a retryable create is requeued after the suggested delay. Anything else from a
+plugin is a bug in the plugin and is reported with the plugin's name (see ``core.plugin_host``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
-from karpenter_capi.core.instancetype import Offering
+if TYPE_CHECKING:
+    # Only for annotations: the module stays a leaf that any layer (core.kube too) can import.
+    from karpenter_capi.core.instancetype import Offering
+
+
+class InvalidInputError(ValueError):
+    """Input a user gave cannot be used; the message names it and says what to fix.
+
+    A ``ValueError``, so code that validates and catches ``ValueError`` keeps working; but only
+    this subclass (not every ``ValueError``, which may be a bug) is a user's mistake.
+    """
 
 
 class ProviderError(Exception):

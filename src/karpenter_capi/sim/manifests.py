@@ -13,8 +13,10 @@ from typing import Any
 
 import yaml
 
+from karpenter_capi.core.errors import InvalidInputError
 
-class ManifestError(ValueError):
+
+class ManifestError(InvalidInputError):
     """A manifest file that cannot be read as Kubernetes objects."""
 
 

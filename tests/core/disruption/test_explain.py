@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from karpenter_capi.cli import main
-from karpenter_capi.cli_explain import explain
+from karpenter_capi.cli.explain import explain
 from karpenter_capi.core.disruption.methods import NO_ROOM
 from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.sim.apiserver.http import HttpFront

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from karpenter_capi.cli_run import parse_feature_gates
+from karpenter_capi.cli.options import parse_feature_gates
+from karpenter_capi.core.errors import InvalidInputError
 
 
 def test_spot_to_spot_is_off_unless_the_gate_says_true() -> None:
@@ -24,5 +25,5 @@ def test_spot_to_spot_is_off_unless_the_gate_says_true() -> None:
     ],
 )
 def test_a_malformed_or_unknown_gate_is_a_clear_error(text: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(InvalidInputError, match=message):
         parse_feature_gates(text)

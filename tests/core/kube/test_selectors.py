@@ -2,8 +2,8 @@
 
 Each row is what ``metav1.LabelSelectorAsSelector(selector).Matches(labels)`` answers in
 Kubernetes (apimachinery), with ``nil_matches`` standing for the caller's reading of a missing
-selector. The typed models (``core.api.meta.LabelSelector``, ``core.api.views.LabelSelectorView``)
-and topology must give the same answers, since they all delegate here.
+selector. The typed model (``core.api.meta.LabelSelector``) and topology must give the same
+answers, since they all delegate here.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from karpenter_capi.core.api.meta import LabelSelector
-from karpenter_capi.core.api.views import LabelSelectorView
 from karpenter_capi.core.kube.selectors import (
     EVERYTHING,
     NOTHING,
@@ -99,9 +98,8 @@ def test_matches_as_kubernetes_does(
 ) -> None:
     assert selector_matches(selector, labels, nil_matches=nil_matches) is expected
     if selector is not None:
-        # The typed models read the same selector the same way.
+        # The typed model reads the same selector the same way.
         assert LabelSelector.model_validate(selector).matches(labels) is expected
-        assert LabelSelectorView.model_validate(selector).matches(labels) is expected
 
 
 def test_nil_compiles_to_nothing_or_everything_as_asked() -> None:
@@ -146,7 +144,3 @@ def test_extra_clauses_are_anded_in_but_nil_stays_nothing() -> None:
 def test_a_selector_kubernetes_rejects_raises(expression: dict[str, Any], message: str) -> None:
     with pytest.raises(SelectorError, match=re.escape(message)):
         selector_matches({"matchExpressions": [expression]}, WEB, nil_matches=True)
-    # A pod's view reads it as kube-scheduler does: it selects nothing.
-    if expression.get("key"):
-        view = LabelSelectorView.model_validate({"matchExpressions": [expression]})
-        assert not view.matches(WEB)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from karpenter_capi.cli_explain import explain
+from karpenter_capi.cli.explain import explain
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube.resources import EVENTS, NODECLAIMS, PODS
 from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins

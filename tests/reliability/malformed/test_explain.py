@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import logging
 
-from karpenter_capi.cli_explain import explain
+from karpenter_capi.cli.explain import explain
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.kube.resources import NODES
 from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from karpenter_capi.cli_explain import explain
+from karpenter_capi.cli.explain import explain
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.kube.resources import MACHINES, NODECLAIMS, NODES
 from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins

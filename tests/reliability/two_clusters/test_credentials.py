@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import karpenter_capi
 from karpenter_capi import cli
 from karpenter_capi.core.kube import (
     CLUSTER_API_NODE_CLASSES,
@@ -362,7 +363,7 @@ def test_a_running_controller_never_prints_a_token(case: str, world: World) -> N
     """``karpenter-capi run`` as a process, threaded, until SIGTERM: informers, retries and
     the provisioning loop all log at DEBUG while the management cluster fails."""
     setup = _setup(case, world)
-    source = Path(cli.__file__).resolve().parents[1]
+    source = Path(karpenter_capi.__file__).resolve().parents[1]
     environ = {
         "PATH": os.environ.get("PATH", ""),
         "HOME": str(world.tmp_path),
@@ -372,7 +373,7 @@ def test_a_running_controller_never_prints_a_token(case: str, world: World) -> N
     }
     argv = ["--log-level", "DEBUG", "run", "--no-leader-elect", "--metrics-port", "-1"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "karpenter_capi.cli", *argv, *setup.argv],
+        [sys.executable, "-m", "karpenter_capi", *argv, *setup.argv],
         env=environ,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

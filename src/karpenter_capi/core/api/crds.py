@@ -1,8 +1,9 @@
 """CustomResourceDefinitions generated from the pydantic models.
 
-The CRDs are derived, never hand-kept (docs/design.md, decision 1): the model is the single
-source of truth for field names, enums, patterns, bounds and defaults, and this module
-translates its JSON schema into what the API server demands, a *structural* OpenAPI v3 schema:
+The CRDs are derived, never hand-kept (docs/design.md, decision 1, "Karpenter's API, Cluster API's
+machines"): the model is the single source of truth for field names, enums, patterns, bounds and
+defaults, and this module translates its JSON schema into what the API server demands, a
+*structural* OpenAPI v3 schema:
 
 - every ``$ref`` is inlined (the API server has no ``$defs``);
 - ``Optional[X]`` (``anyOf: [X, null]``) becomes plain ``X``: optional fields are simply left

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from karpenter_capi.core.errors import InvalidInputError
 from karpenter_capi.core.kube._official_credentials import decode_ca_data
 from karpenter_capi.core.kube.official import OfficialClient
 
@@ -34,7 +35,7 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "false", "no", "off"})
 
 
-class ClusterConfigError(ValueError):
+class ClusterConfigError(InvalidInputError):
     """The cluster connection flags/env are contradictory or point at something missing."""
 
 

@@ -1,12 +1,13 @@
 """Launch: turn a NodeClaim into a request for a machine, and learn which machine it got.
 
-Launch is asynchronous (DESIGN decision 2). The first ``karpenter_capi_create`` records the
-provider's intent (a replica bump, a fleet request) and usually returns without a provider ID;
-``Launched`` then stays ``Unknown`` with reason ``Launching`` and the step polls by calling
-``create`` again, which the hook contract requires to be idempotent: the plugin recognises its
-own NodeClaim (by the annotations it asked us to record, or by name) and answers with the
-provider ID once a machine is bound. ``Launched`` goes ``True`` when a result carries one, and
-the provider ID, capacity, allocatable, image and the offering's labels are recorded.
+Launch is asynchronous (design decision 3, "Launch never waits"). The first
+``karpenter_capi_create`` records the provider's intent (a replica bump, a fleet request) and
+usually returns without a provider ID; ``Launched`` then stays ``Unknown`` with reason ``Launching``
+and the step polls by calling ``create`` again, which the hook contract requires to be idempotent:
+the plugin recognises its own NodeClaim (by the annotations it asked us to record, or by name) and
+answers with the provider ID once a machine is bound. ``Launched`` goes ``True`` when a result
+carries one, and the provider ID, capacity, allocatable, image and the offering's labels are
+recorded.
 
 Failures split three ways, as upstream's launch does:
 

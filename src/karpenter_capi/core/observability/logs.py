@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import IO, Any, Literal
 
+from karpenter_capi.core.errors import InvalidInputError
+
 LogFormat = Literal["text", "json"]
 
 _MARK = "_karpenter_capi_handler"
@@ -52,7 +54,7 @@ def configure_logging(
     elif fmt == "text":
         formatter = TextFormatter()
     else:
-        raise ValueError(f"unknown log format {fmt!r}: expected 'text' or 'json'")
+        raise InvalidInputError(f"unknown log format {fmt!r}: expected 'text' or 'json'")
     resolved = _level(level)
 
     root = logging.getLogger()
@@ -75,7 +77,7 @@ def _level(level: str | int) -> int:
     try:
         return names[level.strip().upper()]
     except KeyError:
-        raise ValueError(
+        raise InvalidInputError(
             f"unknown log level {level!r}: expected one of {', '.join(sorted(names))}"
         ) from None
 

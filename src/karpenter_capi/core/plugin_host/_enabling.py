@@ -12,6 +12,8 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
+from karpenter_capi.core.errors import InvalidInputError
+
 ENV_VAR: Final = "KARPENTER_CAPI_PLUGINS"
 DEFAULT_PLUGINS: Final = ("generic_capi",)
 
@@ -41,13 +43,15 @@ def parse_plugin_options(items: Iterable[str]) -> dict[str, dict[str, str]]:
     """Parse ``--plugin-option`` values (``capa.region=eu-west-1``) into per-plugin options.
 
     The plugin name is everything before the first dot; the option name may contain dots.
-    Raises ``ValueError`` naming the malformed item.
+    Raises ``InvalidInputError`` naming the malformed item.
     """
     options: dict[str, dict[str, str]] = {}
     for item in items:
         target, separator, value = item.partition("=")
         plugin, dot, option = target.strip().partition(".")
         if not separator or not dot or not plugin or not option:
-            raise ValueError(f"plugin option {item!r} is not of the form <plugin>.<option>=<value>")
+            raise InvalidInputError(
+                f"plugin option {item!r} is not of the form <plugin>.<option>=<value>"
+            )
         options.setdefault(plugin, {})[option] = value
     return options

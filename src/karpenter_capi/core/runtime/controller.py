@@ -49,7 +49,8 @@ Key = str
 
 WORKLOAD = "workload"
 MANAGEMENT = "management"
-"""The two clusters a controller may read (DESIGN decision 7); they are often the same."""
+"""The two clusters a controller may read (design decision 11, "Management and workload
+clusters are configured apart"); they are often the same."""
 
 
 @dataclass(frozen=True)

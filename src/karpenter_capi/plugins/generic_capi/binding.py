@@ -1,13 +1,13 @@
 """Which Machine belongs to which NodeClaim, recorded in the API so any process can read it.
 
-A replica change makes Cluster API create *some* Machine later, with no way to say which
-NodeClaim asked for it (DESIGN decision 2). So every Machine of a scalable resource is
+A replica change makes Cluster API create *some* Machine later, with no way to say which NodeClaim
+asked for it (design decision 3, "Launch never waits"). So every Machine of a scalable resource is
 interchangeable, and a NodeClaim takes one by writing its name on it: the label
 ``node.cluster.x-k8s.io/karpenter-member`` plus the annotations
-``karpenter.cluster.x-k8s.io/nodeclaim`` (and ``-uid``), in one merge patch carrying the
-Machine's resourceVersion as precondition. Two NodeClaims racing for one Machine cannot both
-win; the loser re-reads and takes another. The Machine side is the durable truth: a restarted
-controller finds a NodeClaim's Machine there even if the NodeClaim never recorded it.
+``karpenter.cluster.x-k8s.io/nodeclaim`` (and ``-uid``), in one merge patch carrying the Machine's
+resourceVersion as precondition. Two NodeClaims racing for one Machine cannot both win; the loser
+re-reads and takes another. The Machine side is the durable truth: a restarted controller finds a
+NodeClaim's Machine there even if the NodeClaim never recorded it.
 
 A Machine is *claimable* only if it is free (no NodeClaim named on it, no member label), alive
 (no deletionTimestamp, no ``cluster.x-k8s.io/delete-machine``) and new: created no earlier than

@@ -1,14 +1,14 @@
 """Delete: remove exactly the Machine of a NodeClaim, or withdraw the replica it asked for.
 
-Lowering a scalable resource's replicas lets CAPI choose which Machine goes, so a targeted
-delete is two writes (DESIGN decision 3): mark the Machine ``cluster.x-k8s.io/delete-machine``
-(resourceVersion precondition), then lower the replicas through the scale subresource
-(resourceVersion precondition) so that the marked Machines are the ones in excess. The lowering
-is computed, not remembered: the replicas should be the number of Machines that stay (neither
-deleting nor marked), so one scale write covers every Machine marked so far (deletes batch per
-resource), and a retry after a crash between the two writes finds the marked Machine and
-finishes the job. If the scale write keeps failing, the mark this call wrote is removed again,
-so a later unrelated scale-down does not take this Machine by surprise.
+Lowering a scalable resource's replicas lets CAPI choose which Machine goes, so a targeted delete is
+two writes (design decision 4, "Deletes target one Machine"): mark the Machine
+``cluster.x-k8s.io/delete-machine`` (resourceVersion precondition), then lower the replicas through
+the scale subresource (resourceVersion precondition) so that the marked Machines are the ones in
+excess. The lowering is computed, not remembered: the replicas should be the number of Machines that
+stay (neither deleting nor marked), so one scale write covers every Machine marked so far (deletes
+batch per resource), and a retry after a crash between the two writes finds the marked Machine and
+finishes the job. If the scale write keeps failing, the mark this call wrote is removed again, so a
+later unrelated scale-down does not take this Machine by surprise.
 
 The termination controller calls the hook again every few seconds until it raises
 ``InstanceNotFoundError``: the hook answers ``True`` while the Machine exists (CAPI drains and

@@ -1,5 +1,5 @@
 """Launch: turn a NodeClaim into exactly one more Machine of the cheapest resource that can
-make it, without ever waiting for that Machine (DESIGN decision 2).
+make it, without ever waiting for that Machine (design decision 3, "Launch never waits").
 
 The lifecycle controller calls ``create`` for a NodeClaim every few seconds until the result
 carries a provider ID. Each call takes one step from durable state, never from memory, so any

@@ -1,12 +1,12 @@
 """One scalable resource as launch and delete see it: replicas, Machines, and how to change them.
 
-Every decision to scale is taken from one fresh read of the resource and of its Machines (the
-ones carrying its ``cluster.x-k8s.io/deployment-name``, ``set-name`` or ``pool-name`` label,
-listed with that selector, never all Machines, or read through the plugin's ``mirror`` of that
-selection, which is as fresh), and written through the ``scale`` subresource
-with the resourceVersion of that read as precondition (DESIGN decision 3: never a full update
-of a CAPI object). A 409 means somebody changed the resource since; the caller reads again and
-decides again, so no decision is ever applied to a state it was not made on.
+Every decision to scale is taken from one fresh read of the resource and of its Machines (the ones
+carrying its ``cluster.x-k8s.io/deployment-name``, ``set-name`` or ``pool-name`` label, listed with
+that selector, never all Machines, or read through the plugin's ``mirror`` of that selection, which
+is as fresh), and written through the ``scale`` subresource with the resourceVersion of that read as
+precondition (design decision 4, "Deletes target one Machine": never a full update of a CAPI
+object). A 409 means somebody changed the resource since; the caller reads again and decides again,
+so no decision is ever applied to a state it was not made on.
 
 The MachineDeployment rollout guard lives here too. Lowering a MachineDeployment's replicas only
 removes the Machines marked ``cluster.x-k8s.io/delete-machine`` when exactly one MachineSet has

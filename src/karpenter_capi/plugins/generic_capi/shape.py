@@ -38,7 +38,7 @@ annotations and a native plugin's description.
 
 Every value is checked: a malformed one raises ``ShapeError`` (or ``SettingsError``) naming the
 annotation or field and the value, and the caller marks only that resource (or NodeClass)
-unusable (DESIGN decision 9). Nothing here does I/O.
+unusable (design decision 9, "Bad input never stops the controller"). Nothing here does I/O.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ preconditions, the split between the main endpoint and the ``status`` subresourc
 on an object being deleted, propagation policies, and no-op writes that must not bump the
 resourceVersion. ``Engine`` does those and nothing else: what the rest of a control plane does
 in reaction to a write (garbage collection, namespace teardown, CRD registration, budgets) is
-an ordered list of write hooks (``write_hooks.WRITE_HOOKS``) that the engine calls at fixed
+an ordered list of write hooks (``hook_order.WRITE_HOOKS``) that the engine calls at fixed
 points, so one list says what a write triggers and in which order. The public verbs
 (``server``) are a thin layer over this class.
 

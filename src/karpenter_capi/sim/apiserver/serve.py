@@ -17,12 +17,13 @@ from typing import Any, TextIO
 
 import yaml
 
+from karpenter_capi.core.errors import InvalidInputError
 from karpenter_capi.core.kube.errors import ApiError
 from karpenter_capi.sim.apiserver.http import HttpFront
 from karpenter_capi.sim.apiserver.kubeconfig import write_kubeconfig
 
 
-class ServeError(ValueError):
+class ServeError(InvalidInputError):
     """Bad input (``--listen``, a manifest that cannot be read, parsed or loaded): exit code 2.
 
     Reported in one line. A manifest the server rejects (unknown kind, invalid object) is bad

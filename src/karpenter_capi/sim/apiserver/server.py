@@ -45,6 +45,7 @@ from karpenter_capi.sim.apiserver.engine import Engine, precondition_of
 from karpenter_capi.sim.apiserver.eviction import check_eviction
 from karpenter_capi.sim.apiserver.faults import FaultInjector
 from karpenter_capi.sim.apiserver.field_validation import check_directive, check_fields
+from karpenter_capi.sim.apiserver.hook_order import WRITE_HOOKS
 from karpenter_capi.sim.apiserver.patch import json_patch, merge_patch
 from karpenter_capi.sim.apiserver.request_counts import RequestCounts
 from karpenter_capi.sim.apiserver.selectors import (
@@ -56,7 +57,6 @@ from karpenter_capi.sim.apiserver.strategic import strategic_merge_patch
 from karpenter_capi.sim.apiserver.subresources import check_subresource, scale_of, write_scale
 from karpenter_capi.sim.apiserver.version import VERSION_INFO
 from karpenter_capi.sim.apiserver.watch import InMemoryWatch, WatchFilter
-from karpenter_capi.sim.apiserver.write_hooks import WRITE_HOOKS
 
 JsonObject = dict[str, Any]
 

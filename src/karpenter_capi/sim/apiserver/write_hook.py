@@ -4,7 +4,7 @@ A real cluster spreads the consequences of a write over many components (admissi
 apiextensions-apiserver, the garbage collector, the namespace and disruption controllers),
 each reacting to the objects it cares about. The in-memory server runs the ones the project
 needs synchronously, inside the write that triggers them, as ``WriteHook`` objects in one
-ordered list (``write_hooks.WRITE_HOOKS``). A hook overrides only the phases it takes part in;
+ordered list (``hook_order.WRITE_HOOKS``). A hook overrides only the phases it takes part in;
 the engine calls each phase on the hooks that override it, in list order:
 
 - ``refuse_create``: before anything else on create; raise to refuse the kind outright.

@@ -7,7 +7,8 @@ global defaults (``EmulationSettings``) that any MachineDeployment, MachineSet, 
 Machine can override with an annotation in the ``sim.karpenter.cluster.x-k8s.io/`` domain, so a
 scenario file describes its failures next to the capacity they affect.
 
-A malformed annotation never stops the emulation (DESIGN decision 9): it is logged and the
+A malformed annotation never stops the emulation (design decision 9, "Bad input never
+stops the controller"): it is logged and the
 next source (owner, then global default) decides.
 """
 

@@ -19,10 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from karpenter_capi.core.api.meta import validation_problems
+from karpenter_capi.core.errors import InvalidInputError
 from karpenter_capi.core.scheduling.quantity import QuantityError, parse_quantity
 
 
-class ScenarioError(ValueError):
+class ScenarioError(InvalidInputError):
     """A scenario file that cannot be used; ``problems`` are ``path: reason`` lines."""
 
     def __init__(self, source: str, problems: list[str]) -> None:

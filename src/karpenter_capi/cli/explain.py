@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
+from karpenter_capi.cli.clusters import clients, load_plugins
+from karpenter_capi.cli.options import parse_feature_gates
 from karpenter_capi.core.clock import Clock
 
 if TYPE_CHECKING:
+    from karpenter_capi.core.kube.client import KubeClient
+    from karpenter_capi.core.plugin_host import Plugins
     from karpenter_capi.core.scheduling.packing_summary import PackingSummary
 
 
@@ -180,8 +184,8 @@ class Explanation:
 
 
 def explain(
-    workload: Any,
-    plugins: Any,
+    workload: KubeClient,
+    plugins: Plugins,
     clock: Clock,
     *,
     spot_to_spot: bool = False,
@@ -335,14 +339,8 @@ def explain_static(pools: list[Any], snapshot: Any, clock: Clock) -> list[Static
     return result
 
 
-def explain_command(
-    args: argparse.Namespace,
-    out: TextIO,
-    clients: Callable[[argparse.Namespace], tuple[Any, Any]],
-    load_plugins: Callable[..., Any],
-) -> int:
+def explain_command(args: argparse.Namespace, out: TextIO) -> int:
     """Print the explanation of the cluster ``args`` names; writes nothing to it."""
-    from karpenter_capi.cli_run import parse_feature_gates
     from karpenter_capi.core.clock import SystemClock
     from karpenter_capi.core.provisioning.nominations import GATE, nomination_mode
 

@@ -1,9 +1,8 @@
-"""What every ``karpenter-capi`` subcommand shares: the parser, the plugin options and the
-user-facing error.
+"""The flags more than one ``karpenter-capi`` subcommand reads, and the parser they go into.
 
-Why a module of its own: the subcommands live in modules of their own (``cli_run``,
-``cli_explain``, ``cli_simulate``) that ``cli`` imports to build its parser, so what they share
-cannot live in ``cli`` without an import cycle.
+The bottom of the ``cli`` package: the subcommand modules (``run``, ``explain``, ``simulate``,
+``info``) import it and ``cli.entry`` builds its parser from them, so nothing here imports
+another ``cli`` module.
 """
 
 from __future__ import annotations
@@ -12,10 +11,7 @@ import argparse
 import os
 from typing import NoReturn
 
-
-class CliError(Exception):
-    """A user-facing failure: printed as one line, exit status 1."""
-
+from karpenter_capi.core.errors import InvalidInputError
 
 _UNRECOGNIZED = "unrecognized arguments: "
 _AMBIGUOUS = "ambiguous option: "
@@ -70,3 +66,24 @@ def plugin_names(args: argparse.Namespace) -> list[str]:
     from karpenter_capi.core.plugin_host import resolve_enabled
 
     return resolve_enabled(args.plugins, os.environ)
+
+
+KNOWN_FEATURE_GATES = frozenset({"SpotToSpotConsolidation", "NominatedNodeNameForExpectation"})
+
+
+def parse_feature_gates(text: str) -> dict[str, bool]:
+    """``Name=true,Other=false`` as a dict (``run`` and ``explain`` take the same gates); an
+    ``InvalidInputError`` naming the item for anything else."""
+    gates: dict[str, bool] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, equals, value = item.partition("=")
+        if not equals or value.strip().lower() not in ("true", "false") or not name.strip():
+            raise InvalidInputError(f"--feature-gates: {item!r}: expected Name=true or Name=false")
+        gates[name.strip()] = value.strip().lower() == "true"
+    unknown = sorted(set(gates) - KNOWN_FEATURE_GATES)
+    if unknown:
+        known = ", ".join(sorted(KNOWN_FEATURE_GATES))
+        raise InvalidInputError(
+            f"--feature-gates: unknown feature gate {unknown[0]!r} (known: {known})"
+        )
+    return gates

@@ -1,8 +1,9 @@
 """``karpenter-capi run``: its flags (each with an environment variable) and how it starts.
 
-Kept apart from ``cli.py`` because this is the one command that runs for months in a pod: its
-flags mirror upstream Karpenter's settings where they mean the same thing (``BATCH_IDLE_DURATION``,
-``METRICS_PORT``, leader election), and it owns signal handling for a graceful stop.
+Kept apart from the other subcommands because this is the one command that runs for months in
+a pod: its flags mirror upstream Karpenter's settings where they mean the same thing
+(``BATCH_IDLE_DURATION``, ``METRICS_PORT``, leader election), and it owns signal handling for a
+graceful stop.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import math
 import os
 import signal
 import threading
-from collections.abc import Callable
 from types import FrameType
-from typing import Any, TextIO
+from typing import TextIO
 
+from karpenter_capi.cli.clusters import clients, load_plugins
+from karpenter_capi.cli.options import parse_feature_gates
 from karpenter_capi.core.api.duration import DurationError, parse_duration
 
 
@@ -172,30 +174,7 @@ def parse_budget(text: str) -> float:
     return value
 
 
-def parse_feature_gates(text: str) -> dict[str, bool]:
-    """``Name=true,Other=false`` as a dict; a clear ``ValueError`` for anything else."""
-    gates: dict[str, bool] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        name, equals, value = item.partition("=")
-        if not equals or value.strip().lower() not in ("true", "false") or not name.strip():
-            raise ValueError(f"feature gate {item!r}: expected Name=true or Name=false")
-        gates[name.strip()] = value.strip().lower() == "true"
-    unknown = sorted(set(gates) - KNOWN_FEATURE_GATES)
-    if unknown:
-        known = ", ".join(sorted(KNOWN_FEATURE_GATES))
-        raise ValueError(f"unknown feature gate {unknown[0]!r} (known: {known})")
-    return gates
-
-
-KNOWN_FEATURE_GATES = frozenset({"SpotToSpotConsolidation", "NominatedNodeNameForExpectation"})
-
-
-def run_command(
-    args: argparse.Namespace,
-    out: TextIO,
-    clients: Callable[[argparse.Namespace], tuple[Any, Any]],
-    load_plugins: Callable[[argparse.Namespace, Any, Any], Any],
-) -> int:
+def run_command(args: argparse.Namespace, out: TextIO) -> int:
     """Start the operator (or one round with ``--once``) and run until SIGTERM/SIGINT."""
     from karpenter_capi.core.clock import SystemClock
     from karpenter_capi.core.disruption import DisruptionSettings

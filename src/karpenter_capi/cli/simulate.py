@@ -2,8 +2,9 @@
 
 Two ways in: a shipped or file scenario (``sim.scenario``), run for a span of virtual time with
 optional pacing to wall time, an HTTP front for kubectl, invariant checks and an HTML report;
-or the one-shot demo and ``-f`` manifests (``sim.demo``). Why a module of its own: it is the
-largest subcommand, and none of it concerns the others.
+or the one-shot demo and ``-f`` manifests (``sim.demo``). Also ``apiserver``, the same in-memory
+cluster served alone. Why a module of its own: it is the largest subcommand, and none of it
+concerns the others.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import json
 from pathlib import Path
 from typing import Any, TextIO
 
-from karpenter_capi.cli_common import CliError, add_plugin_argument, plugin_names
+from karpenter_capi.cli.options import add_plugin_argument, plugin_names
+from karpenter_capi.core.errors import InvalidInputError
 
 
 def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -87,7 +89,7 @@ def simulate_command(args: argparse.Namespace, out: TextIO) -> int:
     if args.name or not (args.demo or args.scenario):
         return _run_named_scenario(args, out)
     if args.realtime or args.speed is not None:
-        raise CliError("--realtime and --speed pace a SCENARIO, not --demo or -f")
+        raise InvalidInputError("--realtime and --speed pace a SCENARIO, not --demo or -f")
     paths: list[Path] = list(args.scenario) or [DEMO_SCENARIO]
     report = run_scenario(paths, plugin_names=plugin_names(args))
     if args.json:
@@ -102,9 +104,9 @@ def _speed(args: argparse.Namespace) -> float | None:
     """Virtual seconds per wall second, or None to run as fast as possible."""
     if args.speed is not None:
         if not args.speed > 0:
-            raise CliError(f"--speed {args.speed}: must be a positive number")
+            raise InvalidInputError(f"--speed {args.speed}: must be a positive number")
         if args.realtime and args.speed != 1:
-            raise CliError("--realtime is --speed 1; give one of them")
+            raise InvalidInputError("--realtime is --speed 1; give one of them")
         return float(args.speed)
     return 1.0 if args.realtime else None
 
@@ -120,7 +122,9 @@ def _run_named_scenario(args: argparse.Namespace, out: TextIO) -> int:
     try:
         until = parse_duration(args.until).total_seconds()
     except ValueError as exc:
-        raise CliError(f"--until {args.until!r}: {exc}") from None
+        raise InvalidInputError(f"--until {args.until!r}: {exc}") from None
+    if until <= 0:
+        raise InvalidInputError(f"--until {args.until!r}: must be longer than 0s")
     speed = _speed(args)
     pacing: dict[str, Any] = {}
     if speed is not None:
@@ -135,7 +139,7 @@ def _run_named_scenario(args: argparse.Namespace, out: TextIO) -> int:
     on_cluster = None
     if args.serve:
         if args.kubeconfig_out is None:
-            raise CliError("--serve needs --kubeconfig-out FILE")
+            raise InvalidInputError("--serve needs --kubeconfig-out FILE")
         on_cluster = _serving(args, out, fronts)
     from karpenter_capi.sim.scenario.aws import AwsUnavailableError
 
@@ -152,7 +156,7 @@ def _run_named_scenario(args: argparse.Namespace, out: TextIO) -> int:
                 **pacing,
             )
         except AwsUnavailableError as exc:
-            raise CliError(f"scenario {scenario.name}: {exc}") from None
+            raise InvalidInputError(f"scenario {scenario.name}: {exc}") from None
         finally:
             if progress is not None:
                 progress.clear()
@@ -209,3 +213,12 @@ def _report(args: argparse.Namespace, result: Any, out: TextIO) -> None:
         if args.report is not None:
             out.write(f"report: {args.report}\n")
     out.flush()
+
+
+def apiserver_command(args: argparse.Namespace, out: TextIO) -> int:
+    """Serve an in-memory cluster until interrupted (``karpenter-capi apiserver``)."""
+    from karpenter_capi.sim.apiserver.serve import run_apiserver
+
+    return run_apiserver(
+        listen=args.listen, kubeconfig_out=args.kubeconfig_out, manifests=args.filename, out=out
+    )

@@ -1,0 +1,63 @@
+"""The clusters and plugins a subcommand works on, from its flags.
+
+``run``, ``explain`` and ``instance-types`` all open the workload and management clusters (or
+an in-memory cluster holding ``-f`` manifests) and load the enabled plugins over them; this is
+the one place that does it, imported by each. What a user can get wrong here (a kubeconfig
+context that does not exist, a malformed ``--plugin-option``) is an ``InvalidInputError``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import TYPE_CHECKING
+
+from karpenter_capi.cli.options import plugin_names
+from karpenter_capi.core.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from karpenter_capi.core.kube.client import KubeClient
+    from karpenter_capi.core.plugin_host import Plugins
+
+
+def clients(args: argparse.Namespace) -> tuple[KubeClient, KubeClient]:
+    """The workload and management clients: a cluster, or manifests in memory with ``-f``."""
+    if getattr(args, "filename", None):
+        from karpenter_capi.sim.cluster import new_cluster
+        from karpenter_capi.sim.manifests import load_manifest_files
+
+        server = new_cluster()
+        server.apply_manifests(load_manifest_files(args.filename))
+        return server, server
+    from kubernetes.config.config_exception import ConfigException
+
+    from karpenter_capi.core.kube.config import cluster_config_from_args, connect_clusters
+
+    config = cluster_config_from_args(args, os.environ)
+    try:
+        return connect_clusters(config)
+    except ConfigException as exc:
+        # The client library's word for a kubeconfig (or a pod's service account) it cannot use.
+        raise InvalidInputError(f"cluster configuration: {exc}") from None
+
+
+def load_plugins(
+    args: argparse.Namespace,
+    workload: KubeClient,
+    management: KubeClient,
+    *,
+    read_only: bool = False,
+) -> Plugins:
+    """The enabled plugins; ``read_only`` (a command that only looks) runs them as under
+    ``--dry-run``, so they write nothing (no NodeClass status, no price ConfigMap)."""
+    from karpenter_capi.core.clock import SystemClock
+    from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins, parse_plugin_options
+
+    environment = PluginEnvironment(
+        workload=workload,
+        management=management,
+        clock=SystemClock(),
+        options=parse_plugin_options(args.plugin_option),
+        dry_run=read_only or bool(getattr(args, "dry_run", False)),
+    )
+    return Plugins.load(plugin_names(args), environment)
