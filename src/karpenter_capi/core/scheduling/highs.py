@@ -100,9 +100,9 @@ class HiGHS:
 
     def lp(
         self, cost: np.ndarray, a_ub: np.ndarray, b_ub: np.ndarray, *, time_limit: float
-    ) -> tuple[float, np.ndarray] | None:
-        """Minimize ``cost @ x`` with ``a_ub @ x <= b_ub``, ``x >= 0``: value and row duals
-        (``None``: infeasible). The simplex method ends by itself; ``time_limit`` is only the
+    ) -> tuple[float, np.ndarray, np.ndarray] | None:
+        """Minimize ``cost @ x`` with ``a_ub @ x <= b_ub``, ``x >= 0``: value, row duals and
+        ``x`` (``None``: infeasible). The simplex method ends by itself; ``time_limit`` is the
         safety net (``OutOfTime``)."""
         import numpy as np
         from scipy.optimize import linprog
@@ -120,7 +120,7 @@ class HiGHS:
             raise OutOfTime(result.message)
         if result.status != 0:
             return None
-        return float(result.fun), np.asarray(result.ineqlin.marginals)
+        return float(result.fun), np.asarray(result.ineqlin.marginals), np.asarray(result.x)
 
     def milp(
         self,

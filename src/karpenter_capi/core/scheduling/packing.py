@@ -19,8 +19,10 @@ gives a first plan; then every maximal pattern whose reduced cost leaves it a ch
 that plan is listed (when there are few enough) and the integer program is solved again, exact
 over all patterns that matter. When those are too many to list, the first plan's nearly full
 nodes are kept and the rest of its pods re-packed on their own, a smaller problem whose
-patterns can be listed. Both run on HiGHS through ``scipy.optimize``
-(``docs/scheduling.md`` says why HiGHS).
+patterns can be listed. An existing node's free room (nomination mode, ``repack.py``) is a
+node kind of price 0 usable once: a row of its own caps it, and its dual, the room's worth,
+is charged to its patterns when pricing and listing them. Both run on HiGHS through
+``scipy.optimize`` (``docs/scheduling.md`` says why HiGHS).
 
 The work is counted, never timed (column generation rounds, branch-and-bound nodes, nodes of the
 pattern listing's search), so the same cluster state gives the same plan on an idle machine and
@@ -41,23 +43,25 @@ realizes the plan as made and no readiness model applies. See ``docs/scheduling.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
+from karpenter_capi.core.scheduling import pricing
 from karpenter_capi.core.scheduling.highs import HiGHS, OutOfTime
 from karpenter_capi.core.scheduling.packing_model import (
     Bin,
     PackingOutcome,
     PackingProblem,
-    cheapest_type,
     fit_count,
     fits,
+    launch_type,
     load,
     plan_cost,
+    sub_problem,
+    trimmed,
 )
 from karpenter_capi.core.scheduling.realization import Assessed, Realizer
 
@@ -83,12 +87,15 @@ MAX_GROUPS: Final = 24
 MAX_PODS: Final = 5000
 # The work budget, counted not timed (chosen on benchmarks/packing.py: docs/scheduling.md):
 _MAX_ROUNDS: Final = 60  # column generation rounds
-KNAPSACK_NODES: Final = 200  # branch-and-bound nodes of each round's pricing knapsacks
+# pricing.KNAPSACK_NODES: branch-and-bound nodes of each round's pricing knapsacks
 FIRST_NODES: Final = 100  # ... of the integer solve over the generated patterns
 LISTED_NODES: Final = 300  # ... of the integer solve over every pattern that matters
 LISTING_VISITS: Final = 50_000  # nodes of the depth-first search listing the patterns
 _FIXED_FILL: Final = 0.97  # a node this full is kept when the rest is re-solved on its own
 _RESIDUAL_DEPTH: Final = 1  # residual re-solves nested (each has the budgets above)
+_DIVE_ROUNDS: Final = 120  # column generation rounds of the dive, all its steps together
+DIVE_WORK: Final = 1000  # a family's work (``Work``) past which no dive goes on
+_DIVE_GAP: Final = 0.005  # the dive runs when the first plan is this far above the relaxation
 _REPAIRS: Final = 4  # rounds of nodes bought up front for what a plan's worst realization strands
 # Beyond, the listed integer solve is skipped: HiGHS's root node (cuts, heuristics), which no
 # node limit bounds, takes seconds over 500 patterns and tens of milliseconds under 300.
@@ -102,13 +109,18 @@ def optimize(
     backend: HiGHS | None = None,
     seed: int = 0,
     plans_nominated: bool = False,
+    work: Work | None = None,
+    known: float = math.inf,
 ) -> PackingOutcome:
     """A strictly cheaper plan whose worst realization beats greedy's, or why greedy's stays.
 
     Reads no clock: ``budget`` (seconds; 0 disables re-packing) is only each solve's safety
     net, and the outcome depends on ``problem`` alone. ``plans_nominated``: the controller
     writes each planned pod's ``status.nominatedNodeName`` (KEP-5278), so kube-scheduler
-    realizes the plan as made and no readiness model applies."""
+    realizes the plan as made and no readiness model applies. ``work``: the family's counted
+    work so far, shared with its other solves; ``known``: the cost of a plan found otherwise
+    (the family's other solve), so the search ends as soon as its relaxation says none is
+    cheaper, and dives only for a cheaper one."""
     greedy_cost = plan_cost(problem, problem.greedy)
     if budget <= 0:
         return PackingOutcome("disabled", greedy_cost)
@@ -116,9 +128,9 @@ def optimize(
     if len(problem.types) > MAX_TYPES or len(problem.groups) > MAX_GROUPS or pods > MAX_PODS:
         return PackingOutcome("too-large", greedy_cost)
     realizer = Realizer(problem, nominated=plans_nominated, seed=seed)
-    search = _Search(problem, backend or HiGHS(), budget, realizer)
+    search = _Search(problem, backend or HiGHS(), budget, realizer, work=work or Work())
     try:
-        outcome = search.run(greedy_cost)
+        outcome = search.run(greedy_cost, known)
     except OutOfTime as exc:
         global _warned
         if not _warned:
@@ -137,6 +149,16 @@ def optimize(
 _warned = False  # the safety net's warning is logged once until a solve finishes again
 
 
+@dataclass
+class Work:
+    """The counted work of one family's re-packing: the pricing knapsacks' variables, summed
+    over every column generation round of every search (its first problem, the one with
+    existing nodes' room, their residual re-solves and dives). The dives spend only what
+    is left of ``DIVE_WORK`` (``_dive``)."""
+
+    spent: int = 0
+
+
 @dataclass(eq=False)
 class _Search:
     problem: PackingProblem
@@ -152,9 +174,15 @@ class _Search:
     seen: set[Bin] = field(default_factory=set)
     prices: list[float] = field(default_factory=list)  # the relaxation's duals per group
     limit_prices: list[float] = field(default_factory=list)
+    node_prices: list[float] = field(default_factory=list)  # ... per existing node
     gap: float = math.inf  # reduced cost a pattern may have and still be worth listing
     visited: int = 0  # nodes of the pattern listing's search, against LISTING_VISITS
     exhausted: bool = False  # some stage stopped on its work budget
+    primal: Sequence[float] = ()  # the last relaxation's solution, a value per column
+    relaxed: float = math.inf  # ... and its value
+    rounds: int = _MAX_ROUNDS  # column generation rounds left (the dive shares its budget)
+    work: Work = field(default_factory=Work)  # the family's, shared by its searches
+    limit: float = math.inf  # column generation stops once ``work`` has spent this
 
     def __post_init__(self) -> None:
         # Resources some pod asks for or a limit counts; the rest cannot bind.
@@ -175,6 +203,7 @@ class _Search:
             if problem.limit is not None
             else []
         )
+        self.existing = [t for t, kind in enumerate(problem.types) if kind.available is not None]
 
     def add(self, column: Bin) -> bool:
         if column in self.seen or not any(column.counts):
@@ -183,7 +212,17 @@ class _Search:
         self.columns.append(column)
         return True
 
-    def run(self, greedy_cost: float) -> PackingOutcome:
+    def _add_singles(self) -> None:
+        """A pattern per type and group: as many pods of the group as one node holds."""
+        problem = self.problem
+        for index, kind in enumerate(problem.types):
+            for g, group in enumerate(problem.groups):
+                if index in group.types:
+                    counts = [0] * len(problem.groups)
+                    counts[g] = min(group.count, fit_count(group.vector, kind.room))
+                    self.add(Bin(index, tuple(counts)))
+
+    def run(self, greedy_cost: float, known: float = math.inf) -> PackingOutcome:
         """Patterns generated from greedy's, a first integer solve over them, then (when
         they are few enough to list) every pattern that could still beat the best plan.
 
@@ -193,16 +232,14 @@ class _Search:
         problem = self.problem
         for column in problem.greedy:
             self.add(column)
-        for index, kind in enumerate(problem.types):
-            for g, group in enumerate(problem.groups):
-                if index in group.types:
-                    counts = [0] * len(problem.groups)
-                    counts[g] = min(group.count, fit_count(group.vector, kind.room))
-                    self.add(Bin(index, tuple(counts)))
+        self._add_singles()
         bound = self._generate()
-        if bound is not None and bound >= greedy_cost * (1 - EPSILON):
+        if bound is not None and bound >= min(greedy_cost, known) * (1 - EPSILON):
             return PackingOutcome("not-cheaper", greedy_cost, lower_bound=bound)
         self.greedy_cost = greedy_cost
+        # Plans between ``known`` and greedy's are still found as they would be without it:
+        # a lower ceiling would list more patterns (a dearer integer solve) for a plan that
+        # is then judged against ``known`` anyway.
         ceiling = greedy_cost * (1 - EPSILON)
         first_plan: list[Bin] | None = None
         listed = False
@@ -225,7 +262,13 @@ class _Search:
             # same one every time); it is judged like any other.
             ceiling = self._consider(bins, ceiling)
         if not listed and first_plan is not None and self.depth < _RESIDUAL_DEPTH:
-            self._consider(self._residual(first_plan), ceiling)
+            ceiling = self._consider(self._residual(first_plan), ceiling)
+            # Nominated only: the readiness model weighs plans by their worst realization,
+            # and there the dive's took dearer plans for it (seed 15: 20.708 for 20.696).
+            ceiling = min(ceiling, known * (1 - EPSILON))
+            far = bound is None or ceiling > bound * (1 + _DIVE_GAP)
+            if far and self.realizer.nominated:
+                self._consider(self._dive(ceiling), ceiling)
         best = self.best
         if best is not None:
             return PackingOutcome(
@@ -257,6 +300,64 @@ class _Search:
         self.best = found
         return min(ceiling, found.worst * (1 - EPSILON))
 
+    def _dive(self, ceiling: float) -> list[Bin] | None:
+        """A plan by rounding the relaxation a few nodes at a time (price and dive).
+
+        When the patterns that matter are too many to list, the integer solve over the
+        generated ones can stay 10% above the relaxation (32-64-CPU types): those patterns
+        suit the fractional optimum, not an integer one. Each step buys the nodes the
+        relaxation wants whole (or, wanting none whole, the one it wants most) and generates
+        patterns again for the pods left, all steps within ``_DIVE_ROUNDS`` column generation
+        rounds (counted work). It gives up once the nodes bought and the relaxation of the
+        pods left cost ``ceiling`` (rounding only adds to that), so a dive that cannot beat the
+        plans found spends little. Judged by cost alone, like ``_residual``."""
+        problem = self.problem
+        counts = [g.count for g in problem.groups]
+        chosen: list[Bin] = []
+        columns = list(self.columns)
+        rounds = _DIVE_ROUNDS
+        while rounds > 0 and self.work.spent < DIVE_WORK:
+            keep = [i for i, c in enumerate(counts) if c > 0]
+            if not keep:
+                return chosen
+            sub = sub_problem(self.problem, chosen, counts, keep, ())
+            search = _Search(sub, self.backend, self.safety, Realizer(sub, nominated=True))
+            search.depth, search.rounds, search.work = self.depth + 1, rounds, self.work
+            search.limit = DIVE_WORK
+            for column in columns:
+                search.add(Bin(column.type, tuple(min(column.counts[i], counts[i]) for i in keep)))
+            search._add_singles()
+            bound = search._generate()  # None (rounds spent): its relaxation still guides
+            rounds = search.rounds
+            if (bound is not None and math.isinf(bound)) or not search.primal:
+                return None
+            if plan_cost(problem, chosen) + search.relaxed >= ceiling:
+                return None
+            picks = [
+                (c, x) for c, x in zip(search.columns, search.primal, strict=False) if x > 1e-6
+            ]
+            whole = [(column, math.floor(x + 1e-6)) for column, x in picks if x >= 1 - 1e-6]
+            if not whole:  # none wanted whole: buy the one wanted most (the first, on ties)
+                whole = [(max(picks, key=lambda p: p[1])[0], 1)]
+            for column, n in whole:
+                for _ in range(n):
+                    full = [0] * len(problem.groups)
+                    for i, c in zip(keep, column.counts, strict=True):
+                        full[i] = min(c, counts[i])
+                        counts[i] -= full[i]
+                    if any(full):
+                        chosen.append(
+                            Bin(launch_type(problem, Bin(column.type, tuple(full))), tuple(full))
+                        )
+            back = {i: k for k, i in enumerate(keep)}  # the sub-problem's groups, back in ours
+            columns = [
+                Bin(
+                    c.type, tuple(c.counts[back[i]] if i in back else 0 for i in range(len(counts)))
+                )
+                for c in search.columns
+            ]
+        return chosen if not any(counts) else None
+
     def _residual(self, bins: Sequence[Bin]) -> list[Bin] | None:
         """``bins``' fullest nodes kept and the rest of the pods re-packed on their own.
 
@@ -277,22 +378,9 @@ class _Search:
             return None
         counts = [g.count - sum(b.counts[i] for b in fixed) for i, g in enumerate(problem.groups)]
         keep = [i for i, c in enumerate(counts) if c > 0]
-        limit = problem.limit
-        if limit is not None:
-            limit = tuple(
-                value - sum(problem.types[b.type].limit_use[d] for b in fixed)
-                for d, value in enumerate(limit)
-            )
-        sub = PackingProblem(
-            problem.types,
-            tuple(dataclasses.replace(problem.groups[i], count=counts[i]) for i in keep),
-            tuple(Bin(b.type, tuple(b.counts[i] for i in keep)) for b in rest),
-            (),
-            limit,
-            problem.daemon,
-        )
+        sub = sub_problem(problem, fixed, counts, keep, rest)
         search = _Search(sub, self.backend, self.safety, Realizer(sub, nominated=True))
-        search.depth = self.depth + 1
+        search.depth, search.work = self.depth + 1, self.work
         outcome = search.run(plan_cost(sub, sub.greedy))
         if outcome.bins is None:
             return None
@@ -325,11 +413,19 @@ class _Search:
     def _reduced_cost(self, column: Bin) -> float:
         kind = self.problem.types[column.type]
         worth = sum(p * n for p, n in zip(self.prices, column.counts, strict=True))
+        return kind.price + self._rent(column.type) - worth
+
+    def _rent(self, t: int) -> float:
+        """What a node of type ``t`` costs beyond its price at the relaxation's duals: its
+        share of the NodePool's limits, or the worth of an existing node's scarce room."""
+        kind = self.problem.types[t]
         extra = sum(
             p * kind.limit_use[i] / self.scale[i]
             for p, i in zip(self.limit_prices, self.limit_dims, strict=True)
         )
-        return kind.price + extra - worth
+        if t in self.existing and self.node_prices:
+            extra += self.node_prices[self.existing.index(t)]
+        return extra
 
     def _maximal_patterns(self) -> list[Bin] | None:
         """Every pattern no pod could be added to whose reduced cost may be within
@@ -337,12 +433,9 @@ class _Search:
         found: list[Bin] = []
         problem = self.problem
         for t, kind in enumerate(problem.types):
-            extra = sum(
-                p * kind.limit_use[i] / self.scale[i]
-                for p, i in zip(self.limit_prices, self.limit_dims, strict=True)
-            )
             counts = [0] * len(problem.groups)
-            if not self._walk(t, 0, list(kind.room), counts, found=found, left=kind.price + extra):
+            left = kind.price + self._rent(t)
+            if not self._walk(t, 0, list(kind.room), counts, found=found, left=left):
                 return None
         return found
 
@@ -388,13 +481,15 @@ class _Search:
     # -- column generation ------------------------------------------------------------------
 
     def _rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Cost, and ``A @ x <= b`` for covering every pod and the limits, over the columns."""
+        """Cost, and ``A @ x <= b`` for covering every pod, the limits and using each existing
+        node at most once, over the columns."""
         import numpy as np
 
         problem = self.problem
         groups = len(problem.groups)
+        nodes = groups + len(self.limit_dims)
         cost = np.array([problem.types[c.type].price for c in self.columns])
-        rows = groups + len(self.limit_dims)
+        rows = nodes + len(self.existing)
         matrix = np.zeros((rows, len(self.columns)))
         bound = np.zeros(rows)
         for j, column in enumerate(self.columns):
@@ -402,11 +497,15 @@ class _Search:
                 matrix[g, j] = -count
             for r, i in enumerate(self.limit_dims):
                 matrix[groups + r, j] = problem.types[column.type].limit_use[i] / self.scale[i]
+            if column.type in self.existing:
+                matrix[nodes + self.existing.index(column.type), j] = 1
         for g, group in enumerate(problem.groups):
             bound[g] = -group.count
         if problem.limit is not None:
             for r, i in enumerate(self.limit_dims):
                 bound[groups + r] = problem.limit[i] / self.scale[i]
+        for r, t in enumerate(self.existing):
+            bound[nodes + r] = problem.types[t].available or 0
         return cost, matrix, bound
 
     def _generate(self) -> float | None:
@@ -417,91 +516,40 @@ class _Search:
         """
         problem = self.problem
         value = math.inf
-        for _ in range(_MAX_ROUNDS):
+        for _ in range(min(_MAX_ROUNDS, self.rounds)):
+            if self.work.spent >= self.limit:
+                break
+            self.rounds -= 1
             cost, matrix, bound = self._rows()
             solved = self.backend.lp(cost, matrix, bound, time_limit=self.safety)
             if solved is None:
                 return math.inf  # the limits leave no room for every pod
-            value, duals = solved
+            value, duals, primal = solved
+            self.primal, self.relaxed = [float(v) for v in primal], value
             prices = [-d for d in duals[: len(problem.groups)]]
-            limit_prices = [-d for d in duals[len(problem.groups) :]]
-            self.prices, self.limit_prices = prices, limit_prices
+            limits = len(problem.groups) + len(self.limit_dims)
+            self.prices = prices
+            self.limit_prices = [-d for d in duals[len(problem.groups) : limits]]
+            self.node_prices = [-d for d in duals[limits:]]
             added = 0
-            for column, worth in self._price(prices):
+            patterns, size = pricing.best_patterns(
+                problem,
+                prices,
+                self.dims,
+                self.scale,
+                backend=self.backend,
+                safety=self.safety,
+                gap=MIP_GAP,
+            )
+            self.work.spent += size
+            for column, worth in patterns:
                 kind = problem.types[column.type]
-                extra = sum(
-                    p * kind.limit_use[i] / self.scale[i]
-                    for p, i in zip(limit_prices, self.limit_dims, strict=True)
-                )
-                if kind.price + extra - worth < -1e-9 and self.add(column):
+                if kind.price + self._rent(column.type) - worth < -1e-9 and self.add(column):
                     added += 1
             if not added:
                 return value
         self.exhausted = True
         return None
-
-    def _price(self, prices: Sequence[float]) -> list[tuple[Bin, float]]:
-        """For every type, the pattern worth most at ``prices`` (one knapsack per type).
-
-        Solved as one integer program: the types' knapsacks share no variable, so its optimum
-        is each knapsack's optimum.
-        """
-        import numpy as np
-
-        problem = self.problem
-        variables: list[tuple[int, int]] = []
-        upper: list[float] = []
-        for index, kind in enumerate(problem.types):
-            for g, group in enumerate(problem.groups):
-                if index in group.types and prices[g] > 1e-12:
-                    bound = min(group.count, fit_count(group.vector, kind.room))
-                    if bound:
-                        variables.append((index, g))
-                        upper.append(bound)
-        if not variables:
-            return []
-        type_rows = {t: n for n, t in enumerate(sorted({t for t, _ in variables}))}
-        rows = len(type_rows) * len(self.dims)
-        matrix = np.zeros((rows, len(variables)))
-        high = np.zeros(rows)
-        for t, base in type_rows.items():
-            for d, i in enumerate(self.dims):
-                high[base * len(self.dims) + d] = problem.types[t].room[i] / self.scale[i]
-        for v, (t, g) in enumerate(variables):
-            base = type_rows[t] * len(self.dims)
-            for d, i in enumerate(self.dims):
-                matrix[base + d, v] = problem.groups[g].vector[i] / self.scale[i]
-        cost = np.array([-prices[g] for _, g in variables])
-        _, x = self.backend.milp(
-            cost,
-            matrix,
-            np.full(rows, -np.inf),
-            high,
-            bounds=(np.zeros(len(variables)), np.array(upper)),
-            time_limit=self.safety,
-            node_limit=KNAPSACK_NODES,
-            gap=MIP_GAP,
-        )
-        if x is None:
-            return []
-        by_type: dict[int, list[int]] = {}
-        for v, (t, g) in enumerate(variables):
-            counts = by_type.setdefault(t, [0] * len(problem.groups))
-            counts[g] = round(x[v])
-        found = []
-        for t, counts in by_type.items():
-            counts = self._shrink(t, counts)
-            worth = sum(prices[g] * c for g, c in enumerate(counts))
-            found.append((Bin(t, tuple(counts)), worth))
-        return found
-
-    def _shrink(self, t: int, counts: list[int]) -> list[int]:
-        """Drop pods until ``counts`` fit exactly (the scaled rows are only nearly exact)."""
-        room = self.problem.types[t].room
-        while any(counts) and not fits(load(self.problem, counts), room):
-            g = max(range(len(counts)), key=lambda k: (counts[k] > 0, counts[k]))
-            counts[g] -= 1
-        return counts
 
     # -- the integer program ----------------------------------------------------------------
 
@@ -515,10 +563,13 @@ class _Search:
         # No plan needs more of a pattern than it takes to cover the groups it holds.
         upper = np.array(
             [
-                max(
-                    -(-g.count // n)
-                    for g, n in zip(self.problem.groups, c.counts, strict=True)
-                    if n
+                min(
+                    max(
+                        -(-g.count // n)
+                        for g, n in zip(self.problem.groups, c.counts, strict=True)
+                        if n
+                    ),
+                    self.problem.types[c.type].available or math.inf,
                 )
                 for c in self.columns
             ],
@@ -536,32 +587,5 @@ class _Search:
         )
         if x is None:
             return status, None
-        bins = self._bins([round(v) for v in x])
+        bins = trimmed(self.problem, self.columns, [round(v) for v in x])
         return status, bins if plan_cost(self.problem, bins) < ceiling else None
-
-    def _bins(self, chosen: Sequence[int]) -> list[Bin]:
-        """The nodes of a solution: patterns cover pods at least once, so trim the excess,
-        then give each node the cheapest type that holds what is left on it."""
-        problem = self.problem
-        nodes: list[tuple[int, list[int]]] = [
-            (column.type, list(column.counts))
-            for column, n in zip(self.columns, chosen, strict=True)
-            for _ in range(n)
-        ]
-        # The dearest nodes keep their pods; the excess comes off the cheapest first.
-        nodes.sort(key=lambda node: -problem.types[node[0]].price)
-        for g, group in enumerate(problem.groups):
-            excess = sum(counts[g] for _, counts in nodes) - group.count
-            for _, counts in reversed(nodes):
-                if excess <= 0:
-                    break
-                take = min(excess, counts[g])
-                counts[g] -= take
-                excess -= take
-        result = []
-        for kind, counts in nodes:
-            if not any(counts):
-                continue
-            best = cheapest_type(problem, counts)
-            result.append(Bin(kind if best is None else best, tuple(counts)))
-        return result

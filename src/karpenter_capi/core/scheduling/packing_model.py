@@ -7,6 +7,7 @@ speak these types; the optimizer's machinery need not come with them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -15,11 +16,15 @@ Vector = tuple[int, ...]
 
 @dataclass(frozen=True)
 class BinType:
-    """An instance type a node of the plan may be: what pods may use of it and its price."""
+    """An instance type a node of the plan may be: what pods may use of it and its price.
+
+    Or an existing node (``available`` 1): the room it has left, for nothing, at most once.
+    """
 
     room: Vector  # allocatable minus the DaemonSet pods that would run there
     price: float  # its cheapest compatible available offering
     limit_use: Vector  # what one such node counts against the NodePool's limits
+    available: int | None = None  # how many the plan may use; None: as many as it buys
 
 
 @dataclass(frozen=True)
@@ -100,11 +105,11 @@ def load(problem: PackingProblem, counts: Sequence[int]) -> Vector:
 
 
 def cheapest_type(problem: PackingProblem, counts: Sequence[int]) -> int | None:
-    """The cheapest type every group present may run on and that holds them all."""
+    """The cheapest type to buy that every group present may run on and holds them all."""
     total = load(problem, counts)
     best: int | None = None
     for index, kind in enumerate(problem.types):
-        if not fits(total, kind.room):
+        if kind.available is not None or not fits(total, kind.room):
             continue
         if any(c and index not in g.types for g, c in zip(problem.groups, counts, strict=True)):
             continue
@@ -113,7 +118,74 @@ def cheapest_type(problem: PackingProblem, counts: Sequence[int]) -> int | None:
     return best
 
 
+def launch_type(problem: PackingProblem, node: Bin) -> int:
+    """The type ``node`` is launched as: the cheapest that holds its pods (what its NodeClaim
+    lists first), or the existing node it is."""
+    if problem.types[node.type].available is not None:
+        return node.type
+    cheapest = cheapest_type(problem, node.counts)
+    return node.type if cheapest is None else cheapest
+
+
 def fit_count(vector: Vector, room: Vector) -> int:
     """How many pods of ``vector`` fit in ``room`` (a pod always takes a pod slot)."""
     counts = [available // used for used, available in zip(vector, room, strict=True) if used > 0]
     return max(min(counts, default=0), 0)
+
+
+def trimmed(problem: PackingProblem, columns: Sequence[Bin], chosen: Sequence[int]) -> list[Bin]:
+    """The nodes of a solution choosing ``chosen[j]`` of pattern ``columns[j]``: patterns cover
+    pods at least once, so trim the excess, then launch each node as ``launch_type`` says."""
+    nodes: list[tuple[int, list[int]]] = [
+        (column.type, list(column.counts))
+        for column, n in zip(columns, chosen, strict=True)
+        for _ in range(n)
+    ]
+    # The dearest nodes keep their pods; the excess comes off the cheapest first.
+    nodes.sort(key=lambda node: -problem.types[node[0]].price)
+    for g, group in enumerate(problem.groups):
+        excess = sum(counts[g] for _, counts in nodes) - group.count
+        for _, counts in reversed(nodes):
+            if excess <= 0:
+                break
+            take = min(excess, counts[g])
+            counts[g] -= take
+            excess -= take
+    result = []
+    for kind, counts in nodes:
+        if any(counts):
+            node = Bin(kind, tuple(counts))
+            result.append(Bin(launch_type(problem, node), node.counts))
+    return result
+
+
+def sub_problem(
+    problem: PackingProblem,
+    fixed: Sequence[Bin],
+    counts: Sequence[int],
+    keep: Sequence[int],
+    rest: Sequence[Bin],
+) -> PackingProblem:
+    """The pods ``counts`` leaves (groups ``keep``) with ``fixed`` bought: limits and existing
+    nodes less what they use, ``rest`` (restricted to ``keep``) as its greedy plan."""
+    limit = problem.limit
+    if limit is not None:
+        limit = tuple(
+            value - sum(problem.types[b.type].limit_use[d] for b in fixed)
+            for d, value in enumerate(limit)
+        )
+    used = [sum(1 for b in fixed if b.type == t) for t in range(len(problem.types))]
+    types = tuple(
+        kind
+        if kind.available is None
+        else dataclasses.replace(kind, available=kind.available - used[t])
+        for t, kind in enumerate(problem.types)
+    )
+    return PackingProblem(
+        types,
+        tuple(dataclasses.replace(problem.groups[i], count=counts[i]) for i in keep),
+        tuple(Bin(b.type, tuple(b.counts[i] for i in keep)) for b in rest),
+        (),
+        limit,
+        problem.daemon,
+    )

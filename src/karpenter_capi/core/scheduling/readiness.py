@@ -20,10 +20,11 @@ plans, a fixed set of realizations stands in: all nodes together, one at a time 
 smallest first, and seeded random batch sequences and tie-breaks. The work is counted, never
 timed: the same plan gives the same verdict on any machine.
 
-Left out (``docs/scheduling.md``): existing nodes (the pods were planned on new nodes because
-the existing ones had no room), PodTopologySpread's system default spreading of ReplicaSets'
-pods (it spreads further, as LeastAllocated does), the per-container defaults of request-less
-pods beyond the pod's own requests, and a node becoming Ready in the middle of a pass.
+Left out (``docs/scheduling.md``): existing nodes (kube-scheduler fills a Ready node's room
+with whatever comes first, so the re-packing plans them only with nominations),
+PodTopologySpread's system default spreading of ReplicaSets' pods (it spreads further, as
+LeastAllocated does), the per-container defaults of request-less pods beyond the pod's own
+requests, and a node becoming Ready in the middle of a pass.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from karpenter_capi.core.scheduling.packing_model import (
     Bin,
     PackingProblem,
-    cheapest_type,
     fit_count,
+    launch_type,
     plan_cost,
 )
 from karpenter_capi.core.scheduling.readiness import (
@@ -90,11 +90,7 @@ class Realizer:
     def launched(self, bins: Sequence[Bin]) -> list[Bin]:
         """Each node as the cheapest type that holds what is on it: what its NodeClaim lists
         first (slack from a larger type than its pods need would not survive the launch)."""
-        result = []
-        for node in bins:
-            cheapest = cheapest_type(self.problem, node.counts)
-            result.append(Bin(node.type if cheapest is None else cheapest, node.counts))
-        return result
+        return [Bin(launch_type(self.problem, node), node.counts) for node in bins]
 
     def cover(self, left: Sequence[int]) -> list[Bin] | None:
         """Nodes for the pods ``left``: each group on its cheapest type per pod."""
@@ -106,7 +102,9 @@ class Realizer:
                 options = [
                     (kind.price / min(count, fit), t, min(count, fit))
                     for t, kind in enumerate(problem.types)
-                    if t in group.types and (fit := fit_count(group.vector, kind.room)) > 0
+                    if t in group.types
+                    and kind.available is None
+                    and (fit := fit_count(group.vector, kind.room)) > 0
                 ]
                 if not options:
                     return None

@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.scheduling import highs, packing, packing_model
@@ -27,14 +29,32 @@ from karpenter_capi.core.scheduling.claims import (
     fits,
     limit_use,
     max_capacity,
+    untolerated_pool_taint,
 )
 from karpenter_capi.core.scheduling.daemons import DaemonOverhead
 from karpenter_capi.core.scheduling.model import Pod, compatible_offerings, pod_key
+from karpenter_capi.core.scheduling.preferences import strictly_untolerated
 from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
+
+if TYPE_CHECKING:
+    from karpenter_capi.core.scheduling._solver_view import SolverNode
 
 MAX_CATALOG = 128
 """A NodePool with more types is left to greedy without looking for dominated ones (the
 search is quadratic in the types, per family)."""
+MAX_NODES = 8
+"""Existing nodes with room a family's re-packing may fill at most (each is a node kind of its
+own, against ``packing.MAX_TYPES``): those greedy put its pods on first, then by position."""
+
+
+@dataclass
+class _Existing:
+    """An existing node a family may fill: the family's pods greedy put there (free to move)
+    and the room it has without them."""
+
+    node: SolverNode
+    pods: list[Pod]
+    room: Vector
 
 
 class Repacker:
@@ -59,9 +79,16 @@ class Repacker:
         self._backend = backend
         self._nominated = plans_nominated
         self._claims: list[ClaimState] = []
+        self._nodes: Sequence[SolverNode] = ()
+        self._taken: set[str] = set()  # pods on existing nodes a family already moves
         self.outcomes: list[packing_model.PackingOutcome] = []
 
-    def repack(self, claims: list[ClaimState], originals: Mapping[str, Pod]) -> list[ClaimState]:
+    def repack(
+        self,
+        claims: list[ClaimState],
+        originals: Mapping[str, Pod],
+        nodes: Sequence[SolverNode] = (),
+    ) -> list[ClaimState]:
         """``claims``, each family that only unconstrained pods hold re-packed if cheaper.
 
         A family shares a NodePool, requirements (but the hostname) and DaemonSet overhead, so
@@ -69,8 +96,17 @@ class Repacker:
         ``minValues`` or more than ``packing.MAX_TYPES`` types once dominated ones are left out
         (``_undominated``), or one of its pods has topology, pod (anti-)affinity, host ports or
         a hostname requirement, or was placed only once relaxed.
+
+        With plans nominated, the existing ``nodes`` with room are in the plan too, for free
+        (``_existing``): greedy fills them first with whatever comes, the plan with the pods
+        they save most on; their pods are then nominated there like a new node's.
         """
         self._claims = list(claims)
+        # Only nodes a nomination reaches: NodeClaims, launching or registered (a NodePool's).
+        self._nodes = [n for n in nodes if n.node.in_flight or n.node.nodepool is not None]
+        if not self._nominated:
+            self._nodes = []
+        self._taken = set()
         families: dict[tuple[int, Requirements, Vector], list[ClaimState]] = {}
         for claim in self._claims:
             pool = claim.pool
@@ -87,10 +123,12 @@ class Repacker:
                 and compatible_offerings(t.instance_type, requirements)
                 and fits(daemon, t.allocatable)
             ]
-            groups: dict[str, list[Pod]] = {}
+            own: dict[str, list[Pod]] = {}
             for claim in family:
                 for pod in claim.pods:
-                    groups.setdefault(self._class_of(pod).signature, []).append(pod)
+                    own.setdefault(self._class_of(pod).signature, []).append(pod)
+            existing = self._existing(family, requirements, own, originals)
+            groups = _with_pods(own, existing, self._class_of)
             allowed = [
                 {id(t) for t in self._compatible_types(family[0].pool, requirements, pod_class)}
                 for pod_class in (self._class_of(pods[0]) for pods in groups.values())
@@ -102,16 +140,45 @@ class Repacker:
                 )
                 self.outcomes.append(packing_model.PackingOutcome("too-large", greedy_cost))
                 continue
-            problem = self._packing_problem(family, requirements, kept, groups)
+            if len(kept) + len(existing) > packing.MAX_TYPES:
+                existing = existing[: packing.MAX_TYPES - len(kept)]
+                groups = _with_pods(own, existing, self._class_of)
+                allowed = allowed[: len(groups)]
+            for entry in existing:
+                self._taken.update(pod_key(pod) for pod in entry.pods)
+            problem = self._packing_problem(family, requirements, kept, own)
+            work = packing.Work()  # the family's, shared by both solves (dives stop on it)
+            found: packing_model.PackingOutcome | None = None
+            if existing:
+                # With the existing nodes' room first; then without, only to find a cheaper
+                # plan (the search is a heuristic, and the larger problem can end a little
+                # above the smaller one: seed 18), which its relaxation mostly rules out.
+                roomy = self._packing_problem(family, requirements, kept, groups, existing)
+                found = packing.optimize(
+                    roomy,
+                    budget=self._budget,
+                    backend=self._backend,
+                    plans_nominated=True,
+                    work=work,
+                )
             outcome = packing.optimize(
                 problem,
                 budget=self._budget,
                 backend=self._backend,
                 plans_nominated=self._nominated,
+                work=work,
+                known=math.inf if found is None or found.cost is None else found.cost,
             )
+            if found is not None:
+                if found.cost is not None and (outcome.cost is None or found.cost <= outcome.cost):
+                    outcome, problem, own = found, roomy, groups
+                else:
+                    existing = []
             if outcome.bins is not None:
                 before = self._claims
-                self._replace(family, types, groups, outcome, problem, allowed=allowed)
+                self._replace(
+                    family, types, own, outcome, problem, allowed=allowed, existing=existing
+                )
                 if self._claims is before:  # no cheaper once built as NodeClaims: greedy's stay
                     outcome = dataclasses.replace(outcome, status="voided", bins=None, cost=None)
             self.outcomes.append(outcome)
@@ -127,12 +194,65 @@ class Repacker:
             and wellknown.LABEL_HOSTNAME not in pod_class.requirements
         )
 
+    def _existing(
+        self,
+        family: Sequence[ClaimState],
+        requirements: Requirements,
+        groups: Mapping[str, Sequence[Pod]],
+        originals: Mapping[str, Pod],
+    ) -> list[_Existing]:
+        """The existing nodes the family's pods may go to with room for one, at most
+        ``MAX_NODES``, those with pods greedy put there that a claim of the family could hold
+        instead first (but pods a node was launched for, which go back to it, and pods another
+        family moves): those join the family."""
+        found: list[_Existing] = []
+        if not self._nodes:
+            return found
+        classes = [self._class_of(group[0]) for group in groups.values()]
+        for node in self._nodes:
+            pods = [
+                pod
+                for pod in node.placed
+                if pod_key(pod) not in node.node.nominated
+                and pod_key(pod) not in self._taken
+                and self._movable(pod, originals)
+                and self._joins(family, requirements, groups, self._class_of(pod))
+            ]
+            room = tuple(a - t for a, t in zip(node.allocatable, node.total, strict=True))
+            for pod in pods:
+                room = add(room, self._class_of(pod).vector)
+            if pods or any(fits(c.vector, room) and _accepts(node, c) for c in classes):
+                found.append(_Existing(node, pods, room))
+        found.sort(key=lambda entry: not entry.pods)  # stable: then by position
+        return found[:MAX_NODES]
+
+    def _joins(
+        self,
+        family: Sequence[ClaimState],
+        requirements: Requirements,
+        groups: Mapping[str, Sequence[Pod]],
+        pod_class: PodClass,
+    ) -> bool:
+        """Whether a claim of the family could hold pods of ``pod_class``: it has some, or
+        the class asks for nothing the family's requirements do not already say and tolerates
+        its NodePool's taints."""
+        if pod_class.signature in groups:
+            return True
+        pool = family[0].pool
+        assert pod_class.requirements is not None
+        return (
+            untolerated_pool_taint(pod_class, pool) is None
+            and requirements.merged(pod_class.requirements) == requirements
+            and bool(self._compatible_types(pool, requirements, pod_class))
+        )
+
     def _packing_problem(
         self,
         claims: Sequence[ClaimState],
         requirements: Requirements,
         types: Sequence[TypeInfo],
         groups: Mapping[str, Sequence[Pod]],
+        existing: Sequence[_Existing] = (),
     ) -> packing_model.PackingProblem:
         daemon = claims[0].daemon
         pool = claims[0].pool
@@ -142,11 +262,13 @@ class Repacker:
         for signature in signatures:
             pod_class = self._class_of(groups[signature][0])
             allowed = self._compatible_types(pool, requirements, pod_class)
+            nodes = [n for n, e in enumerate(existing) if _accepts(e.node, pod_class)]
             pod_groups.append(
                 packing_model.PodGroup(
                     pod_class.vector,
                     len(groups[signature]),
-                    frozenset(index[id(t)] for t in allowed if id(t) in index),
+                    frozenset(index[id(t)] for t in allowed if id(t) in index)
+                    | {len(types) + n for n in nodes},
                 )
             )
         bin_types = tuple(
@@ -156,6 +278,8 @@ class Repacker:
                 limit_use(t.capacity),
             )
             for t in types
+        ) + tuple(
+            packing_model.BinType(e.room, 0.0, (0,) * len(daemon), available=1) for e in existing
         )
         greedy = []
         partial = packing_model.PackingProblem(bin_types, tuple(pod_groups), (), ())
@@ -169,6 +293,12 @@ class Repacker:
                 kind = packing_model.cheapest_type(partial, counts)
                 assert kind is not None
             greedy.append(packing_model.Bin(kind, tuple(counts)))
+        for n, entry in enumerate(existing):
+            if entry.pods:
+                counts = [0] * len(signatures)
+                for pod in entry.pods:
+                    counts[signatures.index(self._class_of(pod).signature)] += 1
+                greedy.append(packing_model.Bin(len(types) + n, tuple(counts)))
         queue = sorted(
             (pod for signature in signatures for pod in groups[signature]), key=_queue_order
         )
@@ -195,8 +325,10 @@ class Repacker:
         problem: packing_model.PackingProblem,
         *,
         allowed: Sequence[set[int]],
+        existing: Sequence[_Existing] = (),
     ) -> None:
-        """Swap ``claims`` for the plan's nodes, built as ``_place_on_new_claim`` builds one.
+        """Swap ``claims`` for the plan's nodes, built as ``_place_on_new_claim`` builds one,
+        and put the pods it plans on ``existing`` nodes there instead of greedy's.
 
         Each lists every type that holds its pods and, as greedy does, fits what is left of the
         NodePool's limits, and under limits none counting more against them than the type it
@@ -210,8 +342,12 @@ class Repacker:
         waiting = [list(groups[signature]) for signature in groups]
         hostnames = [claim.hostname for claim in claims]
         built: list[ClaimState] = []
+        on_nodes: dict[int, list[Pod]] = {}
         for plan_bin in sorted(outcome.bins, key=lambda b: -problem.types[b.type].price):
             pods = [waiting[g].pop() for g, n in enumerate(plan_bin.counts) for _ in range(n)]
+            if problem.types[plan_bin.type].available is not None:  # an existing node
+                on_nodes[plan_bin.type - (len(problem.types) - len(existing))] = pods
+                continue
             pods_total = packing_model.load(problem, plan_bin.counts)
             total = add(pods_total, daemon)
             # Every type of the family that holds them, dominated ones too (launch fallbacks).
@@ -270,6 +406,14 @@ class Repacker:
             return
         if pool.remaining is not None and remaining is not None:
             pool.remaining = remaining
+        for n, entry in enumerate(existing):
+            moved = {id(pod) for pod in entry.pods}
+            node = entry.node
+            node.placed = [pod for pod in node.placed if id(pod) not in moved]
+            node.placed += on_nodes.get(n, [])
+            node.total = tuple(a - r for a, r in zip(node.allocatable, entry.room, strict=True))
+            for pod in on_nodes.get(n, []):
+                node.total = add(node.total, self._class_of(pod).vector)
         first = self._claims.index(claims[0])
         replaced = {id(c) for c in claims}
         kept = [c for c in self._claims if id(c) not in replaced]
@@ -277,6 +421,19 @@ class Repacker:
         for number, claim in enumerate(kept):
             claim.index = number
         self._claims = kept
+
+
+def _with_pods(
+    groups: Mapping[str, Sequence[Pod]],
+    existing: Sequence[_Existing],
+    class_of: Callable[[Pod], PodClass],
+) -> dict[str, list[Pod]]:
+    """``groups`` and the pods greedy put on ``existing`` nodes, by class (theirs first)."""
+    result = {signature: list(pods) for signature, pods in groups.items()}
+    for entry in existing:
+        for pod in entry.pods:
+            result.setdefault(class_of(pod).signature, []).append(pod)
+    return result
 
 
 def _greedy_type(claim: ClaimState, requirements: Requirements) -> TypeInfo:
@@ -345,3 +502,14 @@ def _queue_order(pod: Pod) -> tuple[int, str, str]:
     spec = pod.get("spec") or {}
     meta = pod.get("metadata") or {}
     return (-(spec.get("priority") or 0), meta.get("creationTimestamp") or "", pod_key(pod))
+
+
+def _accepts(node: SolverNode, pod_class: PodClass) -> bool:
+    """Whether ``node`` takes pods of ``pod_class`` but for room (the solver's own checks for
+    a pod without topology or host ports: taints, then labels or, in flight, requirements)."""
+    assert pod_class.requirements is not None
+    if strictly_untolerated(pod_class.tolerations, node.node.taints) is not None:
+        return False
+    if node.node.in_flight:
+        return node.requirements.incompatibility(pod_class.requirements) is None
+    return pod_class.requirements.satisfied_by(node.node.labels)

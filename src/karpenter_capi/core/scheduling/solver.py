@@ -260,7 +260,7 @@ class Solver:
                 backend=self._packing_backend,
                 plans_nominated=self._plans_nominated,
             )
-            self._claims = repacker.repack(self._claims, originals)
+            self._claims = repacker.repack(self._claims, originals, self._nodes)
             self.packing_outcomes = repacker.outcomes
         for node in self._nodes:
             if node.placed:
