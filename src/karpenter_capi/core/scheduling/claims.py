@@ -82,11 +82,23 @@ class PodClass:
     rejected_claims: set[int] = field(default_factory=set)
     rejected_nodes: set[int] = field(default_factory=set)
     # Claims that can never take a pod with these topology constraints, whatever its size:
-    # shared by every class with the same constraints (see _pod_spec.new_pod_class).
+    # shared by every class with the same constraints (see _solver_view.new_pod_class).
     topology_rejected: set[int] = field(default_factory=set)
     # Claims that refused it for what is on them alone, and their version at the time.
     unchanged_refusals: dict[int, int] = field(default_factory=dict)
     first_claim: int = 0
+
+
+@dataclass(eq=False)
+class Fit:
+    """A claim as it would be with one more pod (see ``Solver._fit_claim``)."""
+
+    claim: ClaimState
+    requirements: Requirements
+    types: list[TypeInfo]
+    first: int
+    pods_total: Vector
+    daemon: Vector
 
 
 @dataclass(eq=False)
