@@ -206,7 +206,7 @@ def build_topology(
     return Topology(
         domains=domains,
         existing_pods=existing_pods,
-        pending_pods=[p.strict for p in pods],
+        pending_pods=pods,
         namespaces=namespaces,
     )
 
@@ -314,7 +314,7 @@ def new_pod_class(
         required=pod.required,
         tolerations=pod.tolerations,
         host_ports=pod.host_ports,
-        topological=topology.has_constraints(pod.strict),
+        topological=topology.has_constraints(pod),
     )
     if pod_class.topological:
         strict_spec = pod.strict.get("spec") or {}

@@ -73,6 +73,7 @@ class PodSpec:
     pod_anti_affinity: Mapping[str, Any]
     spreads: tuple[Mapping[str, Any], ...]
     class_key: str
+    topology_key: tuple[Any, ...]
     problem: str | None
     strict: Mapping[str, Any]
     raw: Mapping[str, Any]
@@ -182,6 +183,7 @@ def _unreadable(pod: Mapping[str, Any], meta: Mapping[str, Any], problem: str) -
         pod_anti_affinity={},
         spreads=(),
         class_key="",
+        topology_key=(),
         problem=problem,
         strict=pod,
         raw=pod,
@@ -241,8 +243,38 @@ def _constraints(pod: Mapping[str, Any]) -> dict[str, Any]:
         "pod_anti_affinity": affinity.get("podAntiAffinity") or {},
         "spreads": tuple(strict_spec.get("topologySpreadConstraints") or ()),
         "class_key": json.dumps(scheduling_spec(pod), sort_keys=True, default=str),
+        "topology_key": topology_signature(strict),
         "strict": strict,
     }
+
+
+def _required_terms(affinity: Mapping[str, Any], kind: str) -> Any:
+    return (affinity.get(kind) or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or ()
+
+
+def topology_signature(pod: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What the topology tells pods apart by: namespace, labels and the constraints it enforces
+    (``pod`` as the topology reads it: ``strict_topology``'s view)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    spreads = spec.get("topologySpreadConstraints")
+    affinity = spec.get("affinity") or {}
+    # repr is exact for JSON data and far cheaper than canonicalising; two equal pods whose
+    # dicts differ only in key order just get two profiles sharing the same groups.
+    signature: tuple[Any, ...] = (
+        meta.get("namespace") or "default",
+        repr(meta.get("labels") or {}),
+        repr(_required_terms(affinity, "podAffinity")),
+        repr(_required_terms(affinity, "podAntiAffinity")),
+    )
+    if spreads:
+        signature += (
+            repr(spreads),
+            repr(spec.get("nodeSelector")),
+            repr(affinity.get("nodeAffinity")),
+            repr(spec.get("tolerations")),
+        )
+    return signature
 
 
 def relax_spec(pod: PodSpec, *, tolerate_prefer_no_schedule: bool = True) -> PodSpec | None:

@@ -265,25 +265,24 @@ class Solver:
         """Put ``spec`` on a node or claim (existing, in-flight, then new), or say why not."""
         pod_class = self._class_for(spec)
         pod = spec.raw
-        strict = spec.strict if pod_class.topological else pod
         if pod_class.requirements is None:
             return _NO_NODE_MATCHES_TERM
         key = spec.key
         # Back to the in-flight NodeClaim this pod was launched for, before anything else.
         for node in self._nodes:
-            if key in node.node.nominated and self._node_refusal(node, pod_class, strict) is None:
-                self._place_on_node(node, pod_class, pod, strict)
+            if key in node.node.nominated and self._node_refusal(node, pod_class, spec) is None:
+                self._place_on_node(node, pod_class, pod, spec)
                 return None
         hosts = None
         if pod_class.topological:
             assert self._topology is not None
-            hosts = self._topology.affinity_domains(strict, wellknown.LABEL_HOSTNAME)
+            hosts = self._topology.affinity_domains(spec, wellknown.LABEL_HOSTNAME)
         nodes = self._nodes if hosts is None else [n for n in self._nodes if n.hostname in hosts]
         for node in nodes:
             if node.index in pod_class.rejected_nodes:
                 continue
-            if self._node_refusal(node, pod_class, strict) is None:
-                self._place_on_node(node, pod_class, pod, strict)
+            if self._node_refusal(node, pod_class, spec) is None:
+                self._place_on_node(node, pod_class, pod, spec)
                 return None
         claims: Sequence[ClaimState]
         if hosts is None:
@@ -316,7 +315,7 @@ class Solver:
                 continue
             if refusals and refusals.get(claim.index) == claim.version:
                 continue
-            fit = self._fit_claim(claim, pod_class, strict)
+            fit = self._fit_claim(claim, pod_class, spec)
             if isinstance(fit, Refusal):
                 continue
             score = imbalance(fit.claim, fit.pods_total, fit.daemon)
@@ -326,7 +325,7 @@ class Solver:
             if seen == _BALANCE_CANDIDATES:
                 break
         if best is not None:
-            self._commit(best, pod_class, pod, strict)
+            self._commit(best, pod_class, pod, spec)
             return None
         pinned = pod_class.requirements.get(wellknown.LABEL_HOSTNAME)
         if pinned is not None:
@@ -336,7 +335,7 @@ class Solver:
                 return Refusal(named)
         reasons = []
         for pool in self._pools:
-            why = self._place_on_new_claim(pool, pod_class, pod, strict)
+            why = self._place_on_new_claim(pool, pod_class, pod, spec)
             if why is None:
                 return None
             reasons.append(f"NodePool {pool.option.name}: {why.reason}")
@@ -344,7 +343,7 @@ class Solver:
             return _NO_NODEPOOL
         return Refusal("; ".join(reasons))
 
-    def _node_refusal(self, node: SolverNode, pod_class: PodClass, strict: Pod) -> Refusal | None:
+    def _node_refusal(self, node: SolverNode, pod_class: PodClass, spec: PodSpec) -> Refusal | None:
         """Why the existing node cannot take a pod of ``pod_class``, or ``None`` if it can.
 
         Checks only; a refusal that lasts (taints, labels, room, ports) also marks the node as
@@ -370,16 +369,18 @@ class Solver:
             return lasting
         if pod_class.topological:
             narrowed = self._topology.add_requirements(
-                strict, pod_class.required, node.requirements, node.node.taints
+                spec, pod_class.required, node.requirements, node.node.taints
             )
             if isinstance(narrowed, Refusal):
                 return narrowed
         return None
 
-    def _place_on_node(self, node: SolverNode, pod_class: PodClass, pod: Pod, strict: Pod) -> None:
+    def _place_on_node(
+        self, node: SolverNode, pod_class: PodClass, pod: Pod, spec: PodSpec
+    ) -> None:
         """Commit ``pod`` to an existing node :meth:`_node_refusal` found no reason against."""
         assert self._topology is not None
-        self._topology.record(strict, node.requirements)
+        self._topology.record(spec, node.requirements)
         node.total = add(node.total, pod_class.vector)
         node.ports.add(pod_class.host_ports)
         node.placed.append(pod)
@@ -402,7 +403,7 @@ class Solver:
         self._merge_cache[cache_key] = (requirements, merged)
         return merged
 
-    def _fit_claim(self, claim: ClaimState, pod_class: PodClass, strict: Pod) -> Fit | Refusal:
+    def _fit_claim(self, claim: ClaimState, pod_class: PodClass, spec: PodSpec) -> Fit | Refusal:
         """How ``claim`` would look with the pod on it, or why it cannot take the pod.
 
         The checks whose failure lasts (taints, ports, labels, room) come first and mark the
@@ -432,7 +433,7 @@ class Solver:
         narrowed = merged
         if pod_class.topological:
             topological = self._topology.add_requirements(
-                strict, pod_class.required, merged, claim.taints, explain=False
+                spec, pod_class.required, merged, claim.taints, explain=False
             )
             if isinstance(topological, Refusal):
                 if topological.permanent:
@@ -465,7 +466,7 @@ class Solver:
             return _MIN_VALUES
         return Fit(claim, narrowed, types, first, pods_total, daemon)
 
-    def _commit(self, fit: Fit, pod_class: PodClass, pod: Pod, strict: Pod) -> None:
+    def _commit(self, fit: Fit, pod_class: PodClass, pod: Pod, spec: PodSpec) -> None:
         assert self._topology is not None
         claim = fit.claim
         claim.requirements = fit.requirements
@@ -474,7 +475,7 @@ class Solver:
         claim.ports.add(pod_class.host_ports)
         claim.pods.append(pod)
         claim.version += 1
-        self._topology.record(strict, fit.requirements)
+        self._topology.record(spec, fit.requirements)
 
     def _compatible_types(
         self, pool: PoolState, requirements: Requirements, pod_class: PodClass
@@ -502,7 +503,7 @@ class Solver:
         return cached
 
     def _place_on_new_claim(
-        self, pool: PoolState, pod_class: PodClass, pod: Pod, strict: Pod
+        self, pool: PoolState, pod_class: PodClass, pod: Pod, spec: PodSpec
     ) -> Refusal | None:
         """Open a new claim in ``pool`` holding ``pod``, or say why the pool cannot."""
         assert pod_class.requirements is not None
@@ -521,7 +522,7 @@ class Solver:
         if pod_class.topological:
             self._topology.register_domain(wellknown.LABEL_HOSTNAME, hostname)
             narrowed = self._topology.add_requirements(
-                strict, pod_class.required, requirements, taints
+                spec, pod_class.required, requirements, taints
             )
             if isinstance(narrowed, Refusal):
                 return narrowed
@@ -589,5 +590,5 @@ class Solver:
             )
         self._claims.append(claim)
         self._claims_by_host[hostname] = claim
-        self._topology.record(strict, requirements)
+        self._topology.record(spec, requirements)
         return None
