@@ -71,6 +71,7 @@ from karpenter_capi.core.provisioning.controller import ROUND_RESOURCES
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory, resolve_inventory
 from karpenter_capi.core.provisioning.state import (
     ClusterSnapshot,
+    ParsedCluster,
     has_disrupted_taint,
     is_interrupted,
 )
@@ -152,6 +153,8 @@ class DisruptionController:
         settings: DisruptionSettings | None = None,
     ) -> None:
         self._ctx = ctx
+        # Parsed pods (shared with provisioning) and bound-pod sums, kept across passes.
+        self._bound = ParsedCluster(ctx.pod_specs)
         self.settings = settings or DisruptionSettings()
         self.interval = self.settings.poll_seconds
         self._nominated = nominated
@@ -297,6 +300,7 @@ class DisruptionController:
             blocked=self._blocked,
             nominations=self._nominations(),
             settings=PassSettings(spot_to_spot=self.settings.spot_to_spot),
+            parsed=self._bound,
         )
         self._raw_pools = {inv.nodepool: inv.raw for inv in inventories}
         metrics = self._ctx.metrics
@@ -412,6 +416,7 @@ class DisruptionController:
             self._ctx.clock,
             spot_to_spot=self.settings.spot_to_spot,
             nominations=self._nominations(),
+            parsed=self._bound,
         )
         outcome = simulator.consolidate(still)
         if not isinstance(outcome, Replacement):

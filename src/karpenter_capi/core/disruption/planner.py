@@ -37,7 +37,11 @@ from karpenter_capi.core.disruption.methods import (
 from karpenter_capi.core.disruption.simulation import Simulator
 from karpenter_capi.core.disruption.staticdrift import STATIC_DRIFT, static_drift
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
-from karpenter_capi.core.provisioning.state import ClusterSnapshot, disrupting_nodes
+from karpenter_capi.core.provisioning.state import (
+    ClusterSnapshot,
+    ParsedCluster,
+    disrupting_nodes,
+)
 
 DEFAULT_MULTI_NODE_SECONDS: Final = 60.0
 DEFAULT_SINGLE_NODE_SECONDS: Final = 180.0
@@ -121,6 +125,7 @@ def plan(
     blocked: Callable[[list[Mapping[str, Any]]], Mapping[str, str]] | None = None,
     nominations: Mapping[str, frozenset[str]] | None = None,
     settings: PassSettings | None = None,
+    parsed: ParsedCluster | None = None,
 ) -> PassReport:
     """Find this pass's command (see ``methods`` for the order).
 
@@ -130,6 +135,7 @@ def plan(
     which NodeClaims they cannot remove (``karpenter_capi_disruption_blocked``), see
     ``provider_refusals``; the candidates are given in the
     consolidation order so the ones they keep removable are the ones the methods prefer.
+    ``parsed``: parsed pods and bound-pod sums kept across passes.
     """
     settings = settings or PassSettings()
     started = clock.monotonic()
@@ -154,7 +160,12 @@ def plan(
     # Taken once per pass, before any command, as upstream: later moves see the same totals.
     report.totals = totals = pool_totals(snapshot, usable)
     simulator = Simulator(
-        snapshot, usable, clock, spot_to_spot=settings.spot_to_spot, nominations=nominations
+        snapshot,
+        usable,
+        clock,
+        spot_to_spot=settings.spot_to_spot,
+        nominations=nominations,
+        parsed=parsed,
     )
 
     def deadline(seconds: float) -> Callable[[], bool]:

@@ -30,6 +30,7 @@ from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.provisioning.pending import is_provisionable
 from karpenter_capi.core.provisioning.state import (
     ClusterSnapshot,
+    ParsedCluster,
     disrupting_nodes,
     existing_nodes,
     moving_pods,
@@ -45,7 +46,7 @@ from karpenter_capi.core.scheduling.model import (
     pod_key,
 )
 from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
-from karpenter_capi.core.scheduling.resources import ResourceList, pod_requests
+from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.core.scheduling.solver import Solver
 
 MIN_SPOT_TO_SPOT_TYPES: Final = 15
@@ -111,8 +112,11 @@ class Simulator:
         spot_to_spot: bool = False,
         timeout_seconds: float = SIMULATION_TIMEOUT_SECONDS,
         nominations: Mapping[str, frozenset[str]] | None = None,
+        parsed: ParsedCluster | None = None,
     ) -> None:
+        """``parsed``: parsed pods and bound-pod sums kept across passes."""
         self._snapshot = snapshot
+        self._bound = parsed if parsed is not None else ParsedCluster()
         self._clock = clock
         self._spot_to_spot = spot_to_spot
         self._timeout = timeout_seconds
@@ -123,7 +127,7 @@ class Simulator:
             if not (i.model is not None and i.model.is_static)
         ]
         disrupting = disrupting_nodes(snapshot)
-        nodes = existing_nodes(snapshot, inventories, nominations or {})
+        nodes = existing_nodes(snapshot, inventories, nominations or {}, self._bound)
         self._nodes: list[ExistingNode] = [n for n in nodes if n.name not in disrupting]
         self._moving: list[Pod] = moving_pods(snapshot)
         self._pending: list[Pod] = [p for p in snapshot.pods if is_provisionable(p)]
@@ -137,7 +141,6 @@ class Simulator:
         self.simulations = 0
         self.durations: list[float] = []
         """Seconds each solve took (``karpenter_scheduler_scheduling_duration_seconds``)."""
-        self._label_requirements: dict[str, Requirements] = {}
         self._free = {n.name: _triple(n.allocatable.subtract(n.requested)) for n in self._nodes}
         frees = list(self._free.values())
         self._total_free = tuple(sum(max(f[i], 0) for f in frees) for i in range(3))
@@ -169,7 +172,7 @@ class Simulator:
         nodes cheaper than the candidate can hold at best (its price times the most of each
         resource a dollar buys among the cheaper types). A candidate that fails it needs no
         simulation."""
-        requests = [_triple(pod_requests(p, include_pod_count=True)) for p in candidate.pods]
+        requests = [_triple(self._bound.specs.get(p).requests) for p in candidate.pods]
         total = tuple(sum(r[i] for r in requests) for i in range(3))
         own = self._free.get(candidate.node_name, (0, 0, 0))
         elsewhere = [self._total_free[i] - max(own[i], 0) for i in range(3)]
@@ -202,8 +205,8 @@ class Simulator:
             namespaces=self._snapshot.namespaces,
             clock=self._clock,
             timeout_seconds=self._timeout,
-            label_requirements=self._label_requirements,
             packing_budget=SIMULATION_PACKING_BUDGET_SECONDS,
+            pod_specs=self._bound.specs,
         )
         started = self._clock.monotonic()
         result = solver.solve(moving + self._pending)

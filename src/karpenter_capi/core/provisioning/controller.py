@@ -118,6 +118,7 @@ class ProvisioningController:
             packing_budget=packing_budget,
             plans_nominated=plans_nominated,
             create_concurrency=create_concurrency,
+            pod_specs=ctx.pod_specs,
         )
         self.last_report: ProvisioningReport | None = None
         # What the cluster looked like at the last round, for pods it left pending.

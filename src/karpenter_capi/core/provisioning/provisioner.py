@@ -49,6 +49,7 @@ from karpenter_capi.core.provisioning.pending import is_provisionable
 from karpenter_capi.core.provisioning.plans import finish_plans, missing_claims, stamp_plan
 from karpenter_capi.core.provisioning.state import (
     ClusterSnapshot,
+    ParsedCluster,
     existing_nodes,
     moving_pods,
     nodepool_option,
@@ -65,6 +66,7 @@ from karpenter_capi.core.scheduling.model import (
 )
 from karpenter_capi.core.scheduling.nofit import missing_claim_reason
 from karpenter_capi.core.scheduling.packing_summary import PackingSummary, summarize
+from karpenter_capi.core.scheduling.podspec import PodSpecs
 from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.core.scheduling.solver import (
     DEFAULT_MAX_INSTANCE_TYPES,
@@ -131,8 +133,11 @@ class Provisioner:
         metrics: Metrics | None = None,
         plans_nominated: bool = False,
         create_concurrency: int = 1,
+        pod_specs: PodSpecs | None = None,
     ) -> None:
         self._client = client
+        # Parsed pods and bound-pod sums, kept across rounds (``pod_specs`` may be shared).
+        self._bound = ParsedCluster(pod_specs)
         # Whether planned pods are nominated to their nodes (``nominations.py``), so that
         # kube-scheduler realizes the plan instead of following its own order.
         self.plans_nominated = plans_nominated
@@ -189,6 +194,7 @@ class Provisioner:
         """One round over ``snapshot`` (read from the API when not given)."""
         report = ProvisioningReport()
         snapshot = snapshot or ClusterSnapshot.read(self._client)
+        self._bound.specs.new_round()
         provisionable = self.pending_pods(snapshot)
         report.pending = len(provisionable)
         # Pods no node can help (their claim is missing): told so, never launched for.
@@ -229,7 +235,8 @@ class Provisioner:
             lambda option, pods: self._solver([option], snapshot, [], repack=False).solve(pods),
         )
         resumed_keys = {pod_key(p) for claim, _ in resumed for p in claim.pods}
-        solver = self._solver(options, snapshot, existing_nodes(snapshot, usable, nominations))
+        nodes = existing_nodes(snapshot, usable, nominations, self._bound)
+        solver = self._solver(options, snapshot, nodes)
         # Pods of nodes already going away will need room too (upstream counts them): placing
         # them first keeps new pods from taking what a disruption replacement was launched for.
         moving = moving_pods(snapshot)
@@ -353,6 +360,7 @@ class Provisioner:
             timeout_seconds=self._solve_timeout,
             packing_budget=self._packing_budget if repack else 0,
             plans_nominated=self.plans_nominated,
+            pod_specs=self._bound.specs,
         )
 
     def _unusable(self, raw_pool: Mapping[str, Any], nodepool: str, why: str) -> None:

@@ -25,8 +25,9 @@ from karpenter_capi.core.kube.resources import (
 )
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.scheduling.model import ExistingNode, NodePoolOption, Pod
+from karpenter_capi.core.scheduling.podspec import PodSpecs
 from karpenter_capi.core.scheduling.requirements import Requirements
-from karpenter_capi.core.scheduling.resources import ResourceList, empty, pod_requests
+from karpenter_capi.core.scheduling.resources import ResourceList, empty
 from karpenter_capi.core.scheduling.taints import Taint
 
 UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "NoSchedule")
@@ -207,12 +208,105 @@ def _claim_labels(claim: Mapping[str, Any]) -> dict[str, str]:
     return labels
 
 
+class _NodeSum:
+    """One node's bound pods: each one's version and requests, and their running total."""
+
+    __slots__ = ("milli", "names", "requests", "total", "versions")
+
+    def __init__(self) -> None:
+        self.versions: dict[str, str] = {}
+        self.requests: dict[str, ResourceList] = {}
+        self.milli: dict[str, int] = {}
+        self.names: dict[str, int] = {}  # how many pods name each resource
+        self.total = empty()
+
+    def change(self, uid: str, requests: ResourceList, sign: int) -> None:
+        for name, value in requests.as_milli_dict().items():
+            self.milli[name] = self.milli.get(name, 0) + sign * value
+            self.names[name] = self.names.get(name, 0) + sign
+            if not self.names[name]:
+                # Named by no pod left: absent, as a fresh sum would have it.
+                del self.names[name], self.milli[name]
+        if sign > 0:
+            self.requests[uid] = requests
+        else:
+            del self.requests[uid]
+
+
+class ParsedCluster:
+    """What rounds read of the cluster, kept across them: parsed pods (``specs``), each node's
+    labels as requirements, and what the pods bound to each node request.
+
+    Summing every bound pod of every node each round was most of a round's work in a large
+    cluster where little changes; here a node's total changes only by the pods that came, went
+    or changed (a new ``resourceVersion``) since the last round. Pods without a uid and a
+    ``resourceVersion`` (hand-made ones) are summed afresh each time.
+    """
+
+    def __init__(self, specs: PodSpecs | None = None) -> None:
+        self.specs = specs if specs is not None else PodSpecs()
+        self._nodes: dict[str, _NodeSum] = {}
+        self._labels: dict[str, tuple[object, Requirements]] = {}
+
+    def label_requirements(
+        self, node: Mapping[str, Any], labels: Mapping[str, str]
+    ) -> Requirements:
+        """``labels`` (the node's, with its hostname) as requirements, once per node version."""
+        meta = node.get("metadata") or {}
+        name, version = str(meta.get("name")), (meta.get("uid"), meta.get("resourceVersion"))
+        found = self._labels.get(name)
+        if found is not None and found[0] == version and all(version):
+            return found[1]
+        requirements = Requirements.from_labels(labels)
+        self._labels[name] = (version, requirements)
+        return requirements
+
+    def of(self, node: str, pods: Sequence[Pod]) -> ResourceList:
+        """The total requests of ``pods`` (``pods: 1`` each), the pods now bound to ``node``."""
+        versions: dict[str, str] = {}
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            uid, version = meta.get("uid"), meta.get("resourceVersion")
+            if not uid or not version:
+                self._nodes.pop(node, None)
+                return ResourceList.sum(self.specs.get(p).requests for p in pods)
+            versions[str(uid)] = str(version)
+        state = self._nodes.get(node)
+        if state is None:
+            state = self._nodes[node] = _NodeSum()
+        elif state.versions == versions:
+            return state.total
+        for uid, version in state.versions.items():
+            if versions.get(uid) != version:
+                state.change(uid, state.requests[uid], -1)
+        for pod in pods:
+            uid = str(pod["metadata"]["uid"])
+            if uid not in state.requests:
+                state.change(uid, self.specs.get(pod).requests, +1)
+        state.versions = versions
+        state.total = ResourceList.from_milli(state.milli)
+        return state.total
+
+    def forget_others(self, nodes: Iterable[str]) -> None:
+        """Drop the sums of nodes not in ``nodes`` (gone from the cluster)."""
+        keep = set(nodes)
+        for name in [n for n in self._nodes if n not in keep]:
+            del self._nodes[name]
+        for name in [n for n in self._labels if n not in keep]:
+            del self._labels[name]
+
+
 def existing_nodes(
     snapshot: ClusterSnapshot,
     inventories: Sequence[NodePoolInventory],
     nominations: Mapping[str, frozenset[str]],
+    parsed: ParsedCluster | None = None,
 ) -> list[ExistingNode]:
-    """Registered nodes and in-flight NodeClaims, in name order (deterministic passes)."""
+    """Registered nodes and in-flight NodeClaims, in name order (deterministic passes).
+
+    ``parsed``: the bound pods' sums kept from earlier rounds (fresh when not given).
+    """
+    sums = parsed if parsed is not None else ParsedCluster()
     bound: dict[str, list[Pod]] = {}
     for pod in snapshot.pods:
         node_name = (pod.get("spec") or {}).get("nodeName")
@@ -257,7 +351,8 @@ def existing_nodes(
                 name=name,
                 labels=labels,
                 allocatable=ResourceList.parse((node.get("status") or {}).get("allocatable")),
-                requested=ResourceList.sum(pod_requests(p, include_pod_count=True) for p in pods),
+                requested=sums.of(name, pods),
+                label_requirements=sums.label_requirements(node, labels),
                 taints=taints,
                 pods=pods,
                 nodepool=labels.get(wellknown.LABEL_NODEPOOL),
@@ -291,6 +386,7 @@ def existing_nodes(
                 ),
             )
         )
+    sums.forget_others(registered)
     return result
 
 

@@ -28,6 +28,7 @@ from karpenter_capi.core.kube.events import EventRecorder
 from karpenter_capi.core.kube.resources import Resource
 from karpenter_capi.core.observability.metrics import Metrics
 from karpenter_capi.core.plugin_host import Plugins
+from karpenter_capi.core.scheduling.podspec import PodSpecs
 
 __all__ = [
     "DONE",
@@ -113,6 +114,8 @@ class ControllerContext:
     metrics: Metrics | None = None
     dry_run: bool = False
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("karpenter_capi"))
+    pod_specs: PodSpecs = field(default_factory=PodSpecs)
+    """Pods parsed for scheduling, shared by provisioning and disruption across rounds."""
 
 
 class Controller(Protocol):

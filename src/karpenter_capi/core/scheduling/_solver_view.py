@@ -9,12 +9,14 @@ follow on its own. Vectors are integer milli-units in the order ``resource_names
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.scheduling.claims import (
     ClaimState,
+    PodClass,
     PoolState,
     TypeInfo,
     Vector,
@@ -25,18 +27,17 @@ from karpenter_capi.core.scheduling.claims import (
     to_vector,
 )
 from karpenter_capi.core.scheduling.daemons import DaemonOverhead
-from karpenter_capi.core.scheduling.hostports import HostPortUsage, pod_host_ports
+from karpenter_capi.core.scheduling.hostports import HostPortUsage
 from karpenter_capi.core.scheduling.model import (
     ExistingNode,
     NodePoolOption,
     Pod,
     ProposedNodeClaim,
     compatible_offerings,
-    pod_key,
 )
-from karpenter_capi.core.scheduling.preferences import strict_topology
+from karpenter_capi.core.scheduling.podspec import PodSpec, PodSpecs
 from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
-from karpenter_capi.core.scheduling.resources import ResourceList, pod_requests
+from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.core.scheduling.topology import NodeInfo, Topology
 
 
@@ -58,7 +59,7 @@ class SolverNode:
 
 
 def resource_names(
-    options: Sequence[NodePoolOption], pods: Sequence[Pod], existing: Sequence[ExistingNode]
+    options: Sequence[NodePoolOption], pods: Sequence[PodSpec], existing: Sequence[ExistingNode]
 ) -> tuple[str, ...]:
     """Every resource anything in the round names: cpu, memory, pods, then the rest by name."""
     names: set[str] = {"cpu", "memory", "pods"}
@@ -66,7 +67,7 @@ def resource_names(
         for instance_type in option.instance_types:
             names.update(instance_type.allocatable)
     for pod in pods:
-        names.update(pod_requests(pod))
+        names.update(pod.requests)
     for node in existing:
         names.update(node.allocatable)
     first = ("cpu", "memory", "pods")
@@ -151,24 +152,18 @@ def build_nodes(
     existing: Sequence[ExistingNode],
     names: Sequence[str],
     daemons: DaemonOverhead,
-    label_requirements: dict[str, Requirements],
+    specs: PodSpecs,
 ) -> list[SolverNode]:
-    """The existing nodes with what is on them; ``label_requirements`` caches (and gains) each
-    registered node's labels as requirements, by node name."""
+    """The existing nodes with what is on them (their bound pods read through ``specs``)."""
     nodes = []
     for index, node in enumerate(existing):
         ports = HostPortUsage()
         for pod in node.pods:
-            ports.add(pod_host_ports(pod))
+            ports.add(specs.get(pod).host_ports)
         requested = to_vector(names, node.requested)
-        if node.in_flight:
+        requirements = node.label_requirements
+        if requirements is None or node.in_flight:
             requirements = Requirements.from_labels(node.labels)
-        else:
-            cached = label_requirements.get(node.name)
-            if cached is None:
-                cached = Requirements.from_labels(node.labels)
-                label_requirements[node.name] = cached
-            requirements = cached
         if node.in_flight:
             # What the claim may still become, not only what it already pins.
             requirements = requirements.merged(node.requirements)
@@ -185,7 +180,7 @@ def build_nodes(
 def build_topology(
     pools: Sequence[PoolState],
     existing: Sequence[ExistingNode],
-    pods: Sequence[Pod],
+    pods: Sequence[PodSpec],
     namespaces: Mapping[str, Mapping[str, str]],
 ) -> Topology:
     """Topology over every domain a pool or an existing node could put a pod in."""
@@ -211,7 +206,7 @@ def build_topology(
     return Topology(
         domains=domains,
         existing_pods=existing_pods,
-        pending_pods=[strict_topology(p) for p in pods],
+        pending_pods=pods,
         namespaces=namespaces,
     )
 
@@ -222,10 +217,10 @@ class _Ordered:
     key: str
     cpu: float
     memory: float
-    pod: Pod
+    pod: PodSpec
 
 
-def largest_first(pods: Sequence[Pod], pools: Sequence[PoolState]) -> list[Pod]:
+def largest_first(pods: Sequence[PodSpec], pools: Sequence[PoolState]) -> list[PodSpec]:
     """Largest first, interleaving CPU-heavy and memory-heavy pods.
 
     Karpenter sorts by CPU then memory, so a claim fills with the biggest pods of one shape
@@ -239,14 +234,13 @@ def largest_first(pods: Sequence[Pod], pools: Sequence[PoolState]) -> list[Pod]:
     memory_max = max((pool.largest[1] for pool in pools), default=1)
     sides: tuple[list[_Ordered], list[_Ordered]] = ([], [])  # CPU-heavy, memory-heavy
     for pod in pods:
-        requests = pod_requests(pod)
-        cpu = requests.milli("cpu") / cpu_max
-        memory = requests.milli("memory") / memory_max
-        sides[memory > cpu].append(_Ordered(-max(cpu, memory), pod_key(pod), cpu, memory, pod))
+        cpu = pod.requests.milli("cpu") / cpu_max
+        memory = pod.requests.milli("memory") / memory_max
+        sides[memory > cpu].append(_Ordered(-max(cpu, memory), pod.key, cpu, memory, pod))
     for side in sides:
         side.sort(key=lambda o: (o.size, o.key))
     cpu_heavy, memory_heavy = sides
-    ordered: list[Pod] = []
+    ordered: list[PodSpec] = []
     cpu_total = memory_total = 0.0
     i = j = 0
     while i < len(cpu_heavy) or j < len(memory_heavy):
@@ -299,3 +293,46 @@ def proposed_claim(
 
 def _resource_list(names: Sequence[str], vector: Vector) -> ResourceList:
     return ResourceList.from_milli({n: v for n, v in zip(names, vector, strict=True) if v})
+
+
+def new_pod_class(
+    pod: PodSpec,
+    names: Sequence[str],
+    topology: Topology,
+    topology_rejections: dict[str, set[int]],
+) -> PodClass:
+    """What every pod with ``pod``'s scheduling spec (its ``class_key``) shares.
+
+    Classes whose topology constraints are the same share one set of claims those constraints
+    rule out, kept in ``topology_rejections`` by the constraints' JSON.
+    """
+    pod_class = PodClass(
+        signature=pod.class_key,
+        requests=pod.requests,
+        vector=to_vector(names, pod.requests),
+        requirements=pod.requirements,
+        required=pod.required,
+        tolerations=pod.tolerations,
+        host_ports=pod.host_ports,
+        topological=topology.has_constraints(pod),
+    )
+    if pod_class.topological:
+        strict_spec = pod.strict.get("spec") or {}
+        meta = pod.raw.get("metadata") or {}
+        constraints = json.dumps(
+            [
+                meta.get("namespace"),
+                meta.get("labels"),
+                (strict_spec.get("affinity") or {}).get("podAffinity"),
+                (strict_spec.get("affinity") or {}).get("podAntiAffinity"),
+                strict_spec.get("topologySpreadConstraints"),
+                # Spreads may count only nodes the pod's affinity and tolerations allow.
+                strict_spec.get("nodeSelector"),
+                (strict_spec.get("affinity") or {}).get("nodeAffinity"),
+                strict_spec.get("tolerations"),
+            ],
+            sort_keys=True,
+            default=str,
+        )
+        pod_class.topology_rejected = topology_rejections.setdefault(constraints, set())
+    return pod_class

@@ -10,6 +10,7 @@ rest by name.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -42,7 +43,9 @@ def to_vector(names: Sequence[str], resources: ResourceList) -> Vector:
 
 
 def add(a: Vector, b: Vector) -> Vector:
-    return tuple(x + y for x, y in zip(a, b, strict=True))
+    # map over operator.add: about twice as fast as a generator, on the solver's hot path.
+    # Vectors of one solve all have the length resource_names gives them.
+    return tuple(map(operator.add, a, b))
 
 
 @dataclass(eq=False)
@@ -82,11 +85,23 @@ class PodClass:
     rejected_claims: set[int] = field(default_factory=set)
     rejected_nodes: set[int] = field(default_factory=set)
     # Claims that can never take a pod with these topology constraints, whatever its size:
-    # shared by every class with the same constraints (see _pod_spec.new_pod_class).
+    # shared by every class with the same constraints (see _solver_view.new_pod_class).
     topology_rejected: set[int] = field(default_factory=set)
     # Claims that refused it for what is on them alone, and their version at the time.
     unchanged_refusals: dict[int, int] = field(default_factory=dict)
     first_claim: int = 0
+
+
+@dataclass(eq=False)
+class Fit:
+    """A claim as it would be with one more pod (see ``Solver._fit_claim``)."""
+
+    claim: ClaimState
+    requirements: Requirements
+    types: list[TypeInfo]
+    first: int
+    pods_total: Vector
+    daemon: Vector
 
 
 @dataclass(eq=False)

@@ -72,6 +72,9 @@ class ExistingNode:
     requirements: Requirements = EMPTY
     """For an in-flight NodeClaim, its requirements: a pod may go there when they are
     compatible with the pod's (its zone, say, may not be decided yet), as Karpenter checks."""
+    label_requirements: Requirements | None = None
+    """For a registered node, ``labels`` as requirements when already made (once per node
+    version, ``state.ParsedCluster``); made from ``labels`` when not."""
 
 
 @dataclass

@@ -12,7 +12,8 @@ Two views of a pod, both plain JSON dicts:
 
 * the pod under relaxation: the real pod with the preferences not yet given up. :func:`relax`
   takes one step (``Preferences.Relax`` in upstream's
-  ``pkg/controllers/provisioning/scheduling/preferences.go``) and returns a relaxed deep copy.
+  ``pkg/controllers/provisioning/scheduling/preferences.go``) and returns a relaxed copy that
+  shares every part it did not change with the pod (the solver relaxes pods on its hot path).
 * :func:`strictest`: that pod with its remaining preferences written as requirements, which is
   what each placement attempt must satisfy. It mirrors what upstream enforces per attempt:
   ``NewPodRequirements`` (``pkg/scheduling/requirements.go``) uses the first required node
@@ -47,7 +48,7 @@ _PREFERRED: Final = "preferredDuringSchedulingIgnoredDuringExecution"
 
 
 def _affinity(pod: Pod, kind: str) -> dict[str, Any] | None:
-    """``spec.affinity.<kind>`` of a pod we own (a deep copy), or ``None`` when absent."""
+    """``spec.affinity.<kind>`` of a pod we own (see ``_owned``), or ``None`` when absent."""
     affinity = (pod.get("spec") or {}).get("affinity") or {}
     section = affinity.get(kind)
     return section if isinstance(section, dict) else None
@@ -143,7 +144,7 @@ def relax_step(
     when some NodePool has such a taint (otherwise it is a wasted attempt):
     ``tolerate_prefer_no_schedule=False`` skips it. ``pod`` is never modified.
     """
-    relaxed: Pod = copy.deepcopy(dict(pod))
+    relaxed = _owned(pod)
     steps = (
         (*_STEPS, _tolerate_prefer_no_schedule_taints) if tolerate_prefer_no_schedule else _STEPS
     )
@@ -154,8 +155,31 @@ def relax_step(
     return None
 
 
+def _owned(pod: Mapping[str, Any]) -> Pod:
+    """A copy of ``pod`` whose dicts the relaxation steps write to are its own.
+
+    The steps only replace values in the pod, its spec, its affinity, the affinity's three
+    sections and the required node affinity, never change a list or a term in place, so
+    copying those few dicts leaves ``pod`` untouched without copying it deeply.
+    """
+    owned: Pod = dict(pod)
+    if not isinstance(pod.get("spec"), Mapping):
+        return owned
+    spec = owned["spec"] = dict(pod["spec"])
+    if not isinstance(spec.get("affinity"), Mapping):
+        return owned
+    affinity = spec["affinity"] = dict(spec["affinity"])
+    for kind in ("nodeAffinity", "podAffinity", "podAntiAffinity"):
+        if isinstance(affinity.get(kind), Mapping):
+            affinity[kind] = dict(affinity[kind])
+    node_affinity = affinity.get("nodeAffinity")
+    if isinstance(node_affinity, dict) and isinstance(node_affinity.get(_REQUIRED), Mapping):
+        node_affinity[_REQUIRED] = dict(node_affinity[_REQUIRED])
+    return owned
+
+
 def relax(pod: Mapping[str, Any], *, tolerate_prefer_no_schedule: bool = True) -> Pod | None:
-    """``pod`` with one more soft constraint given up (a deep copy), or ``None`` if none is left.
+    """``pod`` with one more soft constraint given up (a copy), or ``None`` if none is left.
 
     See :func:`relax_step` for the order.
     """

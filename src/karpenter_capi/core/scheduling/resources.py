@@ -49,12 +49,27 @@ def _display_format(name: str) -> QuantityFormat:
     return QuantityFormat.DECIMAL_SI
 
 
+# The same few strings ("500m", "1Gi") are written in every replica of every Deployment: each
+# is parsed once. Bounded, as pods can carry any string.
+_PARSED: dict[str, int] = {}
+_PARSED_LIMIT: Final = 4096
+
+
 def _to_milli(name: str, value: object) -> int:
+    if isinstance(value, str):
+        found = _PARSED.get(value)
+        if found is not None:
+            return found
     try:
         quantity = parse_quantity(value)  # type: ignore[arg-type]
     except QuantityError as error:
         raise ResourceListError(name, value, str(error).split(": ", 1)[-1]) from None
-    return quantity.milli_value()
+    milli = quantity.milli_value()
+    if isinstance(value, str):
+        if len(_PARSED) >= _PARSED_LIMIT:
+            _PARSED.clear()
+        _PARSED[value] = milli
+    return milli
 
 
 class ResourceList(Mapping[str, Quantity]):

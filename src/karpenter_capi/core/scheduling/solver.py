@@ -18,22 +18,14 @@ are kept in price order with a moving cut-off instead of being refiltered for ev
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock, SystemClock
 from karpenter_capi.core.scheduling import highs, packing, packing_model
-from karpenter_capi.core.scheduling._pod_spec import (
-    SPEC_ERRORS,
-    new_pod_class,
-    scheduling_spec,
-    unreadable_pod,
-)
 from karpenter_capi.core.scheduling._solver_view import (
     SolverNode,
     build_nodes,
@@ -41,12 +33,14 @@ from karpenter_capi.core.scheduling._solver_view import (
     build_topology,
     largest_first,
     limits_reason,
+    new_pod_class,
     proposed_claim,
     resource_names,
 )
 from karpenter_capi.core.scheduling.claims import (
     HOSTNAME_PLACEHOLDER,
     ClaimState,
+    Fit,
     PodClass,
     PoolState,
     TypeInfo,
@@ -77,11 +71,14 @@ from karpenter_capi.core.scheduling.nofit import (
     no_type_reason,
     too_small_reason,
 )
-from karpenter_capi.core.scheduling.preferences import (
-    relax,
-    strict_topology,
-    strictly_untolerated,
+from karpenter_capi.core.scheduling.podspec import (
+    SPEC_ERRORS,
+    PodSpec,
+    PodSpecs,
+    parse_pod,
+    relax_spec,
 )
+from karpenter_capi.core.scheduling.preferences import strictly_untolerated
 from karpenter_capi.core.scheduling.refusal import Refusal
 from karpenter_capi.core.scheduling.repack import Repacker
 from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
@@ -110,18 +107,6 @@ _NO_NODE_MATCHES_TERM: Final = Refusal(
 _NO_NODEPOOL: Final = Refusal("no NodePool is available")
 
 
-@dataclass(eq=False)
-class _Fit:
-    """A claim as it would be with one more pod (see ``Solver._fit_claim``)."""
-
-    claim: ClaimState
-    requirements: Requirements
-    types: list[TypeInfo]
-    first: int
-    pods_total: Vector
-    daemon: Vector
-
-
 class Solver:
     """One scheduling simulation over a fixed view of the cluster.
 
@@ -140,16 +125,16 @@ class Solver:
         max_instance_types: int = DEFAULT_MAX_INSTANCE_TYPES,
         clock: Clock | None = None,
         timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
-        label_requirements: dict[str, Requirements] | None = None,
         packing_budget: float = packing.DEFAULT_BUDGET_SECONDS,
         packing_backend: highs.HiGHS | None = None,
         plans_nominated: bool = False,
+        pod_specs: PodSpecs | None = None,
     ) -> None:
-        """``label_requirements``: registered nodes' labels as requirements, by node name, for
-        callers solving many times over the same nodes (consolidation). ``packing_budget``: each
-        re-packing solve's wall-clock safety net, seconds (``packing.py``; 0 disables it);
-        ``packing_outcomes`` says what it decided. ``plans_nominated``: pods are nominated to
-        their planned nodes (KEP-5278), so no readiness model applies."""
+        """``packing_budget``: each re-packing solve's wall-clock safety net, seconds
+        (``packing.py``; 0 disables it); ``packing_outcomes`` says what it decided.
+        ``plans_nominated``: pods are nominated to their planned nodes (KEP-5278), so no
+        readiness model applies. ``pod_specs``: parsed pods kept across rounds (a fresh cache
+        when not given)."""
         # Upstream's OrderByWeight: heaviest first, ties by name, later names first.
         self._options = sorted(nodepools, key=lambda p: (p.weight, p.name), reverse=True)
         self._existing = existing_nodes
@@ -168,10 +153,13 @@ class Solver:
         self._topology: Topology | None = None
         self._merge_cache: dict[tuple[str, int], tuple[Requirements, Requirements | Refusal]] = {}
         self._types_cache: dict[tuple[int, Requirements, str], list[TypeInfo]] = {}
-        self._label_requirements = label_requirements if label_requirements is not None else {}
         self._packing_budget = packing_budget
         self._packing_backend = packing_backend
         self._plans_nominated = plans_nominated
+        self._specs = pod_specs if pod_specs is not None else PodSpecs()
+        # Each pod JSON the solve handles (relaxed copies too) by identity, for the re-packing
+        # stage, which holds pods as JSON; the specs keep the mappings alive.
+        self._spec_by_id: dict[int, PodSpec] = {}
         self.packing_outcomes: list[packing_model.PackingOutcome] = []
 
     # -- set-up (the rest of it, once per round, is in _solver_view.py) -------------------
@@ -179,17 +167,23 @@ class Solver:
     def _vector(self, resources: ResourceList) -> Vector:
         return to_vector(self._resources, resources)
 
+    def _remember(self, spec: PodSpec) -> PodSpec:
+        self._spec_by_id[id(spec.raw)] = spec
+        return spec
+
     def _class_of(self, pod: Pod) -> PodClass:
+        """The class of ``pod`` given as JSON (what the re-packing stage holds)."""
+        spec = self._spec_by_id.get(id(pod))
+        return self._class_for(spec if spec and spec.raw is pod else parse_pod(pod))
+
+    def _class_for(self, pod: PodSpec) -> PodClass:
         """The class of pods sharing ``pod``'s scheduling spec, made on its first pod."""
-        signature = json.dumps(scheduling_spec(pod), sort_keys=True, default=str)
-        found = self._classes.get(signature)
+        found = self._classes.get(pod.class_key)
         if found is not None:
             return found
         assert self._topology is not None
-        pod_class = new_pod_class(
-            pod, signature, self._resources, self._topology, self._topology_rejections
-        )
-        self._classes[signature] = pod_class
+        pod_class = new_pod_class(pod, self._resources, self._topology, self._topology_rejections)
+        self._classes[pod.class_key] = pod_class
         return pod_class
 
     # -- solving ----------------------------------------------------------------------------
@@ -198,39 +192,32 @@ class Solver:
         """Place ``pods``; see the module docstring for the order things are tried in."""
         deadline = self._clock.monotonic() + self._timeout
         errors: dict[str, str] = {}
-        readable = []
-        for pod in pods:
-            problem = unreadable_pod(pod)
-            if problem is None:
-                readable.append(pod)
-            else:
-                errors[pod_key(pod)] = problem
-        pods = readable
-        self._resources = resource_names(self._options, pods, self._existing)
+        specs = [self._remember(self._specs.get(pod)) for pod in pods]
+        errors.update((s.key, s.problem) for s in specs if s.problem is not None)
+        readable = [s for s in specs if s.problem is None]
+        self._resources = resource_names(self._options, readable, self._existing)
         self._pools = build_pools(self._options, self._resources)
-        self._nodes = build_nodes(
-            self._existing, self._resources, self._daemons, self._label_requirements
-        )
-        self._topology = build_topology(self._pools, self._existing, pods, self._namespaces)
+        self._nodes = build_nodes(self._existing, self._resources, self._daemons, self._specs)
+        self._topology = build_topology(self._pools, self._existing, readable, self._namespaces)
         result = SolveResult()
         # Pods a node or claim was launched or counted for go first, biggest first: taken in
         # size order with the rest, others could fill the room kept for them.
         nominated = frozenset().union(*(n.nominated for n in self._existing))
-        ordered = largest_first(pods, self._pools)
-        queue = deque(sorted(ordered, key=lambda p: pod_key(p) not in nominated))
+        ordered = largest_first(readable, self._pools)
+        queue = deque(sorted(ordered, key=lambda p: p.key not in nominated))
         stalled = 0  # pods retried since the last one was placed
         handled = 0
         while queue:
             if handled % _DEADLINE_CHECK_EVERY == 0 and self._clock.monotonic() > deadline:
                 result.timed_out = True
-                for pod in queue:
-                    errors.setdefault(pod_key(pod), "the solve timed out before reaching it")
+                for spec in queue:
+                    errors.setdefault(spec.key, "the solve timed out before reaching it")
                 break
             handled += 1
-            pod = queue.popleft()
-            key = pod_key(pod)
+            spec = queue.popleft()
+            key = spec.key
             try:
-                why = self._place(pod)
+                why = self._place(spec)
             except SPEC_ERRORS as exc:  # what unreadable_pod did not foresee
                 log.warning("cannot place pod %s: %r", key, exc)
                 errors[key] = f"cannot read its spec: {exc}"
@@ -240,17 +227,17 @@ class Solver:
                 stalled = 0
                 continue
             errors[key] = why.reason
-            relaxed = relax(pod)
+            relaxed = relax_spec(spec)
             if relaxed is not None:
-                queue.append(relaxed)
+                queue.append(self._remember(relaxed))
                 continue
             # Nothing left to relax; retry once everything else has had its turn, since a
             # pod placed later (an affinity target) may make room for it.
             stalled += 1
             if stalled <= len(queue):
-                queue.append(pod)
+                queue.append(spec)
         # Report the pods as given, not the relaxed copies that were placed.
-        originals = {pod_key(p): p for p in readable}
+        originals = {p.key: p.raw for p in readable}
         if self._packing_budget > 0 and self._claims:
             repacker = Repacker(
                 class_of=self._class_of,
@@ -274,35 +261,40 @@ class Solver:
         result.unschedulable = errors
         return result
 
-    def _place(self, pod: Pod) -> Refusal | None:
-        """Put ``pod`` on a node or claim (existing, in-flight, then new), or say why not."""
-        pod_class = self._class_of(pod)
-        strict = strict_topology(pod) if pod_class.topological else pod
+    def _place(self, spec: PodSpec) -> Refusal | None:
+        """Put ``spec`` on a node or claim (existing, in-flight, then new), or say why not."""
+        pod_class = self._class_for(spec)
+        pod = spec.raw
         if pod_class.requirements is None:
             return _NO_NODE_MATCHES_TERM
-        key = pod_key(pod)
+        key = spec.key
         # Back to the in-flight NodeClaim this pod was launched for, before anything else.
         for node in self._nodes:
-            if key in node.node.nominated and self._node_refusal(node, pod_class, strict) is None:
-                self._place_on_node(node, pod_class, pod, strict)
+            if key in node.node.nominated and self._node_refusal(node, pod_class, spec) is None:
+                self._place_on_node(node, pod_class, pod, spec)
                 return None
         hosts = None
         if pod_class.topological:
             assert self._topology is not None
-            hosts = self._topology.affinity_domains(strict, wellknown.LABEL_HOSTNAME)
+            hosts = self._topology.affinity_domains(spec, wellknown.LABEL_HOSTNAME)
         nodes = self._nodes if hosts is None else [n for n in self._nodes if n.hostname in hosts]
         for node in nodes:
             if node.index in pod_class.rejected_nodes:
                 continue
-            if self._node_refusal(node, pod_class, strict) is None:
-                self._place_on_node(node, pod_class, pod, strict)
+            if self._node_refusal(node, pod_class, spec) is None:
+                self._place_on_node(node, pod_class, pod, spec)
                 return None
         claims: Sequence[ClaimState]
         if hosts is None:
             claims = self._claims
             start = pod_class.first_claim
-            while start < len(claims) and start in pod_class.rejected_claims:
-                pod_class.rejected_claims.discard(start)
+            rejected = pod_class.rejected_claims
+            # A claim this class, or its topology constraints, rules out for good is never
+            # looked at again: past a run of those, the search starts later.
+            while start < len(claims) and (
+                start in rejected or start in pod_class.topology_rejected
+            ):
+                rejected.discard(start)
                 start += 1
             pod_class.first_claim = start
         else:
@@ -313,7 +305,7 @@ class Solver:
         # Of the first few claims that can take the pod, the one it leaves best balanced: with
         # instance types of every shape, an unbalanced claim (all memory, little CPU) is what
         # wastes money, and mixing memory-heavy and CPU-heavy pods is what avoids it.
-        best: _Fit | None = None
+        best: Fit | None = None
         best_score = 0.0
         seen = 0
         refusals = pod_class.unchanged_refusals
@@ -323,7 +315,7 @@ class Solver:
                 continue
             if refusals and refusals.get(claim.index) == claim.version:
                 continue
-            fit = self._fit_claim(claim, pod_class, strict)
+            fit = self._fit_claim(claim, pod_class, spec)
             if isinstance(fit, Refusal):
                 continue
             score = imbalance(fit.claim, fit.pods_total, fit.daemon)
@@ -333,7 +325,7 @@ class Solver:
             if seen == _BALANCE_CANDIDATES:
                 break
         if best is not None:
-            self._commit(best, pod_class, pod, strict)
+            self._commit(best, pod_class, pod, spec)
             return None
         pinned = pod_class.requirements.get(wellknown.LABEL_HOSTNAME)
         if pinned is not None:
@@ -343,7 +335,7 @@ class Solver:
                 return Refusal(named)
         reasons = []
         for pool in self._pools:
-            why = self._place_on_new_claim(pool, pod_class, pod, strict)
+            why = self._place_on_new_claim(pool, pod_class, pod, spec)
             if why is None:
                 return None
             reasons.append(f"NodePool {pool.option.name}: {why.reason}")
@@ -351,7 +343,7 @@ class Solver:
             return _NO_NODEPOOL
         return Refusal("; ".join(reasons))
 
-    def _node_refusal(self, node: SolverNode, pod_class: PodClass, strict: Pod) -> Refusal | None:
+    def _node_refusal(self, node: SolverNode, pod_class: PodClass, spec: PodSpec) -> Refusal | None:
         """Why the existing node cannot take a pod of ``pod_class``, or ``None`` if it can.
 
         Checks only; a refusal that lasts (taints, labels, room, ports) also marks the node as
@@ -377,16 +369,18 @@ class Solver:
             return lasting
         if pod_class.topological:
             narrowed = self._topology.add_requirements(
-                strict, pod_class.required, node.requirements, node.node.taints
+                spec, pod_class.required, node.requirements, node.node.taints
             )
             if isinstance(narrowed, Refusal):
                 return narrowed
         return None
 
-    def _place_on_node(self, node: SolverNode, pod_class: PodClass, pod: Pod, strict: Pod) -> None:
+    def _place_on_node(
+        self, node: SolverNode, pod_class: PodClass, pod: Pod, spec: PodSpec
+    ) -> None:
         """Commit ``pod`` to an existing node :meth:`_node_refusal` found no reason against."""
         assert self._topology is not None
-        self._topology.record(strict, node.requirements)
+        self._topology.record(spec, node.requirements)
         node.total = add(node.total, pod_class.vector)
         node.ports.add(pod_class.host_ports)
         node.placed.append(pod)
@@ -409,7 +403,7 @@ class Solver:
         self._merge_cache[cache_key] = (requirements, merged)
         return merged
 
-    def _fit_claim(self, claim: ClaimState, pod_class: PodClass, strict: Pod) -> _Fit | Refusal:
+    def _fit_claim(self, claim: ClaimState, pod_class: PodClass, spec: PodSpec) -> Fit | Refusal:
         """How ``claim`` would look with the pod on it, or why it cannot take the pod.
 
         The checks whose failure lasts (taints, ports, labels, room) come first and mark the
@@ -439,7 +433,7 @@ class Solver:
         narrowed = merged
         if pod_class.topological:
             topological = self._topology.add_requirements(
-                strict, pod_class.required, merged, claim.taints, explain=False
+                spec, pod_class.required, merged, claim.taints, explain=False
             )
             if isinstance(topological, Refusal):
                 if topological.permanent:
@@ -470,9 +464,9 @@ class Solver:
             and min_values_problem(narrowed, types[first:], add(pods_total, daemon)) is not None
         ):
             return _MIN_VALUES
-        return _Fit(claim, narrowed, types, first, pods_total, daemon)
+        return Fit(claim, narrowed, types, first, pods_total, daemon)
 
-    def _commit(self, fit: _Fit, pod_class: PodClass, pod: Pod, strict: Pod) -> None:
+    def _commit(self, fit: Fit, pod_class: PodClass, pod: Pod, spec: PodSpec) -> None:
         assert self._topology is not None
         claim = fit.claim
         claim.requirements = fit.requirements
@@ -481,7 +475,7 @@ class Solver:
         claim.ports.add(pod_class.host_ports)
         claim.pods.append(pod)
         claim.version += 1
-        self._topology.record(strict, fit.requirements)
+        self._topology.record(spec, fit.requirements)
 
     def _compatible_types(
         self, pool: PoolState, requirements: Requirements, pod_class: PodClass
@@ -509,7 +503,7 @@ class Solver:
         return cached
 
     def _place_on_new_claim(
-        self, pool: PoolState, pod_class: PodClass, pod: Pod, strict: Pod
+        self, pool: PoolState, pod_class: PodClass, pod: Pod, spec: PodSpec
     ) -> Refusal | None:
         """Open a new claim in ``pool`` holding ``pod``, or say why the pool cannot."""
         assert pod_class.requirements is not None
@@ -528,7 +522,7 @@ class Solver:
         if pod_class.topological:
             self._topology.register_domain(wellknown.LABEL_HOSTNAME, hostname)
             narrowed = self._topology.add_requirements(
-                strict, pod_class.required, requirements, taints
+                spec, pod_class.required, requirements, taints
             )
             if isinstance(narrowed, Refusal):
                 return narrowed
@@ -596,5 +590,5 @@ class Solver:
             )
         self._claims.append(claim)
         self._claims_by_host[hostname] = claim
-        self._topology.record(strict, requirements)
+        self._topology.record(spec, requirements)
         return None

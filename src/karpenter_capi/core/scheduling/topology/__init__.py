@@ -37,11 +37,11 @@ required, pass a *copy* of the pod with it promoted (``whenUnsatisfiable: DoNotS
 term moved to ``required...``): groups are derived from the pod object each call receives, and a
 group first seen mid-solve is counted from the existing pods and every placement recorded so far.
 
-Pods are recognised by object identity first, then by content, and treated as immutable: call
-:meth:`Topology.forget` after changing a pod's constraints in place (a fresh copy needs nothing).
-Identical constraints shared by many pods (the replicas of a Deployment) are one group with one
-set of counts, and a pod's view of the groups is cached by namespace, labels and constraints, so
-the per-pod cost is a few dictionary look-ups.
+A pod is given as a parsed ``PodSpec`` (``core.scheduling.podspec``), whose ``topology_key`` (its
+namespace, labels and constraints) was computed once when it was parsed, or as JSON, read on each
+call. Identical constraints shared by many pods (the replicas of a Deployment) are one group with
+one set of counts, and a pod's view of the groups is cached by that key, so the per-pod cost is a
+few dictionary look-ups.
 
 The package is split as upstream splits its scheduler's topology: ``_domains`` (which domain a
 node is in), ``_filter`` (which nodes a spread counts), ``_group`` (the counts per domain, and a

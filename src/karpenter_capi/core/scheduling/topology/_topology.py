@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from karpenter_capi.core.kube.selectors import Clause, CompiledSelector
+from karpenter_capi.core.scheduling.podspec import PodSpec, topology_signature
 from karpenter_capi.core.scheduling.refusal import Refusal
 from karpenter_capi.core.scheduling.requirements import Requirement, Requirements, normalize_key
 from karpenter_capi.core.scheduling.taints import Taint
@@ -33,9 +34,9 @@ _NO_NAMESPACES: Final[Mapping[str, Mapping[str, str]]] = MappingProxyType({})
 _NO_DOMAIN_TAINTS: Final[Mapping[str, Mapping[str, Iterable[Iterable[Taint]]]]] = MappingProxyType(
     {}
 )
-# Callers may hand over a fresh copy of a pod on every call; past this many identities the
-# identity cache is dropped (the content-keyed profiles survive, so a miss costs a few reprs).
-_IDENTITY_CACHE_LIMIT: Final = 1 << 16
+TopologyPod = Mapping[str, Any] | PodSpec
+"""A pod as the topology takes it: parsed (its ``strict`` view and ``topology_key`` read once),
+or as JSON, read on every call."""
 
 
 def schedule_anyway_constraints(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -93,7 +94,7 @@ class Topology:
         *,
         domains: Mapping[str, Iterable[str]],
         existing_pods: Iterable[tuple[Mapping[str, Any], NodeInfo]],
-        pending_pods: Iterable[Mapping[str, Any]],
+        pending_pods: Iterable[TopologyPod],
         namespaces: Mapping[str, Mapping[str, str]] = _NO_NAMESPACES,
         domain_taints: Mapping[str, Mapping[str, Iterable[Iterable[Taint]]]] = _NO_DOMAIN_TAINTS,
     ) -> None:
@@ -101,7 +102,6 @@ class Topology:
         self._groups: list[Group] = []
         self._by_identity: dict[tuple[Any, ...], Group] = {}
         self._profiles: dict[tuple[Any, ...], Profile] = {}
-        self._by_id: dict[int, tuple[Mapping[str, Any], Profile]] = {}
         self._placements: list[tuple[Profile, Requirements, tuple[Taint, ...]]] = []
 
         self._universe: dict[str, dict[str, TaintSets]] = {}
@@ -116,7 +116,7 @@ class Topology:
         self._universe_complete: set[str] = set()
 
         pending = list(pending_pods)
-        skip = {_identity(pod) for pod in pending}
+        skip = {_identity(pod.raw if isinstance(pod, PodSpec) else pod) for pod in pending}
         self._nodes: list[NodeInfo] = []
         node_index: dict[str, int] = {}
         # namespace -> repr(labels) -> (labels, node index -> pods): replicas on one node with one
@@ -148,12 +148,12 @@ class Topology:
 
         # Building every pending pod's groups now counts the existing pods once per distinct
         # constraint, before any placement, instead of on the solver's hot path.
-        for pod in pending:
-            self._profile(pod)
+        for waiting in pending:
+            self._profile(waiting)
 
     # --- the solver's interface ---------------------------------------------------------------
 
-    def has_constraints(self, pod: Mapping[str, Any]) -> bool:
+    def has_constraints(self, pod: TopologyPod) -> bool:
         """Whether any topology group constrains where ``pod`` may go.
 
         False means :meth:`add_requirements` would return the node requirements unchanged.
@@ -165,7 +165,7 @@ class Topology:
 
     def add_requirements(
         self,
-        pod: Mapping[str, Any],
+        pod: TopologyPod,
         pod_requirements: Requirements,
         node_requirements: Requirements,
         node_taints: Sequence[Taint] = (),
@@ -214,7 +214,7 @@ class Topology:
             result = result.with_requirement(Requirement(key, False, frozenset((choice,))))
         return result
 
-    def affinity_domains(self, pod: Mapping[str, Any], key: str) -> frozenset[str] | None:
+    def affinity_domains(self, pod: TopologyPod, key: str) -> frozenset[str] | None:
         """The only ``key`` domains the pod's required pod affinity can accept, if known.
 
         ``None`` when the pod has no required affinity on ``key``, or may start its group
@@ -235,7 +235,7 @@ class Topology:
 
     def record(
         self,
-        pod: Mapping[str, Any],
+        pod: TopologyPod,
         node_requirements: Requirements,
         node_taints: Sequence[Taint] = (),
     ) -> None:
@@ -265,10 +265,6 @@ class Topology:
         elif taints or taint_sets:
             # An untainted shape joining a tainted value makes it tolerable for everyone.
             taint_sets.append(tuple(taints))
-
-    def forget(self, pod: Mapping[str, Any]) -> None:
-        """Drop the cached view of ``pod`` after its constraints were changed in place."""
-        self._by_id.pop(id(pod), None)
 
     # --- groups and profiles ------------------------------------------------------------------
 
@@ -409,7 +405,7 @@ class Topology:
                 groups.append(group)
         return groups
 
-    def _refreshed(self, pod: Mapping[str, Any]) -> Profile:
+    def _refreshed(self, pod: TopologyPod) -> Profile:
         profile = self._profile(pod)
         groups = self._groups
         if profile.seen < len(groups):
@@ -423,40 +419,24 @@ class Topology:
             profile.seen = len(groups)
         return profile
 
-    def _profile(self, pod: Mapping[str, Any]) -> Profile:
-        cached = self._by_id.get(id(pod))
-        if cached is not None and cached[0] is pod:
-            return cached[1]
-        meta = pod.get("metadata") or {}
-        namespace = meta.get("namespace") or "default"
-        labels = meta.get("labels") or {}
-        spec = pod.get("spec") or {}
-        spreads = spec.get("topologySpreadConstraints")
-        affinity = spec.get("affinity") or {}
-        affinity_terms = _required_terms(affinity, "podAffinity")
-        anti_terms = _required_terms(affinity, "podAntiAffinity")
-        # repr is exact for JSON data and far cheaper than canonicalising; two equal pods whose
-        # dicts differ only in key order just get two profiles sharing the same groups.
-        signature: tuple[Any, ...] = (
-            namespace,
-            repr(labels),
-            repr(affinity_terms),
-            repr(anti_terms),
-        )
-        if spreads:
-            signature += (
-                repr(spreads),
-                repr(spec.get("nodeSelector")),
-                repr(affinity.get("nodeAffinity")),
-                repr(spec.get("tolerations")),
-            )
+    def _profile(self, pod: TopologyPod) -> Profile:
+        if isinstance(pod, PodSpec):
+            signature, pod = pod.topology_key, pod.strict
+        else:
+            signature = topology_signature(pod)
         profile = self._profiles.get(signature)
         if profile is None:
-            profile = self._build_profile(namespace, labels, spec, affinity_terms, anti_terms)
+            meta = pod.get("metadata") or {}
+            spec = pod.get("spec") or {}
+            affinity = spec.get("affinity") or {}
+            profile = self._build_profile(
+                meta.get("namespace") or "default",
+                meta.get("labels") or {},
+                spec,
+                _required_terms(affinity, "podAffinity"),
+                _required_terms(affinity, "podAntiAffinity"),
+            )
             self._profiles[signature] = profile
-        if len(self._by_id) >= _IDENTITY_CACHE_LIMIT:
-            self._by_id.clear()
-        self._by_id[id(pod)] = (pod, profile)
         return profile
 
     def _build_profile(

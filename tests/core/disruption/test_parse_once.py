@@ -1,0 +1,58 @@
+"""Each version of a pod is parsed once, however many provisioning rounds and consolidation
+simulations read it (issue 27: parse once, at the edge)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from karpenter_capi.core.scheduling import podspec
+from karpenter_capi.core.scheduling.solver import Solver
+from karpenter_capi.sim.scenario.schema import Catalog
+
+from .sim_world import SimWorld
+
+CATALOG = Catalog(cpus=[2, 4, 8], zones=["zone-a"], capacity_types=["on-demand"])
+
+
+def test_a_pod_version_is_parsed_once_across_rounds_and_a_consolidation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    parsed: Counter[tuple[str, str]] = Counter()
+    solves = 0
+    real_parse, real_solve = podspec.parse_pod, Solver.solve
+
+    def counting_parse(pod: Mapping[str, Any]) -> podspec.PodSpec:
+        meta = pod.get("metadata") or {}
+        parsed[(str(meta.get("uid")), str(meta.get("resourceVersion")))] += 1
+        return real_parse(pod)
+
+    def counting_solve(self: Solver, pods: Any) -> Any:
+        nonlocal solves
+        solves += 1
+        return real_solve(self, pods)
+
+    monkeypatch.setattr(podspec, "parse_pod", counting_parse)
+    monkeypatch.setattr(Solver, "solve", counting_solve)
+    world = SimWorld.build(
+        CATALOG,
+        disruption={
+            "consolidationPolicy": "WhenEmptyOrUnderutilized",
+            "consolidateAfter": "30s",
+            "budgets": [{"nodes": "100%"}],
+        },
+    )
+    world.deploy("web", 8, "1500m", "1Gi")
+    world.advance(60)
+    before = world.instance_types()
+    world.scale("web", 2)
+    world.advance(600)
+
+    assert len(world.instance_types()) < len(before), "no consolidation happened"
+    assert world.events("DisruptionTerminating")
+    assert solves >= 5, "too few rounds to show anything"
+    assert parsed, "nothing was parsed through the cache"
+    assert [version for version, count in parsed.items() if count > 1] == []

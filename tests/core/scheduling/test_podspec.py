@@ -1,0 +1,130 @@
+"""PodSpec: a pod read once into what scheduling needs, and the cache keyed by its version."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from karpenter_capi.core.provisioning.state import ParsedCluster, unbound
+from karpenter_capi.core.scheduling.podspec import PodSpecs, parse_pod, relax_spec
+from karpenter_capi.core.scheduling.resources import ResourceList, pod_requests
+
+
+def _pod(name: str, version: str = "1", *, node: str = "", **requests: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [{"name": "c", "resources": {"requests": requests or {"cpu": "100m"}}}],
+        "tolerations": [{"key": "gpu", "operator": "Exists"}],
+        "nodeSelector": {"zone": "a"},
+    }
+    if node:
+        spec["nodeName"] = node
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"uid-{name}",
+            "resourceVersion": version,
+            "labels": {"app": "web"},
+            "ownerReferences": [{"kind": "ReplicaSet", "name": "web-1", "controller": True}],
+        },
+        "spec": spec,
+        "status": {"phase": "Running" if node else "Pending"},
+    }
+
+
+def test_a_pod_is_read_into_what_scheduling_needs() -> None:
+    spec = parse_pod(_pod("a", node="n1", cpu="250m", memory="1Gi"))
+
+    assert spec.key == "ns/a"
+    assert (spec.uid, spec.node_name, spec.phase, spec.deleting) == (
+        "uid-a",
+        "n1",
+        "Running",
+        False,
+    )
+    assert spec.requests == ResourceList.parse({"cpu": "250m", "memory": "1Gi", "pods": "1"})
+    assert spec.owners[0].kind == "ReplicaSet"
+    assert spec.owners[0].controller
+    assert spec.requirements is not None
+    assert spec.requirements.label_value("zone") == "a"
+    assert spec.tolerations == ({"key": "gpu", "operator": "Exists"},)
+    assert spec.problem is None
+    with pytest.raises(AttributeError):
+        spec.key = "x"  # type: ignore[misc]
+
+
+def test_a_spec_the_api_server_would_refuse_says_why_instead_of_raising() -> None:
+    pod = _pod("bad")
+    pod["spec"]["tolerations"] = [{"operator": "Maybe"}]
+
+    assert parse_pod(pod).problem == "tolerations[0]: operator 'Maybe' is not Exists or Equal"
+
+
+def test_one_parse_per_version_and_an_unbound_copy_shares_it() -> None:
+    specs = PodSpecs()
+    bound = _pod("a", node="n1")
+    for _ in range(5):
+        specs.new_round()
+        assert specs.get(bound).node_name == "n1"
+    moving = specs.get(unbound(bound))
+
+    assert specs.parses == 1
+    assert moving.node_name == ""
+    assert moving.raw is not bound
+    specs.get(_pod("a", "2", node="n1"))
+    assert specs.parses == 2
+
+
+def test_a_pod_not_asked_for_during_a_whole_round_is_dropped() -> None:
+    specs = PodSpecs()
+    specs.get(_pod("gone"))
+    specs.new_round()
+    specs.new_round()
+
+    assert len(specs) == 0
+    specs.get(_pod("gone"))
+    assert specs.parses == 2
+
+
+def test_bound_sums_change_by_the_pods_that_came_went_or_changed() -> None:
+    bound = ParsedCluster()
+    a, b = _pod("a", node="n"), _pod("b", node="n", cpu="1", **{"nvidia.com/gpu": "1"})
+    rounds = [[a], [a, b], [a, _pod("b", "2", node="n", cpu="2")], [a], []]
+    for pods in rounds:
+        fresh = ResourceList.sum(pod_requests(p, include_pod_count=True) for p in pods)
+        assert bound.of("n", pods) == fresh
+    # The GPU left with the only pod asking for it: absent, not zero.
+    assert "nvidia.com/gpu" not in bound.of("n", [a])
+    assert bound.specs.parses == 3
+
+
+def test_relaxing_gives_a_new_spec_and_leaves_the_pod_and_its_parse_alone() -> None:
+    pod = _pod("soft")
+    pod["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 10,
+                    "preference": {
+                        "matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]
+                    },
+                }
+            ]
+        }
+    }
+    spec = parse_pod(pod)
+    relaxed = relax_spec(spec)
+
+    assert relaxed is not None
+    assert spec.requirements is not None
+    assert spec.requirements.label_value("disk") == "ssd"
+    assert relaxed.requirements is not None
+    assert "disk" not in relaxed.requirements
+    assert relaxed.class_key != spec.class_key
+    # What relaxation does not touch is shared, not copied.
+    assert relaxed.requests is spec.requests
+    assert relaxed.raw["spec"]["containers"] is pod["spec"]["containers"]
+    # The pod given is untouched.
+    node_affinity = pod["spec"]["affinity"]["nodeAffinity"]
+    assert len(node_affinity["preferredDuringSchedulingIgnoredDuringExecution"]) == 1
