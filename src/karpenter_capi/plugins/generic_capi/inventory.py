@@ -388,8 +388,8 @@ def collect_inventory(
     """The inventory of one ClusterAPINodeClass: select, read templates, describe, group.
 
     Settings come from ``ctx.options`` and the NodeClass's annotations (see ``shape``). The
-    template reader and the availability cache default to the ones shared per management
-    client, so the launch code's ``UnavailableOfferings.shared(ctx.management, ctx.clock)``
+    template reader and the availability cache default to the ones kept for ``ctx``'s cluster
+    (``PluginContext.state``), so the launch code's ``UnavailableOfferings.shared(ctx)``
     marks are seen here. An invalid selector or setting is ``Inventory.error``; API errors
     other than "kind not served" propagate.
     """
@@ -405,10 +405,10 @@ def collect_inventory(
         return Inventory(error=f"{where}{exc}")
     return build_inventory(
         selection.selected,
-        templates=templates or TemplateReader.shared(ctx.management, ctx.clock),
-        unavailable=unavailable or UnavailableOfferings.shared(ctx.management, ctx.clock),
+        templates=templates or TemplateReader.shared(ctx),
+        unavailable=unavailable or UnavailableOfferings.shared(ctx),
         settings=settings,
         problems=selection.problems,
         describe=ctx.describe_machine_template,
-        learned=learned or NodeOverheads.shared(ctx.management, ctx.workload, capi, ctx.clock),
+        learned=learned or NodeOverheads.shared(ctx, capi),
     )

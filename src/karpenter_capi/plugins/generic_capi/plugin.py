@@ -115,7 +115,7 @@ def _new_state(ctx: PluginContext) -> _State:
     machines = MachineCache(ctx.management, capi, ctx.clock, ttl)
     resources = ResourceCache(ctx.management, capi, ctx.clock, ttl)
     settings = LaunchSettings.from_options(ctx.options)
-    unavailable = UnavailableOfferings.shared(ctx.management, ctx.clock)
+    unavailable = UnavailableOfferings.shared(ctx)
     mirrors = ClusterMirrors(ctx.management, ctx.workload, capi)
     inflight = LaunchesInFlight(ctx.clock.monotonic)
     selected = JustSelected()
