@@ -54,7 +54,7 @@ from karpenter_capi.plugin_api import (
     Resource,
 )
 from karpenter_capi.plugin_api.kube import CapiResources, SelectorError
-from karpenter_capi.plugin_api.model import NodeClass
+from karpenter_capi.plugin_api.model import ClusterAPINodeClass, NodeClass
 from karpenter_capi.plugins.generic_capi.learned import NodeOverheads
 from karpenter_capi.plugins.generic_capi.offering import (
     ScalableResource,
@@ -367,13 +367,11 @@ def _instance_type(
     )
 
 
-def raw_nodeclass(nodeclass: NodeClass | Mapping[str, Any]) -> Mapping[str, Any]:
+def raw_nodeclass(nodeclass: NodeClass) -> Mapping[str, Any]:
     """The NodeClass as JSON, whether the hook received the model or a raw object."""
-    dump = getattr(nodeclass, "model_dump", None)
-    if dump is not None:
-        result: Mapping[str, Any] = dump(by_alias=True, exclude_none=True, mode="json")
-        return result
-    return nodeclass  # type: ignore[return-value]
+    if isinstance(nodeclass, ClusterAPINodeClass):
+        return nodeclass.to_json()
+    return nodeclass
 
 
 def collect_inventory(
