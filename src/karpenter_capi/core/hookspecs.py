@@ -19,6 +19,10 @@ Rules that hold for every hook:
   plugin never sleeps to wait for an instance. Launch is asynchronous: ``create`` records intent
   and returns, and later rounds observe progress through ``get`` and ``list``.
 * An implementation may accept any subset of a hook's arguments, by name (pluggy's rule).
+* Arguments are the typed values ``plugin_api`` exports: ``nodeclaim`` a ``NodeClaim``,
+  ``nodepool`` a ``NodePool``, ``nodeclass`` a ``NodeClass``; the models are frozen and shared
+  with every other reader (``to_json()`` gives a plugin its own JSON copy). What must outlive
+  a call and be shared by several hooks or plugins goes in ``ctx.state`` (one per cluster).
 * Hooks are called one plugin at a time by ``core.plugin_host.Plugins`` in the **plugin order**:
   implementations marked ``hookimpl(tryfirst=True)`` first, then unmarked ones in the order
   the plugins are enabled (``--plugins a,b``: ``a`` before ``b``), then ``trylast=True`` ones.
