@@ -131,6 +131,8 @@ class FakeProvider:
         """NodeClaim name -> its finalizers in the API when ``create`` was first called."""
         self.offered: dict[str, list[str]] = {}
         """NodeClaim name -> the instance types ``create`` was last given, in order."""
+        self.received: list[tuple[object, object]] = []
+        """``(nodeclaim, nodeclass)`` of every ``create`` call, as the hook received them."""
         self._ids = itertools.count(1)
 
     # Test controls.
@@ -189,6 +191,7 @@ class FakeProvider:
     ) -> LaunchResult | None:
         name = str(nodeclaim.metadata.name)
         self.calls.append(("create", name))
+        self.received.append((nodeclaim, nodeclass))
         if _nodeclass_kind(nodeclass) != NODECLASS_KIND:
             return None
         if name not in self.finalizers_at_create:

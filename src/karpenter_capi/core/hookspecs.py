@@ -19,6 +19,10 @@ Rules that hold for every hook:
   plugin never sleeps to wait for an instance. Launch is asynchronous: ``create`` records intent
   and returns, and later rounds observe progress through ``get`` and ``list``.
 * An implementation may accept any subset of a hook's arguments, by name (pluggy's rule).
+* Arguments are the typed values ``plugin_api`` exports: ``nodeclaim`` a ``NodeClaim``,
+  ``nodepool`` a ``NodePool``, ``nodeclass`` a ``NodeClass``; the models are frozen and shared
+  with every other reader (``to_json()`` gives a plugin its own JSON copy). What must outlive
+  a call and be shared by several hooks or plugins goes in ``ctx.state`` (one per cluster).
 * Hooks are called one plugin at a time by ``core.plugin_host.Plugins`` in the **plugin order**:
   implementations marked ``hookimpl(tryfirst=True)`` first, then unmarked ones in the order
   the plugins are enabled (``--plugins a,b``: ``a`` before ``b``), then ``trylast=True`` ones.
@@ -35,11 +39,12 @@ implementation itself so that it can give every plugin its own ``ctx`` and chain
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, TypeVar
 
 import pluggy
 
@@ -116,6 +121,39 @@ def _describes_nothing(
     return None
 
 
+_T = TypeVar("_T")
+
+
+class ClusterState:
+    """State the plugins keep for one cluster, owned by the framework (one per ``Plugins``).
+
+    A cache that the launch code and the inventory must share (which offerings recently failed,
+    the templates read, the node overheads learned) belongs to the cluster the plugins serve,
+    not to the process: a process serving two clusters keeps two ``Plugins`` and so two of
+    these, which never see each other's entries, and an entry goes when its ``Plugins`` goes.
+    Shared by every plugin of that ``Plugins``, so a key is a class the plugin owns. Thread-safe:
+    ``factory`` runs at most once per key.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[type[Any], Any] = {}
+
+    def get(self, key: type[_T], factory: Callable[[], _T]) -> _T:
+        """The value kept under ``key``, made by ``factory`` on first use."""
+        with self._lock:
+            found = self._values.get(key)
+            if found is None:
+                found = factory()
+                if not isinstance(found, key):
+                    raise TypeError(
+                        f"the factory for {key.__qualname__} made a {type(found).__qualname__}"
+                    )
+                self._values[key] = found
+            result: _T = found
+            return result
+
+
 @dataclass(frozen=True)
 class PluginContext:
     """What the core gives every hook call: clients, time, logging, and the plugin's options.
@@ -143,10 +181,23 @@ class PluginContext:
     """The operator's metrics (``core.observability.metrics.Metrics``), for plugins that time
     their cloud API calls or add gauges to its registry; ``None`` when nothing exposes metrics
     (the CLI's one-shot commands, most tests)."""
+    cluster_state: ClusterState = field(default_factory=ClusterState, repr=False, compare=False)
+    """The state of the cluster this context serves, shared by every plugin of one ``Plugins``
+    (read it through ``state``)."""
 
     def option(self, name: str, default: str | None = None) -> str | None:
         """One of this plugin's options, or ``default``."""
         return self.options.get(name, default)
+
+    def state(self, key: type[_T], factory: Callable[[], _T]) -> _T:
+        """The per-cluster ``key`` object, made by ``factory`` the first time it is asked for.
+
+        ``ctx.state(OfferingCache, lambda: OfferingCache(ctx.clock))`` returns the same object
+        to every hook call of every plugin serving this cluster, and another one for another
+        cluster (see ``ClusterState``). Use it for what hooks of different objects (a module's
+        functions, two plugins) must share; state of one plugin object can stay on ``self``.
+        """
+        return self.cluster_state.get(key, factory)
 
 
 @dataclass(frozen=True)

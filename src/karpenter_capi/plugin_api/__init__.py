@@ -12,6 +12,7 @@ The hook specifications themselves (their signatures and rules) are documented i
 """
 
 from karpenter_capi.core.api.nodeclaim import NodeClaim
+from karpenter_capi.core.api.nodeclass import ClusterAPINodeClass
 from karpenter_capi.core.api.nodepool import NodePool
 from karpenter_capi.core.clock import Clock, FakeClock
 from karpenter_capi.core.errors import (
@@ -27,12 +28,14 @@ from karpenter_capi.core.hookspecs import (
     REBALANCE_RECOMMENDATION,
     SCHEDULED_CHANGE,
     SPOT_INTERRUPTED,
+    ClusterState,
     DescribeMachineTemplate,
     Instance,
     InterruptionNotice,
     LaunchResult,
     LaunchWatch,
     MachineTemplateDescription,
+    NodeClass,
     PluginContext,
     hookimpl,
 )
@@ -56,6 +59,8 @@ __all__ = [
     "SCHEDULED_CHANGE",
     "SPOT_INTERRUPTED",
     "Clock",
+    "ClusterAPINodeClass",
+    "ClusterState",
     "DescribeMachineTemplate",
     "FakeClock",
     "Instance",
@@ -69,6 +74,7 @@ __all__ = [
     "LaunchWatch",
     "MachineTemplateDescription",
     "NodeClaim",
+    "NodeClass",
     "NodeClassNotReadyError",
     "NodePool",
     "Offering",

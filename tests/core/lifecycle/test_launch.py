@@ -6,8 +6,11 @@ import logging
 from datetime import timedelta
 
 import pytest
+from pydantic import ValidationError
 
 from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.api.nodeclaim import NodeClaim
+from karpenter_capi.core.api.nodeclass import ClusterAPINodeClass
 from karpenter_capi.core.errors import (
     InsufficientCapacityError,
     NodeClassNotReadyError,
@@ -345,3 +348,26 @@ def test_a_fallback_after_a_recorded_result_relabels_the_offering() -> None:
     claim = env.get("nc")
     assert condition(claim, "Launched")["status"] == "True"
     assert claim["metadata"]["labels"][wellknown.LABEL_TOPOLOGY_ZONE] == "zone-b"
+
+
+def test_create_receives_the_documented_frozen_models_read_once_per_version() -> None:
+    env = new_env(bind_after_polls=3)
+    env.nodeclaim("nc")
+    controller = env.lifecycle(launch_poll_interval=5.0)
+    env.reconcile(controller, "nc")  # creates; writes the plugin's labels and annotations
+    env.clock.advance(5)
+    env.reconcile(controller, "nc")  # polls the NodeClaim as written
+    env.clock.advance(5)
+    env.reconcile(controller, "nc")  # polls it again, unchanged
+
+    (first, first_class), (polled, polled_class), (again, again_class) = env.provider.received
+    for nodeclaim, nodeclass in env.provider.received:
+        assert type(nodeclaim) is NodeClaim
+        assert type(nodeclass) is ClusterAPINodeClass
+    assert polled.metadata.annotations["fake.example.com/instance"] == "fake-1"
+    # Unchanged objects are not validated again: the plugin sees the very same models.
+    assert again is polled
+    assert again_class is polled_class is first_class
+    assert first is not polled  # the NodeClaim changed in between (our write)
+    with pytest.raises(ValidationError, match="frozen"):
+        polled.metadata.name = "other"  # type: ignore[misc]

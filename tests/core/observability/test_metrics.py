@@ -319,3 +319,13 @@ def test_interruption_counters_carry_upstream_names(metrics: Metrics) -> None:
         in text
     )
     assert "karpenter_interruption_deleted_messages_total 2.0" in text
+
+
+def test_a_plugin_gauge_is_registered_once_per_registry_and_checked() -> None:
+    metrics = Metrics()
+    gauge = metrics.plugin_gauge("acme_quota_left", "Quota left.", ["region"])
+    # A second plugin (or a second cluster's plugins) asking gets the same gauge, no error.
+    assert metrics.plugin_gauge("acme_quota_left", "Quota left.", ["region"]) is gauge
+    assert Metrics().plugin_gauge("acme_quota_left", "Quota left.", ["region"]) is not gauge
+    with pytest.raises(ValueError, match="acme_quota_left has labels region"):
+        metrics.plugin_gauge("acme_quota_left", "Quota left.", ["zone"])

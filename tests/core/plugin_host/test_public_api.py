@@ -24,9 +24,9 @@ PLUGINS_DOC = ROOT / "docs" / "plugins.md"
 # Grouped as docs/plugins.md describes them.
 EXPORTS_BY_PURPOSE = {
     "the hook marker": ["hookimpl"],
-    "the context and what it holds": ["PluginContext", "KubeClient", "Clock"],
+    "the context and what it holds": ["PluginContext", "KubeClient", "Clock", "ClusterState"],
     "asking another plugin": ["DescribeMachineTemplate"],
-    "hook arguments": ["NodeClaim", "NodePool"],
+    "hook arguments": ["NodeClaim", "NodePool", "NodeClass", "ClusterAPINodeClass"],
     "inventory": ["InstanceType", "Offering", "InstanceTypeOverhead"],
     "quantities": ["ResourceList", "Quantity", "parse_quantity"],
     "machines": ["LaunchResult", "Instance", "LaunchWatch", "Resource"],

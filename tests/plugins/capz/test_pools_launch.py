@@ -319,8 +319,9 @@ def test_a_replica_nobody_waits_for_is_scaled_back() -> None:
 def test_other_nodeclasses_are_left_to_generic_capi() -> None:
     env = new_env()
     nodeclass, _nodepool = env.models()
-    plain = nodeclass.model_copy(deep=True)
-    plain.spec.launch = None
+    plain = nodeclass.model_copy(
+        update={"spec": nodeclass.spec.model_copy(update={"launch": None})}
+    )
     hooks = env.plugins.plugin("capz")
     assert isinstance(hooks, CapzHooks)
     assert hooks.karpenter_capi_instance_types(plain) is None

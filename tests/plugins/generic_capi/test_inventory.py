@@ -141,15 +141,15 @@ def test_a_resource_at_its_max_size_makes_an_unavailable_offering() -> None:
 
 
 def test_a_recent_launch_failure_makes_the_offering_unavailable_for_three_minutes() -> None:
-    server, clock, _, capi = new_env()
+    server, clock, ctx, capi = new_env()
     add(
         server,
         capi,
         scalable("MachineDeployment", "md-a", failure_domain="a", annotations=sized()),
         scalable("MachineDeployment", "md-b", failure_domain="b", annotations=sized()),
     )
-    cache = UnavailableOfferings.shared(server, clock)
-    assert UnavailableOfferings.shared(server, clock) is cache  # launch code and inventory agree
+    cache = UnavailableOfferings.shared(ctx)
+    assert UnavailableOfferings.shared(ctx) is cache  # launch code and inventory agree
 
     def availability() -> list[tuple[str, bool]]:
         inventory = build_inventory(select(server, capi, {}).selected, unavailable=cache)

@@ -201,7 +201,7 @@ def test_a_waiting_nodeclaim_beyond_a_lowered_max_size_moves_and_gives_its_repli
 
     assert moved.annotations[ANNOTATION_SCALABLE_RESOURCE].endswith("md-backup")
     assert (env.replicas("md-cheap"), env.replicas("md-backup")) == (1, 1)
-    unavailable = UnavailableOfferings.shared(env.plugin_management, env.clock)
+    unavailable = UnavailableOfferings.shared(env.plugins.context("generic_capi"))
     assert "maximum size" in (unavailable.reason("MachineDeployment/default/md-cheap") or "")
     env.launch_all(["nc-0", "nc-1"])
     assert len(env.machines()) == 2
@@ -240,7 +240,7 @@ def test_a_resource_that_makes_no_machine_in_time_gives_its_replica_back_and_is_
 
     assert moved.annotations[ANNOTATION_SCALABLE_RESOURCE] == "MachineDeployment/default/md-ok"
     assert (env.replicas("ms-stuck", MACHINE_SETS), env.replicas("md-ok")) == (0, 1)
-    unavailable = UnavailableOfferings.shared(env.plugin_management, env.clock)
+    unavailable = UnavailableOfferings.shared(env.plugins.context("generic_capi"))
     assert "no Machine within 60s" in (unavailable.reason("MachineSet/default/ms-stuck") or "")
     env.launch_all(["nc"])
     assert env.bindings()["nc"][0].startswith("md-ok")
@@ -260,7 +260,7 @@ def test_a_machine_that_fails_reports_insufficient_capacity_and_marks_its_resour
     with pytest.raises(InsufficientCapacityError, match="failed"):
         env.launch("nc")
 
-    unavailable = UnavailableOfferings.shared(env.plugin_management, env.clock)
+    unavailable = UnavailableOfferings.shared(env.plugins.context("generic_capi"))
     assert unavailable.is_unavailable("MachineDeployment/default/md-a")
 
 

@@ -110,7 +110,8 @@ class KubeModel(BaseModel):
     """Base of every API model: camelCase on the wire, Go ``omitempty`` semantics on output.
 
     ``model_dump()`` therefore already is API JSON: no ``null``, no empty optional containers,
-    enums as plain strings, timestamps as RFC 3339 text.
+    enums as plain strings, timestamps as RFC 3339 text. Frozen: an object read once is handed
+    to every reader (the plugins' hooks among them), so nobody may assign to its fields.
     """
 
     model_config = ConfigDict(
@@ -120,6 +121,7 @@ class KubeModel(BaseModel):
         serialize_by_alias=True,
         extra="ignore",
         use_attribute_docstrings=True,
+        frozen=True,
     )
 
     @model_serializer(mode="wrap")
@@ -505,3 +507,9 @@ class TypedObject(KubeModel):
     @property
     def name(self) -> str:
         return self.metadata.name or ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The object as the API serves it (camelCase keys, no empty optional fields): a new
+        dict at each call, the caller's to change, for a plugin that writes JSON."""
+        result: dict[str, Any] = self.model_dump(by_alias=True, exclude_none=True, mode="json")
+        return result

@@ -35,6 +35,7 @@ from pydantic import ValidationError
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.meta import validation_problems
 from karpenter_capi.core.api.nodeclaim import READINESS_CONDITIONS, NodeClaim
+from karpenter_capi.core.api.parsed import ParsedObjects
 from karpenter_capi.core.clock import parse_timestamp
 from karpenter_capi.core.errors import ProviderError
 from karpenter_capi.core.hookspecs import LaunchWatch
@@ -142,6 +143,8 @@ class NodeClaimLifecycleController:
             retry_max=retry_max,
         )
         self._said = SaidOnce()
+        self._nodeclaims = ParsedObjects(NodeClaim)
+        """Each NodeClaim validated once per resourceVersion, however often it is polled."""
         self._registration = Registration(ctx, self._writes, metrics, self._said)
         self._initialization = Initialization(ctx, self._writes, metrics, self._said)
         self._liveness = Liveness(
@@ -209,9 +212,10 @@ class NodeClaimLifecycleController:
         if raw is None or (raw.get("metadata") or {}).get("deletionTimestamp"):
             self._launch.forget(key)
             self._said.forget(key)
+            self._nodeclaims.forget(key)
             return DONE
         try:
-            model = NodeClaim.model_validate(raw)
+            model = self._nodeclaims.parse(raw)
         except ValidationError:
             self._launch.forget(key)
             self._mark_invalid(key, raw, invalid_nodeclaim_message(raw) or "")

@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from pydantic import ValidationError
@@ -45,6 +45,7 @@ from karpenter_capi.core.api.meta import NodeClassReference, validation_problems
 from karpenter_capi.core.api.nodeclaim import NodeClaimConditionType
 from karpenter_capi.core.api.nodeclass import ClusterAPINodeClass
 from karpenter_capi.core.api.nodepool import NodePool
+from karpenter_capi.core.api.parsed import ParsedObjects
 from karpenter_capi.core.errors import (
     InsufficientCapacityError,
     NodeClassNotReadyError,
@@ -141,20 +142,35 @@ def _nodepool_not_found(name: str | None) -> str:
     return f"NodePool {name} (label {label}) not found: create it or name an existing NodePool"
 
 
-def resolve_launch_inputs(ctx: ControllerContext, work: NodeClaimWork) -> LaunchInputs:
+@dataclass(frozen=True)
+class LaunchModels:
+    """The NodePools and NodeClasses launches read, each validated once per resourceVersion
+    (a launch is polled every few seconds; they rarely change)."""
+
+    nodepools: ParsedObjects[NodePool] = field(default_factory=lambda: ParsedObjects(NodePool))
+    nodeclasses: ParsedObjects[ClusterAPINodeClass] = field(
+        default_factory=lambda: ParsedObjects(ClusterAPINodeClass)
+    )
+
+
+def resolve_launch_inputs(
+    ctx: ControllerContext, work: NodeClaimWork, parsed: LaunchModels | None = None
+) -> LaunchInputs:
     """The NodePool, NodeClass and launchable instance types of a NodeClaim, from the caches.
 
     Like ``core.provisioning.inventory.resolve_nodepool``, but it keeps errors typed: a
     NodeClass that is missing, invalid or refused by its plugin raises
     ``NodeClassNotReadyError`` (the NodeClaim is given up), a NodePool problem
-    ``LaunchInputError`` (retried), and the plugins' own errors propagate.
+    ``LaunchInputError`` (retried), and the plugins' own errors propagate. ``parsed`` keeps
+    the NodePool and NodeClass models between polls (else they are validated again).
     """
+    parsed = parsed or LaunchModels()
     pool_name = work.nodepool
     raw_pool = ctx.caches.store(NODEPOOLS, WORKLOAD).get(pool_name) if pool_name else None
     if raw_pool is None:
         raise LaunchInputError("NodePoolNotFound", _nodepool_not_found(pool_name))
     try:
-        nodepool = NodePool.model_validate(raw_pool)
+        nodepool = parsed.nodepools.parse(raw_pool)
     except ValidationError as exc:
         raise LaunchInputError(
             "NodePoolInvalid",
@@ -169,7 +185,7 @@ def resolve_launch_inputs(ctx: ControllerContext, work: NodeClaimWork) -> Launch
     if raw_class is None:
         raise NodeClassNotReadyError(ref.name, f"{ref.kind} {ref.name} not found")
     try:
-        nodeclass = ClusterAPINodeClass.model_validate(raw_class)
+        nodeclass = parsed.nodeclasses.parse(raw_class)
     except ValidationError as exc:
         raise NodeClassNotReadyError(ref.name, "; ".join(validation_problems(exc))) from exc
     try:
@@ -229,6 +245,7 @@ class Launch:
         self._lock = threading.Lock()
         self._attempts: dict[str, _Attempt] = {}
         self._kinds: dict[tuple[str, str], list[str]] | None = None
+        self._parsed = LaunchModels()
 
     def forget(self, name: str) -> None:
         with self._lock:
@@ -285,7 +302,7 @@ class Launch:
         if wait > 0:
             return Result(requeue_after=wait)
         try:
-            inputs = resolve_launch_inputs(self._ctx, work)
+            inputs = resolve_launch_inputs(self._ctx, work, self._parsed)
             instance_types = inputs.instance_types
             under_way = attempt.result is not None or (
                 work.conditions.reason(LAUNCHED) == REASON_LAUNCHING

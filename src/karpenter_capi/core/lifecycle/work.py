@@ -85,7 +85,10 @@ class NodeClaimWork:
         return parse_timestamp(str(created)) if created else None
 
     def to_model(self) -> NodeClaim:
-        """The NodeClaim as it stands in this reconcile (what plugins are shown)."""
+        """The NodeClaim as it stands in this reconcile (what plugins are shown): the model
+        read, unless a step changed it (then validated again, with the changes)."""
+        if not self.metadata_patch() and not self.status_patch():
+            return self.model
         body = copy.deepcopy(self.raw)
         body["metadata"]["labels"] = dict(self.labels)
         body["metadata"]["annotations"] = dict(self.annotations)

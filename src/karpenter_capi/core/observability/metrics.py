@@ -17,7 +17,7 @@ calls) come from an injected ``Clock``, so a simulated hour is an hour in the hi
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -352,6 +352,26 @@ class Metrics:
             [NAME, CONTROLLER],
             registry=r,
         )
+        self._plugin_gauges: dict[str, tuple[Gauge, tuple[str, ...]]] = {}
+
+    def plugin_gauge(self, name: str, documentation: str, labelnames: Sequence[str]) -> Gauge:
+        """A gauge a plugin adds to this registry, registered on first use.
+
+        Every plugin asking for ``name`` gets the same gauge (``capa`` and ``capz`` share the
+        price age), and it lives as long as this ``Metrics``; registering a name twice on one
+        registry is an error, so plugins never register their own. Raises ``ValueError`` when
+        ``name`` was registered with other label names.
+        """
+        labels = tuple(labelnames)
+        with self._lock:
+            found = self._plugin_gauges.get(name)
+            if found is None:
+                found = (Gauge(name, documentation, labels, registry=self.registry), labels)
+                self._plugin_gauges[name] = found
+            gauge, registered = found
+            if registered != labels:
+                raise ValueError(f"gauge {name} has labels {', '.join(registered)}")
+            return gauge
 
     # -- NodeClaims and Nodes -----------------------------------------------------------------
 

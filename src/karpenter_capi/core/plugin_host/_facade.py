@@ -22,6 +22,7 @@ from karpenter_capi.core import hookspecs
 from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.errors import InstanceNotFoundError, ProviderError
 from karpenter_capi.core.hookspecs import (
+    ClusterState,
     Instance,
     InterruptionNotice,
     LaunchResult,
@@ -65,7 +66,9 @@ class PluginEnvironment:
     dry_run: bool = False
     metrics: Metrics | None = None
 
-    def context_for(self, plugin_name: str) -> PluginContext:
+    def context_for(
+        self, plugin_name: str, cluster_state: ClusterState | None = None
+    ) -> PluginContext:
         return PluginContext(
             plugin_name=plugin_name,
             workload=self.workload,
@@ -75,6 +78,7 @@ class PluginEnvironment:
             options=dict(self.options.get(plugin_name, {})),
             dry_run=self.dry_run,
             metrics=self.metrics,
+            cluster_state=cluster_state if cluster_state is not None else ClusterState(),
         )
 
 
@@ -97,6 +101,9 @@ class Plugins:
         self._sources = list(plugins)
         self._environment = environment
         self._contexts: dict[str, PluginContext] = {}
+        self.cluster_state = ClusterState()
+        """What the plugins keep for this cluster (``PluginContext.state``): it lives exactly
+        as long as this ``Plugins``."""
         self._manager = self._registered()
         self.interrupted = InterruptedOfferings(environment.clock)
         """Offerings spot interruptions took away: every inventory returned shows them
@@ -152,7 +159,7 @@ class Plugins:
         context = self._contexts.get(plugin_name)
         if context is None:
             context = dataclasses.replace(
-                self._environment.context_for(plugin_name),
+                self._environment.context_for(plugin_name, self.cluster_state),
                 describe_machine_template=self.describe_machine_template,
             )
             self._contexts[plugin_name] = context

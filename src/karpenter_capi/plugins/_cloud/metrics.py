@@ -5,13 +5,12 @@ The core's ``Metrics`` already has the cloud-provider call metrics
 plugins time every cloud API call with them, labelled by API (``DescribeInstanceTypes``,
 ``GetProducts``). What the core does not have is the age of the prices a plugin uses, which is
 how an operator notices that a pricing API has been failing for hours; that gauge is registered
-here, once per registry however many plugins share it.
+kept by the operator's ``Metrics`` (``plugin_gauge``), once per registry however many
+plugins share it.
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from typing import Final
@@ -24,23 +23,14 @@ PRICING_AGE_METRIC: Final = "karpenter_capi_pricing_age_seconds"
 CONTROLLER: Final = "inventory"
 """The ``controller`` label of the cloud calls: prices and catalogs feed the inventory."""
 
-_lock = threading.Lock()
-_gauges: weakref.WeakKeyDictionary[Metrics, Gauge] = weakref.WeakKeyDictionary()
-
 
 def _age_gauge(metrics: Metrics) -> Gauge:
-    # Registering twice on one registry is an error, and capa and capz share the registry.
-    with _lock:
-        gauge = _gauges.get(metrics)
-        if gauge is None:
-            gauge = Gauge(
-                PRICING_AGE_METRIC,
-                "Seconds since the prices a cloud plugin uses were fetched from the cloud.",
-                ["plugin", "region"],
-                registry=metrics.registry,
-            )
-            _gauges[metrics] = gauge
-        return gauge
+    # capa and capz share the registry, so the gauge is the registry's, not either plugin's.
+    return metrics.plugin_gauge(
+        PRICING_AGE_METRIC,
+        "Seconds since the prices a cloud plugin uses were fetched from the cloud.",
+        ["plugin", "region"],
+    )
 
 
 class CloudMetrics:

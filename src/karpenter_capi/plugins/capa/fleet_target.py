@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from karpenter_capi.plugin_api import KubeClient, NodeClassNotReadyError
 from karpenter_capi.plugin_api.kube import CAPI_GROUP, CAPI_INFRASTRUCTURE_GROUP
-from karpenter_capi.plugin_api.model import ClusterAPINodeClass, LaunchMode, LaunchSpec
+from karpenter_capi.plugin_api.model import ClusterAPINodeClass, LaunchMode, LaunchSpec, NodeClass
 from karpenter_capi.plugins.capa.region import (
     CONTROL_PLANE_GROUP,
     RegionError,
@@ -83,7 +83,7 @@ class FleetTarget:
         return frozenset(self.subnets)
 
 
-def fleet_launch(nodeclass: object) -> LaunchSpec | None:
+def fleet_launch(nodeclass: NodeClass) -> LaunchSpec | None:
     """The NodeClass's launch spec when it asks for ``CAPAFleet``, else ``None``."""
     if isinstance(nodeclass, ClusterAPINodeClass):
         launch = nodeclass.spec.launch
@@ -102,7 +102,7 @@ def fleet_launch(nodeclass: object) -> LaunchSpec | None:
     return launch
 
 
-def nodeclass_name(nodeclass: object) -> str:
+def nodeclass_name(nodeclass: NodeClass) -> str:
     if isinstance(nodeclass, ClusterAPINodeClass):
         return nodeclass.metadata.name or ""
     if isinstance(nodeclass, Mapping):
@@ -174,7 +174,9 @@ def metadata_options(machine: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType({**METADATA_DEFAULTS, **given})
 
 
-def resolve_target(client: KubeClient, nodeclass: object, region_option: str | None) -> FleetTarget:
+def resolve_target(
+    client: KubeClient, nodeclass: NodeClass, region_option: str | None
+) -> FleetTarget:
     """Read what ``nodeclass``'s fleet launches need; ``NodeClassNotReadyError`` says what is
     missing (the message reaches the NodeClass and the NodeClaim's events)."""
     launch = fleet_launch(nodeclass)

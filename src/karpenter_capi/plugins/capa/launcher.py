@@ -44,6 +44,7 @@ from karpenter_capi.plugin_api import (
     InsufficientCapacityError,
     KubeClient,
     LaunchResult,
+    NodeClaim,
     NodeClassNotReadyError,
     RetryableCreateError,
 )
@@ -58,7 +59,7 @@ from karpenter_capi.plugin_api.kube import (
     NotFound,
     capi_resources,
 )
-from karpenter_capi.plugin_api.model import wellknown
+from karpenter_capi.plugin_api.model import NodeClass, wellknown
 from karpenter_capi.plugins._cloud.unavailable import ExpiringMarks, UnavailableOfferings
 from karpenter_capi.plugins.capa import adopt, bootstrap_secret, fleet, launch_template
 from karpenter_capi.plugins.capa.clients import AwsClients
@@ -81,12 +82,8 @@ SUBNET_TTL_SECONDS: Final = 60.0
 """How long free-address counts of the subnets are reused (upstream Karpenter caches them)."""
 
 
-def _raw(nodeclaim: object) -> Mapping[str, Any]:
-    dump = getattr(nodeclaim, "model_dump", None)
-    if dump is not None:
-        result: Mapping[str, Any] = dump(by_alias=True, exclude_none=True, mode="json")
-        return result
-    return nodeclaim if isinstance(nodeclaim, Mapping) else {}
+def _raw(nodeclaim: NodeClaim) -> Mapping[str, Any]:
+    return nodeclaim.to_json()
 
 
 def parse_provider_id(provider_id: str) -> tuple[str, str] | None:
@@ -165,7 +162,7 @@ class FleetLauncher:
     # -- create ----------------------------------------------------------------------------------
 
     def create(
-        self, nodeclaim: object, instance_types: Sequence[InstanceType], nodeclass: object
+        self, nodeclaim: NodeClaim, instance_types: Sequence[InstanceType], nodeclass: NodeClass
     ) -> LaunchResult | None:
         if fleet_launch(nodeclass) is None:
             return None
@@ -399,7 +396,7 @@ class FleetLauncher:
         target = resolve_target(self._client, nodeclass, self._region_option)
         return target.region, target.cluster, target.namespace, f"{target.namespace}/{meta['name']}"
 
-    def delete(self, nodeclaim: object) -> bool | None:
+    def delete(self, nodeclaim: NodeClaim) -> bool | None:
         claim = _raw(nodeclaim)
         where = self._where(claim)
         if where is None:

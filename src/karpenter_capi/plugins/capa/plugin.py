@@ -52,6 +52,7 @@ from karpenter_capi.plugin_api import (
     KubeClient,
     LaunchResult,
     MachineTemplateDescription,
+    NodeClaim,
     NodeClassNotReadyError,
     PluginContext,
     hookimpl,
@@ -195,14 +196,14 @@ class CapaHooks:
 
     @hookimpl(tryfirst=True)
     def karpenter_capi_create(
-        self, nodeclaim: Any, instance_types: list[InstanceType], nodeclass: NodeClass
+        self, nodeclaim: NodeClaim, instance_types: list[InstanceType], nodeclass: NodeClass
     ) -> LaunchResult | None:
         if fleet_launch(nodeclass) is None:
             return None
         return self.launcher().create(nodeclaim, instance_types, nodeclass)
 
     @hookimpl(tryfirst=True)
-    def karpenter_capi_delete(self, nodeclaim: Any) -> bool | None:
+    def karpenter_capi_delete(self, nodeclaim: NodeClaim) -> bool | None:
         return self.launcher().delete(nodeclaim)
 
     @hookimpl(tryfirst=True)

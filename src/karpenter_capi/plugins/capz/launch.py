@@ -51,6 +51,7 @@ from karpenter_capi.plugin_api import (
     InstanceType,
     LaunchResult,
     LaunchWatch,
+    NodeClaim,
     NodeClassNotReadyError,
     PluginContext,
 )
@@ -116,7 +117,7 @@ def launch_spec(nodeclass: NodeClass) -> Any | None:
     return launch if mode is not None and str(mode) == LAUNCH_MODE else None
 
 
-def is_pool_claim(nodeclaim: Any) -> bool:
+def is_pool_claim(nodeclaim: NodeClaim) -> bool:
     """Whether ``nodeclaim`` was launched (or is being launched) by this mode."""
     return claim_facts(nodeclaim).annotations.get(ANNOTATION_LAUNCH) == LAUNCH_MODE
 
@@ -213,7 +214,7 @@ class PoolLaunch:
     # --- launch --------------------------------------------------------------------------------
 
     def create(
-        self, nodeclaim: Any, instance_types: Sequence[InstanceType], nodeclass: NodeClass
+        self, nodeclaim: NodeClaim, instance_types: Sequence[InstanceType], nodeclass: NodeClass
     ) -> LaunchResult:
         result = self.launcher.create(nodeclaim, instance_types, nodeclass)
         return replace(result, annotations={**result.annotations, ANNOTATION_LAUNCH: LAUNCH_MODE})
@@ -276,7 +277,7 @@ class PoolLaunch:
 
     # --- drift -------------------------------------------------------------------------------
 
-    def is_drifted(self, nodeclaim: Any, nodeclass: NodeClass) -> str | None:
+    def is_drifted(self, nodeclaim: NodeClaim, nodeclass: NodeClass) -> str | None:
         """``NodeClassDrift`` when the NodeClaim's pool was stamped from other templates than
         the NodeClass names today (pool names carry the templates' hash, ``pools.pool_name``)."""
         launch = launch_spec(nodeclass)
@@ -297,7 +298,7 @@ class PoolLaunch:
 
     # --- delete --------------------------------------------------------------------------------
 
-    def delete(self, nodeclaim: Any) -> bool | None:
+    def delete(self, nodeclaim: NodeClaim) -> bool | None:
         self.inflight.done(claim_facts(nodeclaim).name)
         return self.deleter.delete(nodeclaim)
 

@@ -32,6 +32,7 @@ from karpenter_capi.plugin_api import (
     LaunchResult,
     LaunchWatch,
     MachineTemplateDescription,
+    NodeClaim,
     NodeClassNotReadyError,
     PluginContext,
     RetryableCreateError,
@@ -119,7 +120,7 @@ class CapzHooks:
 
     @hookimpl(tryfirst=True)
     def karpenter_capi_create(
-        self, nodeclaim: Any, instance_types: list[InstanceType], nodeclass: NodeClass
+        self, nodeclaim: NodeClaim, instance_types: list[InstanceType], nodeclass: NodeClass
     ) -> LaunchResult | None:
         if launch_spec(nodeclass) is None:
             return None
@@ -129,7 +130,7 @@ class CapzHooks:
             raise RetryableCreateError(f"Cluster API request failed: {exc}") from exc
 
     @hookimpl(tryfirst=True)
-    def karpenter_capi_is_drifted(self, nodeclaim: Any, nodeclass: NodeClass) -> str | None:
+    def karpenter_capi_is_drifted(self, nodeclaim: NodeClaim, nodeclass: NodeClass) -> str | None:
         if launch_spec(nodeclass) is None:
             return None
         try:
@@ -143,7 +144,7 @@ class CapzHooks:
         return self.launch().watches()
 
     @hookimpl(tryfirst=True)
-    def karpenter_capi_delete(self, nodeclaim: Any) -> bool | None:
+    def karpenter_capi_delete(self, nodeclaim: NodeClaim) -> bool | None:
         if not is_pool_claim(nodeclaim):
             return None
         try:

@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any, Final
 
+from karpenter_capi.plugin_api import NodeClaim
 from karpenter_capi.plugin_api.kube import JsonObject
 from karpenter_capi.plugin_api.model import parse_timestamp, wellknown
 
@@ -212,16 +213,14 @@ class ClaimFacts:
         return (self.created, self.name)
 
 
-def claim_facts(obj: Any) -> ClaimFacts:
-    """Facts of a NodeClaim given as the core's model or as a raw JSON dict."""
-    raw: Mapping[str, Any]
-    dump = getattr(obj, "model_dump", None)
-    if dump is not None:
-        raw = dump(by_alias=True, exclude_none=True, mode="json")
-    elif isinstance(obj, Mapping):
-        raw = obj
-    else:
+def claim_facts(obj: NodeClaim | Mapping[str, Any]) -> ClaimFacts:
+    """Facts of a NodeClaim given as the model a hook receives or as a raw JSON dict (a
+    mirror's)."""
+    if isinstance(obj, NodeClaim):
+        return _model_facts(obj)
+    if not isinstance(obj, Mapping):
         raise TypeError(f"not a NodeClaim: {type(obj).__name__}")
+    raw = obj
     meta = _meta(raw)
     status = raw.get("status")
     spec = raw.get("spec")
@@ -236,6 +235,22 @@ def claim_facts(obj: Any) -> ClaimFacts:
         provider_id=str((status.get("providerID") if isinstance(status, Mapping) else "") or ""),
         node_class_kind=str((ref.get("kind") if isinstance(ref, Mapping) else "") or ""),
         launch_reason=_launch_reason(status),
+    )
+
+
+def _model_facts(claim: NodeClaim) -> ClaimFacts:
+    meta = claim.metadata
+    launched = claim.condition("Launched")
+    return ClaimFacts(
+        name=claim.name,
+        uid=meta.uid or "",
+        created=meta.creation_timestamp or EPOCH,
+        deleting=claim.is_deleting,
+        labels=dict(meta.labels),
+        annotations=dict(meta.annotations),
+        provider_id=claim.status.provider_id or "",
+        node_class_kind=claim.spec.node_class_ref.kind,
+        launch_reason="" if launched is None or launched.is_true else launched.reason,
     )
 
 

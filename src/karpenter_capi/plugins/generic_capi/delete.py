@@ -39,6 +39,7 @@ from typing import Final
 from karpenter_capi.plugin_api import (
     InstanceNotFoundError,
     KubeClient,
+    NodeClaim,
     PluginContext,
     ProviderError,
 )
@@ -122,7 +123,7 @@ class Deleter:
         """(NodeClaim name, uid) -> the resource this process last sent it to, for a NodeClaim
         deleted before the core wrote that intent on it, until its cancel is done."""
 
-    def delete(self, nodeclaim: object, sent_to: str | None = None) -> bool | None:
+    def delete(self, nodeclaim: NodeClaim, sent_to: str | None = None) -> bool | None:
         """``sent_to``: the resource this process last sent the NodeClaim to (``inflight``),
         which the NodeClaim may not show yet (or shows an older one, before a fallback):
         deleted right after the ``create`` that raised the replicas, its replica would

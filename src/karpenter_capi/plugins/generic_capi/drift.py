@@ -39,7 +39,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from karpenter_capi.plugin_api import KubeClient, PluginContext, Resource
+from karpenter_capi.plugin_api import KubeClient, NodeClaim, PluginContext, Resource
 from karpenter_capi.plugin_api.kube import (
     SET_NAME_LABEL,
     ApiError,
@@ -188,7 +188,7 @@ class DriftDetector:
         self._capi = capi
         self._cache = cache
 
-    def is_drifted(self, nodeclaim: object, nodeclass: NodeClass) -> str | None:
+    def is_drifted(self, nodeclaim: NodeClaim, nodeclass: NodeClass) -> str | None:
         if remediation(nodeclass, self._ctx.options) != REMEDIATION_KARPENTER:
             return None
         claim = claim_facts(nodeclaim)

@@ -54,7 +54,7 @@ from karpenter_capi.plugin_api import (
     Resource,
 )
 from karpenter_capi.plugin_api.kube import CapiResources, SelectorError
-from karpenter_capi.plugin_api.model import NodeClass
+from karpenter_capi.plugin_api.model import ClusterAPINodeClass, NodeClass
 from karpenter_capi.plugins.generic_capi.learned import NodeOverheads
 from karpenter_capi.plugins.generic_capi.offering import (
     ScalableResource,
@@ -367,13 +367,11 @@ def _instance_type(
     )
 
 
-def raw_nodeclass(nodeclass: NodeClass | Mapping[str, Any]) -> Mapping[str, Any]:
+def raw_nodeclass(nodeclass: NodeClass) -> Mapping[str, Any]:
     """The NodeClass as JSON, whether the hook received the model or a raw object."""
-    dump = getattr(nodeclass, "model_dump", None)
-    if dump is not None:
-        result: Mapping[str, Any] = dump(by_alias=True, exclude_none=True, mode="json")
-        return result
-    return nodeclass  # type: ignore[return-value]
+    if isinstance(nodeclass, ClusterAPINodeClass):
+        return nodeclass.to_json()
+    return nodeclass
 
 
 def collect_inventory(
@@ -388,8 +386,8 @@ def collect_inventory(
     """The inventory of one ClusterAPINodeClass: select, read templates, describe, group.
 
     Settings come from ``ctx.options`` and the NodeClass's annotations (see ``shape``). The
-    template reader and the availability cache default to the ones shared per management
-    client, so the launch code's ``UnavailableOfferings.shared(ctx.management, ctx.clock)``
+    template reader and the availability cache default to the ones kept for ``ctx``'s cluster
+    (``PluginContext.state``), so the launch code's ``UnavailableOfferings.shared(ctx)``
     marks are seen here. An invalid selector or setting is ``Inventory.error``; API errors
     other than "kind not served" propagate.
     """
@@ -405,10 +403,10 @@ def collect_inventory(
         return Inventory(error=f"{where}{exc}")
     return build_inventory(
         selection.selected,
-        templates=templates or TemplateReader.shared(ctx.management, ctx.clock),
-        unavailable=unavailable or UnavailableOfferings.shared(ctx.management, ctx.clock),
+        templates=templates or TemplateReader.shared(ctx),
+        unavailable=unavailable or UnavailableOfferings.shared(ctx),
         settings=settings,
         problems=selection.problems,
         describe=ctx.describe_machine_template,
-        learned=learned or NodeOverheads.shared(ctx.management, ctx.workload, capi, ctx.clock),
+        learned=learned or NodeOverheads.shared(ctx, capi),
     )

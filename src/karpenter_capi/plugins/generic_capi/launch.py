@@ -74,6 +74,7 @@ from karpenter_capi.plugin_api import (
     InsufficientCapacityError,
     KubeClient,
     LaunchResult,
+    NodeClaim,
     PluginContext,
     RetryableCreateError,
 )
@@ -197,7 +198,7 @@ class Launcher:
     # --- entry point ----------------------------------------------------------------------------
 
     def create(
-        self, nodeclaim: object, instance_types: Sequence[InstanceType], nodeclass: NodeClass
+        self, nodeclaim: NodeClaim, instance_types: Sequence[InstanceType], nodeclass: NodeClass
     ) -> LaunchResult:
         call = _Call(claim_facts(nodeclaim), self._ctx.clock.now())
         name = call.claim.name

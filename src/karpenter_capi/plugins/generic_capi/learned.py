@@ -29,25 +29,21 @@ from __future__ import annotations
 
 import logging
 import threading
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from karpenter_capi.plugin_api import Clock, KubeClient, Resource, ResourceList
+from karpenter_capi.plugin_api import Clock, KubeClient, PluginContext, Resource, ResourceList
 from karpenter_capi.plugin_api.kube import NODES, ApiError, CapiResources, NotFound
 from karpenter_capi.plugin_api.model import ResourceListError, parse_timestamp
 from karpenter_capi.plugins.generic_capi.overhead import LearnedOverhead
 from karpenter_capi.plugins.generic_capi.scaling import ResourceRef
 from karpenter_capi.plugins.generic_capi.selection import MACHINE_POOL
-from karpenter_capi.plugins.generic_capi.sources import shared_per_client
 
 log = logging.getLogger(__name__)
 
 DEFAULT_RETRY_SECONDS: Final = 30.0
-
-_shared_learned: weakref.WeakKeyDictionary[Any, NodeOverheads] = weakref.WeakKeyDictionary()
 
 
 def _ref_identity(ref: Any) -> tuple[str, str]:
@@ -128,16 +124,9 @@ class NodeOverheads:
         self._entries: dict[str, _Entry] = {}
 
     @classmethod
-    def shared(
-        cls, management: KubeClient, workload: KubeClient, capi: CapiResources, clock: Clock
-    ) -> NodeOverheads:
-        """One per management client, so every inventory round remembers what was learned."""
-        found: NodeOverheads = shared_per_client(
-            _shared_learned,
-            management,
-            lambda: cls(weakref.proxy(management), workload, capi, clock),
-        )
-        return found
+    def shared(cls, ctx: PluginContext, capi: CapiResources) -> NodeOverheads:
+        """One per cluster ``ctx`` serves, so every inventory round remembers what was learned."""
+        return ctx.state(cls, lambda: cls(ctx.management, ctx.workload, capi, ctx.clock))
 
     def learned(self, resource: Resource, obj: Mapping[str, Any]) -> LearnedOverhead | None:
         """What a Node of ``obj`` (a scalable resource of kind ``resource.kind``) showed."""

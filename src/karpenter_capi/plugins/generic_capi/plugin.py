@@ -40,6 +40,7 @@ from karpenter_capi.plugin_api import (
     InstanceType,
     LaunchResult,
     LaunchWatch,
+    NodeClaim,
     NodeClassNotReadyError,
     PluginContext,
     RetryableCreateError,
@@ -115,7 +116,7 @@ def _new_state(ctx: PluginContext) -> _State:
     machines = MachineCache(ctx.management, capi, ctx.clock, ttl)
     resources = ResourceCache(ctx.management, capi, ctx.clock, ttl)
     settings = LaunchSettings.from_options(ctx.options)
-    unavailable = UnavailableOfferings.shared(ctx.management, ctx.clock)
+    unavailable = UnavailableOfferings.shared(ctx)
     mirrors = ClusterMirrors(ctx.management, ctx.workload, capi)
     inflight = LaunchesInFlight(ctx.clock.monotonic)
     selected = JustSelected()
@@ -154,7 +155,7 @@ def _writes_status(ctx: PluginContext) -> bool:
     return option != "false"
 
 
-def _ours(nodeclass: NodeClass | Mapping[str, Any]) -> bool:
+def _ours(nodeclass: NodeClass) -> bool:
     """A ClusterAPINodeClass without ``spec.launch``: one with a native launch mode belongs to
     the plugin of that mode (``capa``, ``capz``), even for drift, which this plugin would judge
     by scalable-resource templates such a NodeClass does not use."""
@@ -164,11 +165,8 @@ def _ours(nodeclass: NodeClass | Mapping[str, Any]) -> bool:
     return not (raw.get("spec") or {}).get("launch")
 
 
-def _claims_our_kind(nodeclaim: Any) -> bool:
-    dump = getattr(nodeclaim, "model_dump", None)
-    raw = dump(by_alias=True, mode="json") if dump is not None else nodeclaim
-    ref = ((raw or {}).get("spec") or {}).get("nodeClassRef") or {}
-    return bool(ref.get("kind", NODECLASS_KIND) == NODECLASS_KIND)
+def _claims_our_kind(nodeclaim: NodeClaim) -> bool:
+    return nodeclaim.spec.node_class_ref.kind == NODECLASS_KIND
 
 
 def _unreadable_management(
@@ -204,9 +202,8 @@ def _update_status(
         return False
 
 
-def _name(nodeclaim: Any) -> str:
-    metadata = getattr(nodeclaim, "metadata", None)
-    return str(getattr(metadata, "name", None) or "?")
+def _name(nodeclaim: NodeClaim) -> str:
+    return nodeclaim.name or "?"
 
 
 class GenericCapiPlugin:
@@ -272,7 +269,7 @@ class GenericCapiPlugin:
 
     @hookimpl
     def karpenter_capi_create(
-        self, nodeclaim: Any, instance_types: list[InstanceType], nodeclass: NodeClass
+        self, nodeclaim: NodeClaim, instance_types: list[InstanceType], nodeclass: NodeClass
     ) -> LaunchResult | None:
         if not _ours(nodeclass):
             return None
@@ -296,7 +293,7 @@ class GenericCapiPlugin:
         return [LaunchWatch(state.capi.machines, nodeclaims, "management")]
 
     @hookimpl
-    def karpenter_capi_delete(self, nodeclaim: Any) -> bool | None:
+    def karpenter_capi_delete(self, nodeclaim: NodeClaim) -> bool | None:
         if not _claims_our_kind(nodeclaim):
             return None
         state = self._state()
@@ -320,13 +317,13 @@ class GenericCapiPlugin:
         return [*state.instances.list(), *state.unclaimed.instances()]
 
     @hookimpl
-    def karpenter_capi_is_drifted(self, nodeclaim: Any, nodeclass: NodeClass) -> str | None:
+    def karpenter_capi_is_drifted(self, nodeclaim: NodeClaim, nodeclass: NodeClass) -> str | None:
         if not _ours(nodeclass):
             return None
         return self._state().drift.is_drifted(nodeclaim, nodeclass)
 
     @hookimpl
-    def karpenter_capi_disruption_blocked(self, nodeclaims: list[Any]) -> dict[str, str]:
+    def karpenter_capi_disruption_blocked(self, nodeclaims: list[NodeClaim]) -> dict[str, str]:
         ours = [claim for claim in nodeclaims if _claims_our_kind(claim)]
         if not ours:
             return {}

@@ -1,9 +1,9 @@
 """What describing a scalable resource consults besides the resource itself.
 
-Two sources, each shared per management client so that the launch code and the inventory see
-the same state: ``UnavailableOfferings`` (resources that recently failed to produce a Machine,
-marked by the launch code and read by the inventory for three minutes), and ``TemplateReader``
-(infrastructure machine templates). Reading a template means resolving
+Two sources, each kept per cluster (``PluginContext.state``) so that the launch code and the
+inventory see the same state: ``UnavailableOfferings`` (resources that recently failed to
+produce a Machine, marked by the launch code and read by the inventory for three minutes), and
+``TemplateReader`` (infrastructure machine templates). Reading a template means resolving
 ``spec.template.spec.infrastructureRef`` to a REST resource for a kind this project has never
 heard of: the reader discovers the served version, derives the plural as cluster-autoscaler does
 (lower-case kind + ``s``, the kubebuilder convention every infrastructure provider follows) and
@@ -16,12 +16,11 @@ that module stays about grouping resources into instance types.
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-from karpenter_capi.plugin_api import Clock, KubeClient, Resource
+from karpenter_capi.plugin_api import Clock, KubeClient, PluginContext, Resource
 from karpenter_capi.plugin_api.kube import CAPI_INFRASTRUCTURE_GROUP, ApiError, NotFound
 from karpenter_capi.plugins._cloud.unavailable import ExpiringMarks
 from karpenter_capi.plugins.generic_capi.kubelet import (
@@ -43,27 +42,6 @@ REASON_INVALID_KUBELET_CONFIG: Final = "InvalidKubeletConfiguration"
 # --- availability -------------------------------------------------------------------------------
 
 
-_shared_lock = threading.Lock()
-
-
-def shared_per_client(
-    registry: weakref.WeakKeyDictionary[Any, Any], client: object, build: Any
-) -> Any:
-    """One instance per management client, weakly held (a discarded client frees its cache)."""
-    with _shared_lock:
-        found = registry.get(client)
-        if found is None:
-            found = build()
-            registry[client] = found
-        return found
-
-
-_shared_unavailable: weakref.WeakKeyDictionary[Any, UnavailableOfferings] = (
-    weakref.WeakKeyDictionary()
-)
-_shared_templates: weakref.WeakKeyDictionary[Any, TemplateReader] = weakref.WeakKeyDictionary()
-
-
 class UnavailableOfferings(ExpiringMarks[str]):
     """Scalable resources that recently failed to produce a Machine, for a while.
 
@@ -76,12 +54,9 @@ class UnavailableOfferings(ExpiringMarks[str]):
     """
 
     @classmethod
-    def shared(cls, client: KubeClient, clock: Clock) -> UnavailableOfferings:
-        """The instance shared by the inventory and the launch code of one management cluster."""
-        found: UnavailableOfferings = shared_per_client(
-            _shared_unavailable, client, lambda: cls(clock)
-        )
-        return found
+    def shared(cls, ctx: PluginContext) -> UnavailableOfferings:
+        """The instance shared by the inventory and the launch code of ``ctx``'s cluster."""
+        return ctx.state(cls, lambda: cls(ctx.clock))
 
 
 # --- infrastructure templates -------------------------------------------------------------------
@@ -138,13 +113,9 @@ class TemplateReader:
         self._version_of: dict[tuple[str, str], str] = {}
 
     @classmethod
-    def shared(cls, client: KubeClient, clock: Clock) -> TemplateReader:
-        """One reader (and one cache) per management client."""
-        # A proxy, not the client: the registry's value must not keep its weak key alive.
-        found: TemplateReader = shared_per_client(
-            _shared_templates, client, lambda: cls(weakref.proxy(client), clock)
-        )
-        return found
+    def shared(cls, ctx: PluginContext) -> TemplateReader:
+        """One reader (and one cache) per cluster ``ctx`` serves."""
+        return ctx.state(cls, lambda: cls(ctx.management, ctx.clock))
 
     def read(self, namespace: str, ref: Mapping[str, Any]) -> TemplateStatus:
         """The status of the template ``ref`` names (v1beta1 or v1beta2 reference shape).
