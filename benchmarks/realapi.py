@@ -354,7 +354,8 @@ def run(
     emulation = Manager(server, clock=clock)
     add_capi_emulation(emulation, nodes=True)
     add_workload_emulation(emulation)
-    emulation.add(SimScheduler(server, emulation, clock))
+    scheduler = SimScheduler(server, emulation, clock)
+    emulation.add(scheduler)
     driver = ThreadedDriver(emulation)
     mix = workload(pods)
     writer = Writer(server, mix)
@@ -412,6 +413,10 @@ def run(
     figures["last_pod_to_last_scale_up_s"] = (
         round(max(scales) - writer.created[-1], 2) if scales else None
     )
+    # Whether kube-scheduler realized the nominations: pods bound where they were nominated
+    # when tried, and nominated pods it bound elsewhere.
+    figures["bound_as_nominated"] = scheduler.bound_as_nominated
+    figures["bound_elsewhere_than_nominated"] = scheduler.bound_elsewhere
     figures["last_ready_to_all_bound_s"] = (
         round(all_bound - max(ready.values()), 2) if ready else None
     )

@@ -129,6 +129,10 @@ class SimScheduler:
         self._timer: tuple[float, Key] | None = None  # the flush timer asked for, and its key
         self.cycles = 0
         """Scheduling cycles run (a cycle is skipped when nothing changed)."""
+        self.bound_as_nominated = 0
+        """Pods bound to the node ``status.nominatedNodeName`` named when they were tried."""
+        self.bound_elsewhere = 0
+        """Pods bound to another node than the one they were nominated to."""
 
     def watches(self) -> Sequence[Watch]:
         return [Watch(NODES, to_keys=self._on_node), Watch(PODS, to_keys=self._on_pod)]
@@ -294,6 +298,11 @@ class SimScheduler:
             ].name
         if self._bind(pod, chosen):
             snapshot.place(pod, chosen)
+            nominated = nominated_node(pod)
+            if nominated == chosen:
+                self.bound_as_nominated += 1
+            elif nominated is not None:
+                self.bound_elsewhere += 1
 
     @staticmethod
     def _nominated_fit(
