@@ -120,3 +120,15 @@ def test_a_node_labelled_to_match_brings_the_pod_back(sim: Sim) -> None:
     sim.api.update(NODES, node)
     sim.settle()
     assert sim.node_of("web") == "n1"
+
+
+def test_a_pod_whose_spec_cannot_be_read_is_told_so_and_the_others_still_bind(sim: Sim) -> None:
+    sim.node("n1")
+    sim.pod("huge", cpu="1e400")
+    sim.pod("web")
+    sim.settle()
+    assert sim.node_of("web") == "n1"
+    assert _message(sim, "huge").startswith("cannot read the pod's spec")
+    sim.pod("later")  # the stand-in keeps working for everything else
+    sim.settle()
+    assert sim.node_of("later") == "n1"

@@ -117,7 +117,13 @@ class SchedulingQueue:
 
     def park(self, key: str, pod: JsonObject, plugins: frozenset[str], now: float) -> None:
         """``AddUnschedulableIfNotPresent``: the pod failed, rejected by ``plugins``."""
-        parked = _Parked(pod, plugins, now, rules.pod_requests(pod))
+        try:
+            requests = rules.pod_requests(pod)
+        except (ValueError, TypeError, AttributeError, KeyError, OverflowError):
+            # A spec the stand-in cannot read (the cycle said so on the pod): no hint can
+            # judge it, so every event brings it back, as before it was parked.
+            requests, plugins = {}, frozenset()
+        parked = _Parked(pod, plugins, now, requests)
         self._parked[key] = parked
         if _any_event(parked):
             self._anytime.add(key)
