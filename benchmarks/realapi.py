@@ -34,7 +34,9 @@ rounds (creates a second or more apart start a new one), the
 NodeClaims created per second within a round and the longest round's creates; the controller's
 API requests (all verbs, watches included) per node; its CPU-seconds and peak RSS over the
 scale-up and over the whole run; nodes and their hourly cost; empty nodes (bought but holding
-no pod). Figures, not assertions; ``tests/e2e/test_realapi.py`` runs it small.
+no pod); pods the kube-scheduler stand-in bound where their ``status.nominatedNodeName`` said,
+and nominated pods it bound elsewhere. Figures, not assertions; ``tests/e2e/test_realapi.py``
+runs it small.
 
     .venv/bin/python benchmarks/realapi.py [--pods 1000] [--boot-delay 5] [--json]
         [--controller-arg=--workers=4 ...] [--keep-log FILE]
