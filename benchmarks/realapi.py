@@ -34,7 +34,9 @@ rounds (creates a second or more apart start a new one), the
 NodeClaims created per second within a round and the longest round's creates; the controller's
 API requests (all verbs, watches included) per node; its CPU-seconds and peak RSS over the
 scale-up and over the whole run; nodes and their hourly cost; empty nodes (bought but holding
-no pod). Figures, not assertions; ``tests/e2e/test_realapi.py`` runs it small.
+no pod); pods the kube-scheduler stand-in bound where their ``status.nominatedNodeName`` said,
+and nominated pods it bound elsewhere. Figures, not assertions; ``tests/e2e/test_realapi.py``
+runs it small.
 
     .venv/bin/python benchmarks/realapi.py [--pods 1000] [--boot-delay 5] [--json]
         [--controller-arg=--workers=4 ...] [--keep-log FILE]
@@ -354,7 +356,8 @@ def run(
     emulation = Manager(server, clock=clock)
     add_capi_emulation(emulation, nodes=True)
     add_workload_emulation(emulation)
-    emulation.add(SimScheduler(server, emulation, clock))
+    scheduler = SimScheduler(server, emulation, clock)
+    emulation.add(scheduler)
     driver = ThreadedDriver(emulation)
     mix = workload(pods)
     writer = Writer(server, mix)
@@ -412,6 +415,10 @@ def run(
     figures["last_pod_to_last_scale_up_s"] = (
         round(max(scales) - writer.created[-1], 2) if scales else None
     )
+    # Whether kube-scheduler realized the nominations: pods bound where they were nominated
+    # when tried, and nominated pods it bound elsewhere.
+    figures["bound_as_nominated"] = scheduler.bound_as_nominated
+    figures["bound_elsewhere_than_nominated"] = scheduler.bound_elsewhere
     figures["last_ready_to_all_bound_s"] = (
         round(all_bound - max(ready.values()), 2) if ready else None
     )

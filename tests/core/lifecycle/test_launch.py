@@ -22,7 +22,7 @@ from karpenter_capi.core.kube.errors import (
     ServiceUnavailable,
     TooManyRequests,
 )
-from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES, NODECLAIMS
+from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES, NODECLAIMS, NODEPOOLS
 from tests.core.lifecycle.harness import Env, condition, new_env
 
 
@@ -81,6 +81,35 @@ def test_launch_is_unknown_while_the_provider_binds_then_true() -> None:
     # Registration now waits for the Node (woken by Node events), liveness for its deadline.
     assert condition(claim, "Registered")["reason"] == "NodeNotFound"
     assert result.requeue_after == pytest.approx(15 * 60)
+
+
+def test_a_launch_under_way_does_not_resolve_its_instance_types_again() -> None:
+    # Each resolution is a fresh selection of the management cluster's resources (four lists
+    # over a real API); the call that finds the Machine needs none of it.
+    env = new_env(bind_after_polls=1)
+    env.nodeclaim("nc")
+    controller = env.lifecycle(launch_poll_interval=1.0)
+    env.reconcile(controller, "nc")
+    resolved = env.provider.count("instance_types")
+    env.clock.advance(1)
+    env.reconcile(controller, "nc")
+    assert condition(env.get("nc"), "Launched")["status"] == "True"
+    assert env.provider.count("create", "nc") == 2
+    assert env.provider.count("instance_types") == resolved
+
+
+def test_a_launch_under_way_resolves_again_when_its_nodepool_spec_changes() -> None:
+    env = new_env(bind_after_polls=2)
+    env.nodeclaim("nc")
+    controller = env.lifecycle(launch_poll_interval=1.0)
+    env.reconcile(controller, "nc")
+    resolved = env.provider.count("instance_types")
+    pool = env.api.get(NODEPOOLS, "general")
+    pool["spec"]["weight"] = 7
+    env.api.update(NODEPOOLS, pool)
+    env.clock.advance(1)
+    env.reconcile(controller, "nc")
+    assert env.provider.count("instance_types") == resolved + 1
 
 
 def test_a_provider_that_binds_at_once_launches_in_one_reconcile(env: Env) -> None:

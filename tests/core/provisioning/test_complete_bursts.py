@@ -162,3 +162,29 @@ def test_an_owner_found_short_is_asked_again_at_the_next_look() -> None:
 def test_the_short_wait_cannot_exceed_the_idle_wait() -> None:
     with pytest.raises(ValueError, match="complete idle"):
         Batcher(FakeClock(), idle=1.0, max_duration=10.0).track(_Owners({}), 2.0)
+
+
+def test_a_complete_replicaset_is_counted_once_while_its_pods_and_replicas_stay() -> None:
+    api, operator = _operator()
+    replicaset = _replicaset(api, "web", 3)
+    _owned_pods(api, replicaset, 3)
+    driver = operator.stepped()
+    driver.run_until_quiet()  # the batcher saw the three pods: the ReplicaSet was counted
+    controller = operator.provisioning
+    owner = f"default/web/{replicaset['metadata']['uid']}"
+    store = operator.context.caches.store(PODS)
+    reads = 0
+    real_get = store.get
+
+    def counted(key: str) -> Any:
+        nonlocal reads
+        reads += 1
+        return real_get(key)
+
+    store.get = counted  # type: ignore[method-assign]
+    assert controller.complete(owner)
+    assert controller.complete(owner)  # a window that sees the pods anew counts nothing again
+    assert reads == 0
+    api.delete(PODS, "web-0", "default", grace_period_seconds=0)
+    driver.run_until_quiet()
+    assert not controller.complete(owner)  # one short

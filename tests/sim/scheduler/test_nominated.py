@@ -55,6 +55,7 @@ def test_nominations_realize_the_plan_all_three_bind(sim: Sim) -> None:
     sim.node("n2")
     sim.settle()
     assert [sim.node_of(p) for p in ("a-small", "b-small", "c-big")] == ["n1", "n1", "n2"]
+    assert (sim.scheduler.bound_as_nominated, sim.scheduler.bound_elsewhere) == (3, 0)
     # The API server clears the nomination with the binding.
     assert [_nominated(sim, p) for p in ("a-small", "b-small", "c-big")] == [None, None, None]
 

@@ -99,6 +99,28 @@ class LaunchInputs:
     requirement; ``None`` when some could, were its offerings available."""
 
 
+INPUTS_REUSE: Final = 10.0
+"""Seconds a launch under way reuses the inputs its last call resolved (``Launch._inputs``)."""
+
+
+def _specs(ctx: ControllerContext, work: NodeClaimWork) -> tuple[str, ...] | None:
+    """Which NodePool and NodeClass specs the inputs would be resolved from (uid and
+    generation: their status changes with every launch and does not change the inputs)."""
+    pool = ctx.caches.store(NODEPOOLS, WORKLOAD).get(work.nodepool) if work.nodepool else None
+    name = work.model.spec.node_class_ref.name
+    nodeclass = ctx.caches.store(CLUSTER_API_NODE_CLASSES, WORKLOAD).get(name)
+    if pool is None or nodeclass is None:
+        return None
+    versions: list[str] = []
+    for obj in (pool, nodeclass):
+        meta = obj.get("metadata") or {}
+        generation = meta.get("generation")
+        if generation is None:
+            return None  # no generation to tell a spec change from a status one
+        versions += [str(meta.get("uid", "")), str(generation)]
+    return tuple(versions)
+
+
 def _truncate(message: str) -> str:
     return message if len(message) <= _MAX_MESSAGE else message[:_MAX_MESSAGE] + "..."
 
@@ -221,6 +243,8 @@ class _Attempt:
     """The failure message last logged at WARNING (a repeat goes to DEBUG)."""
     said: bool = False
     """``launched nodeclaim`` logged: a retry after a lost conflict or a stale read says no more."""
+    inputs: tuple[tuple[str, ...], float, LaunchInputs] | None = None
+    """The inputs the last call resolved: for whose NodePool and NodeClass specs, and when."""
 
 
 class Launch:
@@ -302,7 +326,7 @@ class Launch:
         if wait > 0:
             return Result(requeue_after=wait)
         try:
-            inputs = resolve_launch_inputs(self._ctx, work, self._parsed)
+            inputs = self._inputs(work, attempt)
             instance_types = inputs.instance_types
             under_way = attempt.result is not None or (
                 work.conditions.reason(LAUNCHED) == REASON_LAUNCHING
@@ -361,6 +385,31 @@ class Launch:
         else:
             attempt.next_at = 0.0  # woken during the call: what woke it may be news to it
         return Result(requeue_after=self._poll_interval)
+
+    def _inputs(self, work: NodeClaimWork, attempt: _Attempt) -> LaunchInputs:
+        """The launch's inputs; a launch under way reuses those of its last call for
+        ``INPUTS_REUSE`` seconds while the NodePool's and NodeClass's specs are unchanged.
+
+        Between the call that chose a resource and the one that finds its Machine (one or two
+        poll intervals), the plugin completes the launch from its intent and does not rank the
+        types again; resolving them cost the plugin a fresh selection of the management
+        cluster's scalable resources, four lists over a real API, for every call (issue 25).
+        """
+        now = self._ctx.clock.monotonic()
+        specs = _specs(self._ctx, work)
+        kept = attempt.inputs
+        if (
+            kept is not None
+            and specs is not None
+            and kept[0] == specs
+            and now - kept[1] < INPUTS_REUSE
+            and attempt.result is not None
+            and not attempt.result.provider_id
+        ):
+            return kept[2]
+        inputs = resolve_launch_inputs(self._ctx, work, self._parsed)
+        attempt.inputs = None if specs is None else (specs, now, inputs)
+        return inputs
 
     def _apply(self, work: NodeClaimWork, attempt: _Attempt) -> None:
         """Record what the provider said: labels, annotations, provider ID, shape, image."""

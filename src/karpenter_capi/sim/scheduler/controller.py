@@ -3,12 +3,13 @@
 Without it, nodes the autoprovisioner creates in the simulator would stay empty and pending pods
 pending forever, so no scenario could tell whether the right capacity was bought. It is a
 ``Controller`` over pods, but it schedules a whole *cycle* at a time: the first reconcile after
-any pod or node event takes every pending pod in kube-scheduler's queue order (higher
+a pod or node event takes every pending pod kube-scheduler's queue would try (new pods, and
+those an event brought back from ``unschedulablePods``: ``queue``) in its order (higher
 ``spec.priority`` first, then creation time, then namespace and name) and places it against
 one snapshot of the cluster whose per-node totals and pod counts are updated as each pod is
 placed. Later reconciles in the same pass find nothing changed and return at once. That keeps
 the order deterministic (a queue would follow event order instead) and the cost of a cycle at
-one pass over the pods plus, per pending pod, one pass over the nodes.
+one pass over the pods plus, per pending pod tried, one pass over the nodes.
 
 Among the nodes that pass the filters, a pod goes where kube-scheduler's default profile would
 put it: the highest weighted score (``scoring``), ties broken by the scheduler's seeded
@@ -25,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import random
 import threading
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
@@ -35,7 +36,7 @@ from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.errors import Conflict, NotFound
 from karpenter_capi.core.kube.resources import NODES, PERSISTENT_VOLUME_CLAIMS, PODS, Resource
 from karpenter_capi.core.runtime.controller import DONE, WORKLOAD, Caches, Key, Result, Watch
-from karpenter_capi.sim.scheduler import scoring
+from karpenter_capi.sim.scheduler import rules, scoring
 from karpenter_capi.sim.scheduler.cycle import (
     NodeInfo,
     PodContext,
@@ -45,6 +46,7 @@ from karpenter_capi.sim.scheduler.cycle import (
     unschedulable_message,
 )
 from karpenter_capi.sim.scheduler.nominated import Nominator, nominated_node
+from karpenter_capi.sim.scheduler.queue import VOLUME_BINDING, SchedulingQueue, plugins_for
 
 __all__ = ["CYCLE_KEY", "SCHEDULER_NAME", "SimScheduler", "missing_claim"]
 
@@ -68,12 +70,20 @@ def missing_claim(client: KubeClient, pod: Mapping[str, Any]) -> str | None:
     return None
 
 
+_IGNORED_META: Final = frozenset({"resourceVersion", "managedFields", "generation"})
+
+
 def _scheduling_view(pod: JsonObject) -> JsonObject:
-    """The pod without what does not make kube-scheduler look at it again: its
-    ``resourceVersion`` and ``managedFields``, and its ``status.nominatedNodeName``."""
-    meta = {k: v for k, v in metadata(pod).items() if k not in ("resourceVersion", "managedFields")}
-    status = {k: v for k, v in (pod.get("status") or {}).items() if k != "nominatedNodeName"}
-    return {**pod, "metadata": meta, "status": status}
+    """The pod without what does not make kube-scheduler look at it again
+    (``scheduling_queue.go: isPodUpdated`` strips ``resourceVersion``, ``generation`` and the
+    status, the nomination included), and whether it has finished (a bound pod that has, like
+    a deleted one, frees its room)."""
+    meta = {k: v for k, v in metadata(pod).items() if k not in _IGNORED_META}
+    return {"metadata": meta, "spec": pod.get("spec") or {}, "finished": finished(pod)}
+
+
+def _node_name(view: Mapping[str, Any] | None) -> str | None:
+    return None if view is None else view["spec"].get("nodeName")
 
 
 def _queue_order(pod: Mapping[str, Any]) -> tuple[int, str, str, str]:
@@ -109,8 +119,20 @@ class SimScheduler:
         self._dirty = True
         self._assumed: dict[str, tuple[str, str]] = {}  # pod key -> (uid, node)
         self._seen: dict[str, JsonObject] = {}  # pod key -> the pod as a cycle would see it
+        self._queue = SchedulingQueue()
+        # Events not yet put to the queue: a node, or (pod key, before, after; None when
+        # absent). Appended by the informers' threads, drained under the lock by a cycle, so
+        # an event during a cycle is asked about the pods that cycle parks (kube's in-flight
+        # events).
+        self._events: deque[JsonObject | tuple[str, JsonObject | None, JsonObject | None]] = deque()
+        self._nodes: dict[str, JsonObject] = {}  # node name -> the Node as last put to the queue
+        self._timer: tuple[float, Key] | None = None  # the flush timer asked for, and its key
         self.cycles = 0
         """Scheduling cycles run (a cycle is skipped when nothing changed)."""
+        self.bound_as_nominated = 0
+        """Pods bound to the node ``status.nominatedNodeName`` named when they were tried."""
+        self.bound_elsewhere = 0
+        """Pods bound to another node than the one they were nominated to."""
 
     def watches(self) -> Sequence[Watch]:
         return [Watch(NODES, to_keys=self._on_node), Watch(PODS, to_keys=self._on_pod)]
@@ -119,37 +141,83 @@ class SimScheduler:
         return []
 
     def _on_node(self, node: JsonObject) -> Iterable[Key]:
+        self._events.append(node)
         self._dirty = True
         return (CYCLE_KEY,)
 
     def _on_pod(self, pod: JsonObject) -> Iterable[Key]:
-        # kube-scheduler's queue keeps an unschedulable pod where it is when only its
-        # nomination changed (``PodSchedulingPropertiesChange`` finds ``UpdatePodOther``, which
-        # no default plugin's QueueingHint requeues for): no cycle for that.
+        # A change kube-scheduler's queue ignores (status, the nomination included) is no
+        # event: no cycle for that.
         key, seen = object_key(pod), _scheduling_view(pod)
-        if self._seen.get(key) != seen:
+        before = self._seen.get(key)
+        if before != seen:
             self._seen[key] = seen
+            self._events.append((key, before, seen))
             self._dirty = True  # the pod's own key is enqueued as the primary event
         return ()
 
     def reconcile(self, key: Key) -> Result:
         with self._lock:
             if key in self._seen and self.caches.store(PODS).get(key) is None:
-                del self._seen[key]  # deleted: its room is free
+                self._events.append((key, self._seen.pop(key), None))  # deleted
                 self._dirty = True
-            if not self._dirty:
-                return DONE
-            self._dirty = False
-            try:
-                self.schedule_cycle()
-            except BaseException:
-                self._dirty = True  # retried with backoff: the next attempt must run a cycle
-                raise
-        return DONE
+            now = self.clock.monotonic()
+            if self._queue.flush(now):
+                self._dirty = True
+            if self._dirty:
+                self._dirty = False
+                try:
+                    self.schedule_cycle()
+                except BaseException:
+                    self._dirty = True  # retried with backoff: the next attempt must run a cycle
+                    raise
+            return self._flush_timer(key, now)
+
+    def _flush_timer(self, key: Key, now: float) -> Result:
+        """Come back when the longest-parked pod is due to be flushed; one timer at a time
+        (a reconcile of the key that holds it takes it over)."""
+        flush_at = self._queue.next_flush()
+        if flush_at is None:
+            self._timer = None
+            return DONE
+        if self._timer is not None and self._timer[0] <= flush_at and self._timer[1] != key:
+            return DONE  # an earlier timer is pending: it asks again when it fires
+        self._timer = (flush_at, key)
+        return Result(requeue_after=max(flush_at - now, 0.001))
+
+    def _put_events(self) -> None:
+        """Ask the queue about every event since the last cycle (``queue`` module)."""
+        while self._events:
+            event = self._events.popleft()
+            if not isinstance(event, tuple):
+                name = str(metadata(event).get("name", ""))
+                self._queue.node_changed(self._nodes.get(name), event)
+                self._nodes[name] = event
+                continue
+            key, before, after = event
+            was_on, now_on = _node_name(before), _node_name(after)
+            if after is not None and not now_on:
+                if before is not None:  # its own change: tried again
+                    self._queue.forget(key)
+                self._queue.pending_pod_changed()
+                continue
+            self._queue.forget(key)
+            if after is None:  # deleted
+                if was_on and not before["finished"]:  # type: ignore[index]
+                    self._queue.bound_pod_changed(deleted=True)
+                elif not was_on:
+                    self._queue.pending_pod_changed()
+            elif after["finished"]:
+                if before is None or not before["finished"]:
+                    self._queue.bound_pod_changed(deleted=True)
+            elif not was_on or rules.labels_of(before or {}) != rules.labels_of(after):
+                self._queue.bound_pod_changed(deleted=False)  # bound, or relabelled
 
     def schedule_cycle(self) -> None:
-        """Place every pending pod, in creation order, against one snapshot of the cluster."""
+        """Place every pending pod the queue would try, in its order, against one snapshot of
+        the cluster."""
         self.cycles += 1
+        self._put_events()
         pods = self.caches.store(PODS).list()
         bound: list[tuple[JsonObject, str]] = []
         pending: list[JsonObject] = []
@@ -172,19 +240,22 @@ class SimScheduler:
                 pending.append(pod)
         for key in [k for k in self._assumed if k not in live]:
             del self._assumed[key]
-        if not pending:
+        queue = self._queue
+        queue.keep_only({object_key(pod) for pod in pending})
+        active = [pod for pod in pending if not queue.parked(object_key(pod))]
+        if not active:
             return
-        pending.sort(key=_queue_order)
+        active.sort(key=_queue_order)
         snapshot = Snapshot(self.caches.store(NODES).list(), bound)
-        nominator = Nominator(pending)
-        for pod in pending:
+        nominator = Nominator(pending)  # parked pods keep their nominated room too
+        for pod in active:
             try:
                 self._schedule_one(pod, snapshot, nominator)
             except (ValueError, TypeError, AttributeError, KeyError) as exc:
                 # The API server refuses such a spec, so kube-scheduler never meets one; the
                 # stand-in leaves it pending, said why, rather than stop the cycle for all pods.
                 nominator.remove(pod)
-                self._mark_unschedulable(pod, f"cannot read the pod's spec: {exc}")
+                self._fail(pod, f"cannot read the pod's spec: {exc}", frozenset())
 
     @staticmethod
     def _wants(pod: JsonObject) -> bool:
@@ -197,10 +268,11 @@ class SimScheduler:
         if missing is not None:
             nominator.remove(pod)
             nodes = len(snapshot.nodes)
-            self._mark_unschedulable(
+            self._fail(
                 pod,
                 f"0/{nodes} nodes are available: {missing}. preemption: 0/{nodes} nodes are "
                 "available: Preemption is not helpful for scheduling.",
+                frozenset({VOLUME_BINDING}),
             )
             return
         context = PodContext(pod, snapshot)
@@ -215,7 +287,8 @@ class SimScheduler:
         # Assumed on a node or failed: either way the pod no longer holds room elsewhere.
         nominator.remove(pod)
         if not feasible:
-            self._mark_unschedulable(pod, unschedulable_message(len(snapshot.nodes), reasons))
+            message = unschedulable_message(len(snapshot.nodes), reasons)
+            self._fail(pod, message, plugins_for(reasons))
             return
         if len(feasible) == 1:  # kube-scheduler does not score a single feasible node either
             chosen = feasible[0].name
@@ -225,6 +298,11 @@ class SimScheduler:
             ].name
         if self._bind(pod, chosen):
             snapshot.place(pod, chosen)
+            nominated = nominated_node(pod)
+            if nominated == chosen:
+                self.bound_as_nominated += 1
+            elif nominated is not None:
+                self.bound_elsewhere += 1
 
     @staticmethod
     def _nominated_fit(
@@ -257,7 +335,10 @@ class SimScheduler:
         self._set_scheduled(written, "True", None, None)
         return True
 
-    def _mark_unschedulable(self, pod: JsonObject, message: str) -> None:
+    def _fail(self, pod: JsonObject, message: str, plugins: frozenset[str]) -> None:
+        """Parked until an event ``plugins``' hints answer for; ``PodScheduled=False`` says
+        why (``handleSchedulingFailure``)."""
+        self._queue.park(object_key(pod), pod, plugins, self.clock.monotonic())
         self._set_scheduled(pod, "False", "Unschedulable", message)
 
     def _set_scheduled(

@@ -1,0 +1,134 @@
+"""The stand-in retries an unschedulable pod when kube-scheduler's queue would, not on any event.
+
+kube-scheduler parks a pod its plugins rejected in ``unschedulablePods`` and moves it back only
+on a cluster event one of those plugins' queueing hints says could make it schedulable (a Node
+that fits it, a bound pod deleted, a taint or cordon lifted), or after five minutes there. So a
+nomination written after the pod's last attempt (which clears one) lasts until an event that
+could help it. ``docs/scheduler-stand-in.md`` cites the code.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from karpenter_capi.core.kube import NODES, PODS
+from tests.sim.scheduler.harness import NAMESPACE, Sim, new_sim
+
+
+@pytest.fixture
+def sim() -> Sim:
+    return new_sim()
+
+
+def _message(sim: Sim, pod: str) -> str:
+    condition = sim.scheduled(pod)
+    assert condition is not None
+    return str(condition["message"])
+
+
+def _nominated(sim: Sim, pod: str) -> str | None:
+    value: str | None = (sim.get(pod).get("status") or {}).get("nominatedNodeName")
+    return value
+
+
+def _make_ready(sim: Sim, name: str) -> None:
+    node = sim.api.get(NODES, name)
+    node["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    sim.api.update(NODES, node, subresource="status")
+
+
+def test_a_nomination_to_a_booting_node_lasts_until_the_node_is_ready(sim: Sim) -> None:
+    sim.node("full", cpu="1")
+    sim.pod("web", cpu="2")
+    sim.settle()
+    sim.node("booting", ready=False)  # its registration brings the pod back: it fails there
+    sim.settle()
+    sim.api.patch(
+        PODS, "web", {"status": {"nominatedNodeName": "booting"}}, NAMESPACE, subresource="status"
+    )
+    # Other pods coming and binding do not bring the pod back, so nothing clears it.
+    sim.pod("other", cpu="500m")
+    sim.settle()
+    assert sim.node_of("other") == "full"
+    assert sim.node_of("web") is None
+    assert _nominated(sim, "web") == "booting"
+    _make_ready(sim, "booting")
+    sim.settle()
+    assert sim.node_of("web") == "booting"
+    assert _nominated(sim, "web") is None  # cleared by the API server with the binding
+
+
+def test_a_pod_without_room_waits_for_a_node_that_fits_it(sim: Sim) -> None:
+    sim.node("n1", cpu="1")
+    sim.pod("big", cpu="3")
+    sim.settle()
+    said = "0/1 nodes are available: 1 Insufficient cpu."
+    assert _message(sim, "big") == said
+    # Neither another pending pod nor a Node too small for it brings the pod back.
+    sim.pod("other", cpu="2")
+    sim.node("n2", cpu="2")
+    sim.settle()
+    assert sim.node_of("other") == "n2"
+    assert _message(sim, "big") == said
+    sim.node("n3", cpu="4")
+    sim.settle()
+    assert sim.node_of("big") == "n3"
+
+
+def test_a_node_whose_taint_is_lifted_brings_the_pod_back(sim: Sim) -> None:
+    taint = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+    sim.node("tainted", taints=[taint])
+    sim.pod("web")
+    sim.settle()
+    assert sim.node_of("web") is None
+    node = sim.api.get(NODES, "tainted")
+    node["spec"]["taints"] = []
+    sim.api.update(NODES, node)
+    sim.settle()
+    assert sim.node_of("web") == "tainted"
+
+
+def test_a_cordon_lifted_brings_the_pod_back(sim: Sim) -> None:
+    sim.node("cordoned", unschedulable=True)
+    sim.pod("web")
+    sim.settle()
+    node = sim.api.get(NODES, "cordoned")
+    node["spec"]["unschedulable"] = False
+    sim.api.update(NODES, node)
+    sim.settle()
+    assert sim.node_of("web") == "cordoned"
+
+
+def test_a_parked_pod_is_tried_again_after_five_minutes(sim: Sim) -> None:
+    sim.node("n1", cpu="1")
+    sim.pod("big", cpu="3")
+    sim.settle()
+    sim.node("n2", cpu="2")  # too small: no hint brings the pod back
+    sim.driver.advance(299)
+    assert _message(sim, "big") == "0/1 nodes are available: 1 Insufficient cpu."
+    sim.driver.advance(2)  # podMaxInUnschedulablePodsDuration: 5 minutes
+    assert _message(sim, "big") == "0/2 nodes are available: 2 Insufficient cpu."
+
+
+def test_a_node_labelled_to_match_brings_the_pod_back(sim: Sim) -> None:
+    sim.node("n1", cpu="2", labels={"pool": "a"})
+    sim.pod("web", nodeSelector={"pool": "b"})
+    sim.settle()
+    assert sim.node_of("web") is None
+    node = sim.api.get(NODES, "n1")
+    node["metadata"]["labels"]["pool"] = "b"
+    sim.api.update(NODES, node)
+    sim.settle()
+    assert sim.node_of("web") == "n1"
+
+
+def test_a_pod_whose_spec_cannot_be_read_is_told_so_and_the_others_still_bind(sim: Sim) -> None:
+    sim.node("n1")
+    sim.pod("huge", cpu="1e400")
+    sim.pod("web")
+    sim.settle()
+    assert sim.node_of("web") == "n1"
+    assert _message(sim, "huge").startswith("cannot read the pod's spec")
+    sim.pod("later")  # the stand-in keeps working for everything else
+    sim.settle()
+    assert sim.node_of("later") == "n1"
