@@ -11,7 +11,9 @@ between them through CAPI's conversion webhook, run in process (``kubeadm_versio
 CAPZ's AzureMachinePool has its CRD's fields (``capz_schemas``).
 
 The core kinds are served as v1beta2 (storage) and v1beta1: an object is stored once and shown
-at the version asked for; the kinds with no webhook have only ``apiVersion`` rewritten.
+at the version asked for. Machine, MachineSet, MachineDeployment and MachinePool convert through
+CAPI's core conversion webhook, run in process (``capi_core_versions``); the kinds with no
+webhook have only ``apiVersion`` rewritten.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from karpenter_capi.sim.apiserver import capz_schemas, kubeadm_versions
+from karpenter_capi.sim.apiserver import capi_core_versions, capz_schemas, kubeadm_versions
 from karpenter_capi.sim.apiserver.conversion import webhook as conversion_webhook
 
 JsonObject = dict[str, Any]
@@ -119,6 +121,7 @@ def crd(
 
 _CORE_VERSIONS = ("v1beta2", "v1beta1")
 _KUBEADM_CONVERSION = conversion_webhook(*kubeadm_versions.WEBHOOK_SERVICE)
+_CORE_CONVERSION = conversion_webhook(*capi_core_versions.WEBHOOK_SERVICE)
 
 
 def cluster_api_crds() -> list[JsonObject]:
@@ -142,6 +145,7 @@ def cluster_api_crds() -> list[JsonObject]:
             "Machine",
             "machines",
             _CORE_VERSIONS,
+            conversion=_CORE_CONVERSION,
             short_names=("ma",),
             columns=(
                 _CLUSTER,
@@ -157,6 +161,7 @@ def cluster_api_crds() -> list[JsonObject]:
             "MachineSet",
             "machinesets",
             _CORE_VERSIONS,
+            conversion=_CORE_CONVERSION,
             short_names=("ms",),
             scale=_SCALE,
             columns=(
@@ -178,6 +183,7 @@ def cluster_api_crds() -> list[JsonObject]:
             "MachineDeployment",
             "machinedeployments",
             _CORE_VERSIONS,
+            conversion=_CORE_CONVERSION,
             short_names=("md",),
             scale=_SCALE,
             columns=(
@@ -201,6 +207,7 @@ def cluster_api_crds() -> list[JsonObject]:
             "MachinePool",
             "machinepools",
             _CORE_VERSIONS,
+            conversion=_CORE_CONVERSION,
             short_names=("mp",),
             scale=_SCALE,
             columns=(_CLUSTER, _DESIRED, _REPLICAS, _PHASE, _AGE, _TEMPLATE_VERSION),
@@ -260,6 +267,13 @@ def cluster_api_crds() -> list[JsonObject]:
             ("v1beta1",),
             short_names=("ampm",),
             categories=("cluster-api", "capz"),
+        ),
+        crd(
+            INFRASTRUCTURE_GROUP,
+            "DockerMachinePool",
+            "dockermachinepools",
+            ("v1beta1",),
+            categories=("cluster-api", "capd"),
         ),
         crd(
             INFRASTRUCTURE_GROUP,

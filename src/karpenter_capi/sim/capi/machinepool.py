@@ -417,6 +417,13 @@ class MachinePoolController:
                 "unavailableReplicas": max(desired - ready, 0),
                 "failureReason": failure[0] if failure else None,
                 "failureMessage": failure[1] if failure else None,
+                # CAPI keeps the v1beta1 conditions up to date too: a v1beta1 reader sees them.
+                "conditions": merge_conditions(
+                    nested(current, "deprecated", "v1beta1", "conditions"),
+                    [infra],
+                    now,
+                    v1beta1=True,
+                ),
             }
             status["deprecated"] = {"v1beta1": deprecated}
         else:
@@ -432,6 +439,9 @@ class MachinePoolController:
                 "readyReplicas": ready,
                 "availableReplicas": ready,
                 "upToDateReplicas": replicas,
+                "conditions": merge_conditions(
+                    nested(current, "v1beta2", "conditions"), [infra], now, v1beta1=False
+                ),
             }
         patch = merge_diff(current, status)
         if patch:
