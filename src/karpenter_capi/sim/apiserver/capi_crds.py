@@ -8,7 +8,7 @@ served versions, status and scale subresources with CAPI's paths, printer column
 schemas are open (``x-kubernetes-preserve-unknown-fields``) except where a version's shape is
 one the plugins can get wrong: kubeadm's bootstrap kinds have a schema per version and convert
 between them through CAPI's conversion webhook, run in process (``kubeadm_versions``), and
-CAPZ's AzureMachinePool has its CRD's fields (``capz_schemas``).
+CAPZ's AzureMachinePool and AzureMachinePoolMachine have their CRDs' fields (``capz_schemas``).
 
 The core kinds are served as v1beta2 (storage) and v1beta1: an object is stored once and shown
 at the version asked for. Machine, MachineSet, MachineDeployment and MachinePool convert through
@@ -267,6 +267,7 @@ def cluster_api_crds() -> list[JsonObject]:
             ("v1beta1",),
             short_names=("ampm",),
             categories=("cluster-api", "capz"),
+            schemas={"v1beta1": capz_schemas.azure_machine_pool_machine()},
         ),
         crd(
             INFRASTRUCTURE_GROUP,

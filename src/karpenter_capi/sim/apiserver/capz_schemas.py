@@ -1,5 +1,5 @@
-"""The structural schema of CAPZ's ``AzureMachinePool`` (v1beta1), as the simulated server
-serves it.
+"""The structural schemas of CAPZ's ``AzureMachinePool`` and ``AzureMachinePoolMachine``
+(v1beta1), as the simulated server serves them.
 
 The ``capz`` plugin writes AzureMachinePools by copying fields of an ``AzureMachineTemplate``;
 a real API server prunes a field the CRD does not know, applies CAPZ's defaults and refuses a
@@ -13,6 +13,12 @@ config/crd/bases/infrastructure.cluster.x-k8s.io_azuremachinepools.yaml (``spec`
 ``location`` and ``template``; ``template`` requires ``osDisk`` and ``vmSize``;
 ``orchestrationMode`` is ``Flexible`` or ``Uniform``, default ``Uniform``;
 ``spotVMOptions.evictionPolicy`` is ``Deallocate`` or ``Delete``).
+
+``AzureMachinePoolMachine`` is read by the ``capz`` plugin (its VM's ``provisioningState`` and
+error) and written by the emulation: every field of the upstream CRD, typed
+(config/crd/bases/infrastructure.cluster.x-k8s.io_azuremachinepoolmachines.yaml: ``spec``
+requires ``providerID``; a status condition requires ``type``, ``status`` and
+``lastTransitionTime``, its ``reason`` and ``message`` are not empty).
 """
 
 from __future__ import annotations
@@ -95,3 +101,52 @@ def azure_machine_pool() -> JsonObject:
         "type": "object",
         "properties": {"spec": spec, "status": {"type": "object", **_OPEN}},
     }
+
+
+def _conditions() -> JsonObject:
+    """Cluster API v1beta1 conditions, as CAPZ's CRDs embed them."""
+    text = {"type": "string", "minLength": 1}
+    return {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "required": ["lastTransitionTime", "status", "type"],
+            "properties": {
+                "lastTransitionTime": {"type": "string", "format": "date-time"},
+                "message": {**text, "maxLength": 10240},
+                "reason": {**text, "maxLength": 256},
+                "severity": {"type": "string", "maxLength": 32},
+                "status": {"type": "string"},
+                "type": {**text, "maxLength": 256},
+            },
+        },
+    }
+
+
+def azure_machine_pool_machine() -> JsonObject:
+    """``AzureMachinePoolMachine``'s v1beta1 ``openAPIV3Schema``."""
+    string: JsonObject = {"type": "string"}
+    spec = {
+        "type": "object",
+        "required": ["providerID"],
+        "properties": {"instanceID": string, "providerID": string},
+    }
+    status = {
+        "type": "object",
+        "properties": {
+            "conditions": _conditions(),
+            "failureMessage": string,
+            "failureReason": string,
+            "instanceName": string,
+            "latestModelApplied": {"type": "boolean"},
+            "longRunningOperationStates": {
+                "type": "array",
+                "items": {"type": "object", **_OPEN},
+            },
+            "nodeRef": {"type": "object", **_OPEN, "x-kubernetes-map-type": "atomic"},
+            "provisioningState": string,
+            "ready": {"type": "boolean"},
+            "version": string,
+        },
+    }
+    return {"type": "object", "properties": {"spec": spec, "status": status}}

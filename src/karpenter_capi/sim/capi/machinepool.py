@@ -292,7 +292,9 @@ class MachinePoolController:
             except AlreadyExists:
                 continue
             if azure.is_azure_pool(pool):
-                azure.ensure_pool_machine(self.client, pool, created)
+                azure.ensure_pool_machine(
+                    self.client, pool, created, format_timestamp(self.clock.now())
+                )
 
     def _new_machine(self, pool: JsonObject, shape: str, provider_id: str) -> JsonObject:
         name = provider_id.rpartition("/")[2]
