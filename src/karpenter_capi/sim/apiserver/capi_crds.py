@@ -8,7 +8,8 @@ served versions, status and scale subresources with CAPI's paths, printer column
 schemas are open (``x-kubernetes-preserve-unknown-fields``) except where a version's shape is
 one the plugins can get wrong: kubeadm's bootstrap kinds have a schema per version and convert
 between them through CAPI's conversion webhook, run in process (``kubeadm_versions``), and
-CAPZ's AzureMachinePool and AzureMachinePoolMachine have their CRDs' fields (``capz_schemas``).
+CAPZ's AzureMachinePool and AzureMachinePoolMachine and CAPA's AWSMachine and
+AWSMachineTemplate (v1beta2) have their CRDs' fields (``capz_schemas``, ``capa_schemas``).
 
 The core kinds are served as v1beta2 (storage) and v1beta1: an object is stored once and shown
 at the version asked for. Machine, MachineSet, MachineDeployment and MachinePool convert through
@@ -21,7 +22,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from karpenter_capi.sim.apiserver import capi_core_versions, capz_schemas, kubeadm_versions
+from karpenter_capi.sim.apiserver import (
+    capa_schemas,
+    capi_core_versions,
+    capz_schemas,
+    kubeadm_versions,
+)
 from karpenter_capi.sim.apiserver.conversion import webhook as conversion_webhook
 
 JsonObject = dict[str, Any]
@@ -226,6 +232,7 @@ def cluster_api_crds() -> list[JsonObject]:
             ("v1beta2", "v1beta1"),
             short_names=("awsmt",),
             categories=("cluster-api", "capa"),
+            schemas={"v1beta2": capa_schemas.aws_machine_template()},
         ),
         crd(
             INFRASTRUCTURE_GROUP,
@@ -234,6 +241,7 @@ def cluster_api_crds() -> list[JsonObject]:
             ("v1beta2", "v1beta1"),
             short_names=("awsm",),
             categories=("cluster-api", "capa"),
+            schemas={"v1beta2": capa_schemas.aws_machine()},
         ),
         crd(
             INFRASTRUCTURE_GROUP,
