@@ -145,3 +145,48 @@ def test_a_condition_without_its_transition_time_is_refused(capi: InMemoryAPISer
             subresource="status",
         )
     assert "status.conditions[0].lastTransitionTime: Required value" in str(refused.value)
+
+
+MACHINE_TEMPLATES = Resource(
+    "infrastructure.cluster.x-k8s.io",
+    "v1beta1",
+    "azuremachinetemplates",
+    "AzureMachineTemplate",
+    True,
+)
+
+
+def machine_template(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": MACHINE_TEMPLATES.api_version,
+        "kind": "AzureMachineTemplate",
+        "metadata": {"name": "workers", "namespace": "default"},
+        "spec": {"template": {"spec": {"osDisk": {"osType": "Linux"}, **spec}}},
+    }
+
+
+def test_a_machine_template_keeps_its_fields_and_prunes_others(capi: InMemoryAPIServer) -> None:
+    """..._azuremachinetemplates.yaml: ``AzureMachineSpec`` under ``spec.template.spec``."""
+    body = machine_template(
+        vmSize="Standard_D4s_v5",
+        sshPublicKey="c3NoLXJzYQ==",
+        spotVMOptions={"evictionPolicy": "Delete"},
+        bogus=1,
+    )
+    stored = capi.create(MACHINE_TEMPLATES, body, "default")
+    spec = stored["spec"]["template"]["spec"]
+    assert spec["spotVMOptions"] == {"evictionPolicy": "Delete"}
+    assert spec["sshPublicKey"] == "c3NoLXJzYQ=="
+    assert "bogus" not in spec
+
+
+def test_a_machine_template_without_vm_size_is_refused(capi: InMemoryAPIServer) -> None:
+    with pytest.raises(Invalid) as refused:
+        capi.create(MACHINE_TEMPLATES, machine_template(), "default")
+    assert str(refused.value) == (
+        'AzureMachineTemplate.infrastructure.cluster.x-k8s.io "workers" is invalid: '
+        "spec.template.spec.vmSize: Required value"
+    )
+    body = machine_template(vmSize="Standard_D4s_v5", spotVMOptions={"evictionPolicy": "Stop"})
+    with pytest.raises(Invalid, match=r"spotVMOptions\.evictionPolicy: Unsupported value"):
+        capi.create(MACHINE_TEMPLATES, body, "default")

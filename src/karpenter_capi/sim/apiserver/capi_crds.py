@@ -258,6 +258,7 @@ def cluster_api_crds() -> list[JsonObject]:
             short_names=("amt",),
             categories=("cluster-api", "capz"),
             status=False,
+            schemas={"v1beta1": capz_schemas.azure_machine_template()},
         ),
         crd(
             INFRASTRUCTURE_GROUP,
