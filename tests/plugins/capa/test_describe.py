@@ -128,9 +128,13 @@ def test_without_any_price_the_shape_still_comes_from_aws_and_the_price_is_estim
 def test_description_errors_are_notices_or_problems_never_crashes(aws: StubbedAws) -> None:
     aws.queue_prices()
     stack = Stack(aws)
+    # CAPA's v1beta2 CRD requires instanceType; the simulator's v1beta1 is open, so a template
+    # without one can still be stored to prove the description never crashes on it.
+    no_type = aws_template("no-type", None)
+    no_type["apiVersion"] = no_type["apiVersion"].replace("v1beta2", "v1beta1")
     stack.add(
         *cluster(region=None),
-        aws_template("no-type", None),
+        no_type,
         aws_template("unknown", "m5.enormous"),
         aws_template("m5-large", "m5.large"),
         machine_deployment("no-type", "no-type"),

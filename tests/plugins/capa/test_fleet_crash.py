@@ -13,16 +13,18 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
+import boto3
 import pytest
 from moto import mock_aws
 
 from karpenter_capi.core.errors import InstanceNotFoundError
+from karpenter_capi.core.kube import NODECLAIMS
 from karpenter_capi.core.kube.errors import NotFound
 from karpenter_capi.core.plugin_host import PluginCallError, PluginEnvironment, Plugins
 from karpenter_capi.plugins.capa.adopt import aws_machines
 from karpenter_capi.plugins.capa.plugin import CapaPlugin
 from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
-from tests.plugins.capa.fleet_env import NAMESPACE, FleetAws, FleetWorld
+from tests.plugins.capa.fleet_env import NAMESPACE, REGION, FleetAws, FleetWorld
 from tests.support.aws import fake_credentials
 
 AWS_MACHINES = aws_machines("infrastructure.cluster.x-k8s.io/v1beta2")
@@ -164,3 +166,73 @@ def test_killed_at_random_steps_the_fleet_launches_once_and_deletes_cleanly(
     assert [i["State"]["Name"] for i in _ever_launched(world, victim)] == ["terminated"]
     for name in names[1:]:
         assert len(aws.instances(name)) == 1
+
+
+class _DiesBeforeAwsMachine:
+    """A management client whose process dies right before it would write the AWSMachine:
+    after the bootstrap secret went to Secrets Manager."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._inner, name)
+        if name != "create":
+            return target
+
+        def create(resource: Any, *args: Any, **kwargs: Any) -> Any:
+            if resource.kind == "AWSMachine":
+                raise Killed("create AWSMachine")
+            return target(resource, *args, **kwargs)
+
+        return create
+
+
+def _bootstrap_secrets(aws: FleetAws) -> dict[str, str]:
+    """Secret name -> the NodeClaim its tag names."""
+    found = boto3.client("secretsmanager", region_name=REGION).list_secrets()["SecretList"]
+    return {
+        s["Name"]: {t["Key"]: t["Value"] for t in s.get("Tags") or []}.get(
+            "karpenter.sh/nodeclaim", ""
+        )
+        for s in found
+    }
+
+
+def _delete_until_gone(plugins: Plugins, claim: Any) -> None:
+    for _ in range(10):
+        plugins.delete(claim)
+
+
+def test_a_bootstrap_secret_left_by_a_crash_goes_once_its_nodeclaim_is_gone(
+    aws: FleetAws,
+) -> None:
+    world = FleetWorld(aws)
+    for name in ("kept", "crashed"):
+        world.nodeclaim(name)
+        world.create(name)
+        world.bootstrap_ready(name)
+    assert world.create("kept").provider_id
+    dying = Plugins.from_objects(
+        [("generic_capi", GenericCapiPlugin), ("capa", CapaPlugin(aws, background_refresh=False))],
+        PluginEnvironment(
+            workload=world.server,
+            management=_DiesBeforeAwsMachine(world.server),  # type: ignore[arg-type]
+            clock=world.clock,
+            logger=__import__("logging").getLogger("test.capa.crash"),
+            options={},
+        ),
+    )
+    with pytest.raises((Killed, PluginCallError)):
+        world.create("crashed", dying)
+    secrets = _bootstrap_secrets(aws)
+    assert sorted(set(secrets.values())) == ["crashed", "kept"]  # each chunk names its claim
+    # The NodeClaim goes before the launch was finished: its instance is ended by delete,
+    # but CAPA never heard of its secret.
+    plugins = world.new_plugins()
+    with pytest.raises(InstanceNotFoundError):  # nothing left to end
+        _delete_until_gone(plugins, world.claim("crashed"))
+    world.server.delete(NODECLAIMS, "crashed")
+    assert "crashed" in _bootstrap_secrets(aws).values()
+    plugins.list_instances()  # garbage collection
+    assert set(_bootstrap_secrets(aws).values()) == {"kept"}

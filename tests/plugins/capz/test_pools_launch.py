@@ -25,6 +25,7 @@ from karpenter_capi.plugins.capz.pools import (
     AZURE_MACHINE_POOL_MACHINES,
     kubeadm_configs,
 )
+from karpenter_capi.sim.capi import ANNOTATION_VM_FAILURE
 from tests.plugins.capz.pools_env import NAMESPACE, new_env
 
 AZURE_MACHINE_TEMPLATES = Resource(
@@ -365,3 +366,50 @@ def test_the_machine_pool_is_created_before_its_azure_machine_pool() -> None:
     assert env.azure_pool(name)["spec"]["orchestrationMode"] == "Flexible"
     assert env.pools()[name]["spec"]["replicas"] == 1
     assert len(env.machines()) == 1
+
+
+def test_a_failed_vm_fails_the_launch_at_once_and_marks_the_offering() -> None:
+    """A scale set VM Azure could not provision (its AzureMachinePoolMachine in provisioning
+    state ``Failed``) never joins: the launch gives up on the pool when CAPZ reports it, not
+    after ``machine_timeout`` or the core's registration timeout."""
+    env = new_env(options={"machine_timeout": "10m"})
+    env.nodeclaim("a", instance_types=(D4S, "Standard_E4s_v5"), zones=("eastus-2",))
+    first = env.launch("a")
+    assert first.provider_id is None
+    failed = env.pool_of("a")["metadata"]["name"]
+    error = "OSProvisioningTimedOut: OS Provisioning for VM did not finish in the allotted time."
+    env.api.patch(
+        MACHINE_POOLS, failed, {"metadata": {"annotations": {ANNOTATION_VM_FAILURE: error}}},
+        NAMESPACE,
+    )  # fmt: skip
+    env.driver.advance(15)  # the VM object exists, its Machine has the VM's provider ID
+    [machine] = env.machines()
+    assert machine["spec"]["providerID"].startswith("azure:///")
+    with pytest.raises(InsufficientCapacityError) as refused:
+        env.launch("a")
+    assert f"VM {machine['metadata']['name']} of MachinePool/{NAMESPACE}/{failed}" in str(
+        refused.value
+    )
+    assert f"failed: scalesetvms failed to create or update. err: {error}" in str(refused.value)
+    nodeclass, nodepool = env.models()
+    [d4s] = [t for t in env.plugins.instance_types(nodeclass, nodepool) if t.name == D4S]
+    available = {(o.zone, o.capacity_type): o.available for o in d4s.offerings}
+    assert available[("eastus-2", "on-demand")] is False
+
+
+def test_a_vm_still_being_made_is_not_launched_yet() -> None:
+    env = new_env()
+    env.nodeclaim("a", zones=("eastus-2",))
+    env.launch_all(["a"])
+    [machine] = env.machines()
+    name = machine["metadata"]["name"]
+    env.api.patch(
+        AZURE_MACHINE_POOL_MACHINES, name, {"status": {"provisioningState": "Creating"}},
+        NAMESPACE, subresource="status",
+    )  # fmt: skip
+    assert env.launch("a").provider_id is None
+    env.api.patch(
+        AZURE_MACHINE_POOL_MACHINES, name, {"status": {"provisioningState": "Succeeded"}},
+        NAMESPACE, subresource="status",
+    )  # fmt: skip
+    assert env.launch("a").provider_id == machine["spec"]["providerID"]

@@ -14,7 +14,7 @@ import pytest
 
 from karpenter_capi.core.api import wellknown
 
-from .world import CA, GOOD, NAMESPACE, NODECLASS, World, resource
+from .world import CA, GOOD, NODECLASS, World
 
 MAX_SIZE = wellknown.ANNOTATION_AUTOSCALER_MAX_SIZE
 
@@ -82,10 +82,9 @@ def test_a_malformed_annotation_is_said_on_the_resource_too() -> None:
 
 def test_a_nodeclass_left_with_only_a_clusterless_resource_is_not_ready() -> None:
     world = World()
-    world.scalable("MachineDeployment", "bad", labels={"only": "bad"})
-    world.server.patch(
-        resource("MachineDeployment"), "bad", {"spec": {"clusterName": "ghost"}}, NAMESPACE
-    )
+    # Made for a Cluster that does not exist (clusterName is immutable: CAPI's webhook refuses
+    # changing it afterwards).
+    world.scalable("MachineDeployment", "bad", labels={"only": "bad"}, cluster="ghost")
     world.nodeclass("lonely", {"scalableResourceSelector": {"matchLabels": {"only": "bad"}}})
     world.nodepool(
         "lonely",

@@ -11,7 +11,12 @@ from typing import Any
 import pytest
 
 from karpenter_capi.core.kube.errors import Forbidden, Invalid
-from karpenter_capi.core.kube.resources import MACHINE_POOLS, Resource
+from karpenter_capi.core.kube.resources import (
+    MACHINE_DEPLOYMENTS,
+    MACHINE_POOLS,
+    MACHINE_SETS,
+    Resource,
+)
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 
 AZURE_MACHINE_POOLS = Resource(
@@ -119,6 +124,53 @@ def test_machine_pool_webhook_rules(capi: InMemoryAPIServer) -> None:
         capi.patch(
             MACHINE_POOLS,
             "ok",
+            {"spec": {"clusterName": "b", "template": {"spec": {"clusterName": "b"}}}},
+            "default",
+        )
+
+
+def _deployment(kind: str, cluster: str = "demo", version: str = "v1.31.0") -> Any:
+    labels = {"pool": "workers"}
+    return {
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": kind,
+        "metadata": {"name": "workers"},
+        "spec": {
+            "clusterName": "demo",
+            "replicas": 0,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"clusterName": cluster, "version": version},
+            },
+        },
+    }
+
+
+@pytest.mark.parametrize("resource", [MACHINE_DEPLOYMENTS, MACHINE_SETS])
+def test_deployment_and_set_webhook_rules(capi: InMemoryAPIServer, resource: Resource) -> None:
+    """cluster-api core/webhooks/admission/machinedeployment.go, machineset.go: ``validate``."""
+    with pytest.raises(Invalid) as refused:
+        capi.create(resource, _deployment(resource.kind, cluster="other"), "default")
+    assert str(refused.value) == (
+        f'{resource.kind}.cluster.x-k8s.io "workers" is invalid: spec.clusterName: Invalid '
+        'value: "demo": spec.clusterName and spec.template.spec.clusterName must be set to the '
+        "same value"
+    )
+    with pytest.raises(Invalid, match="must be a valid semantic version"):
+        capi.create(resource, _deployment(resource.kind, version="v1.31"), "default")
+    capi.create(resource, _deployment(resource.kind), "default")
+    # What the plugins write is admitted: replicas through scale, annotations on the object.
+    scale = capi.get(resource, "workers", "default", subresource="scale")
+    patch = {"metadata": {"resourceVersion": scale["metadata"]["resourceVersion"]}}
+    capi.patch(
+        resource, "workers", {**patch, "spec": {"replicas": 3}}, "default", subresource="scale"
+    )
+    capi.patch(resource, "workers", {"metadata": {"annotations": {"a": "b"}}}, "default")
+    with pytest.raises(Invalid, match=r"spec\.clusterName: Forbidden: field is immutable"):
+        capi.patch(
+            resource,
+            "workers",
             {"spec": {"clusterName": "b", "template": {"spec": {"clusterName": "b"}}}},
             "default",
         )

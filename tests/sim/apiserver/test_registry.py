@@ -74,6 +74,7 @@ def test_register_cluster_api_serves_capi_with_its_columns_and_scale_paths(
         "AzureMachinePool",
         "AzureMachinePoolMachine",
         "AzureMachineTemplate",
+        "DockerMachinePool",
         "DockerMachineTemplate",
     }
     # Registering twice is harmless (the CRDs are replaced, objects stay).

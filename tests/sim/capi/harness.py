@@ -178,6 +178,9 @@ class Sim:
     api: InMemoryAPIServer
     manager: Manager
     driver: SteppedDriver
+    # The version a test reads at: the one it last wrote at. The server converts (as CAPI's
+    # conversion webhook does), so what a test reads is in the layout of that version.
+    version: str | None = None
 
     # -- time --------------------------------------------------------------------------------
 
@@ -197,7 +200,11 @@ class Sim:
             "Machine": MACHINES,
         }[obj["kind"]]
         shape = obj["apiVersion"].rpartition("/")[2]
+        self.version = shape
         return self.api.create(at(resource, shape), obj, NAMESPACE)
+
+    def _at(self, resource: Resource) -> Resource:
+        return resource if self.version is None else at(resource, self.version)
 
     def scale(self, resource: Resource, name: str, replicas: int) -> None:
         """A write through the scale subresource with a resourceVersion precondition."""
@@ -214,11 +221,11 @@ class Sim:
     # -- reads -------------------------------------------------------------------------------
 
     def get(self, resource: Resource, name: str) -> JsonObject:
-        return self.api.get(resource, name, NAMESPACE)
+        return self.api.get(self._at(resource), name, NAMESPACE)
 
     def machines(self, **labels: str) -> list[JsonObject]:
         selector = ",".join(f"{k}={v}" for k, v in labels.items()) or None
-        return self.api.list(MACHINES, NAMESPACE, label_selector=selector).items
+        return self.api.list(self._at(MACHINES), NAMESPACE, label_selector=selector).items
 
     def machine_names(self, *, live_only: bool = False, **labels: str) -> list[str]:
         return sorted(
@@ -228,7 +235,7 @@ class Sim:
         )
 
     def machine_sets(self) -> list[JsonObject]:
-        return self.api.list(MACHINE_SETS, NAMESPACE).items
+        return self.api.list(self._at(MACHINE_SETS), NAMESPACE).items
 
     def nodes(self) -> list[JsonObject]:
         return self.api.list(NODES).items

@@ -13,13 +13,26 @@ that finds chunk 0 finds them all. The node deletes its chunks after reading the
 AWSMachine names them (``cloudInit.secretPrefix``, ``secretCount``), so CAPA deletes them once
 the node registered (``controllers/awsmachine_controller.go: deleteEncryptedBootstrapDataSecret``)
 if the node could not.
+
+A process that dies after writing the secret and before the AWSMachine leaves secrets CAPA
+never hears of; if the NodeClaim then goes (its instance terminated by ``delete``), nobody
+would delete them. So each chunk is tagged with its NodeClaim (``karpenter.sh/nodeclaim``) and
+the cluster, and ``sweep`` (run with garbage collection, minutes apart) deletes the chunks of
+the cluster whose NodeClaim no longer exists.
 """
 
 from __future__ import annotations
 
 import base64
 import gzip
+import logging
 from typing import Any, Final
+
+from karpenter_capi.plugin_api import KubeClient
+from karpenter_capi.plugin_api.kube import NODECLAIMS
+from karpenter_capi.plugins.capa.fleet import TAG_NODECLAIM, capa_cluster_tag
+
+log = logging.getLogger(__name__)
 
 SECRET_PREFIX: Final = "aws.cluster.x-k8s.io/"
 CHUNK_BYTES: Final = 7000
@@ -108,3 +121,40 @@ def store(secrets: Any, instance_id: str, data: bytes, tags: list[dict[str, str]
             if code != _EXISTS:
                 raise
     return len(parts)
+
+
+def sweep(secrets: Any, cluster: str, workload: KubeClient) -> int:
+    """Delete the bootstrap chunks of ``cluster`` whose NodeClaim (their
+    ``karpenter.sh/nodeclaim`` tag) is not in ``workload``; returns how many went. The secrets
+    are listed before the NodeClaims, so a NodeClaim made meanwhile (its secret comes later
+    still) is never taken for gone."""
+    cluster_tag, claim_tag = capa_cluster_tag(cluster), TAG_NODECLAIM
+    found: list[tuple[str, str]] = []
+    pages = secrets.get_paginator("list_secrets").paginate(
+        Filters=[
+            {"Key": "name", "Values": [SECRET_PREFIX]},
+            {"Key": "tag-key", "Values": [claim_tag]},
+        ]
+    )
+    for page in pages:
+        for entry in page.get("SecretList") or []:
+            tags = {t.get("Key"): t.get("Value") for t in entry.get("Tags") or []}
+            if tags.get(cluster_tag) == "owned" and tags.get(claim_tag):
+                found.append((str(entry["Name"]), str(tags[claim_tag])))
+    if not found:
+        return 0
+    live = {str(c["metadata"]["name"]) for c in workload.list(NODECLAIMS).items}
+    deleted = 0
+    for name, claim in found:
+        if claim in live:
+            continue
+        try:
+            secrets.delete_secret(SecretId=name, ForceDeleteWithoutRecovery=True)
+        except Exception as exc:  # one secret's error must not stop the sweep
+            code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+            if code != "ResourceNotFoundException":
+                log.warning("could not delete bootstrap secret %s: %s", name, exc)
+            continue
+        deleted += 1
+        log.info("deleted bootstrap secret %s of NodeClaim %s, which is gone", name, claim)
+    return deleted

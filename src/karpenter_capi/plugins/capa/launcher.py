@@ -249,7 +249,7 @@ class FleetLauncher:
             self._clients.secretsmanager(target.region),
             instance.instance_id,
             self._user_data(ns, secret_name),
-            launch_template.resource_tags(target),
+            [*launch_template.resource_tags(target), {"Key": fleet.TAG_NODECLAIM, "Value": name}],
         )
         self._ensure(
             resource,
@@ -522,6 +522,8 @@ class FleetLauncher:
             )
         result: list[Instance] = []
         for target in targets:
+            secrets = self._clients.secretsmanager(target.region)
+            bootstrap_secret.sweep(secrets, target.cluster, self._workload)
             ec2 = self._clients.ec2(target.region)
             live = {
                 fleet.launched_from_description(raw).provider_id: raw

@@ -49,6 +49,7 @@ from typing import Any, Final
 
 from karpenter_capi.plugin_api import (
     InstanceType,
+    InsufficientCapacityError,
     LaunchResult,
     LaunchWatch,
     NodeClaim,
@@ -65,12 +66,15 @@ from karpenter_capi.plugin_api.kube import (
 )
 from karpenter_capi.plugin_api.model import NodeClass, format_timestamp, parse_timestamp, wellknown
 from karpenter_capi.plugins._cloud.unavailable import UnavailableOfferings as OfferingMarks
+from karpenter_capi.plugins.capz import versions
 from karpenter_capi.plugins.capz.offerings import PoolInventory, build_inventory, load_templates
 from karpenter_capi.plugins.capz.pools import (
     ANNOTATION_EMPTY_SINCE,
+    AZURE_MACHINE_POOL_MACHINES,
     AZURE_MACHINE_POOLS,
     LABEL_LAUNCH,
     LAUNCH_MODE,
+    VM_IN_PROGRESS,
     PoolOffering,
     create_pool,
     delete_pool_parts,
@@ -78,9 +82,16 @@ from karpenter_capi.plugins.capz.pools import (
     pool_name,
     pool_objects,
     scale_set_failure,
+    vm_failure,
 )
 from karpenter_capi.plugins.capz.provider import CapzProvider
-from karpenter_capi.plugins.generic_capi.binding import claim_facts, machine_facts, mark_patch
+from karpenter_capi.plugins.generic_capi.binding import (
+    ANNOTATION_MACHINE,
+    ANNOTATION_SCALABLE_RESOURCE,
+    claim_facts,
+    machine_facts,
+    mark_patch,
+)
 from karpenter_capi.plugins.generic_capi.delete import Deleter
 from karpenter_capi.plugins.generic_capi.inflight import LaunchesInFlight
 from karpenter_capi.plugins.generic_capi.instances import DEFAULT_CACHE_TTL, MachineCache
@@ -195,6 +206,7 @@ class PoolLaunch:
             prepare=self._prepare,
         )
         self.deleter = Deleter(ctx, self.capi, self.machines, settings, self.mirrors)
+        self._version_checked: set[str] = set()
 
     # --- inventory -----------------------------------------------------------------------------
 
@@ -203,6 +215,9 @@ class PoolLaunch:
         name = str(getattr(getattr(nodeclass, "metadata", None), "name", "") or "")
         if launch is None:
             raise NodeClassNotReadyError(name, f"spec.launch.mode is not {LAUNCH_MODE}")
+        if name not in self._version_checked:
+            self._version_checked.add(name)  # once per process and NodeClass: at start
+            versions.check(self._ctx, name)
         templates = load_templates(self._client, self._provider, name, launch)
         inventory = build_inventory(self._provider, templates, self.capi, self.marks)
         self.pools.update(inventory)
@@ -217,7 +232,35 @@ class PoolLaunch:
         self, nodeclaim: NodeClaim, instance_types: Sequence[InstanceType], nodeclass: NodeClass
     ) -> LaunchResult:
         result = self.launcher.create(nodeclaim, instance_types, nodeclass)
+        if result.provider_id and self._vm_in_progress(result):
+            # Not launched until Azure has made the VM: a VM that fails is still this
+            # launch's to fall back from (the core would only wait for a Node that never comes).
+            result = replace(result, provider_id=None)
         return replace(result, annotations={**result.annotations, ANNOTATION_LAUNCH: LAUNCH_MODE})
+
+    def _vm_in_progress(self, result: LaunchResult) -> bool:
+        """Whether the VM of the Machine ``result`` bound is still being made; raise
+        ``InsufficientCapacityError`` (the offering marked unavailable) if it failed. A Machine
+        or VM record that cannot be read is taken as made: the core's timeouts still apply."""
+        namespace, _, name = result.annotations.get(ANNOTATION_MACHINE, "").partition("/")
+        try:
+            machine = self._client.get(self.capi.machines, name, namespace) if name else None
+            ref = ((machine or {}).get("spec") or {}).get("infrastructureRef") or {}
+            if ref.get("kind") != AZURE_MACHINE_POOL_MACHINES.kind or not ref.get("name"):
+                return False
+            pool_machine = self._client.get(AZURE_MACHINE_POOL_MACHINES, ref["name"], namespace)
+        except ApiError:
+            return False
+        failure = vm_failure(pool_machine)
+        if failure is not None:
+            key = result.annotations.get(ANNOTATION_SCALABLE_RESOURCE, "")
+            reason = f"VM {ref['name']} of {key} failed: {failure}"
+            if key:
+                self.marks.mark(key, reason)
+            log.warning("not launching on %s: %s", key, reason)
+            raise InsufficientCapacityError(reason)
+        state = (pool_machine.get("status") or {}).get("provisioningState")
+        return state in VM_IN_PROGRESS
 
     def _prepare(self, candidate: Candidate) -> str | None:
         ref = candidate.ref

@@ -388,6 +388,35 @@ def scale_set_failure(azure_pool: Mapping[str, Any]) -> str | None:
     return None
 
 
+# An AzureMachinePoolMachine's ``status.provisioningState`` (the VM's, azure/scope/
+# machinepoolmachine.go: ``UpdateInstanceStatus``) while Azure is still making the VM.
+VM_IN_PROGRESS: Final = frozenset({"Creating", "Updating", "Migrating"})
+
+
+def vm_failure(pool_machine: Mapping[str, Any]) -> str | None:
+    """Why the scale set VM behind an ``AzureMachinePoolMachine`` failed, or ``None``.
+
+    CAPZ copies the VM's provisioning state; ``Failed`` is terminal (it only records a
+    ``FailedVMState`` Warning Event, exp/controllers/azuremachinepoolmachine_controller.go:
+    ``reconcileNormal``), so the VM never joins. The error is in ``failureMessage`` when CAPZ
+    deemed it terminal, else in the condition a service marked false with severity ``Error``
+    (``UpdatePutStatus``)."""
+    status = pool_machine.get("status")
+    if not isinstance(status, Mapping) or status.get("provisioningState") != "Failed":
+        return None
+    if status.get("failureMessage"):
+        return str(status["failureMessage"])
+    for condition in status.get("conditions") or []:
+        if (
+            isinstance(condition, Mapping)
+            and condition.get("status") == "False"
+            and condition.get("severity") == "Error"
+            and condition.get("message")
+        ):
+            return str(condition["message"])
+    return "Azure scale set VM is in failed state"
+
+
 def delete_pool_parts(client: KubeClient, namespace: str, name: str) -> None:
     """Delete a pool's KubeadmConfig and AzureMachinePool (CAPI also does, once it has taken
     them over; either may be gone already)."""

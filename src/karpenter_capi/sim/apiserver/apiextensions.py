@@ -179,6 +179,16 @@ class CustomResourceDefinitions(WriteHook):
         if errors:
             raise messages.invalid(definition, name, errors)
 
+    def _version_of(self, group: str, kind: str) -> str | None:
+        """The preferred served apiVersion of ``kind`` in ``group``, or None. A kind the
+        simulation never creates (the object CAPI clones from a template, a pool's per-instance
+        kind) takes the version of its template or its pool, as a provider serves them alike."""
+        for wanted in (kind, f"{kind}Template", kind.removesuffix("Machine")):
+            for definition in self.engine.served.values():
+                if definition.group == group and definition.kind == wanted:
+                    return definition.api_version()
+        return None
+
     def _sync_crd(self, event_type: WatchEventType, crd: JsonObject) -> None:
         definition = definition_from_crd(crd)
         key = (definition.group, definition.plural)
@@ -192,7 +202,7 @@ class CustomResourceDefinitions(WriteHook):
                 self._schemas[key] = schemas
                 self._rules[key] = {v: RuleValidator(found) for v, found in schemas.items()}
             self._stored_at[key] = definition.versions[0]
-            convert = converter_of(crd)
+            convert = converter_of(crd, self._version_of)
             if convert is None:
                 self.engine.conversions.pop(key, None)
             else:

@@ -15,13 +15,19 @@ touch the fields the plugin copies or sets, with upstream's field paths and mess
 * ``ValidateCreate``: ``validateCloudInitSecret``, ``validateIgnitionAndCloudInit`` (the
   ``BootstrapFormatIgnition`` gate counts as enabled: a cluster whose templates use ignition
   runs with it), ``validateRootVolume``, ``validateNonRootVolumes``,
-  ``validateAdditionalSecurityGroups``, ``validateInstanceMarketType`` and
-  ``validateCapacityReservation``.
-* ``ValidateUpdate``: ``validateCloudInitSecret`` and ``validateAdditionalSecurityGroups``,
-  then ``spec: Forbidden: cannot be modified`` for any change but ``providerID``,
-  ``instanceID``, ``additionalTags``, ``additionalSecurityGroups`` and the cloudInit secret
-  fields. Webhooks are registered for the resource, not its ``status`` subresource, so a
-  write that leaves the spec alone is not judged again.
+  ``validateAdditionalSecurityGroups``, ``api/v1beta2/tags.go: Tags.Validate`` (the
+  ``additionalTags`` the plugin adds: at most 50, keys 1-128 and values up to 256 characters
+  of letters, digits, spaces and ``_ . : / = + - @``, no ``aws:`` prefix),
+  ``validateNetworkElasticIPPool``, ``validateInstanceMarketType``,
+  ``validateCapacityReservation`` and ``validateHostAllocation`` (``hostID`` and
+  ``dynamicHostAllocation`` exclusive, both and ``hostAffinity: host`` only with ``tenancy:
+  host``).
+* ``ValidateUpdate``: ``validateCloudInitSecret``, ``validateAdditionalSecurityGroups``,
+  ``Tags.Validate`` and ``validateHostAllocationUpdate``, then ``spec: Forbidden: cannot be
+  modified`` for any change but ``providerID``, ``instanceID``, ``additionalTags``,
+  ``additionalSecurityGroups`` and the cloudInit secret fields. Webhooks are registered for
+  the resource, not its ``status`` subresource, so a write that leaves the spec alone is not
+  judged again.
 
 A denial is a 422 ``Invalid`` worded as kube-apiserver relays a webhook's answer:
 ``admission webhook "<name>" denied the request: AWSMachine.infrastructure.cluster.x-k8s.io
@@ -31,6 +37,7 @@ A denial is a 422 ``Invalid`` worded as kube-apiserver relays a webhook's answer
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -46,6 +53,10 @@ SECRETS_MANAGER: Final = "secrets-manager"
 _PROVISIONED: Final = frozenset({"io1", "io2"})
 _MUTABLE: Final = ("providerID", "instanceID", "additionalTags", "additionalSecurityGroups")
 _SECRET_FIELDS: Final = ("secretPrefix", "secretCount", "secureSecretsBackend")
+_MAX_TAGS: Final = 50
+# Go's \s is ASCII whitespace only: spelled out, where Python's would take any Unicode space.
+_TAG_CHARACTERS: Final = re.compile(r"[a-zA-Z0-9\t\n\f\r _.:=+\-@/]*")
+_IPV4_POOL_PREFIX: Final = "ipv4pool-ec2-"
 METADATA_DEFAULTS: Final[Mapping[str, Any]] = {
     "httpEndpoint": "enabled",
     "httpProtocolIpv6": "disabled",
@@ -228,6 +239,129 @@ def _market(spec: Mapping[str, Any]) -> list[FieldError]:
     return errors
 
 
+def _tags(spec: Mapping[str, Any]) -> list[FieldError]:
+    """``api/v1beta2/tags.go: Tags.Validate`` (keys in order, where upstream's map has none)."""
+    tags = spec.get("additionalTags")
+    if not isinstance(tags, Mapping):
+        return []
+    path = "spec.additionalTags"
+    errors: list[FieldError] = []
+    for key in sorted(tags):
+        value = str(tags[key])
+        if not key:
+            errors.append(messages.invalid_value(path, key, "key cannot be empty"))
+        if len(key) > 128:
+            errors.append(
+                messages.invalid_value(path, key, "key cannot be longer than 128 characters")
+            )
+        if len(value) > 256:
+            errors.append(
+                messages.invalid_value(path, value, "value cannot be longer than 256 characters")
+            )
+        if key.startswith("aws:"):
+            errors.append(
+                messages.invalid_value(path, key, "user created tag's key cannot have prefix aws:")
+            )
+        for what, text in (("key", key), ("value", value)):
+            if _TAG_CHARACTERS.fullmatch(text) is None:
+                errors.append(
+                    messages.invalid_value(
+                        path,
+                        text,
+                        f"{what} cannot have characters other than alphabets, numbers, spaces "
+                        "and _ . : / = + - @ .",
+                    )
+                )
+    if len(tags) > _MAX_TAGS:
+        errors.append(
+            messages.invalid_value(path, dict(tags), "user created tags cannot be more than 50")
+        )
+    return errors
+
+
+def _elastic_ip_pool(spec: Mapping[str, Any]) -> list[FieldError]:
+    """``validateNetworkElasticIPPool``."""
+    pool = spec.get("elasticIpPool")
+    if not isinstance(pool, Mapping):
+        return []
+    errors: list[FieldError] = []
+    if spec.get("publicIP") is not True:
+        errors.append(
+            messages.required(
+                "spec.elasticIpPool",
+                "publicIp must be set to 'true' to assign custom public IPv4 pools with "
+                "elasticIpPool",
+            )
+        )
+    name, fallback = pool.get("publicIpv4Pool"), pool.get("publicIpv4PoolFallbackOrder")
+    if name is not None:
+        if fallback is None:
+            errors.append(
+                messages.invalid_value(
+                    "spec.elasticIpPool.publicIpv4PoolFallbackOrder",
+                    dict(pool),
+                    "publicIpv4PoolFallbackOrder must be set when publicIpv4Pool is defined.",
+                )
+            )
+        if not str(name).startswith(_IPV4_POOL_PREFIX):
+            errors.append(
+                messages.invalid_value(
+                    "spec.elasticIpPool.publicIpv4Pool",
+                    dict(pool),
+                    f"publicIpv4Pool must start with {_IPV4_POOL_PREFIX}.",
+                )
+            )
+    elif fallback is not None:
+        errors.append(
+            messages.invalid_value(
+                "spec.elasticIpPool.publicIpv4PoolFallbackOrder",
+                dict(pool),
+                "publicIpv4Pool must be set when publicIpv4PoolFallbackOrder is defined.",
+            )
+        )
+    return errors
+
+
+def _host_allocation(spec: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:
+    """``validateHostAllocation`` (``old`` None) and ``validateHostAllocationUpdate``, which
+    lets an object keep the ``hostAffinity: host`` without ``tenancy: host`` it already had."""
+    host_id = bool(spec.get("hostID"))
+    dynamic = spec.get("dynamicHostAllocation") is not None
+    on_host = spec.get("tenancy") == "host"
+    errors: list[FieldError] = []
+    if host_id and dynamic:
+        why = "hostID and dynamicHostAllocation are mutually exclusive"
+        errors.append(_forbidden("spec.hostID", why))
+        errors.append(_forbidden("spec.dynamicHostAllocation", why))
+    if host_id and not on_host:
+        errors.append(_forbidden("spec.hostID", "hostID can only be set when tenancy is 'host'"))
+    pinned = spec.get("hostAffinity") == "host"
+    inherited = (
+        old is not None and old.get("hostAffinity") == "host" and old.get("tenancy") != "host"
+    )
+    if pinned and not on_host and not inherited:
+        errors.append(
+            _forbidden(
+                "spec.hostAffinity", "hostAffinity can only be set to 'host' when tenancy is 'host'"
+            )
+        )
+    if dynamic and not on_host:
+        errors.append(
+            _forbidden(
+                "spec.dynamicHostAllocation",
+                "dynamicHostAllocation can only be set when tenancy is 'host'",
+            )
+        )
+    if dynamic and not pinned:
+        errors.append(
+            _forbidden(
+                "spec.dynamicHostAllocation",
+                "dynamicHostAllocation can only be set when hostAffinity is 'host'",
+            )
+        )
+    return errors
+
+
 def validate_create(spec: Mapping[str, Any]) -> list[FieldError]:
     """``ValidateCreate``'s causes for a (defaulted) AWSMachine spec."""
     return [
@@ -235,7 +369,10 @@ def validate_create(spec: Mapping[str, Any]) -> list[FieldError]:
         *_ignition_and_cloud_init(spec),
         *_volumes(spec),
         *_security_groups(spec),
+        *_tags(spec),
+        *_elastic_ip_pool(spec),
         *_market(spec),
+        *_host_allocation(spec, None),
     ]
 
 
@@ -256,7 +393,12 @@ def _comparable(spec: Mapping[str, Any]) -> JsonObject:
 
 def validate_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[FieldError]:
     """``ValidateUpdate``'s causes (``old`` and ``new`` are specs)."""
-    errors = [*_cloud_init_secret(new), *_security_groups(new)]
+    errors = [
+        *_cloud_init_secret(new),
+        *_security_groups(new),
+        *_tags(new),
+        *_host_allocation(new, old),
+    ]
     if _comparable(old) != _comparable(new):
         errors.append(_forbidden("spec", "cannot be modified"))
     return errors

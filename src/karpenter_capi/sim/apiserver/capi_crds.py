@@ -8,10 +8,13 @@ served versions, status and scale subresources with CAPI's paths, printer column
 schemas are open (``x-kubernetes-preserve-unknown-fields``) except where a version's shape is
 one the plugins can get wrong: kubeadm's bootstrap kinds have a schema per version and convert
 between them through CAPI's conversion webhook, run in process (``kubeadm_versions``), and
-CAPZ's AzureMachinePool has its CRD's fields (``capz_schemas``).
+CAPZ's AzureMachinePool and AzureMachinePoolMachine and CAPA's AWSMachine and
+AWSMachineTemplate (v1beta2) have their CRDs' fields (``capz_schemas``, ``capa_schemas``).
 
 The core kinds are served as v1beta2 (storage) and v1beta1: an object is stored once and shown
-at the version asked for; the kinds with no webhook have only ``apiVersion`` rewritten.
+at the version asked for. Machine, MachineSet, MachineDeployment and MachinePool convert through
+CAPI's core conversion webhook, run in process (``capi_core_versions``); the kinds with no
+webhook have only ``apiVersion`` rewritten.
 """
 
 from __future__ import annotations
@@ -19,7 +22,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from karpenter_capi.sim.apiserver import capz_schemas, kubeadm_versions
+from karpenter_capi.sim.apiserver import (
+    capa_schemas,
+    capi_core_versions,
+    capz_schemas,
+    kubeadm_versions,
+)
 from karpenter_capi.sim.apiserver.conversion import webhook as conversion_webhook
 
 JsonObject = dict[str, Any]
@@ -119,6 +127,7 @@ def crd(
 
 _CORE_VERSIONS = ("v1beta2", "v1beta1")
 _KUBEADM_CONVERSION = conversion_webhook(*kubeadm_versions.WEBHOOK_SERVICE)
+_CORE_CONVERSION = conversion_webhook(*capi_core_versions.WEBHOOK_SERVICE)
 
 
 def cluster_api_crds() -> list[JsonObject]:
@@ -142,6 +151,7 @@ def cluster_api_crds() -> list[JsonObject]:
             "Machine",
             "machines",
             _CORE_VERSIONS,
+            conversion=_CORE_CONVERSION,
             short_names=("ma",),
             columns=(
                 _CLUSTER,
@@ -157,6 +167,7 @@ def cluster_api_crds() -> list[JsonObject]:
             "MachineSet",
             "machinesets",
             _CORE_VERSIONS,
+            conversion=_CORE_CONVERSION,
             short_names=("ms",),
             scale=_SCALE,
             columns=(
@@ -178,6 +189,7 @@ def cluster_api_crds() -> list[JsonObject]:
             "MachineDeployment",
             "machinedeployments",
             _CORE_VERSIONS,
+            conversion=_CORE_CONVERSION,
             short_names=("md",),
             scale=_SCALE,
             columns=(
@@ -201,6 +213,7 @@ def cluster_api_crds() -> list[JsonObject]:
             "MachinePool",
             "machinepools",
             _CORE_VERSIONS,
+            conversion=_CORE_CONVERSION,
             short_names=("mp",),
             scale=_SCALE,
             columns=(_CLUSTER, _DESIRED, _REPLICAS, _PHASE, _AGE, _TEMPLATE_VERSION),
@@ -219,6 +232,7 @@ def cluster_api_crds() -> list[JsonObject]:
             ("v1beta2", "v1beta1"),
             short_names=("awsmt",),
             categories=("cluster-api", "capa"),
+            schemas={"v1beta2": capa_schemas.aws_machine_template()},
         ),
         crd(
             INFRASTRUCTURE_GROUP,
@@ -227,6 +241,7 @@ def cluster_api_crds() -> list[JsonObject]:
             ("v1beta2", "v1beta1"),
             short_names=("awsm",),
             categories=("cluster-api", "capa"),
+            schemas={"v1beta2": capa_schemas.aws_machine()},
         ),
         crd(
             INFRASTRUCTURE_GROUP,
@@ -243,6 +258,7 @@ def cluster_api_crds() -> list[JsonObject]:
             short_names=("amt",),
             categories=("cluster-api", "capz"),
             status=False,
+            schemas={"v1beta1": capz_schemas.azure_machine_template()},
         ),
         crd(
             INFRASTRUCTURE_GROUP,
@@ -260,6 +276,14 @@ def cluster_api_crds() -> list[JsonObject]:
             ("v1beta1",),
             short_names=("ampm",),
             categories=("cluster-api", "capz"),
+            schemas={"v1beta1": capz_schemas.azure_machine_pool_machine()},
+        ),
+        crd(
+            INFRASTRUCTURE_GROUP,
+            "DockerMachinePool",
+            "dockermachinepools",
+            ("v1beta1",),
+            categories=("cluster-api", "capd"),
         ),
         crd(
             INFRASTRUCTURE_GROUP,

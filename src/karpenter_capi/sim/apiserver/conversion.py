@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from karpenter_capi.sim.apiserver import kubeadm_versions
+from karpenter_capi.sim.apiserver import capi_core_versions, kubeadm_versions
+from karpenter_capi.sim.apiserver.capi_core_versions import VersionOf
 
 JsonObject = dict[str, Any]
 
@@ -23,8 +24,11 @@ JsonObject = dict[str, Any]
 # converter may change in place.
 Converter = Callable[[JsonObject, str], JsonObject]
 
-_WEBHOOKS: dict[tuple[str, str], Converter] = {
-    kubeadm_versions.WEBHOOK_SERVICE: kubeadm_versions.convert,
+# Each webhook is built for a cluster: ``VersionOf`` answers which version of a kind it serves
+# (CAPI's core webhook writes it into the references it converts to v1beta1).
+_WEBHOOKS: dict[tuple[str, str], Callable[[VersionOf], Converter]] = {
+    kubeadm_versions.WEBHOOK_SERVICE: lambda _: kubeadm_versions.convert,
+    capi_core_versions.WEBHOOK_SERVICE: capi_core_versions.converter,
 }
 
 
@@ -39,10 +43,11 @@ def webhook(namespace: str, name: str) -> JsonObject:
     }
 
 
-def converter_of(crd: JsonObject) -> Converter | None:
+def converter_of(crd: JsonObject, version_of: VersionOf) -> Converter | None:
     """The in-process webhook ``crd`` converts through, or None (strategy ``None``)."""
     conversion = (crd.get("spec") or {}).get("conversion") or {}
     if conversion.get("strategy") != "Webhook":
         return None
     service = ((conversion.get("webhook") or {}).get("clientConfig") or {}).get("service") or {}
-    return _WEBHOOKS.get((str(service.get("namespace")), str(service.get("name"))))
+    build = _WEBHOOKS.get((str(service.get("namespace")), str(service.get("name"))))
+    return None if build is None else build(version_of)

@@ -334,6 +334,14 @@ class Engine:
                 f"object meta: {old_meta.get('uid')}",
             )
         if subresource == "status":
+            # A status written at another served version is converted to the stored one
+            # first: only the status of the converted object is taken.
+            convert = self.conversions.get((definition.group, definition.plural))
+            if convert is not None and incoming.get("apiVersion") not in (
+                None,
+                old.get("apiVersion"),
+            ):
+                incoming = convert(copy_object(incoming), str(old.get("apiVersion")))
             new = {**old, "metadata": dict(old_meta), "status": incoming.get("status")}
             if new["status"] is None:
                 new.pop("status")

@@ -1,5 +1,6 @@
-"""The validating webhooks a real management cluster runs on the pools the ``capz`` plugin
-writes: Cluster API's for ``MachinePool`` and CAPZ's for ``AzureMachinePool``.
+"""The validating webhooks a real management cluster runs on the scalable resources the plugins
+write: Cluster API's for ``MachinePool``, ``MachineDeployment`` and ``MachineSet`` and CAPZ's
+for ``AzureMachinePool``.
 
 Both are ``failurePolicy: Fail`` webhooks, so a pool written in an order or a shape they refuse
 is refused every time, whatever the simulator's controllers would have done with it. Run here
@@ -10,6 +11,11 @@ messages:
   ``bootstrap.configRef`` or ``bootstrap.dataSecretName``; ``spec.clusterName`` equal to
   ``spec.template.spec.clusterName`` and immutable; a version starting with ``v`` and semantic.
   A MachinePool whose ``infrastructureRef`` names an object that does not exist yet is admitted.
+- cluster-api core/webhooks/admission/machinedeployment.go: ``MachineDeployment.validate`` and
+  machineset.go: ``MachineSet.validate``: the same ``clusterName`` and version rules. (Their
+  bootstrap, selector, rollout and naming rules touch nothing the plugins write and are not
+  run: the simulator's fixtures create deployments without a bootstrap reference.) Webhooks
+  are registered for the resource, not its ``scale`` subresource, so a scale is not judged.
 - cluster-api-provider-azure internal/exp/webhooks/azuremachinepool_webhook.go:
   ``validateOrchestrationMode``: a ``Flexible`` pool needs its parent MachinePool (one whose
   ``spec.template.spec.infrastructureRef.name`` is the pool's name, in any namespace:
@@ -35,6 +41,7 @@ INFRASTRUCTURE_GROUP: Final = "infrastructure.cluster.x-k8s.io"
 AZURE_MACHINE_POOL_WEBHOOK: Final = "validation.azuremachinepool.infrastructure.cluster.x-k8s.io"
 _SEMVER: Final = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$")
 _FLEXIBLE_MINIMUM: Final = (1, 26, 0)
+_SCALABLE: Final = frozenset({"machinepools", "machinedeployments", "machinesets"})
 
 
 def _template_spec(pool: JsonObject) -> JsonObject:
@@ -48,7 +55,8 @@ def _defined(ref: Any) -> bool:
 
 
 class PoolAdmission(WriteHook):
-    """CAPI's MachinePool and CAPZ's AzureMachinePool validating webhooks."""
+    """CAPI's MachinePool, MachineDeployment and MachineSet and CAPZ's AzureMachinePool
+    validating webhooks."""
 
     def prepare_create(self, definition: ResourceDefinition, obj: JsonObject) -> None:
         self._validate(definition, None, obj)
@@ -59,7 +67,7 @@ class PoolAdmission(WriteHook):
         self._validate(definition, old, new)
 
     def _validate(self, definition: ResourceDefinition, old: JsonObject | None, new: Any) -> None:
-        if definition.group == CAPI_GROUP and definition.plural == "machinepools":
+        if definition.group == CAPI_GROUP and definition.plural in _SCALABLE:
             self._machine_pool(definition, old, new)
         elif definition.group == INFRASTRUCTURE_GROUP and definition.plural == "azuremachinepools":
             self._azure_machine_pool(new)
@@ -71,7 +79,11 @@ class PoolAdmission(WriteHook):
         template = _template_spec(new)
         errors: list[messages.FieldError] = []
         bootstrap = template.get("bootstrap") or {}
-        if not _defined(bootstrap.get("configRef")) and bootstrap.get("dataSecretName") is None:
+        if (
+            definition.plural == "machinepools"
+            and not _defined(bootstrap.get("configRef"))
+            and bootstrap.get("dataSecretName") is None
+        ):
             errors.append(
                 messages.required(
                     "spec.template.spec.bootstrap",

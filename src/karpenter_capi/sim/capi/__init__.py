@@ -25,6 +25,7 @@ from karpenter_capi.sim.capi.settings import (
     ANNOTATION_OUT_OF_CAPACITY,
     ANNOTATION_PROVISION_DELAY,
     ANNOTATION_SHAPE,
+    ANNOTATION_VM_FAILURE,
     PROVIDER_ID_SCHEME,
     EmulationSettings,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "ANNOTATION_OUT_OF_CAPACITY",
     "ANNOTATION_PROVISION_DELAY",
     "ANNOTATION_SHAPE",
+    "ANNOTATION_VM_FAILURE",
     "PROVIDER_ID_SCHEME",
     "EmulationSettings",
     "MachineController",

@@ -22,6 +22,10 @@ differences:
   ``UpdatePutStatus``), and ``ScaleSetRunning`` false with reason ``ScaleSetProvisionFailed``
   (``setProvisioningStateAndConditions``). Once it can allocate again, both turn true and the
   provisioning state ``Succeeded``.
+* **A failed VM**: a pool annotated ``sim.karpenter.cluster.x-k8s.io/vm-failure: <error>``
+  makes VMs whose ``AzureMachinePoolMachine`` reports ``provisioningState: Failed`` and a
+  ``VMRunning`` condition false with the error (severity ``Error``), as CAPZ reports a scale set
+  VM Azure could not provision; its Machine still gets the VM's provider ID.
 """
 
 from __future__ import annotations
@@ -36,12 +40,14 @@ from karpenter_capi.core.kube.resources import Resource
 from karpenter_capi.sim.capi.objects import (
     LABEL_CLUSTER_NAME,
     LABEL_POOL_NAME,
+    annotations_of,
     label_value,
     merge_diff,
     name_of,
     namespace_of,
     nested,
 )
+from karpenter_capi.sim.capi.settings import ANNOTATION_VM_FAILURE
 from karpenter_capi.sim.capi.shapes import Condition, merge_conditions
 
 AZURE_MACHINE_POOL: Final = "AzureMachinePool"
@@ -134,7 +140,7 @@ def report_scale_set(
 
 
 def ensure_pool_machine(
-    client: KubeClient, pool: Mapping[str, Any], machine: Mapping[str, Any]
+    client: KubeClient, pool: Mapping[str, Any], machine: Mapping[str, Any], now: str
 ) -> None:
     """The ``AzureMachinePoolMachine`` of a pool Machine (created once, owned by it)."""
     name = name_of(machine)
@@ -162,7 +168,35 @@ def ensure_pool_machine(
         "spec": {"providerID": nested(machine, "spec", "providerID")},
         "status": {"ready": True, "provisioningState": "Succeeded"},
     }
+    failure = annotations_of(pool).get(ANNOTATION_VM_FAILURE)
+    if failure:
+        # CAPZ copies the VM's state; the service that failed reports it as a condition
+        # (azure/scope/machinepoolmachine.go: ``UpdatePutStatus``).
+        body["status"] = {
+            "ready": False,
+            "provisioningState": "Failed",
+            "conditions": [
+                {
+                    "type": "VMRunning",
+                    "status": "False",
+                    "reason": "Failed",
+                    "severity": "Error",
+                    "message": f"scalesetvms failed to create or update. err: {failure}",
+                    "lastTransitionTime": now,
+                }
+            ],
+        }
+    status = body.pop("status")
     try:
         client.create(AZURE_MACHINE_POOL_MACHINES, body, namespace_of(pool))
     except AlreadyExists:
         return
+    # The server ignores status on create (the status subresource): CAPZ writes it after.
+    with contextlib.suppress(NotFound):
+        client.patch(
+            AZURE_MACHINE_POOL_MACHINES,
+            name,
+            {"status": status},
+            namespace_of(pool),
+            subresource="status",
+        )

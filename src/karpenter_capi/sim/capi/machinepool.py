@@ -292,7 +292,9 @@ class MachinePoolController:
             except AlreadyExists:
                 continue
             if azure.is_azure_pool(pool):
-                azure.ensure_pool_machine(self.client, pool, created)
+                azure.ensure_pool_machine(
+                    self.client, pool, created, format_timestamp(self.clock.now())
+                )
 
     def _new_machine(self, pool: JsonObject, shape: str, provider_id: str) -> JsonObject:
         name = provider_id.rpartition("/")[2]
@@ -417,6 +419,13 @@ class MachinePoolController:
                 "unavailableReplicas": max(desired - ready, 0),
                 "failureReason": failure[0] if failure else None,
                 "failureMessage": failure[1] if failure else None,
+                # CAPI keeps the v1beta1 conditions up to date too: a v1beta1 reader sees them.
+                "conditions": merge_conditions(
+                    nested(current, "deprecated", "v1beta1", "conditions"),
+                    [infra],
+                    now,
+                    v1beta1=True,
+                ),
             }
             status["deprecated"] = {"v1beta1": deprecated}
         else:
@@ -432,6 +441,9 @@ class MachinePoolController:
                 "readyReplicas": ready,
                 "availableReplicas": ready,
                 "upToDateReplicas": replicas,
+                "conditions": merge_conditions(
+                    nested(current, "v1beta2", "conditions"), [infra], now, v1beta1=False
+                ),
             }
         patch = merge_diff(current, status)
         if patch:

@@ -1,14 +1,13 @@
 """The two field layouts of Cluster API objects, v1beta1 and v1beta2, read and written.
 
-A real management cluster converts between versions; the simulated one stores each object as
-it was written and only rewrites ``apiVersion`` (``sim.apiserver.capi_crds``). So a
-MachineDeployment created through ``v1beta1`` keeps ``spec.strategy``, one created through
-``v1beta2`` has ``spec.rollout``, and both are listed at either version. The emulation must
-therefore tell an object's layout from the object itself, read each setting from where that
-layout keeps it, and write status where a client of that version looks for it.
+The simulated management cluster converts Cluster API's core kinds between versions as a real
+one does (``sim.apiserver.capi_core_versions``): an object read at v1beta1 is in v1beta1's
+layout, one read at v1beta2 in v1beta2's. The emulation reads each setting from where that
+layout keeps it and writes status where a client of that version looks for it.
 
 How the layout is decided, first answer wins:
 
+0. the object's ``apiVersion`` (``cluster.x-k8s.io/v1beta1|v1beta2``): what the server served;
 1. the annotation ``sim.karpenter.cluster.x-k8s.io/api-shape: v1beta1|v1beta2`` (the emulation
    puts it on every MachineSet and Machine it creates, inheriting its owner's layout);
 2. a field only one layout has (``spec.strategy`` vs ``spec.rollout``, ``spec.deletePolicy`` vs
@@ -46,6 +45,7 @@ from karpenter_capi.core.kube.client import JsonObject
 from karpenter_capi.sim.capi.objects import annotations_of, nested
 from karpenter_capi.sim.capi.settings import ANNOTATION_SHAPE, SHAPES, V1BETA1, V1BETA2
 
+CAPI_GROUP = "cluster.x-k8s.io"
 # Top-level ``spec`` fields of MachineDeployment/MachineSet/MachinePool only one layout has.
 _SCALABLE_SPEC_MARKERS: dict[str, str] = {
     "strategy": V1BETA1,
@@ -105,6 +105,9 @@ def _machine_spec_shape(spec: Any) -> str | None:
 
 def shape_of(obj: Mapping[str, Any], default: str) -> str:
     """``v1beta1`` or ``v1beta2``: the layout ``obj`` is written in (see the module doc)."""
+    group, _, version = str(obj.get("apiVersion") or "").rpartition("/")
+    if group == CAPI_GROUP and version in SHAPES:
+        return version  # the server converts: what is read is in the version read
     declared = annotations_of(obj).get(ANNOTATION_SHAPE, "").strip()
     if declared in SHAPES:
         return declared

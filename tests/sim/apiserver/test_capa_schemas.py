@@ -1,0 +1,106 @@
+"""CAPA's AWSMachine and AWSMachineTemplate schemas as the simulated server serves them
+(cluster-api-provider-aws config/crd/bases/infrastructure.cluster.x-k8s.io_awsmachines.yaml,
+..._awsmachinetemplates.yaml, v1beta2): what the capa plugin reads and writes is kept, an
+unknown field pruned, a missing ``instanceType`` and the CRD's CEL rules refused with the API
+server's message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from karpenter_capi.core.kube.errors import Invalid
+from karpenter_capi.core.kube.resources import Resource
+from karpenter_capi.sim.apiserver import InMemoryAPIServer
+
+INFRA = "infrastructure.cluster.x-k8s.io"
+AWS_MACHINES = Resource(INFRA, "v1beta2", "awsmachines", "AWSMachine", True)
+TEMPLATES = Resource(INFRA, "v1beta2", "awsmachinetemplates", "AWSMachineTemplate", True)
+
+
+@pytest.fixture
+def capi(apiserver: InMemoryAPIServer) -> InMemoryAPIServer:
+    apiserver.register_cluster_api()
+    return apiserver
+
+
+def machine(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": AWS_MACHINES.api_version,
+        "kind": "AWSMachine",
+        "metadata": {"name": "m", "namespace": "default"},
+        "spec": {
+            "instanceType": "m5.large",
+            "iamInstanceProfile": "nodes.cluster-api-provider-aws.sigs.k8s.io",
+            "additionalTags": {"karpenter.sh/nodeclaim": "a"},
+            "cloudInit": {"secureSecretsBackend": "secrets-manager"},
+            **spec,
+        },
+    }
+
+
+def test_what_the_plugin_writes_is_kept_and_an_unknown_field_pruned(
+    capi: InMemoryAPIServer,
+) -> None:
+    body = machine(providerID="aws:///us-east-1a/i-0123", spotMarketOptions={}, bogus=1)
+    stored = capi.create(AWS_MACHINES, body, "default")
+    assert stored["spec"]["providerID"] == "aws:///us-east-1a/i-0123"
+    assert stored["spec"]["spotMarketOptions"] == {}
+    assert "bogus" not in stored["spec"]
+
+
+def test_an_aws_machine_without_instance_type_is_refused(capi: InMemoryAPIServer) -> None:
+    body = machine()
+    del body["spec"]["instanceType"]
+    with pytest.raises(Invalid) as refused:
+        capi.create(AWS_MACHINES, body, "default")
+    # As kube says it when a schema error keeps the CRD's CEL rules from running.
+    assert str(refused.value) == (
+        f'AWSMachine.{INFRA} "m" is invalid: [spec.instanceType: Required value, <nil>: '
+        'Invalid value: "null": some validation rules were not checked because the object was '
+        "invalid; correct the existing errors to complete validation]"
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (
+            {"marketType": "Spot"},
+            "capacityReservationId may not be set when marketType is Spot",
+        ),
+        (
+            {"spotMarketOptions": {}},
+            "capacityReservationId cannot be set when spotMarketOptions is specified",
+        ),
+    ],
+)
+def test_a_capacity_reservation_on_spot_is_refused_by_the_crd(
+    capi: InMemoryAPIServer, spec: dict[str, Any], message: str
+) -> None:
+    capi.create(AWS_MACHINES, machine(capacityReservationId="cr-1"), "default")
+    body = machine(capacityReservationId="cr-1", **spec)
+    body["metadata"]["name"] = "spot"
+    with pytest.raises(Invalid) as refused:
+        capi.create(AWS_MACHINES, body, "default")
+    assert (
+        str(refused.value)
+        == f'AWSMachine.{INFRA} "spot" is invalid: spec: Invalid value: "object": {message}'
+    )
+
+
+def test_a_template_needs_its_spec_and_instance_type(capi: InMemoryAPIServer) -> None:
+    template = {
+        "apiVersion": TEMPLATES.api_version,
+        "kind": "AWSMachineTemplate",
+        "metadata": {"name": "nodes", "namespace": "default"},
+        "spec": {"template": {"spec": {"instanceType": "m5.large", "sshKeyName": "k", "x": 1}}},
+    }
+    stored = capi.create(TEMPLATES, template, "default")
+    assert stored["spec"]["template"]["spec"] == {"instanceType": "m5.large", "sshKeyName": "k"}
+    template["metadata"]["name"] = "wrong"
+    template["spec"]["template"]["spec"] = {"sshKeyName": "k"}
+    with pytest.raises(Invalid) as refused:
+        capi.create(TEMPLATES, template, "default")
+    assert "spec.template.spec.instanceType: Required value" in str(refused.value)
