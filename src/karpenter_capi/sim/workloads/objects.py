@@ -16,7 +16,7 @@ from typing import Any, Final
 from karpenter_capi.core.clock import Clock, parse_timestamp
 from karpenter_capi.core.kube.cache import Store, make_key
 from karpenter_capi.core.kube.client import JsonObject
-from karpenter_capi.core.scheduling.taints import Taint, TaintError, untolerated
+from karpenter_capi.core.values.taints import Taint, TaintError, untolerated
 from karpenter_capi.sim.capi.objects import (
     controller_ref,
     is_deleting,
