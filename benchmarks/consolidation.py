@@ -45,7 +45,7 @@ from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead,
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.provisioning.state import ClusterSnapshot
 from karpenter_capi.core.scheduling.model import pod_key
-from karpenter_capi.core.scheduling.resources import ResourceList, pod_requests
+from karpenter_capi.core.values.resources import ResourceList, pod_requests
 
 CPUS = (2, 4, 8, 16, 32)
 FAMILIES = {"c": 2, "s": 4, "m": 8}

@@ -57,8 +57,8 @@ from karpenter_capi.core.clock import SystemClock
 from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead, Offering
 from karpenter_capi.core.scheduling import packing
 from karpenter_capi.core.scheduling.model import ExistingNode, NodePoolOption
-from karpenter_capi.core.scheduling.resources import ResourceList, pod_requests
 from karpenter_capi.core.scheduling.solver import Solver
+from karpenter_capi.core.values.resources import ResourceList, pod_requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: tests.*
 from tests.support.cpu_load import cpu_load

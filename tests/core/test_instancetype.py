@@ -30,8 +30,8 @@ from karpenter_capi.core.instancetype import (
     freeze_requirements,
     requirements_compatible,
 )
-from karpenter_capi.core.scheduling.resources import ResourceList
-from karpenter_capi.core.scheduling.taints import Taint
+from karpenter_capi.core.values.resources import ResourceList
+from karpenter_capi.core.values.taints import Taint
 
 
 def rl(**values: str) -> ResourceList:

@@ -38,7 +38,7 @@ from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.errors import NotFound
 from karpenter_capi.core.kube.resources import NODECLAIMS
 from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
-from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.core.values.resources import ResourceList
 
 SCHEME = "fake://"
 INSTANCE_ANNOTATION = "fake.example.com/instance"

@@ -52,7 +52,7 @@ from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.resources import Resource
-from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.core.values.resources import ResourceList
 
 if TYPE_CHECKING:
     from karpenter_capi.core.api.nodeclaim import NodeClaim

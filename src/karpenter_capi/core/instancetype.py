@@ -23,8 +23,8 @@ from karpenter_capi.core.api.wellknown import (
     LABEL_INSTANCE_TYPE,
     LABEL_TOPOLOGY_ZONE,
 )
-from karpenter_capi.core.scheduling.resources import ResourceList, empty
-from karpenter_capi.core.scheduling.taints import Taint
+from karpenter_capi.core.values.resources import ResourceList, empty
+from karpenter_capi.core.values.taints import Taint
 
 Requirements = Mapping[str, frozenset[str]]
 """Label key -> the values a node may have for it (minimal form; see module docstring)."""

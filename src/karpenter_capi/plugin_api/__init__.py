@@ -49,8 +49,8 @@ from karpenter_capi.core.plugin_host import (
     PluginResultError,
     Plugins,
 )
-from karpenter_capi.core.scheduling.quantity import Quantity, parse_quantity
-from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.core.values.quantity import Quantity, parse_quantity
+from karpenter_capi.core.values.resources import ResourceList
 
 __all__ = [
     "INSTANCE_STOPPED",

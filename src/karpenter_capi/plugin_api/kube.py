@@ -41,7 +41,7 @@ from karpenter_capi.core.kube.resources import (
     SECRETS,
     Resource,
 )
-from karpenter_capi.core.kube.selectors import SelectorError, selector_to_string
+from karpenter_capi.core.values.selectors import SelectorError, selector_to_string
 
 __all__ = [
     "CAPI_GROUP",

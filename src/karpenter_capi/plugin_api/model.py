@@ -20,9 +20,9 @@ from karpenter_capi.core.api.runtime_validation import (
 from karpenter_capi.core.clock import format_timestamp, parse_timestamp
 from karpenter_capi.core.hookspecs import NodeClass
 from karpenter_capi.core.observability.metrics import Metrics
-from karpenter_capi.core.scheduling.quantity import QuantityError
-from karpenter_capi.core.scheduling.resources import ResourceListError
-from karpenter_capi.core.scheduling.taints import Taint, TaintError
+from karpenter_capi.core.values.quantity import QuantityError
+from karpenter_capi.core.values.resources import ResourceListError
+from karpenter_capi.core.values.taints import Taint, TaintError
 
 __all__ = [
     "ClusterAPINodeClass",

@@ -19,7 +19,7 @@ from karpenter_capi.core.disruption.planner import PassReport, PassSettings, pla
 from karpenter_capi.core.instancetype import InstanceType, Offering, freeze_requirements
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.provisioning.state import ClusterSnapshot
-from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.core.values.resources import ResourceList
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 ZONES = ("zone-a", "zone-b")

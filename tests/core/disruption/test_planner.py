@@ -370,7 +370,7 @@ def test_candidates_whose_pods_cannot_fit_are_not_simulated_one_by_one(cluster: 
 
 
 def _capacity_values(claim_requirements: object) -> set[str]:
-    from karpenter_capi.core.scheduling.requirements import Requirements
+    from karpenter_capi.core.values.requirements import Requirements
 
     assert isinstance(claim_requirements, Requirements)
     capacity = claim_requirements.get(wellknown.LABEL_CAPACITY_TYPE)

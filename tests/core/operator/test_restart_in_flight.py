@@ -14,7 +14,7 @@ from karpenter_capi.core.instancetype import InstanceType, Offering, freeze_requ
 from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES, NODECLAIMS, NODEPOOLS
 from karpenter_capi.core.operator import Operator, OperatorOptions
 from karpenter_capi.core.runtime.stepped import SteppedDriver
-from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.core.values.resources import ResourceList
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.apiserver.audit import AuditLog
 from karpenter_capi.sim.chaos.process import DyingClient, KillSwitch, ProcessDied, When

@@ -25,7 +25,7 @@ from karpenter_capi.core.plugin_host import (
     PluginResultError,
     Plugins,
 )
-from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.core.values.resources import ResourceList
 
 NODECLASS: Any = {
     "apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1",

@@ -32,7 +32,7 @@ from karpenter_capi.core.plugin_host import (
     is_factory,
 )
 from karpenter_capi.core.plugin_host._results import RESULT_CHECKS
-from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.core.values.resources import ResourceList
 
 NODECLASS: Any = {"kind": "ClusterAPINodeClass", "metadata": {"name": "default"}}
 NODEPOOL: Any = {"kind": "NodePool", "metadata": {"name": "general"}}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from karpenter_capi.core.scheduling.taints import Taint, TaintError, tolerates, untolerated
+from karpenter_capi.core.values.taints import Taint, TaintError, tolerates, untolerated
 
 
 def test_parse_forms() -> None:

@@ -22,7 +22,7 @@ from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.core.runtime.controller import DONE, MANAGEMENT, WORKLOAD, Key, Result
 from karpenter_capi.core.runtime.manager import Manager
 from karpenter_capi.core.runtime.stepped import SteppedDriver
-from karpenter_capi.core.scheduling.quantity import QuantityError
+from karpenter_capi.core.values.quantity import QuantityError
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
 from tests.core.runtime.toys import Failing, Mirror, Recorder, Scripted, Ticker, configmap, pod

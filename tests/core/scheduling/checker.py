@@ -81,8 +81,8 @@ from karpenter_capi.core.scheduling.model import (
     ProposedNodeClaim,
     SolveResult,
 )
-from karpenter_capi.core.scheduling.requirements import Requirements
-from karpenter_capi.core.scheduling.resources import ResourceList, pod_requests
+from karpenter_capi.core.values.requirements import Requirements
+from karpenter_capi.core.values.resources import ResourceList, pod_requests
 
 Pod = Mapping[str, Any]
 Expr = tuple[str, str, frozenset[str]]

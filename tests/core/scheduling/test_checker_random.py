@@ -28,10 +28,10 @@ from karpenter_capi.core.scheduling.model import (
     ProposedNodeClaim,
     SolveResult,
 )
-from karpenter_capi.core.scheduling.requirements import Requirements
-from karpenter_capi.core.scheduling.resources import ResourceList, empty, pod_requests
 from karpenter_capi.core.scheduling.solver import Solver
-from karpenter_capi.core.scheduling.taints import Taint
+from karpenter_capi.core.values.requirements import Requirements
+from karpenter_capi.core.values.resources import ResourceList, empty, pod_requests
+from karpenter_capi.core.values.taints import Taint
 from tests.core.scheduling.checker import check
 
 Pod = dict[str, Any]

@@ -8,9 +8,9 @@ import pytest
 
 from karpenter_capi.core.scheduling.daemons import DaemonOverhead, daemon_pod
 from karpenter_capi.core.scheduling.hostports import HostPort
-from karpenter_capi.core.scheduling.requirements import Requirements
-from karpenter_capi.core.scheduling.resources import ResourceList
-from karpenter_capi.core.scheduling.taints import Taint
+from karpenter_capi.core.values.requirements import Requirements
+from karpenter_capi.core.values.resources import ResourceList
+from karpenter_capi.core.values.taints import Taint
 
 ARCH = "kubernetes.io/arch"
 ZONE = "topology.kubernetes.io/zone"

@@ -9,8 +9,8 @@ from karpenter_capi.core.scheduling.nofit import (
     named_node_reason,
     unsatisfiable_reason,
 )
-from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
-from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.core.values.requirements import Requirement, Requirements
+from karpenter_capi.core.values.resources import ResourceList
 
 HOST = "kubernetes.io/hostname"
 

@@ -15,8 +15,8 @@ from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead, Offering
 from karpenter_capi.core.scheduling import highs
 from karpenter_capi.core.scheduling.model import NodePoolOption, SolveResult
-from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.core.scheduling.solver import Solver
+from karpenter_capi.core.values.resources import ResourceList
 from tests.support.cpu_load import cpu_load
 
 Pod = dict[str, Any]

@@ -11,8 +11,8 @@ from typing import Any
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.scheduling.model import ExistingNode, SolveResult
-from karpenter_capi.core.scheduling.resources import ResourceList
-from karpenter_capi.core.scheduling.taints import Taint
+from karpenter_capi.core.values.resources import ResourceList
+from karpenter_capi.core.values.taints import Taint
 from tests.core.scheduling.test_packing import C2, C4, C16, _pods, _pool, _solve
 
 Pod = dict[str, Any]

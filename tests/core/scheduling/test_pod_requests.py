@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from karpenter_capi.core.scheduling.resources import (
+from karpenter_capi.core.values.resources import (
     ResourceList,
     container_requests,
     pod_requests,

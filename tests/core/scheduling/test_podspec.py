@@ -8,7 +8,7 @@ import pytest
 
 from karpenter_capi.core.provisioning.state import ParsedCluster, unbound
 from karpenter_capi.core.scheduling.podspec import PodSpecs, parse_pod, relax_spec
-from karpenter_capi.core.scheduling.resources import ResourceList, pod_requests
+from karpenter_capi.core.values.resources import ResourceList, pod_requests
 
 
 def _pod(name: str, version: str = "1", *, node: str = "", **requests: str) -> dict[str, Any]:

@@ -12,8 +12,8 @@ from karpenter_capi.core.scheduling.preferences import (
     strictest,
     strictly_untolerated,
 )
-from karpenter_capi.core.scheduling.requirements import node_selector_terms
-from karpenter_capi.core.scheduling.taints import Taint, untolerated
+from karpenter_capi.core.values.requirements import node_selector_terms
+from karpenter_capi.core.values.taints import Taint, untolerated
 
 ZONE = "topology.kubernetes.io/zone"
 ARCH = "kubernetes.io/arch"

@@ -10,19 +10,19 @@ import pytest
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.scheduling.podspec import parse_pod
-from karpenter_capi.core.scheduling.refusal import Refusal
-from karpenter_capi.core.scheduling.requirements import (
-    EMPTY,
-    Requirement,
-    Requirements,
-    node_selector_terms,
-)
-from karpenter_capi.core.scheduling.taints import Taint
 from karpenter_capi.core.scheduling.topology import (
     NodeInfo,
     Topology,
     schedule_anyway_constraints,
 )
+from karpenter_capi.core.values.refusal import Refusal
+from karpenter_capi.core.values.requirements import (
+    EMPTY,
+    Requirement,
+    Requirements,
+    node_selector_terms,
+)
+from karpenter_capi.core.values.taints import Taint
 
 ZONE = wellknown.LABEL_TOPOLOGY_ZONE
 HOST = wellknown.LABEL_HOSTNAME

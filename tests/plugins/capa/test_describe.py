@@ -9,7 +9,7 @@ from __future__ import annotations
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.instancetype import Offering
 from karpenter_capi.core.observability.metrics import Metrics
-from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.core.values.resources import ResourceList
 from karpenter_capi.plugins.capa.catalog import instance_type_info
 from karpenter_capi.plugins.capa.eks import eks_overhead
 from karpenter_capi.plugins.capa.pricing import parse_products, pricing_region

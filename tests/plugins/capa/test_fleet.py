@@ -19,7 +19,7 @@ from karpenter_capi.core.instancetype import InstanceType, Offering
 from karpenter_capi.core.kube.errors import NotFound
 from karpenter_capi.core.kube.resources import NODECLAIMS, Resource
 from karpenter_capi.core.lifecycle.garbagecollection import orphan_nodeclaim
-from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.core.values.resources import ResourceList
 from karpenter_capi.plugins._cloud.unavailable import UnavailableOfferings
 from karpenter_capi.plugins.capa import fleet
 from karpenter_capi.plugins.capa.adopt import aws_machines, kubeadm_configs

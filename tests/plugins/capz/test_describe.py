@@ -8,7 +8,7 @@ import pytest
 
 from karpenter_capi.core.errors import NodeClassNotReadyError
 from karpenter_capi.core.kube.resources import CONFIGMAPS
-from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.core.values.resources import ResourceList
 from karpenter_capi.plugins._cloud.pricebook import SNAPSHOT_KEY, PriceSnapshot
 from karpenter_capi.plugins.capz.provider import CapzSettings
 from karpenter_capi.plugins.capz.template import TemplateSpecError, parse_template

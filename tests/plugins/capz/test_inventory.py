@@ -14,7 +14,7 @@ from typing import Any
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.kube.discovery import capi_resources
 from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
-from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.core.values.resources import ResourceList
 from karpenter_capi.plugins.capz.plugin import CapzPlugin
 from karpenter_capi.plugins.generic_capi.inventory import Inventory, collect_inventory
 from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin

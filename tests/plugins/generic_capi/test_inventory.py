@@ -8,7 +8,7 @@ import pytest
 
 from karpenter_capi.core.api import ClusterAPINodeClass
 from karpenter_capi.core.instancetype import Offering
-from karpenter_capi.core.scheduling.taints import Taint
+from karpenter_capi.core.values.taints import Taint
 from karpenter_capi.plugins.generic_capi.inventory import (
     Inventory,
     UnavailableOfferings,

@@ -14,7 +14,7 @@ from karpenter_capi.core.api import ClusterAPINodeClass
 from karpenter_capi.core.errors import NodeClassNotReadyError
 from karpenter_capi.core.hookspecs import MachineTemplateDescription, PluginContext
 from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES, EVENTS
-from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.core.values.resources import ResourceList
 from karpenter_capi.plugins.generic_capi.inventory import Inventory, collect_inventory
 from karpenter_capi.plugins.generic_capi.nodeclass_status import update_nodeclass_status
 from tests.plugins.generic_capi.inventory_builders import (

@@ -12,7 +12,7 @@ from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead
 from karpenter_capi.core.kube.discovery import CapiResources
 from karpenter_capi.core.kube.errors import Invalid
 from karpenter_capi.core.kube.resources import EVENTS
-from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.core.values.resources import ResourceList
 from karpenter_capi.plugins.generic_capi.inventory import (
     Inventory,
     TemplateReader,

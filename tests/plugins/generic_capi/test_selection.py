@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from karpenter_capi.core.kube.resources import Resource
-from karpenter_capi.core.kube.selectors import SelectorError
+from karpenter_capi.core.values.selectors import SelectorError
 from karpenter_capi.plugins.generic_capi.selection import select, select_resources
 from tests.plugins.generic_capi.inventory_builders import MEMBER, add, new_env, scalable, sized
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from karpenter_capi.core.scheduling.resources import ResourceList
-from karpenter_capi.core.scheduling.taints import Taint
+from karpenter_capi.core.values.resources import ResourceList
+from karpenter_capi.core.values.taints import Taint
 from karpenter_capi.plugins.generic_capi.overhead import OverheadPolicy, SettingsError
 from karpenter_capi.plugins.generic_capi.shape import (
     MissingShapeError,

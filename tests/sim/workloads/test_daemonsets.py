@@ -114,3 +114,32 @@ def test_a_deleted_daemon_pod_is_recreated_and_a_no_execute_taint_removes_it(sim
     status = sim.api.get(DAEMONSETS, "agent", NS)["status"]
     assert status["desiredNumberScheduled"] == 0
     assert status["numberMisscheduled"] == 0
+
+
+def test_automatic_tolerations_update_the_templates_own_in_place(sim: Sim) -> None:
+    # kube's AddOrUpdateTolerationInPodSpec: a toleration the template already has keeps its
+    # place (replaced there when only tolerationSeconds differs); the others are appended.
+    # The controller's daemon_pod moves them to the end, so the two must stay apart.
+    sim.node("n1")
+    tolerations = [
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+        {"key": "dedicated", "operator": "Exists"},
+        {
+            "key": "node.kubernetes.io/unreachable",
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": 30,
+        },
+    ]
+    sim.api.create(DAEMONSETS, daemonset("agent", tolerations=tolerations), NS)
+    sim.settle()
+    (pod,) = sim.pods("agent")
+    assert pod["spec"]["tolerations"] == [
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+        {"key": "dedicated", "operator": "Exists"},
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
+        {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/pid-pressure", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+    ]

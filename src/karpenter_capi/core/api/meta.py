@@ -35,7 +35,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from karpenter_capi.core.clock import format_timestamp
-from karpenter_capi.core.kube.selectors import compile_parts
+from karpenter_capi.core.values.selectors import compile_parts
 
 QUANTITY_PATTERN = (
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
@@ -469,7 +469,7 @@ class LabelSelector(KubeModel):
     """Label selector requirements; ANDed."""
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        """Kubernetes' semantics, by the one matcher core uses (:mod:`core.kube.selectors`)."""
+        """Kubernetes' semantics, by the one matcher core uses (:mod:`core.values.selectors`)."""
         return compile_parts(
             self.match_labels,
             ((e.key, e.operator.value, e.values) for e in self.match_expressions),

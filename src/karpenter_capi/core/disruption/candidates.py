@@ -31,13 +31,13 @@ from karpenter_capi.core.api.nodeclaim import NodeClaimConditionType
 from karpenter_capi.core.api.nodepool import NodePool
 from karpenter_capi.core.clock import parse_timestamp
 from karpenter_capi.core.instancetype import InstanceType
-from karpenter_capi.core.kube.selectors import SelectorError, selector_matches
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.provisioning.state import (
     has_disrupted_taint,
     is_reschedulable,
 )
 from karpenter_capi.core.scheduling.model import Pod, pod_key
+from karpenter_capi.core.values.selectors import SelectorError, selector_matches
 
 DELETION_COST_ANNOTATION: Final = "controller.kubernetes.io/pod-deletion-cost"
 PER_NODE_DISRUPTION_COST: Final = 1.0

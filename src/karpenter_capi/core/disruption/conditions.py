@@ -58,8 +58,8 @@ from karpenter_capi.core.runtime.controller import (
     Result,
     Watch,
 )
-from karpenter_capi.core.scheduling.requirements import Requirements
 from karpenter_capi.core.termination.actions import Actions, set_condition
+from karpenter_capi.core.values.requirements import Requirements
 
 log = logging.getLogger(__name__)
 

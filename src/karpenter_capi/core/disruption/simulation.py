@@ -45,9 +45,9 @@ from karpenter_capi.core.scheduling.model import (
     compatible_offerings,
     pod_key,
 )
-from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
-from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.core.scheduling.solver import Solver
+from karpenter_capi.core.values.requirements import Requirement, Requirements
+from karpenter_capi.core.values.resources import ResourceList
 
 MIN_SPOT_TO_SPOT_TYPES: Final = 15
 """Upstream's floor: a spot node is only replaced by spot when at least this many cheaper

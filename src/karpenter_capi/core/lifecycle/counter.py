@@ -28,7 +28,7 @@ from karpenter_capi.core.runtime.controller import (
     Result,
     Watch,
 )
-from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.core.values.resources import ResourceList
 
 NAME: Final = "nodepool.counter"
 BASE_RESOURCES: Final = ("cpu", "memory", "pods", "ephemeral-storage", "nodes")

@@ -41,8 +41,8 @@ from karpenter_capi.core.lifecycle.work import NodeClaimWork
 from karpenter_capi.core.lifecycle.writes import Writes
 from karpenter_capi.core.observability.logs import ref
 from karpenter_capi.core.runtime.controller import DONE, ControllerContext, Result
-from karpenter_capi.core.scheduling.quantity import QuantityError
-from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.core.values.quantity import QuantityError
+from karpenter_capi.core.values.resources import ResourceList
 
 INITIALIZED: Final = str(NodeClaimConditionType.INITIALIZED)
 

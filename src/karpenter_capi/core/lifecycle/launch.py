@@ -66,7 +66,7 @@ from karpenter_capi.core.plugin_host import PluginError
 from karpenter_capi.core.runtime.controller import DONE, WORKLOAD, ControllerContext, Result
 from karpenter_capi.core.scheduling.model import compatible_offerings
 from karpenter_capi.core.scheduling.nofit import unsatisfiable_reason
-from karpenter_capi.core.scheduling.requirements import RequirementError, Requirements
+from karpenter_capi.core.values.requirements import RequirementError, Requirements
 
 LAUNCHED: Final = str(NodeClaimConditionType.LAUNCHED)
 REASON_LAUNCHING: Final = "Launching"

@@ -57,8 +57,8 @@ from karpenter_capi.core.scheduling.nofit import (
     satisfying,
     unsatisfiable_reason,
 )
-from karpenter_capi.core.scheduling.requirements import Requirements
-from karpenter_capi.core.scheduling.resources import ResourceList, ResourceListError
+from karpenter_capi.core.values.requirements import Requirements
+from karpenter_capi.core.values.resources import ResourceList, ResourceListError
 
 NAME: Final = "nodepool.readiness"
 VALIDATION: Final = str(NodePoolConditionType.VALIDATION_SUCCEEDED)

@@ -47,7 +47,7 @@ from karpenter_capi.core.lifecycle.nodes import node_is_ready
 from karpenter_capi.core.observability.logs import first, ref
 from karpenter_capi.core.provisioning.state import ClusterSnapshot, persisted_nominations
 from karpenter_capi.core.runtime.controller import WORKLOAD, ControllerContext, Result
-from karpenter_capi.core.scheduling.taints import Taint, TaintError, untolerated
+from karpenter_capi.core.values.taints import Taint, TaintError, untolerated
 
 log = logging.getLogger(__name__)
 

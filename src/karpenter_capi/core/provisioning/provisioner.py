@@ -67,12 +67,12 @@ from karpenter_capi.core.scheduling.model import (
 from karpenter_capi.core.scheduling.nofit import missing_claim_reason
 from karpenter_capi.core.scheduling.packing_summary import PackingSummary, summarize
 from karpenter_capi.core.scheduling.podspec import PodSpecs
-from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.core.scheduling.solver import (
     DEFAULT_MAX_INSTANCE_TYPES,
     DEFAULT_TIMEOUT_SECONDS,
     Solver,
 )
+from karpenter_capi.core.values.resources import ResourceList
 
 log = logging.getLogger(__name__)
 

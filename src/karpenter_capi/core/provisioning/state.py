@@ -26,9 +26,9 @@ from karpenter_capi.core.kube.resources import (
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.scheduling.model import ExistingNode, NodePoolOption, Pod
 from karpenter_capi.core.scheduling.podspec import PodSpecs
-from karpenter_capi.core.scheduling.requirements import Requirements
-from karpenter_capi.core.scheduling.resources import ResourceList, empty
-from karpenter_capi.core.scheduling.taints import Taint
+from karpenter_capi.core.values.requirements import Requirements
+from karpenter_capi.core.values.resources import ResourceList, empty
+from karpenter_capi.core.values.taints import Taint
 
 UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "NoSchedule")
 EPHEMERAL_TAINT_KEYS = frozenset(

@@ -36,9 +36,9 @@ from karpenter_capi.core.scheduling.model import (
     compatible_offerings,
 )
 from karpenter_capi.core.scheduling.podspec import PodSpec, PodSpecs
-from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
-from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.core.scheduling.topology import NodeInfo, Topology
+from karpenter_capi.core.values.requirements import Requirement, Requirements
+from karpenter_capi.core.values.resources import ResourceList
 
 
 @dataclass(eq=False)

@@ -19,10 +19,10 @@ from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.scheduling.hostports import HostPort, HostPortUsage
 from karpenter_capi.core.scheduling.model import NodePoolOption, Pod, compatible_offerings
 from karpenter_capi.core.scheduling.preferences import strictly_untolerated
-from karpenter_capi.core.scheduling.refusal import Refusal
-from karpenter_capi.core.scheduling.requirements import Requirements
-from karpenter_capi.core.scheduling.resources import ResourceList
-from karpenter_capi.core.scheduling.taints import Taint
+from karpenter_capi.core.values.refusal import Refusal
+from karpenter_capi.core.values.requirements import Requirements
+from karpenter_capi.core.values.resources import ResourceList
+from karpenter_capi.core.values.taints import Taint
 
 Vector = tuple[int, ...]
 

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from karpenter_capi.core.scheduling.hostports import HostPortUsage, pod_host_ports
-from karpenter_capi.core.scheduling.requirements import Requirements, node_selector_terms
-from karpenter_capi.core.scheduling.resources import ResourceList, empty, pod_requests
-from karpenter_capi.core.scheduling.taints import Taint, untolerated
+from karpenter_capi.core.values.requirements import Requirements, node_selector_terms
+from karpenter_capi.core.values.resources import ResourceList, empty, pod_requests
+from karpenter_capi.core.values.taints import Taint, untolerated
 
 _NO_EXECUTE: Final = "NoExecute"
 _NO_SCHEDULE: Final = "NoSchedule"

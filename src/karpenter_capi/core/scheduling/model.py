@@ -13,9 +13,9 @@ from typing import Any
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.instancetype import InstanceType, Offering
-from karpenter_capi.core.scheduling.requirements import EMPTY, Requirements
-from karpenter_capi.core.scheduling.resources import ResourceList, empty
-from karpenter_capi.core.scheduling.taints import Taint
+from karpenter_capi.core.values.requirements import EMPTY, Requirements
+from karpenter_capi.core.values.resources import ResourceList, empty
+from karpenter_capi.core.values.taints import Taint
 
 Pod = Mapping[str, Any]
 """A Pod object as JSON (what the API server returns)."""

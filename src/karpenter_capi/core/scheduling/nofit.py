@@ -18,9 +18,9 @@ from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.scheduling.claims import HOSTNAME_PLACEHOLDER
 from karpenter_capi.core.scheduling.model import compatible_offerings
-from karpenter_capi.core.scheduling.quantity import HELD_UNITS, MAX_EXPONENT
-from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
-from karpenter_capi.core.scheduling.resources import ResourceList
+from karpenter_capi.core.values.quantity import HELD_UNITS, MAX_EXPONENT
+from karpenter_capi.core.values.requirements import Requirement, Requirements
+from karpenter_capi.core.values.resources import ResourceList
 
 _POSSIBLE: Final = ("excluded", "its offerings allowed are unavailable")
 """What ``why_excluded`` says of a type that meets the requirements (see there)."""

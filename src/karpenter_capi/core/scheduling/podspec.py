@@ -19,9 +19,9 @@ from typing import Any, Final
 from karpenter_capi.core.scheduling.hostports import HostPort, pod_host_ports
 from karpenter_capi.core.scheduling.model import pod_key
 from karpenter_capi.core.scheduling.preferences import relax, strict_topology
-from karpenter_capi.core.scheduling.requirements import Requirements, preferred_node_terms
-from karpenter_capi.core.scheduling.resources import ResourceList, empty, pod_requests
-from karpenter_capi.core.scheduling.taints import EFFECTS
+from karpenter_capi.core.values.requirements import Requirements, preferred_node_terms
+from karpenter_capi.core.values.resources import ResourceList, empty, pod_requests
+from karpenter_capi.core.values.taints import EFFECTS
 
 _TOLERATION_OPERATORS: Final = ("Exists", "Equal", "")
 _UNSATISFIABLE: Final = ("DoNotSchedule", "ScheduleAnyway", "")

@@ -33,7 +33,7 @@ import copy
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from karpenter_capi.core.scheduling.taints import Taint, tolerates
+from karpenter_capi.core.values.taints import Taint, tolerates
 
 Pod = dict[str, Any]
 

@@ -34,7 +34,7 @@ from karpenter_capi.core.scheduling.claims import (
 from karpenter_capi.core.scheduling.daemons import DaemonOverhead
 from karpenter_capi.core.scheduling.model import Pod, compatible_offerings, pod_key
 from karpenter_capi.core.scheduling.preferences import strictly_untolerated
-from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
+from karpenter_capi.core.values.requirements import Requirement, Requirements
 
 if TYPE_CHECKING:
     from karpenter_capi.core.scheduling._solver_view import SolverNode

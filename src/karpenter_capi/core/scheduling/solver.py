@@ -79,11 +79,11 @@ from karpenter_capi.core.scheduling.podspec import (
     relax_spec,
 )
 from karpenter_capi.core.scheduling.preferences import strictly_untolerated
-from karpenter_capi.core.scheduling.refusal import Refusal
 from karpenter_capi.core.scheduling.repack import Repacker
-from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
-from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.core.scheduling.topology import Topology
+from karpenter_capi.core.values.refusal import Refusal
+from karpenter_capi.core.values.requirements import Requirement, Requirements
+from karpenter_capi.core.values.resources import ResourceList
 
 log = logging.getLogger(__name__)
 

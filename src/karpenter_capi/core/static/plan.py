@@ -37,9 +37,9 @@ from karpenter_capi.core.lifecycle.launch import launchable_instance_types
 from karpenter_capi.core.provisioning.state import has_disrupted_taint, is_reschedulable
 from karpenter_capi.core.scheduling.daemons import DaemonOverhead
 from karpenter_capi.core.scheduling.model import NodePoolOption, Pod, ProposedNodeClaim
-from karpenter_capi.core.scheduling.requirements import Requirement
-from karpenter_capi.core.scheduling.resources import ResourceList
 from karpenter_capi.core.scheduling.solver import DEFAULT_MAX_INSTANCE_TYPES
+from karpenter_capi.core.values.requirements import Requirement
+from karpenter_capi.core.values.resources import ResourceList
 
 CREATE_PER_ROUND: Final = 100
 """Most NodeClaims one static round creates. The CRD admits any ``replicas`` (2^31-1 too) and

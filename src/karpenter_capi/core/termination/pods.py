@@ -26,7 +26,7 @@ from typing import Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.views import PodView
-from karpenter_capi.core.scheduling.taints import Taint, tolerates
+from karpenter_capi.core.values.taints import Taint, tolerates
 
 CRITICAL_PRIORITY_CLASSES: Final = frozenset({"system-cluster-critical", "system-node-critical"})
 MIRROR_POD_ANNOTATION: Final = "kubernetes.io/config.mirror"

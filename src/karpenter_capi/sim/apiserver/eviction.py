@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from karpenter_capi.core.kube.errors import InternalError, TooManyRequests
-from karpenter_capi.core.kube.selectors import SelectorError, selector_matches
+from karpenter_capi.core.values.selectors import SelectorError, selector_matches
 
 JsonObject = dict[str, Any]
 

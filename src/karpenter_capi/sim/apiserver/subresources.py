@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from karpenter_capi.core.kube.errors import NotFound
-from karpenter_capi.core.kube.selectors import selector_to_string
+from karpenter_capi.core.values.selectors import selector_to_string
 from karpenter_capi.sim.apiserver import messages
 from karpenter_capi.sim.apiserver.definitions import ResourceDefinition
 from karpenter_capi.sim.apiserver.engine import Engine, precondition_of

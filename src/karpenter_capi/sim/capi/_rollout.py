@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from karpenter_capi.core.kube.client import JsonObject
-from karpenter_capi.core.kube.selectors import selector_to_string
+from karpenter_capi.core.values.selectors import selector_to_string
 from karpenter_capi.sim.capi.objects import (
     ANNOTATION_REVISION,
     annotations_of,

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from decimal import ROUND_FLOOR, Decimal
 from typing import Any, Final
 
-from karpenter_capi.core.scheduling.quantity import QuantityError, parse_quantity
+from karpenter_capi.core.values.quantity import QuantityError, parse_quantity
 
 _log = logging.getLogger(__name__)
 

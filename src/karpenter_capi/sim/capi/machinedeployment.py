@@ -40,8 +40,8 @@ from typing import Any
 from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.errors import AlreadyExists, NotFound
-from karpenter_capi.core.kube.selectors import selector_matches
 from karpenter_capi.core.runtime.controller import DONE, MANAGEMENT, Caches, Key, Result, Watch
+from karpenter_capi.core.values.selectors import selector_matches
 from karpenter_capi.sim.capi._rollout import (
     ON_DELETE,
     ROLLING_UPDATE,

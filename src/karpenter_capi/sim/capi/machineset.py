@@ -41,7 +41,6 @@ from karpenter_capi.core.api.wellknown import ANNOTATION_CAPI_DELETE_MACHINE
 from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.errors import AlreadyExists, NotFound
-from karpenter_capi.core.kube.selectors import selector_matches, selector_to_string
 from karpenter_capi.core.runtime.controller import (
     DONE,
     MANAGEMENT,
@@ -50,6 +49,7 @@ from karpenter_capi.core.runtime.controller import (
     Result,
     Watch,
 )
+from karpenter_capi.core.values.selectors import selector_matches, selector_to_string
 from karpenter_capi.sim.capi.objects import (
     ANNOTATION_DISABLE_MACHINE_CREATE,
     LABEL_CLUSTER_NAME,

@@ -58,8 +58,8 @@ from karpenter_capi.core.runtime.controller import (
     Result,
     Watch,
 )
-from karpenter_capi.core.scheduling.quantity import QuantityError, parse_quantity
-from karpenter_capi.core.scheduling.taints import Taint, TaintError
+from karpenter_capi.core.values.quantity import QuantityError, parse_quantity
+from karpenter_capi.core.values.taints import Taint, TaintError
 from karpenter_capi.sim.capi.kubeletconfig import (
     BOOTSTRAP_GROUP,
     KUBEADM_KINDS,

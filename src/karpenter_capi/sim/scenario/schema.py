@@ -20,7 +20,7 @@ from pydantic.alias_generators import to_camel
 
 from karpenter_capi.core.api.meta import validation_problems
 from karpenter_capi.core.errors import InvalidInputError
-from karpenter_capi.core.scheduling.quantity import QuantityError, parse_quantity
+from karpenter_capi.core.values.quantity import QuantityError, parse_quantity
 
 
 class ScenarioError(InvalidInputError):

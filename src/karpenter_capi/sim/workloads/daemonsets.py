@@ -2,11 +2,11 @@
 
 Every node of the simulated cluster carries its daemons (their requests are on the node, their
 pods in a drain's list, which must skip them), and the autoprovisioner's DaemonSet overhead
-(``core.scheduling.daemons``) is checked against what lands. This controller plays kube's
-DaemonSet controller (``pkg/controller/daemon``):
+(``core.scheduling.daemons``) is checked against what lands, so nothing of it is used here.
+This controller plays kube's DaemonSet controller (``pkg/controller/daemon``):
 
 * **which nodes**: ``NodeShouldRunDaemonPod`` on the template pod with the controller's
-  automatic tolerations (``core.scheduling.daemons.daemon_pod``: not-ready and unreachable
+  automatic tolerations (``tolerations.with_daemon_tolerations``: not-ready and unreachable
   ``NoExecute``; disk-, memory-, pid-pressure and unschedulable ``NoSchedule``;
   network-unavailable for host-network pods). The ``nodeSelector`` and one required node
   affinity term must match the node's labels (``matchFields`` on ``metadata.name`` too); an
@@ -38,7 +38,6 @@ from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.errors import NotFound
 from karpenter_capi.core.kube.resources import DAEMONSETS, NODES, PODS, Resource
 from karpenter_capi.core.runtime.controller import DONE, WORKLOAD, Caches, Key, Result, Watch
-from karpenter_capi.core.scheduling.daemons import daemon_pod
 from karpenter_capi.sim.capi.objects import (
     as_int,
     controlled_by,
@@ -60,6 +59,7 @@ from karpenter_capi.sim.workloads.objects import (
     phase_of,
 )
 from karpenter_capi.sim.workloads.settings import WorkloadSettings
+from karpenter_capi.sim.workloads.tolerations import with_daemon_tolerations
 
 _log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class DaemonSetController:
             return DONE
         pods_store = self.caches.store(PODS)
         nodes = {name_of(n): n for n in self.caches.store(NODES).list()}
-        template = daemon_pod(daemonset)
+        template = _daemon_pod(daemonset)
         fits = {name: daemon_fit(template, node) for name, node in nodes.items()}
         pods = controlled_by(pods_store, daemonset)
         by_node: dict[str, list[JsonObject]] = {}
@@ -128,9 +128,8 @@ class DaemonSetController:
                 doomed += sorted(node_pods, key=created_seconds)[1:]
         for node_name, fit in sorted(fits.items()):
             if fit.should_run and not by_node.get(node_name):
-                pod = pod_from_template(daemonset, "DaemonSet")
+                pod = _daemon_pod(daemonset)
                 pod["spec"]["nodeName"] = node_name
-                pod["spec"]["tolerations"] = daemon_pod(daemonset)["spec"]["tolerations"]
                 created = self.client.create(PODS, pod, namespace_of(daemonset))
                 self.expectations.created(key, name_of(created))
         for pod in doomed:
@@ -168,3 +167,10 @@ class DaemonSetController:
                 namespace_of(daemonset),
                 subresource="status",
             )
+
+
+def _daemon_pod(daemonset: JsonObject) -> JsonObject:
+    """A new pod of ``daemonset`` with the DaemonSet controller's tolerations (no node yet)."""
+    pod = pod_from_template(daemonset, "DaemonSet")
+    pod["spec"]["tolerations"] = with_daemon_tolerations(pod["spec"])
+    return pod

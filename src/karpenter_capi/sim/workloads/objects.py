@@ -16,7 +16,7 @@ from typing import Any, Final
 from karpenter_capi.core.clock import Clock, parse_timestamp
 from karpenter_capi.core.kube.cache import Store, make_key
 from karpenter_capi.core.kube.client import JsonObject
-from karpenter_capi.core.scheduling.taints import Taint, TaintError, untolerated
+from karpenter_capi.core.values.taints import Taint, TaintError
 from karpenter_capi.sim.capi.objects import (
     controller_ref,
     is_deleting,
@@ -26,6 +26,7 @@ from karpenter_capi.sim.capi.objects import (
     nested,
     uid_of,
 )
+from karpenter_capi.sim.workloads.tolerations import untolerated
 
 TERMINAL_PHASES: Final = ("Succeeded", "Failed")
 
@@ -180,7 +181,7 @@ def daemon_fit(pod: Mapping[str, Any], node: Mapping[str, Any]) -> Fit:
         return Fit(False, False)
     tolerations = list(nested(pod, "spec", "tolerations") or [])
     taints = node_taints(node)
-    if untolerated(tolerations, [t for t in taints if t.effect == "NoExecute"]) is not None:
+    if untolerated(tolerations, taints, effects=("NoExecute",)) is not None:
         return Fit(False, False)
     return Fit(untolerated(tolerations, taints) is None, True)
 

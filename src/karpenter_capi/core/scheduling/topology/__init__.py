@@ -49,9 +49,9 @@ pod shape's view of the groups), ``_narrowing`` (the domains each kind of constr
 ``_topology`` (the :class:`Topology` the solver talks to).
 """
 
-from karpenter_capi.core.scheduling.refusal import Refusal
 from karpenter_capi.core.scheduling.topology._domains import NodeInfo
 from karpenter_capi.core.scheduling.topology._topology import Topology, schedule_anyway_constraints
+from karpenter_capi.core.values.refusal import Refusal
 
 __all__ = [
     "NodeInfo",

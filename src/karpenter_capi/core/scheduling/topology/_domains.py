@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.scheduling.requirements import Requirement
-from karpenter_capi.core.scheduling.taints import Taint
+from karpenter_capi.core.values.requirements import Requirement
+from karpenter_capi.core.values.taints import Taint
 
 # A domain's taint sets: one per node shape that yields it (empty: untainted shapes only).
 TaintSets = list[tuple[Taint, ...]]

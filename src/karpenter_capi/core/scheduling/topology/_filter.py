@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from karpenter_capi.core.scheduling.requirements import Requirements
-from karpenter_capi.core.scheduling.taints import Taint, untolerated
 from karpenter_capi.core.scheduling.topology._domains import TaintSets
+from karpenter_capi.core.values.requirements import Requirements
+from karpenter_capi.core.values.taints import Taint, untolerated
 
 
 def tolerates_any(tolerations: Sequence[Mapping[str, Any]], taint_sets: TaintSets) -> bool:

@@ -10,16 +10,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from karpenter_capi.core.kube.selectors import (
+from karpenter_capi.core.scheduling.topology._domains import TaintSets
+from karpenter_capi.core.scheduling.topology._filter import NodeFilter, tolerates_any
+from karpenter_capi.core.values.requirements import Requirement
+from karpenter_capi.core.values.selectors import (
     NOTHING,
     Clause,
     CompiledSelector,
     SelectorError,
     compile_selector,
 )
-from karpenter_capi.core.scheduling.requirements import Requirement
-from karpenter_capi.core.scheduling.topology._domains import TaintSets
-from karpenter_capi.core.scheduling.topology._filter import NodeFilter, tolerates_any
 
 SPREAD: Final = "topology spread"
 AFFINITY: Final = "pod affinity"

@@ -11,9 +11,6 @@ from collections.abc import Sequence
 from typing import Final
 
 from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.scheduling.refusal import Refusal
-from karpenter_capi.core.scheduling.requirements import Requirement, Requirements
-from karpenter_capi.core.scheduling.taints import Taint, untolerated
 from karpenter_capi.core.scheduling.topology._domains import (
     allows,
     candidate_domains,
@@ -26,6 +23,9 @@ from karpenter_capi.core.scheduling.topology._group import (
     Group,
     possible_domains,
 )
+from karpenter_capi.core.values.refusal import Refusal
+from karpenter_capi.core.values.requirements import Requirement, Requirements
+from karpenter_capi.core.values.taints import Taint, untolerated
 
 _REASON_DOMAINS: Final = 10
 _UNEXPLAINED: Final = "topology constraint not satisfied (details omitted)"

@@ -10,11 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final
 
-from karpenter_capi.core.kube.selectors import Clause, CompiledSelector
 from karpenter_capi.core.scheduling.podspec import PodSpec, topology_signature
-from karpenter_capi.core.scheduling.refusal import Refusal
-from karpenter_capi.core.scheduling.requirements import Requirement, Requirements, normalize_key
-from karpenter_capi.core.scheduling.taints import Taint
 from karpenter_capi.core.scheduling.topology._domains import NodeInfo, TaintSets, domain_of
 from karpenter_capi.core.scheduling.topology._filter import NodeFilter, spread_filter
 from karpenter_capi.core.scheduling.topology._group import (
@@ -28,6 +24,10 @@ from karpenter_capi.core.scheduling.topology._group import (
     term_selector,
 )
 from karpenter_capi.core.scheduling.topology._narrowing import narrow, record_in
+from karpenter_capi.core.values.refusal import Refusal
+from karpenter_capi.core.values.requirements import Requirement, Requirements, normalize_key
+from karpenter_capi.core.values.selectors import Clause, CompiledSelector
+from karpenter_capi.core.values.taints import Taint
 
 _NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
 _NO_NAMESPACES: Final[Mapping[str, Mapping[str, str]]] = MappingProxyType({})

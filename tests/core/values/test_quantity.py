@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from karpenter_capi.core.scheduling.quantity import (
+from karpenter_capi.core.values.quantity import (
     Quantity,
     QuantityError,
     QuantityFormat,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.scheduling.refusal import Refusal
+from karpenter_capi.core.values.refusal import Refusal
 
 OPERATORS: Final = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "Gte", "Lte")
 

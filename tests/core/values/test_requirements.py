@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from karpenter_capi.core.scheduling.requirements import (
+from karpenter_capi.core.values.requirements import (
     Requirement,
     RequirementError,
     Requirements,

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from karpenter_capi.core.scheduling.quantity import Quantity, QuantityError
-from karpenter_capi.core.scheduling.resources import (
+from karpenter_capi.core.values.quantity import Quantity, QuantityError
+from karpenter_capi.core.values.resources import (
     CPU,
     MEMORY,
     ResourceList,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from karpenter_capi.core.api.meta import LabelSelector
-from karpenter_capi.core.kube.selectors import (
+from karpenter_capi.core.values.selectors import (
     EVERYTHING,
     NOTHING,
     SelectorError,

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
-from karpenter_capi.core.scheduling.quantity import (
+from karpenter_capi.core.values.quantity import (
     Quantity,
     QuantityError,
     QuantityFormat,
