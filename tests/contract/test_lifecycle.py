@@ -202,11 +202,15 @@ def _capi(kind: str, name: str, owner: dict[str, Any] | None = None) -> dict[str
     metadata: dict[str, Any] = {"name": name, "namespace": "default"}
     if owner is not None:
         metadata["ownerReferences"] = [{**owner_ref(owner, block=True), "controller": True}]
+    spec: dict[str, Any] = {"clusterName": "sim"}
+    if kind != "Machine":
+        # CAPI's webhooks require the template's clusterName to match the object's.
+        spec["template"] = {"spec": {"clusterName": "sim"}}
     return {
         "apiVersion": "cluster.x-k8s.io/v1beta2",
         "kind": kind,
         "metadata": metadata,
-        "spec": {"clusterName": "sim"},
+        "spec": spec,
     }
 
 

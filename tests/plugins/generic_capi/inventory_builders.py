@@ -131,11 +131,14 @@ def machine_template(
     }
     if node_info:
         status["nodeInfo"] = node_info
+    # CAPA's CRD requires the instance type (emulated from its schema), so an AWS template
+    # names one, as every real one does; the status still says what the node will have.
+    template_spec = {"instanceType": "m5.large"} if kind == "AWSMachineTemplate" else {}
     return {
         "apiVersion": f"{INFRA}/{version}",
         "kind": kind,
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"template": {"spec": {}}},
+        "spec": {"template": {"spec": template_spec}},
         "status": status,
     }
 
