@@ -9,15 +9,14 @@ from karpenter_capi.core.values.taints import Taint
 from karpenter_capi.plugins.generic_capi.overhead import OverheadPolicy, SettingsError
 from karpenter_capi.plugins.generic_capi.shape import (
     MissingShapeError,
-    PriceRates,
     ShapeError,
     TemplateStatus,
     machine_taints,
     propagated_labels,
     resolve_shape,
-    settings_from,
     shape_from_annotations,
 )
+from karpenter_capi.plugins.generic_capi.shape_settings import PriceRates, settings_from
 
 P = "capacity.cluster-autoscaler.kubernetes.io/"
 DOCKER = "DockerMachineTemplate default/workers"

@@ -165,18 +165,42 @@ def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
 def _structural(raw: dict[str, Any], defs: dict[str, Any], path: str) -> dict[str, Any]:
     node = _resolve(raw, defs)
     if "anyOf" in node:
-        options = [o for o in node["anyOf"] if _resolve(o, defs).get("type") != "null"]
-        node = {k: v for k, v in node.items() if k != "anyOf"}
-        if len(options) == 1:
-            node = {**_resolve(options[0], defs), **node}
-        elif node.get("x-kubernetes-int-or-string"):
-            node["anyOf"] = options
-        else:
-            raise SchemaConversionError(f"{path}: unions other than Optional/int-or-string")
-        node = _resolve(node, defs)
+        node = _without_union(node, defs, path)
         if "anyOf" in node and not node.get("x-kubernetes-int-or-string"):
             return _structural(node, defs, path)
+    out = _structural_keys(node, defs, path)
+    if "properties" in out:
+        out["type"] = "object"
+        out.pop("additionalProperties", None)
+    if "enum" in out and "type" not in out:
+        out["type"] = "string"
+    if "type" not in out and not out.get("x-kubernetes-int-or-string"):
+        raise SchemaConversionError(f"{path}: schema has no type: {raw!r}")
+    return out
 
+
+def _without_union(node: dict[str, Any], defs: dict[str, Any], path: str) -> dict[str, Any]:
+    """Fold pydantic's ``anyOf``: a structural schema allows only Optional and int-or-string.
+
+    ``Optional[X]`` becomes ``X`` (kube has no null type; absence says it); an int-or-string
+    keeps its ``anyOf`` under the extension; any other union cannot be served, so it raises.
+    """
+    options = [o for o in node["anyOf"] if _resolve(o, defs).get("type") != "null"]
+    node = {k: v for k, v in node.items() if k != "anyOf"}
+    if len(options) == 1:
+        node = {**_resolve(options[0], defs), **node}
+    elif node.get("x-kubernetes-int-or-string"):
+        node["anyOf"] = options
+    else:
+        raise SchemaConversionError(f"{path}: unions other than Optional/int-or-string")
+    return _resolve(node, defs)
+
+
+def _structural_keys(node: dict[str, Any], defs: dict[str, Any], path: str) -> dict[str, Any]:
+    """Each key of a resolved node in its CRD form, recursing into nested schemas.
+
+    Pydantic-only keys drop, ``const`` and the default extension become what kube reads.
+    """
     out: dict[str, Any] = {}
     for key, value in node.items():
         if key in _DROPPED_KEYS:
@@ -199,13 +223,6 @@ def _structural(raw: dict[str, Any], defs: dict[str, Any], path: str) -> dict[st
                 out["required"] = sorted(value)
         else:
             out[key] = value
-    if "properties" in out:
-        out["type"] = "object"
-        out.pop("additionalProperties", None)
-    if "enum" in out and "type" not in out:
-        out["type"] = "string"
-    if "type" not in out and not out.get("x-kubernetes-int-or-string"):
-        raise SchemaConversionError(f"{path}: schema has no type: {raw!r}")
     return out
 
 

@@ -43,7 +43,7 @@ from karpenter_capi.core.kube.resources import NODECLAIMS
 from karpenter_capi.core.observability.logs import first, ref
 from karpenter_capi.core.observability.metrics import Metrics
 from karpenter_capi.core.plugin_host import Plugins
-from karpenter_capi.core.provisioning.inventory import resolve_inventory
+from karpenter_capi.core.provisioning.inventory import NodePoolInventory, resolve_inventory
 from karpenter_capi.core.provisioning.nodeclaims import log_created, nodeclaim_body
 from karpenter_capi.core.provisioning.pending import is_provisionable
 from karpenter_capi.core.provisioning.plans import finish_plans, missing_claims, stamp_plan
@@ -206,24 +206,7 @@ class Provisioner:
             self._said_unschedulable = {}
             self._planned = {}
             return report
-        inventories = resolve_inventory(self._client, self._plugins)
-        usable = []
-        options = []
-        for inventory in inventories:
-            if inventory.error is None:
-                try:
-                    option = nodepool_option(inventory, snapshot)
-                except ValueError as error:  # a value no validation caught: this pool only
-                    inventory.error = f"invalid NodePool: {error}"
-            if inventory.error:
-                report.nodepool_errors[inventory.nodepool] = inventory.error
-                self._unusable(inventory.raw, inventory.nodepool, inventory.error)
-                continue
-            usable.append(inventory)
-            # A static NodePool keeps its own node count: pods may land on its nodes (``usable``
-            # still gives its launching NodeClaims their size) but no round launches for it.
-            if not (inventory.model is not None and inventory.model.is_static):
-                options.append(option)
+        usable, options = self._usable_pools(snapshot, report)
         nominations = {**persisted_nominations(snapshot), **self._nominations}
         # NodeClaims of a plan a killed process did not finish creating: created as planned,
         # their pods kept out of this round's solve (``plans.py``).
@@ -260,12 +243,7 @@ class Provisioner:
                     "reason": packed.reason,
                 },
             )
-        if self._metrics is not None:
-            self._metrics.observe_scheduling(seconds)
-            for option in options:
-                self._metrics.set_nodepool_usage(option.name, _as_floats(option.usage))
-                if option.limits is not None:
-                    self._metrics.set_nodepool_limits(option.name, _as_floats(option.limits))
+        self._observe(seconds, options)
         report.timed_out = result.timed_out
         claim_names = {str(c["metadata"]["name"]) for c in snapshot.nodeclaims}
         live = {str(c["metadata"]["name"]) for c in snapshot.nodeclaims}
@@ -341,6 +319,42 @@ class Provisioner:
             if not self._dry_run:
                 self._recorder.record(by_key[key], WARNING, "FailedScheduling", reason)
         return report
+
+    def _usable_pools(
+        self, snapshot: ClusterSnapshot, report: ProvisioningReport
+    ) -> tuple[list[NodePoolInventory], list[NodePoolOption]]:
+        """The NodePools pods may land on, and those of them a round may launch for.
+
+        A NodePool whose inventory or values are invalid is reported and marked, and only it
+        is left out. A static NodePool keeps its own node count: pods may land on its nodes
+        (``usable`` still gives its launching NodeClaims their size) but no round launches for it.
+        """
+        usable = []
+        options = []
+        for inventory in resolve_inventory(self._client, self._plugins):
+            if inventory.error is None:
+                try:
+                    option = nodepool_option(inventory, snapshot)
+                except ValueError as error:  # a value no validation caught: this pool only
+                    inventory.error = f"invalid NodePool: {error}"
+            if inventory.error:
+                report.nodepool_errors[inventory.nodepool] = inventory.error
+                self._unusable(inventory.raw, inventory.nodepool, inventory.error)
+                continue
+            usable.append(inventory)
+            if not (inventory.model is not None and inventory.model.is_static):
+                options.append(option)
+        return usable, options
+
+    def _observe(self, seconds: float, options: Sequence[NodePoolOption]) -> None:
+        """The round's scheduling time and each NodePool's usage and limits, as metrics."""
+        if self._metrics is None:
+            return
+        self._metrics.observe_scheduling(seconds)
+        for option in options:
+            self._metrics.set_nodepool_usage(option.name, _as_floats(option.usage))
+            if option.limits is not None:
+                self._metrics.set_nodepool_limits(option.name, _as_floats(option.limits))
 
     def _solver(
         self,

@@ -204,3 +204,27 @@ def min_values_problem(
         for key, allowed in info.instance_type.requirements.items():
             values.setdefault(key, set()).update(allowed)
     return requirements.min_values_problem(values)
+
+
+def claim_window(
+    claims: Sequence[ClaimState],
+    by_host: Mapping[str, ClaimState],
+    pod_class: PodClass,
+    hosts: Iterable[str] | None,
+) -> tuple[Sequence[ClaimState], int]:
+    """The proposed claims a pod of ``pod_class`` may go to, and the index to start looking at.
+
+    With ``hosts`` (the hostnames its pod affinity needs it next to), only the claims holding
+    one. Otherwise every claim, past the leading run of those this class, or its topology
+    constraints, rules out for good: they are never looked at again (``first_claim``).
+    """
+    if hosts is not None:
+        near = sorted((by_host[h] for h in hosts if h in by_host), key=lambda c: c.index)
+        return near, 0
+    start = pod_class.first_claim
+    rejected = pod_class.rejected_claims
+    while start < len(claims) and (start in rejected or start in pod_class.topology_rejected):
+        rejected.discard(start)
+        start += 1
+    pod_class.first_claim = start
+    return claims, start

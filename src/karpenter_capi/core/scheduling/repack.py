@@ -107,15 +107,7 @@ class Repacker:
         if not self._nominated:
             self._nodes = []
         self._taken = set()
-        families: dict[tuple[int, Requirements, Vector], list[ClaimState]] = {}
-        for claim in self._claims:
-            pool = claim.pool
-            if pool.min_values or len(pool.types) > MAX_CATALOG:
-                continue
-            if all(self._movable(pod, originals) for pod in claim.pods):
-                key = (id(pool), _without_hostname(claim.requirements), claim.daemon)
-                families.setdefault(key, []).append(claim)
-        for (_, requirements, daemon), family in families.items():
+        for (_, requirements, daemon), family in self._families(originals).items():
             types = [
                 t
                 for t in family[0].pool.types
@@ -183,6 +175,21 @@ class Repacker:
                     outcome = dataclasses.replace(outcome, status="voided", bins=None, cost=None)
             self.outcomes.append(outcome)
         return self._claims
+
+    def _families(
+        self, originals: Mapping[str, Pod]
+    ) -> dict[tuple[int, Requirements, Vector], list[ClaimState]]:
+        """The claims whose pods may move between them, by pool, requirements but the hostname,
+        and DaemonSet overhead; a claim whose pool or pods rule a re-pack out is in none."""
+        families: dict[tuple[int, Requirements, Vector], list[ClaimState]] = {}
+        for claim in self._claims:
+            pool = claim.pool
+            if pool.min_values or len(pool.types) > MAX_CATALOG:
+                continue
+            if all(self._movable(pod, originals) for pod in claim.pods):
+                key = (id(pool), _without_hostname(claim.requirements), claim.daemon)
+                families.setdefault(key, []).append(claim)
+        return families
 
     def _movable(self, pod: Pod, originals: Mapping[str, Pod]) -> bool:
         pod_class = self._class_of(pod)

@@ -46,6 +46,7 @@ from karpenter_capi.core.scheduling.claims import (
     TypeInfo,
     Vector,
     add,
+    claim_window,
     first_fit,
     fits,
     imbalance,
@@ -284,46 +285,8 @@ class Solver:
             if self._node_refusal(node, pod_class, spec) is None:
                 self._place_on_node(node, pod_class, pod, spec)
                 return None
-        claims: Sequence[ClaimState]
-        if hosts is None:
-            claims = self._claims
-            start = pod_class.first_claim
-            rejected = pod_class.rejected_claims
-            # A claim this class, or its topology constraints, rules out for good is never
-            # looked at again: past a run of those, the search starts later.
-            while start < len(claims) and (
-                start in rejected or start in pod_class.topology_rejected
-            ):
-                rejected.discard(start)
-                start += 1
-            pod_class.first_claim = start
-        else:
-            # Only the claims holding a pod it must be next to.
-            by_host = self._claims_by_host
-            claims = sorted((by_host[h] for h in hosts if h in by_host), key=lambda c: c.index)
-            start = 0
-        # Of the first few claims that can take the pod, the one it leaves best balanced: with
-        # instance types of every shape, an unbalanced claim (all memory, little CPU) is what
-        # wastes money, and mixing memory-heavy and CPU-heavy pods is what avoids it.
-        best: Fit | None = None
-        best_score = 0.0
-        seen = 0
-        refusals = pod_class.unchanged_refusals
-        by_topology = pod_class.topology_rejected
-        for claim in claims[start:]:
-            if claim.index in pod_class.rejected_claims or claim.index in by_topology:
-                continue
-            if refusals and refusals.get(claim.index) == claim.version:
-                continue
-            fit = self._fit_claim(claim, pod_class, spec)
-            if isinstance(fit, Refusal):
-                continue
-            score = imbalance(fit.claim, fit.pods_total, fit.daemon)
-            if best is None or score < best_score:
-                best, best_score = fit, score
-            seen += 1
-            if seen == _BALANCE_CANDIDATES:
-                break
+        claims, start = claim_window(self._claims, self._claims_by_host, pod_class, hosts)
+        best = self._best_fit(claims[start:], pod_class, spec)
         if best is not None:
             self._commit(best, pod_class, pod, spec)
             return None
@@ -342,6 +305,33 @@ class Solver:
         if not reasons:
             return _NO_NODEPOOL
         return Refusal("; ".join(reasons))
+
+    def _best_fit(
+        self, claims: Sequence[ClaimState], pod_class: PodClass, spec: PodSpec
+    ) -> Fit | None:
+        """Of the first few claims that can take the pod, the one it leaves best balanced: with
+        instance types of every shape, an unbalanced claim (all memory, little CPU) is what
+        wastes money, and mixing memory-heavy and CPU-heavy pods is what avoids it."""
+        best: Fit | None = None
+        best_score = 0.0
+        seen = 0
+        refusals = pod_class.unchanged_refusals
+        by_topology = pod_class.topology_rejected
+        for claim in claims:
+            if claim.index in pod_class.rejected_claims or claim.index in by_topology:
+                continue
+            if refusals and refusals.get(claim.index) == claim.version:
+                continue
+            fit = self._fit_claim(claim, pod_class, spec)
+            if isinstance(fit, Refusal):
+                continue
+            score = imbalance(fit.claim, fit.pods_total, fit.daemon)
+            if best is None or score < best_score:
+                best, best_score = fit, score
+            seen += 1
+            if seen == _BALANCE_CANDIDATES:
+                break
+        return best
 
     def _node_refusal(self, node: SolverNode, pod_class: PodClass, spec: PodSpec) -> Refusal | None:
         """Why the existing node cannot take a pod of ``pod_class``, or ``None`` if it can.

@@ -80,10 +80,9 @@ from karpenter_capi.plugins.generic_capi.shape import (
     PRICE_ANNOTATION,
     MissingShapeError,
     ShapeError,
-    ShapeSettings,
     TemplateStatus,
-    settings_from,
 )
+from karpenter_capi.plugins.generic_capi.shape_settings import ShapeSettings, settings_from
 from karpenter_capi.plugins.generic_capi.sources import (
     TemplateError,
     TemplateReader,

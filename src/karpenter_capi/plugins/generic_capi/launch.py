@@ -364,10 +364,9 @@ class Launcher:
             return _Outcome(skip=problem, mark=True)
         for _ in range(self._settings.conflict_retries):
             state = self._read_state(ref)
-            if state is None:
-                return _Outcome(skip=f"{ref} no longer exists")
-            if state.deleting:
-                return _Outcome(skip=f"{ref} is being deleted")
+            if state is None or state.deleting:
+                gone = "no longer exists" if state is None else "is being deleted"
+                return _Outcome(skip=f"{ref} {gone}")
             self._cache.observe_all(state.machines)
             mine = bound_machine(claim, state.machines)
             if mine is not None:
@@ -392,15 +391,7 @@ class Launcher:
             since = claim.requested_at if sticky else None
             timeout = timedelta(seconds=self._settings.machine_timeout)
             if since is not None and now - since > timeout:
-                if not self._give_back(state, claim, claims, bound_elsewhere):
-                    # Its replica cannot be withdrawn without removing another Machine: it keeps
-                    # waiting here, and a deletion of the NodeClaim withdraws it when it can.
-                    self._inflight.intend(claim, ref.key)
-                    return _Outcome(waiting=True)
-                return _Outcome(
-                    skip=f"{ref} produced no Machine within {self._settings.machine_timeout:g}s",
-                    mark=True,
-                )
+                return self._expired(state, claim, claims, bound_elsewhere)
             if not plan.serves(claim):
                 if sticky:
                     self._give_back(state, claim, claims, bound_elsewhere)
@@ -419,6 +410,21 @@ class Launcher:
         return _Outcome(
             skip=f"{ref} kept changing ({self._settings.conflict_retries} conflicts in a row)"
         )
+
+    def _expired(
+        self,
+        state: ResourceState,
+        claim: ClaimFacts,
+        claims: Sequence[ClaimFacts],
+        bound_elsewhere: AbstractSet[str],
+    ) -> _Outcome:
+        """No Machine within ``machine_timeout``: give the replica back and look elsewhere; if that
+        would remove another Machine, keep waiting here (deleting the NodeClaim withdraws it)."""
+        if not self._give_back(state, claim, claims, bound_elsewhere):
+            self._inflight.intend(claim, state.ref.key)
+            return _Outcome(waiting=True)
+        timeout = self._settings.machine_timeout
+        return _Outcome(skip=f"{state.ref} produced no Machine within {timeout:g}s", mark=True)
 
     def _plan(self, state: ResourceState, waiting: Sequence[ClaimFacts], now: datetime) -> Plan:
         return make_plan(state, waiting, unclaimed_before=self._settings.unclaimed_before(now))

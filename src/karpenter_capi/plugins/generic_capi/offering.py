@@ -28,11 +28,11 @@ from karpenter_capi.plugins.generic_capi.shape import (
     SOURCE_ESTIMATE,
     NodeShape,
     ShapeError,
-    ShapeSettings,
     TemplateStatus,
     machine_taints,
     resolve_shape,
 )
+from karpenter_capi.plugins.generic_capi.shape_settings import ShapeSettings
 from karpenter_capi.plugins.generic_capi.sources import UnavailableOfferings
 
 

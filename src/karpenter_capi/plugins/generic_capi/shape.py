@@ -26,15 +26,15 @@ can say where a shape or a price came from.
 
 Prices: CAPI cannot know what a node costs, so ``karpenter.cluster.x-k8s.io/price`` says it, or
 a native plugin knows it (per zone). Without either the price is *estimated* from the shape
-(``PriceRates``) rather than taken as 0, which would make the unpriced resource the cheapest
-and the solver would prefer the biggest unpriced node. The estimate uses on-demand list rates
-per vCPU, GiB and GPU, so estimated and annotated prices sit on one scale and the solver still
-prefers smaller nodes.
+(``shape_settings.PriceRates``) rather than taken as 0, which would make the unpriced resource
+the cheapest and the solver would prefer the biggest unpriced node. The estimate uses on-demand
+list rates per vCPU, GiB and GPU, so estimated and annotated prices sit on one scale and the
+solver still prefers smaller nodes.
 
 Overhead (kube-reserved, system-reserved, eviction threshold) is what the kubelet keeps for
-itself: ``overhead`` resolves it; ``settings_from`` reads its explicit settings here. A kubeadm
-bootstrap config's ``max-pods`` (``kubelet``) is a capacity source of its own, between the
-annotations and a native plugin's description.
+itself: ``overhead`` resolves it; ``shape_settings.settings_from`` reads its explicit settings.
+A kubeadm bootstrap config's ``max-pods`` (``kubelet``) is a capacity source of its own, between
+the annotations and a native plugin's description.
 
 Every value is checked: a malformed one raises ``ShapeError`` (or ``SettingsError``) naming the
 annotation or field and the value, and the caller marks only that resource (or NodeClass)
@@ -46,7 +46,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -60,14 +59,7 @@ from karpenter_capi.plugin_api.model import (
     wellknown,
 )
 from karpenter_capi.plugins.generic_capi.overhead import (
-    SOURCE_ANNOTATION as OVERHEAD_ANNOTATION,
-)
-from karpenter_capi.plugins.generic_capi.overhead import (
     SOURCE_KUBEADM_CONFIG,
-    SOURCE_OPTION,
-    OverheadPolicy,
-    SettingsError,
-    parse_reservation,
 )
 
 DEFAULT_MAX_PODS: Final = 110
@@ -101,7 +93,6 @@ PRICE_PER_GPU_OPTION: Final = "estimated_price_per_gpu"
 _PROPAGATED_EXACT: Final = frozenset({"node-role.kubernetes.io"})
 _PROPAGATED_DOMAINS: Final = ("node-restriction.kubernetes.io", "node.cluster.x-k8s.io")
 
-_GIB: Final = 1024 * 1024 * 1024
 
 # What no real node exceeds (the largest cloud machines have about 2,000 vCPUs and 32 TiB), or
 # falls short of: values outside are typos or wrong units, refused with a message saying so.
@@ -318,6 +309,52 @@ def _capacity_source(origins: Mapping[str, str]) -> str:
     return "+".join(origin for origin in order if origin in present) or SOURCE_DEFAULT
 
 
+def _sourced_capacity(
+    template: TemplateStatus | None,
+    native: MachineTemplateDescription | None,
+    kubelet_max_pods: int | None,
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The capacity the sources below the annotations give, per resource, and each one's origin:
+    the template status, overridden by a native description, the pods by kubeadm's max-pods."""
+    capacity: dict[str, str] = {}
+    origins: dict[str, str] = {}
+    if template is not None:
+        for name, raw in template.capacity.items():
+            capacity[str(name)] = _quantity(raw, f"{template.source} status.capacity.{name}")
+            origins[str(name)] = SOURCE_TEMPLATE_STATUS
+    if native is not None:
+        for name, quantity in native.capacity.to_dict().items():
+            capacity[name] = quantity
+            origins[name] = native.source
+    if kubelet_max_pods is not None:
+        capacity["pods"] = str(kubelet_max_pods)
+        origins["pods"] = SOURCE_KUBEADM_CONFIG
+    return capacity, origins
+
+
+def _node_labels(
+    annotations: Mapping[str, str],
+    template: TemplateStatus | None,
+    native: MachineTemplateDescription | None,
+    template_labels: Mapping[str, str],
+) -> dict[str, str]:
+    """The node's labels, per key: those CAPI propagates from the Machine template, the
+    template status's arch and OS, a native description's, then the annotated ones, with
+    linux/amd64 when no source says."""
+    labels = propagated_labels(template_labels)
+    if template is not None:
+        if template.architecture:
+            labels[wellknown.LABEL_ARCH] = template.architecture
+        if template.operating_system:
+            labels[wellknown.LABEL_OS] = template.operating_system
+    if native is not None:
+        labels.update(native.labels)
+    labels.update(_pairs(annotations, wellknown.ANNOTATION_CAPACITY_LABELS))
+    labels.setdefault(wellknown.LABEL_ARCH, DEFAULT_ARCH)
+    labels.setdefault(wellknown.LABEL_OS, DEFAULT_OS)
+    return labels
+
+
 def resolve_shape(
     annotations: Mapping[str, str],
     *,
@@ -335,19 +372,7 @@ def resolve_shape(
     Raises ``MissingShapeError`` when no source gives CPU and memory, ``ShapeError`` when
     a value is malformed.
     """
-    capacity: dict[str, str] = {}
-    origins: dict[str, str] = {}
-    if template is not None:
-        for name, raw in template.capacity.items():
-            capacity[str(name)] = _quantity(raw, f"{template.source} status.capacity.{name}")
-            origins[str(name)] = SOURCE_TEMPLATE_STATUS
-    if native is not None:
-        for name, quantity in native.capacity.to_dict().items():
-            capacity[name] = quantity
-            origins[name] = native.source
-    if kubelet_max_pods is not None:
-        capacity["pods"] = str(kubelet_max_pods)
-        origins["pods"] = SOURCE_KUBEADM_CONFIG
+    capacity, origins = _sourced_capacity(template, native, kubelet_max_pods)
     annotated = {
         "cpu": _annotation_quantity(annotations, wellknown.ANNOTATION_CAPACITY_CPU),
         "memory": _annotation_quantity(annotations, wellknown.ANNOTATION_CAPACITY_MEMORY),
@@ -392,17 +417,7 @@ def resolve_shape(
             raise ShapeError(f"{where}={capacity[name]!r}: must be greater than zero")
     _check_plausible(resources, capacity, origins, counted_gpu)
 
-    labels = propagated_labels(template_labels or {})
-    if template is not None:
-        if template.architecture:
-            labels[wellknown.LABEL_ARCH] = template.architecture
-        if template.operating_system:
-            labels[wellknown.LABEL_OS] = template.operating_system
-    if native is not None:
-        labels.update(native.labels)
-    labels.update(_pairs(annotations, wellknown.ANNOTATION_CAPACITY_LABELS))
-    labels.setdefault(wellknown.LABEL_ARCH, DEFAULT_ARCH)
-    labels.setdefault(wellknown.LABEL_OS, DEFAULT_OS)
+    labels = _node_labels(annotations, template, native, template_labels or {})
 
     taints = list(_annotation_taints(annotations))
     declared = {(taint.key, taint.effect) for taint in taints}
@@ -502,93 +517,3 @@ def shape_from_annotations(annotations: Mapping[str, str]) -> NodeShape | None:
     ):
         return None
     return resolve_shape(annotations)
-
-
-# --- price estimate -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PriceRates:
-    """On-demand list rates (USD per hour) behind the estimate for unpriced resources.
-
-    The defaults are a general-purpose cloud's: $0.031611 per vCPU and $0.004237 per GiB
-    (GCP N2; 2 vCPU + 8 GiB comes to $0.097, AWS m5.large lists at $0.096) and $0.35 per GPU
-    (an entry-level data-centre GPU such as the T4). Only the order matters to the solver; the
-    point is that an unpriced node costs more the larger it is, on the same scale as annotated
-    prices.
-    """
-
-    per_cpu: float = 0.031611
-    per_gib: float = 0.004237
-    per_gpu: float = 0.35
-
-    def estimate(self, capacity: ResourceList) -> float:
-        """The estimated hourly price of a node of ``capacity``."""
-        gpus = sum(capacity.value(name) for name in capacity if name.endswith("/gpu"))
-        price = (
-            capacity.milli("cpu") / 1000 * self.per_cpu
-            + capacity.milli("memory") / 1000 / _GIB * self.per_gib
-            + gpus * self.per_gpu
-        )
-        return round(price, 6)
-
-
-@dataclass(frozen=True)
-class ShapeSettings:
-    """The per-NodeClass settings that shape an inventory: overhead and price estimate."""
-
-    overhead: OverheadPolicy = field(default_factory=OverheadPolicy)
-    rates: PriceRates = field(default_factory=PriceRates)
-
-
-def _rate(options: Mapping[str, str], name: str, default: float) -> float:
-    raw = options.get(name)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise SettingsError(f"plugin option {name}={raw!r}: not a decimal number") from None
-    if value < 0 or not math.isfinite(value):
-        raise SettingsError(f"plugin option {name}={raw!r}: must be a finite rate >= 0")
-    return value
-
-
-def settings_from(
-    nodeclass_annotations: Mapping[str, str], options: Mapping[str, str]
-) -> ShapeSettings:
-    """Settings from the plugin options, overridden per resource by the NodeClass annotations.
-
-    Raises ``SettingsError`` naming the malformed option or annotation.
-    """
-    layers: list[dict[str, int | Fraction]] = []
-    origin = ""
-    for option, annotation in (
-        (KUBE_RESERVED_OPTION, KUBE_RESERVED_ANNOTATION),
-        (SYSTEM_RESERVED_OPTION, SYSTEM_RESERVED_ANNOTATION),
-        (EVICTION_THRESHOLD_OPTION, EVICTION_THRESHOLD_ANNOTATION),
-    ):
-        merged = parse_reservation(options.get(option, ""), f"plugin option {option}")
-        annotated = parse_reservation(
-            nodeclass_annotations.get(annotation, ""), f"annotation {annotation}"
-        )
-        if annotated:
-            origin = OVERHEAD_ANNOTATION
-        elif merged and not origin:
-            origin = SOURCE_OPTION
-        merged.update(annotated)
-        layers.append(merged)
-    defaults = PriceRates()
-    return ShapeSettings(
-        overhead=OverheadPolicy(
-            kube_reserved=MappingProxyType(layers[0]),
-            system_reserved=MappingProxyType(layers[1]),
-            eviction_threshold=MappingProxyType(layers[2]),
-            origin=origin,
-        ),
-        rates=PriceRates(
-            per_cpu=_rate(options, PRICE_PER_CPU_OPTION, defaults.per_cpu),
-            per_gib=_rate(options, PRICE_PER_GIB_OPTION, defaults.per_gib),
-            per_gpu=_rate(options, PRICE_PER_GPU_OPTION, defaults.per_gpu),
-        ),
-    )

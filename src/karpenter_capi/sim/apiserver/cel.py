@@ -435,20 +435,8 @@ class _Run:
                 continue
             if rule.program is None:
                 continue
-            if rule.uses_old_self:
-                if old_value is ABSENT and not rule.optional_old_self:
-                    continue  # a transition rule needs something to transition from
-                if rule.immutability and deep_equal(value, old):
-                    continue  # ``self == oldSelf`` holds; CEL equality agrees with deep_equal
-                if rule.optional_old_self:
-                    optional = (
-                        cel.OptionalValue.none()
-                        if old_value is ABSENT
-                        else cel.OptionalValue.of(old_value)
-                    )
-                    context.add_variable("oldSelf", optional)
-                else:
-                    context.add_variable("oldSelf", old_value)
+            if rule.uses_old_self and not _bind_old_self(context, rule, value, old, old_value):
+                continue
             if not self_bound:
                 context.add_variable("self", node.convert(value) if node.convert else value)
                 self_bound = True
@@ -459,27 +447,35 @@ class _Run:
                     invalid_value(where, node.type_name, _evaluation_detail(error, rule))
                 )
                 continue
-            if result is True:
-                continue
-            if result is not False:
-                detail = f"rule evaluated to {type(result).__name__}, not a bool"
-                self.errors.append(
-                    invalid_value(
-                        where, node.type_name, f"{detail} evaluating rule: {rule.described}"
-                    )
+            if result is not True:
+                self._report(node, rule, result, path=path, old_value=old_value, ratchet=ratchet)
+
+    def _report(
+        self, node: _Node, rule: Rule, result: Any, *, path: str, old_value: Any, ratchet: Ratchet
+    ) -> None:
+        """Record a rule that did not hold: a non-bool result is an error of the rule itself;
+        a plain ``false`` is the user's error, or only a warning when ratcheting forgives it."""
+        if result is not False:
+            detail = f"rule evaluated to {type(result).__name__}, not a bool"
+            self.errors.append(
+                invalid_value(
+                    path or _ROOT_PATH,
+                    node.type_name,
+                    f"{detail} evaluating rule: {rule.described}",
                 )
-                continue
-            field = path
-            if rule.field_path:
-                field = f"{path}.{rule.field_path}" if path else rule.field_path
-            failed = _rule_error(
-                rule, field or _ROOT_PATH, node.type_name, self._message(rule, old_value)
             )
-            if not rule.uses_old_self and _should_ratchet(ratchet):
-                if self.warnings is not None:
-                    self.warnings.append(failed.render())
-            else:
-                self.errors.append(failed)
+            return
+        field = path
+        if rule.field_path:
+            field = f"{path}.{rule.field_path}" if path else rule.field_path
+        failed = _rule_error(
+            rule, field or _ROOT_PATH, node.type_name, self._message(rule, old_value)
+        )
+        if not rule.uses_old_self and _should_ratchet(ratchet):
+            if self.warnings is not None:
+                self.warnings.append(failed.render())
+        else:
+            self.errors.append(failed)
 
     def _message(self, rule: Rule, old_value: Any) -> str:
         """``messageExpression``'s result when it gives a usable one, else the static message."""
@@ -539,3 +535,23 @@ def _evaluation_detail(error: Exception, rule: Rule) -> str:
             text = why if why.startswith(f"{name}:") else f"{name}: {why}"
         reason = text[:1].lower() + text[1:]
     return f"{reason} evaluating rule: {rule.described}"
+
+
+def _bind_old_self(context: cel.Context, rule: Rule, value: Any, old: Any, old_value: Any) -> bool:
+    """Bind ``oldSelf`` for a transition rule; False when the rule does not apply this time.
+
+    A transition rule needs something to transition from (unless ``optionalOldSelf``), and an
+    immutability rule (``self == oldSelf``) holds without running CEL when the value is unchanged.
+    """
+    if old_value is ABSENT and not rule.optional_old_self:
+        return False
+    if rule.immutability and deep_equal(value, old):
+        return False  # CEL equality agrees with deep_equal
+    if rule.optional_old_self:
+        optional = (
+            cel.OptionalValue.none() if old_value is ABSENT else cel.OptionalValue.of(old_value)
+        )
+        context.add_variable("oldSelf", optional)
+    else:
+        context.add_variable("oldSelf", old_value)
+    return True

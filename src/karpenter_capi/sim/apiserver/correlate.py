@@ -77,35 +77,48 @@ def unchanged(new: Any, old: Any, schema: JsonObject | None) -> bool:
     if schema is None:
         return deep_equal(new, old)
     if isinstance(new, list) and isinstance(old, list):
-        if len(new) != len(old):
-            return False
-        items = schema.get("items")
-        kind = list_type(schema)
-        if not isinstance(items, dict) or kind in ("set", "atomic"):
-            return deep_equal(new, old)
-        if kind == "map":
-            by_key = map_list_index(schema, old)
-            for item in new:
-                key = map_key(schema, item)
-                previous = by_key.get(key, ABSENT) if key is not None else ABSENT
-                if previous is ABSENT or not unchanged(item, previous, items):
-                    return False
-            return True
-        return all(unchanged(a, b, items) for a, b in zip(new, old, strict=True))
+        return _unchanged_list(new, old, schema)
     if isinstance(new, dict) and isinstance(old, dict):
-        if len(new) != len(old):
-            return False
-        properties = schema.get("properties") or {}
-        additional = schema.get("additionalProperties")
-        for key, value in new.items():
-            if key not in old:
-                return False
-            child = properties.get(key)
-            if child is None:
-                if not isinstance(additional, dict):
-                    return False
-                child = additional
-            if not unchanged(value, old[key], child):
+        return _unchanged_object(new, old, schema)
+    return deep_equal(new, old)
+
+
+def _unchanged_list(new: list[Any], old: list[Any], schema: JsonObject) -> bool:
+    """Lists correlate by their ``x-kubernetes-list-type``: map lists by key, others by index.
+
+    Sets and atomic lists have no per-item correlation in kube, so they compare whole.
+    """
+    if len(new) != len(old):
+        return False
+    items = schema.get("items")
+    kind = list_type(schema)
+    if not isinstance(items, dict) or kind in ("set", "atomic"):
+        return deep_equal(new, old)
+    if kind == "map":
+        by_key = map_list_index(schema, old)
+        for item in new:
+            key = map_key(schema, item)
+            previous = by_key.get(key, ABSENT) if key is not None else ABSENT
+            if previous is ABSENT or not unchanged(item, previous, items):
                 return False
         return True
-    return deep_equal(new, old)
+    return all(unchanged(a, b, items) for a, b in zip(new, old, strict=True))
+
+
+def _unchanged_object(new: JsonObject, old: JsonObject, schema: JsonObject) -> bool:
+    """Objects correlate field by field; a field with no schema of its own never correlates."""
+    if len(new) != len(old):
+        return False
+    properties = schema.get("properties") or {}
+    additional = schema.get("additionalProperties")
+    for key, value in new.items():
+        if key not in old:
+            return False
+        child = properties.get(key)
+        if child is None:
+            if not isinstance(additional, dict):
+                return False
+            child = additional
+        if not unchanged(value, old[key], child):
+            return False
+    return True

@@ -30,6 +30,7 @@ import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager, suppress
+from datetime import datetime
 from typing import Any
 
 from karpenter_capi.core.api.crds import generate_crds
@@ -252,6 +253,50 @@ def _writes(audit: AuditLog) -> int:
     return sum(audit.count(r) for r in audit.records() if r.verb in _WRITES)
 
 
+def _timeline(
+    scenario: Scenario, until: float, sample_every: float
+) -> list[tuple[float, int, TimelineAction | str | None]]:
+    """The run's events in order: the scenario's actions, the reclaims at the end of each
+    interruption's notice (an action of the simulated cloud), and a sample every
+    ``sample_every`` seconds and at ``until``.
+
+    Sorted by (time, 0 = action first, 1 = sample), so an action at a sample time is seen by it.
+    """
+    actions = scenario.actions(until)
+    samples = [0.0]
+    while samples[-1] + sample_every < until:
+        samples.append(samples[-1] + sample_every)
+    samples.append(until)
+    return sorted(
+        [(a.at, 0, a) for a in actions]
+        + [
+            (a.at + (a.notice or DEFAULT_NOTICE), 0, RECLAIM)
+            for a in actions
+            if a.action == "interrupt"
+        ]
+        + [(t, 1, None) for t in samples],
+        key=lambda e: (e[0], e[1]),
+    )
+
+
+def _reclaim_due(interruptions: Interruptions, now: datetime) -> None:
+    """The cloud takes every interrupted instance whose notice has ended by ``now`` (once)."""
+    for due in interruptions.interrupted:
+        if due.there_at_deadline is None and due.deadline <= now:
+            interruptions.reclaim(due)
+
+
+def _percentiles(bound: list[float]) -> dict[str, float]:
+    """p50, p95 and max of the seconds pods took to bind; empty when no pod bound."""
+    if not bound:
+        return {}
+    return {
+        "p50": round(percentile(bound, 0.5), 3),
+        "p95": round(percentile(bound, 0.95), 3),
+        "max": round(max(bound), 3),
+    }
+
+
 def run(
     scenario: Scenario,
     *,
@@ -351,23 +396,7 @@ def run(
                 on_operator(operator)
             observer = Observer(server, clock, loaded)
             interruptions = Interruptions(server, clock)
-            actions = scenario.actions(until)
-            samples = [0.0]
-            while samples[-1] + sample_every < until:
-                samples.append(samples[-1] + sample_every)
-            samples.append(until)
-            # (time, 0 = action first, 1 = sample) so an action at a sample time is seen by it;
-            # an interruption's deadline is an action of the simulated cloud.
-            events: list[tuple[float, int, TimelineAction | str | None]] = sorted(
-                [(a.at, 0, a) for a in actions]
-                + [
-                    (a.at + (a.notice or DEFAULT_NOTICE), 0, RECLAIM)
-                    for a in actions
-                    if a.action == "interrupt"
-                ]
-                + [(t, 1, None) for t in samples],
-                key=lambda e: (e[0], e[1]),
-            )
+            events = _timeline(scenario, until, sample_every)
             driver.run_until_quiet()
             now = 0.0
             if pace is not None:
@@ -380,9 +409,7 @@ def run(
                     if pace is not None:
                         pace(now)
                 if action == RECLAIM:
-                    for due in interruptions.interrupted:
-                        if due.there_at_deadline is None and due.deadline <= clock.now():
-                            interruptions.reclaim(due)
+                    _reclaim_due(interruptions, clock.now())
                     driver.run_until_quiet()
                 elif isinstance(action, TimelineAction) and action.action == "interrupt":
                     interruptions.interrupt(action)
@@ -405,16 +432,6 @@ def run(
             api_requests[verb] = api_requests.get(verb, 0) - count
         watch_polls = api_requests.pop(WATCH_POLL, 0)
         final = observer.samples[-1]
-        bound = list(observer.bound_seconds.values())
-        pod_bound_seconds = (
-            {
-                "p50": round(percentile(bound, 0.5), 3),
-                "p95": round(percentile(bound, 0.95), 3),
-                "max": round(max(bound), 3),
-            }
-            if bound
-            else {}
-        )
         return ScenarioResult(
             scenario=scenario.name,
             pods_total=final.pods_bound + final.pods_pending,
@@ -424,7 +441,7 @@ def run(
             nodeclaims=final.nodeclaims,
             cost_per_hour=final.cost_per_hour,
             cost_per_hour_peak=max(s.cost_per_hour for s in observer.samples),
-            pod_bound_seconds=pod_bound_seconds,
+            pod_bound_seconds=_percentiles(list(observer.bound_seconds.values())),
             virtual_seconds=now,
             wall_seconds=time.perf_counter() - wall_start,
             errors=reconcile_errors.messages() + records.messages,
