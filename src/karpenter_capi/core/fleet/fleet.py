@@ -1,0 +1,410 @@
+"""Fleet mode: one process serving every selected workload cluster of a Cluster API fleet.
+
+Public surface (kept stable: the simulator's ``fleet`` scenario and ``benchmarks/fleet.py``
+build on it)::
+
+    fleet = Fleet(
+        management,                      # KubeClient of the management cluster (unscoped)
+        clock=clock,                     # SystemClock, or a FakeClock for stepped driving
+        connect=connect,                 # Callable[[Kubeconfig], KubeClient]: a workload client
+        options=FleetOptions(...),       # selector, namespaces, shards, lease timing, plugins
+        operator_options=OperatorOptions(...),   # as single-cluster mode; leader election and
+                                                 # the endpoint are the fleet's, not each member's
+        plugins=None,                    # Callable[[PluginEnvironment], Plugins]; None: the
+                                         # enabled entry points, scanned once for the fleet
+        on_member=None,                  # Callable[[str, Operator], None]: called with each
+                                         # new member before its driver takes it (a simulator
+                                         # adds its emulated clusters' controllers there)
+        driver_factory=None,             # threaded only: Callable[[str, Operator], driver]
+    )
+    stepped = fleet.stepped()            # virtual time: stepped.advance(60), run_until_quiet()
+    fleet.run(stop)                      # or threaded, until ``stop`` is set
+
+``fleet.members`` maps ``namespace/name`` to each served cluster's ``Member`` (its
+``operator``, ``plugins``, clients); ``fleet.metrics`` is the one endpoint's metrics, every
+series labelled ``cluster``. ``connect`` receives the parsed kubeconfig (``.document``,
+``.server``); a simulator maps ``server`` to an in-memory API server, ``run`` uses
+``core.kube.config.connect_kubeconfig``.
+
+Each sync (every ``retry_period``, and at once on a Cluster or Secret event) reads the
+discovered Clusters, asks the shard coordinator which of them this replica serves, and starts,
+stops or rebuilds members on the difference: a new Cluster is served, a deleted or paused one
+stopped (nothing left running that writes), a rotated kubeconfig (new content) rebuilds its
+member. A Cluster that cannot be served (Secret missing or malformed, workload cluster
+unreachable) gets one Warning Event on it in the management cluster and one log line per
+change, and is retried with backoff; the others are unaffected.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from karpenter_capi.core.clock import Clock, FakeClock
+from karpenter_capi.core.fleet.discovery import Discovery, ObservedCluster
+from karpenter_capi.core.fleet.kubeconfigs import Kubeconfig, KubeconfigProblem, read_kubeconfig
+from karpenter_capi.core.fleet.members import DriverFactory, Member, PluginFactory
+from karpenter_capi.core.fleet.metrics import FleetMetrics
+from karpenter_capi.core.fleet.scoped import ScopedClient
+from karpenter_capi.core.kube.backoff import Backoff
+from karpenter_capi.core.kube.client import KubeClient
+from karpenter_capi.core.kube.events import EventRecorder
+from karpenter_capi.core.operator import Operator, OperatorOptions
+from karpenter_capi.core.plugin_host import Plugins, load_plugins
+from karpenter_capi.core.runtime.leader import make_identity
+from karpenter_capi.core.runtime.threaded import ThreadedDriver
+
+if TYPE_CHECKING:
+    from karpenter_capi.core.fleet.stepped import SteppedFleet
+
+log = logging.getLogger(__name__)
+
+REASON_UNREACHABLE: Final = "WorkloadUnreachable"
+REASON_SERVING: Final = "FleetServing"
+_STOP_POLL: Final = 0.25
+"""Seconds between looks at the stop flag while the threaded fleet waits for its next sync."""
+
+Connect = Callable[[Kubeconfig], KubeClient]
+"""Opens a client of a workload cluster from its kubeconfig (nothing need be sent yet)."""
+
+
+@dataclass(frozen=True)
+class FleetOptions:
+    """``karpenter-capi run --fleet``'s own flags."""
+
+    cluster_selector: str | None = None
+    namespaces: tuple[str, ...] = ()
+    """Namespaces of the management cluster whose Clusters are served; empty: all."""
+    shards: bool = True
+    """Share the clusters among replicas through Leases; off: this replica serves them all."""
+    identity: str | None = None
+    lease_namespace: str = "kube-system"
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    plugins: tuple[str, ...] = ("generic_capi",)
+    plugin_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+
+class Coordinator(Protocol):
+    """``core.fleet.sharding.ShardCoordinator``'s interface."""
+
+    def step(self, clusters: Collection[str]) -> frozenset[str]: ...
+
+    def holds(self, cluster: str) -> bool: ...
+
+    def release_all(self) -> None: ...
+
+
+class ServeEverything:
+    """The coordinator of a lone replica (``--no-fleet-shards``): every cluster, always held."""
+
+    def step(self, clusters: Collection[str]) -> frozenset[str]:
+        return frozenset(clusters)
+
+    def holds(self, cluster: str) -> bool:
+        return True
+
+    def release_all(self) -> None:
+        return None
+
+
+def _sharding_part(name: str) -> Any:
+    """``ShardCoordinator`` or ``FencedClient``, written apart (``core.fleet.sharding`` and
+    ``.fencing``); ``None`` until they exist, and then the fleet serves everything unfenced."""
+    module = "sharding" if name == "ShardCoordinator" else "fencing"
+    try:
+        found = importlib.import_module(f"karpenter_capi.core.fleet.{module}")
+    except ModuleNotFoundError:
+        return None
+    return getattr(found, name, None)
+
+
+def _close(client: KubeClient) -> Callable[[], None] | None:
+    close = getattr(client, "close", None)
+    return close if callable(close) else None
+
+
+class Fleet:
+    """Every selected workload cluster's controllers, from one management cluster."""
+
+    def __init__(
+        self,
+        management: KubeClient,
+        *,
+        clock: Clock,
+        connect: Connect,
+        options: FleetOptions | None = None,
+        operator_options: OperatorOptions | None = None,
+        plugins: PluginFactory | None = None,
+        on_member: Callable[[str, Operator], None] | None = None,
+        driver_factory: DriverFactory | None = None,
+    ) -> None:
+        self.options = options or FleetOptions()
+        self.operator_options = operator_options or OperatorOptions()
+        self.management = management
+        self.clock = clock
+        self._connect = connect
+        self._plugins = plugins or self._entry_point_plugins()
+        self._on_member = on_member
+        self._driver_factory = driver_factory or self._threaded_driver
+        self.identity = self.options.identity or make_identity()
+        self.coordinator = self._coordinator()
+        self.discovery = Discovery(
+            management,
+            clock,
+            namespaces=self.options.namespaces,
+            cluster_selector=self.options.cluster_selector,
+        )
+        self.recorder = EventRecorder(management, clock)
+        self.members: dict[str, Member] = {}
+        self.metrics = FleetMetrics(
+            lambda: {k: m.operator.metrics for k, m in self.members.items()}
+        )
+        self._backoff: dict[str, Backoff] = {}
+        self._failed_fingerprint: dict[str, str] = {}
+        self._said: dict[str, tuple[str, str]] = {}
+        self._mode: str | None = None
+        self._lock = threading.RLock()
+        self.next_sync: float | None = None
+
+    # Building blocks.
+
+    def _entry_point_plugins(self) -> PluginFactory:
+        # The entry-point scan (stevedore, importlib.metadata) costs tens of milliseconds;
+        # done once for the fleet, each cluster then makes its own plugin objects from it.
+        sources = load_plugins(self.options.plugins)
+        return lambda environment: Plugins.from_objects(sources, environment)
+
+    def _coordinator(self) -> Coordinator:
+        shard_class = _sharding_part("ShardCoordinator") if self.options.shards else None
+        if shard_class is None:
+            return ServeEverything()
+        coordinator: Coordinator = shard_class(
+            self.management,
+            self.clock,
+            namespace=self.options.lease_namespace,
+            identity=self.identity,
+            lease_duration=self.options.lease_duration,
+            renew_deadline=self.options.renew_deadline,
+            retry_period=self.options.retry_period,
+        )
+        return coordinator
+
+    def _fenced(self, client: KubeClient, key: str) -> KubeClient:
+        fenced_class = _sharding_part("FencedClient")
+        if fenced_class is None or isinstance(self.coordinator, ServeEverything):
+            return client
+        wrapped: KubeClient = fenced_class(client, lambda: self.coordinator.holds(key), key)
+        return wrapped
+
+    def _threaded_driver(self, _key: str, operator: Operator) -> ThreadedDriver:
+        return ThreadedDriver(
+            operator.manager, workers=self.operator_options.workers, is_leader=operator.is_leader
+        )
+
+    # The sync: discovered Clusters -> served members.
+
+    def sync(self) -> bool:
+        """Start, stop and rebuild members to match the Clusters this replica serves now.
+
+        Returns whether any member started or stopped.
+        """
+        with self._lock:
+            self.next_sync = self.clock.monotonic() + self.options.retry_period
+            observed = self.discovery.clusters()
+            try:
+                served = self.coordinator.step(list(observed))
+            except Exception as exc:
+                # The fence stops writes once the Leases lapse; members stay as they are.
+                self._say("fleet", "ShardsUnavailable", f"cannot renew shard Leases: {exc}")
+                served = frozenset(self.members)
+            changed = False
+            for key in list(self.members):
+                cluster = observed.get(key)
+                if cluster is None or key not in served or cluster.paused:
+                    why = (
+                        "deleted or no longer selected"
+                        if cluster is None
+                        else ("paused" if cluster.paused else "served by another replica")
+                    )
+                    self._stop(key, why)
+                    changed = True
+            for key, cluster in observed.items():
+                if key in served and not cluster.paused:
+                    changed = self._serve(cluster) or changed
+            for key in list(self._backoff):
+                if key not in observed:
+                    self._forget(key)
+            return changed
+
+    def _serve(self, cluster: ObservedCluster) -> bool:
+        key = cluster.key
+        try:
+            kubeconfig = read_kubeconfig(cluster.secret, cluster.namespace, cluster.name)
+        except KubeconfigProblem as problem:
+            changed = key in self.members
+            if changed:
+                self._stop(key, "its kubeconfig Secret is no longer usable")
+            self._report(cluster, problem.reason, problem.message)
+            return changed
+        member = self.members.get(key)
+        if member is not None and member.fingerprint == kubeconfig.fingerprint:
+            return False
+        changed = False
+        if member is not None:
+            self._stop(key, "its kubeconfig Secret was rotated")
+            changed = True
+        backoff = self._backoff.get(key)
+        if (
+            backoff is not None
+            and not backoff.ready()
+            and self._failed_fingerprint.get(key) == kubeconfig.fingerprint
+        ):
+            return changed
+        try:
+            member = self._build(cluster, kubeconfig)
+        except Exception as exc:
+            backoff = self._backoff.setdefault(
+                key, Backoff(self.clock, initial=1.0, cap=60.0, jitter=0.0)
+            )
+            delay = backoff.fail()
+            self._failed_fingerprint[key] = kubeconfig.fingerprint
+            self._report(
+                cluster,
+                REASON_UNREACHABLE,
+                f"cannot reach the workload cluster at {kubeconfig.server}: "
+                f"{type(exc).__name__}: {exc} (retrying in {delay:.0f}s)",
+                retry=True,
+            )
+            return changed
+        self.members[key] = member
+        self._forget(key)
+        self._start(member)
+        self._report(cluster, REASON_SERVING, f"serving workload cluster {kubeconfig.server}")
+        return True
+
+    def _build(self, cluster: ObservedCluster, kubeconfig: Kubeconfig) -> Member:
+        key = cluster.key
+        workload = self._connect(kubeconfig)
+        try:
+            # One request before anything is built: an unreachable cluster is reported here,
+            # with its server's URL, not as caches that never sync.
+            workload.server_version()
+            scoped = ScopedClient(self.management, cluster.namespace, cluster.name)
+            member = Member(
+                key,
+                fingerprint=kubeconfig.fingerprint,
+                workload=self._fenced(workload, key),
+                management=self._fenced(scoped, key),
+                plugins=self._plugins,
+                clock=self.clock,
+                options=self.operator_options,
+                plugin_options={k: dict(v) for k, v in self.options.plugin_options.items()},
+                on_close=_close(workload),
+            )
+            if self._on_member is not None:
+                self._on_member(key, member.operator)
+        except BaseException:
+            closer = _close(workload)
+            if closer is not None:
+                closer()
+            raise
+        return member
+
+    def _start(self, member: Member) -> None:
+        if self._mode == "threaded":
+            member.start_threaded(self._driver_factory)
+        else:
+            member.start_stepped()
+
+    def _stop(self, key: str, why: str) -> None:
+        member = self.members.pop(key)
+        member.stop()
+        log.info("cluster %s: stopped serving it (%s)", key, why)
+
+    def _forget(self, key: str) -> None:
+        self._backoff.pop(key, None)
+        self._failed_fingerprint.pop(key, None)
+
+    # Telling users: an Event on the Cluster and a log line, once per change.
+
+    def _report(
+        self, cluster: ObservedCluster, reason: str, message: str, *, retry: bool = False
+    ) -> None:
+        # The retry delay changes every time; what is news is the reason and the cause.
+        said = message.rsplit(" (retrying in ", 1)[0] if retry else message
+        if self._said.get(cluster.key) == (reason, said):
+            return
+        self._said[cluster.key] = (reason, said)
+        warning = reason != REASON_SERVING
+        if warning:
+            log.warning("Cluster %s: %s: %s", cluster.key, reason, message)
+        else:
+            log.info("Cluster %s: %s", cluster.key, message)
+        self.recorder.record(cluster.obj, "Warning" if warning else "Normal", reason, message)
+
+    def _say(self, where: str, reason: str, message: str) -> None:
+        if self._said.get(where) != (reason, message):
+            self._said[where] = (reason, message)
+            log.warning("%s: %s", reason, message)
+
+    # Driving.
+
+    def _wait(self, wake: threading.Event, stop: threading.Event) -> None:
+        """Until the next sync: ``retry_period``, a discovery event, or ``stop``."""
+        deadline = self.clock.monotonic() + self.options.retry_period
+        while not stop.is_set() and not wake.is_set():
+            left = deadline - self.clock.monotonic()
+            if left <= 0:
+                break
+            wake.wait(min(left, _STOP_POLL))
+        wake.clear()
+
+    def stepped(self) -> SteppedFleet:
+        """Drive the fleet and every member in virtual time (needs a ``FakeClock``)."""
+        from karpenter_capi.core.fleet.stepped import SteppedFleet
+
+        if not isinstance(self.clock, FakeClock):
+            raise TypeError("the stepped fleet needs a FakeClock")
+        if self._mode is not None:
+            raise RuntimeError(f"this fleet is already driven ({self._mode})")
+        self._mode = "stepped"
+        return SteppedFleet(self)
+
+    def run(self, stop: threading.Event, *, on_started: Callable[[], None] | None = None) -> int:
+        """Serve on threads until ``stop`` is set; returns the exit status."""
+        if self._mode is not None:
+            raise RuntimeError(f"this fleet is already driven ({self._mode})")
+        self._mode = "threaded"
+        wake = threading.Event()
+        self.discovery.on_change(wake.set)
+        informer_stop = threading.Event()
+        threads = self.discovery.start(informer_stop)
+        if on_started is not None:
+            on_started()
+        try:
+            while not stop.is_set():
+                if self.discovery.has_synced():
+                    self.sync()
+                self._wait(wake, stop)
+        finally:
+            log.info("stopping every cluster's controllers")
+            with self._lock:
+                for key in list(self.members):
+                    self._stop(key, "shutting down")
+            try:
+                self.coordinator.release_all()
+            except Exception as exc:
+                log.warning("could not release the shard Leases: %s", exc)
+            informer_stop.set()
+            for thread in threads:
+                thread.join(timeout=5)
+        return 0
+
+
+__all__ = ["Connect", "Coordinator", "Fleet", "FleetOptions", "ServeEverything"]
