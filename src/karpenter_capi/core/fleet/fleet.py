@@ -10,8 +10,8 @@ build on it)::
         options=FleetOptions(...),       # selector, namespaces, shards, lease timing, plugins
         operator_options=OperatorOptions(...),   # as single-cluster mode; leader election and
                                                  # the endpoint are the fleet's, not each member's
-        plugins=None,                    # Callable[[PluginEnvironment], Plugins]; None: the
-                                         # enabled entry points, scanned once for the fleet
+        plugins=None,                    # [(name, plugin)] as Plugins.from_objects takes;
+                                         # None: options.plugins' entry points, scanned once
         on_member=None,                  # Callable[[str, Operator], None]: called with each
                                          # new member before its driver takes it (a simulator
                                          # adds its emulated clusters' controllers there)
@@ -40,12 +40,13 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from karpenter_capi.core.clock import Clock, FakeClock
 from karpenter_capi.core.fleet.discovery import Discovery, ObservedCluster
+from karpenter_capi.core.fleet.guard import GUARD_PLUGIN, ClusterGuard
 from karpenter_capi.core.fleet.kubeconfigs import Kubeconfig, KubeconfigProblem, read_kubeconfig
 from karpenter_capi.core.fleet.members import DriverFactory, Member, PluginFactory
 from karpenter_capi.core.fleet.metrics import FleetMetrics
@@ -140,7 +141,7 @@ class Fleet:
         connect: Connect,
         options: FleetOptions | None = None,
         operator_options: OperatorOptions | None = None,
-        plugins: PluginFactory | None = None,
+        plugins: Sequence[tuple[str, object]] | None = None,
         on_member: Callable[[str, Operator], None] | None = None,
         driver_factory: DriverFactory | None = None,
     ) -> None:
@@ -149,7 +150,11 @@ class Fleet:
         self.management = management
         self.clock = clock
         self._connect = connect
-        self._plugins = plugins or self._entry_point_plugins()
+        # The entry-point scan (stevedore, importlib.metadata) costs tens of milliseconds: done
+        # once for the fleet; each cluster then makes its own plugin objects from it.
+        self._plugin_sources = list(plugins) if plugins is not None else load_plugins(
+            self.options.plugins
+        )
         self._on_member = on_member
         self._driver_factory = driver_factory or self._threaded_driver
         self.identity = self.options.identity or make_identity()
@@ -174,10 +179,9 @@ class Fleet:
 
     # Building blocks.
 
-    def _entry_point_plugins(self) -> PluginFactory:
-        # The entry-point scan (stevedore, importlib.metadata) costs tens of milliseconds;
-        # done once for the fleet, each cluster then makes its own plugin objects from it.
-        sources = load_plugins(self.options.plugins)
+    def _plugins_of(self, cluster: ObservedCluster) -> PluginFactory:
+        guard = ClusterGuard(cluster.namespace, cluster.name)
+        sources = [(GUARD_PLUGIN, guard), *self._plugin_sources]
         return lambda environment: Plugins.from_objects(sources, environment)
 
     def _coordinator(self) -> Coordinator:
@@ -301,7 +305,7 @@ class Fleet:
                 fingerprint=kubeconfig.fingerprint,
                 workload=self._fenced(workload, key),
                 management=self._fenced(scoped, key),
-                plugins=self._plugins,
+                plugins=self._plugins_of(cluster),
                 clock=self.clock,
                 options=self.operator_options,
                 plugin_options={k: dict(v) for k, v in self.options.plugin_options.items()},
