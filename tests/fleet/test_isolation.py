@@ -17,9 +17,7 @@ def test_a_scoped_management_client_sees_and_writes_only_its_cluster(world: Flee
     names = {md["metadata"]["name"] for md in scoped.list(MACHINE_DEPLOYMENTS).items}
     everything = world.management.list(MACHINE_DEPLOYMENTS).items
     assert names == {
-        md["metadata"]["name"]
-        for md in everything
-        if md["metadata"]["namespace"] == "team-alpha"
+        md["metadata"]["name"] for md in everything if md["metadata"]["namespace"] == "team-alpha"
     }
     assert len(everything) > len(names) > 0
     with pytest.raises(Forbidden, match="confines Cluster team-alpha/alpha to namespace"):
@@ -39,15 +37,12 @@ def test_every_metric_carries_its_cluster_label_on_the_one_endpoint(world: Fleet
     assert world.fleet is not None
     text = world.fleet.metrics.render().decode()
     created = [
-        line
-        for line in text.splitlines()
-        if line.startswith("karpenter_nodeclaims_created_total{")
+        line for line in text.splitlines() if line.startswith("karpenter_nodeclaims_created_total{")
     ]
-    assert created and all('cluster="team-alpha/alpha"' in line for line in created)
+    assert created
+    assert all('cluster="team-alpha/alpha"' in line for line in created)
     reconciles = [
-        line
-        for line in text.splitlines()
-        if line.startswith("controller_runtime_reconcile_total{")
+        line for line in text.splitlines() if line.startswith("controller_runtime_reconcile_total{")
     ]
     assert any('cluster="team-beta/beta"' in line for line in reconciles)
     assert all("cluster=" in line for line in reconciles)

@@ -45,7 +45,9 @@ def _pool() -> JsonObject:
 
 def _ready(world: FleetWorld) -> JsonObject:
     nodeclass = world.workloads["alpha"].get(CLUSTER_API_NODE_CLASSES, "native")
-    found = [c for c in (nodeclass.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"]
+    found = [
+        c for c in (nodeclass.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"
+    ]
     return found[0] if found else {}
 
 

@@ -41,6 +41,27 @@ def clients(args: argparse.Namespace) -> tuple[KubeClient, KubeClient]:
         raise InvalidInputError(f"cluster configuration: {exc}") from None
 
 
+def fleet_management_client(args: argparse.Namespace) -> KubeClient:
+    """``run --fleet``'s one connection: the management cluster, from ``--kubeconfig`` or the
+    pod's service account; each workload cluster is reached through its Cluster's Secret."""
+    if getattr(args, "filename", None):
+        raise InvalidInputError("--fleet serves real clusters; it cannot be used with -f")
+    from kubernetes.config.config_exception import ConfigException
+
+    from karpenter_capi.core.kube.config import cluster_config_from_args, connect
+
+    config = cluster_config_from_args(args, os.environ)
+    if config.management is not None:
+        raise InvalidInputError(
+            "--fleet runs in the management cluster, given by --kubeconfig (or the pod's "
+            "service account); the --management-* flags do not apply"
+        )
+    try:
+        return connect(config.workload)
+    except ConfigException as exc:
+        raise InvalidInputError(f"cluster configuration: {exc}") from None
+
+
 def load_plugins(
     args: argparse.Namespace,
     workload: KubeClient,

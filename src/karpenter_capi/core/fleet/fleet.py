@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from karpenter_capi.core.clock import Clock, FakeClock
+from karpenter_capi.core.errors import InvalidInputError
 from karpenter_capi.core.fleet.discovery import Discovery, ObservedCluster
 from karpenter_capi.core.fleet.guard import GUARD_PLUGIN, ClusterGuard
 from karpenter_capi.core.fleet.kubeconfigs import Kubeconfig, KubeconfigProblem, read_kubeconfig
@@ -53,7 +54,10 @@ from karpenter_capi.core.fleet.metrics import FleetMetrics
 from karpenter_capi.core.fleet.scoped import ScopedClient
 from karpenter_capi.core.kube.backoff import Backoff
 from karpenter_capi.core.kube.client import KubeClient
+from karpenter_capi.core.kube.errors import ApiError, BadRequest, Invalid
 from karpenter_capi.core.kube.events import EventRecorder
+from karpenter_capi.core.kube.resources import CLUSTERS
+from karpenter_capi.core.observability.endpoint import ObservabilityServer
 from karpenter_capi.core.operator import Operator, OperatorOptions
 from karpenter_capi.core.plugin_host import Plugins, load_plugins
 from karpenter_capi.core.runtime.leader import make_identity
@@ -152,8 +156,8 @@ class Fleet:
         self._connect = connect
         # The entry-point scan (stevedore, importlib.metadata) costs tens of milliseconds: done
         # once for the fleet; each cluster then makes its own plugin objects from it.
-        self._plugin_sources = list(plugins) if plugins is not None else load_plugins(
-            self.options.plugins
+        self._plugin_sources = (
+            list(plugins) if plugins is not None else load_plugins(self.options.plugins)
         )
         self._on_member = on_member
         self._driver_factory = driver_factory or self._threaded_driver
@@ -176,6 +180,28 @@ class Fleet:
         self._mode: str | None = None
         self._lock = threading.RLock()
         self.next_sync: float | None = None
+        self.server: ObservabilityServer | None = None
+
+    def check_selector(self) -> None:
+        """Ask the management cluster once whether it takes ``--fleet-cluster-selector``: a
+        malformed one is an ``InvalidInputError`` at start, not a list failing forever."""
+        selector = self.options.cluster_selector
+        if not selector:
+            return
+        try:
+            self.management.list(
+                CLUSTERS,
+                self.options.namespaces[0] if self.options.namespaces else None,
+                label_selector=selector,
+                limit=1,
+            )
+        except (BadRequest, Invalid) as exc:
+            raise InvalidInputError(
+                f"--fleet-cluster-selector {selector!r}: {exc.message}"
+            ) from None
+        except ApiError as exc:
+            # Unreachable or forbidden: discovery retries and reports; nothing to refuse yet.
+            log.warning("could not check --fleet-cluster-selector: %s", exc)
 
     # Building blocks.
 
@@ -380,6 +406,22 @@ class Fleet:
         self._mode = "stepped"
         return SteppedFleet(self)
 
+    def readiness(self) -> tuple[bool, str]:
+        """``/readyz``: ready once the Clusters and Secrets are listed, and for as long as the
+        management cluster answers. One workload cluster's trouble is its own Event, not the
+        fleet's readiness: the others are still served."""
+        now = self.clock.monotonic()
+        for informer in self.discovery.informers:
+            since = informer.failing_since
+            if since is not None and now - since >= self.operator_options.unready_after:
+                return False, (
+                    f"{informer.name} cannot follow the management cluster for "
+                    f"{now - since:.0f}s: {informer.last_error}"
+                )
+        if not self.discovery.has_synced():
+            return False, "the Clusters and kubeconfig Secrets are not listed yet"
+        return True, ""
+
     def run(self, stop: threading.Event, *, on_started: Callable[[], None] | None = None) -> int:
         """Serve on threads until ``stop`` is set; returns the exit status."""
         if self._mode is not None:
@@ -389,6 +431,15 @@ class Fleet:
         self.discovery.on_change(wake.set)
         informer_stop = threading.Event()
         threads = self.discovery.start(informer_stop)
+        options = self.operator_options
+        if options.metrics_port is not None:
+            self.server = ObservabilityServer(
+                self.metrics,
+                host=options.metrics_host,
+                port=options.metrics_port,
+                ready=self.readiness,
+            ).start()
+            log.info("metrics and probes on %s", self.server.url)
         if on_started is not None:
             on_started()
         try:
@@ -408,6 +459,8 @@ class Fleet:
             informer_stop.set()
             for thread in threads:
                 thread.join(timeout=5)
+            if self.server is not None:
+                self.server.close()
         return 0
 
 

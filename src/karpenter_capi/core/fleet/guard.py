@@ -42,10 +42,10 @@ class ClusterGuard:
         self, nodeclass: NodeClass, nodepool: Any, ctx: PluginContext
     ) -> None:
         if not isinstance(nodeclass, ClusterAPINodeClass) or nodeclass.spec.launch is None:
-            return None
+            return
         launch = nodeclass.spec.launch
         if (launch.namespace, launch.cluster_name) == (self.namespace, self.name):
-            return None
+            return
         message = (
             f"spec.launch names Cluster {launch.namespace}/{launch.cluster_name}, but this "
             f"workload cluster is served as Cluster {self.namespace}/{self.name}: set "
