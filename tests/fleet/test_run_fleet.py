@@ -154,3 +154,32 @@ def test_fleet_flags_that_cannot_work_are_one_line_errors(
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1
         assert "--fleet-cluster-selector 'a in (b'" in err[0]
+
+
+def test_explain_with_cluster_explains_within_that_workload_cluster(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    management, alpha, beta = _server(1), _server(2), _server(3)
+    _add(management, alpha, "alpha")
+    _add(management, beta, "beta")
+    _pending_pods(alpha, 2)
+    with (
+        HttpFront(management) as management_front,
+        HttpFront(alpha) as alpha_front,
+        HttpFront(beta) as beta_front,
+    ):
+        management.create(SECRETS, kubeconfig_secret("team-alpha", "alpha", alpha_front.url))
+        management.create(SECRETS, kubeconfig_secret("team-beta", "beta", beta_front.url))
+        kubeconfig = str(write_kubeconfig(management_front.url, tmp_path / "management"))
+        assert main(["explain", "--kubeconfig", kubeconfig, "--cluster", "alpha"]) == 0
+        alpha_said = capsys.readouterr().out
+        assert main(["explain", "--kubeconfig", kubeconfig, "--cluster", "team-beta/beta"]) == 0
+        beta_said = capsys.readouterr().out
+        assert main(["explain", "--kubeconfig", kubeconfig, "--cluster", "gamma"]) == 1
+        missing = capsys.readouterr().err
+    assert "default/web-0" in alpha_said
+    assert "a new NodeClaim of NodePool catalog" in alpha_said
+    assert "web-0" not in beta_said
+    assert "--cluster 'gamma': no Cluster of that name in the management cluster" in missing
+    # It only looked: nothing was written in either cluster.
+    assert alpha.list(NODECLAIMS).items == []
