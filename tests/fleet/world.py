@@ -166,6 +166,9 @@ class FleetWorld:
         )
         self.driver = self.fleet.stepped()
         self.driver.run_until_quiet()
+        if self.fleet.options.shards:
+            # A replica joins the shard membership first and takes clusters a step later.
+            self.driver.advance(2 * self.fleet.options.retry_period)
         return self.driver
 
     # -- what users do -------------------------------------------------------------------------
