@@ -97,3 +97,32 @@ def test_a_secret_fixed_after_it_was_missing_is_served_at_once(world: FleetWorld
     world.management.create(SECRETS, kubeconfig_secret("team-alpha", "alpha", server_url("alpha")))
     world.advance(1)
     assert world.served() == [world.key("alpha")]
+
+
+def test_a_served_cluster_that_stops_answering_is_told_and_holds_up_no_other(
+    world: FleetWorld, caplog: pytest.LogCaptureFixture
+) -> None:
+    from karpenter_capi.core.kube.errors import ServiceUnavailable
+
+    world.add_cluster("alpha")
+    world.add_cluster("beta")
+    world.start()
+    alpha = world.workloads["alpha"]
+    outage = alpha.faults.fail(
+        "*", "*", ServiceUnavailable("connection refused"), times=None, duration=120
+    )
+    with caplog.at_level(logging.WARNING):
+        world.deploy("beta", "api", 3)
+        assert until(world, lambda: world.bound("beta") == 3, seconds=60)
+        world.advance(60)
+    assert world.served() == [world.key("alpha"), world.key("beta")]
+    reasons = [e[1] for e in world.cluster_events("alpha")]
+    assert reasons[-1] == "WorkloadUnreachable"
+    (said,) = [e[2] for e in world.cluster_events("alpha") if e[1] == "WorkloadUnreachable"]
+    assert f"the workload cluster at {server_url('alpha')} has not answered" in said
+    assert len(_warnings(caplog, "Cluster team-alpha/alpha: WorkloadUnreachable")) == 1
+    alpha.faults.remove(outage)
+    world.advance(30)
+    assert [e[1] for e in world.cluster_events("alpha")][-1] == "FleetServing"
+    world.deploy("alpha", "web", 2)
+    assert until(world, lambda: world.bound("alpha") == 2)

@@ -204,10 +204,14 @@ class FleetWorld:
         return sum(int((md.get("spec") or {}).get("replicas") or 0) for md in mds)
 
     def cluster_events(self, cluster: str) -> list[tuple[str, str, str]]:
-        """``(type, reason, message)`` of the Events on Cluster ``cluster``."""
+        """``(type, reason, message)`` of the Events on Cluster ``cluster``, oldest first."""
+        events = sorted(
+            self.management.list(EVENTS, self.namespace(cluster)).items,
+            key=lambda e: int(e["metadata"]["resourceVersion"]),
+        )
         return [
             (e["type"], e["reason"], e["message"])
-            for e in self.management.list(EVENTS, self.namespace(cluster)).items
+            for e in events
             if (e.get("involvedObject") or {}).get("kind") == "Cluster"
             and e["involvedObject"].get("name") == cluster
         ]

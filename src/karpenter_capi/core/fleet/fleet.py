@@ -129,6 +129,11 @@ def _sharding_part(name: str) -> Any:
     return getattr(found, name, None)
 
 
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}"
+
+
 def _close(client: KubeClient) -> Callable[[], None] | None:
     close = getattr(client, "close", None)
     return close if callable(close) else None
@@ -177,6 +182,7 @@ class Fleet:
         self._backoff: dict[str, Backoff] = {}
         self._failed_fingerprint: dict[str, str] = {}
         self._said: dict[str, tuple[str, str]] = {}
+        self._servers: dict[str, str] = {}
         self._mode: str | None = None
         self._lock = threading.RLock()
         self.next_sync: float | None = None
@@ -267,6 +273,9 @@ class Fleet:
             for key, cluster in observed.items():
                 if key in served and not cluster.paused:
                     changed = self._serve(cluster) or changed
+                    member = self.members.get(key)
+                    if member is not None:
+                        self._check_health(cluster, member)
             for key in list(self._backoff):
                 if key not in observed:
                     self._forget(key)
@@ -304,19 +313,39 @@ class Fleet:
             )
             delay = backoff.fail()
             self._failed_fingerprint[key] = kubeconfig.fingerprint
+            cause = f"cannot reach the workload cluster at {kubeconfig.server}: {_one_line(exc)}"
             self._report(
-                cluster,
-                REASON_UNREACHABLE,
-                f"cannot reach the workload cluster at {kubeconfig.server}: "
-                f"{type(exc).__name__}: {exc} (retrying in {delay:.0f}s)",
-                retry=True,
+                cluster, REASON_UNREACHABLE, f"{cause} (retrying in {delay:.0f}s)", news=cause
             )
             return changed
         self.members[key] = member
+        self._servers[key] = kubeconfig.server
         self._forget(key)
         self._start(member)
         self._report(cluster, REASON_SERVING, f"serving workload cluster {kubeconfig.server}")
         return True
+
+    def _check_health(self, cluster: ObservedCluster, member: Member) -> None:
+        """A served workload cluster that stops answering is told on its Cluster, once per
+        outage; so is its recovery. Its controllers retry on their own meanwhile."""
+        now = self.clock.monotonic()
+        patience = self.operator_options.unready_after
+        failing = [
+            informer
+            for informer in member.operator.manager.informers
+            if (since := informer.failing_since) is not None and now - since >= patience
+        ]
+        server = self._servers.get(cluster.key, "?")
+        if failing:
+            cause = f"the workload cluster at {server} has not answered for {patience:.0f}s"
+            self._report(
+                cluster,
+                REASON_UNREACHABLE,
+                f"{cause}: {failing[0].last_error}; its controllers retry until it does",
+                news=cause,
+            )
+        elif self._said.get(cluster.key, ("", ""))[0] == REASON_UNREACHABLE:
+            self._report(cluster, REASON_SERVING, f"serving workload cluster {server} again")
 
     def _build(self, cluster: ObservedCluster, kubeconfig: Kubeconfig) -> Member:
         key = cluster.key
@@ -354,6 +383,7 @@ class Fleet:
 
     def _stop(self, key: str, why: str) -> None:
         member = self.members.pop(key)
+        self._servers.pop(key, None)
         member.stop()
         log.info("cluster %s: stopped serving it (%s)", key, why)
 
@@ -364,10 +394,11 @@ class Fleet:
     # Telling users: an Event on the Cluster and a log line, once per change.
 
     def _report(
-        self, cluster: ObservedCluster, reason: str, message: str, *, retry: bool = False
+        self, cluster: ObservedCluster, reason: str, message: str, *, news: str | None = None
     ) -> None:
-        # The retry delay changes every time; what is news is the reason and the cause.
-        said = message.rsplit(" (retrying in ", 1)[0] if retry else message
+        """``news``: the part of ``message`` whose change is worth telling again (default all
+        of it; a retry delay or an outage's latest error is not)."""
+        said = message if news is None else news
         if self._said.get(cluster.key) == (reason, said):
             return
         self._said[cluster.key] = (reason, said)
