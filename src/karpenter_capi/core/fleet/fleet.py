@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from karpenter_capi.core.clock import Clock, FakeClock
 from karpenter_capi.core.errors import InvalidInputError
+from karpenter_capi.core.fleet.building import Builds
 from karpenter_capi.core.fleet.discovery import Discovery, ObservedCluster
 from karpenter_capi.core.fleet.guard import GUARD_PLUGIN, ClusterGuard
 from karpenter_capi.core.fleet.kubeconfigs import Kubeconfig, KubeconfigProblem, read_kubeconfig
@@ -70,6 +71,8 @@ log = logging.getLogger(__name__)
 
 REASON_UNREACHABLE: Final = "WorkloadUnreachable"
 REASON_SERVING: Final = "FleetServing"
+BUILD_THREADS: Final = 4
+"""Members built at once by the threaded fleet (``core.fleet.building``)."""
 _STOP_POLL: Final = 0.25
 """Seconds between looks at the stop flag while the threaded fleet waits for its next sync."""
 
@@ -176,8 +179,9 @@ class Fleet:
         )
         self.recorder = EventRecorder(management, clock)
         self.members: dict[str, Member] = {}
+        # A copy first: a scrape runs on the endpoint's thread while a sync changes members.
         self.metrics = FleetMetrics(
-            lambda: {k: m.operator.metrics for k, m in self.members.items()}
+            lambda: {k: m.operator.metrics for k, m in dict(self.members).items()}
         )
         self._backoff: dict[str, Backoff] = {}
         self._failed_fingerprint: dict[str, str] = {}
@@ -187,6 +191,7 @@ class Fleet:
         self._lock = threading.RLock()
         self.next_sync: float | None = None
         self.server: ObservabilityServer | None = None
+        self._builds = Builds(self._build)
 
     def check_selector(self) -> None:
         """Ask the management cluster once whether it takes ``--fleet-cluster-selector``: a
@@ -276,6 +281,7 @@ class Fleet:
                     member = self.members.get(key)
                     if member is not None:
                         self._check_health(cluster, member)
+            self._builds.keep_only([k for k in served if k in observed and not observed[k].paused])
             for key in list(self._backoff):
                 if key not in observed:
                     self._forget(key)
@@ -306,7 +312,7 @@ class Fleet:
         ):
             return changed
         try:
-            member = self._build(cluster, kubeconfig)
+            built = self._builds.obtain(cluster, kubeconfig)
         except Exception as exc:
             backoff = self._backoff.setdefault(
                 key, Backoff(self.clock, initial=1.0, cap=60.0, jitter=0.0)
@@ -318,6 +324,9 @@ class Fleet:
                 cluster, REASON_UNREACHABLE, f"{cause} (retrying in {delay:.0f}s)", news=cause
             )
             return changed
+        if built is None:
+            return changed
+        member = built
         self.members[key] = member
         self._servers[key] = kubeconfig.server
         self._forget(key)
@@ -459,6 +468,7 @@ class Fleet:
             raise RuntimeError(f"this fleet is already driven ({self._mode})")
         self._mode = "threaded"
         wake = threading.Event()
+        self._builds = Builds(self._build, threads=BUILD_THREADS, on_done=wake.set)
         self.discovery.on_change(wake.set)
         informer_stop = threading.Event()
         threads = self.discovery.start(informer_stop)
@@ -480,6 +490,7 @@ class Fleet:
                 self._wait(wake, stop)
         finally:
             log.info("stopping every cluster's controllers")
+            self._builds.close()
             with self._lock:
                 for key in list(self.members):
                     self._stop(key, "shutting down")
