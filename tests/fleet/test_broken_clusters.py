@@ -7,8 +7,13 @@ import base64
 import logging
 
 import pytest
+import yaml
 
-from karpenter_capi.core.kube import SECRETS
+from karpenter_capi.core.fleet import Fleet, FleetOptions, Kubeconfig
+from karpenter_capi.core.kube import SECRETS, KubeClient
+from karpenter_capi.core.kube.config import connect_kubeconfig
+from karpenter_capi.core.kube.errors import ServiceUnavailable
+from karpenter_capi.core.operator import OperatorOptions
 from tests.fleet.world import FleetWorld, kubeconfig_secret, server_url, until
 
 
@@ -102,8 +107,6 @@ def test_a_secret_fixed_after_it_was_missing_is_served_at_once(world: FleetWorld
 def test_a_served_cluster_that_stops_answering_is_told_and_holds_up_no_other(
     world: FleetWorld, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from karpenter_capi.core.kube.errors import ServiceUnavailable
-
     world.add_cluster("alpha")
     world.add_cluster("beta")
     world.start()
@@ -126,3 +129,37 @@ def test_a_served_cluster_that_stops_answering_is_told_and_holds_up_no_other(
     assert [e[1] for e in world.cluster_events("alpha")][-1] == "FleetServing"
     world.deploy("alpha", "web", 2)
     assert until(world, lambda: world.bound("alpha") == 2)
+
+
+def test_a_kubeconfig_the_client_refuses_is_invalid_not_unreachable(world: FleetWorld) -> None:
+    document = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "alpha", "cluster": {"server": server_url("alpha")}}],
+        "contexts": [],
+        "current-context": "admin@alpha",
+        "users": [],
+    }
+    value = base64.b64encode(yaml.safe_dump(document).encode()).decode()
+    world.add_cluster("alpha", secret=False)
+    world.management.create(SECRETS, kubeconfig_secret("team-alpha", "alpha", "", value=value))
+
+    def connect(kubeconfig: Kubeconfig) -> KubeClient:
+        connect_kubeconfig(kubeconfig.document)  # what run --fleet does with it
+        return world.connect(kubeconfig)
+
+    fleet = Fleet(
+        world.management,
+        clock=world.clock,
+        connect=connect,
+        options=FleetOptions(shards=False),
+        operator_options=OperatorOptions(leader_elect=False, metrics_port=None),
+    )
+    fleet.stepped().advance(30)
+    assert fleet.members == {}
+    (event,) = world.cluster_events("alpha")
+    assert event[:2] == ("Warning", "KubeconfigInvalid")
+    assert event[2].startswith(
+        "Secret team-alpha/alpha-kubeconfig: the client cannot use its kubeconfig: "
+        "ConfigException: Invalid kube-config file. Expected object with name admin@alpha"
+    )

@@ -49,7 +49,13 @@ from karpenter_capi.core.errors import InvalidInputError
 from karpenter_capi.core.fleet.building import Builds
 from karpenter_capi.core.fleet.discovery import Discovery, ObservedCluster
 from karpenter_capi.core.fleet.guard import GUARD_PLUGIN, ClusterGuard
-from karpenter_capi.core.fleet.kubeconfigs import Kubeconfig, KubeconfigProblem, read_kubeconfig
+from karpenter_capi.core.fleet.kubeconfigs import (
+    REASON_INVALID,
+    Kubeconfig,
+    KubeconfigProblem,
+    read_kubeconfig,
+    secret_name,
+)
 from karpenter_capi.core.fleet.members import DriverFactory, Member, PluginFactory
 from karpenter_capi.core.fleet.metrics import FleetMetrics
 from karpenter_capi.core.fleet.scoped import ScopedClient
@@ -71,6 +77,7 @@ log = logging.getLogger(__name__)
 
 REASON_UNREACHABLE: Final = "WorkloadUnreachable"
 REASON_SERVING: Final = "FleetServing"
+REASON_START_FAILED: Final = "ControllersFailedToStart"
 BUILD_THREADS: Final = 4
 """Members built at once by the threaded fleet (``core.fleet.building``)."""
 _STOP_POLL: Final = 0.25
@@ -314,15 +321,7 @@ class Fleet:
         try:
             built = self._builds.obtain(cluster, kubeconfig)
         except Exception as exc:
-            backoff = self._backoff.setdefault(
-                key, Backoff(self.clock, initial=1.0, cap=60.0, jitter=0.0)
-            )
-            delay = backoff.fail()
-            self._failed_fingerprint[key] = kubeconfig.fingerprint
-            cause = f"cannot reach the workload cluster at {kubeconfig.server}: {_one_line(exc)}"
-            self._report(
-                cluster, REASON_UNREACHABLE, f"{cause} (retrying in {delay:.0f}s)", news=cause
-            )
+            self._failed(cluster, kubeconfig, exc)
             return changed
         if built is None:
             return changed
@@ -333,6 +332,29 @@ class Fleet:
         self._start(member)
         self._report(cluster, REASON_SERVING, f"serving workload cluster {kubeconfig.server}")
         return True
+
+    def _failed(self, cluster: ObservedCluster, kubeconfig: Kubeconfig, exc: Exception) -> None:
+        """A build failed: say why on the Cluster and retry with backoff (sooner on a new
+        kubeconfig)."""
+        key = cluster.key
+        backoff = self._backoff.setdefault(
+            key, Backoff(self.clock, initial=1.0, cap=60.0, jitter=0.0)
+        )
+        delay = backoff.fail()
+        self._failed_fingerprint[key] = kubeconfig.fingerprint
+        retrying = f" (retrying in {delay:.0f}s)"
+        if isinstance(exc, KubeconfigProblem):
+            self._report(cluster, exc.reason, exc.message)
+            return
+        if isinstance(exc, ApiError | OSError):
+            cause = f"cannot reach the workload cluster at {kubeconfig.server}: {_one_line(exc)}"
+            self._report(cluster, REASON_UNREACHABLE, cause + retrying, news=cause)
+            return
+        # Anything else is a bug: its traceback, once, and a word on the Cluster.
+        cause = f"its controllers failed to start: {_one_line(exc)}"
+        if self._said.get(key) != (REASON_START_FAILED, cause):
+            log.error("Cluster %s: %s", key, cause, exc_info=exc)
+        self._report(cluster, REASON_START_FAILED, cause + retrying, news=cause)
 
     def _check_health(self, cluster: ObservedCluster, member: Member) -> None:
         """A served workload cluster that stops answering is told on its Cluster, once per
@@ -358,7 +380,17 @@ class Fleet:
 
     def _build(self, cluster: ObservedCluster, kubeconfig: Kubeconfig) -> Member:
         key = cluster.key
-        workload = self._connect(kubeconfig)
+        try:
+            workload = self._connect(kubeconfig)
+        except (ApiError, OSError):
+            raise
+        except Exception as exc:
+            # The client library refused the document (no such context, an auth it cannot
+            # use): the Secret's content is what to fix, not the network.
+            where = f"Secret {cluster.namespace}/{secret_name(cluster.name)}"
+            raise KubeconfigProblem(
+                REASON_INVALID, f"{where}: the client cannot use its kubeconfig: {_one_line(exc)}"
+            ) from None
         try:
             # One request before anything is built: an unreachable cluster is reported here,
             # with its server's URL, not as caches that never sync.
