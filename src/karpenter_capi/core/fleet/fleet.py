@@ -186,10 +186,7 @@ class Fleet:
         )
         self.recorder = EventRecorder(management, clock)
         self.members: dict[str, Member] = {}
-        # A copy first: a scrape runs on the endpoint's thread while a sync changes members.
-        self.metrics = FleetMetrics(
-            lambda: {k: m.operator.metrics for k, m in dict(self.members).items()}
-        )
+        self.metrics = FleetMetrics()
         self._backoff: dict[str, Backoff] = {}
         self._failed_fingerprint: dict[str, str] = {}
         self._said: dict[str, tuple[str, str]] = {}
@@ -327,6 +324,7 @@ class Fleet:
             return changed
         member = built
         self.members[key] = member
+        self.metrics.add(key, member.operator.metrics)
         self._servers[key] = kubeconfig.server
         self._forget(key)
         self._start(member)
@@ -424,6 +422,7 @@ class Fleet:
 
     def _stop(self, key: str, why: str) -> None:
         member = self.members.pop(key)
+        self.metrics.remove(key)
         self._servers.pop(key, None)
         member.stop()
         log.info("cluster %s: stopped serving it (%s)", key, why)

@@ -9,7 +9,8 @@ upstream Karpenter's exactly. Dashboards of a fleet add ``cluster`` to their ``b
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import threading
+from collections.abc import Iterable
 from typing import Final
 
 from prometheus_client.exposition import generate_latest
@@ -23,24 +24,42 @@ CLUSTER: Final = "cluster"
 
 
 class FleetMetrics:
-    """A Prometheus collector over the members' registries (``members()`` at each scrape)."""
+    """A Prometheus collector over the served clusters' registries, and what the endpoint
+    renders. ``add(cluster, metrics)`` starts exposing a cluster (a rebuilt one replaces its
+    old registry), ``remove(cluster)`` stops. Thread-safe: clusters come and go while
+    Prometheus scrapes."""
 
     content_type: Final = CONTENT_TYPE
 
-    def __init__(self, members: Callable[[], Mapping[str, Metrics]]) -> None:
-        self._members = members
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._clusters: dict[str, Metrics] = {}
+
+    def add(self, cluster: str, metrics: Metrics) -> None:
+        with self._lock:
+            self._clusters[cluster] = metrics
+
+    def remove(self, cluster: str) -> None:
+        with self._lock:
+            self._clusters.pop(cluster, None)
+
+    @property
+    def clusters(self) -> list[str]:
+        with self._lock:
+            return sorted(self._clusters)
 
     def collect(self) -> Iterable[Metric]:
+        with self._lock:
+            members = sorted(self._clusters.items())
         families: dict[str, Metric] = {}
-        members = dict(self._members())
-        for key, metrics in sorted(members.items()):
+        for key, metrics in members:
             for family in WithoutCreated(metrics.registry).collect():
                 merged = families.get(family.name)
                 if merged is None:
                     merged = Metric(family.name, family.documentation, family.type, family.unit)
                     families[family.name] = merged
                 merged.samples.extend(
-                    sample._replace(labels={**sample.labels, CLUSTER: key})
+                    sample._replace(labels=_labelled(key, sample.labels))
                     for sample in family.samples
                 )
         served = GaugeMetricFamily(
@@ -53,6 +72,15 @@ class FleetMetrics:
     def render(self) -> bytes:
         """Every member's metrics in the Prometheus text format, labelled by cluster."""
         return generate_latest(self)
+
+
+def _labelled(cluster: str, labels: dict[str, str]) -> dict[str, str]:
+    # A series with a ``cluster`` label of its own keeps it as ``exported_cluster``, as
+    # Prometheus renames a scraped label that clashes with a target label.
+    own = dict(labels)
+    if CLUSTER in own:
+        own[f"exported_{CLUSTER}"] = own.pop(CLUSTER)
+    return {CLUSTER: cluster, **own}
 
 
 __all__ = ["CLUSTER", "FleetMetrics"]
