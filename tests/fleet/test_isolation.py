@@ -52,3 +52,12 @@ def test_every_metric_carries_its_cluster_label_on_the_one_endpoint(world: Fleet
     # A cluster's own registry keeps upstream's labels: single-cluster mode is unchanged.
     own = world.fleet.members[world.key("alpha")].operator.metrics.render().decode()
     assert "cluster=" not in own
+
+
+def test_the_fleet_endpoint_has_no_created_series(world: FleetWorld) -> None:
+    world.add_cluster("alpha")
+    world.start()
+    assert world.fleet is not None
+    text = world.fleet.metrics.render().decode()
+    assert "_created{" not in text
+    assert "controller_runtime_reconcile_total{" in text

@@ -16,7 +16,6 @@ from typing import Final
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
-from karpenter_capi.core.observability._collectors import WithoutCreated
 from karpenter_capi.core.observability.metrics import CONTENT_TYPE, Metrics
 
 CLUSTER: Final = "cluster"
@@ -53,14 +52,17 @@ class FleetMetrics:
             members = sorted(self._clusters.items())
         families: dict[str, Metric] = {}
         for key, metrics in members:
-            for family in WithoutCreated(metrics.registry).collect():
+            for family in metrics.registry.collect():
                 merged = families.get(family.name)
                 if merged is None:
                     merged = Metric(family.name, family.documentation, family.type, family.unit)
                     families[family.name] = merged
+                # Without the ``*_created`` series prometheus_client adds (as ``Metrics.render``).
+                created = family.name + "_created"
                 merged.samples.extend(
                     sample._replace(labels=_labelled(key, sample.labels))
                     for sample in family.samples
+                    if sample.name != created
                 )
         served = GaugeMetricFamily(
             "karpenter_fleet_clusters_served",
