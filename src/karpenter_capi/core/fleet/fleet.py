@@ -16,6 +16,7 @@ build on it)::
                                          # new member before its driver takes it (a simulator
                                          # adds its emulated clusters' controllers there)
         driver_factory=None,             # threaded only: Callable[[str, Operator], driver]
+                                         # (not started): how a shared WorkerPool is passed
     )
     stepped = fleet.stepped()            # virtual time: stepped.advance(60), run_until_quiet()
     fleet.run(stop)                      # or threaded, until ``stop`` is set
@@ -24,7 +25,11 @@ build on it)::
 ``operator``, ``plugins``, clients); ``fleet.metrics`` is the one endpoint's metrics, every
 series labelled ``cluster``. ``connect`` receives the parsed kubeconfig (``.document``,
 ``.server``); a simulator maps ``server`` to an in-memory API server, ``run`` uses
-``core.kube.config.connect_kubeconfig``.
+``core.kube.config.connect_kubeconfig``. Sharding (``core.fleet.sharding``'s
+``ShardCoordinator`` and ``core.fleet.fencing``'s ``FencedClient``) is found by module name;
+without those modules, or with ``FleetOptions(shards=False)``, this replica serves every
+Cluster unfenced. A sharded replica joins the shard membership at its first sync and takes
+Clusters from the next one (``retry_period`` later).
 
 Each sync (every ``retry_period``, and at once on a Cluster or Secret event) reads the
 discovered Clusters, asks the shard coordinator which of them this replica serves, and starts,
