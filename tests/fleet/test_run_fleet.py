@@ -183,3 +183,24 @@ def test_explain_with_cluster_explains_within_that_workload_cluster(
     assert "--cluster 'gamma': no Cluster of that name in the management cluster" in missing
     # It only looked: nothing was written in either cluster.
     assert alpha.list(NODECLAIMS).items == []
+
+
+def test_fleet_flags_read_their_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    from karpenter_capi.cli.entry import build_parser
+    from karpenter_capi.cli.run import fleet_namespaces
+
+    monkeypatch.setenv("FLEET", "true")
+    monkeypatch.setenv("FLEET_CLUSTER_SELECTOR", "autoscaler=karpenter")
+    monkeypatch.setenv("FLEET_NAMESPACES", "team-a, team-b,,team-a")
+    monkeypatch.setenv("FLEET_SHARDS", "false")
+    args = build_parser().parse_args(["run"])
+    assert args.fleet is True
+    assert args.fleet_cluster_selector == "autoscaler=karpenter"
+    assert fleet_namespaces(args) == ("team-a", "team-b")
+    assert args.fleet_shards is False
+    # Flags win over the environment.
+    args = build_parser().parse_args(
+        ["run", "--fleet-namespace", "ops", "--fleet-namespace", "dev", "--fleet-shards"]
+    )
+    assert fleet_namespaces(args) == ("ops", "dev")
+    assert args.fleet_shards is True
