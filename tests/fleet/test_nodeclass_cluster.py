@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from karpenter_capi.core.kube import CLUSTER_API_NODE_CLASSES, NODEPOOLS, JsonObject
 from tests.fleet.world import FleetWorld, until
 
@@ -73,3 +75,17 @@ def test_a_nodeclass_naming_another_cluster_is_not_ready_and_launches_nothing(
     pools = {c["metadata"]["labels"]["karpenter.sh/nodepool"] for c in world.nodeclaims("alpha")}
     assert pools == {"catalog"}
     assert world.nodeclaims("beta") == []
+
+
+def test_a_nodeclaim_made_before_the_nodeclass_changed_is_not_launched_either() -> None:
+    from karpenter_capi.core.api.nodeclass import ClusterAPINodeClass
+    from karpenter_capi.core.errors import NodeClassNotReadyError
+    from karpenter_capi.core.fleet.guard import ClusterGuard
+
+    guard = ClusterGuard("team-alpha", "alpha")
+    other = ClusterAPINodeClass.model_validate(_launching("beta", "team-beta"))
+    own = ClusterAPINodeClass.model_validate(_launching("alpha", "team-alpha"))
+    with pytest.raises(NodeClassNotReadyError, match=r"spec\.launch names Cluster team-beta/beta"):
+        guard.karpenter_capi_create(None, [], other, None)
+    # Its own Cluster is left to the plugin that launches it.
+    assert guard.karpenter_capi_create(None, [], own, None) is None

@@ -37,24 +37,42 @@ class ClusterGuard:
         self.namespace = namespace
         self.name = name
 
-    @hookimpl(tryfirst=True)
-    def karpenter_capi_instance_types(
-        self, nodeclass: NodeClass, nodepool: Any, ctx: PluginContext
-    ) -> None:
+    def _refusal(self, nodeclass: NodeClass) -> tuple[ClusterAPINodeClass, str] | None:
+        """``(nodeclass, why)`` it may not launch here, or ``None`` when it may."""
         if not isinstance(nodeclass, ClusterAPINodeClass) or nodeclass.spec.launch is None:
-            return
+            return None
         launch = nodeclass.spec.launch
         if (launch.namespace, launch.cluster_name) == (self.namespace, self.name):
-            return
-        message = (
+            return None
+        return nodeclass, (
             f"spec.launch names Cluster {launch.namespace}/{launch.cluster_name}, but this "
             f"workload cluster is served as Cluster {self.namespace}/{self.name}: set "
             f"spec.launch.clusterName to {self.name!r} and spec.launch.namespace to "
             f"{self.namespace!r}; no node is launched through it until then"
         )
-        name = nodeclass.metadata.name or ""
-        self._mark(nodeclass, name, message, ctx)
+
+    @hookimpl(tryfirst=True)
+    def karpenter_capi_instance_types(
+        self, nodeclass: NodeClass, nodepool: Any, ctx: PluginContext
+    ) -> None:
+        refused = self._refusal(nodeclass)
+        if refused is None:
+            return
+        model, message = refused
+        name = model.metadata.name or ""
+        self._mark(model, name, message, ctx)
         raise NodeClassNotReadyError(name, message)
+
+    @hookimpl(tryfirst=True)
+    def karpenter_capi_create(
+        self, nodeclaim: Any, instance_types: Any, nodeclass: NodeClass, ctx: PluginContext
+    ) -> None:
+        # A NodeClaim made before the NodeClass was changed still reaches create: refuse it
+        # here too, so not one node joins the wrong Cluster.
+        refused = self._refusal(nodeclass)
+        if refused is not None:
+            model, message = refused
+            raise NodeClassNotReadyError(model.metadata.name or "", message)
 
     def _mark(
         self, nodeclass: ClusterAPINodeClass, name: str, message: str, ctx: PluginContext
