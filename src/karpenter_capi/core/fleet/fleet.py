@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -86,6 +87,8 @@ REASON_START_FAILED: Final = "ControllersFailedToStart"
 BUILD_THREADS: Final = 4
 """Members built at once by the threaded fleet (``core.fleet.building``)."""
 _STOP_POLL: Final = 0.25
+_FLEET: Final = "fleet"
+"""Where the fleet's own messages (not one Cluster's) are remembered in ``_said``."""
 """Seconds between looks at the stop flag while the threaded fleet waits for its next sync."""
 
 Connect = Callable[[Kubeconfig], KubeClient]
@@ -201,6 +204,8 @@ class Fleet:
         self.next_sync: float | None = None
         self.server: ObservabilityServer | None = None
         self._builds = Builds(self._build)
+        self._served: frozenset[str] = frozenset()
+        self._next_shard_step = -math.inf
 
     def check_selector(self) -> None:
         """Ask the management cluster once whether it takes ``--fleet-cluster-selector``: a
@@ -265,14 +270,10 @@ class Fleet:
         Returns whether any member started or stopped.
         """
         with self._lock:
-            self.next_sync = self.clock.monotonic() + self.options.retry_period
+            now = self.clock.monotonic()
+            self.next_sync = now + self.options.retry_period
             observed = self.discovery.clusters()
-            try:
-                served = self.coordinator.step(list(observed))
-            except Exception as exc:
-                # The fence stops writes once the Leases lapse; members stay as they are.
-                self._say("fleet", "ShardsUnavailable", f"cannot renew shard Leases: {exc}")
-                served = frozenset(self.members)
+            served = self._shards(observed, now)
             changed = False
             for key in list(self.members):
                 cluster = observed.get(key)
@@ -294,7 +295,24 @@ class Fleet:
             for key in list(self._backoff):
                 if key not in observed:
                     self._forget(key)
+            for key in [k for k in self._said if k not in observed and k != _FLEET]:
+                # A Cluster made again under the same name is news again.
+                del self._said[key]
             return changed
+
+    def _shards(self, observed: Mapping[str, ObservedCluster], now: float) -> frozenset[str]:
+        """The Clusters this replica serves: the coordinator is stepped every
+        ``retry_period`` (its contract), however often discovery events wake the sync."""
+        if not isinstance(self.coordinator, ServeEverything) and now < self._next_shard_step:
+            return self._served
+        self._next_shard_step = now + self.options.retry_period
+        try:
+            self._served = self.coordinator.step(list(observed))
+        except Exception as exc:
+            # The fence stops writes once the Leases lapse; members stay as they are.
+            self._say(_FLEET, "ShardsUnavailable", f"cannot renew shard Leases: {exc}")
+            self._served = frozenset(self.members)
+        return self._served
 
     def _serve(self, cluster: ObservedCluster) -> bool:
         key = cluster.key
@@ -427,6 +445,8 @@ class Fleet:
 
     def _stop(self, key: str, why: str) -> None:
         member = self.members.pop(key)
+        # Serving it again (resumed, rotated, taken back) is news again.
+        self._said.pop(key, None)
         self.metrics.remove(key)
         self._servers.pop(key, None)
         member.stop()
