@@ -47,6 +47,7 @@ def test_a_paused_cluster_gets_no_new_node_until_it_is_resumed(world: FleetWorld
     # Nothing acted for alpha: no NodeClaim, no MachineDeployment scaled.
     assert world.nodeclaims("alpha") == []
     assert world.replicas("alpha") == 0
+    assert ("Normal", "FleetPaused") in [e[:2] for e in world.cluster_events("alpha")]
     world.patch_cluster("alpha", {"spec": {"paused": False}})
     world.advance(3)
     assert world.key("alpha") in world.served()

@@ -84,6 +84,11 @@ log = logging.getLogger(__name__)
 REASON_UNREACHABLE: Final = "WorkloadUnreachable"
 REASON_SERVING: Final = "FleetServing"
 REASON_START_FAILED: Final = "ControllersFailedToStart"
+REASON_PAUSED: Final = "FleetPaused"
+PAUSED_MESSAGE: Final = (
+    "spec.paused is true: no controller acts for this Cluster (no node launched, scaled or "
+    "removed) until it is cleared"
+)
 BUILD_THREADS: Final = 4
 """Members built at once by the threaded fleet (``core.fleet.building``)."""
 _STOP_POLL: Final = 0.25
@@ -286,6 +291,8 @@ class Fleet:
                     self._stop(key, why)
                     changed = True
             for key, cluster in observed.items():
+                if key in served and cluster.paused:
+                    self._report(cluster, REASON_PAUSED, PAUSED_MESSAGE)
                 if key in served and not cluster.paused:
                     changed = self._serve(cluster) or changed
                     member = self.members.get(key)
@@ -467,7 +474,7 @@ class Fleet:
         if self._said.get(cluster.key) == (reason, said):
             return
         self._said[cluster.key] = (reason, said)
-        warning = reason != REASON_SERVING
+        warning = reason not in (REASON_SERVING, REASON_PAUSED)
         if warning:
             log.warning("Cluster %s: %s: %s", cluster.key, reason, message)
         else:
