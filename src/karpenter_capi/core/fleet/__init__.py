@@ -4,7 +4,9 @@
 kubeconfig Secret and runs a whole ``Operator`` per cluster; see that module for the public
 surface. The pieces: ``discovery`` (Clusters and kubeconfig Secrets), ``kubeconfigs`` (reading
 a Secret), ``scoped`` (the management cluster as one Cluster may see it), ``members`` (one
-served cluster), ``metrics`` (one endpoint, a ``cluster`` label), ``stepped`` (virtual time);
+served cluster), ``metrics`` (one endpoint, a ``cluster`` label), ``stepped`` (virtual time),
+``building`` (members built off the sync thread), ``reports`` (Events on Clusters, once per
+change), ``guard`` (a NodeClass launches into its own Cluster), ``lookup`` (one Cluster by name);
 ``sharding`` and ``fencing`` share the clusters among replicas through Leases.
 """
 

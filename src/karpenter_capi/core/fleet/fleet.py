@@ -64,6 +64,7 @@ from karpenter_capi.core.fleet.kubeconfigs import (
 )
 from karpenter_capi.core.fleet.members import DriverFactory, Member, PluginFactory
 from karpenter_capi.core.fleet.metrics import FleetMetrics
+from karpenter_capi.core.fleet.reports import Reports
 from karpenter_capi.core.fleet.scoped import ScopedClient
 from karpenter_capi.core.kube.backoff import Backoff
 from karpenter_capi.core.kube.client import KubeClient
@@ -93,7 +94,7 @@ BUILD_THREADS: Final = 4
 """Members built at once by the threaded fleet (``core.fleet.building``)."""
 _STOP_POLL: Final = 0.25
 _FLEET: Final = "fleet"
-"""Where the fleet's own messages (not one Cluster's) are remembered in ``_said``."""
+"""Where the fleet's own messages (not one Cluster's) are remembered in ``Reports``."""
 """Seconds between looks at the stop flag while the threaded fleet waits for its next sync."""
 
 Connect = Callable[[Kubeconfig], KubeClient]
@@ -202,7 +203,7 @@ class Fleet:
         self.metrics = FleetMetrics()
         self._backoff: dict[str, Backoff] = {}
         self._failed_fingerprint: dict[str, str] = {}
-        self._said: dict[str, tuple[str, str]] = {}
+        self._reports = Reports(self.recorder, (REASON_SERVING, REASON_PAUSED))
         self._servers: dict[str, str] = {}
         self._mode: str | None = None
         self._lock = threading.RLock()
@@ -292,7 +293,7 @@ class Fleet:
                     changed = True
             for key, cluster in observed.items():
                 if key in served and cluster.paused:
-                    self._report(cluster, REASON_PAUSED, PAUSED_MESSAGE)
+                    self._reports.report(cluster, REASON_PAUSED, PAUSED_MESSAGE)
                 if key in served and not cluster.paused:
                     changed = self._serve(cluster) or changed
                     member = self.members.get(key)
@@ -302,9 +303,7 @@ class Fleet:
             for key in list(self._backoff):
                 if key not in observed:
                     self._forget(key)
-            for key in [k for k in self._said if k not in observed and k != _FLEET]:
-                # A Cluster made again under the same name is news again.
-                del self._said[key]
+            self._reports.keep_only(observed, also=(_FLEET,))
             return changed
 
     def _shards(self, observed: Mapping[str, ObservedCluster], now: float) -> frozenset[str]:
@@ -317,7 +316,7 @@ class Fleet:
             self._served = self.coordinator.step(list(observed))
         except Exception as exc:
             # The fence stops writes once the Leases lapse; members stay as they are.
-            self._say(_FLEET, "ShardsUnavailable", f"cannot renew shard Leases: {exc}")
+            self._reports.say(_FLEET, "ShardsUnavailable", f"cannot renew shard Leases: {exc}")
             self._served = frozenset(self.members)
         return self._served
 
@@ -329,7 +328,7 @@ class Fleet:
             changed = key in self.members
             if changed:
                 self._stop(key, "its kubeconfig Secret is no longer usable")
-            self._report(cluster, problem.reason, problem.message)
+            self._reports.report(cluster, problem.reason, problem.message)
             return changed
         member = self.members.get(key)
         if member is not None and member.fingerprint == kubeconfig.fingerprint:
@@ -358,7 +357,9 @@ class Fleet:
         self._servers[key] = kubeconfig.server
         self._forget(key)
         self._start(member)
-        self._report(cluster, REASON_SERVING, f"serving workload cluster {kubeconfig.server}")
+        self._reports.report(
+            cluster, REASON_SERVING, f"serving workload cluster {kubeconfig.server}"
+        )
         return True
 
     def _failed(self, cluster: ObservedCluster, kubeconfig: Kubeconfig, exc: Exception) -> None:
@@ -372,17 +373,17 @@ class Fleet:
         self._failed_fingerprint[key] = kubeconfig.fingerprint
         retrying = f" (retrying in {delay:.0f}s)"
         if isinstance(exc, KubeconfigProblem):
-            self._report(cluster, exc.reason, exc.message)
+            self._reports.report(cluster, exc.reason, exc.message)
             return
         if isinstance(exc, ApiError | OSError):
             cause = f"cannot reach the workload cluster at {kubeconfig.server}: {_one_line(exc)}"
-            self._report(cluster, REASON_UNREACHABLE, cause + retrying, news=cause)
+            self._reports.report(cluster, REASON_UNREACHABLE, cause + retrying, news=cause)
             return
         # Anything else is a bug: its traceback, once, and a word on the Cluster.
         cause = f"its controllers failed to start: {_one_line(exc)}"
-        if self._said.get(key) != (REASON_START_FAILED, cause):
+        if self._reports.last(key) != (REASON_START_FAILED, cause):
             log.error("Cluster %s: %s", key, cause, exc_info=exc)
-        self._report(cluster, REASON_START_FAILED, cause + retrying, news=cause)
+        self._reports.report(cluster, REASON_START_FAILED, cause + retrying, news=cause)
 
     def _check_health(self, cluster: ObservedCluster, member: Member) -> None:
         """A served workload cluster that stops answering is told on its Cluster, once per
@@ -397,14 +398,16 @@ class Fleet:
         server = self._servers.get(cluster.key, "?")
         if failing:
             cause = f"the workload cluster at {server} has not answered for {patience:.0f}s"
-            self._report(
+            self._reports.report(
                 cluster,
                 REASON_UNREACHABLE,
                 f"{cause}: {failing[0].last_error}; its controllers retry until it does",
                 news=cause,
             )
-        elif self._said.get(cluster.key, ("", ""))[0] == REASON_UNREACHABLE:
-            self._report(cluster, REASON_SERVING, f"serving workload cluster {server} again")
+        elif self._reports.last_reason(cluster.key) == REASON_UNREACHABLE:
+            self._reports.report(
+                cluster, REASON_SERVING, f"serving workload cluster {server} again"
+            )
 
     def _build(self, cluster: ObservedCluster, kubeconfig: Kubeconfig) -> Member:
         key = cluster.key
@@ -453,7 +456,7 @@ class Fleet:
     def _stop(self, key: str, why: str) -> None:
         member = self.members.pop(key)
         # Serving it again (resumed, rotated, taken back) is news again.
-        self._said.pop(key, None)
+        self._reports.forget(key)
         self.metrics.remove(key)
         self._servers.pop(key, None)
         member.stop()
@@ -462,29 +465,6 @@ class Fleet:
     def _forget(self, key: str) -> None:
         self._backoff.pop(key, None)
         self._failed_fingerprint.pop(key, None)
-
-    # Telling users: an Event on the Cluster and a log line, once per change.
-
-    def _report(
-        self, cluster: ObservedCluster, reason: str, message: str, *, news: str | None = None
-    ) -> None:
-        """``news``: the part of ``message`` whose change is worth telling again (default all
-        of it; a retry delay or an outage's latest error is not)."""
-        said = message if news is None else news
-        if self._said.get(cluster.key) == (reason, said):
-            return
-        self._said[cluster.key] = (reason, said)
-        warning = reason not in (REASON_SERVING, REASON_PAUSED)
-        if warning:
-            log.warning("Cluster %s: %s: %s", cluster.key, reason, message)
-        else:
-            log.info("Cluster %s: %s", cluster.key, message)
-        self.recorder.record(cluster.obj, "Warning" if warning else "Normal", reason, message)
-
-    def _say(self, where: str, reason: str, message: str) -> None:
-        if self._said.get(where) != (reason, message):
-            self._said[where] = (reason, message)
-            log.warning("%s: %s", reason, message)
 
     # Driving.
 
