@@ -33,6 +33,7 @@ class Replica:
         self.identity = identity
         self.alive = True  # still stepping
         self.served: frozenset[str] = frozenset()
+        self.peak = 0  # the most clusters it ever served at once
         self.coordinator = ShardCoordinator(
             client,
             world.clock,
@@ -82,6 +83,7 @@ class World:
         for replica in self.live():
             replica.served = replica.coordinator.step(self.clusters)
             assert replica.served == replica.coordinator.held()
+            replica.peak = max(replica.peak, len(replica.served))
             self.check_one_holder()
         self.clock.advance(RETRY_PERIOD)
         self.check_one_holder()
