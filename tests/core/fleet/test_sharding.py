@@ -22,7 +22,7 @@ from karpenter_capi.core.fleet.sharding import (
     member_lease_name,
 )
 from karpenter_capi.core.kube.client import JsonObject
-from karpenter_capi.core.kube.errors import ServiceUnavailable
+from karpenter_capi.core.kube.errors import Forbidden, ServiceUnavailable
 from karpenter_capi.core.kube.resources import LEASES
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 
@@ -365,3 +365,51 @@ def test_settings_that_could_give_two_holders_are_refused() -> None:
         ShardCoordinator(
             world.api, world.clock, namespace=NAMESPACE, identity="x", retry_period=10.0
         )
+
+
+class _Forbidding:
+    """A client whose ServiceAccount may not touch Leases (RBAC not granted yet)."""
+
+    def __init__(self, api: InMemoryAPIServer) -> None:
+        self._api = api
+        self.forbidden = True
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._api, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self.forbidden and args and args[0] == LEASES:
+                raise Forbidden(
+                    'leases.coordination.k8s.io is forbidden: User "system:serviceaccount:'
+                    'kube-system:karpenter-capi" cannot list resource "leases"'
+                )
+            return attribute(*args, **kwargs)
+
+        return call
+
+
+def test_missing_lease_permissions_are_said_once_with_the_fix(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    world = World(3)
+    client = _Forbidding(world.api)
+    replica = world.join("solo", client)  # type: ignore[arg-type]
+    with caplog.at_level(logging.DEBUG, logger="karpenter_capi.core.fleet.sharding"):
+        world.run(5 * RETRY_PERIOD)
+
+    assert replica.served == frozenset()
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    message = warnings[0].getMessage()
+    assert message.startswith("solo cannot list Leases in kube-system: Forbidden(403")
+    assert message.endswith(
+        "; grant the controller's ServiceAccount get, list, create, update and delete on "
+        "leases (coordination.k8s.io) in namespace kube-system"
+    )
+    assert warnings[0].exc_info is None
+
+    client.forbidden = False
+    world.run(3 * RETRY_PERIOD)
+    assert replica.served == frozenset(world.clusters)

@@ -46,7 +46,7 @@ from typing import Final
 
 from karpenter_capi.core.clock import Clock, format_micro_time
 from karpenter_capi.core.kube.client import JsonObject, KubeClient, Preconditions
-from karpenter_capi.core.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
+from karpenter_capi.core.kube.errors import AlreadyExists, ApiError, Conflict, Forbidden, NotFound
 from karpenter_capi.core.kube.leases import (
     LeaderElectionRecord,
     Observation,
@@ -208,6 +208,7 @@ class ShardCoordinator:
         self._lock = threading.Lock()
         self._stopped = False
         self._joined = False
+        self._write_failed = False  # this step: to say a failure again once writes recovered
         self._renewed: dict[str, float] = {}  # cluster -> when its last successful claim was sent
         self._releasing: set[str] = set()  # fenced last step; their Leases go back this step
         self._seen: dict[str, _Seen] = {}  # Lease name -> as last read or written
@@ -275,8 +276,11 @@ class ShardCoordinator:
             why = "no longer served" if cluster not in wanted else f"{len(members)} replicas share"
             log.info("%s hands cluster %s over (%s)", self.identity, cluster, why)
         self._releasing = fenced
+        self._write_failed = False
         for cluster in sorted(mine):
             self._claim(cluster)
+        if not self._write_failed:
+            self._warned.pop("write", None)
         self._collect_garbage(wanted)
         return self.held()
 
@@ -336,7 +340,7 @@ class ShardCoordinator:
         try:
             listed = self._client.list(LEASES, self.namespace, label_selector=LABEL_SHARD)
         except ApiError as err:
-            self._warn("list", f"{self.identity} cannot list Leases in {self.namespace}: {err!r}")
+            self._api_failed("list", f"cannot list Leases in {self.namespace}", err)
             return False
         self._warned.pop("list", None)
         now = self._clock.monotonic()
@@ -438,11 +442,10 @@ class ShardCoordinator:
         except ApiError as err:
             # AlreadyExists: another replica created it first; we read it next round.
             level = logging.INFO if isinstance(err, AlreadyExists) else logging.WARNING
-            self._warn(
-                f"write {name}", f"{self.identity} cannot write Lease {name}: {err!r}", level
-            )
+            doing = f"cannot write Lease {self.namespace}/{name}"
+            self._api_failed("write", doing, err, level)
+            self._write_failed = True
             return None
-        self._warned.pop(f"write {name}", None)
         observed = before.observation if before is not None else Observation(record, sent_at)
         self._seen[name] = _Seen(written, observed.then(record, self._clock.monotonic()))
         return sent_at
@@ -502,6 +505,23 @@ class ShardCoordinator:
                 continue
             del self._seen[name]
             log.info("%s deleted expired Lease %s/%s", self.identity, self.namespace, name)
+
+    def _api_failed(
+        self, what: str, doing: str, err: ApiError, level: int = logging.WARNING
+    ) -> None:
+        """One line per change of the kind of error, however many Leases meet it: an outage or
+        a missing permission is said once, not for every cluster and every step."""
+        hint = ""
+        if isinstance(err, Forbidden):
+            hint = (
+                "; grant the controller's ServiceAccount get, list, create, update and delete "
+                f"on leases (coordination.k8s.io) in namespace {self.namespace}"
+            )
+        kind = f"{type(err).__name__} {err.code}"
+        repeated = self._warned.get(what) == kind
+        self._warned[what] = kind
+        level = logging.DEBUG if repeated else level
+        log.log(level, "%s %s: %r%s", self.identity, doing, err, hint)
 
     def _warn(self, what: str, message: str, level: int = logging.WARNING) -> None:
         """Log ``message`` at ``level`` once per change, later repeats at DEBUG."""
