@@ -413,3 +413,24 @@ def test_missing_lease_permissions_are_said_once_with_the_fix(
     client.forbidden = False
     world.run(3 * RETRY_PERIOD)
     assert replica.served == frozenset(world.clusters)
+
+
+def test_over_http_through_the_official_client_two_replicas_share_and_hand_over() -> None:
+    """The same Lease writes on the wire: label selector, annotations, preconditioned deletes."""
+    from karpenter_capi.core.kube.official import OfficialClient
+    from karpenter_capi.sim.apiserver.http import HttpFront
+
+    world = World(4)
+    with HttpFront(world.api) as front:
+        for name in ("a", "b"):
+            world.join(name, OfficialClient.from_url(front.url))
+        world.run(3 * RETRY_PERIOD)
+        assert world.balanced(), world.loads()
+        assert sorted(world.loads().values()) == [2, 2]
+
+        world.stop("a")
+        world.tick()
+        assert world.balanced(), world.loads()
+        assert world.loads()["b"] == 4
+        names = {lease["metadata"]["name"] for lease in world.api.list(LEASES, NAMESPACE).items}
+        assert member_lease_name("a") not in names
