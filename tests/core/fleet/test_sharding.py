@@ -281,23 +281,38 @@ def test_a_partitioned_replica_stops_serving_before_another_takes_over(
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_random_joins_kills_and_stops_never_give_a_cluster_two_holders(seed: int) -> None:
+def test_random_joins_kills_stops_and_partitions_never_give_a_cluster_two_holders(
+    seed: int,
+) -> None:
     rng = random.Random(seed)
     world = World(rng.randint(1, 14))
+    links: dict[str, _Partitionable] = {}
     serial = 0
-    for _ in range(rng.randint(1, 4)):
-        world.join(f"r{serial}")
+
+    def join() -> None:
+        nonlocal serial
+        identity = f"r{serial}"
         serial += 1
+        links[identity] = _Partitionable(world.api)
+        world.join(identity, links[identity])  # type: ignore[arg-type]
+
+    for _ in range(rng.randint(1, 4)):
+        join()
     for _ in range(25):
         event = rng.random()
         live = world.live()
         if event < 0.2 or not live:
-            world.join(f"r{serial}")
-            serial += 1
-        elif event < 0.3 and len(live) > 1:
+            join()
+        elif event < 0.25:
+            links[rng.choice(live).identity].cut = True
+        elif event < 0.3:
+            links[rng.choice(live).identity].cut = False
+        elif event < 0.35 and len(live) > 1:
             world.kill(rng.choice(live).identity)
         elif event < 0.4 and len(live) > 1:
-            world.stop(rng.choice(live).identity)
+            stopping = rng.choice(live).identity
+            links[stopping].cut = False
+            world.stop(stopping)
         elif event < 0.45:
             world.clusters = [*world.clusters, f"extra/c-{serial}"]
             serial += 1
@@ -305,6 +320,8 @@ def test_random_joins_kills_and_stops_never_give_a_cluster_two_holders(seed: int
             world.clusters = world.clusters[1:]
         world.run(rng.choice([RETRY_PERIOD, 3 * RETRY_PERIOD, LEASE_DURATION]))
 
+    for link in links.values():
+        link.cut = False
     world.run(LEASE_DURATION + 3 * RETRY_PERIOD)
     assert world.balanced(), (world.loads(), sorted(world.owners()))
     # Leases of clusters no longer served and of dead replicas are gone.
