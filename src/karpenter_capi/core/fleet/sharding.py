@@ -287,8 +287,9 @@ class ShardCoordinator:
     def release_all(self) -> None:
         """Stop for good: stop serving every cluster, release their Leases, leave the membership.
 
-        Call it once the clusters' controllers have stopped: the next replica starts on its
-        next step. Safe to call more than once; ``step`` does nothing afterwards.
+        Call it from the thread that drives ``step`` (a step running meanwhile could write a
+        Lease back), once the clusters' controllers have stopped: the next replica starts on
+        its next step. Safe to call more than once; ``step`` does nothing afterwards.
         """
         with self._lock:
             if self._stopped:
