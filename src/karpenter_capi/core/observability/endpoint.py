@@ -15,14 +15,24 @@ import threading
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from karpenter_capi.core.httpserver import QuietThreadingHTTPServer
-from karpenter_capi.core.observability.metrics import CONTENT_TYPE, Metrics
+from karpenter_capi.core.observability.metrics import CONTENT_TYPE
 
 log = logging.getLogger(__name__)
 
 _TEXT = "text/plain; charset=utf-8"
+
+
+class Renders(Protocol):
+    """What ``/metrics`` serves: one cluster's ``Metrics``, or a fleet's
+    ``ClusterLabelledRegistry`` (``fleet_metrics``)."""
+
+    def render(self) -> bytes:
+        """The exposition, in the Prometheus text format."""
+        ...
 
 
 class ObservabilityServer:
@@ -36,7 +46,7 @@ class ObservabilityServer:
 
     def __init__(
         self,
-        metrics: Metrics,
+        metrics: Renders,
         *,
         host: str = "127.0.0.1",
         port: int = 8080,
