@@ -262,3 +262,13 @@ def test_request_stop_stops_a_pooled_driver(pool: WorkerPool) -> None:
     assert cluster.driver.wait(WAIT)
     assert cluster.driver.stopped
     assert pool.members == []
+
+
+def test_timers_superseded_by_sooner_ones_do_not_pile_up(pool: WorkerPool) -> None:
+    cluster = Cluster("a", pool, Scripted(SystemClock())).start()
+    queue = cluster.manager.queue("scripted")
+    # Each key sooner than the one before: every timer supersedes the pool's previous one.
+    for index in range(2000):
+        queue.add_after(f"default/k{index}", 3600.0 - index)
+    assert pool.timers <= 4 * len(cluster.manager.entries) + 64 + 1
+    assert cluster.driver.stop(WAIT)

@@ -200,6 +200,12 @@ class WorkerPool:
         with self._cond:
             return [member.spec.name for member in self._members]
 
+    @property
+    def timers(self) -> int:
+        """Due times on the heap, live or superseded (bounded by the number of controllers)."""
+        with self._cond:
+            return len(self._timers)
+
     def join(self, spec: PoolMember) -> Membership:
         """Serve ``spec``'s controllers from now on."""
         self.start()
@@ -248,9 +254,25 @@ class WorkerPool:
             slot.timer_at = due
             first = not self._timers or due < self._timers[0][0]
             heapq.heappush(self._timers, (due, next(self._seq), slot))
+            self._compact_timers_locked()
             if first:
                 # A waiting worker may have planned to sleep past this.
                 self._cond.notify()
+
+    def _compact_timers_locked(self) -> None:
+        # A timer superseded by an earlier one stays in the heap until it comes up; a queue
+        # whose keys keep getting sooner times (hours-away expiries) would grow it without
+        # bound, so once stale entries dominate the heap is rebuilt from the live ones.
+        slots = sum(len(member.slots) for member in self._members)
+        if len(self._timers) <= 4 * slots + 64:
+            return
+        self._timers = [
+            (slot.timer_at, next(self._seq), slot)
+            for member in self._members
+            for slot in member.slots
+            if slot.timer_at is not None
+        ]
+        heapq.heapify(self._timers)
 
     def _wake_periodic(self, slot: _Slot, at: float) -> None:
         entry = slot.entry
