@@ -15,12 +15,12 @@ import pytest
 from karpenter_capi.core.clock import SystemClock
 from karpenter_capi.core.kube.errors import TooManyRequests
 from karpenter_capi.core.kube.resources import CONFIGMAPS
-from karpenter_capi.core.runtime.controller import DONE, Key, Result
+from karpenter_capi.core.runtime.controller import DONE, WORKLOAD, Key, Result
 from karpenter_capi.core.runtime.manager import Manager
 from karpenter_capi.core.runtime.pool import WorkerPool
 from karpenter_capi.core.runtime.threaded import ThreadedDriver
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
-from tests.core.runtime.toys import Recorder, Scripted, Ticker, configmap
+from tests.core.runtime.toys import Recorder, Scripted, Ticker, Woken, configmap
 
 WAIT = 10.0
 QUIET = 0.2
@@ -271,4 +271,16 @@ def test_timers_superseded_by_sooner_ones_do_not_pile_up(pool: WorkerPool) -> No
     for index in range(2000):
         queue.add_after(f"default/k{index}", 3600.0 - index)
     assert pool.timers <= 4 * len(cluster.manager.entries) + 64 + 1
+    assert cluster.driver.stop(WAIT)
+
+
+def test_an_informer_event_runs_a_pooled_periodic_controller_before_its_interval(
+    pool: WorkerPool,
+) -> None:
+    ticker = Woken(SystemClock(), interval=3600, read=[(CONFIGMAPS, WORKLOAD)])
+    cluster = Cluster("a", pool, ticker, poll_interval=30).start()
+    assert cluster.wait_until(lambda: len(ticker.runs) == 1)
+    cluster.create("other")
+    cluster.create("wake-up")
+    assert cluster.wait_until(lambda: len(ticker.runs) == 2)
     assert cluster.driver.stop(WAIT)
