@@ -284,3 +284,11 @@ def test_an_informer_event_runs_a_pooled_periodic_controller_before_its_interval
     cluster.create("wake-up")
     assert cluster.wait_until(lambda: len(ticker.runs) == 2)
     assert cluster.driver.stop(WAIT)
+
+
+def test_a_stop_requested_before_start_is_honoured(pool: WorkerPool) -> None:
+    cluster = Cluster("a", pool, Scripted(SystemClock()))
+    cluster.driver.request_stop()
+    cluster.driver.start()
+    assert cluster.driver.wait(WAIT)
+    assert pool.members == []

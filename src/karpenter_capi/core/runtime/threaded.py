@@ -128,6 +128,8 @@ class ThreadedDriver:
                 )
             if self._pool is not None:
                 self._membership = self._pool.join(self._pool_member())
+                if self._stop_requested.is_set():  # asked before it started
+                    self._membership.request_stop()
                 return
             for entry in self._manager.entries:
                 if isinstance(entry, ControllerEntry):
