@@ -27,12 +27,9 @@ _TEXT = "text/plain; charset=utf-8"
 
 
 class Renders(Protocol):
-    """What ``/metrics`` serves: one cluster's ``Metrics``, or a fleet's
-    ``ClusterLabelledRegistry`` (``fleet_metrics``)."""
+    """What ``/metrics`` serves: one ``Metrics``, or fleet mode's view over many."""
 
-    def render(self) -> bytes:
-        """The exposition, in the Prometheus text format."""
-        ...
+    def render(self) -> bytes: ...
 
 
 class ObservabilityServer:
