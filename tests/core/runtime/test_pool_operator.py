@@ -2,7 +2,7 @@
 
 Two workload clusters, each with every controller wired (``Operator``), run on a pool of four
 threads; each cluster's pending pods get their NodeClaims in that cluster, and no controller
-gets a thread of its own.
+gets a thread of its own (informers keep one each, for their watch).
 """
 
 from __future__ import annotations
@@ -75,6 +75,8 @@ def test_two_operators_provision_their_own_clusters_on_one_pool() -> None:
         _wait_for(lambda: clusters[1].claims() == 2, "b's two NodeClaims")
         names = [thread.name for thread in threading.enumerate()]
         assert not [name for name in names if name.startswith(("worker-", "periodic-"))]
+        # Nor each informer a timer thread: only its watch.
+        assert not [name for name in names if name.endswith("-timer")]
         for cluster in clusters:
             cluster.stop.set()
             cluster.thread.join(WAIT)

@@ -25,6 +25,7 @@ leadership answer that comes without a notification) use ``poll_interval``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -122,9 +123,12 @@ class ThreadedDriver:
             if self._started or self._stopping.is_set():
                 raise RuntimeError("a driver starts once, and not after stop")
             self._started = True
+            # Pooled, a fleet saves each informer's timer thread: ``stop`` interrupts the watches.
+            supervise = self._pool is None
             for informer in self._manager.informers:
+                run = functools.partial(informer.run, supervise=supervise)
                 self._informer_threads.append(
-                    self._spawn(f"informer-{informer.name}", informer.run, self._informer_stop)
+                    self._spawn(f"informer-{informer.name}", run, self._informer_stop)
                 )
             if self._pool is not None:
                 self._membership = self._pool.join(self._pool_member())
@@ -187,6 +191,9 @@ class ThreadedDriver:
             pool_done = self._membership is None or self._membership.leave(_remaining(deadline))
             # Informers last: a reconcile finishing its work may still read the caches.
             self._informer_stop.set()
+            if self._pool is not None:
+                for informer in self._manager.informers:
+                    informer.interrupt()
             _join_all(self._informer_threads, deadline)
             threads = (*self._work_threads, *self._informer_threads)
             alive = [thread.name for thread in threads if thread.is_alive()]
