@@ -292,3 +292,38 @@ def test_a_stop_requested_before_start_is_honoured(pool: WorkerPool) -> None:
     cluster.driver.start()
     assert cluster.driver.wait(WAIT)
     assert pool.members == []
+
+
+def test_two_blocked_clusters_still_leave_a_worker_for_a_third() -> None:
+    release = threading.Event()
+    entered = threading.Semaphore(0)
+
+    def stuck(key: Key, call: int) -> Result:
+        entered.release()
+        release.wait(WAIT)
+        return DONE
+
+    # Four workers, two per cluster at most: a and b blocked would hold all four, but a
+    # cluster's second reconcile only runs while another worker stays free.
+    with WorkerPool(4) as pool:
+        assert pool.per_cluster == 2
+        slow_a = Scripted(SystemClock(), behaviour=stuck)
+        slow_b = Scripted(SystemClock(), behaviour=stuck)
+        fast = Scripted(SystemClock())
+        a = Cluster("a", pool, slow_a, workers=4).start()
+        b = Cluster("b", pool, slow_b, workers=4).start()
+        c = Cluster("c", pool, fast).start()
+        try:
+            a.create("a1", "a2", "a3")
+            assert entered.acquire(timeout=WAIT)
+            assert entered.acquire(timeout=WAIT)  # a holds two workers
+            b.create("b1", "b2", "b3")
+            assert entered.acquire(timeout=WAIT)  # b one: the last is kept free
+            assert not entered.acquire(timeout=QUIET)
+            c.create("c1")
+            assert c.wait_until(lambda: len(fast.calls) == 1)
+            assert (a.driver.in_flight, b.driver.in_flight) == (2, 1)
+        finally:
+            release.set()
+        for cluster in (a, b, c):
+            assert cluster.driver.stop(WAIT)

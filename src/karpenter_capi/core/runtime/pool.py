@@ -10,7 +10,9 @@ who goes next:
   with a 10,000-key backlog gets one turn in N like any other;
 * a cap on each cluster's reconciles in flight (``per_cluster``, half the workers by default),
   so a cluster whose reconciles are slow (a 429 storm, an unreachable API server) cannot hold
-  every worker: another cluster's key waits at most for one reconcile per worker to end;
+  every worker: another cluster's key waits at most for one reconcile per worker to end; and a
+  cluster's second (third...) reconcile runs only while another worker stays free, so even
+  several slow clusters leave a worker for the others, short of one per worker;
 * each controller keeps its own concurrency (its driver's ``workers`` for it) and its queue's
   guarantees (a key is never reconciled twice at once, per-key backoff);
 * one heap of due times stands in for every per-queue and per-periodic-controller timer:
@@ -126,8 +128,10 @@ class WorkerPool:
     """``workers`` threads serving every joined driver's queues and periodic controllers.
 
     ``per_cluster`` caps one member's reconciles and periodic runs in flight (default: half the
-    workers, at least one). Threads start with ``start`` (or the first ``join``) and end with
-    ``close``; drivers ``join`` as they start and ``leave`` as they stop.
+    workers, at least one), and a member with one in flight gets another only if a worker
+    stays free after it (so one cluster alone uses at most ``workers - 1``). Threads start
+    with ``start`` (or the first ``join``) and end with ``close``; drivers ``join`` as they
+    start and ``leave`` as they stop.
     """
 
     def __init__(
@@ -159,6 +163,7 @@ class WorkerPool:
         self._timers: list[tuple[float, int, _Slot]] = []
         self._seq = itertools.count()
         self._threads: list[threading.Thread] = []
+        self._busy = 0
         self._started = False
         self._closed = False
         self._stop_requests = threading.Event()
@@ -323,6 +328,7 @@ class WorkerPool:
                 with self._cond:
                     slot.in_flight -= 1
                     slot.member.in_flight -= 1
+                    self._busy -= 1
                     # The slot or its member may have been at its cap.
                     self._cond.notify()
                     if slot.member.in_flight == 0 and not slot.member.active:
@@ -359,6 +365,10 @@ class WorkerPool:
             self._members.rotate(-1)
             if member.in_flight >= self.per_cluster or not member.pending:
                 continue
+            if member.in_flight and self._busy + 1 >= self.workers:
+                # A cluster's second reconcile must leave a worker free, so that clusters
+                # stuck together cannot hold every worker as long as one has nothing running.
+                continue
             # Then that cluster's controllers in turn: a slot taken goes to the back when it
             # is marked pending again.
             for _ in range(len(member.pending)):
@@ -367,6 +377,7 @@ class WorkerPool:
                     slot.pending = False
                     slot.in_flight += 1
                     member.in_flight += 1
+                    self._busy += 1
                     return slot
                 member.pending.append(slot)
         return None
