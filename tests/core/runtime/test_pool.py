@@ -305,8 +305,7 @@ def test_two_blocked_clusters_still_leave_a_worker_for_a_third() -> None:
 
     # Four workers, two per cluster at most: a and b blocked would hold all four, but a
     # cluster's second reconcile only runs while another worker stays free.
-    with WorkerPool(4) as pool:
-        assert pool.per_cluster == 2
+    with WorkerPool(4, per_cluster=2) as pool:
         slow_a = Scripted(SystemClock(), behaviour=stuck)
         slow_b = Scripted(SystemClock(), behaviour=stuck)
         fast = Scripted(SystemClock())

@@ -8,11 +8,11 @@ who goes next:
 
 * round-robin across clusters (members), then across that cluster's controllers, so a cluster
   with a 10,000-key backlog gets one turn in N like any other;
-* a cap on each cluster's reconciles in flight (``per_cluster``, half the workers by default),
-  so a cluster whose reconciles are slow (a 429 storm, an unreachable API server) cannot hold
-  every worker: another cluster's key waits at most for one reconcile per worker to end; and a
-  cluster's second (third...) reconcile runs only while another worker stays free, so even
-  several slow clusters leave a worker for the others, short of one per worker;
+* a cap on each cluster's reconciles in flight (``per_cluster``, a quarter of the workers by
+  default), so a cluster whose reconciles are slow (a 429 storm, an unreachable API server)
+  cannot hold every worker: another cluster's key waits at most for one reconcile per worker
+  to end; and a cluster's second (third...) reconcile runs only while another worker stays
+  free, so even several slow clusters leave a worker for the others, short of one per worker;
 * each controller keeps its own concurrency (its driver's ``workers`` for it) and its queue's
   guarantees (a key is never reconciled twice at once, per-key backoff);
 * one heap of due times stands in for every per-queue and per-periodic-controller timer:
@@ -127,8 +127,8 @@ class Membership:
 class WorkerPool:
     """``workers`` threads serving every joined driver's queues and periodic controllers.
 
-    ``per_cluster`` caps one member's reconciles and periodic runs in flight (default: half the
-    workers, at least one), and a member with one in flight gets another only if a worker
+    ``per_cluster`` caps one member's reconciles and periodic runs in flight (default: a quarter
+    of the workers, at least one), and a member with one in flight gets another only if a worker
     stays free after it (so one cluster alone uses at most ``workers - 1``). Threads start
     with ``start`` (or the first ``join``) and end with ``close``; drivers ``join`` as they
     start and ``leave`` as they stop.
@@ -144,7 +144,7 @@ class WorkerPool:
     ) -> None:
         if workers < 1:
             raise ValueError("a worker pool needs at least one worker")
-        cap = max(1, workers // 2) if per_cluster is None else per_cluster
+        cap = max(1, workers // 4) if per_cluster is None else per_cluster
         if cap < 1:
             raise ValueError("per_cluster must be at least one")
         if poll_interval <= 0:
