@@ -326,3 +326,20 @@ def test_two_blocked_clusters_still_leave_a_worker_for_a_third() -> None:
             release.set()
         for cluster in (a, b, c):
             assert cluster.driver.stop(WAIT)
+
+
+def test_a_driver_stopped_from_its_own_reconcile_does_not_wait_for_it(pool: WorkerPool) -> None:
+    outcome: list[bool] = []
+    holder: list[ThreadedDriver] = []
+
+    def stop_myself(key: Key, call: int) -> Result:
+        outcome.append(holder[0].stop(WAIT))
+        return DONE
+
+    cluster = Cluster("a", pool, Scripted(SystemClock(), behaviour=stop_myself))
+    holder.append(cluster.driver)
+    cluster.start()
+    cluster.create("a1")
+    assert cluster.driver.wait(WAIT)
+    assert outcome == [True]
+    assert pool.members == []

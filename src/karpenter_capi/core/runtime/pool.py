@@ -164,6 +164,9 @@ class WorkerPool:
         self._seq = itertools.count()
         self._threads: list[threading.Thread] = []
         self._busy = 0
+        # The member whose step this thread is running, if it is a worker: a driver stopped
+        # from inside its own reconcile must not wait for that reconcile to end.
+        self._serving = threading.local()
         self._started = False
         self._closed = False
         self._stop_requests = threading.Event()
@@ -302,7 +305,8 @@ class WorkerPool:
                     slot.pending = False
                     slot.timer_at = None
                 self._cond.notify_all()
-            finished = self._idle.wait_for(lambda: member.in_flight == 0, timeout)
+            own = 1 if getattr(self._serving, "member", None) is member else 0
+            finished = self._idle.wait_for(lambda: member.in_flight <= own, timeout)
         for slot in member.slots:
             if isinstance(slot.entry, ControllerEntry):
                 slot.entry.queue.set_listener(None)
@@ -318,6 +322,7 @@ class WorkerPool:
                 slot = self._next_locked()
                 if slot is None:
                     return
+            self._serving.member = slot.member
             try:
                 self._serve(slot)
             except Exception:
@@ -325,13 +330,14 @@ class WorkerPool:
                     "%s/%s: a pooled step raised", slot.member.spec.name, slot.entry.name
                 )
             finally:
+                self._serving.member = None
                 with self._cond:
                     slot.in_flight -= 1
                     slot.member.in_flight -= 1
                     self._busy -= 1
                     # The slot or its member may have been at its cap.
                     self._cond.notify()
-                    if slot.member.in_flight == 0 and not slot.member.active:
+                    if not slot.member.active:
                         self._idle.notify_all()
 
     def _next_locked(self) -> _Slot | None:
