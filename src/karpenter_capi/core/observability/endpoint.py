@@ -15,14 +15,21 @@ import threading
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from karpenter_capi.core.httpserver import QuietThreadingHTTPServer
-from karpenter_capi.core.observability.metrics import CONTENT_TYPE, Metrics
+from karpenter_capi.core.observability.metrics import CONTENT_TYPE
 
 log = logging.getLogger(__name__)
 
 _TEXT = "text/plain; charset=utf-8"
+
+
+class Renders(Protocol):
+    """What ``/metrics`` serves: one ``Metrics``, or fleet mode's view over many."""
+
+    def render(self) -> bytes: ...
 
 
 class ObservabilityServer:
@@ -36,7 +43,7 @@ class ObservabilityServer:
 
     def __init__(
         self,
-        metrics: Metrics,
+        metrics: Renders,
         *,
         host: str = "127.0.0.1",
         port: int = 8080,
