@@ -44,6 +44,7 @@ from karpenter_capi.core.provisioning.nominations import (
 )
 from karpenter_capi.core.runtime.leader import LeaderElector, make_identity
 from karpenter_capi.core.runtime.manager import Manager
+from karpenter_capi.core.runtime.pool import WorkerPool
 from karpenter_capi.core.runtime.stepped import SteppedDriver
 from karpenter_capi.core.runtime.threaded import ThreadedDriver
 from karpenter_capi.core.scheduling import highs
@@ -100,7 +101,14 @@ class Operator:
         plugins: Plugins,
         clock: Clock,
         options: OperatorOptions | None = None,
+        *,
+        pool: WorkerPool | None = None,
+        name: str = "operator",
     ) -> None:
+        # In fleet mode many operators share one ``pool`` of worker threads; ``name`` (the
+        # workload cluster's) names this one among the pool's members.
+        self.pool = pool
+        self.name = name
         self.options = options or OperatorOptions()
         self.clock = clock
         self.metrics = Metrics(clock)
@@ -233,7 +241,11 @@ class Operator:
     def run(self, stop: threading.Event, *, on_started: Callable[[], None] | None = None) -> int:
         """Run threaded until ``stop`` is set; returns the exit status."""
         driver = ThreadedDriver(
-            self.manager, workers=self.options.workers, is_leader=self.is_leader
+            self.manager,
+            workers=self.options.workers,
+            is_leader=self.is_leader,
+            pool=self.pool,
+            name=self.name,
         )
         self._driver = driver
         if self.options.metrics_port is not None:

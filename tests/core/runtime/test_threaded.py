@@ -19,7 +19,7 @@ from karpenter_capi.core.runtime.controller import DONE, WORKLOAD, Key, Result
 from karpenter_capi.core.runtime.manager import Manager
 from karpenter_capi.core.runtime.threaded import ThreadedDriver
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
-from tests.core.runtime.toys import Failing, Recorder, Scripted, Ticker, configmap
+from tests.core.runtime.toys import Failing, Recorder, Scripted, Ticker, Woken, configmap
 
 WAIT = 10.0
 QUIET = 0.2
@@ -234,23 +234,12 @@ def test_signal_handlers_need_the_main_thread(api: InMemoryAPIServer, recorder: 
     assert "main thread" in str(errors[0])
 
 
-class _Woken(Ticker):
-    """A ticker that asks to run at once when a ConfigMap named ``wake-*`` appears."""
-
-    def wake_on(self) -> list[tuple[object, str, object]]:
-        def when(obj: dict[str, object]) -> float | None:
-            name = str((obj.get("metadata") or {}).get("name", ""))  # type: ignore[union-attr]
-            return self.clock.monotonic() if name.startswith("wake-") else None
-
-        return [(CONFIGMAPS, WORKLOAD, when)]
-
-
 def test_an_informer_event_runs_a_periodic_controller_before_its_interval(
     api: InMemoryAPIServer, recorder: Recorder
 ) -> None:
     """The provisioner looks every half second; a pending pod's event must not wait for the
     next look (issue 25). An event its ``wake_on`` asks for runs it before its interval."""
-    ticker = _Woken(SystemClock(), interval=3600, read=[(CONFIGMAPS, WORKLOAD)])
+    ticker = Woken(SystemClock(), interval=3600, read=[(CONFIGMAPS, WORKLOAD)])
     with Running(ThreadedDriver(manager_of(api, recorder, ticker), poll_interval=30)):
         assert recorder.wait_until(lambda: len(ticker.runs) == 1)
         api.create(CONFIGMAPS, configmap("other", {}))

@@ -145,6 +145,17 @@ class Ticker:
         return self.behaviour(len(self.runs))
 
 
+class Woken(Ticker):
+    """A ticker that asks to run at once when a ConfigMap named ``wake-*`` appears."""
+
+    def wake_on(self) -> list[tuple[object, str, object]]:
+        def when(obj: dict[str, object]) -> float | None:
+            name = str((obj.get("metadata") or {}).get("name", ""))  # type: ignore[union-attr]
+            return self.clock.monotonic() if name.startswith("wake-") else None
+
+        return [(CONFIGMAPS, WORKLOAD, when)]
+
+
 class Failing(Exception):
     """What scripted controllers raise."""
 

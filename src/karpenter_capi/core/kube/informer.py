@@ -303,8 +303,11 @@ class Informer(Generic[T]):
 
     # Threaded driver.
 
-    def run(self, stop: threading.Event) -> None:
-        """List and watch until ``stop`` is set. Blocks; run it in its own thread."""
+    def run(self, stop: threading.Event, *, supervise: bool = True) -> None:
+        """List and watch until ``stop`` is set. Blocks; run it in its own thread.
+
+        ``supervise=False`` (a driver on a shared pool) saves the timer thread unless resyncs
+        need it; the caller then calls ``interrupt()`` once ``stop`` is set."""
         supervisor: threading.Thread | None = None
         while not stop.is_set():
             delay = self._backoff.remaining()
@@ -315,7 +318,7 @@ class Informer(Generic[T]):
                     while not self._list_page() and not stop.is_set():
                         pass
                     continue
-                if supervisor is None:
+                if supervisor is None and (supervise or self._resync_period is not None):
                     # Started once synced, so the resync schedule it follows already exists.
                     supervisor = threading.Thread(
                         target=self._supervise,
@@ -350,6 +353,10 @@ class Informer(Generic[T]):
             if stop.wait(wait):
                 break
             self._resync_if_due()
+        self._close_stream()
+
+    def interrupt(self) -> None:
+        """End a blocked watch now (after setting ``run``'s ``stop``, which it then sees)."""
         self._close_stream()
 
     def _close_stream(self) -> None:

@@ -141,6 +141,22 @@ class QueueHooks:
     """Seconds between ``get`` and ``done`` of a key."""
 
 
+class QueueListener(Protocol):
+    """Told when a queue may have work, so one pool of threads can serve many queues.
+
+    Called with the queue's lock held: a listener records the fact and wakes a thread, and
+    must not call back into the queue.
+    """
+
+    def on_ready(self) -> None:
+        """A key became ready to be taken."""
+        ...
+
+    def on_scheduled(self, ready_at: float) -> None:
+        """A key will become ready at clock-monotonic ``ready_at`` (``add_after``)."""
+        ...
+
+
 class WorkQueue(Generic[K]):
     """A deduplicating, rate-limited, delaying FIFO of keys."""
 
@@ -168,6 +184,7 @@ class WorkQueue(Generic[K]):
         self._waiting: dict[K, tuple[float, int]] = {}
         self._seq = itertools.count()
         self._shutting_down = False
+        self._listener: QueueListener | None = None
         self.adds_total = 0
         self.retries_total = 0
 
@@ -195,6 +212,8 @@ class WorkQueue(Generic[K]):
             heapq.heappush(self._heap, (ready_at, seq, item))
             if current is not None:
                 self._compact_timers_locked()
+            if self._listener is not None:
+                self._listener.on_scheduled(ready_at)
             # A blocked ``get`` may need to wake earlier than it planned to.
             self._cond.notify_all()
 
@@ -230,6 +249,12 @@ class WorkQueue(Generic[K]):
     def num_requeues(self, item: K) -> int:
         with self._cond:
             return self._rate_limiter.num_requeues(item)
+
+    def set_listener(self, listener: QueueListener | None) -> None:
+        """Tell ``listener`` when keys become ready or are scheduled (a shared worker pool
+        takes from this queue with ``get(block=False)`` instead of blocking in ``get``)."""
+        with self._cond:
+            self._listener = listener
 
     # Taking.
 
@@ -340,6 +365,8 @@ class WorkQueue(Generic[K]):
         self._queued_at[item] = self._clock.monotonic()
         if self._hooks.on_depth is not None:
             self._hooks.on_depth(len(self._queue))
+        if self._listener is not None:
+            self._listener.on_ready()
 
     def _pop_locked(self) -> K:
         item = self._queue.popleft()

@@ -8,6 +8,9 @@ half. This driver runs the same ``Manager`` that way:
 * ``workers`` threads per controller, each taking keys from the controller's queue once that
   controller's caches have synced (client-go's ``WaitForCacheSync`` before ``Run``);
 * one timer thread per periodic controller;
+* or, given a ``WorkerPool`` (``core.runtime.pool``), none of those worker and timer threads:
+  the pool's shared threads take this driver's keys and periodic runs, fairly across the many
+  drivers of a fleet, through the same leadership gate and in-flight accounting;
 * a leadership gate: while ``is_leader()`` is False the informers keep the caches warm and
   events keep queueing keys, but no reconcile starts and no periodic run happens, so a standby
   replica takes over with a warm cache and its backlog intact; a key taken just as leadership
@@ -22,6 +25,7 @@ leadership answer that comes without a notification) use ``poll_interval``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -34,7 +38,9 @@ from typing import Any
 
 from karpenter_capi.core.kube.client import JsonObject
 from karpenter_capi.core.kube.informer import Informer
+from karpenter_capi.core.runtime.controller import Key
 from karpenter_capi.core.runtime.manager import ControllerEntry, Manager, PeriodicEntry
+from karpenter_capi.core.runtime.pool import Membership, PoolMember, WorkerPool
 
 _log = logging.getLogger(__name__)
 
@@ -54,7 +60,9 @@ class ThreadedDriver:
     name to that number (controllers it does not name get one). ``is_leader``, when given,
     gates all reconciles and periodic runs; an elector should call ``on_leadership_gained`` and
     ``on_leadership_lost`` when its answer changes so that waiting threads react at once instead
-    of at their next ``poll_interval``.
+    of at their next ``poll_interval``. With ``pool``, the driver starts only its informer
+    threads and joins the pool, whose threads run its controllers (``workers`` then caps how
+    many reconciles of one controller run at once); ``name`` names it in the pool's logs.
     """
 
     def __init__(
@@ -64,6 +72,8 @@ class ThreadedDriver:
         workers: int | Mapping[str, int] = 1,
         is_leader: Callable[[], bool] | None = None,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
+        pool: WorkerPool | None = None,
+        name: str = "driver",
     ) -> None:
         if poll_interval <= 0:
             raise ValueError("poll_interval must be positive")
@@ -72,9 +82,9 @@ class ThreadedDriver:
             for entry in manager.entries
             if isinstance(entry, ControllerEntry)
         }
-        for name, count in counts.items():
+        for controller, count in counts.items():
             if count < 1:
-                raise ValueError(f"{name}: a controller needs at least one worker")
+                raise ValueError(f"{controller}: a controller needs at least one worker")
         manager.seal()
         self._manager = manager
         self._workers = counts
@@ -96,6 +106,9 @@ class ThreadedDriver:
         self._previous_handlers: dict[int, SignalHandler] = {}
         self._signalled = False
         self._stop_timeout = DEFAULT_STOP_TIMEOUT
+        self._pool = pool
+        self._name = name
+        self._membership: Membership | None = None
 
     @property
     def manager(self) -> Manager:
@@ -110,10 +123,18 @@ class ThreadedDriver:
             if self._started or self._stopping.is_set():
                 raise RuntimeError("a driver starts once, and not after stop")
             self._started = True
+            # Pooled, a fleet saves each informer's timer thread: ``stop`` interrupts the watches.
+            supervise = self._pool is None
             for informer in self._manager.informers:
+                run = functools.partial(informer.run, supervise=supervise)
                 self._informer_threads.append(
-                    self._spawn(f"informer-{informer.name}", informer.run, self._informer_stop)
+                    self._spawn(f"informer-{informer.name}", run, self._informer_stop)
                 )
+            if self._pool is not None:
+                self._membership = self._pool.join(self._pool_member())
+                if self._stop_requested.is_set():  # asked before it started
+                    self._membership.request_stop()
+                return
             for entry in self._manager.entries:
                 if isinstance(entry, ControllerEntry):
                     for index in range(self._workers[entry.name]):
@@ -138,6 +159,8 @@ class ThreadedDriver:
     def request_stop(self) -> None:
         """Ask for a graceful stop without waiting for it (safe from a signal handler)."""
         self._stop_requested.set()
+        if self._membership is not None:
+            self._membership.request_stop()
 
     def stop(self, timeout: float | None = DEFAULT_STOP_TIMEOUT) -> bool:
         """Stop gracefully; True once every thread has ended within ``timeout`` seconds.
@@ -155,6 +178,9 @@ class ThreadedDriver:
         if first:
             _log.info("stopping: letting reconciles in flight finish")
             self._notify()
+            if self._membership is not None:
+                # Out of the pool's rotation at once; the reconciles in flight are awaited below.
+                self._membership.leave(0)
             self._manager.shutdown_queues()
         try:
             if not started:
@@ -162,11 +188,17 @@ class ThreadedDriver:
                 return True
             deadline = None if timeout is None else time.monotonic() + timeout
             _join_all(self._work_threads, deadline)
+            pool_done = self._membership is None or self._membership.leave(_remaining(deadline))
             # Informers last: a reconcile finishing its work may still read the caches.
             self._informer_stop.set()
+            if self._pool is not None:
+                for informer in self._manager.informers:
+                    informer.interrupt()
             _join_all(self._informer_threads, deadline)
             threads = (*self._work_threads, *self._informer_threads)
             alive = [thread.name for thread in threads if thread.is_alive()]
+            if not pool_done:
+                alive.append(f"{self.in_flight} pooled reconcile(s)")
             if alive:
                 _log.warning("stop timed out; still running: %s", ", ".join(alive))
                 return False
@@ -212,6 +244,8 @@ class ThreadedDriver:
     def on_leadership_gained(self) -> None:
         """For an elector's ``on_started_leading``: start reconciling now."""
         self._notify()
+        if self._membership is not None:
+            self._membership.wake()
 
     def on_leadership_lost(self, timeout: float | None = None) -> bool:
         """For an elector's ``on_stopped_leading``: return once no reconcile is running.
@@ -266,7 +300,7 @@ class ThreadedDriver:
             os._exit(1)
         self._signalled = True
         _log.info("%s received: stopping gracefully", signal.Signals(signum).name)
-        self._stop_requested.set()
+        self.request_stop()
 
     def _stop_on_request(self) -> None:
         self._stop_requested.wait()
@@ -295,15 +329,44 @@ class ThreadedDriver:
             if self._stopping.is_set():
                 queue.done(key)
                 return
-            # Counted as in flight before leadership is checked, so ``on_leadership_lost``
-            # cannot find the driver idle between the check and the reconcile.
-            with self._busy():
-                if self.leading():
-                    self._manager.process(entry, key)
-                    continue
-                # Taken as leadership was lost: back into the queue for whoever leads next.
-                queue.add(key)
-                queue.done(key)
+            self._reconcile_taken(entry, key)
+
+    def _reconcile_taken(self, entry: ControllerEntry, key: Key) -> None:
+        # Counted as in flight before leadership is checked, so ``on_leadership_lost``
+        # cannot find the driver idle between the check and the reconcile.
+        with self._busy():
+            if self.leading():
+                self._manager.process(entry, key)
+                return
+            # Taken as leadership was lost: back into the queue for whoever leads next.
+            entry.queue.add(key)
+            entry.queue.done(key)
+
+    def _pool_member(self) -> PoolMember:
+        entries = [
+            (entry, self._workers[entry.name] if isinstance(entry, ControllerEntry) else 1)
+            for entry in self._manager.entries
+        ]
+        return PoolMember(
+            name=self._name,
+            clock=self._manager.clock,
+            entries=entries,
+            leading=self.leading,
+            reconcile=self._pooled_reconcile,
+            run_periodic=self._run_periodic_now,
+            stop=lambda: self.stop(self._stop_timeout),
+        )
+
+    def _pooled_reconcile(self, entry: ControllerEntry, key: Key) -> None:
+        if self._stopping.is_set():
+            entry.queue.done(key)
+            return
+        self._reconcile_taken(entry, key)
+
+    def _run_periodic_now(self, entry: PeriodicEntry) -> None:
+        with self._busy():
+            if self.leading():
+                self._manager.run_periodic(entry)
 
     def _run_periodic(self, entry: PeriodicEntry) -> None:
         entry.wake = lambda at: self._wake_at(entry, at)
@@ -313,9 +376,7 @@ class ThreadedDriver:
         while self._wait_leading():
             now = clock.monotonic()
             if entry.due(now):
-                with self._busy():
-                    if self.leading():
-                        self._manager.run_periodic(entry)
+                self._run_periodic_now(entry)
                 continue
             next_run = entry.next_run if entry.next_run is not None else now
             with self._wake:
@@ -361,6 +422,10 @@ class ThreadedDriver:
     def _notify(self) -> None:
         with self._wake:
             self._wake.notify_all()
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 def _join_all(threads: Iterable[threading.Thread], deadline: float | None) -> None:

@@ -1,0 +1,445 @@
+"""One fixed set of worker threads shared by many ``ThreadedDriver``s, fair across clusters.
+
+In fleet mode one process serves up to ~100 workload clusters, each with its own ``Manager``
+and ``ThreadedDriver``. Unpooled, every driver starts threads per controller worker and per
+periodic controller: some sixty a cluster, thousands for a fleet, and a busy cluster competes
+with a quiet one only through the OS scheduler. A ``WorkerPool`` bounds the threads and decides
+who goes next:
+
+* round-robin across clusters (members), then across that cluster's controllers, so a cluster
+  with a 10,000-key backlog gets one turn in N like any other;
+* a cap on each cluster's reconciles in flight (``per_cluster``, a quarter of the workers by
+  default), so a cluster whose reconciles are slow (a 429 storm, an unreachable API server)
+  cannot hold every worker: another cluster's key waits at most for one reconcile per worker
+  to end; and a cluster's second (third...) reconcile runs only while another worker stays
+  free, so even several slow clusters leave a worker for the others, short of one per worker;
+* each controller keeps its own concurrency (its driver's ``workers`` for it) and its queue's
+  guarantees (a key is never reconciled twice at once, per-key backoff);
+* one heap of due times stands in for every per-queue and per-periodic-controller timer:
+  delayed keys (``add_after``, backoff), periodic runs, and re-checks of a cluster that is not
+  leading or a controller whose caches have not synced yet.
+
+Workers never block inside a queue: a queue tells the pool when it has work
+(``QueueListener``) and a worker takes from it with ``get(block=False)``. The heap is in real
+seconds, converted from each manager's clock when a time is scheduled: made for the
+``SystemClock``. A clock that stands still (a ``FakeClock``) is re-checked every ``_RECHECK``
+seconds at most while its timers are pending; fake clocks belong with the stepped driver.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from karpenter_capi.core.clock import Clock
+from karpenter_capi.core.runtime.controller import Key
+from karpenter_capi.core.runtime.manager import ControllerEntry, Entry, PeriodicEntry
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_POOL_WORKERS = 8
+_SYNC_POLL = 0.1
+"""How often a controller whose caches have not synced is looked at again."""
+_RECHECK = 0.01
+"""The soonest a timer that fired for nothing is looked at again (a clock that stands still)."""
+_EPSILON = 0.001
+"""Added to every converted due time, so a timer never fires a hair before its clock says so."""
+_LONGEST_WAIT = 3600.0
+
+
+@dataclass(eq=False)
+class PoolMember:
+    """What a driver hands the pool: its controllers and how to run one step of each.
+
+    ``entries`` pairs every controller with the reconciles of it that may run at once.
+    ``reconcile`` gets a key already taken from the entry's queue and must settle it (``done``);
+    ``run_periodic`` runs a due periodic controller; both are the driver's, so its leadership
+    gate and in-flight accounting hold. ``stop`` is called on a pool thread after
+    ``request_stop``.
+    """
+
+    name: str
+    clock: Clock
+    entries: Sequence[tuple[Entry, int]]
+    leading: Callable[[], bool]
+    reconcile: Callable[[ControllerEntry, Key], None]
+    run_periodic: Callable[[PeriodicEntry], None]
+    stop: Callable[[], object] = lambda: None
+
+
+@dataclass(eq=False)
+class _Slot:
+    """One controller of one member: its pool-side state (all under the pool's lock)."""
+
+    pool: WorkerPool
+    member: Membership
+    entry: Entry
+    limit: int
+    in_flight: int = 0
+    pending: bool = False
+    timer_at: float | None = None
+
+    # QueueListener, called with the queue's lock held.
+    def on_ready(self) -> None:
+        self.pool._mark_pending(self)
+
+    def on_scheduled(self, ready_at: float) -> None:
+        self.pool._schedule(self, ready_at)
+
+
+@dataclass(eq=False)
+class Membership:
+    """A driver's place in a pool, from ``WorkerPool.join`` until ``leave``."""
+
+    pool: WorkerPool
+    spec: PoolMember
+    slots: list[_Slot] = field(default_factory=list)
+    pending: deque[_Slot] = field(default_factory=deque)
+    in_flight: int = 0
+    active: bool = True
+    stop_requested: bool = False
+
+    def wake(self) -> None:
+        """Look at every controller again now (leadership was gained)."""
+        self.pool._wake_member(self)
+
+    def request_stop(self) -> None:
+        """Have ``spec.stop`` called on a pool thread (safe from a signal handler)."""
+        self.stop_requested = True
+        self.pool._stop_requests.set()
+
+    def leave(self, timeout: float | None = None) -> bool:
+        """Take no more work for this member; True once its reconciles in flight have ended."""
+        return self.pool._leave(self, timeout)
+
+    @property
+    def reconciles_in_flight(self) -> int:
+        with self.pool._cond:
+            return self.in_flight
+
+
+class WorkerPool:
+    """``workers`` threads serving every joined driver's queues and periodic controllers.
+
+    ``per_cluster`` caps one member's reconciles and periodic runs in flight (default: a quarter
+    of the workers, at least one), and a member with one in flight gets another only if a worker
+    stays free after it (so one cluster alone uses at most ``workers - 1``). Threads start
+    with ``start`` (or the first ``join``) and end with ``close``; drivers ``join`` as they
+    start and ``leave`` as they stop.
+    """
+
+    def __init__(
+        self,
+        workers: int = DEFAULT_POOL_WORKERS,
+        *,
+        per_cluster: int | None = None,
+        poll_interval: float = 1.0,
+        name: str = "pool",
+    ) -> None:
+        if workers < 1:
+            raise ValueError("a worker pool needs at least one worker")
+        cap = max(1, workers // 4) if per_cluster is None else per_cluster
+        if cap < 1:
+            raise ValueError("per_cluster must be at least one")
+        if poll_interval <= 0:
+            raise ValueError("poll_interval must be positive")
+        self.workers = workers
+        self.per_cluster = cap
+        self._poll_interval = poll_interval
+        self._name = name
+        lock = threading.Lock()
+        # Workers wait on ``_cond`` and are woken one by one (``notify``); a driver leaving
+        # waits on ``_idle`` for its reconciles in flight, so no wake-up meant for a worker
+        # is spent on it.
+        self._cond = threading.Condition(lock)
+        self._idle = threading.Condition(lock)
+        self._members: deque[Membership] = deque()
+        self._timers: list[tuple[float, int, _Slot]] = []
+        self._seq = itertools.count()
+        self._threads: list[threading.Thread] = []
+        self._busy = 0
+        # The member whose step this thread is running, if it is a worker: a driver stopped
+        # from inside its own reconcile must not wait for that reconcile to end.
+        self._serving = threading.local()
+        self._started = False
+        self._closed = False
+        self._stop_requests = threading.Event()
+
+    # Lifecycle.
+
+    def start(self) -> WorkerPool:
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("this worker pool is closed")
+            if self._started:
+                return self
+            self._started = True
+            for index in range(self.workers):
+                self._threads.append(_spawn(f"{self._name}-worker-{index}", self._work))
+            self._threads.append(_spawn(f"{self._name}-stopper", self._stop_on_request))
+        return self
+
+    def close(self, timeout: float | None = 30.0) -> bool:
+        """End the pool's threads once their current step is done; True if all ended."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._stop_requests.set()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in self._threads)
+
+    def __enter__(self) -> WorkerPool:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def members(self) -> list[str]:
+        with self._cond:
+            return [member.spec.name for member in self._members]
+
+    @property
+    def timers(self) -> int:
+        """Due times on the heap, live or superseded (bounded by the number of controllers)."""
+        with self._cond:
+            return len(self._timers)
+
+    def join(self, spec: PoolMember) -> Membership:
+        """Serve ``spec``'s controllers from now on."""
+        self.start()
+        member = Membership(self, spec)
+        for entry, limit in spec.entries:
+            if limit < 1:
+                raise ValueError(f"{spec.name}/{entry.name}: a controller needs a limit >= 1")
+            slot = _Slot(self, member, entry, limit)
+            member.slots.append(slot)
+            if isinstance(entry, ControllerEntry):
+                entry.queue.set_listener(slot)
+            else:
+                entry.wake = lambda at, slot=slot: self._wake_periodic(slot, at)
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("this worker pool is closed")
+            self._members.append(member)
+            # Keys queued before the listener was set, and every periodic's first run.
+            for slot in member.slots:
+                self._mark_pending_locked(slot)
+            self._cond.notify_all()
+        return member
+
+    # What listeners, drivers and members call.
+
+    def _mark_pending(self, slot: _Slot) -> None:
+        with self._cond:
+            self._mark_pending_locked(slot)
+            self._cond.notify()
+
+    def _mark_pending_locked(self, slot: _Slot) -> None:
+        if not slot.pending and slot.member.active:
+            slot.pending = True
+            slot.member.pending.append(slot)
+
+    def _schedule(self, slot: _Slot, at: float, floor: float = 0.0) -> None:
+        """Look at ``slot`` again at ``at`` on its member's clock (``floor`` seconds at least)."""
+        delay = max(floor, at - slot.member.spec.clock.monotonic())
+        self._schedule_in(slot, delay)
+
+    def _schedule_in(self, slot: _Slot, delay: float) -> None:
+        due = time.monotonic() + max(0.0, delay) + _EPSILON
+        with self._cond:
+            if not slot.member.active or (slot.timer_at is not None and slot.timer_at <= due):
+                return
+            slot.timer_at = due
+            first = not self._timers or due < self._timers[0][0]
+            heapq.heappush(self._timers, (due, next(self._seq), slot))
+            self._compact_timers_locked()
+            if first:
+                # A waiting worker may have planned to sleep past this.
+                self._cond.notify()
+
+    def _compact_timers_locked(self) -> None:
+        # A timer superseded by an earlier one stays in the heap until it comes up; a queue
+        # whose keys keep getting sooner times (hours-away expiries) would grow it without
+        # bound, so once stale entries dominate the heap is rebuilt from the live ones.
+        slots = sum(len(member.slots) for member in self._members)
+        if len(self._timers) <= 4 * slots + 64:
+            return
+        self._timers = [
+            (slot.timer_at, next(self._seq), slot)
+            for member in self._members
+            for slot in member.slots
+            if slot.timer_at is not None
+        ]
+        heapq.heapify(self._timers)
+
+    def _wake_periodic(self, slot: _Slot, at: float) -> None:
+        entry = slot.entry
+        assert isinstance(entry, PeriodicEntry)
+        if entry.next_run is not None and at < entry.next_run:
+            entry.next_run = at
+            self._schedule(slot, at)
+
+    def _wake_member(self, member: Membership) -> None:
+        with self._cond:
+            for slot in member.slots:
+                self._mark_pending_locked(slot)
+            self._cond.notify_all()
+
+    def _leave(self, member: Membership, timeout: float | None) -> bool:
+        with self._cond:
+            if member.active:
+                member.active = False
+                self._members.remove(member)
+                member.pending.clear()
+                for slot in member.slots:
+                    slot.pending = False
+                    slot.timer_at = None
+                self._cond.notify_all()
+            own = 1 if getattr(self._serving, "member", None) is member else 0
+            finished = self._idle.wait_for(lambda: member.in_flight <= own, timeout)
+        for slot in member.slots:
+            if isinstance(slot.entry, ControllerEntry):
+                slot.entry.queue.set_listener(None)
+            else:
+                slot.entry.wake = None
+        return finished
+
+    # Workers.
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                slot = self._next_locked()
+                if slot is None:
+                    return
+            self._serving.member = slot.member
+            try:
+                self._serve(slot)
+            except Exception:
+                _log.exception(
+                    "%s/%s: a pooled step raised", slot.member.spec.name, slot.entry.name
+                )
+            finally:
+                self._serving.member = None
+                with self._cond:
+                    slot.in_flight -= 1
+                    slot.member.in_flight -= 1
+                    self._busy -= 1
+                    # The slot or its member may have been at its cap.
+                    self._cond.notify()
+                    if not slot.member.active:
+                        self._idle.notify_all()
+
+    def _next_locked(self) -> _Slot | None:
+        """Block until a slot may run and reserve it; ``None`` once the pool closes."""
+        while not self._closed:
+            self._fire_timers_locked()
+            slot = self._pick_locked()
+            if slot is not None:
+                return slot
+            wait = _LONGEST_WAIT
+            if self._timers:
+                wait = min(wait, max(0.0, self._timers[0][0] - time.monotonic()))
+            self._cond.wait(wait)
+        return None
+
+    def _fire_timers_locked(self) -> None:
+        now = time.monotonic()
+        while self._timers and self._timers[0][0] <= now:
+            due, _, slot = heapq.heappop(self._timers)
+            if slot.timer_at != due:
+                continue  # superseded by an earlier timer, or the member left
+            slot.timer_at = None
+            self._mark_pending_locked(slot)
+            # This thread takes one; the others are for whoever else is waiting.
+            self._cond.notify()
+
+    def _pick_locked(self) -> _Slot | None:
+        # Clusters in turn, each turn moving the cluster looked at to the back.
+        for _ in range(len(self._members)):
+            member = self._members[0]
+            self._members.rotate(-1)
+            if member.in_flight >= self.per_cluster or not member.pending:
+                continue
+            if member.in_flight and self._busy + 1 >= self.workers:
+                # A cluster's second reconcile must leave a worker free, so that clusters
+                # stuck together cannot hold every worker as long as one has nothing running.
+                continue
+            # Then that cluster's controllers in turn: a slot taken goes to the back when it
+            # is marked pending again.
+            for _ in range(len(member.pending)):
+                slot = member.pending.popleft()
+                if slot.in_flight < slot.limit:
+                    slot.pending = False
+                    slot.in_flight += 1
+                    member.in_flight += 1
+                    self._busy += 1
+                    return slot
+                member.pending.append(slot)
+        return None
+
+    def _serve(self, slot: _Slot) -> None:
+        member, entry = slot.member, slot.entry
+        spec = member.spec
+        if not member.active:
+            return
+        if not spec.leading():
+            # Looked at again on a poll, or at once by ``wake`` when leadership is gained.
+            self._schedule_in(slot, self._poll_interval)
+            return
+        if not entry.synced():
+            self._schedule_in(slot, _SYNC_POLL)
+            return
+        if isinstance(entry, ControllerEntry):
+            key = entry.queue.get(block=False)
+            if key is None:
+                # A timer that fired for a key not yet due, or a key another worker took.
+                at = entry.queue.next_ready_time()
+                if at is not None:
+                    self._schedule(slot, at, floor=_RECHECK)
+                return
+            # There may be more keys: another worker may take one while this one reconciles.
+            self._mark_pending(slot)
+            spec.reconcile(entry, key)
+            return
+        ran = entry.due(spec.clock.monotonic())
+        if ran:
+            spec.run_periodic(entry)
+        if entry.next_run is None:
+            self._schedule_in(slot, self._poll_interval)
+        else:
+            self._schedule(slot, entry.next_run, floor=0.0 if ran else _RECHECK)
+
+    def _stop_on_request(self) -> None:
+        while True:
+            self._stop_requests.wait()
+            self._stop_requests.clear()
+            with self._cond:
+                if self._closed:
+                    return
+                asked = [m for m in self._members if m.stop_requested]
+            for member in asked:
+                try:
+                    member.spec.stop()
+                except Exception:
+                    _log.exception("%s: stopping on request raised", member.spec.name)
+
+
+def _spawn(name: str, target: Callable[[], None]) -> threading.Thread:
+    # Daemon threads, so that a reconcile that never returns cannot keep the process alive.
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+__all__ = ["DEFAULT_POOL_WORKERS", "Membership", "PoolMember", "WorkerPool"]
