@@ -193,7 +193,9 @@ def test_fleet_flags_read_their_environment_variables(monkeypatch: pytest.Monkey
     monkeypatch.setenv("FLEET_CLUSTER_SELECTOR", "autoscaler=karpenter")
     monkeypatch.setenv("FLEET_NAMESPACES", "team-a, team-b,,team-a")
     monkeypatch.setenv("FLEET_SHARDS", "false")
+    monkeypatch.setenv("FLEET_WORKERS", "3")
     args = build_parser().parse_args(["run"])
+    assert args.fleet_workers == 3
     assert args.fleet is True
     assert args.fleet_cluster_selector == "autoscaler=karpenter"
     assert fleet_namespaces(args) == ("team-a", "team-b")

@@ -191,6 +191,14 @@ def add_fleet_arguments(run: argparse.ArgumentParser) -> None:
         "env FLEET_NAMESPACES, comma separated; default: all namespaces)",
     )
     fleet.add_argument(
+        "--fleet-workers",
+        type=int,
+        default=env("FLEET_WORKERS", "8"),
+        help="worker threads shared by every served cluster's controllers, taken in turn "
+        "across clusters; 0: each cluster's controllers start their own "
+        "(env FLEET_WORKERS, default 8)",
+    )
+    fleet.add_argument(
         "--fleet-shards",
         action=argparse.BooleanOptionalAction,
         default=_env_bool("FLEET_SHARDS", True),
@@ -329,6 +337,7 @@ def run_fleet(
             cluster_selector=args.fleet_cluster_selector or None,
             namespaces=fleet_namespaces(args),
             shards=args.fleet_shards,
+            pool_workers=max(0, args.fleet_workers),
             identity=args.leader_election_identity,
             lease_namespace=args.leader_election_namespace,
             lease_duration=args.leader_election_lease_duration,

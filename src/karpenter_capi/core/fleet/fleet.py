@@ -75,6 +75,7 @@ from karpenter_capi.core.observability.endpoint import ObservabilityServer
 from karpenter_capi.core.operator import Operator, OperatorOptions
 from karpenter_capi.core.plugin_host import Plugins, load_plugins
 from karpenter_capi.core.runtime.leader import make_identity
+from karpenter_capi.core.runtime.pool import DEFAULT_POOL_WORKERS, WorkerPool
 from karpenter_capi.core.runtime.threaded import ThreadedDriver
 
 if TYPE_CHECKING:
@@ -115,6 +116,9 @@ class FleetOptions:
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
     retry_period: float = 2.0
+    pool_workers: int = DEFAULT_POOL_WORKERS
+    """Threads shared by every served cluster's controllers (``core.runtime.pool``), fair
+    across clusters; 0: each cluster's drivers start their own (threaded only)."""
     plugins: tuple[str, ...] = ("generic_capi",)
     plugin_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
@@ -210,6 +214,7 @@ class Fleet:
         self.next_sync: float | None = None
         self.server: ObservabilityServer | None = None
         self._builds = Builds(self._build)
+        self._pool: WorkerPool | None = None
         self._served: frozenset[str] = frozenset()
         self._next_shard_step = -math.inf
 
@@ -263,9 +268,15 @@ class Fleet:
         wrapped: KubeClient = fenced_class(client, lambda: self.coordinator.holds(key), key)
         return wrapped
 
-    def _threaded_driver(self, _key: str, operator: Operator) -> ThreadedDriver:
+    def _threaded_driver(self, key: str, operator: Operator) -> ThreadedDriver:
+        # Every member's controllers share the fleet's worker pool (fair across clusters,
+        # a bounded number of threads) when there is one.
         return ThreadedDriver(
-            operator.manager, workers=self.operator_options.workers, is_leader=operator.is_leader
+            operator.manager,
+            workers=self.operator_options.workers,
+            is_leader=operator.is_leader,
+            pool=self._pool,
+            name=key,
         )
 
     # The sync: discovered Clusters -> served members.
@@ -512,6 +523,8 @@ class Fleet:
         self._mode = "threaded"
         wake = threading.Event()
         self._builds = Builds(self._build, threads=BUILD_THREADS, on_done=wake.set)
+        if self.options.pool_workers > 0:
+            self._pool = WorkerPool(self.options.pool_workers, name="fleet").start()
         self.discovery.on_change(wake.set)
         informer_stop = threading.Event()
         threads = self.discovery.start(informer_stop)
@@ -537,6 +550,8 @@ class Fleet:
             with self._lock:
                 for key in list(self.members):
                     self._stop(key, "shutting down")
+            if self._pool is not None:
+                self._pool.close()
             try:
                 self.coordinator.release_all()
             except Exception as exc:
