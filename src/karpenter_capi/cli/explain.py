@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
-from karpenter_capi.cli.clusters import clients, load_plugins
+from karpenter_capi.cli.clusters import clients, fleet_member_clients, load_plugins
 from karpenter_capi.cli.options import parse_feature_gates
 from karpenter_capi.core.clock import Clock
 
@@ -39,6 +39,13 @@ def add_explain_arguments(parser: argparse.ArgumentParser) -> None:
         help="as for run, e.g. SpotToSpotConsolidation=true or "
         "NominatedNodeNameForExpectation=false, so the round and the pass decide as the "
         "controller would",
+    )
+    parser.add_argument(
+        "--cluster",
+        metavar="NAMESPACE/NAME",
+        help="fleet mode: --kubeconfig is the management cluster; explain within the workload "
+        "cluster of this Cluster API Cluster (NAME alone when one namespace has it), reached "
+        "through its <cluster>-kubeconfig Secret",
     )
 
 
@@ -378,8 +385,14 @@ def explain_command(args: argparse.Namespace, out: TextIO) -> int:
     from karpenter_capi.core.provisioning.nominations import GATE, nomination_mode
 
     gates = parse_feature_gates(args.feature_gates)
-    workload, management = clients(args)
-    plugins = load_plugins(args, workload, management, read_only=True)
+    if getattr(args, "cluster", None):
+        workload, scoped = fleet_member_clients(args, args.cluster)
+        plugins = load_plugins(
+            args, workload, scoped, read_only=True, cluster=(scoped.namespace, scoped.name)
+        )
+    else:
+        workload, management = clients(args)
+        plugins = load_plugins(args, workload, management, read_only=True)
     result = explain(
         workload,
         plugins,

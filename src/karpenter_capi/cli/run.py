@@ -14,11 +14,16 @@ import os
 import signal
 import threading
 from types import FrameType
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from karpenter_capi.cli.clusters import clients, load_plugins
-from karpenter_capi.cli.options import parse_feature_gates
+from karpenter_capi.cli.clusters import clients, fleet_management_client, load_plugins
+from karpenter_capi.cli.options import parse_feature_gates, plugin_names
 from karpenter_capi.core.api.duration import DurationError, parse_duration
+from karpenter_capi.core.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from karpenter_capi.core.kube.client import KubeClient
+    from karpenter_capi.core.operator import OperatorOptions
 
 
 def _env_bool(name: str, default: bool) -> bool:
@@ -149,12 +154,65 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         "SpotToSpotConsolidation=true,NominatedNodeNameForExpectation=false "
         "(env FEATURE_GATES)",
     )
+    add_fleet_arguments(run)
     run.add_argument(
         "--disruption-poll-interval",
         type=float,
         default=env("DISRUPTION_POLL_INTERVAL", "10"),
         help="seconds between disruption passes (env DISRUPTION_POLL_INTERVAL, default 10)",
     )
+
+
+def add_fleet_arguments(run: argparse.ArgumentParser) -> None:
+    """Fleet mode's flags (docs/fleet.md); the chart sets their environment variables."""
+    env = os.environ.get
+    fleet = run.add_argument_group("fleet mode")
+    fleet.add_argument(
+        "--fleet",
+        action="store_true",
+        default=_env_bool("FLEET", False),
+        help="run in the management cluster and serve every selected Cluster API Cluster's "
+        "workload cluster through its <cluster>-kubeconfig Secret; --kubeconfig (or the "
+        "pod's service account) is then the management cluster (env FLEET)",
+    )
+    fleet.add_argument(
+        "--fleet-cluster-selector",
+        default=env("FLEET_CLUSTER_SELECTOR"),
+        metavar="SELECTOR",
+        help="label selector on the cluster.x-k8s.io Clusters to serve, e.g. "
+        "autoscaler=karpenter (env FLEET_CLUSTER_SELECTOR; default: every Cluster)",
+    )
+    fleet.add_argument(
+        "--fleet-namespace",
+        action="append",
+        default=None,
+        metavar="NAMESPACE",
+        help="a namespace of the management cluster whose Clusters are served (repeatable; "
+        "env FLEET_NAMESPACES, comma separated; default: all namespaces)",
+    )
+    fleet.add_argument(
+        "--fleet-workers",
+        type=int,
+        default=env("FLEET_WORKERS", "8"),
+        help="worker threads shared by every served cluster's controllers, taken in turn "
+        "across clusters; 0: each cluster's controllers start their own "
+        "(env FLEET_WORKERS, default 8)",
+    )
+    fleet.add_argument(
+        "--fleet-shards",
+        action=argparse.BooleanOptionalAction,
+        default=_env_bool("FLEET_SHARDS", True),
+        help="share the Clusters among replicas through Leases in the --leader-election-"
+        "namespace (env FLEET_SHARDS, default on)",
+    )
+
+
+def fleet_namespaces(args: argparse.Namespace) -> tuple[str, ...]:
+    """``--fleet-namespace`` flags, else ``FLEET_NAMESPACES``; empty: all namespaces."""
+    given = args.fleet_namespace
+    if given is None:
+        given = os.environ.get("FLEET_NAMESPACES", "").split(",")
+    return tuple(dict.fromkeys(n.strip() for n in given if n.strip()))
 
 
 def parse_budget(text: str) -> float:
@@ -185,9 +243,14 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
 
     clock = SystemClock()
     gates = parse_feature_gates(args.feature_gates)
-    workload, management = clients(args)
-    plugins = load_plugins(args, workload, management)
+    if args.fleet:
+        if args.once:
+            raise InvalidInputError("--once serves one cluster; it cannot be used with --fleet")
+        workload = management = fleet_management_client(args)
+    else:
+        workload, management = clients(args)
     if args.once:
+        plugins = load_plugins(args, workload, management)
         mode = nomination_mode(workload, gates.get(GATE))
         log_mode(mode)
         report = Provisioner(
@@ -229,7 +292,6 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
         ),
         nominations=gates.get(GATE),
     )
-    operator = Operator(workload, management, plugins, clock, options)
     stop = threading.Event()
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:
@@ -238,6 +300,10 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+    if args.fleet:
+        return run_fleet(args, out, management, options, stop)
+    plugins = load_plugins(args, workload, management)
+    operator = Operator(workload, management, plugins, clock, options)
 
     def started() -> None:
         where = f" on {operator.server.url}" if operator.server is not None else ""
@@ -245,3 +311,49 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
         out.flush()
 
     return operator.run(stop, on_started=started)
+
+
+def run_fleet(
+    args: argparse.Namespace,
+    out: TextIO,
+    management: KubeClient,
+    options: OperatorOptions,
+    stop: threading.Event,
+) -> int:
+    """``run --fleet``: every selected Cluster's controllers, from the management cluster."""
+    from karpenter_capi.core.clock import SystemClock
+    from karpenter_capi.core.fleet import Fleet, FleetOptions, Kubeconfig
+    from karpenter_capi.core.kube.config import connect_kubeconfig
+    from karpenter_capi.core.plugin_host import parse_plugin_options
+
+    def connect(kubeconfig: Kubeconfig) -> KubeClient:
+        return connect_kubeconfig(kubeconfig.document)
+
+    fleet = Fleet(
+        management,
+        clock=SystemClock(),
+        connect=connect,
+        options=FleetOptions(
+            cluster_selector=args.fleet_cluster_selector or None,
+            namespaces=fleet_namespaces(args),
+            shards=args.fleet_shards,
+            pool_workers=max(0, args.fleet_workers),
+            identity=args.leader_election_identity,
+            lease_namespace=args.leader_election_namespace,
+            lease_duration=args.leader_election_lease_duration,
+            renew_deadline=args.leader_election_renew_deadline,
+            retry_period=args.leader_election_retry_period,
+            plugins=tuple(plugin_names(args)),
+            plugin_options=parse_plugin_options(args.plugin_option),
+        ),
+        operator_options=options,
+    )
+    fleet.check_selector()
+
+    def started() -> None:
+        where = f" on {fleet.server.url}" if fleet.server is not None else ""
+        scope = ", ".join(fleet.options.namespaces) or "all namespaces"
+        out.write(f"karpenter-capi running in fleet mode{where}: Clusters in {scope}\n")
+        out.flush()
+
+    return fleet.run(stop, on_started=started)

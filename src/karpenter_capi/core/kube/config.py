@@ -15,6 +15,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from karpenter_capi.core.errors import InvalidInputError
 from karpenter_capi.core.kube._official_credentials import decode_ca_data
@@ -209,6 +210,28 @@ def connect(conn: ClusterConnection) -> OfficialClient:
     if conn.in_cluster:
         return OfficialClient.in_cluster()
     return OfficialClient.from_kubeconfig(conn.kubeconfig, conn.context)
+
+
+def connect_kubeconfig(
+    document: Mapping[str, Any], *, context: str | None = None, poll_watches: bool = False
+) -> OfficialClient:
+    """Open a client from a kubeconfig already read into a dict: what fleet mode does with the
+    ``value`` of each Cluster's ``<cluster>-kubeconfig`` Secret, which never touches a file.
+
+    The library's global default configuration is left untouched, as for a kubeconfig file.
+    ``poll_watches`` as ``OfficialClient`` (for the stepped driver over the in-memory front).
+    """
+    from kubernetes.client import Configuration
+    from kubernetes.config import load_kube_config_from_dict
+
+    configuration = type.__call__(Configuration)
+    load_kube_config_from_dict(
+        config_dict=dict(document),
+        context=context,
+        client_configuration=configuration,
+        persist_config=False,
+    )  # type: ignore[no-untyped-call]
+    return OfficialClient.from_configuration(configuration, poll_watches=poll_watches)
 
 
 def connect_clusters(config: ClusterConfig) -> tuple[OfficialClient, OfficialClient]:
