@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -104,6 +104,7 @@ class Operator:
         *,
         pool: WorkerPool | None = None,
         name: str = "operator",
+        log_fields: Mapping[str, str] | None = None,
     ) -> None:
         # In fleet mode many operators share one ``pool`` of worker threads; ``name`` (the
         # workload cluster's) names this one among the pool's members.
@@ -113,7 +114,11 @@ class Operator:
         self.clock = clock
         self.metrics = Metrics(clock)
         plugins.use_metrics(self.metrics)
-        self.manager = Manager(workload, management, clock=clock, observer=self.metrics)
+        # ``log_fields``: what every line of this operator's controllers carries (a fleet
+        # member's ``cluster``).
+        self.manager = Manager(
+            workload, management, clock=clock, observer=self.metrics, log_fields=log_fields
+        )
         self.context = self.manager.context(
             plugins,
             recorder=EventRecorder(workload, clock),

@@ -76,6 +76,7 @@ class Member:
             self.plugins,
             clock,
             dataclasses.replace(options, leader_elect=False, metrics_port=None),
+            log_fields={"cluster": key},
         )
         self._on_close = on_close
         self._threaded: MemberDriver | None = None

@@ -6,6 +6,11 @@ decides only how records look. The JSON shape follows Karpenter's zap output (``
 ``level``, ``logger``, ``message``, then the context fields), so queries written for Karpenter's
 logs find the same keys. Named ``logs`` so it never shadows the standard ``logging``.
 
+In fleet mode one process serves many workload clusters, so every line a cluster's controllers
+write carries ``cluster``: ``log_fields`` sets fields for whatever runs inside it (the runtime
+wraps each reconcile, periodic run and informer thread of a member), and the handler
+``configure_logging`` installs copies them onto each record, as zap's ``logger.With`` would.
+
 Decision lines use upstream's messages and keys (``docs/observability.md`` lists them): an
 object is ``{"name": ...}`` under its kind (``"NodeClaim": {"name": "default-x7k2p"}``, as
 controller-runtime writes ``klog.KObj``), and a long list is cut as upstream's
@@ -19,8 +24,11 @@ import logging
 import math
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import IO, Any, Literal
 
 from karpenter_capi.core.errors import InvalidInputError
@@ -38,6 +46,37 @@ _RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
 }
 
 _BARE = re.compile(r'^[^\s"=]+$')
+
+
+_CONTEXT_FIELDS: ContextVar[Mapping[str, Any]] = ContextVar(
+    "karpenter_capi_log_fields", default=MappingProxyType({})
+)
+
+
+@contextmanager
+def log_fields(fields: Mapping[str, Any]) -> Iterator[None]:
+    """Add ``fields`` to every record logged inside the block (this thread or task only)."""
+    if not fields:
+        yield
+        return
+    token = _CONTEXT_FIELDS.set({**_CONTEXT_FIELDS.get(), **fields})
+    try:
+        yield
+    finally:
+        _CONTEXT_FIELDS.reset(token)
+
+
+class _ContextFields(logging.Filter):
+    """Copies the ``log_fields`` in force onto a record, without overriding its own extras.
+
+    A handler filter, because it runs in the thread that logged, where the context is set.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for key, value in _CONTEXT_FIELDS.get().items():
+            if not hasattr(record, key):
+                setattr(record, key, value)
+        return True
 
 
 def configure_logging(
@@ -65,6 +104,7 @@ def configure_logging(
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     setattr(handler, _MARK, True)
     handler.setFormatter(formatter)
+    handler.addFilter(_ContextFields())
     root.addHandler(handler)
     root.setLevel(resolved)
     return handler

@@ -57,6 +57,7 @@ from karpenter_capi.core.kube.workqueue import (
     WorkQueue,
     default_controller_rate_limiter,
 )
+from karpenter_capi.core.observability.logs import log_fields
 from karpenter_capi.core.plugin_host import Plugins
 from karpenter_capi.core.runtime._informer_events import enqueue_on_events, wake_on_events
 from karpenter_capi.core.runtime.controller import (
@@ -196,8 +197,12 @@ class Manager:
         resync_period: float | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
         rand: Callable[[], float] = random.random,
+        log_fields: Mapping[str, str] | None = None,
     ) -> None:
         self.client = client
+        self.log_fields: Mapping[str, str] = dict(log_fields or {})
+        """Fields every line logged by a reconcile, a periodic run or (threaded) an informer of
+        this manager carries: ``{"cluster": "ns/name"}`` for a fleet member."""
         self.management = management if management is not None else client
         self.clock = clock
         # Told of every reconcile and queue depth, in order: the metrics, and whoever else
@@ -416,6 +421,10 @@ class Manager:
         as the rate limiter allows (controller-runtime's ``Requeue: true``); ``None`` forgets
         the key until its next event.
         """
+        with log_fields(self.log_fields):
+            self._process(entry, key)
+
+    def _process(self, entry: ControllerEntry, key: Key) -> None:
         queue = entry.queue
         started = self.clock.monotonic()
         error: Exception | None = None
@@ -464,6 +473,10 @@ class Manager:
 
     def run_periodic(self, entry: PeriodicEntry) -> None:
         """Run ``entry`` once now and schedule its next run."""
+        with log_fields(self.log_fields):
+            self._run_periodic(entry)
+
+    def _run_periodic(self, entry: PeriodicEntry) -> None:
         controller = entry.controller
         started = self.clock.monotonic()
         error: Exception | None = None

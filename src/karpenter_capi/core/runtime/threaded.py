@@ -38,6 +38,7 @@ from typing import Any
 
 from karpenter_capi.core.kube.client import JsonObject
 from karpenter_capi.core.kube.informer import Informer
+from karpenter_capi.core.observability.logs import log_fields
 from karpenter_capi.core.runtime.controller import Key
 from karpenter_capi.core.runtime.manager import ControllerEntry, Manager, PeriodicEntry
 from karpenter_capi.core.runtime.pool import Membership, PoolMember, WorkerPool
@@ -311,8 +312,15 @@ class ThreadedDriver:
     # Threads.
 
     def _spawn(self, name: str, target: Callable[..., None], *args: Any) -> threading.Thread:
+        fields = self._manager.log_fields
+
+        def run() -> None:
+            # A new thread starts with an empty context: its lines name the member too.
+            with log_fields(fields):
+                target(*args)
+
         # Daemon threads, so that a stop that times out cannot keep the process alive.
-        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        thread = threading.Thread(target=run, name=name, daemon=True)
         thread.start()
         return thread
 
