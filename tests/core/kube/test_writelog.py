@@ -35,3 +35,10 @@ def test_a_resource_version_that_is_not_an_integer_is_logged_as_unknown() -> Non
     log.record(MACHINES, answer("opaque"), whole=True)
     writes, _ = log.since(MACHINES, 0)
     assert writes == (Written(None, "ns", {}),)
+
+
+def test_a_delete_answered_with_a_status_is_logged_as_unknown() -> None:
+    log = WriteLog()
+    log.record(MACHINES, {"kind": "Status", "status": "Success", "metadata": {}}, whole=True)
+    writes, _ = log.since(MACHINES, 0)
+    assert writes == (Written(None, None, None),)

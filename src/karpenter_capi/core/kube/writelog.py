@@ -63,8 +63,9 @@ class WriteLog:
         """Log a write's ``answer``; ``whole``: it is the object itself (not a subresource's
         view of it, whose labels are not the object's)."""
         metadata = answer.get("metadata")
-        if not isinstance(metadata, Mapping):
-            metadata = {}
+        if not isinstance(metadata, Mapping) or answer.get("kind") == "Status":
+            # A delete may answer with a Status: nothing known, so every reader lists.
+            metadata, whole = {}, False
         labels = metadata.get("labels") if whole else None
         written = Written(
             resource_version_number(metadata.get("resourceVersion")),
