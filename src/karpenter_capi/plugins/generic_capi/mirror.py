@@ -45,13 +45,13 @@ from karpenter_capi.plugin_api.kube import (
     error_from_status,
     object_key,
 )
+from karpenter_capi.plugins.generic_capi import feed
 from karpenter_capi.plugins.generic_capi.binding import (
     ClaimFacts,
     MachineFacts,
     claim_facts,
     machine_facts,
 )
-from karpenter_capi.plugins.generic_capi import feed
 from karpenter_capi.plugins.generic_capi.feed import Feed
 from karpenter_capi.plugins.generic_capi.scaling import ResourceRef
 from karpenter_capi.plugins.generic_capi.shared_read import SharedRead
