@@ -232,3 +232,26 @@ def test_a_watch_that_lags_behind_this_process_writes_costs_a_list_not_a_stale_r
             official.close()
     assert [m.name for m in machines] == ["m-1", "m-2"]
     assert client.lists == 2
+
+
+def test_a_bind_this_process_wrote_is_never_counted_waiting_again_from_a_lagging_watch(
+    api: InMemoryAPIServer,
+) -> None:
+    # Were nc-1 still counted waiting on md-a after its bind, the next launch call would raise
+    # md-a's replicas for it a second time: a double launch.
+    md_a = ResourceRef("MachineDeployment", "default", "md-a")
+    api.create(NODECLAIMS, claim("nc-1", md_a.key))
+    api.create(NODECLAIMS, claim("nc-2", md_a.key))
+    with HttpFront(api, host="127.0.0.1", port=0) as front:
+        official = OfficialClient.from_url(front.url)
+        client = _LaggingWatches(official)
+        mirrors = ClusterMirrors(client, client, capi_resources(api, {}), barrier_seconds=0.01)
+        try:
+            assert [c.name for c in mirrors.waiting().on(md_a)] == ["nc-1", "nc-2"]
+            bound = {"cluster.x-k8s.io/machine": "default/m-1"}
+            client.patch(NODECLAIMS, "nc-1", {"metadata": {"annotations": bound}})
+            waiting = [c.name for c in mirrors.waiting().on(md_a)]
+        finally:
+            mirrors.close()
+            official.close()
+    assert waiting == ["nc-2"]

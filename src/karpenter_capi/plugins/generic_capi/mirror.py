@@ -266,11 +266,19 @@ class ClusterMirrors:
     """The mirrors one plugin context reads: every NodeClaim, and the Machines of each scalable
     resource it has touched (by that resource's label, never all Machines)."""
 
-    def __init__(self, management: KubeClient, workload: KubeClient, capi: CapiResources) -> None:
+    def __init__(
+        self,
+        management: KubeClient,
+        workload: KubeClient,
+        capi: CapiResources,
+        *,
+        barrier_seconds: float | None = None,
+    ) -> None:
         self._management = management
         self._capi = capi
+        self._barrier_seconds = barrier_seconds
         self._claims: Mirror[ClaimFacts] = Mirror(
-            workload, NODECLAIMS, claim_facts, group=_waiting_on
+            workload, NODECLAIMS, claim_facts, group=_waiting_on, barrier_seconds=barrier_seconds
         )
         self._lock = threading.Lock()
         self._machines: dict[str, Mirror[MachineFacts]] = {}
@@ -295,6 +303,15 @@ class ClusterMirrors:
                     machine_facts,
                     namespace=ref.namespace,
                     label_selector=ref.machine_selector,
+                    barrier_seconds=self._barrier_seconds,
                 )
                 self._machines[ref.key] = mirror
         return mirror.read()
+
+    def close(self) -> None:
+        """Stop following every watch."""
+        with self._lock:
+            machines = list(self._machines.values())
+        self._claims.close()
+        for mirror in machines:
+            mirror.close()
