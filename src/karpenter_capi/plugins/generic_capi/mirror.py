@@ -35,7 +35,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final, Generic, TypeVar
 
-from karpenter_capi.plugin_api import KubeClient, Resource
+from karpenter_capi.plugin_api import KubeClient, PluginContext, Resource
 from karpenter_capi.plugin_api.kube import (
     NODECLAIMS,
     CapiResources,
@@ -314,4 +314,49 @@ class ClusterMirrors:
             machines = list(self._machines.values())
         self._claims.close()
         for mirror in machines:
+            mirror.close()
+
+
+def _as_listed(raw: JsonObject) -> JsonObject:
+    return raw
+
+
+class WatchedLists:
+    """Lists of the management cluster answered from watch-fed mirrors, one per resource and
+    label selector: what the NodeClass's selection reads on every launch call (four lists over
+    a real API). Only where mirrors follow watches (a client with a write log that cannot
+    drain a watch: the official client against a real API server); elsewhere ``shared`` says
+    ``None`` and the caller lists, as a drained mirror would cost a request per read anyway.
+    The objects are shared between calls: read-only.
+    """
+
+    def __init__(self, client: KubeClient) -> None:
+        self._client = client
+        self._lock = threading.Lock()
+        self._mirrors: dict[tuple[Resource, str | None], Mirror[JsonObject]] = {}
+
+    @classmethod
+    def shared(cls, ctx: PluginContext) -> WatchedLists | None:
+        client = ctx.management
+        if client.drains_zero_timeout_watch:
+            return None
+        if not isinstance(getattr(client, "write_log", None), WriteLog):
+            return None
+        return ctx.state(cls, lambda: cls(client))
+
+    def __call__(self, resource: Resource, label_selector: str | None) -> list[JsonObject]:
+        """The objects a list would return now (``NotFound`` when the kind is not served)."""
+        key = (resource, label_selector)
+        with self._lock:
+            mirror = self._mirrors.get(key)
+            if mirror is None:
+                mirror = Mirror(self._client, resource, _as_listed, label_selector=label_selector)
+                self._mirrors[key] = mirror
+        return mirror.read()
+
+    def close(self) -> None:
+        """Stop following every watch."""
+        with self._lock:
+            mirrors = list(self._mirrors.values())
+        for mirror in mirrors:
             mirror.close()
