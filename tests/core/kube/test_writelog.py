@@ -18,7 +18,7 @@ def test_a_reader_learns_the_writes_since_its_cursor_per_resource() -> None:
     log.record(MACHINES, answer("9"), whole=False)  # a scale answer: labels unknown
 
     writes, cursor = log.since(MACHINES, cursor)
-    assert writes == (Written(7, "ns", {"a": "b"}), Written(9, "ns", None))
+    assert writes == (Written(7, "ns", "ns/m", {"a": "b"}), Written(9, "ns", "ns/m", None))
     assert log.since(MACHINES, cursor) == ((), cursor)
 
 
@@ -34,11 +34,11 @@ def test_a_resource_version_that_is_not_an_integer_is_logged_as_unknown() -> Non
     log = WriteLog()
     log.record(MACHINES, answer("opaque"), whole=True)
     writes, _ = log.since(MACHINES, 0)
-    assert writes == (Written(None, "ns", {}),)
+    assert writes == (Written(None, "ns", "ns/m", {}),)
 
 
 def test_a_delete_answered_with_a_status_is_logged_as_unknown() -> None:
     log = WriteLog()
     log.record(MACHINES, {"kind": "Status", "status": "Success", "metadata": {}}, whole=True)
     writes, _ = log.since(MACHINES, 0)
-    assert writes == (Written(None, None, None),)
+    assert writes == (Written(None, None, None, None),)

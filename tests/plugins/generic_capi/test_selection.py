@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -151,10 +153,51 @@ def test_through_the_official_client_the_selection_is_read_from_watches() -> Non
     assert client.lists == 4  # deployments, sets, pools, clusters: once each
 
 
+def test_a_scale_write_to_a_resource_a_selection_does_not_hold_keeps_its_watch() -> None:
+    # A Scale answer does not show the labels: the write concerns a copy only if the copy holds
+    # the object. With watches that never deliver, a wait for it would end in a list.
+    server, _, _, capi = new_env()
+    pool_a = {**MEMBER, "example.com/pool": "a"}
+    pool_b = {**MEMBER, "example.com/pool": "b"}
+    add(
+        server,
+        capi,
+        scalable("MachineDeployment", "md-a", labels=pool_a, annotations=sized()),
+        scalable("MachineDeployment", "md-b", labels=pool_b, annotations=sized()),
+    )
+    selector = {"matchLabels": {"example.com/pool": "a"}}
+    with HttpFront(server, host="127.0.0.1", port=0) as front:
+        official = OfficialClient.from_url(front.url)
+        client = _CountingLists(official, silent_watches=True)
+        lists = WatchedLists(client)
+        try:
+            select(client, capi, selector, lister=lists)
+            official.patch(
+                capi.machine_deployments,
+                "md-b",
+                {"spec": {"replicas": 2}},
+                "default",
+                subresource="scale",
+            )
+            again = select(client, capi, selector, lister=lists)
+        finally:
+            lists.close()
+            official.close()
+    assert _names(again.selected) == ["MachineDeployment/md-a"]
+    assert client.lists == 4
+
+
 class _CountingLists:
-    def __init__(self, inner: OfficialClient) -> None:
+    """The official client, counting its lists; with ``silent_watches`` its watches deliver
+    nothing until closed (a watch-fed copy that lags as long as it likes)."""
+
+    def __init__(self, inner: OfficialClient, *, silent_watches: bool = False) -> None:
         self.inner = inner
         self.lists = 0
+        self._silent = silent_watches
+
+    def watch(self, *args: Any, **kw: Any) -> Any:
+        return _Silent() if self._silent else self.inner.watch(*args, **kw)
 
     def list(self, *args: Any, **kw: Any) -> Any:
         self.lists += 1
@@ -162,3 +205,15 @@ class _CountingLists:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+class _Silent:
+    def __init__(self) -> None:
+        self._closed = threading.Event()
+
+    def __iter__(self) -> Iterator[Any]:
+        self._closed.wait()
+        return iter(())
+
+    def close(self) -> None:
+        self._closed.set()

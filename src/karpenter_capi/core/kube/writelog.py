@@ -38,6 +38,8 @@ class Written:
     resource_version: int | None
     """``None``: not an integer, so no watch position can be compared with it."""
     namespace: str | None
+    key: str | None
+    """The object's cache key (``namespace/name`` or ``name``), when the answer named it."""
     labels: Mapping[str, str] | None
     """``None``: the answer did not show them (a ``scale`` subresource), so any selector may
     match."""
@@ -67,9 +69,14 @@ class WriteLog:
             # A delete may answer with a Status: nothing known, so every reader lists.
             metadata, whole = {}, False
         labels = metadata.get("labels") if whole else None
+        namespace = (
+            metadata.get("namespace") if isinstance(metadata.get("namespace"), str) else None
+        )
+        name = metadata.get("name")
         written = Written(
             resource_version_number(metadata.get("resourceVersion")),
-            metadata.get("namespace") if isinstance(metadata.get("namespace"), str) else None,
+            namespace,
+            (f"{namespace}/{name}" if namespace else name) if isinstance(name, str) else None,
             (labels if isinstance(labels, Mapping) else {}) if whole else None,
         )
         key = resource.group_resource

@@ -56,6 +56,7 @@ class Feed(Generic[T]):
         lock: threading.Lock,
         *,
         put: Callable[[str, T | None], None],
+        holds: Callable[[str], bool],
         transform: Callable[[JsonObject], T],
         namespace: str | None = None,
         label_selector: str | None = None,
@@ -66,6 +67,7 @@ class Feed(Generic[T]):
         self._log = log
         self._cond = threading.Condition(lock)
         self._put = put
+        self._holds = holds
         self._transform = transform
         self._namespace = namespace
         self._label_selector = label_selector
@@ -137,7 +139,11 @@ class Feed(Generic[T]):
     def _covers(self, written: Written) -> bool:
         if self._namespace and written.namespace and written.namespace != self._namespace:
             return False
-        if written.labels is None or self._labels is None:
+        if written.labels is None:
+            # A subresource's answer (a Scale) does not show the labels, but such a write does
+            # not change them either: it concerns the copy only if the copy holds the object.
+            return written.key is None or self._holds(written.key)
+        if self._labels is None:
             return True
         return all(written.labels.get(k) == v for k, v in self._labels.items())
 

@@ -104,6 +104,7 @@ class Mirror(Generic[T]):
                 log,
                 self._lock,
                 put=self._put,
+                holds=lambda key: key in self._items,
                 transform=transform,
                 namespace=namespace,
                 label_selector=label_selector,
