@@ -41,6 +41,7 @@ from karpenter_capi.core.kube.resources import (
     SECRETS,
     Resource,
 )
+from karpenter_capi.core.kube.writelog import WriteLog, Written
 from karpenter_capi.core.values.selectors import SelectorError, selector_to_string
 
 __all__ = [
@@ -71,6 +72,8 @@ __all__ = [
     "SelectorError",
     "ServiceUnavailable",
     "Timeout",
+    "WriteLog",
+    "Written",
     "capi_resources",
     "error_from_status",
     "object_key",

@@ -3,13 +3,17 @@ the changes, yet every read as fresh as a list made at that moment (``mirror`` d
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 
 from karpenter_capi.core.clock import FakeClock
-from karpenter_capi.core.kube import MACHINES, NODECLAIMS
+from karpenter_capi.core.kube import MACHINES, NODECLAIMS, WatchEvent
 from karpenter_capi.core.kube.discovery import capi_resources
 from karpenter_capi.core.kube.official import OfficialClient
-from karpenter_capi.plugins.generic_capi.binding import claim_facts, machine_facts
+from karpenter_capi.plugins.generic_capi.binding import MachineFacts, claim_facts, machine_facts
 from karpenter_capi.plugins.generic_capi.mirror import ClusterMirrors, Mirror
 from karpenter_capi.plugins.generic_capi.scaling import ResourceRef
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
@@ -136,24 +140,118 @@ def test_waiting_claims_are_grouped_by_the_resource_they_wait_on(
     assert sorted(c.name for c in mirrors.claims()) == ["nc-1", "nc-2", "nc-3", "nc-4"]
 
 
-def test_through_the_official_client_every_read_lists(api: InMemoryAPIServer) -> None:
-    # Its watch cannot be drained without waiting a second: the mirror closes the stream and
-    # lists, as the plugin did before it had mirrors.
+class _LaggingWatches:
+    """The official client, but its watches deliver nothing until closed: a watch-fed copy
+    that lags behind the API server (as one may, for as long as it likes)."""
+
+    def __init__(self, inner: OfficialClient) -> None:
+        self.inner = inner
+        self.write_log = inner.write_log
+        self.drains_zero_timeout_watch = False
+        self.lists = 0
+
+    def list(self, *args: Any, **kw: Any) -> Any:
+        self.lists += 1
+        return self.inner.list(*args, **kw)
+
+    def watch(self, *args: Any, **kw: Any) -> _Silent:
+        return _Silent()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class _Silent:
+    def __init__(self) -> None:
+        self._closed = threading.Event()
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        self._closed.wait()
+        return iter(())
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+def _md_a_machines(client: Any, **kw: Any) -> Mirror[MachineFacts]:
+    return Mirror(
+        client,
+        MACHINES,
+        machine_facts,
+        namespace="default",
+        label_selector="cluster.x-k8s.io/deployment-name=md-a",
+        **kw,
+    )
+
+
+def test_through_the_official_client_reads_show_its_own_writes_from_the_watch(
+    api: InMemoryAPIServer,
+) -> None:
+    # A real kube-apiserver cannot drain a watch: the mirror lists once, then follows a watch,
+    # and each read waits until that watch shows what this process wrote.
     api.create(MACHINES, machine("m-1", "md-a"), "default")
     with HttpFront(api, host="127.0.0.1", port=0) as front:
         client = OfficialClient.from_url(front.url)
+        mirror = _md_a_machines(client)
         try:
-            mirror = Mirror(
-                client,
-                MACHINES,
-                machine_facts,
-                namespace="default",
-                label_selector="cluster.x-k8s.io/deployment-name=md-a",
-            )
             assert [m.name for m in mirror.read()] == ["m-1"]
-            api.create(MACHINES, machine("m-2", "md-a"), "default")
+            client.create(MACHINES, machine("m-2", "md-a"), "default")
             assert [m.name for m in mirror.read()] == ["m-1", "m-2"]
-            assert [m.name for m in mirror.read()] == ["m-1", "m-2"]
+            client.create(MACHINES, machine("m-3", "md-b"), "default")  # not this mirror's
+            relabel = {"metadata": {"labels": {"cluster.x-k8s.io/deployment-name": "md-b"}}}
+            client.patch(MACHINES, "m-1", relabel, "default")
+            assert [m.name for m in mirror.read()] == ["m-2"]
+            client.delete(MACHINES, "m-2", "default")
+            assert [m.name for m in mirror.read()] == []
         finally:
+            mirror.close()
             client.close()
-    assert mirror.lists == 3
+    assert mirror.lists == 1
+
+
+def test_a_watch_that_lags_behind_this_process_writes_costs_a_list_not_a_stale_read(
+    api: InMemoryAPIServer,
+) -> None:
+    # The safety the list on every read gave: launch binds a Machine and the next call must see
+    # that bind, or it hands the Machine out again (a double launch). A copy whose watch has not
+    # caught up with this process's writes is never read: the read lists instead.
+    api.create(MACHINES, machine("m-1", "md-a"), "default")
+    with HttpFront(api, host="127.0.0.1", port=0) as front:
+        official = OfficialClient.from_url(front.url)
+        client = _LaggingWatches(official)
+        mirror = _md_a_machines(client, barrier_seconds=0.01)
+        try:
+            assert [m.name for m in mirror.read()] == ["m-1"]
+            assert [m.name for m in mirror.read()] == ["m-1"]  # nothing written: no list
+            claimed = {"metadata": {"labels": {"cluster.x-k8s.io/claimed": "nc-1"}}}
+            client.patch(MACHINES, "m-1", claimed, "default")
+            client.create(MACHINES, machine("m-2", "md-a"), "default")
+            machines = mirror.read()
+        finally:
+            mirror.close()
+            official.close()
+    assert [m.name for m in machines] == ["m-1", "m-2"]
+    assert client.lists == 2
+
+
+def test_a_bind_this_process_wrote_is_never_counted_waiting_again_from_a_lagging_watch(
+    api: InMemoryAPIServer,
+) -> None:
+    # Were nc-1 still counted waiting on md-a after its bind, the next launch call would raise
+    # md-a's replicas for it a second time: a double launch.
+    md_a = ResourceRef("MachineDeployment", "default", "md-a")
+    api.create(NODECLAIMS, claim("nc-1", md_a.key))
+    api.create(NODECLAIMS, claim("nc-2", md_a.key))
+    with HttpFront(api, host="127.0.0.1", port=0) as front:
+        official = OfficialClient.from_url(front.url)
+        client = _LaggingWatches(official)
+        mirrors = ClusterMirrors(client, client, capi_resources(api, {}), barrier_seconds=0.01)
+        try:
+            assert [c.name for c in mirrors.waiting().on(md_a)] == ["nc-1", "nc-2"]
+            bound = {"cluster.x-k8s.io/machine": "default/m-1"}
+            client.patch(NODECLAIMS, "nc-1", {"metadata": {"annotations": bound}})
+            waiting = [c.name for c in mirrors.waiting().on(md_a)]
+        finally:
+            mirrors.close()
+            official.close()
+    assert waiting == ["nc-2"]

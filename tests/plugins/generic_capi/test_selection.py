@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from karpenter_capi.core.kube.official import OfficialClient
 from karpenter_capi.core.kube.resources import Resource
 from karpenter_capi.core.values.selectors import SelectorError
+from karpenter_capi.plugins.generic_capi.mirror import WatchedLists
 from karpenter_capi.plugins.generic_capi.selection import select, select_resources
+from karpenter_capi.sim.apiserver.http import HttpFront
 from tests.plugins.generic_capi.inventory_builders import MEMBER, add, new_env, scalable, sized
 
 
@@ -118,3 +124,96 @@ def test_an_invalid_selector_is_an_error_not_an_empty_selection() -> None:
     server, _, _, capi = new_env()
     with pytest.raises(SelectorError, match="needs at least one value"):
         select(server, capi, {"matchExpressions": [{"key": "a", "operator": "In"}]})
+
+
+def test_through_the_official_client_the_selection_is_read_from_watches() -> None:
+    # Four lists on every launch call over a real API: mirrors list each kind once, then follow
+    # its watch, and a read still shows what this process wrote (here a scale write).
+    server, _, _, capi = new_env()
+    add(server, capi, scalable("MachineDeployment", "md", annotations=sized()))
+    with HttpFront(server, host="127.0.0.1", port=0) as front:
+        official = OfficialClient.from_url(front.url)
+        client = _CountingLists(official)
+        lists = WatchedLists(client)
+        try:
+            first = select(client, capi, {}, lister=lists)
+            official.patch(
+                capi.machine_deployments,
+                "md",
+                {"spec": {"replicas": 3}},
+                "default",
+                subresource="scale",
+            )
+            second = select(client, capi, {}, lister=lists)
+        finally:
+            lists.close()
+            official.close()
+    assert _names(first.selected) == _names(second.selected) == ["MachineDeployment/md"]
+    assert second.selected[0][1]["spec"]["replicas"] == 3
+    assert client.lists == 4  # deployments, sets, pools, clusters: once each
+
+
+def test_a_scale_write_to_a_resource_a_selection_does_not_hold_keeps_its_watch() -> None:
+    # A Scale answer does not show the labels: the write concerns a copy only if the copy holds
+    # the object. With watches that never deliver, a wait for it would end in a list.
+    server, _, _, capi = new_env()
+    pool_a = {**MEMBER, "example.com/pool": "a"}
+    pool_b = {**MEMBER, "example.com/pool": "b"}
+    add(
+        server,
+        capi,
+        scalable("MachineDeployment", "md-a", labels=pool_a, annotations=sized()),
+        scalable("MachineDeployment", "md-b", labels=pool_b, annotations=sized()),
+    )
+    selector = {"matchLabels": {"example.com/pool": "a"}}
+    with HttpFront(server, host="127.0.0.1", port=0) as front:
+        official = OfficialClient.from_url(front.url)
+        client = _CountingLists(official, silent_watches=True)
+        lists = WatchedLists(client)
+        try:
+            select(client, capi, selector, lister=lists)
+            official.patch(
+                capi.machine_deployments,
+                "md-b",
+                {"spec": {"replicas": 2}},
+                "default",
+                subresource="scale",
+            )
+            again = select(client, capi, selector, lister=lists)
+        finally:
+            lists.close()
+            official.close()
+    assert _names(again.selected) == ["MachineDeployment/md-a"]
+    assert client.lists == 4
+
+
+class _CountingLists:
+    """The official client, counting its lists; with ``silent_watches`` its watches deliver
+    nothing until closed (a watch-fed copy that lags as long as it likes)."""
+
+    def __init__(self, inner: OfficialClient, *, silent_watches: bool = False) -> None:
+        self.inner = inner
+        self.lists = 0
+        self._silent = silent_watches
+
+    def watch(self, *args: Any, **kw: Any) -> Any:
+        return _Silent() if self._silent else self.inner.watch(*args, **kw)
+
+    def list(self, *args: Any, **kw: Any) -> Any:
+        self.lists += 1
+        return self.inner.list(*args, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class _Silent:
+    def __init__(self) -> None:
+        self._closed = threading.Event()
+
+    def __iter__(self) -> Iterator[Any]:
+        self._closed.wait()
+        return iter(())
+
+    def close(self) -> None:
+        self._closed.set()

@@ -50,6 +50,7 @@ from karpenter_capi.core.kube.errors import (
     Unauthorized,
 )
 from karpenter_capi.core.kube.resources import PODS, Resource
+from karpenter_capi.core.kube.writelog import WriteLog
 
 # Connections are held for the whole life of a watch, so the pool must hold one per informer
 # plus headroom for ordinary calls; urllib3 otherwise discards (and warns about) the extras.
@@ -85,6 +86,8 @@ class OfficialClient:
         self._timeout = (_CONNECT_TIMEOUT_SECONDS, request_timeout_seconds)
         self._closed = False
         self._poll_watches = poll_watches
+        self.write_log = WriteLog()
+        """Every write that succeeded, for readers of watch-fed copies (``core.kube.writelog``)."""
 
     # ---------------------------------------------------------------- constructors
 
@@ -296,7 +299,9 @@ class OfficialClient:
         namespace = namespace or obj.get("metadata", {}).get("namespace")
         if resource.namespaced and not namespace:
             raise BadRequest(f"creating {resource.group_resource} needs a namespace")
-        return self._call("POST", _collection_path(resource, namespace), body=obj)
+        return self._logged(
+            resource, self._call("POST", _collection_path(resource, namespace), body=obj), None
+        )
 
     def update(
         self,
@@ -310,7 +315,7 @@ class OfficialClient:
         if not name:
             raise BadRequest(f"updating {resource.group_resource} needs metadata.name")
         path = self._item_path(resource, name, metadata.get("namespace"), subresource)
-        return self._call("PUT", path, body=obj)
+        return self._logged(resource, self._call("PUT", path, body=obj), subresource)
 
     def patch(
         self,
@@ -326,7 +331,8 @@ class OfficialClient:
         # The REST layer keys JSON serialisation off the Content-Type and would turn a JSON
         # patch whose body is not a list into a strategic merge patch, so the type is set here
         # explicitly and the body passed as-is.
-        return self._call("PATCH", path, body=patch, content_type=str(patch_type))
+        answer = self._call("PATCH", path, body=patch, content_type=str(patch_type))
+        return self._logged(resource, answer, subresource)
 
     def delete(
         self,
@@ -351,7 +357,7 @@ class OfficialClient:
                 wanted["resourceVersion"] = preconditions.resource_version
             options["preconditions"] = wanted
         path = self._item_path(resource, name, namespace, None)
-        return self._call("DELETE", path, body=options)
+        return self._logged(resource, self._call("DELETE", path, body=options), None)
 
     def evict(self, name: str, namespace: str, *, grace_period_seconds: int | None = None) -> None:
         eviction: JsonObject = {
@@ -404,6 +410,13 @@ class OfficialClient:
         if resource.namespaced and not namespace:
             raise BadRequest(f"{resource.group_resource} {name!r} needs a namespace")
         return resource.path(namespace, _segment(name), subresource)
+
+    def _logged(
+        self, resource: Resource, answer: JsonObject, subresource: str | None
+    ) -> JsonObject:
+        # A status write's answer is the whole object; a scale write's is a Scale.
+        self.write_log.record(resource, answer, whole=subresource in (None, "status"))
+        return answer
 
     def _call(
         self,

@@ -56,6 +56,7 @@ from karpenter_capi.plugin_api import (
 from karpenter_capi.plugin_api.kube import CapiResources, SelectorError
 from karpenter_capi.plugin_api.model import ClusterAPINodeClass, NodeClass
 from karpenter_capi.plugins.generic_capi.learned import NodeOverheads
+from karpenter_capi.plugins.generic_capi.mirror import WatchedLists
 from karpenter_capi.plugins.generic_capi.offering import (
     ScalableResource,
     describe_resource,
@@ -396,7 +397,10 @@ def collect_inventory(
     try:
         settings = settings_from(meta.get("annotations") or {}, ctx.options)
         selection: Selection = select(
-            ctx.management, capi, (raw.get("spec") or {}).get("scalableResourceSelector")
+            ctx.management,
+            capi,
+            (raw.get("spec") or {}).get("scalableResourceSelector"),
+            lister=WatchedLists.shared(ctx),
         )
     except (SettingsError, SelectorError) as exc:
         where = "spec.scalableResourceSelector: " if isinstance(exc, SelectorError) else ""

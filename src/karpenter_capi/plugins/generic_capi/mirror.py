@@ -14,11 +14,19 @@ read. A 410 Gone relists; any other error propagates, as a failed list did.
 Only a client whose zero-timeout watch drains without blocking allows that, which the
 ``KubeClient`` port declares (``drains_zero_timeout_watch``): the in-memory API server
 (simulator, tests, ``-f`` manifests), and the official client only when told to poll the
-simulated API server (``poll_watches``). Against a real kube-apiserver such a watch would block
-for its default timeout, and a watch thread would make the reads eventually consistent, which
-the launch arithmetic does not assume; so there the mirror lists on every read. A drain that
-ends before its closing bookmark (a dropped connection) is not known to be complete, so the
-mirror lists instead of trusting it.
+simulated API server (``poll_watches``). A drain that ends before its closing bookmark (a
+dropped connection) is not known to be complete, so the mirror lists instead of trusting it.
+
+Against a real kube-apiserver such a watch would block for its default timeout. There the
+mirror lists once and then follows a watch on a thread of its own, and a read first waits until
+that watch has reached every write this process made to the resource that the mirror's
+namespace and selector may cover (the client's ``write_log``, ``core.kube.writelog``): read your
+own writes, which is what the launch arithmetic needs (a bind it wrote must not look free to the
+next call). Writes by others show when their events arrive, a moment after the write, as a list
+made at that moment could have missed them too. When the watch has not caught up within
+``barrier_seconds``, when it ended, or when a write's resourceVersion is not an integer, the read
+lists afresh and the watch starts again from that list. A client without a write log gets a list
+on every read.
 """
 
 from __future__ import annotations
@@ -27,21 +35,24 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final, Generic, TypeVar
 
-from karpenter_capi.plugin_api import KubeClient, Resource
+from karpenter_capi.plugin_api import KubeClient, PluginContext, Resource
 from karpenter_capi.plugin_api.kube import (
     NODECLAIMS,
     CapiResources,
     Gone,
     JsonObject,
+    WriteLog,
     error_from_status,
     object_key,
 )
+from karpenter_capi.plugins.generic_capi import feed
 from karpenter_capi.plugins.generic_capi.binding import (
     ClaimFacts,
     MachineFacts,
     claim_facts,
     machine_facts,
 )
+from karpenter_capi.plugins.generic_capi.feed import Feed
 from karpenter_capi.plugins.generic_capi.scaling import ResourceRef
 from karpenter_capi.plugins.generic_capi.shared_read import SharedRead
 
@@ -67,6 +78,7 @@ class Mirror(Generic[T]):
         namespace: str | None = None,
         label_selector: str | None = None,
         group: Callable[[T], str | None] | None = None,
+        barrier_seconds: float | None = None,
     ) -> None:
         self._client = client
         self._resource = resource
@@ -83,6 +95,23 @@ class Mirror(Generic[T]):
         """Groups as tuples, as of the last read; a changed group is dropped until the next."""
         self._rv: str | None = None
         self._drains = client.drains_zero_timeout_watch
+        log = getattr(client, "write_log", None)
+        self._feed: Feed[T] | None = None
+        if not self._drains and isinstance(log, WriteLog):
+            self._feed = Feed(
+                client,
+                resource,
+                log,
+                self._lock,
+                put=self._put,
+                holds=lambda key: key in self._items,
+                transform=transform,
+                namespace=namespace,
+                label_selector=label_selector,
+                barrier_seconds=feed.BARRIER_SECONDS
+                if barrier_seconds is None
+                else barrier_seconds,
+            )
         self._shared = SharedRead(self._sync)
         self.lists = 0
         """How many times the mirror listed (for tests)."""
@@ -106,8 +135,32 @@ class Mirror(Generic[T]):
         """Bring the copy up to date; one call at a time (``SharedRead``), so reads that wait
         meanwhile share the next one, which begins after they asked."""
         with self._lock:
-            if self._rv is None or not self._drains or not self._catch_up():
+            if self._feed is not None:
+                self._follow()
+            elif self._rv is None or not self._drains or not self._catch_up():
                 self._relist()
+
+    @property
+    def waits(self) -> int:
+        """Reads that waited for the watch to show this process's writes (for tests)."""
+        return 0 if self._feed is None else self._feed.waits
+
+    def close(self) -> None:
+        """Stop following the watch (a later read lists and follows it again)."""
+        with self._lock:
+            if self._feed is not None:
+                self._feed.stop()
+
+    def _follow(self) -> None:
+        """Up to date from the watch when it has reached this process's writes, else from a
+        list, after which the watch is followed again from there."""
+        assert self._feed is not None
+        if self._feed.caught_up():
+            return
+        cursor = self._feed.before_list()
+        self._relist()
+        if self._rv is None or not self._feed.start(cursor, self._rv):
+            self._feed = None  # resourceVersions that cannot be compared: list on every read
 
     def _relist(self) -> None:
         listed = self._client.list(
@@ -214,11 +267,19 @@ class ClusterMirrors:
     """The mirrors one plugin context reads: every NodeClaim, and the Machines of each scalable
     resource it has touched (by that resource's label, never all Machines)."""
 
-    def __init__(self, management: KubeClient, workload: KubeClient, capi: CapiResources) -> None:
+    def __init__(
+        self,
+        management: KubeClient,
+        workload: KubeClient,
+        capi: CapiResources,
+        *,
+        barrier_seconds: float | None = None,
+    ) -> None:
         self._management = management
         self._capi = capi
+        self._barrier_seconds = barrier_seconds
         self._claims: Mirror[ClaimFacts] = Mirror(
-            workload, NODECLAIMS, claim_facts, group=_waiting_on
+            workload, NODECLAIMS, claim_facts, group=_waiting_on, barrier_seconds=barrier_seconds
         )
         self._lock = threading.Lock()
         self._machines: dict[str, Mirror[MachineFacts]] = {}
@@ -243,6 +304,60 @@ class ClusterMirrors:
                     machine_facts,
                     namespace=ref.namespace,
                     label_selector=ref.machine_selector,
+                    barrier_seconds=self._barrier_seconds,
                 )
                 self._machines[ref.key] = mirror
         return mirror.read()
+
+    def close(self) -> None:
+        """Stop following every watch."""
+        with self._lock:
+            machines = list(self._machines.values())
+        self._claims.close()
+        for mirror in machines:
+            mirror.close()
+
+
+def _as_listed(raw: JsonObject) -> JsonObject:
+    return raw
+
+
+class WatchedLists:
+    """Lists of the management cluster answered from watch-fed mirrors, one per resource and
+    label selector: what the NodeClass's selection reads on every launch call (four lists over
+    a real API). Only where mirrors follow watches (a client with a write log that cannot
+    drain a watch: the official client against a real API server); elsewhere ``shared`` says
+    ``None`` and the caller lists, as a drained mirror would cost a request per read anyway.
+    The objects are shared between calls: read-only.
+    """
+
+    def __init__(self, client: KubeClient) -> None:
+        self._client = client
+        self._lock = threading.Lock()
+        self._mirrors: dict[tuple[Resource, str | None], Mirror[JsonObject]] = {}
+
+    @classmethod
+    def shared(cls, ctx: PluginContext) -> WatchedLists | None:
+        client = ctx.management
+        if client.drains_zero_timeout_watch:
+            return None
+        if not isinstance(getattr(client, "write_log", None), WriteLog):
+            return None
+        return ctx.state(cls, lambda: cls(client))
+
+    def __call__(self, resource: Resource, label_selector: str | None) -> list[JsonObject]:
+        """The objects a list would return now (``NotFound`` when the kind is not served)."""
+        key = (resource, label_selector)
+        with self._lock:
+            mirror = self._mirrors.get(key)
+            if mirror is None:
+                mirror = Mirror(self._client, resource, _as_listed, label_selector=label_selector)
+                self._mirrors[key] = mirror
+        return mirror.read()
+
+    def close(self) -> None:
+        """Stop following every watch."""
+        with self._lock:
+            mirrors = list(self._mirrors.values())
+        for mirror in mirrors:
+            mirror.close()

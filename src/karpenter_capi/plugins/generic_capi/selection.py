@@ -29,7 +29,7 @@ selects nothing rather than failing the whole NodeClass.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -194,8 +194,16 @@ def label_selector(selector: Mapping[str, Any] | None) -> str:
     return ",".join(filter(None, (selector_to_string(selector), wellknown.LABEL_KARPENTER_MEMBER)))
 
 
-def _list(client: KubeClient, resource: Resource, selector: str) -> list[dict[str, Any]]:
+Lister = Callable[[Resource, str | None], list[dict[str, Any]]]
+"""What a list of ``resource`` with a label selector returns now (``mirror.WatchedLists``)."""
+
+
+def _list(
+    client: KubeClient, resource: Resource, selector: str, lister: Lister | None = None
+) -> list[dict[str, Any]]:
     try:
+        if lister is not None:
+            return lister(resource, selector)
         return client.list(resource, label_selector=selector).items
     except NotFound:
         # The kind is not served (e.g. no MachinePool CRD): it contributes nothing.
@@ -204,22 +212,27 @@ def _list(client: KubeClient, resource: Resource, selector: str) -> list[dict[st
 
 
 def select(
-    client: KubeClient, capi: CapiResources, selector: Mapping[str, Any] | None
+    client: KubeClient,
+    capi: CapiResources,
+    selector: Mapping[str, Any] | None,
+    *,
+    lister: Lister | None = None,
 ) -> Selection:
-    """Opted-in scalable resources matching a NodeClass selector, filtered by the server.
+    """Opted-in scalable resources matching a NodeClass selector, filtered by the server;
+    ``lister`` (if given) answers the lists instead of ``client``.
 
     Raises ``SelectorError`` for an invalid selector; API errors other than an unserved kind
     propagate (a transient failure must not look like "nothing selected").
     """
     string = label_selector(selector)
     selection = Selection()
-    deployments = _list(client, capi.machine_deployments, string)
+    deployments = _list(client, capi.machine_deployments, string, lister)
     deployment_keys = {
         (str(_metadata(md).get("namespace") or ""), str(_metadata(md).get("name") or ""))
         for md in deployments
     }
-    sets = _list(client, capi.machine_sets, string)
-    pools = _list(client, capi.machine_pools, string)
+    sets = _list(client, capi.machine_sets, string, lister)
+    pools = _list(client, capi.machine_pools, string, lister)
     for resource, objects in (
         (capi.machine_deployments, deployments),
         (capi.machine_sets, sets),
@@ -246,11 +259,13 @@ def select(
                 selection.problems.append(out)
                 continue
             selection.selected.append((resource, obj))
-    _leave_out_clusterless(client, capi, selection)
+    _leave_out_clusterless(client, capi, selection, lister)
     return selection
 
 
-def _leave_out_clusterless(client: KubeClient, capi: CapiResources, selection: Selection) -> None:
+def _leave_out_clusterless(
+    client: KubeClient, capi: CapiResources, selection: Selection, lister: Lister | None = None
+) -> None:
     """Move resources whose ``spec.clusterName`` names no Cluster to the problems: Cluster API
     makes no Machine for them, so a replica given to one would wait forever (and leak).
 
@@ -260,7 +275,7 @@ def _leave_out_clusterless(client: KubeClient, capi: CapiResources, selection: S
     if not selection.selected:
         return
     try:
-        clusters = client.list(capi.clusters).items
+        clusters = lister(capi.clusters, None) if lister else client.list(capi.clusters).items
     except ApiError:
         return
     if not clusters:
