@@ -267,7 +267,7 @@ class _Search:
             # and there the dive's took dearer plans for it (seed 15: 20.708 for 20.696).
             ceiling = min(ceiling, known * (1 - EPSILON))
             far = bound is None or ceiling > bound * (1 + _DIVE_GAP)
-            if far and self.realizer.nominated:
+            if far:
                 self._consider(self._dive(ceiling), ceiling)
         best = self.best
         if best is not None:
@@ -292,10 +292,11 @@ class _Search:
             return ceiling
         if self.greedy_worst is None:
             self.greedy_worst = self.realizer.assess(problem.greedy).worst
-        target = self.greedy_worst if self.best is None else self.best.worst
         found = self.realizer.best_of(bins, self.greedy_cost * (1 - EPSILON), _REPAIRS)
-        if found.worst >= target * (1 - EPSILON):
-            self.rejected += self.best is None
+        if self.best is None and found.worst >= self.greedy_worst * (1 - EPSILON):
+            self.rejected += 1
+            return ceiling
+        if self.best is not None and not found.beats(self.best):
             return ceiling
         self.best = found
         return min(ceiling, found.worst * (1 - EPSILON))
