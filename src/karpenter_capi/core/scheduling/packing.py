@@ -100,8 +100,7 @@ _REPAIRS: Final = 4  # rounds of nodes bought up front for what a plan's worst r
 # Beyond, the listed integer solve is skipped: HiGHS's root node (cuts, heuristics), which no
 # node limit bounds, takes seconds over 500 patterns and tens of milliseconds under 300.
 _MAX_PATTERNS: Final = 300
-# Shares of the reduced cost gap tried in turn when listing every pattern that matters is over
-# ``_MAX_PATTERNS`` or ``LISTING_VISITS`` (``_list_promising``), each with its own visits.
+# Shares of the gap listed in turn, each within its own LISTING_VISITS (``_list_promising``).
 _NARROWER: Final = (1.0, 0.5, 0.25)
 
 
@@ -245,7 +244,7 @@ class _Search:
         # is then judged against ``known`` anyway.
         ceiling = greedy_cost * (1 - EPSILON)
         first_plan: list[Bin] | None = None
-        listed = False  # every pattern that matters listed: the listed solve is exact
+        listed = False  # every pattern that matters listed (and some new): solved exactly
         for stage in ("generated", "listed"):
             if stage == "listed":
                 listed, some = self._list_promising(bound, ceiling)
@@ -266,11 +265,9 @@ class _Search:
             ceiling = self._consider(bins, ceiling)
         if not listed and first_plan is not None and self.depth < _RESIDUAL_DEPTH:
             ceiling = self._consider(self._residual(first_plan), ceiling)
-            # Nominated only: the readiness model weighs plans by their worst realization,
-            # and there the dive's took dearer plans for it (seed 15: 20.708 for 20.696).
             ceiling = min(ceiling, known * (1 - EPSILON))
-            far = bound is None or ceiling > bound * (1 + _DIVE_GAP)
-            if far:
+            # With the readiness model too: where the first plans strand, its plan may not.
+            if bound is None or ceiling > bound * (1 + _DIVE_GAP):
                 self._consider(self._dive(ceiling), ceiling)
         best = self.best
         if best is not None:
@@ -402,13 +399,10 @@ class _Search:
 
         A pattern whose reduced cost (at the relaxation's optimal duals) exceeds
         ``ceiling - bound`` is in no plan cheaper than ``ceiling``, so leaving it out keeps the
-        integer program exact over the patterns listed. When there are too many, or listing
-        them would take more than its work budget, those within a smaller reduced cost are
-        listed instead (``_NARROWER``): a plan under ``ceiling`` spreads its gap over its
-        nodes, so with few large nodes each pattern of a better plan is usually well inside it
-        (seed 107: three nodes, 0.36 of a 0.69 gap). The integer solve over them is then a
-        heuristic, not exact.
-        """
+        integer program exact over the patterns listed. When they are too many to list within
+        the work budget, those within a share of that gap are (``_NARROWER``), a heuristic: a
+        plan spreads its gap over its nodes, so with few large nodes each of its patterns is
+        well inside it (seed 107: three nodes, 0.36 of a 0.69 gap)."""
         if bound is None:
             return False, False
         full = ceiling - bound + 1e-9
