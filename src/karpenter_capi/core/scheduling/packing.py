@@ -264,10 +264,10 @@ class _Search:
             # same one every time); it is judged like any other.
             ceiling = self._consider(bins, ceiling)
         if not listed and first_plan is not None and self.depth < _RESIDUAL_DEPTH:
-            ceiling = self._consider(self._residual(first_plan), ceiling)
-            ceiling = min(ceiling, known * (1 - EPSILON))
-            # With the readiness model too: where the first plans strand, its plan may not.
-            if bound is None or ceiling > bound * (1 + _DIVE_GAP):
+            found = self._consider(self._residual(first_plan), ceiling)
+            ceiling = min(found, known * (1 - EPSILON))
+            # Nominated only: its plans won on a hair of worst for dollars (seed 151, below).
+            if self.realizer.nominated and (bound is None or ceiling > bound * (1 + _DIVE_GAP)):
                 self._consider(self._dive(ceiling), ceiling)
         best = self.best
         if best is not None:
