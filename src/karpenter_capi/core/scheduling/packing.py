@@ -100,8 +100,7 @@ _REPAIRS: Final = 4  # rounds of nodes bought up front for what a plan's worst r
 # Beyond, the listed integer solve is skipped: HiGHS's root node (cuts, heuristics), which no
 # node limit bounds, takes seconds over 500 patterns and tens of milliseconds under 300.
 _MAX_PATTERNS: Final = 300
-# Shares of the gap listed in turn, each within its own LISTING_VISITS (``_list_promising``).
-_NARROWER: Final = (1.0, 0.5, 0.25)
+_NARROWER: Final = (1.0, 0.5, 0.25)  # shares of the gap listed in turn (``_list_promising``)
 
 
 def optimize(
@@ -266,9 +265,8 @@ class _Search:
         if not listed and first_plan is not None and self.depth < _RESIDUAL_DEPTH:
             found = self._consider(self._residual(first_plan), ceiling)
             ceiling = min(found, known * (1 - EPSILON))
-            # Nominated only: its plans won on a hair of worst for dollars (seed 151, below).
-            if self.realizer.nominated and (bound is None or ceiling > bound * (1 + _DIVE_GAP)):
-                self._consider(self._dive(ceiling), ceiling)
+            if bound is None or ceiling > bound * (1 + _DIVE_GAP):
+                self._consider(self._dive(ceiling), ceiling, dearer=False)
         best = self.best
         if best is not None:
             return PackingOutcome(
@@ -282,9 +280,10 @@ class _Search:
             status = "not-cheaper"
         return PackingOutcome(status, greedy_cost, rejected=self.rejected, lower_bound=bound)
 
-    def _consider(self, bins: list[Bin] | None, ceiling: float) -> float:
+    def _consider(self, bins: list[Bin] | None, ceiling: float, *, dearer: bool = True) -> float:
         """Take ``bins`` as the best plan if its worst realization (or a repaired plan's) is
-        the cheapest yet, and below greedy's; the ceiling for the plans still to find."""
+        the cheapest yet, below greedy's, and (not ``dearer``: the dive's) costs less than the
+        best; the ceiling for the plans still to find."""
         problem = self.problem
         if bins is None or plan_cost(problem, bins) >= ceiling:
             return ceiling
@@ -296,7 +295,8 @@ class _Search:
         if self.best is None and found.worst >= self.greedy_worst * (1 - EPSILON):
             self.rejected += 1
             return ceiling
-        if self.best is not None and not found.beats(self.best):
+        best = self.best
+        if best is not None and not (found.beats(best) and (dearer or found.cost < best.cost)):
             return ceiling
         self.best = found
         return min(ceiling, found.worst * (1 - EPSILON))
