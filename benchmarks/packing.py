@@ -16,9 +16,12 @@ For each seed: the Solver exactly as provisioning runs it (one NodePool, the def
 work budget and safety net, the system clock), the Solver with re-packing off (greedy alone), and
 the optimum of the same packing problem from a compact integer program (one variable per pod group
 and candidate node, HiGHS, no time limit unless ``--exact-limit``; when a limit stops it, its
-proven lower bound stands in, which only overstates the ratios). Figures: mean and worst ratio of
-each cost to the optimum, how many seeds the optimizer improved, and how often the robustness rule
-rejected a cheaper plan.
+proven lower bound stands in, which only overstates the ratios). Without nominations the readiness
+rule may refuse that optimum, so the same program is also solved under the rule
+(``packing_exact.rule_exact``): the cheapest plan it admits, and the cheapest worst realization of
+any plan (what the controller weighs plans by). Figures: mean and worst ratio of each cost to the
+optima, how many seeds the optimizer improved, and how often the robustness rule rejected a
+cheaper plan.
 
 Decisions must not depend on the machine's load: each seed's plan is printed as a digest
 (``--plans``), and ``--load N`` runs N busy processes for the whole run, so the digests of a run
@@ -32,25 +35,18 @@ alone and of one next to CPU hogs can be compared line by line (``diff``).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import hashlib
 import json
 import math
-import os
 import random
 import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import lil_matrix
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import SystemClock
@@ -58,9 +54,10 @@ from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead,
 from karpenter_capi.core.scheduling import packing
 from karpenter_capi.core.scheduling.model import ExistingNode, NodePoolOption
 from karpenter_capi.core.scheduling.solver import Solver
-from karpenter_capi.core.values.resources import ResourceList, pod_requests
+from karpenter_capi.core.values.resources import ResourceList
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: tests.*
+from benchmarks.packing_exact import ZONES, Extras, exact, rule_exact
 from tests.support.cpu_load import cpu_load
 
 Pod = dict[str, Any]
@@ -71,8 +68,6 @@ PRICE_PER_GIB = 0.0042
 POD_CPU = (100, 250, 500, 1000, 1500, 2000, 4000)  # millicores
 POD_MEMORY = (128, 256, 512, 1024, 2048, 4096, 8192)  # MiB
 ZONE = "zone-a"
-ZONES = ("zone-a", "zone-b", "zone-c")
-MI = 1 << 20
 
 
 def catalog(rng: random.Random) -> list[InstanceType]:
@@ -193,34 +188,6 @@ def workload(rng: random.Random, types: Sequence[InstanceType]) -> list[Pod]:
     return pods
 
 
-@dataclass
-class Extras:
-    """What makes an instance realistic beyond a catalog and a workload (issue 25, item 4)."""
-
-    daemonsets: list[dict[str, Any]] = field(default_factory=list)
-    daemon: tuple[int, int] = (0, 0)  # their CPU (milli) and memory (MiB) on every node
-    existing: list[ExistingNode] = field(default_factory=list)
-    free_rooms: list[tuple[int, int, int]] = field(default_factory=list)  # milli
-    cpu_limit: int | None = None  # milli, the NodePool's spec.limits.cpu
-    zones: int = 1
-
-    def daemon_vector(self) -> tuple[int, int, int]:
-        cpu, memory = self.daemon
-        return (cpu, memory * MI * 1000, len(self.daemonsets) * 1000)
-
-    def describe(self) -> str:
-        parts = []
-        if self.daemonsets:
-            parts.append(f"{len(self.daemonsets)}ds")
-        if self.zones > 1:
-            parts.append(f"{self.zones}zones")
-        if self.existing:
-            parts.append(f"{len(self.existing)}existing")
-        if self.cpu_limit is not None:
-            parts.append("limit")
-        return ",".join(parts)
-
-
 def extras_for(seed: int, types: Sequence[InstanceType]) -> Extras:
     """DaemonSets on half the seeds, existing nodes with room on a third, each from its own
     generator so the catalog and workload of a seed stay what they were."""
@@ -279,145 +246,6 @@ def _daemonset(name: str, cpu: int, memory: int) -> dict[str, Any]:
     }
 
 
-def exact(
-    types: Sequence[InstanceType],
-    pods: Sequence[Pod],
-    upper: float,
-    time_limit: float | None,
-    extras: Extras | None = None,
-) -> tuple[float, bool]:
-    """The cheapest packing of ``pods`` onto ``types`` (and whether it is proven optimal).
-
-    A compact model, independent of the solver's: candidate node ``(t, k)`` for every type and
-    ``k`` below ``upper / price``, ``y`` whether it is bought, ``x`` how many pods of each group
-    it holds; nodes of a type are bought in order (symmetry). ``extras``: the DaemonSet pods
-    take their requests off every type, existing nodes are free candidates with the room they
-    have left, and the NodePool's CPU limit bounds the bought nodes' CPU capacity. Without a
-    time limit the result is the optimum; with one, the proven lower bound when the limit
-    stops it first.
-    """
-    extras = extras or Extras()
-    names = ("cpu", "memory", "pods")
-    shapes = Counter(
-        tuple(pod_requests(p, include_pod_count=True).milli(n) for n in names) for p in pods
-    )
-    groups = list(shapes.items())
-    daemon = extras.daemon_vector()
-    rooms = [
-        tuple(t.allocatable.milli(n) - d for n, d in zip(names, daemon, strict=True)) for t in types
-    ]
-    prices = [min(o.price for o in t.offerings if o.available) for t in types]
-    capacity_cpu = [t.capacity.milli("cpu") for t in types]
-    free = [tuple(room) for room in extras.free_rooms]
-    rooms += free
-    prices += [0.0] * len(free)
-    capacity_cpu += [0] * len(free)
-    scale = [max(1, *(r[i] for r in rooms)) for i in range(3)]
-    nodes = [
-        (t, k)
-        for t in range(len(types))
-        for k in range(min(int(upper / prices[t] + 1e-9), sum(shapes.values())))
-        if any(all(v[i] <= rooms[t][i] for i in range(3)) for v, _ in groups)
-    ] + [(len(types) + f, 0) for f in range(len(free))]
-    count = len(nodes) * (1 + len(groups))
-    cost = np.zeros(count)
-    high = np.zeros(count)
-    rows = lil_matrix((len(groups) + len(nodes) * (3 + len(groups) + 1) + 2, count))
-    low_rows: list[float] = []
-    high_rows: list[float] = []
-    r = 0
-    for g, (_, demand) in enumerate(groups):
-        for n in range(len(nodes)):
-            rows[r, len(nodes) + n * len(groups) + g] = 1
-        low_rows.append(demand)
-        high_rows.append(demand)
-        r += 1
-    for n, (t, k) in enumerate(nodes):
-        cost[n] = prices[t]
-        high[n] = 1
-        for g, (vector, demand) in enumerate(groups):
-            fit = max(0, min(rooms[t][i] // v for i, v in enumerate(vector) if v))
-            high[len(nodes) + n * len(groups) + g] = min(fit, demand)
-        for i in range(3):
-            for g, (vector, _) in enumerate(groups):
-                rows[r, len(nodes) + n * len(groups) + g] = vector[i] / scale[i]
-            rows[r, n] = -rooms[t][i] / scale[i]
-            low_rows.append(-np.inf)
-            high_rows.append(0)
-            r += 1
-        for g in range(len(groups)):
-            rows[r, len(nodes) + n * len(groups) + g] = 1
-            rows[r, n] = -high[len(nodes) + n * len(groups) + g]
-            low_rows.append(-np.inf)
-            high_rows.append(0)
-            r += 1
-        if k:
-            rows[r, n - 1] = 1
-            rows[r, n] = -1
-            low_rows.append(0)
-        else:
-            low_rows.append(-np.inf)
-        high_rows.append(np.inf)
-        r += 1
-    for n in range(len(nodes)):
-        rows[r, n] = prices[nodes[n][0]]
-    low_rows.append(-np.inf)
-    high_rows.append(upper + 1e-9)
-    r += 1
-    for n in range(len(nodes)):
-        rows[r, n] = capacity_cpu[nodes[n][0]] / 1000
-    low_rows.append(-np.inf)
-    high_rows.append(np.inf if extras.cpu_limit is None else extras.cpu_limit / 1000 + 1e-9)
-    options: dict[str, Any] = {"disp": False}
-    if time_limit is not None:
-        options["time_limit"] = time_limit
-    with _quiet_stdout():
-        result: Any = milp(
-            cost,
-            constraints=LinearConstraint(rows.tocsr(), low_rows, high_rows),
-            integrality=np.ones(count),
-            bounds=Bounds(np.zeros(count), high),
-            options=options,
-        )
-    if result.status == 0:
-        return float(result.fun), True
-    bound = getattr(result, "mip_dual_bound", None)
-    paid = len(types)
-    floor = _fractional(groups, rooms[:paid], prices[:paid], extras.free_rooms)
-    return max(float(bound or 0.0), floor), False
-
-
-def _fractional(
-    groups: Sequence[tuple[tuple[int, ...], int]],
-    rooms: Sequence[tuple[int, ...]],
-    prices: Sequence[float],
-    free: Sequence[tuple[int, int, int]] = (),
-) -> float:
-    """No packing costs less than the dearest resource, less what existing nodes have free,
-    at its cheapest rate (limits only make it dearer)."""
-    bound = 0.0
-    for i in range(3):
-        total = sum(vector[i] * count for vector, count in groups) - sum(f[i] for f in free)
-        best = max(room[i] / price for room, price in zip(rooms, prices, strict=True))
-        bound = max(bound, total / best)
-    return bound
-
-
-@contextlib.contextmanager
-def _quiet_stdout() -> Iterator[None]:
-    """HiGHS's presolve can print a debug line straight to file descriptor 1; keep ``--json``
-    output one object."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    with open(os.devnull, "w") as sink:
-        os.dup2(sink.fileno(), 1)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 1)
-            os.close(saved)
-
-
 def plan_digest(claims: Sequence[Any]) -> str:
     """A short digest of a plan: each NodeClaim's cheapest type and the pods it is for."""
     plan = sorted(
@@ -472,6 +300,17 @@ def run_seed(seed: int, budget: float, exact_limit: float | None) -> dict[str, A
     upper = min(optimized.price, nominated.price, greedy.price)
     optimum, proven = exact(types, pods, upper, exact_limit, extras)
     optimum = min(optimum, upper) if proven else optimum
+    # The readiness rule's own optimum, over the pods greedy left for new nodes (those it put
+    # on existing nodes stay: without nominations the re-packing leaves them there).
+    on_existing = {id(p) for placed in greedy.existing.values() for p in placed}
+    rule = rule_exact(
+        types,
+        [p for p in pods if id(p) not in on_existing],
+        [claim.pods for claim in greedy.new_nodeclaims],
+        [claim.pods for claim in optimized.new_nodeclaims],
+        exact_limit,
+        extras=extras,
+    )
     outcomes = Counter(o.status for o in optimizing.packing_outcomes)
     return {
         "seed": seed,
@@ -485,6 +324,12 @@ def run_seed(seed: int, budget: float, exact_limit: float | None) -> dict[str, A
         "optimum": round(optimum, 5),
         "proven": proven,
         "ratio": _ratio(optimized.price, optimum),
+        "rule_optimum": round(rule.cheapest.value, 5),
+        "rule_ratio": _ratio(optimized.price, rule.cheapest.value),
+        "robust_optimum": round(rule.robust.value, 5),
+        "robust_ratio": _ratio(rule.worst, rule.robust.value),
+        "rule_proven": rule.robust.proven,
+        "rule_cuts": rule.robust.cuts,
         "worst_realization": round(_worst(optimizing, optimized.price), 5),
         "nominated_plan": plan_digest(nominated.new_nodeclaims),
         "nominated_cost": round(nominated.price, 5),
@@ -524,6 +369,11 @@ def summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "ratio_mean": round(statistics.fmean(ratios), 4),
         "ratio_worst": round(max(ratios), 4),
         "worst_seed": worst["seed"],
+        "rule_ratio_mean": round(statistics.fmean(r["rule_ratio"] for r in rows), 4),
+        "rule_ratio_worst": round(max(r["rule_ratio"] for r in rows), 4),
+        "robust_ratio_mean": round(statistics.fmean(r["robust_ratio"] for r in rows), 4),
+        "robust_ratio_worst": round(max(r["robust_ratio"] for r in rows), 4),
+        "rule_unproven": sum(1 for r in rows if not r["rule_proven"]),
         "nominated_ratio_mean": round(statistics.fmean(r["nominated_ratio"] for r in rows), 4),
         "nominated_ratio_worst": round(max(r["nominated_ratio"] for r in rows), 4),
         "nominated_worst_seed": max(rows, key=lambda r: r["nominated_ratio"])["seed"],
@@ -595,6 +445,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{result['nominated_ratio_worst']:.4f} (seed {result['nominated_worst_seed']}); "
         f"greedy/optimum mean {result['greedy_ratio_mean']:.4f}, worst "
         f"{result['greedy_ratio_worst']:.4f}"
+    )
+    print(
+        "readiness model against the rule's own optima: cost / cheapest plan the rule admits "
+        f"mean {result['rule_ratio_mean']:.4f}, worst {result['rule_ratio_worst']:.4f}; worst "
+        "realization / cheapest worst realization of any plan mean "
+        f"{result['robust_ratio_mean']:.4f}, worst {result['robust_ratio_worst']:.4f} "
+        f"(only bounded on {result['rule_unproven']})"
     )
     print(
         f"improved {result['improved']}, at the optimum {result['at_optimum']} "

@@ -16,7 +16,16 @@ MAX_MODULE_LINES = 600
 # The third-party plugin distribution the plugin-host tests install by path: data, not tests.
 DATA = TESTS / "core" / "plugin_host" / "fixtures"
 # Folders named for what they cover across packages, not for one package (tests/README.md).
-CROSS_CUTTING = {"cli", "contract", "deploy", "e2e", "fleet", "reliability", "support"}
+CROSS_CUTTING = {
+    "benchmarks",
+    "cli",
+    "contract",
+    "deploy",
+    "e2e",
+    "fleet",
+    "reliability",
+    "support",
+}
 
 
 def _test_folders() -> list[Path]:

@@ -100,6 +100,7 @@ _REPAIRS: Final = 4  # rounds of nodes bought up front for what a plan's worst r
 # Beyond, the listed integer solve is skipped: HiGHS's root node (cuts, heuristics), which no
 # node limit bounds, takes seconds over 500 patterns and tens of milliseconds under 300.
 _MAX_PATTERNS: Final = 300
+_NARROWER: Final = (1.0, 0.5, 0.25)  # shares of the gap listed in turn (``_list_promising``)
 
 
 def optimize(
@@ -242,11 +243,11 @@ class _Search:
         # is then judged against ``known`` anyway.
         ceiling = greedy_cost * (1 - EPSILON)
         first_plan: list[Bin] | None = None
-        listed = False
+        listed = False  # every pattern that matters listed (and some new): solved exactly
         for stage in ("generated", "listed"):
             if stage == "listed":
-                listed = bound is not None and self._list_promising(bound, ceiling)
-                if not listed:
+                listed, some = self._list_promising(bound, ceiling)
+                if not some:
                     break
             first = stage == "generated"
             status, bins = self._integer(
@@ -262,13 +263,10 @@ class _Search:
             # same one every time); it is judged like any other.
             ceiling = self._consider(bins, ceiling)
         if not listed and first_plan is not None and self.depth < _RESIDUAL_DEPTH:
-            ceiling = self._consider(self._residual(first_plan), ceiling)
-            # Nominated only: the readiness model weighs plans by their worst realization,
-            # and there the dive's took dearer plans for it (seed 15: 20.708 for 20.696).
-            ceiling = min(ceiling, known * (1 - EPSILON))
-            far = bound is None or ceiling > bound * (1 + _DIVE_GAP)
-            if far and self.realizer.nominated:
-                self._consider(self._dive(ceiling), ceiling)
+            found = self._consider(self._residual(first_plan), ceiling)
+            ceiling = min(found, known * (1 - EPSILON))
+            if bound is None or ceiling > bound * (1 + _DIVE_GAP):
+                self._consider(self._dive(ceiling), ceiling, dearer=False)
         best = self.best
         if best is not None:
             return PackingOutcome(
@@ -282,9 +280,10 @@ class _Search:
             status = "not-cheaper"
         return PackingOutcome(status, greedy_cost, rejected=self.rejected, lower_bound=bound)
 
-    def _consider(self, bins: list[Bin] | None, ceiling: float) -> float:
+    def _consider(self, bins: list[Bin] | None, ceiling: float, *, dearer: bool = True) -> float:
         """Take ``bins`` as the best plan if its worst realization (or a repaired plan's) is
-        the cheapest yet, and below greedy's; the ceiling for the plans still to find."""
+        the cheapest yet, below greedy's, and (not ``dearer``: the dive's) costs less than the
+        best; the ceiling for the plans still to find."""
         problem = self.problem
         if bins is None or plan_cost(problem, bins) >= ceiling:
             return ceiling
@@ -292,10 +291,12 @@ class _Search:
             return ceiling
         if self.greedy_worst is None:
             self.greedy_worst = self.realizer.assess(problem.greedy).worst
-        target = self.greedy_worst if self.best is None else self.best.worst
         found = self.realizer.best_of(bins, self.greedy_cost * (1 - EPSILON), _REPAIRS)
-        if found.worst >= target * (1 - EPSILON):
-            self.rejected += self.best is None
+        if self.best is None and found.worst >= self.greedy_worst * (1 - EPSILON):
+            self.rejected += 1
+            return ceiling
+        best = self.best
+        if best is not None and not (found.beats(best) and (dearer or found.cost < best.cost)):
             return ceiling
         self.best = found
         return min(ceiling, found.worst * (1 - EPSILON))
@@ -392,23 +393,31 @@ class _Search:
             repacked.append(Bin(node.type, tuple(full)))
         return [*fixed, *repacked]
 
-    def _list_promising(self, bound: float, ceiling: float) -> bool:
-        """Add every maximal pattern whose reduced cost leaves it a chance under ``ceiling``.
+    def _list_promising(self, bound: float | None, ceiling: float) -> tuple[bool, bool]:
+        """Add every maximal pattern whose reduced cost leaves it a chance under ``ceiling``:
+        whether that list was complete and added some, and whether any pattern was added.
 
         A pattern whose reduced cost (at the relaxation's optimal duals) exceeds
         ``ceiling - bound`` is in no plan cheaper than ``ceiling``, so leaving it out keeps the
-        integer program exact over the patterns listed. False when there are too many or
-        listing them would take more than its work budget.
-        """
-        self.gap = ceiling - bound + 1e-9
-        every = self._maximal_patterns()
-        if every is None:
-            return False
-        added = 0
-        for column in every:
-            if self._reduced_cost(column) <= self.gap and self.add(column):
-                added += 1
-        return added > 0
+        integer program exact over the patterns listed. When they are too many to list within
+        the work budget, those within a share of that gap are (``_NARROWER``), a heuristic: a
+        plan spreads its gap over its nodes, so with few large nodes each of its patterns is
+        well inside it (seed 107: three nodes, 0.36 of a 0.69 gap)."""
+        if bound is None:
+            return False, False
+        full = ceiling - bound + 1e-9
+        for share in _NARROWER:
+            self.gap = full * share
+            self.visited = 0
+            every = self._maximal_patterns()
+            if every is None:
+                continue
+            added = 0
+            for column in every:
+                if self._reduced_cost(column) <= self.gap and self.add(column):
+                    added += 1
+            return share == 1.0 and added > 0, added > 0
+        return False, False
 
     def _reduced_cost(self, column: Bin) -> float:
         kind = self.problem.types[column.type]

@@ -40,6 +40,18 @@ class Assessed:
     worst: float
     stranding: Stranding | None
 
+    def beats(self, other: Assessed) -> bool:
+        """A cheaper worst realization, or as cheap a one (to within float rounding: a plan and
+        the same plan repaired by buying the forced nodes up front sum the same prices in
+        another order) for less when nothing strands."""
+        if self.worst < other.worst * (1 - _TIE):
+            return True
+        return self.worst <= other.worst * (1 + _TIE) and self.cost < other.cost * (1 - _TIE)
+
+
+_TIE = 1e-9
+"""Relative: worst realization costs closer than this are equal."""
+
 
 class Realizer:
     """Worst realizations of the plans of one ``PackingProblem``."""
@@ -83,7 +95,7 @@ class Realizer:
             if plan_cost(self.problem, repaired) >= ceiling:
                 break
             current = self.assess(repaired)
-            if (current.worst, current.cost) < (best.worst, best.cost):
+            if current.beats(best):
                 best = current
         return best
 
