@@ -36,7 +36,7 @@ import yaml
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.crds import generate_crds
-from karpenter_capi.core.clock import FakeClock, parse_timestamp
+from karpenter_capi.core.clock import Clock, FakeClock, parse_timestamp
 from karpenter_capi.core.fleet import (
     CLUSTER_NAME_LABEL,
     Fleet,
@@ -131,6 +131,8 @@ class _Cluster:
     errors: ReconcileErrors = field(default_factory=ReconcileErrors)
     refused: int = 0
     clients: list[FaultyClient] = field(default_factory=list)
+    storm: Callable[[], ApiError | None] | None = None
+    """Another fault of the controller's requests (``benchmarks/fleet.py``'s 429 storm)."""
 
     @property
     def namespace(self) -> str:
@@ -158,13 +160,35 @@ class _OutageErrors(ReconcileErrors):
 class FleetWorld:
     """The management server, the workload servers and the fleet controller over them."""
 
-    def __init__(self, scenario: Scenario, *, seed: int = 0, plugins: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        seed: int = 0,
+        plugins: tuple[str, ...] = DEFAULT_PLUGINS,
+        clock: Clock | None = None,
+        server_class: type[InMemoryAPIServer] = InMemoryAPIServer,
+        options: FleetOptions | None = None,
+        operator_options: OperatorOptions | None = None,
+    ) -> None:
+        """``clock``: a ``FakeClock`` (made when not given) to step the world, or the system
+        clock to run it on threads (``benchmarks/fleet.py``, with ``server_class`` timing the
+        writes it wants); ``options`` and ``operator_options`` those of ``fleet``, the first
+        replica (``new_fleet`` makes more)."""
         if scenario.fleet is None or scenario.infrastructure.catalog is None:
             raise ValueError(f"scenario {scenario.name} is not a fleet scenario")
         self.scenario = scenario
         self.spec = scenario.fleet
-        self.clock = FakeClock()
+        self.clock: Clock = clock or FakeClock()
         self.start = self.clock.monotonic()
+        self.seed = seed
+        self._server_class = server_class
+        self.plugins = plugins
+        self.emulation: dict[str, Any] = {}
+        """``EmulationSettings`` fields for every cluster's Cluster API emulation."""
+        self.operator_options = operator_options or OperatorOptions(
+            leader_elect=False, metrics_port=None
+        )
         self.management = self._server(seed)
         self.clusters: dict[str, _Cluster] = {}
         base = scenario.infrastructure.catalog
@@ -177,18 +201,35 @@ class FleetWorld:
             cluster.errors = _OutageErrors(cluster)
             self.clusters[server_url(name)] = cluster
             self._load(cluster, base)
-        self.fleet = Fleet(
-            self.management,
-            clock=self.clock,
-            connect=self.connect,
-            options=FleetOptions(shards=False, identity="simulated-fleet", plugins=plugins),
-            operator_options=OperatorOptions(leader_elect=False, metrics_port=None),
-            on_member=self._add_emulation,
+        self.fleet = self.new_fleet(
+            options or FleetOptions(shards=False, identity="simulated-fleet", plugins=plugins)
         )
-        self.seed = seed
+
+    def new_fleet(self, options: FleetOptions, dead: Callable[[], bool] | None = None) -> Fleet:
+        """A fleet controller (a replica) over this world. Once ``dead()`` is true, every
+        request of it and of the clusters' emulation it runs fails, as if its process were
+        killed (its threads may spin on; nothing they do lands)."""
+        management: KubeClient = self.management
+        if dead is not None:
+            management = FaultyClient(self.management, _killed(dead), "management")
+
+        def on_member(key: str, operator: Operator) -> None:
+            self._add_emulation(key, operator, management, dead)
+
+        return Fleet(
+            management,
+            clock=self.clock,
+            connect=lambda kubeconfig: self.connect(kubeconfig, dead),
+            options=options,
+            operator_options=self.operator_options,
+            on_member=on_member,
+        )
+
+    def cluster(self, name: str) -> _Cluster:
+        return self.clusters[server_url(name)]
 
     def _server(self, seed: int) -> InMemoryAPIServer:
-        server = InMemoryAPIServer(clock=self.clock, random_seed=seed)
+        server = self._server_class(clock=self.clock, random_seed=seed)
         server.version_info = dict(SIMULATED_CONTROL_PLANE)
         server.apply_manifests(generate_crds())
         server.register_cluster_api()
@@ -249,35 +290,45 @@ class FleetWorld:
 
     # -- what the fleet controller sees ------------------------------------------------------
 
-    def _fault(self, cluster: _Cluster) -> Callable[[], ApiError | None]:
+    def _fault(
+        self, cluster: _Cluster, dead: Callable[[], bool] | None = None
+    ) -> Callable[[], ApiError | None]:
         def fault() -> ApiError | None:
+            if dead is not None and dead():
+                return unreachable(server_url(cluster.name))
             now = self.clock.monotonic() - self.start
             if any(o.at <= now < o.until for o in cluster.outages):
                 return unreachable(server_url(cluster.name))
-            return None
+            return cluster.storm() if cluster.storm is not None else None
 
         return fault
 
-    def connect(self, kubeconfig: Kubeconfig) -> KubeClient:
+    def connect(self, kubeconfig: Kubeconfig, dead: Callable[[], bool] | None = None) -> KubeClient:
         """The controller's client of a workload cluster: its server, through its outages."""
         cluster = self.clusters.get(kubeconfig.server)
         if cluster is None:
             raise ServiceUnavailable(f"dial tcp {kubeconfig.server}: no such host")
-        client = FaultyClient(cluster.server, self._fault(cluster), cluster.name)
+        client = FaultyClient(cluster.server, self._fault(cluster, dead), cluster.name)
         cluster.clients.append(client)
         return client
 
-    def _add_emulation(self, key: str, operator: Operator) -> None:
+    def _add_emulation(
+        self,
+        key: str,
+        operator: Operator,
+        management: KubeClient,
+        dead: Callable[[], bool] | None,
+    ) -> None:
         """The cluster around the member's controllers; and the run's instruments on them."""
         cluster = next(c for c in self.clusters.values() if c.key == key)
         manager = operator.manager
         # The cluster's own controllers share the member's caches, which an outage stalls;
         # their writes are cut off too, or they would act on a stale view (a ReplicaSet
         # making its pods again, unseen): the whole workload API server is away.
-        workload = FaultyClient(cluster.server, self._fault(cluster), cluster.name)
+        workload = FaultyClient(cluster.server, self._fault(cluster, dead), cluster.name)
         manager.client = workload
-        manager.management = ScopedClient(self.management, cluster.namespace, cluster.name)
-        add_capi_emulation(manager, nodes=True)
+        manager.management = ScopedClient(management, cluster.namespace, cluster.name)
+        add_capi_emulation(manager, **{"nodes": True, **self.emulation})
         add_workload_emulation(manager)
         manager.add(SimScheduler(workload, manager, self.clock, seed=self.seed))
         manager.add_observer(cluster.errors)
@@ -313,6 +364,13 @@ class FleetWorld:
                 server.delete(DEPLOYMENTS, workload.name, workload.namespace)
 
 
+def _killed(dead: Callable[[], bool]) -> Callable[[], ApiError | None]:
+    def fault() -> ApiError | None:
+        return unreachable("the management cluster") if dead() else None
+
+    return fault
+
+
 def _outage_view(world: FleetWorld, outage: FleetOutage) -> OutageResult:
     """What every cluster had pending just before ``outage`` ended."""
     pending = {}
@@ -324,7 +382,7 @@ def _outage_view(world: FleetWorld, outage: FleetOutage) -> OutageResult:
     )
 
 
-def _stranded(server: InMemoryAPIServer, clock: FakeClock) -> int:
+def _stranded(server: InMemoryAPIServer, clock: Clock) -> int:
     """Pods without a node that have waited ``STRANDED_AFTER`` or longer."""
     now = clock.now()
     count = 0
