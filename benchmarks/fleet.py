@@ -48,7 +48,7 @@ from typing import Any
 
 from karpenter_capi.core.clock import SystemClock
 from karpenter_capi.core.fleet import Fleet, FleetOptions
-from karpenter_capi.core.kube.resources import NODECLAIMS, PODS, Resource
+from karpenter_capi.core.kube.resources import DEPLOYMENTS, NODECLAIMS, PODS, Resource
 from karpenter_capi.core.operator import OperatorOptions
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.apiserver.faulty_client import throttled
@@ -143,14 +143,18 @@ def _wait(done: Callable[[], bool], timeout: float, poll: float = 0.5) -> bool:
 
 
 def _waves(
-    world: FleetWorld, args: argparse.Namespace, clusters: list[str], timeout: float
+    world: FleetWorld,
+    args: argparse.Namespace,
+    clusters: list[str],
+    timeout: float,
+    waves: range | None = None,
 ) -> dict[str, Any]:
-    """Scale every cluster's Deployment up in ``args.waves`` steps; each wave's decision
-    latency per cluster."""
+    """Scale every cluster's Deployment up in ``args.waves`` steps (``waves``: only those);
+    each wave's decision latency per cluster."""
     servers = _servers(world)
     latencies: dict[str, list[float]] = {name: [] for name in clusters}
     unsettled = 0
-    for wave in range(1, args.waves + 1):
+    for wave in waves or range(1, args.waves + 1):
         replicas = args.pods * wave // args.waves
         marks = {name: (len(servers[name].pods), len(servers[name].claims)) for name in clusters}
         for name in clusters:
@@ -159,12 +163,13 @@ def _waves(
                 server.apply_manifests([_deployment(world, name, replicas)])
             else:
                 server.patch(DEPLOYMENTS, "app", {"spec": {"replicas": replicas}}, "default")
-        settled = _wait(
-            lambda r=replicas: all(  # type: ignore[misc]
-                len(servers[n].pods) - 0 >= r and _pending(servers[n]) == 0 for n in clusters
-            ),
-            timeout,
-        )
+
+        def settled_at(count: int = replicas) -> bool:
+            return all(
+                len(servers[n].pods) >= count and _pending(servers[n]) == 0 for n in clusters
+            )
+
+        settled = _wait(settled_at, timeout)
         unsettled += 0 if settled else 1
         for name in clusters:
             pods_mark, claims_mark = marks[name]
@@ -187,9 +192,6 @@ def _deployment(world: FleetWorld, name: str, replicas: int) -> dict[str, Any]:
     cluster = world.cluster(name)
     [workload] = cluster.group.workloads
     return deployment(workload, replicas)
-
-
-from karpenter_capi.core.kube.resources import DEPLOYMENTS  # noqa: E402
 
 
 def _rss_mib() -> float:
@@ -247,7 +249,7 @@ def _run_replicas(args: argparse.Namespace, clusters: int, lone_claims: int) -> 
     world = _world(args, clusters)
     names = [c.name for c in world.clusters.values()]
     killed = threading.Event()
-    options = {
+    options: dict[str, Any] = {
         "shards": True,
         "lease_namespace": "kube-system",
         "lease_duration": args.lease_duration,
@@ -256,7 +258,7 @@ def _run_replicas(args: argparse.Namespace, clusters: int, lone_claims: int) -> 
     }
     fleets = [world.fleet] + [
         world.new_fleet(
-            FleetOptions(identity=f"replica-{i}", **options),  # type: ignore[arg-type]
+            FleetOptions(identity=f"replica-{i}", **options),
             dead=killed.is_set if i == 0 else None,
         )
         for i in range(3)
@@ -268,18 +270,22 @@ def _run_replicas(args: argparse.Namespace, clusters: int, lone_claims: int) -> 
         return {key for fleet in alive for key in fleet.members}
 
     keys = {c.key for c in world.clusters.values()}
-    _wait(lambda: served_by(fleets) >= keys, 120, 0.1)
+
+    def balanced() -> bool:
+        counts = [len(f.members) for f in fleets]
+        return served_by(fleets) >= keys and max(counts) - min(counts) <= 1
+
+    _wait(balanced, 120, 0.1)
     balance = [len(f.members) for f in fleets]
-    args_one = argparse.Namespace(**{**vars(args), "waves": 1})
-    first = _waves(world, args_one, names, args.timeout)
+    first = _waves(world, args, names, args.timeout, range(1, 2))
     victim = set(fleets[0].members)
     killed.set()
     killed_at = time.monotonic()
     taken = _wait(lambda: victim <= served_by(fleets[1:]), args.lease_duration * 4, 0.1)
     takeover = round(time.monotonic() - killed_at, 2)
-    rest = argparse.Namespace(**{**vars(args), "waves": args.waves})
-    later = _waves_from(world, rest, names, args.timeout)
+    later = _waves(world, args, names, args.timeout, range(2, args.waves + 1))
     servers = _servers(world)
+    pending = sum(_pending(servers[n]) for n in names)
     claims = {n: len(servers[n].list(NODECLAIMS).items) for n in names}
     extra = sum(max(0, count - lone_claims) for count in claims.values())
     for stop, thread in running:
@@ -294,32 +300,8 @@ def _run_replicas(args: argparse.Namespace, clusters: int, lone_claims: int) -> 
         "lease_duration": args.lease_duration,
         "first_wave": first,
         "after_kill": later,
-        "nodeclaims_beyond_lone": extra,
-    }
-
-
-def _waves_from(
-    world: FleetWorld, args: argparse.Namespace, names: list[str], timeout: float
-) -> dict[str, Any]:
-    """The remaining waves after the first (``_waves`` with the first already there)."""
-    servers = _servers(world)
-    values: list[float] = []
-    for wave in range(2, args.waves + 1):
-        replicas = args.pods * wave // args.waves
-        marks = {n: (len(servers[n].pods), len(servers[n].claims)) for n in names}
-        for name in names:
-            servers[name].patch(DEPLOYMENTS, "app", {"spec": {"replicas": replicas}}, "default")
-        _wait(lambda: all(_pending(servers[n]) == 0 for n in names), timeout)
-        for name in names:
-            pods_mark, claims_mark = marks[name]
-            server = servers[name]
-            if len(server.pods) > pods_mark and len(server.claims) > claims_mark:
-                values.append(server.claims[claims_mark] - server.pods[pods_mark])
-    pending = sum(_pending(servers[n]) for n in names)
-    return {
-        "samples": len(values),
-        "p99_ms": round(percentile(values, 0.99) * 1000, 1) if values else None,
         "pods_pending": pending,
+        "nodeclaims_beyond_lone": extra,
     }
 
 
