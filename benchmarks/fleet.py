@@ -17,6 +17,8 @@ and one Deployment whose pods fill ``--nodes`` nodes, scaled up in ``--waves`` w
 
 - Decision latency: per cluster and wave, from the wave's first pod created to the first
   NodeClaim created after it (wall clock; the batcher's idle time included, as a user sees it).
+  A wave reaches the clusters one after another over ``--spread`` seconds (tenants deploy
+  independently; 0 makes every cluster burst at the same instant).
 - Memory: the process's RSS (``VmRSS``) with the fleet running and every pod bound, against
   the same world before the fleet started (servers and catalogs loaded, no pods): the
   difference is the controller and the pods, nodes and NodeClaims the run made in the
@@ -30,7 +32,7 @@ and one Deployment whose pods fill ``--nodes`` nodes, scaled up in ``--waves`` w
 Figures, not assertions. ``--json`` prints them as JSON.
 
     .venv/bin/python benchmarks/fleet.py [--clusters 20] [--nodes 20] [--pods 200]
-        [--waves 2] [--phases lone,fleet,storm,replicas] [--json]
+        [--waves 2] [--spread 10] [--phases lone,fleet,storm,replicas] [--json]
 """
 
 from __future__ import annotations
@@ -157,7 +159,13 @@ def _waves(
     for wave in waves or range(1, args.waves + 1):
         replicas = args.pods * wave // args.waves
         marks = {name: (len(servers[name].pods), len(servers[name].claims)) for name in clusters}
-        for name in clusters:
+        # The clusters' waves arrive spread over ``--spread`` seconds, as a fleet's tenants
+        # deploy independently (0: all at the same instant).
+        began = time.monotonic()
+        for index, name in enumerate(clusters):
+            delay = began + args.spread * index / len(clusters) - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
             server = servers[name]
             if wave == 1:
                 server.apply_manifests([_deployment(world, name, replicas)])
@@ -214,15 +222,15 @@ def _stop(stop: threading.Event, thread: threading.Thread) -> None:
 def _run_phase(args: argparse.Namespace, clusters: int, storm: bool = False) -> dict[str, Any]:
     world = _world(args, clusters + (1 if storm else 0))
     names = [c.name for c in world.clusters.values()]
-    if storm:
-        stormy = world.cluster(names[-1])
-        stormy.storm = lambda: throttled(1)
-        names = names[:-1]
     before = _rss_mib()
     stop, thread = _serve(world.fleet)
     started = time.monotonic()
     served = _wait(lambda: len(world.fleet.members) == len(world.clusters), 120, 0.1)
     serve_seconds = round(time.monotonic() - started, 2)
+    if storm:
+        # A served cluster starts storming: every request of its controllers gets a 429.
+        world.cluster(names[-1]).storm = lambda: throttled(1)
+        names = names[:-1]
     figures = _waves(world, args, names, args.timeout)
     after = _rss_mib()
     threads = threading.active_count()
@@ -312,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, default=200, help="pods per cluster at the end")
     parser.add_argument("--waves", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2, help="reconcile workers per cluster")
+    parser.add_argument(
+        "--spread", type=float, default=10.0, help="seconds over which a wave reaches the clusters"
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a wave may take")
     parser.add_argument("--lease-duration", type=float, default=15.0)
     parser.add_argument("--phases", default="lone,fleet,storm,replicas")
@@ -324,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         "nodes": args.nodes,
         "pods": args.pods,
         "waves": args.waves,
+        "spread_seconds": args.spread,
         "workers": args.workers,
         "emulation": EMULATION,
     }
