@@ -24,7 +24,7 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
         "name",
         nargs="?",
         metavar="SCENARIO",
-        help="a shipped scenario's name (default: scale-from-zero; also basic-1000, "
+        help="a shipped scenario's name (default: scale-from-zero; also basic-1000, fleet, "
         "wide-deployments, ...) or a scenario file (see docs/scenarios.md)",
     )
     source.add_argument("--demo", action="store_true", help="the built-in demo scenario")
