@@ -24,7 +24,7 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
         "name",
         nargs="?",
         metavar="SCENARIO",
-        help="a shipped scenario's name (default: scale-from-zero; also basic-1000, "
+        help="a shipped scenario's name (default: scale-from-zero; also basic-1000, fleet, "
         "wide-deployments, ...) or a scenario file (see docs/scenarios.md)",
     )
     source.add_argument("--demo", action="store_true", help="the built-in demo scenario")
@@ -125,6 +125,8 @@ def _run_named_scenario(args: argparse.Namespace, out: TextIO) -> int:
         raise InvalidInputError(f"--until {args.until!r}: {exc}") from None
     if until <= 0:
         raise InvalidInputError(f"--until {args.until!r}: must be longer than 0s")
+    if scenario.fleet is not None:
+        return _run_fleet_scenario(args, scenario, until, out)
     speed = _speed(args)
     pacing: dict[str, Any] = {}
     if speed is not None:
@@ -169,6 +171,32 @@ def _run_named_scenario(args: argparse.Namespace, out: TextIO) -> int:
         for front in fronts:
             front.close()
     return 1 if result.errors or result.violations else 0
+
+
+def _run_fleet_scenario(args: argparse.Namespace, scenario: Any, until: float, out: TextIO) -> int:
+    """A fleet scenario (``fleet:``): many workload clusters, one fleet-mode controller."""
+    from karpenter_capi.sim.scenario.fleet import run_fleet
+
+    unsupported = [
+        flag
+        for flag, given in (
+            ("--serve", args.serve),
+            ("--realtime", args.realtime),
+            ("--speed", args.speed is not None),
+            ("--report", args.report is not None),
+            ("--check", args.check),
+        )
+        if given
+    ]
+    if unsupported:
+        raise InvalidInputError(
+            f"scenario {scenario.name} is a fleet scenario: {', '.join(unsupported)} "
+            "apply to single-cluster scenarios only"
+        )
+    result = run_fleet(scenario, until=until, seed=args.seed, plugins=tuple(plugin_names(args)))
+    out.write(result.to_json_text() + "\n" if args.json else result.summary())
+    out.flush()
+    return 1 if result.all_errors() else 0
 
 
 def _serving(args: argparse.Namespace, out: TextIO, fronts: list[Any]) -> Any:

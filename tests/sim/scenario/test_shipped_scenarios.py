@@ -30,6 +30,7 @@ from karpenter_capi.plugins.generic_capi.binding import ANNOTATION_SCALABLE_RESO
 from karpenter_capi.sim.apiserver.server import InMemoryAPIServer
 from karpenter_capi.sim.invariants import check_invariants
 from karpenter_capi.sim.scenario import runner
+from karpenter_capi.sim.scenario.fleet import run_fleet
 from karpenter_capi.sim.scenario.schema import Scenario, load_scenario, shipped_scenarios
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -75,12 +76,16 @@ EXPECTED: dict[str, Expected] = {
     "soak-day": Expected(until=3600, pods_total=13),
     # Interrupted at 2m; replaced and drained by ~2m20s, the deadline is at 4m.
     "spot-interruption": Expected(until=300, pods_total=12),
+    # 24 workload clusters behind one fleet controller (sim.scenario.fleet); shop-2's outage
+    # ends at 3m, its pods are bound by ~3m30s (tests/sim/test_fleet_scenario.py runs a
+    # smaller copy and checks the outage in detail).
+    "fleet": Expected(until=240, pods_total=135),
 }
 
 # Kept out of the quick suite (`-m "not slow"`): anti-affinity-500 provisions 500 one-pod nodes
 # (~20 s), basic-1000 runs 15 virtual minutes of consolidation (~20 s), soak-day an hour of
 # churn (~25 s).
-SLOW = {"anti-affinity-500", "basic-1000", "soak-day"}
+SLOW = {"anti-affinity-500", "basic-1000", "soak-day", "fleet"}
 
 
 @dataclass
@@ -164,6 +169,10 @@ def test_every_shipped_scenario_has_an_expected_outcome() -> None:
 def test_shipped_scenario_outcome(name: str, capture: list[InMemoryAPIServer]) -> None:
     expected = EXPECTED.get(name)
     assert expected is not None, f"add {name!r} to EXPECTED in {__file__}"
+    scenario = load_scenario(name)
+    if scenario.fleet is not None:
+        _check_fleet(scenario, expected)
+        return
     run = _run(load_scenario(name), capture, expected.until)
     result = run.result
 
@@ -194,6 +203,18 @@ def test_shipped_scenario_outcome(name: str, capture: list[InMemoryAPIServer]) -
     assert empty == []
     # Nothing leaked, claimed twice or stuck, and no pending pod an existing node could hold.
     assert [str(v) for v in check_invariants(run.server, clock=run.server.clock)] == []
+
+
+def _check_fleet(scenario: Scenario, expected: Expected) -> None:
+    """A fleet scenario: every cluster's pods bound, none stranded, no error, every cluster
+    with capacity and a positive cost for the fleet."""
+    fleet = run_fleet(scenario, until=expected.until)
+    assert fleet.all_errors() == []
+    assert fleet.pods_bound + fleet.pods_pending == expected.pods_total
+    assert fleet.pods_pending == fleet.pods_stranded == expected.unschedulable
+    assert fleet.cost_per_hour > 0
+    assert all(c.nodes > 0 and c.pods_bound > 0 for c in fleet.clusters)
+    assert all(o.others_pending == 0 for o in fleet.outages)
 
 
 def test_kubeadm_reserved_nodes_keep_what_the_bootstrap_config_says_and_both_sides_agree(

@@ -31,7 +31,7 @@ from typing import Any
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.nodeclaim import NodeClaimConditionType
-from karpenter_capi.core.clock import FakeClock, parse_timestamp
+from karpenter_capi.core.clock import Clock, parse_timestamp
 from karpenter_capi.core.kube.errors import ApiError
 from karpenter_capi.core.kube.resources import (
     MACHINE_DEPLOYMENTS,
@@ -106,7 +106,7 @@ class Observer:
     """Samples the cluster, remembers each pod's time to bind and each disrupted NodeClaim."""
 
     def __init__(
-        self, server: InMemoryAPIServer, clock: FakeClock, plugins: Plugins | None = None
+        self, server: InMemoryAPIServer, clock: Clock, plugins: Plugins | None = None
     ) -> None:
         self.server = server
         self.clock = clock

@@ -86,7 +86,7 @@ class _ErrorRecords(logging.Handler):
 
 
 @contextmanager
-def _capture_errors() -> Iterator[_ErrorRecords]:
+def capture_errors() -> Iterator[_ErrorRecords]:
     handler = _ErrorRecords()
     logger = logging.getLogger("karpenter_capi")
     logger.addHandler(handler)
@@ -200,7 +200,7 @@ def apply_action(server: InMemoryAPIServer, scenario: Scenario, action: Timeline
             server.delete(DEPLOYMENTS, workload.name, workload.namespace)
 
 
-class _ReconcileErrors:
+class ReconcileErrors:
     """Counts failed reconciles per controller and error, as the runtime reports them.
 
     A second observer of the runtime (``Manager.add_observer``), next to the Operator's
@@ -373,7 +373,7 @@ def run(
                 "kubeadm_bootstrap": True,
                 **(emulation or {}),
             }
-        with _capture_errors() as records:
+        with capture_errors() as records:
             process = start_controller(
                 scenario,
                 server,
@@ -385,7 +385,7 @@ def run(
                 emulation=emulation,
             )
             operator, loaded = process.operator, process.plugins
-            reconcile_errors = _ReconcileErrors()
+            reconcile_errors = ReconcileErrors()
             operator.manager.add_observer(reconcile_errors)
             launch_rounds = LaunchRounds(clock)
             launch_rounds.attach(operator.manager)

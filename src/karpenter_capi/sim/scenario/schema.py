@@ -355,6 +355,107 @@ class SimulatedAzure(_Strict):
     only (the emulation's ``azure_unavailable_sizes``)."""
 
 
+class FleetGroup(_Strict):
+    """Workload clusters of one shape in a fleet scenario: ``count`` of them, named
+    ``<name>-1``, ``<name>-2``, ... (``<name>`` alone when ``count`` is 1). Each starts from the
+    scenario's catalog with ``catalog``'s fields (the same camelCase names) over it, has its own
+    workloads and workload timeline, the ``n``-th cluster's timeline ``stagger`` later than the
+    first's."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40)
+    count: int = Field(default=1, ge=1, le=500)
+    catalog: dict[str, Any] = Field(default_factory=dict)
+    machine_pools: bool = False
+    """MachinePools (with MachinePool Machines) instead of MachineDeployments."""
+    existing_nodes: int = Field(default=0, ge=0)
+    """Nodes already there before the controller serves the cluster: a MachineDeployment not
+    opted in to Karpenter, of the catalog's first shape, with this many replicas."""
+    workloads: list[Workload] = Field(default_factory=list)
+    timeline: list[TimelineAction] = Field(default_factory=list)
+    stagger: float = 0.0
+
+    _durations = field_validator("stagger", mode="before")(_duration_field)
+
+    def cluster_names(self) -> list[str]:
+        if self.count == 1:
+            return [self.name]
+        return [f"{self.name}-{index}" for index in range(1, self.count + 1)]
+
+    def problems(self, path: str, base: Catalog) -> list[str]:
+        """What no single field shows: workload names, actions, the catalog's overrides."""
+        problems = []
+        try:
+            Catalog.model_validate({**base.model_dump(by_alias=True), **self.catalog})
+        except ValidationError as exc:
+            problems += [f"{path}.catalog.{line}" for line in validation_problems(exc)]
+        names = set()
+        for index, workload in enumerate(self.workloads):
+            if workload.name in names:
+                problems.append(f"{path}.workloads[{index}].name: {workload.name!r} is used twice")
+            names.add(workload.name)
+        for index, action in enumerate(self.timeline):
+            where = f"{path}.timeline[{index}]"
+            if action.action not in ("scale", "deploy", "delete") or action.kind is not None:
+                problems.append(
+                    f"{where}.action: a fleet cluster's timeline scales, deploys "
+                    "or deletes its workloads"
+                )
+            elif action.target not in names:
+                problems.append(f"{where}.target: no workload named {action.target!r}")
+        return problems
+
+
+class FleetOutage(_Strict):
+    """The controller cannot reach workload cluster ``cluster``'s API server from ``at`` to
+    ``until`` (the cluster itself keeps running: its users deploy, its scheduler binds)."""
+
+    cluster: str = Field(min_length=1)
+    at: float
+    until: float
+
+    _durations = field_validator("at", "until", mode="before")(_duration_field)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> FleetOutage:
+        if self.until <= self.at:
+            raise ValueError("until must come after at")
+        return self
+
+
+class FleetSpec(_Strict):
+    """A Cluster API fleet: one management cluster and the workload clusters of ``groups``,
+    served by one fleet-mode controller (``sim.scenario.fleet``)."""
+
+    groups: list[FleetGroup] = Field(min_length=1)
+    outages: list[FleetOutage] = Field(default_factory=list)
+
+    def clusters(self) -> list[tuple[str, FleetGroup, int]]:
+        """Every workload cluster: its name, its group, its index in the group (0 first)."""
+        return [
+            (name, group, index)
+            for group in self.groups
+            for index, name in enumerate(group.cluster_names())
+        ]
+
+    def problems(self, base: Catalog | None) -> list[str]:
+        if base is None:
+            return ["infrastructure.catalog: a fleet scenario's clusters start from a catalog"]
+        problems = []
+        seen: set[str] = set()
+        for index, group in enumerate(self.groups):
+            problems += group.problems(f"fleet.groups[{index}]", base)
+            for name in group.cluster_names():
+                if name in seen:
+                    problems.append(f"fleet.groups[{index}].name: cluster {name!r} is named twice")
+                seen.add(name)
+        for index, outage in enumerate(self.outages):
+            if outage.cluster not in seen:
+                problems.append(
+                    f"fleet.outages[{index}].cluster: no cluster named {outage.cluster!r}"
+                )
+        return problems
+
+
 class Scenario(_Strict):
     """One scenario file."""
 
@@ -364,6 +465,10 @@ class Scenario(_Strict):
     azure: SimulatedAzure | None = None
     workloads: list[Workload] = Field(default_factory=list)
     timeline: list[TimelineAction] = Field(default_factory=list)
+    fleet: FleetSpec | None = None
+    """A fleet of workload clusters (``sim.scenario.fleet``) instead of one cluster: the
+    ``infrastructure`` catalog is then every cluster's starting point, and the workloads and
+    timeline are each group's."""
 
     @field_validator("description")
     @classmethod
@@ -385,6 +490,10 @@ class Scenario(_Strict):
     def cross_problems(self) -> list[str]:
         """Problems no single field shows: duplicate workloads, actions naming none."""
         problems = []
+        if self.fleet is not None:
+            if self.workloads or self.timeline:
+                problems.append("workloads: a fleet scenario's workloads belong to its groups")
+            problems += self.fleet.problems(self.infrastructure.catalog)
         names: set[str] = set()
         for index, workload in enumerate(self.workloads):
             if workload.name in names:

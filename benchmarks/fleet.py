@@ -1,0 +1,401 @@
+"""Fleet mode at scale: many workload clusters, one process, threads on the real clock.
+
+Why: issue 28's targets. One fleet-mode controller serving ``--clusters`` workload clusters of
+``--nodes`` nodes and ``--pods`` pods each, on this machine, must hold (a) at most 1.5 GB of
+RSS, 15 MB per cluster; (b) each cluster's scale-up decision latency p99 within twice a lone
+cluster's; (c) the others' p99 within 10% when one cluster storms 429s; (d) with 3 replicas
+sharing the clusters through Leases and one killed, every cluster served again within the
+lease duration + 5 s, with no double launch.
+
+What runs: the real ``Fleet`` (``core.fleet``, as ``run --fleet`` runs it: threaded, one
+``ThreadedDriver`` per cluster) over ``sim.scenario.fleet.FleetWorld``: the management cluster
+and every workload cluster are in-memory API servers in this process; what is emulated is
+Cluster API (Machines and Nodes from MachineDeployments, ``provision_delay`` 2 s, ``boot_delay``
+1 s), the ReplicaSets making pods and the scheduler binding them, each cluster's emulation
+running in its member's driver. The clusters are alike: a catalog of 8-CPU MachineDeployments
+and one Deployment whose pods fill ``--nodes`` nodes, scaled up in ``--waves`` waves.
+
+- Decision latency: per cluster and wave, from the wave's first pod created to the first
+  NodeClaim created after it (wall clock; the batcher's idle time included, as a user sees it).
+  A wave reaches the clusters one after another over ``--spread`` seconds (tenants deploy
+  independently; 0 makes every cluster burst at the same instant).
+- Memory: the process's RSS (``VmRSS``) with the fleet running and every pod bound, against
+  the same world before the fleet started (servers and catalogs loaded, no pods): the
+  difference is the controller and the pods, nodes and NodeClaims the run made in the
+  in-memory servers (an upper bound on the controller's own).
+- Storm: the same fleet again, one more cluster whose every controller request gets 429 with
+  ``Retry-After: 1``.
+- Replicas (needs ``core.fleet.sharding``): 3 fleets with shards on, one killed (every request
+  of it fails from then on) after the first wave; the time until its clusters are all served by
+  the others, then the next waves; double launches: NodeClaims beyond the lone run's count.
+
+Figures, not assertions. ``--json`` prints them as JSON.
+
+    .venv/bin/python benchmarks/fleet.py [--clusters 20] [--nodes 20] [--pods 200]
+        [--waves 2] [--spread 10] [--phases lone,fleet,storm,replicas] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import json
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from karpenter_capi.core.clock import SystemClock
+from karpenter_capi.core.fleet import Fleet, FleetOptions
+from karpenter_capi.core.kube.resources import DEPLOYMENTS, NODECLAIMS, PODS, Resource
+from karpenter_capi.core.operator import OperatorOptions
+from karpenter_capi.sim.apiserver import InMemoryAPIServer
+from karpenter_capi.sim.apiserver.faulty_client import throttled
+from karpenter_capi.sim.footprint import process_memory
+from karpenter_capi.sim.scenario.fleet import FleetWorld
+from karpenter_capi.sim.scenario.observer import percentile
+from karpenter_capi.sim.scenario.schema import Scenario, parse_scenario
+
+NODE_CPU = 8
+EMULATION = {"provision_delay": 2.0, "boot_delay": 1.0, "delete_delay": 1.0}
+
+
+class _TimedServer(InMemoryAPIServer):
+    """Remembers when each pod and NodeClaim was created (wall clock, monotonic)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pods: list[float] = []
+        self.claims: list[float] = []
+
+    def create(self, resource: Resource, obj: Any, namespace: str | None = None, **kw: Any) -> Any:
+        created = super().create(resource, obj, namespace, **kw)
+        if resource.plural == PODS.plural and resource.group == PODS.group:
+            self.pods.append(time.monotonic())
+        elif resource.plural == NODECLAIMS.plural and resource.group == NODECLAIMS.group:
+            self.claims.append(time.monotonic())
+        return created
+
+
+def _scenario(args: argparse.Namespace, clusters: int) -> Scenario:
+    per_node = max(1, args.pods // args.nodes)
+    cpu = int(NODE_CPU * 1000 * 0.95 / per_node)
+    return parse_scenario(
+        {
+            "name": "fleet-benchmark",
+            "description": "alike workload clusters, one Deployment each",
+            "infrastructure": {
+                "catalog": {
+                    "cpus": [NODE_CPU],
+                    "families": {"c": 2},
+                    "zones": ["zone-a"],
+                    "maxSize": args.nodes * 2 + 10,
+                }
+            },
+            "fleet": {
+                "groups": [
+                    {
+                        "name": "c",
+                        "count": clusters,
+                        "workloads": [
+                            {"name": "app", "replicas": 0, "cpu": f"{cpu}m", "memory": "256Mi"}
+                        ],
+                    }
+                ]
+            },
+        }
+    )
+
+
+def _world(args: argparse.Namespace, clusters: int) -> FleetWorld:
+    world = FleetWorld(
+        _scenario(args, clusters),
+        clock=SystemClock(),
+        server_class=_TimedServer,
+        operator_options=OperatorOptions(
+            leader_elect=False, metrics_port=None, workers=args.workers
+        ),
+    )
+    world.emulation = dict(EMULATION)
+    return world
+
+
+def _servers(world: FleetWorld) -> dict[str, _TimedServer]:
+    out: dict[str, _TimedServer] = {}
+    for cluster in world.clusters.values():
+        assert isinstance(cluster.server, _TimedServer)
+        out[cluster.name] = cluster.server
+    return out
+
+
+def _pending(server: InMemoryAPIServer) -> int:
+    return len(server.list(PODS, field_selector="spec.nodeName=").items)
+
+
+def _wait(done: Callable[[], bool], timeout: float, poll: float = 0.5) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if done():
+            return True
+        time.sleep(poll)
+    return done()
+
+
+def _waves(
+    world: FleetWorld,
+    args: argparse.Namespace,
+    clusters: list[str],
+    timeout: float,
+    waves: range | None = None,
+) -> dict[str, Any]:
+    """Scale every cluster's Deployment up in ``args.waves`` steps (``waves``: only those);
+    each wave's decision latency per cluster."""
+    servers = _servers(world)
+    latencies: dict[str, list[float]] = {name: [] for name in clusters}
+    unsettled = 0
+    for wave in waves or range(1, args.waves + 1):
+        replicas = args.pods * wave // args.waves
+        marks = {name: (len(servers[name].pods), len(servers[name].claims)) for name in clusters}
+        # The clusters' waves arrive spread over ``--spread`` seconds, as a fleet's tenants
+        # deploy independently (0: all at the same instant).
+        began = time.monotonic()
+        for index, name in enumerate(clusters):
+            delay = began + args.spread * index / len(clusters) - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            server = servers[name]
+            if wave == 1:
+                server.apply_manifests([_deployment(world, name, replicas)])
+            else:
+                server.patch(DEPLOYMENTS, "app", {"spec": {"replicas": replicas}}, "default")
+
+        def settled_at(count: int = replicas) -> bool:
+            return all(
+                len(servers[n].pods) >= count and _pending(servers[n]) == 0 for n in clusters
+            )
+
+        settled = _wait(settled_at, timeout)
+        unsettled += 0 if settled else 1
+        for name in clusters:
+            pods_mark, claims_mark = marks[name]
+            server = servers[name]
+            if len(server.pods) > pods_mark and len(server.claims) > claims_mark:
+                latencies[name].append(server.claims[claims_mark] - server.pods[pods_mark])
+    values = [v for name in clusters for v in latencies[name]]
+    return {
+        "samples": len(values),
+        "p50_ms": round(percentile(values, 0.5) * 1000, 1) if values else None,
+        "p99_ms": round(percentile(values, 0.99) * 1000, 1) if values else None,
+        "max_ms": round(max(values) * 1000, 1) if values else None,
+        "waves_not_settled": unsettled,
+    }
+
+
+def _deployment(world: FleetWorld, name: str, replicas: int) -> dict[str, Any]:
+    from karpenter_capi.sim.scenario.runner import deployment
+
+    cluster = world.cluster(name)
+    [workload] = cluster.group.workloads
+    return deployment(workload, replicas)
+
+
+def _rss_mib() -> float:
+    gc.collect()
+    return round(process_memory()["rss_bytes"] / 2**20, 1)
+
+
+def _serve(fleet: Fleet) -> tuple[threading.Event, threading.Thread]:
+    stop = threading.Event()
+    thread = threading.Thread(target=fleet.run, args=(stop,), name="fleet", daemon=True)
+    thread.start()
+    return stop, thread
+
+
+def _stop(stop: threading.Event, thread: threading.Thread) -> None:
+    stop.set()
+    thread.join(60)
+
+
+def _run_phase(args: argparse.Namespace, clusters: int, storm: bool = False) -> dict[str, Any]:
+    world = _world(args, clusters + (1 if storm else 0))
+    names = [c.name for c in world.clusters.values()]
+    before = _rss_mib()
+    stop, thread = _serve(world.fleet)
+    started = time.monotonic()
+    served = _wait(lambda: len(world.fleet.members) == len(world.clusters), 120, 0.1)
+    serve_seconds = round(time.monotonic() - started, 2)
+    if storm:
+        # A served cluster starts storming: every request of its controllers gets a 429.
+        world.cluster(names[-1]).storm = lambda: throttled(1)
+        names = names[:-1]
+    figures = _waves(world, args, names, args.timeout)
+    after = _rss_mib()
+    threads = threading.active_count()
+    claims = sum(len(s.list(NODECLAIMS).items) for s in _servers(world).values())
+    _stop(stop, thread)
+    return {
+        "clusters": len(names),
+        "storming": 1 if storm else 0,
+        "all_served": served,
+        "serve_all_seconds": serve_seconds,
+        "latency": figures,
+        "rss_before_mib": before,
+        "rss_mib": after,
+        "rss_added_mib": round(after - before, 1),
+        "rss_added_per_cluster_mib": round((after - before) / len(world.clusters), 2),
+        "threads": threads,
+        "nodeclaims": claims,
+    }
+
+
+def _run_replicas(args: argparse.Namespace, clusters: int, lone_claims: int) -> dict[str, Any]:
+    if importlib.util.find_spec("karpenter_capi.core.fleet.sharding") is None:
+        return {"skipped": "core.fleet.sharding is not in this tree (branch h-shard)"}
+    world = _world(args, clusters)
+    names = [c.name for c in world.clusters.values()]
+    killed = threading.Event()
+    options: dict[str, Any] = {
+        "shards": True,
+        "lease_namespace": "kube-system",
+        "lease_duration": args.lease_duration,
+        "renew_deadline": args.lease_duration * 2 / 3,
+        "retry_period": 2.0,
+    }
+    fleets = [world.fleet] + [
+        world.new_fleet(
+            FleetOptions(identity=f"replica-{i}", **options),
+            dead=killed.is_set if i == 0 else None,
+        )
+        for i in range(3)
+    ]
+    fleets = fleets[1:]  # world.fleet (unsharded) is not started
+    running = [_serve(fleet) for fleet in fleets]
+
+    def served_by(alive: list[Fleet]) -> set[str]:
+        return {key for fleet in alive for key in fleet.members}
+
+    keys = {c.key for c in world.clusters.values()}
+
+    def balanced() -> bool:
+        counts = [len(f.members) for f in fleets]
+        return served_by(fleets) >= keys and max(counts) - min(counts) <= 1
+
+    _wait(balanced, 120, 0.1)
+    balance = [len(f.members) for f in fleets]
+    first = _waves(world, args, names, args.timeout, range(1, 2))
+    victim = set(fleets[0].members)
+    killed.set()
+    killed_at = time.monotonic()
+    taken = _wait(lambda: victim <= served_by(fleets[1:]), args.lease_duration * 4, 0.1)
+    takeover = round(time.monotonic() - killed_at, 2)
+    later = _waves(world, args, names, args.timeout, range(2, args.waves + 1))
+    servers = _servers(world)
+    pending = sum(_pending(servers[n]) for n in names)
+    claims = {n: len(servers[n].list(NODECLAIMS).items) for n in names}
+    extra = sum(max(0, count - lone_claims) for count in claims.values())
+    for stop, thread in running:
+        _stop(stop, thread)
+    return {
+        "clusters": len(names),
+        "replicas": 3,
+        "balance": balance,
+        "killed_served": len(victim),
+        "taken_over": taken,
+        "takeover_seconds": takeover,
+        "lease_duration": args.lease_duration,
+        "first_wave": first,
+        "after_kill": later,
+        "pods_pending": pending,
+        "nodeclaims_beyond_lone": extra,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--clusters", type=int, default=20)
+    parser.add_argument("--nodes", type=int, default=20, help="nodes per cluster at the end")
+    parser.add_argument("--pods", type=int, default=200, help="pods per cluster at the end")
+    parser.add_argument("--waves", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=2, help="reconcile workers per cluster")
+    parser.add_argument(
+        "--spread", type=float, default=10.0, help="seconds over which a wave reaches the clusters"
+    )
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds a wave may take")
+    parser.add_argument("--lease-duration", type=float, default=15.0)
+    parser.add_argument("--phases", default="lone,fleet,storm,replicas")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR)
+    phases = set(args.phases.split(","))
+    result: dict[str, Any] = {
+        "clusters": args.clusters,
+        "nodes": args.nodes,
+        "pods": args.pods,
+        "waves": args.waves,
+        "spread_seconds": args.spread,
+        "workers": args.workers,
+        "emulation": EMULATION,
+    }
+    lone_args = argparse.Namespace(**{**vars(args), "waves": max(args.waves, 4)})
+    if "lone" in phases:
+        result["lone"] = _run_phase(lone_args, 1)
+        print(f"lone: {result['lone']}", file=sys.stderr)
+    if "fleet" in phases:
+        result["fleet"] = _run_phase(args, args.clusters)
+        print(f"fleet: {result['fleet']}", file=sys.stderr)
+    if "storm" in phases:
+        result["storm"] = _run_phase(args, args.clusters, storm=True)
+        print(f"storm: {result['storm']}", file=sys.stderr)
+    if "replicas" in phases:
+        lone_claims = result.get("lone", {}).get("nodeclaims", args.nodes)
+        result["replicas"] = _run_replicas(args, args.clusters, lone_claims)
+        print(f"replicas: {result['replicas']}", file=sys.stderr)
+    _ratios(result)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        _print(result)
+    return 0
+
+
+def _ratios(result: dict[str, Any]) -> None:
+    lone = (result.get("lone") or {}).get("latency", {}).get("p99_ms")
+    fleet = (result.get("fleet") or {}).get("latency", {}).get("p99_ms")
+    storm = (result.get("storm") or {}).get("latency", {}).get("p99_ms")
+    if lone and fleet:
+        result["fleet_p99_over_lone"] = round(fleet / lone, 2)
+    if fleet and storm:
+        result["storm_p99_change"] = round(storm / fleet - 1, 3)
+
+
+def _print(result: dict[str, Any]) -> None:
+    print(
+        f"fleet benchmark: {result['clusters']} clusters x {result['nodes']} nodes x "
+        f"{result['pods']} pods, {result['waves']} waves"
+    )
+    for phase in ("lone", "fleet", "storm"):
+        figures = result.get(phase)
+        if not figures:
+            continue
+        latency = figures["latency"]
+        print(
+            f"  {phase:<6} clusters {figures['clusters']:>4}  decision p50 "
+            f"{latency['p50_ms']} ms p99 {latency['p99_ms']} ms max {latency['max_ms']} ms "
+            f"({latency['samples']} samples)  RSS {figures['rss_mib']} MiB "
+            f"(+{figures['rss_added_mib']}, {figures['rss_added_per_cluster_mib']} per cluster)"
+            f"  threads {figures['threads']}"
+        )
+    if "fleet_p99_over_lone" in result:
+        print(f"  fleet p99 / lone p99: {result['fleet_p99_over_lone']} (target <= 2)")
+    if "storm_p99_change" in result:
+        print(f"  others' p99 change under a 429 storm: {result['storm_p99_change']:+.1%}")
+    replicas = result.get("replicas")
+    if replicas:
+        print(f"  replicas: {json.dumps(replicas)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
