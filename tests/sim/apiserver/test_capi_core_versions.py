@@ -106,7 +106,11 @@ def test_a_deployment_written_at_v1beta1_reads_in_v1beta2_layout(capi: InMemoryA
     assert spec["replicas"] == 2
     assert spec["clusterName"] == "demo"
     assert md["metadata"]["annotations"] == {"capacity.cluster-autoscaler.kubernetes.io/cpu": "4"}
-    assert spec["template"]["metadata"]["labels"] == {"pool": "workers"}
+    # (plus the cluster-name label CAPI's defaulting webhook adds)
+    assert spec["template"]["metadata"]["labels"] == {
+        "pool": "workers",
+        "cluster.x-k8s.io/cluster-name": "demo",
+    }
 
 
 def test_a_deployment_written_at_v1beta2_reads_back_at_v1beta1(capi: InMemoryAPIServer) -> None:
