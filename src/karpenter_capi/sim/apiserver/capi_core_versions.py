@@ -175,7 +175,9 @@ def _unmarshal_data(obj: JsonObject) -> JsonObject | None:
     """``UnmarshalData``: the object the annotation holds (None: no annotation), which is
     taken off ``obj``."""
     meta = obj.get("metadata")
-    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    if not isinstance(meta, dict):
+        return None
+    annotations = meta.get("annotations")
     if not isinstance(annotations, dict) or DATA_ANNOTATION not in annotations:
         return None
     data = annotations.pop(DATA_ANNOTATION)
