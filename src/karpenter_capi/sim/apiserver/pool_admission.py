@@ -1,11 +1,13 @@
-"""The validating webhooks a real management cluster runs on the scalable resources the plugins
+"""The admission webhooks a real management cluster runs on the scalable resources the plugins
 write: Cluster API's for ``MachinePool``, ``MachineDeployment`` and ``MachineSet`` and CAPZ's
 for ``AzureMachinePool``.
 
 Both are ``failurePolicy: Fail`` webhooks, so a pool written in an order or a shape they refuse
 is refused every time, whatever the simulator's controllers would have done with it. Run here
-in process, after schema validation (kube calls validating webhooks last), with upstream's
-messages:
+in process, with upstream's messages: defaulting in ``admit`` (after the CRD's schema has
+pruned, defaulted and converted the object to v1beta2, where kube runs mutating webhooks just
+before schema validation: no rule here depends on the difference), validation just before the
+object is stored (kube calls validating webhooks last):
 
 - cluster-api core/webhooks/admission/machinedeployment.go, machineset.go and machinepool.go:
   the ``Default`` and ``validate`` of each (``capi_admission``). Webhooks are registered for
@@ -75,8 +77,8 @@ def denied(
 
 
 class PoolAdmission(WriteHook):
-    """CAPI's MachinePool, MachineDeployment and MachineSet and CAPZ's AzureMachinePool
-    validating webhooks."""
+    """CAPI's MachinePool, MachineDeployment and MachineSet defaulting and validating webhooks
+    and CAPZ's AzureMachinePool validating webhook."""
 
     def admit(
         self, definition: ResourceDefinition, obj: JsonObject, old: Previous, warnings: Warnings
