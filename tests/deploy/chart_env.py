@@ -80,6 +80,17 @@ VALUES_COMBINATIONS: dict[str, dict[str, Any]] = {
         "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}, "interval": "30s"}
     },
     "crds-template": {"crds": {"template": True}},
+    "fleet": {
+        "fleet": {
+            "enabled": True,
+            "clusterSelector": "karpenter.cluster.x-k8s.io/fleet=on",
+            "namespaces": ["default", "kube-public"],
+        },
+        "replicas": 3,
+    },
+    "workload-rbac": {
+        "workloadRBAC": {"only": True, "subjects": [{"kind": "User", "name": "karpenter-capi"}]}
+    },
     "extra-env-and-tuning": {
         "extraEnv": [
             {"name": "HTTPS_PROXY", "value": "http://proxy.internal:3128"},

@@ -132,6 +132,9 @@ class Explanation:
     """NodeClaims the model refuses, with their ``Ready`` condition's words."""
     packing: PackingSummary | None = None
     """What the round's re-packing stage made of greedy's plan, when it ran."""
+    nodeclass_problems: dict[str, list[str]] = field(default_factory=dict)
+    """ClusterAPINodeClass name to what its Ready condition says is wrong (resources left
+    out, or why it is not ready), computed afresh."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -139,6 +142,7 @@ class Explanation:
                 "pods": [p.as_dict() for p in self.pods],
                 "nodepoolErrors": self.nodepool_errors,
                 "nodepoolWarnings": self.nodepool_warnings,
+                "nodeclassProblems": self.nodeclass_problems,
                 "packing": self.packing.as_dict() if self.packing else None,
             },
             "static": [s.as_dict() for s in self.static],
@@ -157,6 +161,9 @@ class Explanation:
         for pool, warnings in sorted(self.nodepool_warnings.items()):
             for warning in warnings:
                 out.write(f"  NodePool {pool}: {warning}\n")
+        for nodeclass, problems in sorted(self.nodeclass_problems.items()):
+            for problem in problems:
+                out.write(f"  ClusterAPINodeClass {nodeclass}: {problem}\n")
         if self.packing is not None:
             out.write(f"  Re-packing: {self.packing.reason}\n")
         for pod in self.pods:
@@ -244,6 +251,7 @@ def explain(
     pools = {i.nodepool: i.model for i in usable if i.model is not None}
     return Explanation(
         nodepool_warnings=_nodepool_warnings(usable),
+        nodeclass_problems=_nodeclass_problems(workload, plugins),
         unclaimed_nodes=_unclaimed_nodes(snapshot),
         invalid_nodeclaims=_invalid_nodeclaims(snapshot),
         pods=[pods[k] for k in sorted(pods)],
@@ -279,6 +287,31 @@ def _nodepool_warnings(inventories: list[Any]) -> dict[str, list[str]]:
         ]
         if any(warnings):
             found[inventory.nodepool] = [w for w in warnings if w]
+    return found
+
+
+def _nodeclass_problems(workload: KubeClient, plugins: Plugins) -> dict[str, list[str]]:
+    """What ``generic_capi`` would write on each ClusterAPINodeClass's Ready condition, when
+    something is wrong: a resource left out (a topology-managed ``replicas``, a paused or
+    shapeless MachineDeployment) does not stop the NodePool, so only the NodeClass says it."""
+    from karpenter_capi.core.kube.errors import NotFound
+    from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES
+    from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
+
+    if "generic_capi" not in plugins.names:
+        return {}
+    plugin = plugins.plugin("generic_capi")
+    if not isinstance(plugin, GenericCapiPlugin):
+        return {}
+    try:
+        nodeclasses = workload.list(CLUSTER_API_NODE_CLASSES).items
+    except NotFound:
+        return {}
+    found: dict[str, list[str]] = {}
+    for nodeclass in nodeclasses:
+        problems = plugin.explain_nodeclass(nodeclass)
+        if problems:
+            found[str(nodeclass["metadata"]["name"])] = problems
     return found
 
 

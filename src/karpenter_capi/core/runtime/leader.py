@@ -39,12 +39,19 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from karpenter_capi.core.clock import Clock, format_micro_time
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.errors import ApiError, NotFound
+from karpenter_capi.core.kube.leases import (
+    LeaderElectionRecord,
+    claim,
+    lease_seconds,
+    new_lease,
+    released,
+    with_record,
+)
 from karpenter_capi.core.kube.resources import LEASES
 
 log = logging.getLogger(__name__)
@@ -52,10 +59,6 @@ log = logging.getLogger(__name__)
 JITTER_FACTOR: Final = 1.2
 """client-go's: a candidate polls every ``retry_period * (1 + rand() * 1.2)``, so that many
 candidates do not hit the API server in lockstep."""
-
-RELEASED_LEASE_SECONDS: Final = 1
-"""What a released Lease advertises, as client-go writes it, so that clients which only look at
-the duration (not at the empty holder) also take over quickly."""
 
 
 def make_identity(hostname: str | None = None) -> str:
@@ -65,57 +68,6 @@ def make_identity(hostname: str | None = None) -> str:
     hostname) a new candidate, so it never mistakes its predecessor's Lease for its own.
     """
     return f"{hostname or socket.gethostname()}_{uuid.uuid4()}"
-
-
-@dataclass(frozen=True, slots=True)
-class LeaderElectionRecord:
-    """The Lease spec fields leader election reads and writes.
-
-    Times are kept as the strings found on the wire: they are only compared for change, never
-    interpreted (another replica's clock may be skewed).
-    """
-
-    holder_identity: str = ""
-    lease_duration_seconds: int | None = None
-    acquire_time: str | None = None
-    renew_time: str | None = None
-    lease_transitions: int = 0
-
-    @classmethod
-    def from_lease(cls, lease: JsonObject) -> LeaderElectionRecord:
-        """Read a Lease's spec; a mistyped field counts as absent (bad input never crashes)."""
-        spec = lease.get("spec")
-        if not isinstance(spec, dict):
-            spec = {}
-        return cls(
-            holder_identity=_str(spec.get("holderIdentity")) or "",
-            lease_duration_seconds=_int(spec.get("leaseDurationSeconds")),
-            acquire_time=_str(spec.get("acquireTime")),
-            renew_time=_str(spec.get("renewTime")),
-            lease_transitions=_int(spec.get("leaseTransitions")) or 0,
-        )
-
-    def to_spec(self) -> JsonObject:
-        spec: JsonObject = {
-            "holderIdentity": self.holder_identity,
-            "leaseTransitions": self.lease_transitions,
-        }
-        if self.lease_duration_seconds is not None:
-            spec["leaseDurationSeconds"] = self.lease_duration_seconds
-        if self.acquire_time is not None:
-            spec["acquireTime"] = self.acquire_time
-        if self.renew_time is not None:
-            spec["renewTime"] = self.renew_time
-        return spec
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _int(value: Any) -> int | None:
-    # bool is an int in Python but never a valid count on the wire.
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 Callback = Callable[[], None]
@@ -171,9 +123,7 @@ class LeaderElector:
         self._on_started = on_started_leading
         self._on_stopped = on_stopped_leading
         self._rand = rand
-        # The Lease holds whole seconds; rounding up means others wait at least as long as we
-        # were configured for, never less.
-        self._lease_seconds = max(1, math.ceil(lease_duration))
+        self._lease_seconds = lease_seconds(lease_duration)
         self._lock = threading.Lock()
         self._leading = False
         self._stopped = False
@@ -350,12 +300,6 @@ class LeaderElector:
         """client-go's ``tryAcquireOrRenew``: True if we hold the Lease after this call."""
         sent_at = self._clock.monotonic()
         stamp = format_micro_time(self._clock.now())
-        desired = LeaderElectionRecord(
-            holder_identity=self.identity,
-            lease_duration_seconds=self._lease_seconds,
-            acquire_time=stamp,
-            renew_time=stamp,
-        )
         observed = self._observed
 
         # Fast path: the leader writes over the Lease it last wrote, without reading first.
@@ -365,7 +309,7 @@ class LeaderElector:
             and observed is not None
             and sent_at < self._observed_expiry()
         ):
-            renewal = _renewal(desired, observed)
+            renewal = claim(self.identity, self._lease_seconds, stamp, observed)
             try:
                 lease = self._update(self._lease, renewal)
             except ApiError as err:
@@ -377,7 +321,7 @@ class LeaderElector:
         try:
             lease = self._client.get(LEASES, self.name, self.namespace)
         except NotFound:
-            return self._create(desired, sent_at)
+            return self._create(claim(self.identity, self._lease_seconds, stamp, None), sent_at)
         except ApiError as err:
             # Every retry period meets the same outage again: once per change at WARNING.
             level = logging.DEBUG if repr(err) == self._read_error else logging.WARNING
@@ -392,10 +336,7 @@ class LeaderElector:
         if holder and holder != self.identity and self._clock.monotonic() < self._observed_expiry():
             return False
 
-        if holder == self.identity:
-            record = _renewal(desired, current)
-        else:
-            record = _with_transitions(desired, current.lease_transitions + 1)
+        record = claim(self.identity, self._lease_seconds, stamp, current)
         try:
             written = self._update(lease, record)
         except ApiError as err:
@@ -406,12 +347,7 @@ class LeaderElector:
         return True
 
     def _create(self, record: LeaderElectionRecord, sent_at: float) -> bool:
-        lease: JsonObject = {
-            "apiVersion": LEASES.api_version,
-            "kind": LEASES.kind,
-            "metadata": {"name": self.name, "namespace": self.namespace},
-            "spec": record.to_spec(),
-        }
+        lease = new_lease(self.name, self.namespace, record)
         try:
             created = self._client.create(LEASES, lease, self.namespace)
         except ApiError as err:
@@ -423,11 +359,7 @@ class LeaderElector:
 
     def _update(self, lease: JsonObject, record: LeaderElectionRecord) -> JsonObject:
         """PUT ``record`` into ``lease``, conditional on the resourceVersion it was read at."""
-        body = dict(lease)
-        spec = lease.get("spec")
-        # Keep fields this module does not own (strategy, preferredHolder).
-        body["spec"] = {**(spec if isinstance(spec, dict) else {}), **record.to_spec()}
-        return self._client.update(LEASES, body)
+        return self._client.update(LEASES, with_record(lease, record))
 
     def _release(self) -> bool:
         """Hand the Lease back if the last record we saw names us (client-go's ``release``)."""
@@ -435,41 +367,14 @@ class LeaderElector:
         if lease is None or observed is None or observed.holder_identity != self.identity:
             return True
         stamp = format_micro_time(self._clock.now())
-        record = LeaderElectionRecord(
-            holder_identity="",
-            lease_duration_seconds=RELEASED_LEASE_SECONDS,
-            acquire_time=stamp,
-            renew_time=stamp,
-            lease_transitions=observed.lease_transitions,
-        )
+        record = released(observed, stamp)
         try:
-            released = self._update(lease, record)
+            written = self._update(lease, record)
         except ApiError as err:
             # The Lease then simply expires; a 409 means someone else already took it.
             log.warning("cannot release lease %s: %r", self.describe(), err)
             return False
-        self._lease = released
+        self._lease = written
         self._observe(record)
         log.info("%s released lease %s", self.identity, self.describe())
         return True
-
-
-def _renewal(desired: LeaderElectionRecord, held: LeaderElectionRecord) -> LeaderElectionRecord:
-    """``desired`` as a renewal of ``held``: the original acquireTime and transition count."""
-    return LeaderElectionRecord(
-        holder_identity=desired.holder_identity,
-        lease_duration_seconds=desired.lease_duration_seconds,
-        acquire_time=held.acquire_time or desired.acquire_time,
-        renew_time=desired.renew_time,
-        lease_transitions=held.lease_transitions,
-    )
-
-
-def _with_transitions(record: LeaderElectionRecord, transitions: int) -> LeaderElectionRecord:
-    return LeaderElectionRecord(
-        holder_identity=record.holder_identity,
-        lease_duration_seconds=record.lease_duration_seconds,
-        acquire_time=record.acquire_time,
-        renew_time=record.renew_time,
-        lease_transitions=transitions,
-    )

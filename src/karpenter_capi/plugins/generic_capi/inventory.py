@@ -89,6 +89,7 @@ from karpenter_capi.plugins.generic_capi.sources import (
     UnavailableOfferings,
     read_kubelet_settings,
 )
+from karpenter_capi.plugins.generic_capi.topology import leave_out_topology_managed
 
 __all__ = [
     "INFORMATIONAL_REASONS",
@@ -400,6 +401,7 @@ def collect_inventory(
     except (SettingsError, SelectorError) as exc:
         where = "spec.scalableResourceSelector: " if isinstance(exc, SelectorError) else ""
         return Inventory(error=f"{where}{exc}")
+    leave_out_topology_managed(selection)
     return build_inventory(
         selection.selected,
         templates=templates or TemplateReader.shared(ctx),

@@ -284,6 +284,13 @@ def _announce(
                 item.reason,
                 f"left out of {CLUSTER_API_NODE_CLASSES.kind} {name}: {item.message}",
             )
+            for elsewhere in item.also:
+                on_resource.record(
+                    elsewhere,
+                    WARNING,
+                    item.reason,
+                    f"left out of {CLUSTER_API_NODE_CLASSES.kind} {name}: {item}",
+                )
     changed_verdict = previous is None or (previous.get("status"), previous.get("reason")) != (
         status,
         reason,

@@ -78,6 +78,7 @@ from karpenter_capi.plugins.generic_capi.mirror import ClusterMirrors
 from karpenter_capi.plugins.generic_capi.nodeclass_status import (
     ManagementClusterError,
     management_cluster_error,
+    ready_condition,
     update_nodeclass_status,
 )
 from karpenter_capi.plugins.generic_capi.planning import LaunchSettings, seconds_option
@@ -266,6 +267,23 @@ class GenericCapiPlugin:
             )
             raise NodeClassNotReadyError(name, f"no usable capacity: {detail}")
         return inventory.instance_types
+
+    def explain_nodeclass(self, nodeclass: Mapping[str, Any]) -> list[str]:
+        """What this NodeClass's Ready condition would say against it, read afresh, for
+        ``karpenter-capi explain``: each resource left out and why, or the verdict itself
+        when it is not ready for another reason. Empty for another plugin's NodeClass or when
+        nothing is wrong. Writes nothing."""
+        if not _ours(nodeclass):
+            return []
+        try:
+            inventory = collect_inventory(self._ctx, nodeclass, self._state().capi)
+        except ApiError as exc:
+            inventory = management_cluster_error(exc)
+        status, reason, message = ready_condition(inventory)
+        left_out = [f"left out {problem}" for problem in inventory.problems]
+        if status == "False" and not left_out:
+            return [f"not ready ({reason}): {message}"]
+        return left_out
 
     @hookimpl
     def karpenter_capi_create(

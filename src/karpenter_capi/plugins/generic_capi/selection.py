@@ -87,6 +87,9 @@ class ResourceProblem:
     """The resource's uid and apiVersion when known: its own Events need them (``kubectl
     describe`` matches Events by uid)."""
     api_version: str = field(default="", compare=False)
+    also: tuple[Mapping[str, Any], ...] = field(default=(), compare=False)
+    """Other objects the problem's Warning Event also goes on (``involvedObject`` shapes):
+    where the setting to fix lives, such as a topology Cluster."""
 
     @property
     def key(self) -> str:
@@ -106,12 +109,20 @@ class ResourceProblem:
         return f"{self.kind} {self.namespace}/{self.name}: {self.message}"
 
 
+ClusterKey = tuple[str, str]
+"""A Cluster's ``(namespace, name)``."""
+
+
 @dataclass
 class Selection:
-    """The usable candidates a selector found, and the selected resources left out."""
+    """The usable candidates a selector found, and the selected resources left out.
+
+    ``clusters`` are the Cluster objects read to judge them (empty when none was needed or
+    they could not be listed), for further checks without another list request."""
 
     selected: list[tuple[Resource, dict[str, Any]]] = field(default_factory=list)
     problems: list[ResourceProblem] = field(default_factory=list)
+    clusters: dict[ClusterKey, dict[str, Any]] = field(default_factory=dict)
 
 
 def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -255,9 +266,10 @@ def _leave_out_clusterless(client: KubeClient, capi: CapiResources, selection: S
     if not clusters:
         return
     known = {
-        (str(_metadata(c).get("namespace") or ""), str(_metadata(c).get("name") or ""))
+        (str(_metadata(c).get("namespace") or ""), str(_metadata(c).get("name") or "")): c
         for c in clusters
     }
+    selection.clusters = known
     kept = []
     for resource, obj in selection.selected:
         namespace = str(_metadata(obj).get("namespace") or "")

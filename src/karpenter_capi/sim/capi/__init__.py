@@ -1,8 +1,8 @@
 """Cluster API emulated over the in-memory API: the simulator's CAPI controllers.
 
-``add_capi_emulation(manager, ...)`` adds MachineDeployment, MachineSet, Machine and MachinePool
-controllers (and, with ``nodes=True``, a minimal kubelet stand-in) to a ``Manager``; run it with
-the stepped driver and a ``FakeClock``. See docs/capi-emulation.md.
+``add_capi_emulation(manager, ...)`` adds the Cluster topology, MachineDeployment, MachineSet,
+Machine and MachinePool controllers (and, with ``nodes=True``, a minimal kubelet stand-in) to a
+``Manager``; run it with the stepped driver and a ``FakeClock``. See docs/capi-emulation.md.
 """
 
 from karpenter_capi.sim.capi.emulation import add_capi_emulation, capi_controllers
@@ -29,6 +29,7 @@ from karpenter_capi.sim.capi.settings import (
     PROVIDER_ID_SCHEME,
     EmulationSettings,
 )
+from karpenter_capi.sim.capi.topology import TopologyController
 
 __all__ = [
     "ANNOTATION_BOOT_DELAY",
@@ -49,6 +50,7 @@ __all__ = [
     "MachinePoolNodeCreator",
     "MachineSetController",
     "NodeReadiness",
+    "TopologyController",
     "add_capi_emulation",
     "build_node",
     "capi_controllers",

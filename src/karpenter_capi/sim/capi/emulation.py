@@ -27,6 +27,7 @@ from karpenter_capi.sim.capi.machineset import MachineSetController
 from karpenter_capi.sim.capi.nodes import MachineNodeCreator, MachinePoolNodeCreator, NodeReadiness
 from karpenter_capi.sim.capi.objects import capi_resources
 from karpenter_capi.sim.capi.settings import EmulationSettings
+from karpenter_capi.sim.capi.topology import TopologyController
 
 
 def capi_controllers(
@@ -39,14 +40,18 @@ def capi_controllers(
     """The emulation's controllers, in run order, for a caller that adds them itself.
 
     ``management`` is where the Cluster API objects live, ``workload`` where the Nodes do (the
-    same client for a single cluster). With ``settings.nodes`` the kubelet stand-in
-    (``nodes.py``) is included; with ``settings.kubeadm_bootstrap`` the bootstrap step
-    (``bootstrap.py``), with ``settings.aws_ec2`` stock CAPA (``capa.py``).
+    same client for a single cluster). The topology controller (``topology.py``) always
+    runs, as in Cluster API; it only acts on Clusters with ``spec.topology``. With
+    ``settings.nodes`` the kubelet stand-in (``nodes.py``) is included; with
+    ``settings.kubeadm_bootstrap`` the bootstrap step (``bootstrap.py``), with
+    ``settings.aws_ec2`` stock CAPA (``capa.py``).
     """
     settings = settings or EmulationSettings()
     # One seeded generator per controller: names do not depend on which controller ran first.
     seed = settings.seed
     controllers: list[Controller] = [
+        # First: a ClusterClass Cluster's replicas win before the deployment acts on another.
+        TopologyController(management, caches, clock, settings),
         MachineDeploymentController(management, caches, clock, settings),
         MachineSetController(management, caches, clock, settings, rand=random.Random(seed)),
         MachineController(management, workload, caches, clock, settings),
