@@ -6,6 +6,7 @@ server's message."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -162,3 +163,28 @@ def test_a_host_affinity_outside_the_enum_is_refused(capi: InMemoryAPIServer) ->
         capi.create(AWS_MACHINES, machine(hostAffinity="sticky"), "default")
     message = 'spec.hostAffinity: Unsupported value: "sticky": supported values: "default", "host"'
     assert message in str(refused.value)
+
+
+def test_machines_stored_before_a_crd_gained_its_defaults_read_with_them(
+    capi: InMemoryAPIServer,
+) -> None:
+    """kube defaults what it reads from etcd: after upgrading CAPA to a CRD that defaults
+    ``hostAffinity`` (v2.10), an AWSMachine stored before reads with it, on get, list and
+    watch, though nothing rewrote it."""
+    crd = capi.get(CRDS, f"awsmachines.{INFRA}")
+    current = copy.deepcopy(crd["spec"])
+    v1beta2 = next(v for v in crd["spec"]["versions"] if v["name"] == "v1beta2")
+    properties = v1beta2["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    del properties["hostAffinity"]["default"]
+    capi.update(CRDS, crd)  # an older CAPA
+    capi.create(AWS_MACHINES, machine(), "default")
+    assert "hostAffinity" not in capi.get(AWS_MACHINES, "m", "default")["spec"]
+
+    upgraded = capi.get(CRDS, f"awsmachines.{INFRA}")
+    upgraded["spec"] = current
+    capi.update(CRDS, upgraded)
+    assert capi.get(AWS_MACHINES, "m", "default")["spec"]["hostAffinity"] == "default"
+    [listed] = capi.list(AWS_MACHINES, "default").items
+    assert listed["spec"]["hostAffinity"] == "default"
+    [event] = list(capi.watch(AWS_MACHINES, "default", resource_version="0", timeout_seconds=0))
+    assert event.object["spec"]["hostAffinity"] == "default"
