@@ -131,15 +131,18 @@ def default(kind: str, obj: JsonObject, old: JsonObject | None) -> None:
         machine["version"] = "v" + version
     if kind == "MachinePool":
         deletion = _dict(machine, "deletion")
-        deletion.setdefault("nodeDeletionTimeoutSeconds", _DEFAULT_NODE_DELETION_TIMEOUT_SECONDS)
+        if deletion.get("nodeDeletionTimeoutSeconds") is None:
+            deletion["nodeDeletionTimeoutSeconds"] = _DEFAULT_NODE_DELETION_TIMEOUT_SECONDS
         return
     if kind == "MachineDeployment":
         strategy = _dict(_dict(spec, "rollout"), "strategy")
-        strategy.setdefault("type", "RollingUpdate")
+        if not strategy.get("type"):
+            strategy["type"] = "RollingUpdate"
         if strategy["type"] == "RollingUpdate":
             rolling = _dict(strategy, "rollingUpdate")
-            rolling.setdefault("maxSurge", 1)
-            rolling.setdefault("maxUnavailable", 0)
+            for field, value in (("maxSurge", 1), ("maxUnavailable", 0)):
+                if rolling.get(field) is None:
+                    rolling[field] = value
     selector = _dict(spec, "selector")
     match_labels = _dict(selector, "matchLabels")
     template_labels = _dict(_dict(spec["template"], "metadata"), "labels")
