@@ -204,8 +204,11 @@ def _capi(kind: str, name: str, owner: dict[str, Any] | None = None) -> dict[str
         metadata["ownerReferences"] = [{**owner_ref(owner, block=True), "controller": True}]
     spec: dict[str, Any] = {"clusterName": "sim"}
     if kind != "Machine":
-        # CAPI's webhooks require the template's clusterName to match the object's.
-        spec["template"] = {"spec": {"clusterName": "sim"}}
+        # CAPI's webhooks require the template's clusterName to match the object's, and a
+        # bootstrap.
+        spec["template"] = {
+            "spec": {"clusterName": "sim", "bootstrap": {"dataSecretName": f"{name}-bootstrap"}}
+        }
     return {
         "apiVersion": "cluster.x-k8s.io/v1beta2",
         "kind": kind,

@@ -156,7 +156,11 @@ def test_watch_custom_resources_at_the_requested_version(
     start = kube.list(MACHINE_DEPLOYMENTS).resource_version
     kube.create(
         MACHINE_DEPLOYMENTS,
-        {"metadata": {"name": "pool-a", "namespace": "default"}, "spec": {"replicas": 1}},
+        {
+            "metadata": {"name": "pool-a", "namespace": "default"},
+            # As CAPI's webhooks admit it: a bootstrap (an empty selector is defaulted).
+            "spec": {"replicas": 1, "template": {"spec": {"bootstrap": {"dataSecretName": "b"}}}},
+        },
     )
 
     old_version = MACHINE_DEPLOYMENTS.with_version("v1beta1")

@@ -251,7 +251,8 @@ def test_scale_a_machine_deployment(cluster: tuple[InMemoryAPIServer, Kubectl]) 
                 "selector": {"matchLabels": {"pool": "workers"}},
                 "template": {
                     "metadata": {"labels": {"pool": "workers"}},
-                    "spec": {"clusterName": "demo"},
+                    # CAPI's webhook requires a bootstrap.
+                    "spec": {"clusterName": "demo", "bootstrap": {"dataSecretName": "boot"}},
                 },
             },
         },

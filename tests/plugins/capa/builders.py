@@ -69,6 +69,8 @@ def machine_deployment(
         "clusterName": cluster_name,
         "version": "v1.31.0",
         "infrastructureRef": {"apiGroup": INFRA, "kind": "AWSMachineTemplate", "name": template},
+        # CAPI's MachineDeployment webhook requires a bootstrap.
+        "bootstrap": {"dataSecretName": f"{name}-bootstrap"},
     }
     if zone:
         machine["failureDomain"] = zone

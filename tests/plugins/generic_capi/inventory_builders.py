@@ -78,8 +78,8 @@ def scalable(
         )
     if taints is not None:
         machine_spec["taints"] = taints
-    if kind == "MachinePool":  # CAPI's MachinePool webhook requires a bootstrap
-        machine_spec["bootstrap"] = {"dataSecretName": f"{name}-bootstrap"}
+    # CAPI's MachinePool, MachineDeployment and MachineSet webhooks require a bootstrap.
+    machine_spec["bootstrap"] = {"dataSecretName": f"{name}-bootstrap"}
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": namespace,

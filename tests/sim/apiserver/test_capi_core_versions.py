@@ -8,6 +8,7 @@ whatever version another client wrote them at.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from karpenter_capi.core.kube.resources import (
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 
 NS = "default"
+DATA = "cluster.x-k8s.io/conversion-data"
 
 
 def at(resource: Resource, version: str) -> Resource:
@@ -106,7 +108,11 @@ def test_a_deployment_written_at_v1beta1_reads_in_v1beta2_layout(capi: InMemoryA
     assert spec["replicas"] == 2
     assert spec["clusterName"] == "demo"
     assert md["metadata"]["annotations"] == {"capacity.cluster-autoscaler.kubernetes.io/cpu": "4"}
-    assert spec["template"]["metadata"]["labels"] == {"pool": "workers"}
+    # (plus the cluster-name label CAPI's defaulting webhook adds)
+    assert spec["template"]["metadata"]["labels"] == {
+        "pool": "workers",
+        "cluster.x-k8s.io/cluster-name": "demo",
+    }
 
 
 def test_a_deployment_written_at_v1beta2_reads_back_at_v1beta1(capi: InMemoryAPIServer) -> None:
@@ -227,7 +233,9 @@ def test_machine_status_at_v1beta1(capi: InMemoryAPIServer) -> None:
     )
     assert old["status"]["phase"] == "Running"  # v1beta1 has no Updating phase
     assert old["spec"]["providerID"] == "aws:///us-east-1a/i-0123"
-    assert old["metadata"]["annotations"] == {"cluster.x-k8s.io/delete-machine": "yes"}
+    annotations = old["metadata"]["annotations"]
+    assert annotations["cluster.x-k8s.io/delete-machine"] == "yes"
+    assert json.loads(annotations[DATA])["status"]["phase"] == "Updating"
 
 
 def test_machine_pool_ready_flags_written_at_v1beta1(capi: InMemoryAPIServer) -> None:
@@ -280,3 +288,80 @@ def test_a_reference_to_a_kind_nobody_serves_cannot_be_read_at_v1beta1(
         capi.get(at(MACHINES, "v1beta1"), "m-1", NS)
     assert "failed to convert object" in str(failed.value)
     assert "Nothing.example.com" in str(failed.value)
+
+
+def _machine_v1beta2() -> dict[str, Any]:
+    return {
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "Machine",
+        "metadata": {"name": "m-1", "annotations": {"team": "a"}},
+        "spec": {
+            "clusterName": "demo",
+            "minReadySeconds": 30,
+            "bootstrap": {"dataSecretName": "s"},
+            "infrastructureRef": {
+                "apiGroup": "infrastructure.cluster.x-k8s.io",
+                "kind": "AWSMachine",
+                "name": "m-1",
+            },
+        },
+    }
+
+
+def test_a_v1beta1_round_trip_keeps_what_only_v1beta2_holds(capi: InMemoryAPIServer) -> None:
+    """util/conversion ``MarshalData``/``UnmarshalData``: a v1beta1 client that reads, changes
+    and writes back a Machine does not erase its v1beta2-only fields."""
+    capi.create(at(MACHINES, "v1beta2"), _machine_v1beta2(), NS)
+    status = {
+        "phase": "Updating",
+        "initialization": {"infrastructureProvisioned": True, "bootstrapDataSecretCreated": False},
+    }
+    capi.patch(at(MACHINES, "v1beta2"), "m-1", {"status": status}, NS, subresource="status")
+
+    old = capi.get(at(MACHINES, "v1beta1"), "m-1", NS)
+    assert "minReadySeconds" not in old["spec"]  # v1beta1's Machine has no such field
+    old["metadata"]["annotations"]["team"] = "b"
+    capi.update(at(MACHINES, "v1beta1"), old)
+    capi.update(at(MACHINES, "v1beta1"), capi.get(at(MACHINES, "v1beta1"), "m-1", NS))
+    # A status write at v1beta1 through the status subresource keeps them too.
+    old = capi.get(at(MACHINES, "v1beta1"), "m-1", NS)
+    capi.update(at(MACHINES, "v1beta1"), old, subresource="status")
+
+    new = capi.get(at(MACHINES, "v1beta2"), "m-1", NS)
+    assert new["spec"]["minReadySeconds"] == 30
+    assert new["status"]["phase"] == "Updating"
+    assert new["status"]["initialization"] == {
+        "infrastructureProvisioned": True,
+        "bootstrapDataSecretCreated": False,
+    }
+    # The annotation is the converter's own: never stored, never shown at v1beta2.
+    assert new["metadata"]["annotations"] == {"team": "b"}
+
+
+def test_without_the_annotation_v1beta1_wins(capi: InMemoryAPIServer) -> None:
+    capi.create(at(MACHINES, "v1beta2"), _machine_v1beta2(), NS)
+    old = capi.get(at(MACHINES, "v1beta1"), "m-1", NS)
+    del old["metadata"]["annotations"][DATA]
+    capi.update(at(MACHINES, "v1beta1"), old)
+    assert "minReadySeconds" not in capi.get(at(MACHINES, "v1beta2"), "m-1", NS)["spec"]
+
+
+def test_an_explicit_paused_false_survives_v1beta1(capi: InMemoryAPIServer) -> None:
+    capi.create(at(MACHINE_DEPLOYMENTS, "v1beta1"), v1beta1_deployment(), NS)
+    capi.patch(at(MACHINE_DEPLOYMENTS, "v1beta2"), "workers", {"spec": {"paused": False}}, NS)
+    old = capi.get(at(MACHINE_DEPLOYMENTS, "v1beta1"), "workers", NS)
+    assert "paused" not in old["spec"]  # a bool with omitempty at v1beta1
+    old["spec"]["replicas"] = 3
+    capi.update(at(MACHINE_DEPLOYMENTS, "v1beta1"), old)
+    new = capi.get(at(MACHINE_DEPLOYMENTS, "v1beta2"), "workers", NS)
+    assert (new["spec"]["replicas"], new["spec"]["paused"]) == (3, False)
+
+
+def test_a_machine_set_carries_no_conversion_data(capi: InMemoryAPIServer) -> None:
+    body = v1beta1_deployment()
+    body["kind"] = "MachineSet"
+    for field in ("strategy", "revisionHistoryLimit"):
+        del body["spec"][field]
+    capi.create(at(MACHINE_SETS, "v1beta1"), body, NS)
+    old = capi.get(at(MACHINE_SETS, "v1beta1"), "workers", NS)
+    assert DATA not in old["metadata"]["annotations"]

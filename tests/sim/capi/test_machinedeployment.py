@@ -121,7 +121,10 @@ def test_machine_set_machines_labels_and_owners_as_capi_makes_them(shape: str) -
         md["metadata"]["uid"],
         True,
     )
+    # The deployment's selector (with the cluster-name label its defaulting webhook adds) and
+    # the template hash.
     assert ms["spec"]["selector"]["matchLabels"] == {
+        "cluster.x-k8s.io/cluster-name": "demo",
         "cluster.x-k8s.io/deployment-name": "workers",
         HASH: template_hash,
     }
@@ -158,7 +161,9 @@ def test_deployment_status_and_scale_subresource_report_the_machines(shape: str)
     sim.advance(15)
     status = sim.get(MACHINE_DEPLOYMENTS, "workers")["status"]
     assert status["replicas"] == status["readyReplicas"] == status["availableReplicas"] == 2
-    assert status["selector"] == "cluster.x-k8s.io/deployment-name=workers"
+    assert status["selector"] == (
+        "cluster.x-k8s.io/cluster-name=demo,cluster.x-k8s.io/deployment-name=workers"
+    )
     assert status["phase"] == "Running"
     if shape == "v1beta2":
         assert status["upToDateReplicas"] == 2
@@ -170,7 +175,7 @@ def test_deployment_status_and_scale_subresource_report_the_machines(shape: str)
     scale = sim.api.get(MACHINE_DEPLOYMENTS, "workers", NAMESPACE, subresource="scale")
     assert scale["status"] == {
         "replicas": 2,
-        "selector": "cluster.x-k8s.io/deployment-name=workers",
+        "selector": "cluster.x-k8s.io/cluster-name=demo,cluster.x-k8s.io/deployment-name=workers",
     }
 
 

@@ -179,6 +179,25 @@ class CustomResourceDefinitions(WriteHook):
         if errors:
             raise messages.invalid(definition, name, errors)
 
+    def _default_on_read(self, key: tuple[str, str], schemas: dict[str, JsonObject]) -> None:
+        """Objects stored before this CRD change read with its defaults filled in, as kube
+        defaults what it reads from etcd (objects written from now on are defaulted on write,
+        so only older resourceVersions pay for it)."""
+        defaulted = {v: found for v, found in schemas.items() if schema.has_defaults(found)}
+        if not defaulted:
+            self.engine.read_defaults.pop(key, None)
+            return
+        changed_at = self.engine.store.rv
+
+        def fill(obj: JsonObject, version: str) -> JsonObject:
+            found = defaulted.get(version)
+            written = str((obj.get("metadata") or {}).get("resourceVersion") or "0")
+            if found is None or not written.isdigit() or int(written) >= changed_at:
+                return obj
+            return schema.apply_defaults(obj, found)
+
+        self.engine.read_defaults[key] = fill
+
     def _version_of(self, group: str, kind: str) -> str | None:
         """The preferred served apiVersion of ``kind`` in ``group``, or None. A kind the
         simulation never creates (the object CAPI clones from a template, a pool's per-instance
@@ -199,6 +218,8 @@ class CustomResourceDefinitions(WriteHook):
             if current.keys() != schemas.keys() or any(
                 current[v] is not found for v, found in schemas.items()
             ):
+                if current and current != schemas:
+                    self._default_on_read(key, schemas)
                 self._schemas[key] = schemas
                 self._rules[key] = {v: RuleValidator(found) for v, found in schemas.items()}
             self._stored_at[key] = definition.versions[0]
@@ -208,6 +229,7 @@ class CustomResourceDefinitions(WriteHook):
             else:
                 self.engine.conversions[key] = convert
             return
+        self.engine.read_defaults.pop(key, None)
         served = self.engine.served.get(key)
         if served is None or not served.custom:
             return

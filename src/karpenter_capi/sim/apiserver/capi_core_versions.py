@@ -35,13 +35,25 @@ MachineSpec``, ``Convert_v1beta1_MachineDeploymentSpec_To_v1beta2_MachineDeploym
 ``Convert_v1beta1_MachineSetSpec_To_v1beta2_MachineSetSpec``, the ``*Status`` functions and
 their reverses), core/webhooks/conversion/common.go (``convertToContractVersionedObjectReference``,
 ``convertToObjectReference``) and core/webhooks/conversion/{machine,machineset,
-machinedeployment,machinepool}.go (``Convert*V1Beta1ToHub``/``Convert*HubToV1Beta1``). Not
-emulated: the ``cluster.x-k8s.io/conversion-data`` annotation upstream writes to restore
-v1beta2-only fields after a v1beta1 round trip.
+machinedeployment,machinepool}.go (``Convert*V1Beta1ToHub``/``Convert*HubToV1Beta1``).
+
+What v1beta1 cannot hold survives a v1beta1 read and write as upstream keeps it: a Machine,
+MachineDeployment or MachinePool read at v1beta1 carries the ``cluster.x-k8s.io/conversion-data``
+annotation (the v1beta2 object without its metadata, as JSON: util/conversion/conversion.go
+``MarshalDataUnsafeNoCopy``); written back at v1beta1, the annotation is taken off
+(``UnmarshalData``) and the fields upstream restores from it are: a Machine's
+``spec.minReadySeconds`` (v1beta1 has none), an explicit ``false`` of a Machine's or
+MachinePool's ``status.initialization`` flags and of a MachineDeployment's ``spec.paused``
+(``Convert_bool_To_Pointer_bool``: v1beta1's bools cannot tell false from unset), and a
+Machine's phase ``Updating`` where v1beta1 shows ``Running`` (upstream restores the phase
+whatever v1beta1 says, since only its v1beta2 controller writes it; the simulator's
+controllers may run at v1beta1, so only the value v1beta1 cannot show is restored). A
+MachineSet carries no annotation (upstream's ``ConvertMachineSetHubToV1Beta1`` writes none).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Final
@@ -55,6 +67,8 @@ JsonObject = dict[str, Any]
 GROUP: Final = "cluster.x-k8s.io"
 WEBHOOK_SERVICE: Final = ("capi-system", "capi-webhook-service")
 KINDS: Final = frozenset({"Machine", "MachineSet", "MachineDeployment", "MachinePool"})
+DATA_ANNOTATION: Final = "cluster.x-k8s.io/conversion-data"
+_KEEP_DATA: Final = frozenset({"Machine", "MachineDeployment", "MachinePool"})
 
 # (group, kind) -> the apiVersion a v1beta1 reference to that kind carries, or None.
 VersionOf = Callable[[str, str], str | None]
@@ -108,11 +122,16 @@ def converter(version_of: VersionOf) -> Callable[[JsonObject, str], JsonObject]:
         if source == target or {source, target} != {"v1beta1", "v1beta2"} or kind not in KINDS:
             return obj
         if target == "v1beta2":
+            restored = _unmarshal_data(obj)
             _spec_to_hub(kind, obj)
             _status_to_hub(kind, obj)
+            _restore(kind, obj, restored)
         else:
+            data = _marshal_data(obj) if kind in _KEEP_DATA else None
             _spec_from_hub(kind, obj, version_of)
             _status_from_hub(kind, obj)
+            if data is not None:
+                _dict(_dict(obj, "metadata"), "annotations")[DATA_ANNOTATION] = data
         return obj
 
     return convert
@@ -142,6 +161,73 @@ def _machine_spec(kind: str, obj: JsonObject) -> JsonObject | None:
         return spec
     found = (spec.get("template") or {}).get("spec")
     return found if isinstance(found, dict) else None
+
+
+# --- conversion-data ----------------------------------------------------------------------------
+
+
+def _marshal_data(hub: JsonObject) -> str:
+    """``MarshalDataUnsafeNoCopy``: the v1beta2 object without its metadata, as JSON."""
+    return json.dumps({k: v for k, v in hub.items() if k != "metadata"}, separators=(",", ":"))
+
+
+def _unmarshal_data(obj: JsonObject) -> JsonObject | None:
+    """``UnmarshalData``: the object the annotation holds (None: no annotation), which is
+    taken off ``obj``."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return None
+    annotations = meta.get("annotations")
+    if not isinstance(annotations, dict) or DATA_ANNOTATION not in annotations:
+        return None
+    data = annotations.pop(DATA_ANNOTATION)
+    if not annotations:
+        meta.pop("annotations")
+    try:
+        restored = json.loads(str(data))
+    except ValueError as error:
+        raise InternalError(
+            "conversion webhook for cluster.x-k8s.io/v1beta1 failed: failed to convert object: "
+            f"{error}"
+        ) from None
+    return restored if isinstance(restored, dict) else {}
+
+
+def _restore_flag(parent: JsonObject, key: str, restored: Any) -> None:
+    """``Convert_bool_To_Pointer_bool`` for a false (or unset) v1beta1 bool: false only when
+    the v1beta2 object said false."""
+    if parent.get(key) is True:
+        return
+    if isinstance(restored, dict) and restored.get(key) is False:
+        parent[key] = False
+    else:
+        parent.pop(key, None)
+
+
+def _restore(kind: str, obj: JsonObject, restored: JsonObject | None) -> None:
+    """What upstream's ``Convert*V1Beta1ToHub`` takes back from the annotation."""
+    if kind == "MachineSet":
+        return
+    old_spec = (restored or {}).get("spec") or {}
+    old_status = (restored or {}).get("status") or {}
+    if kind == "MachineDeployment":
+        spec = obj.get("spec")
+        if isinstance(spec, dict):
+            _restore_flag(spec, "paused", old_spec)
+        return
+    status = obj.get("status")
+    if isinstance(status, dict):
+        initialization = _dict(status, "initialization")
+        for _, new in _INITIALIZATION:
+            _restore_flag(initialization, new, old_status.get("initialization"))
+        _prune(status, "initialization")
+        if status.get("phase") == "Running" and old_status.get("phase") == "Updating":
+            status["phase"] = "Updating"
+    if kind == "Machine" and restored is not None and isinstance(obj.get("spec"), dict):
+        if old_spec.get("minReadySeconds") is not None:
+            obj["spec"]["minReadySeconds"] = old_spec["minReadySeconds"]
+        else:
+            obj["spec"].pop("minReadySeconds", None)
 
 
 # --- v1beta1 -> v1beta2 -------------------------------------------------------------------------
@@ -307,6 +393,8 @@ def _spec_from_hub(kind: str, obj: JsonObject, version_of: VersionOf) -> None:
         return
     if kind != "MachineDeployment":
         return
+    if spec.get("paused") is False:
+        del spec["paused"]  # v1beta1's is a bool with omitempty
     rollout = spec.pop("rollout", None) or {}
     remediation = spec.pop("remediation", None) or {}
     wanted = rollout.get("strategy") or {}

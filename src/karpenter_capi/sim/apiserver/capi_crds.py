@@ -10,6 +10,8 @@ one the plugins can get wrong: kubeadm's bootstrap kinds have a schema per versi
 between them through CAPI's conversion webhook, run in process (``kubeadm_versions``), and
 CAPZ's AzureMachinePool and AzureMachinePoolMachine and CAPA's AWSMachine and
 AWSMachineTemplate (v1beta2) have their CRDs' fields (``capz_schemas``, ``capa_schemas``).
+CAPA's kinds are served at v1beta2 only: cluster-api-provider-aws config/crd/bases lists their
+v1beta1 with ``served: false`` (``+kubebuilder:storageversion`` on v1beta2).
 
 The core kinds are served as v1beta2 (storage) and v1beta1: an object is stored once and shown
 at the version asked for. Machine, MachineSet, MachineDeployment and MachinePool convert through
@@ -76,10 +78,12 @@ def crd(
     columns: tuple[JsonObject, ...] = (_AGE,),
     schemas: Mapping[str, JsonObject] | None = None,
     conversion: JsonObject | None = None,
+    unserved: tuple[str, ...] = (),
 ) -> JsonObject:
     """A ``CustomResourceDefinition``; the first version is the storage version. ``schemas``
     gives a version its own ``openAPIV3Schema`` (others stay open); ``conversion`` is the
-    CRD's ``spec.conversion`` (default: strategy ``None``)."""
+    CRD's ``spec.conversion`` (default: strategy ``None``); ``unserved`` versions are listed
+    with ``served: false``, as upstream keeps a retired version in its CRD."""
     subresources: JsonObject = {}
     if status:
         subresources["status"] = {}
@@ -113,6 +117,10 @@ def crd(
                 "additionalPrinterColumns": [dict(c) for c in columns],
             }
             for index, version in enumerate(versions)
+        ]
+        + [
+            {"name": version, "served": False, "storage": False, "schema": _OPEN_SCHEMA}
+            for version in unserved
         ],
     }
     if conversion is not None:
@@ -222,14 +230,16 @@ def cluster_api_crds() -> list[JsonObject]:
             INFRASTRUCTURE_GROUP,
             "AWSCluster",
             "awsclusters",
-            ("v1beta2", "v1beta1"),
+            ("v1beta2",),
+            unserved=("v1beta1",),
             categories=("cluster-api", "capa"),
         ),
         crd(
             INFRASTRUCTURE_GROUP,
             "AWSMachineTemplate",
             "awsmachinetemplates",
-            ("v1beta2", "v1beta1"),
+            ("v1beta2",),
+            unserved=("v1beta1",),
             short_names=("awsmt",),
             categories=("cluster-api", "capa"),
             schemas={"v1beta2": capa_schemas.aws_machine_template()},
@@ -238,7 +248,8 @@ def cluster_api_crds() -> list[JsonObject]:
             INFRASTRUCTURE_GROUP,
             "AWSMachine",
             "awsmachines",
-            ("v1beta2", "v1beta1"),
+            ("v1beta2",),
+            unserved=("v1beta1",),
             short_names=("awsm",),
             categories=("cluster-api", "capa"),
             schemas={"v1beta2": capa_schemas.aws_machine()},

@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, Final
 
@@ -88,6 +88,10 @@ class Engine:
         # are stored in the preferred version's layout and converted on every read and write
         # at another version (``present``, ``at_request_version``).
         self.conversions: dict[tuple[str, str], Converter] = {}
+        # Custom resources whose CRD gained defaults after objects were stored: what fills
+        # them in on read (object, version read at), as kube-apiserver defaults what it reads
+        # from etcd (set by ``apiextensions``).
+        self.read_defaults: dict[tuple[str, str], Callable[[JsonObject, str], JsonObject]] = {}
         self.hub = WatchHub(self.condition)
         # Seeded, generated names and uids repeat run after run (deterministic simulations);
         # unseeded they are as random as kube's.
@@ -132,7 +136,8 @@ class Engine:
         if convert is not None and copied.get("apiVersion") != api_version:
             copied = convert(copied, api_version)
         copied["apiVersion"] = api_version
-        return copied
+        fill = self.read_defaults.get((resource.group, resource.plural))
+        return copied if fill is None else fill(copied, resource.version)
 
     # ----------------------------------------------------------------------------- commits
 

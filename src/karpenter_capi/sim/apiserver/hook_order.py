@@ -27,7 +27,9 @@ from karpenter_capi.sim.apiserver.write_hook import HookFactory
 #   in the order the pods changed.
 # - GarbageCollector before NamespaceLifecycle: an object's dependents in a terminating
 #   namespace go first, so the namespace is removed (last) only once the cascade has emptied it.
-# - PoolAdmission (validating webhooks) right after CustomResourceDefinitions: kube calls
+# - PoolAdmission (CAPI's defaulting and validating webhooks, CAPZ's validating one) right
+#   after CustomResourceDefinitions: its defaults apply to the object the schema admitted and
+#   converted to v1beta2 (the version CAPI's webhooks are registered for), and kube calls
 #   validating webhooks after schema validation, before the object is stored.
 # - CrdCleanup last: a terminating CRD lets go only once its last object's deletion, and
 #   whatever that cascaded, is complete.

@@ -76,6 +76,42 @@ def prune_and_default(obj: JsonObject, schema: JsonObject | None) -> JsonObject:
     return {**{k: obj[k] for k in _ROOT_FIELDS if k in obj}, **normalized}
 
 
+def _fill_defaults(value: Any, schema: JsonObject) -> Any:
+    if isinstance(value, dict):
+        properties = schema.get("properties") or {}
+        additional = schema.get("additionalProperties")
+        result: JsonObject = {}
+        for key, item in value.items():
+            child = properties.get(key)
+            if child is None and isinstance(additional, dict):
+                child = additional
+            result[key] = item if child is None else _fill_defaults(item, child)
+        for key, child in properties.items():
+            if key not in result and "default" in child:
+                result[key] = _fill_defaults(copy_json(child["default"]), child)
+        return result
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [_fill_defaults(item, schema["items"]) for item in value]
+    return value
+
+
+def apply_defaults(obj: JsonObject, schema: JsonObject) -> JsonObject:
+    """``obj`` with ``schema``'s defaults filled in and nothing pruned: what kube-apiserver
+    does to an object it reads from etcd."""
+    body = {k: v for k, v in obj.items() if k not in _ROOT_FIELDS}
+    filled = _fill_defaults(body, {**schema, "properties": _without_root(schema)})
+    return {**{k: obj[k] for k in _ROOT_FIELDS if k in obj}, **filled}
+
+
+def has_defaults(schema: Any) -> bool:
+    """Whether any node of ``schema`` declares a ``default``."""
+    if isinstance(schema, dict):
+        return "default" in schema or any(has_defaults(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(has_defaults(v) for v in schema)
+    return False
+
+
 def unknown_fields(obj: JsonObject, schema: JsonObject | None) -> list[str]:
     """Paths of the fields pruning would drop (``spec.foo``, ``spec.items[0].bar``), sorted.
 
