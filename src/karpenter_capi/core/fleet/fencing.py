@@ -25,13 +25,12 @@ from karpenter_capi.core.fleet.sharding import cluster_lease_name
 from karpenter_capi.core.kube.client import (
     JsonObject,
     KubeClient,
-    ListResult,
     PatchType,
     Preconditions,
     PropagationPolicy,
-    WatchStream,
 )
 from karpenter_capi.core.kube.errors import Conflict
+from karpenter_capi.core.kube.forwarding import ForwardingClient
 from karpenter_capi.core.kube.resources import PODS, Resource
 
 
@@ -41,7 +40,7 @@ class FencedError(Conflict):
     reason = "Fenced"
 
 
-class FencedClient:
+class FencedClient(ForwardingClient):
     """A ``KubeClient`` for one workload cluster whose writes require ``holds()``.
 
     ``lease`` names the guarding Lease in messages (``namespace/name``); by default its name.
@@ -55,7 +54,7 @@ class FencedClient:
         *,
         lease: str | None = None,
     ) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._holds = holds
         self.cluster = cluster
         self.lease = lease or cluster_lease_name(cluster)
@@ -69,70 +68,6 @@ class FencedClient:
             f"the cluster's Lease {self.lease}; the replica that holds it serves the cluster"
         )
 
-    # -- reads -------------------------------------------------------------------------------
-
-    def get(
-        self,
-        resource: Resource,
-        name: str,
-        namespace: str | None = None,
-        *,
-        subresource: str | None = None,
-    ) -> JsonObject:
-        return self._inner.get(resource, name, namespace, subresource=subresource)
-
-    def list(
-        self,
-        resource: Resource,
-        namespace: str | None = None,
-        *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        limit: int | None = None,
-        continue_token: str | None = None,
-        resource_version: str | None = None,
-    ) -> ListResult:
-        return self._inner.list(
-            resource,
-            namespace,
-            label_selector=label_selector,
-            field_selector=field_selector,
-            limit=limit,
-            continue_token=continue_token,
-            resource_version=resource_version,
-        )
-
-    def watch(
-        self,
-        resource: Resource,
-        namespace: str | None = None,
-        *,
-        resource_version: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        allow_bookmarks: bool = False,
-        timeout_seconds: float | None = None,
-    ) -> WatchStream:
-        return self._inner.watch(
-            resource,
-            namespace,
-            resource_version=resource_version,
-            label_selector=label_selector,
-            field_selector=field_selector,
-            allow_bookmarks=allow_bookmarks,
-            timeout_seconds=timeout_seconds,
-        )
-
-    @property
-    def drains_zero_timeout_watch(self) -> bool:
-        return self._inner.drains_zero_timeout_watch
-
-    def served_versions(self, group: str) -> builtins.list[str]:
-        return self._inner.served_versions(group)
-
-    def server_version(self) -> JsonObject:
-        return self._inner.server_version()
-
     # -- writes ------------------------------------------------------------------------------
 
     def create(
@@ -142,7 +77,7 @@ class FencedClient:
         namespace: str | None = None,
     ) -> JsonObject:
         self._check("create", resource, (obj.get("metadata") or {}).get("name"))
-        return self._inner.create(resource, obj, namespace)
+        return self.inner.create(resource, obj, namespace)
 
     def update(
         self,
@@ -153,7 +88,7 @@ class FencedClient:
     ) -> JsonObject:
         name = (obj.get("metadata") or {}).get("name")
         self._check("update", resource, f"{name}/{subresource}" if subresource else name)
-        return self._inner.update(resource, obj, subresource=subresource)
+        return self.inner.update(resource, obj, subresource=subresource)
 
     def patch(
         self,
@@ -166,7 +101,7 @@ class FencedClient:
         subresource: str | None = None,
     ) -> JsonObject:
         self._check("patch", resource, f"{name}/{subresource}" if subresource else name)
-        return self._inner.patch(
+        return self.inner.patch(
             resource, name, patch, namespace, patch_type=patch_type, subresource=subresource
         )
 
@@ -181,7 +116,7 @@ class FencedClient:
         grace_period_seconds: int | None = None,
     ) -> JsonObject:
         self._check("delete", resource, name)
-        return self._inner.delete(
+        return self.inner.delete(
             resource,
             name,
             namespace,
@@ -192,4 +127,4 @@ class FencedClient:
 
     def evict(self, name: str, namespace: str, *, grace_period_seconds: int | None = None) -> None:
         self._check("evict", PODS, f"{namespace}/{name}")
-        self._inner.evict(name, namespace, grace_period_seconds=grace_period_seconds)
+        self.inner.evict(name, namespace, grace_period_seconds=grace_period_seconds)

@@ -25,6 +25,7 @@ from karpenter_capi.core.kube.client import (
     WatchStream,
 )
 from karpenter_capi.core.kube.errors import Forbidden
+from karpenter_capi.core.kube.forwarding import ForwardingClient
 from karpenter_capi.core.kube.resources import CAPI_GROUP, Resource
 
 CLUSTER_NAME_LABEL: Final = "cluster.x-k8s.io/cluster-name"
@@ -37,7 +38,7 @@ LABELLED_PLURALS: Final = frozenset(
 are narrowed to the Cluster's."""
 
 
-class ScopedClient:
+class ScopedClient(ForwardingClient):
     """A ``KubeClient`` over ``inner`` confined to Cluster ``namespace/name``.
 
     Namespaced lists and watches across all namespaces become lists of ``namespace``; any
@@ -46,13 +47,9 @@ class ScopedClient:
     """
 
     def __init__(self, inner: KubeClient, namespace: str, name: str) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self.namespace = namespace
         self.name = name
-
-    @property
-    def drains_zero_timeout_watch(self) -> bool:
-        return self._inner.drains_zero_timeout_watch
 
     def _refuse(self, what: str) -> Forbidden:
         return Forbidden(
@@ -87,7 +84,7 @@ class ScopedClient:
         subresource: str | None = None,
     ) -> JsonObject:
         scoped = self._namespace(resource, namespace, "get")
-        return self._inner.get(resource, name, scoped, subresource=subresource)
+        return self.inner.get(resource, name, scoped, subresource=subresource)
 
     def list(
         self,
@@ -100,7 +97,7 @@ class ScopedClient:
         continue_token: str | None = None,
         resource_version: str | None = None,
     ) -> ListResult:
-        return self._inner.list(
+        return self.inner.list(
             resource,
             self._namespace(resource, namespace, "list"),
             label_selector=self._selector(resource, label_selector),
@@ -121,7 +118,7 @@ class ScopedClient:
         allow_bookmarks: bool = False,
         timeout_seconds: float | None = None,
     ) -> WatchStream:
-        return self._inner.watch(
+        return self.inner.watch(
             resource,
             self._namespace(resource, namespace, "watch"),
             resource_version=resource_version,
@@ -135,13 +132,13 @@ class ScopedClient:
         self, resource: Resource, obj: JsonObject, namespace: str | None = None
     ) -> JsonObject:
         given = namespace or (obj.get("metadata") or {}).get("namespace")
-        return self._inner.create(resource, obj, self._writable(resource, given, "create"))
+        return self.inner.create(resource, obj, self._writable(resource, given, "create"))
 
     def update(
         self, resource: Resource, obj: JsonObject, *, subresource: str | None = None
     ) -> JsonObject:
         self._writable(resource, (obj.get("metadata") or {}).get("namespace"), "update")
-        return self._inner.update(resource, obj, subresource=subresource)
+        return self.inner.update(resource, obj, subresource=subresource)
 
     def patch(
         self,
@@ -154,7 +151,7 @@ class ScopedClient:
         subresource: str | None = None,
     ) -> JsonObject:
         scoped = self._writable(resource, namespace, "patch")
-        return self._inner.patch(
+        return self.inner.patch(
             resource, name, patch, scoped, patch_type=patch_type, subresource=subresource
         )
 
@@ -168,7 +165,7 @@ class ScopedClient:
         propagation_policy: PropagationPolicy | None = None,
         grace_period_seconds: int | None = None,
     ) -> JsonObject:
-        return self._inner.delete(
+        return self.inner.delete(
             resource,
             name,
             self._writable(resource, namespace, "delete"),
@@ -180,13 +177,7 @@ class ScopedClient:
     def evict(self, name: str, namespace: str, *, grace_period_seconds: int | None = None) -> None:
         if namespace != self.namespace:
             raise self._refuse(f"evict pods in namespace {namespace!r}")
-        self._inner.evict(name, namespace, grace_period_seconds=grace_period_seconds)
-
-    def served_versions(self, group: str) -> builtins.list[str]:
-        return self._inner.served_versions(group)
-
-    def server_version(self) -> JsonObject:
-        return self._inner.server_version()
+        self.inner.evict(name, namespace, grace_period_seconds=grace_period_seconds)
 
 
 __all__ = ["CLUSTER_NAME_LABEL", "LABELLED_PLURALS", "ScopedClient"]
