@@ -125,8 +125,10 @@ def record_fleet(log: AuditLog) -> FleetWorld:
             ],
         },
     )
+    connected = world.connects.count(server_url("alpha"))
     world.deploy("gamma", "web", 2)
     _run(world, replicas, 60)
+    assert world.connects.count(server_url("alpha")) > connected, "rotation never picked up"
     assert world.bound("gamma") == 2, world.pending("gamma")
     # Deprovisioning: the workloads go, their empty nodes are consolidated away.
     for name in ("alpha", "beta"):

@@ -102,6 +102,9 @@ def test_the_fleet_run_reaches_every_kind_of_request(recorded: list[AuditRecord]
     seen = {(r.verb, r.group, r.resource) for r in management}
     for verb in ("create", "update", "delete", "list"):
         assert (verb, "coordination.k8s.io", "leases") in seen, verb
+    # The killed replica's membership Lease, deleted by the other once expired.
+    deleted = {r.name for r in management if r.resource == "leases" and r.verb == "delete"}
+    assert "karpenter-capi-member-replica-a" in deleted
     assert ("watch", "cluster.x-k8s.io", "clusters") in seen
     assert ("patch", "cluster.x-k8s.io", "machinedeployments") in seen
     secrets = {(r.verb, r.namespace) for r in management if r.resource == "secrets"}
