@@ -44,7 +44,7 @@ def test_fleet_mode_grants_exactly_clusters_secrets_per_namespace_leases_and_eve
         {
             "apiGroups": ["cluster.x-k8s.io"],
             "resources": ["clusters"],
-            "verbs": ["get", "list", "watch"],
+            "verbs": ["list", "watch"],
         },
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
@@ -52,13 +52,13 @@ def test_fleet_mode_grants_exactly_clusters_secrets_per_namespace_leases_and_eve
         {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
-            "verbs": ["get", "list", "watch", "create", "update", "delete"],
+            "verbs": ["get", "list", "create", "update", "delete"],
         }
     ]
     secrets = {key: rules for key, rules in roles.items() if _grants(rules, "secrets")}
     assert secrets == {
         ("Role", "karpenter-capi-fleet-kubeconfigs", namespace): [
-            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"]}
         ]
         for namespace in SERVED
     }
