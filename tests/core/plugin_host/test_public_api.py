@@ -78,6 +78,7 @@ KUBE_EXPORTS_BY_PURPOSE = {
         "capi_resources",
     ],
     "Events": ["EventRecorder", "NORMAL", "WARNING"],
+    "reading one's own writes": ["WriteLog", "Written"],
     "selectors and CAPI's labels": [
         "SelectorError",
         "selector_to_string",
