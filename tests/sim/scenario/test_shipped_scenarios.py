@@ -76,6 +76,8 @@ EXPECTED: dict[str, Expected] = {
     "soak-day": Expected(until=3600, pods_total=13),
     # Interrupted at 2m; replaced and drained by ~2m20s, the deadline is at 4m.
     "spot-interruption": Expected(until=300, pods_total=12),
+    # capa's SQS path on moto: warned at 2m, replaced by ~2m15s, deadline at 4m.
+    "aws-spot-interruption": Expected(until=300, pods_total=10),
     # 24 workload clusters behind one fleet controller (sim.scenario.fleet); shop-2's outage
     # ends at 3m, its pods are bound by ~3m30s (tests/sim/test_fleet_scenario.py runs a
     # smaller copy and checks the outage in detail).

@@ -185,6 +185,11 @@ class SimAws:
         LaunchTemplateEffects(boto3.client("ec2", region_name=region)).attach(self._ec2)
         self._pricing.meta.events.register("before-call.pricing.GetProducts", self._products)
         self.values = self._network()
+        self.queue_url: str | None = None
+        if environment.interruption_queue is not None:
+            self.queue_url = self.sqs(region).create_queue(
+                QueueName=environment.interruption_queue
+            )["QueueUrl"]
 
     def ec2(self, region: str) -> Any:
         return self._ec2
@@ -193,13 +198,41 @@ class SimAws:
         return self._pricing
 
     def sqs(self, region: str) -> Any:
-        """moto's SQS: where a scenario's EventBridge events would arrive."""
+        """moto's SQS: where a scenario's EventBridge events arrive (``interruptionQueue``)."""
         import boto3
 
         return boto3.client("sqs", region_name=region)
 
     def secretsmanager(self, region: str) -> Any:
         return self._secrets
+
+    def send_spot_warning(self, instance_id: str, zone: str, sent: datetime) -> None:
+        """EventBridge's "EC2 Spot Instance Interruption Warning" for ``instance_id`` on the
+        interruption queue, as the rule of Karpenter's CloudFormation template delivers it."""
+        if self.queue_url is None:
+            raise ValueError("the scenario has no infrastructure.aws.interruptionQueue")
+        event = {
+            "version": "0",
+            "id": f"sim-spot-{instance_id}",
+            "detail-type": "EC2 Spot Instance Interruption Warning",
+            "source": "aws.ec2",
+            "account": "123456789012",
+            "time": sent.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "region": self.region,
+            "resources": [f"arn:aws:ec2:{zone}:instance/{instance_id}"],
+            "detail": {"instance-id": instance_id, "instance-action": "terminate"},
+        }
+        self.sqs(self.region).send_message(QueueUrl=self.queue_url, MessageBody=json.dumps(event))
+
+    def queue_depth(self) -> int:
+        """Messages on the interruption queue, received or not (0: every one deleted)."""
+        if self.queue_url is None:
+            return 0
+        attributes = self.sqs(self.region).get_queue_attributes(
+            QueueUrl=self.queue_url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return sum(int(value) for value in attributes.values())
 
     def _network(self) -> dict[str, str]:
         """A VPC with one private subnet per zone, a node security group and an AMI."""

@@ -4,9 +4,12 @@ An ``interrupt`` action does to Nodes what EC2 and aws-node-termination-handler 
 instance: the handler's IMDS monitor sees the two-minute notice and taints the Node
 ``aws-node-termination-handler/spot-itn`` (its ``pkg/node/node.go: TaintSpotItn``), which the
 controller's generic path reads (``core.interruption.signals``); so the scenario runs with
-``generic_capi`` and no queue. At the deadline the cloud takes the instance: if its Node is
-still there, that is recorded and the pods still bound to it are deleted, as a terminated
-instance's are.
+``generic_capi`` and no queue. With ``via: queue`` it does what EC2 and EventBridge do instead:
+a spot interruption warning per instance on the scenario's SQS queue (moto's), which ``capa``
+consumes (``plugins.capa.interruption``); the figures then say how many messages are left on
+the queue (the goal is none: each one deleted once acted on). At the deadline the cloud takes
+the instance: if its Node is still there, that is recorded and the pods still bound to it are
+deleted, as a terminated instance's are.
 
 ``figures`` is what the summary reports: for each interrupted Node its notice and deadline,
 whether it was gone (drained, its machine deleted) before the deadline, and when its
@@ -18,7 +21,7 @@ Node (the goal is none).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -57,12 +60,24 @@ def _ready_at(node: Mapping[str, Any]) -> datetime | None:
     return None
 
 
+@dataclass(frozen=True)
+class Queue:
+    """Where ``via: queue`` notices go (``sim.scenario.aws.SimAws``'s SQS queue)."""
+
+    send: Callable[[str, str, datetime], None]
+    """(instance ID, zone, when): one spot interruption warning on the queue."""
+    depth: Callable[[], int]
+    """Messages on the queue, received or not."""
+
+
 class Interruptions:
     """The interruptions of one run, and the measures taken of them."""
 
-    def __init__(self, server: KubeClient, clock: Clock) -> None:
+    def __init__(self, server: KubeClient, clock: Clock, queue: Queue | None = None) -> None:
         self._server = server
         self._clock = clock
+        self._queue = queue
+        self._queued = False
         self.interrupted: list[Interrupted] = []
         self._ready: dict[str, datetime] = {}  # Node -> when it was first seen Ready
         self._claims: dict[str, tuple[datetime, str]] = {}  # NodeClaim -> (created, its Node)
@@ -83,11 +98,26 @@ class Interruptions:
                 continue  # not ours: the control plane, a static node
             chosen.append(node)
         for node in chosen[: action.count if action.count is not None else None]:
+            if action.via == "queue":
+                self._send(node, now, deadline)
+                continue
             taints = [*((node.get("spec") or {}).get("taints") or []), dict(NTH_SPOT_TAINT)]
             with suppress(NotFound):
                 self._server.patch(NODES, node["metadata"]["name"], {"spec": {"taints": taints}})
                 self.interrupted.append(Interrupted(node["metadata"]["name"], now, deadline))
         return [i for i in self.interrupted if i.noticed == now]
+
+    def _send(self, node: Mapping[str, Any], now: datetime, deadline: datetime) -> None:
+        """EC2's warning for ``node``'s instance (its provider ID ``aws:///ZONE/i-...``)."""
+        if self._queue is None:
+            raise ValueError("an interrupt via queue needs the scenario's interruption queue")
+        provider = str((node.get("spec") or {}).get("providerID") or "")
+        zone, _, instance = provider.removeprefix("aws:///").rpartition("/")
+        if not instance.startswith("i-"):
+            return  # not an EC2 instance: nothing for EC2 to warn about
+        self._queue.send(instance, zone, now)
+        self._queued = True
+        self.interrupted.append(Interrupted(node["metadata"]["name"], now, deadline))
 
     def reclaim(self, interrupted: Interrupted) -> None:
         """The deadline: the cloud takes the instance, whatever is still on it."""
@@ -163,4 +193,9 @@ class Interruptions:
             "pods_waited_max_seconds": round(max(waited), 1) if waited else 0.0,
             "pods_without_place": unbound
             + (0 if boot is None else sum(1 for s in waited if s > boot)),
+            **(
+                {"queue_messages_left": self._queue.depth()}
+                if self._queued and self._queue is not None
+                else {}
+            ),
         }

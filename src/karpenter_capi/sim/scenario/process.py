@@ -61,11 +61,22 @@ def start_controller(
     name; a scenario with ``azure:`` gets ``capz`` over the simulated Azure otherwise.
     ``emulation`` overrides the CAPI emulation's settings over what the scenario sets.
     """
+    aws = scenario.infrastructure.aws
     environment = PluginEnvironment(
         workload=client,
         management=client,
         clock=clock,
         logger=logging.getLogger("karpenter_capi.plugins"),
+        # No long poll: moto answers at once, and a 20 s wait would be wall time.
+        options={}
+        if aws is None or aws.interruption_queue is None
+        else {
+            "capa": {
+                "interruption-queue": aws.interruption_queue,
+                "interruption-wait-seconds": "0",
+                "region": aws.region,
+            }
+        },
     )
     if plugin_objects is None and scenario.azure is not None:
         from karpenter_capi.sim.azure import scenario_plugins

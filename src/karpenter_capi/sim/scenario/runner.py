@@ -53,7 +53,7 @@ from karpenter_capi.sim.apiserver.version import SIMULATED_CONTROL_PLANE
 from karpenter_capi.sim.invariants import check_invariants
 from karpenter_capi.sim.scenario.aws import SimAws, emulated_aws, substitute
 from karpenter_capi.sim.scenario.catalog import generate_catalog
-from karpenter_capi.sim.scenario.interruptions import RECLAIM, Interruptions
+from karpenter_capi.sim.scenario.interruptions import RECLAIM, Interruptions, Queue
 from karpenter_capi.sim.scenario.launches import LaunchRounds
 from karpenter_capi.sim.scenario.observer import Observer, percentile
 from karpenter_capi.sim.scenario.process import DEFAULT_PLUGINS, start_controller
@@ -395,7 +395,11 @@ def run(
             if on_operator is not None:
                 on_operator(operator)
             observer = Observer(server, clock, loaded)
-            interruptions = Interruptions(server, clock)
+            interruptions = Interruptions(
+                server,
+                clock,
+                None if aws is None else Queue(aws.send_spot_warning, aws.queue_depth),
+            )
             events = _timeline(scenario, until, sample_every)
             driver.run_until_quiet()
             now = 0.0

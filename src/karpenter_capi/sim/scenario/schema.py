@@ -147,6 +147,10 @@ class AwsEnvironment(_Strict):
     spot_prices: dict[str, dict[str, float]] = Field(default_factory=dict)
     """USD per hour by instance type, then zone (``DescribeSpotPriceHistory``'s answer)."""
     capacity_errors: list[CapacityShortage] = Field(default_factory=list)
+    interruption_queue: str | None = Field(default=None, min_length=1)
+    """An SQS queue (its name) made in moto and given to ``capa`` as its
+    ``interruption-queue``: where ``interrupt`` actions with ``via: queue`` send EventBridge's
+    spot interruption warnings."""
 
 
 class Infrastructure(_Strict):
@@ -235,7 +239,9 @@ class TimelineAction(_Strict):
     ``kubectl scale nodepool`` does. ``interrupt`` gives the Nodes of capacity type ``target``
     (``spot``, ``on-demand`` or ``*``; at most ``replicas`` of them, oldest name first) the
     cloud's interruption notice, ``notice`` (default 2m) before it takes them
-    (``sim.scenario.interruptions``).
+    (``sim.scenario.interruptions``): by default as aws-node-termination-handler's taint on the
+    Node, with ``via: queue`` as EventBridge's warning on the ``infrastructure.aws``
+    ``interruptionQueue`` (capa's native path).
 
     With ``every``, the action repeats at ``at``, ``at + every``, ... up to ``until`` (default:
     the end of the run), so a day of churn is a few lines instead of thousands: a repeating
@@ -255,6 +261,7 @@ class TimelineAction(_Strict):
     until: float | None = None
     window: Window | None = None
     notice: float | None = None
+    via: Literal["taint", "queue"] | None = None
 
     _durations = field_validator("at", "every", "until", "notice", mode="before")(_duration_field)
 
@@ -291,6 +298,8 @@ class TimelineAction(_Strict):
             raise ValueError(f"interrupt takes a capacity type as target: {sorted(INTERRUPTIBLE)}")
         if self.notice is not None and (self.action != "interrupt" or self.notice <= 0):
             raise ValueError("only interrupt takes notice, a positive duration")
+        if self.via is not None and self.action != "interrupt":
+            raise ValueError("only interrupt takes via")
         return self
 
     @property
@@ -502,6 +511,12 @@ class Scenario(_Strict):
         for index, action in enumerate(self.timeline):
             if action.kind is None and action.action != "interrupt" and action.target not in names:
                 problems.append(f"timeline[{index}].target: no workload named {action.target!r}")
+            aws = self.infrastructure.aws
+            if action.via == "queue" and (aws is None or aws.interruption_queue is None):
+                problems.append(
+                    f"timeline[{index}].via: queue needs infrastructure.aws.interruptionQueue "
+                    "(the SQS queue the warnings go to)"
+                )
         return problems
 
 

@@ -227,6 +227,8 @@ def _spot_interruption(result: ScenarioResult) -> str | None:
             f"(longest wait {f['pods_waited_max_seconds']:g} s)",
         ],
     ]
+    if "queue_messages_left" in f:
+        rows.append(["interruption queue", f"{f['queue_messages_left']} messages left"])
     return "spot interruption:\n" + table(["", ""], rows, [False, False]).split("\n", 1)[1]
 
 
