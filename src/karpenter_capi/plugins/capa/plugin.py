@@ -82,7 +82,7 @@ from karpenter_capi.plugins.capa.fleet_inventory import (
     fleet_instance_types,
     load_region_catalog,
 )
-from karpenter_capi.plugins.capa.fleet_target import fleet_launch, resolve_target
+from karpenter_capi.plugins.capa.fleet_target import fleet_launch, nodeclass_name, resolve_target
 from karpenter_capi.plugins.capa.interruption import InterruptionQueue, queue_from_options
 from karpenter_capi.plugins.capa.launcher import FleetLauncher
 from karpenter_capi.plugins.capa.pricing import RegionPrices
@@ -92,6 +92,8 @@ from karpenter_capi.plugins.capa.region import (
     control_plane_kind,
     owner_cluster,
 )
+from karpenter_capi.plugins.capa.versions import NEEDS
+from karpenter_capi.plugins.generic_capi.provider_versions import StartChecks
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +179,7 @@ class CapaHooks:
         self._lock = threading.Lock()  # the state and its price books
         self._built: _State | None = None
         self._queue: InterruptionQueue | None = None
+        self._versions = StartChecks(ctx)
 
     # -- hooks -----------------------------------------------------------------------------------
 
@@ -238,6 +241,7 @@ class CapaHooks:
         ctx = self._ctx
         state = self._state()
         target = resolve_target(ctx.management, nodeclass, _option(ctx, "region"))
+        self._versions.once(nodeclass_name(nodeclass), NEEDS)  # the cluster answered
         try:
             catalog = state.region_catalogs.get(target.region)
         except CatalogError as exc:

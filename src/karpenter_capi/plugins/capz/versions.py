@@ -13,122 +13,35 @@ Where the version comes from: the ``Provider`` object clusterctl and the cluster
 keep for each installed provider (``providers.clusterctl.cluster.x-k8s.io``, ``type:
 InfrastructureProvider``, ``providerName: azure``, ``version: v1.17.2``): it is what
 ``clusterctl upgrade`` itself reads. A CAPZ installed another way has none; then the version is
-unknown, nothing is written, and a log line says the check was skipped.
+unknown, nothing is written, and a log line says the check was skipped. The reading and the
+condition are shared with the other modes (``generic_capi.provider_versions``); the mode also
+needs Cluster API core v1.0 (its own condition, ``ClusterAPIVersionSupported``).
 """
 
 from __future__ import annotations
 
-import logging
-import re
-from collections.abc import Mapping
-from typing import Any, Final
+from typing import Final
 
-from karpenter_capi.plugin_api import PluginContext, Resource
-from karpenter_capi.plugin_api.kube import (
-    CLUSTER_API_NODE_CLASSES,
-    WARNING,
-    ApiError,
-    Conflict,
-    EventRecorder,
-    NotFound,
+from karpenter_capi.plugin_api import PluginContext
+from karpenter_capi.plugins.generic_capi import provider_versions
+from karpenter_capi.plugins.generic_capi.provider_versions import Minimum, cluster_api
+
+NEEDED_BY: Final = "spec.launch.mode CAPZMachinePool"
+CAPZ: Final = Minimum(
+    provider_type="InfrastructureProvider",
+    provider_name="azure",
+    label="CAPZ",
+    minimum=(1, 17, 0),
+    needed_by=NEEDED_BY,
+    why="so that a scale-down deletes exactly the VM of the NodeClaim being deleted",
+    condition="ProviderVersionSupported",
+    reason_too_old="ProviderTooOld",
+    reason_supported="ProviderSupported",
 )
-from karpenter_capi.plugin_api.model import format_timestamp
-
-log = logging.getLogger(__name__)
-
-CONDITION: Final = "ProviderVersionSupported"
-REASON_TOO_OLD: Final = "ProviderTooOld"
-REASON_SUPPORTED: Final = "ProviderSupported"
-MINIMUM_CAPZ: Final = (1, 17, 0)
-PROVIDERS: Final = Resource(
-    "clusterctl.cluster.x-k8s.io", "v1alpha3", "providers", "Provider", True
-)
-_SEMVER: Final = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
-
-
-def installed_capz(ctx: PluginContext) -> tuple[str, str] | None:
-    """(version, where it was read) of the installed CAPZ, or None when unknown."""
-    try:
-        providers = ctx.management.list(PROVIDERS).items
-    except ApiError:
-        return None  # not installed by clusterctl or the operator, or not readable
-    for provider in providers:
-        spec = {**provider, **(provider.get("spec") or {})}  # v1alpha3 keeps them at the top
-        if spec.get("type") == "InfrastructureProvider" and spec.get("providerName") == "azure":
-            meta = provider.get("metadata") or {}
-            where = f"clusterctl Provider {meta.get('namespace')}/{meta.get('name')}"
-            return str(spec.get("version") or ""), where
-    return None
-
-
-def verdict(found: tuple[str, str]) -> tuple[str, str, str]:
-    """(status, reason, message) of the condition for the CAPZ ``found``."""
-    version, where = found
-    minimum = "v" + ".".join(str(n) for n in MINIMUM_CAPZ)
-    parsed = _SEMVER.match(version)
-    if parsed is not None and tuple(int(n) for n in parsed.groups()) >= MINIMUM_CAPZ:
-        return "True", REASON_SUPPORTED, f"CAPZ {version} ({where}) is at least {minimum}"
-    return (
-        "False",
-        REASON_TOO_OLD,
-        f"spec.launch.mode CAPZMachinePool needs CAPZ {minimum} or later, so that a scale-down "
-        f"deletes exactly the VM of the NodeClaim being deleted; {where} is "
-        f"{version or 'of no version'}: upgrade CAPZ (clusterctl upgrade apply)",
-    )
-
-
-def _condition_of(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    for condition in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(condition, Mapping) and condition.get("type") == CONDITION:
-            return condition
-    return None
+NEEDS: Final = (CAPZ, cluster_api(NEEDED_BY))
 
 
 def check(ctx: PluginContext, nodeclass_name: str) -> None:
-    """Write the NodeClass's ``ProviderVersionSupported`` condition (and a Warning Event when
-    it turns False); nothing when the version is unknown or the condition already says it."""
-    found = installed_capz(ctx)
-    if found is None:
-        log.info("CAPZ version unknown (no clusterctl Provider): minimum version not checked")
-        return
-    status, reason, message = verdict(found)
-    try:
-        live = ctx.workload.get(CLUSTER_API_NODE_CLASSES, nodeclass_name)
-    except NotFound:
-        return
-    previous = _condition_of(live)
-    if previous is not None and (
-        previous.get("status"),
-        previous.get("reason"),
-        previous.get("message"),
-    ) == (status, reason, message):
-        return
-    condition = {
-        "type": CONDITION,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": format_timestamp(ctx.clock.now()),
-    }
-    others = [
-        c
-        for c in (live.get("status") or {}).get("conditions") or []
-        if isinstance(c, Mapping) and c.get("type") != CONDITION
-    ]
-    try:
-        ctx.workload.patch(
-            CLUSTER_API_NODE_CLASSES,
-            nodeclass_name,
-            {
-                "metadata": {
-                    "resourceVersion": (live.get("metadata") or {}).get("resourceVersion")
-                },
-                "status": {"conditions": [*others, condition]},
-            },
-            subresource="status",
-        )
-    except (Conflict, NotFound):
-        return  # the next start (or judgment) writes it
-    if status == "False":
-        log.warning("ClusterAPINodeClass %s: %s", nodeclass_name, message)
-        EventRecorder(ctx.workload, ctx.clock).record(live, WARNING, reason, message)
+    """Write the NodeClass's version conditions for CAPZ and Cluster API core."""
+    for need in NEEDS:
+        provider_versions.check(ctx, nodeclass_name, need)

@@ -82,12 +82,14 @@ from karpenter_capi.plugins.generic_capi.nodeclass_status import (
     update_nodeclass_status,
 )
 from karpenter_capi.plugins.generic_capi.planning import LaunchSettings, seconds_option
+from karpenter_capi.plugins.generic_capi.provider_versions import StartChecks, cluster_api
 from karpenter_capi.plugins.generic_capi.scaling import ResourceRef
 from karpenter_capi.plugins.generic_capi.selection import MACHINE_DEPLOYMENT
 from karpenter_capi.plugins.generic_capi.unclaimed import UnclaimedMachines
 
 NODECLASS_KIND = "ClusterAPINodeClass"
 NODECLASS_STATUS_OPTION = "nodeclass_status"
+_NEEDS = (cluster_api("the generic_capi plugin"),)
 
 
 @dataclass
@@ -214,6 +216,7 @@ class GenericCapiPlugin:
         self._ctx = ctx
         self._lock = threading.Lock()
         self._built: _State | None = None
+        self._versions = StartChecks(ctx)
 
     def _state(self) -> _State:
         """The state, built on first use (discovery reads the management cluster, which may be
@@ -248,6 +251,7 @@ class GenericCapiPlugin:
             # and this is transient (the launch is retried with backoff).
             reason = _unreadable_management(ctx, nodeclass, name, exc)
             raise ManagementClusterError(f"ClusterAPINodeClass {name}: {reason}") from exc
+        self._versions.once(name, _NEEDS)  # once the management cluster answered
         deployments = []
         for resource in inventory.resources:
             if resource.kind == MACHINE_DEPLOYMENT:
