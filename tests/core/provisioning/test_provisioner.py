@@ -78,9 +78,11 @@ def test_every_provisioned_pod_gets_a_nominated_event_and_the_rest_a_reason(
 ) -> None:
     server, provisioner, _ = cluster
     report = provisioner.reconcile()
+    # Upstream's shared bucket (burst 10) tells the first 10; the plan is on the NodeClaims.
     nominated = {e["involvedObject"]["name"] for e in _events(server, "Nominated")}
     launched = {pod.split("/")[1] for d in report.launched for pod in d.pods}
-    assert nominated == launched
+    assert nominated <= launched
+    assert len(nominated) == min(10, len(launched))
     failed = _events(server, "FailedScheduling")
     assert [e["involvedObject"]["name"] for e in failed] == ["too-big"]
     assert "NodePool general" in failed[0]["message"]

@@ -32,6 +32,10 @@ _REPEAT_WINDOW: Final = timedelta(minutes=10)
 _DEFAULT_NAMESPACE: Final = "default"
 UNCONSOLIDATABLE_DEDUPE: Final = timedelta(minutes=15)
 """Upstream's window for ``Unconsolidatable``: a kept node is told why at most this often."""
+NOMINATION_QPS: Final = 5.0
+NOMINATION_BURST: Final = 10
+"""Upstream's ``PodNominationRateLimiter`` (``pkg/controllers/provisioning/scheduling/events.go``:
+``flowcontrol.NewTokenBucketRateLimiter(5, 10)``), one bucket for every pod's ``Nominated``."""
 
 
 @dataclass

@@ -38,7 +38,14 @@ from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.errors import ApiError, refused_by_api
-from karpenter_capi.core.kube.events import NORMAL, WARNING, EventRecorder
+from karpenter_capi.core.kube.events import (
+    NOMINATION_BURST,
+    NOMINATION_QPS,
+    NORMAL,
+    WARNING,
+    EventRecorder,
+)
+from karpenter_capi.core.kube.ratelimit import TokenBucket
 from karpenter_capi.core.kube.resources import NODECLAIMS
 from karpenter_capi.core.observability.logs import first, ref
 from karpenter_capi.core.observability.metrics import Metrics
@@ -149,6 +156,7 @@ class Provisioner:
         self._plugins = plugins
         self._clock = clock
         self._recorder = recorder or EventRecorder(client, clock)
+        self._nomination_events = TokenBucket(NOMINATION_QPS, NOMINATION_BURST, clock)
         self._max_instance_types = max_instance_types
         self._solve_timeout = solve_timeout
         self._packing_budget = packing_budget  # seconds for re-packing; 0 disables it
@@ -548,13 +556,15 @@ class Provisioner:
         return _decision(name, claim, keys)
 
     def _nominate(self, launched: Sequence[tuple[ProposedNodeClaim, str]]) -> None:
-        """Each launched pod's ``Nominated`` Event, once every claim of the round is created
-        and said: a 1,000-pod round has as many Events, and written one by one they held the
-        round (and the next) for seconds; ``create_concurrency`` at a time, as the creates."""
+        """Launched pods' ``Nominated`` Events, once every claim of the round is created and
+        said, ``create_concurrency`` at a time; as upstream, those past the shared bucket
+        (``NOMINATION_QPS``) are dropped: the plan is on the NodeClaims, the Events only tell
+        a user reading ``kubectl describe``, and 1,000 of them cost the round seconds."""
         events = [
             (pod, f"Pod should schedule on: nodeclaim/{name}")
             for claim, name in launched
             for pod in claim.pods
+            if self._nomination_events.try_accept()
         ]
 
         def record(event: tuple[Mapping[str, Any], str]) -> None:
