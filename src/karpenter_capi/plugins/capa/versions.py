@@ -12,19 +12,18 @@ from __future__ import annotations
 
 from typing import Final
 
-from karpenter_capi.plugins.generic_capi.provider_versions import Minimum, cluster_api
+from karpenter_capi.plugins.generic_capi.provider_versions import (
+    cluster_api,
+    infrastructure_provider,
+)
 
 NEEDED_BY: Final = "spec.launch.mode CAPAFleet"
-CAPA: Final = Minimum(
-    provider_type="InfrastructureProvider",
-    provider_name="aws",
-    label="CAPA",
-    minimum=(2, 0, 0),
-    needed_by=NEEDED_BY,
-    why="the first release serving infrastructure.cluster.x-k8s.io/v1beta2, the AWSMachine API "
+CAPA: Final = infrastructure_provider(
+    "aws",
+    "CAPA",
+    (2, 0, 0),
+    NEEDED_BY,
+    "the first release serving infrastructure.cluster.x-k8s.io/v1beta2, the AWSMachine API "
     "it writes and is tested at",
-    condition="ProviderVersionSupported",
-    reason_too_old="ProviderTooOld",
-    reason_supported="ProviderSupported",
 )
 NEEDS: Final = (CAPA, cluster_api(NEEDED_BY))

@@ -24,19 +24,18 @@ from typing import Final
 
 from karpenter_capi.plugin_api import PluginContext
 from karpenter_capi.plugins.generic_capi import provider_versions
-from karpenter_capi.plugins.generic_capi.provider_versions import Minimum, cluster_api
+from karpenter_capi.plugins.generic_capi.provider_versions import (
+    cluster_api,
+    infrastructure_provider,
+)
 
 NEEDED_BY: Final = "spec.launch.mode CAPZMachinePool"
-CAPZ: Final = Minimum(
-    provider_type="InfrastructureProvider",
-    provider_name="azure",
-    label="CAPZ",
-    minimum=(1, 17, 0),
-    needed_by=NEEDED_BY,
-    why="so that a scale-down deletes exactly the VM of the NodeClaim being deleted",
-    condition="ProviderVersionSupported",
-    reason_too_old="ProviderTooOld",
-    reason_supported="ProviderSupported",
+CAPZ: Final = infrastructure_provider(
+    "azure",
+    "CAPZ",
+    (1, 17, 0),
+    NEEDED_BY,
+    "so that a scale-down deletes exactly the VM of the NodeClaim being deleted",
 )
 NEEDS: Final = (CAPZ, cluster_api(NEEDED_BY))
 

@@ -193,3 +193,21 @@ def cluster_api(needed_by: str) -> Minimum:
         reason_too_old="ClusterAPITooOld",
         reason_supported="ClusterAPISupported",
     )
+
+
+def infrastructure_provider(
+    provider_name: str, label: str, minimum: tuple[int, int, int], needed_by: str, why: str
+) -> Minimum:
+    """An infrastructure provider (CAPA, CAPZ) a launch mode needs; said on the NodeClass as
+    ``ProviderVersionSupported`` (``ProviderTooOld`` / ``ProviderSupported``)."""
+    return Minimum(
+        provider_type="InfrastructureProvider",
+        provider_name=provider_name,
+        label=label,
+        minimum=minimum,
+        needed_by=needed_by,
+        why=why,
+        condition="ProviderVersionSupported",
+        reason_too_old="ProviderTooOld",
+        reason_supported="ProviderSupported",
+    )
