@@ -145,7 +145,11 @@ class Feed(Generic[T]):
             return written.key is None or self._holds(written.key)
         if self._labels is None:
             return True
-        return all(written.labels.get(k) == v for k, v in self._labels.items())
+        if all(written.labels.get(k) == v for k, v in self._labels.items()):
+            return True
+        # Labels that no longer match may have moved the object out of the copy (the watch
+        # sends a DELETED for it): that concerns the copy if it holds the object.
+        return written.key is None or self._holds(written.key)
 
     def _follow(self, generation: int, resource_version: str) -> None:
         try:
