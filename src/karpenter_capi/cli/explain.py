@@ -162,6 +162,20 @@ class Explanation:
         }
 
     def write_text(self, out: TextIO) -> None:
+        self._write_provisioning(out)
+        out.write("\nNext disruption pass: ")
+        out.write(f"{self.command}\n" if self.command else "nothing to disrupt\n")
+        for verdict in self.nodes:
+            node = f" (node {verdict.node})" if verdict.node else ""
+            out.write(
+                f"  NodeClaim {verdict.nodeclaim}{node}, NodePool {verdict.nodepool or '-'}: "
+                f"{verdict.verdict}: {verdict.reason}\n"
+            )
+        self._write_leftovers(out)
+
+    def _write_provisioning(self, out: TextIO) -> None:
+        """The provisioning round: what keeps pools and classes from use, each pod's
+        placement, and the static pools."""
         out.write(f"Next provisioning round: {len(self.pods)} pending pod(s)\n")
         for pool, error in sorted(self.nodepool_errors.items()):
             out.write(f"  NodePool {pool} is not usable: {error}\n")
@@ -179,14 +193,9 @@ class Explanation:
             out.write("\nStatic NodePools (spec.replicas):\n")
             for static in self.static:
                 out.write(f"  {static.text()}\n")
-        out.write("\nNext disruption pass: ")
-        out.write(f"{self.command}\n" if self.command else "nothing to disrupt\n")
-        for verdict in self.nodes:
-            node = f" (node {verdict.node})" if verdict.node else ""
-            out.write(
-                f"  NodeClaim {verdict.nodeclaim}{node}, NodePool {verdict.nodepool or '-'}: "
-                f"{verdict.verdict}: {verdict.reason}\n"
-            )
+
+    def _write_leftovers(self, out: TextIO) -> None:
+        """Objects neither pass acts on: Nodes without a NodeClaim, NodeClaims it cannot read."""
         if self.unclaimed_nodes:
             out.write("\nNodes no NodeClaim holds:\n")
             for node, message in sorted(self.unclaimed_nodes.items()):

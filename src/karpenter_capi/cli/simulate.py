@@ -111,31 +111,45 @@ def _speed(args: argparse.Namespace) -> float | None:
     return 1.0 if args.realtime else None
 
 
-def _run_named_scenario(args: argparse.Namespace, out: TextIO) -> int:
+def _until(args: argparse.Namespace) -> float:
+    """Seconds of simulated time --until asks for, or a user error naming the flag."""
     from karpenter_capi.core.api.duration import parse_duration
-    from karpenter_capi.sim.scenario.pacing import WallClockPacer
-    from karpenter_capi.sim.scenario.progress import progress_line
-    from karpenter_capi.sim.scenario.runner import DEFAULT_SAMPLE_EVERY, DEFAULT_SCENARIO, run
-    from karpenter_capi.sim.scenario.schema import load_scenario
 
-    scenario = load_scenario(args.name or DEFAULT_SCENARIO)
     try:
         until = parse_duration(args.until).total_seconds()
     except ValueError as exc:
         raise InvalidInputError(f"--until {args.until!r}: {exc}") from None
     if until <= 0:
         raise InvalidInputError(f"--until {args.until!r}: must be longer than 0s")
+    return until
+
+
+def _pacing(args: argparse.Namespace) -> dict[str, Any]:
+    """The runner's pacing arguments when --speed or --realtime asks to watch; none else."""
+    from karpenter_capi.sim.scenario.pacing import WallClockPacer
+    from karpenter_capi.sim.scenario.runner import DEFAULT_SAMPLE_EVERY
+
+    speed = _speed(args)
+    if speed is None:
+        return {}
+    # Sample about once per wall second, so the progress line moves while watching.
+    return {
+        "pace": WallClockPacer(speed),
+        "pace_step": max(1.0, speed / 10),
+        "sample_every": min(DEFAULT_SAMPLE_EVERY, max(1.0, speed)),
+    }
+
+
+def _run_named_scenario(args: argparse.Namespace, out: TextIO) -> int:
+    from karpenter_capi.sim.scenario.progress import progress_line
+    from karpenter_capi.sim.scenario.runner import DEFAULT_SCENARIO, run
+    from karpenter_capi.sim.scenario.schema import load_scenario
+
+    scenario = load_scenario(args.name or DEFAULT_SCENARIO)
+    until = _until(args)
     if scenario.fleet is not None:
         return _run_fleet_scenario(args, scenario, until, out)
-    speed = _speed(args)
-    pacing: dict[str, Any] = {}
-    if speed is not None:
-        # Sample about once per wall second, so the progress line moves while watching.
-        pacing = {
-            "pace": WallClockPacer(speed),
-            "pace_step": max(1.0, speed / 10),
-            "sample_every": min(DEFAULT_SAMPLE_EVERY, max(1.0, speed)),
-        }
+    pacing = _pacing(args)
     progress = progress_line(out, json_output=args.json)
     fronts: list[Any] = []
     on_cluster = None

@@ -98,17 +98,23 @@ def _children(obj: object) -> Iterator[tuple[str | None, object]]:
     elif isinstance(obj, _CACHE_TYPE):
         yield None, obj.__wrapped__
     else:
-        instance_dict = getattr(obj, "__dict__", None)
-        if isinstance(instance_dict, dict):
-            yield from instance_dict.items()
-        for name in _slot_names(type(obj)):
-            try:
-                yield name, object.__getattribute__(obj, name)
-            except AttributeError:
-                continue
-        if instance_dict is None and not hasattr(type(obj), "__slots__"):
-            for referent in gc.get_referents(obj):
-                yield None, referent
+        yield from _attributes(obj)
+
+
+def _attributes(obj: object) -> Iterator[tuple[str | None, object]]:
+    """An instance's attributes (its ``__dict__`` and slots); what the collector says it
+    refers to when it has neither (an extension type)."""
+    instance_dict = getattr(obj, "__dict__", None)
+    if isinstance(instance_dict, dict):
+        yield from instance_dict.items()
+    for name in _slot_names(type(obj)):
+        try:
+            yield name, object.__getattribute__(obj, name)
+        except AttributeError:
+            continue
+    if instance_dict is None and not hasattr(type(obj), "__slots__"):
+        for referent in gc.get_referents(obj):
+            yield None, referent
 
 
 _STOP_TYPES: Final = (

@@ -265,6 +265,11 @@ class _Checker:
     # --- checks that hold at any instant ----------------------------------------------------
 
     def double_claims(self) -> None:
+        self._double_claimed_provider_ids()
+        self._double_launched_machines()
+
+    def _double_claimed_provider_ids(self) -> None:
+        """No two NodeClaims report the same instance."""
         by_id: dict[str, list[str]] = {}
         for claim in self.claims:
             provider_id = _provider_id(claim, "status")
@@ -277,6 +282,9 @@ class _Checker:
                     f"provider ID {provider_id}",
                     f"claimed by NodeClaims {', '.join(sorted(names))}",
                 )
+
+    def _double_launched_machines(self) -> None:
+        """No two live Machines hold the same instance, or are bound to the same NodeClaim."""
         machines_by_id: dict[str, list[str]] = {}
         machines_by_claim: dict[str, list[str]] = {}
         for machine in self.capi.machines:

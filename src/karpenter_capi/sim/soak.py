@@ -190,6 +190,31 @@ def _live(server: InMemoryAPIServer, resource: Resource) -> list[dict[str, Any]]
     return [o for o in server.list(resource).items if not o["metadata"].get("deletionTimestamp")]
 
 
+def _keep_history(
+    server: InMemoryAPIServer, watch_history: int | None, compaction_interval: float | None
+) -> None:
+    """Bound the server's watch history as asked (see ``soak``)."""
+    if watch_history is not None:
+        server.set_watch_history(watch_history)
+    if compaction_interval is not None:
+        server.set_compaction_interval(compaction_interval)
+
+
+def _footprints(
+    operator: Operator, server: InMemoryAPIServer, footprints: list[Footprint]
+) -> dict[str, int]:
+    """What the controller and the API server hold now; the controller's kept in
+    ``footprints`` (the report's growth figures)."""
+    controller = footprint([("Operator", operator), *module_roots()])
+    footprints.append(controller)
+    apiserver = footprint([("InMemoryAPIServer", server)], stop=lambda _: False)
+    return {
+        "controller_bytes": controller.bytes,
+        "controller_objects": controller.objects,
+        "apiserver_bytes": apiserver.bytes,
+    }
+
+
 def soak(
     scenario: Scenario,
     *,
@@ -226,10 +251,7 @@ def soak(
 
     def on_cluster(server: InMemoryAPIServer) -> None:
         wired["server"] = server
-        if watch_history is not None:
-            server.set_watch_history(watch_history)
-        if compaction_interval is not None:
-            server.set_compaction_interval(compaction_interval)
+        _keep_history(server, watch_history, compaction_interval)
 
     def on_operator(operator: Operator) -> None:
         nonlocal last_wall
@@ -252,14 +274,7 @@ def soak(
         gc.collect()
         memory = process_memory()
         if measure_footprint:
-            controller = footprint([("Operator", operator), *module_roots()])
-            footprints.append(controller)
-            apiserver = footprint([("InMemoryAPIServer", server)], stop=lambda _: False)
-            memory |= {
-                "controller_bytes": controller.bytes,
-                "controller_objects": controller.objects,
-                "apiserver_bytes": apiserver.bytes,
-            }
+            memory |= _footprints(operator, server, footprints)
         pods = _live(server, PODS)
         bound = sum(1 for p in pods if (p.get("spec") or {}).get("nodeName"))
         checkpoint = Checkpoint(

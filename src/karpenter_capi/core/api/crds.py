@@ -33,6 +33,8 @@ from karpenter_capi.core.api.nodeclass import ClusterAPINodeClass
 from karpenter_capi.core.api.nodepool import NodePool
 
 _DROPPED_KEYS = frozenset({"title", "default", "examples", "discriminator"})
+# Keys whose values are schemas in turn, made structural one by one.
+_NESTED_KEYS = frozenset({"properties", "items", "additionalProperties"})
 _TYPE_META = {
     "apiVersion": {
         "description": "APIVersion defines the versioned schema of this representation of an "
@@ -205,25 +207,34 @@ def _structural_keys(node: dict[str, Any], defs: dict[str, Any], path: str) -> d
     for key, value in node.items():
         if key in _DROPPED_KEYS:
             continue
-        if key == "x-crd-default":
+        if key in _NESTED_KEYS:
+            out.update(_structural_nested(key, value, defs, path))
+        elif key == "x-crd-default":
             out["default"] = value
         elif key == "const":
             out["enum"] = [value]
-        elif key == "properties":
-            out["properties"] = {
-                name: _structural(sub, defs, f"{path}.{name}") for name, sub in value.items()
-            }
-        elif key == "items":
-            out["items"] = _structural(value, defs, f"{path}[]")
-        elif key == "additionalProperties":
-            if isinstance(value, dict):
-                out["additionalProperties"] = _structural(value, defs, f"{path}{{}}")
         elif key == "required":
             if value:
                 out["required"] = sorted(value)
         else:
             out[key] = value
     return out
+
+
+def _structural_nested(key: str, value: Any, defs: dict[str, Any], path: str) -> dict[str, Any]:
+    """A key holding nested schemas, each made structural; a boolean additionalProperties
+    drops (a structural schema allows only a schema there)."""
+    if key == "properties":
+        return {
+            "properties": {
+                name: _structural(sub, defs, f"{path}.{name}") for name, sub in value.items()
+            }
+        }
+    if key == "items":
+        return {"items": _structural(value, defs, f"{path}[]")}
+    if isinstance(value, dict):
+        return {"additionalProperties": _structural(value, defs, f"{path}{{}}")}
+    return {}
 
 
 def openapi_schema(model: type[BaseModel]) -> dict[str, Any]:

@@ -351,8 +351,20 @@ def _not_a_candidate(
     pools: Mapping[str, NodePoolInventory],
     protected: frozenset[str],
 ) -> str | None:
-    meta, status = _meta(claim), claim.get("status") or {}
-    name = str(meta.get("name", ""))
+    why = _claim_not_a_candidate(claim, pools)
+    if why is not None:
+        return why
+    node = node_by_name.get(str((claim.get("status") or {}).get("nodeName", "")))
+    if node is None:
+        return "has no Node"
+    return _node_not_a_candidate(claim, node, protected)
+
+
+def _claim_not_a_candidate(
+    claim: Mapping[str, Any], pools: Mapping[str, NodePoolInventory]
+) -> str | None:
+    """Why the NodeClaim itself rules the node out: no usable NodePool, deleting, or not up."""
+    meta = _meta(claim)
     pool = (meta.get("labels") or {}).get(wellknown.LABEL_NODEPOOL)
     if not pool:
         return "not managed by a NodePool"
@@ -362,15 +374,19 @@ def _not_a_candidate(
         return "already deleting"
     if not condition_true(claim, NodeClaimConditionType.INITIALIZED):
         return "not initialized"
-    node = node_by_name.get(str(status.get("nodeName", "")))
-    if node is None:
-        return "has no Node"
+    return None
+
+
+def _node_not_a_candidate(
+    claim: Mapping[str, Any], node: Mapping[str, Any], protected: frozenset[str]
+) -> str | None:
+    """Why the claim's Node rules it out: going already, protected, or do-not-disrupt."""
     node_meta = _meta(node)
     if node_meta.get("deletionTimestamp"):
         return "Node already deleting"
     if has_disrupted_taint(node):
         return "already being disrupted"
-    if name in protected or str(node_meta.get("name")) in protected:
+    if str(_meta(claim).get("name", "")) in protected or str(node_meta.get("name")) in protected:
         return "nominated for pending pods or replacing another node"
     for obj, what in ((node, "Node"), (claim, "NodeClaim")):
         annotations = _meta(obj).get("annotations") or {}

@@ -41,6 +41,8 @@ from karpenter_capi.core.api.meta import validation_problems
 from karpenter_capi.core.api.nodeclaim import NodeClaim, NodeClaimConditionType
 from karpenter_capi.core.disruption.budgets import BudgetLedger
 from karpenter_capi.core.disruption.candidates import (
+    Candidate,
+    CandidateSet,
     DisruptionBudgets,
     condition_true,
     find_candidates,
@@ -384,29 +386,18 @@ class DisruptionController:
             now=self._ctx.clock.now(),
             protected=self._protected(),
         )
-        by_name = {c.name: c for c in found.candidates}
-        still = [by_name[c.name] for c in command.candidates if c.name in by_name]
-        if command.method == EMPTINESS:
-            still = [c for c in still if c.empty and c.consolidatable]
-            if not still:
-                return "no longer empty"
-        elif len(still) != len(command.candidates):
-            gone = [c.name for c in command.candidates if c.name not in by_name]
-            return f"no longer candidates: {', '.join(gone)} ({found.excluded.get(gone[0], '')})"
-        elif not all(c.consolidatable for c in still):
-            return "pods arrived or left within consolidateAfter"
+        still = _still_candidates(command, found)
+        if isinstance(still, str):
+            return still
         refused = provider_refusals(self._blocked, snapshot, still)
         if refused:
             name, why = next(iter(sorted(refused.items())))
             return f"provider refuses {name}: {why}"
         pools = {i.nodepool: i.model for i in inventories if i.model is not None}
         ledger = BudgetLedger(pools, snapshot.nodeclaims, snapshot.nodes, self._ctx.clock.now())
-        per_pool: dict[str, int] = {}
-        for candidate in still:
-            per_pool[candidate.nodepool] = per_pool.get(candidate.nodepool, 0) + 1
-        for pool, count in per_pool.items():
-            if count > ledger.allowed(pool, command.reason):
-                return f"NodePool {pool}'s budget for {command.reason.value} is used up"
+        used_up = _budget_used_up(still, ledger, command)
+        if used_up is not None:
+            return used_up
         self._raw_pools = {inv.nodepool: inv.raw for inv in inventories}
         if command.method == EMPTINESS:
             return Command(command.method, command.reason, still, savings=command.savings)
@@ -520,3 +511,32 @@ class DisruptionController:
     def busy(self) -> bool:
         """Whether a command is waiting for validation or for its replacements."""
         return self._pending is not None or bool(self._in_flight)
+
+
+def _still_candidates(command: Command, found: CandidateSet) -> list[Candidate] | str:
+    """The command's candidates as found now, or why they no longer make the command: an
+    emptiness command keeps those still empty, any other needs every one, unchanged."""
+    by_name = {c.name: c for c in found.candidates}
+    still = [by_name[c.name] for c in command.candidates if c.name in by_name]
+    if command.method == EMPTINESS:
+        still = [c for c in still if c.empty and c.consolidatable]
+        return still or "no longer empty"
+    if len(still) != len(command.candidates):
+        gone = [c.name for c in command.candidates if c.name not in by_name]
+        return f"no longer candidates: {', '.join(gone)} ({found.excluded.get(gone[0], '')})"
+    if not all(c.consolidatable for c in still):
+        return "pods arrived or left within consolidateAfter"
+    return still
+
+
+def _budget_used_up(
+    still: Sequence[Candidate], ledger: BudgetLedger, command: Command
+) -> str | None:
+    """Why a NodePool's disruption budget no longer allows the command, if it does not."""
+    per_pool: dict[str, int] = {}
+    for candidate in still:
+        per_pool[candidate.nodepool] = per_pool.get(candidate.nodepool, 0) + 1
+    for pool, count in per_pool.items():
+        if count > ledger.allowed(pool, command.reason):
+            return f"NodePool {pool}'s budget for {command.reason.value} is used up"
+    return None

@@ -266,15 +266,7 @@ class Simulator:
             )
         share = (price - total) / len(claims)
         all_spot = all(c.capacity_type == wellknown.CAPACITY_TYPE_SPOT for c in candidates)
-        # Against churn, with several replacements (upstream's ``filterOutSameInstanceType``):
-        # one that could be a candidate's own type must be cheaper than that candidate, or
-        # keeping the candidate would save as much with fewer pods moved. One replacement is
-        # left as before: a merge into a candidate's type still removes the other nodes.
-        own: dict[str, float] = {}
-        for candidate in candidates if len(claims) > 1 else ():
-            if candidate.instance_type is not None:
-                name = candidate.instance_type.name
-                own[name] = min(own.get(name, math.inf), candidate.price)
+        own = _own_type_prices(candidates) if len(claims) > 1 else {}
         replacements = []
         for claim in claims:
             allowance = min(
@@ -288,14 +280,8 @@ class Simulator:
                 return replacement
             replacements.append(replacement)
         savings = price - sum(r.price for r in replacements)
-        if len(replacements) > 1 and len(replacements) >= len(candidates):
-            smallest = min(r.price for r in replacements)
-            if savings <= smallest:
-                return (
-                    f"{len(replacements)} new nodes would save {savings:.4f}/h, no more than "
-                    f"the cheapest of them costs ({smallest:.4f}/h)"
-                )
-        return Replacement(replacements, savings)
+        churn = _saves_too_little(replacements, len(candidates), savings)
+        return churn if churn is not None else Replacement(replacements, savings)
 
     def _restricted(
         self, claim: ProposedNodeClaim, allowance: float, all_spot: bool, replaced: int
@@ -387,4 +373,37 @@ def _pin_capacity_type(claim: ProposedNodeClaim, price: float) -> Requirements:
         return spot
     return requirements.with_requirement(
         Requirement.new(wellknown.LABEL_CAPACITY_TYPE, "NotIn", [wellknown.CAPACITY_TYPE_SPOT])
+    )
+
+
+def _own_type_prices(candidates: Sequence[Candidate]) -> dict[str, float]:
+    """The cheapest candidate price of each candidate's own instance type.
+
+    Against churn, with several replacements (upstream's ``filterOutSameInstanceType``): one
+    that could be a candidate's own type must be cheaper than that candidate, or keeping the
+    candidate would save as much with fewer pods moved. One replacement is left as before (the
+    caller asks only with several): a merge into a candidate's type still removes the other
+    nodes.
+    """
+    own: dict[str, float] = {}
+    for candidate in candidates:
+        if candidate.instance_type is not None:
+            name = candidate.instance_type.name
+            own[name] = min(own.get(name, math.inf), candidate.price)
+    return own
+
+
+def _saves_too_little(
+    replacements: Sequence[ProposedNodeClaim], candidates: int, savings: float
+) -> str | None:
+    """Why a move that does not lower the number of nodes is not worth it: it must save more
+    than the cheapest of its new nodes costs (docs/disruption.md)."""
+    if len(replacements) <= 1 or len(replacements) < candidates:
+        return None
+    smallest = min(r.price for r in replacements)
+    if savings > smallest:
+        return None
+    return (
+        f"{len(replacements)} new nodes would save {savings:.4f}/h, no more than "
+        f"the cheapest of them costs ({smallest:.4f}/h)"
     )

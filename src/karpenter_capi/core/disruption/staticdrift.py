@@ -51,38 +51,47 @@ def static_drift(
     replacements: list[ProposedNodeClaim] = []
     held: list[str] = []
     for name, drifted in sorted(by_pool.items()):
-        pool = drifted[0].pool
-        allowed = ledger.allowed(name, DisruptionReason.DRIFTED)
-        if allowed <= 0:
-            held.append(f"NodePool {name}: no budget left")
+        room = _replaceable(name, drifted, ledger, snapshot, inventories.get(name))
+        if isinstance(room, str):
+            held.append(room)
             continue
-        count = static_plan.count_nodeclaims(name, snapshot.nodeclaims, snapshot.nodes)
-        replicas = pool.spec.replicas or 0
-        if count.active + count.pending_disruption > replicas:
-            held.append(f"NodePool {name}: scaling down to {replicas} replicas first")
-            continue
-        room = static_plan.room_under_limit(pool, count, min(allowed, len(drifted)))
-        if room <= 0:
-            held.append(
-                f"NodePool {name}: limits.nodes {static_plan.node_limit(pool)} leaves no room "
-                "for a replacement"
-            )
-            continue
-        inventory = inventories.get(name)
-        if inventory is None or inventory.error:
-            held.append(f"NodePool {name}: not usable")
-            continue
-        proposal = static_plan.static_nodeclaim(
-            nodepool_option(inventory, snapshot), snapshot.daemonsets
-        )
-        if isinstance(proposal, str):
-            held.append(proposal)
-            continue
-        for candidate in sorted(drifted, key=lambda c: (c.disruption_cost, c.name))[:room]:
+        count, proposal = room
+        for candidate in sorted(drifted, key=lambda c: (c.disruption_cost, c.name))[:count]:
             chosen.append(candidate)
             replacements.append(proposal)
-        ledger.spend(name, room)
+        ledger.spend(name, count)
     if not chosen:
         return f"{sum(map(len, by_pool.values()))} drifted static node(s): {'; '.join(held)}"
     savings = sum(c.price for c in chosen) - sum(r.price for r in replacements)
     return Command(STATIC_DRIFT, DisruptionReason.DRIFTED, chosen, replacements, savings)
+
+
+def _replaceable(
+    name: str,
+    drifted: Sequence[Candidate],
+    ledger: BudgetLedger,
+    snapshot: ClusterSnapshot,
+    inventory: NodePoolInventory | None,
+) -> tuple[int, ProposedNodeClaim] | str:
+    """How many of a static pool's drifted nodes may be replaced now, and by what NodeClaim;
+    or why none may (no budget, scaling down, at its node limit, unusable)."""
+    pool = drifted[0].pool
+    allowed = ledger.allowed(name, DisruptionReason.DRIFTED)
+    if allowed <= 0:
+        return f"NodePool {name}: no budget left"
+    count = static_plan.count_nodeclaims(name, snapshot.nodeclaims, snapshot.nodes)
+    replicas = pool.spec.replicas or 0
+    if count.active + count.pending_disruption > replicas:
+        return f"NodePool {name}: scaling down to {replicas} replicas first"
+    room = static_plan.room_under_limit(pool, count, min(allowed, len(drifted)))
+    if room <= 0:
+        return (
+            f"NodePool {name}: limits.nodes {static_plan.node_limit(pool)} leaves no room "
+            "for a replacement"
+        )
+    if inventory is None or inventory.error:
+        return f"NodePool {name}: not usable"
+    proposal = static_plan.static_nodeclaim(
+        nodepool_option(inventory, snapshot), snapshot.daemonsets
+    )
+    return proposal if isinstance(proposal, str) else (room, proposal)

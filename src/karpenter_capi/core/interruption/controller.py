@@ -209,20 +209,7 @@ class InterruptionController:
             return True
         nodes = nodes_for_provider_id(self._ctx.caches, provider_id)
         if self._first(claim, notice.kind):
-            if not counted and self._ctx.metrics is not None:
-                # A Node's mark is seen at every poll: counted once, when first acted on.
-                self._ctx.metrics.interruption_received(notice.kind)
-            reason, message = _NOTICE_EVENTS.get(notice.kind, ("Interrupted", notice.kind))
-            if notice.deadline is not None:
-                message = f"{message}; the instance goes at {notice.deadline.isoformat()}"
-            if notice.detail:
-                message = f"{message} ({notice.detail})"
-            event_type = NORMAL if notice.kind == REBALANCE_RECOMMENDATION else WARNING
-            for involved in (claim, *nodes):
-                self._writes.event(involved, event_type, reason, message)
-            self._ctx.log.info("%s: NodeClaim %s: %s", NAME, meta["name"], message)
-            if notice.kind == SPOT_INTERRUPTED:
-                self._mark_offering(meta.get("labels") or {})
+            self._tell(claim, nodes, notice, counted=counted)
         if notice.kind == REBALANCE_RECOMMENDATION:
             return True
         deadline = "" if notice.deadline is None else format_timestamp(notice.deadline)
@@ -240,6 +227,32 @@ class InterruptionController:
             return self._failure(meta["name"], notice.kind, exc)
         self._maybe_delete(recorded)
         return True
+
+    def _tell(
+        self,
+        claim: JsonObject,
+        nodes: Sequence[JsonObject],
+        notice: InterruptionNotice,
+        *,
+        counted: bool,
+    ) -> None:
+        """The notice, once per NodeClaim and kind: counted, an Event on the claim and its
+        Nodes, a log line, and a spot interruption marks its offering unavailable."""
+        meta = claim["metadata"]
+        if not counted and self._ctx.metrics is not None:
+            # A Node's mark is seen at every poll: counted once, when first acted on.
+            self._ctx.metrics.interruption_received(notice.kind)
+        reason, message = _NOTICE_EVENTS.get(notice.kind, ("Interrupted", notice.kind))
+        if notice.deadline is not None:
+            message = f"{message}; the instance goes at {notice.deadline.isoformat()}"
+        if notice.detail:
+            message = f"{message} ({notice.detail})"
+        event_type = NORMAL if notice.kind == REBALANCE_RECOMMENDATION else WARNING
+        for involved in (claim, *nodes):
+            self._writes.event(involved, event_type, reason, message)
+        self._ctx.log.info("%s: NodeClaim %s: %s", NAME, meta["name"], message)
+        if notice.kind == SPOT_INTERRUPTED:
+            self._mark_offering(meta.get("labels") or {})
 
     def _taint(self, node: JsonObject) -> None:
         """Keep new pods off the Node (the disruption controller leaves the taint alone)."""

@@ -50,6 +50,7 @@ from karpenter_capi.core.runtime.controller import (
     Result,
     Watch,
 )
+from karpenter_capi.core.scheduling.model import ProposedNodeClaim
 from karpenter_capi.core.static.plan import (
     CAPPED_RETRY,
     OVERPROVISIONED,
@@ -154,12 +155,9 @@ class StaticProvisioningController(_StaticBase):
         if not _ready(raw):
             # Readiness says why; its status write wakes this controller again.
             return DONE
-        limited = self._limited.get(pool.name)
-        if limited is not None:
-            # Its own NodeClaims' events wake it at once; the cap is per CAPPED_RETRY.
-            waited = self._ctx.clock.monotonic() - limited[0]
-            if waited < CAPPED_RETRY:
-                return Result(requeue_after=CAPPED_RETRY - waited)
+        waiting = self._capped_wait(pool.name)
+        if waiting is not None:
+            return waiting
         claims = self._nodeclaims(pool.name)
         plan = plan_replicas(pool, claims)
         if plan.create <= 0:
@@ -168,25 +166,47 @@ class StaticProvisioningController(_StaticBase):
                 return Result(requeue_after=HELD_RETRY)
             self._said.pop(pool.name, None)
             return Result(requeue_after=RESYNC)
-        inventory = resolve_nodepool(self._ctx.client, self._ctx.plugins, raw)
-        snapshot = ClusterSnapshot(pods=[], nodes=[], nodeclaims=list(claims), daemonsets=[])
-        proposal = (
-            inventory.error
-            if inventory.error
-            else static_nodeclaim(
-                nodepool_option(inventory, snapshot),
-                self._ctx.caches.store(DAEMONSETS).list(),
-            )
-        )
+        proposal = self._proposal(raw, claims)
         if isinstance(proposal, str):
             self._say(pool.name, "cannot provision nodeclaims for static nodepool", error=proposal)
             self._actions.event(NODEPOOLS, raw, WARNING, "FailedScaleUp", proposal)
             return Result(requeue_after=HELD_RETRY)
         self._said.pop(pool.name, None)
+        self._scale_up(raw, plan, proposal)
+        if plan.held:
+            self._held(raw, plan)
+        if plan.limited:
+            return self._limit(raw, plan)
+        self._limited.pop(pool.name, None)
+        return Result(requeue_after=RESYNC)
+
+    def _capped_wait(self, nodepool: str) -> Result | None:
+        """While a pool cut to CREATE_PER_ROUND waits out CAPPED_RETRY, the rest of the wait:
+        its own NodeClaims' events wake it at once, the cap is per CAPPED_RETRY."""
+        limited = self._limited.get(nodepool)
+        if limited is None:
+            return None
+        waited = self._ctx.clock.monotonic() - limited[0]
+        return Result(requeue_after=CAPPED_RETRY - waited) if waited < CAPPED_RETRY else None
+
+    def _proposal(
+        self, raw: JsonObject, claims: Sequence[Mapping[str, Any]]
+    ) -> ProposedNodeClaim | str:
+        """The NodeClaim every new replica copies, or why the pool cannot have one."""
+        inventory = resolve_nodepool(self._ctx.client, self._ctx.plugins, raw)
+        if inventory.error:
+            return inventory.error
+        snapshot = ClusterSnapshot(pods=[], nodes=[], nodeclaims=list(claims), daemonsets=[])
+        return static_nodeclaim(
+            nodepool_option(inventory, snapshot), self._ctx.caches.store(DAEMONSETS).list()
+        )
+
+    def _scale_up(self, raw: JsonObject, plan: ReplicaPlan, proposal: ProposedNodeClaim) -> None:
+        """Create the plan's NodeClaims from the proposal and say so on the pool."""
         log.info(
             "provisioning nodeclaims to satisfy replica count",
             extra={
-                "NodePool": ref(pool.name),
+                "NodePool": ref(plan.nodepool),
                 "current": plan.count.active,
                 "desired": plan.replicas,
                 "provision-count": plan.create,
@@ -202,7 +222,7 @@ class StaticProvisioningController(_StaticBase):
             created.append(name)
             log_created(name, proposal)
             if self._ctx.metrics is not None:
-                self._ctx.metrics.nodeclaim_created(pool.name, reason=REASON_PROVISIONED)
+                self._ctx.metrics.nodeclaim_created(plan.nodepool, reason=REASON_PROVISIONED)
         types = ", ".join(t.name for t in proposal.instance_types[:3])
         self._actions.event(
             NODEPOOLS,
@@ -212,12 +232,6 @@ class StaticProvisioningController(_StaticBase):
             f"Created {plan.create} NodeClaim(s) ({', '.join(created) or 'dry run'}) to reach "
             f"{plan.replicas} replicas from {plan.count.active} (cheapest first: {types})",
         )
-        if plan.held:
-            self._held(raw, plan)
-        if plan.limited:
-            return self._limit(raw, plan)
-        self._limited.pop(pool.name, None)
-        return Result(requeue_after=RESYNC)
 
     def _limit(self, raw: JsonObject, plan: ReplicaPlan) -> Result:
         """Say once per change that the pool is filled a round at a time; wait for the next."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
@@ -158,47 +159,70 @@ class NodeTerminationController:
         claims = nodeclaims_for_node(node, self._store(NODECLAIMS))
         if len(claims) != 1:
             return self._orphan(node, claims)
-        claim = claims[0]
-        if not is_deleting(claim):
-            # The Node went first: its NodeClaim follows, so both stay consistent.
-            deleted = self._actions.delete(NODECLAIMS, name_of(claim))
-            if deleted is not None:
-                self._log.info("node %s is deleting: deleted its nodeclaim %s", key, name_of(claim))
-                claim = deleted
+        claim = self._delete_claim_with_node(key, claims[0])
+        deadline = self._deadline(node, claim)
 
+        # A dead node whose machine is gone has nothing left to drain: its pods cannot run.
+        if _ready(node) or not self._instance_missing(node):
+            drained = self._drain(node, claim, deadline)
+            if isinstance(drained, Result):
+                return drained
+            claim = drained
+        else:
+            self._log.info("node %s is not ready and its instance is gone: not draining", key)
+        return self._terminate_instance(node, claim)
+
+    def _delete_claim_with_node(self, key: Key, claim: JsonObject) -> JsonObject:
+        """The Node went first: its NodeClaim follows, so both stay consistent."""
+        if is_deleting(claim):
+            return claim
+        deleted = self._actions.delete(NODECLAIMS, name_of(claim))
+        if deleted is None:
+            return claim
+        self._log.info("node %s is deleting: deleted its nodeclaim %s", key, name_of(claim))
+        return deleted
+
+    def _deadline(self, node: JsonObject, claim: JsonObject) -> datetime | None:
+        """The claim's termination grace deadline, announced once on the node; a malformed
+        grace period is logged once and treated as none."""
         deadline, problem = termination_deadline(claim)
         if problem and self._said.first(name_of(claim), problem):
             self._log.warning("nodeclaim %s: %s", name_of(claim), problem)
         if deadline is not None:
             self._announce(node, deadline_text=format_timestamp(deadline))
+        return deadline
 
-        # A dead node whose machine is gone has nothing left to drain: its pods cannot run.
-        if _ready(node) or not self._instance_missing(node):
-            try:
-                self._drainer.taint(node)
-            except Conflict:
-                return Result(requeue_after=CONFLICT_RETRY_SECONDS)
-            except NotFound:
-                return DONE
-            pods = pods_on_node(key, self._store(PODS))
-            drain = self._drainer.drain(key, pods, deadline, reason=_disruption_reason(claim))
-            if not drain.drained:
-                if drain.problems:
-                    message = "Failed to drain node, " + "; ".join(drain.problems)
-                    self._warn(node, "FailedDraining", message)
-                self._set_drained(claim, ConditionStatus.UNKNOWN, "Draining")
-                return Result(requeue_after=drain.requeue_after)
-            drained = self._set_drained(claim, ConditionStatus.TRUE, DRAINED)
-            if drained is None:
-                return Result(requeue_after=CONFLICT_RETRY_SECONDS)
-            claim = drained
-        else:
-            self._log.info("node %s is not ready and its instance is gone: not draining", key)
+    def _drain(
+        self, node: JsonObject, claim: JsonObject, deadline: datetime | None
+    ) -> JsonObject | Result:
+        """Taint and drain the node: the claim marked Drained, or the Result to return while
+        the drain is still under way (or lost a write race)."""
+        key = name_of(node)
+        try:
+            self._drainer.taint(node)
+        except Conflict:
+            return Result(requeue_after=CONFLICT_RETRY_SECONDS)
+        except NotFound:
+            return DONE
+        pods = pods_on_node(key, self._store(PODS))
+        drain = self._drainer.drain(key, pods, deadline, reason=_disruption_reason(claim))
+        if not drain.drained:
+            if drain.problems:
+                message = "Failed to drain node, " + "; ".join(drain.problems)
+                self._warn(node, "FailedDraining", message)
+            self._set_drained(claim, ConditionStatus.UNKNOWN, "Draining")
+            return Result(requeue_after=drain.requeue_after)
+        drained = self._set_drained(claim, ConditionStatus.TRUE, DRAINED)
+        if drained is None:
+            return Result(requeue_after=CONFLICT_RETRY_SECONDS)
+        return drained
 
+    def _terminate_instance(self, node: JsonObject, claim: JsonObject) -> Result:
+        """Delete the machine behind the claim, then release the node once it is gone."""
         try:
             instance = self._instances.ensure_terminated(claim)
         except (ProviderError, PluginError) as error:
-            self._log.warning("node %s: deleting the instance failed: %s", key, error)
+            self._log.warning("node %s: deleting the instance failed: %s", name_of(node), error)
             raise
         if not instance.gone:
             return Result(requeue_after=instance.requeue_after)

@@ -246,39 +246,51 @@ def _parse_text(text: str) -> Quantity:
 
     binary_suffix = match["bin"]
     if binary_suffix is not None:
-        scaled = mantissa * (1024 ** _BINARY_SUFFIX_POWER[binary_suffix]) * _NANO
-        nanos = -(-scaled // 10 ** len(fraction))
-        fmt = QuantityFormat.BINARY_SI
-        if nanos > _MAX_BINARY_NANOS:
-            nanos = _MAX_BINARY_NANOS
-        elif 0 < nanos < _NANO:
-            # Kubernetes switches sub-unit binary values to DecimalSI "to avoid confusion".
-            fmt = QuantityFormat.DECIMAL_SI
+        nanos, fmt = _binary_nanos(mantissa, len(fraction), binary_suffix)
     else:
-        exponent_text = match["exp"]
-        if exponent_text is not None:
-            # Go keeps the exponent in an int32 and rejects anything outside it.
-            if len(exponent_text) > 12 or abs(exponent := int(exponent_text[1:])) > 2**31 - 1:
-                raise QuantityError(text, "exponent out of range")
-            fmt = QuantityFormat.DECIMAL_EXPONENT
-        else:
-            exponent = _DECIMAL_SUFFIX_EXPONENT[match["dec"]]
-            fmt = QuantityFormat.DECIMAL_SI
-        shift = exponent - len(fraction) + 9
-        if mantissa == 0:
-            nanos = 0
-        elif shift >= 0:
-            # Past the bound's digit count the value is over it: the integer is never built.
-            too_long = shift + len(digits) > _MAX_EXPONENT + 9
-            nanos = (
-                _MAX_DECIMAL_NANOS if too_long else min(mantissa * 10**shift, _MAX_DECIMAL_NANOS)
-            )
-        elif -shift > len(digits):
-            # Smaller than one nano: Kubernetes rounds any non-zero value up to 1n.
-            nanos = 1
-        else:
-            nanos = -(-mantissa // 10**-shift)
+        nanos, fmt = _decimal_nanos(text, match, mantissa, digits, len(fraction))
     return Quantity.from_nanos(-nanos if negative else nanos, fmt)
+
+
+def _binary_nanos(mantissa: int, fraction_digits: int, suffix: str) -> tuple[int, QuantityFormat]:
+    """Nanos of a binary-suffixed value (Ki, Mi, ...), rounded up and capped as Kubernetes
+    does, and the format it keeps."""
+    scaled = mantissa * (1024 ** _BINARY_SUFFIX_POWER[suffix]) * _NANO
+    nanos = -(-scaled // 10**fraction_digits)
+    if nanos > _MAX_BINARY_NANOS:
+        return _MAX_BINARY_NANOS, QuantityFormat.BINARY_SI
+    if 0 < nanos < _NANO:
+        # Kubernetes switches sub-unit binary values to DecimalSI "to avoid confusion".
+        return nanos, QuantityFormat.DECIMAL_SI
+    return nanos, QuantityFormat.BINARY_SI
+
+
+def _decimal_nanos(
+    text: str, match: re.Match[str], mantissa: int, digits: str, fraction_digits: int
+) -> tuple[int, QuantityFormat]:
+    """Nanos of a decimal-suffixed or exponent value, rounded up and capped as Kubernetes
+    does, and the format it keeps."""
+    exponent_text = match["exp"]
+    if exponent_text is not None:
+        # Go keeps the exponent in an int32 and rejects anything outside it.
+        if len(exponent_text) > 12 or abs(exponent := int(exponent_text[1:])) > 2**31 - 1:
+            raise QuantityError(text, "exponent out of range")
+        fmt = QuantityFormat.DECIMAL_EXPONENT
+    else:
+        exponent = _DECIMAL_SUFFIX_EXPONENT[match["dec"]]
+        fmt = QuantityFormat.DECIMAL_SI
+    shift = exponent - fraction_digits + 9
+    if mantissa == 0:
+        return 0, fmt
+    if shift >= 0:
+        # Past the bound's digit count the value is over it: the integer is never built.
+        if shift + len(digits) > _MAX_EXPONENT + 9:
+            return _MAX_DECIMAL_NANOS, fmt
+        return min(mantissa * 10**shift, _MAX_DECIMAL_NANOS), fmt
+    if -shift > len(digits):
+        # Smaller than one nano: Kubernetes rounds any non-zero value up to 1n.
+        return 1, fmt
+    return -(-mantissa // 10**-shift), fmt
 
 
 def parse_quantity(value: str | int | float | Quantity) -> Quantity:

@@ -235,20 +235,7 @@ def resolve_target(
             "nodes (a cloud-init boothook fetches each node's bootstrap data), use a "
             "cloud-init template or the generic_capi launch",
         )
-    subnet = machine.get("subnet") or {}
-    if subnet.get("filters") and not subnet.get("id"):
-        raise NodeClassNotReadyError(
-            name, f"AWSMachineTemplate {infra.name}: subnet filters are not supported, name an id"
-        )
-    if subnet.get("id"):
-        zone = _zone_of(aws_cluster, str(subnet["id"]))
-        if zone is None:
-            raise NodeClassNotReadyError(
-                name, f"subnet {subnet['id']} is not among the AWSCluster's subnets"
-            )
-        subnets: dict[str, tuple[str, ...]] = {zone: (str(subnet["id"]),)}
-    else:
-        subnets = _cluster_subnets(aws_cluster)
+    subnets = _subnets(name, infra.name, aws_cluster, machine)
     if not subnets:
         raise NodeClassNotReadyError(
             name, f"AWSCluster of {namespace}/{launch.cluster_name} lists no subnet with a zone"
@@ -277,3 +264,23 @@ def resolve_target(
         version=_version(client, namespace, cluster),
         metadata_options=metadata_options(machine),
     )
+
+
+def _subnets(
+    name: str, template: str, aws_cluster: Mapping[str, Any], machine: Mapping[str, Any]
+) -> dict[str, tuple[str, ...]]:
+    """Zone -> subnets a launch may use: the template's one subnet (which must be among the
+    AWSCluster's, to know its zone), else every AWSCluster subnet with a zone."""
+    subnet = machine.get("subnet") or {}
+    if subnet.get("filters") and not subnet.get("id"):
+        raise NodeClassNotReadyError(
+            name, f"AWSMachineTemplate {template}: subnet filters are not supported, name an id"
+        )
+    if not subnet.get("id"):
+        return _cluster_subnets(aws_cluster)
+    zone = _zone_of(aws_cluster, str(subnet["id"]))
+    if zone is None:
+        raise NodeClassNotReadyError(
+            name, f"subnet {subnet['id']} is not among the AWSCluster's subnets"
+        )
+    return {zone: (str(subnet["id"]),)}

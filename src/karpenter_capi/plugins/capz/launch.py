@@ -374,22 +374,35 @@ class PoolLaunch:
             return
         if self._remove_strays(state):
             return
-        needed = len(state.present)
-        if state.replicas > needed:
-            try:
-                scale(self._client, self.capi, state, needed)
-            except (Conflict, NotFound):
-                return
-            log.info(
-                "scaled %s from %d to %d: no NodeClaim waits for the rest",
-                ref,
-                state.replicas,
-                needed,
-            )
+        if self._scale_to_present(state):
             return
         if state.machines:
             self._not_empty(state.obj)
             return
+        self._delete_when_empty_long_enough(state)
+
+    def _scale_to_present(self, state: ResourceState) -> bool:
+        """Lower the pool's replicas to the Machines it has when no NodeClaim waits for the
+        rest; whether that was needed (written, or lost to a write that changed it)."""
+        needed = len(state.present)
+        if state.replicas <= needed:
+            return False
+        try:
+            scale(self._client, self.capi, state, needed)
+        except (Conflict, NotFound):
+            return True
+        log.info(
+            "scaled %s from %d to %d: no NodeClaim waits for the rest",
+            state.ref,
+            state.replicas,
+            needed,
+        )
+        return True
+
+    def _delete_when_empty_long_enough(self, state: ResourceState) -> None:
+        """Mark an empty pool with when it was first seen empty; delete it once that is
+        ``grace`` ago (conditional on its uid and resourceVersion)."""
+        ref = state.ref
         since_raw = str(state.meta.get("annotations", {}).get(ANNOTATION_EMPTY_SINCE) or "")
         now = self._ctx.clock.now()
         if not since_raw:

@@ -32,6 +32,7 @@ from karpenter_capi.plugin_api.kube import (
 )
 from karpenter_capi.plugin_api.model import wellknown
 from karpenter_capi.plugins._cloud.catalog import CatalogError
+from karpenter_capi.plugins._cloud.pricebook import PriceSnapshot
 from karpenter_capi.plugins.capz.cluster import AzureClusterError, read_served
 from karpenter_capi.plugins.capz.fit import unfit
 from karpenter_capi.plugins.capz.pools import (
@@ -51,6 +52,7 @@ from karpenter_capi.plugins.capz.provider import (
     zone_label,
 )
 from karpenter_capi.plugins.capz.retail import spot_price
+from karpenter_capi.plugins.capz.skus import VmSku
 from karpenter_capi.plugins.capz.template import AzureNodeSpec, TemplateSpecError, parse_template
 from karpenter_capi.plugins.generic_capi.inventory import Inventory
 from karpenter_capi.plugins.generic_capi.kubelet import KubeletConfigError, kubelet_settings
@@ -189,6 +191,27 @@ def load_templates(
     )
 
 
+def _node_spec(templates: LaunchTemplates) -> AzureNodeSpec:
+    """The node spec of the NodeClass's infrastructure template, which must be CAPZ's."""
+    try:
+        node_spec = parse_template(templates.infrastructure, {})
+    except TemplateSpecError as exc:
+        raise NodeClassNotReadyError(templates.nodeclass, str(exc)) from None
+    if node_spec is None:
+        raise NodeClassNotReadyError(
+            templates.nodeclass, "the infrastructure template is not CAPZ's"
+        )
+    return node_spec
+
+
+def _prices(snapshot: PriceSnapshot, sku: VmSku) -> dict[str, float]:
+    """Capacity type -> the size's price, for those it is priced and may run as."""
+    prices = {ON_DEMAND: snapshot.on_demand.get(sku.name)}
+    if sku.spot_capable:
+        prices[SPOT] = spot_price(snapshot, sku.name)
+    return {kind: price for kind, price in prices.items() if price is not None}
+
+
 def build_inventory(
     provider: CapzProvider,
     templates: LaunchTemplates,
@@ -197,12 +220,7 @@ def build_inventory(
 ) -> PoolInventory:
     """Every offering of the location as an instance type, each backed by its pool."""
     nodeclass = templates.nodeclass
-    try:
-        node_spec = parse_template(templates.infrastructure, {})
-    except TemplateSpecError as exc:
-        raise NodeClassNotReadyError(nodeclass, str(exc)) from None
-    if node_spec is None:
-        raise NodeClassNotReadyError(nodeclass, "the infrastructure template is not CAPZ's")
+    node_spec = _node_spec(templates)
     owner = {
         "metadata": {"namespace": templates.namespace},
         "spec": {"clusterName": templates.cluster},
@@ -225,10 +243,7 @@ def build_inventory(
     for sku in sorted(catalog.values(), key=lambda s: s.name):
         if sku.restricted is not None or node_spec.os_type != "linux" or unfit(sku, vm):
             continue  # the template's VMs cannot run on it: a pool of it would only fail
-        prices = {ON_DEMAND: snapshot.on_demand.get(sku.name)}
-        if sku.spot_capable:
-            prices[SPOT] = spot_price(snapshot, sku.name)
-        priced = {kind: price for kind, price in prices.items() if price is not None}
+        priced = _prices(snapshot, sku)
         if not priced:
             continue
         spec = AzureNodeSpec(

@@ -252,50 +252,17 @@ class Deleter:
                 if state is None:
                     # Nothing would replace it: delete the Machine itself.
                     return self._delete_machine(machine)
-                current = next((m for m in state.machines if m.key == machine.key), None)
-                if current is None:
-                    raise InstanceNotFoundError(claim.name, _GONE)
-                if current.deleting:
-                    return True
-                stays = len(state.alive) - (0 if current.marked else 1)
-                if state.min_size is not None and stays < state.min_size:
-                    return self._replace(current, state, wrote)
-                if owner.kind == MACHINE_DEPLOYMENT:
-                    marked = [*state.marked, *([] if current.marked else [current])]
-                    sets = machine_sets_of(self._client, self._capi, owner)
-                    why = rollout_in_progress(state.obj, sets, marked)
-                    if why is not None:
-                        log.info("not scaling %s down for %s yet: %s", owner, current.key, why)
-                        return True
+                decided = self._decide(owner, machine, claim, state, wrote)
+                if isinstance(decided, bool):
+                    return decided
+                current = decided
                 if not current.marked:
-                    try:
-                        written = self._client.patch(
-                            self._capi.machines,
-                            current.name,
-                            mark_patch(current, format_timestamp(self._ctx.clock.now())),
-                            current.namespace,
-                        )
-                    except Conflict:
+                    marked = self._mark(current, state)
+                    if marked is None:
                         continue
-                    current = machine_facts(written)
-                    wrote = current
-                    self._cache.observe(current)
-                    state.replace(current)
-                desired = len(state.alive)
-                if state.replicas > desired:
-                    try:
-                        scale(self._client, self._capi, state, desired)
-                    except Conflict:
-                        continue
-                    log.info(
-                        "scaled %s down from %d to %d replicas to remove Machine %s (NodeClaim %s)",
-                        owner,
-                        state.replicas,
-                        desired,
-                        current.key,
-                        claim.name,
-                    )
-                return True
+                    current = wrote = marked
+                if self._scale_to_alive(owner, state, current, claim):
+                    return True
         except ApiError:
             self._unmark(wrote)
             raise
@@ -304,6 +271,72 @@ class Deleter:
             f"could not lower the replicas of {owner} to remove Machine {machine.key}: "
             f"{self._settings.conflict_retries} conflicts in a row"
         )
+
+    def _decide(
+        self,
+        owner: ResourceRef,
+        machine: MachineFacts,
+        claim: ClaimFacts,
+        state: ResourceState,
+        wrote: MachineFacts | None,
+    ) -> bool | MachineFacts:
+        """The Machine as just read, to be marked and scaled away; or the outcome when it
+        must not be: already deleting, replaced at min size, or a rollout under way."""
+        current = next((m for m in state.machines if m.key == machine.key), None)
+        if current is None:
+            raise InstanceNotFoundError(claim.name, _GONE)
+        if current.deleting:
+            return True
+        stays = len(state.alive) - (0 if current.marked else 1)
+        if state.min_size is not None and stays < state.min_size:
+            return self._replace(current, state, wrote)
+        if owner.kind == MACHINE_DEPLOYMENT:
+            marked = [*state.marked, *([] if current.marked else [current])]
+            sets = machine_sets_of(self._client, self._capi, owner)
+            why = rollout_in_progress(state.obj, sets, marked)
+            if why is not None:
+                log.info("not scaling %s down for %s yet: %s", owner, current.key, why)
+                return True
+        return current
+
+    def _mark(self, current: MachineFacts, state: ResourceState) -> MachineFacts | None:
+        """Mark the Machine as the one to remove when its owner scales down; None when the
+        write lost to another (read again)."""
+        try:
+            written = self._client.patch(
+                self._capi.machines,
+                current.name,
+                mark_patch(current, format_timestamp(self._ctx.clock.now())),
+                current.namespace,
+            )
+        except Conflict:
+            return None
+        marked = machine_facts(written)
+        self._cache.observe(marked)
+        state.replace(marked)
+        return marked
+
+    def _scale_to_alive(
+        self, owner: ResourceRef, state: ResourceState, current: MachineFacts, claim: ClaimFacts
+    ) -> bool:
+        """Lower the owner's replicas to its Machines not marked; False when the write lost to
+        another (read again)."""
+        desired = len(state.alive)
+        if state.replicas <= desired:
+            return True
+        try:
+            scale(self._client, self._capi, state, desired)
+        except Conflict:
+            return False
+        log.info(
+            "scaled %s down from %d to %d replicas to remove Machine %s (NodeClaim %s)",
+            owner,
+            state.replicas,
+            desired,
+            current.key,
+            claim.name,
+        )
+        return True
 
     def _replace(
         self, machine: MachineFacts, state: ResourceState, wrote: MachineFacts | None

@@ -199,15 +199,10 @@ def _describe(
         return
     template: TemplateStatus | None = None
     template_error: TemplateError | None = None
-    ref = template_spec(obj).get("infrastructureRef")
     native: MachineTemplateDescription | None = None
     native_error: str | None = None
     try:
-        if sources.templates is not None and isinstance(ref, Mapping):
-            try:
-                template = sources.templates.read(identity[1], ref)
-            except TemplateError as exc:
-                template_error = exc
+        template, template_error = _read_template(sources, identity[1], obj)
         native, native_error = _described(sources, template, obj)
         kubelet, kubelet_error = (
             read_kubelet_settings(sources.templates, identity[1], obj)
@@ -225,34 +220,13 @@ def _describe(
             learned=sources.learned.learned(resource, obj) if sources.learned else None,
         )
     except MissingShapeError as exc:
-        if template_error is not None:
-            reason, message = template_error.reason, f"{exc}; and {template_error.message}"
-        elif native_error is not None:
-            reason, message = REASON_TEMPLATE_NOT_DESCRIBED, f"{exc}; and {native_error}"
-        else:
-            reason, message = REASON_NO_SHAPE, str(exc)
-        inventory.problems.append(problem_of(resource.kind, obj, reason, message))
+        inventory.problems.append(_no_shape(resource, obj, exc, template_error, native_error))
         return
     except ShapeError as exc:
         inventory.problems.append(problem_of(resource.kind, obj, REASON_INVALID_SHAPE, str(exc)))
         return
     inventory.resources.append(scalable)
-    if template_error is not None:
-        inventory.notices.append(
-            ResourceProblem(
-                *identity,
-                template_error.reason,
-                f"{template_error.message}; the node shape comes from the annotations only",
-            )
-        )
-    if native_error is not None:
-        inventory.notices.append(
-            ResourceProblem(
-                *identity,
-                REASON_TEMPLATE_NOT_DESCRIBED,
-                f"{native_error}; the node shape comes from the annotations and template status",
-            )
-        )
+    inventory.notices.extend(_fallback_notices(identity, template_error, native_error))
     if kubelet_error is not None:
         inventory.notices.append(
             ResourceProblem(
@@ -261,12 +235,79 @@ def _describe(
                 f"{kubelet_error.message}; its overhead and max pods come from the next source",
             )
         )
+    inventory.notices.extend(_offering_notices(identity, scalable, native))
+
+
+def _read_template(
+    sources: _Sources, namespace: str, obj: Mapping[str, Any]
+) -> tuple[TemplateStatus | None, TemplateError | None]:
+    """The infrastructure template ``obj`` references, or why it could not be read (neither
+    without a template reader or a reference)."""
+    ref = template_spec(obj).get("infrastructureRef")
+    if sources.templates is None or not isinstance(ref, Mapping):
+        return None, None
+    try:
+        return sources.templates.read(namespace, ref), None
+    except TemplateError as exc:
+        return None, exc
+
+
+def _no_shape(
+    resource: Resource,
+    obj: Mapping[str, Any],
+    exc: MissingShapeError,
+    template_error: TemplateError | None,
+    native_error: str | None,
+) -> ResourceProblem:
+    """The problem of a resource with no node shape, with why the template gave none."""
+    if template_error is not None:
+        reason, message = template_error.reason, f"{exc}; and {template_error.message}"
+    elif native_error is not None:
+        reason, message = REASON_TEMPLATE_NOT_DESCRIBED, f"{exc}; and {native_error}"
+    else:
+        reason, message = REASON_NO_SHAPE, str(exc)
+    return problem_of(resource.kind, obj, reason, message)
+
+
+def _fallback_notices(
+    identity: tuple[str, str, str], template_error: TemplateError | None, native_error: str | None
+) -> list[ResourceProblem]:
+    """Notices of a resource described without its template or its plugin's description:
+    where its shape came from instead."""
+    notices = []
+    if template_error is not None:
+        notices.append(
+            ResourceProblem(
+                *identity,
+                template_error.reason,
+                f"{template_error.message}; the node shape comes from the annotations only",
+            )
+        )
+    if native_error is not None:
+        notices.append(
+            ResourceProblem(
+                *identity,
+                REASON_TEMPLATE_NOT_DESCRIBED,
+                f"{native_error}; the node shape comes from the annotations and template status",
+            )
+        )
+    return notices
+
+
+def _offering_notices(
+    identity: tuple[str, str, str],
+    scalable: ScalableResource,
+    native: MachineTemplateDescription | None,
+) -> list[ResourceProblem]:
+    """Notices of a described resource's offering: its plugin says it is unavailable, or its
+    price is estimated from the shape."""
+    notices = []
     why = scalable.unavailable_reason
     if native is not None and why and why.startswith(f"{native.source}: "):
-        inventory.notices.append(ResourceProblem(*identity, REASON_OFFERING_NOT_AVAILABLE, why))
+        notices.append(ResourceProblem(*identity, REASON_OFFERING_NOT_AVAILABLE, why))
     if scalable.price_estimated:
         known = f"{native.source} has no price for it yet and no " if native else "no "
-        inventory.notices.append(
+        notices.append(
             ResourceProblem(
                 *identity,
                 REASON_PRICE_ESTIMATED,
@@ -274,6 +315,7 @@ def _describe(
                 f"{scalable.price:g} per hour",
             )
         )
+    return notices
 
 
 def build_inventory(

@@ -195,6 +195,21 @@ def _patches(spec: Mapping[str, Any], join: Mapping[str, Any], source: str) -> d
     files = spec.get("files") or []
     if not directory or not isinstance(files, list):
         return {}
+    merged: dict[str, Any] = {}
+    found = _kubelet_patch_files(files, directory, source)
+    for _, item, where in sorted(found, key=lambda entry: entry[0]):
+        patch = _read_patch(item, where)
+        for key in ("kubeReserved", "systemReserved", "evictionHard", "maxPods"):
+            if key in patch:
+                merged[key] = (patch[key], where)
+    return merged
+
+
+def _kubelet_patch_files(
+    files: list[Any], directory: str, source: str
+) -> list[tuple[str, Mapping[str, Any], str]]:
+    """(file name, file, where) of each strategic or merge patch of the kubelet's
+    configuration in the patch directory (kubeadm skips JSON patches for it)."""
     found: list[tuple[str, Mapping[str, Any], str]] = []
     for index, item in enumerate(files):
         if not isinstance(item, Mapping):
@@ -209,21 +224,21 @@ def _patches(spec: Mapping[str, Any], join: Mapping[str, Any], source: str) -> d
         if not target.lower().startswith(_PATCH_TARGET) or patch_type == "json":
             continue
         found.append((name, item, f"{source} spec.files[{index}] ({path})"))
-    merged: dict[str, Any] = {}
-    for _, item, where in sorted(found, key=lambda entry: entry[0]):
-        text = _file_content(item, where)
-        if text is None:
-            continue
-        try:
-            patch = yaml.safe_load(text) if text.strip() else {}
-        except yaml.YAMLError as exc:
-            raise KubeletConfigError(f"{where}: not YAML or JSON: {exc}") from None
-        if not isinstance(patch, Mapping):
-            raise KubeletConfigError(f"{where}: not a KubeletConfiguration patch (a map)")
-        for key in ("kubeReserved", "systemReserved", "evictionHard", "maxPods"):
-            if key in patch:
-                merged[key] = (patch[key], where)
-    return merged
+    return found
+
+
+def _read_patch(item: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+    """One patch file's map (empty when its content is not read, or blank)."""
+    text = _file_content(item, where)
+    if text is None:
+        return {}
+    try:
+        patch = yaml.safe_load(text) if text.strip() else {}
+    except yaml.YAMLError as exc:
+        raise KubeletConfigError(f"{where}: not YAML or JSON: {exc}") from None
+    if not isinstance(patch, Mapping):
+        raise KubeletConfigError(f"{where}: not a KubeletConfiguration patch (a map)")
+    return patch
 
 
 def kubelet_settings(obj: Mapping[str, Any]) -> KubeletSettings:

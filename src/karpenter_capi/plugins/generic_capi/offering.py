@@ -161,6 +161,33 @@ def _native_unavailable(
     return None
 
 
+def _sizes(obj: Mapping[str, Any], annotations: Mapping[str, str]) -> tuple[int, int | None]:
+    """The resource's replicas and autoscaler max size, checked against each other and its
+    min size; ``ShapeError`` naming the field when they cannot go together."""
+    raw_replicas = _spec(obj).get("replicas")
+    try:
+        # CAPI defaults an unset spec.replicas to 1 (as capi_views does).
+        replicas = int(raw_replicas) if raw_replicas is not None else 1
+    except (TypeError, ValueError):
+        raise ShapeError(f"spec.replicas={raw_replicas!r}: not an integer") from None
+    max_size = _int_annotation(annotations, wellknown.ANNOTATION_AUTOSCALER_MAX_SIZE)
+    # Scale-down reads the min size leniently (scaling.min_size_of); a malformed one is still
+    # the user's mistake to hear about, here where the resource is described.
+    min_size = _int_annotation(annotations, wellknown.ANNOTATION_AUTOSCALER_MIN_SIZE)
+    if max_size == 0 and replicas == 0:
+        # Kept while it still has nodes (they are someone's), but it can never give another.
+        raise ShapeError(
+            f"annotation {wellknown.ANNOTATION_AUTOSCALER_MAX_SIZE}=0: it may never have a "
+            "node; raise it, or take the resource out of the NodeClass's selection"
+        )
+    if min_size is not None and max_size is not None and min_size > max_size:
+        raise ShapeError(
+            f"annotation {wellknown.ANNOTATION_AUTOSCALER_MIN_SIZE}={min_size} is above "
+            f"{wellknown.ANNOTATION_AUTOSCALER_MAX_SIZE}={max_size}"
+        )
+    return replicas, max_size
+
+
 def describe_resource(
     resource: Resource,
     obj: Mapping[str, Any],
@@ -219,27 +246,7 @@ def describe_resource(
             f"{', '.join(wellknown.CAPACITY_TYPES)}"
         )
     labels.pop(wellknown.LABEL_TOPOLOGY_ZONE, None)
-    raw_replicas = _spec(obj).get("replicas")
-    try:
-        # CAPI defaults an unset spec.replicas to 1 (as capi_views does).
-        replicas = int(raw_replicas) if raw_replicas is not None else 1
-    except (TypeError, ValueError):
-        raise ShapeError(f"spec.replicas={raw_replicas!r}: not an integer") from None
-    max_size = _int_annotation(annotations, wellknown.ANNOTATION_AUTOSCALER_MAX_SIZE)
-    # Scale-down reads the min size leniently (scaling.min_size_of); a malformed one is still
-    # the user's mistake to hear about, here where the resource is described.
-    min_size = _int_annotation(annotations, wellknown.ANNOTATION_AUTOSCALER_MIN_SIZE)
-    if max_size == 0 and replicas == 0:
-        # Kept while it still has nodes (they are someone's), but it can never give another.
-        raise ShapeError(
-            f"annotation {wellknown.ANNOTATION_AUTOSCALER_MAX_SIZE}=0: it may never have a "
-            "node; raise it, or take the resource out of the NodeClass's selection"
-        )
-    if min_size is not None and max_size is not None and min_size > max_size:
-        raise ShapeError(
-            f"annotation {wellknown.ANNOTATION_AUTOSCALER_MIN_SIZE}={min_size} is above "
-            f"{wellknown.ANNOTATION_AUTOSCALER_MAX_SIZE}={max_size}"
-        )
+    replicas, max_size = _sizes(obj, annotations)
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     unavailable_reason = None
     if max_size is not None and replicas >= max_size:

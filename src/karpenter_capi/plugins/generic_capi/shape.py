@@ -373,6 +373,44 @@ def resolve_shape(
     a value is malformed.
     """
     capacity, origins = _sourced_capacity(template, native, kubelet_max_pods)
+    annotated, counted_gpu = _annotated_capacity(annotations)
+    for name, value in annotated.items():
+        if value is not None:
+            capacity[name] = value
+            origins[name] = SOURCE_ANNOTATION
+    capacity.setdefault("pods", str(DEFAULT_MAX_PODS))
+    for name, annotation in (
+        ("cpu", wellknown.ANNOTATION_CAPACITY_CPU),
+        ("memory", wellknown.ANNOTATION_CAPACITY_MEMORY),
+    ):
+        if name not in capacity:
+            where = f" or status.capacity.{name} on {template.source}" if template else ""
+            raise MissingShapeError(
+                f"no {name} capacity: annotation {annotation} is required{where}"
+            )
+    resources = ResourceList.parse(capacity)
+    for name in ("cpu", "memory"):
+        if resources.milli(name) <= 0:
+            where = _where(name, origins, counted_gpu)
+            raise ShapeError(f"{where}={capacity[name]!r}: must be greater than zero")
+    _check_plausible(resources, capacity, origins, counted_gpu)
+
+    labels = _node_labels(annotations, template, native, template_labels or {})
+
+    return NodeShape(
+        capacity=resources,
+        labels=MappingProxyType(labels),
+        taints=_taints(annotations, template_taints),
+        price=_price(annotations),
+        source=_capacity_source(origins),
+    )
+
+
+def _annotated_capacity(
+    annotations: Mapping[str, str],
+) -> tuple[dict[str, str | None], str | None]:
+    """Capacity the annotations give (``None`` where they give none), and the GPU resource
+    name when they count GPUs (the count needs a valid extended resource name)."""
     annotated = {
         "cpu": _annotation_quantity(annotations, wellknown.ANNOTATION_CAPACITY_CPU),
         "memory": _annotation_quantity(annotations, wellknown.ANNOTATION_CAPACITY_MEMORY),
@@ -395,44 +433,18 @@ def resolve_shape(
                 f"annotation {wellknown.ANNOTATION_CAPACITY_GPU_TYPE}={gpu_type!r}: {problem}"
             )
         annotated[gpu_type] = gpu_count
-    for name, value in annotated.items():
-        if value is not None:
-            capacity[name] = value
-            origins[name] = SOURCE_ANNOTATION
-    capacity.setdefault("pods", str(DEFAULT_MAX_PODS))
-    for name, annotation in (
-        ("cpu", wellknown.ANNOTATION_CAPACITY_CPU),
-        ("memory", wellknown.ANNOTATION_CAPACITY_MEMORY),
-    ):
-        if name not in capacity:
-            where = f" or status.capacity.{name} on {template.source}" if template else ""
-            raise MissingShapeError(
-                f"no {name} capacity: annotation {annotation} is required{where}"
-            )
-    resources = ResourceList.parse(capacity)
-    counted_gpu = gpu_type if gpu_count is not None else None
-    for name in ("cpu", "memory"):
-        if resources.milli(name) <= 0:
-            where = _where(name, origins, counted_gpu)
-            raise ShapeError(f"{where}={capacity[name]!r}: must be greater than zero")
-    _check_plausible(resources, capacity, origins, counted_gpu)
+    return annotated, gpu_type if gpu_count is not None else None
 
-    labels = _node_labels(annotations, template, native, template_labels or {})
 
+def _taints(annotations: Mapping[str, str], template_taints: Iterable[Taint]) -> tuple[Taint, ...]:
+    """The annotated taints, then the template's not annotated with the same key and effect."""
     taints = list(_annotation_taints(annotations))
     declared = {(taint.key, taint.effect) for taint in taints}
     for taint in template_taints:
         if (taint.key, taint.effect) not in declared:
             declared.add((taint.key, taint.effect))
             taints.append(taint)
-
-    return NodeShape(
-        capacity=resources,
-        labels=MappingProxyType(labels),
-        taints=tuple(taints),
-        price=_price(annotations),
-        source=_capacity_source(origins),
-    )
+    return tuple(taints)
 
 
 def _extended_resource_problem(name: str) -> str | None:

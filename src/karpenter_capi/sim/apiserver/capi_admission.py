@@ -135,14 +135,7 @@ def default(kind: str, obj: JsonObject, old: JsonObject | None) -> None:
             deletion["nodeDeletionTimeoutSeconds"] = _DEFAULT_NODE_DELETION_TIMEOUT_SECONDS
         return
     if kind == "MachineDeployment":
-        strategy = _dict(_dict(spec, "rollout"), "strategy")
-        if not strategy.get("type"):
-            strategy["type"] = "RollingUpdate"
-        if strategy["type"] == "RollingUpdate":
-            rolling = _dict(strategy, "rollingUpdate")
-            for field, value in (("maxSurge", 1), ("maxUnavailable", 0)):
-                if rolling.get(field) is None:
-                    rolling[field] = value
+        _default_rollout(spec)
     selector = _dict(spec, "selector")
     match_labels = _dict(selector, "matchLabels")
     template_labels = _dict(_dict(spec["template"], "metadata"), "labels")
@@ -153,6 +146,18 @@ def default(kind: str, obj: JsonObject, old: JsonObject | None) -> None:
     if kind == "MachineDeployment":  # (upstream's MachineSet.Default does not do this)
         match_labels[CLUSTER_NAME_LABEL] = cluster
         template_labels[CLUSTER_NAME_LABEL] = cluster
+
+
+def _default_rollout(spec: JsonObject) -> None:
+    """A MachineDeployment's rollout strategy: RollingUpdate, surge 1, none unavailable."""
+    strategy = _dict(_dict(spec, "rollout"), "strategy")
+    if not strategy.get("type"):
+        strategy["type"] = "RollingUpdate"
+    if strategy["type"] == "RollingUpdate":
+        rolling = _dict(strategy, "rollingUpdate")
+        for field, value in (("maxSurge", 1), ("maxUnavailable", 0)):
+            if rolling.get(field) is None:
+                rolling[field] = value
 
 
 # ---------------------------------------------------------------------------- validate

@@ -272,6 +272,14 @@ def _spec_to_hub(kind: str, obj: JsonObject) -> None:
     spec = obj.get("spec")
     if kind == "Machine" or not isinstance(spec, dict):
         return
+    _group_spec_to_hub(kind, spec, machine)
+    if kind == "MachineDeployment":
+        _deployment_spec_to_hub(spec)
+
+
+def _group_spec_to_hub(kind: str, spec: JsonObject, machine: JsonObject | None) -> None:
+    """What a MachineSet, MachineDeployment and MachinePool share: min ready seconds move into
+    the template, the naming strategy is renamed, a MachineSet's delete policy is an order."""
     min_ready = spec.pop("minReadySeconds", None)
     if min_ready and machine is not None:
         machine["minReadySeconds"] = min_ready
@@ -282,29 +290,38 @@ def _spec_to_hub(kind: str, obj: JsonObject) -> None:
         policy = spec.pop("deletePolicy")
         if policy:
             _dict(spec, "deletion")["order"] = policy
-    if kind != "MachineDeployment":
-        return
+
+
+def _deployment_spec_to_hub(spec: JsonObject) -> None:
+    """A MachineDeployment's strategy and rolloutAfter become ``rollout``; its delete policy
+    and remediation move out of the strategy."""
     spec.pop("progressDeadlineSeconds", None)
     spec.pop("revisionHistoryLimit", None)  # not in v1beta2: upstream drops it too
     strategy = spec.pop("strategy", None)
     rollout = _dict(spec, "rollout")
     if isinstance(strategy, dict):
-        rolling = strategy.get("rollingUpdate") or {}
-        wanted: JsonObject = {"type": strategy.get("type")} if strategy.get("type") else {}
-        surge = {k: rolling[k] for k in ("maxUnavailable", "maxSurge") if k in rolling}
-        if surge:
-            wanted["rollingUpdate"] = surge
-        if wanted:
-            rollout["strategy"] = wanted
-        if rolling.get("deletePolicy"):
-            _dict(spec, "deletion")["order"] = rolling["deletePolicy"]
-        in_flight = (strategy.get("remediation") or {}).get("maxInFlight")
-        if in_flight is not None:
-            _dict(spec, "remediation")["maxInFlight"] = in_flight
+        _strategy_to_hub(spec, strategy, rollout)
     after = spec.pop("rolloutAfter", None)
     if after:
         rollout["after"] = after
     _prune(spec, "rollout")
+
+
+def _strategy_to_hub(spec: JsonObject, strategy: JsonObject, rollout: JsonObject) -> None:
+    """The strategy's type and surge go to ``rollout``, its delete policy to the deletion
+    order, its remediation's max in flight to ``remediation``."""
+    rolling = strategy.get("rollingUpdate") or {}
+    wanted: JsonObject = {"type": strategy.get("type")} if strategy.get("type") else {}
+    surge = {k: rolling[k] for k in ("maxUnavailable", "maxSurge") if k in rolling}
+    if surge:
+        wanted["rollingUpdate"] = surge
+    if wanted:
+        rollout["strategy"] = wanted
+    if rolling.get("deletePolicy"):
+        _dict(spec, "deletion")["order"] = rolling["deletePolicy"]
+    in_flight = (strategy.get("remediation") or {}).get("maxInFlight")
+    if in_flight is not None:
+        _dict(spec, "remediation")["maxInFlight"] = in_flight
 
 
 def _status_to_hub(kind: str, obj: JsonObject) -> None:
@@ -314,12 +331,7 @@ def _status_to_hub(kind: str, obj: JsonObject) -> None:
     legacy_conditions = status.pop("conditions", None)
     newer = status.pop("v1beta2", None)
     newer = newer if isinstance(newer, dict) else {}
-    deprecated: JsonObject = {}
-    if legacy_conditions is not None:
-        deprecated["conditions"] = legacy_conditions
-    for field in _LEGACY[kind]:
-        if field in status:
-            deprecated[field] = status.pop(field)
+    deprecated = _deprecated_to_hub(kind, status, legacy_conditions)
     if kind != "Machine":
         for field in _NEW_COUNTERS:
             if field in newer:
@@ -329,14 +341,31 @@ def _status_to_hub(kind: str, obj: JsonObject) -> None:
     if deprecated:
         status["deprecated"] = {"v1beta1": deprecated}
     if kind in ("Machine", "MachinePool"):
-        initialization: JsonObject = {}
-        for old, new in _INITIALIZATION:
-            if status.pop(old, False) is True:
-                initialization[new] = True
-        if initialization:
-            status["initialization"] = initialization
+        _initialization_to_hub(status)
     if kind == "Machine" and isinstance(status.get("nodeRef"), dict):
         status["nodeRef"] = {"name": status["nodeRef"].get("name", "")}
+
+
+def _deprecated_to_hub(kind: str, status: JsonObject, legacy_conditions: Any) -> JsonObject:
+    """The v1beta1 conditions and counters, taken out of ``status`` for
+    ``status.deprecated.v1beta1``."""
+    deprecated: JsonObject = {}
+    if legacy_conditions is not None:
+        deprecated["conditions"] = legacy_conditions
+    for field in _LEGACY[kind]:
+        if field in status:
+            deprecated[field] = status.pop(field)
+    return deprecated
+
+
+def _initialization_to_hub(status: JsonObject) -> None:
+    """v1beta1's ready booleans become ``status.initialization`` (only those true)."""
+    initialization: JsonObject = {}
+    for old, new in _INITIALIZATION:
+        if status.pop(old, False) is True:
+            initialization[new] = True
+    if initialization:
+        status["initialization"] = initialization
 
 
 # --- v1beta2 -> v1beta1 -------------------------------------------------------------------------
@@ -381,18 +410,29 @@ def _spec_from_hub(kind: str, obj: JsonObject, version_of: VersionOf) -> None:
     spec = obj.get("spec")
     if kind == "Machine" or not isinstance(spec, dict):
         return
-    if min_ready:
-        spec["minReadySeconds"] = min_ready
-    naming = spec.pop("machineNaming", None)
-    if isinstance(naming, dict) and naming.get("template"):
-        spec["machineNamingStrategy"] = {"template": naming["template"]}
+    _group_spec_from_hub(spec, min_ready)
     order = (spec.pop("deletion", None) or {}).get("order")
     if kind == "MachineSet":
         if order:
             spec["deletePolicy"] = order
         return
-    if kind != "MachineDeployment":
-        return
+    if kind == "MachineDeployment":
+        _deployment_spec_from_hub(spec, order)
+
+
+def _group_spec_from_hub(spec: JsonObject, min_ready: Any) -> None:
+    """What a MachineSet, MachineDeployment and MachinePool share: min ready seconds back
+    from the template, the naming strategy renamed back."""
+    if min_ready:
+        spec["minReadySeconds"] = min_ready
+    naming = spec.pop("machineNaming", None)
+    if isinstance(naming, dict) and naming.get("template"):
+        spec["machineNamingStrategy"] = {"template": naming["template"]}
+
+
+def _deployment_spec_from_hub(spec: JsonObject, order: Any) -> None:
+    """A MachineDeployment's ``rollout``, deletion order and remediation back into its
+    v1beta1 strategy and rolloutAfter."""
     if spec.get("paused") is False:
         del spec["paused"]  # v1beta1's is a bool with omitempty
     rollout = spec.pop("rollout", None) or {}
@@ -420,15 +460,7 @@ def _status_from_hub(kind: str, obj: JsonObject) -> None:
         return
     conditions = status.pop("conditions", None)
     counters = {f: status.pop(f) for f in _NEW_COUNTERS if f in status and kind != "Machine"}
-    deprecated = ((status.pop("deprecated", None) or {}).get("v1beta1")) or {}
-    if deprecated.get("conditions") is not None:
-        status["conditions"] = deprecated["conditions"]
-    for field in _LEGACY[kind]:
-        value = deprecated.get(field)
-        if field.endswith("Replicas") and kind in _COUNTERS_ALWAYS_SHOWN:
-            status[field] = value or 0  # v1beta1 has these without omitempty
-        elif value not in (None, 0, ""):
-            status[field] = value
+    _deprecated_from_hub(kind, status)
     newer: JsonObject = dict(counters)
     if conditions is not None:
         newer["conditions"] = conditions
@@ -439,8 +471,26 @@ def _status_from_hub(kind: str, obj: JsonObject) -> None:
         for old, new in _INITIALIZATION:
             status[old] = initialization.get(new) is True
     if kind == "Machine":
-        if status.get("phase") == "Updating":
-            status["phase"] = "Running"
-        node = status.get("nodeRef")
-        if isinstance(node, dict) and node.get("name"):
-            status["nodeRef"] = {"apiVersion": "v1", "kind": "Node", "name": node["name"]}
+        _machine_status_from_hub(status)
+
+
+def _deprecated_from_hub(kind: str, status: JsonObject) -> None:
+    """``status.deprecated.v1beta1`` back into v1beta1's conditions and counters."""
+    deprecated = ((status.pop("deprecated", None) or {}).get("v1beta1")) or {}
+    if deprecated.get("conditions") is not None:
+        status["conditions"] = deprecated["conditions"]
+    for field in _LEGACY[kind]:
+        value = deprecated.get(field)
+        if field.endswith("Replicas") and kind in _COUNTERS_ALWAYS_SHOWN:
+            status[field] = value or 0  # v1beta1 has these without omitempty
+        elif value not in (None, 0, ""):
+            status[field] = value
+
+
+def _machine_status_from_hub(status: JsonObject) -> None:
+    """A Machine's phase and nodeRef as v1beta1 has them (no Updating phase; a full ref)."""
+    if status.get("phase") == "Updating":
+        status["phase"] = "Running"
+    node = status.get("nodeRef")
+    if isinstance(node, dict) and node.get("name"):
+        status["nodeRef"] = {"apiVersion": "v1", "kind": "Node", "name": node["name"]}

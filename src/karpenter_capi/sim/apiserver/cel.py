@@ -393,32 +393,46 @@ class _Run:
         for branch in node.all_of:
             self.walk(branch, value, old, path, (None, ratchet[1]))
         if isinstance(value, dict):
-            old_map = old if isinstance(old, dict) else {}
-            for key, item in value.items():
-                if node.properties:
-                    child = node.properties.get(key)
-                    where = f"{path}.{key}" if path else key
-                else:
-                    child = node.additional
-                    where = f"{path}[{key}]"
-                if child is not None:
-                    self.walk(
-                        child, item, old_map.get(key, ABSENT), where, _key_ratchet(ratchet, key)
-                    )
-        elif isinstance(value, list) and node.items is not None:
-            schema = node.schema
-            keyed = list_type(schema) == "map"
-            old_items = map_list_index(schema, old) if keyed else {}
-            current = ratchet[0]
-            for index, item in enumerate(value):
-                old_item = ABSENT
-                if keyed:
-                    found_key = map_key(schema, item)
-                    old_item = ABSENT if found_key is None else old_items.get(found_key, ABSENT)
-                child_ratchet = (
-                    ratchet if current is None else (current.index(index, old_item), current)
-                )
-                self.walk(node.items, item, old_item, f"{path}[{index}]", child_ratchet)
+            self._walk_map(node, value, old, path, ratchet)
+        elif isinstance(value, list):
+            self._walk_list(node, value, old, path, ratchet)
+
+    def _walk_map(
+        self, node: _Node, value: dict[str, Any], old: Any, path: str, ratchet: Ratchet
+    ) -> None:
+        """Each entry under its property's schema, or the additional properties' one."""
+        old_map = old if isinstance(old, dict) else {}
+        for key, item in value.items():
+            if node.properties:
+                child = node.properties.get(key)
+                where = f"{path}.{key}" if path else key
+            else:
+                child = node.additional
+                where = f"{path}[{key}]"
+            if child is not None:
+                self.walk(child, item, old_map.get(key, ABSENT), where, _key_ratchet(ratchet, key))
+
+    def _walk_list(
+        self, node: _Node, value: list[Any], old: Any, path: str, ratchet: Ratchet
+    ) -> None:
+        """Each item under the items' schema; a map list's item is compared with the old item
+        of the same key (transition rules), any other's with none."""
+        items = node.items
+        if items is None:
+            return
+        schema = node.schema
+        keyed = list_type(schema) == "map"
+        old_items = map_list_index(schema, old) if keyed else {}
+        current = ratchet[0]
+        for index, item in enumerate(value):
+            old_item = ABSENT
+            if keyed:
+                found_key = map_key(schema, item)
+                old_item = ABSENT if found_key is None else old_items.get(found_key, ABSENT)
+            child_ratchet = (
+                ratchet if current is None else (current.index(index, old_item), current)
+            )
+            self.walk(items, item, old_item, f"{path}[{index}]", child_ratchet)
 
     def _evaluate(self, node: _Node, value: Any, old: Any, path: str, ratchet: Ratchet) -> None:
         context = self.context()

@@ -65,6 +65,15 @@ def _check_schema(
 def _check_rule(
     raw: JsonObject, schema: JsonObject, path: str, uncorrelatable: str | None
 ) -> list[FieldError]:
+    return [
+        *_rule_errors(raw, path, uncorrelatable),
+        *_message_errors(raw, path),
+        *_reason_and_field_path_errors(raw, schema, path),
+    ]
+
+
+def _rule_errors(raw: JsonObject, path: str, uncorrelatable: str | None) -> list[FieldError]:
+    """The rule compiles, and uses oldSelf only where the schema correlates old and new."""
     errors: list[FieldError] = []
     text = str(raw.get("rule") or "")
     old_self = False
@@ -93,6 +102,12 @@ def _check_rule(
                 "may not be set if oldSelf is not used in rule",
             )
         )
+    return errors
+
+
+def _message_errors(raw: JsonObject, path: str) -> list[FieldError]:
+    """The message is one line, the messageExpression compiles."""
+    errors: list[FieldError] = []
     message = raw.get("message")
     if isinstance(message, str) and "\n" in message.strip():
         errors.append(
@@ -110,6 +125,14 @@ def _check_rule(
                     f"messageExpression compilation failed: {error}",
                 )
             )
+    return errors
+
+
+def _reason_and_field_path_errors(
+    raw: JsonObject, schema: JsonObject, path: str
+) -> list[FieldError]:
+    """The reason is one kube knows, the fieldPath a path of the schema."""
+    errors: list[FieldError] = []
     reason = raw.get("reason")
     if reason is not None and reason not in REASONS:
         supported = ", ".join(f'"{r}"' for r in REASONS)

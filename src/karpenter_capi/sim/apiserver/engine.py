@@ -318,38 +318,9 @@ class Engine:
         definition = table.definition
         old_meta = old["metadata"]
         name = str(old_meta["name"])
-        if precondition and precondition != old_meta.get("resourceVersion"):
-            raise messages.conflict(definition, name)
-        if not precondition and require_version:
-            raise messages.invalid(
-                definition,
-                name,
-                [
-                    messages.invalid_value(
-                        "metadata.resourceVersion", "0x0", "must be specified for an update"
-                    )
-                ],
-            )
-        incoming_meta = incoming.get("metadata") or {}
-        if incoming_meta.get("uid") and incoming_meta["uid"] != old_meta.get("uid"):
-            raise messages.conflict(
-                definition,
-                name,
-                f"Precondition failed: UID in precondition: {incoming_meta['uid']}, UID in "
-                f"object meta: {old_meta.get('uid')}",
-            )
+        _check_preconditions(definition, old_meta, incoming, precondition, require_version)
         if subresource == "status":
-            # A status written at another served version is converted to the stored one
-            # first: only the status of the converted object is taken.
-            convert = self.conversions.get((definition.group, definition.plural))
-            if convert is not None and incoming.get("apiVersion") not in (
-                None,
-                old.get("apiVersion"),
-            ):
-                incoming = convert(copy_object(incoming), str(old.get("apiVersion")))
-            new = {**old, "metadata": dict(old_meta), "status": incoming.get("status")}
-            if new["status"] is None:
-                new.pop("status")
+            new = self._status_update(definition, old, incoming)
         else:
             new = self._merge_system_fields(definition, old, incoming)
         new = self.admit(definition, new, old, warnings)
@@ -368,6 +339,23 @@ class Engine:
         if old_meta.get("deletionTimestamp") and not new["metadata"].get("finalizers"):
             return self.finish_deletion(table, new, old)
         return self.commit(table, "MODIFIED", new, old)
+
+    def _status_update(
+        self, definition: ResourceDefinition, old: JsonObject, incoming: JsonObject
+    ) -> JsonObject:
+        """``old`` with the status of ``incoming`` (a write to the status subresource)."""
+        # A status written at another served version is converted to the stored one
+        # first: only the status of the converted object is taken.
+        convert = self.conversions.get((definition.group, definition.plural))
+        if convert is not None and incoming.get("apiVersion") not in (
+            None,
+            old.get("apiVersion"),
+        ):
+            incoming = convert(copy_object(incoming), str(old.get("apiVersion")))
+        new = {**old, "metadata": dict(old["metadata"]), "status": incoming.get("status")}
+        if new["status"] is None:
+            new.pop("status")
+        return new
 
     def _merge_system_fields(
         self, definition: ResourceDefinition, old: JsonObject, incoming: JsonObject
@@ -513,3 +501,34 @@ def _grace_period(table: Table, stored: JsonObject, requested: int | None) -> in
         return max(0, requested)
     configured = spec.get("terminationGracePeriodSeconds")
     return 30 if configured is None else max(0, int(configured))
+
+
+def _check_preconditions(
+    definition: ResourceDefinition,
+    old_meta: JsonObject,
+    incoming: JsonObject,
+    precondition: str | None,
+    require_version: bool,
+) -> None:
+    """The update's resourceVersion and uid preconditions hold, or the 409/422 kube gives."""
+    name = str(old_meta["name"])
+    if precondition and precondition != old_meta.get("resourceVersion"):
+        raise messages.conflict(definition, name)
+    if not precondition and require_version:
+        raise messages.invalid(
+            definition,
+            name,
+            [
+                messages.invalid_value(
+                    "metadata.resourceVersion", "0x0", "must be specified for an update"
+                )
+            ],
+        )
+    incoming_meta = incoming.get("metadata") or {}
+    if incoming_meta.get("uid") and incoming_meta["uid"] != old_meta.get("uid"):
+        raise messages.conflict(
+            definition,
+            name,
+            f"Precondition failed: UID in precondition: {incoming_meta['uid']}, UID in "
+            f"object meta: {old_meta.get('uid')}",
+        )

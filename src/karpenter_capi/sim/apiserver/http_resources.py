@@ -111,22 +111,29 @@ class ResourceRequest:
     def handle(self) -> Reply | None:
         method = self.router.method
         if self.name is None:
-            if method == "GET":
-                if self.router.truthy("watch"):
-                    self._watch()
-                    return None
-                return self._list()
-            if method == "POST":
-                return self._create()
-            if method == "DELETE":
-                return self._delete_collection()
-        elif self.subresource == "eviction":
+            return self._handle_collection(method)
+        return self._handle_object(method, self.name)
+
+    def _handle_collection(self, method: str) -> Reply | None:
+        """A request to the resource's collection: list or watch, create, delete them all."""
+        if method == "GET":
+            if self.router.truthy("watch"):
+                self._watch()
+                return None
+            return self._list()
+        if method == "POST":
+            return self._create()
+        if method == "DELETE":
+            return self._delete_collection()
+        raise MethodNotAllowed(f"{method} is not supported on this path")
+
+    def _handle_object(self, method: str, name: str) -> Reply:
+        """A request to one named object or its subresource."""
+        if self.subresource == "eviction":
             if method == "POST":
                 return self._evict()
         elif method == "GET":
-            obj = self.api.get(
-                self.resource, self.name, self.namespace, subresource=self.subresource
-            )
+            obj = self.api.get(self.resource, name, self.namespace, subresource=self.subresource)
             return self._object_reply(200, obj)
         elif method == "PUT":
             return self._update()

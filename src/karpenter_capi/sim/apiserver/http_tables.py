@@ -228,16 +228,25 @@ def _pod_cells() -> list[tuple[JsonObject, CellFunc]]:
     ]
 
 
-def _node_cells() -> list[tuple[JsonObject, CellFunc]]:
-    def status(node: JsonObject, _now: datetime) -> Cell:
-        state = "Unknown"
-        for condition in node.get("status", {}).get("conditions") or []:
-            if condition.get("type") == "Ready":
-                state = "Ready" if condition.get("status") == "True" else "NotReady"
-        if node.get("spec", {}).get("unschedulable"):
-            state += ",SchedulingDisabled"
-        return state
+def _node_status_cell(node: JsonObject, _now: datetime) -> Cell:
+    """kubectl's node STATUS: Ready, NotReady or Unknown, and whether it is cordoned."""
+    state = "Unknown"
+    for condition in node.get("status", {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            state = "Ready" if condition.get("status") == "True" else "NotReady"
+    if node.get("spec", {}).get("unschedulable"):
+        state += ",SchedulingDisabled"
+    return state
 
+
+def _node_internal_ip_cell(node: JsonObject, _now: datetime) -> Cell:
+    for address in node.get("status", {}).get("addresses") or []:
+        if address.get("type") == "InternalIP":
+            return address.get("address")
+    return "<none>"
+
+
+def _node_cells() -> list[tuple[JsonObject, CellFunc]]:
     def roles(node: JsonObject, _now: datetime) -> Cell:
         prefix = "node-role.kubernetes.io/"
         labels = node.get("metadata", {}).get("labels") or {}
@@ -247,23 +256,17 @@ def _node_cells() -> list[tuple[JsonObject, CellFunc]]:
     def version(node: JsonObject, _now: datetime) -> Cell:
         return node.get("status", {}).get("nodeInfo", {}).get("kubeletVersion", "")
 
-    def internal_ip(node: JsonObject, _now: datetime) -> Cell:
-        for address in node.get("status", {}).get("addresses") or []:
-            if address.get("type") == "InternalIP":
-                return address.get("address")
-        return "<none>"
-
     def instance_type(node: JsonObject, _now: datetime) -> Cell:
         labels = node.get("metadata", {}).get("labels") or {}
         return labels.get("node.kubernetes.io/instance-type", "<none>")
 
     return [
         (_NAME_COLUMN, _name_cell),
-        (_column("Status", "string", "The status of the node."), status),
+        (_column("Status", "string", "The status of the node."), _node_status_cell),
         (_column("Roles", "string", "The roles of the node."), roles),
         (_AGE_COLUMN, _age_cell),
         (_column("Version", "string", "Kubelet Version reported by the node."), version),
-        (_column("Internal-IP", "string", "The node's internal IP.", 1), internal_ip),
+        (_column("Internal-IP", "string", "The node's internal IP.", 1), _node_internal_ip_cell),
         (_column("Instance-Type", "string", "The node's instance type.", 1), instance_type),
     ]
 

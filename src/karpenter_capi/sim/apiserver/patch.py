@@ -150,27 +150,32 @@ def json_patch(target: Any, operations: Any) -> Any:
     for operation in operations:
         if not isinstance(operation, dict):
             raise BadRequest(f"the JSON patch operation {operation!r} is not an object")
-        op = _operation_field(operation, "op")
-        path = _operation_field(operation, "path")
-        if op == "add":
-            doc = _add(doc, path, copy_json(_operation_field(operation, "value")))
-        elif op == "remove":
-            doc, _ = _remove(doc, path)
-        elif op == "replace":
-            doc = _replace(doc, path, copy_json(_operation_field(operation, "value")))
-        elif op == "move":
-            source = _operation_field(operation, "from")
-            if path.startswith(source + "/"):
-                raise Invalid(f"unable to move {source} into its own child {path}")
-            doc, value = _remove(doc, source)
-            doc = _add(doc, path, value)
-        elif op == "copy":
-            value = copy_json(_get(doc, _operation_field(operation, "from")))
-            doc = _add(doc, path, value)
-        elif op == "test":
-            expected = _operation_field(operation, "value")
-            if _get(doc, path) != expected:
-                raise Invalid(f"testing value {path} failed: test failed")
-        else:
-            raise BadRequest(f"Unexpected kind: {op}")
+        doc = _apply_operation(doc, operation)
     return doc
+
+
+def _apply_operation(doc: Any, operation: dict[str, Any]) -> Any:
+    """``doc`` after one operation (in place where it can be; the new root otherwise)."""
+    op = _operation_field(operation, "op")
+    path = _operation_field(operation, "path")
+    if op == "add":
+        return _add(doc, path, copy_json(_operation_field(operation, "value")))
+    if op == "remove":
+        return _remove(doc, path)[0]
+    if op == "replace":
+        return _replace(doc, path, copy_json(_operation_field(operation, "value")))
+    if op == "move":
+        source = _operation_field(operation, "from")
+        if path.startswith(source + "/"):
+            raise Invalid(f"unable to move {source} into its own child {path}")
+        doc, value = _remove(doc, source)
+        return _add(doc, path, value)
+    if op == "copy":
+        value = copy_json(_get(doc, _operation_field(operation, "from")))
+        return _add(doc, path, value)
+    if op == "test":
+        expected = _operation_field(operation, "value")
+        if _get(doc, path) != expected:
+            raise Invalid(f"testing value {path} failed: test failed")
+        return doc
+    raise BadRequest(f"Unexpected kind: {op}")

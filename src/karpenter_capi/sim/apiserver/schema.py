@@ -42,29 +42,34 @@ _ROOT_FIELDS = ("apiVersion", "kind", "metadata")
 
 def _normalize(value: Any, schema: JsonObject) -> Any:
     if isinstance(value, dict):
-        properties = schema.get("properties")
-        additional = schema.get("additionalProperties")
-        keep_unknown = bool(schema.get("x-kubernetes-preserve-unknown-fields"))
-        if properties is None and not isinstance(additional, dict) and keep_unknown:
-            return value
-        result: JsonObject = {}
-        for key, item in value.items():
-            if properties is not None and key in properties:
-                child = properties[key]
-                if item is None and not child.get("nullable"):
-                    continue  # a null for a non-nullable field is dropped (then defaulted)
-                result[key] = _normalize(item, child)
-            elif isinstance(additional, dict):
-                result[key] = _normalize(item, additional)
-            elif additional is True or keep_unknown:
-                result[key] = item
-        for key, child in (properties or {}).items():
-            if key not in result and "default" in child:
-                result[key] = _normalize(copy_json(child["default"]), child)
-        return result
+        return _normalize_object(value, schema)
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
         return [_normalize(item, schema["items"]) for item in value]
     return value
+
+
+def _normalize_object(value: JsonObject, schema: JsonObject) -> Any:
+    """An object pruned to the fields its schema knows (or keeps), its defaults filled in."""
+    properties = schema.get("properties")
+    additional = schema.get("additionalProperties")
+    keep_unknown = bool(schema.get("x-kubernetes-preserve-unknown-fields"))
+    if properties is None and not isinstance(additional, dict) and keep_unknown:
+        return value
+    result: JsonObject = {}
+    for key, item in value.items():
+        if properties is not None and key in properties:
+            child = properties[key]
+            if item is None and not child.get("nullable"):
+                continue  # a null for a non-nullable field is dropped (then defaulted)
+            result[key] = _normalize(item, child)
+        elif isinstance(additional, dict):
+            result[key] = _normalize(item, additional)
+        elif additional is True or keep_unknown:
+            result[key] = item
+    for key, child in (properties or {}).items():
+        if key not in result and "default" in child:
+            result[key] = _normalize(copy_json(child["default"]), child)
+    return result
 
 
 def prune_and_default(obj: JsonObject, schema: JsonObject | None) -> JsonObject:

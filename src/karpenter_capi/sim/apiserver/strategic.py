@@ -92,28 +92,30 @@ class _Patcher:
                 continue
             if key.startswith("$"):
                 continue  # $setElementOrder/..., $retainKeys, $patch: no effect on content
-            if value is None:
-                result.pop(key, None)
-                continue
-            child_path = (*path, key)
-            if isinstance(value, dict):
-                if value.get("$patch") == "delete":
-                    result.pop(key, None)
-                    continue
-                current = result.get(key)
-                result[key] = self.merge_map(
-                    current if isinstance(current, dict) else {}, value, child_path
-                )
-            elif isinstance(value, list):
-                merge_key = self.merge_key(child_path)
-                current = result.get(key)
-                if merge_key is None or not isinstance(current, list):
-                    result[key] = _strip_directives([v for v in value if not _is_replace_marker(v)])
-                else:
-                    result[key] = self.merge_list(current, value, merge_key, child_path)
-            else:
-                result[key] = value
+            self._merge_field(result, key, value, (*path, key))
         return result
+
+    def _merge_field(self, result: JsonObject, key: str, value: Any, path: tuple[str, ...]) -> None:
+        """Merge one field of the patch into ``result``: null or a delete directive removes
+        it, a map merges, a list merges by its merge key (else replaces), a value replaces."""
+        if value is None:
+            result.pop(key, None)
+            return
+        if isinstance(value, dict):
+            if value.get("$patch") == "delete":
+                result.pop(key, None)
+                return
+            current = result.get(key)
+            result[key] = self.merge_map(current if isinstance(current, dict) else {}, value, path)
+        elif isinstance(value, list):
+            merge_key = self.merge_key(path)
+            current = result.get(key)
+            if merge_key is None or not isinstance(current, list):
+                result[key] = _strip_directives([v for v in value if not _is_replace_marker(v)])
+            else:
+                result[key] = self.merge_list(current, value, merge_key, path)
+        else:
+            result[key] = value
 
     def merge_list(
         self, original: list[Any], patch: list[Any], merge_key: str, path: tuple[str, ...]

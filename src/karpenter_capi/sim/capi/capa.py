@@ -154,13 +154,7 @@ class CapaMachineController(MachineController):
         if is_deleting(machine):
             return self._delete(machine, aws_machine, shape, now)
         if MACHINE_FINALIZER not in finalizers_of(machine):
-            patch = {
-                "metadata": {
-                    "finalizers": [*finalizers_of(machine), MACHINE_FINALIZER],
-                    "resourceVersion": metadata(machine).get("resourceVersion"),
-                }
-            }
-            self.client.patch(self.primary, name_of(machine), patch, namespace_of(machine))
+            self._add_finalizer(machine)
             return DONE
         failure = failure_of(machine)
         if failure is not None:
@@ -174,19 +168,50 @@ class CapaMachineController(MachineController):
             aws_machine = self._run_instance(machine, aws_machine)
         instance = self._instance(instance_id_of(aws_machine))
         if instance is None or instance["State"]["Name"] in _GONE_STATES:
-            state = "terminated" if instance is None else str(instance["State"]["Name"])
-            failure = ("UpdateError", f'EC2 instance state "{state}" is unexpected')
-            self._aws_status(
-                aws_machine,
-                {
-                    "ready": False,
-                    "instanceState": state,
-                    "failureReason": failure[0],
-                    "failureMessage": failure[1],
-                },
-            )
-            self._write_status(machine, shape, "Failed", failure=failure)
-            return DONE
+            self._instance_gone(machine, aws_machine, shape, instance)
+        else:
+            self._instance_running(machine, aws_machine, shape, instance)
+        return DONE
+
+    def _add_finalizer(self, machine: JsonObject) -> None:
+        patch = {
+            "metadata": {
+                "finalizers": [*finalizers_of(machine), MACHINE_FINALIZER],
+                "resourceVersion": metadata(machine).get("resourceVersion"),
+            }
+        }
+        self.client.patch(self.primary, name_of(machine), patch, namespace_of(machine))
+
+    def _instance_gone(
+        self,
+        machine: JsonObject,
+        aws_machine: Mapping[str, Any],
+        shape: str,
+        instance: Mapping[str, Any] | None,
+    ) -> None:
+        """The Machine's instance terminated under it: both marked failed, as CAPA does."""
+        state = "terminated" if instance is None else str(instance["State"]["Name"])
+        failure = ("UpdateError", f'EC2 instance state "{state}" is unexpected')
+        self._aws_status(
+            aws_machine,
+            {
+                "ready": False,
+                "instanceState": state,
+                "failureReason": failure[0],
+                "failureMessage": failure[1],
+            },
+        )
+        self._write_status(machine, shape, "Failed", failure=failure)
+
+    def _instance_running(
+        self,
+        machine: JsonObject,
+        aws_machine: Mapping[str, Any],
+        shape: str,
+        instance: Mapping[str, Any],
+    ) -> None:
+        """The instance runs: the AWSMachine ready, the Machine's providerID set, then its
+        Node registered and the Machine Running once the Node is there."""
         self._aws_status(
             aws_machine,
             {
@@ -204,14 +229,13 @@ class CapaMachineController(MachineController):
                 {"spec": {"providerID": provider_id}},
                 namespace_of(machine),
             )
-            return DONE
+            return
         node = self._node_of(provider_id)
         if node is None:
             self._register_node(machine, instance, provider_id)
         self._write_status(machine, shape, "Running" if node else "Provisioned", node=node)
         if node is not None:
             self._delete_bootstrap_secrets(aws_machine)
-        return DONE
 
     def _aws_machine(self, machine: Mapping[str, Any]) -> JsonObject | None:
         name = nested(machine, "spec", "infrastructureRef", "name")

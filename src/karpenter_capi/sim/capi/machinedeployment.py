@@ -339,26 +339,27 @@ class MachineDeploymentController:
         elif new.replicas < replicas:
             self._scale(md, new, new_replicas_rolling(md, strategy, new, old), surge)
 
-        # Scale down old sets, as reconcileOldMachineSets.
+        self._scale_down_old_sets(md, new, old, replicas - max_unavailable, surge)
+
+    def _scale_down_old_sets(
+        self,
+        md: JsonObject,
+        new: MachineSetView,
+        old: list[MachineSetView],
+        min_available: int,
+        surge: int,
+    ) -> None:
+        """Scale down old sets, as reconcileOldMachineSets: unhealthy replicas first, then
+        healthy ones while ``min_available`` Machines stay available."""
         old_count = sum(s.replicas for s in old)
         if old_count == 0:
             return
         all_count = old_count + new.replicas
-        min_available = replicas - max_unavailable
         new_unavailable = new.replicas - new.available
         max_scaled_down = all_count - min_available - new_unavailable
         if max_scaled_down <= 0:
             return
-        # Unhealthy replicas of old sets go first: they cost no availability.
-        cleaned = 0
-        for s in by_creation(old):
-            if cleaned >= max_scaled_down:
-                break
-            if s.replicas == 0 or s.replicas <= s.available:
-                continue
-            down = min(max_scaled_down - cleaned, s.replicas - s.available)
-            self._scale(md, s, s.replicas - down, surge)
-            cleaned += down
+        self._scale_down_unhealthy(md, old, max_scaled_down, surge)
         # Then healthy ones, keeping minAvailable Machines available.
         available = sum(s.available for s in [*old, new])
         if available <= min_available:
@@ -372,6 +373,20 @@ class MachineDeploymentController:
             down = min(s.replicas, budget)
             self._scale(md, s, s.replicas - down, surge)
             budget -= down
+
+    def _scale_down_unhealthy(
+        self, md: JsonObject, old: list[MachineSetView], max_scaled_down: int, surge: int
+    ) -> None:
+        """Unhealthy replicas of old sets go first: they cost no availability."""
+        cleaned = 0
+        for s in by_creation(old):
+            if cleaned >= max_scaled_down:
+                break
+            if s.replicas == 0 or s.replicas <= s.available:
+                continue
+            down = min(max_scaled_down - cleaned, s.replicas - s.available)
+            self._scale(md, s, s.replicas - down, surge)
+            cleaned += down
 
     # -- OnDelete --------------------------------------------------------------------------------
 

@@ -198,15 +198,15 @@ class MachinePoolController:
         if out_of_capacity:
             requested.clear()  # the cloud gave up on what it had not delivered yet
 
-        excess = len(listed) + len(requested) - desired_replicas(pool)
-        if excess > 0:
-            while excess > 0 and requested:
-                requested.pop()
-                excess -= 1
-            if excess > 0:
-                listed = self._scale_down(listed, machines, excess, with_machines, now)
-        elif excess < 0 and not out_of_capacity:
-            self._request(pool, requested, -excess, now)
+        listed = self._resize(
+            pool,
+            listed,
+            requested,
+            machines,
+            with_machines=with_machines,
+            out_of_capacity=out_of_capacity,
+            now=now,
+        )
 
         ready = [r for r in requested if r.ready_at is not None and r.ready_at <= now]
         listed = listed + [r.provider_id for r in ready]
@@ -222,6 +222,30 @@ class MachinePoolController:
         if waits:
             return Result(requeue_after=max((min(waits) - now).total_seconds(), 0.0))
         return DONE
+
+    def _resize(
+        self,
+        pool: JsonObject,
+        listed: list[str],
+        requested: list[_Requested],
+        machines: list[JsonObject],
+        *,
+        with_machines: bool,
+        out_of_capacity: bool,
+        now: datetime,
+    ) -> list[str]:
+        """The pool's instances after meeting its replicas: an excess drops requests not yet
+        delivered, then instances; a shortfall requests more, unless out of capacity."""
+        excess = len(listed) + len(requested) - desired_replicas(pool)
+        if excess > 0:
+            while excess > 0 and requested:
+                requested.pop()
+                excess -= 1
+            if excess > 0:
+                listed = self._scale_down(listed, machines, excess, with_machines, now)
+        elif excess < 0 and not out_of_capacity:
+            self._request(pool, requested, -excess, now)
+        return listed
 
     def _request(
         self, pool: JsonObject, requested: list[_Requested], count: int, now: datetime

@@ -103,6 +103,20 @@ def _machine_spec_shape(spec: Any) -> str | None:
     )
 
 
+def _spec_shape(obj: Mapping[str, Any]) -> str | None:
+    """The layout the spec's fields tell: a scalable resource's own, else its Machine
+    template's; a Machine's spec."""
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return None
+    if obj.get("kind") == "Machine":
+        return _machine_spec_shape(spec)
+    for field, shape in _SCALABLE_SPEC_MARKERS.items():
+        if field in spec:
+            return shape
+    return _machine_spec_shape(nested(spec, "template", "spec"))
+
+
 def shape_of(obj: Mapping[str, Any], default: str) -> str:
     """``v1beta1`` or ``v1beta2``: the layout ``obj`` is written in (see the module doc)."""
     group, _, version = str(obj.get("apiVersion") or "").rpartition("/")
@@ -111,17 +125,9 @@ def shape_of(obj: Mapping[str, Any], default: str) -> str:
     declared = annotations_of(obj).get(ANNOTATION_SHAPE, "").strip()
     if declared in SHAPES:
         return declared
-    spec = obj.get("spec")
-    if isinstance(spec, Mapping):
-        if obj.get("kind") != "Machine":
-            for field, shape in _SCALABLE_SPEC_MARKERS.items():
-                if field in spec:
-                    return shape
-            found = _machine_spec_shape(nested(spec, "template", "spec"))
-        else:
-            found = _machine_spec_shape(spec)
-        if found:
-            return found
+    found = _spec_shape(obj)
+    if found:
+        return found
     status = obj.get("status")
     if isinstance(status, Mapping):
         for field, shape in _STATUS_MARKERS.items():

@@ -46,6 +46,7 @@ from karpenter_capi.core.kube.resources import (
     PODS,
 )
 from karpenter_capi.core.operator import Operator
+from karpenter_capi.core.runtime.stepped import SteppedDriver
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.apiserver.audit import AuditingClient, AuditLog
 from karpenter_capi.sim.apiserver.request_counts import WATCH_POLL
@@ -297,6 +298,63 @@ def _percentiles(bound: list[float]) -> dict[str, float]:
     }
 
 
+def _over_aws(
+    aws: SimAws,
+    plugin_objects: Sequence[tuple[str, object]] | None,
+    emulation: Mapping[str, Any] | None,
+) -> tuple[Sequence[tuple[str, object]], dict[str, Any]]:
+    """The plugins and CAPI emulation a scenario on the emulated AWS runs with: capa over it
+    unless plugins are given, CAPA's EC2 and Secrets Manager and the kubeadm bootstrap."""
+    emulated = {
+        "aws_ec2": aws.emulation_ec2,
+        "aws_secrets": aws.secretsmanager(aws.region),
+        "kubeadm_bootstrap": True,
+        **(emulation or {}),
+    }
+    return (_aws_plugins(aws) if plugin_objects is None else plugin_objects), emulated
+
+
+def _advance(
+    driver: SteppedDriver,
+    now: float,
+    at: float,
+    pace: Callable[[float], None] | None,
+    pace_step: float,
+) -> float:
+    """Move the clock from ``now`` to ``at``: in one jump, or paced ``pace_step`` at a time."""
+    while at > now:
+        step_to = at if pace is None else min(at, now + pace_step)
+        driver.advance(step_to - now)
+        now = step_to
+        if pace is not None:
+            pace(now)
+    return now
+
+
+def _act(
+    action: TimelineAction | str,
+    server: InMemoryAPIServer,
+    scenario: Scenario,
+    interruptions: Interruptions,
+    now: datetime,
+) -> None:
+    """One timeline event: a reclaim that is due, an interruption, or a scenario action."""
+    if action == RECLAIM:
+        _reclaim_due(interruptions, now)
+    elif isinstance(action, TimelineAction) and action.action == "interrupt":
+        interruptions.interrupt(action)
+    elif isinstance(action, TimelineAction):
+        apply_action(server, scenario, action)
+
+
+def _cluster_requests(server: InMemoryAPIServer, before: Any, observer: Observer) -> dict[str, int]:
+    """The run's API requests by verb, less the observer's own reads."""
+    api_requests = server.requests.since(before)
+    for verb, count in observer.own_requests.items():
+        api_requests[verb] = api_requests.get(verb, 0) - count
+    return api_requests
+
+
 def run(
     scenario: Scenario,
     *,
@@ -365,14 +423,7 @@ def run(
             server if controller_client is None else controller_client(server), audit
         )
         if aws is not None:
-            if plugin_objects is None:
-                plugin_objects = _aws_plugins(aws)
-            emulation = {
-                "aws_ec2": aws.emulation_ec2,
-                "aws_secrets": aws.secretsmanager(aws.region),
-                "kubeadm_bootstrap": True,
-                **(emulation or {}),
-            }
+            plugin_objects, emulation = _over_aws(aws, plugin_objects, emulation)
         with capture_errors() as records:
             process = start_controller(
                 scenario,
@@ -406,34 +457,21 @@ def run(
             if pace is not None:
                 pace(now)  # setup is done: a pacer's wall clock starts here
             for at, _, action in events:
-                while at > now:
-                    step_to = at if pace is None else min(at, now + pace_step)
-                    driver.advance(step_to - now)
-                    now = step_to
-                    if pace is not None:
-                        pace(now)
-                if action == RECLAIM:
-                    _reclaim_due(interruptions, clock.now())
-                    driver.run_until_quiet()
-                elif isinstance(action, TimelineAction) and action.action == "interrupt":
-                    interruptions.interrupt(action)
-                    driver.run_until_quiet()
-                elif isinstance(action, TimelineAction):
-                    apply_action(server, scenario, action)
-                    driver.run_until_quiet()
-                else:
+                now = _advance(driver, now, at, pace, pace_step)
+                if action is None:
                     interruptions.observe()
                     sample = observer.sample()
                     if on_sample is not None:
                         on_sample(sample)
+                else:
+                    _act(action, server, scenario, interruptions, clock.now())
+                    driver.run_until_quiet()
             violations = (
                 [str(v) for v in check_invariants(server, clock=clock, plugins=loaded)]
                 if check
                 else None
             )
-        api_requests = server.requests.since(requests_before)
-        for verb, count in observer.own_requests.items():
-            api_requests[verb] = api_requests.get(verb, 0) - count
+        api_requests = _cluster_requests(server, requests_before, observer)
         watch_polls = api_requests.pop(WATCH_POLL, 0)
         final = observer.samples[-1]
         return ScenarioResult(

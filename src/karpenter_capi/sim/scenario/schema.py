@@ -279,6 +279,13 @@ class TimelineAction(_Strict):
     def _replicas_for_scale(self) -> TimelineAction:
         if self.action == "scale" and self.replicas is None:
             raise ValueError("scale needs replicas")
+        self._check_repetition()
+        self._check_kind_and_patch()
+        self._check_interrupt()
+        return self
+
+    def _check_repetition(self) -> None:
+        """until, window and a list of replicas belong to a repeating action."""
         repeating_only = self.until is not None or self.window is not None
         if self.every is None and (repeating_only or isinstance(self.replicas, list)):
             raise ValueError("until, window and a list of replicas need every (a repeating action)")
@@ -286,6 +293,9 @@ class TimelineAction(_Strict):
             raise ValueError("every must be a positive duration")
         if self.until is not None and self.until < self.at:
             raise ValueError("until comes before at")
+
+    def _check_kind_and_patch(self) -> None:
+        """kind and patch go with the actions that take them."""
         if self.action == "patch" and (self.kind is None or self.patch is None):
             raise ValueError("patch needs kind and patch")
         if self.action == "scale" and self.kind not in (None, "NodePool"):
@@ -294,13 +304,15 @@ class TimelineAction(_Strict):
             raise ValueError("only patch takes patch")
         if self.action not in ("patch", "scale") and self.kind is not None:
             raise ValueError("only patch and scale take kind")
+
+    def _check_interrupt(self) -> None:
+        """target, notice and via go with interrupt."""
         if self.action == "interrupt" and self.target not in INTERRUPTIBLE:
             raise ValueError(f"interrupt takes a capacity type as target: {sorted(INTERRUPTIBLE)}")
         if self.notice is not None and (self.action != "interrupt" or self.notice <= 0):
             raise ValueError("only interrupt takes notice, a positive duration")
         if self.via is not None and self.action != "interrupt":
             raise ValueError("only interrupt takes via")
-        return self
 
     @property
     def count(self) -> int | None:

@@ -194,31 +194,58 @@ class SimScheduler:
                 self._queue.node_changed(self._nodes.get(name), event)
                 self._nodes[name] = event
                 continue
-            key, before, after = event
-            was_on, now_on = _node_name(before), _node_name(after)
-            if after is not None and not now_on:
-                if before is not None:  # its own change: tried again
-                    self._queue.forget(key)
+            self._put_pod_event(*event)
+
+    def _put_pod_event(self, key: str, before: JsonObject | None, after: JsonObject | None) -> None:
+        """Tell the queue what a pod's change may unblock: a pending pod's own change, or a
+        bound pod leaving, finishing, arriving or relabelled (room and affinity change)."""
+        was_on, now_on = _node_name(before), _node_name(after)
+        if after is not None and not now_on:
+            if before is not None:  # its own change: tried again
+                self._queue.forget(key)
+            self._queue.pending_pod_changed()
+            return
+        self._queue.forget(key)
+        if after is None:  # deleted
+            if was_on and not before["finished"]:  # type: ignore[index]
+                self._queue.bound_pod_changed(deleted=True)
+            elif not was_on:
                 self._queue.pending_pod_changed()
-                continue
-            self._queue.forget(key)
-            if after is None:  # deleted
-                if was_on and not before["finished"]:  # type: ignore[index]
-                    self._queue.bound_pod_changed(deleted=True)
-                elif not was_on:
-                    self._queue.pending_pod_changed()
-            elif after["finished"]:
-                if before is None or not before["finished"]:
-                    self._queue.bound_pod_changed(deleted=True)
-            elif not was_on or rules.labels_of(before or {}) != rules.labels_of(after):
-                self._queue.bound_pod_changed(deleted=False)  # bound, or relabelled
+        elif after["finished"]:
+            if before is None or not before["finished"]:
+                self._queue.bound_pod_changed(deleted=True)
+        elif not was_on or rules.labels_of(before or {}) != rules.labels_of(after):
+            self._queue.bound_pod_changed(deleted=False)  # bound, or relabelled
 
     def schedule_cycle(self) -> None:
         """Place every pending pod the queue would try, in its order, against one snapshot of
         the cluster."""
         self.cycles += 1
         self._put_events()
-        pods = self.caches.store(PODS).list()
+        bound, pending = self._bound_and_pending(self.caches.store(PODS).list())
+        queue = self._queue
+        queue.keep_only({object_key(pod) for pod in pending})
+        active = [pod for pod in pending if not queue.parked(object_key(pod))]
+        if not active:
+            return
+        active.sort(key=_queue_order)
+        snapshot = Snapshot(self.caches.store(NODES).list(), bound)
+        nominator = Nominator(pending)  # parked pods keep their nominated room too
+        for pod in active:
+            try:
+                self._schedule_one(pod, snapshot, nominator)
+            except (ValueError, TypeError, AttributeError, KeyError) as exc:
+                # The API server refuses such a spec, so kube-scheduler never meets one; the
+                # stand-in leaves it pending, said why, rather than stop the cycle for all pods.
+                nominator.remove(pod)
+                self._fail(pod, f"cannot read the pod's spec: {exc}", frozenset())
+
+    def _bound_and_pending(
+        self, pods: list[JsonObject]
+    ) -> tuple[list[tuple[JsonObject, str]], list[JsonObject]]:
+        """(pod, node) of every running pod, bound or assumed bound by an earlier cycle whose
+        binding the cache has not seen yet; and the pending pods this scheduler places.
+        Assumptions the cache now answers (or whose pod went) are dropped."""
         bound: list[tuple[JsonObject, str]] = []
         pending: list[JsonObject] = []
         live: set[str] = set()
@@ -240,22 +267,7 @@ class SimScheduler:
                 pending.append(pod)
         for key in [k for k in self._assumed if k not in live]:
             del self._assumed[key]
-        queue = self._queue
-        queue.keep_only({object_key(pod) for pod in pending})
-        active = [pod for pod in pending if not queue.parked(object_key(pod))]
-        if not active:
-            return
-        active.sort(key=_queue_order)
-        snapshot = Snapshot(self.caches.store(NODES).list(), bound)
-        nominator = Nominator(pending)  # parked pods keep their nominated room too
-        for pod in active:
-            try:
-                self._schedule_one(pod, snapshot, nominator)
-            except (ValueError, TypeError, AttributeError, KeyError) as exc:
-                # The API server refuses such a spec, so kube-scheduler never meets one; the
-                # stand-in leaves it pending, said why, rather than stop the cycle for all pods.
-                nominator.remove(pod)
-                self._fail(pod, f"cannot read the pod's spec: {exc}", frozenset())
+        return bound, pending
 
     @staticmethod
     def _wants(pod: JsonObject) -> bool:

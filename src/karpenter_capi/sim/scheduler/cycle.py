@@ -319,38 +319,44 @@ class PodContext:
     def failures(self, node: NodeInfo, reserved: Mapping[str, int] | None = None) -> list[str]:
         """Why ``node``, which passed the static filters, cannot take the pod; empty if it can.
         ``reserved``: what pods nominated to the node keep there (``nominated.Nominator``)."""
-        insufficient: list[str] = []
-        requested, allocatable, kept = node.requested, node.allocatable, reserved or {}
-        for resource, amount in self.request_items:
-            if requested.get(resource, 0) + kept.get(resource, 0) + amount > allocatable.get(
-                resource, 0
-            ):
-                insufficient.append(
-                    "Too many pods" if resource == rules.PODS else f"Insufficient {resource}"
-                )
+        insufficient = self._insufficient(node, reserved or {})
         if insufficient:
             return insufficient
+        why = self._spread_failure(node) or self._affinity_failure(node)
+        return [why] if why else []
+
+    def _insufficient(self, node: NodeInfo, kept: Mapping[str, int]) -> list[str]:
+        requested, allocatable = node.requested, node.allocatable
+        return [
+            "Too many pods" if resource == rules.PODS else f"Insufficient {resource}"
+            for resource, amount in self.request_items
+            if requested.get(resource, 0) + kept.get(resource, 0) + amount
+            > allocatable.get(resource, 0)
+        ]
+
+    def _spread_failure(self, node: NodeInfo) -> str | None:
         for spread in self.spreads:
             if spread.key not in node.labels:
-                return [
+                return (
                     "node(s) didn't match pod topology spread constraints (missing required label)"
-                ]
+                )
             domain = node.labels[spread.key]
             skew = spread.counts.get(domain, 0) + spread.self_match - spread.min_match
             if skew > spread.max_skew:
-                return ["node(s) didn't match pod topology spread constraints"]
+                return "node(s) didn't match pod topology spread constraints"
+        return None
+
+    def _affinity_failure(self, node: NodeInfo) -> str | None:
         for key, domains in self.anti:
             if key in node.labels and node.labels[key] in domains:
-                return ["node(s) didn't match pod anti-affinity rules"]
+                return "node(s) didn't match pod anti-affinity rules"
         for key, domains in self.forbidden:
             if key in node.labels and node.labels[key] in domains:
-                return ["node(s) didn't satisfy existing pods anti-affinity rules"]
+                return "node(s) didn't satisfy existing pods anti-affinity rules"
         for key, maybe_domains in self.affinity:
-            if maybe_domains is None:
-                continue
-            if key not in node.labels or node.labels[key] not in maybe_domains:
-                return ["node(s) didn't match pod affinity rules"]
-        return []
+            if maybe_domains is not None and node.labels.get(key) not in maybe_domains:
+                return "node(s) didn't match pod affinity rules"
+        return None
 
     def totals(self, feasible: Sequence[NodeInfo], snapshot: Snapshot) -> list[int]:
         """Each feasible node's weighted score under kube-scheduler's default profile."""
@@ -463,22 +469,7 @@ class PodContext:
                 ):
                     counts[domain] += count
             prepared.append(_prepared(constraint, key, len(counts), per_node, counts))
-        raw: list[int | None] = []
-        for node in feasible:
-            if node.name in ignored:
-                raw.append(None)
-                continue
-            total = 0.0
-            for key, skew, weight, per_node, by_domain in prepared:
-                domain = node.labels.get(key)
-                if domain is None:
-                    continue
-                matching = per_node[node.name] if by_domain is None else by_domain[domain]
-                # Matching pods weighted by the topology's size, plus maxSkew - 1 (kube's
-                # scoreForCount), which waters down small differences.
-                total += matching * weight + skew
-            raw.append(scoring.round_half_away(total))
-        return scoring.normalize_spread(raw)
+        return scoring.normalize_spread(_raw_spread_scores(feasible, ignored, prepared))
 
     def _interpod_scores(self, feasible: Sequence[NodeInfo], snapshot: Snapshot) -> list[int]:
         """InterPodAffinity's score: preferred (anti-)affinity terms, both ways, by domain."""
@@ -544,6 +535,28 @@ def _prepared(
 ) -> tuple[str, int, float, Counter[str], dict[str, int] | None]:
     skew = int(constraint.get("maxSkew", 1)) - 1
     return key, skew, scoring.topology_weight(domains), per_node, by_domain
+
+
+def _raw_spread_scores(
+    feasible: Sequence[NodeInfo],
+    ignored: set[str],
+    prepared: list[tuple[str, int, float, Counter[str], dict[str, int] | None]],
+) -> list[int | None]:
+    """Each node's matching pods weighted by the topology's size, plus maxSkew - 1 (kube's
+    scoreForCount, which waters down small differences); None for an ignored node."""
+    raw: list[int | None] = []
+    for node in feasible:
+        if node.name in ignored:
+            raw.append(None)
+            continue
+        total = 0.0
+        for key, skew, weight, per_node, by_domain in prepared:
+            domain = node.labels.get(key)
+            if domain is not None:
+                matching = per_node[node.name] if by_domain is None else by_domain[domain]
+                total += matching * weight + skew
+        raw.append(scoring.round_half_away(total))
+    return raw
 
 
 def _spread_owner(pod: Mapping[str, Any]) -> str | None:
