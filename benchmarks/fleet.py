@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib.util
+import itertools
 import json
 import logging
 import sys
@@ -64,20 +65,134 @@ EMULATION = {"provision_delay": 2.0, "boot_delay": 1.0, "delete_delay": 1.0}
 
 
 class _TimedServer(InMemoryAPIServer):
-    """Remembers when each pod and NodeClaim was created (wall clock, monotonic)."""
+    """Remembers when each pod and NodeClaim was created (wall clock, monotonic), and, for each
+    NodeClaim, how many of the cluster's NodeClaims its controller's cache did not show yet."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.pods: list[float] = []
         self.claims: list[float] = []
+        self.unseen_at_create: list[int] = []
+        self.cache_names: Callable[[], set[str]] | None = None
+        """The NodeClaim names the cluster's controller cache shows (set once it is served)."""
 
     def create(self, resource: Resource, obj: Any, namespace: str | None = None, **kw: Any) -> Any:
+        is_claim = resource.plural == NODECLAIMS.plural and resource.group == NODECLAIMS.group
+        unseen = 0
+        if is_claim and self.cache_names is not None:
+            existing = {c["metadata"]["name"] for c in self.list(NODECLAIMS).items}
+            unseen = len(existing - self.cache_names())
         created = super().create(resource, obj, namespace, **kw)
         if resource.plural == PODS.plural and resource.group == PODS.group:
             self.pods.append(time.monotonic())
-        elif resource.plural == NODECLAIMS.plural and resource.group == NODECLAIMS.group:
+        elif is_claim:
             self.claims.append(time.monotonic())
+            self.unseen_at_create.append(unseen)
         return created
+
+
+class _Probe:
+    """Times one served cluster's provisioning from outside its logic: each look of the periodic
+    controller (start, end, the delay it asked for) and each round it ran (start, end, the
+    thread's CPU seconds). Installed on the member's controller objects, nothing changed."""
+
+    def __init__(self, operator: Any) -> None:
+        self.looks: list[tuple[float, float, float]] = []
+        self.rounds: list[tuple[float, float, float]] = []
+        controller = operator.provisioning
+        provisioner = controller._provisioner
+        run_once, reconcile = controller.run_once, provisioner.reconcile
+
+        def timed_look() -> Any:
+            began = time.monotonic()
+            result = run_once()
+            self.looks.append((began, time.monotonic(), result.requeue_after or 0.0))
+            return result
+
+        def timed_round(*a: Any, **kw: Any) -> Any:
+            began, cpu = time.monotonic(), time.thread_time()
+            try:
+                return reconcile(*a, **kw)
+            finally:
+                self.rounds.append((began, time.monotonic(), time.thread_time() - cpu))
+
+        controller.run_once = timed_look
+        provisioner.reconcile = timed_round
+
+    def stages(self, first_pod: float, last_pod: float, claim: float) -> dict[str, float]:
+        """Where the time from a wave's first pod to its first NodeClaim went (seconds)."""
+        looks = [look for look in self.looks if first_pod <= look[0] <= claim]
+        rounds = [r for r in self.rounds if r[0] <= claim]
+        first_look = looks[0][0] if looks else claim
+        round_start, _, round_cpu = rounds[-1] if rounds else (claim, claim, 0.0)
+        late = [max(0.0, nxt[0] - (prev[1] + prev[2])) for prev, nxt in itertools.pairwise(looks)]
+        return {
+            "burst": max(0.0, last_pod - first_pod),
+            "to_first_look": first_look - first_pod,
+            "window": max(0.0, round_start - first_look),
+            "look_late_max": max(late, default=0.0),
+            "round_wall": claim - round_start,
+            "round_cpu": round_cpu,
+        }
+
+
+def _probe(world: FleetWorld, names: list[str]) -> dict[str, _Probe]:
+    """A ``_Probe`` on every served cluster, and each server told its controller's cache."""
+    probes: dict[str, _Probe] = {}
+    for name in names:
+        cluster = world.cluster(name)
+        member = world.fleet.members.get(cluster.key)
+        if member is None:
+            continue
+        operator = member.operator
+        probes[name] = _Probe(operator)
+        store = operator.context.caches.store(NODECLAIMS)
+        server = cluster.server
+        assert isinstance(server, _TimedServer)
+        server.cache_names = lambda store=store: {c["metadata"]["name"] for c in store.list()}
+    return probes
+
+
+def _claims_report(world: FleetWorld, args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
+    """Every NodeClaim beyond what the pods need, classified: ``deleted`` (created, then gone:
+    a replacement after a timeout, a consolidation), ``empty`` (no pod ever bound to its node at
+    the end: launched for pods already provided for), ``underfilled`` (the rest: a packing
+    difference, e.g. a batch cut in two); and ``created_on_stale_cache``: NodeClaims created
+    while the controller's cache did not yet show one this cluster already had."""
+    servers = _servers(world)
+    per_node = max(1, args.pods // args.nodes)
+    needed = -(-args.pods // per_node)
+    totals = {"created": 0, "existing": 0, "needed": 0, "deleted": 0, "empty": 0}
+    totals |= {"underfilled": 0, "created_on_stale_cache": 0}
+    clusters_with_extra: dict[str, dict[str, int]] = {}
+    for name in names:
+        server = servers[name]
+        claims = server.list(NODECLAIMS).items
+        bound: dict[str, int] = {}
+        for pod in server.list(PODS).items:
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node:
+                bound[node] = bound.get(node, 0) + 1
+        empty = sum(1 for c in claims if not bound.get((c.get("status") or {}).get("nodeName", "")))
+        created = len(server.claims)
+        row = {
+            "created": created,
+            "existing": len(claims),
+            "needed": needed,
+            "deleted": created - len(claims),
+            "empty": empty,
+            "underfilled": max(0, len(claims) - empty - needed),
+            "created_on_stale_cache": sum(1 for n in server.unseen_at_create if n),
+        }
+        for field_name, value in row.items():
+            totals[field_name] += value
+        if created > needed:
+            clusters_with_extra[name] = row
+    return {
+        **totals,
+        "extra": totals["created"] - totals["needed"],
+        "clusters": clusters_with_extra,
+    }
 
 
 def _scenario(args: argparse.Namespace, clusters: int) -> Scenario:
@@ -154,7 +269,9 @@ def _waves(
     """Scale every cluster's Deployment up in ``args.waves`` steps (``waves``: only those);
     each wave's decision latency per cluster."""
     servers = _servers(world)
+    probes = _probe(world, clusters)
     latencies: dict[str, list[float]] = {name: [] for name in clusters}
+    stages: list[tuple[float, dict[str, float]]] = []
     unsettled = 0
     for wave in waves or range(1, args.waves + 1):
         replicas = args.pods * wave // args.waves
@@ -183,7 +300,13 @@ def _waves(
             pods_mark, claims_mark = marks[name]
             server = servers[name]
             if len(server.pods) > pods_mark and len(server.claims) > claims_mark:
-                latencies[name].append(server.claims[claims_mark] - server.pods[pods_mark])
+                first_pod, claim = server.pods[pods_mark], server.claims[claims_mark]
+                latencies[name].append(claim - first_pod)
+                if name in probes:
+                    last_pod = server.pods[-1]
+                    stages.append(
+                        (claim - first_pod, probes[name].stages(first_pod, last_pod, claim))
+                    )
     values = [v for name in clusters for v in latencies[name]]
     return {
         "samples": len(values),
@@ -191,7 +314,28 @@ def _waves(
         "p99_ms": round(percentile(values, 0.99) * 1000, 1) if values else None,
         "max_ms": round(max(values) * 1000, 1) if values else None,
         "waves_not_settled": unsettled,
+        "stages": _stage_figures(stages),
     }
+
+
+def _stage_figures(stages: list[tuple[float, dict[str, float]]]) -> dict[str, Any]:
+    """Each stage's p50 and p99 over the samples, and the stages of the slowest samples."""
+    if not stages:
+        return {}
+    names = list(stages[0][1])
+    out: dict[str, Any] = {
+        name: {
+            "p50_ms": round(percentile([s[name] for _, s in stages], 0.5) * 1000, 1),
+            "p99_ms": round(percentile([s[name] for _, s in stages], 0.99) * 1000, 1),
+        }
+        for name in names
+    }
+    slowest = sorted(stages, key=lambda item: -item[0])[:3]
+    out["slowest"] = [
+        {"total_ms": round(total * 1000, 1)} | {k: round(v * 1000, 1) for k, v in s.items()}
+        for total, s in slowest
+    ]
+    return out
 
 
 def _deployment(world: FleetWorld, name: str, replicas: int) -> dict[str, Any]:
@@ -235,6 +379,7 @@ def _run_phase(args: argparse.Namespace, clusters: int, storm: bool = False) -> 
     after = _rss_mib()
     threads = threading.active_count()
     claims = sum(len(s.list(NODECLAIMS).items) for s in _servers(world).values())
+    report = _claims_report(world, args, names)
     _stop(stop, thread)
     return {
         "clusters": len(names),
@@ -248,6 +393,7 @@ def _run_phase(args: argparse.Namespace, clusters: int, storm: bool = False) -> 
         "rss_added_per_cluster_mib": round((after - before) / len(world.clusters), 2),
         "threads": threads,
         "nodeclaims": claims,
+        "nodeclaims_classified": report,
     }
 
 
@@ -296,6 +442,7 @@ def _run_replicas(args: argparse.Namespace, clusters: int, lone_claims: int) -> 
     pending = sum(_pending(servers[n]) for n in names)
     claims = {n: len(servers[n].list(NODECLAIMS).items) for n in names}
     extra = sum(max(0, count - lone_claims) for count in claims.values())
+    classified = _claims_report(world, args, names)
     for stop, thread in running:
         _stop(stop, thread)
     return {
@@ -310,6 +457,7 @@ def _run_replicas(args: argparse.Namespace, clusters: int, lone_claims: int) -> 
         "after_kill": later,
         "pods_pending": pending,
         "nodeclaims_beyond_lone": extra,
+        "nodeclaims_classified": classified,
     }
 
 
