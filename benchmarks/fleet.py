@@ -46,6 +46,7 @@ import logging
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -76,8 +77,21 @@ class _TimedServer(InMemoryAPIServer):
         self.unseen_at_create: list[int] = []
         self.created_at: dict[str, float] = {}
         self.cache_names: Callable[[], set[str]] | None = None
-        self.round_began: Callable[[], float] = lambda: 0.0
         """The NodeClaim names the cluster's controller cache shows (set once it is served)."""
+        self.round_began: Callable[[], float] = lambda: 0.0
+        self.deleted_by: dict[str, int] = {}
+        """Who asked for each NodeClaim deletion: the controller package that called."""
+
+    def delete_with_result(self, resource: Resource, name: str, *a: Any, **kw: Any) -> Any:
+        if resource.plural == NODECLAIMS.plural and resource.group == NODECLAIMS.group:
+            caller = "other"
+            for frame in reversed(traceback.extract_stack()):
+                part = frame.filename.rpartition("/karpenter_capi/core/")[2]
+                if part and frame.filename != part and not part.startswith(("kube/", "fleet/")):
+                    caller = part.split("/")[0]
+                    break
+            self.deleted_by[caller] = self.deleted_by.get(caller, 0) + 1
+        return super().delete_with_result(resource, name, *a, **kw)
 
     def create(self, resource: Resource, obj: Any, namespace: str | None = None, **kw: Any) -> Any:
         is_claim = resource.plural == NODECLAIMS.plural and resource.group == NODECLAIMS.group
@@ -110,10 +124,13 @@ class _Probe:
         provisioner = controller._provisioner
         run_once, reconcile = controller.run_once, provisioner.reconcile
 
+        self.look_cpu = 0.0
+
         def timed_look() -> Any:
-            began = time.monotonic()
+            began, cpu = time.monotonic(), time.thread_time()
             result = run_once()
             self.looks.append((began, time.monotonic(), result.requeue_after or 0.0))
+            self.look_cpu += time.thread_time() - cpu
             return result
 
         def timed_round(*a: Any, **kw: Any) -> Any:
@@ -144,12 +161,12 @@ class _Probe:
         }
 
 
-def _probe(world: FleetWorld, names: list[str]) -> dict[str, _Probe]:
+def _probe(world: FleetWorld, names: list[str], fleets: list[Fleet]) -> dict[str, _Probe]:
     """A ``_Probe`` on every served cluster, and each server told its controller's cache."""
     probes: dict[str, _Probe] = {}
     for name in names:
         cluster = world.cluster(name)
-        member = world.fleet.members.get(cluster.key)
+        member = next((f.members[cluster.key] for f in fleets if cluster.key in f.members), None)
         if member is None:
             continue
         operator = member.operator
@@ -174,6 +191,7 @@ def _claims_report(world: FleetWorld, args: argparse.Namespace, names: list[str]
     totals = {"created": 0, "existing": 0, "needed": 0, "deleted": 0, "empty": 0}
     totals |= {"underfilled": 0, "created_on_stale_cache": 0, "pods_pending": 0}
     clusters_with_extra: dict[str, dict[str, int]] = {}
+    deleted_by: dict[str, int] = {}
     for name in names:
         server = servers[name]
         claims = server.list(NODECLAIMS).items
@@ -194,6 +212,8 @@ def _claims_report(world: FleetWorld, args: argparse.Namespace, names: list[str]
             "created_on_stale_cache": sum(1 for n in server.unseen_at_create if n),
             "pods_pending": _pending(server),
         }
+        for caller, count in server.deleted_by.items():
+            deleted_by[caller] = deleted_by.get(caller, 0) + count
         for field_name, value in row.items():
             totals[field_name] += value
         if created > needed or row["pods_pending"]:
@@ -201,6 +221,7 @@ def _claims_report(world: FleetWorld, args: argparse.Namespace, names: list[str]
     return {
         **totals,
         "extra": totals["created"] - totals["needed"],
+        "deleted_by": deleted_by,
         "clusters": clusters_with_extra,
     }
 
@@ -275,14 +296,17 @@ def _waves(
     clusters: list[str],
     timeout: float,
     waves: range | None = None,
+    *,
+    fleets: list[Fleet] | None = None,
 ) -> dict[str, Any]:
     """Scale every cluster's Deployment up in ``args.waves`` steps (``waves``: only those);
     each wave's decision latency per cluster."""
     servers = _servers(world)
-    probes = _probe(world, clusters)
+    probes = _probe(world, clusters, fleets or [world.fleet])
     latencies: dict[str, list[float]] = {name: [] for name in clusters}
     stages: list[tuple[float, dict[str, float]]] = []
     unsettled = 0
+    cpu_began = time.process_time()
     for wave in waves or range(1, args.waves + 1):
         replicas = args.pods * wave // args.waves
         marks = {name: (len(servers[name].pods), len(servers[name].claims)) for name in clusters}
@@ -318,6 +342,9 @@ def _waves(
                         (claim - first_pod, probes[name].stages(first_pod, last_pod, claim))
                     )
     values = [v for name in clusters for v in latencies[name]]
+    process_cpu = time.process_time() - cpu_began
+    looks_cpu = sum(p.look_cpu for p in probes.values())
+    rounds_cpu = sum(r[2] for p in probes.values() for r in p.rounds)
     return {
         "samples": len(values),
         "p50_ms": round(percentile(values, 0.5) * 1000, 1) if values else None,
@@ -325,6 +352,13 @@ def _waves(
         "max_ms": round(max(values) * 1000, 1) if values else None,
         "waves_not_settled": unsettled,
         "stages": _stage_figures(stages),
+        # The whole process (controllers, emulation, in-memory servers) over the waves, and
+        # the provisioner's share: its looks, the rounds among them.
+        "cpu_seconds": {
+            "process": round(process_cpu, 1),
+            "provisioner_looks": round(looks_cpu, 1),
+            "provisioner_rounds": round(rounds_cpu, 1),
+        },
     }
 
 
@@ -441,13 +475,13 @@ def _run_replicas(args: argparse.Namespace, clusters: int, lone_claims: int) -> 
 
     _wait(balanced, 120, 0.1)
     balance = [len(f.members) for f in fleets]
-    first = _waves(world, args, names, args.timeout, range(1, 2))
+    first = _waves(world, args, names, args.timeout, range(1, 2), fleets=fleets)
     victim = set(fleets[0].members)
     killed.set()
     killed_at = time.monotonic()
     taken = _wait(lambda: victim <= served_by(fleets[1:]), args.lease_duration * 4, 0.1)
     takeover = round(time.monotonic() - killed_at, 2)
-    later = _waves(world, args, names, args.timeout, range(2, args.waves + 1))
+    later = _waves(world, args, names, args.timeout, range(2, args.waves + 1), fleets=fleets[1:])
     servers = _servers(world)
     pending = sum(_pending(servers[n]) for n in names)
     claims = {n: len(servers[n].list(NODECLAIMS).items) for n in names}
