@@ -343,39 +343,3 @@ def test_a_driver_stopped_from_its_own_reconcile_does_not_wait_for_it(pool: Work
     assert cluster.driver.wait(WAIT)
     assert outcome == [True]
     assert pool.members == []
-
-
-def test_a_latency_sensitive_controller_goes_before_every_clusters_other_work() -> None:
-    """A user waits on the provisioner's decision; status and lifecycle work does not wait on a
-    user. With the only worker held, four clusters queue ordinary work and a fifth its
-    provisioner's: the provisioner runs first, not after its turn in the round-robin."""
-    order: list[str] = []
-    entered, release = threading.Event(), threading.Event()
-
-    def scripted(cluster: str, urgent: bool = False) -> Scripted:
-        def behaviour(key: Key, call: int) -> Result:
-            order.append(cluster)
-            if cluster == "a" and call == 1:
-                entered.set()
-                release.wait(WAIT)
-            return DONE
-
-        controller = Scripted(SystemClock(), behaviour=behaviour)
-        controller.latency_sensitive = urgent  # type: ignore[attr-defined]
-        return controller
-
-    with WorkerPool(1) as pool:
-        clusters = [Cluster(name, pool, scripted(name)).start() for name in "abcd"]
-        urgent = Cluster("u", pool, scripted("u", urgent=True)).start()
-        clusters[0].create("a0")
-        assert entered.wait(WAIT)
-        for cluster in clusters[1:]:
-            cluster.create(f"{cluster.name}1")
-            assert cluster.wait_until(lambda c=cluster: c.manager.queue("scripted").depth == 1)
-        urgent.create("u1")
-        assert urgent.wait_until(lambda: urgent.manager.queue("scripted").depth == 1)
-        release.set()
-        assert urgent.wait_until(lambda: len(order) == 5)
-        assert order[:2] == ["a", "u"]
-        for cluster in [*clusters, urgent]:
-            assert cluster.driver.stop(WAIT)

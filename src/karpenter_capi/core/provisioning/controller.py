@@ -90,8 +90,6 @@ class ProvisioningController:
     """Runs a provisioning round whenever the batching window closes."""
 
     name = "provisioner"
-    latency_sensitive = True
-    """A user waits on its decisions: a shared pool runs it before other work (``pool``)."""
 
     def __init__(
         self,

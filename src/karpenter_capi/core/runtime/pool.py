@@ -7,10 +7,7 @@ with a quiet one only through the OS scheduler. A ``WorkerPool`` bounds the thre
 who goes next:
 
 * round-robin across clusters (members), then across that cluster's controllers, so a cluster
-  with a 10,000-key backlog gets one turn in N like any other; but a member's ``urgent``
-  controllers (the provisioner: a user waits on its decision) go first, across all clusters in
-  the order they became due, so one cluster's decision never queues behind the status and
-  lifecycle work of the other ninety-nine;
+  with a 10,000-key backlog gets one turn in N like any other;
 * a cap on each cluster's reconciles in flight (``per_cluster``, a quarter of the workers by
   default), so a cluster whose reconciles are slow (a 429 storm, an unreachable API server)
   cannot hold every worker: another cluster's key waits at most for one reconcile per worker
@@ -74,8 +71,6 @@ class PoolMember:
     reconcile: Callable[[ControllerEntry, Key], None]
     run_periodic: Callable[[PeriodicEntry], None]
     stop: Callable[[], object] = lambda: None
-    urgent: frozenset[str] = frozenset()
-    """Names of the controllers served before any member's other work (caps still hold)."""
 
 
 @dataclass(eq=False)
@@ -86,7 +81,6 @@ class _Slot:
     member: Membership
     entry: Entry
     limit: int
-    urgent: bool = False
     in_flight: int = 0
     pending: bool = False
     timer_at: float | None = None
@@ -166,8 +160,6 @@ class WorkerPool:
         self._cond = threading.Condition(lock)
         self._idle = threading.Condition(lock)
         self._members: deque[Membership] = deque()
-        # Pending urgent slots of every member, in the order they became pending.
-        self._urgent: deque[_Slot] = deque()
         self._timers: list[tuple[float, int, _Slot]] = []
         self._seq = itertools.count()
         self._threads: list[threading.Thread] = []
@@ -229,7 +221,7 @@ class WorkerPool:
         for entry, limit in spec.entries:
             if limit < 1:
                 raise ValueError(f"{spec.name}/{entry.name}: a controller needs a limit >= 1")
-            slot = _Slot(self, member, entry, limit, urgent=entry.name in spec.urgent)
+            slot = _Slot(self, member, entry, limit)
             member.slots.append(slot)
             if isinstance(entry, ControllerEntry):
                 entry.queue.set_listener(slot)
@@ -255,7 +247,7 @@ class WorkerPool:
     def _mark_pending_locked(self, slot: _Slot) -> None:
         if not slot.pending and slot.member.active:
             slot.pending = True
-            (self._urgent if slot.urgent else slot.member.pending).append(slot)
+            slot.member.pending.append(slot)
 
     def _schedule(self, slot: _Slot, at: float, floor: float = 0.0) -> None:
         """Look at ``slot`` again at ``at`` on its member's clock (``floor`` seconds at least)."""
@@ -309,7 +301,6 @@ class WorkerPool:
                 member.active = False
                 self._members.remove(member)
                 member.pending.clear()
-                self._urgent = deque(slot for slot in self._urgent if slot.member is not member)
                 for slot in member.slots:
                     slot.pending = False
                     slot.timer_at = None
@@ -373,38 +364,27 @@ class WorkerPool:
             # This thread takes one; the others are for whoever else is waiting.
             self._cond.notify()
 
-    def _may_run_locked(self, member: Membership) -> bool:
-        if member.in_flight >= self.per_cluster:
-            return False
-        # A cluster's second reconcile must leave a worker free, so that clusters stuck
-        # together cannot hold every worker as long as one has nothing running.
-        return not member.in_flight or self._busy + 1 < self.workers
-
-    def _take_locked(self, slot: _Slot) -> _Slot:
-        slot.pending = False
-        slot.in_flight += 1
-        slot.member.in_flight += 1
-        self._busy += 1
-        return slot
-
     def _pick_locked(self) -> _Slot | None:
-        # Urgent slots first, oldest first; one that may not run yet keeps its place.
-        for index, slot in enumerate(self._urgent):
-            if slot.in_flight < slot.limit and self._may_run_locked(slot.member):
-                del self._urgent[index]
-                return self._take_locked(slot)
         # Clusters in turn, each turn moving the cluster looked at to the back.
         for _ in range(len(self._members)):
             member = self._members[0]
             self._members.rotate(-1)
-            if not member.pending or not self._may_run_locked(member):
+            if member.in_flight >= self.per_cluster or not member.pending:
+                continue
+            if member.in_flight and self._busy + 1 >= self.workers:
+                # A cluster's second reconcile must leave a worker free, so that clusters
+                # stuck together cannot hold every worker as long as one has nothing running.
                 continue
             # Then that cluster's controllers in turn: a slot taken goes to the back when it
             # is marked pending again.
             for _ in range(len(member.pending)):
                 slot = member.pending.popleft()
                 if slot.in_flight < slot.limit:
-                    return self._take_locked(slot)
+                    slot.pending = False
+                    slot.in_flight += 1
+                    member.in_flight += 1
+                    self._busy += 1
+                    return slot
                 member.pending.append(slot)
         return None
 

@@ -363,11 +363,6 @@ class ThreadedDriver:
             reconcile=self._pooled_reconcile,
             run_periodic=self._run_periodic_now,
             stop=lambda: self.stop(self._stop_timeout),
-            urgent=frozenset(
-                entry.name
-                for entry in self._manager.entries
-                if getattr(entry.controller, "latency_sensitive", False)
-            ),
         )
 
     def _pooled_reconcile(self, entry: ControllerEntry, key: Key) -> None:
