@@ -60,7 +60,6 @@ from karpenter_capi.sim.footprint import process_memory
 from karpenter_capi.sim.scenario.fleet import FleetWorld
 from karpenter_capi.sim.scenario.observer import percentile
 from karpenter_capi.sim.scenario.schema import Scenario, parse_scenario
-from karpenter_capi.sim.scheduler.controller import SimScheduler
 
 NODE_CPU = 8
 EMULATION = {"provision_delay": 2.0, "boot_delay": 1.0, "delete_delay": 1.0}
@@ -68,13 +67,15 @@ EMULATION = {"provision_delay": 2.0, "boot_delay": 1.0, "delete_delay": 1.0}
 
 class _TimedServer(InMemoryAPIServer):
     """Remembers when each pod and NodeClaim was created (wall clock, monotonic), and, for each
-    NodeClaim, how many of the cluster's NodeClaims its controller's cache did not show yet."""
+    NodeClaim, how many NodeClaims made before the round creating it began its controller's
+    cache did not show yet (a round deciding on a stale cache)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.pods: list[float] = []
         self.claims: list[float] = []
         self.unseen_at_create: list[int] = []
+        self.created_at: dict[str, float] = {}
         self.cache_names: Callable[[], set[str]] | None = None
         """The NodeClaim names the cluster's controller cache shows (set once it is served)."""
         self.round_began: Callable[[], float] = lambda: 0.0
@@ -96,14 +97,17 @@ class _TimedServer(InMemoryAPIServer):
         is_claim = resource.plural == NODECLAIMS.plural and resource.group == NODECLAIMS.group
         unseen = 0
         if is_claim and self.cache_names is not None:
+            began = self.round_began()
+            before = {name for name, at in self.created_at.items() if at < began}
             existing = {c["metadata"]["name"] for c in self.list(NODECLAIMS).items}
-            unseen = len(existing - self.cache_names())
+            unseen = len((existing & before) - self.cache_names())
         created = super().create(resource, obj, namespace, **kw)
         if resource.plural == PODS.plural and resource.group == PODS.group:
             self.pods.append(time.monotonic())
         elif is_claim:
             self.claims.append(time.monotonic())
             self.unseen_at_create.append(unseen)
+            self.created_at[created["metadata"]["name"]] = self.claims[-1]
         return created
 
 
@@ -115,6 +119,7 @@ class _Probe:
     def __init__(self, operator: Any) -> None:
         self.looks: list[tuple[float, float, float]] = []
         self.rounds: list[tuple[float, float, float]] = []
+        self.round_began = 0.0
         controller = operator.provisioning
         provisioner = controller._provisioner
         run_once, reconcile = controller.run_once, provisioner.reconcile
@@ -130,6 +135,7 @@ class _Probe:
 
         def timed_round(*a: Any, **kw: Any) -> Any:
             began, cpu = time.monotonic(), time.thread_time()
+            self.round_began = began
             try:
                 return reconcile(*a, **kw)
             finally:
@@ -169,6 +175,7 @@ def _probe(world: FleetWorld, names: list[str], fleets: list[Fleet]) -> dict[str
         server = cluster.server
         assert isinstance(server, _TimedServer)
         server.cache_names = lambda store=store: {c["metadata"]["name"] for c in store.list()}
+        server.round_began = lambda probe=probes[name]: probe.round_began
     return probes
 
 
@@ -182,7 +189,7 @@ def _claims_report(world: FleetWorld, args: argparse.Namespace, names: list[str]
     per_node = max(1, args.pods // args.nodes)
     needed = -(-args.pods // per_node)
     totals = {"created": 0, "existing": 0, "needed": 0, "deleted": 0, "empty": 0}
-    totals |= {"underfilled": 0, "created_on_stale_cache": 0}
+    totals |= {"underfilled": 0, "created_on_stale_cache": 0, "pods_pending": 0}
     clusters_with_extra: dict[str, dict[str, int]] = {}
     deleted_by: dict[str, int] = {}
     for name in names:
@@ -203,12 +210,13 @@ def _claims_report(world: FleetWorld, args: argparse.Namespace, names: list[str]
             "empty": empty,
             "underfilled": max(0, len(claims) - empty - needed),
             "created_on_stale_cache": sum(1 for n in server.unseen_at_create if n),
+            "pods_pending": _pending(server),
         }
         for caller, count in server.deleted_by.items():
             deleted_by[caller] = deleted_by.get(caller, 0) + count
         for field_name, value in row.items():
             totals[field_name] += value
-        if created > needed:
+        if created > needed or row["pods_pending"]:
             clusters_with_extra[name] = row
     return {
         **totals,
@@ -510,19 +518,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a wave may take")
     parser.add_argument("--lease-duration", type=float, default=15.0)
     parser.add_argument("--phases", default="lone,fleet,storm,replicas")
-    parser.add_argument(
-        "--scheduler-first",
-        action="store_true",
-        help="serve the emulated kube-scheduler with the provisioner, before other pooled work",
-    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    if args.scheduler_first:
-        # The emulated kube-scheduler stands in for a process of its own, yet its reconciles
-        # (one per pod) queue in the members' pool behind the controllers' work; a pod is not
-        # provisionable before it marks it, so a starved emulation shows as a longer batch
-        # window. This puts it in the pool's first lane, as the provisioner.
-        SimScheduler.latency_sensitive = True  # type: ignore[attr-defined]
     logging.basicConfig(level=logging.ERROR)
     phases = set(args.phases.split(","))
     result: dict[str, Any] = {
@@ -533,7 +530,6 @@ def main(argv: list[str] | None = None) -> int:
         "spread_seconds": args.spread,
         "workers": args.workers,
         "emulation": EMULATION,
-        "scheduler_first": args.scheduler_first,
     }
     lone_args = argparse.Namespace(**{**vars(args), "waves": max(args.waves, 4)})
     if "lone" in phases:
