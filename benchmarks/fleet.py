@@ -40,11 +40,13 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib.util
+import itertools
 import json
 import logging
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -64,20 +66,164 @@ EMULATION = {"provision_delay": 2.0, "boot_delay": 1.0, "delete_delay": 1.0}
 
 
 class _TimedServer(InMemoryAPIServer):
-    """Remembers when each pod and NodeClaim was created (wall clock, monotonic)."""
+    """Remembers when each pod and NodeClaim was created (wall clock, monotonic), and, for each
+    NodeClaim, how many NodeClaims made before the round creating it began its controller's
+    cache did not show yet (a round deciding on a stale cache)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.pods: list[float] = []
         self.claims: list[float] = []
+        self.unseen_at_create: list[int] = []
+        self.created_at: dict[str, float] = {}
+        self.cache_names: Callable[[], set[str]] | None = None
+        """The NodeClaim names the cluster's controller cache shows (set once it is served)."""
+        self.round_began: Callable[[], float] = lambda: 0.0
+        self.deleted_by: dict[str, int] = {}
+        """Who asked for each NodeClaim deletion: the controller package that called."""
+
+    def delete_with_result(self, resource: Resource, name: str, *a: Any, **kw: Any) -> Any:
+        if resource.plural == NODECLAIMS.plural and resource.group == NODECLAIMS.group:
+            caller = "other"
+            for frame in reversed(traceback.extract_stack()):
+                part = frame.filename.rpartition("/karpenter_capi/core/")[2]
+                if part and frame.filename != part and not part.startswith(("kube/", "fleet/")):
+                    caller = part.split("/")[0]
+                    break
+            self.deleted_by[caller] = self.deleted_by.get(caller, 0) + 1
+        return super().delete_with_result(resource, name, *a, **kw)
 
     def create(self, resource: Resource, obj: Any, namespace: str | None = None, **kw: Any) -> Any:
+        is_claim = resource.plural == NODECLAIMS.plural and resource.group == NODECLAIMS.group
+        unseen = 0
+        if is_claim and self.cache_names is not None:
+            began = self.round_began()
+            before = {name for name, at in self.created_at.items() if at < began}
+            existing = {c["metadata"]["name"] for c in self.list(NODECLAIMS).items}
+            unseen = len((existing & before) - self.cache_names())
         created = super().create(resource, obj, namespace, **kw)
         if resource.plural == PODS.plural and resource.group == PODS.group:
             self.pods.append(time.monotonic())
-        elif resource.plural == NODECLAIMS.plural and resource.group == NODECLAIMS.group:
+        elif is_claim:
             self.claims.append(time.monotonic())
+            self.unseen_at_create.append(unseen)
+            self.created_at[created["metadata"]["name"]] = self.claims[-1]
         return created
+
+
+class _Probe:
+    """Times one served cluster's provisioning from outside its logic: each look of the periodic
+    controller (start, end, the delay it asked for) and each round it ran (start, end, the
+    thread's CPU seconds). Installed on the member's controller objects, nothing changed."""
+
+    def __init__(self, operator: Any) -> None:
+        self.looks: list[tuple[float, float, float]] = []
+        self.rounds: list[tuple[float, float, float]] = []
+        self.round_began = 0.0
+        controller = operator.provisioning
+        provisioner = controller._provisioner
+        run_once, reconcile = controller.run_once, provisioner.reconcile
+
+        self.look_cpu = 0.0
+
+        def timed_look() -> Any:
+            began, cpu = time.monotonic(), time.thread_time()
+            result = run_once()
+            self.looks.append((began, time.monotonic(), result.requeue_after or 0.0))
+            self.look_cpu += time.thread_time() - cpu
+            return result
+
+        def timed_round(*a: Any, **kw: Any) -> Any:
+            began, cpu = time.monotonic(), time.thread_time()
+            self.round_began = began
+            try:
+                return reconcile(*a, **kw)
+            finally:
+                self.rounds.append((began, time.monotonic(), time.thread_time() - cpu))
+
+        controller.run_once = timed_look
+        provisioner.reconcile = timed_round
+
+    def stages(self, first_pod: float, last_pod: float, claim: float) -> dict[str, float]:
+        """Where the time from a wave's first pod to its first NodeClaim went (seconds)."""
+        looks = [look for look in self.looks if first_pod <= look[0] <= claim]
+        rounds = [r for r in self.rounds if r[0] <= claim]
+        first_look = looks[0][0] if looks else claim
+        round_start, _, round_cpu = rounds[-1] if rounds else (claim, claim, 0.0)
+        late = [max(0.0, nxt[0] - (prev[1] + prev[2])) for prev, nxt in itertools.pairwise(looks)]
+        return {
+            "burst": max(0.0, last_pod - first_pod),
+            "to_first_look": first_look - first_pod,
+            "window": max(0.0, round_start - first_look),
+            "look_late_max": max(late, default=0.0),
+            "round_wall": claim - round_start,
+            "round_cpu": round_cpu,
+        }
+
+
+def _probe(world: FleetWorld, names: list[str], fleets: list[Fleet]) -> dict[str, _Probe]:
+    """A ``_Probe`` on every served cluster, and each server told its controller's cache."""
+    probes: dict[str, _Probe] = {}
+    for name in names:
+        cluster = world.cluster(name)
+        member = next((f.members[cluster.key] for f in fleets if cluster.key in f.members), None)
+        if member is None:
+            continue
+        operator = member.operator
+        probes[name] = _Probe(operator)
+        store = operator.context.caches.store(NODECLAIMS)
+        server = cluster.server
+        assert isinstance(server, _TimedServer)
+        server.cache_names = lambda store=store: {c["metadata"]["name"] for c in store.list()}
+        server.round_began = lambda probe=probes[name]: probe.round_began
+    return probes
+
+
+def _claims_report(world: FleetWorld, args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
+    """Every NodeClaim beyond what the pods need, classified: ``deleted`` (created, then gone:
+    a replacement after a timeout, a consolidation), ``empty`` (no pod ever bound to its node at
+    the end: launched for pods already provided for), ``underfilled`` (the rest: a packing
+    difference, e.g. a batch cut in two); and ``created_on_stale_cache``: NodeClaims created
+    while the controller's cache did not yet show one this cluster already had."""
+    servers = _servers(world)
+    per_node = max(1, args.pods // args.nodes)
+    needed = -(-args.pods // per_node)
+    totals = {"created": 0, "existing": 0, "needed": 0, "deleted": 0, "empty": 0}
+    totals |= {"underfilled": 0, "created_on_stale_cache": 0, "pods_pending": 0}
+    clusters_with_extra: dict[str, dict[str, int]] = {}
+    deleted_by: dict[str, int] = {}
+    for name in names:
+        server = servers[name]
+        claims = server.list(NODECLAIMS).items
+        bound: dict[str, int] = {}
+        for pod in server.list(PODS).items:
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node:
+                bound[node] = bound.get(node, 0) + 1
+        empty = sum(1 for c in claims if not bound.get((c.get("status") or {}).get("nodeName", "")))
+        created = len(server.claims)
+        row = {
+            "created": created,
+            "existing": len(claims),
+            "needed": needed,
+            "deleted": created - len(claims),
+            "empty": empty,
+            "underfilled": max(0, len(claims) - empty - needed),
+            "created_on_stale_cache": sum(1 for n in server.unseen_at_create if n),
+            "pods_pending": _pending(server),
+        }
+        for caller, count in server.deleted_by.items():
+            deleted_by[caller] = deleted_by.get(caller, 0) + count
+        for field_name, value in row.items():
+            totals[field_name] += value
+        if created > needed or row["pods_pending"]:
+            clusters_with_extra[name] = row
+    return {
+        **totals,
+        "extra": totals["created"] - totals["needed"],
+        "deleted_by": deleted_by,
+        "clusters": clusters_with_extra,
+    }
 
 
 def _scenario(args: argparse.Namespace, clusters: int) -> Scenario:
@@ -150,12 +296,17 @@ def _waves(
     clusters: list[str],
     timeout: float,
     waves: range | None = None,
+    *,
+    fleets: list[Fleet] | None = None,
 ) -> dict[str, Any]:
     """Scale every cluster's Deployment up in ``args.waves`` steps (``waves``: only those);
     each wave's decision latency per cluster."""
     servers = _servers(world)
+    probes = _probe(world, clusters, fleets or [world.fleet])
     latencies: dict[str, list[float]] = {name: [] for name in clusters}
+    stages: list[tuple[float, dict[str, float]]] = []
     unsettled = 0
+    cpu_began = time.process_time()
     for wave in waves or range(1, args.waves + 1):
         replicas = args.pods * wave // args.waves
         marks = {name: (len(servers[name].pods), len(servers[name].claims)) for name in clusters}
@@ -183,15 +334,52 @@ def _waves(
             pods_mark, claims_mark = marks[name]
             server = servers[name]
             if len(server.pods) > pods_mark and len(server.claims) > claims_mark:
-                latencies[name].append(server.claims[claims_mark] - server.pods[pods_mark])
+                first_pod, claim = server.pods[pods_mark], server.claims[claims_mark]
+                latencies[name].append(claim - first_pod)
+                if name in probes:
+                    last_pod = server.pods[-1]
+                    stages.append(
+                        (claim - first_pod, probes[name].stages(first_pod, last_pod, claim))
+                    )
     values = [v for name in clusters for v in latencies[name]]
+    process_cpu = time.process_time() - cpu_began
+    looks_cpu = sum(p.look_cpu for p in probes.values())
+    rounds_cpu = sum(r[2] for p in probes.values() for r in p.rounds)
     return {
         "samples": len(values),
         "p50_ms": round(percentile(values, 0.5) * 1000, 1) if values else None,
         "p99_ms": round(percentile(values, 0.99) * 1000, 1) if values else None,
         "max_ms": round(max(values) * 1000, 1) if values else None,
         "waves_not_settled": unsettled,
+        "stages": _stage_figures(stages),
+        # The whole process (controllers, emulation, in-memory servers) over the waves, and
+        # the provisioner's share: its looks, the rounds among them.
+        "cpu_seconds": {
+            "process": round(process_cpu, 1),
+            "provisioner_looks": round(looks_cpu, 1),
+            "provisioner_rounds": round(rounds_cpu, 1),
+        },
     }
+
+
+def _stage_figures(stages: list[tuple[float, dict[str, float]]]) -> dict[str, Any]:
+    """Each stage's p50 and p99 over the samples, and the stages of the slowest samples."""
+    if not stages:
+        return {}
+    names = list(stages[0][1])
+    out: dict[str, Any] = {
+        name: {
+            "p50_ms": round(percentile([s[name] for _, s in stages], 0.5) * 1000, 1),
+            "p99_ms": round(percentile([s[name] for _, s in stages], 0.99) * 1000, 1),
+        }
+        for name in names
+    }
+    slowest = sorted(stages, key=lambda item: -item[0])[:3]
+    out["slowest"] = [
+        {"total_ms": round(total * 1000, 1)} | {k: round(v * 1000, 1) for k, v in s.items()}
+        for total, s in slowest
+    ]
+    return out
 
 
 def _deployment(world: FleetWorld, name: str, replicas: int) -> dict[str, Any]:
@@ -235,6 +423,7 @@ def _run_phase(args: argparse.Namespace, clusters: int, storm: bool = False) -> 
     after = _rss_mib()
     threads = threading.active_count()
     claims = sum(len(s.list(NODECLAIMS).items) for s in _servers(world).values())
+    report = _claims_report(world, args, names)
     _stop(stop, thread)
     return {
         "clusters": len(names),
@@ -248,6 +437,7 @@ def _run_phase(args: argparse.Namespace, clusters: int, storm: bool = False) -> 
         "rss_added_per_cluster_mib": round((after - before) / len(world.clusters), 2),
         "threads": threads,
         "nodeclaims": claims,
+        "nodeclaims_classified": report,
     }
 
 
@@ -285,17 +475,18 @@ def _run_replicas(args: argparse.Namespace, clusters: int, lone_claims: int) -> 
 
     _wait(balanced, 120, 0.1)
     balance = [len(f.members) for f in fleets]
-    first = _waves(world, args, names, args.timeout, range(1, 2))
+    first = _waves(world, args, names, args.timeout, range(1, 2), fleets=fleets)
     victim = set(fleets[0].members)
     killed.set()
     killed_at = time.monotonic()
     taken = _wait(lambda: victim <= served_by(fleets[1:]), args.lease_duration * 4, 0.1)
     takeover = round(time.monotonic() - killed_at, 2)
-    later = _waves(world, args, names, args.timeout, range(2, args.waves + 1))
+    later = _waves(world, args, names, args.timeout, range(2, args.waves + 1), fleets=fleets[1:])
     servers = _servers(world)
     pending = sum(_pending(servers[n]) for n in names)
     claims = {n: len(servers[n].list(NODECLAIMS).items) for n in names}
     extra = sum(max(0, count - lone_claims) for count in claims.values())
+    classified = _claims_report(world, args, names)
     for stop, thread in running:
         _stop(stop, thread)
     return {
@@ -310,6 +501,7 @@ def _run_replicas(args: argparse.Namespace, clusters: int, lone_claims: int) -> 
         "after_kill": later,
         "pods_pending": pending,
         "nodeclaims_beyond_lone": extra,
+        "nodeclaims_classified": classified,
     }
 
 

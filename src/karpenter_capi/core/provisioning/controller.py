@@ -210,7 +210,13 @@ class ProvisioningController:
 
     def _snapshot(self) -> ClusterSnapshot:
         caches = self._ctx.caches
-        return ClusterSnapshot.from_stores(lambda resource: caches.store(resource).list())
+        snapshot = ClusterSnapshot.from_stores(lambda resource: caches.store(resource).list())
+        # Read your own writes: the last round's NodeClaims count even if the watch lags.
+        unseen = self._provisioner.unseen
+        snapshot.nodeclaims = unseen.merged(
+            snapshot.nodeclaims, caches.resource_version(NODECLAIMS)
+        )
+        return snapshot
 
     def _retry_due(self) -> bool:
         return self._retry_at is not None and self._ctx.clock.monotonic() >= self._retry_at

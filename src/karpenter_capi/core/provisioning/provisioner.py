@@ -64,6 +64,7 @@ from karpenter_capi.core.provisioning.state import (
     persisted_nominations,
     unreplaced_pods,
 )
+from karpenter_capi.core.provisioning.unseen import UnseenClaims
 from karpenter_capi.core.scheduling import packing
 from karpenter_capi.core.scheduling.model import (
     ExistingNode,
@@ -164,6 +165,7 @@ class Provisioner:
         # counted) for. Those it was launched for are also on the claim, where a restarted
         # process finds them (``persisted_nominations``); later countings live here only.
         self._nominations: dict[str, frozenset[str]] = {}
+        self.unseen = UnseenClaims()  # created, and not yet in the caches a round reads
         # When pending pods were last counted on each node or NodeClaim (clock.monotonic()):
         # disruption leaves those alone for a while, or it would take what provisioning relies on.
         self._nominated_at: dict[str, float] = {}
@@ -548,6 +550,7 @@ class Provisioner:
             log_created("(dry run)", claim, dry_run=True, level=level)
             return _decision("(dry run)", claim, keys)
         name = str(created["metadata"]["name"])
+        self.unseen.created(created)
         if self._metrics is not None:
             self._metrics.nodeclaim_created(claim.nodepool.name)
         self._nominations[name] = frozenset(keys)

@@ -95,6 +95,11 @@ class Caches(Protocol):
         """Whether every informer has completed its initial list."""
         ...
 
+    def resource_version(self, resource: Resource, cluster: str = WORKLOAD) -> str:
+        """How far the cache of ``resource`` has followed the API: the resourceVersion of the
+        last event or list it applied (a write answered at or before it shows in the cache)."""
+        ...
+
 
 @dataclass
 class ControllerContext:

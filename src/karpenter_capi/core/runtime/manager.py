@@ -383,6 +383,9 @@ class Manager:
     def has_synced(self) -> bool:
         return all(informer.has_synced() for informer in self.informers)
 
+    def resource_version(self, resource: Resource, cluster: str = WORKLOAD) -> str:
+        return self.informer(resource, cluster).last_sync_resource_version
+
     # What drivers use.
 
     @property
