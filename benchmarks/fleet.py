@@ -261,8 +261,16 @@ def _world(args: argparse.Namespace, clusters: int) -> FleetWorld:
         _scenario(args, clusters),
         clock=SystemClock(),
         server_class=_TimedServer,
+        # What `run --fleet` sets by default (cli/run.py): pods' events open the batch window,
+        # a complete ReplicaSet's burst closes it 0.2 s after its last pod, and a round's
+        # NodeClaims are created 8 at a time.
         operator_options=OperatorOptions(
-            leader_elect=False, metrics_port=None, workers=args.workers
+            leader_elect=False,
+            metrics_port=None,
+            workers=args.workers,
+            wake_on_pods=True,
+            batch_complete_idle=0.2,
+            create_concurrency=8,
         ),
     )
     world.emulation = dict(EMULATION)
