@@ -143,6 +143,26 @@ def test_an_index_function_that_raises_does_not_break_the_store() -> None:
     assert store.index_values("boom") == []
 
 
+def test_updates_move_only_the_index_values_that_changed() -> None:
+    # upsert re-indexes only an index whose values an update changed: a value dropped, one
+    # kept and one added must all show, and an index that fails on the update unindexes.
+    def listed(obj: dict[str, Any]) -> list[str]:
+        if obj.get("broken"):
+            raise RuntimeError("bad index")
+        return list(obj["spec"]["providerIDList"])
+
+    store: Store[dict[str, Any]] = Store({BY_PROVIDER_ID_LIST: listed, **POD_INDEXERS})
+    first = {"metadata": {"name": "p"}, "spec": {"providerIDList": ["a", "b"], "nodeName": "n1"}}
+    store.upsert("p", first)
+    store.upsert("p", {**first, "spec": {"providerIDList": ["b", "c"], "nodeName": "n1"}})
+    assert store.index_values(BY_PROVIDER_ID_LIST) == ["b", "c"]
+    assert store.index_keys(BY_NODE_NAME, "n1") == ["p"]
+    store.upsert("p", {**first, "broken": True})
+    assert store.index_values(BY_PROVIDER_ID_LIST) == []
+    assert store.index_keys(BY_NODE_NAME, "n1") == ["p"]
+    assert store.get("p") == {**first, "broken": True}
+
+
 class PodView(BaseModel):
     """A narrow frozen model as ``core.api`` would define it."""
 

@@ -258,6 +258,19 @@ def test_watch_reassembles_events_split_across_chunks(stub: tuple[Script, Offici
     )
 
 
+def test_a_watch_line_that_is_not_an_event_object_fails_the_watch(
+    stub: tuple[Script, OfficialClient],
+) -> None:
+    # The informer backs off and reports it; before, a list swallowed as the stream's end
+    # made the informer rewatch in silence.
+    script, client = stub
+    script.answer = _chunked_watch([b'{"type":"ADDED","object":{"metadata":{"name":"a"}}}\n[1]\n'])
+    events = iter(client.watch(PODS, "default"))
+    assert next(events).type == "ADDED"
+    with pytest.raises(ValueError, match="not a JSON object"):
+        next(events)
+
+
 def test_watch_error_status_is_raised_before_streaming(stub: tuple[Script, OfficialClient]) -> None:
     script, client = stub
     gone = {

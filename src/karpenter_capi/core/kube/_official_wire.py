@@ -13,6 +13,7 @@ import json
 import threading
 from collections.abc import Iterator, Mapping
 
+import orjson
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
@@ -97,11 +98,21 @@ def read_all(response: urllib3.BaseHTTPResponse) -> bytes:
         response.release_conn()
 
 
+def decode(data: bytes) -> object:
+    """JSON bytes from the API server, parsed. orjson, not ``json``: watch events and answers
+    are most of what the controller reads, and the standard decoder (with its encoding sniff
+    of bytes) was a tenth of the controller's CPU in a 1,000-pod scale-up; orjson takes about
+    two fifths of its time. Its errors are ``ValueError``s, as ``json``'s are."""
+    return orjson.loads(data)
+
+
 def _parse_event(line: bytes) -> WatchEvent | None:
     line = line.strip()
     if not line:
         return None
-    raw = json.loads(line)
+    raw = decode(line)
+    if not isinstance(raw, dict):
+        raise ValueError("a watch event that is not a JSON object")
     event_type = raw.get("type")
     if event_type not in _VALID_EVENT_TYPES:
         raise ValueError(f"unexpected watch event type {event_type!r}")

@@ -165,11 +165,18 @@ class Store(Generic[T]):
         """Store ``obj`` under ``key``; return the object it replaced, if any."""
         with self._lock:
             old = self._items.get(key)
-            if old is not None:
-                self._unindex(key)
             self._items[key] = obj
-            for name in self._indexers:
-                self._index_one(name, key, obj)
+            if old is None:
+                for name in self._indexers:
+                    self._index_one(name, key, obj)
+                return old
+            # Most updates (a pod's status, a NodeClaim's conditions) leave every indexed value
+            # as it was: the buckets are touched only for an index whose values changed.
+            for name, by_key in self._indexed_values.items():
+                values = self._values_of(name, key, obj)
+                if values != by_key.get(key, []):
+                    self._unindex_one(name, key)
+                    self._store_values(name, key, values)
             return old
 
     def delete(self, key: str) -> T | None:
@@ -192,12 +199,17 @@ class Store(Generic[T]):
                     self._index_one(name, key, obj)
 
     def _index_one(self, name: str, key: str, obj: T) -> None:
+        self._store_values(name, key, self._values_of(name, key, obj))
+
+    def _values_of(self, name: str, key: str, obj: T) -> builtins.list[str]:
         try:
-            values = list(dict.fromkeys(self._indexers[name](obj)))
+            return list(dict.fromkeys(self._indexers[name](obj)))
         except Exception:
             # A malformed object must not take the cache down: it is simply not indexed.
             _log.warning("index %r failed for %s; object left out of it", name, key, exc_info=True)
-            values = []
+            return []
+
+    def _store_values(self, name: str, key: str, values: builtins.list[str]) -> None:
         if not values:
             return
         self._indexed_values[name][key] = values
@@ -206,12 +218,15 @@ class Store(Generic[T]):
             index.setdefault(value, set()).add(key)
 
     def _unindex(self, key: str) -> None:
-        for name, by_key in self._indexed_values.items():
-            index = self._indexes[name]
-            for value in by_key.pop(key, ()):
-                keys = index.get(value)
-                if keys is None:
-                    continue
-                keys.discard(key)
-                if not keys:
-                    del index[value]
+        for name in self._indexed_values:
+            self._unindex_one(name, key)
+
+    def _unindex_one(self, name: str, key: str) -> None:
+        index = self._indexes[name]
+        for value in self._indexed_values[name].pop(key, ()):
+            keys = index.get(value)
+            if keys is None:
+                continue
+            keys.discard(key)
+            if not keys:
+                del index[value]

@@ -5,7 +5,7 @@ exec/OIDC token refresh, client certificates, proxies and TLS. Its generated per
 models, however, cost about ten times more than the bytes they carry, and the controller reads
 everything as plain JSON anyway. So this adapter uses only the client's transport
 (``ApiClient.param_serialize`` for auth headers and the base URL, ``ApiClient.call_api`` for the
-request), builds every URL from a ``Resource`` descriptor, and ``json.loads`` the raw bytes: one
+request), builds every URL from a ``Resource`` descriptor, and decodes the raw bytes (orjson): one
 generic implementation serves every resource, built-in or custom.
 
 HTTP failures come back as the shared ``core.kube.errors`` exceptions (``Retry-After`` kept),
@@ -14,7 +14,6 @@ so controller code never sees ``ApiException`` or a urllib3 error.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
@@ -30,6 +29,7 @@ from karpenter_capi.core.kube._official_credentials import (
 )
 from karpenter_capi.core.kube._official_wire import (
     OfficialWatch,
+    decode,
     error_from_api_exception,
     error_from_response,
     read_all,
@@ -432,7 +432,7 @@ class OfficialClient:
         if not 200 <= response.status < 300:
             raise error_from_response(response, data)
         try:
-            parsed = json.loads(data) if data else {}
+            parsed = decode(data) if data else {}
         except ValueError as exc:
             raise ServiceUnavailable(
                 f"{method} {path}: the server answered with a body that is not JSON"
