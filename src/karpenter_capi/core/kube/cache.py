@@ -83,8 +83,16 @@ class Store(Generic[T]):
         self._indexed_values: dict[str, dict[str, list[str]]] = {
             name: {} for name in self._indexers
         }
+        self._changes = 0
 
     # Reads.
+
+    @property
+    def changes(self) -> int:
+        """How many writes the store has taken: equal counts mean equal content, so a reader
+        that polls (the provisioner looks twice a second) can skip re-reading an unchanged
+        store."""
+        return self._changes
 
     def get(self, key: str) -> T | None:
         with self._lock:
@@ -164,6 +172,7 @@ class Store(Generic[T]):
     def upsert(self, key: str, obj: T) -> T | None:
         """Store ``obj`` under ``key``; return the object it replaced, if any."""
         with self._lock:
+            self._changes += 1
             old = self._items.get(key)
             self._items[key] = obj
             if old is None:
@@ -184,12 +193,14 @@ class Store(Generic[T]):
         with self._lock:
             old = self._items.pop(key, None)
             if old is not None:
+                self._changes += 1
                 self._unindex(key)
             return old
 
     def replace(self, items: Mapping[str, T]) -> None:
         """Swap the whole content at once (readers see the old or the new set, never a mix)."""
         with self._lock:
+            self._changes += 1
             self._items = {}
             self._indexes = {name: {} for name in self._indexers}
             self._indexed_values = {name: {} for name in self._indexers}

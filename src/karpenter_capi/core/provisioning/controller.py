@@ -135,6 +135,10 @@ class ProvisioningController:
         self._retry_at: float | None = None
         # Whether this process has not looked yet (``run_once``: an interrupted plan).
         self._first_look = True
+        # What the caches held at the last look that ran no round (``_unchanged_since``), and
+        # whether it found pods pending.
+        self._idle_stamp: tuple[object, ...] | None = None
+        self._idle_pending = False
 
     def nominated_within(self, seconds: float) -> frozenset[str]:
         """Nodes and NodeClaims pending pods were counted on in the last ``seconds``."""
@@ -221,7 +225,32 @@ class ProvisioningController:
     def _retry_due(self) -> bool:
         return self._retry_at is not None and self._ctx.clock.monotonic() >= self._retry_at
 
+    def _stamp(self) -> tuple[object, ...]:
+        """What a look reads, as change counts: equal stamps, equal snapshots."""
+        caches = self._ctx.caches
+        unseen = self._provisioner.unseen
+        return (
+            *(caches.store(resource).changes for resource in ROUND_RESOURCES),
+            len(unseen),
+            caches.resource_version(NODECLAIMS) if len(unseen) else "",
+        )
+
+    def _unchanged_since_last_look(self, stamp: tuple[object, ...]) -> bool:
+        """Whether this look would do exactly what the last one did: nothing it reads changed,
+        no batch window is open (a pod event opens one without changing a store) and no retry
+        has come due. A fleet's idle clusters each look twice a second; re-reading every pod
+        to find the same answer was most of an idle member's CPU."""
+        return (
+            stamp == self._idle_stamp
+            and self._batcher.seconds_until_ready() is None
+            and not (self._idle_pending and self._retry_due())
+        )
+
     def run_once(self) -> Result:
+        stamp = self._stamp()
+        if not self._first_look and self._unchanged_since_last_look(stamp):
+            return Result(requeue_after=self.interval)
+        self._idle_stamp = None
         snapshot = self._snapshot()
         pending = self._provisioner.pending_pods(snapshot)
         # The pods of a node going away with nothing replacing it open a window too.
@@ -245,6 +274,8 @@ class ProvisioningController:
         self._first_look = False
         if not resume and not self._batcher.ready():
             wait = self._batcher.seconds_until_ready()
+            if wait is None:
+                self._idle_stamp, self._idle_pending = stamp, bool(pending)
             return Result(requeue_after=self.interval if wait is None else max(wait, 0.01))
         self._batcher.reset()
         self._last_world = world
