@@ -41,13 +41,13 @@ CASES = [
     (
         "sim-apart-from-solver",
         "sim/workloads/objects.py",
-        "from karpenter_capi.core.scheduling.daemons import daemon_pod",
-        "karpenter_capi.sim.workloads.objects -> karpenter_capi.core.scheduling.daemons",
+        "from karpenter_capi.core.scheduling.podspec import daemon_pod",
+        "karpenter_capi.sim.workloads.objects -> karpenter_capi.core.scheduling.podspec",
     ),
     (
         "sim-apart-from-solver",
         "sim/scheduler/rules.py",
-        "from karpenter_capi.core.scheduling.hostports import pod_host_ports",
+        "from karpenter_capi.core.scheduling.hostports import HostPort",
         "karpenter_capi.sim.scheduler.rules -> karpenter_capi.core.scheduling.hostports",
     ),
 ]

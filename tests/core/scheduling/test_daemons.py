@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from karpenter_capi.core.scheduling.daemons import DaemonOverhead, daemon_pod
+from karpenter_capi.core.scheduling.daemons import DaemonOverhead
 from karpenter_capi.core.scheduling.hostports import HostPort
+from karpenter_capi.core.scheduling.podspec import daemon_pod
 from karpenter_capi.core.values.requirements import Requirements
 from karpenter_capi.core.values.resources import ResourceList
 from karpenter_capi.core.values.taints import Taint
@@ -93,7 +94,7 @@ def test_only_host_network_daemons_tolerate_an_unavailable_network() -> None:
     network_down = (Taint("node.kubernetes.io/network-unavailable", "NoSchedule"),)
     overhead = DaemonOverhead([daemonset("cni", hostNetwork=True), daemonset("logs")])
     pods = overhead.pods_for_node(AMD64_NODE, network_down)
-    assert [p["metadata"]["labels"]["app"] for p in pods] == ["cni"]
+    assert [p.labels["app"] for p in pods] == ["cni"]
 
 
 def test_a_daemonset_for_arm64_is_not_counted_on_an_amd64_node() -> None:

@@ -9,6 +9,7 @@ import pytest
 from karpenter_capi.core.provisioning.state import ParsedCluster, unbound
 from karpenter_capi.core.scheduling.podspec import PodSpecs, parse_pod, relax_spec
 from karpenter_capi.core.values.resources import ResourceList, pod_requests
+from karpenter_capi.core.values.taints import Toleration
 
 
 def _pod(name: str, version: str = "1", *, node: str = "", **requests: str) -> dict[str, Any]:
@@ -48,7 +49,7 @@ def test_a_pod_is_read_into_what_scheduling_needs() -> None:
     assert spec.owners[0].controller
     assert spec.requirements is not None
     assert spec.requirements.label_value("zone") == "a"
-    assert spec.tolerations == ({"key": "gpu", "operator": "Exists"},)
+    assert spec.tolerations == (Toleration("gpu", "Exists"),)
     assert spec.problem is None
     with pytest.raises(AttributeError):
         spec.key = "x"  # type: ignore[misc]

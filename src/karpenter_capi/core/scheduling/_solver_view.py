@@ -28,14 +28,13 @@ from karpenter_capi.core.scheduling.claims import (
 )
 from karpenter_capi.core.scheduling.daemons import DaemonOverhead
 from karpenter_capi.core.scheduling.hostports import HostPortUsage
-from karpenter_capi.core.scheduling.model import (
+from karpenter_capi.core.scheduling.podspec import PodObject, PodSpec, PodSpecs
+from karpenter_capi.core.scheduling.solver_io import (
     ExistingNode,
     NodePoolOption,
-    Pod,
     ProposedNodeClaim,
     compatible_offerings,
 )
-from karpenter_capi.core.scheduling.podspec import PodSpec, PodSpecs
 from karpenter_capi.core.scheduling.topology import NodeInfo, Topology
 from karpenter_capi.core.values.requirements import Requirement, Requirements
 from karpenter_capi.core.values.resources import ResourceList
@@ -51,7 +50,7 @@ class SolverNode:
     allocatable: Vector
     total: Vector
     ports: HostPortUsage
-    placed: list[Pod] = field(default_factory=list)
+    placed: list[PodObject] = field(default_factory=list)
 
     @property
     def hostname(self) -> str:
@@ -195,7 +194,7 @@ def build_topology(
             for offering in compatible_offerings(info.instance_type, pool.requirements):
                 domains.setdefault(wellknown.LABEL_TOPOLOGY_ZONE, set()).add(offering.zone)
                 domains.setdefault(wellknown.LABEL_CAPACITY_TYPE, set()).add(offering.capacity_type)
-    existing_pods: list[tuple[Pod, NodeInfo]] = []
+    existing_pods: list[tuple[PodObject, NodeInfo]] = []
     for node in existing:
         labels = dict(node.labels)
         labels.setdefault(wellknown.LABEL_HOSTNAME, node.name)

@@ -17,7 +17,7 @@ from typing import Any, Final
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.scheduling.claims import HOSTNAME_PLACEHOLDER
-from karpenter_capi.core.scheduling.model import compatible_offerings
+from karpenter_capi.core.scheduling.solver_io import compatible_offerings
 from karpenter_capi.core.values.quantity import HELD_UNITS, MAX_EXPONENT
 from karpenter_capi.core.values.requirements import Requirement, Requirements
 from karpenter_capi.core.values.resources import ResourceList

@@ -11,17 +11,35 @@ this is the one module of ``core.scheduling`` that reads a pod's raw fields for 
 
 from __future__ import annotations
 
+import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from karpenter_capi.core.scheduling.hostports import HostPort, pod_host_ports
-from karpenter_capi.core.scheduling.model import pod_key
+from karpenter_capi.core.scheduling.hostports import HostPort
 from karpenter_capi.core.scheduling.preferences import relax, strict_topology
-from karpenter_capi.core.values.requirements import Requirements, preferred_node_terms
+from karpenter_capi.core.values.requirements import (
+    Requirements,
+    node_selector_terms,
+    preferred_node_terms,
+)
 from karpenter_capi.core.values.resources import ResourceList, empty, pod_requests
-from karpenter_capi.core.values.taints import EFFECTS
+from karpenter_capi.core.values.taints import EFFECTS, Toleration, parse_tolerations
+
+PodObject = Mapping[str, Any]
+"""A Pod as the API server returns it (JSON): what the solver is given and hands back for
+binding and Events. Only this module reads its fields."""
+
+DaemonSetObject = Mapping[str, Any]
+"""A DaemonSet as the API server returns it (JSON), read only by :func:`parse_daemon`."""
+
+
+def pod_key(pod: PodObject) -> str:
+    """``namespace/name``, the key pods are reported and nominated by."""
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
 
 _TOLERATION_OPERATORS: Final = ("Exists", "Equal", "")
 _UNSATISFIABLE: Final = ("DoNotSchedule", "ScheduleAnyway", "")
@@ -65,7 +83,7 @@ class PodSpec:
     owners: tuple[Owner, ...]
     requests: ResourceList
     host_ports: tuple[HostPort, ...]
-    tolerations: tuple[Mapping[str, Any], ...]
+    tolerations: tuple[Toleration, ...]
     requirements: Requirements | None
     required: Requirements
     preferred_node_terms: tuple[tuple[int, Requirements], ...]
@@ -136,6 +154,27 @@ def pod_requirements(
             Requirements.from_dicts(first.get("matchExpressions") or [])
         )
     return requirements
+
+
+def _container_host_ports(container: Mapping[str, Any]) -> Iterator[HostPort]:
+    for port in container.get("ports") or ():
+        host_port = int(port.get("hostPort") or 0)
+        if host_port <= 0:
+            continue
+        yield HostPort(str(port.get("hostIP") or ""), str(port.get("protocol") or ""), host_port)
+
+
+def pod_host_ports(pod: PodObject) -> tuple[HostPort, ...]:
+    """The host ports ``pod`` binds: its sidecars', then its app containers' ports."""
+    spec = pod.get("spec") or {}
+    ports: list[HostPort] = []
+    for init_container in spec.get("initContainers") or ():
+        # A classic init container has exited before the pod runs; only sidecars keep a port.
+        if init_container.get("restartPolicy") == "Always":
+            ports.extend(_container_host_ports(init_container))
+    for container in spec.get("containers") or ():
+        ports.extend(_container_host_ports(container))
+    return tuple(ports)
 
 
 def _list_problem(spec: Mapping[str, Any]) -> str | None:
@@ -235,7 +274,7 @@ def _constraints(pod: Mapping[str, Any]) -> dict[str, Any]:
     strict_spec = strict.get("spec") or {}
     affinity = strict_spec.get("affinity") or {}
     return {
-        "tolerations": tuple((pod.get("spec") or {}).get("tolerations") or ()),
+        "tolerations": parse_tolerations((pod.get("spec") or {}).get("tolerations") or ()),
         "requirements": pod_requirements(pod, terms=terms),
         "required": pod_requirements(pod, preferred=False) or Requirements(),
         "preferred_node_terms": tuple(terms),
@@ -343,3 +382,74 @@ class PodSpecs:
         node_name = str((pod.get("spec") or {}).get("nodeName") or "")
         strict = pod if found.strict is found.raw else strict_topology(pod)
         return replace(found, raw=pod, strict=strict, node_name=node_name)
+
+
+_NO_EXECUTE: Final = "NoExecute"
+_NO_SCHEDULE: Final = "NoSchedule"
+
+DAEMON_TOLERATIONS: Final[tuple[tuple[str, str], ...]] = (
+    ("node.kubernetes.io/not-ready", _NO_EXECUTE),
+    ("node.kubernetes.io/unreachable", _NO_EXECUTE),
+    ("node.kubernetes.io/disk-pressure", _NO_SCHEDULE),
+    ("node.kubernetes.io/memory-pressure", _NO_SCHEDULE),
+    ("node.kubernetes.io/pid-pressure", _NO_SCHEDULE),
+    ("node.kubernetes.io/unschedulable", _NO_SCHEDULE),
+)
+"""``(key, effect)`` of the tolerations the DaemonSet controller gives every daemon pod."""
+
+HOST_NETWORK_DAEMON_TOLERATION: Final = ("node.kubernetes.io/network-unavailable", _NO_SCHEDULE)
+"""The extra toleration a daemon pod on the host network gets (it needs no pod network)."""
+
+
+def daemon_pod(daemonset: DaemonSetObject) -> dict[str, Any]:
+    """The pod the DaemonSet controller would create from ``daemonset`` (no node name yet).
+
+    A deep copy of ``spec.template`` in the DaemonSet's namespace, with the controller's
+    default tolerations added (an existing identical toleration is not duplicated; one that
+    differs only in ``tolerationSeconds`` is replaced, as ``AddOrUpdateTolerationInPodSpec``
+    does).
+    """
+    meta = daemonset.get("metadata") or {}
+    template = (daemonset.get("spec") or {}).get("template") or {}
+    pod_meta = copy.deepcopy(dict(template.get("metadata") or {}))
+    pod_meta.setdefault("namespace", meta.get("namespace") or "default")
+    if "name" not in pod_meta and meta.get("name"):
+        pod_meta["generateName"] = f"{meta['name']}-"
+    spec = copy.deepcopy(dict(template.get("spec") or {}))
+
+    defaults = list(DAEMON_TOLERATIONS)
+    if spec.get("hostNetwork"):
+        defaults.append(HOST_NETWORK_DAEMON_TOLERATION)
+    tolerations: list[dict[str, Any]] = list(spec.get("tolerations") or [])
+    for key, effect in defaults:
+        wanted = Toleration(key, "Exists", "", effect)
+        # v1.Toleration.MatchToleration: key, operator, value and effect all equal.
+        tolerations = [t for t in tolerations if Toleration.from_dict(t) != wanted]
+        tolerations.append(wanted.to_dict())
+    spec["tolerations"] = tolerations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonSpec:
+    """A DaemonSet's pod, parsed, with the node terms it accepts (``alternatives``: its
+    ``nodeSelector`` AND each required node-affinity term, as ``node_selector_terms``)."""
+
+    name: str
+    pod: PodSpec
+    alternatives: tuple[Requirements, ...]
+
+
+def parse_daemons(daemonsets: Iterable[DaemonSetObject]) -> tuple[DaemonSpec, ...]:
+    """The daemon pods of ``daemonsets``; a DaemonSet whose pod cannot be read raises a
+    ``ValueError`` naming it."""
+    daemons = []
+    for daemonset in daemonsets:
+        pod = daemon_pod(daemonset)
+        spec = parse_pod(pod)
+        meta = daemonset.get("metadata") or {}
+        name = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+        if spec.problem is not None:
+            raise ValueError(f"DaemonSet {name}: {spec.problem}")
+        daemons.append(DaemonSpec(name, spec, tuple(node_selector_terms(pod))))
+    return tuple(daemons)

@@ -33,9 +33,10 @@ import copy
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from karpenter_capi.core.values.taints import Taint, tolerates
+from karpenter_capi.core.values.taints import Taint, Toleration, tolerates
 
-Pod = dict[str, Any]
+PodCopy = dict[str, Any]
+"""A pod (JSON) whose top dicts relaxation may write to: see ``_owned``."""
 
 PREFER_NO_SCHEDULE_TOLERATION: Final[Mapping[str, str]] = {
     "operator": "Exists",
@@ -47,7 +48,7 @@ _REQUIRED: Final = "requiredDuringSchedulingIgnoredDuringExecution"
 _PREFERRED: Final = "preferredDuringSchedulingIgnoredDuringExecution"
 
 
-def _affinity(pod: Pod, kind: str) -> dict[str, Any] | None:
+def _affinity(pod: PodCopy, kind: str) -> dict[str, Any] | None:
     """``spec.affinity.<kind>`` of a pod we own (see ``_owned``), or ``None`` when absent."""
     affinity = (pod.get("spec") or {}).get("affinity") or {}
     section = affinity.get(kind)
@@ -60,7 +61,7 @@ def _by_weight(terms: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return sorted(terms, key=lambda term: -int(term.get("weight") or 0))
 
 
-def _remove_required_node_affinity_term(pod: Pod) -> str | None:
+def _remove_required_node_affinity_term(pod: PodCopy) -> str | None:
     node_affinity = _affinity(pod, "nodeAffinity")
     required = (node_affinity or {}).get(_REQUIRED) or {}
     terms = required.get("nodeSelectorTerms") or []
@@ -72,7 +73,7 @@ def _remove_required_node_affinity_term(pod: Pod) -> str | None:
     return f"removing required node affinity term {terms[0]}"
 
 
-def _remove_heaviest(pod: Pod, kind: str, what: str) -> str | None:
+def _remove_heaviest(pod: PodCopy, kind: str, what: str) -> str | None:
     section = _affinity(pod, kind)
     terms = (section or {}).get(_PREFERRED) or []
     if section is None or not terms:
@@ -82,19 +83,19 @@ def _remove_heaviest(pod: Pod, kind: str, what: str) -> str | None:
     return f"removing preferred {what} term {ordered[0]}"
 
 
-def _remove_preferred_pod_affinity_term(pod: Pod) -> str | None:
+def _remove_preferred_pod_affinity_term(pod: PodCopy) -> str | None:
     return _remove_heaviest(pod, "podAffinity", "pod affinity")
 
 
-def _remove_preferred_pod_anti_affinity_term(pod: Pod) -> str | None:
+def _remove_preferred_pod_anti_affinity_term(pod: PodCopy) -> str | None:
     return _remove_heaviest(pod, "podAntiAffinity", "pod anti-affinity")
 
 
-def _remove_preferred_node_affinity_term(pod: Pod) -> str | None:
+def _remove_preferred_node_affinity_term(pod: PodCopy) -> str | None:
     return _remove_heaviest(pod, "nodeAffinity", "node affinity")
 
 
-def _remove_topology_spread_schedule_anyway(pod: Pod) -> str | None:
+def _remove_topology_spread_schedule_anyway(pod: PodCopy) -> str | None:
     spec = pod.get("spec") or {}
     constraints = spec.get("topologySpreadConstraints") or []
     for index, constraint in enumerate(constraints):
@@ -114,7 +115,7 @@ def _matches_exactly(toleration: Mapping[str, Any], wanted: Mapping[str, Any]) -
     )
 
 
-def _tolerate_prefer_no_schedule_taints(pod: Pod) -> str | None:
+def _tolerate_prefer_no_schedule_taints(pod: PodCopy) -> str | None:
     spec = pod.setdefault("spec", {})
     tolerations = spec.get("tolerations") or []
     if any(_matches_exactly(t, PREFER_NO_SCHEDULE_TOLERATION) for t in tolerations):
@@ -134,7 +135,7 @@ _STEPS: Final = (
 
 def relax_step(
     pod: Mapping[str, Any], *, tolerate_prefer_no_schedule: bool = True
-) -> tuple[Pod, str] | None:
+) -> tuple[PodCopy, str] | None:
     """One relaxation of ``pod`` and what it gave up, or ``None`` if nothing is left.
 
     The first step that applies wins, in upstream's order: drop the first required node
@@ -155,14 +156,14 @@ def relax_step(
     return None
 
 
-def _owned(pod: Mapping[str, Any]) -> Pod:
+def _owned(pod: Mapping[str, Any]) -> PodCopy:
     """A copy of ``pod`` whose dicts the relaxation steps write to are its own.
 
     The steps only replace values in the pod, its spec, its affinity, the affinity's three
     sections and the required node affinity, never change a list or a term in place, so
     copying those few dicts leaves ``pod`` untouched without copying it deeply.
     """
-    owned: Pod = dict(pod)
+    owned: PodCopy = dict(pod)
     if not isinstance(pod.get("spec"), Mapping):
         return owned
     spec = owned["spec"] = dict(pod["spec"])
@@ -178,7 +179,7 @@ def _owned(pod: Mapping[str, Any]) -> Pod:
     return owned
 
 
-def relax(pod: Mapping[str, Any], *, tolerate_prefer_no_schedule: bool = True) -> Pod | None:
+def relax(pod: Mapping[str, Any], *, tolerate_prefer_no_schedule: bool = True) -> PodCopy | None:
     """``pod`` with one more soft constraint given up (a copy), or ``None`` if none is left.
 
     See :func:`relax_step` for the order.
@@ -189,7 +190,7 @@ def relax(pod: Mapping[str, Any], *, tolerate_prefer_no_schedule: bool = True) -
 
 def relaxations(
     pod: Mapping[str, Any], *, tolerate_prefer_no_schedule: bool = True
-) -> Iterator[tuple[Pod, str]]:
+) -> Iterator[tuple[PodCopy, str]]:
     """Every successive relaxation of ``pod``, each with what it gave up, until none is left."""
     current: Mapping[str, Any] = pod
     while True:
@@ -200,7 +201,7 @@ def relaxations(
         current = result[0]
 
 
-def strictest(pod: Mapping[str, Any]) -> Pod:
+def strictest(pod: Mapping[str, Any]) -> PodCopy:
     """A deep copy of ``pod`` with its remaining preferences written as requirements.
 
     * node affinity: only the first required term is kept (the others are reached by
@@ -211,7 +212,7 @@ def strictest(pod: Mapping[str, Any]) -> Pod:
 
     Tolerations are unchanged; pair this with :func:`strictly_untolerated` for taints.
     """
-    strict: Pod = copy.deepcopy(dict(strict_topology(pod)))
+    strict: PodCopy = copy.deepcopy(dict(strict_topology(pod)))
     spec = strict.setdefault("spec", {})
     node_affinity = (spec.get("affinity") or {}).get("nodeAffinity")
     if isinstance(node_affinity, dict):
@@ -286,7 +287,7 @@ def _strict_node_affinity(node_affinity: dict[str, Any]) -> None:
 
 
 def strictly_untolerated(
-    tolerations: Sequence[Mapping[str, Any]], taints: Iterable[Taint]
+    tolerations: Sequence[Toleration], taints: Iterable[Taint]
 ) -> Taint | None:
     """The first taint, ``PreferNoSchedule`` included, the tolerations do not tolerate.
 

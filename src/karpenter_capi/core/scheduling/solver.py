@@ -59,14 +59,6 @@ from karpenter_capi.core.scheduling.claims import (
     untolerated_pool_taint,
 )
 from karpenter_capi.core.scheduling.daemons import DaemonOverhead
-from karpenter_capi.core.scheduling.model import (
-    ExistingNode,
-    NodePoolOption,
-    Pod,
-    SolveResult,
-    compatible_offerings,
-    pod_key,
-)
 from karpenter_capi.core.scheduling.nofit import (
     named_node_reason,
     no_type_reason,
@@ -74,13 +66,21 @@ from karpenter_capi.core.scheduling.nofit import (
 )
 from karpenter_capi.core.scheduling.podspec import (
     SPEC_ERRORS,
+    PodObject,
     PodSpec,
     PodSpecs,
     parse_pod,
+    pod_key,
     relax_spec,
 )
 from karpenter_capi.core.scheduling.preferences import strictly_untolerated
 from karpenter_capi.core.scheduling.repack import Repacker
+from karpenter_capi.core.scheduling.solver_io import (
+    ExistingNode,
+    NodePoolOption,
+    SolveResult,
+    compatible_offerings,
+)
 from karpenter_capi.core.scheduling.topology import Topology
 from karpenter_capi.core.values.refusal import Refusal
 from karpenter_capi.core.values.requirements import Requirement, Requirements
@@ -172,7 +172,7 @@ class Solver:
         self._spec_by_id[id(spec.raw)] = spec
         return spec
 
-    def _class_of(self, pod: Pod) -> PodClass:
+    def _class_of(self, pod: PodObject) -> PodClass:
         """The class of ``pod`` given as JSON (what the re-packing stage holds)."""
         spec = self._spec_by_id.get(id(pod))
         return self._class_for(spec if spec and spec.raw is pod else parse_pod(pod))
@@ -189,7 +189,7 @@ class Solver:
 
     # -- solving ----------------------------------------------------------------------------
 
-    def solve(self, pods: Sequence[Pod]) -> SolveResult:
+    def solve(self, pods: Sequence[PodObject]) -> SolveResult:
         """Place ``pods``; see the module docstring for the order things are tried in."""
         deadline = self._clock.monotonic() + self._timeout
         errors: dict[str, str] = {}
@@ -366,7 +366,7 @@ class Solver:
         return None
 
     def _place_on_node(
-        self, node: SolverNode, pod_class: PodClass, pod: Pod, spec: PodSpec
+        self, node: SolverNode, pod_class: PodClass, pod: PodObject, spec: PodSpec
     ) -> None:
         """Commit ``pod`` to an existing node :meth:`_node_refusal` found no reason against."""
         assert self._topology is not None
@@ -456,7 +456,7 @@ class Solver:
             return _MIN_VALUES
         return Fit(claim, narrowed, types, first, pods_total, daemon)
 
-    def _commit(self, fit: Fit, pod_class: PodClass, pod: Pod, spec: PodSpec) -> None:
+    def _commit(self, fit: Fit, pod_class: PodClass, pod: PodObject, spec: PodSpec) -> None:
         assert self._topology is not None
         claim = fit.claim
         claim.requirements = fit.requirements
@@ -493,7 +493,7 @@ class Solver:
         return cached
 
     def _place_on_new_claim(
-        self, pool: PoolState, pod_class: PodClass, pod: Pod, spec: PodSpec
+        self, pool: PoolState, pod_class: PodClass, pod: PodObject, spec: PodSpec
     ) -> Refusal | None:
         """Open a new claim in ``pool`` holding ``pod``, or say why the pool cannot."""
         assert pod_class.requirements is not None

@@ -11,10 +11,10 @@ from typing import Any
 
 from karpenter_capi.core.scheduling.topology._domains import TaintSets
 from karpenter_capi.core.values.requirements import Requirements
-from karpenter_capi.core.values.taints import Taint, untolerated
+from karpenter_capi.core.values.taints import Taint, Toleration, parse_tolerations, untolerated
 
 
-def tolerates_any(tolerations: Sequence[Mapping[str, Any]], taint_sets: TaintSets) -> bool:
+def tolerates_any(tolerations: Sequence[Toleration], taint_sets: TaintSets) -> bool:
     # No taint information means an untainted node shape, which every pod tolerates.
     if not taint_sets:
         return True
@@ -39,7 +39,7 @@ class NodeFilter:
         honor_affinity: bool,
         terms: tuple[Requirements, ...],
         honor_taints: bool,
-        tolerations: tuple[Mapping[str, Any], ...],
+        tolerations: tuple[Toleration, ...],
     ) -> None:
         self.honor_affinity = honor_affinity
         self.terms = terms
@@ -52,7 +52,7 @@ class NodeFilter:
             honor_affinity,
             None if self.affinity_trivial else frozenset(terms),
             honor_taints,
-            tuple(sorted(repr(sorted(t.items())) for t in tolerations)) if honor_taints else None,
+            frozenset(tolerations) if honor_taints else None,
         )
 
     def matches_node(self, labels: Mapping[str, str], taints: Sequence[Taint]) -> bool:
@@ -82,5 +82,5 @@ def spread_filter(spec: Mapping[str, Any], constraint: Mapping[str, Any]) -> Nod
             selector.merged(Requirements.from_dicts(term.get("matchExpressions") or ()))
             for term in required.get("nodeSelectorTerms") or ()
         ) or (selector,)
-    tolerations = tuple(spec.get("tolerations") or ()) if honor_taints else ()
+    tolerations = parse_tolerations(spec.get("tolerations") or ()) if honor_taints else ()
     return NodeFilter(honor_affinity, terms, honor_taints, tolerations)
