@@ -41,8 +41,8 @@ CASES = [
     (
         "sim-apart-from-solver",
         "sim/workloads/objects.py",
-        "from karpenter_capi.core.scheduling.podspec import daemon_pod",
-        "karpenter_capi.sim.workloads.objects -> karpenter_capi.core.scheduling.podspec",
+        "from karpenter_capi.core.scheduling.daemons import daemon_pod",
+        "karpenter_capi.sim.workloads.objects -> karpenter_capi.core.scheduling.daemons",
     ),
     (
         "sim-apart-from-solver",

@@ -6,9 +6,8 @@ from typing import Any
 
 import pytest
 
-from karpenter_capi.core.scheduling.daemons import DaemonOverhead
+from karpenter_capi.core.scheduling.daemons import DaemonOverhead, daemon_pod
 from karpenter_capi.core.scheduling.hostports import HostPort
-from karpenter_capi.core.scheduling.podspec import daemon_pod
 from karpenter_capi.core.values.requirements import Requirements
 from karpenter_capi.core.values.resources import ResourceList
 from karpenter_capi.core.values.taints import Taint

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 from karpenter_capi.core.scheduling.podspec import PodSpec, parse_pod
@@ -189,7 +190,7 @@ def test_equal_weights_give_up_the_first_written() -> None:
     )
     relaxed = relax(pod)
     assert relaxed is not None
-    [(weight, remaining)] = relaxed.preferred_affinity
+    [(_, remaining)] = relaxed.preferred_affinity
     assert remaining is not None
     assert remaining.selector.matches({"app": "second"})
     assert not remaining.selector.matches({"app": "first"})
@@ -322,3 +323,15 @@ def test_the_topology_counts_preferred_pod_terms_and_soft_spreads_as_required() 
     assert pod.affinity == pod.anti_affinity == ()
     [soft] = pod.spreads
     assert soft.schedule_anyway
+
+
+def test_relaxation_reads_only_the_parsed_spec_never_the_pod_json() -> None:
+    spec = parsed(everything_pod())
+    # Without its JSON the spec relaxes exactly as with it: nothing is read again.
+    blind = dataclasses.replace(spec, raw={})
+    steps = [(s.requirements, s.topology_signature, s.tolerations) for s, _ in relaxations(spec)]
+    blind_steps = [
+        (s.requirements, s.topology_signature, s.tolerations) for s, _ in relaxations(blind)
+    ]
+    assert blind_steps == steps
+    assert len(steps) == 6

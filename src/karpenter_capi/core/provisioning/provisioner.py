@@ -65,9 +65,8 @@ from karpenter_capi.core.provisioning.state import (
     unreplaced_pods,
 )
 from karpenter_capi.core.scheduling import packing
-from karpenter_capi.core.scheduling.nofit import missing_claim_reason
 from karpenter_capi.core.scheduling.packing_summary import PackingSummary, summarize
-from karpenter_capi.core.scheduling.podspec import PodSpecs, pod_key
+from karpenter_capi.core.scheduling.podspec import PodSpecs, missing_claim_reason, pod_key
 from karpenter_capi.core.scheduling.solver import (
     DEFAULT_MAX_INSTANCE_TYPES,
     DEFAULT_TIMEOUT_SECONDS,

@@ -22,23 +22,98 @@ Which DaemonSets run on a node follows Karpenter's ``isDaemonPodCompatible``
 
 Upstream reads a term's ``matchExpressions`` only; we drop a term that also pins ``matchFields``
 (a node name), as we do for pending pods, since a node not yet launched cannot be named.
+
+Besides ``podspec``, this is the one module of ``core.scheduling`` that reads JSON: each
+DaemonSet's template, once per round, into the pod it would run (:func:`daemon_pod`), which
+``podspec.parse_pod`` then reads like any pod.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import copy
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Final
 
 from karpenter_capi.core.scheduling.hostports import HostPortUsage
-from karpenter_capi.core.scheduling.podspec import (
-    DaemonSetObject,
-    DaemonSpec,
-    PodSpec,
-    parse_daemons,
-)
+from karpenter_capi.core.scheduling.podspec import PodSpec, node_alternatives, parse_pod
 from karpenter_capi.core.values.requirements import Requirements
 from karpenter_capi.core.values.resources import ResourceList, empty
-from karpenter_capi.core.values.taints import Taint, untolerated
+from karpenter_capi.core.values.taints import Taint, Toleration, untolerated
+
+DaemonSetObject = Mapping[str, Any]
+"""A DaemonSet as the API server returns it (JSON): read here only, by :func:`parse_daemons`,
+the way ``podspec`` reads pods."""
+
+_NO_EXECUTE: Final = "NoExecute"
+_NO_SCHEDULE: Final = "NoSchedule"
+
+DAEMON_TOLERATIONS: Final[tuple[tuple[str, str], ...]] = (
+    ("node.kubernetes.io/not-ready", _NO_EXECUTE),
+    ("node.kubernetes.io/unreachable", _NO_EXECUTE),
+    ("node.kubernetes.io/disk-pressure", _NO_SCHEDULE),
+    ("node.kubernetes.io/memory-pressure", _NO_SCHEDULE),
+    ("node.kubernetes.io/pid-pressure", _NO_SCHEDULE),
+    ("node.kubernetes.io/unschedulable", _NO_SCHEDULE),
+)
+"""``(key, effect)`` of the tolerations the DaemonSet controller gives every daemon pod."""
+
+HOST_NETWORK_DAEMON_TOLERATION: Final = ("node.kubernetes.io/network-unavailable", _NO_SCHEDULE)
+"""The extra toleration a daemon pod on the host network gets (it needs no pod network)."""
+
+
+def daemon_pod(daemonset: DaemonSetObject) -> dict[str, Any]:
+    """The pod the DaemonSet controller would create from ``daemonset`` (no node name yet).
+
+    A deep copy of ``spec.template`` in the DaemonSet's namespace, with the controller's
+    default tolerations added (an existing identical toleration is not duplicated; one that
+    differs only in ``tolerationSeconds`` is replaced, as ``AddOrUpdateTolerationInPodSpec``
+    does).
+    """
+    meta = daemonset.get("metadata") or {}
+    template = (daemonset.get("spec") or {}).get("template") or {}
+    pod_meta = copy.deepcopy(dict(template.get("metadata") or {}))
+    pod_meta.setdefault("namespace", meta.get("namespace") or "default")
+    if "name" not in pod_meta and meta.get("name"):
+        pod_meta["generateName"] = f"{meta['name']}-"
+    spec = copy.deepcopy(dict(template.get("spec") or {}))
+
+    defaults = list(DAEMON_TOLERATIONS)
+    if spec.get("hostNetwork"):
+        defaults.append(HOST_NETWORK_DAEMON_TOLERATION)
+    tolerations: list[dict[str, Any]] = list(spec.get("tolerations") or [])
+    for key, effect in defaults:
+        wanted = Toleration(key, "Exists", "", effect)
+        # v1.Toleration.MatchToleration: key, operator, value and effect all equal.
+        tolerations = [t for t in tolerations if Toleration.from_dict(t) != wanted]
+        tolerations.append(wanted.to_dict())
+    spec["tolerations"] = tolerations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonSpec:
+    """A DaemonSet's pod, parsed, with the node terms it accepts (``alternatives``: its
+    ``nodeSelector`` AND each required node-affinity term that a new node can match)."""
+
+    name: str
+    pod: PodSpec
+    alternatives: tuple[Requirements, ...]
+
+
+def parse_daemons(daemonsets: Iterable[DaemonSetObject]) -> tuple[DaemonSpec, ...]:
+    """The daemon pods of ``daemonsets``; a DaemonSet whose pod cannot be read raises a
+    ``ValueError`` naming it."""
+    daemons = []
+    for daemonset in daemonsets:
+        pod = daemon_pod(daemonset)
+        spec = parse_pod(pod)
+        meta = daemonset.get("metadata") or {}
+        name = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+        if spec.problem is not None:
+            raise ValueError(f"DaemonSet {name}: {spec.problem}")
+        daemons.append(DaemonSpec(name, spec, node_alternatives(spec)))
+    return tuple(daemons)
 
 
 def _runs_on(daemon: DaemonSpec, requirements: Requirements, taints: Sequence[Taint]) -> bool:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock, SystemClock
@@ -58,7 +58,7 @@ from karpenter_capi.core.scheduling.claims import (
     type_tolerated,
     untolerated_pool_taint,
 )
-from karpenter_capi.core.scheduling.daemons import DaemonOverhead
+from karpenter_capi.core.scheduling.daemons import DaemonOverhead, DaemonSetObject
 from karpenter_capi.core.scheduling.nofit import (
     named_node_reason,
     no_type_reason,
@@ -71,9 +71,8 @@ from karpenter_capi.core.scheduling.podspec import (
     PodSpecs,
     parse_pod,
     pod_key,
-    relax_spec,
 )
-from karpenter_capi.core.scheduling.preferences import strictly_untolerated
+from karpenter_capi.core.scheduling.preferences import relax, strictly_untolerated
 from karpenter_capi.core.scheduling.repack import Repacker
 from karpenter_capi.core.scheduling.solver_io import (
     ExistingNode,
@@ -121,7 +120,7 @@ class Solver:
         nodepools: Sequence[NodePoolOption],
         *,
         existing_nodes: Sequence[ExistingNode] = (),
-        daemonsets: Sequence[Mapping[str, Any]] = (),
+        daemonsets: Sequence[DaemonSetObject] = (),
         namespaces: Mapping[str, Mapping[str, str]] | None = None,
         max_instance_types: int = DEFAULT_MAX_INSTANCE_TYPES,
         clock: Clock | None = None,
@@ -148,7 +147,7 @@ class Solver:
         self._classes: dict[str, PodClass] = {}
         self._claims: list[ClaimState] = []
         self._claims_by_host: dict[str, ClaimState] = {}
-        self._topology_rejections: dict[str, set[int]] = {}
+        self._topology_rejections: dict[tuple[object, ...], set[int]] = {}
         self._nodes: list[SolverNode] = []
         self._pools: list[PoolState] = []
         self._topology: Topology | None = None
@@ -199,7 +198,9 @@ class Solver:
         self._resources = resource_names(self._options, readable, self._existing)
         self._pools = build_pools(self._options, self._resources)
         self._nodes = build_nodes(self._existing, self._resources, self._daemons, self._specs)
-        self._topology = build_topology(self._pools, self._existing, readable, self._namespaces)
+        self._topology = build_topology(
+            self._pools, self._existing, readable, self._namespaces, self._specs
+        )
         result = SolveResult()
         # Pods a node or claim was launched or counted for go first, biggest first: taken in
         # size order with the rest, others could fill the room kept for them.
@@ -228,7 +229,7 @@ class Solver:
                 stalled = 0
                 continue
             errors[key] = why.reason
-            relaxed = relax_spec(spec)
+            relaxed = relax(spec)
             if relaxed is not None:
                 queue.append(self._remember(relaxed))
                 continue
