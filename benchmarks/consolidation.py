@@ -44,7 +44,7 @@ from karpenter_capi.core.disruption.simulation import Simulator
 from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead, Offering
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.provisioning.state import ClusterSnapshot
-from karpenter_capi.core.scheduling.model import pod_key
+from karpenter_capi.core.scheduling.podspec import pod_key
 from karpenter_capi.core.values.resources import ResourceList, pod_requests
 
 CPUS = (2, 4, 8, 16, 32)

@@ -52,8 +52,8 @@ from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import SystemClock
 from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead, Offering
 from karpenter_capi.core.scheduling import packing
-from karpenter_capi.core.scheduling.model import ExistingNode, NodePoolOption
 from karpenter_capi.core.scheduling.solver import Solver
+from karpenter_capi.core.scheduling.solver_io import ExistingNode, NodePoolOption
 from karpenter_capi.core.values.resources import ResourceList
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: tests.*

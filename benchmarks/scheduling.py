@@ -62,8 +62,8 @@ from typing import Any
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import SystemClock
 from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead, Offering
-from karpenter_capi.core.scheduling.model import NodePoolOption, SolveResult
 from karpenter_capi.core.scheduling.solver import Solver
+from karpenter_capi.core.scheduling.solver_io import NodePoolOption, SolveResult
 from karpenter_capi.core.values.resources import ResourceList, pod_requests
 
 Pod = dict[str, Any]

@@ -47,7 +47,7 @@ CASES = [
     (
         "sim-apart-from-solver",
         "sim/scheduler/rules.py",
-        "from karpenter_capi.core.scheduling.hostports import pod_host_ports",
+        "from karpenter_capi.core.scheduling.hostports import HostPort",
         "karpenter_capi.sim.scheduler.rules -> karpenter_capi.core.scheduling.hostports",
     ),
 ]

@@ -12,8 +12,8 @@ import pytest
 
 from benchmarks import packing as bench
 from karpenter_capi.core.clock import FakeClock
-from karpenter_capi.core.scheduling.model import NodePoolOption, SolveResult
 from karpenter_capi.core.scheduling.solver import Solver
+from karpenter_capi.core.scheduling.solver_io import NodePoolOption, SolveResult
 
 
 def _solve(seed: int, *, nominated: bool) -> tuple[Solver, SolveResult]:

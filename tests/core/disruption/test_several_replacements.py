@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.disruption.methods import MULTI_NODE, SINGLE_NODE
-from karpenter_capi.core.scheduling.model import ProposedNodeClaim, compatible_offerings
+from karpenter_capi.core.scheduling.solver_io import ProposedNodeClaim, compatible_offerings
 from karpenter_capi.sim.scenario.schema import Catalog
 
 from .builders import Cluster, instance_type

@@ -1,4 +1,4 @@
-"""``karpenter_capi.plugin_api`` (with ``.kube`` and ``.model``) is the whole surface a plugin
+"""``karpenter_capi.plugin_api`` (with ``.kube`` and ``.karpenter``) is the whole surface a plugin
 may import: a third party's, and the built-in ones (import-linter holds those to it).
 
 Its export lists are pinned here, as httpx pins its own, so that a name enters or leaves the
@@ -15,7 +15,7 @@ from types import ModuleType
 import pytest
 
 from karpenter_capi import plugin_api
-from karpenter_capi.plugin_api import kube, model
+from karpenter_capi.plugin_api import karpenter, kube
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURE_PLUGIN = Path(__file__).resolve().parent / "fixtures" / "acme_plugin" / "src"
@@ -87,7 +87,7 @@ KUBE_EXPORTS_BY_PURPOSE = {
         "POOL_NAME_LABEL",
     ],
 }
-MODEL_EXPORTS_BY_PURPOSE = {
+KARPENTER_EXPORTS_BY_PURPOSE = {
     "labels": ["wellknown", "label_value_problems", "qualified_name_problems"],
     "the NodeClass": ["ClusterAPINodeClass", "LaunchMode", "LaunchSpec", "NodeClass"],
     "values and their errors": [
@@ -105,7 +105,7 @@ MODEL_EXPORTS_BY_PURPOSE = {
 PINNED = {
     plugin_api: EXPECTED,
     kube: sorted(n for names in KUBE_EXPORTS_BY_PURPOSE.values() for n in names),
-    model: sorted(n for names in MODEL_EXPORTS_BY_PURPOSE.values() for n in names),
+    karpenter: sorted(n for names in KARPENTER_EXPORTS_BY_PURPOSE.values() for n in names),
 }
 PUBLIC_MODULES = pytest.mark.parametrize("module", list(PINNED), ids=lambda m: m.__name__)
 

@@ -75,7 +75,7 @@ from typing import Any
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.instancetype import InstanceType, Offering
-from karpenter_capi.core.scheduling.model import (
+from karpenter_capi.core.scheduling.solver_io import (
     ExistingNode,
     NodePoolOption,
     ProposedNodeClaim,

@@ -22,13 +22,13 @@ import pytest
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead, Offering
-from karpenter_capi.core.scheduling.model import (
+from karpenter_capi.core.scheduling.solver import Solver
+from karpenter_capi.core.scheduling.solver_io import (
     ExistingNode,
     NodePoolOption,
     ProposedNodeClaim,
     SolveResult,
 )
-from karpenter_capi.core.scheduling.solver import Solver
 from karpenter_capi.core.values.requirements import Requirements
 from karpenter_capi.core.values.resources import ResourceList, empty, pod_requests
 from karpenter_capi.core.values.taints import Taint

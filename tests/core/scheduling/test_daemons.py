@@ -93,7 +93,7 @@ def test_only_host_network_daemons_tolerate_an_unavailable_network() -> None:
     network_down = (Taint("node.kubernetes.io/network-unavailable", "NoSchedule"),)
     overhead = DaemonOverhead([daemonset("cni", hostNetwork=True), daemonset("logs")])
     pods = overhead.pods_for_node(AMD64_NODE, network_down)
-    assert [p["metadata"]["labels"]["app"] for p in pods] == ["cni"]
+    assert [p.labels["app"] for p in pods] == ["cni"]
 
 
 def test_a_daemonset_for_arm64_is_not_counted_on_an_amd64_node() -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from karpenter_capi.core.scheduling.hostports import HostPort, HostPortUsage, pod_host_ports
+from karpenter_capi.core.scheduling.hostports import HostPort, HostPortUsage
+from karpenter_capi.core.scheduling.podspec import pod_host_ports
 
 
 def port(host_port: int, **extra: Any) -> dict[str, Any]:
@@ -24,8 +25,8 @@ def place(pods: list[dict[str, Any]]) -> list[int]:
     placement = []
     for candidate in pods:
         for index, usage in enumerate(nodes):
-            if usage.pod_conflicts(candidate) is None:
-                usage.add_pod(candidate)
+            if usage.conflicts(pod_host_ports(candidate)) is None:
+                usage.add(pod_host_ports(candidate))
                 placement.append(index)
                 break
         else:
@@ -40,8 +41,8 @@ def test_two_pods_on_the_same_host_port_need_two_nodes() -> None:
 
 def test_the_conflict_names_the_port_that_is_taken() -> None:
     usage = HostPortUsage()
-    usage.add_pod(pod(port(80), port(443)))
-    taken = usage.pod_conflicts(pod(port(9000), port(443)))
+    usage.add(pod_host_ports(pod(port(80), port(443))))
+    taken = usage.conflicts(pod_host_ports(pod(port(9000), port(443))))
     assert taken == HostPort("0.0.0.0", "TCP", 443)
     assert str(taken) == "0.0.0.0:443/TCP"
 
@@ -118,9 +119,9 @@ def test_sidecars_hold_their_host_ports_but_classic_init_containers_do_not() -> 
 def test_a_copy_does_not_see_ports_added_later_to_the_original() -> None:
     daemon_ports = HostPortUsage(pod_host_ports(pod(port(9100))))
     claim = daemon_ports.copy()
-    claim.add_pod(pod(port(8080)))
-    assert daemon_ports.pod_conflicts(pod(port(8080))) is None
-    assert claim.pod_conflicts(pod(port(8080))) is not None
-    assert claim.pod_conflicts(pod(port(9100))) is not None
+    claim.add(pod_host_ports(pod(port(8080))))
+    assert daemon_ports.conflicts(pod_host_ports(pod(port(8080)))) is None
+    assert claim.conflicts(pod_host_ports(pod(port(8080)))) is not None
+    assert claim.conflicts(pod_host_ports(pod(port(9100)))) is not None
     assert len(claim) == 2
     assert len(daemon_ports) == 1

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from karpenter_capi.core.instancetype import InstanceType, Offering
 from karpenter_capi.core.scheduling.nofit import (
-    missing_claim_reason,
     named_node_reason,
     unsatisfiable_reason,
 )
+from karpenter_capi.core.scheduling.podspec import missing_claim_reason
 from karpenter_capi.core.values.requirements import Requirement, Requirements
 from karpenter_capi.core.values.resources import ResourceList
 

@@ -19,9 +19,9 @@ from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead, Offering
 from karpenter_capi.core.scheduling import highs, packing, packing_model
-from karpenter_capi.core.scheduling.model import NodePoolOption, SolveResult
 from karpenter_capi.core.scheduling.readiness import SchedulerView, queue_runs, strandings
 from karpenter_capi.core.scheduling.solver import Solver
+from karpenter_capi.core.scheduling.solver_io import NodePoolOption, SolveResult
 from karpenter_capi.core.values.requirements import Requirement, Requirements
 from karpenter_capi.core.values.resources import ResourceList
 from tests.core.scheduling.checker import check

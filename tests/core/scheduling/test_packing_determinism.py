@@ -14,8 +14,8 @@ from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead, Offering
 from karpenter_capi.core.scheduling import highs
-from karpenter_capi.core.scheduling.model import NodePoolOption, SolveResult
 from karpenter_capi.core.scheduling.solver import Solver
+from karpenter_capi.core.scheduling.solver_io import NodePoolOption, SolveResult
 from karpenter_capi.core.values.resources import ResourceList
 from tests.support.cpu_load import cpu_load
 

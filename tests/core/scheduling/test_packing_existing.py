@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.scheduling.model import ExistingNode, SolveResult
+from karpenter_capi.core.scheduling.solver_io import ExistingNode, SolveResult
 from karpenter_capi.core.values.resources import ResourceList
 from karpenter_capi.core.values.taints import Taint
 from tests.core.scheduling.test_packing import C2, C4, C16, _pods, _pool, _solve

@@ -7,8 +7,10 @@ from typing import Any
 import pytest
 
 from karpenter_capi.core.provisioning.state import ParsedCluster, unbound
-from karpenter_capi.core.scheduling.podspec import PodSpecs, parse_pod, relax_spec
+from karpenter_capi.core.scheduling.podspec import PodSpecs, parse_pod
+from karpenter_capi.core.scheduling.preferences import relax
 from karpenter_capi.core.values.resources import ResourceList, pod_requests
+from karpenter_capi.core.values.taints import Toleration
 
 
 def _pod(name: str, version: str = "1", *, node: str = "", **requests: str) -> dict[str, Any]:
@@ -48,7 +50,7 @@ def test_a_pod_is_read_into_what_scheduling_needs() -> None:
     assert spec.owners[0].controller
     assert spec.requirements is not None
     assert spec.requirements.label_value("zone") == "a"
-    assert spec.tolerations == ({"key": "gpu", "operator": "Exists"},)
+    assert spec.tolerations == (Toleration("gpu", "Exists"),)
     assert spec.problem is None
     with pytest.raises(AttributeError):
         spec.key = "x"  # type: ignore[misc]
@@ -114,7 +116,7 @@ def test_relaxing_gives_a_new_spec_and_leaves_the_pod_and_its_parse_alone() -> N
         }
     }
     spec = parse_pod(pod)
-    relaxed = relax_spec(spec)
+    relaxed = relax(spec)
 
     assert relaxed is not None
     assert spec.requirements is not None
@@ -124,7 +126,9 @@ def test_relaxing_gives_a_new_spec_and_leaves_the_pod_and_its_parse_alone() -> N
     assert relaxed.class_key != spec.class_key
     # What relaxation does not touch is shared, not copied.
     assert relaxed.requests is spec.requests
-    assert relaxed.raw["spec"]["containers"] is pod["spec"]["containers"]
+    assert relaxed.raw is pod  # the object to bind and report is the pod as given
+    assert relaxed.preferred_node_terms == ()
+    assert spec.preferred_node_terms != ()
     # The pod given is untouched.
     node_affinity = pod["spec"]["affinity"]["nodeAffinity"]
     assert len(node_affinity["preferredDuringSchedulingIgnoredDuringExecution"]) == 1

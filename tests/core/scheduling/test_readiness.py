@@ -19,10 +19,10 @@ from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.instancetype import InstanceType, Offering
 from karpenter_capi.core.scheduling import packing, packing_model
-from karpenter_capi.core.scheduling.model import NodePoolOption, SolveResult
 from karpenter_capi.core.scheduling.readiness import SchedulerView, queue_runs, strandings
 from karpenter_capi.core.scheduling.realization import Realizer
 from karpenter_capi.core.scheduling.solver import Solver
+from karpenter_capi.core.scheduling.solver_io import NodePoolOption, SolveResult
 from karpenter_capi.core.values.resources import ResourceList
 from karpenter_capi.sim.scheduler import scoring
 from karpenter_capi.sim.scheduler.cycle import PodContext, Snapshot

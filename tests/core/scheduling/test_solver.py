@@ -6,8 +6,8 @@ from typing import Any
 
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead, Offering
-from karpenter_capi.core.scheduling.model import ExistingNode, NodePoolOption, SolveResult
 from karpenter_capi.core.scheduling.solver import Solver
+from karpenter_capi.core.scheduling.solver_io import ExistingNode, NodePoolOption, SolveResult
 from karpenter_capi.core.values.requirements import Requirements
 from karpenter_capi.core.values.resources import ResourceList
 from karpenter_capi.core.values.taints import Taint

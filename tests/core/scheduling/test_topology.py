@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 
 from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.scheduling.podspec import parse_pod
+from karpenter_capi.core.scheduling.podspec import PodSpec, parse_pod
+from karpenter_capi.core.scheduling.preferences import relax
 from karpenter_capi.core.scheduling.topology import (
     NodeInfo,
-    Topology,
     schedule_anyway_constraints,
 )
+from karpenter_capi.core.scheduling.topology import Topology as SolverTopology
 from karpenter_capi.core.values.refusal import Refusal
 from karpenter_capi.core.values.requirements import (
     EMPTY,
@@ -30,6 +31,40 @@ ZONES = ("a", "b", "c")
 WEB = {"app": "web"}
 
 Pod = dict[str, Any]
+AnyPod = Mapping[str, Any] | PodSpec
+
+
+def spec_of(pod: AnyPod) -> PodSpec:
+    return pod if isinstance(pod, PodSpec) else parse_pod(pod)
+
+
+class Topology(SolverTopology):
+    """The topology as these tests drive it: pods written as JSON, parsed as the solver does."""
+
+    def __init__(
+        self,
+        *,
+        existing_pods: Iterable[tuple[AnyPod, NodeInfo]],
+        pending_pods: Iterable[AnyPod],
+        **options: Any,
+    ) -> None:
+        super().__init__(
+            existing_pods=[(spec_of(pod), node) for pod, node in existing_pods],
+            pending_pods=[spec_of(pod) for pod in pending_pods],
+            **options,
+        )
+
+    def has_constraints(self, pod: AnyPod) -> bool:  # type: ignore[override]
+        return super().has_constraints(spec_of(pod))
+
+    def add_requirements(self, pod: AnyPod, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        return super().add_requirements(spec_of(pod), *args, **kwargs)
+
+    def affinity_domains(self, pod: AnyPod, key: str) -> frozenset[str] | None:  # type: ignore[override]
+        return super().affinity_domains(spec_of(pod), key)
+
+    def record(self, pod: AnyPod, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        super().record(spec_of(pod), *args, **kwargs)
 
 
 def make_pod(
@@ -338,15 +373,18 @@ def test_own_constraints_pin_the_least_loaded_zone_and_inverse_ones_leave_a_set(
     assert allowed(topology, make_pod("web"), claim()) == {"b", "c"}
 
 
-def test_schedule_anyway_spreads_are_left_to_the_solver() -> None:
+def test_schedule_anyway_spreads_count_until_relaxation_drops_them() -> None:
     soft = spread(whenUnsatisfiable="ScheduleAnyway")
-    pod = make_pod("web", spread=[soft, spread(HOST)])
-    topology = Topology(domains={ZONE: ZONES}, existing_pods=[], pending_pods=[pod])
-    assert schedule_anyway_constraints(pod) == [soft]
-    only_soft = make_pod("web", spread=[soft])
-    assert not topology.has_constraints(only_soft)
+    pod = parse_pod(make_pod("web", spread=[soft, spread(HOST)]))
+    assert [s.topology_key for s in schedule_anyway_constraints(pod)] == [ZONE]
+    only_soft = parse_pod(make_pod("web", spread=[soft]))
+    relaxed = relax(only_soft, tolerate_prefer_no_schedule=False)
+    assert relaxed is not None
+    topology = Topology(domains={ZONE: ZONES}, existing_pods=[], pending_pods=[only_soft])
+    assert topology.has_constraints(only_soft)
+    assert not topology.has_constraints(relaxed)
     node_requirements = claim()
-    assert topology.add_requirements(only_soft, Requirements(), node_requirements) is (
+    assert topology.add_requirements(relaxed, Requirements(), node_requirements) is (
         node_requirements
     )
 
@@ -434,7 +472,7 @@ def test_anti_affinity_against_existing_pods_it_selects() -> None:
     refused(topology, web, claim(["b"]))
 
 
-def test_preferred_pod_affinity_is_left_to_the_solver() -> None:
+def test_preferred_pod_anti_affinity_counts_until_relaxation_drops_it() -> None:
     preferred = {"weight": 10, "podAffinityTerm": term()}
     pod = make_pod(
         "web",
@@ -444,8 +482,14 @@ def test_preferred_pod_affinity_is_left_to_the_solver() -> None:
             }
         },
     )
-    topology = Topology(domains={ZONE: ZONES}, existing_pods=[], pending_pods=[pod])
-    assert not topology.has_constraints(pod)
+    strict = parse_pod(pod)
+    relaxed = relax(strict, tolerate_prefer_no_schedule=False)
+    assert relaxed is not None
+    assert Topology(domains={ZONE: ZONES}, existing_pods=[], pending_pods=[strict]).has_constraints(
+        strict
+    )
+    topology = Topology(domains={ZONE: ZONES}, existing_pods=[], pending_pods=[relaxed])
+    assert not topology.has_constraints(relaxed)
 
 
 # --- pod affinity ------------------------------------------------------------------------------

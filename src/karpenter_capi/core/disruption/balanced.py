@@ -35,7 +35,7 @@ from karpenter_capi.core.api.nodepool import ConsolidationPolicy
 from karpenter_capi.core.disruption.candidates import Candidate, move_cost, offering_price
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.provisioning.state import ClusterSnapshot, is_reschedulable
-from karpenter_capi.core.scheduling.model import Pod
+from karpenter_capi.core.scheduling.podspec import PodObject
 
 BALANCED_K: Final = 2
 """Upstream's fixed k: the smallest for which a replacement within one instance family (half
@@ -126,7 +126,7 @@ def pool_totals(
     the node's own move cost only.
     """
     types = {inv.nodepool: {it.name: it for it in inv.instance_types} for inv in inventories}
-    pods_by_node: dict[str, list[Pod]] = {}
+    pods_by_node: dict[str, list[PodObject]] = {}
     for pod in snapshot.pods:
         node_name = (pod.get("spec") or {}).get("nodeName")
         if node_name and is_reschedulable(pod):

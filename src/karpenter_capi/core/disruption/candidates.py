@@ -36,7 +36,7 @@ from karpenter_capi.core.provisioning.state import (
     has_disrupted_taint,
     is_reschedulable,
 )
-from karpenter_capi.core.scheduling.model import Pod, pod_key
+from karpenter_capi.core.scheduling.podspec import PodObject, pod_key
 from karpenter_capi.core.values.selectors import SelectorError, selector_matches
 
 DELETION_COST_ANNOTATION: Final = "controller.kubernetes.io/pod-deletion-cost"
@@ -61,19 +61,19 @@ def condition_true(obj: Mapping[str, Any], condition_type: str) -> bool:
     )
 
 
-def _is_active(pod: Pod) -> bool:
+def _is_active(pod: PodObject) -> bool:
     """Neither finished nor terminating (upstream's ``IsActive``)."""
     if _meta(pod).get("deletionTimestamp"):
         return False
     return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
 
 
-def _pod_started(pod: Pod) -> datetime | None:
+def _pod_started(pod: PodObject) -> datetime | None:
     raw = (pod.get("status") or {}).get("startTime") or _meta(pod).get("creationTimestamp")
     return parse_timestamp(str(raw)) if raw else None
 
 
-def do_not_disrupt_until(pod: Pod) -> datetime | bool | None:
+def do_not_disrupt_until(pod: PodObject) -> datetime | bool | None:
     """``True`` when the pod forbids disruption outright, a time when it forbids it until
     then (a duration from its start), ``None`` when it does not forbid it."""
     value = (_meta(pod).get("annotations") or {}).get(wellknown.ANNOTATION_DO_NOT_DISRUPT)
@@ -89,7 +89,7 @@ def do_not_disrupt_until(pod: Pod) -> datetime | bool | None:
     return None if started is None else started + duration
 
 
-def pod_blocks(pod: Pod, now: datetime) -> str | None:
+def pod_blocks(pod: PodObject, now: datetime) -> str | None:
     """Why this pod keeps its node from being disrupted voluntarily, or None."""
     until = do_not_disrupt_until(pod)
     if until is True:
@@ -99,7 +99,7 @@ def pod_blocks(pod: Pod, now: datetime) -> str | None:
     return None
 
 
-def rescheduling_cost(pod: Pod) -> float:
+def rescheduling_cost(pod: PodObject) -> float:
     """Upstream's per-pod cost (``EvictionCost``): 1, plus the deletion cost over 2^27 and the
     priority over 2^25, within [-10, 10]: one pod never weighs more than ten default ones."""
     cost = 1.0
@@ -113,7 +113,7 @@ def rescheduling_cost(pod: Pod) -> float:
     return min(max(cost, -10.0), 10.0)
 
 
-def move_cost(pods: Iterable[Pod]) -> float:
+def move_cost(pods: Iterable[PodObject]) -> float:
     """What moving these pods off their node costs (``Balanced``'s disruption cost): the node's
     own cost plus each pod's, a pod that declared itself cheap to disrupt counting 0."""
     return PER_NODE_DISRUPTION_COST + sum(max(0.0, rescheduling_cost(p)) for p in pods)
@@ -141,7 +141,7 @@ class DisruptionBudgetView:
             disruptions_allowed=int(status.get("disruptionsAllowed") or 0),
         )
 
-    def covers(self, pod: Pod) -> bool:
+    def covers(self, pod: PodObject) -> bool:
         meta = _meta(pod)
         if self.selector is None or meta.get("namespace") != self.namespace:
             return False
@@ -163,7 +163,7 @@ class DisruptionBudgets:
         self._covering: dict[tuple[str, tuple[tuple[str, str], ...]], list[DisruptionBudgetView]]
         self._covering = {}
 
-    def _covering_views(self, pod: Pod) -> list[DisruptionBudgetView]:
+    def _covering_views(self, pod: PodObject) -> list[DisruptionBudgetView]:
         meta = _meta(pod)
         namespace = str(meta.get("namespace", ""))
         views = self._by_namespace.get(namespace)
@@ -176,7 +176,7 @@ class DisruptionBudgets:
             self._covering[key] = found
         return found
 
-    def blocking(self, pods: Sequence[Pod]) -> str | None:
+    def blocking(self, pods: Sequence[PodObject]) -> str | None:
         """Why evicting all of ``pods`` would be refused, or None."""
         views: dict[tuple[str, str], DisruptionBudgetView] = {}
         for pod in pods:
@@ -205,7 +205,7 @@ class Candidate:
     zone: str
     capacity_type: str
     price: float
-    pods: list[Pod]
+    pods: list[PodObject]
     disruption_cost: float
     move_cost: float
     """``move_cost(pods)``: what ``Balanced`` weighs, and what consolidation ranks by."""
@@ -276,7 +276,7 @@ def find_candidates(
     *,
     nodes: Iterable[Mapping[str, Any]],
     nodeclaims: Iterable[Mapping[str, Any]],
-    pods: Iterable[Pod],
+    pods: Iterable[PodObject],
     inventories: Sequence[NodePoolInventory],
     budgets: DisruptionBudgets,
     now: datetime,
@@ -289,7 +289,7 @@ def find_candidates(
     """
     result = CandidateSet()
     pools = {inv.nodepool: inv for inv in inventories if inv.model is not None}
-    pods_by_node: dict[str, list[Pod]] = {}
+    pods_by_node: dict[str, list[PodObject]] = {}
     for pod in pods:
         node_name = (pod.get("spec") or {}).get("nodeName")
         if node_name:

@@ -43,7 +43,7 @@ from karpenter_capi.core.disruption.balanced import (
 from karpenter_capi.core.disruption.budgets import BudgetLedger
 from karpenter_capi.core.disruption.candidates import Candidate
 from karpenter_capi.core.disruption.simulation import Replacement, Simulator
-from karpenter_capi.core.scheduling.model import ProposedNodeClaim
+from karpenter_capi.core.scheduling.solver_io import ProposedNodeClaim
 
 MAX_MULTI_NODE_CANDIDATES: Final = 100
 EMPTINESS: Final = "emptiness"

@@ -37,15 +37,14 @@ from karpenter_capi.core.provisioning.state import (
     nodepool_option,
     unbound,
 )
-from karpenter_capi.core.scheduling.model import (
+from karpenter_capi.core.scheduling.podspec import PodObject, pod_key
+from karpenter_capi.core.scheduling.solver import Solver
+from karpenter_capi.core.scheduling.solver_io import (
     ExistingNode,
     NodePoolOption,
-    Pod,
     ProposedNodeClaim,
     compatible_offerings,
-    pod_key,
 )
-from karpenter_capi.core.scheduling.solver import Solver
 from karpenter_capi.core.values.requirements import Requirement, Requirements
 from karpenter_capi.core.values.resources import ResourceList
 
@@ -75,7 +74,7 @@ class Simulation:
     unschedulable: dict[str, str] = field(default_factory=dict)
     new_nodeclaims: list[ProposedNodeClaim] = field(default_factory=list)
     pending_only: int = 0
-    placed: dict[str, list[Pod]] = field(default_factory=dict)
+    placed: dict[str, list[PodObject]] = field(default_factory=dict)
     """Existing node -> the pods the solver put there (what a benchmark applies)."""
 
     @property
@@ -129,8 +128,8 @@ class Simulator:
         disrupting = disrupting_nodes(snapshot)
         nodes = existing_nodes(snapshot, inventories, nominations or {}, self._bound)
         self._nodes: list[ExistingNode] = [n for n in nodes if n.name not in disrupting]
-        self._moving: list[Pod] = moving_pods(snapshot)
-        self._pending: list[Pod] = [p for p in snapshot.pods if is_provisionable(p)]
+        self._moving: list[PodObject] = moving_pods(snapshot)
+        self._pending: list[PodObject] = [p for p in snapshot.pods if is_provisionable(p)]
         # Room on a NodeClaim still launching, or a node not yet initialized, is a promise: a
         # pod that must move may not count on it (upstream rejects such a result too).
         self._not_ready = frozenset(

@@ -61,7 +61,7 @@ from karpenter_capi.core.provisioning.state import (
     is_reschedulable,
 )
 from karpenter_capi.core.runtime.controller import WORKLOAD, ControllerContext, Result
-from karpenter_capi.core.scheduling.model import pod_key
+from karpenter_capi.core.scheduling.podspec import pod_key
 
 NAME: Final = "interruption"
 DEFAULT_INTERVAL: Final = 2.0

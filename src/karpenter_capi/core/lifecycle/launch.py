@@ -64,8 +64,8 @@ from karpenter_capi.core.lifecycle.writes import Writes
 from karpenter_capi.core.observability.logs import ref
 from karpenter_capi.core.plugin_host import PluginError
 from karpenter_capi.core.runtime.controller import DONE, WORKLOAD, ControllerContext, Result
-from karpenter_capi.core.scheduling.model import compatible_offerings
 from karpenter_capi.core.scheduling.nofit import unsatisfiable_reason
+from karpenter_capi.core.scheduling.solver_io import compatible_offerings
 from karpenter_capi.core.values.requirements import RequirementError, Requirements
 
 LAUNCHED: Final = str(NodeClaimConditionType.LAUNCHED)

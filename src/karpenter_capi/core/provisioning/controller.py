@@ -33,8 +33,8 @@ from karpenter_capi.core.provisioning.plans import missing_claims
 from karpenter_capi.core.provisioning.provisioner import Provisioner, ProvisioningReport
 from karpenter_capi.core.provisioning.state import ClusterSnapshot, unreplaced_pods
 from karpenter_capi.core.runtime.controller import WORKLOAD, ControllerContext, Result
-from karpenter_capi.core.scheduling.model import pod_key
 from karpenter_capi.core.scheduling.packing import DEFAULT_BUDGET_SECONDS as DEFAULT_PACKING_BUDGET
+from karpenter_capi.core.scheduling.podspec import pod_key
 
 log = logging.getLogger(__name__)
 

@@ -16,11 +16,8 @@ from karpenter_capi.core.api.nodepool import NodePool
 from karpenter_capi.core.kube.client import JsonObject
 from karpenter_capi.core.kube.resources import NODECLAIMS, NODEPOOLS
 from karpenter_capi.core.observability.logs import first, ref
-from karpenter_capi.core.scheduling.model import (
-    ProposedNodeClaim,
-    compatible_offerings,
-    pod_key,
-)
+from karpenter_capi.core.scheduling.podspec import pod_key
+from karpenter_capi.core.scheduling.solver_io import ProposedNodeClaim, compatible_offerings
 
 # The provisioner's logger: ``created nodeclaim`` is one of the round's lines, filtered with them.
 log = logging.getLogger("karpenter_capi.core.provisioning.provisioner")

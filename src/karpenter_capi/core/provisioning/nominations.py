@@ -47,7 +47,7 @@ from karpenter_capi.core.lifecycle.nodes import node_is_ready
 from karpenter_capi.core.observability.logs import first, ref
 from karpenter_capi.core.provisioning.state import ClusterSnapshot, persisted_nominations
 from karpenter_capi.core.runtime.controller import WORKLOAD, ControllerContext, Result
-from karpenter_capi.core.values.taints import Taint, TaintError, untolerated
+from karpenter_capi.core.values.taints import Taint, TaintError, parse_tolerations, untolerated
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,8 @@ def _may_take(node: JsonObject, pod: JsonObject) -> bool:
     for raw in spec.get("taints") or ():
         with contextlib.suppress(TaintError, AttributeError):
             taints.append(Taint.from_dict(raw))
-    return untolerated((pod.get("spec") or {}).get("tolerations") or [], taints) is None
+    tolerations = parse_tolerations((pod.get("spec") or {}).get("tolerations") or ())
+    return untolerated(tolerations, taints) is None
 
 
 @dataclass(frozen=True)

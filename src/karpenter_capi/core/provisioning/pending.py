@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from karpenter_capi.core.scheduling.model import pod_key
+from karpenter_capi.core.scheduling.podspec import pod_key
 
 __all__ = ["is_owned_by_daemonset", "is_provisionable", "pod_key"]
 

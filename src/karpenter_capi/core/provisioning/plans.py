@@ -32,13 +32,8 @@ from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.kube.client import JsonObject
-from karpenter_capi.core.scheduling.model import (
-    NodePoolOption,
-    Pod,
-    ProposedNodeClaim,
-    SolveResult,
-    pod_key,
-)
+from karpenter_capi.core.scheduling.podspec import PodObject, pod_key
+from karpenter_capi.core.scheduling.solver_io import NodePoolOption, ProposedNodeClaim, SolveResult
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +138,7 @@ def missing_claims(nodeclaims: Iterable[Mapping[str, Any]]) -> list[MissingClaim
     return missing
 
 
-def _topological(pod: Pod) -> bool:
+def _topological(pod: PodObject) -> bool:
     """Whether where the pod may go depends on other pods: solved alone, its NodeClaim could
     come out in another zone than the plan had it, so it is solved with the others instead."""
     spec = pod.get("spec") or {}
@@ -157,10 +152,10 @@ def _topological(pod: Pod) -> bool:
 
 def finish_plans(
     missing: Sequence[MissingClaim],
-    pending: Mapping[str, Pod],
+    pending: Mapping[str, PodObject],
     planned_elsewhere: frozenset[str],
     options: Sequence[NodePoolOption],
-    solve_alone: Callable[[NodePoolOption, list[Pod]], SolveResult],
+    solve_alone: Callable[[NodePoolOption, list[PodObject]], SolveResult],
 ) -> list[tuple[ProposedNodeClaim, str]]:
     """The missing NodeClaims to create now, each with its ``plan`` annotation.
 

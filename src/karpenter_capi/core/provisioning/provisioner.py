@@ -66,20 +66,14 @@ from karpenter_capi.core.provisioning.state import (
 )
 from karpenter_capi.core.provisioning.unseen import UnseenClaims
 from karpenter_capi.core.scheduling import packing
-from karpenter_capi.core.scheduling.model import (
-    ExistingNode,
-    NodePoolOption,
-    ProposedNodeClaim,
-    pod_key,
-)
-from karpenter_capi.core.scheduling.nofit import missing_claim_reason
 from karpenter_capi.core.scheduling.packing_summary import PackingSummary, summarize
-from karpenter_capi.core.scheduling.podspec import PodSpecs
+from karpenter_capi.core.scheduling.podspec import PodSpecs, missing_claim_reason, pod_key
 from karpenter_capi.core.scheduling.solver import (
     DEFAULT_MAX_INSTANCE_TYPES,
     DEFAULT_TIMEOUT_SECONDS,
     Solver,
 )
+from karpenter_capi.core.scheduling.solver_io import ExistingNode, NodePoolOption, ProposedNodeClaim
 from karpenter_capi.core.values.resources import ResourceList
 
 log = logging.getLogger(__name__)

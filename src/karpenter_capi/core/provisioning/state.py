@@ -24,8 +24,8 @@ from karpenter_capi.core.kube.resources import (
     Resource,
 )
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
-from karpenter_capi.core.scheduling.model import ExistingNode, NodePoolOption, Pod
-from karpenter_capi.core.scheduling.podspec import PodSpecs
+from karpenter_capi.core.scheduling.podspec import PodObject, PodSpecs
+from karpenter_capi.core.scheduling.solver_io import ExistingNode, NodePoolOption
 from karpenter_capi.core.values.requirements import Requirements
 from karpenter_capi.core.values.resources import ResourceList, empty
 from karpenter_capi.core.values.taints import Taint
@@ -51,7 +51,7 @@ def has_disrupted_taint(node: Mapping[str, Any]) -> bool:
     )
 
 
-def is_reschedulable(pod: Pod) -> bool:
+def is_reschedulable(pod: PodObject) -> bool:
     """A pod that must find another node if its node goes (upstream ``IsReschedulable``)."""
     meta = pod.get("metadata") or {}
     if meta.get("deletionTimestamp"):
@@ -88,13 +88,13 @@ def unreplaced_nodes(snapshot: ClusterSnapshot) -> frozenset[str]:
     return frozenset(names)
 
 
-def unreplaced_pods(snapshot: ClusterSnapshot) -> list[Pod]:
+def unreplaced_pods(snapshot: ClusterSnapshot) -> list[PodObject]:
     """The pods of ``unreplaced_nodes`` that a controller will recreate once evicted, unbound:
     what provisioning launches for before the drain (a bare pod is gone once evicted)."""
     return [p for p in moving_pods(snapshot, unreplaced_nodes(snapshot)) if is_recreated(p)]
 
 
-def is_recreated(pod: Pod) -> bool:
+def is_recreated(pod: PodObject) -> bool:
     """Whether a controller (a ReplicaSet, a StatefulSet, a Job) makes the pod again if it goes."""
     owners = (pod.get("metadata") or {}).get("ownerReferences") or ()
     return any(ref.get("controller") for ref in owners)
@@ -108,14 +108,14 @@ def disrupting_nodes(snapshot: ClusterSnapshot) -> frozenset[str]:
     return frozenset(tainted) | unreplaced_nodes(snapshot)
 
 
-def unbound(pod: Pod) -> Pod:
+def unbound(pod: PodObject) -> PodObject:
     """The pod as a solver must see it when it has to move: not on any node yet."""
     spec = dict(pod.get("spec") or {})
     spec.pop("nodeName", None)
     return {**pod, "spec": spec}
 
 
-def moving_pods(snapshot: ClusterSnapshot, going: frozenset[str] | None = None) -> list[Pod]:
+def moving_pods(snapshot: ClusterSnapshot, going: frozenset[str] | None = None) -> list[PodObject]:
     """The reschedulable pods of nodes already going away (or of ``going``), unbound."""
     going = disrupting_nodes(snapshot) if going is None else going
     return [
@@ -129,7 +129,7 @@ def moving_pods(snapshot: ClusterSnapshot, going: frozenset[str] | None = None) 
 class ClusterSnapshot:
     """Everything one provisioning round reads, listed once."""
 
-    pods: list[Pod]
+    pods: list[PodObject]
     nodes: list[Mapping[str, Any]]
     nodeclaims: list[Mapping[str, Any]]
     daemonsets: list[Mapping[str, Any]]
@@ -181,7 +181,7 @@ def persisted_nominations(snapshot: ClusterSnapshot) -> dict[str, frozenset[str]
     return found
 
 
-def _is_active(pod: Pod) -> bool:
+def _is_active(pod: PodObject) -> bool:
     phase = (pod.get("status") or {}).get("phase")
     return phase not in ("Succeeded", "Failed")
 
@@ -261,7 +261,7 @@ class ParsedCluster:
         self._labels[name] = (version, requirements)
         return requirements
 
-    def of(self, node: str, pods: Sequence[Pod]) -> ResourceList:
+    def of(self, node: str, pods: Sequence[PodObject]) -> ResourceList:
         """The total requests of ``pods`` (``pods: 1`` each), the pods now bound to ``node``."""
         versions: dict[str, str] = {}
         for pod in pods:
@@ -307,7 +307,7 @@ def existing_nodes(
     ``parsed``: the bound pods' sums kept from earlier rounds (fresh when not given).
     """
     sums = parsed if parsed is not None else ParsedCluster()
-    bound: dict[str, list[Pod]] = {}
+    bound: dict[str, list[PodObject]] = {}
     for pod in snapshot.pods:
         node_name = (pod.get("spec") or {}).get("nodeName")
         if node_name and _is_active(pod):

@@ -9,7 +9,6 @@ follow on its own. Vectors are integer milli-units in the order ``resource_names
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -28,14 +27,13 @@ from karpenter_capi.core.scheduling.claims import (
 )
 from karpenter_capi.core.scheduling.daemons import DaemonOverhead
 from karpenter_capi.core.scheduling.hostports import HostPortUsage
-from karpenter_capi.core.scheduling.model import (
+from karpenter_capi.core.scheduling.podspec import PodObject, PodSpec, PodSpecs
+from karpenter_capi.core.scheduling.solver_io import (
     ExistingNode,
     NodePoolOption,
-    Pod,
     ProposedNodeClaim,
     compatible_offerings,
 )
-from karpenter_capi.core.scheduling.podspec import PodSpec, PodSpecs
 from karpenter_capi.core.scheduling.topology import NodeInfo, Topology
 from karpenter_capi.core.values.requirements import Requirement, Requirements
 from karpenter_capi.core.values.resources import ResourceList
@@ -51,7 +49,7 @@ class SolverNode:
     allocatable: Vector
     total: Vector
     ports: HostPortUsage
-    placed: list[Pod] = field(default_factory=list)
+    placed: list[PodObject] = field(default_factory=list)
 
     @property
     def hostname(self) -> str:
@@ -182,6 +180,7 @@ def build_topology(
     existing: Sequence[ExistingNode],
     pods: Sequence[PodSpec],
     namespaces: Mapping[str, Mapping[str, str]],
+    specs: PodSpecs,
 ) -> Topology:
     """Topology over every domain a pool or an existing node could put a pod in."""
     domains: dict[str, set[str]] = {}
@@ -195,14 +194,14 @@ def build_topology(
             for offering in compatible_offerings(info.instance_type, pool.requirements):
                 domains.setdefault(wellknown.LABEL_TOPOLOGY_ZONE, set()).add(offering.zone)
                 domains.setdefault(wellknown.LABEL_CAPACITY_TYPE, set()).add(offering.capacity_type)
-    existing_pods: list[tuple[Pod, NodeInfo]] = []
+    existing_pods: list[tuple[PodSpec, NodeInfo]] = []
     for node in existing:
         labels = dict(node.labels)
         labels.setdefault(wellknown.LABEL_HOSTNAME, node.name)
         for key, value in labels.items():
             domains.setdefault(key, set()).add(value)
         node_info = NodeInfo(node.name, labels, tuple(node.taints))
-        existing_pods.extend((pod, node_info) for pod in node.pods)
+        existing_pods.extend((specs.get(pod), node_info) for pod in node.pods)
     return Topology(
         domains=domains,
         existing_pods=existing_pods,
@@ -299,12 +298,12 @@ def new_pod_class(
     pod: PodSpec,
     names: Sequence[str],
     topology: Topology,
-    topology_rejections: dict[str, set[int]],
+    topology_rejections: dict[tuple[object, ...], set[int]],
 ) -> PodClass:
     """What every pod with ``pod``'s scheduling spec (its ``class_key``) shares.
 
     Classes whose topology constraints are the same share one set of claims those constraints
-    rule out, kept in ``topology_rejections`` by the constraints' JSON.
+    rule out, kept in ``topology_rejections`` by the constraints.
     """
     pod_class = PodClass(
         signature=pod.class_key,
@@ -317,22 +316,14 @@ def new_pod_class(
         topological=topology.has_constraints(pod),
     )
     if pod_class.topological:
-        strict_spec = pod.strict.get("spec") or {}
-        meta = pod.raw.get("metadata") or {}
-        constraints = json.dumps(
-            [
-                meta.get("namespace"),
-                meta.get("labels"),
-                (strict_spec.get("affinity") or {}).get("podAffinity"),
-                (strict_spec.get("affinity") or {}).get("podAntiAffinity"),
-                strict_spec.get("topologySpreadConstraints"),
-                # Spreads may count only nodes the pod's affinity and tolerations allow.
-                strict_spec.get("nodeSelector"),
-                (strict_spec.get("affinity") or {}).get("nodeAffinity"),
-                strict_spec.get("tolerations"),
-            ],
-            sort_keys=True,
-            default=str,
+        # Spreads may count only nodes the pod's affinity and tolerations allow, and the
+        # topology narrows the pod's own node requirements: all of them are part of the key.
+        constraints = (
+            pod.topology_signature,
+            pod.node_selector,
+            pod.node_terms,
+            pod.preferred_node_terms,
+            pod.tolerations,
         )
         pod_class.topology_rejected = topology_rejections.setdefault(constraints, set())
     return pod_class

@@ -13,16 +13,17 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.scheduling.hostports import HostPort, HostPortUsage
-from karpenter_capi.core.scheduling.model import NodePoolOption, Pod, compatible_offerings
+from karpenter_capi.core.scheduling.podspec import PodObject
 from karpenter_capi.core.scheduling.preferences import strictly_untolerated
+from karpenter_capi.core.scheduling.solver_io import NodePoolOption, compatible_offerings
 from karpenter_capi.core.values.refusal import Refusal
 from karpenter_capi.core.values.requirements import Requirements
 from karpenter_capi.core.values.resources import ResourceList
-from karpenter_capi.core.values.taints import Taint
+from karpenter_capi.core.values.taints import Taint, Toleration
 
 Vector = tuple[int, ...]
 
@@ -77,7 +78,7 @@ class PodClass:
     vector: Vector
     requirements: Requirements | None
     required: Requirements  # without the preferred node-affinity term: what topology reads
-    tolerations: Sequence[Mapping[str, Any]]
+    tolerations: Sequence[Toleration]
     host_ports: tuple[HostPort, ...]
     topological: bool
     pool_taint: dict[str, Taint | None] = field(default_factory=dict)
@@ -117,7 +118,7 @@ class ClaimState:
     daemon: Vector
     ports: HostPortUsage
     reserved: Vector  # what it counts against the NodePool's limits
-    pods: list[Pod] = field(default_factory=list)
+    pods: list[PodObject] = field(default_factory=list)
     version: int = 0  # bumped whenever a pod is added
 
 

@@ -22,6 +22,10 @@ Which DaemonSets run on a node follows Karpenter's ``isDaemonPodCompatible``
 
 Upstream reads a term's ``matchExpressions`` only; we drop a term that also pins ``matchFields``
 (a node name), as we do for pending pods, since a node not yet launched cannot be named.
+
+Besides ``podspec``, this is the one module of ``core.scheduling`` that reads JSON: each
+DaemonSet's template, once per round, into the pod it would run (:func:`daemon_pod`), which
+``podspec.parse_pod`` then reads like any pod.
 """
 
 from __future__ import annotations
@@ -31,10 +35,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from karpenter_capi.core.scheduling.hostports import HostPortUsage, pod_host_ports
-from karpenter_capi.core.values.requirements import Requirements, node_selector_terms
-from karpenter_capi.core.values.resources import ResourceList, empty, pod_requests
-from karpenter_capi.core.values.taints import Taint, untolerated
+from karpenter_capi.core.scheduling.hostports import HostPortUsage
+from karpenter_capi.core.scheduling.podspec import PodSpec, node_alternatives, parse_pod
+from karpenter_capi.core.values.requirements import Requirements
+from karpenter_capi.core.values.resources import ResourceList, empty
+from karpenter_capi.core.values.taints import Taint, Toleration, untolerated
+
+DaemonSetObject = Mapping[str, Any]
+"""A DaemonSet as the API server returns it (JSON): read here only, by :func:`parse_daemons`,
+the way ``podspec`` reads pods."""
 
 _NO_EXECUTE: Final = "NoExecute"
 _NO_SCHEDULE: Final = "NoSchedule"
@@ -53,12 +62,7 @@ HOST_NETWORK_DAEMON_TOLERATION: Final = ("node.kubernetes.io/network-unavailable
 """The extra toleration a daemon pod on the host network gets (it needs no pod network)."""
 
 
-def _same_toleration(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    # v1.Toleration.MatchToleration: key, operator, value and effect all equal.
-    return all((a.get(f) or "") == (b.get(f) or "") for f in ("key", "operator", "value", "effect"))
-
-
-def daemon_pod(daemonset: Mapping[str, Any]) -> dict[str, Any]:
+def daemon_pod(daemonset: DaemonSetObject) -> dict[str, Any]:
     """The pod the DaemonSet controller would create from ``daemonset`` (no node name yet).
 
     A deep copy of ``spec.template`` in the DaemonSet's namespace, with the controller's
@@ -79,68 +83,77 @@ def daemon_pod(daemonset: Mapping[str, Any]) -> dict[str, Any]:
         defaults.append(HOST_NETWORK_DAEMON_TOLERATION)
     tolerations: list[dict[str, Any]] = list(spec.get("tolerations") or [])
     for key, effect in defaults:
-        wanted = {"key": key, "operator": "Exists", "effect": effect}
-        tolerations = [t for t in tolerations if not _same_toleration(t, wanted)]
-        tolerations.append(wanted)
+        wanted = Toleration(key, "Exists", "", effect)
+        # v1.Toleration.MatchToleration: key, operator, value and effect all equal.
+        tolerations = [t for t in tolerations if Toleration.from_dict(t) != wanted]
+        tolerations.append(wanted.to_dict())
     spec["tolerations"] = tolerations
     return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}
 
 
 @dataclass(frozen=True, slots=True)
-class _Daemon:
-    pod: Mapping[str, Any]
-    tolerations: tuple[Mapping[str, Any], ...]
-    alternatives: tuple[Requirements, ...]
-    requests: ResourceList
+class DaemonSpec:
+    """A DaemonSet's pod, parsed, with the node terms it accepts (``alternatives``: its
+    ``nodeSelector`` AND each required node-affinity term that a new node can match)."""
 
-    def runs_on(self, requirements: Requirements, taints: Sequence[Taint]) -> bool:
-        if untolerated(self.tolerations, taints) is not None:
-            return False
-        # Upstream tries each required OR-term in turn (removeRequiredNodeAffinityTerm) until
-        # one is compatible: the daemon runs if any alternative fits.
-        return any(requirements.incompatibility(alt) is None for alt in self.alternatives)
+    name: str
+    pod: PodSpec
+    alternatives: tuple[Requirements, ...]
+
+
+def parse_daemons(daemonsets: Iterable[DaemonSetObject]) -> tuple[DaemonSpec, ...]:
+    """The daemon pods of ``daemonsets``; a DaemonSet whose pod cannot be read raises a
+    ``ValueError`` naming it."""
+    daemons = []
+    for daemonset in daemonsets:
+        pod = daemon_pod(daemonset)
+        spec = parse_pod(pod)
+        meta = daemonset.get("metadata") or {}
+        name = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+        if spec.problem is not None:
+            raise ValueError(f"DaemonSet {name}: {spec.problem}")
+        daemons.append(DaemonSpec(name, spec, node_alternatives(spec)))
+    return tuple(daemons)
+
+
+def _runs_on(daemon: DaemonSpec, requirements: Requirements, taints: Sequence[Taint]) -> bool:
+    if untolerated(daemon.pod.tolerations, taints) is not None:
+        return False
+    # Upstream tries each required OR-term in turn (removeRequiredNodeAffinityTerm) until
+    # one is compatible: the daemon runs if any alternative fits.
+    return any(requirements.incompatibility(alt) is None for alt in daemon.alternatives)
 
 
 @dataclass(frozen=True, slots=True)
 class _Verdict:
-    pods: tuple[Mapping[str, Any], ...]
+    pods: tuple[PodSpec, ...]
     requests: ResourceList
 
 
 class DaemonOverhead:
     """The DaemonSet pods, and their summed requests, that would run on a given node.
 
-    Built once per provisioning round from the cluster's DaemonSets. The solver asks for every
-    candidate NodeClaim, and many candidates share requirements and taints, so answers are
-    cached by ``(requirements, taints)`` for the life of the object.
+    Built once per provisioning round from the cluster's DaemonSets (``podspec.parse_daemons``
+    reads them). The solver asks for every candidate NodeClaim, and many candidates share
+    requirements and taints, so answers are cached by ``(requirements, taints)`` for the life
+    of the object.
     """
 
     __slots__ = ("_cache", "_daemons")
 
-    def __init__(self, daemonsets: Iterable[Mapping[str, Any]]) -> None:
-        daemons = []
-        for daemonset in daemonsets:
-            pod = daemon_pod(daemonset)
-            daemons.append(
-                _Daemon(
-                    pod=pod,
-                    tolerations=tuple(pod["spec"]["tolerations"]),
-                    alternatives=tuple(node_selector_terms(pod)),
-                    # Each daemon pod also takes one of the node's pod slots.
-                    requests=pod_requests(pod, include_pod_count=True),
-                )
-            )
-        self._daemons: tuple[_Daemon, ...] = tuple(daemons)
+    def __init__(self, daemonsets: Iterable[DaemonSetObject]) -> None:
+        self._daemons: tuple[DaemonSpec, ...] = parse_daemons(daemonsets)
         self._cache: dict[tuple[Requirements, frozenset[Taint]], _Verdict] = {}
 
     def _verdict(self, requirements: Requirements, taints: Sequence[Taint]) -> _Verdict:
         key = (requirements, frozenset(taints))
         verdict = self._cache.get(key)
         if verdict is None:
-            running = [d for d in self._daemons if d.runs_on(requirements, taints)]
+            running = [d.pod for d in self._daemons if _runs_on(d, requirements, taints)]
             verdict = _Verdict(
-                pods=tuple(d.pod for d in running),
-                requests=ResourceList.sum(d.requests for d in running) if running else empty(),
+                pods=tuple(running),
+                # Each daemon pod's requests include the node's pod slot it takes.
+                requests=ResourceList.sum(p.requests for p in running) if running else empty(),
             )
             self._cache[key] = verdict
         return verdict
@@ -156,8 +169,8 @@ class DaemonOverhead:
 
     def pods_for_node(
         self, requirements: Requirements, taints: Sequence[Taint]
-    ) -> tuple[Mapping[str, Any], ...]:
-        """The daemon pods that would run on the node (shared: do not mutate them)."""
+    ) -> tuple[PodSpec, ...]:
+        """The daemon pods that would run on the node."""
         return self._verdict(requirements, taints).pods
 
     def host_ports_for_node(
@@ -166,7 +179,7 @@ class DaemonOverhead:
         """A fresh usage holding the host ports of the daemons that would run on the node."""
         usage = HostPortUsage()
         for pod in self.pods_for_node(requirements, taints):
-            usage.add(pod_host_ports(pod))
+            usage.add(pod.host_ports)
         return usage
 
     def __len__(self) -> int:

@@ -7,7 +7,8 @@ tracks the host ports its pods (and its DaemonSet pods) take, and refuses a pod 
 
 The ports a pod takes are those of its app containers and of its sidecars (init containers with
 ``restartPolicy: Always``, which run for the pod's whole life), as kube-scheduler's
-``GetHostPorts`` lists them; classic init containers exit before the app starts and hold nothing.
+``GetHostPorts`` lists them (``podspec.parse_pod`` reads them); classic init containers exit
+before the app starts and hold nothing.
 Only ports with a ``hostPort`` count. A missing protocol means TCP and a missing ``hostIP`` means
 every address (``0.0.0.0``), as the API server and the plugin default them.
 
@@ -21,9 +22,9 @@ scheduler would refuse.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 DEFAULT_PROTOCOL: Final = "TCP"
 DEFAULT_HOST_IP: Final = "0.0.0.0"
@@ -74,27 +75,6 @@ class HostPort:
         return f"{host}:{self.port}/{self.protocol}"
 
 
-def _container_host_ports(container: Mapping[str, Any]) -> Iterator[HostPort]:
-    for port in container.get("ports") or ():
-        host_port = int(port.get("hostPort") or 0)
-        if host_port <= 0:
-            continue
-        yield HostPort(str(port.get("hostIP") or ""), str(port.get("protocol") or ""), host_port)
-
-
-def pod_host_ports(pod: Mapping[str, Any]) -> tuple[HostPort, ...]:
-    """The host ports ``pod`` binds: its sidecars', then its app containers' ports."""
-    spec = pod.get("spec") or {}
-    ports: list[HostPort] = []
-    for init_container in spec.get("initContainers") or ():
-        # A classic init container has exited before the pod runs; only sidecars keep a port.
-        if init_container.get("restartPolicy") == "Always":
-            ports.extend(_container_host_ports(init_container))
-    for container in spec.get("containers") or ():
-        ports.extend(_container_host_ports(container))
-    return tuple(ports)
-
-
 class HostPortUsage:
     """The host ports already taken on one node (real or proposed).
 
@@ -114,10 +94,6 @@ class HostPortUsage:
         for port in ports:
             self._by_port.setdefault((port.protocol, port.port), set()).add(port.ip)
 
-    def add_pod(self, pod: Mapping[str, Any]) -> None:
-        """Record the host ports ``pod`` binds."""
-        self.add(pod_host_ports(pod))
-
     def conflicts(self, ports: Iterable[HostPort]) -> HostPort | None:
         """The first of ``ports`` that is already taken here, or ``None`` if all are free."""
         for port in ports:
@@ -127,10 +103,6 @@ class HostPortUsage:
             if port.binds_all_addresses or port.ip in taken or not taken.isdisjoint(_BIND_ALL):
                 return port
         return None
-
-    def pod_conflicts(self, pod: Mapping[str, Any]) -> HostPort | None:
-        """The first host port ``pod`` wants that is already taken here, or ``None``."""
-        return self.conflicts(pod_host_ports(pod))
 
     def copy(self) -> HostPortUsage:
         clone = HostPortUsage()

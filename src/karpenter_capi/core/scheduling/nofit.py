@@ -9,15 +9,14 @@ it is out and reporting the most common answer with an example.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Collection, Sequence
+from typing import Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.scheduling.claims import HOSTNAME_PLACEHOLDER
-from karpenter_capi.core.scheduling.model import compatible_offerings
+from karpenter_capi.core.scheduling.solver_io import compatible_offerings
 from karpenter_capi.core.values.quantity import HELD_UNITS, MAX_EXPONENT
 from karpenter_capi.core.values.requirements import Requirement, Requirements
 from karpenter_capi.core.values.resources import ResourceList
@@ -169,33 +168,4 @@ def named_node_reason(requirement: Requirement, hostnames: Collection[str]) -> s
     return (
         f"{requirement}: only the node(s) it names can take it, and a new node cannot be "
         "given one of those names"
-    )
-
-
-_MISSING_CLAIM: Final = re.compile(r'persistentvolumeclaim "([^"]+)" not found')
-
-
-def missing_claim_reason(pod: Mapping[str, Any]) -> str | None:
-    """The FailedScheduling text when kube-scheduler said the pod's claim does not exist (its
-    ``PodScheduled`` message), naming the volume to fix; ``None`` otherwise."""
-    conditions = (pod.get("status") or {}).get("conditions") or ()
-    said = next(
-        (str(c.get("message") or "") for c in conditions if c.get("type") == "PodScheduled"), ""
-    )
-    found = _MISSING_CLAIM.search(said)
-    if found is None:
-        return None
-    claim = found.group(1)
-    volumes = (pod.get("spec") or {}).get("volumes") or ()
-    where = next(
-        (
-            f"spec.volumes[{index}].persistentVolumeClaim.claimName"
-            for index, volume in enumerate(volumes)
-            if ((volume or {}).get("persistentVolumeClaim") or {}).get("claimName") == claim
-        ),
-        "its volumes",
-    )
-    return (
-        f'persistentvolumeclaim "{claim}" not found (kube-scheduler): no new node can help '
-        f"until it exists; create the PersistentVolumeClaim or fix {where}"
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from karpenter_capi.core.scheduling.packing_model import PackingOutcome
 
@@ -54,7 +54,7 @@ class PackingSummary:
     def saved(self) -> float:
         return max(self.greedy_cost - self.cost, 0.0)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {
             "outcome": self.outcome,
             "greedyCost": round(self.greedy_cost, 4),

@@ -5,29 +5,54 @@ consolidation simulation until it lands, and a bound pod by every round while it
 its JSON each time (the requests summed over containers, the node affinity turned into
 requirements, the class signature serialized) was most of a round's work before any placing
 began. Here the JSON is read once per ``(uid, resourceVersion)``, the only key that says the
-object did not change, into a frozen value the solver, the topology and the node views share;
-this is the one module of ``core.scheduling`` that reads a pod's raw fields for scheduling.
+object did not change, into a frozen value of typed parts (requirements, tolerations, host
+ports, ``pod_terms``) that the solver, the topology, relaxation and the node views share. This
+is the one module of ``core.scheduling`` that reads a pod's JSON (``daemons`` reads the
+DaemonSets'); ``tests/core/scheduling/test_parse_once.py`` keeps it so.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from karpenter_capi.core.scheduling.hostports import HostPort, pod_host_ports
-from karpenter_capi.core.scheduling.model import pod_key
-from karpenter_capi.core.scheduling.preferences import relax, strict_topology
+from karpenter_capi.core.scheduling.hostports import HostPort
+from karpenter_capi.core.scheduling.pod_terms import NodeTerm, PodAffinityTerm, Spread
 from karpenter_capi.core.values.requirements import Requirements, preferred_node_terms
 from karpenter_capi.core.values.resources import ResourceList, empty, pod_requests
-from karpenter_capi.core.values.taints import EFFECTS
+from karpenter_capi.core.values.selectors import (
+    NOTHING,
+    Clause,
+    CompiledSelector,
+    SelectorError,
+    compile_selector,
+)
+from karpenter_capi.core.values.taints import EFFECTS, Toleration, parse_tolerations
 
+PodObject = Mapping[str, Any]
+"""A Pod as the API server returns it (JSON): what the solver is given and hands back for
+binding and Events. Only this module reads its fields."""
+
+WeightedTerm = tuple[int, PodAffinityTerm | None]
+"""A preferred pod (anti-)affinity term and its weight; ``None`` for a term without a
+``topologyKey``, which constrains nothing but is still one step of relaxation."""
+
+_REQUIRED: Final = "requiredDuringSchedulingIgnoredDuringExecution"
+_PREFERRED: Final = "preferredDuringSchedulingIgnoredDuringExecution"
 _TOLERATION_OPERATORS: Final = ("Exists", "Equal", "")
 _UNSATISFIABLE: Final = ("DoNotSchedule", "ScheduleAnyway", "")
 SPEC_ERRORS: Final = (ValueError, TypeError, AttributeError, KeyError)
 """What reading a pod spec the API server would have refused raises (a string where a list is,
 an unknown operator, a malformed quantity): one such pod must not stop the round."""
+
+
+def pod_key(pod: PodObject) -> str:
+    """``namespace/name``, the key pods are reported and nominated by."""
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,15 +68,18 @@ class Owner:
 class PodSpec:
     """What scheduling reads of one pod, parsed once (see :func:`parse_pod`).
 
-    ``requests`` include ``pods: 1`` (the pod slot). ``requirements`` are what the pod asks of
-    a node's labels with its heaviest preferred node term as a requirement, ``None`` when its
-    first required term can never match a new node; ``required`` the same without the
-    preference. ``strict`` is the pod with its topology preferences as requirements
-    (``preferences.strict_topology``), what the topology counts it by. ``class_key`` is equal
-    for pods the solver may treat alike (one Deployment's replicas). ``problem`` says why the
-    spec cannot be read (the pod is then reported, never placed) and leaves the other parsed
-    fields empty. ``raw`` is the object parsed, kept for Events and for callers that still
-    take JSON.
+    ``requests`` include ``pods: 1`` (the pod slot). The constraints relaxation gives up one
+    at a time (``preferences.relax``) are kept as written: ``node_terms`` (the required node
+    affinity's ORed terms), ``preferred_node_terms`` (heaviest first), the required pod
+    (anti-)affinity terms and the preferred ones with their weights, ``spreads`` and
+    ``tolerations``. Derived from them (:func:`rederived`): ``requirements``, what the pod asks
+    of a node's labels with its heaviest preferred node term as a requirement, ``None`` when
+    its first required term can never match a new node; ``required``, the same without the
+    preference; ``topology_signature``, equal for pods the topology may count alike.
+    ``class_key`` is equal for pods the solver may treat alike (one Deployment's replicas).
+    ``problem`` says why the spec cannot be read (the pod is then reported, never placed) and
+    leaves the other parsed fields empty. ``raw`` is the object parsed, kept for Events and
+    for binding.
     """
 
     key: str
@@ -65,26 +93,142 @@ class PodSpec:
     owners: tuple[Owner, ...]
     requests: ResourceList
     host_ports: tuple[HostPort, ...]
-    tolerations: tuple[Mapping[str, Any], ...]
+    tolerations: tuple[Toleration, ...]
+    node_selector: Requirements
+    node_terms: tuple[NodeTerm, ...]
+    preferred_node_terms: tuple[tuple[int, Requirements], ...]
+    affinity: tuple[PodAffinityTerm, ...]
+    preferred_affinity: tuple[WeightedTerm, ...]
+    anti_affinity: tuple[PodAffinityTerm, ...]
+    preferred_anti_affinity: tuple[WeightedTerm, ...]
+    spreads: tuple[Spread, ...]
     requirements: Requirements | None
     required: Requirements
-    preferred_node_terms: tuple[tuple[int, Requirements], ...]
-    pod_affinity: Mapping[str, Any]
-    pod_anti_affinity: Mapping[str, Any]
-    spreads: tuple[Mapping[str, Any], ...]
     class_key: str
-    topology_key: tuple[Any, ...]
+    topology_signature: str
     problem: str | None
-    strict: Mapping[str, Any]
-    raw: Mapping[str, Any]
+    raw: PodObject
 
     @property
     def active(self) -> bool:
         """Still running or about to: not ``Succeeded`` or ``Failed``."""
         return self.phase not in ("Succeeded", "Failed")
 
+    @property
+    def strict_affinity(self) -> tuple[PodAffinityTerm, ...]:
+        """The pod affinity terms the topology enforces: the preferred ones count as required
+        until relaxation drops them, as Karpenter's topology counts them."""
+        return _strict(self.affinity, self.preferred_affinity)
 
-def scheduling_spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    @property
+    def strict_anti_affinity(self) -> tuple[PodAffinityTerm, ...]:
+        """The pod anti-affinity terms the topology enforces (see :attr:`strict_affinity`)."""
+        return _strict(self.anti_affinity, self.preferred_anti_affinity)
+
+
+def _strict(
+    required: tuple[PodAffinityTerm, ...], preferred: tuple[WeightedTerm, ...]
+) -> tuple[PodAffinityTerm, ...]:
+    if not preferred:
+        return required
+    return required + tuple(term for _, term in preferred if term is not None)
+
+
+def node_requirements(pod: PodSpec, *, preferred: bool = True) -> Requirements | None:
+    """What ``pod`` asks of a node's labels, with preferences treated as requirements.
+
+    As Karpenter: ``nodeSelector``, the first required node-affinity term, and (unless
+    ``preferred`` is false) the heaviest preferred node-affinity term; relaxation removes the
+    terms one at a time when the pod does not fit. ``None`` when the first required term can
+    never match a new node (``NodeTerm.pins_node``).
+    """
+    return _node_requirements(
+        pod.node_selector, pod.node_terms, pod.preferred_node_terms if preferred else ()
+    )
+
+
+def _node_requirements(
+    selector: Requirements,
+    terms: tuple[NodeTerm, ...],
+    preferred: tuple[tuple[int, Requirements], ...],
+) -> Requirements | None:
+    requirements = selector
+    if preferred:
+        requirements = requirements.merged(preferred[0][1])
+    if terms:
+        first = terms[0]
+        if first.pins_node:
+            return None
+        requirements = requirements.merged(first.requirements)
+    return requirements
+
+
+def node_alternatives(pod: PodSpec) -> tuple[Requirements, ...]:
+    """``nodeSelector`` AND each required node term a new node can match, as alternatives (one
+    with no requirement when there are no terms; none when no term can match a new node)."""
+    if not pod.node_terms:
+        return (pod.node_selector,)
+    return tuple(
+        pod.node_selector.merged(term.requirements) for term in pod.node_terms if not term.pins_node
+    )
+
+
+def spread_node_terms(pod: PodSpec) -> tuple[Requirements, ...]:
+    """The node terms a spread with ``nodeAffinityPolicy: Honor`` counts nodes by.
+
+    ``matchFields`` pins node names, which only existing nodes have; dropping it counts a little
+    more than kube-scheduler would, never less.
+    """
+    selector = pod.node_selector
+    return tuple(selector.merged(term.requirements) for term in pod.node_terms) or (selector,)
+
+
+def rederived(pod: PodSpec, *, relaxed: bool = False) -> PodSpec:
+    """``pod`` with the fields derived from its constraints made again (after relaxation
+    changed them: ``relaxed`` then also gives it a class of its own)."""
+    return replace(
+        pod,
+        requirements=node_requirements(pod),
+        required=node_requirements(pod, preferred=False) or Requirements(),
+        topology_signature=_signature(
+            pod.namespace,
+            pod.labels,
+            affinity=pod.strict_affinity,
+            anti_affinity=pod.strict_anti_affinity,
+            spreads=pod.spreads,
+            node_filter=(pod.node_selector, pod.node_terms, pod.tolerations),
+        ),
+        # One more relaxation step: pods of one class relaxed alike stay one class.
+        class_key=f"{pod.class_key}~" if relaxed else pod.class_key,
+    )
+
+
+def _signature(
+    namespace: str,
+    labels: Mapping[str, str],
+    *,
+    affinity: tuple[PodAffinityTerm, ...],
+    anti_affinity: tuple[PodAffinityTerm, ...],
+    spreads: tuple[Spread, ...],
+    node_filter: tuple[Requirements, tuple[NodeTerm, ...], tuple[Toleration, ...]],
+) -> str:
+    """What the topology tells pods apart by, as text: a string hashes once and compares in C,
+    and the topology looks a pod's profile up for every candidate node and claim. The values'
+    reprs are exact (requirements print their sorted values); equal constraints whose sets
+    print in another order only get a second profile sharing the same groups."""
+    parts: tuple[object, ...] = (
+        namespace or "default",
+        sorted(labels.items()),
+        affinity,
+        anti_affinity,
+    )
+    if spreads:
+        # A spread may count only the nodes the pod's node affinity and tolerations allow.
+        parts += (spreads, node_filter)
+    return repr(parts)
+
+
+def scheduling_spec(pod: PodObject) -> Mapping[str, Any]:
     """The parts of a pod the solver reads: pods equal here form one class."""
     spec = pod.get("spec") or {}
     meta = pod.get("metadata") or {}
@@ -105,37 +249,25 @@ def scheduling_spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     }
 
 
-def pod_requirements(
-    pod: Mapping[str, Any],
-    *,
-    preferred: bool = True,
-    terms: list[tuple[int, Requirements]] | None = None,
-) -> Requirements | None:
-    """What a pod asks of a node's labels, with preferences treated as requirements.
+def _container_host_ports(container: Mapping[str, Any]) -> Iterator[HostPort]:
+    for port in container.get("ports") or ():
+        host_port = int(port.get("hostPort") or 0)
+        if host_port <= 0:
+            continue
+        yield HostPort(str(port.get("hostIP") or ""), str(port.get("protocol") or ""), host_port)
 
-    As Karpenter: ``nodeSelector``, the first required node-affinity term, and (unless
-    ``preferred`` is false) the heaviest preferred node-affinity term; relaxation removes the
-    terms one at a time when the pod does not fit. ``None`` when the first required term can
-    never match a new node: it selects by ``matchFields`` (an existing node's name) or is empty
-    (Kubernetes: selects no node). ``terms``: the pod's preferred node terms, if already read.
-    """
+
+def pod_host_ports(pod: PodObject) -> tuple[HostPort, ...]:
+    """The host ports ``pod`` binds: its sidecars', then its app containers' ports."""
     spec = pod.get("spec") or {}
-    requirements = Requirements.from_labels(spec.get("nodeSelector") or {})
-    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
-    if preferred:
-        heaviest = (preferred_node_terms(pod) if terms is None else terms)[:1]
-        for _, preference in heaviest:
-            requirements = requirements.merged(preference)
-    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-    selector_terms = required.get("nodeSelectorTerms") or []
-    if selector_terms:
-        first = selector_terms[0]
-        if first.get("matchFields") or not first.get("matchExpressions"):
-            return None
-        requirements = requirements.merged(
-            Requirements.from_dicts(first.get("matchExpressions") or [])
-        )
-    return requirements
+    ports: list[HostPort] = []
+    for init_container in spec.get("initContainers") or ():
+        # A classic init container has exited before the pod runs; only sidecars keep a port.
+        if init_container.get("restartPolicy") == "Always":
+            ports.extend(_container_host_ports(init_container))
+    for container in spec.get("containers") or ():
+        ports.extend(_container_host_ports(container))
+    return tuple(ports)
 
 
 def _list_problem(spec: Mapping[str, Any]) -> str | None:
@@ -162,35 +294,40 @@ def _list_problem(spec: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _unreadable(pod: Mapping[str, Any], meta: Mapping[str, Any], problem: str) -> PodSpec:
+def _unreadable(pod: PodObject, meta: Mapping[str, Any], problem: str) -> PodSpec:
+    # Its labels still count where it is bound (another pod's spread or affinity selects it).
+    labels = meta.get("labels")
     return PodSpec(
         key=pod_key(pod),
         uid=str(meta.get("uid") or ""),
         name=str(meta.get("name") or ""),
         namespace=str(meta.get("namespace") or ""),
-        labels={},
+        labels=labels if isinstance(labels, Mapping) else {},
         node_name="",
         phase="",
-        deleting=False,
+        deleting=bool(meta.get("deletionTimestamp")),
         owners=(),
         requests=empty(),
         host_ports=(),
         tolerations=(),
+        node_selector=Requirements(),
+        node_terms=(),
+        preferred_node_terms=(),
+        affinity=(),
+        preferred_affinity=(),
+        anti_affinity=(),
+        preferred_anti_affinity=(),
+        spreads=(),
         requirements=None,
         required=Requirements(),
-        preferred_node_terms=(),
-        pod_affinity={},
-        pod_anti_affinity={},
-        spreads=(),
         class_key="",
-        topology_key=(),
+        topology_signature="",
         problem=problem,
-        strict=pod,
         raw=pod,
     )
 
 
-def parse_pod(pod: Mapping[str, Any]) -> PodSpec:
+def parse_pod(pod: PodObject) -> PodSpec:
     """Read ``pod`` (JSON) into a :class:`PodSpec`; a spec the API server would have refused
     gives one whose ``problem`` says why, never an exception."""
     meta = pod.get("metadata") or {}
@@ -205,12 +342,36 @@ def parse_pod(pod: Mapping[str, Any]) -> PodSpec:
         problem = _list_problem(spec)
         if problem is not None:
             return _unreadable(pod, meta, problem)
+        labels = meta.get("labels") or {}
+        namespace = str(meta.get("namespace") or "")
+        affinity = spec.get("affinity") or {}
+        node_affinity = affinity.get("nodeAffinity") or {}
+        pod_affinity = affinity.get("podAffinity") or {}
+        pod_anti_affinity = affinity.get("podAntiAffinity") or {}
+        tolerations = parse_tolerations(spec.get("tolerations") or ())
+        node_selector = Requirements.from_labels(spec.get("nodeSelector") or {})
+        node_terms = tuple(
+            NodeTerm(
+                Requirements.from_dicts(term.get("matchExpressions") or ()),
+                bool(term.get("matchFields") or not term.get("matchExpressions")),
+            )
+            for term in (node_affinity.get(_REQUIRED) or {}).get("nodeSelectorTerms") or ()
+        )
+        preferred_nodes = tuple(preferred_node_terms(pod))
+        required_affinity = _required_terms(pod_affinity, labels)
+        preferred_affinity = _preferred_terms(pod_affinity, labels)
+        required_anti = _required_terms(pod_anti_affinity, labels)
+        preferred_anti = _preferred_terms(pod_anti_affinity, labels)
+        spreads = tuple(
+            _spread(constraint, labels)
+            for constraint in spec.get("topologySpreadConstraints") or ()
+        )
         return PodSpec(
             key=pod_key(pod),
             uid=str(meta.get("uid") or ""),
             name=str(meta.get("name") or ""),
-            namespace=str(meta.get("namespace") or ""),
-            labels=meta.get("labels") or {},
+            namespace=namespace,
+            labels=labels,
             node_name=str(spec.get("nodeName") or ""),
             phase=str(status.get("phase") or ""),
             deleting=bool(meta.get("deletionTimestamp")),
@@ -220,76 +381,110 @@ def parse_pod(pod: Mapping[str, Any]) -> PodSpec:
             ),
             requests=requests,
             host_ports=host_ports,
+            tolerations=tolerations,
+            node_selector=node_selector,
+            node_terms=node_terms,
+            preferred_node_terms=preferred_nodes,
+            affinity=required_affinity,
+            preferred_affinity=preferred_affinity,
+            anti_affinity=required_anti,
+            preferred_anti_affinity=preferred_anti,
+            spreads=spreads,
+            requirements=_node_requirements(node_selector, node_terms, preferred_nodes),
+            required=_node_requirements(node_selector, node_terms, ()) or Requirements(),
+            class_key=json.dumps(scheduling_spec(pod), sort_keys=True, default=str),
+            topology_signature=_signature(
+                namespace,
+                labels,
+                affinity=_strict(required_affinity, preferred_affinity),
+                anti_affinity=_strict(required_anti, preferred_anti),
+                spreads=spreads,
+                node_filter=(node_selector, node_terms, tolerations),
+            ),
             problem=None,
             raw=pod,
-            **_constraints(pod),
         )
     except SPEC_ERRORS as exc:
         return _unreadable(pod, meta, f"cannot read its spec: {exc}")
 
 
-def _constraints(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields of a :class:`PodSpec` that relaxation can change, read from ``pod``."""
-    terms = preferred_node_terms(pod)
-    strict = strict_topology(pod)
-    strict_spec = strict.get("spec") or {}
-    affinity = strict_spec.get("affinity") or {}
-    return {
-        "tolerations": tuple((pod.get("spec") or {}).get("tolerations") or ()),
-        "requirements": pod_requirements(pod, terms=terms),
-        "required": pod_requirements(pod, preferred=False) or Requirements(),
-        "preferred_node_terms": tuple(terms),
-        "pod_affinity": affinity.get("podAffinity") or {},
-        "pod_anti_affinity": affinity.get("podAntiAffinity") or {},
-        "spreads": tuple(strict_spec.get("topologySpreadConstraints") or ()),
-        "class_key": json.dumps(scheduling_spec(pod), sort_keys=True, default=str),
-        "topology_key": topology_signature(strict),
-        "strict": strict,
-    }
+def term_selector(raw: Mapping[str, Any] | None, extra: Iterable[Clause] = ()) -> CompiledSelector:
+    """A spread constraint's or affinity term's selector, as kube-scheduler reads it.
 
-
-def _required_terms(affinity: Mapping[str, Any], kind: str) -> Any:
-    return (affinity.get(kind) or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or ()
-
-
-def topology_signature(pod: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What the topology tells pods apart by: namespace, labels and the constraints it enforces
-    (``pod`` as the topology reads it: ``strict_topology``'s view)."""
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    spreads = spec.get("topologySpreadConstraints")
-    affinity = spec.get("affinity") or {}
-    # repr is exact for JSON data and far cheaper than canonicalising; two equal pods whose
-    # dicts differ only in key order just get two profiles sharing the same groups.
-    signature: tuple[Any, ...] = (
-        meta.get("namespace") or "default",
-        repr(meta.get("labels") or {}),
-        repr(_required_terms(affinity, "podAffinity")),
-        repr(_required_terms(affinity, "podAntiAffinity")),
-    )
-    if spreads:
-        signature += (
-            repr(spreads),
-            repr(spec.get("nodeSelector")),
-            repr(affinity.get("nodeAffinity")),
-            repr(spec.get("tolerations")),
-        )
-    return signature
-
-
-def relax_spec(pod: PodSpec, *, tolerate_prefer_no_schedule: bool = True) -> PodSpec | None:
-    """``pod`` with one more preference given up (``preferences.relax``), or ``None`` if none
-    is left: a new spec sharing everything relaxation leaves alone (requests, ports, owners)."""
-    relaxed = relax(pod.raw, tolerate_prefer_no_schedule=tolerate_prefer_no_schedule)
-    if relaxed is None:
-        return None
+    A nil ``labelSelector`` selects no pod, unlike ``{}``; kube-scheduler treats a malformed
+    selector the same way, so both become "nothing" (a nil ``namespaceSelector`` means the
+    pod's own namespace, which the topology decides).
+    """
     try:
-        return replace(pod, raw=relaxed, **_constraints(relaxed))
-    except SPEC_ERRORS:
-        return parse_pod(relaxed)  # says what it cannot read
+        return compile_selector(raw, nil_matches=False, extra=extra)
+    except SelectorError:
+        return NOTHING
 
 
-def unreadable_pod(pod: Mapping[str, Any]) -> str | None:
+def _label_key_clauses(
+    term: Mapping[str, Any], labels: Mapping[str, str], *, mismatch: bool
+) -> list[Clause]:
+    """``matchLabelKeys`` (and ``mismatchLabelKeys``) copy the owner's own label values into
+    the selector."""
+    clauses: list[Clause] = [
+        (k, "In", frozenset((labels[k],))) for k in term.get("matchLabelKeys") or () if k in labels
+    ]
+    if mismatch:
+        clauses.extend(
+            (k, "NotIn", frozenset((labels[k],)))
+            for k in term.get("mismatchLabelKeys") or ()
+            if k in labels
+        )
+    return clauses
+
+
+def _affinity_term(term: Mapping[str, Any], labels: Mapping[str, str]) -> PodAffinityTerm | None:
+    key = term.get("topologyKey")
+    if not key:
+        return None
+    raw_namespaces = term.get("namespaceSelector")
+    return PodAffinityTerm(
+        topology_key=str(key),
+        selector=term_selector(
+            term.get("labelSelector"), _label_key_clauses(term, labels, mismatch=True)
+        ),
+        namespaces=tuple(str(n) for n in term.get("namespaces") or ()),
+        namespace_selector=None if raw_namespaces is None else term_selector(raw_namespaces),
+    )
+
+
+def _required_terms(
+    section: Mapping[str, Any], labels: Mapping[str, str]
+) -> tuple[PodAffinityTerm, ...]:
+    terms = (_affinity_term(term, labels) for term in section.get(_REQUIRED) or ())
+    return tuple(term for term in terms if term is not None)
+
+
+def _preferred_terms(
+    section: Mapping[str, Any], labels: Mapping[str, str]
+) -> tuple[WeightedTerm, ...]:
+    return tuple(
+        (int(term.get("weight") or 0), _affinity_term(term.get("podAffinityTerm") or {}, labels))
+        for term in section.get(_PREFERRED) or ()
+    )
+
+
+def _spread(constraint: Mapping[str, Any], labels: Mapping[str, str]) -> Spread:
+    min_domains = constraint.get("minDomains")
+    return Spread(
+        topology_key=str(constraint.get("topologyKey") or ""),
+        max_skew=int(constraint.get("maxSkew") or 1),
+        min_domains=None if min_domains is None else int(min_domains),
+        schedule_anyway=constraint.get("whenUnsatisfiable") == "ScheduleAnyway",
+        selector=term_selector(
+            constraint.get("labelSelector"), _label_key_clauses(constraint, labels, mismatch=False)
+        ),
+        honor_affinity=(constraint.get("nodeAffinityPolicy") or "Honor") == "Honor",
+        honor_taints=(constraint.get("nodeTaintsPolicy") or "Ignore") == "Honor",
+    )
+
+
+def unreadable_pod(pod: PodObject) -> str | None:
     """Why ``pod``'s scheduling constraints cannot be read, or ``None`` when they can.
 
     The API server refuses such specs, but a webhook-less test cluster, an aggregated API or a
@@ -297,6 +492,35 @@ def unreadable_pod(pod: Mapping[str, Any]) -> str | None:
     text instead of taking the whole provisioning round down with it.
     """
     return parse_pod(pod).problem
+
+
+_MISSING_CLAIM: Final = re.compile(r'persistentvolumeclaim "([^"]+)" not found')
+
+
+def missing_claim_reason(pod: PodObject) -> str | None:
+    """The FailedScheduling text when kube-scheduler said the pod's claim does not exist (its
+    ``PodScheduled`` message), naming the volume to fix; ``None`` otherwise."""
+    conditions = (pod.get("status") or {}).get("conditions") or ()
+    said = next(
+        (str(c.get("message") or "") for c in conditions if c.get("type") == "PodScheduled"), ""
+    )
+    found = _MISSING_CLAIM.search(said)
+    if found is None:
+        return None
+    claim = found.group(1)
+    volumes = (pod.get("spec") or {}).get("volumes") or ()
+    where = next(
+        (
+            f"spec.volumes[{index}].persistentVolumeClaim.claimName"
+            for index, volume in enumerate(volumes)
+            if ((volume or {}).get("persistentVolumeClaim") or {}).get("claimName") == claim
+        ),
+        "its volumes",
+    )
+    return (
+        f'persistentvolumeclaim "{claim}" not found (kube-scheduler): no new node can help '
+        f"until it exists; create the PersistentVolumeClaim or fix {where}"
+    )
 
 
 class PodSpecs:
@@ -341,5 +565,4 @@ class PodSpecs:
         if found.raw is pod:
             return found
         node_name = str((pod.get("spec") or {}).get("nodeName") or "")
-        strict = pod if found.strict is found.raw else strict_topology(pod)
-        return replace(found, raw=pod, strict=strict, node_name=node_name)
+        return replace(found, raw=pod, node_name=node_name)

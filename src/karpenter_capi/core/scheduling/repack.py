@@ -32,8 +32,9 @@ from karpenter_capi.core.scheduling.claims import (
     untolerated_pool_taint,
 )
 from karpenter_capi.core.scheduling.daemons import DaemonOverhead
-from karpenter_capi.core.scheduling.model import Pod, compatible_offerings, pod_key
+from karpenter_capi.core.scheduling.podspec import PodObject, pod_key
 from karpenter_capi.core.scheduling.preferences import strictly_untolerated
+from karpenter_capi.core.scheduling.solver_io import compatible_offerings
 from karpenter_capi.core.values.requirements import Requirement, Requirements
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ class _Existing:
     and the room it has without them."""
 
     node: SolverNode
-    pods: list[Pod]
+    pods: list[PodObject]
     room: Vector
 
 
@@ -65,7 +66,7 @@ class Repacker:
     def __init__(
         self,
         *,
-        class_of: Callable[[Pod], PodClass],
+        class_of: Callable[[PodObject], PodClass],
         compatible_types: Callable[[PoolState, Requirements, PodClass], list[TypeInfo]],
         daemons: DaemonOverhead,
         budget: float,
@@ -86,7 +87,7 @@ class Repacker:
     def repack(
         self,
         claims: list[ClaimState],
-        originals: Mapping[str, Pod],
+        originals: Mapping[str, PodObject],
         nodes: Sequence[SolverNode] = (),
     ) -> list[ClaimState]:
         """``claims``, each family that only unconstrained pods hold re-packed if cheaper.
@@ -115,7 +116,7 @@ class Repacker:
                 and compatible_offerings(t.instance_type, requirements)
                 and fits(daemon, t.allocatable)
             ]
-            own: dict[str, list[Pod]] = {}
+            own: dict[str, list[PodObject]] = {}
             for claim in family:
                 for pod in claim.pods:
                     own.setdefault(self._class_of(pod).signature, []).append(pod)
@@ -177,7 +178,7 @@ class Repacker:
         return self._claims
 
     def _families(
-        self, originals: Mapping[str, Pod]
+        self, originals: Mapping[str, PodObject]
     ) -> dict[tuple[int, Requirements, Vector], list[ClaimState]]:
         """The claims whose pods may move between them, by pool, requirements but the hostname,
         and DaemonSet overhead; a claim whose pool or pods rule a re-pack out is in none."""
@@ -191,7 +192,7 @@ class Repacker:
                 families.setdefault(key, []).append(claim)
         return families
 
-    def _movable(self, pod: Pod, originals: Mapping[str, Pod]) -> bool:
+    def _movable(self, pod: PodObject, originals: Mapping[str, PodObject]) -> bool:
         pod_class = self._class_of(pod)
         return (
             originals.get(pod_key(pod)) is pod
@@ -205,8 +206,8 @@ class Repacker:
         self,
         family: Sequence[ClaimState],
         requirements: Requirements,
-        groups: Mapping[str, Sequence[Pod]],
-        originals: Mapping[str, Pod],
+        groups: Mapping[str, Sequence[PodObject]],
+        originals: Mapping[str, PodObject],
     ) -> list[_Existing]:
         """The existing nodes the family's pods may go to with room for one, at most
         ``MAX_NODES``, those with pods greedy put there that a claim of the family could hold
@@ -237,7 +238,7 @@ class Repacker:
         self,
         family: Sequence[ClaimState],
         requirements: Requirements,
-        groups: Mapping[str, Sequence[Pod]],
+        groups: Mapping[str, Sequence[PodObject]],
         pod_class: PodClass,
     ) -> bool:
         """Whether a claim of the family could hold pods of ``pod_class``: it has some, or
@@ -258,7 +259,7 @@ class Repacker:
         claims: Sequence[ClaimState],
         requirements: Requirements,
         types: Sequence[TypeInfo],
-        groups: Mapping[str, Sequence[Pod]],
+        groups: Mapping[str, Sequence[PodObject]],
         existing: Sequence[_Existing] = (),
     ) -> packing_model.PackingProblem:
         daemon = claims[0].daemon
@@ -327,7 +328,7 @@ class Repacker:
         self,
         claims: Sequence[ClaimState],
         types: Sequence[TypeInfo],
-        groups: Mapping[str, Sequence[Pod]],
+        groups: Mapping[str, Sequence[PodObject]],
         outcome: packing_model.PackingOutcome,
         problem: packing_model.PackingProblem,
         *,
@@ -349,7 +350,7 @@ class Repacker:
         waiting = [list(groups[signature]) for signature in groups]
         hostnames = [claim.hostname for claim in claims]
         built: list[ClaimState] = []
-        on_nodes: dict[int, list[Pod]] = {}
+        on_nodes: dict[int, list[PodObject]] = {}
         for plan_bin in sorted(outcome.bins, key=lambda b: -problem.types[b.type].price):
             pods = [waiting[g].pop() for g, n in enumerate(plan_bin.counts) for _ in range(n)]
             if problem.types[plan_bin.type].available is not None:  # an existing node
@@ -431,10 +432,10 @@ class Repacker:
 
 
 def _with_pods(
-    groups: Mapping[str, Sequence[Pod]],
+    groups: Mapping[str, Sequence[PodObject]],
     existing: Sequence[_Existing],
-    class_of: Callable[[Pod], PodClass],
-) -> dict[str, list[Pod]]:
+    class_of: Callable[[PodObject], PodClass],
+) -> dict[str, list[PodObject]]:
     """``groups`` and the pods greedy put on ``existing`` nodes, by class (theirs first)."""
     result = {signature: list(pods) for signature, pods in groups.items()}
     for entry in existing:
@@ -504,7 +505,7 @@ def _without_hostname(requirements: Requirements) -> Requirements:
     return Requirements(r for key, r in requirements.items() if key != wellknown.LABEL_HOSTNAME)
 
 
-def _queue_order(pod: Pod) -> tuple[int, str, str]:
+def _queue_order(pod: PodObject) -> tuple[int, str, str]:
     """kube-scheduler's active queue: priority descending, then creation time."""
     spec = pod.get("spec") or {}
     meta = pod.get("metadata") or {}

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock, SystemClock
@@ -58,15 +58,7 @@ from karpenter_capi.core.scheduling.claims import (
     type_tolerated,
     untolerated_pool_taint,
 )
-from karpenter_capi.core.scheduling.daemons import DaemonOverhead
-from karpenter_capi.core.scheduling.model import (
-    ExistingNode,
-    NodePoolOption,
-    Pod,
-    SolveResult,
-    compatible_offerings,
-    pod_key,
-)
+from karpenter_capi.core.scheduling.daemons import DaemonOverhead, DaemonSetObject
 from karpenter_capi.core.scheduling.nofit import (
     named_node_reason,
     no_type_reason,
@@ -74,13 +66,20 @@ from karpenter_capi.core.scheduling.nofit import (
 )
 from karpenter_capi.core.scheduling.podspec import (
     SPEC_ERRORS,
+    PodObject,
     PodSpec,
     PodSpecs,
     parse_pod,
-    relax_spec,
+    pod_key,
 )
-from karpenter_capi.core.scheduling.preferences import strictly_untolerated
+from karpenter_capi.core.scheduling.preferences import relax, strictly_untolerated
 from karpenter_capi.core.scheduling.repack import Repacker
+from karpenter_capi.core.scheduling.solver_io import (
+    ExistingNode,
+    NodePoolOption,
+    SolveResult,
+    compatible_offerings,
+)
 from karpenter_capi.core.scheduling.topology import Topology
 from karpenter_capi.core.values.refusal import Refusal
 from karpenter_capi.core.values.requirements import Requirement, Requirements
@@ -121,7 +120,7 @@ class Solver:
         nodepools: Sequence[NodePoolOption],
         *,
         existing_nodes: Sequence[ExistingNode] = (),
-        daemonsets: Sequence[Mapping[str, Any]] = (),
+        daemonsets: Sequence[DaemonSetObject] = (),
         namespaces: Mapping[str, Mapping[str, str]] | None = None,
         max_instance_types: int = DEFAULT_MAX_INSTANCE_TYPES,
         clock: Clock | None = None,
@@ -148,7 +147,7 @@ class Solver:
         self._classes: dict[str, PodClass] = {}
         self._claims: list[ClaimState] = []
         self._claims_by_host: dict[str, ClaimState] = {}
-        self._topology_rejections: dict[str, set[int]] = {}
+        self._topology_rejections: dict[tuple[object, ...], set[int]] = {}
         self._nodes: list[SolverNode] = []
         self._pools: list[PoolState] = []
         self._topology: Topology | None = None
@@ -172,7 +171,7 @@ class Solver:
         self._spec_by_id[id(spec.raw)] = spec
         return spec
 
-    def _class_of(self, pod: Pod) -> PodClass:
+    def _class_of(self, pod: PodObject) -> PodClass:
         """The class of ``pod`` given as JSON (what the re-packing stage holds)."""
         spec = self._spec_by_id.get(id(pod))
         return self._class_for(spec if spec and spec.raw is pod else parse_pod(pod))
@@ -189,7 +188,7 @@ class Solver:
 
     # -- solving ----------------------------------------------------------------------------
 
-    def solve(self, pods: Sequence[Pod]) -> SolveResult:
+    def solve(self, pods: Sequence[PodObject]) -> SolveResult:
         """Place ``pods``; see the module docstring for the order things are tried in."""
         deadline = self._clock.monotonic() + self._timeout
         errors: dict[str, str] = {}
@@ -199,7 +198,9 @@ class Solver:
         self._resources = resource_names(self._options, readable, self._existing)
         self._pools = build_pools(self._options, self._resources)
         self._nodes = build_nodes(self._existing, self._resources, self._daemons, self._specs)
-        self._topology = build_topology(self._pools, self._existing, readable, self._namespaces)
+        self._topology = build_topology(
+            self._pools, self._existing, readable, self._namespaces, self._specs
+        )
         result = SolveResult()
         # Pods a node or claim was launched or counted for go first, biggest first: taken in
         # size order with the rest, others could fill the room kept for them.
@@ -228,7 +229,7 @@ class Solver:
                 stalled = 0
                 continue
             errors[key] = why.reason
-            relaxed = relax_spec(spec)
+            relaxed = relax(spec)
             if relaxed is not None:
                 queue.append(self._remember(relaxed))
                 continue
@@ -366,7 +367,7 @@ class Solver:
         return None
 
     def _place_on_node(
-        self, node: SolverNode, pod_class: PodClass, pod: Pod, spec: PodSpec
+        self, node: SolverNode, pod_class: PodClass, pod: PodObject, spec: PodSpec
     ) -> None:
         """Commit ``pod`` to an existing node :meth:`_node_refusal` found no reason against."""
         assert self._topology is not None
@@ -456,7 +457,7 @@ class Solver:
             return _MIN_VALUES
         return Fit(claim, narrowed, types, first, pods_total, daemon)
 
-    def _commit(self, fit: Fit, pod_class: PodClass, pod: Pod, spec: PodSpec) -> None:
+    def _commit(self, fit: Fit, pod_class: PodClass, pod: PodObject, spec: PodSpec) -> None:
         assert self._topology is not None
         claim = fit.claim
         claim.requirements = fit.requirements
@@ -493,7 +494,7 @@ class Solver:
         return cached
 
     def _place_on_new_claim(
-        self, pool: PoolState, pod_class: PodClass, pod: Pod, spec: PodSpec
+        self, pool: PoolState, pod_class: PodClass, pod: PodObject, spec: PodSpec
     ) -> Refusal | None:
         """Open a new claim in ``pool`` holding ``pod``, or say why the pool cannot."""
         assert pod_class.requirements is not None

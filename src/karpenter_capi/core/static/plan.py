@@ -36,8 +36,9 @@ from karpenter_capi.core.disruption.candidates import (
 from karpenter_capi.core.lifecycle.launch import launchable_instance_types
 from karpenter_capi.core.provisioning.state import has_disrupted_taint, is_reschedulable
 from karpenter_capi.core.scheduling.daemons import DaemonOverhead
-from karpenter_capi.core.scheduling.model import NodePoolOption, Pod, ProposedNodeClaim
+from karpenter_capi.core.scheduling.podspec import PodObject
 from karpenter_capi.core.scheduling.solver import DEFAULT_MAX_INSTANCE_TYPES
+from karpenter_capi.core.scheduling.solver_io import NodePoolOption, ProposedNodeClaim
 from karpenter_capi.core.values.requirements import Requirement
 from karpenter_capi.core.values.resources import ResourceList
 
@@ -199,7 +200,7 @@ def plan_replicas(
 # -- scale-down order ---------------------------------------------------------------------
 
 
-def _active_pods(pods: Iterable[Pod]) -> list[Pod]:
+def _active_pods(pods: Iterable[PodObject]) -> list[PodObject]:
     return [
         p
         for p in pods
@@ -231,7 +232,7 @@ def scale_down_choice(
     *,
     nodeclaims: Iterable[Mapping[str, Any]],
     nodes: Iterable[Mapping[str, Any]],
-    pods_by_node: Mapping[str, Sequence[Pod]],
+    pods_by_node: Mapping[str, Sequence[PodObject]],
     now: datetime,
 ) -> list[ScaleDownChoice]:
     """The ``count`` active NodeClaims of ``nodepool`` to delete, in upstream's order.

@@ -26,7 +26,7 @@ from typing import Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.views import PodView
-from karpenter_capi.core.values.taints import Taint, tolerates
+from karpenter_capi.core.values.taints import Taint, parse_tolerations, tolerates
 
 CRITICAL_PRIORITY_CLASSES: Final = frozenset({"system-cluster-critical", "system-node-critical"})
 MIRROR_POD_ANNOTATION: Final = "kubernetes.io/config.mirror"
@@ -86,7 +86,7 @@ def has_do_not_disrupt(pod: PodView) -> bool:
 
 
 def tolerates_disrupted_taint(pod: PodView) -> bool:
-    tolerations = [t.model_dump(by_alias=True) for t in pod.spec.tolerations]
+    tolerations = parse_tolerations(t.model_dump(by_alias=True) for t in pod.spec.tolerations)
     return tolerates(tolerations, DISRUPTED_TAINT)
 
 

@@ -63,23 +63,62 @@ class Taint:
         )
 
 
-def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Taint) -> bool:
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """A pod's toleration (``v1.Toleration``), read once from its spec.
+
+    ``operator`` is kept as written (``""`` means ``Equal``); ``tolerationSeconds`` is left
+    out: it only says how long a ``NoExecute`` taint may wait, which scheduling never reads.
+    """
+
+    key: str = ""
+    operator: str = ""
+    value: str = ""
+    effect: str = ""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Toleration:
+        return cls(
+            str(data.get("key") or ""),
+            str(data.get("operator") or ""),
+            str(data.get("value") or ""),
+            str(data.get("effect") or ""),
+        )
+
+    def to_dict(self) -> dict[str, str]:
+        """The toleration as the API writes it (empty fields left out)."""
+        fields = (
+            ("key", self.key),
+            ("operator", self.operator),
+            ("value", self.value),
+            ("effect", self.effect),
+        )
+        return {name: value for name, value in fields if value}
+
+    def tolerates(self, taint: Taint) -> bool:
+        """``v1.Toleration.ToleratesTaint``: an empty effect matches every effect, ``Exists``
+        with an empty key every taint, ``Equal`` (or no operator) compares key and value, and
+        any other operator (which the API server refuses) tolerates nothing."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        if self.operator in ("Equal", ""):
+            return self.key == taint.key and self.value == taint.value
+        return False
+
+
+def parse_tolerations(raw: Iterable[Mapping[str, Any]]) -> tuple[Toleration, ...]:
+    """``spec.tolerations`` as values."""
+    return tuple(Toleration.from_dict(item) for item in raw)
+
+
+def tolerates(tolerations: Iterable[Toleration], taint: Taint) -> bool:
     """Whether any of ``tolerations`` tolerates ``taint``."""
-    for toleration in tolerations:
-        effect = toleration.get("effect") or ""
-        if effect and effect != taint.effect:
-            continue
-        operator = toleration.get("operator") or "Equal"
-        key = toleration.get("key") or ""
-        if operator == "Exists":
-            if not key or key == taint.key:
-                return True
-        elif key == taint.key and (toleration.get("value") or "") == taint.value:
-            return True
-    return False
+    return any(toleration.tolerates(taint) for toleration in tolerations)
 
 
-def untolerated(tolerations: Sequence[Mapping[str, Any]], taints: Iterable[Taint]) -> Taint | None:
+def untolerated(tolerations: Sequence[Toleration], taints: Iterable[Taint]) -> Taint | None:
     """The first scheduling-blocking taint the tolerations do not tolerate, or ``None``."""
     for taint in taints:
         if taint.effect != "PreferNoSchedule" and not tolerates(tolerations, taint):

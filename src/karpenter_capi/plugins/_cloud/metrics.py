@@ -17,7 +17,7 @@ from typing import Final
 
 from prometheus_client import Gauge
 
-from karpenter_capi.plugin_api.model import Metrics
+from karpenter_capi.plugin_api.karpenter import Metrics
 
 PRICING_AGE_METRIC: Final = "karpenter_capi_pricing_age_seconds"
 CONTROLLER: Final = "inventory"

@@ -30,6 +30,7 @@ from types import MappingProxyType
 from typing import Any, Final, Protocol
 
 from karpenter_capi.plugin_api import Clock, KubeClient
+from karpenter_capi.plugin_api.karpenter import format_timestamp, parse_timestamp
 from karpenter_capi.plugin_api.kube import (
     CONFIGMAPS,
     WARNING,
@@ -39,7 +40,6 @@ from karpenter_capi.plugin_api.kube import (
     EventRecorder,
     NotFound,
 )
-from karpenter_capi.plugin_api.model import format_timestamp, parse_timestamp
 from karpenter_capi.plugins._cloud.metrics import CloudMetrics
 
 log = logging.getLogger(__name__)

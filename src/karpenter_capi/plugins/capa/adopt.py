@@ -33,8 +33,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from karpenter_capi.plugin_api import Resource
+from karpenter_capi.plugin_api.karpenter import wellknown
 from karpenter_capi.plugin_api.kube import CAPI_INFRASTRUCTURE_GROUP, CapiResources, JsonObject
-from karpenter_capi.plugin_api.model import wellknown
 from karpenter_capi.plugins.capa import bootstrap_secret
 from karpenter_capi.plugins.capa.fleet import LaunchedInstance
 from karpenter_capi.plugins.capa.fleet_target import BOOTSTRAP_GROUP, FleetTarget

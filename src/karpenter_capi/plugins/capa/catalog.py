@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from karpenter_capi.plugin_api import ResourceList
-from karpenter_capi.plugin_api.model import wellknown
+from karpenter_capi.plugin_api.karpenter import wellknown
 from karpenter_capi.plugins._cloud.metrics import CloudMetrics, timed
 
 NVIDIA_GPU: Final = "nvidia.com/gpu"

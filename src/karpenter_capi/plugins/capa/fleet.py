@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from karpenter_capi.plugin_api import InstanceType
-from karpenter_capi.plugin_api.model import wellknown
+from karpenter_capi.plugin_api.karpenter import wellknown
 from karpenter_capi.plugins._cloud.unavailable import UnavailableOfferings
 
 MAX_OVERRIDES: Final = 60

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from karpenter_capi.plugin_api import InstanceType, Offering
-from karpenter_capi.plugin_api.model import wellknown
+from karpenter_capi.plugin_api.karpenter import wellknown
 from karpenter_capi.plugins._cloud.metrics import CloudMetrics, timed
 from karpenter_capi.plugins._cloud.pricebook import PriceSnapshot
 from karpenter_capi.plugins._cloud.unavailable import UnavailableOfferings

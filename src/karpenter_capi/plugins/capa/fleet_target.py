@@ -26,8 +26,13 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from karpenter_capi.plugin_api import KubeClient, NodeClassNotReadyError
+from karpenter_capi.plugin_api.karpenter import (
+    ClusterAPINodeClass,
+    LaunchMode,
+    LaunchSpec,
+    NodeClass,
+)
 from karpenter_capi.plugin_api.kube import CAPI_GROUP, CAPI_INFRASTRUCTURE_GROUP
-from karpenter_capi.plugin_api.model import ClusterAPINodeClass, LaunchMode, LaunchSpec, NodeClass
 from karpenter_capi.plugins.capa.region import (
     CONTROL_PLANE_GROUP,
     RegionError,

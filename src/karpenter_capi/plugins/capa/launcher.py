@@ -48,6 +48,7 @@ from karpenter_capi.plugin_api import (
     NodeClassNotReadyError,
     RetryableCreateError,
 )
+from karpenter_capi.plugin_api.karpenter import NodeClass, wellknown
 from karpenter_capi.plugin_api.kube import (
     CAPI_INFRASTRUCTURE_GROUP,
     CLUSTER_API_NODE_CLASSES,
@@ -59,7 +60,6 @@ from karpenter_capi.plugin_api.kube import (
     NotFound,
     capi_resources,
 )
-from karpenter_capi.plugin_api.model import NodeClass, wellknown
 from karpenter_capi.plugins._cloud.unavailable import ExpiringMarks, UnavailableOfferings
 from karpenter_capi.plugins.capa import adopt, bootstrap_secret, fleet, launch_template
 from karpenter_capi.plugins.capa.clients import AwsClients

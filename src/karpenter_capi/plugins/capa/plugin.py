@@ -57,8 +57,8 @@ from karpenter_capi.plugin_api import (
     PluginContext,
     hookimpl,
 )
+from karpenter_capi.plugin_api.karpenter import NodeClass, wellknown
 from karpenter_capi.plugin_api.kube import CAPI_INFRASTRUCTURE_GROUP
-from karpenter_capi.plugin_api.model import NodeClass, wellknown
 from karpenter_capi.plugins._cloud.catalog import CatalogCache, CatalogError
 from karpenter_capi.plugins._cloud.metrics import CloudMetrics
 from karpenter_capi.plugins._cloud.pricebook import (

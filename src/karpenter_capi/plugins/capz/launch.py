@@ -56,6 +56,12 @@ from karpenter_capi.plugin_api import (
     NodeClassNotReadyError,
     PluginContext,
 )
+from karpenter_capi.plugin_api.karpenter import (
+    NodeClass,
+    format_timestamp,
+    parse_timestamp,
+    wellknown,
+)
 from karpenter_capi.plugin_api.kube import (
     ApiError,
     Conflict,
@@ -64,7 +70,6 @@ from karpenter_capi.plugin_api.kube import (
     Preconditions,
     capi_resources,
 )
-from karpenter_capi.plugin_api.model import NodeClass, format_timestamp, parse_timestamp, wellknown
 from karpenter_capi.plugins._cloud.unavailable import UnavailableOfferings as OfferingMarks
 from karpenter_capi.plugins.capz import versions
 from karpenter_capi.plugins.capz.offerings import PoolInventory, build_inventory, load_templates

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from karpenter_capi.plugin_api import InstanceType, KubeClient, NodeClassNotReadyError, Offering
+from karpenter_capi.plugin_api.karpenter import wellknown
 from karpenter_capi.plugin_api.kube import (
     CAPI_GROUP,
     CAPI_INFRASTRUCTURE_GROUP,
     ApiError,
     CapiResources,
 )
-from karpenter_capi.plugin_api.model import wellknown
 from karpenter_capi.plugins._cloud.catalog import CatalogError
 from karpenter_capi.plugins._cloud.pricebook import PriceSnapshot
 from karpenter_capi.plugins.capz.cluster import AzureClusterError, read_served

@@ -38,8 +38,8 @@ from karpenter_capi.plugin_api import (
     RetryableCreateError,
     hookimpl,
 )
+from karpenter_capi.plugin_api.karpenter import NodeClass
 from karpenter_capi.plugin_api.kube import ApiError
-from karpenter_capi.plugin_api.model import NodeClass
 from karpenter_capi.plugins._cloud.metrics import CloudMetrics
 from karpenter_capi.plugins.capz.launch import PoolLaunch, is_pool_claim, launch_spec
 from karpenter_capi.plugins.capz.provider import (

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from karpenter_capi.plugin_api import KubeClient, Resource, ResourceList
+from karpenter_capi.plugin_api.karpenter import wellknown
 from karpenter_capi.plugin_api.kube import (
     CAPI_INFRASTRUCTURE_GROUP,
     AlreadyExists,
@@ -54,7 +55,6 @@ from karpenter_capi.plugin_api.kube import (
     JsonObject,
     NotFound,
 )
-from karpenter_capi.plugin_api.model import wellknown
 
 LAUNCH_MODE: Final = "CAPZMachinePool"
 LABEL_LAUNCH: Final = "karpenter.cluster.x-k8s.io/launch"

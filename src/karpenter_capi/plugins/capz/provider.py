@@ -38,7 +38,7 @@ from karpenter_capi.plugin_api import (
     NodeClassNotReadyError,
     ResourceList,
 )
-from karpenter_capi.plugin_api.model import wellknown
+from karpenter_capi.plugin_api.karpenter import wellknown
 from karpenter_capi.plugins._cloud.catalog import CatalogCache, CatalogError
 from karpenter_capi.plugins._cloud.metrics import CloudMetrics, timed
 from karpenter_capi.plugins._cloud.pricebook import (

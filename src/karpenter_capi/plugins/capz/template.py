@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from karpenter_capi.plugin_api import parse_quantity
+from karpenter_capi.plugin_api.karpenter import QuantityError
 from karpenter_capi.plugin_api.kube import CAPI_INFRASTRUCTURE_GROUP
-from karpenter_capi.plugin_api.model import QuantityError
 
 AZURE_MACHINE_TEMPLATE: Final = "AzureMachineTemplate"
 AZURE_MACHINE_POOL: Final = "AzureMachinePool"

@@ -33,8 +33,8 @@ from functools import cached_property
 from typing import Any, Final
 
 from karpenter_capi.plugin_api import NodeClaim
+from karpenter_capi.plugin_api.karpenter import parse_timestamp, wellknown
 from karpenter_capi.plugin_api.kube import JsonObject
-from karpenter_capi.plugin_api.model import parse_timestamp, wellknown
 
 LABEL_MEMBER: Final = wellknown.LABEL_KARPENTER_MEMBER
 ANNOTATION_NODECLAIM: Final = "karpenter.cluster.x-k8s.io/nodeclaim"

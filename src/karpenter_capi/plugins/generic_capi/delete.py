@@ -43,6 +43,7 @@ from karpenter_capi.plugin_api import (
     PluginContext,
     ProviderError,
 )
+from karpenter_capi.plugin_api.karpenter import format_timestamp
 from karpenter_capi.plugin_api.kube import (
     WARNING,
     ApiError,
@@ -52,7 +53,6 @@ from karpenter_capi.plugin_api.kube import (
     NotFound,
     Preconditions,
 )
-from karpenter_capi.plugin_api.model import format_timestamp
 from karpenter_capi.plugins.generic_capi.binding import (
     ANNOTATION_DELETE_MACHINE,
     ANNOTATION_ORPHANED_INSTANCE,

@@ -40,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from karpenter_capi.plugin_api import KubeClient, NodeClaim, PluginContext, Resource
+from karpenter_capi.plugin_api.karpenter import NodeClass
 from karpenter_capi.plugin_api.kube import (
     SET_NAME_LABEL,
     ApiError,
@@ -47,7 +48,6 @@ from karpenter_capi.plugin_api.kube import (
     JsonObject,
     NotFound,
 )
-from karpenter_capi.plugin_api.model import NodeClass
 from karpenter_capi.plugins.generic_capi.binding import (
     MachineFacts,
     claim_facts,

@@ -53,8 +53,8 @@ from karpenter_capi.plugin_api import (
     PluginContext,
     Resource,
 )
+from karpenter_capi.plugin_api.karpenter import ClusterAPINodeClass, NodeClass
 from karpenter_capi.plugin_api.kube import CapiResources, SelectorError
-from karpenter_capi.plugin_api.model import ClusterAPINodeClass, NodeClass
 from karpenter_capi.plugins.generic_capi.learned import NodeOverheads
 from karpenter_capi.plugins.generic_capi.mirror import WatchedLists
 from karpenter_capi.plugins.generic_capi.offering import (

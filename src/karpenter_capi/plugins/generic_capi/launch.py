@@ -78,8 +78,8 @@ from karpenter_capi.plugin_api import (
     PluginContext,
     RetryableCreateError,
 )
+from karpenter_capi.plugin_api.karpenter import NodeClass, format_timestamp, wellknown
 from karpenter_capi.plugin_api.kube import ApiError, CapiResources, Conflict, NotFound
-from karpenter_capi.plugin_api.model import NodeClass, format_timestamp, wellknown
 from karpenter_capi.plugins.generic_capi.binding import (
     ANNOTATION_MACHINE,
     ANNOTATION_REQUESTED_AT,

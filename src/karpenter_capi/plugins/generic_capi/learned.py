@@ -35,8 +35,8 @@ from datetime import datetime
 from typing import Any, Final
 
 from karpenter_capi.plugin_api import Clock, KubeClient, PluginContext, Resource, ResourceList
+from karpenter_capi.plugin_api.karpenter import ResourceListError, parse_timestamp
 from karpenter_capi.plugin_api.kube import NODES, ApiError, CapiResources, NotFound
-from karpenter_capi.plugin_api.model import ResourceListError, parse_timestamp
 from karpenter_capi.plugins.generic_capi.overhead import LearnedOverhead
 from karpenter_capi.plugins.generic_capi.scaling import ResourceRef
 from karpenter_capi.plugins.generic_capi.selection import MACHINE_POOL

@@ -39,6 +39,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from karpenter_capi.plugin_api import PluginContext, ProviderError
+from karpenter_capi.plugin_api.karpenter import NodeClass, format_timestamp
 from karpenter_capi.plugin_api.kube import (
     CLUSTER_API_NODE_CLASSES,
     NORMAL,
@@ -49,7 +50,6 @@ from karpenter_capi.plugin_api.kube import (
     NotFound,
     unreachable,
 )
-from karpenter_capi.plugin_api.model import NodeClass, format_timestamp
 from karpenter_capi.plugins.generic_capi.inventory import (
     REASON_OFFERING_NOT_AVAILABLE,
     REASON_PRICE_ESTIMATED,

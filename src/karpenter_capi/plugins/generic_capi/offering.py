@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from karpenter_capi.plugin_api import MachineTemplateDescription, Resource
-from karpenter_capi.plugin_api.model import wellknown
+from karpenter_capi.plugin_api.karpenter import wellknown
 from karpenter_capi.plugins.generic_capi.kubelet import KubeletSettings
 from karpenter_capi.plugins.generic_capi.overhead import (
     LearnedOverhead,

@@ -34,7 +34,7 @@ from types import MappingProxyType
 from typing import Final
 
 from karpenter_capi.plugin_api import InstanceTypeOverhead, ResourceList, parse_quantity
-from karpenter_capi.plugin_api.model import QuantityError
+from karpenter_capi.plugin_api.karpenter import QuantityError
 
 Reservation = Mapping[str, int | Fraction]
 """Resource name -> an absolute amount in milli-units (int) or a share of capacity (Fraction)."""

@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from karpenter_capi.plugin_api import InstanceType, LaunchResult, Offering
-from karpenter_capi.plugin_api.model import DurationError, parse_duration
+from karpenter_capi.plugin_api.karpenter import DurationError, parse_duration
 from karpenter_capi.plugins.generic_capi.binding import ClaimFacts, MachineFacts, match
 from karpenter_capi.plugins.generic_capi.inventory import Inventory, UnavailableOfferings
 from karpenter_capi.plugins.generic_capi.scaling import ResourceRef, ResourceState

@@ -46,6 +46,7 @@ from karpenter_capi.plugin_api import (
     RetryableCreateError,
     hookimpl,
 )
+from karpenter_capi.plugin_api.karpenter import NodeClass
 from karpenter_capi.plugin_api.kube import (
     CAPI_NODECLASS_GROUP,
     ApiError,
@@ -53,7 +54,6 @@ from karpenter_capi.plugin_api.kube import (
     NotFound,
     capi_resources,
 )
-from karpenter_capi.plugin_api.model import NodeClass
 from karpenter_capi.plugins.generic_capi.binding import machine_facts
 from karpenter_capi.plugins.generic_capi.delete import DeleteFailedError, Deleter
 from karpenter_capi.plugins.generic_capi.disruption import blocked_by_min_size

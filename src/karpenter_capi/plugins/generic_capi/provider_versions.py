@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from karpenter_capi.plugin_api import PluginContext, Resource
+from karpenter_capi.plugin_api.karpenter import format_timestamp
 from karpenter_capi.plugin_api.kube import (
     CLUSTER_API_NODE_CLASSES,
     WARNING,
@@ -35,7 +36,6 @@ from karpenter_capi.plugin_api.kube import (
     EventRecorder,
     NotFound,
 )
-from karpenter_capi.plugin_api.model import format_timestamp
 
 log = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from karpenter_capi.plugin_api import KubeClient, Resource
+from karpenter_capi.plugin_api.karpenter import wellknown
 from karpenter_capi.plugin_api.kube import (
     DEPLOYMENT_NAME_LABEL,
     POOL_NAME_LABEL,
@@ -32,7 +33,6 @@ from karpenter_capi.plugin_api.kube import (
     JsonObject,
     NotFound,
 )
-from karpenter_capi.plugin_api.model import wellknown
 from karpenter_capi.plugins.generic_capi.binding import MachineFacts, machine_facts
 from karpenter_capi.plugins.generic_capi.selection import (
     MACHINE_DEPLOYMENT,

@@ -34,6 +34,11 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from karpenter_capi.plugin_api import KubeClient, Resource
+from karpenter_capi.plugin_api.karpenter import (
+    label_value_problems,
+    qualified_name_problems,
+    wellknown,
+)
 from karpenter_capi.plugin_api.kube import (
     ApiError,
     CapiResources,
@@ -41,7 +46,6 @@ from karpenter_capi.plugin_api.kube import (
     SelectorError,
     selector_to_string,
 )
-from karpenter_capi.plugin_api.model import label_value_problems, qualified_name_problems, wellknown
 
 log = logging.getLogger(__name__)
 

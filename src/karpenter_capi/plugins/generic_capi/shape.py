@@ -50,7 +50,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from karpenter_capi.plugin_api import MachineTemplateDescription, ResourceList, parse_quantity
-from karpenter_capi.plugin_api.model import (
+from karpenter_capi.plugin_api.karpenter import (
     QuantityError,
     Taint,
     TaintError,

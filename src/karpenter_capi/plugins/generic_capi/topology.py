@@ -26,7 +26,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Final
 
-from karpenter_capi.plugin_api.model import wellknown
+from karpenter_capi.plugin_api.karpenter import wellknown
 from karpenter_capi.plugins.generic_capi.selection import (
     MACHINE_DEPLOYMENT,
     MACHINE_POOL,

@@ -30,18 +30,18 @@ What is enforced, and how:
 Every key the pod's own constraints use comes back pinned to one domain (the least loaded by its
 spreads, then by name), because a placement counts only where its domain is known.
 
-Not enforced here, on purpose: ``ScheduleAnyway`` spreads and ``preferredDuringScheduling`` pod
-(anti-)affinity are ignored. They are preferences, which the solver owns and relaxes; use
-:func:`schedule_anyway_constraints` to find the soft spreads. To try a preference as though it were
-required, pass a *copy* of the pod with it promoted (``whenUnsatisfiable: DoNotSchedule``, or the
-term moved to ``required...``): groups are derived from the pod object each call receives, and a
-group first seen mid-solve is counted from the existing pods and every placement recorded so far.
+Preferences are enforced as requirements until the solver gives them up: ``ScheduleAnyway``
+spreads count like ``DoNotSchedule`` ones and preferred pod (anti-)affinity terms like required
+ones (``PodSpec.strict_affinity``), as Karpenter's topology counts them. The solver owns
+relaxation (``preferences.relax``), which hands over a new ``PodSpec`` without the preference;
+:func:`schedule_anyway_constraints` lists the soft spreads. A group first seen mid-solve (a
+relaxed pod's) is counted from the existing pods and every placement recorded so far.
 
-A pod is given as a parsed ``PodSpec`` (``core.scheduling.podspec``), whose ``topology_key`` (its
-namespace, labels and constraints) was computed once when it was parsed, or as JSON, read on each
-call. Identical constraints shared by many pods (the replicas of a Deployment) are one group with
-one set of counts, and a pod's view of the groups is cached by that key, so the per-pod cost is a
-few dictionary look-ups.
+A pod is given as a parsed ``PodSpec`` (``core.scheduling.podspec``), whose typed terms and
+``topology_signature`` string (its namespace, labels and constraints) were made once when it was
+parsed; existing pods too. Identical constraints shared by many pods (the replicas of a
+Deployment) are one group with one set of counts, and a pod's view of the groups is cached by
+that key, so the per-pod cost is a few dictionary look-ups.
 
 The package is split as upstream splits its scheduler's topology: ``_domains`` (which domain a
 node is in), ``_filter`` (which nodes a spread counts), ``_group`` (the counts per domain, and a

@@ -1,20 +1,21 @@
 """Which nodes a spread counts, as its ``nodeAffinityPolicy`` and ``nodeTaintsPolicy`` say.
 
 Kept apart from the groups because the rules are Kubernetes' own and easy to get subtly wrong:
-this is the one place that reads those two fields.
+this is the one place that applies those two fields.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
+from karpenter_capi.core.scheduling.pod_terms import Spread
+from karpenter_capi.core.scheduling.podspec import PodSpec, spread_node_terms
 from karpenter_capi.core.scheduling.topology._domains import TaintSets
 from karpenter_capi.core.values.requirements import Requirements
-from karpenter_capi.core.values.taints import Taint, untolerated
+from karpenter_capi.core.values.taints import Taint, Toleration, untolerated
 
 
-def tolerates_any(tolerations: Sequence[Mapping[str, Any]], taint_sets: TaintSets) -> bool:
+def tolerates_any(tolerations: Sequence[Toleration], taint_sets: TaintSets) -> bool:
     # No taint information means an untainted node shape, which every pod tolerates.
     if not taint_sets:
         return True
@@ -39,7 +40,7 @@ class NodeFilter:
         honor_affinity: bool,
         terms: tuple[Requirements, ...],
         honor_taints: bool,
-        tolerations: tuple[Mapping[str, Any], ...],
+        tolerations: tuple[Toleration, ...],
     ) -> None:
         self.honor_affinity = honor_affinity
         self.terms = terms
@@ -52,7 +53,7 @@ class NodeFilter:
             honor_affinity,
             None if self.affinity_trivial else frozenset(terms),
             honor_taints,
-            tuple(sorted(repr(sorted(t.items())) for t in tolerations)) if honor_taints else None,
+            frozenset(tolerations) if honor_taints else None,
         )
 
     def matches_node(self, labels: Mapping[str, str], taints: Sequence[Taint]) -> bool:
@@ -68,19 +69,9 @@ class NodeFilter:
         return not self.honor_taints or untolerated(self.tolerations, taints) is None
 
 
-def spread_filter(spec: Mapping[str, Any], constraint: Mapping[str, Any]) -> NodeFilter:
-    honor_affinity = (constraint.get("nodeAffinityPolicy") or "Honor") == "Honor"
-    honor_taints = (constraint.get("nodeTaintsPolicy") or "Ignore") == "Honor"
-    terms: tuple[Requirements, ...] = ()
-    if honor_affinity:
-        selector = Requirements.from_labels(spec.get("nodeSelector") or {})
-        node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
-        required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-        # matchFields pins node names, which only existing nodes have; dropping it counts a
-        # little more than kube-scheduler would, never less.
-        terms = tuple(
-            selector.merged(Requirements.from_dicts(term.get("matchExpressions") or ()))
-            for term in required.get("nodeSelectorTerms") or ()
-        ) or (selector,)
-    tolerations = tuple(spec.get("tolerations") or ()) if honor_taints else ()
-    return NodeFilter(honor_affinity, terms, honor_taints, tolerations)
+def spread_filter(pod: PodSpec, spread: Spread) -> NodeFilter:
+    """The nodes ``spread`` counts for ``pod``: those its node affinity and (with
+    ``nodeTaintsPolicy: Honor``) its tolerations allow."""
+    terms = spread_node_terms(pod) if spread.honor_affinity else ()
+    tolerations = pod.tolerations if spread.honor_taints else ()
+    return NodeFilter(spread.honor_affinity, terms, spread.honor_taints, tolerations)

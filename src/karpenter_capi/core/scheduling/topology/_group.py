@@ -7,18 +7,14 @@ groups whose selectors select it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Final
 
 from karpenter_capi.core.scheduling.topology._domains import TaintSets
 from karpenter_capi.core.scheduling.topology._filter import NodeFilter, tolerates_any
 from karpenter_capi.core.values.requirements import Requirement
 from karpenter_capi.core.values.selectors import (
-    NOTHING,
-    Clause,
     CompiledSelector,
-    SelectorError,
-    compile_selector,
 )
 
 SPREAD: Final = "topology spread"
@@ -28,19 +24,6 @@ ANTI_AFFINITY: Final = "pod anti-affinity"
 # Anti-affinity narrows hardest and is cheapest, so it goes first; spread then keeps whichever of
 # the remaining domains are within maxSkew, and the pin picks the least loaded of those.
 KIND_ORDER: Final = {ANTI_AFFINITY: 0, AFFINITY: 1, SPREAD: 2}
-
-
-def term_selector(raw: Mapping[str, Any] | None, extra: Iterable[Clause] = ()) -> CompiledSelector:
-    """A spread constraint's or affinity term's selector, as kube-scheduler reads it.
-
-    A nil ``labelSelector`` selects no pod, unlike ``{}``; kube-scheduler treats a malformed
-    selector the same way, so both become "nothing" (a nil ``namespaceSelector`` means the
-    pod's own namespace, which the caller decides before asking).
-    """
-    try:
-        return compile_selector(raw, nil_matches=False, extra=extra)
-    except SelectorError:
-        return NOTHING
 
 
 class Group:

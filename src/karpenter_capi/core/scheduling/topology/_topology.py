@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Final
 
-from karpenter_capi.core.scheduling.podspec import PodSpec, topology_signature
+from karpenter_capi.core.scheduling.pod_terms import PodAffinityTerm, Spread
+from karpenter_capi.core.scheduling.podspec import PodSpec
 from karpenter_capi.core.scheduling.topology._domains import NodeInfo, TaintSets, domain_of
 from karpenter_capi.core.scheduling.topology._filter import NodeFilter, spread_filter
 from karpenter_capi.core.scheduling.topology._group import (
@@ -21,12 +22,11 @@ from karpenter_capi.core.scheduling.topology._group import (
     Group,
     Profile,
     possible_domains,
-    term_selector,
 )
 from karpenter_capi.core.scheduling.topology._narrowing import narrow, record_in
 from karpenter_capi.core.values.refusal import Refusal
 from karpenter_capi.core.values.requirements import Requirement, Requirements, normalize_key
-from karpenter_capi.core.values.selectors import Clause, CompiledSelector
+from karpenter_capi.core.values.selectors import CompiledSelector
 from karpenter_capi.core.values.taints import Taint
 
 _NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
@@ -34,43 +34,22 @@ _NO_NAMESPACES: Final[Mapping[str, Mapping[str, str]]] = MappingProxyType({})
 _NO_DOMAIN_TAINTS: Final[Mapping[str, Mapping[str, Iterable[Iterable[Taint]]]]] = MappingProxyType(
     {}
 )
-TopologyPod = Mapping[str, Any] | PodSpec
-"""A pod as the topology takes it: parsed (its ``strict`` view and ``topology_key`` read once),
-or as JSON, read on every call."""
 
 
-def schedule_anyway_constraints(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The pod's ``ScheduleAnyway`` spread constraints: preferences Topology does not enforce."""
-    spec = pod.get("spec") or {}
-    return [
-        constraint
-        for constraint in spec.get("topologySpreadConstraints") or ()
-        if (constraint.get("whenUnsatisfiable") or "DoNotSchedule") != "DoNotSchedule"
-    ]
+def schedule_anyway_constraints(pod: PodSpec) -> tuple[Spread, ...]:
+    """The pod's ``ScheduleAnyway`` spread constraints: preferences Topology does not enforce
+    apart (it counts them as required until relaxation drops them)."""
+    return tuple(spread for spread in pod.spreads if spread.schedule_anyway)
 
 
-def _identity(pod: Mapping[str, Any]) -> object:
-    meta = pod.get("metadata") or {}
-    uid = meta.get("uid")
-    if uid:
-        return uid
-    return (meta.get("namespace") or "default", meta.get("name"))
+def _identity(pod: PodSpec) -> object:
+    return pod.uid or (pod.namespace or "default", pod.name)
 
 
-def _ignored(pod: Mapping[str, Any]) -> bool:
+def _ignored(pod: PodSpec) -> bool:
     # Finished and terminating pods no longer occupy their domain (Karpenter's
     # IgnoredForTopology).
-    phase = (pod.get("status") or {}).get("phase")
-    return phase in ("Succeeded", "Failed") or bool(
-        (pod.get("metadata") or {}).get("deletionTimestamp")
-    )
-
-
-def _required_terms(affinity: Mapping[str, Any], kind: str) -> Sequence[Mapping[str, Any]]:
-    terms: Sequence[Mapping[str, Any]] = (affinity.get(kind) or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or ()
-    return terms
+    return not pod.active or pod.deleting
 
 
 class Topology:
@@ -93,15 +72,15 @@ class Topology:
         self,
         *,
         domains: Mapping[str, Iterable[str]],
-        existing_pods: Iterable[tuple[Mapping[str, Any], NodeInfo]],
-        pending_pods: Iterable[TopologyPod],
+        existing_pods: Iterable[tuple[PodSpec, NodeInfo]],
+        pending_pods: Iterable[PodSpec],
         namespaces: Mapping[str, Mapping[str, str]] = _NO_NAMESPACES,
         domain_taints: Mapping[str, Mapping[str, Iterable[Iterable[Taint]]]] = _NO_DOMAIN_TAINTS,
     ) -> None:
         self._namespaces = namespaces
         self._groups: list[Group] = []
-        self._by_identity: dict[tuple[Any, ...], Group] = {}
-        self._profiles: dict[tuple[Any, ...], Profile] = {}
+        self._by_identity: dict[tuple[object, ...], Group] = {}
+        self._profiles: dict[str, Profile] = {}
         self._placements: list[tuple[Profile, Requirements, tuple[Taint, ...]]] = []
 
         self._universe: dict[str, dict[str, TaintSets]] = {}
@@ -116,13 +95,13 @@ class Topology:
         self._universe_complete: set[str] = set()
 
         pending = list(pending_pods)
-        skip = {_identity(pod.raw if isinstance(pod, PodSpec) else pod) for pod in pending}
+        skip = {_identity(pod) for pod in pending}
         self._nodes: list[NodeInfo] = []
         node_index: dict[str, int] = {}
         # namespace -> repr(labels) -> (labels, node index -> pods): replicas on one node with one
         # label set collapse, so counting a new group touches each distinct shape once.
         self._existing: dict[str, dict[str, tuple[Mapping[str, str], dict[int, int]]]] = {}
-        anti_affinity: list[tuple[Mapping[str, Any], int]] = []
+        anti_affinity: list[tuple[PodSpec, int]] = []
         for pod, node in existing_pods:
             if _ignored(pod) or _identity(pod) in skip:
                 continue
@@ -130,13 +109,11 @@ class Topology:
             if index is None:
                 index = node_index[node.name] = len(self._nodes)
                 self._nodes.append(node)
-            meta = pod.get("metadata") or {}
-            labels = meta.get("labels") or {}
-            buckets = self._existing.setdefault(meta.get("namespace") or "default", {})
+            labels = pod.labels
+            buckets = self._existing.setdefault(pod.namespace or "default", {})
             entry = buckets.setdefault(repr(labels), (labels, {}))
             entry[1][index] = entry[1].get(index, 0) + 1
-            affinity = (pod.get("spec") or {}).get("affinity") or {}
-            if _required_terms(affinity, "podAntiAffinity"):
+            if pod.anti_affinity:
                 anti_affinity.append((pod, index))
 
         for pod, index in anti_affinity:
@@ -153,7 +130,7 @@ class Topology:
 
     # --- the solver's interface ---------------------------------------------------------------
 
-    def has_constraints(self, pod: TopologyPod) -> bool:
+    def has_constraints(self, pod: PodSpec) -> bool:
         """Whether any topology group constrains where ``pod`` may go.
 
         False means :meth:`add_requirements` would return the node requirements unchanged.
@@ -165,7 +142,7 @@ class Topology:
 
     def add_requirements(
         self,
-        pod: TopologyPod,
+        pod: PodSpec,
         pod_requirements: Requirements,
         node_requirements: Requirements,
         node_taints: Sequence[Taint] = (),
@@ -214,7 +191,7 @@ class Topology:
             result = result.with_requirement(Requirement(key, False, frozenset((choice,))))
         return result
 
-    def affinity_domains(self, pod: TopologyPod, key: str) -> frozenset[str] | None:
+    def affinity_domains(self, pod: PodSpec, key: str) -> frozenset[str] | None:
         """The only ``key`` domains the pod's required pod affinity can accept, if known.
 
         ``None`` when the pod has no required affinity on ``key``, or may start its group
@@ -235,7 +212,7 @@ class Topology:
 
     def record(
         self,
-        pod: TopologyPod,
+        pod: PodSpec,
         node_requirements: Requirements,
         node_taints: Sequence[Taint] = (),
     ) -> None:
@@ -350,13 +327,12 @@ class Topology:
                     if domain is not None:
                         group.add(domain, count)
 
-    def _term_namespaces(self, namespace: str, term: Mapping[str, Any]) -> frozenset[str] | None:
+    def _term_namespaces(self, namespace: str, term: PodAffinityTerm) -> frozenset[str] | None:
         """The namespaces an affinity term looks in; None for all of them."""
-        listed = [str(n) for n in term.get("namespaces") or ()]
-        raw_selector = term.get("namespaceSelector")
-        if raw_selector is None:
+        listed = term.namespaces
+        selector = term.namespace_selector
+        if selector is None:
             return frozenset(listed) if listed else frozenset((namespace,))
-        selector = term_selector(raw_selector)
         if selector.clauses == ():
             return None  # ``namespaceSelector: {}`` selects every namespace
         selected = {
@@ -367,45 +343,19 @@ class Topology:
         return frozenset(selected.union(listed))
 
     def _term_group(
-        self,
-        kind: str,
-        namespace: str,
-        labels: Mapping[str, str],
-        term: Mapping[str, Any],
-        *,
-        inverse: bool,
-    ) -> Group | None:
-        key = term.get("topologyKey")
-        if not key:
-            return None
-        # matchLabelKeys/mismatchLabelKeys copy the owner's own label values into the selector.
-        extra: list[Clause] = [
-            (k, "In", frozenset((labels[k],)))
-            for k in term.get("matchLabelKeys") or ()
-            if k in labels
-        ]
-        extra.extend(
-            (k, "NotIn", frozenset((labels[k],)))
-            for k in term.get("mismatchLabelKeys") or ()
-            if k in labels
-        )
-        selector = term_selector(term.get("labelSelector"), extra)
+        self, kind: str, namespace: str, term: PodAffinityTerm, *, inverse: bool
+    ) -> Group:
         namespaces = self._term_namespaces(namespace, term)
-        return self._group(kind, str(key), namespaces, selector, inverse=inverse)
+        return self._group(kind, term.topology_key, namespaces, term.selector, inverse=inverse)
 
-    def _inverse_groups(self, pod: Mapping[str, Any]) -> list[Group]:
-        meta = pod.get("metadata") or {}
-        namespace = meta.get("namespace") or "default"
-        labels = meta.get("labels") or {}
-        affinity = (pod.get("spec") or {}).get("affinity") or {}
-        groups = []
-        for term in _required_terms(affinity, "podAntiAffinity"):
-            group = self._term_group(ANTI_AFFINITY, namespace, labels, term, inverse=True)
-            if group is not None:
-                groups.append(group)
-        return groups
+    def _inverse_groups(self, pod: PodSpec) -> list[Group]:
+        namespace = pod.namespace or "default"
+        return [
+            self._term_group(ANTI_AFFINITY, namespace, term, inverse=True)
+            for term in pod.anti_affinity
+        ]
 
-    def _refreshed(self, pod: TopologyPod) -> Profile:
+    def _refreshed(self, pod: PodSpec) -> Profile:
         profile = self._profile(pod)
         groups = self._groups
         if profile.seen < len(groups):
@@ -419,67 +369,41 @@ class Topology:
             profile.seen = len(groups)
         return profile
 
-    def _profile(self, pod: TopologyPod) -> Profile:
-        if isinstance(pod, PodSpec):
-            signature, pod = pod.topology_key, pod.strict
-        else:
-            signature = topology_signature(pod)
-        profile = self._profiles.get(signature)
+    def _profile(self, pod: PodSpec) -> Profile:
+        profile = self._profiles.get(pod.topology_signature)
         if profile is None:
-            meta = pod.get("metadata") or {}
-            spec = pod.get("spec") or {}
-            affinity = spec.get("affinity") or {}
-            profile = self._build_profile(
-                meta.get("namespace") or "default",
-                meta.get("labels") or {},
-                spec,
-                _required_terms(affinity, "podAffinity"),
-                _required_terms(affinity, "podAntiAffinity"),
-            )
-            self._profiles[signature] = profile
+            profile = self._build_profile(pod)
+            self._profiles[pod.topology_signature] = profile
         return profile
 
-    def _build_profile(
-        self,
-        namespace: str,
-        labels: Mapping[str, str],
-        spec: Mapping[str, Any],
-        affinity_terms: Sequence[Mapping[str, Any]],
-        anti_terms: Sequence[Mapping[str, Any]],
-    ) -> Profile:
+    def _build_profile(self, pod: PodSpec) -> Profile:
+        namespace = pod.namespace or "default"
+        labels = pod.labels
         profile = Profile(namespace, labels)
         owned: list[Group] = []
-        for constraint in spec.get("topologySpreadConstraints") or ():
-            if (constraint.get("whenUnsatisfiable") or "DoNotSchedule") != "DoNotSchedule":
-                continue
-            key = constraint.get("topologyKey")
-            if not key:
-                continue
-            extra = [
-                (k, "In", frozenset((labels[k],)))
-                for k in constraint.get("matchLabelKeys") or ()
-                if k in labels
-            ]
-            min_domains = constraint.get("minDomains")
+        # Every spread is enforced: a ScheduleAnyway one counts as DoNotSchedule until
+        # relaxation drops it.
+        for spread in pod.spreads:
             owned.append(
                 self._group(
                     SPREAD,
-                    str(key),
+                    spread.topology_key,
                     frozenset((namespace,)),
-                    term_selector(constraint.get("labelSelector"), extra),
-                    max_skew=int(constraint.get("maxSkew") or 1),
-                    min_domains=None if min_domains is None else int(min_domains),
-                    node_filter=spread_filter(spec, constraint),
+                    spread.selector,
+                    max_skew=spread.max_skew,
+                    min_domains=spread.min_domains,
+                    node_filter=spread_filter(pod, spread),
                 )
             )
-        for kind, terms in ((AFFINITY, affinity_terms), (ANTI_AFFINITY, anti_terms)):
+        for kind, terms in (
+            (AFFINITY, pod.strict_affinity),
+            (ANTI_AFFINITY, pod.strict_anti_affinity),
+        ):
             for term in terms:
-                group = self._term_group(kind, namespace, labels, term, inverse=False)
-                if group is not None:
-                    owned.append(group)
+                owned.append(self._term_group(kind, namespace, term, inverse=False))
                 if kind == ANTI_AFFINITY:
-                    inverse = self._term_group(kind, namespace, labels, term, inverse=True)
-                    if inverse is not None and inverse not in profile.inverse_owned:
+                    inverse = self._term_group(kind, namespace, term, inverse=True)
+                    if inverse not in profile.inverse_owned:
                         profile.inverse_owned.append(inverse)
         unique = list(dict.fromkeys(owned))
         unique.sort(key=lambda g: KIND_ORDER[g.kind])

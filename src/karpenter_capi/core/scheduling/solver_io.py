@@ -2,29 +2,22 @@
 
 These are the solver's own types, decoupled from the API objects (``core.api``) and the
 Kubernetes client, so the solver can be driven by the provisioner, the consolidation
-simulation and the benchmark alike, with nothing but plain data.
+simulation and the benchmark alike, with nothing but plain data. Pods come in and go out as
+the API objects (``PodObject``), for binding and Events; the solver reads them only through
+``podspec.PodSpec``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.instancetype import InstanceType, Offering
+from karpenter_capi.core.scheduling.podspec import PodObject
 from karpenter_capi.core.values.requirements import EMPTY, Requirements
 from karpenter_capi.core.values.resources import ResourceList, empty
 from karpenter_capi.core.values.taints import Taint
-
-Pod = Mapping[str, Any]
-"""A Pod object as JSON (what the API server returns)."""
-
-
-def pod_key(pod: Pod) -> str:
-    """``namespace/name``, the key pods are reported and nominated by."""
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 @dataclass(frozen=True)
@@ -65,7 +58,7 @@ class ExistingNode:
     allocatable: ResourceList
     requested: ResourceList = field(default_factory=empty)
     taints: tuple[Taint, ...] = ()
-    pods: Sequence[Pod] = ()
+    pods: Sequence[PodObject] = ()
     nodepool: str | None = None
     in_flight: bool = False
     nominated: frozenset[str] = frozenset()
@@ -91,7 +84,7 @@ class ProposedNodeClaim:
     hostname: str
     requirements: Requirements
     instance_types: list[InstanceType]
-    pods: list[Pod]
+    pods: list[PodObject]
     requests: ResourceList
     daemon_requests: ResourceList = field(default_factory=empty)
 
@@ -121,7 +114,7 @@ class SolveResult:
     """
 
     new_nodeclaims: list[ProposedNodeClaim] = field(default_factory=list)
-    existing: dict[str, list[Pod]] = field(default_factory=dict)
+    existing: dict[str, list[PodObject]] = field(default_factory=dict)
     unschedulable: dict[str, str] = field(default_factory=dict)
     timed_out: bool = False
 

@@ -1,6 +1,6 @@
-"""Karpenter's objects and values for plugin authors: the well-known labels, the NodeClass,
-taints, quantities, durations and timestamps, and the checks kube applies to label keys and
-values.
+"""Karpenter's own objects and values for plugin authors (``kube`` holds what Kubernetes
+defines): the well-known labels, the NodeClass, taints, quantities, durations and timestamps,
+and the checks kube applies to label keys and values. Named ``model`` before issue 27.
 
 A provider reads a ``ClusterAPINodeClass`` (or its own NodeClass kind, as a mapping: the
 ``NodeClass`` alias), labels the instance types it offers with the keys in ``wellknown``,
