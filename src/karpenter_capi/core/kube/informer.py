@@ -231,18 +231,11 @@ class Informer(Generic[T]):
         return min(times) if times else None
 
     def has_timed_work(self) -> bool:
-        """Whether ``step`` has work now that no new event brings: a (re)list, a retry whose
-        backoff is over, a resync that is due. A stepped runtime told that nothing watched has
-        changed steps only the informers for which this is true."""
-        resync = self._next_resync
-        if (
-            resync is not None
-            and self._resync_period is not None
-            and self._clock.monotonic() >= resync
-        ):
+        """Whether ``step`` has work no new event brings: a (re)list, a retry, a resync, due."""
+        if self._next_resync is not None and self._clock.monotonic() >= self._next_resync:
             return True
-        listing = self._phase is _Phase.LISTING
-        return self._backoff.ready() and (listing or self._backoff.failures > 0)
+        retrying = self._phase is _Phase.LISTING or self._backoff.failures > 0
+        return retrying and self._backoff.ready()
 
     @property
     def consecutive_failures(self) -> int:
