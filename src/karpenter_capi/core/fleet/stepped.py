@@ -55,8 +55,6 @@ class SteppedFleet:
         self.clock: FakeClock = fleet.clock
         self._max_iterations = max_iterations
         self.changes: ChangeFeed | None = None
-        self.member_steps = 0
-        """Member passes run (skipped ones not counted): what a feed saves shows here."""
 
     def step(self) -> bool:
         """One pass over discovery, the sync and every member; whether anything happened."""
@@ -73,7 +71,6 @@ class SteppedFleet:
             # in this pass is news here, as it would be to the member's own watches.
             news = self.changes is None or self.changes.changed(key)
             if news or driver.has_timed_work():
-                self.member_steps += 1
                 progressed = driver.step(news=news) or progressed
         return progressed
 
