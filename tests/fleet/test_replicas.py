@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from karpenter_capi.core.fleet import Fleet, FleetOptions, SteppedFleet
+from karpenter_capi.core.kube import EVENTS, SECRETS
 from karpenter_capi.core.operator import OperatorOptions
-from tests.fleet.world import FleetWorld
+from tests.fleet.world import FleetWorld, kubeconfig_secret
 
 pytest.importorskip("karpenter_capi.core.fleet.sharding")
 
@@ -68,3 +69,31 @@ def test_replicas_split_the_clusters_and_take_over_a_killed_ones(world: FleetWor
         assert world.bound(name) == 3
         # One NodeClaim per Machine asked for: no double launch across the handover.
         assert len(world.nodeclaims(name)) == world.replicas(name)
+
+
+def test_a_handover_counts_the_clusters_event_again_instead_of_writing_a_second_one(
+    world: FleetWorld,
+) -> None:
+    """A broken kubeconfig Secret is told once on its Cluster by the replica holding it; the
+    replica taking the Cluster over finds the same Event there and bumps its count (as
+    client-go's EventCorrelator does), so ``kubectl describe cluster`` shows one line."""
+    world.add_cluster("alpha", secret=False)
+    world.management.create(
+        SECRETS, kubeconfig_secret(world.namespace("alpha"), "alpha", "", value="%%%")
+    )
+    a = _replica(world, "replica-a")
+    _run(world, [a], 10)
+    [(kind, reason, message)] = world.cluster_events("alpha")
+    assert (kind, reason) == ("Warning", "KubeconfigInvalid")
+    # replica-a dies; replica-b takes alpha's Lease over and finds the Secret just as broken.
+    b = _replica(world, "replica-b")
+    _run(world, [b], LEASE + 5)
+    assert b.fleet.coordinator.holds(world.key("alpha"))
+    assert world.cluster_events("alpha") == [(kind, reason, message)]
+    [event] = [
+        e
+        for e in world.management.list(EVENTS, world.namespace("alpha")).items
+        if e["reason"] == reason
+    ]
+    assert event["count"] == 2
+    assert event["lastTimestamp"] > event["firstTimestamp"]

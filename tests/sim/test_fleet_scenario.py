@@ -18,7 +18,7 @@ import pytest
 
 from karpenter_capi.cli.entry import main
 from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.kube.resources import MACHINE_POOLS, NODECLAIMS, NODES
+from karpenter_capi.core.kube.resources import EVENTS, MACHINE_POOLS, NODECLAIMS, NODES
 from karpenter_capi.sim.scenario.fleet import FleetWorld, run_fleet
 from karpenter_capi.sim.scenario.fleet_result import FleetResult
 from karpenter_capi.sim.scenario.schema import (
@@ -117,10 +117,42 @@ def test_the_clusters_have_the_shapes_the_scenario_gives_them() -> None:
     assert len(nodes) > len(unmanaged)
 
 
-def test_a_fleet_run_is_deterministic() -> None:
-    first, _ = _run()
-    again = run_fleet(_small(), until=UNTIL)
+def _events(world: FleetWorld) -> list[tuple[str, str, str, str, int]]:
+    """Every Event of the run, in the management cluster and each workload cluster."""
+    servers = [("management", world.management)] + [
+        (c.name, c.server) for c in world.clusters.values()
+    ]
+    return sorted(
+        (where, e["involvedObject"]["name"], e["reason"], e["message"], e["count"])
+        for where, server in servers
+        for e in server.list(EVENTS).items
+    )
+
+
+def test_a_fleet_run_is_deterministic_and_polling_every_cluster_changes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run skips the watches of clusters without news (``FleetWorld.stepped``); one that
+    polls every cluster at every pass, as a fleet without a change feed does, ends alike."""
+    first, world = _run()
+    monkeypatch.setattr(FleetWorld, "stepped", lambda self: self.fleet.stepped())
+    worlds: list[FleetWorld] = []
+    again = run_fleet(_small(), until=UNTIL, on_world=worlds.append)
     assert again.to_json() == first.to_json()
+    assert _events(worlds[0]) == _events(world)
+
+
+def test_a_quiet_clusters_api_server_is_not_polled_while_the_others_work() -> None:
+    """``edge`` has nothing to run until 2m; meanwhile the other clusters launch nodes (and
+    shop-2 goes away), and not one request reaches edge's API server: its watches wait for
+    news rather than being polled at every other cluster's requeue."""
+    world = FleetWorld(_small())
+    driver = world.stepped()
+    driver.advance(60)
+    edge = world.cluster("edge").server
+    before = edge.requests.snapshot()
+    driver.advance(30)
+    assert edge.requests.since(before) == {}
 
 
 def test_simulate_runs_a_fleet_scenario_file_and_prints_json(tmp_path: Path) -> None:

@@ -63,3 +63,36 @@ def test_a_deduplicated_event_is_not_written_again_within_its_window_after_a_swe
     recorder.record(_pod("node-a"), WARNING, "Unconsolidatable", "pdb", dedupe=window)
     said = [e for e in api.list(EVENTS, "default").items if e["reason"] == "Unconsolidatable"]
     assert [e["count"] for e in said] == [1]
+
+
+def test_a_correlated_event_bumps_the_one_another_recorder_wrote_however_old() -> None:
+    """A second replica (a fresh recorder) saying what the first said: the Event there gets
+    count 2 and the new lastTimestamp; a different message, or the same one from another
+    component, is an Event of its own."""
+    clock = FakeClock()
+    api = InMemoryAPIServer(clock=clock)
+    cluster = {
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "Cluster",
+        "metadata": {"name": "alpha", "namespace": "default", "uid": "uid-alpha"},
+    }
+    EventRecorder(api, clock).record(cluster, WARNING, "KubeconfigInvalid", "not base64")
+    EventRecorder(api, clock, component="other").record(
+        cluster, WARNING, "KubeconfigInvalid", "not base64"
+    )
+    clock.advance(3600)  # past the repeat window: it is still the same news
+    taker = EventRecorder(api, clock)
+    taker.record(cluster, WARNING, "KubeconfigInvalid", "not base64", correlate=True)
+    taker.record(cluster, WARNING, "KubeconfigInvalid", "not base64", correlate=True)
+    taker.record(cluster, WARNING, "KubeconfigInvalid", "no server", correlate=True)
+    events = sorted(
+        (e["source"]["component"], e["message"], e["count"], e["lastTimestamp"])
+        for e in api.list(EVENTS, "default").items
+    )
+    later = events[0][3]
+    assert events == [
+        ("karpenter", "no server", 1, later),
+        ("karpenter", "not base64", 3, later),
+        ("other", "not base64", 1, events[2][3]),
+    ]
+    assert events[2][3] < later

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from karpenter_capi.core.kube import NODES, PODS
+from karpenter_capi.core.kube.errors import ServiceUnavailable
 from tests.sim.scheduler.harness import NAMESPACE, Sim, new_sim
 
 
@@ -132,3 +133,25 @@ def test_a_pod_whose_spec_cannot_be_read_is_told_so_and_the_others_still_bind(si
     sim.pod("later")  # the stand-in keeps working for everything else
     sim.settle()
     assert sim.node_of("later") == "n1"
+
+
+def test_a_bind_refused_for_a_stale_pod_is_tried_again_once_the_cache_catches_up(sim: Sim) -> None:
+    """The binding of a pod the cache has an old copy of is refused (409); kube-scheduler puts
+    the pod back and binds it on a later try. Here the pods' watch is down (the API server
+    was away) while the pod's status moves on: the Node that fits it arrives, the bind is
+    refused, and once the watch is back the status-only change it delivers is no scheduling
+    event; the pod must still be bound (the two-cluster recovery test's rare failure)."""
+    sim.pod("web", cpu="2")
+    sim.settle()
+    assert sim.node_of("web") is None
+    rule = sim.api.faults.fail("watch", "pods", ServiceUnavailable("unavailable"), times=None)
+    sim.driver.advance(1)
+    pod = sim.get("web")
+    pod["status"]["conditions"].append({"type": "Example", "status": "True"})
+    sim.api.update(PODS, pod, subresource="status")
+    sim.node("n1", cpu="4")
+    sim.driver.advance(1)
+    assert sim.node_of("web") is None  # refused: the cache's copy was stale
+    sim.api.faults.remove(rule)
+    sim.driver.advance(30)
+    assert sim.node_of("web") == "n1"

@@ -4,7 +4,9 @@ A sync runs every few seconds and sees the same broken Secret or unreachable ser
 telling it each time would flood the Cluster's Events and the log. ``Reports`` remembers the
 last ``(reason, news)`` said about each Cluster and says a new one only when it differs: the
 news is the message without what changes by itself (a retry delay, an outage's latest error).
-Warnings go to the log at WARNING without a traceback; ``NORMAL_REASONS`` at INFO.
+Warnings go to the log at WARNING without a traceback; ``NORMAL_REASONS`` at INFO. The memory is
+the replica's own: the one that takes a Cluster over says the news again, and the recorder
+finds the Event the last holder wrote and bumps its count (``EventRecorder`` ``correlate``).
 """
 
 from __future__ import annotations
@@ -41,7 +43,11 @@ class Reports:
             log.warning("Cluster %s: %s: %s", cluster.key, reason, message)
         else:
             log.info("Cluster %s: %s", cluster.key, message)
-        self._recorder.record(cluster.obj, "Warning" if warning else "Normal", reason, message)
+        # Correlated: a replica taking the Cluster over says again what the last holder said;
+        # that bumps the count of the Event already there instead of writing a second one.
+        self._recorder.record(
+            cluster.obj, "Warning" if warning else "Normal", reason, message, correlate=True
+        )
         return True
 
     def say(self, where: str, reason: str, message: str) -> None:

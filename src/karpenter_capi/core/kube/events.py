@@ -66,11 +66,16 @@ class EventRecorder:
         message: str,
         *,
         dedupe: timedelta | None = None,
+        correlate: bool = False,
     ) -> None:
         """Record ``reason``/``message`` on ``involved`` (any object with kind and metadata).
 
         With ``dedupe``, the same event on the same object within that long of the last one
-        written is dropped instead of counted: no API request at all.
+        written is dropped instead of counted: no API request at all. With ``correlate``, an
+        event this recorder has not written yet is first looked for among the object's Events
+        (another replica, or this process before a restart, may have written it): found, its
+        count is bumped, as client-go's EventCorrelator bumps the Event it remembers. For
+        events said once per change, where a second copy after a handover is noise.
         """
         meta = involved.get("metadata") or {}
         namespace = str(meta.get("namespace") or _DEFAULT_NAMESPACE)
@@ -82,14 +87,23 @@ class EventRecorder:
             self._horizon = max(self._horizon, dedupe.total_seconds())
         self._sweep(now.timestamp())
         seen = self._recent.get(key)
+        # Found in the API server: this repeat belongs on it however old it is.
+        found = False
+        if seen is None and correlate:
+            seen = self._existing(involved, event_type, reason, message)
+            if seen is not None:
+                found, self._recent[key] = True, seen
         if (
-            dedupe is not None
+            not found
+            and dedupe is not None
             and seen is not None
             and now.timestamp() - seen.last < dedupe.total_seconds()
         ):
             return
         try:
-            if seen is not None and now.timestamp() - seen.last < _REPEAT_WINDOW.total_seconds():
+            if seen is not None and (
+                found or now.timestamp() - seen.last < _REPEAT_WINDOW.total_seconds()
+            ):
                 seen.count += 1
                 seen.last = now.timestamp()
                 self._client.patch(
@@ -134,6 +148,38 @@ class EventRecorder:
         self._recent[key] = _Recorded(
             str(created["metadata"]["name"]), namespace, 1, now.timestamp()
         )
+
+    def _existing(
+        self, involved: Mapping[str, Any], event_type: str, reason: str, message: str
+    ) -> _Recorded | None:
+        """The Event of this component already saying ``reason``/``message`` on ``involved``
+        (the latest, if several), or None; one list by field selector, as kubectl's."""
+        meta = involved.get("metadata") or {}
+        namespace = str(meta.get("namespace") or _DEFAULT_NAMESPACE)
+        fields = [f"reason={reason}", f"type={event_type}"]
+        if meta.get("uid"):
+            fields.append(f"involvedObject.uid={meta['uid']}")
+        else:
+            fields += [
+                f"involvedObject.kind={involved.get('kind', '')}",
+                f"involvedObject.name={meta.get('name', '')}",
+            ]
+        try:
+            events = self._client.list(EVENTS, namespace, field_selector=",".join(fields)).items
+        except ApiError as exc:
+            log.warning("could not look for event %s on %s: %s", reason, meta.get("name"), exc)
+            return None
+        same = [
+            e
+            for e in events
+            if e.get("message") == message
+            and (e.get("source") or {}).get("component") == self._component
+        ]
+        if not same:
+            return None
+        latest = max(same, key=lambda e: str(e.get("lastTimestamp") or ""))
+        name = str(latest["metadata"]["name"])
+        return _Recorded(name, namespace, int(latest.get("count") or 1), 0.0)
 
     def _sweep(self, now: float) -> None:
         # Every object the controller ever told something about has an entry (pods, nodes,

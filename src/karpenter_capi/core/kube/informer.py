@@ -230,6 +230,13 @@ class Informer(Generic[T]):
         times = [t for t in (self.next_retry_time, self._next_resync) if t is not None]
         return min(times) if times else None
 
+    def has_timed_work(self) -> bool:
+        """Whether ``step`` has work no new event brings: a (re)list, a retry, a resync, due."""
+        if self._next_resync is not None and self._clock.monotonic() >= self._next_resync:
+            return True
+        retrying = self._phase is _Phase.LISTING or self._backoff.failures > 0
+        return retrying and self._backoff.ready()
+
     @property
     def consecutive_failures(self) -> int:
         return self._backoff.failures

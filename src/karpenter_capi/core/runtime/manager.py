@@ -122,6 +122,7 @@ class ControllerEntry:
     outage_keys: set[Key] = field(default_factory=set)
     """Keys whose last reconcile failed for want of an API server (under ``lock``)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
+    _synced: bool = field(default=False, init=False, repr=False)
 
     def note(self, key: Key, *, outage: bool) -> None:
         with self.lock:
@@ -133,7 +134,10 @@ class ControllerEntry:
 
     def synced(self) -> bool:
         """Whether every cache this controller uses has completed its first list."""
-        return all(informer.has_synced() for informer in self.informers)
+        # Remembered once true (an informer stays synced): the stepped drivers ask each pass.
+        if not self._synced:
+            self._synced = all(informer.has_synced() for informer in self.informers)
+        return self._synced
 
 
 @dataclass(eq=False)
@@ -148,13 +152,16 @@ class PeriodicEntry:
     wake: Callable[[float], None] | None = None
     """Set by a driver that can run the controller early (the threaded one): called with the
     clock-monotonic time at which an informer event asks for a run (``wake_on``)."""
+    _synced: bool = field(default=False, init=False, repr=False)
 
     @property
     def name(self) -> str:
         return self.controller.name
 
     def synced(self) -> bool:
-        return all(informer.has_synced() for informer in self.informers)
+        if not self._synced:
+            self._synced = all(informer.has_synced() for informer in self.informers)
+        return self._synced
 
     def due(self, now: float) -> bool:
         return self.next_run is None or self.next_run <= now

@@ -68,13 +68,16 @@ class SteppedDriver:
 
     # Running at the current time.
 
-    def step(self) -> bool:
+    def step(self, *, news: bool = True) -> bool:
         """One pass: drain the informers, then give each controller its ready work once.
 
         A key is reconciled at most once per pass (one that is ready again at once waits for
-        the next), so every pass ends. Returns whether anything happened.
+        the next), so every pass ends. Returns whether anything happened. ``news=False``: the
+        caller knows that nothing the informers watch changed since the last pass (a fleet's
+        change feed), so only those with timed work are stepped; the others' polls would
+        bring nothing.
         """
-        progressed = self._step_informers()
+        progressed = self._step_informers(news)
         if not self.leading():
             return progressed
         for entry in self._manager.entries:
@@ -119,9 +122,31 @@ class SteppedDriver:
             f"{self._clock.monotonic():.6f}; reconciles so far: {self._busiest()}"
         )
 
-    def _step_informers(self) -> bool:
+    def has_timed_work(self) -> bool:
+        """Whether a pass now would do anything without news: an informer with timed work
+        (``Informer.has_timed_work``), or, once synced and while leading, a controller with a
+        key ready or a periodic one due."""
+        if any(informer.has_timed_work() for informer in self._manager.informers):
+            return True
+        if not self.leading():
+            return False
+        now = self._clock.monotonic()
+        for entry in self._manager.entries:
+            if not entry.synced():
+                continue
+            if isinstance(entry, ControllerEntry):
+                ready = entry.queue.next_ready_time()
+                if ready is not None and ready <= now:
+                    return True
+            elif entry.due(now):
+                return True
+        return False
+
+    def _step_informers(self, news: bool = True) -> bool:
         progressed = False
         for informer in self._manager.informers:
+            if not news and not informer.has_timed_work():
+                continue
             for _ in range(_INFORMER_STEPS_PER_PASS):
                 if not informer.step():
                     break

@@ -196,6 +196,11 @@ class InMemoryAPIServer:
         with self._lock:
             return str(self._store.rv)
 
+    def written_at(self, namespace: str) -> int:
+        """The resourceVersion of the latest write in ``namespace`` (``""``: cluster-scoped)."""
+        with self._lock:
+            return self._store.written_at.get(namespace, 0)
+
     # -------------------------------------------------------------------------------- reads
 
     def _check_fault(

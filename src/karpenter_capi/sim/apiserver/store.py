@@ -92,6 +92,9 @@ class Store:
         self.dependents: dict[str, set[TableRef]] = {}
         # Objects per namespace, so a terminating namespace knows when it is empty.
         self.namespace_counts: dict[str, int] = {}
+        # The resourceVersion of the latest write per namespace ("" for cluster-scoped objects),
+        # so a stepped fleet can tell which clusters' namespaces changed without polling them.
+        self.written_at: dict[str, int] = {}
         # Periodic compaction (``set_compaction``): (interval, monotonic clock), when it is due
         # next, and the revision the previous one recorded (compacted at the next).
         self._compaction: tuple[float, Callable[[], float]] | None = None
@@ -135,6 +138,7 @@ class Store:
         uid = str(stored["metadata"].get("uid", ""))
         ref = (table.name, key)
         namespace = stored["metadata"].get("namespace")
+        self.written_at[namespace or ""] = self.rv
         if event_type == "DELETED":
             if table.objects.pop(key, None) is not None:
                 table._sorted = None

@@ -225,6 +225,13 @@ class FleetWorld:
             on_member=on_member,
         )
 
+    def stepped(self) -> SteppedFleet:
+        """``fleet``'s stepped driver, told by the world which clusters have news (``_Changes``),
+        so a quiet cluster's watches are not polled at every other cluster's timer."""
+        driver = self.fleet.stepped()
+        driver.changes = _Changes(self)
+        return driver
+
     def cluster(self, name: str) -> _Cluster:
         return self.clusters[server_url(name)]
 
@@ -294,14 +301,16 @@ class FleetWorld:
         self, cluster: _Cluster, dead: Callable[[], bool] | None = None
     ) -> Callable[[], ApiError | None]:
         def fault() -> ApiError | None:
-            if dead is not None and dead():
-                return unreachable(server_url(cluster.name))
-            now = self.clock.monotonic() - self.start
-            if any(o.at <= now < o.until for o in cluster.outages):
+            if (dead is not None and dead()) or self.down(cluster):
                 return unreachable(server_url(cluster.name))
             return cluster.storm() if cluster.storm is not None else None
 
         return fault
+
+    def down(self, cluster: _Cluster) -> bool:
+        """Whether one of ``cluster``'s outages is under way."""
+        now = self.clock.monotonic() - self.start
+        return any(o.at <= now < o.until for o in cluster.outages)
 
     def connect(self, kubeconfig: Kubeconfig, dead: Callable[[], bool] | None = None) -> KubeClient:
         """The controller's client of a workload cluster: its server, through its outages."""
@@ -362,6 +371,34 @@ class FleetWorld:
         else:
             with contextlib.suppress(NotFound):
                 server.delete(DEPLOYMENTS, workload.name, workload.namespace)
+
+
+class _Changes:
+    """The ``ChangeFeed`` of the world's stepped fleet: a member's cluster changed when its
+    workload server or its namespace of the management server was written to (by anyone: its
+    controllers, the emulation, the timeline), or when an outage of it began or ended. Only
+    for ``run_fleet``'s fleet, which no ``dead`` cuts off; a 429 storm (random per request)
+    counts as a change at every pass."""
+
+    def __init__(self, world: FleetWorld) -> None:
+        self._world = world
+        self._clusters = {c.key: c for c in world.clusters.values()}
+        self._seen: dict[str, tuple[str, int, bool]] = {}
+
+    def changed(self, key: str) -> bool:
+        cluster = self._clusters.get(key)
+        if cluster is None or cluster.storm is not None:
+            return True
+        management = self._world.management
+        state = (
+            cluster.server.resource_version,
+            max(management.written_at(cluster.namespace), management.written_at("")),
+            self._world.down(cluster),
+        )
+        if self._seen.get(key) == state:
+            return False
+        self._seen[key] = state
+        return True
 
 
 def _killed(dead: Callable[[], bool]) -> Callable[[], ApiError | None]:
@@ -441,7 +478,7 @@ def run_fleet(
     if on_world is not None:
         on_world(world)
     with capture_errors() as records:
-        driver: SteppedFleet = world.fleet.stepped()
+        driver = world.stepped()
         driver.run_until_quiet()
         events: list[tuple[float, int, Any]] = [
             (at, 0, (c, a)) for at, c, a in world.actions(until)

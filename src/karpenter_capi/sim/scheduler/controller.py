@@ -52,6 +52,9 @@ __all__ = ["CYCLE_KEY", "SCHEDULER_NAME", "SimScheduler", "missing_claim"]
 
 SCHEDULER_NAME: Final = "default-scheduler"
 CYCLE_KEY: Final = "sim.kube-scheduler/cycle"
+BIND_RETRY: Final = 1.0
+"""Seconds before a cycle tries again a pod whose binding was refused as stale (409): kube's
+``podInitialBackoffDuration``, the backoff a binding failure puts the pod through."""
 """The key node events enqueue: any key starts a cycle, this one names no pod."""
 
 
@@ -127,6 +130,7 @@ class SimScheduler:
         self._events: deque[JsonObject | tuple[str, JsonObject | None, JsonObject | None]] = deque()
         self._nodes: dict[str, JsonObject] = {}  # node name -> the Node as last put to the queue
         self._timer: tuple[float, Key] | None = None  # the flush timer asked for, and its key
+        self._refused = False  # a binding was refused (409) in the last cycle: try it again
         self.cycles = 0
         """Scheduling cycles run (a cycle is skipped when nothing changed)."""
         self.bound_as_nominated = 0
@@ -171,6 +175,12 @@ class SimScheduler:
                 except BaseException:
                     self._dirty = True  # retried with backoff: the next attempt must run a cycle
                     raise
+            if self._refused:
+                # The pod's own update is what the cache missed, and a change of status is no
+                # scheduling event: nothing else would bring it back (handleBindingCycleError).
+                self._refused = False
+                self._dirty = True
+                return Result(requeue_after=BIND_RETRY)
             return self._flush_timer(key, now)
 
     def _flush_timer(self, key: Key, now: float) -> Result:
@@ -341,8 +351,11 @@ class SimScheduler:
                 },
                 namespace,
             )
-        except (Conflict, NotFound):
-            return False  # changed or gone since the cache saw it: its event brings it back
+        except NotFound:
+            return False  # gone: its deletion is an event
+        except Conflict:
+            self._refused = True  # changed since the cache saw it: tried again (``reconcile``)
+            return False
         self._assumed[object_key(pod)] = (str(meta.get("uid", "")), node_name)
         self._set_scheduled(written, "True", None, None)
         return True
