@@ -50,7 +50,7 @@ from karpenter_capi.core.runtime.controller import (
     Result,
     Watch,
 )
-from karpenter_capi.core.scheduling.model import ProposedNodeClaim
+from karpenter_capi.core.scheduling.solver_io import ProposedNodeClaim
 from karpenter_capi.core.static.plan import (
     CAPPED_RETRY,
     OVERPROVISIONED,
