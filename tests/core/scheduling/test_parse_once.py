@@ -1,4 +1,5 @@
-"""core.scheduling reads Kubernetes JSON in one place only, the parser (issue 27, decision 10).
+"""core.scheduling reads Kubernetes JSON in one place only, the parser (issue 27; design decision
+10, "The official client is the transport; raw JSON and narrow models are the data").
 
 Every other module works on the typed values the parser makes (``PodSpec``, ``Toleration``,
 ``pod_terms``, requirements), so a pod's JSON is read once per version, not once per stage.
