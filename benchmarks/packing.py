@@ -261,19 +261,20 @@ def load_references(paths: Sequence[str]) -> dict[int, dict[str, Any]]:
     The exact solves take most of a run (up to ``4 * --exact-limit`` a seed) and do not depend
     on the controller's code, so a run that changes only the controller reads them here. Of
     several rows for a seed: a proven value if any (its optimum), else the largest bound (each
-    is a lower bound on the optimum, so the largest is the closest)."""
+    is a lower bound on the optimum, so the largest is the closest). Rows from before the
+    rule's references give the rule-free optimum only; the rest is solved."""
     best: dict[int, dict[str, Any]] = {}
     for path in paths:
         with open(path) as rows:
             for line in rows:
                 row = json.loads(line)
-                if "rule_optimum" not in row:
-                    continue
                 seen = best.setdefault(row["seed"], {"instance": _instance_key(row)})
                 if seen["instance"] != _instance_key(row):
                     raise SystemExit(f"{path}: seed {row['seed']} is another instance")
                 for value, proven in _REFERENCES:
-                    known = row.get(proven, row["rule_proven"])  # older rows: robust's
+                    if value not in row or math.isnan(row[value]):  # before, or left out
+                        continue
+                    known = row.get(proven, row.get("rule_proven"))  # older rows: robust's
                     _merge(seen, value, proven, row[value], bool(known))
     return best
 
@@ -304,9 +305,14 @@ def run_seed(
     budget: float,
     exact_limit: float | None,
     reference: dict[str, Any] | None = None,
+    *,
+    resolve: bool = False,
+    rule_solve: bool = True,
 ) -> dict[str, Any]:
-    """One seed's row; ``reference``: its exact references from an earlier run
-    (``load_references``), else solved here."""
+    """One seed's row; ``reference``: its exact references from earlier runs
+    (``load_references``), the missing ones solved here, and with ``resolve`` a rule-free
+    optimum only bounded solved again (the larger bound kept); without ``rule_solve`` the
+    rule's references not read are left out (NaN) rather than solved."""
     rng = random.Random(seed)
     base = catalog(rng)
     pods = workload(rng, base)
@@ -355,22 +361,36 @@ def run_seed(
     left = [p for p in pods if id(p) not in on_existing]
     greedy_nodes = [claim.pods for claim in greedy.new_nodeclaims]
     plan_nodes = [claim.pods for claim in optimized.new_nodeclaims]
-    if reference is None:
+    known = reference or {}
+    worst = plan_worst(types, left, greedy_nodes, plan_nodes, extras=extras)
+    rule_cuts = -1  # the rule's references read, not solved
+    if "optimum" in known and (known["proven"] or not resolve):
+        optimum, proven = float(known["optimum"]), bool(known["proven"])
+    else:
         optimum, proven = exact(types, pods, upper, exact_limit, extras)
+        if not proven and "optimum" in known:
+            optimum = max(optimum, float(known["optimum"]))
+    references: tuple[tuple[float, bool], ...]
+    if "rule_optimum" in known:
+        references = tuple(
+            (float(known[value]), bool(known[proven])) for value, proven in _REFERENCES
+        )
+        references = ((optimum, proven), *references[1:])
+    elif proven and max(optimized.price, worst) <= optimum * (1 + 1e-9):
+        # The controller's plan costs the optimum and strands nothing: no plan does better
+        # by either measure, so both rule references are the optimum, without solving.
+        references = ((optimum, True),) * 3
+        rule_cuts = 0
+    elif not rule_solve:
+        references = ((optimum, proven), (math.nan, False), (math.nan, False))
+    else:
         rule = rule_exact(types, left, greedy_nodes, plan_nodes, exact_limit, extras=extras)
         references = (
             (optimum, proven),
             (rule.cheapest.value, rule.cheapest.proven),
             (rule.robust.value, rule.robust.proven),
         )
-        worst = rule.worst
         rule_cuts = rule.robust.cuts
-    else:
-        references = tuple(
-            (float(reference[value]), bool(reference[proven])) for value, proven in _REFERENCES
-        )
-        worst = plan_worst(types, left, greedy_nodes, plan_nodes, extras=extras)
-        rule_cuts = -1
     (optimum, proven), (cheapest, cheapest_proven), (robust, robust_proven) = references[:3]
     # A plan found is an upper bound: below a bound, the bound was not the optimum.
     optimum = min(optimum, upper) if proven else optimum
@@ -397,7 +417,7 @@ def run_seed(
         "robust_ratio": _ratio(worst, robust),
         "rule_proven": robust_proven,
         "rule_cuts": rule_cuts,
-        "reference": "solved" if reference is None else "earlier run",
+        "reference": "solved" if reference is None else "earlier runs",
         "worst_realization": round(_worst(optimizing, optimized.price), 5),
         "nominated_plan": plan_digest(nominated.new_nodeclaims),
         "nominated_cost": round(nominated.price, 5),
@@ -429,6 +449,9 @@ def _worst(solver: Solver, price: float) -> float:
 
 
 def summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    ruled = [r for r in rows if not math.isnan(r["rule_ratio"])] or [
+        {"rule_ratio": math.nan, "robust_ratio": math.nan}
+    ]
     ratios = [r["ratio"] for r in rows]
     greedy = [r["greedy_ratio"] for r in rows]
     worst = max(rows, key=lambda r: r["ratio"])
@@ -437,11 +460,12 @@ def summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "ratio_mean": round(statistics.fmean(ratios), 4),
         "ratio_worst": round(max(ratios), 4),
         "worst_seed": worst["seed"],
-        "rule_ratio_mean": round(statistics.fmean(r["rule_ratio"] for r in rows), 4),
-        "rule_ratio_worst": round(max(r["rule_ratio"] for r in rows), 4),
-        "robust_ratio_mean": round(statistics.fmean(r["robust_ratio"] for r in rows), 4),
-        "robust_ratio_worst": round(max(r["robust_ratio"] for r in rows), 4),
+        "rule_ratio_mean": round(statistics.fmean(r["rule_ratio"] for r in ruled), 4),
+        "rule_ratio_worst": round(max(r["rule_ratio"] for r in ruled), 4),
+        "robust_ratio_mean": round(statistics.fmean(r["robust_ratio"] for r in ruled), 4),
+        "robust_ratio_worst": round(max(r["robust_ratio"] for r in ruled), 4),
         "rule_unproven": sum(1 for r in rows if not r["rule_proven"]),
+        "rule_seeds": sum(1 for r in rows if not math.isnan(r["rule_ratio"])),
         "nominated_ratio_mean": round(statistics.fmean(r["nominated_ratio"] for r in rows), 4),
         "nominated_ratio_worst": round(max(r["nominated_ratio"] for r in rows), 4),
         "nominated_worst_seed": max(rows, key=lambda r: r["nominated_ratio"])["seed"],
@@ -478,7 +502,7 @@ def _proven_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         ("rule_ratio", "rule_cheapest_proven"),
         ("robust_ratio", "rule_proven"),
     ):
-        kept = [r for r in rows if r[proven]]
+        kept = [r for r in rows if r[proven] and not math.isnan(r[ratio])]
         if kept:
             top = max(kept, key=lambda r: r[ratio])
             result[f"proven_{ratio}"] = {
@@ -524,6 +548,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=[],
         help="an earlier run's --verbose rows: its exact references stand in for the solves",
     )
+    parser.add_argument(
+        "--resolve-unproven",
+        action="store_true",
+        help="solve again the rule-free optima --references only bounds",
+    )
+    parser.add_argument(
+        "--no-rule-solve",
+        action="store_true",
+        help="leave out the rule's references --references does not give, rather than solve",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object")
     parser.add_argument("--verbose", action="store_true", help="a line per seed")
     args = parser.parse_args(argv)
@@ -531,7 +565,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = []
     with cpu_load(args.load):
         for seed in range(args.first_seed, args.first_seed + args.seeds):
-            row = run_seed(seed, args.budget, args.exact_limit, references.get(seed))
+            row = run_seed(
+                seed,
+                args.budget,
+                args.exact_limit,
+                references.get(seed),
+                resolve=args.resolve_unproven,
+                rule_solve=not args.no_rule_solve,
+            )
             if seed in references and references[seed]["instance"] != _instance_key(row):
                 raise SystemExit(f"seed {seed}: the references are of another instance")
             rows.append(row)
@@ -560,7 +601,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "readiness model against the rule's own optima: cost / cheapest plan the rule admits "
         f"mean {result['rule_ratio_mean']:.4f}, worst {result['rule_ratio_worst']:.4f}; worst "
         "realization / cheapest worst realization of any plan mean "
-        f"{result['robust_ratio_mean']:.4f}, worst {result['robust_ratio_worst']:.4f} "
+        f"{result['robust_ratio_mean']:.4f}, worst {result['robust_ratio_worst']:.4f} over "
+        f"{result['rule_seeds']} seeds "
         f"(only bounded on {result['rule_unproven']})"
     )
     print(
