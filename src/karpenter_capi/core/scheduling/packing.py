@@ -105,7 +105,7 @@ _REPAIRS: Final = 4  # rounds of nodes bought up front for what a plan's worst r
 # Beyond, the listed integer solve is skipped: HiGHS's root node (cuts, heuristics), which no
 # node limit bounds, takes seconds over 500 patterns and tens of milliseconds under 300.
 _MAX_PATTERNS: Final = 300
-_CUTS: Final = 24  # integer solves capping node types for a plan stranding less (``packing_cuts``)
+_CUTS: Final = 8  # integer solves capping node types for a plan stranding less (``packing_cuts``)
 _NARROWER: Final = (1.0, 0.5, 0.25)  # shares of the gap listed in turn (``_list_promising``)
 
 
