@@ -57,7 +57,7 @@ from karpenter_capi.core.scheduling.solver_io import ExistingNode, NodePoolOptio
 from karpenter_capi.core.values.resources import ResourceList
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: tests.*
-from benchmarks.packing_exact import ZONES, Extras, exact, rule_exact
+from benchmarks.packing_exact import ZONES, Extras, exact, plan_worst, rule_exact
 from tests.support.cpu_load import cpu_load
 
 Pod = dict[str, Any]
@@ -255,7 +255,64 @@ def plan_digest(claims: Sequence[Any]) -> str:
     return hashlib.sha256(json.dumps(plan).encode()).hexdigest()[:16]
 
 
-def run_seed(seed: int, budget: float, exact_limit: float | None) -> dict[str, Any]:
+def load_references(paths: Sequence[str]) -> dict[int, dict[str, Any]]:
+    """The best exact references of earlier runs' ``--verbose`` rows, by seed.
+
+    The exact solves take most of a run (up to ``4 * --exact-limit`` a seed) and do not depend
+    on the controller's code, so a run that changes only the controller reads them here. Of
+    several rows for a seed: a proven value if any (its optimum), else the largest bound (each
+    is a lower bound on the optimum, so the largest is the closest). Rows from before the
+    rule's references give the rule-free optimum only; the rest is solved."""
+    best: dict[int, dict[str, Any]] = {}
+    for path in paths:
+        with open(path) as rows:
+            for line in rows:
+                row = json.loads(line)
+                seen = best.setdefault(row["seed"], {"instance": _instance_key(row)})
+                if seen["instance"] != _instance_key(row):
+                    raise SystemExit(f"{path}: seed {row['seed']} is another instance")
+                for value, proven in _REFERENCES:
+                    if value not in row or math.isnan(row[value]):  # before, or left out
+                        continue
+                    known = row.get(proven, row.get("rule_proven"))  # older rows: robust's
+                    _merge(seen, value, proven, row[value], bool(known))
+    return best
+
+
+# Each reference and the row's field saying whether it is proven (the cheapest plan the rule
+# admits is proven whenever the robust one is; older rows do not say more).
+_REFERENCES = (
+    ("optimum", "proven"),
+    ("rule_optimum", "rule_cheapest_proven"),
+    ("robust_optimum", "rule_proven"),
+)
+
+
+def _instance_key(row: dict[str, Any]) -> list[Any]:
+    """What tells an instance apart: a reference is reused only for the same one."""
+    return [row["types"], row["pods"], row["extras"], row["greedy"]]
+
+
+def _merge(seen: dict[str, Any], value: str, proven: str, new: float, new_proven: bool) -> None:
+    if value not in seen or (new_proven and not seen[proven]):
+        seen[value], seen[proven] = new, new_proven
+    elif new_proven == seen[proven]:
+        seen[value] = min(seen[value], new) if new_proven else max(seen[value], new)
+
+
+def run_seed(
+    seed: int,
+    budget: float,
+    exact_limit: float | None,
+    reference: dict[str, Any] | None = None,
+    *,
+    resolve: bool = False,
+    rule_solve: bool = True,
+) -> dict[str, Any]:
+    """One seed's row; ``reference``: its exact references from earlier runs
+    (``load_references``), the missing ones solved here, and with ``resolve`` a rule-free
+    optimum only bounded solved again (the larger bound kept); without ``rule_solve`` the
+    rule's references not read are left out (NaN) rather than solved."""
     rng = random.Random(seed)
     base = catalog(rng)
     pods = workload(rng, base)
@@ -298,19 +355,47 @@ def run_seed(seed: int, budget: float, exact_limit: float | None) -> dict[str, A
     nominated_seconds = time.process_time() - start
     greedy = solver(0).solve(pods)
     upper = min(optimized.price, nominated.price, greedy.price)
-    optimum, proven = exact(types, pods, upper, exact_limit, extras)
-    optimum = min(optimum, upper) if proven else optimum
     # The readiness rule's own optimum, over the pods greedy left for new nodes (those it put
     # on existing nodes stay: without nominations the re-packing leaves them there).
     on_existing = {id(p) for placed in greedy.existing.values() for p in placed}
-    rule = rule_exact(
-        types,
-        [p for p in pods if id(p) not in on_existing],
-        [claim.pods for claim in greedy.new_nodeclaims],
-        [claim.pods for claim in optimized.new_nodeclaims],
-        exact_limit,
-        extras=extras,
-    )
+    left = [p for p in pods if id(p) not in on_existing]
+    greedy_nodes = [claim.pods for claim in greedy.new_nodeclaims]
+    plan_nodes = [claim.pods for claim in optimized.new_nodeclaims]
+    known = reference or {}
+    worst = plan_worst(types, left, greedy_nodes, plan_nodes, extras=extras)
+    rule_cuts = -1  # the rule's references read, not solved
+    if "optimum" in known and (known["proven"] or not resolve):
+        optimum, proven = float(known["optimum"]), bool(known["proven"])
+    else:
+        optimum, proven = exact(types, pods, upper, exact_limit, extras)
+        if not proven and "optimum" in known:
+            optimum = max(optimum, float(known["optimum"]))
+    references: tuple[tuple[float, bool], ...]
+    if "rule_optimum" in known:
+        references = tuple(
+            (float(known[value]), bool(known[proven])) for value, proven in _REFERENCES
+        )
+        references = ((optimum, proven), *references[1:])
+    elif proven and max(optimized.price, worst) <= optimum * (1 + 1e-9):
+        # The controller's plan costs the optimum and strands nothing: no plan does better
+        # by either measure, so both rule references are the optimum, without solving.
+        references = ((optimum, True),) * 3
+        rule_cuts = 0
+    elif not rule_solve:
+        references = ((optimum, proven), (math.nan, False), (math.nan, False))
+    else:
+        rule = rule_exact(types, left, greedy_nodes, plan_nodes, exact_limit, extras=extras)
+        references = (
+            (optimum, proven),
+            (rule.cheapest.value, rule.cheapest.proven),
+            (rule.robust.value, rule.robust.proven),
+        )
+        rule_cuts = rule.robust.cuts
+    (optimum, proven), (cheapest, cheapest_proven), (robust, robust_proven) = references[:3]
+    # A plan found is an upper bound: below a bound, the bound was not the optimum.
+    optimum = min(optimum, upper) if proven else optimum
+    cheapest = min(cheapest, optimized.price)
+    robust = min(robust, worst)
     outcomes = Counter(o.status for o in optimizing.packing_outcomes)
     return {
         "seed": seed,
@@ -323,13 +408,16 @@ def run_seed(seed: int, budget: float, exact_limit: float | None) -> dict[str, A
         "greedy": round(greedy.price, 5),
         "optimum": round(optimum, 5),
         "proven": proven,
+        "best_known": round(upper, 5),
         "ratio": _ratio(optimized.price, optimum),
-        "rule_optimum": round(rule.cheapest.value, 5),
-        "rule_ratio": _ratio(optimized.price, rule.cheapest.value),
-        "robust_optimum": round(rule.robust.value, 5),
-        "robust_ratio": _ratio(rule.worst, rule.robust.value),
-        "rule_proven": rule.robust.proven,
-        "rule_cuts": rule.robust.cuts,
+        "rule_optimum": round(cheapest, 5),
+        "rule_ratio": _ratio(optimized.price, cheapest),
+        "rule_cheapest_proven": cheapest_proven,
+        "robust_optimum": round(robust, 5),
+        "robust_ratio": _ratio(worst, robust),
+        "rule_proven": robust_proven,
+        "rule_cuts": rule_cuts,
+        "reference": "solved" if reference is None else "earlier runs",
         "worst_realization": round(_worst(optimizing, optimized.price), 5),
         "nominated_plan": plan_digest(nominated.new_nodeclaims),
         "nominated_cost": round(nominated.price, 5),
@@ -361,6 +449,9 @@ def _worst(solver: Solver, price: float) -> float:
 
 
 def summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    ruled = [r for r in rows if not math.isnan(r["rule_ratio"])] or [
+        {"rule_ratio": math.nan, "robust_ratio": math.nan}
+    ]
     ratios = [r["ratio"] for r in rows]
     greedy = [r["greedy_ratio"] for r in rows]
     worst = max(rows, key=lambda r: r["ratio"])
@@ -369,11 +460,12 @@ def summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "ratio_mean": round(statistics.fmean(ratios), 4),
         "ratio_worst": round(max(ratios), 4),
         "worst_seed": worst["seed"],
-        "rule_ratio_mean": round(statistics.fmean(r["rule_ratio"] for r in rows), 4),
-        "rule_ratio_worst": round(max(r["rule_ratio"] for r in rows), 4),
-        "robust_ratio_mean": round(statistics.fmean(r["robust_ratio"] for r in rows), 4),
-        "robust_ratio_worst": round(max(r["robust_ratio"] for r in rows), 4),
+        "rule_ratio_mean": round(statistics.fmean(r["rule_ratio"] for r in ruled), 4),
+        "rule_ratio_worst": round(max(r["rule_ratio"] for r in ruled), 4),
+        "robust_ratio_mean": round(statistics.fmean(r["robust_ratio"] for r in ruled), 4),
+        "robust_ratio_worst": round(max(r["robust_ratio"] for r in ruled), 4),
         "rule_unproven": sum(1 for r in rows if not r["rule_proven"]),
+        "rule_seeds": sum(1 for r in rows if not math.isnan(r["rule_ratio"])),
         "nominated_ratio_mean": round(statistics.fmean(r["nominated_ratio"] for r in rows), 4),
         "nominated_ratio_worst": round(max(r["nominated_ratio"] for r in rows), 4),
         "nominated_worst_seed": max(rows, key=lambda r: r["nominated_ratio"])["seed"],
@@ -395,7 +487,40 @@ def summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         ),
         "nominated_solve_seconds_worst": round(max(r["nominated_solve_seconds"] for r in rows), 4),
         "statuses": dict(Counter(r["status"] for r in rows)),
+        **_proven_summary(rows),
     }
+
+
+def _proven_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The ratios over the seeds whose reference is proven, and how far the others' bounds may
+    be from their optimum: the best plan known (any of the three runs) over the bound. Over
+    all seeds a bound stands in for the optimum, which overstates the ratios by at most that."""
+    result: dict[str, Any] = {}
+    for ratio, proven in (
+        ("ratio", "proven"),
+        ("nominated_ratio", "proven"),
+        ("rule_ratio", "rule_cheapest_proven"),
+        ("robust_ratio", "rule_proven"),
+    ):
+        kept = [r for r in rows if r[proven] and not math.isnan(r[ratio])]
+        if kept:
+            top = max(kept, key=lambda r: r[ratio])
+            result[f"proven_{ratio}"] = {
+                "seeds": len(kept),
+                "mean": round(statistics.fmean(r[ratio] for r in kept), 4),
+                "worst": round(top[ratio], 4),
+                "worst_seed": top["seed"],
+                "over_1.05": sum(1 for r in kept if r[ratio] > 1.05),
+            }
+    gaps = [(_ratio(r["best_known"], r["optimum"]), r["seed"]) for r in rows if not r["proven"]]
+    if gaps:
+        result["unproven_gap"] = {
+            "seeds": len(gaps),
+            "mean": round(statistics.fmean(g for g, _ in gaps), 4),
+            "worst": round(max(gaps)[0], 4),
+            "worst_seed": max(gaps)[1],
+        }
+    return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -417,13 +542,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--exact-limit", type=float, default=None, help="time limit of the exact solve, seconds"
     )
+    parser.add_argument(
+        "--references",
+        action="append",
+        default=[],
+        help="an earlier run's --verbose rows: its exact references stand in for the solves",
+    )
+    parser.add_argument(
+        "--resolve-unproven",
+        action="store_true",
+        help="solve again the rule-free optima --references only bounds",
+    )
+    parser.add_argument(
+        "--no-rule-solve",
+        action="store_true",
+        help="leave out the rule's references --references does not give, rather than solve",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object")
     parser.add_argument("--verbose", action="store_true", help="a line per seed")
     args = parser.parse_args(argv)
+    references = load_references(args.references)
     rows = []
     with cpu_load(args.load):
         for seed in range(args.first_seed, args.first_seed + args.seeds):
-            row = run_seed(seed, args.budget, args.exact_limit)
+            row = run_seed(
+                seed,
+                args.budget,
+                args.exact_limit,
+                references.get(seed),
+                resolve=args.resolve_unproven,
+                rule_solve=not args.no_rule_solve,
+            )
+            if seed in references and references[seed]["instance"] != _instance_key(row):
+                raise SystemExit(f"seed {seed}: the references are of another instance")
             rows.append(row)
             if args.verbose:
                 print(json.dumps(row), file=sys.stderr, flush=True)
@@ -450,7 +601,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "readiness model against the rule's own optima: cost / cheapest plan the rule admits "
         f"mean {result['rule_ratio_mean']:.4f}, worst {result['rule_ratio_worst']:.4f}; worst "
         "realization / cheapest worst realization of any plan mean "
-        f"{result['robust_ratio_mean']:.4f}, worst {result['robust_ratio_worst']:.4f} "
+        f"{result['robust_ratio_mean']:.4f}, worst {result['robust_ratio_worst']:.4f} over "
+        f"{result['rule_seeds']} seeds "
         f"(only bounded on {result['rule_unproven']})"
     )
     print(
@@ -461,6 +613,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{result['stranding_plans']} re-packed plans may strand pods (their worst realization "
         "still beats greedy's)"
     )
+    for name, what in (
+        ("proven_ratio", "readiness model / optimum"),
+        ("proven_nominated_ratio", "nomination mode / optimum"),
+        ("proven_rule_ratio", "readiness model / cheapest plan the rule admits"),
+        ("proven_robust_ratio", "worst realization / cheapest worst realization"),
+    ):
+        if name in result:
+            part = result[name]
+            print(
+                f"proven seeds only, {what}: {part['seeds']} seeds, mean {part['mean']:.4f}, "
+                f"worst {part['worst']:.4f} (seed {part['worst_seed']}), "
+                f"{part['over_1.05']} over 1.05"
+            )
+    if "unproven_gap" in result:
+        gap = result["unproven_gap"]
+        print(
+            f"{gap['seeds']} seeds only bounded: best plan known / bound mean {gap['mean']:.4f}, "
+            f"worst {gap['worst']:.4f} (seed {gap['worst_seed']}): the most their ratios may be "
+            "overstated"
+        )
     print(
         f"solve CPU seconds (with re-packing, {result['load']} busy processes beside): mean "
         f"{result['solve_seconds_mean']:.4f}, median {result['solve_seconds_median']:.4f}, "

@@ -42,7 +42,7 @@ from scipy.sparse import lil_matrix, vstack
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.scheduling.packing import EPSILON
 from karpenter_capi.core.scheduling.packing_model import Bin, BinType, PackingProblem, PodGroup
-from karpenter_capi.core.scheduling.realization import Realizer
+from karpenter_capi.core.scheduling.realization import Assessed, Realizer
 from karpenter_capi.core.values.resources import pod_requests
 
 Pod = dict[str, Any]
@@ -298,11 +298,9 @@ def rule_exact(
     groups = _groups(pods)
     if not groups:
         return RuleReferences(Reference(0.0, True), Reference(0.0, True), 0.0)
-    model = _compact(types, groups, 0.0, extras, ())
-    realizer = Realizer(_readiness_problem(model, pods, extras), nominated=False, seed=seed)
-    index = {vector: g for g, (vector, _) in enumerate(groups)}
-    greedy_plan = realizer.assess([_launched(model, index, node) for node in greedy])
-    controller = realizer.assess([_launched(model, index, node) for node in plan])
+    model, realizer, greedy_plan, controller = _assessed(
+        types, pods, greedy, plan, extras=extras, seed=seed
+    )
     admitted = min(greedy_plan.cost, controller.cost)
     robust = min(greedy_plan.worst, controller.worst)
     model = _compact(types, groups, robust, extras, ())
@@ -335,6 +333,41 @@ def rule_exact(
     return RuleReferences(
         cheapest, Reference(min(floor, robust), proven, len(cuts)), controller.worst
     )
+
+
+def plan_worst(
+    types: Sequence[InstanceType],
+    pods: Sequence[Pod],
+    greedy: Sequence[Sequence[Pod]],
+    plan: Sequence[Sequence[Pod]],
+    *,
+    extras: Extras | None = None,
+    seed: int = 0,
+) -> float:
+    """The worst realization of ``plan`` as ``rule_exact`` assesses it, without solving for the
+    references (``benchmarks/packing.py --references`` reads those from an earlier run)."""
+    if not _groups(pods):
+        return 0.0
+    return _assessed(types, pods, greedy, plan, extras=extras or Extras(), seed=seed)[3].worst
+
+
+def _assessed(
+    types: Sequence[InstanceType],
+    pods: Sequence[Pod],
+    greedy: Sequence[Sequence[Pod]],
+    plan: Sequence[Sequence[Pod]],
+    *,
+    extras: Extras,
+    seed: int,
+) -> tuple[_Compact, Realizer, Assessed, Assessed]:
+    """The compact program without candidate nodes, the rule's oracle, and greedy's and the
+    controller's plans as it assesses them."""
+    model = _compact(types, _groups(pods), 0.0, extras, ())
+    realizer = Realizer(_readiness_problem(model, pods, extras), nominated=False, seed=seed)
+    index = {vector: g for g, (vector, _) in enumerate(model.groups)}
+    greedy_plan = realizer.assess([_launched(model, index, node) for node in greedy])
+    controller = realizer.assess([_launched(model, index, node) for node in plan])
+    return model, realizer, greedy_plan, controller
 
 
 @dataclass

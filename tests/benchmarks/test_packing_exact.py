@@ -7,10 +7,13 @@ issue's two cases they differ exactly where the rule says so.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from benchmarks import packing as bench
 from benchmarks.packing_exact import exact, rule_exact
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.instancetype import InstanceType, Offering
@@ -71,3 +74,44 @@ def test_a_plan_whose_worst_realization_beats_greedys_is_the_rule_obeying_optimu
     # beside one 1-CPU pod whichever way they spread, so nothing is stranded.
     assert (references.robust.value, references.robust.proven) == (pytest.approx(0.384), True)
     assert references.worst == pytest.approx(0.48)  # the plan given may strand the big pod
+
+
+def _row(seed: int, optimum: float, proven: bool, robust: float, rule_proven: bool) -> str:
+    return json.dumps(
+        {
+            "seed": seed,
+            "types": 5,
+            "pods": 30,
+            "extras": "",
+            "greedy": 2.0,
+            "optimum": optimum,
+            "proven": proven,
+            "rule_optimum": robust,
+            "robust_optimum": robust,
+            "rule_proven": rule_proven,
+        }
+    )
+
+
+def test_earlier_runs_references_keep_the_proven_optimum_else_the_largest_bound(
+    tmp_path: Path,
+) -> None:
+    # A run that changes only the controller reads the exact references of earlier runs
+    # (--references) instead of solving them again: a proven optimum wins over any bound, and
+    # of bounds the largest (each is a lower bound on the optimum).
+    first, second = tmp_path / "a.rows", tmp_path / "b.rows"
+    first.write_text(_row(1, 1.5, False, 1.6, False) + "\n" + _row(2, 1.7, True, 1.8, True) + "\n")
+    second.write_text(_row(1, 1.55, False, 1.65, True) + "\n" + _row(2, 1.9, False, 1.9, False))
+    references = bench.load_references([str(first), str(second)])
+    assert (references[1]["optimum"], references[1]["proven"]) == (1.55, False)
+    assert (references[1]["robust_optimum"], references[1]["rule_proven"]) == (1.65, True)
+    assert (references[2]["optimum"], references[2]["proven"]) == (1.7, True)
+    assert (references[2]["rule_optimum"], references[2]["rule_cheapest_proven"]) == (1.8, True)
+
+
+def test_references_of_another_instance_are_refused(tmp_path: Path) -> None:
+    rows = tmp_path / "a.rows"
+    other = json.loads(_row(1, 1.5, True, 1.6, True)) | {"greedy": 2.5}
+    rows.write_text(_row(1, 1.5, True, 1.6, True) + "\n" + json.dumps(other) + "\n")
+    with pytest.raises(SystemExit, match="seed 1 is another instance"):
+        bench.load_references([str(rows)])

@@ -51,3 +51,17 @@ def test_of_two_plans_as_dear_at_worst_the_cheaper_is_bought() -> None:
     assert result.price == pytest.approx(2.2319, abs=1e-5)
     [outcome] = solver.packing_outcomes
     assert outcome.worst == pytest.approx(2.67828, abs=1e-5)
+
+
+def test_a_plan_on_other_node_types_that_strands_nothing_beats_a_cheaper_one_that_may() -> None:
+    # Seed 156, readiness model, 31 small pods: four 2-CPU nodes and a 4-CPU one cost $0.607/h
+    # but may strand pods (one 2-CPU node more, $0.716/h, at worst); six 2-CPU nodes cost
+    # $0.655/h in every realization, the cheapest worst realization of any plan (the
+    # benchmark's rule-obeying reference, proven). Cutting off the first plan's node types
+    # finds them.
+    solver, result = _solve(156, nominated=False)
+    assert result.price == pytest.approx(0.65478, abs=1e-5)
+    [outcome] = solver.packing_outcomes
+    assert outcome.worst == pytest.approx(0.65478, abs=1e-5)
+    assert [c.cheapest()[0].name for c in result.new_nodeclaims] == ["c2-m16"] * 6
+    assert not result.unschedulable

@@ -31,8 +31,9 @@ def test_a_plan_refused_as_not_robust_says_why_greedy_stayed() -> None:
     assert summary.outcome == "refused"
     assert summary.saved == 0
     assert summary.reason.startswith("kept greedy's plan ($1.9000/h): ")
-    # The first integer plan and the dive's both strand it.
-    assert "2 cheaper plan(s) refused because kube-scheduler could strand pods on them" in (
+    # The first integer plan, the dive's and one with fewer nodes of a type (the caps on node
+    # types, packing_cuts.py) all strand it.
+    assert "3 cheaper plan(s) refused because kube-scheduler could strand pods on them" in (
         summary.reason
     )
 

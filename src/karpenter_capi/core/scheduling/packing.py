@@ -36,21 +36,26 @@ a big one and strand it (``readiness.py``). Plans are therefore weighed by their
 realization: the plan plus the nodes the pods its worst realization strands would force
 (``realization.py``). A cheaper plan replaces greedy's when its worst realization is cheaper
 than greedy's (greedy's plan can strand pods too); a plan that strands is first repaired by
-buying the forced nodes up front, and of the plans found, the cheapest worst realization wins.
+buying the forced nodes up front, and while the best plan may strand pods, each set of node
+types assessed is cut off and the integer program solved again (``packing_cuts.py``); of the
+plans found, the cheapest worst realization wins.
 When the controller nominates the planned nodes (``plans_nominated``, KEP-5278), kube-scheduler
 realizes the plan as made and no readiness model applies. See ``docs/scheduling.md``.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from karpenter_capi.core.scheduling import pricing
 from karpenter_capi.core.scheduling.highs import HiGHS, OutOfTime
+from karpenter_capi.core.scheduling.packing_cuts import Caps, integer_program, kinds, program_rows
 from karpenter_capi.core.scheduling.packing_model import (
     Bin,
     PackingOutcome,
@@ -100,6 +105,7 @@ _REPAIRS: Final = 4  # rounds of nodes bought up front for what a plan's worst r
 # Beyond, the listed integer solve is skipped: HiGHS's root node (cuts, heuristics), which no
 # node limit bounds, takes seconds over 500 patterns and tens of milliseconds under 300.
 _MAX_PATTERNS: Final = 300
+_CUTS: Final = 8  # integer solves capping node types for a plan stranding less (``packing_cuts``)
 _NARROWER: Final = (1.0, 0.5, 0.25)  # shares of the gap listed in turn (``_list_promising``)
 
 
@@ -184,6 +190,7 @@ class _Search:
     rounds: int = _MAX_ROUNDS  # column generation rounds left (the dive shares its budget)
     work: Work = field(default_factory=Work)  # the family's, shared by its searches
     limit: float = math.inf  # column generation stops once ``work`` has spent this
+    solutions: list[Counter[int]] = field(default_factory=list)  # the integer solves' types
 
     def __post_init__(self) -> None:
         # Resources some pod asks for or a limit counts; the rest cannot bind.
@@ -267,6 +274,8 @@ class _Search:
             ceiling = min(found, known * (1 - EPSILON))
             if bound is None or ceiling > bound * (1 + _DIVE_GAP):
                 self._consider(self._dive(ceiling), ceiling, dearer=False)
+        if not self.realizer.nominated:
+            self._cut_stranding()
         best = self.best
         if best is not None:
             return PackingOutcome(
@@ -300,6 +309,37 @@ class _Search:
             return ceiling
         self.best = found
         return min(ceiling, found.worst * (1 - EPSILON))
+
+    def _cut_stranding(self) -> None:
+        """While the best plan (or, none taken, the cheapest refused) may strand pods, plans
+        with fewer nodes of some type than the plans seen, cheapest first, that cost less than
+        its worst realization (``packing_cuts``): at most ``_CUTS`` integer solves."""
+        frontier: list[tuple[float, int, Caps]] = [(0.0, 0, {})]
+        tried: set[tuple[tuple[int, int], ...]] = set()
+        solves = 0
+        while frontier and solves < _CUTS:
+            best = self.best
+            if best is None and not self.rejected:
+                return
+            if best is not None and best.worst <= best.cost * (1 + EPSILON):
+                return  # nothing strands: no plan is cheaper at worst than at its cost
+            target = self.greedy_worst if best is None else best.worst
+            ceiling = min(self.greedy_cost, target or math.inf) * (1 - EPSILON)
+            parent, _, caps = heapq.heappop(frontier)
+            if parent >= ceiling:
+                return  # the rest are capped plans' children: none costs less than its parent
+            solves += 1
+            _, bins = self._integer(ceiling, nodes=FIRST_NODES, gap=MIP_GAP, caps=caps)
+            if bins is None:
+                continue  # none under the ceiling with these caps, nor with tighter ones
+            self._consider(bins, ceiling)
+            cost = plan_cost(self.problem, bins)
+            for t, n in sorted(self.solutions[-1].items()):
+                child = {**caps, t: n - 1}
+                key = tuple(sorted(child.items()))
+                if key not in tried:
+                    tried.add(key)
+                    heapq.heappush(frontier, (cost, solves * len(self.problem.types) + t, child))
 
     def _dive(self, ceiling: float) -> list[Bin] | None:
         """A plan by rounding the relaxation a few nodes at a time (price and dive).
@@ -490,32 +530,7 @@ class _Search:
     # -- column generation ------------------------------------------------------------------
 
     def _rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Cost, and ``A @ x <= b`` for covering every pod, the limits and using each existing
-        node at most once, over the columns."""
-        import numpy as np
-
-        problem = self.problem
-        groups = len(problem.groups)
-        nodes = groups + len(self.limit_dims)
-        cost = np.array([problem.types[c.type].price for c in self.columns])
-        rows = nodes + len(self.existing)
-        matrix = np.zeros((rows, len(self.columns)))
-        bound = np.zeros(rows)
-        for j, column in enumerate(self.columns):
-            for g, count in enumerate(column.counts):
-                matrix[g, j] = -count
-            for r, i in enumerate(self.limit_dims):
-                matrix[groups + r, j] = problem.types[column.type].limit_use[i] / self.scale[i]
-            if column.type in self.existing:
-                matrix[nodes + self.existing.index(column.type), j] = 1
-        for g, group in enumerate(problem.groups):
-            bound[g] = -group.count
-        if problem.limit is not None:
-            for r, i in enumerate(self.limit_dims):
-                bound[groups + r] = problem.limit[i] / self.scale[i]
-        for r, t in enumerate(self.existing):
-            bound[nodes + r] = problem.types[t].available or 0
-        return cost, matrix, bound
+        return program_rows(self.problem, self.columns, self.limit_dims, self.scale, self.existing)
 
     def _generate(self) -> float | None:
         """The relaxation's optimum once no pattern improves it (a lower bound on any plan).
@@ -562,39 +577,24 @@ class _Search:
 
     # -- the integer program ----------------------------------------------------------------
 
-    def _integer(self, ceiling: float, *, nodes: int, gap: float) -> tuple[str, list[Bin] | None]:
+    def _integer(
+        self, ceiling: float, *, nodes: int, gap: float, caps: Caps | None = None
+    ) -> tuple[str, list[Bin] | None]:
         """The cheapest plan over the patterns so far costing under ``ceiling``, exploring at
-        most ``nodes`` branch-and-bound nodes."""
-        import numpy as np
-
-        cost, rows, high = self._rows()
-        low = np.full(len(high), -np.inf)
-        # No plan needs more of a pattern than it takes to cover the groups it holds.
-        upper = np.array(
-            [
-                min(
-                    max(
-                        -(-g.count // n)
-                        for g, n in zip(self.problem.groups, c.counts, strict=True)
-                        if n
-                    ),
-                    self.problem.types[c.type].available or math.inf,
-                )
-                for c in self.columns
-            ],
-            dtype=float,
-        )
-        status, x = self.backend.milp(
-            cost,
-            rows,
-            low,
-            high,
-            bounds=(np.zeros(len(self.columns)), upper),
-            time_limit=self.safety,
-            node_limit=nodes,
+        most ``nodes`` branch-and-bound nodes, with at most ``caps[t]`` nodes of type ``t``."""
+        status, x = integer_program(
+            self.problem,
+            self.columns,
+            self._rows(),
+            self.backend,
+            safety=self.safety,
+            nodes=nodes,
             gap=gap,
+            caps=caps or {},
         )
         if x is None:
             return status, None
-        bins = trimmed(self.problem, self.columns, [round(v) for v in x])
+        chosen = [round(v) for v in x[: len(self.columns)]]
+        self.solutions.append(kinds([c.type for c in self.columns], chosen))
+        bins = trimmed(self.problem, self.columns, chosen)
         return status, bins if plan_cost(self.problem, bins) < ceiling else None

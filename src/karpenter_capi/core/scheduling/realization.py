@@ -67,18 +67,26 @@ class Realizer:
             queue_runs(problem.queue),
             problem.daemon,
         )
+        self._forced: dict[tuple[int, ...], tuple[float, Stranding | None]] = {}
 
     def assess(self, bins: Sequence[Bin]) -> Assessed:
         cost = plan_cost(self.problem, bins)
         if self.nominated:
             return Assessed(tuple(bins), cost, cost, None)
-        worst, why = cost, None
-        for found in strandings(self.view, [b.type for b in bins], seed=self.seed):
-            extra = self.cover(found.left)
-            forced = math.inf if extra is None else plan_cost(self.problem, extra)
-            if cost + forced > worst:
-                worst, why = cost + forced, found
-        return Assessed(tuple(bins), cost, worst, why)
+        # What strands depends on the nodes' types alone (kube-scheduler places the pods), so
+        # plans on the same types in the same order (the sampled realizations follow it), which
+        # the search meets often, are assessed once.
+        kinds = tuple(b.type for b in bins)
+        if kinds not in self._forced:
+            forced, why = 0.0, None
+            for found in strandings(self.view, list(kinds), seed=self.seed):
+                extra = self.cover(found.left)
+                more = math.inf if extra is None else plan_cost(self.problem, extra)
+                if more > forced:
+                    forced, why = more, found
+            self._forced[kinds] = (forced, why)
+        forced, why = self._forced[kinds]
+        return Assessed(tuple(bins), cost, cost + forced, why)
 
     def best_of(self, bins: Sequence[Bin], ceiling: float, repairs: int) -> Assessed:
         """``bins`` or, when it strands, one of up to ``repairs`` repaired plans (each the last

@@ -141,32 +141,30 @@ class Repacker:
                 self._taken.update(pod_key(pod) for pod in entry.pods)
             problem = self._packing_problem(family, requirements, kept, own)
             work = packing.Work()  # the family's, shared by both solves (dives stop on it)
-            found: packing_model.PackingOutcome | None = None
             if existing:
-                # With the existing nodes' room first; then without, only to find a cheaper
-                # plan (the search is a heuristic, and the larger problem can end a little
-                # above the smaller one: seed 18), which its relaxation mostly rules out.
+                # With the existing nodes' room only: a second solve without it found a cheaper
+                # plan on 3 of the benchmark's 65 seeds with existing nodes (0.08-1.2%) and a
+                # dearer one on 1, for 80% more CPU on them (docs/benchmarks.md).
                 roomy = self._packing_problem(family, requirements, kept, groups, existing)
-                found = packing.optimize(
+                outcome = packing.optimize(
                     roomy,
                     budget=self._budget,
                     backend=self._backend,
                     plans_nominated=True,
                     work=work,
                 )
-            outcome = packing.optimize(
-                problem,
-                budget=self._budget,
-                backend=self._backend,
-                plans_nominated=self._nominated,
-                work=work,
-                known=math.inf if found is None or found.cost is None else found.cost,
-            )
-            if found is not None:
-                if found.cost is not None and (outcome.cost is None or found.cost <= outcome.cost):
-                    outcome, problem, own = found, roomy, groups
+                if outcome.cost is not None:
+                    problem, own = roomy, groups
                 else:
                     existing = []
+            else:
+                outcome = packing.optimize(
+                    problem,
+                    budget=self._budget,
+                    backend=self._backend,
+                    plans_nominated=self._nominated,
+                    work=work,
+                )
             if outcome.bins is not None:
                 before = self._claims
                 self._replace(
