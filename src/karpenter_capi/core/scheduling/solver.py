@@ -415,7 +415,9 @@ class Solver:
             return merged
         pods_total = add(claim.pods_total, pod_class.vector)
         fast = tolerates_every_type(pod_class, claim.pool)
-        room = first_fit(claim.types, claim.first, add(pods_total, claim.daemon), pod_class)
+        room = first_fit(
+            claim.types, claim.first, add(pods_total, claim.daemon), pod_class, tolerated=fast
+        )
         if room is None:
             # Narrowing only removes types and adds DaemonSets, so there will be no more room.
             rejected.add(claim.index)
