@@ -23,7 +23,6 @@ from karpenter_capi.core.scheduling.claims import (
     Vector,
     add,
     cheapest_price,
-    fits,
     limit_use,
     to_vector,
 )
@@ -267,8 +266,9 @@ def proposed_claim(
         for key in (wellknown.LABEL_TOPOLOGY_ZONE, wellknown.LABEL_CAPACITY_TYPE)
     )
     types: list[TypeInfo] = []
+    le = operator.le  # fits() inlined: this loop sees up to every type of every claim
     for info in claim.types[claim.first :]:
-        if fits(total, info.allocatable):
+        if all(map(le, total, info.allocatable)):
             types.append(info)
             # In pool price order already unless the claim narrowed zone or capacity type.
             if same_offerings and len(types) == max_instance_types:
@@ -277,7 +277,8 @@ def proposed_claim(
         types.sort(key=lambda t: (cheapest_price(t, claim.requirements), t.instance_type.name))
     chosen = [t.instance_type for t in types[:max_instance_types]]
     requirements = claim.requirements.with_requirement(
-        Requirement.new(wellknown.LABEL_INSTANCE_TYPE, "In", [t.name for t in chosen])
+        # Built directly: the names are strings already and the key is normalized.
+        Requirement(wellknown.LABEL_INSTANCE_TYPE, False, frozenset(t.name for t in chosen))
     )
     return ProposedNodeClaim(
         nodepool=claim.pool.option,

@@ -100,6 +100,7 @@ class Fit:
     first: int
     pods_total: Vector
     daemon: Vector
+    total: Vector  # pods_total + daemon, what the claim's type must hold
 
 
 @dataclass(eq=False)
@@ -194,13 +195,13 @@ def tolerates_every_type(pod_class: PodClass, pool: PoolState) -> bool:
     return pod_class.pool_taint[key] is None
 
 
-def imbalance(claim: ClaimState, pods_total: Vector, daemon: Vector) -> float:
-    """How lopsided a claim's CPU and memory would be, relative to its pool's largest type.
+def imbalance(claim: ClaimState, total: Vector) -> float:
+    """How lopsided a claim's CPU and memory would be with ``total`` (pods and DaemonSets) on
+    it, relative to its pool's largest type.
 
     0 when both are used in the proportion the largest type offers them.
     """
     cpu_max, memory_max = claim.pool.largest
-    total = add(pods_total, daemon)
     return abs(total[0] / cpu_max - total[1] / memory_max)
 
 

@@ -1,0 +1,85 @@
+"""The solver's shortcuts: each skips work whose answer is known, and changes no placement.
+
+Why a file of its own: ``test_solver.py`` says where pods go; these say what the solver no
+longer has to try to get there (counted, never timed), next to a check that the answer is the
+same as trying everything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from karpenter_capi.core.clock import FakeClock
+from karpenter_capi.core.scheduling.claims import ClaimState, Fit, PodClass
+from karpenter_capi.core.scheduling.podspec import PodSpec
+from karpenter_capi.core.scheduling.solver import Solver
+from karpenter_capi.core.values.refusal import Refusal
+from karpenter_capi.core.values.requirements import Requirement, Requirements
+from tests.core.scheduling.test_solver import _pod, _pool, _spread
+
+ZONE = "topology.kubernetes.io/zone"
+
+
+def _zonal_affinity(app: str) -> dict[str, Any]:
+    term = {"topologyKey": ZONE, "labelSelector": {"matchLabels": {"app": app}}}
+    return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+def test_zonal_affinity_pods_try_no_claim_held_to_another_zone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Three spread pods open a claim in each zone; the cache pods (smaller, so placed after
+    # them) follow their first replica into its zone.
+    web = [
+        _pod(
+            f"web-{i}",
+            "500m",
+            labels={"app": "web"},
+            topologySpreadConstraints=[_spread(ZONE, "web")],
+        )
+        for i in range(3)
+    ]
+    cache = [
+        _pod(f"cache-{i}", "100m", labels={"app": "cache"}, affinity=_zonal_affinity("cache"))
+        for i in range(6)
+    ]
+    tried: list[tuple[str, str | None]] = []
+    fit_claim = Solver._fit_claim
+
+    def counting(
+        self: Solver, claim: ClaimState, pod_class: PodClass, spec: PodSpec
+    ) -> Fit | Refusal:
+        tried.append((spec.name, claim.requirements.label_value(ZONE)))
+        return fit_claim(self, claim, pod_class, spec)
+
+    monkeypatch.setattr(Solver, "_fit_claim", counting)
+    result = Solver([_pool()], clock=FakeClock()).solve(web + cache)
+
+    assert not result.unschedulable
+    zones = {
+        claim.requirements.label_value(ZONE)
+        for claim in result.new_nodeclaims
+        if any(p["metadata"]["name"].startswith("cache") for p in claim.pods)
+    }
+    assert len(zones) == 1  # the affinity held
+    # After the first replica chose its zone, no other replica was tried on another zone's claim.
+    followers = [
+        (name, zone) for name, zone in tried if name.startswith("cache") and name != "cache-0"
+    ]
+    assert followers
+    assert {zone for _, zone in followers} == zones
+
+
+def test_requirements_lookups_answer_as_a_mapping_does() -> None:
+    requirements = Requirements([Requirement.new(ZONE, "In", ["zone-a"])])
+    fallback = Requirement.new("other", "Exists")
+    assert requirements.get(ZONE) == Requirement.new(ZONE, "In", ["zone-a"])
+    assert requirements.get("other") is None
+    assert requirements.get("other", fallback) is fallback
+    assert ZONE in requirements
+    assert "other" not in requirements
+    assert list(requirements.keys()) == [ZONE]
+    assert list(requirements.items()) == [(ZONE, requirements[ZONE])]
+    assert list(requirements.values()) == [requirements[ZONE]]
