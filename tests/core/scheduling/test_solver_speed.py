@@ -7,11 +7,13 @@ same as trying everything.
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
 
 from karpenter_capi.core.clock import FakeClock
+from karpenter_capi.core.scheduling._collector import collection_paused
 from karpenter_capi.core.scheduling.claims import ClaimState, Fit, PodClass
 from karpenter_capi.core.scheduling.podspec import PodSpec
 from karpenter_capi.core.scheduling.solver import Solver
@@ -83,3 +85,36 @@ def test_requirements_lookups_answer_as_a_mapping_does() -> None:
     assert list(requirements.keys()) == [ZONE]
     assert list(requirements.items()) == [(ZONE, requirements[ZONE])]
     assert list(requirements.values()) == [requirements[ZONE]]
+
+
+def test_collection_is_paused_during_a_solve_and_resumed_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[bool] = []
+    place = Solver._place
+
+    def watching(self: Solver, spec: PodSpec) -> Refusal | None:
+        seen.append(gc.isenabled())
+        return place(self, spec)
+
+    monkeypatch.setattr(Solver, "_place", watching)
+    assert gc.isenabled()
+    result = Solver([_pool()], clock=FakeClock()).solve([_pod("a"), _pod("b")])
+    assert sum(len(c.pods) for c in result.new_nodeclaims) == 2
+    assert seen == [False, False]
+    assert gc.isenabled()
+
+
+def test_a_pause_resumes_only_when_the_last_holder_ends_and_only_if_it_was_on() -> None:
+    with collection_paused():
+        with collection_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collection_paused():
+            pass
+        assert not gc.isenabled()  # it was off before: left off
+    finally:
+        gc.enable()

@@ -26,6 +26,7 @@ from typing import Any, Final
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock, SystemClock
 from karpenter_capi.core.scheduling import highs, packing, packing_model
+from karpenter_capi.core.scheduling._collector import collection_paused
 from karpenter_capi.core.scheduling._solver_view import (
     SolverNode,
     build_nodes,
@@ -191,6 +192,10 @@ class Solver:
 
     def solve(self, pods: Sequence[Pod]) -> SolveResult:
         """Place ``pods``; see the module docstring for the order things are tried in."""
+        with collection_paused():
+            return self._solve(pods)
+
+    def _solve(self, pods: Sequence[Pod]) -> SolveResult:
         deadline = self._clock.monotonic() + self._timeout
         errors: dict[str, str] = {}
         specs = [self._remember(self._specs.get(pod)) for pod in pods]
@@ -274,10 +279,11 @@ class Solver:
             if key in node.node.nominated and self._node_refusal(node, pod_class, spec) is None:
                 self._place_on_node(node, pod_class, pod, spec)
                 return None
-        hosts = None
+        hosts = zones = None
         if pod_class.topological:
             assert self._topology is not None
             hosts = self._topology.affinity_domains(spec, wellknown.LABEL_HOSTNAME)
+            zones = self._topology.affinity_domains(spec, wellknown.LABEL_TOPOLOGY_ZONE)
         nodes = self._nodes if hosts is None else [n for n in self._nodes if n.hostname in hosts]
         for node in nodes:
             if node.index in pod_class.rejected_nodes:
@@ -285,10 +291,6 @@ class Solver:
             if self._node_refusal(node, pod_class, spec) is None:
                 self._place_on_node(node, pod_class, pod, spec)
                 return None
-        zones = None
-        if pod_class.topological:
-            assert self._topology is not None
-            zones = self._topology.affinity_domains(spec, wellknown.LABEL_TOPOLOGY_ZONE)
         claims, start = claim_window(self._claims, self._claims_by_host, pod_class, hosts)
         best = self._best_fit(claims[start:], pod_class, spec, zones)
         if best is not None:
@@ -321,11 +323,9 @@ class Solver:
         instance types of every shape, an unbalanced claim (all memory, little CPU) is what
         wastes money, and mixing memory-heavy and CPU-heavy pods is what avoids it.
 
-        ``zones``: the only zones the pod's zonal pod affinity accepts (``affinity_domains``),
-        if known. A claim held to other zones would be refused by the topology after every
-        other check, so it is passed over first; such a refusal marks nothing, so skipping it
-        changes no outcome.
-        """
+        ``zones``: the only zones the pod's zonal pod affinity accepts, if known. The topology
+        would refuse a claim held to others, after every other check and marking nothing, so
+        it is passed over first."""
         best: Fit | None = None
         best_score = 0.0
         seen = 0
