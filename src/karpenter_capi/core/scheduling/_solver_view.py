@@ -9,6 +9,7 @@ follow on its own. Vectors are integer milli-units in the order ``resource_names
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -21,7 +22,6 @@ from karpenter_capi.core.scheduling.claims import (
     Vector,
     add,
     cheapest_price,
-    fits,
     limit_use,
     to_vector,
 )
@@ -210,13 +210,11 @@ def build_topology(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Ordered:
-    size: float  # negated dominant share, so an ascending sort puts the largest first
-    key: str
-    cpu: float
-    memory: float
-    pod: PodSpec
+# One pod as largest_first orders it: (negated dominant share, so an ascending sort puts the
+# largest first; key; cpu share; memory share; the pod). A plain tuple: one is made per pod per
+# round, and a frozen dataclass's __init__ cost more than the sort.
+_Ordered = tuple[float, str, float, float, PodSpec]
+_SIZE_THEN_KEY = operator.itemgetter(0, 1)
 
 
 def largest_first(pods: Sequence[PodSpec], pools: Sequence[PoolState]) -> list[PodSpec]:
@@ -235,9 +233,9 @@ def largest_first(pods: Sequence[PodSpec], pools: Sequence[PoolState]) -> list[P
     for pod in pods:
         cpu = pod.requests.milli("cpu") / cpu_max
         memory = pod.requests.milli("memory") / memory_max
-        sides[memory > cpu].append(_Ordered(-max(cpu, memory), pod.key, cpu, memory, pod))
+        sides[memory > cpu].append((-max(cpu, memory), pod.key, cpu, memory, pod))
     for side in sides:
-        side.sort(key=lambda o: (o.size, o.key))
+        side.sort(key=_SIZE_THEN_KEY)
     cpu_heavy, memory_heavy = sides
     ordered: list[PodSpec] = []
     cpu_total = memory_total = 0.0
@@ -249,9 +247,9 @@ def largest_first(pods: Sequence[PodSpec], pools: Sequence[PoolState]) -> list[P
         else:
             chosen = memory_heavy[j]
             j += 1
-        cpu_total += chosen.cpu
-        memory_total += chosen.memory
-        ordered.append(chosen.pod)
+        cpu_total += chosen[2]
+        memory_total += chosen[3]
+        ordered.append(chosen[4])
     return ordered
 
 
@@ -267,8 +265,9 @@ def proposed_claim(
         for key in (wellknown.LABEL_TOPOLOGY_ZONE, wellknown.LABEL_CAPACITY_TYPE)
     )
     types: list[TypeInfo] = []
+    le = operator.le  # fits() inlined: this loop sees up to every type of every claim
     for info in claim.types[claim.first :]:
-        if fits(total, info.allocatable):
+        if all(map(le, total, info.allocatable)):
             types.append(info)
             # In pool price order already unless the claim narrowed zone or capacity type.
             if same_offerings and len(types) == max_instance_types:
@@ -277,7 +276,8 @@ def proposed_claim(
         types.sort(key=lambda t: (cheapest_price(t, claim.requirements), t.instance_type.name))
     chosen = [t.instance_type for t in types[:max_instance_types]]
     requirements = claim.requirements.with_requirement(
-        Requirement.new(wellknown.LABEL_INSTANCE_TYPE, "In", [t.name for t in chosen])
+        # Built directly: the names are strings already and the key is normalized.
+        Requirement(wellknown.LABEL_INSTANCE_TYPE, False, frozenset(t.name for t in chosen))
     )
     return ProposedNodeClaim(
         nodepool=claim.pool.option,

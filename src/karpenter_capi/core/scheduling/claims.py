@@ -32,11 +32,9 @@ HOSTNAME_PLACEHOLDER: Final = "hostname-placeholder-"
 
 
 def fits(total: Vector, allocatable: Vector) -> bool:
-    # A plain loop: the hottest function of a solve, and faster than all() over a generator.
-    for used, available in zip(total, allocatable, strict=True):  # noqa: SIM110
-        if used > available:
-            return False
-    return True
+    # all() over map(operator.le): the hottest function of a solve, and about twice as fast as
+    # a Python loop (no frame per element). Vectors of one solve have one length.
+    return all(map(operator.le, total, allocatable))
 
 
 def to_vector(names: Sequence[str], resources: ResourceList) -> Vector:
@@ -103,6 +101,7 @@ class Fit:
     first: int
     pods_total: Vector
     daemon: Vector
+    total: Vector  # pods_total + daemon, what the claim's type must hold
 
 
 @dataclass(eq=False)
@@ -151,10 +150,23 @@ def type_tolerated(info: TypeInfo, pod_class: PodClass) -> bool:
     return not taints or strictly_untolerated(pod_class.tolerations, taints) is None
 
 
-def first_fit(types: list[TypeInfo], first: int, total: Vector, pod_class: PodClass) -> int | None:
-    """Index of the cheapest type from ``first`` on that holds ``total``."""
+def first_fit(
+    types: list[TypeInfo],
+    first: int,
+    total: Vector,
+    pod_class: PodClass,
+    *,
+    tolerated: bool = False,
+) -> int | None:
+    """Index of the cheapest type from ``first`` on that holds ``total``.
+
+    ``tolerated``: the pod class is known to tolerate every type (``tolerates_every_type``),
+    so only room is checked.
+    """
+    le = operator.le
     for index in range(first, len(types)):
-        if fits(total, types[index].allocatable) and type_tolerated(types[index], pod_class):
+        info = types[index]
+        if all(map(le, total, info.allocatable)) and (tolerated or type_tolerated(info, pod_class)):
             return index
     return None
 
@@ -184,13 +196,13 @@ def tolerates_every_type(pod_class: PodClass, pool: PoolState) -> bool:
     return pod_class.pool_taint[key] is None
 
 
-def imbalance(claim: ClaimState, pods_total: Vector, daemon: Vector) -> float:
-    """How lopsided a claim's CPU and memory would be, relative to its pool's largest type.
+def imbalance(claim: ClaimState, total: Vector) -> float:
+    """How lopsided a claim's CPU and memory would be with ``total`` (pods and DaemonSets) on
+    it, relative to its pool's largest type.
 
     0 when both are used in the proportion the largest type offers them.
     """
     cpu_max, memory_max = claim.pool.largest
-    total = add(pods_total, daemon)
     return abs(total[0] / cpu_max - total[1] / memory_max)
 
 

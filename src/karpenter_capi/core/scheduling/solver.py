@@ -26,6 +26,7 @@ from typing import Final
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock, SystemClock
 from karpenter_capi.core.scheduling import highs, packing, packing_model
+from karpenter_capi.core.scheduling._collector import collection_paused
 from karpenter_capi.core.scheduling._solver_view import (
     SolverNode,
     build_nodes,
@@ -188,6 +189,7 @@ class Solver:
 
     # -- solving ----------------------------------------------------------------------------
 
+    @collection_paused()
     def solve(self, pods: Sequence[PodObject]) -> SolveResult:
         """Place ``pods``; see the module docstring for the order things are tried in."""
         deadline = self._clock.monotonic() + self._timeout
@@ -275,10 +277,11 @@ class Solver:
             if key in node.node.nominated and self._node_refusal(node, pod_class, spec) is None:
                 self._place_on_node(node, pod_class, pod, spec)
                 return None
-        hosts = None
+        hosts = zones = None
         if pod_class.topological:
             assert self._topology is not None
             hosts = self._topology.affinity_domains(spec, wellknown.LABEL_HOSTNAME)
+            zones = self._topology.affinity_domains(spec, wellknown.LABEL_TOPOLOGY_ZONE)
         nodes = self._nodes if hosts is None else [n for n in self._nodes if n.hostname in hosts]
         for node in nodes:
             if node.index in pod_class.rejected_nodes:
@@ -287,7 +290,7 @@ class Solver:
                 self._place_on_node(node, pod_class, pod, spec)
                 return None
         claims, start = claim_window(self._claims, self._claims_by_host, pod_class, hosts)
-        best = self._best_fit(claims[start:], pod_class, spec)
+        best = self._best_fit(claims[start:], pod_class, spec, zones)
         if best is not None:
             self._commit(best, pod_class, pod, spec)
             return None
@@ -308,11 +311,19 @@ class Solver:
         return Refusal("; ".join(reasons))
 
     def _best_fit(
-        self, claims: Sequence[ClaimState], pod_class: PodClass, spec: PodSpec
+        self,
+        claims: Sequence[ClaimState],
+        pod_class: PodClass,
+        spec: PodSpec,
+        zones: frozenset[str] | None = None,
     ) -> Fit | None:
         """Of the first few claims that can take the pod, the one it leaves best balanced: with
         instance types of every shape, an unbalanced claim (all memory, little CPU) is what
-        wastes money, and mixing memory-heavy and CPU-heavy pods is what avoids it."""
+        wastes money, and mixing memory-heavy and CPU-heavy pods is what avoids it.
+
+        ``zones``: the only zones the pod's zonal pod affinity accepts, if known. The topology
+        would refuse a claim held to others, after every other check and marking nothing, so
+        it is passed over first."""
         best: Fit | None = None
         best_score = 0.0
         seen = 0
@@ -323,10 +334,14 @@ class Solver:
                 continue
             if refusals and refusals.get(claim.index) == claim.version:
                 continue
+            if zones is not None:
+                allowed = claim.requirements.get(wellknown.LABEL_TOPOLOGY_ZONE)
+                if allowed is not None and not any(map(allowed.has, zones)):
+                    continue
             fit = self._fit_claim(claim, pod_class, spec)
             if isinstance(fit, Refusal):
                 continue
-            score = imbalance(fit.claim, fit.pods_total, fit.daemon)
+            score = imbalance(fit.claim, fit.total)
             if best is None or score < best_score:
                 best, best_score = fit, score
             seen += 1
@@ -415,8 +430,9 @@ class Solver:
             rejected.add(claim.index)
             return merged
         pods_total = add(claim.pods_total, pod_class.vector)
+        total = add(pods_total, claim.daemon)
         fast = tolerates_every_type(pod_class, claim.pool)
-        room = first_fit(claim.types, claim.first, add(pods_total, claim.daemon), pod_class)
+        room = first_fit(claim.types, claim.first, total, pod_class, tolerated=fast)
         if room is None:
             # Narrowing only removes types and adds DaemonSets, so there will be no more room.
             rejected.add(claim.index)
@@ -450,12 +466,9 @@ class Solver:
                     rejected.add(claim.index)
                 return _NO_ROOM
             first = 0
-        if (
-            claim.pool.min_values
-            and min_values_problem(narrowed, types[first:], add(pods_total, daemon)) is not None
-        ):
+        if claim.pool.min_values and min_values_problem(narrowed, types[first:], total) is not None:
             return _MIN_VALUES
-        return Fit(claim, narrowed, types, first, pods_total, daemon)
+        return Fit(claim, narrowed, types, first, pods_total, daemon, total)
 
     def _commit(self, fit: Fit, pod_class: PodClass, pod: PodObject, spec: PodSpec) -> None:
         assert self._topology is not None

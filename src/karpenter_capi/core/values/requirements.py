@@ -15,12 +15,14 @@ Deprecated beta label keys are rewritten to their GA keys on the way in.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, Sequence, ValuesView
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar, overload
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.values.refusal import Refusal
+
+_T = TypeVar("_T")
 
 OPERATORS: Final = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "Gte", "Lte")
 
@@ -364,6 +366,27 @@ class Requirements(Mapping[str, Requirement]):
 
     def __len__(self) -> int:
         return len(self._by_key)
+
+    # The Mapping mixins go through __getitem__ and a Python-level view; these answer from the
+    # dict directly, which the solver asks a few times for every pod and claim it tries.
+    def __contains__(self, key: object) -> bool:
+        return key in self._by_key
+
+    @overload
+    def get(self, key: str, /) -> Requirement | None: ...
+    @overload
+    def get(self, key: str, /, default: Requirement | _T) -> Requirement | _T: ...
+    def get(self, key: str, /, default: object = None) -> object:
+        return self._by_key.get(key, default)
+
+    def keys(self) -> KeysView[str]:
+        return self._by_key.keys()
+
+    def values(self) -> ValuesView[Requirement]:
+        return self._by_key.values()
+
+    def items(self) -> ItemsView[str, Requirement]:
+        return self._by_key.items()
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Requirements):

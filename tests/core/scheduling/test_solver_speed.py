@@ -1,0 +1,129 @@
+"""The solver's shortcuts: each skips work whose answer is known, and changes no placement.
+
+Why a file of its own: ``test_solver.py`` says where pods go; these say what the solver no
+longer has to try to get there (counted, never timed), next to a check that the answer is the
+same as trying everything.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import pytest
+
+from karpenter_capi.core.clock import FakeClock
+from karpenter_capi.core.scheduling._collector import collection_paused
+from karpenter_capi.core.scheduling.claims import ClaimState, Fit, PodClass
+from karpenter_capi.core.scheduling.podspec import PodSpec
+from karpenter_capi.core.scheduling.solver import Solver
+from karpenter_capi.core.values.refusal import Refusal
+from karpenter_capi.core.values.requirements import Requirement, Requirements
+from tests.core.scheduling.test_solver import _pod, _pool, _spread
+
+ZONE = "topology.kubernetes.io/zone"
+
+
+def _zonal_affinity(app: str) -> dict[str, Any]:
+    term = {"topologyKey": ZONE, "labelSelector": {"matchLabels": {"app": app}}}
+    return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+def test_zonal_affinity_pods_try_no_claim_held_to_another_zone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Three spread pods open a claim in each zone; the cache pods (smaller, so placed after
+    # them) follow their first replica into its zone.
+    web = [
+        _pod(
+            f"web-{i}",
+            "500m",
+            labels={"app": "web"},
+            topologySpreadConstraints=[_spread(ZONE, "web")],
+        )
+        for i in range(3)
+    ]
+    cache = [
+        _pod(f"cache-{i}", "100m", labels={"app": "cache"}, affinity=_zonal_affinity("cache"))
+        for i in range(6)
+    ]
+    tried: list[tuple[str, str | None]] = []
+    fit_claim = Solver._fit_claim
+
+    def counting(
+        self: Solver, claim: ClaimState, pod_class: PodClass, spec: PodSpec
+    ) -> Fit | Refusal:
+        tried.append((spec.name, claim.requirements.label_value(ZONE)))
+        return fit_claim(self, claim, pod_class, spec)
+
+    monkeypatch.setattr(Solver, "_fit_claim", counting)
+    result = Solver([_pool()], clock=FakeClock()).solve(web + cache)
+
+    assert not result.unschedulable
+    zones = {
+        claim.requirements.label_value(ZONE)
+        for claim in result.new_nodeclaims
+        if any(p["metadata"]["name"].startswith("cache") for p in claim.pods)
+    }
+    assert len(zones) == 1  # the affinity held
+    # After the first replica chose its zone, no other replica was tried on another zone's claim.
+    followers = [
+        (name, zone) for name, zone in tried if name.startswith("cache") and name != "cache-0"
+    ]
+    assert followers
+    assert {zone for _, zone in followers} == zones
+
+
+def test_requirements_lookups_answer_as_a_mapping_does() -> None:
+    requirements = Requirements([Requirement.new(ZONE, "In", ["zone-a"])])
+    fallback = Requirement.new("other", "Exists")
+    assert requirements.get(ZONE) == Requirement.new(ZONE, "In", ["zone-a"])
+    assert requirements.get("other") is None
+    assert requirements.get("other", fallback) is fallback
+    assert ZONE in requirements
+    assert "other" not in requirements
+    assert list(requirements.keys()) == [ZONE]
+    assert list(requirements.items()) == [(ZONE, requirements[ZONE])]
+    assert list(requirements.values()) == [requirements[ZONE]]
+
+
+def test_collection_is_paused_during_a_solve_and_resumed_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[bool] = []
+    place = Solver._place
+
+    def watching(self: Solver, spec: PodSpec) -> Refusal | None:
+        seen.append(gc.isenabled())
+        return place(self, spec)
+
+    monkeypatch.setattr(Solver, "_place", watching)
+    assert gc.isenabled()
+    result = Solver([_pool()], clock=FakeClock()).solve([_pod("a"), _pod("b")])
+    assert sum(len(c.pods) for c in result.new_nodeclaims) == 2
+    assert seen == [False, False]
+    assert gc.isenabled()
+
+
+def test_a_pause_ends_with_the_solve_that_started_it_and_only_if_collection_was_on() -> None:
+    """Overlapping solves (a fleet's clusters) must not keep collection off between them."""
+    with collection_paused():
+        with collection_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    first = collection_paused()
+    second = collection_paused()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert gc.isenabled(), "the pause ended with the solve that started it"
+    second.__exit__(None, None, None)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collection_paused():
+            pass
+        assert not gc.isenabled()  # it was off before: left off
+    finally:
+        gc.enable()
