@@ -41,7 +41,7 @@ from scipy.sparse import lil_matrix, vstack
 
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.scheduling.packing import EPSILON
-from karpenter_capi.core.scheduling.packing_model import Bin, BinType, PackingProblem, PodGroup
+from karpenter_capi.core.scheduling.packing_problem import Bin, BinType, PackingProblem, PodGroup
 from karpenter_capi.core.scheduling.realization import Assessed, Realizer
 from karpenter_capi.core.values.resources import pod_requests
 

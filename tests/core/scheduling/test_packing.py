@@ -18,7 +18,7 @@ import pytest
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead, Offering
-from karpenter_capi.core.scheduling import highs, packing, packing_model
+from karpenter_capi.core.scheduling import highs, packing, packing_problem
 from karpenter_capi.core.scheduling.readiness import SchedulerView, queue_runs, strandings
 from karpenter_capi.core.scheduling.solver import Solver
 from karpenter_capi.core.scheduling.solver_io import NodePoolOption, SolveResult
@@ -365,7 +365,7 @@ def test_a_node_filled_by_small_pods_first_strands_the_big_one() -> None:
     assert not strandings(view, [0, 1])
 
 
-def _strands(problem: packing_model.PackingProblem, bins: Sequence[packing_model.Bin]) -> bool:
+def _strands(problem: packing_problem.PackingProblem, bins: Sequence[packing_problem.Bin]) -> bool:
     view = SchedulerView(
         tuple(t.room for t in problem.types),
         tuple(g.vector for g in problem.groups),
@@ -379,18 +379,18 @@ def test_when_greedy_strands_too_a_cheaper_plan_is_taken_if_its_worst_realizatio
     None
 ):
     types = (
-        packing_model.BinType((8000, 0, 110_000), 1.0, (8000, 0, 1000)),
-        packing_model.BinType((4000, 0, 110_000), 0.55, (4000, 0, 1000)),
+        packing_problem.BinType((8000, 0, 110_000), 1.0, (8000, 0, 1000)),
+        packing_problem.BinType((4000, 0, 110_000), 0.55, (4000, 0, 1000)),
     )
     groups = (
-        packing_model.PodGroup((1000, 0, 1000), 6, frozenset({0, 1})),
-        packing_model.PodGroup((6000, 0, 1000), 1, frozenset({0, 1})),
+        packing_problem.PodGroup((1000, 0, 1000), 6, frozenset({0, 1})),
+        packing_problem.PodGroup((6000, 0, 1000), 1, frozenset({0, 1})),
     )
     # Greedy's two 8-CPU nodes ($2) strand the 6-CPU pod when the small pods, queued first,
     # spread three and three over them: another 8-CPU node, $3 in all. 8 + 4 CPUs ($1.55)
     # strand it too, but cost $2.55 at worst: taken.
-    greedy = (packing_model.Bin(0, (6, 0)), packing_model.Bin(0, (0, 1)))
-    problem = packing_model.PackingProblem(types, groups, greedy, queue=(0,) * 6 + (1,))
+    greedy = (packing_problem.Bin(0, (6, 0)), packing_problem.Bin(0, (0, 1)))
+    problem = packing_problem.PackingProblem(types, groups, greedy, queue=(0,) * 6 + (1,))
     assert _strands(problem, greedy)
     outcome = packing.optimize(problem, budget=5.0)
     assert outcome.status == "improved"
@@ -407,15 +407,15 @@ def test_when_greedy_strands_less_at_worst_the_cheaper_plan_is_refused() -> None
     # three: $6.22 at worst, refused. The dive then finds greedy's with one 3-CPU pod on a
     # 6-CPU node ($4.73), $5.89 at worst: taken.
     types = tuple(
-        packing_model.BinType((cpu * 1000, 0, 110_000), price, (cpu * 1000, 0, 1000))
+        packing_problem.BinType((cpu * 1000, 0, 110_000), price, (cpu * 1000, 0, 1000))
         for cpu, price in ((2, 0.182), (6, 0.58), (8, 0.83))
     )
     groups = (
-        packing_model.PodGroup((5000, 0, 1000), 5, frozenset({0, 1, 2})),
-        packing_model.PodGroup((3000, 0, 1000), 6, frozenset({0, 1, 2})),
+        packing_problem.PodGroup((5000, 0, 1000), 5, frozenset({0, 1, 2})),
+        packing_problem.PodGroup((3000, 0, 1000), 6, frozenset({0, 1, 2})),
     )
-    greedy = (*[packing_model.Bin(2, (1, 1))] * 5, packing_model.Bin(2, (0, 1)))
-    problem = packing_model.PackingProblem(types, groups, greedy, queue=(1,) * 6 + (0,) * 5)
+    greedy = (*[packing_problem.Bin(2, (1, 1))] * 5, packing_problem.Bin(2, (0, 1)))
+    problem = packing_problem.PackingProblem(types, groups, greedy, queue=(1,) * 6 + (0,) * 5)
     assert _strands(problem, greedy)
     outcome = packing.optimize(problem, budget=5.0)
     assert outcome.rejected >= 1
@@ -464,21 +464,21 @@ def test_when_too_many_patterns_matter_to_list_the_rest_of_the_first_plan_is_re_
     # alone, $20.38/h, is 5.6% above it).
     mib = (1 << 20) * 1000
     types = (
-        packing_model.BinType((31750, 62068 * mib, 108000), 1.07253, (32000, 0, 1000)),
-        packing_model.BinType((47750, 93197 * mib, 108000), 1.98397, (48000, 0, 1000)),
-        packing_model.BinType((63750, 248845 * mib, 108000), 2.98147, (64000, 0, 1000)),
+        packing_problem.BinType((31750, 62068 * mib, 108000), 1.07253, (32000, 0, 1000)),
+        packing_problem.BinType((47750, 93197 * mib, 108000), 1.98397, (48000, 0, 1000)),
+        packing_problem.BinType((63750, 248845 * mib, 108000), 2.98147, (64000, 0, 1000)),
     )
     everywhere = frozenset({0, 1, 2})
     groups = (
-        packing_model.PodGroup((4000, 8192 * mib, 1000), 75, everywhere),
-        packing_model.PodGroup((1500, 512 * mib, 1000), 86, everywhere),
-        packing_model.PodGroup((1000, 256 * mib, 1000), 132, everywhere),
+        packing_problem.PodGroup((4000, 8192 * mib, 1000), 75, everywhere),
+        packing_problem.PodGroup((1500, 512 * mib, 1000), 86, everywhere),
+        packing_problem.PodGroup((1000, 256 * mib, 1000), 132, everywhere),
     )
     greedy = tuple(
-        packing_model.Bin(2, counts)
+        packing_problem.Bin(2, counts)
         for counts in [(15, 2, 0)] * 5 + [(0, 42, 0), (0, 34, 12), (0, 0, 63), (0, 0, 57)]
     )
-    problem = packing_model.PackingProblem(
+    problem = packing_problem.PackingProblem(
         types, groups, greedy, (1,) * 86 + (2,) * 132 + (0,) * 75
     )
     outcome = packing.optimize(problem, plans_nominated=True)

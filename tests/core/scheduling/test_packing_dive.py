@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from karpenter_capi.core.scheduling import packing
-from karpenter_capi.core.scheduling.packing_model import (
+from karpenter_capi.core.scheduling.packing_problem import (
     Bin,
     BinType,
     PackingProblem,

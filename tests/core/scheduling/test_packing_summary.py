@@ -6,25 +6,25 @@ test_repacked_nodeclaims.py`` runs whole rounds); here each outcome's words.
 
 from __future__ import annotations
 
-from karpenter_capi.core.scheduling import packing, packing_model
-from karpenter_capi.core.scheduling.packing_model import PackingOutcome
+from karpenter_capi.core.scheduling import packing, packing_problem
+from karpenter_capi.core.scheduling.packing_problem import PackingOutcome
 from karpenter_capi.core.scheduling.packing_summary import summarize
 
 
 def test_a_plan_refused_as_not_robust_says_why_greedy_stayed() -> None:
     types = (
-        packing_model.BinType((8000, 0, 110_000), 1.0, (8000, 0, 1000)),
-        packing_model.BinType((4000, 0, 110_000), 0.55, (4000, 0, 1000)),
-        packing_model.BinType((16000, 0, 110_000), 1.9, (16000, 0, 1000)),
+        packing_problem.BinType((8000, 0, 110_000), 1.0, (8000, 0, 1000)),
+        packing_problem.BinType((4000, 0, 110_000), 0.55, (4000, 0, 1000)),
+        packing_problem.BinType((16000, 0, 110_000), 1.9, (16000, 0, 1000)),
     )
     groups = (
-        packing_model.PodGroup((1000, 0, 1000), 6, frozenset({0, 1, 2})),
-        packing_model.PodGroup((6000, 0, 1000), 1, frozenset({0, 1, 2})),
+        packing_problem.PodGroup((1000, 0, 1000), 6, frozenset({0, 1, 2})),
+        packing_problem.PodGroup((6000, 0, 1000), 1, frozenset({0, 1, 2})),
     )
     # One 16-CPU node, whatever happens; 8 + 4 CPUs strand the 6-CPU pod behind the small
     # ones queued first: $2.55 at worst.
-    greedy = (packing_model.Bin(2, (6, 1)),)
-    problem = packing_model.PackingProblem(types, groups, greedy, queue=(0,) * 6 + (1,))
+    greedy = (packing_problem.Bin(2, (6, 1)),)
+    problem = packing_problem.PackingProblem(types, groups, greedy, queue=(0,) * 6 + (1,))
     outcome = packing.optimize(problem, budget=5.0)
     summary = summarize([outcome])
     assert summary is not None
@@ -61,7 +61,7 @@ def test_a_plan_voided_by_the_nodepool_limits_is_not_cheaper() -> None:
 
 
 def test_several_groups_add_up_and_say_what_kept_the_others_greedy() -> None:
-    bins = (packing_model.Bin(0, (1,)),)
+    bins = (packing_problem.Bin(0, (1,)),)
     summary = summarize(
         [
             PackingOutcome("improved", 1.0, bins, 0.8),

@@ -18,7 +18,7 @@ import pytest
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.instancetype import InstanceType, Offering
-from karpenter_capi.core.scheduling import packing, packing_model
+from karpenter_capi.core.scheduling import packing, packing_problem
 from karpenter_capi.core.scheduling.readiness import SchedulerView, queue_runs, strandings
 from karpenter_capi.core.scheduling.realization import Realizer
 from karpenter_capi.core.scheduling.solver import Solver
@@ -262,21 +262,21 @@ def test_small_pods_queued_first_fill_a_node_ready_alone_or_spread_over_nodes_re
 
 def test_plans_nominated_to_their_nodes_are_realized_as_planned() -> None:
     types = tuple(
-        packing_model.BinType((cpu * 1000, 4 * cpu * MILLI_GI, 110_000), price, (cpu, 0, 0))
+        packing_problem.BinType((cpu * 1000, 4 * cpu * MILLI_GI, 110_000), price, (cpu, 0, 0))
         for cpu, price in ((4, 0.55), (8, 1.0), (16, 1.9))
     )
     groups = (
-        packing_model.PodGroup((1000, MILLI_GI, 1000), 6, frozenset({0, 1, 2})),
-        packing_model.PodGroup((6000, MILLI_GI, 1000), 1, frozenset({0, 1, 2})),
+        packing_problem.PodGroup((1000, MILLI_GI, 1000), 6, frozenset({0, 1, 2})),
+        packing_problem.PodGroup((6000, MILLI_GI, 1000), 1, frozenset({0, 1, 2})),
     )
-    greedy = (packing_model.Bin(2, (6, 1)),)
-    problem = packing_model.PackingProblem(types, groups, greedy, queue=(0,) * 6 + (1,))
+    greedy = (packing_problem.Bin(2, (6, 1)),)
+    problem = packing_problem.PackingProblem(types, groups, greedy, queue=(0,) * 6 + (1,))
     # 8 + 4 CPUs ($1.55) strand the 6-CPU pod when the small ones spread first: another 8-CPU
     # node ($2.55 in all) is worse than greedy's robust 16-CPU node ($1.90).
     refused = packing.optimize(problem)
     assert refused.status == "not-robust"
     assert Realizer(problem, nominated=False).assess(
-        [packing_model.Bin(1, (5, 0)), packing_model.Bin(0, (1, 1))]
+        [packing_problem.Bin(1, (5, 0)), packing_problem.Bin(0, (1, 1))]
     ).worst == pytest.approx(0.55 + 1.0 + 1.0)
     # Nominated, kube-scheduler tries the planned node first: the plan is what it costs.
     nominated = packing.optimize(problem, plans_nominated=True)

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Final
 from karpenter_capi.core.scheduling import pricing
 from karpenter_capi.core.scheduling.highs import HiGHS, OutOfTime
 from karpenter_capi.core.scheduling.packing_cuts import Caps, integer_program, kinds, program_rows
-from karpenter_capi.core.scheduling.packing_model import (
+from karpenter_capi.core.scheduling.packing_problem import (
     Bin,
     PackingOutcome,
     PackingProblem,

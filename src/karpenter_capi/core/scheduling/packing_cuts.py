@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from karpenter_capi.core.scheduling.packing_model import Bin, PackingProblem
+from karpenter_capi.core.scheduling.packing_problem import Bin, PackingProblem
 
 if TYPE_CHECKING:
     import numpy as np

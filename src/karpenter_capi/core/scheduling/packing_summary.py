@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from karpenter_capi.core.scheduling.packing_model import PackingOutcome
+from karpenter_capi.core.scheduling.packing_problem import PackingOutcome
 
 RE_PACKED: Final = "re-packed"
 NOT_CHEAPER: Final = "not-cheaper"

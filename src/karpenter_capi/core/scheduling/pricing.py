@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from karpenter_capi.core.scheduling.highs import HiGHS
-from karpenter_capi.core.scheduling.packing_model import (
+from karpenter_capi.core.scheduling.packing_problem import (
     Bin,
     PackingProblem,
     fit_count,

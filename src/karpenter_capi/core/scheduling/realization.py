@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from karpenter_capi.core.scheduling.packing_model import (
+from karpenter_capi.core.scheduling.packing_problem import (
     Bin,
     PackingProblem,
     fit_count,

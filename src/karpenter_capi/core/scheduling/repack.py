@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.scheduling import highs, packing, packing_model
+from karpenter_capi.core.scheduling import highs, packing, packing_problem
 from karpenter_capi.core.scheduling.claims import (
     HOSTNAME_PLACEHOLDER,
     ClaimState,
@@ -82,7 +82,7 @@ class Repacker:
         self._claims: list[ClaimState] = []
         self._nodes: Sequence[SolverNode] = ()
         self._taken: set[str] = set()  # pods on existing nodes a family already moves
-        self.outcomes: list[packing_model.PackingOutcome] = []
+        self.outcomes: list[packing_problem.PackingOutcome] = []
 
     def repack(
         self,
@@ -131,7 +131,7 @@ class Repacker:
                 greedy_cost = sum(
                     cheapest_price(_greedy_type(c, requirements), requirements) for c in family
                 )
-                self.outcomes.append(packing_model.PackingOutcome("too-large", greedy_cost))
+                self.outcomes.append(packing_problem.PackingOutcome("too-large", greedy_cost))
                 continue
             if len(kept) + len(existing) > packing.MAX_TYPES:
                 existing = existing[: packing.MAX_TYPES - len(kept)]
@@ -259,7 +259,7 @@ class Repacker:
         types: Sequence[TypeInfo],
         groups: Mapping[str, Sequence[PodObject]],
         existing: Sequence[_Existing] = (),
-    ) -> packing_model.PackingProblem:
+    ) -> packing_problem.PackingProblem:
         daemon = claims[0].daemon
         pool = claims[0].pool
         signatures = list(groups)
@@ -270,7 +270,7 @@ class Repacker:
             allowed = self._compatible_types(pool, requirements, pod_class)
             nodes = [n for n, e in enumerate(existing) if _accepts(e.node, pod_class)]
             pod_groups.append(
-                packing_model.PodGroup(
+                packing_problem.PodGroup(
                     pod_class.vector,
                     len(groups[signature]),
                     frozenset(index[id(t)] for t in allowed if id(t) in index)
@@ -278,17 +278,17 @@ class Repacker:
                 )
             )
         bin_types = tuple(
-            packing_model.BinType(
+            packing_problem.BinType(
                 tuple(a - d for a, d in zip(t.allocatable, daemon, strict=True)),
                 cheapest_price(t, requirements),
                 limit_use(t.capacity),
             )
             for t in types
         ) + tuple(
-            packing_model.BinType(e.room, 0.0, (0,) * len(daemon), available=1) for e in existing
+            packing_problem.BinType(e.room, 0.0, (0,) * len(daemon), available=1) for e in existing
         )
         greedy = []
-        partial = packing_model.PackingProblem(bin_types, tuple(pod_groups), (), ())
+        partial = packing_problem.PackingProblem(bin_types, tuple(pod_groups), (), ())
         for claim in claims:
             cheapest = _greedy_type(claim, requirements)
             counts = [0] * len(signatures)
@@ -296,15 +296,15 @@ class Repacker:
                 counts[signatures.index(self._class_of(pod).signature)] += 1
             kind = index.get(id(cheapest))
             if kind is None:  # dominated: its dominator holds the pods for no more
-                kind = packing_model.cheapest_type(partial, counts)
+                kind = packing_problem.cheapest_type(partial, counts)
                 assert kind is not None
-            greedy.append(packing_model.Bin(kind, tuple(counts)))
+            greedy.append(packing_problem.Bin(kind, tuple(counts)))
         for n, entry in enumerate(existing):
             if entry.pods:
                 counts = [0] * len(signatures)
                 for pod in entry.pods:
                     counts[signatures.index(self._class_of(pod).signature)] += 1
-                greedy.append(packing_model.Bin(len(types) + n, tuple(counts)))
+                greedy.append(packing_problem.Bin(len(types) + n, tuple(counts)))
         queue = sorted(
             (pod for signature in signatures for pod in groups[signature]), key=_queue_order
         )
@@ -313,7 +313,7 @@ class Repacker:
             limit = pool.remaining
             for claim in claims:
                 limit = add(limit, limit_use(claim.reserved))
-        return packing_model.PackingProblem(
+        return packing_problem.PackingProblem(
             bin_types,
             tuple(pod_groups),
             tuple(greedy),
@@ -327,8 +327,8 @@ class Repacker:
         claims: Sequence[ClaimState],
         types: Sequence[TypeInfo],
         groups: Mapping[str, Sequence[PodObject]],
-        outcome: packing_model.PackingOutcome,
-        problem: packing_model.PackingProblem,
+        outcome: packing_problem.PackingOutcome,
+        problem: packing_problem.PackingProblem,
         *,
         allowed: Sequence[set[int]],
         existing: Sequence[_Existing] = (),
@@ -354,7 +354,7 @@ class Repacker:
             if problem.types[plan_bin.type].available is not None:  # an existing node
                 on_nodes[plan_bin.type - (len(problem.types) - len(existing))] = pods
                 continue
-            pods_total = packing_model.load(problem, plan_bin.counts)
+            pods_total = packing_problem.load(problem, plan_bin.counts)
             total = add(pods_total, daemon)
             # Every type of the family that holds them, dominated ones too (launch fallbacks).
             present = [allowed[g] for g, n in enumerate(plan_bin.counts) if n]

@@ -25,7 +25,7 @@ from typing import Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock, SystemClock
-from karpenter_capi.core.scheduling import highs, packing, packing_model
+from karpenter_capi.core.scheduling import highs, packing, packing_problem
 from karpenter_capi.core.scheduling._collector import collection_paused
 from karpenter_capi.core.scheduling._solver_view import (
     SolverNode,
@@ -161,7 +161,7 @@ class Solver:
         # Each pod JSON the solve handles (relaxed copies too) by identity, for the re-packing
         # stage, which holds pods as JSON; the specs keep the mappings alive.
         self._spec_by_id: dict[int, PodSpec] = {}
-        self.packing_outcomes: list[packing_model.PackingOutcome] = []
+        self.packing_outcomes: list[packing_problem.PackingOutcome] = []
 
     # -- set-up (the rest of it, once per round, is in _solver_view.py) -------------------
 
