@@ -196,3 +196,14 @@ def test_the_daemon_pod_carries_the_controller_tolerations_without_duplicates() 
     assert pod["metadata"]["namespace"] == "kube-system"
     # The DaemonSet object itself is left as it was.
     assert len(ds["spec"]["template"]["spec"]["tolerations"]) == 2
+
+
+def test_an_unreadable_daemonset_is_left_out_and_named_with_its_problem() -> None:
+    overhead = DaemonOverhead([daemonset("broken", cpu="lots"), daemonset("logs")])
+    assert overhead.for_node(AMD64_NODE, ()) == rl(cpu="100m", memory="64Mi", pods="1")
+    assert len(overhead) == 1
+    [unreadable] = overhead.unreadable
+    assert unreadable.name == "kube-system/broken"
+    assert unreadable.problem == (
+        "cannot read its spec: resource 'cpu': 'lots': not a valid Kubernetes quantity"
+    )

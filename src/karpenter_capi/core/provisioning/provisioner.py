@@ -50,6 +50,7 @@ from karpenter_capi.core.kube.resources import NODECLAIMS
 from karpenter_capi.core.observability.logs import first, ref
 from karpenter_capi.core.observability.metrics import Metrics
 from karpenter_capi.core.plugin_host import Plugins
+from karpenter_capi.core.provisioning.daemonsets import UnreadableDaemonSets
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory, resolve_inventory
 from karpenter_capi.core.provisioning.nodeclaims import log_created, nodeclaim_body
 from karpenter_capi.core.provisioning.pending import is_provisionable
@@ -66,6 +67,7 @@ from karpenter_capi.core.provisioning.state import (
 )
 from karpenter_capi.core.provisioning.unseen import UnseenClaims
 from karpenter_capi.core.scheduling import packing
+from karpenter_capi.core.scheduling.daemons import DaemonOverhead
 from karpenter_capi.core.scheduling.packing_summary import PackingSummary, summarize
 from karpenter_capi.core.scheduling.podspec import PodSpecs, missing_claim_reason, pod_key
 from karpenter_capi.core.scheduling.solver import (
@@ -151,6 +153,7 @@ class Provisioner:
         self._plugins = plugins
         self._clock = clock
         self._recorder = recorder or EventRecorder(client, clock)
+        self._daemonsets = UnreadableDaemonSets(self._recorder, dry_run=dry_run)
         self._nomination_events = TokenBucket(NOMINATION_QPS, NOMINATION_BURST, clock)
         self._max_instance_types = max_instance_types
         self._solve_timeout = solve_timeout
@@ -211,6 +214,8 @@ class Provisioner:
             self._planned = {}
             return report
         usable, options = self._usable_pools(snapshot, report)
+        daemons = DaemonOverhead(snapshot.daemonsets)  # an unreadable one is left out, and said
+        self._daemonsets.report(daemons.unreadable)
         nominations = {**persisted_nominations(snapshot), **self._nominations}
         # NodeClaims of a plan a killed process did not finish creating: created as planned,
         # their pods kept out of this round's solve (``plans.py``).
@@ -219,11 +224,13 @@ class Provisioner:
             {pod_key(p): p for p in pending},
             frozenset().union(*nominations.values()),
             options,
-            lambda option, pods: self._solver([option], snapshot, [], repack=False).solve(pods),
+            lambda option, pods: self._solver([option], snapshot, [], daemons, repack=False).solve(
+                pods
+            ),
         )
         resumed_keys = {pod_key(p) for claim, _ in resumed for p in claim.pods}
         nodes = existing_nodes(snapshot, usable, nominations, self._bound)
-        solver = self._solver(options, snapshot, nodes)
+        solver = self._solver(options, snapshot, nodes, daemons)
         # Pods of nodes already going away will need room too (upstream counts them): placing
         # them first keeps new pods from taking what a disruption replacement was launched for.
         moving = moving_pods(snapshot)
@@ -365,13 +372,14 @@ class Provisioner:
         options: Sequence[NodePoolOption],
         snapshot: ClusterSnapshot,
         nodes: Sequence[ExistingNode],
+        daemons: DaemonOverhead,
         *,
         repack: bool = True,
     ) -> Solver:
         return Solver(
             options,
             existing_nodes=nodes,
-            daemonsets=snapshot.daemonsets,
+            daemonsets=daemons,
             namespaces=snapshot.namespaces,
             max_instance_types=self._max_instance_types,
             clock=self._clock,

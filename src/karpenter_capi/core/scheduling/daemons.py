@@ -101,19 +101,36 @@ class DaemonSpec:
     alternatives: tuple[Requirements, ...]
 
 
-def parse_daemons(daemonsets: Iterable[DaemonSetObject]) -> tuple[DaemonSpec, ...]:
-    """The daemon pods of ``daemonsets``; a DaemonSet whose pod cannot be read raises a
-    ``ValueError`` naming it."""
+@dataclass(frozen=True, slots=True)
+class UnreadableDaemonSet:
+    """A DaemonSet whose pod cannot be read, left out of the overhead: ``daemonset`` as read
+    (to say so on it), ``name`` (``namespace/name``) and ``problem`` (the field and value)."""
+
+    daemonset: DaemonSetObject
+    name: str
+    problem: str
+
+
+def parse_daemons(
+    daemonsets: Iterable[DaemonSetObject],
+) -> tuple[tuple[DaemonSpec, ...], tuple[UnreadableDaemonSet, ...]]:
+    """The daemon pods of ``daemonsets``, and those whose pod cannot be read.
+
+    An unreadable one is skipped, as upstream skips a DaemonSet it cannot convert to a pod:
+    one bad DaemonSet must not keep every pending pod from getting capacity.
+    """
     daemons = []
+    unreadable = []
     for daemonset in daemonsets:
         pod = daemon_pod(daemonset)
         spec = parse_pod(pod)
         meta = daemonset.get("metadata") or {}
         name = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
         if spec.problem is not None:
-            raise ValueError(f"DaemonSet {name}: {spec.problem}")
+            unreadable.append(UnreadableDaemonSet(daemonset, name, spec.problem))
+            continue
         daemons.append(DaemonSpec(name, spec, node_alternatives(spec)))
-    return tuple(daemons)
+    return tuple(daemons), tuple(unreadable)
 
 
 def _runs_on(daemon: DaemonSpec, requirements: Requirements, taints: Sequence[Taint]) -> bool:
@@ -133,17 +150,23 @@ class _Verdict:
 class DaemonOverhead:
     """The DaemonSet pods, and their summed requests, that would run on a given node.
 
-    Built once per provisioning round from the cluster's DaemonSets (``podspec.parse_daemons``
-    reads them). The solver asks for every candidate NodeClaim, and many candidates share
-    requirements and taints, so answers are cached by ``(requirements, taints)`` for the life
-    of the object.
+    Built once per provisioning round from the cluster's DaemonSets (:func:`parse_daemons`
+    reads them; those it cannot read are left out and kept in ``unreadable``, for the
+    provisioner to say so on them). The solver asks for every candidate NodeClaim, and many
+    candidates share requirements and taints, so answers are cached by ``(requirements,
+    taints)`` for the life of the object.
     """
 
-    __slots__ = ("_cache", "_daemons")
+    __slots__ = ("_cache", "_daemons", "unreadable")
 
     def __init__(self, daemonsets: Iterable[DaemonSetObject]) -> None:
-        self._daemons: tuple[DaemonSpec, ...] = parse_daemons(daemonsets)
+        self._daemons, self.unreadable = parse_daemons(daemonsets)
         self._cache: dict[tuple[Requirements, frozenset[Taint]], _Verdict] = {}
+
+    @classmethod
+    def of(cls, daemonsets: Iterable[DaemonSetObject] | DaemonOverhead) -> DaemonOverhead:
+        """``daemonsets`` if already parsed (one round's solvers share it), else parsed."""
+        return daemonsets if isinstance(daemonsets, DaemonOverhead) else cls(daemonsets)
 
     def _verdict(self, requirements: Requirements, taints: Sequence[Taint]) -> _Verdict:
         key = (requirements, frozenset(taints))

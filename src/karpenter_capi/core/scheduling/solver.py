@@ -121,7 +121,7 @@ class Solver:
         nodepools: Sequence[NodePoolOption],
         *,
         existing_nodes: Sequence[ExistingNode] = (),
-        daemonsets: Sequence[DaemonSetObject] = (),
+        daemonsets: Sequence[DaemonSetObject] | DaemonOverhead = (),
         namespaces: Mapping[str, Mapping[str, str]] | None = None,
         max_instance_types: int = DEFAULT_MAX_INSTANCE_TYPES,
         clock: Clock | None = None,
@@ -139,7 +139,7 @@ class Solver:
         # Upstream's OrderByWeight: heaviest first, ties by name, later names first.
         self._options = sorted(nodepools, key=lambda p: (p.weight, p.name), reverse=True)
         self._existing = existing_nodes
-        self._daemons = DaemonOverhead(daemonsets)
+        self._daemons = DaemonOverhead.of(daemonsets)
         self._namespaces = dict(namespaces or {})
         self._max_instance_types = max_instance_types
         self._clock = clock or SystemClock()
