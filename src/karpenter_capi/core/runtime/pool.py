@@ -205,8 +205,10 @@ class WorkerPool:
 
     @property
     def members(self) -> list[str]:
+        """The registered drivers' names, sorted (the round-robin order rotates as work is
+        taken, so it says nothing a caller can rely on)."""
         with self._cond:
-            return [member.spec.name for member in self._members]
+            return sorted(member.spec.name for member in self._members)
 
     @property
     def timers(self) -> int:
