@@ -46,7 +46,7 @@ def test_fleet_mode_grants_exactly_clusters_secrets_per_namespace_leases_and_eve
             "resources": ["clusters"],
             "verbs": ["list", "watch"],
         },
-        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "list", "patch"]},
     ]
     assert roles[("Role", "karpenter-capi-fleet-leases", NAMESPACE)] == [
         {
