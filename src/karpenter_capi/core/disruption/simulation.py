@@ -6,8 +6,10 @@ still launching) as existing capacity, and see what it answers. Consolidation is
 every pod finds a place on the remaining nodes plus new NodeClaims that together cost less
 than what they replace; drift accepts any replacements.
 
-The cluster is converted to solver input once per pass (``Simulator``), and each simulation
-only filters it, so a pass over 1,000 nodes spends its time in the solver, not in parsing.
+The cluster is converted to solver input once per pass (``Simulator``: the existing nodes'
+vectors, label requirements, host ports, topology domains and pod counts, in an
+``ExistingView``), and each simulation only leaves its candidates out of it, so a pass over
+10,000 nodes spends its time placing the candidates' pods, not rebuilding the cluster.
 
 Unlike upstream, which replaces one node or several by at most one new node, a consolidation
 may launch as many replacements as the solver proposes (one node by several smaller ones, or
@@ -37,6 +39,7 @@ from karpenter_capi.core.provisioning.state import (
     nodepool_option,
     unbound,
 )
+from karpenter_capi.core.scheduling.existing_view import ExistingView
 from karpenter_capi.core.scheduling.podspec import PodObject, pod_key
 from karpenter_capi.core.scheduling.solver import Solver
 from karpenter_capi.core.scheduling.solver_io import (
@@ -128,6 +131,9 @@ class Simulator:
         disrupting = disrupting_nodes(snapshot)
         nodes = existing_nodes(snapshot, inventories, nominations or {}, self._bound)
         self._nodes: list[ExistingNode] = [n for n in nodes if n.name not in disrupting]
+        # Every simulation solves over these nodes but its candidates: turned into solver input
+        # once (``ExistingView``), each simulation leaving its candidates out of it.
+        self._view = ExistingView(self._nodes, self._bound.specs)
         self._moving: list[PodObject] = moving_pods(snapshot)
         self._pending: list[PodObject] = [p for p in snapshot.pods if is_provisionable(p)]
         # Room on a NodeClaim still launching, or a node not yet initialized, is a promise: a
@@ -199,7 +205,7 @@ class Simulator:
             return Simulation()
         solver = Solver(
             self._options,
-            existing_nodes=[n for n in self._nodes if n.name not in gone],
+            existing_nodes=self._view.without(gone),
             daemonsets=self._snapshot.daemonsets,
             namespaces=self._snapshot.namespaces,
             clock=self._clock,
