@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from karpenter_capi.core.clock import FakeClock
-from karpenter_capi.core.scheduling._collector import collection_paused
 from karpenter_capi.core.scheduling._solver_view import SolverNode
 from karpenter_capi.core.scheduling.claims import ClaimState, Fit, PodClass
+from karpenter_capi.core.scheduling.collector import collection_paused
 from karpenter_capi.core.scheduling.podspec import PodSpec
 from karpenter_capi.core.scheduling.solver import Solver
 from karpenter_capi.core.scheduling.solver_io import ExistingNode

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import overload
 
 from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.scheduling._collector import collection_paused
 from karpenter_capi.core.scheduling.claims import Vector, to_vector
+from karpenter_capi.core.scheduling.collector import collection_paused
 from karpenter_capi.core.scheduling.hostports import HostPortUsage
 from karpenter_capi.core.scheduling.podspec import PodSpecs
 from karpenter_capi.core.scheduling.solver_io import ExistingNode
@@ -27,7 +27,7 @@ from karpenter_capi.core.values.requirements import Requirements
 class ExistingView:
     """``nodes`` as every solve over them starts: built once, shared, never changed."""
 
-    @collection_paused()  # tens of thousands of objects, no cycle (see ``_collector``)
+    @collection_paused()  # tens of thousands of objects, no cycle (see ``collector``)
     def __init__(self, nodes: Sequence[ExistingNode], specs: PodSpecs) -> None:
         self.nodes = list(nodes)
         self._position = {node.name: index for index, node in enumerate(self.nodes)}

@@ -26,7 +26,6 @@ from typing import Final
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock, SystemClock
 from karpenter_capi.core.scheduling import highs, packing, packing_problem
-from karpenter_capi.core.scheduling._collector import collection_paused
 from karpenter_capi.core.scheduling._solver_view import (
     SolverNode,
     build_nodes,
@@ -61,6 +60,7 @@ from karpenter_capi.core.scheduling.claims import (
     type_tolerated,
     untolerated_pool_taint,
 )
+from karpenter_capi.core.scheduling.collector import collection_paused
 from karpenter_capi.core.scheduling.daemons import DaemonOverhead, DaemonSetObject
 from karpenter_capi.core.scheduling.nofit import (
     named_node_reason,
