@@ -18,7 +18,7 @@ from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.scheduling.claims import Vector, to_vector
 from karpenter_capi.core.scheduling.collector import collection_paused
 from karpenter_capi.core.scheduling.hostports import HostPortUsage
-from karpenter_capi.core.scheduling.podspec import PodSpecs
+from karpenter_capi.core.scheduling.podspec import PodSpec, PodSpecs
 from karpenter_capi.core.scheduling.solver_io import ExistingNode
 from karpenter_capi.core.scheduling.topology import ExistingPods, NodeInfo
 from karpenter_capi.core.values.requirements import Requirements
@@ -37,7 +37,7 @@ class ExistingView:
         self._domains: dict[str, dict[str, int]] = {}
         self.requirements: list[Requirements] = []
         self.ports: list[HostPortUsage] = []
-        infos = []
+        bound: list[tuple[PodSpec, NodeInfo]] = []
         for node in self.nodes:
             for name in node.allocatable:
                 self._resources[name] = self._resources.get(name, 0) + 1
@@ -50,15 +50,13 @@ class ExistingView:
                 requirements = Requirements.from_labels(node.labels)
             self.requirements.append(requirements)
             ports = HostPortUsage()
+            info = NodeInfo(node.name, labels, tuple(node.taints))
             for pod in node.pods:
-                ports.add(specs.get(pod).host_ports)
+                spec = specs.get(pod)
+                ports.add(spec.host_ports)
+                bound.append((spec, info))
             self.ports.append(ports)
-            infos.append(NodeInfo(node.name, labels, tuple(node.taints)))
-        self.pods = ExistingPods(
-            (specs.get(pod), info)
-            for node, info in zip(self.nodes, infos, strict=True)
-            for pod in node.pods
-        )
+        self.pods = ExistingPods(bound)
         self._vectors: dict[tuple[str, ...], list[tuple[Vector, Vector]]] = {}
 
     def without(self, names: Iterable[str]) -> ExistingSubset:
