@@ -62,6 +62,39 @@ work is bounded by counts, so a consolidation decision does not depend on the ma
 either; a shorter wall-clock net would bring that dependence back on a loaded machine."""
 
 
+def _view(nodes: Sequence[ExistingNode], parsed: ParsedCluster) -> ExistingView:
+    """The solver's view of ``nodes``: the last pass's when nothing in it changed.
+
+    A node's sums, allocatable and label requirements are the very objects ``parsed`` kept
+    while no pod bound to it and nothing of it changed (a new ``resourceVersion``), so their
+    identities, with what a node holds besides (its taints, nominations, whether it is still
+    launching), say whether the view built for the last pass still describes it. A launching
+    NodeClaim, or a pod without a uid or version, makes new objects every pass: the view is
+    then built afresh, as it would be without the cache."""
+    key = tuple(
+        (
+            n.name,
+            n.in_flight,
+            n.nodepool,
+            n.nominated,
+            n.taints,
+            id(n.allocatable),
+            id(n.requested),
+            id(n.requirements),
+            id(n.label_requirements)
+            if n.label_requirements is not None
+            else tuple(n.labels.items()),
+        )
+        for n in nodes
+    )
+    kept = parsed.existing_view
+    if kept is not None and kept[0] == key and isinstance(kept[1], ExistingView):
+        return kept[1]
+    view = ExistingView(nodes, parsed.specs)
+    parsed.existing_view = (key, view)
+    return view
+
+
 def _triple(resources: ResourceList) -> tuple[int, int, int]:
     """cpu, memory and pod slots in milli-units: what the quick feasibility check compares."""
     return (resources.milli("cpu"), resources.milli("memory"), resources.milli("pods"))
@@ -133,7 +166,7 @@ class Simulator:
         self._nodes: list[ExistingNode] = [n for n in nodes if n.name not in disrupting]
         # Every simulation solves over these nodes but its candidates: turned into solver input
         # once (``ExistingView``), each simulation leaving its candidates out of it.
-        self._view = ExistingView(self._nodes, self._bound.specs)
+        self._view = _view(self._nodes, self._bound)
         self._moving: list[PodObject] = moving_pods(snapshot)
         self._pending: list[PodObject] = [p for p in snapshot.pods if is_provisionable(p)]
         # Room on a NodeClaim still launching, or a node not yet initialized, is a promise: a

@@ -248,6 +248,9 @@ class ParsedCluster:
         self._nodes: dict[str, _NodeSum] = {}
         self._labels: dict[str, tuple[object, Requirements]] = {}
         self._allocatable: dict[str, tuple[object, ResourceList]] = {}
+        self.existing_view: tuple[object, object] | None = None
+        """The disruption pass's solver view of the nodes and what it was built from
+        (``disruption.simulation``), reused while nothing in it changed."""
 
     def label_requirements(
         self, node: Mapping[str, Any], labels: Mapping[str, str]
