@@ -12,7 +12,9 @@ x memory per vCPU {2, 4, 8} GiB x {amd64, arm64}, 4 zones, on-demand at 0.025/vC
 they do not fit in 90% of its CPU) from 40 deployments of mixed sizes, a fifth of them spread
 across zones (half with ``DoNotSchedule``); then a random 30% of the pods are removed, as after
 a scale-down (``--removed 0`` keeps them all: 1,000 nodes, 10,000 pods). The
-pass is ``core.disruption.planner.plan``, exactly what the controller runs.
+pass is ``core.disruption.planner.plan``, exactly what the controller runs; it runs twice over
+one ``ParsedCluster``, as the controller's passes share one: the first parses every pod
+(``first_pass_*``), the second is what a later pass over an unchanged cluster costs.
 
     .venv/bin/python benchmarks/consolidation.py [--nodes 1000] [--seed 1] [--removed 0.3]
         [--json] [--converge MAX_COMMANDS] [--catalog kwok|capi]
