@@ -319,6 +319,10 @@ def _waves(
     probes = _probe(world, clusters, fleets or [world.fleet])
     latencies: dict[str, list[float]] = {name: [] for name in clusters}
     stages: list[tuple[float, dict[str, float]]] = []
+    # The emulation's share (its ReplicaSet making the wave's pods) and the controller's own
+    # (from the wave's last pod to the first NodeClaim; negative: it decided before the end).
+    bursts: list[float] = []
+    after_last: list[float] = []
     unsettled = 0
     cpu_began = time.process_time()
     for wave in waves or range(1, args.waves + 1):
@@ -348,8 +352,10 @@ def _waves(
             if len(server.pods) > pods_mark and len(server.claims) > claims_mark:
                 first_pod, claim = server.pods[pods_mark], server.claims[claims_mark]
                 latencies[name].append(claim - first_pod)
+                last_pod = server.pods[-1]
+                bursts.append(last_pod - first_pod)
+                after_last.append(claim - last_pod)
                 if name in probes:
-                    last_pod = server.pods[-1]
                     stages.append(
                         (claim - first_pod, probes[name].stages(first_pod, last_pod, claim))
                     )
@@ -363,6 +369,9 @@ def _waves(
         "p99_ms": round(percentile(values, 0.99) * 1000, 1) if values else None,
         "max_ms": round(max(values) * 1000, 1) if values else None,
         "waves_not_settled": unsettled,
+        "burst_p99_ms": _ms(bursts, 0.99),
+        "last_pod_to_claim_p50_ms": _ms(after_last, 0.5),
+        "last_pod_to_claim_p99_ms": _ms(after_last, 0.99),
         "stages": _stage_figures(stages),
         # The whole process (controllers, emulation, in-memory servers) over the waves, and
         # the provisioner's share: its looks, the rounds among them.
@@ -372,6 +381,10 @@ def _waves(
             "provisioner_rounds": round(rounds_cpu, 1),
         },
     }
+
+
+def _ms(values: list[float], q: float) -> float | None:
+    return round(percentile(values, q) * 1000, 1) if values else None
 
 
 def _scale(world: FleetWorld, name: str, wave: int, replicas: int) -> None:
