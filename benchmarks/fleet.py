@@ -78,6 +78,8 @@ class _TimedServer(InMemoryAPIServer):
         super().__init__(*args, **kwargs)
         self.pods: list[float] = []
         self.claims: list[float] = []
+        self.unschedulable: list[float] = []
+        """When the kube-scheduler stand-in marked a pod ``Unschedulable`` (provisionable)."""
         self.unseen_at_create: list[int] = []
         self.created_at: dict[str, float] = {}
         self.cache_names: Callable[[], set[str]] | None = None
@@ -85,6 +87,14 @@ class _TimedServer(InMemoryAPIServer):
         self.round_began: Callable[[], float] = lambda: 0.0
         self.deleted_by: dict[str, int] = {}
         """Who asked for each NodeClaim deletion: the controller package that called."""
+
+    def patch(self, resource: Resource, name: str, body: Any, *a: Any, **kw: Any) -> Any:
+        patched = super().patch(resource, name, body, *a, **kw)
+        if resource.plural == PODS.plural and kw.get("subresource") == "status":
+            conditions = ((body or {}).get("status") or {}).get("conditions") or []
+            if any(c.get("reason") == "Unschedulable" for c in conditions):
+                self.unschedulable.append(time.monotonic())
+        return patched
 
     def delete_with_result(self, resource: Resource, name: str, *a: Any, **kw: Any) -> Any:
         if resource.plural == NODECLAIMS.plural and resource.group == NODECLAIMS.group:
@@ -323,11 +333,19 @@ def _waves(
     # (from the wave's last pod to the first NodeClaim; negative: it decided before the end).
     bursts: list[float] = []
     after_last: list[float] = []
+    after_marked: list[float] = []
     unsettled = 0
     cpu_began = time.process_time()
     for wave in waves or range(1, args.waves + 1):
         replicas = args.pods * wave // args.waves
-        marks = {name: (len(servers[name].pods), len(servers[name].claims)) for name in clusters}
+        marks = {
+            name: (
+                len(servers[name].pods),
+                len(servers[name].claims),
+                len(servers[name].unschedulable),
+            )
+            for name in clusters
+        }
         # The clusters' waves arrive spread over ``--spread`` seconds, as a fleet's tenants
         # deploy independently (0: all at the same instant).
         for name in storming or []:
@@ -347,7 +365,7 @@ def _waves(
         settled = _wait(settled_at, timeout)
         unsettled += 0 if settled else 1
         for name in clusters:
-            pods_mark, claims_mark = marks[name]
+            pods_mark, claims_mark, marked_mark = marks[name]
             server = servers[name]
             if len(server.pods) > pods_mark and len(server.claims) > claims_mark:
                 first_pod, claim = server.pods[pods_mark], server.claims[claims_mark]
@@ -355,6 +373,9 @@ def _waves(
                 last_pod = server.pods[-1]
                 bursts.append(last_pod - first_pod)
                 after_last.append(claim - last_pod)
+                marked = [m for m in server.unschedulable[marked_mark:] if m <= claim]
+                if marked:
+                    after_marked.append(claim - marked[-1])
                 if name in probes:
                     stages.append(
                         (claim - first_pod, probes[name].stages(first_pod, last_pod, claim))
@@ -372,6 +393,10 @@ def _waves(
         "burst_p99_ms": _ms(bursts, 0.99),
         "last_pod_to_claim_p50_ms": _ms(after_last, 0.5),
         "last_pod_to_claim_p99_ms": _ms(after_last, 0.99),
+        # From the last pod the scheduler marked Unschedulable before the claim: the
+        # controller's share alone (its batch window and round).
+        "last_mark_to_claim_p50_ms": _ms(after_marked, 0.5),
+        "last_mark_to_claim_p99_ms": _ms(after_marked, 0.99),
         "stages": _stage_figures(stages),
         # The whole process (controllers, emulation, in-memory servers) over the waves, and
         # the provisioner's share: its looks, the rounds among them.

@@ -39,6 +39,7 @@ from karpenter_capi.core.fleet import ScopedClient, secret_name
 from karpenter_capi.core.fleet.sharding import ANNOTATION_CLUSTER, LABEL_SHARD, ROLE_CLUSTER
 from karpenter_capi.core.kube.resources import EVENTS, LEASES, NODECLAIMS, SECRETS
 from karpenter_capi.core.runtime.manager import Manager
+from karpenter_capi.core.runtime.pool import WorkerPool
 from karpenter_capi.core.runtime.threaded import ThreadedDriver
 from karpenter_capi.sim.apiserver.faults import FaultRule
 from karpenter_capi.sim.apiserver.http import HttpFront
@@ -49,6 +50,7 @@ from karpenter_capi.sim.scheduler import SimScheduler
 from karpenter_capi.sim.workloads import add_workload_emulation
 
 LEASE_NAMESPACE = "kube-system"
+EMULATION_WORKERS = 8
 STORM_SECONDS = 10**7
 """The storm lasts the whole phase."""
 
@@ -63,6 +65,9 @@ class HttpFleetWorld:
         self._stack = ExitStack()
         self.fronts: dict[str, HttpFront] = {}
         self.drivers: list[ThreadedDriver] = []
+        # The emulation's controllers share one pool, as the controller's do: unpooled, a
+        # hundred clusters' emulation would start some 6,000 threads in this process.
+        self.pool = WorkerPool(EMULATION_WORKERS, name="emulation")
         self.kubeconfig = tmp / "management.kubeconfig"
 
     def __enter__(self) -> HttpFleetWorld:
@@ -85,7 +90,7 @@ class HttpFleetWorld:
             add_capi_emulation(manager, **{"nodes": True, **world.emulation})
             add_workload_emulation(manager)
             manager.add(SimScheduler(cluster.server, manager, world.clock, seed=world.seed))
-            driver = ThreadedDriver(manager, name=f"emulation-{cluster.name}")
+            driver = ThreadedDriver(manager, pool=self.pool, name=f"emulation-{cluster.name}")
             driver.start()
             self.drivers.append(driver)
         return self
@@ -93,6 +98,7 @@ class HttpFleetWorld:
     def __exit__(self, *_exc: object) -> None:
         for driver in self.drivers:
             driver.stop()
+        self.pool.close()
         self._stack.close()
 
     def controller(self, extra: Sequence[str], log: str) -> subprocess.Popen[bytes]:
