@@ -25,6 +25,7 @@ import argparse
 import base64
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -96,8 +97,12 @@ class HttpFleetWorld:
         return self
 
     def __exit__(self, *_exc: object) -> None:
-        for driver in self.drivers:
-            driver.stop()
+        # All at once: one by one, a hundred clusters' drivers take minutes to stop.
+        stopping = [threading.Thread(target=driver.stop, daemon=True) for driver in self.drivers]
+        for thread in stopping:
+            thread.start()
+        for thread in stopping:
+            thread.join(60)
         self.pool.close()
         self._stack.close()
 
