@@ -1,4 +1,4 @@
-"""Fleet mode at scale: many workload clusters, one process, threads on the real clock.
+"""Fleet mode at scale: many workload clusters, one controller, on the real clock.
 
 Why: issue 28's targets. One fleet-mode controller serving ``--clusters`` workload clusters of
 ``--nodes`` nodes and ``--pods`` pods each, on this machine, must hold (a) at most 1.5 GB of
@@ -7,32 +7,35 @@ cluster's; (c) the others' p99 within 10% when one cluster storms 429s; (d) with
 sharing the clusters through Leases and one killed, every cluster served again within the
 lease duration + 5 s, with no double launch.
 
-What runs: the real ``Fleet`` (``core.fleet``, as ``run --fleet`` runs it: threaded, one
-``ThreadedDriver`` per cluster) over ``sim.scenario.fleet.FleetWorld``: the management cluster
-and every workload cluster are in-memory API servers in this process; what is emulated is
-Cluster API (Machines and Nodes from MachineDeployments, ``provision_delay`` 2 s, ``boot_delay``
-1 s), the ReplicaSets making pods and the scheduler binding them, each cluster's emulation
-running in its member's driver. The clusters are alike: a catalog of 8-CPU MachineDeployments
-and one Deployment whose pods fill ``--nodes`` nodes, scaled up in ``--waves`` waves.
+Two modes. ``--mode http`` (the default, ``fleet_http.py``): the controller is what production
+runs, ``karpenter-capi run --fleet`` in a process of its own speaking HTTP with the official
+client to the management cluster and to each workload cluster (through its kubeconfig Secret);
+its CPU, RSS and threads are its own, from ``/proc``. ``--mode inprocess``: the real ``Fleet``
+on threads in this process, the emulation in each member's driver; it alone can time the
+stages of a decision inside the controller (``_Probe``: batch window, round) and tell a round
+that decided on a stale cache, and its RSS counts the servers too (an upper bound).
+
+Both over ``sim.scenario.fleet.FleetWorld``: the management cluster and every workload cluster
+are in-memory API servers in this process; what is emulated is Cluster API (Machines and Nodes
+from MachineDeployments, ``provision_delay`` 2 s, ``boot_delay`` 1 s), the ReplicaSets making
+pods and the scheduler binding them. The clusters are alike: a catalog of 8-CPU
+MachineDeployments and one Deployment whose pods fill ``--nodes`` nodes, scaled up in
+``--waves`` waves.
 
 - Decision latency: per cluster and wave, from the wave's first pod created to the first
-  NodeClaim created after it (wall clock; the batcher's idle time included, as a user sees it).
-  A wave reaches the clusters one after another over ``--spread`` seconds (tenants deploy
-  independently; 0 makes every cluster burst at the same instant).
-- Memory: the process's RSS (``VmRSS``) with the fleet running and every pod bound, against
-  the same world before the fleet started (servers and catalogs loaded, no pods): the
-  difference is the controller and the pods, nodes and NodeClaims the run made in the
-  in-memory servers (an upper bound on the controller's own).
+  NodeClaim created after it (wall clock, read on the servers; the batcher's idle time
+  included, as a user sees it). A wave reaches the clusters one after another over
+  ``--spread`` seconds (tenants deploy independently; 0: every cluster at the same instant).
 - Storm: the same fleet again, one more cluster whose every controller request gets 429 with
   ``Retry-After: 1``.
-- Replicas (needs ``core.fleet.sharding``): 3 fleets with shards on, one killed (every request
-  of it fails from then on) after the first wave; the time until its clusters are all served by
-  the others, then the next waves; double launches: NodeClaims beyond the lone run's count.
+- Replicas: 3 fleets with shards on, one killed after the first wave (http: SIGKILL); the time
+  until its clusters' Leases are all held by the others, then the next waves; double
+  launches: NodeClaims beyond the lone run's count.
 
 Figures, not assertions. ``--json`` prints them as JSON.
 
-    .venv/bin/python benchmarks/fleet.py [--clusters 20] [--nodes 20] [--pods 200]
-        [--waves 2] [--spread 10] [--phases lone,fleet,storm,replicas] [--json]
+    .venv/bin/python benchmarks/fleet.py [--mode http|inprocess] [--clusters 20] [--nodes 20]
+        [--pods 200] [--waves 2] [--spread 10] [--phases lone,fleet,storm,replicas] [--json]
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from karpenter_capi.core.clock import SystemClock
@@ -74,6 +78,8 @@ class _TimedServer(InMemoryAPIServer):
         super().__init__(*args, **kwargs)
         self.pods: list[float] = []
         self.claims: list[float] = []
+        self.unschedulable: list[float] = []
+        """When the kube-scheduler stand-in marked a pod ``Unschedulable`` (provisionable)."""
         self.unseen_at_create: list[int] = []
         self.created_at: dict[str, float] = {}
         self.cache_names: Callable[[], set[str]] | None = None
@@ -81,6 +87,14 @@ class _TimedServer(InMemoryAPIServer):
         self.round_began: Callable[[], float] = lambda: 0.0
         self.deleted_by: dict[str, int] = {}
         """Who asked for each NodeClaim deletion: the controller package that called."""
+
+    def patch(self, resource: Resource, name: str, body: Any, *a: Any, **kw: Any) -> Any:
+        patched = super().patch(resource, name, body, *a, **kw)
+        if resource.plural == PODS.plural and kw.get("subresource") == "status":
+            conditions = ((body or {}).get("status") or {}).get("conditions") or []
+            if any(c.get("reason") == "Unschedulable" for c in conditions):
+                self.unschedulable.append(time.monotonic())
+        return patched
 
     def delete_with_result(self, resource: Resource, name: str, *a: Any, **kw: Any) -> Any:
         if resource.plural == NODECLAIMS.plural and resource.group == NODECLAIMS.group:
@@ -306,30 +320,42 @@ def _waves(
     waves: range | None = None,
     *,
     fleets: list[Fleet] | None = None,
+    storming: list[str] | None = None,
 ) -> dict[str, Any]:
     """Scale every cluster's Deployment up in ``args.waves`` steps (``waves``: only those);
-    each wave's decision latency per cluster."""
+    each wave's decision latency per cluster. ``storming`` clusters get each wave first (so
+    their controllers keep asking while the storm answers 429) and are not measured."""
     servers = _servers(world)
     probes = _probe(world, clusters, fleets or [world.fleet])
     latencies: dict[str, list[float]] = {name: [] for name in clusters}
     stages: list[tuple[float, dict[str, float]]] = []
+    # The emulation's share (its ReplicaSet making the wave's pods) and the controller's own
+    # (from the wave's last pod to the first NodeClaim; negative: it decided before the end).
+    bursts: list[float] = []
+    after_last: list[float] = []
+    after_marked: list[float] = []
     unsettled = 0
     cpu_began = time.process_time()
     for wave in waves or range(1, args.waves + 1):
         replicas = args.pods * wave // args.waves
-        marks = {name: (len(servers[name].pods), len(servers[name].claims)) for name in clusters}
+        marks = {
+            name: (
+                len(servers[name].pods),
+                len(servers[name].claims),
+                len(servers[name].unschedulable),
+            )
+            for name in clusters
+        }
         # The clusters' waves arrive spread over ``--spread`` seconds, as a fleet's tenants
         # deploy independently (0: all at the same instant).
+        for name in storming or []:
+            _scale(world, name, wave, replicas)
         began = time.monotonic()
         for index, name in enumerate(clusters):
             delay = began + args.spread * index / len(clusters) - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            server = servers[name]
-            if wave == 1:
-                server.apply_manifests([_deployment(world, name, replicas)])
-            else:
-                server.patch(DEPLOYMENTS, "app", {"spec": {"replicas": replicas}}, "default")
+            _scale(world, name, wave, replicas)
 
         def settled_at(count: int = replicas) -> bool:
             return all(
@@ -339,13 +365,18 @@ def _waves(
         settled = _wait(settled_at, timeout)
         unsettled += 0 if settled else 1
         for name in clusters:
-            pods_mark, claims_mark = marks[name]
+            pods_mark, claims_mark, marked_mark = marks[name]
             server = servers[name]
             if len(server.pods) > pods_mark and len(server.claims) > claims_mark:
                 first_pod, claim = server.pods[pods_mark], server.claims[claims_mark]
                 latencies[name].append(claim - first_pod)
+                last_pod = server.pods[-1]
+                bursts.append(last_pod - first_pod)
+                after_last.append(claim - last_pod)
+                marked = [m for m in server.unschedulable[marked_mark:] if m <= claim]
+                if marked:
+                    after_marked.append(claim - marked[-1])
                 if name in probes:
-                    last_pod = server.pods[-1]
                     stages.append(
                         (claim - first_pod, probes[name].stages(first_pod, last_pod, claim))
                     )
@@ -359,6 +390,13 @@ def _waves(
         "p99_ms": round(percentile(values, 0.99) * 1000, 1) if values else None,
         "max_ms": round(max(values) * 1000, 1) if values else None,
         "waves_not_settled": unsettled,
+        "burst_p99_ms": _ms(bursts, 0.99),
+        "last_pod_to_claim_p50_ms": _ms(after_last, 0.5),
+        "last_pod_to_claim_p99_ms": _ms(after_last, 0.99),
+        # From the last pod the scheduler marked Unschedulable before the claim: the
+        # controller's share alone (its batch window and round).
+        "last_mark_to_claim_p50_ms": _ms(after_marked, 0.5),
+        "last_mark_to_claim_p99_ms": _ms(after_marked, 0.99),
         "stages": _stage_figures(stages),
         # The whole process (controllers, emulation, in-memory servers) over the waves, and
         # the provisioner's share: its looks, the rounds among them.
@@ -368,6 +406,18 @@ def _waves(
             "provisioner_rounds": round(rounds_cpu, 1),
         },
     }
+
+
+def _ms(values: list[float], q: float) -> float | None:
+    return round(percentile(values, q) * 1000, 1) if values else None
+
+
+def _scale(world: FleetWorld, name: str, wave: int, replicas: int) -> None:
+    server = world.cluster(name).server
+    if wave == 1:
+        server.apply_manifests([_deployment(world, name, replicas)])
+    else:
+        server.patch(DEPLOYMENTS, "app", {"spec": {"replicas": replicas}}, "default")
 
 
 def _stage_figures(stages: list[tuple[float, dict[str, float]]]) -> dict[str, Any]:
@@ -427,7 +477,8 @@ def _run_phase(args: argparse.Namespace, clusters: int, storm: bool = False) -> 
         # A served cluster starts storming: every request of its controllers gets a 429.
         world.cluster(names[-1]).storm = lambda: throttled(1)
         names = names[:-1]
-    figures = _waves(world, args, names, args.timeout)
+    storming = [c.name for c in world.clusters.values()][len(names) :]
+    figures = _waves(world, args, names, args.timeout, storming=storming)
     after = _rss_mib()
     threads = threading.active_count()
     claims = sum(len(s.list(NODECLAIMS).items) for s in _servers(world).values())
@@ -519,7 +570,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=20, help="nodes per cluster at the end")
     parser.add_argument("--pods", type=int, default=200, help="pods per cluster at the end")
     parser.add_argument("--waves", type=int, default=2)
+    parser.add_argument("--mode", choices=("http", "inprocess"), default="http")
     parser.add_argument("--workers", type=int, default=2, help="reconcile workers per cluster")
+    parser.add_argument(
+        "--fleet-workers", type=int, default=8, help="http: the shared pool (run's default)"
+    )
     parser.add_argument(
         "--spread", type=float, default=10.0, help="seconds over which a wave reaches the clusters"
     )
@@ -539,19 +594,26 @@ def main(argv: list[str] | None = None) -> int:
         "workers": args.workers,
         "emulation": EMULATION,
     }
+    phase, replicas = _run_phase, _run_replicas
+    if args.mode == "http":
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
+        from benchmarks import fleet_http
+
+        phase, replicas = fleet_http.run_phase, fleet_http.run_replicas
+    result["mode"] = args.mode
     lone_args = argparse.Namespace(**{**vars(args), "waves": max(args.waves, 4)})
     if "lone" in phases:
-        result["lone"] = _run_phase(lone_args, 1)
+        result["lone"] = phase(lone_args, 1)
         print(f"lone: {result['lone']}", file=sys.stderr)
     if "fleet" in phases:
-        result["fleet"] = _run_phase(args, args.clusters)
+        result["fleet"] = phase(args, args.clusters)
         print(f"fleet: {result['fleet']}", file=sys.stderr)
     if "storm" in phases:
-        result["storm"] = _run_phase(args, args.clusters, storm=True)
+        result["storm"] = phase(args, args.clusters, storm=True)
         print(f"storm: {result['storm']}", file=sys.stderr)
     if "replicas" in phases:
         lone_claims = result.get("lone", {}).get("nodeclaims", args.nodes)
-        result["replicas"] = _run_replicas(args, args.clusters, lone_claims)
+        result["replicas"] = replicas(args, args.clusters, lone_claims)
         print(f"replicas: {result['replicas']}", file=sys.stderr)
     _ratios(result)
     if args.json:
@@ -569,6 +631,14 @@ def _ratios(result: dict[str, Any]) -> None:
         result["fleet_p99_over_lone"] = round(fleet / lone, 2)
     if fleet and storm:
         result["storm_p99_change"] = round(storm / fleet - 1, 3)
+    lone_rss = (result.get("lone") or {}).get("controller_rss_mib")
+    fleet_phase = result.get("fleet") or {}
+    if lone_rss and fleet_phase.get("controller_rss_mib") and fleet_phase["clusters"] > 1:
+        # What each cluster beyond the first adds to the controller's process (http mode).
+        added = fleet_phase["controller_rss_mib"] - lone_rss
+        result["controller_rss_per_added_cluster_mib"] = round(
+            added / (fleet_phase["clusters"] - 1), 2
+        )
 
 
 def _print(result: dict[str, Any]) -> None:
@@ -590,6 +660,9 @@ def _print(result: dict[str, Any]) -> None:
         )
     if "fleet_p99_over_lone" in result:
         print(f"  fleet p99 / lone p99: {result['fleet_p99_over_lone']} (target <= 2)")
+    if "controller_rss_per_added_cluster_mib" in result:
+        added = result["controller_rss_per_added_cluster_mib"]
+        print(f"  controller RSS per added cluster: {added} MiB")
     if "storm_p99_change" in result:
         print(f"  others' p99 change under a 429 storm: {result['storm_p99_change']:+.1%}")
     replicas = result.get("replicas")
@@ -598,4 +671,8 @@ def _print(result: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as ``benchmarks.fleet``, the module ``fleet_http`` imports, not a second copy of it.
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from benchmarks import fleet as _fleet
+
+    sys.exit(_fleet.main())

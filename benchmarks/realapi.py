@@ -46,9 +46,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -77,6 +74,9 @@ from karpenter_capi.sim.cluster import new_cluster
 from karpenter_capi.sim.scenario.catalog import generate_catalog
 from karpenter_capi.sim.scheduler import SimScheduler
 from karpenter_capi.sim.workloads import add_workload_emulation
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
+from benchmarks.controller_process import ProcessStats, start_controller, stop_controller
 
 NAMESPACE: Final = "default"
 WORKLOAD: Final = (
@@ -230,51 +230,6 @@ class Writer:
                 batch *= 2
 
 
-class ProcessStats:
-    """CPU-seconds and peak RSS of a process, from ``/proc`` (Linux)."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self._tick = os.sysconf("SC_CLK_TCK")
-
-    def cpu_seconds(self) -> float:
-        try:
-            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return float("nan")
-        return (int(fields[11]) + int(fields[12])) / self._tick  # utime + stime
-
-    def peak_rss_mb(self) -> float:
-        try:
-            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-        except OSError:
-            pass
-        return float("nan")
-
-
-def _controller(kubeconfig: Path, log: Path, extra: Sequence[str]) -> subprocess.Popen[bytes]:
-    command = [
-        sys.executable,
-        "-m",
-        "karpenter_capi",
-        "--log-level",
-        "INFO",
-        "--log-format",
-        "json",
-        "run",
-        "--kubeconfig",
-        str(kubeconfig),
-        "--no-leader-elect",
-        "--metrics-port",
-        "-1",
-        *extra,
-    ]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(command, stderr=log.open("wb"), stdout=subprocess.DEVNULL, env=env)
-
-
 def _wait_until(condition: Any, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -365,7 +320,7 @@ def run(
         kubeconfig = write_kubeconfig(front.url, Path(tmp) / "kubeconfig")
         log = keep_log or Path(tmp) / "controller.log"
         driver.start()
-        controller = _controller(kubeconfig, log, controller_args)
+        controller = start_controller(kubeconfig, log, controller_args)
         stats = ProcessStats(controller.pid)
         try:
             # Started once it has listed pods (the front records a watch only when it ends).
@@ -400,12 +355,7 @@ def run(
             served = front.requests
             startup_requests = requests_start
         finally:
-            controller.send_signal(signal.SIGTERM)
-            try:
-                controller.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                controller.kill()
-                controller.wait()
+            stop_controller(controller)
             driver.stop()
     figures = _figures(server, writer, served[startup_requests:], prices, all_bound)
     scales = [r.at for r in served if r.method == "PATCH" and r.path.endswith("/scale")]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -399,3 +402,45 @@ def test_a_misspelt_flag_is_named_without_echoing_its_value(
     err = capsys.readouterr().err
     assert "s3cr3t-token" not in err
     assert named in err
+
+
+class _StopWhenStarted(io.StringIO):
+    """The output ``run`` writes its start line to: stops it there, as SIGTERM would."""
+
+    def write(self, text: str) -> int:
+        if text.startswith("karpenter-capi running"):
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().write(text)
+
+
+@pytest.mark.parametrize("owns_process", [True, False])
+def test_run_settles_the_heap_only_in_a_process_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, owns_process: bool
+) -> None:
+    # The console script (no argv) freezes what start-up made, so full collections stop
+    # walking it; a test or embedding program calling main(argv) keeps its heap unfrozen.
+    from karpenter_capi.core.clock import FakeClock
+    from karpenter_capi.sim.apiserver.http import HttpFront
+    from karpenter_capi.sim.apiserver.kubeconfig import write_kubeconfig
+    from karpenter_capi.sim.cluster import new_cluster
+
+    frozen: list[bool] = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
+    monkeypatch.setattr(gc, "set_threshold", lambda *_: None)
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    server = new_cluster(clock=FakeClock())
+    try:
+        with HttpFront(server) as front:
+            kubeconfig = write_kubeconfig(front.url, tmp_path / "kubeconfig")
+            argv = ["run", "--kubeconfig", str(kubeconfig), "--no-leader-elect"]
+            argv += ["--metrics-port", "-1"]
+            if owns_process:
+                monkeypatch.setattr(sys, "argv", ["karpenter-capi", *argv])
+                code = main(out=_StopWhenStarted())
+            else:
+                code = main(argv, out=_StopWhenStarted())
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    assert code == 0
+    assert frozen == ([True] if owns_process else [])

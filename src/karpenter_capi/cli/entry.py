@@ -197,10 +197,15 @@ def _log_level(args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
-    """Run the command line; returns the exit status."""
+    """Run the command line; returns the exit status.
+
+    Without ``argv`` (the console script, ``python -m karpenter_capi``) the command owns its
+    process, so ``run`` may tune the process-wide garbage collector (``cli.run``); a caller
+    passing ``argv`` (a test, an embedding program) keeps its heap as it is."""
     stdout = out or sys.stdout
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.owns_process = argv is None
     handler: Callable[[argparse.Namespace, TextIO], int] = args.handler
     try:
         configure_logging(args.log_format, _log_level(args), stream=sys.stderr)

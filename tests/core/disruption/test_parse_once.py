@@ -27,10 +27,12 @@ def test_a_pod_version_is_parsed_once_across_rounds_and_a_consolidation(
     solves = 0
     real_parse, real_solve = podspec.parse_pod, Solver.solve
 
-    def counting_parse(pod: Mapping[str, Any]) -> podspec.PodSpec:
+    def counting_parse(
+        pod: Mapping[str, Any], memo: podspec.ClassMemo | None = None
+    ) -> podspec.PodSpec:
         meta = pod.get("metadata") or {}
         parsed[(str(meta.get("uid")), str(meta.get("resourceVersion")))] += 1
-        return real_parse(pod)
+        return real_parse(pod, memo)
 
     def counting_solve(self: Solver, pods: Any) -> Any:
         nonlocal solves

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import pytest
 
@@ -343,3 +344,44 @@ def test_a_driver_stopped_from_its_own_reconcile_does_not_wait_for_it(pool: Work
     assert cluster.driver.wait(WAIT)
     assert outcome == [True]
     assert pool.members == []
+
+
+def test_a_latency_sensitive_controller_goes_before_other_clusters_backlogs() -> None:
+    # A scale-up decision waits on a pod; a status write or a launch check can wait a moment.
+    # Across clusters, a due decision takes the next free worker, ahead of every other
+    # cluster's queued work (which then goes on in turn).
+    order: list[str] = []
+    entered, release = threading.Event(), threading.Event()
+
+    @dataclass
+    class Decides(Scripted):
+        latency_sensitive: bool = True
+
+    def behaviour(cluster: str) -> Callable[[Key, int], Result]:
+        def reconcile(key: Key, call: int) -> Result:
+            order.append(cluster)
+            if cluster == "a" and call == 1:
+                entered.set()
+                release.wait(WAIT)
+            return DONE
+
+        return reconcile
+
+    with WorkerPool(1) as pool:
+        a = Cluster("a", pool, Scripted(SystemClock(), behaviour=behaviour("a"))).start()
+        b = Cluster("b", pool, Scripted(SystemClock(), behaviour=behaviour("b"))).start()
+        c = Cluster("c", pool, Decides(SystemClock(), behaviour=behaviour("c"))).start()
+        a.create("a0")
+        assert entered.wait(WAIT)
+        a.create("a1", "a2")
+        b.create("b1", "b2")
+        c.create("c1")
+        for cluster, depth in ((a, 2), (b, 2), (c, 1)):
+            queue = cluster.manager.queue("scripted")
+            assert cluster.wait_until(lambda queue=queue, depth=depth: queue.depth == depth)
+        release.set()
+        assert a.wait_until(lambda: len(order) == 6)
+        assert order[:2] == ["a", "c"]
+        assert sorted(order[2:]) == ["a", "a", "b", "b"]
+        for cluster in (a, b, c):
+            assert cluster.driver.stop(WAIT)

@@ -12,9 +12,11 @@ import re
 from pathlib import Path
 
 SCHEDULING = Path(__file__).resolve().parents[3] / "src" / "karpenter_capi" / "core" / "scheduling"
-PARSERS = frozenset({"podspec.py", "daemons.py"})
+PARSERS = frozenset({"podspec.py", "podspec_terms.py", "daemons.py"})
 """The modules allowed to read Kubernetes JSON, into ``PodSpec``: pods (``podspec``), and the pod
-each DaemonSet would run (``daemons``, which hands it to ``podspec``)."""
+each DaemonSet would run (``daemons``, which hands it to ``podspec``), and the affinity terms and
+spreads of a pod (``podspec_terms``, the part of ``podspec``'s parse that follows kube-scheduler's
+selector rules)."""
 RAW = re.compile(r"\b(Mapping|dict)\[str, Any\]")
 
 
@@ -33,7 +35,7 @@ def _offenders(root: Path) -> list[str]:
 def test_only_the_parser_reads_kubernetes_json() -> None:
     offenders = _offenders(SCHEDULING)
     assert offenders == [], (
-        "core/scheduling reads JSON only in the parsers (podspec.py, daemons.py); take a PodSpec "
+        "core/scheduling reads JSON only in the parsers (podspec*.py, daemons.py); take a PodSpec "
         "or a typed "
         "value instead:\n" + "\n".join(offenders)
     )

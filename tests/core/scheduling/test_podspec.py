@@ -132,3 +132,49 @@ def test_relaxing_gives_a_new_spec_and_leaves_the_pod_and_its_parse_alone() -> N
     # The pod given is untouched.
     node_affinity = pod["spec"]["affinity"]["nodeAffinity"]
     assert len(node_affinity["preferredDuringSchedulingIgnoredDuringExecution"]) == 1
+
+
+def _replica(name: str, **meta: Any) -> dict[str, Any]:
+    """A replica of ``_pod``'s Deployment: another name, uid and owner, the same spec."""
+    pod = _pod(name)
+    pod["metadata"].update(meta)
+    pod["spec"]["affinity"] = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "labelSelector": {}}
+            ]
+        }
+    }
+    pod["spec"]["topologySpreadConstraints"] = [
+        {"topologyKey": "zone", "maxSkew": 1, "whenUnsatisfiable": "DoNotSchedule"}
+    ]
+    return pod
+
+
+def test_the_next_replica_of_a_class_is_read_as_a_fresh_parse_would() -> None:
+    specs = PodSpecs()
+    first = specs.get(_replica("a"))
+    others = [
+        _replica("b", ownerReferences=[{"kind": "Job", "name": "j"}]),
+        _replica("c", deletionTimestamp="2026-01-01T00:00:00Z", labels={"app": "web"}),
+        {**_replica("d"), "status": {"phase": "Succeeded"}},
+    ]
+    others[0]["spec"]["nodeName"] = "n2"
+
+    for pod in others:
+        again = specs.get(pod)
+        assert again == parse_pod(pod)
+        assert again.raw is pod
+        # Its class's part was not read again: the values are the first replica's.
+        assert again.spreads is first.spreads
+        assert again.anti_affinity is first.anti_affinity
+    assert [specs.get(p).key for p in others] == ["ns/b", "ns/c", "ns/d"]
+
+
+def test_a_replica_whose_own_fields_are_unreadable_says_why() -> None:
+    specs = PodSpecs()
+    specs.get(_replica("a"))
+    broken = _replica("b", ownerReferences=["not an object"])
+
+    assert specs.get(broken).problem == parse_pod(broken).problem
+    assert specs.get(broken).problem is not None

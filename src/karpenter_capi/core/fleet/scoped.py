@@ -13,7 +13,8 @@ NodeClass pointing elsewhere fails loudly instead of touching a neighbour.
 from __future__ import annotations
 
 import builtins
-from typing import Final
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 from karpenter_capi.core.kube.client import (
     JsonObject,
@@ -27,6 +28,7 @@ from karpenter_capi.core.kube.client import (
 from karpenter_capi.core.kube.errors import Forbidden
 from karpenter_capi.core.kube.forwarding import ForwardingClient
 from karpenter_capi.core.kube.resources import CAPI_GROUP, Resource
+from karpenter_capi.core.kube.writelog import WriteLog, Written
 
 CLUSTER_NAME_LABEL: Final = "cluster.x-k8s.io/cluster-name"
 """The label Cluster API puts on every object it makes for a Cluster."""
@@ -50,6 +52,13 @@ class ScopedClient(ForwardingClient):
         super().__init__(inner)
         self.namespace = namespace
         self.name = name
+        log = getattr(inner, "write_log", None)
+        self.write_log: WriteLog | None = (
+            _NamespaceWrites(log, namespace) if isinstance(log, WriteLog) else None
+        )
+        """The inner client's write log as this Cluster's readers need it (``None``: the
+        inner client keeps none): watch-fed copies (``generic_capi``'s mirrors) read their
+        own writes through it instead of listing on every read."""
 
     def _refuse(self, what: str) -> Forbidden:
         return Forbidden(
@@ -181,3 +190,29 @@ class ScopedClient(ForwardingClient):
 
 
 __all__ = ["CLUSTER_NAME_LABEL", "LABELLED_PLURALS", "ScopedClient"]
+
+
+class _NamespaceWrites(WriteLog):
+    """``log``'s writes in ``namespace`` (and those whose namespace the answer did not say).
+
+    The management client is shared by every Cluster of the fleet, so its log holds every
+    Cluster's writes; a copy fed by a watch of this Cluster's namespace never sees another
+    namespace's events, and waiting for them would only end in a relist.
+    """
+
+    def __init__(self, log: WriteLog, namespace: str) -> None:
+        super().__init__(capacity=0)
+        self._log = log
+        self._namespace = namespace
+
+    def record(self, resource: Resource, answer: Mapping[str, Any], *, whole: bool) -> None:
+        self._log.record(resource, answer, whole=whole)
+
+    def end(self, resource: Resource) -> int:
+        return self._log.end(resource)
+
+    def since(self, resource: Resource, cursor: int) -> tuple[Sequence[Written] | None, int]:
+        writes, end = self._log.since(resource, cursor)
+        if writes is None:
+            return None, end
+        return tuple(w for w in writes if w.namespace in (None, self._namespace)), end

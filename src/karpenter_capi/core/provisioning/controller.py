@@ -90,6 +90,9 @@ class ProvisioningController:
     """Runs a provisioning round whenever the batching window closes."""
 
     name = "provisioner"
+    latency_sensitive = True
+    """A shared worker pool (fleet mode) runs its looks ahead of other clusters' queued work:
+    pods wait on its decision, status writes do not."""
 
     def __init__(
         self,

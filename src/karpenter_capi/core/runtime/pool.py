@@ -13,6 +13,10 @@ who goes next:
   cannot hold every worker: another cluster's key waits at most for one reconcile per worker
   to end; and a cluster's second (third...) reconcile runs only while another worker stays
   free, so even several slow clusters leave a worker for the others, short of one per worker;
+* a latency-sensitive controller (``latency_sensitive = True``: provisioning, whose look turns
+  pending pods into a scale-up decision) that is due takes the next free worker ahead of
+  every other cluster's queued work (status writes, launch checks can wait a moment; a pod
+  waiting for a node cannot), within the same per-cluster caps;
 * each controller keeps its own concurrency (its driver's ``workers`` for it) and its queue's
   guarantees (a key is never reconciled twice at once, per-key backoff);
 * one heap of due times stands in for every per-queue and per-periodic-controller timer:
@@ -84,6 +88,8 @@ class _Slot:
     in_flight: int = 0
     pending: bool = False
     timer_at: float | None = None
+    urgent: bool = False
+    """The controller is latency-sensitive: picked before any other cluster's work."""
 
     # QueueListener, called with the queue's lock held.
     def on_ready(self) -> None:
@@ -164,6 +170,8 @@ class WorkerPool:
         self._seq = itertools.count()
         self._threads: list[threading.Thread] = []
         self._busy = 0
+        self._urgent_pending = 0
+        """Pending slots of latency-sensitive controllers (skips their scan when none)."""
         # The member whose step this thread is running, if it is a worker: a driver stopped
         # from inside its own reconcile must not wait for that reconcile to end.
         self._serving = threading.local()
@@ -223,7 +231,8 @@ class WorkerPool:
         for entry, limit in spec.entries:
             if limit < 1:
                 raise ValueError(f"{spec.name}/{entry.name}: a controller needs a limit >= 1")
-            slot = _Slot(self, member, entry, limit)
+            urgent = getattr(entry.controller, "latency_sensitive", False) is True
+            slot = _Slot(self, member, entry, limit, urgent=urgent)
             member.slots.append(slot)
             if isinstance(entry, ControllerEntry):
                 entry.queue.set_listener(slot)
@@ -250,6 +259,7 @@ class WorkerPool:
         if not slot.pending and slot.member.active:
             slot.pending = True
             slot.member.pending.append(slot)
+            self._urgent_pending += slot.urgent
 
     def _schedule(self, slot: _Slot, at: float, floor: float = 0.0) -> None:
         """Look at ``slot`` again at ``at`` on its member's clock (``floor`` seconds at least)."""
@@ -304,6 +314,7 @@ class WorkerPool:
                 self._members.remove(member)
                 member.pending.clear()
                 for slot in member.slots:
+                    self._urgent_pending -= slot.urgent and slot.pending
                     slot.pending = False
                     slot.timer_at = None
                 self._cond.notify_all()
@@ -367,28 +378,52 @@ class WorkerPool:
             self._cond.notify()
 
     def _pick_locked(self) -> _Slot | None:
+        if self._urgent_pending:
+            urgent = self._pick_urgent_locked()
+            if urgent is not None:
+                return urgent
         # Clusters in turn, each turn moving the cluster looked at to the back.
         for _ in range(len(self._members)):
             member = self._members[0]
             self._members.rotate(-1)
-            if member.in_flight >= self.per_cluster or not member.pending:
-                continue
-            if member.in_flight and self._busy + 1 >= self.workers:
-                # A cluster's second reconcile must leave a worker free, so that clusters
-                # stuck together cannot hold every worker as long as one has nothing running.
+            if not self._may_run_locked(member):
                 continue
             # Then that cluster's controllers in turn: a slot taken goes to the back when it
             # is marked pending again.
             for _ in range(len(member.pending)):
                 slot = member.pending.popleft()
                 if slot.in_flight < slot.limit:
-                    slot.pending = False
-                    slot.in_flight += 1
-                    member.in_flight += 1
-                    self._busy += 1
-                    return slot
+                    return self._take_locked(slot)
                 member.pending.append(slot)
         return None
+
+    def _pick_urgent_locked(self) -> _Slot | None:
+        """A due latency-sensitive slot, clusters in turn (the one served goes to the back)."""
+        for member in list(self._members):
+            if not self._may_run_locked(member):
+                continue
+            for slot in member.pending:
+                if slot.urgent and slot.in_flight < slot.limit:
+                    member.pending.remove(slot)
+                    self._members.remove(member)
+                    self._members.append(member)
+                    return self._take_locked(slot)
+        return None
+
+    def _may_run_locked(self, member: Membership) -> bool:
+        if member.in_flight >= self.per_cluster or not member.pending:
+            return False
+        # A cluster's second reconcile must leave a worker free, so that clusters stuck
+        # together cannot hold every worker as long as one has nothing running.
+        return not (member.in_flight and self._busy + 1 >= self.workers)
+
+    def _take_locked(self, slot: _Slot) -> _Slot:
+        slot.pending = False
+        self._urgent_pending -= slot.urgent
+        slot.in_flight += 1
+        slot.member.in_flight += 1
+        self._busy += 1
+        return slot
 
     def _serve(self, slot: _Slot) -> None:
         member, entry = slot.member, slot.entry

@@ -47,7 +47,7 @@ def add(a: Vector, b: Vector) -> Vector:
     return tuple(map(operator.add, a, b))
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class TypeInfo:
     instance_type: InstanceType
     allocatable: Vector
@@ -56,7 +56,7 @@ class TypeInfo:
     price: float
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class PoolState:
     option: NodePoolOption
     requirements: Requirements
@@ -67,7 +67,7 @@ class PoolState:
     largest: tuple[int, int]  # the most CPU and memory any of its types offers
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class PodClass:
     """What every pod with this scheduling spec shares."""
 
@@ -92,7 +92,7 @@ class PodClass:
     first_claim: int = 0
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Fit:
     """A claim as it would be with one more pod (see ``Solver._fit_claim``)."""
 
@@ -105,7 +105,7 @@ class Fit:
     total: Vector  # pods_total + daemon, what the claim's type must hold
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class ClaimState:
     index: int
     pool: PoolState

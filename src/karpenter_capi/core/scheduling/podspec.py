@@ -15,33 +15,27 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from karpenter_capi.core.scheduling.hostports import HostPort
 from karpenter_capi.core.scheduling.pod_terms import NodeTerm, PodAffinityTerm, Spread
+from karpenter_capi.core.scheduling.podspec_terms import (
+    REQUIRED,
+    WeightedTerm,
+    preferred_terms,
+    required_terms,
+    spread,
+)
 from karpenter_capi.core.values.requirements import Requirements, preferred_node_terms
 from karpenter_capi.core.values.resources import ResourceList, empty, pod_requests
-from karpenter_capi.core.values.selectors import (
-    NOTHING,
-    Clause,
-    CompiledSelector,
-    SelectorError,
-    compile_selector,
-)
 from karpenter_capi.core.values.taints import EFFECTS, Toleration, parse_tolerations
 
 PodObject = Mapping[str, Any]
 """A Pod as the API server returns it (JSON): what the solver is given and hands back for
 binding and Events. Only this module reads its fields."""
 
-WeightedTerm = tuple[int, PodAffinityTerm | None]
-"""A preferred pod (anti-)affinity term and its weight; ``None`` for a term without a
-``topologyKey``, which constrains nothing but is still one step of relaxation."""
-
-_REQUIRED: Final = "requiredDuringSchedulingIgnoredDuringExecution"
-_PREFERRED: Final = "preferredDuringSchedulingIgnoredDuringExecution"
 _TOLERATION_OPERATORS: Final = ("Exists", "Equal", "")
 _UNSATISFIABLE: Final = ("DoNotSchedule", "ScheduleAnyway", "")
 SPEC_ERRORS: Final = (ValueError, TypeError, AttributeError, KeyError)
@@ -327,10 +321,106 @@ def _unreadable(pod: PodObject, meta: Mapping[str, Any], problem: str) -> PodSpe
     )
 
 
-def parse_pod(pod: PodObject) -> PodSpec:
+class ClassMemo:
+    """Parsed pods by ``class_key``, so the next pod of a class is read in a few field copies.
+
+    Everything of a :class:`PodSpec` but who the pod is (name, uid, node, phase, owners, the
+    object) is read from the parts ``scheduling_spec`` keeps, so two pods with one class key
+    parse to the same values; one Deployment's replicas are most of a batch, and reading each
+    one's containers, affinities and spreads again was most of a first solve. Entries not used
+    for a whole round (``new_round``) are dropped.
+    """
+
+    def __init__(self) -> None:
+        self._current: dict[str, PodSpec] = {}
+        self._previous: dict[str, PodSpec] = {}
+
+    def new_round(self) -> None:
+        self._previous, self._current = self._current, {}
+
+    def get(self, class_key: str) -> PodSpec | None:
+        found = self._current.get(class_key)
+        if found is None:
+            found = self._previous.pop(class_key, None)
+            if found is not None:
+                self._current[class_key] = found
+        return found
+
+    def put(self, spec: PodSpec) -> None:
+        self._current[spec.class_key] = spec
+
+
+def _class_key(pod: PodObject) -> str | None:
+    """``pod``'s class key, or ``None`` when its spec cannot be read that far (the full parse
+    then says why, in its own words)."""
+    try:
+        return json.dumps(scheduling_spec(pod), sort_keys=True, default=str)
+    except SPEC_ERRORS:
+        return None
+
+
+def _like(template: PodSpec, pod: PodObject, meta: Mapping[str, Any]) -> PodSpec:
+    """``pod`` read as ``template``, a pod of its class: only who it is is read again."""
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    labels = meta.get("labels") or {}
+    return PodSpec(
+        key=pod_key(pod),
+        uid=str(meta.get("uid") or ""),
+        name=str(meta.get("name") or ""),
+        namespace=template.namespace,
+        labels=labels,
+        node_name=str(spec.get("nodeName") or ""),
+        phase=str(status.get("phase") or ""),
+        deleting=bool(meta.get("deletionTimestamp")),
+        owners=_owners(meta),
+        requests=template.requests,
+        host_ports=template.host_ports,
+        tolerations=template.tolerations,
+        node_selector=template.node_selector,
+        node_terms=template.node_terms,
+        preferred_node_terms=template.preferred_node_terms,
+        affinity=template.affinity,
+        preferred_affinity=template.preferred_affinity,
+        anti_affinity=template.anti_affinity,
+        preferred_anti_affinity=template.preferred_anti_affinity,
+        spreads=template.spreads,
+        requirements=template.requirements,
+        required=template.required,
+        class_key=template.class_key,
+        topology_signature=template.topology_signature,
+        problem=None,
+        raw=pod,
+    )
+
+
+def _owners(meta: Mapping[str, Any]) -> tuple[Owner, ...]:
+    return tuple(
+        Owner(str(o.get("kind") or ""), str(o.get("name") or ""), bool(o.get("controller")))
+        for o in meta.get("ownerReferences") or ()
+    )
+
+
+def parse_pod(pod: PodObject, memo: ClassMemo | None = None) -> PodSpec:
     """Read ``pod`` (JSON) into a :class:`PodSpec`; a spec the API server would have refused
-    gives one whose ``problem`` says why, never an exception."""
+    gives one whose ``problem`` says why, never an exception. ``memo``: pods already read, by
+    class, to copy the class's part from."""
     meta = pod.get("metadata") or {}
+    class_key = _class_key(pod)
+    if memo is not None and class_key is not None:
+        template = memo.get(class_key)
+        if template is not None:
+            try:
+                return _like(template, pod, meta)
+            except SPEC_ERRORS:
+                pass  # who it is cannot be read: the full parse says why
+    parsed = _parse(pod, meta, class_key)
+    if memo is not None and parsed.problem is None:
+        memo.put(parsed)
+    return parsed
+
+
+def _parse(pod: PodObject, meta: Mapping[str, Any], class_key: str | None) -> PodSpec:
     try:
         spec = pod.get("spec") or {}
         status = pod.get("status") or {}
@@ -355,16 +445,15 @@ def parse_pod(pod: PodObject) -> PodSpec:
                 Requirements.from_dicts(term.get("matchExpressions") or ()),
                 bool(term.get("matchFields") or not term.get("matchExpressions")),
             )
-            for term in (node_affinity.get(_REQUIRED) or {}).get("nodeSelectorTerms") or ()
+            for term in (node_affinity.get(REQUIRED) or {}).get("nodeSelectorTerms") or ()
         )
         preferred_nodes = tuple(preferred_node_terms(pod))
-        required_affinity = _required_terms(pod_affinity, labels)
-        preferred_affinity = _preferred_terms(pod_affinity, labels)
-        required_anti = _required_terms(pod_anti_affinity, labels)
-        preferred_anti = _preferred_terms(pod_anti_affinity, labels)
+        required_affinity = required_terms(pod_affinity, labels)
+        preferred_affinity = preferred_terms(pod_affinity, labels)
+        required_anti = required_terms(pod_anti_affinity, labels)
+        preferred_anti = preferred_terms(pod_anti_affinity, labels)
         spreads = tuple(
-            _spread(constraint, labels)
-            for constraint in spec.get("topologySpreadConstraints") or ()
+            spread(constraint, labels) for constraint in spec.get("topologySpreadConstraints") or ()
         )
         return PodSpec(
             key=pod_key(pod),
@@ -375,10 +464,7 @@ def parse_pod(pod: PodObject) -> PodSpec:
             node_name=str(spec.get("nodeName") or ""),
             phase=str(status.get("phase") or ""),
             deleting=bool(meta.get("deletionTimestamp")),
-            owners=tuple(
-                Owner(str(o.get("kind") or ""), str(o.get("name") or ""), bool(o.get("controller")))
-                for o in meta.get("ownerReferences") or ()
-            ),
+            owners=_owners(meta),
             requests=requests,
             host_ports=host_ports,
             tolerations=tolerations,
@@ -392,7 +478,11 @@ def parse_pod(pod: PodObject) -> PodSpec:
             spreads=spreads,
             requirements=_node_requirements(node_selector, node_terms, preferred_nodes),
             required=_node_requirements(node_selector, node_terms, ()) or Requirements(),
-            class_key=json.dumps(scheduling_spec(pod), sort_keys=True, default=str),
+            class_key=(
+                json.dumps(scheduling_spec(pod), sort_keys=True, default=str)
+                if class_key is None
+                else class_key
+            ),
             topology_signature=_signature(
                 namespace,
                 labels,
@@ -406,82 +496,6 @@ def parse_pod(pod: PodObject) -> PodSpec:
         )
     except SPEC_ERRORS as exc:
         return _unreadable(pod, meta, f"cannot read its spec: {exc}")
-
-
-def term_selector(raw: Mapping[str, Any] | None, extra: Iterable[Clause] = ()) -> CompiledSelector:
-    """A spread constraint's or affinity term's selector, as kube-scheduler reads it.
-
-    A nil ``labelSelector`` selects no pod, unlike ``{}``; kube-scheduler treats a malformed
-    selector the same way, so both become "nothing" (a nil ``namespaceSelector`` means the
-    pod's own namespace, which the topology decides).
-    """
-    try:
-        return compile_selector(raw, nil_matches=False, extra=extra)
-    except SelectorError:
-        return NOTHING
-
-
-def _label_key_clauses(
-    term: Mapping[str, Any], labels: Mapping[str, str], *, mismatch: bool
-) -> list[Clause]:
-    """``matchLabelKeys`` (and ``mismatchLabelKeys``) copy the owner's own label values into
-    the selector."""
-    clauses: list[Clause] = [
-        (k, "In", frozenset((labels[k],))) for k in term.get("matchLabelKeys") or () if k in labels
-    ]
-    if mismatch:
-        clauses.extend(
-            (k, "NotIn", frozenset((labels[k],)))
-            for k in term.get("mismatchLabelKeys") or ()
-            if k in labels
-        )
-    return clauses
-
-
-def _affinity_term(term: Mapping[str, Any], labels: Mapping[str, str]) -> PodAffinityTerm | None:
-    key = term.get("topologyKey")
-    if not key:
-        return None
-    raw_namespaces = term.get("namespaceSelector")
-    return PodAffinityTerm(
-        topology_key=str(key),
-        selector=term_selector(
-            term.get("labelSelector"), _label_key_clauses(term, labels, mismatch=True)
-        ),
-        namespaces=tuple(str(n) for n in term.get("namespaces") or ()),
-        namespace_selector=None if raw_namespaces is None else term_selector(raw_namespaces),
-    )
-
-
-def _required_terms(
-    section: Mapping[str, Any], labels: Mapping[str, str]
-) -> tuple[PodAffinityTerm, ...]:
-    terms = (_affinity_term(term, labels) for term in section.get(_REQUIRED) or ())
-    return tuple(term for term in terms if term is not None)
-
-
-def _preferred_terms(
-    section: Mapping[str, Any], labels: Mapping[str, str]
-) -> tuple[WeightedTerm, ...]:
-    return tuple(
-        (int(term.get("weight") or 0), _affinity_term(term.get("podAffinityTerm") or {}, labels))
-        for term in section.get(_PREFERRED) or ()
-    )
-
-
-def _spread(constraint: Mapping[str, Any], labels: Mapping[str, str]) -> Spread:
-    min_domains = constraint.get("minDomains")
-    return Spread(
-        topology_key=str(constraint.get("topologyKey") or ""),
-        max_skew=int(constraint.get("maxSkew") or 1),
-        min_domains=None if min_domains is None else int(min_domains),
-        schedule_anyway=constraint.get("whenUnsatisfiable") == "ScheduleAnyway",
-        selector=term_selector(
-            constraint.get("labelSelector"), _label_key_clauses(constraint, labels, mismatch=False)
-        ),
-        honor_affinity=(constraint.get("nodeAffinityPolicy") or "Honor") == "Honor",
-        honor_taints=(constraint.get("nodeTaintsPolicy") or "Ignore") == "Honor",
-    )
 
 
 def unreadable_pod(pod: PodObject) -> str | None:
@@ -534,6 +548,7 @@ class PodSpecs:
     def __init__(self) -> None:
         self._current: dict[tuple[str, str], PodSpec] = {}
         self._previous: dict[tuple[str, str], PodSpec] = {}
+        self._memo = ClassMemo()
         self.parses = 0
 
     def __len__(self) -> int:
@@ -542,6 +557,7 @@ class PodSpecs:
     def new_round(self) -> None:
         """Start a round: what the last round did not ask for goes at the end of this one."""
         self._previous, self._current = self._current, {}
+        self._memo.new_round()
 
     def get(self, pod: Mapping[str, Any]) -> PodSpec:
         """``pod`` parsed, from the cache when this version of it was parsed before.
@@ -553,14 +569,14 @@ class PodSpecs:
         uid, version = meta.get("uid"), meta.get("resourceVersion")
         if not uid or not version:
             self.parses += 1
-            return parse_pod(pod)
+            return parse_pod(pod, self._memo)
         key = (str(uid), str(version))
         found = self._current.get(key)
         if found is None:
             found = self._previous.pop(key, None)
             if found is None:
                 self.parses += 1
-                found = parse_pod(pod)
+                found = parse_pod(pod, self._memo)
             self._current[key] = found
         if found.raw is pod:
             return found

@@ -29,7 +29,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Final
 
-from karpenter_capi.core.scheduling.podspec import PodSpec, WeightedTerm, rederived
+from karpenter_capi.core.scheduling.podspec import PodSpec, rederived
+from karpenter_capi.core.scheduling.podspec_terms import WeightedTerm
 from karpenter_capi.core.values.taints import Taint, Toleration, tolerates
 
 PREFER_NO_SCHEDULE_TOLERATION: Final = Toleration(operator="Exists", effect="PreferNoSchedule")

@@ -165,6 +165,13 @@ class Repacker:
                     plans_nominated=self._nominated,
                     work=work,
                 )
+            if outcome.bins is not None and self._nominated:
+                # Equal-cost plans differ in node count; with the plan nominated it is realized
+                # as made, so the fewest nodes for its price is safe to take (without, the
+                # readiness model judged this plan's nodes, so it stays as judged).
+                bins = tuple(packing_problem.fewest_nodes(problem, outcome.bins))
+                cost = packing_problem.plan_cost(problem, bins)
+                outcome = dataclasses.replace(outcome, bins=bins, cost=cost, worst=cost)
             if outcome.bins is not None:
                 before = self._claims
                 self._replace(

@@ -1,0 +1,283 @@
+"""``benchmarks/fleet.py`` as production runs it: ``karpenter-capi run --fleet`` in processes
+of their own, reaching every cluster over HTTP with the official client.
+
+Why: in the in-process mode the emulated Cluster API, ReplicaSets and kube-scheduler share the
+controller's process and GIL, so under 20 clusters pods become provisionable over seconds and
+the fleet's p99 measures the emulation as much as the controller. In production those are
+other processes. Here the benchmark's process holds only the control plane: the management
+cluster's and every workload cluster's in-memory API server behind its own HTTP front on
+127.0.0.1, and, per workload cluster, the emulation (Cluster API making Machines and Nodes,
+ReplicaSets making pods, the kube-scheduler stand-in binding them) on its own threaded driver,
+calling its servers in process. The controller finds the workload clusters as in a real
+management cluster: each Cluster's ``<cluster>-kubeconfig`` Secret (key ``value``) names its
+workload front's URL. Its CPU-seconds, RSS and threads are read from ``/proc`` (the
+controller's process alone). Decision latency is read as in the in-process mode, on the
+servers (the wave's first pod created, the first NodeClaim created after it).
+
+The storm: the storming cluster's workload front answers every request with 429 and
+``Retry-After: 1`` (a ``FaultInjector`` storm over HTTP: the emulation, in process, is not
+throttled). Replicas: three ``run --fleet`` processes with shards on; one gets SIGKILL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmarks.controller_process import ProcessStats, start_controller, stop_controller
+from benchmarks.fleet import _claims_report, _pending, _servers, _wait, _waves, _world
+from karpenter_capi.core.fleet import ScopedClient, secret_name
+from karpenter_capi.core.fleet.sharding import ANNOTATION_CLUSTER, LABEL_SHARD, ROLE_CLUSTER
+from karpenter_capi.core.kube.resources import EVENTS, LEASES, NODECLAIMS, SECRETS
+from karpenter_capi.core.runtime.manager import Manager
+from karpenter_capi.core.runtime.pool import WorkerPool
+from karpenter_capi.core.runtime.threaded import ThreadedDriver
+from karpenter_capi.sim.apiserver.faults import FaultRule
+from karpenter_capi.sim.apiserver.http import HttpFront
+from karpenter_capi.sim.apiserver.kubeconfig import kubeconfig_document, write_kubeconfig
+from karpenter_capi.sim.capi import add_capi_emulation
+from karpenter_capi.sim.scenario.fleet import FleetWorld
+from karpenter_capi.sim.scheduler import SimScheduler
+from karpenter_capi.sim.workloads import add_workload_emulation
+
+LEASE_NAMESPACE = "kube-system"
+EMULATION_WORKERS = 8
+STORM_SECONDS = 10**7
+"""The storm lasts the whole phase."""
+
+
+class HttpFleetWorld:
+    """``world``'s servers behind HTTP fronts, its emulation on threads, its Secrets naming
+    the fronts; ``controller()`` starts a ``run --fleet`` against it."""
+
+    def __init__(self, world: FleetWorld, tmp: Path) -> None:
+        self.world = world
+        self.tmp = tmp
+        self._stack = ExitStack()
+        self.fronts: dict[str, HttpFront] = {}
+        self.drivers: list[ThreadedDriver] = []
+        # The emulation's controllers share one pool, as the controller's do: unpooled, a
+        # hundred clusters' emulation would start some 6,000 threads in this process.
+        self.pool = WorkerPool(EMULATION_WORKERS, name="emulation")
+        self.kubeconfig = tmp / "management.kubeconfig"
+
+    def __enter__(self) -> HttpFleetWorld:
+        world = self.world
+        front = self._stack.enter_context(HttpFront(world.management))
+        write_kubeconfig(front.url, self.kubeconfig)
+        for cluster in world.clusters.values():
+            workload = self._stack.enter_context(HttpFront(cluster.server))
+            self.fronts[cluster.name] = workload
+            document = kubeconfig_document(workload.url, cluster.name)
+            value = base64.b64encode(yaml.safe_dump(document).encode()).decode()
+            world.management.patch(
+                SECRETS, secret_name(cluster.name), {"data": {"value": value}}, cluster.namespace
+            )
+            # The cluster around the controller, in this process: Cluster API in the
+            # management cluster (scoped as its controllers are), Nodes, ReplicaSets and
+            # the scheduler in the workload cluster.
+            scoped = ScopedClient(world.management, cluster.namespace, cluster.name)
+            manager = Manager(cluster.server, scoped, clock=world.clock)
+            add_capi_emulation(manager, **{"nodes": True, **world.emulation})
+            add_workload_emulation(manager)
+            manager.add(SimScheduler(cluster.server, manager, world.clock, seed=world.seed))
+            driver = ThreadedDriver(manager, pool=self.pool, name=f"emulation-{cluster.name}")
+            driver.start()
+            self.drivers.append(driver)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        # All at once: one by one, a hundred clusters' drivers take minutes to stop.
+        stopping = [threading.Thread(target=driver.stop, daemon=True) for driver in self.drivers]
+        for thread in stopping:
+            thread.start()
+        for thread in stopping:
+            thread.join(60)
+        self.pool.close()
+        self._stack.close()
+
+    def controller(self, extra: Sequence[str], log: str) -> subprocess.Popen[bytes]:
+        return start_controller(
+            self.kubeconfig, self.tmp / log, ["--fleet", *extra], log_level="WARNING"
+        )
+
+    def storm(self, name: str) -> FaultRule:
+        """Every request of the controller to ``name``'s workload cluster gets a 429 (the
+        rule counts them: ``hits``). The server restarts into the storm, so the controller's
+        open watches end and their re-lists meet it too, as its writes will."""
+        rule = self.world.cluster(name).server.faults.storm(
+            "throttle", duration=STORM_SECONDS, retry_after_seconds=1
+        )
+        front = self.fronts[name]
+        front.close()
+        front.start()
+        return rule
+
+    def serving(self) -> int:
+        """Clusters the controller has said it serves (its ``FleetServing`` Events)."""
+        events = self.world.management.list(EVENTS).items
+        return len(
+            {
+                (e["involvedObject"].get("namespace"), e["involvedObject"]["name"])
+                for e in events
+                if e.get("reason") == "FleetServing"
+            }
+        )
+
+    def holders(self) -> dict[str, str]:
+        """Each cluster key -> the replica holding its shard Lease (``""``: released)."""
+        leases = self.world.management.list(
+            LEASES, LEASE_NAMESPACE, label_selector=f"{LABEL_SHARD}={ROLE_CLUSTER}"
+        ).items
+        return {
+            lease["metadata"]["annotations"][ANNOTATION_CLUSTER]: (lease.get("spec") or {}).get(
+                "holderIdentity"
+            )
+            or ""
+            for lease in leases
+        }
+
+
+def _controller_flags(args: argparse.Namespace) -> list[str]:
+    return ["--workers", str(args.workers), "--fleet-workers", str(args.fleet_workers)]
+
+
+def _memory(stats: ProcessStats, clusters: int) -> dict[str, Any]:
+    rss = stats.rss_mb()
+    return {
+        "controller_rss_mib": round(rss, 1),
+        "controller_peak_rss_mib": round(stats.peak_rss_mb(), 1),
+        "controller_rss_per_cluster_mib": round(rss / clusters, 2),
+        "controller_threads": stats.threads(),
+    }
+
+
+def run_phase(args: argparse.Namespace, clusters: int, storm: bool = False) -> dict[str, Any]:
+    """One ``run --fleet --no-fleet-shards`` serving ``clusters`` (one more, storming, with
+    ``storm``): its decision latency, CPU and memory over the waves."""
+    world = _world(args, clusters + (1 if storm else 0))
+    names = [c.name for c in world.clusters.values()]
+    with tempfile.TemporaryDirectory() as tmp, HttpFleetWorld(world, Path(tmp)) as http:
+        started = time.monotonic()
+        proc = http.controller(["--no-fleet-shards", *_controller_flags(args)], "controller.log")
+        stats = ProcessStats(proc.pid)
+        try:
+            served = _wait(
+                lambda: http.serving() >= len(names) or proc.poll() is not None, 180, 0.1
+            )
+            serve_seconds = round(time.monotonic() - started, 2)
+            if proc.poll() is not None:
+                raise RuntimeError(f"the controller exited ({proc.returncode}); see its log")
+            time.sleep(2.0)  # its informers list once it serves; let them sync
+            rule = None
+            if storm:
+                rule = http.storm(names[-1])
+                names = names[:-1]
+            storming = [c.name for c in world.clusters.values()][len(names) :]
+            idle = _memory(stats, len(world.clusters))
+            cpu = stats.cpu_seconds()
+            figures = _waves(world, args, names, args.timeout, fleets=[], storming=storming)
+            cpu = stats.cpu_seconds() - cpu
+            memory = _memory(stats, len(world.clusters))
+        finally:
+            stop_controller(proc)
+        report = _claims_report(world, args, names)
+    figures["cpu_seconds"]["controller"] = round(cpu, 1)
+    return {
+        "mode": "http",
+        "clusters": len(names),
+        "storming": 1 if storm else 0,
+        "storm_429s": rule.hits if rule is not None else None,
+        "all_served": served,
+        "serve_all_seconds": serve_seconds,
+        "latency": figures,
+        "idle": idle,
+        **memory,
+        # Comparable keys with the in-process mode's table.
+        "rss_mib": memory["controller_rss_mib"],
+        "rss_added_per_cluster_mib": memory["controller_rss_per_cluster_mib"],
+        "rss_added_mib": memory["controller_rss_mib"],
+        "threads": memory["controller_threads"],
+        "nodeclaims": sum(len(s.list(NODECLAIMS).items) for s in _servers(world).values()),
+        "nodeclaims_classified": report,
+    }
+
+
+def run_replicas(args: argparse.Namespace, clusters: int, lone_claims: int) -> dict[str, Any]:
+    """Three ``run --fleet`` replicas with shards on; after the first wave one gets SIGKILL."""
+    world = _world(args, clusters)
+    names = [c.name for c in world.clusters.values()]
+    keys = {c.key for c in world.clusters.values()}
+    identities = [f"replica-{i}" for i in range(3)]
+    lease = args.lease_duration
+    flags = [
+        *_controller_flags(args),
+        "--leader-election-namespace",
+        LEASE_NAMESPACE,
+        "--leader-election-lease-duration",
+        str(lease),
+        "--leader-election-renew-deadline",
+        str(lease * 2 / 3),
+        "--leader-election-retry-period",
+        "2",
+    ]
+    with tempfile.TemporaryDirectory() as tmp, HttpFleetWorld(world, Path(tmp)) as http:
+        procs = [
+            http.controller([*flags, "--leader-election-identity", who], f"{who}.log")
+            for who in identities
+        ]
+        try:
+
+            def balanced() -> bool:
+                held = http.holders()
+                counts = [sum(1 for h in held.values() if h == who) for who in identities]
+                return set(held) >= keys and all(held.values()) and max(counts) - min(counts) <= 1
+
+            _wait(balanced, 180, 0.1)
+            held = http.holders()
+            balance = [sum(1 for h in held.values() if h == who) for who in identities]
+            time.sleep(2.0)
+            first = _waves(world, args, names, args.timeout, range(1, 2), fleets=[])
+            victim = {key for key, who in http.holders().items() if who == identities[0]}
+            procs[0].kill()  # SIGKILL: no release, its Leases expire
+            killed_at = time.monotonic()
+
+            def taken() -> bool:
+                held = http.holders()
+                return all(held.get(key) in identities[1:] for key in victim)
+
+            took = _wait(taken, lease * 4, 0.1)
+            takeover = round(time.monotonic() - killed_at, 2)
+            later = _waves(world, args, names, args.timeout, range(2, args.waves + 1), fleets=[])
+        finally:
+            for proc in procs:
+                stop_controller(proc)
+        servers = _servers(world)
+        claims = {n: len(servers[n].list(NODECLAIMS).items) for n in names}
+        classified = _claims_report(world, args, names)
+        pending = sum(_pending(servers[n]) for n in names)
+    return {
+        "mode": "http",
+        "clusters": len(names),
+        "replicas": 3,
+        "balance": balance,
+        "killed_served": len(victim),
+        "taken_over": took,
+        "takeover_seconds": takeover,
+        "lease_duration": lease,
+        "first_wave": first,
+        "after_kill": later,
+        "pods_pending": pending,
+        "nodeclaims_beyond_lone": sum(max(0, c - lone_claims) for c in claims.values()),
+        "nodeclaims_classified": classified,
+    }
