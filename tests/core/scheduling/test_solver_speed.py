@@ -13,13 +13,15 @@ from typing import Any
 import pytest
 
 from karpenter_capi.core.clock import FakeClock
-from karpenter_capi.core.scheduling._collector import collection_paused
+from karpenter_capi.core.scheduling._solver_view import SolverNode
 from karpenter_capi.core.scheduling.claims import ClaimState, Fit, PodClass
+from karpenter_capi.core.scheduling.collector import collection_paused
 from karpenter_capi.core.scheduling.podspec import PodSpec
 from karpenter_capi.core.scheduling.solver import Solver
+from karpenter_capi.core.scheduling.solver_io import ExistingNode
 from karpenter_capi.core.values.refusal import Refusal
 from karpenter_capi.core.values.requirements import Requirement, Requirements
-from tests.core.scheduling.test_solver import _pod, _pool, _spread
+from tests.core.scheduling.test_solver import _node, _pod, _pool, _spread
 
 ZONE = "topology.kubernetes.io/zone"
 
@@ -127,3 +129,55 @@ def test_a_pause_ends_with_the_solve_that_started_it_and_only_if_collection_was_
         assert not gc.isenabled()  # it was off before: left off
     finally:
         gc.enable()
+
+
+def _counting_reads(
+    monkeypatch: pytest.MonkeyPatch, cls: type, name: str, reads: list[object]
+) -> None:
+    """Count every read of ``cls.name`` (a dataclass field) into ``reads``: the work a loop
+    does, where wall time would depend on the machine."""
+    slot = f"_counted_{name}"
+
+    def get(obj: Any) -> Any:
+        reads.append(obj)
+        # Made before the patch: the value is under the field's own name.
+        return obj.__dict__[slot] if slot in obj.__dict__ else obj.__dict__[name]
+
+    def put(obj: Any, value: Any) -> None:
+        obj.__dict__[slot] = value
+
+    monkeypatch.setattr(cls, name, property(get, put), raising=False)
+
+
+def test_a_class_walks_past_the_nodes_it_ruled_out_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 200 full nodes in name order before 10 with room: each of the 20 pods of one class used
+    # to walk past the 200 again (4,000 checks), as every pod of a consolidation simulation
+    # walked past thousands of nodes in a 10,000-node cluster.
+    full = [_node(f"full-{i:03d}", "2", used="2") for i in range(200)]
+    roomy = [_node(f"room-{i:03d}", "4") for i in range(10)]
+    reads: list[object] = []
+    _counting_reads(monkeypatch, SolverNode, "index", reads)
+    pods = [_pod(f"p{i}", "1") for i in range(20)]
+    result = Solver([_pool()], existing_nodes=full + roomy, clock=FakeClock()).solve(pods)
+
+    assert sorted(result.existing) == [f"room-{i:03d}" for i in range(5)]  # first fit, in order
+    assert not result.new_nodeclaims
+    # A few times each node in all (about 650), where it was each full node per pod (4,264).
+    assert len(reads) < 4 * len(full) + 10 * len(pods)
+
+
+def test_a_nominated_pod_is_looked_up_not_scanned_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    claims = [
+        _node(f"claim-{i:03d}", "4", in_flight=True, nominated=frozenset({f"default/p{i}"}))
+        for i in range(50)
+    ]
+    reads: list[object] = []
+    _counting_reads(monkeypatch, ExistingNode, "nominated", reads)
+    pods = [_pod(f"p{i}", "3") for i in range(50)]
+    result = Solver([_pool()], existing_nodes=claims, clock=FakeClock()).solve(pods)
+
+    assert {n: [p["metadata"]["name"] for p in ps] for n, ps in result.existing.items()} == {
+        f"claim-{i:03d}": [f"p{i}"] for i in range(50)
+    }
+    # Each claim's nominations read a few times in all, not once per pod (2,500).
+    assert len(reads) <= 4 * len(claims)

@@ -117,19 +117,23 @@ def _labels(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 
 def pool_totals(
-    snapshot: ClusterSnapshot, inventories: Sequence[NodePoolInventory]
+    snapshot: ClusterSnapshot,
+    inventories: Sequence[NodePoolInventory],
+    move_costs: Mapping[str, float] | None = None,
 ) -> dict[str, PoolTotals]:
     """Every NodePool's totals over all its NodeClaims, launched or launching, candidates or not.
 
     A NodeClaim is priced by the offering its instance type, zone and capacity type name (on its
     Node, else on itself), 0 when the inventory has none; a NodeClaim without a Node yet costs
-    the node's own move cost only.
+    the node's own move cost only. ``move_costs``: nodes' move costs already known (the
+    candidates'), not summed again.
     """
+    known = move_costs or {}
     types = {inv.nodepool: {it.name: it for it in inv.instance_types} for inv in inventories}
     pods_by_node: dict[str, list[PodObject]] = {}
     for pod in snapshot.pods:
         node_name = (pod.get("spec") or {}).get("nodeName")
-        if node_name and is_reschedulable(pod):
+        if node_name and node_name not in known and is_reschedulable(pod):
             pods_by_node.setdefault(str(node_name), []).append(pod)
     nodes = {str((n.get("metadata") or {}).get("name")): n for n in snapshot.nodes}
     price: dict[str, float] = {}
@@ -149,7 +153,10 @@ def pool_totals(
         )
         # A NaN price (a broken price source) must not poison every score of the NodePool.
         price[pool] = price.get(pool, 0.0) + (found if found and not math.isnan(found) else 0.0)
-        cost[pool] = cost.get(pool, 0.0) + move_cost(pods_by_node.get(node_name, []))
+        moving = known.get(node_name)
+        if moving is None:
+            moving = move_cost(pods_by_node.get(node_name, []))
+        cost[pool] = cost.get(pool, 0.0) + moving
     return {pool: PoolTotals(price[pool], cost[pool]) for pool in price}
 
 

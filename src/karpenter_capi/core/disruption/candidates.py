@@ -116,7 +116,11 @@ def rescheduling_cost(pod: PodObject) -> float:
 def move_cost(pods: Iterable[PodObject]) -> float:
     """What moving these pods off their node costs (``Balanced``'s disruption cost): the node's
     own cost plus each pod's, a pod that declared itself cheap to disrupt counting 0."""
-    return PER_NODE_DISRUPTION_COST + sum(max(0.0, rescheduling_cost(p)) for p in pods)
+    return _move_cost([rescheduling_cost(p) for p in pods])
+
+
+def _move_cost(costs: Iterable[float]) -> float:
+    return PER_NODE_DISRUPTION_COST + sum(max(0.0, cost) for cost in costs)
 
 
 @dataclass(frozen=True)
@@ -322,7 +326,8 @@ def find_candidates(
         capacity_type = str(labels.get(wellknown.LABEL_CAPACITY_TYPE, ""))
         instance_type = next((it for it in inventory.instance_types if it.name == type_name), None)
         price = offering_price(instance_type, zone, capacity_type)
-        cost = sum(rescheduling_cost(p) for p in moving) * lifetime_remaining(claim, now)
+        costs = [rescheduling_cost(p) for p in moving]  # each pod's once, for both costs
+        cost = sum(costs) * lifetime_remaining(claim, now)
         result.candidates.append(
             Candidate(
                 nodeclaim=claim,
@@ -336,7 +341,7 @@ def find_candidates(
                 price=price if price is not None else 0.0,
                 pods=moving,
                 disruption_cost=cost,
-                move_cost=move_cost(moving),
+                move_cost=_move_cost(costs),
                 drifted=condition_true(claim, NodeClaimConditionType.DRIFTED),
                 consolidatable=condition_true(claim, NodeClaimConditionType.CONSOLIDATABLE),
                 problems=[] if price is not None else [f"no offering {type_name}/{zone}"],

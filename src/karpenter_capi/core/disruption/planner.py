@@ -42,6 +42,7 @@ from karpenter_capi.core.provisioning.state import (
     ParsedCluster,
     disrupting_nodes,
 )
+from karpenter_capi.core.scheduling.collector import collection_paused
 
 DEFAULT_MULTI_NODE_SECONDS: Final = 60.0
 DEFAULT_SINGLE_NODE_SECONDS: Final = 180.0
@@ -114,6 +115,53 @@ def provider_refusals(
     return {name: why for name, why in answer.items() if name in names}
 
 
+def _read(
+    snapshot: ClusterSnapshot,
+    inventories: Sequence[NodePoolInventory],
+    pdbs: Iterable[Mapping[str, Any]],
+    *,
+    now: datetime,
+    clock: Clock,
+    protected: frozenset[str],
+    blocked: Callable[[list[Mapping[str, Any]]], Mapping[str, str]] | None,
+    nominations: Mapping[str, frozenset[str]] | None,
+    settings: PassSettings,
+    parsed: ParsedCluster | None,
+) -> tuple[PassReport, BudgetLedger, dict[str, PoolTotals], Simulator]:
+    """The pass's reading of the cluster: its candidates, budgets, totals and simulator."""
+    usable = [inv for inv in inventories if inv.model is not None and not inv.error]
+    found = find_candidates(
+        nodes=snapshot.nodes,
+        nodeclaims=snapshot.nodeclaims,
+        pods=snapshot.pods,
+        inventories=usable,
+        budgets=DisruptionBudgets(pdbs),
+        now=now,
+        protected=protected,
+    )
+    if blocked is not None and found.candidates:
+        refused = provider_refusals(blocked, snapshot, consolidation_order(found.candidates))
+        found.excluded.update(refused)
+        found.candidates = [c for c in found.candidates if c.name not in refused]
+    report = PassReport(candidates=found.candidates, excluded=found.excluded)
+    pools = {inv.nodepool: inv.model for inv in usable if inv.model is not None}
+    ledger = BudgetLedger(pools, snapshot.nodeclaims, snapshot.nodes, now)
+    report.budgets = ledger.snapshot()
+    # Taken once per pass, before any command, as upstream: later moves see the same totals.
+    report.totals = totals = pool_totals(
+        snapshot, usable, {c.node_name: c.move_cost for c in found.candidates}
+    )
+    simulator = Simulator(
+        snapshot,
+        usable,
+        clock,
+        spot_to_spot=settings.spot_to_spot,
+        nominations=nominations,
+        parsed=parsed,
+    )
+    return report, ledger, totals, simulator
+
+
 def plan(
     snapshot: ClusterSnapshot,
     inventories: Sequence[NodePoolInventory],
@@ -139,40 +187,29 @@ def plan(
     """
     settings = settings or PassSettings()
     started = clock.monotonic()
+    # Reading the cluster (candidates, totals, the simulations' view) is work in proportion to
+    # its size that makes many objects and no cycle: no full collection walks the heap
+    # meanwhile (``core.scheduling.collector``).
+    with collection_paused():
+        report, ledger, totals, simulator = _read(
+            snapshot,
+            inventories,
+            pdbs,
+            now=now,
+            clock=clock,
+            protected=protected,
+            blocked=blocked,
+            nominations=nominations,
+            settings=settings,
+            parsed=parsed,
+        )
     usable = [inv for inv in inventories if inv.model is not None and not inv.error]
-    found = find_candidates(
-        nodes=snapshot.nodes,
-        nodeclaims=snapshot.nodeclaims,
-        pods=snapshot.pods,
-        inventories=usable,
-        budgets=DisruptionBudgets(pdbs),
-        now=now,
-        protected=protected,
-    )
-    if blocked is not None and found.candidates:
-        refused = provider_refusals(blocked, snapshot, consolidation_order(found.candidates))
-        found.excluded.update(refused)
-        found.candidates = [c for c in found.candidates if c.name not in refused]
-    report = PassReport(candidates=found.candidates, excluded=found.excluded)
-    pools = {inv.nodepool: inv.model for inv in usable if inv.model is not None}
-    ledger = BudgetLedger(pools, snapshot.nodeclaims, snapshot.nodes, now)
-    report.budgets = ledger.snapshot()
-    # Taken once per pass, before any command, as upstream: later moves see the same totals.
-    report.totals = totals = pool_totals(snapshot, usable)
-    simulator = Simulator(
-        snapshot,
-        usable,
-        clock,
-        spot_to_spot=settings.spot_to_spot,
-        nominations=nominations,
-        parsed=parsed,
-    )
 
     def deadline(seconds: float) -> Callable[[], bool]:
         limit = clock.monotonic() + seconds
         return lambda: clock.monotonic() > limit
 
-    candidates = found.candidates
+    candidates = report.candidates
     steps: tuple[tuple[str, Callable[[], Outcome]], ...] = (
         (EMPTINESS, lambda: emptiness(candidates, ledger, report.kept)),
         (

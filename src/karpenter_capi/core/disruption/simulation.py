@@ -6,8 +6,10 @@ still launching) as existing capacity, and see what it answers. Consolidation is
 every pod finds a place on the remaining nodes plus new NodeClaims that together cost less
 than what they replace; drift accepts any replacements.
 
-The cluster is converted to solver input once per pass (``Simulator``), and each simulation
-only filters it, so a pass over 1,000 nodes spends its time in the solver, not in parsing.
+The cluster is converted to solver input once per pass (``Simulator``: the existing nodes'
+vectors, label requirements, host ports, topology domains and pod counts, in an
+``ExistingView``), and each simulation only leaves its candidates out of it, so a pass over
+10,000 nodes spends its time placing the candidates' pods, not rebuilding the cluster.
 
 Unlike upstream, which replaces one node or several by at most one new node, a consolidation
 may launch as many replacements as the solver proposes (one node by several smaller ones, or
@@ -37,6 +39,7 @@ from karpenter_capi.core.provisioning.state import (
     nodepool_option,
     unbound,
 )
+from karpenter_capi.core.scheduling.existing_view import ExistingView
 from karpenter_capi.core.scheduling.podspec import PodObject, pod_key
 from karpenter_capi.core.scheduling.solver import Solver
 from karpenter_capi.core.scheduling.solver_io import (
@@ -57,6 +60,39 @@ SIMULATION_PACKING_BUDGET_SECONDS: Final = 5.0
 """Re-packing safety net per simulation (``core.scheduling.packing``), as provisioning's: the
 work is bounded by counts, so a consolidation decision does not depend on the machine's load
 either; a shorter wall-clock net would bring that dependence back on a loaded machine."""
+
+
+def _view(nodes: Sequence[ExistingNode], parsed: ParsedCluster) -> ExistingView:
+    """The solver's view of ``nodes``: the last pass's when nothing in it changed.
+
+    A node's sums, allocatable and label requirements are the very objects ``parsed`` kept
+    while no pod bound to it and nothing of it changed (a new ``resourceVersion``), so their
+    identities, with what a node holds besides (its taints, nominations, whether it is still
+    launching), say whether the view built for the last pass still describes it. A launching
+    NodeClaim, or a pod without a uid or version, makes new objects every pass: the view is
+    then built afresh, as it would be without the cache."""
+    key = tuple(
+        (
+            n.name,
+            n.in_flight,
+            n.nodepool,
+            n.nominated,
+            n.taints,
+            id(n.allocatable),
+            id(n.requested),
+            id(n.requirements),
+            id(n.label_requirements)
+            if n.label_requirements is not None
+            else tuple(n.labels.items()),
+        )
+        for n in nodes
+    )
+    kept = parsed.existing_view
+    if kept is not None and kept[0] == key and isinstance(kept[1], ExistingView):
+        return kept[1]
+    view = ExistingView(nodes, parsed.specs)
+    parsed.existing_view = (key, view)
+    return view
 
 
 def _triple(resources: ResourceList) -> tuple[int, int, int]:
@@ -128,6 +164,9 @@ class Simulator:
         disrupting = disrupting_nodes(snapshot)
         nodes = existing_nodes(snapshot, inventories, nominations or {}, self._bound)
         self._nodes: list[ExistingNode] = [n for n in nodes if n.name not in disrupting]
+        # Every simulation solves over these nodes but its candidates: turned into solver input
+        # once (``ExistingView``), each simulation leaving its candidates out of it.
+        self._view = _view(self._nodes, self._bound)
         self._moving: list[PodObject] = moving_pods(snapshot)
         self._pending: list[PodObject] = [p for p in snapshot.pods if is_provisionable(p)]
         # Room on a NodeClaim still launching, or a node not yet initialized, is a promise: a
@@ -199,7 +238,7 @@ class Simulator:
             return Simulation()
         solver = Solver(
             self._options,
-            existing_nodes=[n for n in self._nodes if n.name not in gone],
+            existing_nodes=self._view.without(gone),
             daemonsets=self._snapshot.daemonsets,
             namespaces=self._snapshot.namespaces,
             clock=self._clock,

@@ -235,7 +235,7 @@ class _NodeSum:
 
 class ParsedCluster:
     """What rounds read of the cluster, kept across them: parsed pods (``specs``), each node's
-    labels as requirements, and what the pods bound to each node request.
+    labels as requirements and its allocatable, and what the pods bound to each node request.
 
     Summing every bound pod of every node each round was most of a round's work in a large
     cluster where little changes; here a node's total changes only by the pods that came, went
@@ -247,6 +247,10 @@ class ParsedCluster:
         self.specs = specs if specs is not None else PodSpecs()
         self._nodes: dict[str, _NodeSum] = {}
         self._labels: dict[str, tuple[object, Requirements]] = {}
+        self._allocatable: dict[str, tuple[object, ResourceList]] = {}
+        self.existing_view: tuple[object, object] | None = None
+        """The disruption pass's solver view of the nodes and what it was built from
+        (``disruption.simulation``), reused while nothing in it changed."""
 
     def label_requirements(
         self, node: Mapping[str, Any], labels: Mapping[str, str]
@@ -260,6 +264,17 @@ class ParsedCluster:
         requirements = Requirements.from_labels(labels)
         self._labels[name] = (version, requirements)
         return requirements
+
+    def allocatable(self, node: Mapping[str, Any]) -> ResourceList:
+        """The node's ``status.allocatable``, parsed once per node version."""
+        meta = node.get("metadata") or {}
+        name, version = str(meta.get("name")), (meta.get("uid"), meta.get("resourceVersion"))
+        found = self._allocatable.get(name)
+        if found is not None and found[0] == version and all(version):
+            return found[1]
+        parsed = ResourceList.parse((node.get("status") or {}).get("allocatable"))
+        self._allocatable[name] = (version, parsed)
+        return parsed
 
     def of(self, node: str, pods: Sequence[PodObject]) -> ResourceList:
         """The total requests of ``pods`` (``pods: 1`` each), the pods now bound to ``node``."""
@@ -294,6 +309,8 @@ class ParsedCluster:
             del self._nodes[name]
         for name in [n for n in self._labels if n not in keep]:
             del self._labels[name]
+        for name in [n for n in self._allocatable if n not in keep]:
+            del self._allocatable[name]
 
 
 def existing_nodes(
@@ -350,7 +367,7 @@ def existing_nodes(
             ExistingNode(
                 name=name,
                 labels=labels,
-                allocatable=ResourceList.parse((node.get("status") or {}).get("allocatable")),
+                allocatable=sums.allocatable(node),
                 requested=sums.of(name, pods),
                 label_requirements=sums.label_requirements(node, labels),
                 taints=taints,

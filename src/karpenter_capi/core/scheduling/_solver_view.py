@@ -26,6 +26,7 @@ from karpenter_capi.core.scheduling.claims import (
     to_vector,
 )
 from karpenter_capi.core.scheduling.daemons import DaemonOverhead
+from karpenter_capi.core.scheduling.existing_view import ExistingSubset
 from karpenter_capi.core.scheduling.hostports import HostPortUsage
 from karpenter_capi.core.scheduling.podspec import PodObject, PodSpec, PodSpecs
 from karpenter_capi.core.scheduling.solver_io import (
@@ -66,8 +67,11 @@ def resource_names(
             names.update(instance_type.allocatable)
     for pod in pods:
         names.update(pod.requests)
-    for node in existing:
-        names.update(node.allocatable)
+    if isinstance(existing, ExistingSubset):
+        names.update(existing.view.resource_names(existing.gone_nodes()))
+    else:
+        for node in existing:
+            names.update(node.allocatable)
     first = ("cpu", "memory", "pods")
     return first + tuple(sorted(names - set(first)))
 
@@ -153,6 +157,8 @@ def build_nodes(
     specs: PodSpecs,
 ) -> list[SolverNode]:
     """The existing nodes with what is on them (their bound pods read through ``specs``)."""
+    if isinstance(existing, ExistingSubset):
+        return _nodes_from_view(existing, names, daemons)
     nodes = []
     for index, node in enumerate(existing):
         ports = HostPortUsage()
@@ -175,6 +181,53 @@ def build_nodes(
     return nodes
 
 
+def _nodes_from_view(
+    existing: ExistingSubset, names: Sequence[str], daemons: DaemonOverhead
+) -> list[SolverNode]:
+    """``build_nodes`` from what the view built once; only the mutable parts are copied."""
+    view = existing.view
+    vectors = view.vectors(tuple(names))
+    nodes = []
+    for index, position in enumerate(existing.kept):
+        node = view.nodes[position]
+        allocatable, requested = vectors[position]
+        requirements = view.requirements[position]
+        if node.in_flight:
+            requirements = requirements.merged(node.requirements)
+            overhead = daemons.for_node(requirements, tuple(node.taints))
+            requested = add(requested, to_vector(names, overhead))
+        ports = view.ports[position].copy()
+        nodes.append(SolverNode(index, node, requirements, allocatable, requested, ports))
+    return nodes
+
+
+def nominated_index(nodes: Sequence[SolverNode]) -> dict[str, list[SolverNode]]:
+    """Pod key -> the nodes it is nominated to, in order: looked up per pod, not scanned."""
+    index: dict[str, list[SolverNode]] = {}
+    for node in nodes:
+        for key in node.node.nominated:
+            index.setdefault(key, []).append(node)
+    return index
+
+
+def node_window(
+    nodes: Sequence[SolverNode], pod_class: PodClass, hosts: frozenset[str] | None
+) -> Sequence[SolverNode]:
+    """The nodes worth trying for a pod of ``pod_class``, in order (``hosts``: the only
+    hostnames its pod affinity accepts, if known).
+
+    Nodes fill in order, so the ones a class can never use again (``rejected_nodes``) are
+    mostly a prefix: skipped at once (``first_node``), not tested one by one for every pod, which
+    over 10,000 nodes was most of a consolidation simulation."""
+    if hosts is not None:
+        return [n for n in nodes if n.hostname in hosts]
+    first = pod_class.first_node
+    while first < len(nodes) and nodes[first].index in pod_class.rejected_nodes:
+        first += 1
+    pod_class.first_node = first
+    return nodes[first:] if first else nodes
+
+
 def build_topology(
     pools: Sequence[PoolState],
     existing: Sequence[ExistingNode],
@@ -194,6 +247,17 @@ def build_topology(
             for offering in compatible_offerings(info.instance_type, pool.requirements):
                 domains.setdefault(wellknown.LABEL_TOPOLOGY_ZONE, set()).add(offering.zone)
                 domains.setdefault(wellknown.LABEL_CAPACITY_TYPE, set()).add(offering.capacity_type)
+    if isinstance(existing, ExistingSubset):
+        view = existing.view
+        for key, kept in view.domains(existing.gone_nodes()).items():
+            domains.setdefault(key, set()).update(kept)
+        return Topology(
+            domains=domains,
+            existing_pods=view.pods,
+            pending_pods=pods,
+            namespaces=namespaces,
+            excluded_nodes=existing.gone,
+        )
     existing_pods: list[tuple[PodSpec, NodeInfo]] = []
     for node in existing:
         labels = dict(node.labels)

@@ -83,6 +83,7 @@ class PodClass:
     # Nodes and claims that can never take this class again, by index.
     rejected_claims: set[int] = field(default_factory=set)
     rejected_nodes: set[int] = field(default_factory=set)
+    first_node: int = 0  # every node before it is in rejected_nodes
     # Claims that can never take a pod with these topology constraints, whatever its size:
     # shared by every class with the same constraints (see _solver_view.new_pod_class).
     topology_rejected: set[int] = field(default_factory=set)

@@ -26,7 +26,6 @@ from typing import Final
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock, SystemClock
 from karpenter_capi.core.scheduling import highs, packing, packing_problem
-from karpenter_capi.core.scheduling._collector import collection_paused
 from karpenter_capi.core.scheduling._solver_view import (
     SolverNode,
     build_nodes,
@@ -35,6 +34,8 @@ from karpenter_capi.core.scheduling._solver_view import (
     largest_first,
     limits_reason,
     new_pod_class,
+    node_window,
+    nominated_index,
     proposed_claim,
     resource_names,
 )
@@ -59,6 +60,7 @@ from karpenter_capi.core.scheduling.claims import (
     type_tolerated,
     untolerated_pool_taint,
 )
+from karpenter_capi.core.scheduling.collector import collection_paused
 from karpenter_capi.core.scheduling.daemons import DaemonOverhead, DaemonSetObject
 from karpenter_capi.core.scheduling.nofit import (
     named_node_reason,
@@ -200,6 +202,7 @@ class Solver:
         self._resources = resource_names(self._options, readable, self._existing)
         self._pools = build_pools(self._options, self._resources)
         self._nodes = build_nodes(self._existing, self._resources, self._daemons, self._specs)
+        self._nominated_to = nominated_index(self._nodes)
         self._topology = build_topology(
             self._pools, self._existing, readable, self._namespaces, self._specs
         )
@@ -271,10 +274,9 @@ class Solver:
         pod = spec.raw
         if pod_class.requirements is None:
             return _NO_NODE_MATCHES_TERM
-        key = spec.key
         # Back to the in-flight NodeClaim this pod was launched for, before anything else.
-        for node in self._nodes:
-            if key in node.node.nominated and self._node_refusal(node, pod_class, spec) is None:
+        for node in self._nominated_to.get(spec.key, ()):
+            if self._node_refusal(node, pod_class, spec) is None:
                 self._place_on_node(node, pod_class, pod, spec)
                 return None
         hosts = zones = None
@@ -282,7 +284,7 @@ class Solver:
             assert self._topology is not None
             hosts = self._topology.affinity_domains(spec, wellknown.LABEL_HOSTNAME)
             zones = self._topology.affinity_domains(spec, wellknown.LABEL_TOPOLOGY_ZONE)
-        nodes = self._nodes if hosts is None else [n for n in self._nodes if n.hostname in hosts]
+        nodes = node_window(self._nodes, pod_class, hosts)
         for node in nodes:
             if node.index in pod_class.rejected_nodes:
                 continue

@@ -50,10 +50,12 @@ pod shape's view of the groups), ``_narrowing`` (the domains each kind of constr
 """
 
 from karpenter_capi.core.scheduling.topology._domains import NodeInfo
+from karpenter_capi.core.scheduling.topology._existing import ExistingPods
 from karpenter_capi.core.scheduling.topology._topology import Topology, schedule_anyway_constraints
 from karpenter_capi.core.values.refusal import Refusal
 
 __all__ = [
+    "ExistingPods",
     "NodeInfo",
     "Refusal",
     "Topology",

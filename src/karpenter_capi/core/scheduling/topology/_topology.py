@@ -13,6 +13,8 @@ from typing import Final
 from karpenter_capi.core.scheduling.pod_terms import PodAffinityTerm, Spread
 from karpenter_capi.core.scheduling.podspec import PodSpec
 from karpenter_capi.core.scheduling.topology._domains import NodeInfo, TaintSets, domain_of
+from karpenter_capi.core.scheduling.topology._existing import ExistingPods
+from karpenter_capi.core.scheduling.topology._existing import pod_identity as _identity
 from karpenter_capi.core.scheduling.topology._filter import NodeFilter, spread_filter
 from karpenter_capi.core.scheduling.topology._group import (
     AFFINITY,
@@ -42,16 +44,6 @@ def schedule_anyway_constraints(pod: PodSpec) -> tuple[Spread, ...]:
     return tuple(spread for spread in pod.spreads if spread.schedule_anyway)
 
 
-def _identity(pod: PodSpec) -> object:
-    return pod.uid or (pod.namespace or "default", pod.name)
-
-
-def _ignored(pod: PodSpec) -> bool:
-    # Finished and terminating pods no longer occupy their domain (Karpenter's
-    # IgnoredForTopology).
-    return not pod.active or pod.deleting
-
-
 class Topology:
     """Topology groups for one solve: counts per domain, narrowed node requirements per pod.
 
@@ -59,8 +51,10 @@ class Topology:
     instance types, offerings and existing nodes); the values existing nodes carry are added
     automatically. ``existing_pods`` are the pods already bound or nominated, each with the node
     it is on. ``pending_pods`` are the pods this solve places; any of them also listed in
-    ``existing_pods`` (same uid) is not counted twice. ``namespaces`` maps namespace names to
-    their labels, for ``namespaceSelector``.
+    ``existing_pods`` (same uid) is not counted twice. ``existing_pods`` may be an
+    :class:`ExistingPods` index built once for many solves, of which ``excluded_nodes`` (node
+    names) are left out. ``namespaces`` maps namespace names to their labels, for
+    ``namespaceSelector``.
 
     ``domain_taints`` (optional, only consulted by ``nodeTaintsPolicy: Honor``) maps a key and a
     value to the taint sets of the node shapes that yield it, e.g. each NodePool template's
@@ -72,10 +66,11 @@ class Topology:
         self,
         *,
         domains: Mapping[str, Iterable[str]],
-        existing_pods: Iterable[tuple[PodSpec, NodeInfo]],
+        existing_pods: Iterable[tuple[PodSpec, NodeInfo]] | ExistingPods,
         pending_pods: Iterable[PodSpec],
         namespaces: Mapping[str, Mapping[str, str]] = _NO_NAMESPACES,
         domain_taints: Mapping[str, Mapping[str, Iterable[Iterable[Taint]]]] = _NO_DOMAIN_TAINTS,
+        excluded_nodes: Iterable[str] = (),
     ) -> None:
         self._namespaces = namespaces
         self._groups: list[Group] = []
@@ -84,6 +79,7 @@ class Topology:
         self._placements: list[tuple[Profile, Requirements, tuple[Taint, ...]]] = []
 
         self._universe: dict[str, dict[str, TaintSets]] = {}
+        self._universe_complete: set[str] = set()
         for key, values in domains.items():
             bucket = self._universe.setdefault(normalize_key(key), {})
             for value in values:
@@ -92,31 +88,23 @@ class Topology:
             bucket = self._universe.setdefault(normalize_key(key), {})
             for value, taint_sets in by_value.items():
                 bucket.setdefault(str(value), []).extend(tuple(s) for s in taint_sets)
-        self._universe_complete: set[str] = set()
 
         pending = list(pending_pods)
         skip = {_identity(pod) for pod in pending}
-        self._nodes: list[NodeInfo] = []
-        node_index: dict[str, int] = {}
-        # namespace -> repr(labels) -> (labels, node index -> pods): replicas on one node with one
-        # label set collapse, so counting a new group touches each distinct shape once.
-        self._existing: dict[str, dict[str, tuple[Mapping[str, str], dict[int, int]]]] = {}
-        anti_affinity: list[tuple[PodSpec, int]] = []
-        for pod, node in existing_pods:
-            if _ignored(pod) or _identity(pod) in skip:
+        # Indexed here, or once for many solves (a disruption pass's); either way left as is.
+        self._base = (
+            existing_pods
+            if isinstance(existing_pods, ExistingPods)
+            else ExistingPods(existing_pods)
+        )
+        self._nodes = self._base.nodes
+        self._excluded = self._base.node_indexes(excluded_nodes)
+        self._minus, emptied = self._base.left_out(skip, self._excluded)
+        # Nodes whose every pod is left out are no node an existing pod runs on.
+        self._absent = self._excluded | emptied
+        for pod, index in self._base.anti_affinity:
+            if index in self._excluded or _identity(pod) in skip:
                 continue
-            index = node_index.get(node.name)
-            if index is None:
-                index = node_index[node.name] = len(self._nodes)
-                self._nodes.append(node)
-            labels = pod.labels
-            buckets = self._existing.setdefault(pod.namespace or "default", {})
-            entry = buckets.setdefault(repr(labels), (labels, {}))
-            entry[1][index] = entry[1].get(index, 0) + 1
-            if pod.anti_affinity:
-                anti_affinity.append((pod, index))
-
-        for pod, index in anti_affinity:
             node = self._nodes[index]
             for group in self._inverse_groups(pod):
                 domain = domain_of(node, group.key)
@@ -248,7 +236,9 @@ class Topology:
     def _universe_for(self, key: str) -> dict[str, TaintSets]:
         bucket = self._universe.setdefault(key, {})
         if key not in self._universe_complete:
-            for node in self._nodes:
+            for index, node in enumerate(self._nodes):
+                if index in self._absent:
+                    continue
                 domain = domain_of(node, key)
                 if domain is not None:
                     bucket.setdefault(domain, [])
@@ -304,18 +294,27 @@ class Topology:
         return group
 
     def _count_existing(self, group: Group) -> None:
+        existing = self._base.buckets
         if group.namespaces is None:
-            spaces = list(self._existing.values())
+            spaces = list(existing.items())
         else:
-            spaces = [self._existing[ns] for ns in group.namespaces if ns in self._existing]
+            spaces = [(ns, existing[ns]) for ns in group.namespaces if ns in existing]
         node_filter = group.filter
         check = node_filter is not None and not node_filter.trivial
         node_ok: dict[int, bool] = {}
-        for buckets in spaces:
-            for labels, per_node in buckets.values():
+        excluded, minus = self._excluded, self._minus
+        for namespace, buckets in spaces:
+            for shape, (labels, per_node) in buckets.items():
                 if not group.selector.matches(labels):
                     continue
+                left_out = minus.get((namespace, shape))
                 for index, count in per_node.items():
+                    if index in excluded:
+                        continue
+                    if left_out is not None:
+                        count -= left_out.get(index, 0)
+                        if count <= 0:
+                            continue
                     node = self._nodes[index]
                     if check and node_filter is not None:
                         ok = node_ok.get(index)

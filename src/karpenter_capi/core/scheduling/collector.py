@@ -1,4 +1,5 @@
-"""Automatic garbage collection paused while a solve runs.
+"""Automatic garbage collection paused while a solve runs (or a disruption pass reads the
+cluster).
 
 Why: a solve allocates hundreds of thousands of small, short-lived objects (vectors, fits,
 requirement sets) that reference counting frees at once and that form no reference cycles.

@@ -1,0 +1,136 @@
+"""The existing nodes read once for many solves: a disruption pass's cluster view.
+
+Each consolidation simulation solves with every node of the cluster but its candidates as
+existing capacity. Turning 10,000 nodes and their 70,000 pods into solver input (resource
+vectors, label requirements, host ports, the topology domains and the pods' counts) for each
+simulation was most of a pass at that size, and it is the same work every time. An
+:class:`ExistingView` does it once; :meth:`ExistingView.without` hands a solve the nodes minus
+some, and the solve's set-up (``_solver_view``) takes what it needs from the view instead of
+rebuilding it. What a solve changes (a node's room, its ports) it changes on its own copies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import overload
+
+from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.scheduling.claims import Vector, to_vector
+from karpenter_capi.core.scheduling.collector import collection_paused
+from karpenter_capi.core.scheduling.hostports import HostPortUsage
+from karpenter_capi.core.scheduling.podspec import PodSpec, PodSpecs
+from karpenter_capi.core.scheduling.solver_io import ExistingNode
+from karpenter_capi.core.scheduling.topology import ExistingPods, NodeInfo
+from karpenter_capi.core.values.requirements import Requirements
+
+
+class ExistingView:
+    """``nodes`` as every solve over them starts: built once, shared, never changed."""
+
+    @collection_paused()  # tens of thousands of objects, no cycle (see ``collector``)
+    def __init__(self, nodes: Sequence[ExistingNode], specs: PodSpecs) -> None:
+        self.nodes = list(nodes)
+        self._position = {node.name: index for index, node in enumerate(self.nodes)}
+        # How many nodes name each resource, and carry each label value: what the nodes left
+        # in a solve name is then these minus the few left out.
+        self._resources: dict[str, int] = {}
+        self._domains: dict[str, dict[str, int]] = {}
+        self.requirements: list[Requirements] = []
+        self.ports: list[HostPortUsage] = []
+        bound: list[tuple[PodSpec, NodeInfo]] = []
+        for node in self.nodes:
+            for name in node.allocatable:
+                self._resources[name] = self._resources.get(name, 0) + 1
+            labels = _labels(node)
+            for key, value in labels.items():
+                values = self._domains.setdefault(key, {})
+                values[value] = values.get(value, 0) + 1
+            requirements = node.label_requirements
+            if requirements is None or node.in_flight:
+                requirements = Requirements.from_labels(node.labels)
+            self.requirements.append(requirements)
+            ports = HostPortUsage()
+            info = NodeInfo(node.name, labels, tuple(node.taints))
+            for pod in node.pods:
+                spec = specs.get(pod)
+                ports.add(spec.host_ports)
+                bound.append((spec, info))
+            self.ports.append(ports)
+        self.pods = ExistingPods(bound)
+        self._vectors: dict[tuple[str, ...], list[tuple[Vector, Vector]]] = {}
+
+    def without(self, names: Iterable[str]) -> ExistingSubset:
+        """The nodes but those named, in the same order."""
+        gone = frozenset(names)
+        kept = [i for i, node in enumerate(self.nodes) if node.name not in gone]
+        return ExistingSubset(self, kept, frozenset(n for n in gone if n in self._position))
+
+    def named(self, names: Iterable[str]) -> list[ExistingNode]:
+        return [self.nodes[self._position[name]] for name in names if name in self._position]
+
+    def vectors(self, names: tuple[str, ...]) -> list[tuple[Vector, Vector]]:
+        """Each node's allocatable and requested resources as vectors over ``names``."""
+        found = self._vectors.get(names)
+        if found is None:
+            found = self._vectors[names] = [
+                (to_vector(names, n.allocatable), to_vector(names, n.requested)) for n in self.nodes
+            ]
+        return found
+
+    def resource_names(self, gone: Iterable[ExistingNode]) -> set[str]:
+        """The resources the nodes but ``gone`` name."""
+        counts = dict(self._resources)
+        for node in gone:
+            for name in node.allocatable:
+                counts[name] -= 1
+        return {name for name, count in counts.items() if count > 0}
+
+    def domains(self, gone: Iterable[ExistingNode]) -> dict[str, set[str]]:
+        """Every label value the nodes but ``gone`` carry (their hostname included), by key."""
+        counts = {key: dict(values) for key, values in self._domains.items()}
+        for node in gone:
+            for key, value in _labels(node).items():
+                counts[key][value] -= 1
+        domains: dict[str, set[str]] = {}
+        for key, values in counts.items():
+            kept = {value for value, count in values.items() if count > 0}
+            if kept:
+                domains[key] = kept
+        return domains
+
+
+class ExistingSubset(Sequence[ExistingNode]):
+    """The nodes of an :class:`ExistingView` but a few (``gone``), as a solve takes them."""
+
+    def __init__(self, view: ExistingView, kept: list[int], gone: frozenset[str]) -> None:
+        self.view = view
+        self.kept = kept  # the view's index of each node here
+        self.gone = gone
+
+    def gone_nodes(self) -> list[ExistingNode]:
+        return self.view.named(self.gone)
+
+    def __len__(self) -> int:
+        return len(self.kept)
+
+    @overload
+    def __getitem__(self, index: int) -> ExistingNode: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[ExistingNode]: ...
+
+    def __getitem__(self, index: int | slice) -> ExistingNode | Sequence[ExistingNode]:
+        nodes = self.view.nodes
+        if isinstance(index, slice):
+            return [nodes[i] for i in self.kept[index]]
+        return nodes[self.kept[index]]
+
+    def __iter__(self) -> Iterator[ExistingNode]:
+        nodes = self.view.nodes
+        return (nodes[i] for i in self.kept)
+
+
+def _labels(node: ExistingNode) -> dict[str, str]:
+    labels = dict(node.labels)
+    labels.setdefault(wellknown.LABEL_HOSTNAME, node.name)
+    return labels
