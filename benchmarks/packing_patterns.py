@@ -45,7 +45,7 @@ from karpenter_capi.core.instancetype import InstanceType
 Pod = dict[str, Any]
 Vector = tuple[int, ...]
 TOLERANCE = 1e-9
-MAX_COLUMNS = 300_000
+MAX_COLUMNS = 60_000
 """Patterns listed in step 3 before giving up on a proof (the bound of step 1 then stands)."""
 
 
@@ -129,40 +129,49 @@ def pattern_exact(
     if math.isinf(best_upper):  # under a tight limit the columns so far may hold no plan
         note = "no plan known to list patterns against"
         return PatternResult(bound, False, bound, math.inf, ours.columns, rounds, note)
-    gap = best_upper - bound
-    candidates: list[tuple[int, Vector, float]] = []  # bin, pattern, reduced cost
-    for b in range(len(instance.rooms)):
-        target = _target(instance, duals, b)
-        for pattern, value in _patterns(instance, b, duals.values, target - gap - slack):
-            candidates.append((b, pattern, target - value))
-            if len(candidates) > max_columns:
-                note = f"over {max_columns} patterns within the gap {gap:.5f}"
-                return PatternResult(bound, False, bound, ours.value, ours.columns, rounds, note)
-    found = ours.value
+    delta = (best_upper - bound) / 16
+    floor, found = bound, ours.value
     while True:
-        # A plan found by a stopped solve narrows the gap: fewer patterns, fewer of each.
-        gap = best_upper - bound
-        listed: dict[int, list[Vector]] = {}
-        most: list[float] = []  # how many of each pattern a cheaper packing can hold
-        for b, pattern, reduced in candidates:
-            if reduced <= gap + slack:
-                listed.setdefault(b, []).append(pattern)
-                most.append(math.floor((gap + slack) / reduced) if reduced > slack else math.inf)
+        # Patterns within ``delta`` of reduced cost hold every packing cheaper than
+        # ``bound + delta``: the optimum is often that close, and those are far fewer.
+        delta = min(delta, best_upper - bound)
+        whole = delta >= best_upper - bound - slack
+        listed, most = _listed(instance, duals, delta + slack, max_columns)
+        if listed is None:
+            note = f"over {max_columns} patterns within {delta:.5f} of reduced cost"
+            return PatternResult(floor, False, floor, found, max_columns, rounds, note)
         final = _integer(instance, listed, time_limit, most)
         found = min(found, final.value)
-        if final.optimal and final.value <= best_upper + slack:
+        if final.optimal and final.value <= bound + delta + slack:
             return PatternResult(
                 final.value, True, bound, final.value, len(most), rounds, "", final.plan
             )
-        if final.optimal:
-            note = f"a plan at {upper:.5f} is cheaper than every packing of the model"
-            return PatternResult(bound, False, bound, found, len(most), rounds, note)
-        if final.value < best_upper - slack:
-            best_upper = final.value
-            continue
-        floor = max(bound, min(final.bound, best_upper))
-        note = "integer solve stopped"
-        return PatternResult(floor, False, floor, found, len(most), rounds, note)
+        floor = max(floor, min(final.bound, bound + delta))
+        best_upper = min(best_upper, final.value)
+        if whole:
+            note = "integer solve stopped"
+            if final.optimal:
+                note = f"a plan at {upper:.5f} is cheaper than every packing of the model"
+            return PatternResult(floor, False, floor, found, len(most), rounds, note)
+        delta *= 4
+
+
+def _listed(
+    instance: Instance, duals: _Duals, within: float, max_columns: int
+) -> tuple[dict[int, list[Vector]] | None, list[float]]:
+    """The maximal patterns of reduced cost at most ``within``, and how many of each a packing
+    that spends at most ``within`` in reduced cost can hold (None: more than ``max_columns``)."""
+    listed: dict[int, list[Vector]] = {}
+    most: list[float] = []
+    for b in range(len(instance.rooms)):
+        target = _target(instance, duals, b)
+        for pattern, value in _patterns(instance, b, duals.values, target - within):
+            listed.setdefault(b, []).append(pattern)
+            reduced = target - value
+            most.append(math.floor(within / reduced) if reduced > 1e-12 else math.inf)
+            if len(most) > max_columns:
+                return None, most
+    return listed, most
 
 
 def _generate(instance: Instance) -> tuple[list[set[Vector]], _Duals, int]:
@@ -305,7 +314,7 @@ def _integer(
     (in ``columns``' order)."""
     flat, matrix, high, cost = _rows(instance, columns)
     if not flat:
-        return _Integer(math.inf, False, 0.0, 0, [])
+        return _Integer(math.inf, False, math.inf, 0, [])
     options: dict[str, Any] = {"disp": False, "mip_rel_gap": 0.0}
     if time_limit is not None:
         options["time_limit"] = time_limit
@@ -313,12 +322,14 @@ def _integer(
         result = _milp(cost, matrix, high, most, options)
     bound = float(getattr(result, "mip_dual_bound", 0.0) or 0.0)
     if result.x is None:
-        return _Integer(math.inf, False, bound, len(flat), [])
+        infeasible = result.status == 2  # no packing of these patterns
+        return _Integer(math.inf, False, math.inf if infeasible else bound, len(flat), [])
     plan = [
         (b, pattern, round(x)) for (b, pattern), x in zip(flat, result.x, strict=True) if x > 0.5
     ]
     value = sum(instance.prices[b] * n for b, _, n in plan)
-    return _Integer(value, result.status == 0, bound, len(flat), plan)
+    optimal = result.status == 0
+    return _Integer(value, optimal, value if optimal else bound, len(flat), plan)
 
 
 def _milp(
