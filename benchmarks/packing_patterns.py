@@ -291,7 +291,8 @@ def _relaxation(instance: Instance, columns: list[set[Vector]]) -> _Duals:
     return _Duals(
         [max(0.0, -float(m)) for m in marginals[:shapes]],
         {b: min(0.0, float(marginals[shapes + e])) for e, b in enumerate(existing)},
-        min(0.0, float(marginals[-1])) if instance.cpu_limit is not None else 0.0,
+        # per millicore: the row is written in cores
+        min(0.0, float(marginals[-1])) / 1000 if instance.cpu_limit is not None else 0.0,
     )
 
 
