@@ -300,6 +300,43 @@ def _merge(seen: dict[str, Any], value: str, proven: str, new: float, new_proven
         seen[value] = min(seen[value], new) if new_proven else max(seen[value], new)
 
 
+def build(seed: int) -> tuple[list[InstanceType], list[Pod], Extras]:
+    """Seed ``seed``'s instance: catalog, workload and extras, the NodePool CPU limit (on a
+    quarter of the seeds) 15% above what greedy's nodes need, raised until greedy fits."""
+    rng = random.Random(seed)
+    base = catalog(rng)
+    pods = workload(rng, base)
+    types, zones = widen(seed, base)
+    extras = extras_for(seed, types)
+    extras.zones = zones
+    if random.Random(f"limit-{seed}").random() < 0.25:
+        plan = _solver(types, extras, 0).solve(pods)
+        needed = sum(c.cheapest()[0].capacity.milli("cpu") for c in plan.new_nodeclaims)
+        extras.cpu_limit = int(needed * 1.15)
+        for _ in range(8):
+            if not _solver(types, extras, 0).solve(pods).unschedulable:
+                break
+            extras.cpu_limit = int(extras.cpu_limit * 1.25)
+    return types, pods, extras
+
+
+def _solver(
+    types: Sequence[InstanceType], extras: Extras, budget: float, *, nominated: bool = False
+) -> Solver:
+    limits = None
+    if extras.cpu_limit is not None:
+        limits = ResourceList({"cpu": f"{extras.cpu_limit}m"})
+    pool = NodePoolOption(name="default", instance_types=tuple(types), limits=limits)
+    return Solver(
+        [pool],
+        clock=SystemClock(),
+        packing_budget=budget,
+        plans_nominated=nominated,
+        existing_nodes=extras.existing,
+        daemonsets=extras.daemonsets,
+    )
+
+
 def run_seed(
     seed: int,
     budget: float,
@@ -313,36 +350,11 @@ def run_seed(
     (``load_references``), the missing ones solved here, and with ``resolve`` a rule-free
     optimum only bounded solved again (the larger bound kept); without ``rule_solve`` the
     rule's references not read are left out (NaN) rather than solved."""
-    rng = random.Random(seed)
-    base = catalog(rng)
-    pods = workload(rng, base)
-    types, zones = widen(seed, base)
-    extras = extras_for(seed, types)
-    extras.zones = zones
+    types, pods, extras = build(seed)
 
     def solver(packing_budget: float, *, nominated: bool = False) -> Solver:
-        limits = None
-        if extras.cpu_limit is not None:
-            limits = ResourceList({"cpu": f"{extras.cpu_limit}m"})
-        pool = NodePoolOption(name="default", instance_types=tuple(types), limits=limits)
-        return Solver(
-            [pool],
-            clock=SystemClock(),
-            packing_budget=packing_budget,
-            plans_nominated=nominated,
-            existing_nodes=extras.existing,
-            daemonsets=extras.daemonsets,
-        )
+        return _solver(types, extras, packing_budget, nominated=nominated)
 
-    if random.Random(f"limit-{seed}").random() < 0.25:
-        # A NodePool CPU limit 15% above what greedy's nodes need, raised until greedy fits.
-        plan = solver(0).solve(pods)
-        needed = sum(c.cheapest()[0].capacity.milli("cpu") for c in plan.new_nodeclaims)
-        extras.cpu_limit = int(needed * 1.15)
-        for _ in range(8):
-            if not solver(0).solve(pods).unschedulable:
-                break
-            extras.cpu_limit = int(extras.cpu_limit * 1.25)
     # CPU seconds of this process (the solve is single-threaded): on a shared machine the wall
     # clock measures the neighbours too.
     start = time.process_time()
