@@ -20,6 +20,25 @@ from .sim_world import SimWorld
 CATALOG = Catalog(cpus=[2, 4, 8], zones=["zone-a"], capacity_types=["on-demand"])
 
 
+def _scaled_down_and_consolidated() -> SimWorld:
+    """Eight 1.5-CPU pods scaled to two: rounds, then consolidation's passes and moves."""
+    world = SimWorld.build(
+        CATALOG,
+        disruption={
+            "consolidationPolicy": "WhenEmptyOrUnderutilized",
+            "consolidateAfter": "30s",
+            "budgets": [{"nodes": "100%"}],
+        },
+    )
+    world.deploy("web", 8, "1500m", "1Gi")
+    world.advance(60)
+    before = world.instance_types()
+    world.scale("web", 2)
+    world.advance(600)
+    assert len(world.instance_types()) < len(before), "no consolidation happened"
+    return world
+
+
 def test_a_pod_version_is_parsed_once_across_rounds_and_a_consolidation(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -41,21 +60,7 @@ def test_a_pod_version_is_parsed_once_across_rounds_and_a_consolidation(
 
     monkeypatch.setattr(podspec, "parse_pod", counting_parse)
     monkeypatch.setattr(Solver, "solve", counting_solve)
-    world = SimWorld.build(
-        CATALOG,
-        disruption={
-            "consolidationPolicy": "WhenEmptyOrUnderutilized",
-            "consolidateAfter": "30s",
-            "budgets": [{"nodes": "100%"}],
-        },
-    )
-    world.deploy("web", 8, "1500m", "1Gi")
-    world.advance(60)
-    before = world.instance_types()
-    world.scale("web", 2)
-    world.advance(600)
-
-    assert len(world.instance_types()) < len(before), "no consolidation happened"
+    world = _scaled_down_and_consolidated()
     assert world.events("DisruptionTerminating")
     assert solves >= 5, "too few rounds to show anything"
     assert parsed, "nothing was parsed through the cache"
@@ -80,22 +85,8 @@ def test_passes_over_an_unchanged_cluster_reuse_its_solver_view(
 
     monkeypatch.setattr(ExistingView, "__init__", counting_view)
     monkeypatch.setattr(Simulator, "__init__", counting_simulator)
-    world = SimWorld.build(
-        CATALOG,
-        disruption={
-            "consolidationPolicy": "WhenEmptyOrUnderutilized",
-            "consolidateAfter": "30s",
-            "budgets": [{"nodes": "100%"}],
-        },
-    )
-    world.deploy("web", 8, "1500m", "1Gi")
-    world.advance(60)
-    before = world.instance_types()
-    world.scale("web", 2)
-    world.advance(600)
-
     # The cluster changed (a scale-down, then consolidation's moves), and was still decided on.
-    assert len(world.instance_types()) < len(before), "no consolidation happened"
+    _scaled_down_and_consolidated()
     assert passes >= 10, "too few passes to show anything"
     # Between changes, a pass takes the last one's view instead of building its own.
     assert built < passes / 2
