@@ -32,7 +32,6 @@ from karpenter_capi.core.kube.client import (
 from karpenter_capi.core.kube.errors import Conflict
 from karpenter_capi.core.kube.forwarding import ForwardingClient
 from karpenter_capi.core.kube.resources import PODS, Resource
-from karpenter_capi.core.kube.writelog import WriteLog
 
 
 class FencedError(Conflict):
@@ -59,10 +58,6 @@ class FencedClient(ForwardingClient):
         self._holds = holds
         self.cluster = cluster
         self.lease = lease or cluster_lease_name(cluster)
-        # The writes that pass the fence are the inner client's: its log is theirs, and
-        # watch-fed copies read their own writes through it instead of listing every time.
-        log = getattr(inner, "write_log", None)
-        self.write_log: WriteLog | None = log if isinstance(log, WriteLog) else None
 
     def _check(self, verb: str, resource: Resource, name: str | None) -> None:
         if self._holds():

@@ -52,13 +52,9 @@ class ScopedClient(ForwardingClient):
         super().__init__(inner)
         self.namespace = namespace
         self.name = name
-        log = getattr(inner, "write_log", None)
-        self.write_log: WriteLog | None = (
-            _NamespaceWrites(log, namespace) if isinstance(log, WriteLog) else None
-        )
-        """The inner client's write log as this Cluster's readers need it (``None``: the
-        inner client keeps none): watch-fed copies (``generic_capi``'s mirrors) read their
-        own writes through it instead of listing on every read."""
+        if self.write_log is not None:
+            # Only this Cluster's writes: its readers watch its namespace alone.
+            self.write_log = _NamespaceWrites(self.write_log, namespace)
 
     def _refuse(self, what: str) -> Forbidden:
         return Forbidden(

@@ -21,6 +21,7 @@ from karpenter_capi.core.kube.client import (
     WatchStream,
 )
 from karpenter_capi.core.kube.resources import Resource
+from karpenter_capi.core.kube.writelog import WriteLog
 
 
 class ForwardingClient:
@@ -28,6 +29,11 @@ class ForwardingClient:
 
     def __init__(self, inner: KubeClient) -> None:
         self.inner = inner
+        log = getattr(inner, "write_log", None)
+        self.write_log: WriteLog | None = log if isinstance(log, WriteLog) else None
+        """The inner client's log of its writes (``None``: it keeps none), which watch-fed
+        copies read their own writes through instead of listing on every read; a wrapper
+        that narrows what it reads narrows this too (``core.fleet.scoped``)."""
 
     @property
     def drains_zero_timeout_watch(self) -> bool:
