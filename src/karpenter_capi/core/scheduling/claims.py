@@ -11,7 +11,7 @@ rest by name.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -67,6 +67,58 @@ class PoolState:
     largest: tuple[int, int]  # the most CPU and memory any of its types offers
 
 
+class RuledOut:
+    """Indexes (of claims or nodes) ruled out for good, skipped in one step.
+
+    ``next(i)`` is the first index from ``i`` on not ruled out. A ruled-out index keeps a jump
+    to a later index with every index in between ruled out too, and each lookup shortens the
+    jumps it follows, so a pod walks past the claims its class ruled out anywhere in the list,
+    not only a leading run of them, at a near-constant cost: without it every pod of a class
+    tested each of them again (quadratic in the number of claims).
+    """
+
+    __slots__ = ("_jump",)
+
+    def __init__(self) -> None:
+        self._jump: dict[int, int] = {}
+
+    def __contains__(self, index: int) -> bool:
+        return index in self._jump
+
+    def __len__(self) -> int:
+        return len(self._jump)
+
+    def add(self, index: int) -> None:
+        jump = self._jump
+        if index not in jump:
+            jump[index] = index + 1
+
+    def next(self, index: int) -> int:
+        jump = self._jump
+        target = jump.get(index)
+        if target is None:
+            return index
+        path = [index]
+        following = jump.get(target)
+        while following is not None:
+            path.append(target)
+            target = following
+            following = jump.get(target)
+        for passed in path:
+            jump[passed] = target
+        return target
+
+
+def next_allowed(index: int, first: RuledOut, second: RuledOut) -> int:
+    """The first index from ``index`` on that neither ``first`` nor ``second`` rules out."""
+    while True:
+        index = first.next(index)
+        after = second.next(index)
+        if after == index:
+            return index
+        index = after
+
+
 @dataclass(eq=False, slots=True)
 class PodClass:
     """What every pod with this scheduling spec shares."""
@@ -81,15 +133,13 @@ class PodClass:
     topological: bool
     pool_taint: dict[str, Taint | None] = field(default_factory=dict)
     # Nodes and claims that can never take this class again, by index.
-    rejected_claims: set[int] = field(default_factory=set)
-    rejected_nodes: set[int] = field(default_factory=set)
-    first_node: int = 0  # every node before it is in rejected_nodes
+    rejected_claims: RuledOut = field(default_factory=RuledOut)
+    rejected_nodes: RuledOut = field(default_factory=RuledOut)
     # Claims that can never take a pod with these topology constraints, whatever its size:
     # shared by every class with the same constraints (see _solver_view.new_pod_class).
-    topology_rejected: set[int] = field(default_factory=set)
+    topology_rejected: RuledOut = field(default_factory=RuledOut)
     # Claims that refused it for what is on them alone, and their version at the time.
     unchanged_refusals: dict[int, int] = field(default_factory=dict)
-    first_claim: int = 0
 
 
 @dataclass(eq=False, slots=True)
@@ -225,20 +275,23 @@ def claim_window(
     by_host: Mapping[str, ClaimState],
     pod_class: PodClass,
     hosts: Iterable[str] | None,
-) -> tuple[Sequence[ClaimState], int]:
-    """The proposed claims a pod of ``pod_class`` may go to, and the index to start looking at.
+) -> Iterator[ClaimState]:
+    """The proposed claims a pod of ``pod_class`` may go to, in order.
 
     With ``hosts`` (the hostnames its pod affinity needs it next to), only the claims holding
-    one. Otherwise every claim, past the leading run of those this class, or its topology
-    constraints, rules out for good: they are never looked at again (``first_claim``).
+    one. Otherwise every claim but those this class, or its topology constraints, ruled out
+    for good, each passed over in one step (``RuledOut``) wherever it is in the list.
     """
+    rejected = pod_class.rejected_claims
+    by_topology = pod_class.topology_rejected
     if hosts is not None:
         near = sorted((by_host[h] for h in hosts if h in by_host), key=lambda c: c.index)
-        return near, 0
-    start = pod_class.first_claim
-    rejected = pod_class.rejected_claims
-    while start < len(claims) and (start in rejected or start in pod_class.topology_rejected):
-        rejected.discard(start)
-        start += 1
-    pod_class.first_claim = start
-    return claims, start
+        for claim in near:
+            if claim.index not in rejected and claim.index not in by_topology:
+                yield claim
+        return
+    index = next_allowed(0, rejected, by_topology)
+    # Claims are only appended during a solve, so the length is read again each step.
+    while index < len(claims):
+        yield claims[index]
+        index = next_allowed(index + 1, rejected, by_topology)

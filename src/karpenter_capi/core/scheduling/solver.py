@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from karpenter_capi.core.api import wellknown
@@ -45,6 +45,7 @@ from karpenter_capi.core.scheduling.claims import (
     Fit,
     PodClass,
     PoolState,
+    RuledOut,
     TypeInfo,
     Vector,
     add,
@@ -150,7 +151,7 @@ class Solver:
         self._classes: dict[str, PodClass] = {}
         self._claims: list[ClaimState] = []
         self._claims_by_host: dict[str, ClaimState] = {}
-        self._topology_rejections: dict[tuple[object, ...], set[int]] = {}
+        self._topology_rejections: dict[tuple[object, ...], RuledOut] = {}
         self._nodes: list[SolverNode] = []
         self._pools: list[PoolState] = []
         self._topology: Topology | None = None
@@ -286,13 +287,11 @@ class Solver:
             zones = self._topology.affinity_domains(spec, wellknown.LABEL_TOPOLOGY_ZONE)
         nodes = node_window(self._nodes, pod_class, hosts)
         for node in nodes:
-            if node.index in pod_class.rejected_nodes:
-                continue
             if self._node_refusal(node, pod_class, spec) is None:
                 self._place_on_node(node, pod_class, pod, spec)
                 return None
-        claims, start = claim_window(self._claims, self._claims_by_host, pod_class, hosts)
-        best = self._best_fit(claims[start:], pod_class, spec, zones)
+        claims = claim_window(self._claims, self._claims_by_host, pod_class, hosts)
+        best = self._best_fit(claims, pod_class, spec, zones)
         if best is not None:
             self._commit(best, pod_class, pod, spec)
             return None
@@ -314,7 +313,7 @@ class Solver:
 
     def _best_fit(
         self,
-        claims: Sequence[ClaimState],
+        claims: Iterable[ClaimState],
         pod_class: PodClass,
         spec: PodSpec,
         zones: frozenset[str] | None = None,
@@ -330,10 +329,7 @@ class Solver:
         best_score = 0.0
         seen = 0
         refusals = pod_class.unchanged_refusals
-        by_topology = pod_class.topology_rejected
-        for claim in claims:
-            if claim.index in pod_class.rejected_claims or claim.index in by_topology:
-                continue
+        for claim in claims:  # ruled-out claims are already left out (claim_window)
             if refusals and refusals.get(claim.index) == claim.version:
                 continue
             if zones is not None:
