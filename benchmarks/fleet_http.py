@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -36,13 +36,13 @@ import yaml
 
 from benchmarks.controller_process import ProcessStats, start_controller, stop_controller
 from benchmarks.fleet import _claims_report, _pending, _servers, _wait, _waves, _world
+from benchmarks.fleet_emulators import Emulators, default_emulators
 from karpenter_capi.core.fleet import ScopedClient, secret_name
 from karpenter_capi.core.fleet.sharding import ANNOTATION_CLUSTER, LABEL_SHARD, ROLE_CLUSTER
 from karpenter_capi.core.kube.resources import EVENTS, LEASES, NODECLAIMS, SECRETS
 from karpenter_capi.core.runtime.manager import Manager
 from karpenter_capi.core.runtime.pool import WorkerPool
 from karpenter_capi.core.runtime.threaded import ThreadedDriver
-from karpenter_capi.sim.apiserver.faults import FaultRule
 from karpenter_capi.sim.apiserver.http import HttpFront
 from karpenter_capi.sim.apiserver.kubeconfig import kubeconfig_document, write_kubeconfig
 from karpenter_capi.sim.capi import add_capi_emulation
@@ -60,9 +60,11 @@ class HttpFleetWorld:
     """``world``'s servers behind HTTP fronts, its emulation on threads, its Secrets naming
     the fronts; ``controller()`` starts a ``run --fleet`` against it."""
 
-    def __init__(self, world: FleetWorld, tmp: Path) -> None:
+    def __init__(self, world: FleetWorld, tmp: Path, emulators: int = 0) -> None:
         self.world = world
         self.tmp = tmp
+        self.emulator_count = emulators
+        self.emulators: Emulators | None = None
         self._stack = ExitStack()
         self.fronts: dict[str, HttpFront] = {}
         self.drivers: list[ThreadedDriver] = []
@@ -73,8 +75,14 @@ class HttpFleetWorld:
 
     def __enter__(self) -> HttpFleetWorld:
         world = self.world
+        if self.emulator_count:
+            # Forked first, before this process starts the management front's threads.
+            self.emulators = Emulators(world, self.emulator_count, EMULATION_WORKERS)
         front = self._stack.enter_context(HttpFront(world.management))
         write_kubeconfig(front.url, self.kubeconfig)
+        if self.emulators is not None:
+            self.emulators.start(self.kubeconfig)
+            return self
         for cluster in world.clusters.values():
             workload = self._stack.enter_context(HttpFront(cluster.server))
             self.fronts[cluster.name] = workload
@@ -104,6 +112,8 @@ class HttpFleetWorld:
         for thread in stopping:
             thread.join(60)
         self.pool.close()
+        if self.emulators is not None:
+            self.emulators.close()
         self._stack.close()
 
     def controller(self, extra: Sequence[str], log: str) -> subprocess.Popen[bytes]:
@@ -111,10 +121,12 @@ class HttpFleetWorld:
             self.kubeconfig, self.tmp / log, ["--fleet", *extra], log_level="WARNING"
         )
 
-    def storm(self, name: str) -> FaultRule:
+    def storm(self, name: str) -> Any:
         """Every request of the controller to ``name``'s workload cluster gets a 429 (the
         rule counts them: ``hits``). The server restarts into the storm, so the controller's
         open watches end and their re-lists meet it too, as its writes will."""
+        if self.emulators is not None:
+            return _RemoteHits(self.emulators.storm(name, STORM_SECONDS))
         rule = self.world.cluster(name).server.faults.storm(
             "throttle", duration=STORM_SECONDS, retry_after_seconds=1
         )
@@ -148,6 +160,23 @@ class HttpFleetWorld:
         }
 
 
+class _RemoteHits:
+    """A storm's 429 count, kept by the emulator serving its cluster."""
+
+    def __init__(self, read: Callable[[], int]) -> None:
+        self._read = read
+
+    @property
+    def hits(self) -> int:
+        return self._read()
+
+
+def _emulators(args: argparse.Namespace, clusters: int) -> int:
+    if str(args.emulators) == "auto":
+        return default_emulators(clusters)
+    return int(args.emulators)
+
+
 def _controller_flags(args: argparse.Namespace) -> list[str]:
     return ["--workers", str(args.workers), "--fleet-workers", str(args.fleet_workers)]
 
@@ -167,7 +196,11 @@ def run_phase(args: argparse.Namespace, clusters: int, storm: bool = False) -> d
     ``storm``): its decision latency, CPU and memory over the waves."""
     world = _world(args, clusters + (1 if storm else 0))
     names = [c.name for c in world.clusters.values()]
-    with tempfile.TemporaryDirectory() as tmp, HttpFleetWorld(world, Path(tmp)) as http:
+    emulators = _emulators(args, len(world.clusters))
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        HttpFleetWorld(world, Path(tmp), emulators) as http,
+    ):
         started = time.monotonic()
         proc = http.controller(["--no-fleet-shards", *_controller_flags(args)], "controller.log")
         stats = ProcessStats(proc.pid)
@@ -186,18 +219,26 @@ def run_phase(args: argparse.Namespace, clusters: int, storm: bool = False) -> d
             storming = [c.name for c in world.clusters.values()][len(names) :]
             idle = _memory(stats, len(world.clusters))
             cpu = stats.cpu_seconds()
+            emulation_cpu = http.emulators.cpu_seconds() if http.emulators else 0.0
             figures = _waves(world, args, names, args.timeout, fleets=[], storming=storming)
             cpu = stats.cpu_seconds() - cpu
+            if http.emulators is not None:
+                emulation_cpu = http.emulators.cpu_seconds() - emulation_cpu
+                figures["cpu_seconds"]["emulators"] = round(emulation_cpu, 1)
             memory = _memory(stats, len(world.clusters))
         finally:
             stop_controller(proc)
+        # Read while the emulators (``--emulators``), which hold the servers, still run.
         report = _claims_report(world, args, names)
+        nodeclaims = sum(len(s.list(NODECLAIMS).items) for s in _servers(world).values())
+        hits = rule.hits if rule is not None else None
     figures["cpu_seconds"]["controller"] = round(cpu, 1)
     return {
         "mode": "http",
+        "emulators": emulators,
         "clusters": len(names),
         "storming": 1 if storm else 0,
-        "storm_429s": rule.hits if rule is not None else None,
+        "storm_429s": hits,
         "all_served": served,
         "serve_all_seconds": serve_seconds,
         "latency": figures,
@@ -208,7 +249,7 @@ def run_phase(args: argparse.Namespace, clusters: int, storm: bool = False) -> d
         "rss_added_per_cluster_mib": memory["controller_rss_per_cluster_mib"],
         "rss_added_mib": memory["controller_rss_mib"],
         "threads": memory["controller_threads"],
-        "nodeclaims": sum(len(s.list(NODECLAIMS).items) for s in _servers(world).values()),
+        "nodeclaims": nodeclaims,
         "nodeclaims_classified": report,
     }
 
@@ -231,7 +272,11 @@ def run_replicas(args: argparse.Namespace, clusters: int, lone_claims: int) -> d
         "--leader-election-retry-period",
         "2",
     ]
-    with tempfile.TemporaryDirectory() as tmp, HttpFleetWorld(world, Path(tmp)) as http:
+    emulators = _emulators(args, len(world.clusters))
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        HttpFleetWorld(world, Path(tmp), emulators) as http,
+    ):
         procs = [
             http.controller([*flags, "--leader-election-identity", who], f"{who}.log")
             for who in identities
@@ -262,6 +307,7 @@ def run_replicas(args: argparse.Namespace, clusters: int, lone_claims: int) -> d
         finally:
             for proc in procs:
                 stop_controller(proc)
+        # Read while the emulators (``--emulators``), which hold the servers, still run.
         servers = _servers(world)
         claims = {n: len(servers[n].list(NODECLAIMS).items) for n in names}
         classified = _claims_report(world, args, names)

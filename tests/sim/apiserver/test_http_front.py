@@ -649,3 +649,26 @@ def test_a_client_hanging_up_ends_its_quiet_watch(front: HttpFront) -> None:
     while front.open_watches and time.monotonic() < deadline:
         time.sleep(0.05)
     assert front.open_watches == 0
+
+
+def test_one_thread_watches_every_watch_for_hang_ups(front: HttpFront) -> None:
+    conns = [http.client.HTTPConnection("127.0.0.1", front.port, timeout=10) for _ in range(3)]
+    responses = []
+    for conn in conns:
+        conn.request("GET", "/api/v1/pods?watch=1&resourceVersion=0")
+        responses.append(conn.getresponse())
+    assert front.open_watches == 3
+    monitors = [t for t in threading.enumerate() if t.name.startswith("watch-hangups")]
+    assert len(monitors) == 1  # not one per watch
+    responses[0].close()
+    conns[0].close()
+    deadline = time.monotonic() + 20
+    while front.open_watches > 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert front.open_watches == 2  # the others stream on
+    for response, conn in zip(responses[1:], conns[1:], strict=True):
+        response.close()
+        conn.close()
+    while front.open_watches and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert front.open_watches == 0

@@ -146,7 +146,7 @@ class Engine:
     ) -> JsonObject:
         """Store ``obj``, wake watchers, then let each hook react, in order (depth first)."""
         stored = self.store.commit(table, event_type, obj, prev)
-        self.condition.notify_all()
+        self.hub.notify(table.log, stored["metadata"].get("namespace"))
         for hook in self._after_commit:
             hook.after_commit(table, event_type, stored, prev)
         return stored

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import hmac
 import json
-import select
 import socket
 import threading
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ from karpenter_capi.sim.apiserver.http_discovery import (
     host_port,
     lookup,
 )
+from karpenter_capi.sim.apiserver.http_hangups import HangupMonitor
 from karpenter_capi.sim.apiserver.http_openapi import openapi_group_version, openapi_root
 from karpenter_capi.sim.apiserver.http_resources import (
     JSON_TYPE,
@@ -68,8 +68,6 @@ _VERB_OF_METHOD = {
     "PATCH": "patch",
     "DELETE": "delete",
 }
-# How often a watch checks whether its client hung up while no events flow.
-_DISCONNECT_POLL_SECONDS = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +192,12 @@ class _Httpd(QuietThreadingHTTPServer):
         self._lock = threading.Lock()
         self._connections: set[socket.socket] = set()
         self._watches: set[WatchStream] = set()
+        self.hangups = HangupMonitor(f"watch-hangups-{address[1]}")
         super().__init__(address, _Handler)
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.hangups.close()
 
     def service_actions(self) -> None:
         # Called by serve_forever between polls: periodic watch drops and compactions happen
@@ -334,13 +337,7 @@ class _Handler(BaseHTTPRequestHandler):
     def stream_watch(self, stream: WatchStream, encode: Callable[[WatchEvent], JsonObject]) -> None:
         """Write each event as one chunk until the stream ends or the client hangs up."""
         self.server.track_watch(stream, True)
-        finished = threading.Event()
-        monitor = threading.Thread(
-            target=_close_on_hangup,
-            args=(self.connection, stream, finished),
-            name="watch-hangup",
-            daemon=True,
-        )
+        hangups = self.server.hangups
         try:
             self.send_response(200)
             self.send_header("Content-Type", JSON_TYPE)
@@ -348,7 +345,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Cache-Control", "no-cache, private")
             self.end_headers()
             self.wfile.flush()
-            monitor.start()
+            hangups.watch(self.connection, stream)
             for event in stream:
                 line = _dumps(encode(event)) + b"\n"
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
@@ -356,26 +353,9 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True
         finally:
-            finished.set()
+            hangups.forget(self.connection)
             stream.close()
             self.server.track_watch(stream, False)
-
-
-def _close_on_hangup(conn: socket.socket, stream: WatchStream, finished: threading.Event) -> None:
-    """End a quiet watch whose client went away, so its thread and store watcher are freed."""
-    while not finished.is_set():
-        try:
-            readable, _, _ = select.select([conn], [], [], _DISCONNECT_POLL_SECONDS)
-            if not readable:
-                continue
-            if conn.recv(1, socket.MSG_PEEK) == b"":
-                break
-            # A well-behaved HTTP/1.1 client sends nothing while a watch is open.
-            finished.wait(_DISCONNECT_POLL_SECONDS)
-        except (OSError, ValueError):
-            break
-    if not finished.is_set():
-        stream.close()
 
 
 class _Router:

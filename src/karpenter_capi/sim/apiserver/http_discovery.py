@@ -97,10 +97,7 @@ def lookup(
     api: InMemoryAPIServer, group: str, version: str, plural: str
 ) -> ResourceDefinition | None:
     """The resource ``plural`` served in ``group/version``, or None."""
-    for definition in _definitions_in(api, group, version):
-        if definition.plural == plural:
-            return definition
-    return None
+    return api.find_definition(group, version, plural)
 
 
 def _discovery_entries(definition: ResourceDefinition) -> list[JsonObject]:

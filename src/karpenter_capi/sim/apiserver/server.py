@@ -133,6 +133,12 @@ class InMemoryAPIServer:
         with self._lock:
             return sorted(self._served.values(), key=lambda d: (d.group, d.plural))
 
+    def find_definition(self, group: str, version: str, plural: str) -> ResourceDefinition | None:
+        """The served resource ``plural`` in ``group/version``, or None (a lookup by key: the
+        HTTP front asks on every request)."""
+        found = self._served.get((group, plural))
+        return found if found is not None and version in found.versions else None
+
     def definition(self, group: str, version: str, plural: str) -> ResourceDefinition:
         """The served resource ``plural`` in ``group/version``; NotFound if it is not served."""
         with self._lock:

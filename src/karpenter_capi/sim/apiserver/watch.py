@@ -107,20 +107,55 @@ class WatchFilter:
 
 
 class WatchHub:
-    """The open streams of one server, and the condition writers notify."""
+    """The open streams of one server, and how a write wakes the ones it concerns.
+
+    Every stream waits on a condition of its own over the server's lock, indexed by the log it
+    reads and the namespace it watches (``None``: all). A write wakes only the streams of its
+    resource in its namespace and that resource's cluster-wide streams: with one condition for
+    all, every write woke every watch of the server (a fleet's 20 watches a cluster, each
+    waking for every pod status patch to re-check a log with nothing new for it).
+    """
 
     def __init__(self, condition: threading.Condition) -> None:
         self.condition = condition
         self._streams: weakref.WeakSet[InMemoryWatch] = weakref.WeakSet()
+        self._by_key: dict[tuple[int, str | None], weakref.WeakSet[InMemoryWatch]] = {}
+        self.wakeups = 0
+        """Streams woken by writes so far (what ``notify`` cost; for tests and benchmarks)."""
+
+    def new_condition(self) -> threading.Condition:
+        """A condition over the server's lock, for one stream to wait on."""
+        return threading.Condition(self.condition._lock)  # type: ignore[attr-defined]
 
     def register(self, stream: InMemoryWatch) -> None:
-        self._streams.add(stream)
+        with self.condition:
+            self._streams.add(stream)
+            key = stream.wake_key
+            if key not in self._by_key:
+                self._by_key[key] = weakref.WeakSet()
+            self._by_key[key].add(stream)
 
     def unregister(self, stream: InMemoryWatch) -> None:
-        self._streams.discard(stream)
+        with self.condition:
+            self._streams.discard(stream)
+            streams = self._by_key.get(stream.wake_key)
+            if streams is not None:
+                streams.discard(stream)
+                if not streams:
+                    del self._by_key[stream.wake_key]
 
     def open_streams(self) -> list[InMemoryWatch]:
-        return list(self._streams)
+        with self.condition:
+            return list(self._streams)
+
+    def notify(self, log: EventLog, namespace: str | None) -> None:
+        """A write to ``log`` in ``namespace`` was committed (called with the lock held)."""
+        for key in ((id(log), namespace), (id(log), None)) if namespace else ((id(log), None),):
+            streams = self._by_key.get(key)
+            if streams:
+                for stream in list(streams):
+                    stream.wake()
+                    self.wakeups += 1
 
     def drop_all(self) -> int:
         """End every open stream as if its connection dropped; returns how many."""
@@ -128,7 +163,6 @@ class WatchHub:
             streams = self.open_streams()
             for stream in streams:
                 stream.mark_closed()
-            self.condition.notify_all()
         return len(streams)
 
     def drop_for(self, log: EventLog) -> None:
@@ -137,13 +171,11 @@ class WatchHub:
             for stream in self.open_streams():
                 if stream.reads(log):
                     stream.mark_closed()
-            self.condition.notify_all()
 
     def request_bookmarks(self) -> None:
         with self.condition:
             for stream in self.open_streams():
                 stream.mark_bookmark_due()
-            self.condition.notify_all()
 
 
 class InMemoryWatch:
@@ -185,23 +217,32 @@ class InMemoryWatch:
         self._bookmark_due = False
         self._last_sent = time.monotonic()
         self._started = False
+        self._wake = hub.new_condition()
+        self.woken = 0
+        """How many writes woke this stream (each one of its resource, in its namespace)."""
+        self.wake_key: tuple[int, str | None] = (id(log), selection.namespace)
         hub.register(self)
 
     def reads(self, log: EventLog) -> bool:
         return self._log is log
 
     # Called with the hub's condition held.
+    def wake(self) -> None:
+        self.woken += 1
+        self._wake.notify_all()
+
     def mark_closed(self) -> None:
         self._closed = True
+        self._wake.notify_all()
 
     def mark_bookmark_due(self) -> None:
         if self._bookmark is not None:
             self._bookmark_due = True
+            self._wake.notify_all()
 
     def close(self) -> None:
         with self._hub.condition:
-            self._closed = True
-            self._hub.condition.notify_all()
+            self.mark_closed()
         self._hub.unregister(self)
 
     def __enter__(self) -> InMemoryWatch:
@@ -237,7 +278,7 @@ class InMemoryWatch:
             self._hub.unregister(self)
 
     def _next_batch(self, deadline: float | None) -> tuple[list[WatchEvent], bool]:
-        condition = self._hub.condition
+        condition = self._wake
         with condition:
             while True:
                 if self._closed:

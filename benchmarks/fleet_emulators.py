@@ -1,0 +1,247 @@
+"""``benchmarks/fleet.py --emulators K``: the emulated control plane in K processes of its own.
+
+Why: over HTTP the controller has a process of its own, but the benchmark's process held every
+workload cluster's in-memory API server, its HTTP front and its emulation (Cluster API making
+Machines and Nodes, ReplicaSets making pods, the kube-scheduler stand-in) on one GIL. At 20
+clusters that process marked a wave's pods ``Unschedulable`` up to seconds late, and the
+fleet's decision p99 measured it as much as the controller. In production each workload
+cluster's control plane is machines of its own; here K forked processes share the clusters
+(cluster i in process i mod K), each holding its clusters' servers, fronts and emulation. The
+management cluster stays in the benchmark's process behind its HTTP front; the emulated
+Cluster API controllers reach it over HTTP with the official client, as the controller does.
+
+The benchmark's process drives the children through a pipe each (``RemoteServer``): a wave's
+scale-up, the timestamps ``_TimedServer`` records (``time.monotonic`` is the same clock in
+every process), the count of pending pods, a storm, the final lists. The children are forked
+before any thread of the phase starts and leave with ``os._exit``.
+"""
+
+from __future__ import annotations
+
+import base64
+import multiprocessing
+import os
+import threading
+import traceback
+from collections.abc import Callable
+from contextlib import ExitStack, suppress
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from karpenter_capi.core.fleet import ScopedClient, secret_name
+from karpenter_capi.core.kube.official import OfficialClient
+from karpenter_capi.core.kube.resources import PODS, SECRETS
+from karpenter_capi.core.runtime.manager import Manager
+from karpenter_capi.core.runtime.pool import WorkerPool
+from karpenter_capi.core.runtime.threaded import ThreadedDriver
+from karpenter_capi.sim.apiserver import InMemoryAPIServer
+from karpenter_capi.sim.apiserver.http import HttpFront
+from karpenter_capi.sim.apiserver.kubeconfig import kubeconfig_document
+from karpenter_capi.sim.capi import add_capi_emulation
+from karpenter_capi.sim.scenario.fleet import FleetWorld
+from karpenter_capi.sim.scheduler import SimScheduler
+from karpenter_capi.sim.workloads import add_workload_emulation
+
+CLUSTERS_PER_EMULATOR = 10
+MAX_EMULATORS = 4
+RECORDED = frozenset({"pods", "claims", "unschedulable", "unseen_at_create", "deleted_by"})
+"""``_TimedServer``'s records, read as values (everything else on a server is a call)."""
+
+
+def default_emulators(clusters: int) -> int:
+    """One process per 10 clusters, at most 4 (the machine has 2 cores)."""
+    return max(1, min(MAX_EMULATORS, -(-clusters // CLUSTERS_PER_EMULATOR)))
+
+
+class Emulator:
+    """One forked process serving some workload clusters; ``call`` asks it something."""
+
+    def __init__(self, index: int, world: FleetWorld, names: list[str], workers: int) -> None:
+        self.index = index
+        self.names = names
+        self._lock = threading.Lock()
+        parent, child = multiprocessing.Pipe()
+        context = multiprocessing.get_context("fork")
+        self.process = context.Process(
+            target=_child,
+            args=(child, world, names, workers),
+            name=f"emulator-{index}",
+            daemon=True,
+        )
+        self.process.start()
+        child.close()
+        self._conn = parent
+
+    def call(self, *request: Any) -> Any:
+        with self._lock:
+            self._conn.send(request)
+            ok, value = self._conn.recv()
+        if not ok:
+            raise RuntimeError(f"emulator {self.index}: {value}")
+        return value
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU of the child so far (from ``/proc``)."""
+        try:
+            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        if self.process.is_alive():
+            with suppress(OSError, EOFError, RuntimeError):
+                self.call("stop")
+            self.process.join(60)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(5)
+        self._conn.close()
+
+
+class RemoteServer:
+    """A workload cluster's server as the benchmark's process sees it: in an emulator."""
+
+    def __init__(self, emulator: Emulator, name: str) -> None:
+        self._emulator = emulator
+        self._name = name
+
+    def __getattr__(self, attribute: str) -> Any:
+        if attribute.startswith("_"):
+            raise AttributeError(attribute)
+        if attribute in RECORDED:
+            return self._emulator.call("get", self._name, attribute)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._emulator.call("call", self._name, attribute, args, kwargs)
+
+        return call
+
+    def pending_count(self) -> int:
+        return int(self._emulator.call("pending", self._name))
+
+
+class Emulators:
+    """K emulators for ``world``'s workload clusters; ``start`` hands them the management
+    cluster's kubeconfig, writes each cluster's kubeconfig Secret naming its front, and puts a
+    ``RemoteServer`` in place of each cluster's server in this process's ``world``."""
+
+    def __init__(self, world: FleetWorld, count: int, workers: int) -> None:
+        self.world = world
+        names = [c.name for c in world.clusters.values()]
+        count = max(1, min(count, len(names)))
+        shares = [names[i::count] for i in range(count)]
+        # Forked now, before this phase starts a thread of its own.
+        self.emulators = [Emulator(i, world, share, workers) for i, share in enumerate(shares)]
+        self.owner = {name: e for e in self.emulators for name in e.names}
+
+    def start(self, management_kubeconfig: Path) -> None:
+        urls: dict[str, str] = {}
+        for emulator in self.emulators:
+            urls |= emulator.call("start", str(management_kubeconfig))
+        for name, url in urls.items():
+            cluster = self.world.cluster(name)
+            document = kubeconfig_document(url, name)
+            value = base64.b64encode(yaml.safe_dump(document).encode()).decode()
+            self.world.management.patch(
+                SECRETS, secret_name(name), {"data": {"value": value}}, cluster.namespace
+            )
+            cluster.server = RemoteServer(self.owner[name], name)  # type: ignore[assignment]
+
+    def storm(self, name: str, seconds: float) -> Callable[[], int]:
+        """Start ``name``'s 429 storm (its front restarts into it); returns its hit count."""
+        emulator = self.owner[name]
+        emulator.call("storm", name, seconds)
+        return lambda: int(emulator.call("hits", name))
+
+    def cpu_seconds(self) -> float:
+        return sum(e.cpu_seconds() for e in self.emulators)
+
+    def close(self) -> None:
+        stopping = [threading.Thread(target=e.stop, daemon=True) for e in self.emulators]
+        for thread in stopping:
+            thread.start()
+        for thread in stopping:
+            thread.join(90)
+
+
+def _child(conn: Connection, world: FleetWorld, names: list[str], workers: int) -> None:
+    """An emulator's life: wait for the management kubeconfig, serve, answer, stop."""
+    code = 0
+    try:
+        _serve(conn, world, names, workers)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _serve(conn: Connection, world: FleetWorld, names: list[str], workers: int) -> None:
+    servers: dict[str, InMemoryAPIServer] = {n: world.cluster(n).server for n in names}
+    fronts: dict[str, HttpFront] = {}
+    drivers: list[ThreadedDriver] = []
+    rules: dict[str, Any] = {}
+    stack = ExitStack()
+    pool: WorkerPool | None = None
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            break
+        verb = request[0]
+        try:
+            if verb == "start":
+                management = OfficialClient.from_kubeconfig(request[1])
+                pool = WorkerPool(workers, name="emulation")
+                for name in names:
+                    cluster = world.cluster(name)
+                    fronts[name] = stack.enter_context(HttpFront(cluster.server))
+                    scoped = ScopedClient(management, cluster.namespace, cluster.name)
+                    manager = Manager(cluster.server, scoped, clock=world.clock)
+                    add_capi_emulation(manager, **{"nodes": True, **world.emulation})
+                    add_workload_emulation(manager)
+                    manager.add(SimScheduler(cluster.server, manager, world.clock, seed=world.seed))
+                    driver = ThreadedDriver(manager, pool=pool, name=f"emulation-{name}")
+                    driver.start()
+                    drivers.append(driver)
+                value: Any = {name: front.url for name, front in fronts.items()}
+            elif verb == "get":
+                value = getattr(servers[request[1]], request[2])
+                value = dict(value) if isinstance(value, dict) else list(value)
+            elif verb == "call":
+                _, name, method, args, kwargs = request
+                value = getattr(servers[name], method)(*args, **kwargs)
+            elif verb == "pending":
+                server = servers[request[1]]
+                value = len(server.list(PODS, field_selector="spec.nodeName=").items)
+            elif verb == "storm":
+                _, name, seconds = request
+                rules[name] = servers[name].faults.storm(
+                    "throttle", duration=seconds, retry_after_seconds=1
+                )
+                fronts[name].close()
+                fronts[name].start()
+                value = None
+            elif verb == "hits":
+                value = rules[request[1]].hits
+            elif verb == "stop":
+                conn.send((True, None))
+                break
+            else:
+                raise ValueError(f"unknown request {verb!r}")
+        except Exception as error:
+            conn.send((False, f"{type(error).__name__}: {error}"))
+            continue
+        conn.send((True, value))
+    stopping = [threading.Thread(target=d.stop, daemon=True) for d in drivers]
+    for thread in stopping:
+        thread.start()
+    for thread in stopping:
+        thread.join(60)
+    if pool is not None:
+        pool.close()
+    stack.close()
