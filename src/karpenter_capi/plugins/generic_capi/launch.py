@@ -380,6 +380,9 @@ class Launcher:
                         self._capi.machines, free.name, bind_patch(free, claim), free.namespace
                     )
                 except (Conflict, NotFound):
+                    # The copy the bind was made from lags the API: read the Machine itself,
+                    # so the next try decides from what the API has (``mirror`` docstring).
+                    self._refresh_machine(ref, free)
                     continue
                 bound = machine_facts(written)
                 self._cache.observe(bound)
@@ -410,6 +413,18 @@ class Launcher:
         return _Outcome(
             skip=f"{ref} kept changing ({self._settings.conflict_retries} conflicts in a row)"
         )
+
+    def _refresh_machine(self, ref: ResourceRef, machine: MachineFacts) -> None:
+        """Read ``machine`` from the API after a write to it failed (409 or 404) and give the
+        answer to ``ref``'s mirror, which may lag the API by seconds on a loaded machine:
+        retrying on the same stale copy failed the same way until the retries ran out."""
+        try:
+            raw = self._client.get(self._capi.machines, machine.name, machine.namespace)
+        except NotFound:
+            self._cache.forget(machine.namespace, machine.name)
+            self._mirrors.machine_gone(ref, machine.key)
+            return
+        self._cache.observe(self._mirrors.saw_machine(ref, raw))
 
     def _expired(
         self,
