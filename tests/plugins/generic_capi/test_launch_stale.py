@@ -9,12 +9,16 @@ MachineDeployment and which Machine the NodeClaim is bound to.
 
 from __future__ import annotations
 
-from karpenter_capi.core.kube import MACHINES
+from typing import Any
+
+import pytest
+
+from karpenter_capi.core.kube import MACHINES, Conflict, Resource
 from karpenter_capi.plugins.generic_capi.binding import machine_facts
 from karpenter_capi.plugins.generic_capi.mirror import Mirror
 from tests.plugins.generic_capi.env import CountingClient, Env
 from tests.plugins.generic_capi.lagging import LaggingApi
-from tests.plugins.generic_capi.test_launch_mirror import machine
+from tests.plugins.generic_capi.test_launch_mirror import INTENT, machine
 
 
 def lagging(env: Env) -> LaggingApi:
@@ -23,6 +27,20 @@ def lagging(env: Env) -> LaggingApi:
     env.plugin_management = CountingClient(client)
     env.restart()
     return client
+
+
+class Conflicting(CountingClient):
+    """Answers 409 to the next ``conflicts`` writes through the scale subresource."""
+
+    def __init__(self, inner: Any, conflicts: int) -> None:
+        super().__init__(inner)
+        self.conflicts = conflicts
+
+    def patch(self, resource: Resource, name: str, patch: Any, *a: Any, **kw: Any) -> Any:
+        if kw.get("subresource") == "scale" and self.conflicts > 0:
+            self.conflicts -= 1
+            raise Conflict(f"{name} changed (injected)")
+        return super().patch(resource, name, patch, *a, **kw)
 
 
 def test_a_bind_refused_by_a_stale_copy_reads_the_machine_and_binds_it(env: Env) -> None:
@@ -71,3 +89,37 @@ def test_the_copy_keeps_what_the_api_said_over_the_watch_s_older_events(env: Env
     finally:
         mirror.close()
     assert mirror.lists == 1
+
+
+@pytest.mark.parametrize("conflicts", [5, 12])
+def test_a_resource_that_keeps_changing_keeps_its_nodeclaim(env: Env, conflicts: int) -> None:
+    # Conflicts say md-a changed, not that it cannot make the Node: moving nc-1 to md-b after
+    # five of them bought md-b's Node while md-a might have its replica already.
+    env.deployment("md-a", price=0.1)
+    env.deployment("md-b", price=0.2)
+    env.plugin_management = Conflicting(env.api, conflicts)
+    env.restart()
+    env.nodeclaim("nc-1")
+    env.launch_all(["nc-1"])
+    assert (env.replicas("md-a"), env.replicas("md-b")) == (1, 0)
+    machine = env.machines()[0]["metadata"]["name"]
+    assert env.bindings() == {"nc-1": [machine]}
+
+
+def test_a_replica_that_could_not_be_given_back_keeps_its_nodeclaim(env: Env) -> None:
+    # md-a made no Machine within machine_timeout, so nc-1 gives its replica back before it
+    # looks elsewhere; when every give-back write answered 409, nc-1 still moved on: md-a's
+    # replica stood, and md-b's made a second Node.
+    env.deployment("md-a", price=0.1)
+    env.deployment("md-b", price=0.2)
+    client = Conflicting(env.api, 0)
+    env.plugin_management = client
+    env.restart()
+    env.nodeclaim("nc-1")
+    env.launch("nc-1")
+    assert env.replicas("md-a") == 1
+    env.clock.advance(3600)  # and CAPI made nothing meanwhile
+    client.conflicts = 5
+    env.launch("nc-1")
+    assert (env.replicas("md-a"), env.replicas("md-b")) == (1, 0)
+    assert env.claim("nc-1")["metadata"]["annotations"][INTENT] == "MachineDeployment/default/md-a"
