@@ -54,6 +54,7 @@ from karpenter_capi.core.kube import (
     Resource,
     WatchStream,
 )
+from karpenter_capi.core.kube.writelog import WriteLog
 from karpenter_capi.core.lifecycle import lifecycle_controllers
 from karpenter_capi.core.lifecycle.launch import claim_requirements, launchable_instance_types
 from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
@@ -108,6 +109,12 @@ class CountingClient:
     @property
     def drains_zero_timeout_watch(self) -> bool:
         return self.inner.drains_zero_timeout_watch
+
+    @property
+    def write_log(self) -> WriteLog | None:
+        """The inner client's, so a mirror over this one follows a watch as over that one."""
+        log = getattr(self.inner, "write_log", None)
+        return log if isinstance(log, WriteLog) else None
 
     def _record(self, verb: str, resource: Resource, subresource: str | None) -> None:
         self.writes.append((verb, resource.plural, subresource or ""))

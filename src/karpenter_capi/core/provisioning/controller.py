@@ -220,6 +220,9 @@ class ProvisioningController:
         snapshot = ClusterSnapshot.from_stores(lambda resource: caches.store(resource).list())
         # Read your own writes: the last round's NodeClaims count even if the watch lags.
         unseen = self._provisioner.unseen
+        if unseen.needs_list:
+            # A create's answer was lost: what it made may not be cached yet (``unseen``).
+            unseen.listed(self._ctx.client.list(NODECLAIMS).items, snapshot.nodeclaims)
         snapshot.nodeclaims = unseen.merged(
             snapshot.nodeclaims, caches.resource_version(NODECLAIMS)
         )
@@ -235,6 +238,7 @@ class ProvisioningController:
         return (
             *(caches.store(resource).changes for resource in ROUND_RESOURCES),
             len(unseen),
+            unseen.needs_list,
             caches.resource_version(NODECLAIMS) if len(unseen) else "",
         )
 

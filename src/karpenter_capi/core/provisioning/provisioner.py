@@ -65,7 +65,7 @@ from karpenter_capi.core.provisioning.state import (
     persisted_nominations,
     unreplaced_pods,
 )
-from karpenter_capi.core.provisioning.unseen import UnseenClaims
+from karpenter_capi.core.provisioning.unseen import UnseenClaims, outcome_unknown
 from karpenter_capi.core.scheduling import packing
 from karpenter_capi.core.scheduling.daemons import DaemonOverhead
 from karpenter_capi.core.scheduling.packing_summary import PackingSummary, summarize
@@ -540,6 +540,8 @@ class Provisioner:
         try:
             return self._client.create(NODECLAIMS, body)
         except ApiError as error:
+            if outcome_unknown(error):
+                self.unseen.lost()  # it may exist all the same: the next round lists first
             return error
 
     def _launched(

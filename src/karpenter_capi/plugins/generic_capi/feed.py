@@ -55,7 +55,7 @@ class Feed(Generic[T]):
         log: WriteLog,
         lock: threading.Lock,
         *,
-        put: Callable[[str, T | None], None],
+        put: Callable[[str, T | None, int | None], None],
         holds: Callable[[str], bool],
         transform: Callable[[JsonObject], T],
         namespace: str | None = None,
@@ -201,7 +201,7 @@ class Feed(Generic[T]):
                     if generation != self._generation:
                         return False
                     if key:
-                        self._put(key, value)
+                        self._put(key, value, int(rv))
                     self._progress = max(self._progress, int(rv))
                     self._cond.notify_all()
                 delivered = True

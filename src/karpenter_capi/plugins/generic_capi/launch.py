@@ -36,13 +36,18 @@ each to its target from a fresh read. Recording before looking means that of two
 first calls at least one sees the other's choice, so some call always closes the round.
 
 A resource that cannot serve the NodeClaim is left for the next cheapest: when the NodeClaim
-falls beyond the max size, when conflicts persist (``conflict_retries``), or when no Machine was
-bound within ``machine_timeout`` of the request. The last two give back the replica this
-NodeClaim had asked for when it has no Machine yet; max size and the timeout also mark the
-resource unavailable (``inventory.UnavailableOfferings``) for the solver. When no candidate is
-left the call raises ``InsufficientCapacityError`` and the core deletes the NodeClaim. A replica
-is never given back while a MachineDeployment rolls out (``scaling.withdrawal_unsafe``: CAPI
-would remove a running Machine instead), so a timed-out NodeClaim keeps waiting there.
+falls beyond the max size, or when no Machine was bound within ``machine_timeout`` of the
+request. The timeout gives back the replica this NodeClaim had asked for when it has no Machine
+yet; both mark the resource unavailable (``inventory.UnavailableOfferings``) for the solver.
+Conflicts are not a reason to move: a 409 says the resource or a Machine changed since it was
+read, not that it cannot make the Node, so after ``conflict_retries`` fresh reads the NodeClaim
+stays where it is and its next poll tries again (moving on left the replica asked for here
+standing and bought a second Node elsewhere: issue 25's extra Node under load). For the same
+reason a give-back that met only conflicts keeps the NodeClaim waiting where it is. When no
+candidate is left the call raises ``InsufficientCapacityError`` and the core deletes the
+NodeClaim. A replica is never given back while a MachineDeployment rolls out
+(``scaling.withdrawal_unsafe``: CAPI would remove a running Machine instead), so a timed-out
+NodeClaim keeps waiting there.
 
 While Machines of the resource are marked for deletion and the replicas already exclude them,
 no scale-up is written: CAPI cannot remove marked Machines and add new ones in one replica
@@ -380,6 +385,9 @@ class Launcher:
                         self._capi.machines, free.name, bind_patch(free, claim), free.namespace
                     )
                 except (Conflict, NotFound):
+                    # The copy the bind was made from lags the API: read the Machine itself,
+                    # so the next try decides from what the API has (``mirror`` docstring).
+                    self._refresh_machine(ref, free)
                     continue
                 bound = machine_facts(written)
                 self._cache.observe(bound)
@@ -407,9 +415,29 @@ class Launcher:
             if self._raise(state, plan, claim.name) is None:
                 continue
             return _Outcome(waiting=True)
-        return _Outcome(
-            skip=f"{ref} kept changing ({self._settings.conflict_retries} conflicts in a row)"
+        # Conflicts say the resource or its Machines changed, not that it cannot serve: the
+        # NodeClaim stays with it and the next poll decides again from fresh reads. Moving on
+        # would leave a replica raised here for it standing, and buy a second Node elsewhere.
+        self._inflight.intend(claim, ref.key)
+        log.info(
+            "NodeClaim %s stays with %s after %d conflicts in a row; trying again at its next poll",
+            claim.name,
+            ref,
+            self._settings.conflict_retries,
         )
+        return _Outcome(waiting=True)
+
+    def _refresh_machine(self, ref: ResourceRef, machine: MachineFacts) -> None:
+        """Read ``machine`` from the API after a write to it failed (409 or 404) and give the
+        answer to ``ref``'s mirror, which may lag the API by seconds on a loaded machine:
+        retrying on the same stale copy failed the same way until the retries ran out."""
+        try:
+            raw = self._client.get(self._capi.machines, machine.name, machine.namespace)
+        except NotFound:
+            self._cache.forget(machine.namespace, machine.name)
+            self._mirrors.machine_gone(ref, machine.key)
+            return
+        self._cache.observe(self._mirrors.saw_machine(ref, raw))
 
     def _expired(
         self,
@@ -419,7 +447,8 @@ class Launcher:
         bound_elsewhere: AbstractSet[str],
     ) -> _Outcome:
         """No Machine within ``machine_timeout``: give the replica back and look elsewhere; if that
-        would remove another Machine, keep waiting here (deleting the NodeClaim withdraws it)."""
+        would remove another Machine or met only conflicts, keep waiting here (deleting the
+        NodeClaim withdraws it)."""
         if not self._give_back(state, claim, claims, bound_elsewhere):
             self._inflight.intend(claim, state.ref.key)
             return _Outcome(waiting=True)
@@ -515,7 +544,7 @@ class Launcher:
         yet: lower the replicas by one, never below what the other waiting NodeClaims need,
         below the Machines that exist, or below the min size. False when it must not, because a
         MachineDeployment is rolling out and CAPI would remove a running Machine instead
-        (``scaling.withdrawal_unsafe``)."""
+        (``scaling.withdrawal_unsafe``), or could not, every write answering 409."""
         for _ in range(self._settings.conflict_retries):
             if state is None:
                 return True
@@ -543,7 +572,9 @@ class Launcher:
                 state.replicas - 1,
             )
             return True
-        return True
+        # Not given back: conflicts all the way. Said so, or the NodeClaim would move on and
+        # leave its replica standing here (a second Node for one NodeClaim).
+        return False
 
     def _give_up_on(self, candidate: Candidate, outcome: _Outcome, reasons: list[str]) -> None:
         reasons.append(outcome.skip)

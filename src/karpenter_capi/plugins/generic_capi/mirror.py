@@ -59,6 +59,12 @@ from karpenter_capi.plugins.generic_capi.shared_read import SharedRead
 T = TypeVar("T")
 
 
+def _version(raw: JsonObject) -> int | None:
+    """An object's resourceVersion as an integer (kube-apiserver's etcd revision), or ``None``."""
+    rv = (raw.get("metadata") or {}).get("resourceVersion")
+    return int(rv) if isinstance(rv, str) and rv.isdigit() else None
+
+
 class Mirror(Generic[T]):
     """One resource (optionally one namespace and label selector) as facts ``T``, by key.
 
@@ -94,6 +100,13 @@ class Mirror(Generic[T]):
         self._frozen: dict[str, tuple[T, ...]] = {}
         """Groups as tuples, as of the last read; a changed group is dropped until the next."""
         self._rv: str | None = None
+        self._versions: dict[str, int] = {}
+        """The resourceVersion of each object held, when it is an integer."""
+        self._ahead: dict[str, int] = {}
+        """Objects the copy took from a ``GET`` (``saw``): the watch's older events for them
+        are ignored until it passes that resourceVersion."""
+        self._gone: set[str] = set()
+        """Objects a ``GET`` found gone (``gone``): left out until the watch deletes them."""
         self._drains = client.drains_zero_timeout_watch
         log = getattr(client, "write_log", None)
         self._feed: Feed[T] | None = None
@@ -103,7 +116,7 @@ class Mirror(Generic[T]):
                 resource,
                 log,
                 self._lock,
-                put=self._put,
+                put=self._event,
                 holds=lambda key: key in self._items,
                 transform=transform,
                 namespace=namespace,
@@ -130,6 +143,31 @@ class Mirror(Generic[T]):
                 if value not in self._frozen:
                     self._frozen[value] = tuple(members[key] for key in sorted(members))
             return dict(self._frozen)
+
+    def saw(self, raw: JsonObject) -> T:
+        """Take ``raw``, just read from the API, into the copy when it is newer than what the
+        copy holds (module docstring: after a 409, the copy may lag others' writes); its
+        facts either way."""
+        value = self._transform(raw)
+        key, version = object_key(raw), _version(raw)
+        if version is None:
+            return value
+        with self._lock:
+            held = self._versions.get(key)
+            if held is None or held < version:
+                self._gone.discard(key)
+                self._ahead[key] = version
+                self._put(key, value, version)
+        return value
+
+    def gone(self, key: str) -> None:
+        """The API says object ``key`` does not exist (a ``GET`` answered 404): leave it out
+        until the watch delivers its deletion or the mirror lists again."""
+        with self._lock:
+            if key in self._items:
+                self._gone.add(key)
+                self._ahead.pop(key, None)
+                self._put(key, None)
 
     def _sync(self) -> None:
         """Bring the copy up to date; one call at a time (``SharedRead``), so reads that wait
@@ -167,18 +205,38 @@ class Mirror(Generic[T]):
             self._resource, self._namespace, label_selector=self._label_selector
         )
         self._items, self._groups, self._group_of, self._frozen = {}, {}, {}, {}
+        self._versions, self._ahead, self._gone = {}, {}, set()
         for raw in listed.items:
-            self._put(object_key(raw), self._transform(raw))
+            self._put(object_key(raw), self._transform(raw), _version(raw))
         self._ordered = None
         self._rv = listed.resource_version
         self.lists += 1
 
-    def _put(self, key: str, obj: T | None) -> None:
+    def _event(self, key: str, obj: T | None, version: int | None) -> None:
+        """Apply one watch event (``obj`` ``None``: deleted) at resourceVersion ``version``,
+        unless the copy already holds a newer read of that object (``saw``, ``gone``)."""
+        if key in self._gone:
+            if obj is not None:
+                return
+            self._gone.discard(key)
+        ahead = self._ahead.get(key)
+        if ahead is not None:
+            if version is not None and version < ahead:
+                return
+            del self._ahead[key]
+        self._put(key, obj, version)
+
+    def _put(self, key: str, obj: T | None, version: int | None = None) -> None:
         """Store (or with ``None`` remove) one object, keeping its group up to date."""
         if obj is None:
             self._items.pop(key, None)
+            self._versions.pop(key, None)
         else:
             self._items[key] = obj
+            if version is None:
+                self._versions.pop(key, None)
+            else:
+                self._versions[key] = version
         self._ordered = None
         if self._group is None:
             return
@@ -216,7 +274,9 @@ class Mirror(Generic[T]):
                 if event.type != "BOOKMARK":
                     key = object_key(event.object)
                     gone = event.type == "DELETED"
-                    self._put(key, None if gone else self._transform(event.object))
+                    value = None if gone else self._transform(event.object)
+                    rv = event.resource_version
+                    self._event(key, value, int(rv) if rv and rv.isdigit() else None)
                 if event.resource_version:
                     self._rv = event.resource_version
         except Gone:
@@ -308,6 +368,29 @@ class ClusterMirrors:
                 )
                 self._machines[ref.key] = mirror
         return mirror.read()
+
+    def saw_machine(self, ref: ResourceRef, raw: JsonObject) -> MachineFacts:
+        """A Machine of ``ref`` just read from the API (after a 409): the mirror of ``ref``'s
+        Machines takes it when newer (``Mirror.saw``), or leaves it out when it no longer
+        carries ``ref``'s label."""
+        facts = machine_facts(raw)
+        with self._lock:
+            mirror = self._machines.get(ref.key)
+        if mirror is None:
+            return facts
+        label, _, value = ref.machine_selector.partition("=")
+        if facts.labels.get(label) != value:
+            mirror.gone(facts.key)
+            return facts
+        return mirror.saw(raw)
+
+    def machine_gone(self, ref: ResourceRef, key: str) -> None:
+        """The API has no Machine ``key`` (a ``GET`` answered 404): ``ref``'s mirror leaves it
+        out (``Mirror.gone``)."""
+        with self._lock:
+            mirror = self._machines.get(ref.key)
+        if mirror is not None:
+            mirror.gone(key)
 
     def close(self) -> None:
         """Stop following every watch."""

@@ -58,9 +58,10 @@ def parse_seconds(text: str) -> float:
 @dataclass(frozen=True)
 class LaunchSettings:
     """``machine_timeout``: seconds a NodeClaim waits for a Machine of one resource before
-    falling back to the next; ``conflict_retries``: fresh reads after a 409 before giving up
-    on a resource; ``round_window``: how recent another NodeClaim without a resource must be
-    for a new NodeClaim to leave its scale-up to the last of their round (``launch``). Plugin
+    falling back to the next; ``conflict_retries``: fresh reads after a 409 before a call stops
+    and leaves the NodeClaim waiting on its resource for its next poll; ``round_window``: how
+    recent another NodeClaim without a resource must be for a new NodeClaim to leave its
+    scale-up to the last of their round (``launch``). Plugin
     options ``generic_capi.machine_timeout`` (``90s``, ``2m``), ``generic_capi.conflict_retries``
     and ``generic_capi.round_window`` (``0`` scales at every first call, as before). The
     timeout must leave room in the core's launch timeout (5 minutes) for a fallback, and cover
