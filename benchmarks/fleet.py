@@ -34,8 +34,14 @@ MachineDeployments and one Deployment whose pods fill ``--nodes`` nodes, scaled 
 
 Figures, not assertions. ``--json`` prints them as JSON.
 
+With ``--emulators K`` (http mode; ``auto``: one per 10 clusters, at most 4) the workload
+clusters' servers, fronts and emulation run in K forked processes (``fleet_emulators.py``), so
+the benchmark's own process holds only the management cluster and the emulation no longer
+shares one GIL with every front.
+
     .venv/bin/python benchmarks/fleet.py [--mode http|inprocess] [--clusters 20] [--nodes 20]
-        [--pods 200] [--waves 2] [--spread 10] [--phases lone,fleet,storm,replicas] [--json]
+        [--pods 200] [--waves 2] [--spread 10] [--phases lone,fleet,storm,replicas]
+        [--emulators 0|K|auto] [--json]
 """
 
 from __future__ import annotations
