@@ -140,6 +140,8 @@ class PodClass:
     topology_rejected: RuledOut = field(default_factory=RuledOut)
     # Claims that refused it for what is on them alone, and their version at the time.
     unchanged_refusals: dict[int, int] = field(default_factory=dict)
+    # A claim's requirements (by identity) merged with the class's, or why they conflict.
+    merged: dict[int, tuple[Requirements, Requirements | Refusal]] = field(default_factory=dict)
 
 
 @dataclass(eq=False, slots=True)
@@ -290,8 +292,13 @@ def claim_window(
             if claim.index not in rejected and claim.index not in by_topology:
                 yield claim
         return
-    index = next_allowed(0, rejected, by_topology)
+    # Most claims are ruled out by neither: two lookups tell, before any jump is followed.
+    own, shared = rejected._jump, by_topology._jump
+    index = 0
     # Claims are only appended during a solve, so the length is read again each step.
     while index < len(claims):
+        if index in own or index in shared:
+            index = next_allowed(index, rejected, by_topology)
+            continue
         yield claims[index]
-        index = next_allowed(index + 1, rejected, by_topology)
+        index += 1

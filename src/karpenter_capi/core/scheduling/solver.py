@@ -155,7 +155,6 @@ class Solver:
         self._nodes: list[SolverNode] = []
         self._pools: list[PoolState] = []
         self._topology: Topology | None = None
-        self._merge_cache: dict[tuple[str, int], tuple[Requirements, Requirements | Refusal]] = {}
         self._types_cache: dict[tuple[int, Requirements, str], list[TypeInfo]] = {}
         self._packing_budget = packing_budget
         self._packing_backend = packing_backend
@@ -392,8 +391,8 @@ class Solver:
     def _merged(self, pod_class: PodClass, requirements: Requirements) -> Requirements | Refusal:
         """The claim's requirements with the pod's, or why they conflict (cached per class)."""
         assert pod_class.requirements is not None
-        cache_key = (pod_class.signature, id(requirements))
-        cached = self._merge_cache.get(cache_key)
+        cache = pod_class.merged
+        cached = cache.get(id(requirements))
         if cached is not None and cached[0] is requirements:
             return cached[1]
         why = requirements.incompatibility(pod_class.requirements)
@@ -404,7 +403,7 @@ class Solver:
             merged = requirements.merged(pod_class.requirements)
             if merged == requirements:
                 merged = requirements  # keep identity: the claim's fast path relies on it
-        self._merge_cache[cache_key] = (requirements, merged)
+        cache[id(requirements)] = (requirements, merged)
         return merged
 
     def _fit_claim(self, claim: ClaimState, pod_class: PodClass, spec: PodSpec) -> Fit | Refusal:
