@@ -289,8 +289,9 @@ class Solver:
             if self._node_refusal(node, pod_class, spec) is None:
                 self._place_on_node(node, pod_class, pod, spec)
                 return None
-        claims = claim_window(self._claims, self._claims_by_host, pod_class, hosts)
-        best = self._best_fit(claims, pod_class, spec, zones)
+        elsewhere = None if zones is None else pod_class.elsewhere.setdefault(zones, RuledOut())
+        claims = claim_window(self._claims, self._claims_by_host, pod_class, hosts, elsewhere)
+        best = self._best_fit(claims, pod_class, spec, zones, elsewhere)
         if best is not None:
             self._commit(best, pod_class, pod, spec)
             return None
@@ -316,6 +317,7 @@ class Solver:
         pod_class: PodClass,
         spec: PodSpec,
         zones: frozenset[str] | None = None,
+        elsewhere: RuledOut | None = None,
     ) -> Fit | None:
         """Of the first few claims that can take the pod, the one it leaves best balanced: with
         instance types of every shape, an unbalanced claim (all memory, little CPU) is what
@@ -323,7 +325,8 @@ class Solver:
 
         ``zones``: the only zones the pod's zonal pod affinity accepts, if known. The topology
         would refuse a claim held to others, after every other check and marking nothing, so
-        it is passed over first."""
+        it is passed over first, and recorded in ``elsewhere`` (the claims held to zones
+        other than ``zones``) so that later pods accepting the same zones skip it unseen."""
         best: Fit | None = None
         best_score = 0.0
         seen = 0
@@ -334,6 +337,8 @@ class Solver:
             if zones is not None:
                 allowed = claim.requirements.get(wellknown.LABEL_TOPOLOGY_ZONE)
                 if allowed is not None and not any(map(allowed.has, zones)):
+                    if elsewhere is not None:
+                        elsewhere.add(claim.index)
                     continue
             fit = self._fit_claim(claim, pod_class, spec)
             if isinstance(fit, Refusal):
