@@ -109,14 +109,14 @@ class RuledOut:
         return target
 
 
-def next_allowed(index: int, first: RuledOut, second: RuledOut) -> int:
-    """The first index from ``index`` on that neither ``first`` nor ``second`` rules out."""
+def next_allowed(index: int, *ruled: RuledOut) -> int:
+    """The first index from ``index`` on that none of ``ruled`` rules out."""
     while True:
-        index = first.next(index)
-        after = second.next(index)
-        if after == index:
+        start = index
+        for each in ruled:
+            index = each.next(index)
+        if index == start:
             return index
-        index = after
 
 
 @dataclass(eq=False, slots=True)
@@ -138,8 +138,13 @@ class PodClass:
     # Claims that can never take a pod with these topology constraints, whatever its size:
     # shared by every class with the same constraints (see _solver_view.new_pod_class).
     topology_rejected: RuledOut = field(default_factory=RuledOut)
+    # By the zones its zonal pod affinity accepts: the claims held to other zones. Claims only
+    # narrow, so a claim held to other zones stays so while the zones accepted are the same.
+    elsewhere: dict[frozenset[str], RuledOut] = field(default_factory=dict)
     # Claims that refused it for what is on them alone, and their version at the time.
     unchanged_refusals: dict[int, int] = field(default_factory=dict)
+    # A claim's requirements (by identity) merged with the class's, or why they conflict.
+    merged: dict[int, tuple[Requirements, Requirements | Refusal]] = field(default_factory=dict)
 
 
 @dataclass(eq=False, slots=True)
@@ -275,12 +280,14 @@ def claim_window(
     by_host: Mapping[str, ClaimState],
     pod_class: PodClass,
     hosts: Iterable[str] | None,
+    elsewhere: RuledOut | None = None,
 ) -> Iterator[ClaimState]:
     """The proposed claims a pod of ``pod_class`` may go to, in order.
 
     With ``hosts`` (the hostnames its pod affinity needs it next to), only the claims holding
     one. Otherwise every claim but those this class, or its topology constraints, ruled out
-    for good, each passed over in one step (``RuledOut``) wherever it is in the list.
+    for good, each passed over in one step (``RuledOut``) wherever it is in the list; and
+    those in ``elsewhere`` (held to zones its zonal pod affinity cannot accept).
     """
     rejected = pod_class.rejected_claims
     by_topology = pod_class.topology_rejected
@@ -290,8 +297,15 @@ def claim_window(
             if claim.index not in rejected and claim.index not in by_topology:
                 yield claim
         return
-    index = next_allowed(0, rejected, by_topology)
+    ruled = (rejected, by_topology) if elsewhere is None else (rejected, by_topology, elsewhere)
+    # Most claims are ruled out by none: a lookup in each tells, before any jump is followed.
+    own, shared = rejected._jump, by_topology._jump
+    other = elsewhere._jump if elsewhere is not None else {}
+    index = 0
     # Claims are only appended during a solve, so the length is read again each step.
     while index < len(claims):
+        if index in own or index in shared or index in other:
+            index = next_allowed(index, *ruled)
+            continue
         yield claims[index]
-        index = next_allowed(index + 1, rejected, by_topology)
+        index += 1

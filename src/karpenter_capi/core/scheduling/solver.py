@@ -155,7 +155,6 @@ class Solver:
         self._nodes: list[SolverNode] = []
         self._pools: list[PoolState] = []
         self._topology: Topology | None = None
-        self._merge_cache: dict[tuple[str, int], tuple[Requirements, Requirements | Refusal]] = {}
         self._types_cache: dict[tuple[int, Requirements, str], list[TypeInfo]] = {}
         self._packing_budget = packing_budget
         self._packing_backend = packing_backend
@@ -290,8 +289,9 @@ class Solver:
             if self._node_refusal(node, pod_class, spec) is None:
                 self._place_on_node(node, pod_class, pod, spec)
                 return None
-        claims = claim_window(self._claims, self._claims_by_host, pod_class, hosts)
-        best = self._best_fit(claims, pod_class, spec, zones)
+        elsewhere = None if zones is None else pod_class.elsewhere.setdefault(zones, RuledOut())
+        claims = claim_window(self._claims, self._claims_by_host, pod_class, hosts, elsewhere)
+        best = self._best_fit(claims, pod_class, spec, zones, elsewhere)
         if best is not None:
             self._commit(best, pod_class, pod, spec)
             return None
@@ -317,6 +317,7 @@ class Solver:
         pod_class: PodClass,
         spec: PodSpec,
         zones: frozenset[str] | None = None,
+        elsewhere: RuledOut | None = None,
     ) -> Fit | None:
         """Of the first few claims that can take the pod, the one it leaves best balanced: with
         instance types of every shape, an unbalanced claim (all memory, little CPU) is what
@@ -324,7 +325,8 @@ class Solver:
 
         ``zones``: the only zones the pod's zonal pod affinity accepts, if known. The topology
         would refuse a claim held to others, after every other check and marking nothing, so
-        it is passed over first."""
+        it is passed over first, and recorded in ``elsewhere`` (the claims held to zones
+        other than ``zones``) so that later pods accepting the same zones skip it unseen."""
         best: Fit | None = None
         best_score = 0.0
         seen = 0
@@ -335,6 +337,8 @@ class Solver:
             if zones is not None:
                 allowed = claim.requirements.get(wellknown.LABEL_TOPOLOGY_ZONE)
                 if allowed is not None and not any(map(allowed.has, zones)):
+                    if elsewhere is not None:
+                        elsewhere.add(claim.index)
                     continue
             fit = self._fit_claim(claim, pod_class, spec)
             if isinstance(fit, Refusal):
@@ -392,8 +396,8 @@ class Solver:
     def _merged(self, pod_class: PodClass, requirements: Requirements) -> Requirements | Refusal:
         """The claim's requirements with the pod's, or why they conflict (cached per class)."""
         assert pod_class.requirements is not None
-        cache_key = (pod_class.signature, id(requirements))
-        cached = self._merge_cache.get(cache_key)
+        cache = pod_class.merged
+        cached = cache.get(id(requirements))
         if cached is not None and cached[0] is requirements:
             return cached[1]
         why = requirements.incompatibility(pod_class.requirements)
@@ -404,7 +408,7 @@ class Solver:
             merged = requirements.merged(pod_class.requirements)
             if merged == requirements:
                 merged = requirements  # keep identity: the claim's fast path relies on it
-        self._merge_cache[cache_key] = (requirements, merged)
+        cache[id(requirements)] = (requirements, merged)
         return merged
 
     def _fit_claim(self, claim: ClaimState, pod_class: PodClass, spec: PodSpec) -> Fit | Refusal:

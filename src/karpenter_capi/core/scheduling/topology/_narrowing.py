@@ -57,7 +57,14 @@ def narrow(
     """
     pod_domains = pod_requirements.get(group.key)
     node_domains = requirements.get(group.key)
-    if group.kind == SPREAD:
+    single = single_value(node_domains)
+    if single is not None:
+        # The node is in one domain already (a pinned zone, a claim's hostname): a yes keeps
+        # the requirements as they are, so no set of domains is built to say it.
+        if _single_allowed(group, self_selecting, pod_domains, single, node_taints):
+            return requirements
+        allowed: set[str] = set()
+    elif group.kind == SPREAD:
         allowed = _spread_domains(group, self_selecting, pod_domains, node_domains, node_taints)
     elif group.kind == AFFINITY:
         allowed = _affinity_domains(group, self_selecting, pod_domains, node_domains)
@@ -72,6 +79,39 @@ def narrow(
     if node_domains is not None and not node_domains.complement and node_domains.values == allowed:
         return requirements
     return requirements.with_requirement(Requirement(group.key, False, frozenset(allowed)))
+
+
+def _single_allowed(
+    group: Group,
+    self_selecting: bool,
+    pod_domains: Requirement | None,
+    single: str,
+    node_taints: Sequence[Taint],
+) -> bool:
+    """Whether ``group`` allows a node that is in domain ``single`` only: what the functions
+    below answer for such a node, without building the set."""
+    counts = group.counts
+    hostname = group.key == wellknown.LABEL_HOSTNAME
+    if group.kind == SPREAD:
+        own = 1 if self_selecting else 0
+        if hostname:
+            return counts.get(single, 0) + own <= group.max_skew and allows(pod_domains, single)
+        limit = group.max_skew + _global_min(group, pod_domains, single, node_taints) - own
+        return (
+            single in group.domains
+            and counts.get(single, 0) <= limit
+            and allows(pod_domains, single)
+        )
+    if group.kind == AFFINITY:
+        if not allows(pod_domains, single):
+            return False
+        if counts.get(single, 0) > 0:
+            return True
+        nothing_to_follow = not any(c > 0 for c in counts.values())
+        return self_selecting and nothing_to_follow and (hostname or single in group.domains)
+    if hostname:
+        return counts.get(single, 0) == 0
+    return single in group.domains and counts.get(single, 0) == 0 and allows(pod_domains, single)
 
 
 def _spread_domains(
