@@ -224,7 +224,13 @@ class Launcher:
         self, call: _Call, instance_types: Sequence[InstanceType], nodeclass: NodeClass
     ) -> LaunchResult:
         claim, now = call.claim, call.now
-        intent = ResourceRef.parse(claim.intent) if claim.intent else None
+        # The resource the API records, else the one this process last sent the NodeClaim to:
+        # a call that failed after its scale write (its answer lost: a timeout, a dropped
+        # connection) returned no result for the core to record, yet the write may have
+        # raised the replicas for it. Choosing afresh could send it elsewhere and leave that
+        # replica standing (issue 25); the resource decides again from a fresh read instead.
+        sent = claim.intent or self._inflight.intent_of(claim.name) or ""
+        intent = ResourceRef.parse(sent) if sent else None
         machine, lost = self._find_binding(claim)
         if machine is not None:
             owner = owner_of(machine) or intent
