@@ -355,9 +355,9 @@ class PoolLaunch:
         # The pool this process last sent the NodeClaim to goes along, as generic_capi's
         # delete passes it: deleted before the core wrote that intent, the NodeClaim would
         # otherwise leave the replica it asked for standing (a Node nobody waits for).
-        name = claim_facts(nodeclaim).name
-        sent_to = self.inflight.intent_of(name)
-        self.inflight.done(name)
+        facts = claim_facts(nodeclaim)
+        sent_to = self.inflight.intent_of(facts.name)
+        self.inflight.deleted(facts.name, facts.uid)
         return self.deleter.delete(nodeclaim, sent_to)
 
     # --- empty pools ---------------------------------------------------------------------------

@@ -285,6 +285,8 @@ class Launcher:
         sent = self._inflight.intents_on(key)
         claims = []
         for claim in waiting.on(ref):
+            if self._inflight.was_deleted(claim):
+                continue  # a copy that lags may show it as it was before it went
             where = self._inflight.intent_of(claim.name)
             if where is None or where == key:
                 claims.append(claim)
