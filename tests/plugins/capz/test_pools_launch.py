@@ -413,3 +413,17 @@ def test_a_vm_still_being_made_is_not_launched_yet() -> None:
         NAMESPACE, subresource="status",
     )  # fmt: skip
     assert env.launch("a").provider_id == machine["spec"]["providerID"]
+
+
+def test_a_nodeclaim_deleted_before_the_core_recorded_its_pool_gives_its_replica_back() -> None:
+    # As generic_capi's delete does: the pool this process sent the NodeClaim to is passed on,
+    # or a NodeClaim deleted before the core wrote its intent left its replica standing (a
+    # Node nobody waits for).
+    env = new_env()
+    env.nodeclaim("a", zones=("eastus-2",))
+    env.launch("a", record=False)  # the pool is raised; the core's write has not landed
+    [pool] = env.pools().values()
+    assert pool["spec"]["replicas"] == 1
+    with pytest.raises(InstanceNotFoundError):
+        env.delete("a")
+    assert env.pools()[pool["metadata"]["name"]]["spec"]["replicas"] == 0

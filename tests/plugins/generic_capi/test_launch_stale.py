@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from karpenter_capi.core.errors import InstanceNotFoundError
 from karpenter_capi.core.kube import MACHINES, Conflict, Resource
 from karpenter_capi.plugins.generic_capi.binding import machine_facts
 from karpenter_capi.plugins.generic_capi.mirror import Mirror
@@ -123,3 +124,42 @@ def test_a_replica_that_could_not_be_given_back_keeps_its_nodeclaim(env: Env) ->
     env.launch("nc-1")
     assert (env.replicas("md-a"), env.replicas("md-b")) == (1, 0)
     assert env.claim("nc-1")["metadata"]["annotations"][INTENT] == "MachineDeployment/default/md-a"
+
+
+def test_past_machine_timeout_a_machine_the_copy_misses_is_bound_not_given_back(
+    env: Env,
+) -> None:
+    # CAPI made m-1 for nc-1 but the plugin's copy of md-a's Machines has not shown it by the
+    # time machine_timeout is up. Giving the replica back then removed m-1 and bought md-b's
+    # Node instead; the list made before giving back finds m-1, and nc-1 binds it.
+    env.deployment("md-a", price=0.1)
+    env.deployment("md-b", price=0.2)
+    lagging(env)
+    env.nodeclaim("nc-1")
+    env.launch("nc-1")
+    env.driver.advance(1)  # CAPI makes m-1; the copy does not show it
+    [m1] = [m["metadata"]["name"] for m in env.machines()]
+    env.clock.advance(3600)
+    env.launch("nc-1")
+    env.launch("nc-1")
+    assert (env.replicas("md-a"), env.replicas("md-b")) == (1, 0)
+    assert env.bindings() == {"nc-1": [m1]}
+
+
+def test_a_deleted_nodeclaim_a_lagging_copy_still_shows_gets_no_replica(env: Env) -> None:
+    # nc-1 was deleted (its replica given back), but the plugin's copy of the NodeClaims has
+    # not shown that yet: counted waiting on md-a there, it made nc-2's scale-up ask for two
+    # replicas, one of them a Node for a NodeClaim that was gone.
+    env.deployment("md-a")
+    client = LaggingApi(env.api)
+    env.plugin_workload = CountingClient(client)
+    env.restart()
+    env.nodeclaim("nc-1")
+    env.launch("nc-1")
+    env.nodeclaim("nc-2")
+    client.deliver()  # the copy shows nc-1 waiting on md-a, and nc-2
+    with pytest.raises(InstanceNotFoundError):
+        env.delete("nc-1")
+    assert env.replicas("md-a") == 0
+    env.launch("nc-2")
+    assert env.replicas("md-a") == 1

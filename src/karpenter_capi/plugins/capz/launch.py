@@ -346,9 +346,19 @@ class PoolLaunch:
 
     # --- delete --------------------------------------------------------------------------------
 
+    def sent_to(self, nodeclaim: NodeClaim) -> str | None:
+        """The pool this process last sent ``nodeclaim`` to, while the core has not recorded
+        it or the NodeClaim is still in flight."""
+        return self.inflight.intent_of(claim_facts(nodeclaim).name)
+
     def delete(self, nodeclaim: NodeClaim) -> bool | None:
-        self.inflight.done(claim_facts(nodeclaim).name)
-        return self.deleter.delete(nodeclaim)
+        # The pool this process last sent the NodeClaim to goes along, as generic_capi's
+        # delete passes it: deleted before the core wrote that intent, the NodeClaim would
+        # otherwise leave the replica it asked for standing (a Node nobody waits for).
+        facts = claim_facts(nodeclaim)
+        sent_to = self.inflight.intent_of(facts.name)
+        self.inflight.deleted(facts.name, facts.uid)
+        return self.deleter.delete(nodeclaim, sent_to)
 
     # --- empty pools ---------------------------------------------------------------------------
 

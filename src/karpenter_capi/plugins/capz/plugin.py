@@ -108,6 +108,13 @@ class CapzHooks:
                 self._launch = PoolLaunch(self._ctx, provider)
             return self._launch
 
+    def _sent_to_a_pool(self, nodeclaim: NodeClaim) -> bool:
+        """Whether this process sent ``nodeclaim`` to a pool before the core recorded it (its
+        launch annotation not written yet): its delete is this mode's, to give that back."""
+        with self._lock:
+            launch = self._launch
+        return launch is not None and launch.sent_to(nodeclaim) is not None
+
     @hookimpl(tryfirst=True)
     def karpenter_capi_instance_types(self, nodeclass: NodeClass) -> list[InstanceType] | None:
         if launch_spec(nodeclass) is None:
@@ -145,7 +152,7 @@ class CapzHooks:
 
     @hookimpl(tryfirst=True)
     def karpenter_capi_delete(self, nodeclaim: NodeClaim) -> bool | None:
-        if not is_pool_claim(nodeclaim):
+        if not is_pool_claim(nodeclaim) and not self._sent_to_a_pool(nodeclaim):
             return None
         try:
             return self.launch().delete(nodeclaim)

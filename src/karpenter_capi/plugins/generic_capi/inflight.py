@@ -24,6 +24,13 @@ from memory, never in place of the API:
    another. NodeClaims this process has not seen since it started are not woken; their poll
    finds their Machine, as it always did.
 
+3. **NodeClaims deleted.** A NodeClaim whose delete this process has handled is remembered
+   for ``DELETED_KEPT`` seconds (``deleted``) and counted nowhere in that time, whatever a
+   copy of the NodeClaims says: the copy is fed by a watch and may show the NodeClaim as it
+   was before its deletion for seconds on a loaded machine, and a NodeClaim counted waiting
+   there raised the replicas once more for a NodeClaim that was gone (an extra Node, issue
+   25). A ``create`` still running for it when it went does not bring its intent back.
+
 Also kept: the resources whose scale-up a NodeClaim left to the last NodeClaim of its round
 (``defer``, see ``launch``), so that the one that closes the round raises them all.
 """
@@ -41,6 +48,10 @@ from karpenter_capi.plugins.generic_capi.scaling import owner_of
 WAKE_PENDING: Final = 10.0
 """Seconds a wake-up for a free Machine waits for its NodeClaim's ``create`` before the Machine
 may wake another NodeClaim (one that was woken but never reconciled, because it went)."""
+
+
+DELETED_KEPT: Final = 600.0
+"""Seconds a deleted NodeClaim is remembered (a copy that lags longer lists anyway)."""
 
 
 @dataclass(frozen=True)
@@ -65,12 +76,16 @@ class LaunchesInFlight:
         """Resource key -> NodeClaims that left its scale-up to the end of their round."""
         self._wakes: dict[str, _Wake] = {}
         """Machine key -> the NodeClaim it woke."""
+        self._deleted: dict[str, float] = {}
+        """NodeClaim uid (name without one) -> when its delete was handled (``deleted``)."""
 
     # --- what create answered -------------------------------------------------------------------
 
     def intend(self, claim: ClaimFacts, resource: str) -> None:
         """``claim`` waits on ``resource`` (its result says so; the API may not yet)."""
         with self._lock:
+            if self._gone(claim.uid or claim.name):
+                return  # deleted while this call ran: not brought back
             previous = self._intents.get(claim.name)
             if previous is not None and previous != resource:
                 self._drop_intent(claim.name)
@@ -90,6 +105,27 @@ class LaunchesInFlight:
             self._drop_intent(name)
             self._bound.discard(name)
             self._drop_wakes(name)
+
+    def deleted(self, name: str, uid: str) -> None:
+        """``name`` (``uid``) is deleted: forget it, and count it nowhere for ``DELETED_KEPT``
+        seconds whatever a copy of the NodeClaims shows (module docstring)."""
+        now = self._monotonic()
+        with self._lock:
+            self._drop_intent(name)
+            self._bound.discard(name)
+            self._drop_wakes(name)
+            for key in [k for k, at in self._deleted.items() if now - at >= DELETED_KEPT]:
+                del self._deleted[key]
+            self._deleted[uid or name] = now
+
+    def was_deleted(self, claim: ClaimFacts) -> bool:
+        """Whether ``claim``'s delete was handled within ``DELETED_KEPT`` seconds."""
+        with self._lock:
+            return self._gone(claim.uid or claim.name)
+
+    def _gone(self, key: str) -> bool:
+        at = self._deleted.get(key)
+        return at is not None and self._monotonic() - at < DELETED_KEPT
 
     def ran(self, name: str) -> None:
         """``create`` runs for ``name``: the wake-ups that named it are spent."""

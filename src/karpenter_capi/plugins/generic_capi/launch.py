@@ -38,7 +38,9 @@ first calls at least one sees the other's choice, so some call always closes the
 A resource that cannot serve the NodeClaim is left for the next cheapest: when the NodeClaim
 falls beyond the max size, or when no Machine was bound within ``machine_timeout`` of the
 request. The timeout gives back the replica this NodeClaim had asked for when it has no Machine
-yet; both mark the resource unavailable (``inventory.UnavailableOfferings``) for the solver.
+yet (first listing the Machines, so a copy that lags cannot hide one already made for it:
+giving back would remove that Machine); both mark the resource unavailable
+(``inventory.UnavailableOfferings``) for the solver.
 Conflicts are not a reason to move: a 409 says the resource or a Machine changed since it was
 read, not that it cannot make the Node, so after ``conflict_retries`` fresh reads the NodeClaim
 stays where it is and its next poll tries again (moving on left the replica asked for here
@@ -222,7 +224,13 @@ class Launcher:
         self, call: _Call, instance_types: Sequence[InstanceType], nodeclass: NodeClass
     ) -> LaunchResult:
         claim, now = call.claim, call.now
-        intent = ResourceRef.parse(claim.intent) if claim.intent else None
+        # The resource the API records, else the one this process last sent the NodeClaim to:
+        # a call that failed after its scale write (its answer lost: a timeout, a dropped
+        # connection) returned no result for the core to record, yet the write may have
+        # raised the replicas for it. Choosing afresh could send it elsewhere and leave that
+        # replica standing (issue 25); the resource decides again from a fresh read instead.
+        sent = claim.intent or self._inflight.intent_of(claim.name) or ""
+        intent = ResourceRef.parse(sent) if sent else None
         machine, lost = self._find_binding(claim)
         if machine is not None:
             owner = owner_of(machine) or intent
@@ -277,6 +285,8 @@ class Launcher:
         sent = self._inflight.intents_on(key)
         claims = []
         for claim in waiting.on(ref):
+            if self._inflight.was_deleted(claim):
+                continue  # a copy that lags may show it as it was before it went
             where = self._inflight.intent_of(claim.name)
             if where is None or where == key:
                 claims.append(claim)
@@ -399,6 +409,9 @@ class Launcher:
             since = claim.requested_at if sticky else None
             timeout = timedelta(seconds=self._settings.machine_timeout)
             if since is not None and now - since > timeout:
+                if self._machine_on_its_way(state, [*others, claim], claim):
+                    self._inflight.intend(claim, ref.key)
+                    return _Outcome(waiting=True)
                 return self._expired(state, claim, claims, bound_elsewhere)
             if not plan.serves(claim):
                 if sticky:
@@ -438,6 +451,32 @@ class Launcher:
             self._mirrors.machine_gone(ref, machine.key)
             return
         self._cache.observe(self._mirrors.saw_machine(ref, raw))
+
+    def _machine_on_its_way(
+        self, state: ResourceState, waiting: Sequence[ClaimFacts], claim: ClaimFacts
+    ) -> bool:
+        """Whether a list of the resource's Machines made now gives ``claim`` a Machine its
+        copy does not show yet. Giving the replica back is the one step that cannot be taken
+        back (CAPI removes the Machine made for it), and the copy may lag the API by seconds on
+        a loaded machine: before it, the Machines are listed, and the copy takes what the list
+        shows (``Mirror.saw``), so the next call binds the Machine instead."""
+        ref = state.ref
+        listed = self._client.list(
+            self._capi.machines, ref.namespace, label_selector=ref.machine_selector
+        )
+        fresh = [self._mirrors.saw_machine(ref, raw) for raw in listed.items]
+        plan = self._plan(
+            ResourceState(state.ref, state.obj, fresh), waiting, self._ctx.clock.now()
+        )
+        if claim.name not in plan.pairs:
+            return False
+        log.info(
+            "NodeClaim %s keeps waiting on %s past machine_timeout: Machine %s is on its way",
+            claim.name,
+            state.ref,
+            plan.pairs[claim.name].key,
+        )
+        return True
 
     def _expired(
         self,

@@ -321,7 +321,7 @@ class GenericCapiPlugin:
         state = self._state()
         name = _name(nodeclaim)
         sent_to = state.inflight.intent_of(name)
-        state.inflight.done(name)
+        state.inflight.deleted(name, str(nodeclaim.metadata.uid or ""))
         try:
             return state.deleter.delete(nodeclaim, sent_to)
         except ApiError as exc:
