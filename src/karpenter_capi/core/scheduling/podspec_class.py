@@ -12,8 +12,8 @@ right; the same parts in another key order only miss, and the full parse writes 
 from __future__ import annotations
 
 import json
-from collections.abc import Hashable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Hashable
+from typing import TypeVar
 
 from karpenter_capi.core.scheduling.kept import Kept
 
@@ -22,7 +22,7 @@ V = TypeVar("V")
 _ENCODER = json.JSONEncoder(default=str, check_circular=False, separators=(",", ":"))
 
 
-def class_parts(parts: Mapping[str, Any]) -> Hashable:
+def class_parts(parts: object) -> Hashable:
     """The memo key of a pod's scheduling parts (``podspec.scheduling_spec``)."""
     return _ENCODER.encode(parts)
 
