@@ -190,6 +190,8 @@ def node_objects(
     claim = {
         "metadata": {
             "name": name,
+            "uid": f"claim-uid-{name}",
+            "resourceVersion": "1",
             "labels": {wellknown.LABEL_NODEPOOL: "default"},
             "creationTimestamp": created,
         },

@@ -28,14 +28,19 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.nodepool import ConsolidationPolicy
-from karpenter_capi.core.disruption.candidates import Candidate, move_cost, offering_price
+from karpenter_capi.core.disruption.candidates import (
+    PER_NODE_DISRUPTION_COST,
+    Candidate,
+    offering_price,
+    summed_move_cost,
+)
+from karpenter_capi.core.disruption.facts import NodeFacts, PassFacts
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
-from karpenter_capi.core.provisioning.state import ClusterSnapshot, is_reschedulable
-from karpenter_capi.core.scheduling.podspec import PodObject
+from karpenter_capi.core.provisioning.state import ClusterSnapshot
 
 BALANCED_K: Final = 2
 """Upstream's fixed k: the smallest for which a replacement within one instance family (half
@@ -112,39 +117,40 @@ def is_balanced(candidate: Candidate) -> bool:
     return candidate.pool.spec.disruption.consolidation_policy == ConsolidationPolicy.BALANCED
 
 
-def _labels(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return ((obj or {}).get("metadata") or {}).get("labels") or {}
-
-
 def pool_totals(
     snapshot: ClusterSnapshot,
     inventories: Sequence[NodePoolInventory],
     move_costs: Mapping[str, float] | None = None,
+    *,
+    facts: PassFacts | None = None,
 ) -> dict[str, PoolTotals]:
     """Every NodePool's totals over all its NodeClaims, launched or launching, candidates or not.
 
     A NodeClaim is priced by the offering its instance type, zone and capacity type name (on its
     Node, else on itself), 0 when the inventory has none; a NodeClaim without a Node yet costs
     the node's own move cost only. ``move_costs``: nodes' move costs already known (the
-    candidates'), not summed again.
+    candidates'), not summed again. ``facts``: what earlier passes read of each object version.
     """
+    facts = facts if facts is not None else PassFacts()
     known = move_costs or {}
     types = {inv.nodepool: {it.name: it for it in inv.instance_types} for inv in inventories}
-    pods_by_node: dict[str, list[PodObject]] = {}
-    for pod in snapshot.pods:
-        node_name = (pod.get("spec") or {}).get("nodeName")
-        if node_name and node_name not in known and is_reschedulable(pod):
-            pods_by_node.setdefault(str(node_name), []).append(pod)
-    nodes = {str((n.get("metadata") or {}).get("name")): n for n in snapshot.nodes}
+    node_costs = facts.remember(
+        "move_costs", facts.versions_of(snapshot.pods), lambda: _node_move_costs(snapshot, facts)
+    )
+    nodes: dict[str, NodeFacts] = {}
+    for raw_node in snapshot.nodes:
+        node_facts = facts.node(raw_node)
+        nodes[node_facts.name] = node_facts
     price: dict[str, float] = {}
     cost: dict[str, float] = {}
-    for claim in snapshot.nodeclaims:
-        pool = str(_labels(claim).get(wellknown.LABEL_NODEPOOL, ""))
+    for raw in snapshot.nodeclaims:
+        claim = facts.claim(raw)
+        pool = str(claim.labels.get(wellknown.LABEL_NODEPOOL, ""))
         if pool not in types:
             continue
-        node_name = str((claim.get("status") or {}).get("nodeName") or "")
+        node_name = claim.node_name
         node = nodes.get(node_name) if node_name else None
-        labels = {**_labels(claim), **_labels(node)}
+        labels = {**claim.labels, **(node.labels if node is not None else {})}
         instance_type = types[pool].get(str(labels.get(wellknown.LABEL_INSTANCE_TYPE, "")))
         found = offering_price(
             instance_type,
@@ -155,9 +161,21 @@ def pool_totals(
         price[pool] = price.get(pool, 0.0) + (found if found and not math.isnan(found) else 0.0)
         moving = known.get(node_name)
         if moving is None:
-            moving = move_cost(pods_by_node.get(node_name, []))
+            moving = node_costs.get(node_name, PER_NODE_DISRUPTION_COST)
         cost[pool] = cost.get(pool, 0.0) + moving
     return {pool: PoolTotals(price[pool], cost[pool]) for pool in price}
+
+
+def _node_move_costs(snapshot: ClusterSnapshot, facts: PassFacts) -> dict[str, float]:
+    """Each node's move cost (``candidates.move_cost`` of its reschedulable pods) by name; a
+    node without such pods is left out (its cost is the node's own)."""
+    costs_by_node: dict[str, list[float]] = {}
+    for pod in snapshot.pods:
+        pod_facts = facts.pod(pod)
+        node_name = pod_facts.node_name
+        if node_name and pod_facts.reschedulable:
+            costs_by_node.setdefault(node_name, []).append(pod_facts.cost)
+    return {name: summed_move_cost(costs) for name, costs in costs_by_node.items()}
 
 
 def score_move(

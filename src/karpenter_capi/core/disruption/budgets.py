@@ -15,18 +15,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.api.nodeclaim import NodeClaimConditionType
 from karpenter_capi.core.api.nodepool import DisruptionReason, NodePool
-from karpenter_capi.core.disruption.candidates import condition_true
-from karpenter_capi.core.provisioning.state import has_disrupted_taint
-
-
-def _ready(node: Mapping[str, Any]) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (node.get("status") or {}).get("conditions") or []
-    )
+from karpenter_capi.core.disruption.facts import PassFacts
 
 
 class BudgetLedger:
@@ -38,26 +28,24 @@ class BudgetLedger:
         nodeclaims: Iterable[Mapping[str, Any]],
         nodes: Iterable[Mapping[str, Any]],
         now: datetime,
+        *,
+        facts: PassFacts | None = None,
     ) -> None:
-        node_by_name = {str(n["metadata"]["name"]): n for n in nodes}
+        """``facts``: what earlier passes read of each object version (``facts.PassFacts``)."""
+        facts = facts if facts is not None else PassFacts()
+        node_by_name = {str(n["metadata"]["name"]): facts.node(n) for n in nodes}
         total: dict[str, int] = {}
         disrupting: dict[str, int] = {}
-        for claim in nodeclaims:
-            meta = claim.get("metadata") or {}
-            pool_name = str((meta.get("labels") or {}).get(wellknown.LABEL_NODEPOOL, ""))
-            if pool_name not in pools:
+        for raw in nodeclaims:
+            claim = facts.claim(raw)
+            if claim.nodepool not in pools:
                 continue
-            node = node_by_name.get(str((claim.get("status") or {}).get("nodeName", "")))
-            if node is None or not condition_true(claim, NodeClaimConditionType.INITIALIZED):
+            node = node_by_name.get(claim.node_name)
+            if node is None or not claim.initialized:
                 continue
-            total[pool_name] = total.get(pool_name, 0) + 1
-            if (
-                meta.get("deletionTimestamp")
-                or (node.get("metadata") or {}).get("deletionTimestamp")
-                or has_disrupted_taint(node)
-                or not _ready(node)
-            ):
-                disrupting[pool_name] = disrupting.get(pool_name, 0) + 1
+            total[claim.nodepool] = total.get(claim.nodepool, 0) + 1
+            if claim.deleting or node.deleting or node.disrupted or not node.ready:
+                disrupting[claim.nodepool] = disrupting.get(claim.nodepool, 0) + 1
         self._allowed: dict[tuple[str, DisruptionReason], int] = {}
         for name, pool in pools.items():
             for reason in DisruptionReason:

@@ -19,27 +19,45 @@ ranks candidates by price per unit of that move cost, so expensive nodes cheap t
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
+from functools import cached_property
 from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.api.duration import DurationError, parse_duration
-from karpenter_capi.core.api.nodeclaim import NodeClaimConditionType
 from karpenter_capi.core.api.nodepool import NodePool
-from karpenter_capi.core.clock import parse_timestamp
+from karpenter_capi.core.disruption.facts import (
+    DELETION_COST_ANNOTATION,
+    ClaimFacts,
+    NodeFacts,
+    PassFacts,
+    PodFacts,
+    condition_true,
+    do_not_disrupt_until,
+    lifetime_remaining,
+    rescheduling_cost,
+)
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
-from karpenter_capi.core.provisioning.state import (
-    has_disrupted_taint,
-    is_reschedulable,
-)
 from karpenter_capi.core.scheduling.podspec import PodObject, pod_key
 from karpenter_capi.core.values.selectors import SelectorError, selector_matches
 
-DELETION_COST_ANNOTATION: Final = "controller.kubernetes.io/pod-deletion-cost"
+__all__ = [
+    "DELETION_COST_ANNOTATION",
+    "Candidate",
+    "CandidateSet",
+    "DisruptionBudgets",
+    "condition_true",
+    "do_not_disrupt_until",
+    "find_candidates",
+    "lifetime_remaining",
+    "move_cost",
+    "pod_blocks",
+    "rescheduling_cost",
+    "summed_move_cost",
+]
+
 PER_NODE_DISRUPTION_COST: Final = 1.0
 """What disrupting a node costs before any pod moves (cordon, drain, a replacement's latency):
 upstream's placeholder, which also keeps a move's disruption cost above zero."""
@@ -53,73 +71,27 @@ def _name(obj: Mapping[str, Any]) -> str:
     return str(_meta(obj).get("name", ""))
 
 
-def condition_true(obj: Mapping[str, Any], condition_type: str) -> bool:
-    """Whether ``obj`` has ``condition_type`` with status True."""
-    return any(
-        c.get("type") == condition_type and c.get("status") == "True"
-        for c in (obj.get("status") or {}).get("conditions") or []
-    )
-
-
-def _is_active(pod: PodObject) -> bool:
-    """Neither finished nor terminating (upstream's ``IsActive``)."""
-    if _meta(pod).get("deletionTimestamp"):
-        return False
-    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-
-
-def _pod_started(pod: PodObject) -> datetime | None:
-    raw = (pod.get("status") or {}).get("startTime") or _meta(pod).get("creationTimestamp")
-    return parse_timestamp(str(raw)) if raw else None
-
-
-def do_not_disrupt_until(pod: PodObject) -> datetime | bool | None:
-    """``True`` when the pod forbids disruption outright, a time when it forbids it until
-    then (a duration from its start), ``None`` when it does not forbid it."""
-    value = (_meta(pod).get("annotations") or {}).get(wellknown.ANNOTATION_DO_NOT_DISRUPT)
-    if value is None:
-        return None
-    if value == "true":
-        return True
-    try:
-        duration = parse_duration(value)
-    except DurationError:
-        return None  # anything else is not "true": upstream ignores it
-    started = _pod_started(pod)
-    return None if started is None else started + duration
-
-
 def pod_blocks(pod: PodObject, now: datetime) -> str | None:
     """Why this pod keeps its node from being disrupted voluntarily, or None."""
-    until = do_not_disrupt_until(pod)
+    return _blocks(pod_key(pod), do_not_disrupt_until(pod), now)
+
+
+def _blocks(key: str, until: datetime | bool | None, now: datetime) -> str | None:
     if until is True:
-        return f'pod {pod_key(pod)} has "{wellknown.ANNOTATION_DO_NOT_DISRUPT}: true"'
+        return f'pod {key} has "{wellknown.ANNOTATION_DO_NOT_DISRUPT}: true"'
     if isinstance(until, datetime) and now < until:
-        return f"pod {pod_key(pod)} may not be disrupted before {until.isoformat()}"
+        return f"pod {key} may not be disrupted before {until.isoformat()}"
     return None
-
-
-def rescheduling_cost(pod: PodObject) -> float:
-    """Upstream's per-pod cost (``EvictionCost``): 1, plus the deletion cost over 2^27 and the
-    priority over 2^25, within [-10, 10]: one pod never weighs more than ten default ones."""
-    cost = 1.0
-    raw = (_meta(pod).get("annotations") or {}).get(DELETION_COST_ANNOTATION)
-    if raw is not None:
-        with contextlib.suppress(ValueError):
-            cost += float(raw) / 2.0**27
-    priority = (pod.get("spec") or {}).get("priority")
-    if isinstance(priority, int):
-        cost += priority / 2.0**25
-    return min(max(cost, -10.0), 10.0)
 
 
 def move_cost(pods: Iterable[PodObject]) -> float:
     """What moving these pods off their node costs (``Balanced``'s disruption cost): the node's
     own cost plus each pod's, a pod that declared itself cheap to disrupt counting 0."""
-    return _move_cost([rescheduling_cost(p) for p in pods])
+    return summed_move_cost([rescheduling_cost(p) for p in pods])
 
 
-def _move_cost(costs: Iterable[float]) -> float:
+def summed_move_cost(costs: Iterable[float]) -> float:
+    """``move_cost`` of pods whose ``rescheduling_cost`` is known."""
     return PER_NODE_DISRUPTION_COST + sum(max(0.0, cost) for cost in costs)
 
 
@@ -167,24 +139,35 @@ class DisruptionBudgets:
         self._covering: dict[tuple[str, tuple[tuple[str, str], ...]], list[DisruptionBudgetView]]
         self._covering = {}
 
-    def _covering_views(self, pod: PodObject) -> list[DisruptionBudgetView]:
-        meta = _meta(pod)
-        namespace = str(meta.get("namespace", ""))
+    def _covering_views(
+        self, pod: PodObject, facts: PodFacts | None = None
+    ) -> list[DisruptionBudgetView]:
+        if facts is None:
+            meta = _meta(pod)
+            namespace = str(meta.get("namespace", ""))
+            labels = tuple(sorted((meta.get("labels") or {}).items()))
+        else:
+            namespace, labels = facts.namespace, facts.labels
         views = self._by_namespace.get(namespace)
         if not views:
             return []
-        key = (namespace, tuple(sorted((meta.get("labels") or {}).items())))
+        key = (namespace, labels)
         found = self._covering.get(key)
         if found is None:
             found = [v for v in views if v.covers(pod)]
             self._covering[key] = found
         return found
 
-    def blocking(self, pods: Sequence[PodObject]) -> str | None:
-        """Why evicting all of ``pods`` would be refused, or None."""
+    def blocking(
+        self, pods: Sequence[PodObject], facts: Sequence[PodFacts] | None = None
+    ) -> str | None:
+        """Why evicting all of ``pods`` would be refused, or None. ``facts``: the pods' own, in
+        the same order, when already read."""
+        if not self._by_namespace:
+            return None
         views: dict[tuple[str, str], DisruptionBudgetView] = {}
-        for pod in pods:
-            covering = self._covering_views(pod)
+        for index, pod in enumerate(pods):
+            covering = self._covering_views(pod, facts[index] if facts is not None else None)
             if len(covering) > 1:
                 names = ", ".join(sorted(v.name for v in covering))
                 return f"pod {pod_key(pod)} is covered by several PDBs ({names})"
@@ -217,12 +200,12 @@ class Candidate:
     consolidatable: bool = False
     problems: list[str] = field(default_factory=list)
 
-    @property
+    @cached_property
     def name(self) -> str:
         """The NodeClaim's name."""
         return _name(self.nodeclaim)
 
-    @property
+    @cached_property
     def node_name(self) -> str:
         return _name(self.node)
 
@@ -236,22 +219,6 @@ class Candidate:
     def savings_ratio(self) -> float:
         """Price per unit of move cost: the higher, the more a move of this node is worth."""
         return self.price / self.move_cost
-
-
-def lifetime_remaining(nodeclaim: Mapping[str, Any], now: datetime) -> float:
-    """Share of its ``expireAfter`` a NodeClaim has left, in [0, 1] (1 when it never expires)."""
-    raw = (nodeclaim.get("spec") or {}).get("expireAfter")
-    created = _meta(nodeclaim).get("creationTimestamp")
-    if not raw or raw == "Never" or not created:
-        return 1.0
-    try:
-        total = parse_duration(str(raw))
-    except DurationError:
-        return 1.0
-    if total <= timedelta(0):
-        return 0.0
-    age = now - parse_timestamp(str(created))
-    return min(1.0, max(0.0, 1.0 - age / total))
 
 
 def offering_price(
@@ -285,49 +252,58 @@ def find_candidates(
     budgets: DisruptionBudgets,
     now: datetime,
     protected: frozenset[str] = frozenset(),
+    facts: PassFacts | None = None,
 ) -> CandidateSet:
     """Every candidate of the cluster, in NodeClaim name order.
 
     ``protected`` holds NodeClaim and Node names that must not be disrupted now (nominated for
-    pending pods, replacements of a command under way).
+    pending pods, replacements of a command under way). ``facts``: what earlier passes read of
+    each object version (``facts.PassFacts``).
     """
+    facts = facts if facts is not None else PassFacts()
     result = CandidateSet()
     pools = {inv.nodepool: inv for inv in inventories if inv.model is not None}
-    pods_by_node: dict[str, list[PodObject]] = {}
-    for pod in pods:
-        node_name = (pod.get("spec") or {}).get("nodeName")
-        if node_name:
-            pods_by_node.setdefault(str(node_name), []).append(pod)
-    node_by_name = {_name(n): n for n in nodes}
-    for claim in sorted(nodeclaims, key=_name):
-        name = _name(claim)
-        why = _not_a_candidate(claim, node_by_name, pools, protected)
+    pods_by_node = facts.remember(
+        "pods_by_node", facts.versions_of(pods), lambda: _by_node(pods, facts)
+    )
+    unchanged = facts.versions_of(pods, nodes, nodeclaims)
+    node_by_name = facts.remember("node_by_name", unchanged, lambda: _nodes(nodes, facts))
+    types: dict[str, dict[str, InstanceType]] = {}
+    for inventory in pools.values():
+        by_name = types[inventory.nodepool] = {}
+        for offered in inventory.instance_types:
+            by_name.setdefault(offered.name, offered)
+    claims = facts.remember(
+        "claims",
+        unchanged,
+        lambda: sorted(((c, facts.claim(c)) for c in nodeclaims), key=lambda pair: pair[1].name),
+    )
+    for claim, claim_facts in claims:
+        name = claim_facts.name
+        why = _not_a_candidate(claim_facts, node_by_name, pools, protected)
         if why is not None:
             result.excluded[name] = why
             continue
-        node = node_by_name[str((claim.get("status") or {}).get("nodeName"))]
-        inventory = pools[str(_meta(claim).get("labels", {}).get(wellknown.LABEL_NODEPOOL))]
+        node, node_facts = node_by_name[claim_facts.node_name]
+        inventory = pools[claim_facts.nodepool]
         assert inventory.model is not None
-        node_pods = pods_by_node.get(_name(node), [])
+        node_pods = pods_by_node.get(node_facts.name, _NO_PODS)
         # Only active pods protect their node: a finished Job's do-not-disrupt no longer does.
-        active = (p for p in node_pods if _is_active(p))
-        blocked = next(filter(None, (pod_blocks(p, now) for p in active)), None)
+        blocked = _first_blocker(node_pods, now)
         if blocked is not None:
             result.excluded[name] = blocked
             continue
-        moving = [p for p in node_pods if is_reschedulable(p)]
-        refused = budgets.blocking(moving)
+        refused = budgets.blocking(node_pods.moving, node_pods.moving_facts)
         if refused is not None:
             result.excluded[name] = refused
             continue
-        labels = _meta(node).get("labels") or {}
+        labels = node_facts.labels
         type_name = str(labels.get(wellknown.LABEL_INSTANCE_TYPE, ""))
         zone = str(labels.get(wellknown.LABEL_TOPOLOGY_ZONE, ""))
         capacity_type = str(labels.get(wellknown.LABEL_CAPACITY_TYPE, ""))
-        instance_type = next((it for it in inventory.instance_types if it.name == type_name), None)
+        instance_type = types[inventory.nodepool].get(type_name)
         price = offering_price(instance_type, zone, capacity_type)
-        costs = [rescheduling_cost(p) for p in moving]  # each pod's once, for both costs
-        cost = sum(costs) * lifetime_remaining(claim, now)
+        cost = node_pods.cost * claim_facts.lifetime_remaining(now)
         result.candidates.append(
             Candidate(
                 nodeclaim=claim,
@@ -339,62 +315,107 @@ def find_candidates(
                 capacity_type=capacity_type,
                 # A node whose offering is gone can still be deleted, never "replaced cheaper".
                 price=price if price is not None else 0.0,
-                pods=moving,
+                pods=list(node_pods.moving),
                 disruption_cost=cost,
-                move_cost=_move_cost(costs),
-                drifted=condition_true(claim, NodeClaimConditionType.DRIFTED),
-                consolidatable=condition_true(claim, NodeClaimConditionType.CONSOLIDATABLE),
+                move_cost=node_pods.move_cost,
+                drifted=claim_facts.drifted,
+                consolidatable=claim_facts.consolidatable,
                 problems=[] if price is not None else [f"no offering {type_name}/{zone}"],
             )
         )
     return result
 
 
+def _nodes(
+    nodes: Iterable[Mapping[str, Any]], facts: PassFacts
+) -> dict[str, tuple[Mapping[str, Any], NodeFacts]]:
+    node_by_name: dict[str, tuple[Mapping[str, Any], NodeFacts]] = {}
+    for node in nodes:
+        node_facts = facts.node(node)
+        node_by_name[node_facts.name] = (node, node_facts)
+    return node_by_name
+
+
+def _first_blocker(node_pods: _NodePods, now: datetime) -> str | None:
+    """Why the first of the node's active pods that forbids disruption now does, or None."""
+    for key, until in node_pods.blockers:
+        why = _blocks(key, until, now)
+        if why is not None:
+            return why
+    return None
+
+
+class _NodePods:
+    """What the candidate checks read of one node's bound pods, summed once per cluster."""
+
+    __slots__ = ("blockers", "cost", "move_cost", "moving", "moving_facts")
+
+    def __init__(self, pods: Sequence[tuple[PodObject, PodFacts]]) -> None:
+        self.blockers = tuple(
+            (f.key, f.do_not_disrupt) for _, f in pods if f.active and f.do_not_disrupt is not None
+        )
+        self.moving = [p for p, f in pods if f.reschedulable]
+        self.moving_facts = [f for _, f in pods if f.reschedulable]
+        costs = [f.cost for f in self.moving_facts]  # each pod's once, for both costs
+        self.cost = sum(costs)
+        self.move_cost = summed_move_cost(costs)
+
+
+_NO_PODS = _NodePods(())
+
+
+def _by_node(pods: Iterable[PodObject], facts: PassFacts) -> dict[str, _NodePods]:
+    """The bound pods by node name, read."""
+    pods_by_node: dict[str, list[tuple[PodObject, PodFacts]]] = {}
+    for pod in pods:
+        pod_facts = facts.pod(pod)
+        if pod_facts.node_name:
+            pods_by_node.setdefault(pod_facts.node_name, []).append((pod, pod_facts))
+    return {name: _NodePods(node_pods) for name, node_pods in pods_by_node.items()}
+
+
 def _not_a_candidate(
-    claim: Mapping[str, Any],
-    node_by_name: Mapping[str, Mapping[str, Any]],
+    claim: ClaimFacts,
+    node_by_name: Mapping[str, tuple[Mapping[str, Any], NodeFacts]],
     pools: Mapping[str, NodePoolInventory],
     protected: frozenset[str],
 ) -> str | None:
     why = _claim_not_a_candidate(claim, pools)
     if why is not None:
         return why
-    node = node_by_name.get(str((claim.get("status") or {}).get("nodeName", "")))
-    if node is None:
+    found = node_by_name.get(claim.node_name)
+    if found is None:
         return "has no Node"
-    return _node_not_a_candidate(claim, node, protected)
+    return _node_not_a_candidate(claim, found[1], protected)
 
 
-def _claim_not_a_candidate(
-    claim: Mapping[str, Any], pools: Mapping[str, NodePoolInventory]
-) -> str | None:
+def _claim_not_a_candidate(claim: ClaimFacts, pools: Mapping[str, NodePoolInventory]) -> str | None:
     """Why the NodeClaim itself rules the node out: no usable NodePool, deleting, or not up."""
-    meta = _meta(claim)
-    pool = (meta.get("labels") or {}).get(wellknown.LABEL_NODEPOOL)
-    if not pool:
+    if not claim.nodepool:
         return "not managed by a NodePool"
-    if pool not in pools:
-        return f"NodePool {pool} is not usable"
-    if meta.get("deletionTimestamp"):
+    if claim.nodepool not in pools:
+        return f"NodePool {claim.nodepool} is not usable"
+    if claim.deleting:
         return "already deleting"
-    if not condition_true(claim, NodeClaimConditionType.INITIALIZED):
+    if not claim.initialized:
         return "not initialized"
     return None
 
 
 def _node_not_a_candidate(
-    claim: Mapping[str, Any], node: Mapping[str, Any], protected: frozenset[str]
+    claim: ClaimFacts, node: NodeFacts, protected: frozenset[str]
 ) -> str | None:
     """Why the claim's Node rules it out: going already, protected, or do-not-disrupt."""
-    node_meta = _meta(node)
-    if node_meta.get("deletionTimestamp"):
+    if node.deleting:
         return "Node already deleting"
-    if has_disrupted_taint(node):
+    if node.disrupted:
         return "already being disrupted"
-    if str(_meta(claim).get("name", "")) in protected or str(node_meta.get("name")) in protected:
+    if claim.name in protected or node.name in protected:
         return "nominated for pending pods or replacing another node"
-    for obj, what in ((node, "Node"), (claim, "NodeClaim")):
-        annotations = _meta(obj).get("annotations") or {}
-        if annotations.get(wellknown.ANNOTATION_DO_NOT_DISRUPT) == "true":
+    for do_not_disrupt, what in (
+        (node.do_not_disrupt, "Node"),
+        (claim.do_not_disrupt, "NodeClaim"),
+    ):
+        if do_not_disrupt:
             return f'{what} has "{wellknown.ANNOTATION_DO_NOT_DISRUPT}: true"'
     return None

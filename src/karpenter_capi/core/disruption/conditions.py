@@ -96,6 +96,7 @@ class NodeClaimDisruptionController:
         self._pod_events: dict[Key, datetime] = {}
         self._pod_states: dict[Key, tuple[str, bool, bool]] = {}
         self._dry_run_status: dict[Key, JsonObject] = {}
+        self._dry_run_writes: dict[Key, int] = {}
         self._drift_checked: dict[Key, tuple[float, str | None]] = {}
         self._pools: dict[str, tuple[str, NodePool, str, Requirements]] = {}
 
@@ -181,6 +182,7 @@ class NodeClaimDisruptionController:
             with self._lock:
                 self._pod_events.pop(key, None)
                 self._dry_run_status.pop(key, None)
+                self._dry_run_writes.pop(key, None)
             self._drift_checked.pop(key, None)
             return DONE
         claim = self.with_dry_run_status(cached)
@@ -322,14 +324,25 @@ class NodeClaimDisruptionController:
 
     def with_dry_run_status(self, claim: Mapping[str, Any]) -> Mapping[str, Any]:
         """Under ``--dry-run`` nothing is written, so what would have been is kept here and laid
-        over the cached NodeClaim: the disruption pass then decides (and logs) as it would."""
+        over the cached NodeClaim: the disruption pass then decides (and logs) as it would. The
+        overlay is another version of the object, as a write would have made: its
+        ``resourceVersion`` says so (``+dry-run.N``), so what was read of the cached version
+        (``facts.PassFacts``) is not taken for it."""
         if not self._ctx.dry_run:
             return claim
         with self._lock:
-            status = self._dry_run_status.get(object_key(claim))
+            key = object_key(claim)
+            status = self._dry_run_status.get(key)
+            writes = self._dry_run_writes.get(key, 0)
         if not status:
             return claim
-        return {**claim, "status": {**(claim.get("status") or {}), **status}}
+        meta = claim.get("metadata") or {}
+        version = f"{meta.get('resourceVersion') or ''}+dry-run.{writes}"
+        return {
+            **claim,
+            "metadata": {**meta, "resourceVersion": version},
+            "status": {**(claim.get("status") or {}), **status},
+        }
 
     def _write(self, claim: Mapping[str, Any], status: JsonObject) -> bool:
         """Patch the status; False when the cache was behind (Conflict) or the claim is gone."""
@@ -337,6 +350,7 @@ class NodeClaimDisruptionController:
             with self._lock:
                 key = object_key(claim)
                 self._dry_run_status[key] = {**self._dry_run_status.get(key, {}), **status}
+                self._dry_run_writes[key] = self._dry_run_writes.get(key, 0) + 1
             return True
         try:
             self._actions.patch(

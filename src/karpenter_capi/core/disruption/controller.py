@@ -47,6 +47,7 @@ from karpenter_capi.core.disruption.candidates import (
     condition_true,
     find_candidates,
 )
+from karpenter_capi.core.disruption.facts import pass_facts
 from karpenter_capi.core.disruption.methods import EMPTINESS, SINGLE_NODE, Command
 from karpenter_capi.core.disruption.orchestration import InFlight, Orchestrator
 from karpenter_capi.core.disruption.planner import (
@@ -385,6 +386,7 @@ class DisruptionController:
             budgets=DisruptionBudgets(self._ctx.caches.store(POD_DISRUPTION_BUDGETS).list()),
             now=self._ctx.clock.now(),
             protected=self._protected(),
+            facts=pass_facts(self._bound),
         )
         still = _still_candidates(command, found)
         if isinstance(still, str):
@@ -394,7 +396,13 @@ class DisruptionController:
             name, why = next(iter(sorted(refused.items())))
             return f"provider refuses {name}: {why}"
         pools = {i.nodepool: i.model for i in inventories if i.model is not None}
-        ledger = BudgetLedger(pools, snapshot.nodeclaims, snapshot.nodes, self._ctx.clock.now())
+        ledger = BudgetLedger(
+            pools,
+            snapshot.nodeclaims,
+            snapshot.nodes,
+            self._ctx.clock.now(),
+            facts=pass_facts(self._bound),
+        )
         used_up = _budget_used_up(still, ledger, command)
         if used_up is not None:
             return used_up

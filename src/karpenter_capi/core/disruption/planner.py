@@ -21,6 +21,7 @@ from karpenter_capi.core.disruption.candidates import (
     DisruptionBudgets,
     find_candidates,
 )
+from karpenter_capi.core.disruption.facts import pass_facts
 from karpenter_capi.core.disruption.methods import (
     DRIFT,
     EMPTINESS,
@@ -130,6 +131,10 @@ def _read(
 ) -> tuple[PassReport, BudgetLedger, dict[str, PoolTotals], Simulator]:
     """The pass's reading of the cluster: its candidates, budgets, totals and simulator."""
     usable = [inv for inv in inventories if inv.model is not None and not inv.error]
+    # What earlier passes read of each object version is kept; what this pass does not read
+    # of it (objects gone) is dropped at the end of the next.
+    facts = pass_facts(parsed)
+    facts.begin(snapshot)
     found = find_candidates(
         nodes=snapshot.nodes,
         nodeclaims=snapshot.nodeclaims,
@@ -138,6 +143,7 @@ def _read(
         budgets=DisruptionBudgets(pdbs),
         now=now,
         protected=protected,
+        facts=facts,
     )
     if blocked is not None and found.candidates:
         refused = provider_refusals(blocked, snapshot, consolidation_order(found.candidates))
@@ -145,11 +151,11 @@ def _read(
         found.candidates = [c for c in found.candidates if c.name not in refused]
     report = PassReport(candidates=found.candidates, excluded=found.excluded)
     pools = {inv.nodepool: inv.model for inv in usable if inv.model is not None}
-    ledger = BudgetLedger(pools, snapshot.nodeclaims, snapshot.nodes, now)
+    ledger = BudgetLedger(pools, snapshot.nodeclaims, snapshot.nodes, now, facts=facts)
     report.budgets = ledger.snapshot()
     # Taken once per pass, before any command, as upstream: later moves see the same totals.
     report.totals = totals = pool_totals(
-        snapshot, usable, {c.node_name: c.move_cost for c in found.candidates}
+        snapshot, usable, {c.node_name: c.move_cost for c in found.candidates}, facts=facts
     )
     simulator = Simulator(
         snapshot,

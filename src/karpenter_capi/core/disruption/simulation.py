@@ -27,6 +27,7 @@ from typing import Final
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.disruption.candidates import Candidate
+from karpenter_capi.core.disruption.facts import pass_facts
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.provisioning.pending import is_provisionable
@@ -126,6 +127,62 @@ class Replacement:
     savings: float
 
 
+class _Reading:
+    """What a ``Simulator`` reads of the cluster before any simulation: the NodePools as
+    options, the existing nodes and their solver view, the pods already moving and the pending
+    ones, and what the quick check (``might_consolidate``) compares."""
+
+    def __init__(
+        self,
+        snapshot: ClusterSnapshot,
+        inventories: Sequence[NodePoolInventory],
+        nominations: Mapping[str, frozenset[str]],
+        parsed: ParsedCluster,
+    ) -> None:
+        self.inventories = tuple(inventories)  # alive while kept: their ids are in its key
+        # A static NodePool never supplies a replacement (its nodes are existing capacity).
+        self.options: list[NodePoolOption] = [
+            nodepool_option(i, snapshot)
+            for i in inventories
+            if not (i.model is not None and i.model.is_static)
+        ]
+        disrupting = disrupting_nodes(snapshot)
+        nodes = existing_nodes(snapshot, inventories, nominations, parsed)
+        self.nodes: list[ExistingNode] = [n for n in nodes if n.name not in disrupting]
+        # Every simulation solves over these nodes but its candidates: turned into solver input
+        # once (``ExistingView``), each simulation leaving its candidates out of it.
+        self.view = _view(self.nodes, parsed)
+        self.moving: list[PodObject] = moving_pods(snapshot)
+        self.pending: list[PodObject] = [p for p in snapshot.pods if is_provisionable(p)]
+        # Room on a NodeClaim still launching, or a node not yet initialized, is a promise: a
+        # pod that must move may not count on it (upstream rejects such a result too).
+        self.not_ready = frozenset(
+            n.name
+            for n in self.nodes
+            if n.in_flight or (n.nodepool and n.labels.get(wellknown.LABEL_INITIALIZED) != "true")
+        )
+        self.free = {n.name: _triple(n.allocatable.subtract(n.requested)) for n in self.nodes}
+        frees = list(self.free.values())
+        self.total_free = tuple(sum(max(f[i], 0) for f in frees) for i in range(3))
+        # Per resource, the two largest free amounts: a node's own is never "elsewhere".
+        self.top_free = [sorted((f[i] for f in frees), reverse=True)[:2] for i in range(3)]
+        # Any NodePool may supply the replacement: every offering its requirements allow (and
+        # available), cheapest first.
+        offered = sorted(
+            (o.price, _triple(it.allocatable))
+            for option in self.options
+            for it in option.instance_types
+            for o in compatible_offerings(it, option.requirements)
+        )
+        # Each node shape once, at its cheapest price: what the quick check compares.
+        self.shapes: list[tuple[float, tuple[int, int, int]]] = []
+        seen: set[tuple[int, int, int]] = set()
+        for price, allocatable in offered:
+            if allocatable not in seen:
+                seen.add(allocatable)
+                self.shapes.append((price, allocatable))
+
+
 class Simulator:
     """The cluster as solver input, built once per pass; ``simulate`` filters it.
 
@@ -155,50 +212,29 @@ class Simulator:
         self._clock = clock
         self._spot_to_spot = spot_to_spot
         self._timeout = timeout_seconds
-        # A static NodePool never supplies a replacement (its nodes are existing capacity).
-        self._options: list[NodePoolOption] = [
-            nodepool_option(i, snapshot)
-            for i in inventories
-            if not (i.model is not None and i.model.is_static)
-        ]
-        disrupting = disrupting_nodes(snapshot)
-        nodes = existing_nodes(snapshot, inventories, nominations or {}, self._bound)
-        self._nodes: list[ExistingNode] = [n for n in nodes if n.name not in disrupting]
-        # Every simulation solves over these nodes but its candidates: turned into solver input
-        # once (``ExistingView``), each simulation leaving its candidates out of it.
-        self._view = _view(self._nodes, self._bound)
-        self._moving: list[PodObject] = moving_pods(snapshot)
-        self._pending: list[PodObject] = [p for p in snapshot.pods if is_provisionable(p)]
-        # Room on a NodeClaim still launching, or a node not yet initialized, is a promise: a
-        # pod that must move may not count on it (upstream rejects such a result too).
-        self._not_ready = frozenset(
-            n.name
-            for n in self._nodes
-            if n.in_flight or (n.nodepool and n.labels.get(wellknown.LABEL_INITIALIZED) != "true")
+        facts = pass_facts(parsed)
+        # Over the very object versions of the last pass (and the same NodePools and
+        # nominations), the reading is the last pass's: nothing in it could have changed.
+        key = facts.versions_of(snapshot.pods, snapshot.nodes, snapshot.nodeclaims)
+        nominated = tuple(sorted((nominations or {}).items()))
+        reading = facts.remember(
+            "simulator",
+            None if key is None else (key, tuple(map(id, inventories)), nominated),
+            lambda: _Reading(snapshot, inventories, nominations or {}, self._bound),
         )
+        self._options = reading.options
+        self._nodes = reading.nodes
+        self._view = reading.view
+        self._moving = reading.moving
+        self._pending = reading.pending
+        self._not_ready = reading.not_ready
+        self._free = reading.free
+        self._total_free = reading.total_free
+        self._top_free = reading.top_free
+        self._shapes = reading.shapes
         self.simulations = 0
         self.durations: list[float] = []
         """Seconds each solve took (``karpenter_scheduler_scheduling_duration_seconds``)."""
-        self._free = {n.name: _triple(n.allocatable.subtract(n.requested)) for n in self._nodes}
-        frees = list(self._free.values())
-        self._total_free = tuple(sum(max(f[i], 0) for f in frees) for i in range(3))
-        # Per resource, the two largest free amounts: a node's own is never "elsewhere".
-        self._top_free = [sorted((f[i] for f in frees), reverse=True)[:2] for i in range(3)]
-        # Any NodePool may supply the replacement: every offering its requirements allow (and
-        # available), cheapest first.
-        offered = sorted(
-            (o.price, _triple(it.allocatable))
-            for option in self._options
-            for it in option.instance_types
-            for o in compatible_offerings(it, option.requirements)
-        )
-        # Each node shape once, at its cheapest price: what the quick check compares.
-        self._shapes: list[tuple[float, tuple[int, int, int]]] = []
-        seen: set[tuple[int, int, int]] = set()
-        for price, allocatable in offered:
-            if allocatable not in seen:
-                seen.add(allocatable)
-                self._shapes.append((price, allocatable))
 
     def might_consolidate(self, candidate: Candidate) -> bool:
         """A necessary condition, in microseconds, for deleting the candidate or replacing it

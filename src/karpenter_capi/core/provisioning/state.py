@@ -251,6 +251,9 @@ class ParsedCluster:
         self.existing_view: tuple[object, object] | None = None
         """The disruption pass's solver view of the nodes and what it was built from
         (``disruption.simulation``), reused while nothing in it changed."""
+        self.facts: object | None = None
+        """What disruption read of each pod, Node and NodeClaim version
+        (``disruption.facts.PassFacts``), kept across passes as the parsed pods are."""
 
     def label_requirements(
         self, node: Mapping[str, Any], labels: Mapping[str, str]

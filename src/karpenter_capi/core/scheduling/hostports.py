@@ -82,16 +82,21 @@ class HostPortUsage:
     NodeClaim its own usage seeded from its DaemonSet pods without touching the shared seed.
     """
 
-    __slots__ = ("_by_port",)
+    __slots__ = ("_by_port", "_shared")
 
     def __init__(self, ports: Iterable[HostPort] = ()) -> None:
         # (protocol, port) -> the addresses bound on it: a lookup per requested port, not a scan.
         self._by_port: dict[tuple[str, int], set[str]] = {}
+        # Whether ``_by_port`` may be another usage's too (``copy``): copied before a change.
+        self._shared = False
         self.add(ports)
 
     def add(self, ports: Iterable[HostPort]) -> None:
         """Record ``ports`` as taken (a pod placed on the node)."""
         for port in ports:
+            if self._shared:
+                self._by_port = {key: set(ips) for key, ips in self._by_port.items()}
+                self._shared = False
             self._by_port.setdefault((port.protocol, port.port), set()).add(port.ip)
 
     def conflicts(self, ports: Iterable[HostPort]) -> HostPort | None:
@@ -105,8 +110,12 @@ class HostPortUsage:
         return None
 
     def copy(self) -> HostPortUsage:
+        """An independent usage with the same ports. Copy-on-write: a consolidation solve copies
+        every existing node's usage (10,000 of them) and changes a few, so the two share what
+        they hold until either takes a port."""
         clone = HostPortUsage()
-        clone._by_port = {key: set(ips) for key, ips in self._by_port.items()}
+        clone._by_port = self._by_port
+        clone._shared = self._shared = True
         return clone
 
     def __iter__(self) -> Iterator[HostPort]:

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from karpenter_capi.core.scheduling.hostports import HostPort
+from karpenter_capi.core.scheduling.kept import Kept
 from karpenter_capi.core.scheduling.pod_terms import NodeTerm, PodAffinityTerm, Spread
+from karpenter_capi.core.scheduling.podspec_class import ClassMemo, class_parts
 from karpenter_capi.core.scheduling.podspec_terms import (
     REQUIRED,
     WeightedTerm,
@@ -47,6 +49,16 @@ def pod_key(pod: PodObject) -> str:
     """``namespace/name``, the key pods are reported and nominated by."""
     meta = pod.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def version_of(obj: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(uid, resourceVersion)`` of an API object, ``None`` when it lacks either (a test's or a
+    benchmark's hand-made object, which must then be read afresh every time)."""
+    meta = obj.get("metadata") or {}
+    uid, version = meta.get("uid"), meta.get("resourceVersion")
+    if not uid or not version:
+        return None
+    return (str(uid), str(version))
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,40 +333,11 @@ def _unreadable(pod: PodObject, meta: Mapping[str, Any], problem: str) -> PodSpe
     )
 
 
-class ClassMemo:
-    """Parsed pods by ``class_key``, so the next pod of a class is read in a few field copies.
-
-    Everything of a :class:`PodSpec` but who the pod is (name, uid, node, phase, owners, the
-    object) is read from the parts ``scheduling_spec`` keeps, so two pods with one class key
-    parse to the same values; one Deployment's replicas are most of a batch, and reading each
-    one's containers, affinities and spreads again was most of a first solve. Entries not used
-    for a whole round (``new_round``) are dropped.
-    """
-
-    def __init__(self) -> None:
-        self._current: dict[str, PodSpec] = {}
-        self._previous: dict[str, PodSpec] = {}
-
-    def new_round(self) -> None:
-        self._previous, self._current = self._current, {}
-
-    def get(self, class_key: str) -> PodSpec | None:
-        found = self._current.get(class_key)
-        if found is None:
-            found = self._previous.pop(class_key, None)
-            if found is not None:
-                self._current[class_key] = found
-        return found
-
-    def put(self, spec: PodSpec) -> None:
-        self._current[spec.class_key] = spec
-
-
-def _class_key(pod: PodObject) -> str | None:
-    """``pod``'s class key, or ``None`` when its spec cannot be read that far (the full parse
-    then says why, in its own words)."""
+def _class_of(pod: PodObject) -> Hashable | None:
+    """``pod``'s class (``podspec_class``), or ``None`` when its spec cannot be read that far
+    (the full parse then says why, in its own words)."""
     try:
-        return json.dumps(scheduling_spec(pod), sort_keys=True, default=str)
+        return class_parts(scheduling_spec(pod))
     except SPEC_ERRORS:
         return None
 
@@ -401,26 +384,26 @@ def _owners(meta: Mapping[str, Any]) -> tuple[Owner, ...]:
     )
 
 
-def parse_pod(pod: PodObject, memo: ClassMemo | None = None) -> PodSpec:
+def parse_pod(pod: PodObject, memo: ClassMemo[PodSpec] | None = None) -> PodSpec:
     """Read ``pod`` (JSON) into a :class:`PodSpec`; a spec the API server would have refused
     gives one whose ``problem`` says why, never an exception. ``memo``: pods already read, by
     class, to copy the class's part from."""
     meta = pod.get("metadata") or {}
-    class_key = _class_key(pod)
-    if memo is not None and class_key is not None:
-        template = memo.get(class_key)
+    parts = _class_of(pod) if memo is not None else None
+    if memo is not None and parts is not None:
+        template = memo.get(parts)
         if template is not None:
             try:
                 return _like(template, pod, meta)
             except SPEC_ERRORS:
                 pass  # who it is cannot be read: the full parse says why
-    parsed = _parse(pod, meta, class_key)
-    if memo is not None and parsed.problem is None:
-        memo.put(parsed)
+    parsed = _parse(pod, meta)
+    if memo is not None and parts is not None and parsed.problem is None:
+        memo.put(parts, parsed)
     return parsed
 
 
-def _parse(pod: PodObject, meta: Mapping[str, Any], class_key: str | None) -> PodSpec:
+def _parse(pod: PodObject, meta: Mapping[str, Any]) -> PodSpec:
     try:
         spec = pod.get("spec") or {}
         status = pod.get("status") or {}
@@ -478,11 +461,7 @@ def _parse(pod: PodObject, meta: Mapping[str, Any], class_key: str | None) -> Po
             spreads=spreads,
             requirements=_node_requirements(node_selector, node_terms, preferred_nodes),
             required=_node_requirements(node_selector, node_terms, ()) or Requirements(),
-            class_key=(
-                json.dumps(scheduling_spec(pod), sort_keys=True, default=str)
-                if class_key is None
-                else class_key
-            ),
+            class_key=json.dumps(scheduling_spec(pod), sort_keys=True, default=str),
             topology_signature=_signature(
                 namespace,
                 labels,
@@ -546,17 +525,16 @@ class PodSpecs:
     """
 
     def __init__(self) -> None:
-        self._current: dict[tuple[str, str], PodSpec] = {}
-        self._previous: dict[tuple[str, str], PodSpec] = {}
-        self._memo = ClassMemo()
+        self._kept: Kept[tuple[str, str], PodSpec] = Kept()
+        self._memo: ClassMemo[PodSpec] = ClassMemo()
         self.parses = 0
 
     def __len__(self) -> int:
-        return len(self._current) + len(self._previous)
+        return len(self._kept)
 
     def new_round(self) -> None:
         """Start a round: what the last round did not ask for goes at the end of this one."""
-        self._previous, self._current = self._current, {}
+        self._kept.new_round()
         self._memo.new_round()
 
     def get(self, pod: Mapping[str, Any]) -> PodSpec:
@@ -565,19 +543,15 @@ class PodSpecs:
         A copy of the same version that differs only by being unbound (``state.unbound``: a
         pod that has to move) shares the parse; the returned spec's ``raw`` is always ``pod``.
         """
-        meta = pod.get("metadata") or {}
-        uid, version = meta.get("uid"), meta.get("resourceVersion")
-        if not uid or not version:
+        key = version_of(pod)
+        if key is None:
             self.parses += 1
             return parse_pod(pod, self._memo)
-        key = (str(uid), str(version))
-        found = self._current.get(key)
+        found = self._kept.get(key)
         if found is None:
-            found = self._previous.pop(key, None)
-            if found is None:
-                self.parses += 1
-                found = parse_pod(pod, self._memo)
-            self._current[key] = found
+            self.parses += 1
+            found = parse_pod(pod, self._memo)
+            self._kept.put(key, found)
         if found.raw is pod:
             return found
         node_name = str((pod.get("spec") or {}).get("nodeName") or "")
