@@ -80,9 +80,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BUDGET_SECONDS: Final = 5.0
 """The safety net of each HiGHS solve, in the solving thread's CPU seconds (HiGHS's own
-wall-clock limit is ``highs.WALL_FACTOR`` times it); the work budget below ends each solve of
-the benchmark's seeds in well under a second of CPU, so this is never reached in normal
-operation, and CPU hogs beside the controller do not bring it closer as they do wall time."""
+wall-clock limit is ``highs.WALL_FACTOR`` times it); the work budget below ends nearly every
+solve of the benchmark's seeds in well under a second of CPU, and CPU hogs beside the
+controller do not bring it closer as they do wall time. A root node over many listed patterns,
+which no node limit bounds, can still take seconds (``docs/benchmarks.md``, seed 127)."""
 EPSILON: Final = 1e-6
 """Relative: a plan must be cheaper than greedy's by more than this share to replace it."""
 FIRST_GAP: Final = 0.02
