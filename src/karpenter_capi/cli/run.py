@@ -140,7 +140,7 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         "--packing-optimizer-budget",
         type=parse_budget,
         default=env("PACKING_OPTIMIZER_BUDGET", "5s"),
-        help="wall-clock safety net of each solve re-packing unconstrained NodeClaims into a "
+        help="safety net (CPU seconds) of each solve re-packing unconstrained NodeClaims into a "
         "cheaper plan after the greedy pass; the work itself is bounded by counts, so the "
         "plan does not depend on machine load and this is never reached normally; reaching "
         "it keeps the greedy plan; 0 disables re-packing "

@@ -93,8 +93,8 @@ def test_a_status_it_does_not_know_is_told_as_it_is() -> None:
     assert summary.reason == "kept greedy's plan ($0.5000/h): out-of-work"
 
 
-def test_the_wall_clock_safety_net_is_told_apart_from_the_work_budget() -> None:
+def test_the_safety_net_is_told_apart_from_the_work_budget() -> None:
     summary = summarize([PackingOutcome("timed-out", 0.5)])
     assert summary is not None
     assert summary.outcome == "timed-out"
-    assert "wall-clock safety net" in summary.reason
+    assert "CPU-time safety net" in summary.reason

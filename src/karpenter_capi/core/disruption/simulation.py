@@ -60,7 +60,7 @@ SIMULATION_TIMEOUT_SECONDS: Final = 10.0
 SIMULATION_PACKING_BUDGET_SECONDS: Final = 5.0
 """Re-packing safety net per simulation (``core.scheduling.packing``), as provisioning's: the
 work is bounded by counts, so a consolidation decision does not depend on the machine's load
-either; a shorter wall-clock net would bring that dependence back on a loaded machine."""
+either; a much shorter net would bring that dependence back on a loaded machine."""
 
 
 def _view(nodes: Sequence[ExistingNode], parsed: ParsedCluster) -> ExistingView:

@@ -6,9 +6,11 @@ seam tests replace with a backend that reports its safety net reached, and the h
 guard against HiGHS printing to stdout.
 
 Each solve is bounded by deterministic work (HiGHS's branch-and-bound node limit), so the same
-problem gets the same answer however loaded the machine is; HiGHS's own ``time_limit`` stays
-only as a safety net, and reaching it raises ``OutOfTime`` instead of returning whatever the
-clock let HiGHS find (``docs/scheduling.md``).
+problem gets the same answer however loaded the machine is. A safety net remains, measured in
+the solving thread's CPU time (``time.thread_time``, injectable), which CPU hogs beside the
+controller do not inflate as they do the wall clock; HiGHS's own ``time_limit``, wall time, is
+set ``WALL_FACTOR`` times further as a last resort. Reaching either raises ``OutOfTime``
+instead of returning whatever the clock let HiGHS find (``docs/scheduling.md``).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import contextlib
 import os
 import sys
 import threading
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     import numpy as np
@@ -60,9 +63,16 @@ class _StdoutToStderr:
 _stdout_to_stderr = _StdoutToStderr()
 
 
+WALL_FACTOR: Final = 12.0
+"""HiGHS's own (wall-clock) ``time_limit`` is this many times a solve's CPU-time safety net:
+only a last resort, for a process so starved of CPU that it gets less than a twelfth of a
+core; two CPU hogs on a two-core machine leave it about two thirds of one."""
+
+
 class OutOfTime(Exception):
-    """HiGHS's wall-clock safety net stopped a solve: a machine too loaded to finish work that
-    normally takes milliseconds. The re-packing keeps greedy's plan and says so."""
+    """A solve reached its safety net: more CPU seconds than the net (work that normally takes
+    milliseconds), or HiGHS's wall-clock last resort (a machine too loaded to run it at all).
+    The re-packing keeps greedy's plan and says so."""
 
 
 def warm_up() -> None:
@@ -95,18 +105,30 @@ _NODE_LIMIT_STATUS = "HiGHS Status 16:"
 class HiGHS:
     """The linear and integer solves, through ``scipy.optimize`` (HiGHS).
 
-    A seam: tests substitute a backend that reports its safety net reached.
+    A seam: tests substitute a backend that reports its safety net reached. ``cpu_clock``:
+    the solving thread's CPU seconds (``time.thread_time``; tests inject a clock that jumps).
+    Each call's ``time_limit`` is its safety net in those seconds: a solve that spent more
+    raises ``OutOfTime``, and HiGHS itself stops at ``WALL_FACTOR`` times it in wall time.
     """
+
+    def __init__(self, cpu_clock: Callable[[], float] | None = None) -> None:
+        self._cpu_clock = cpu_clock or time.thread_time
+
+    def _check(self, started: float, time_limit: float, message: str) -> None:
+        spent = self._cpu_clock() - started
+        if spent > time_limit:
+            raise OutOfTime(f"{spent:.3g} CPU seconds over the {time_limit:g} s net ({message})")
 
     def lp(
         self, cost: np.ndarray, a_ub: np.ndarray, b_ub: np.ndarray, *, time_limit: float
     ) -> tuple[float, np.ndarray, np.ndarray] | None:
         """Minimize ``cost @ x`` with ``a_ub @ x <= b_ub``, ``x >= 0``: value, row duals and
         ``x`` (``None``: infeasible). The simplex method ends by itself; ``time_limit`` is the
-        safety net (``OutOfTime``)."""
+        safety net, CPU seconds (``OutOfTime``)."""
         import numpy as np
         from scipy.optimize import linprog
 
+        started = self._cpu_clock()
         with _stdout_to_stderr():
             result = linprog(
                 cost,
@@ -114,10 +136,11 @@ class HiGHS:
                 b_ub=b_ub,
                 bounds=(0, None),
                 method="highs",
-                options={"time_limit": time_limit},
+                options={"time_limit": time_limit * WALL_FACTOR},
             )
         if result.status == 1:
             raise OutOfTime(result.message)
+        self._check(started, time_limit, "linear solve")
         if result.status != 0:
             return None
         return float(result.fun), np.asarray(result.ineqlin.marginals), np.asarray(result.x)
@@ -136,11 +159,12 @@ class HiGHS:
     ) -> tuple[str, np.ndarray | None]:
         """Minimize over integers; ``(status, x)`` with status ``optimal``, ``infeasible`` or
         ``budget-exhausted`` (``node_limit`` branch-and-bound nodes explored first: ``x`` the
-        best integer plan found by then, or ``None``). ``time_limit`` is only the safety net
-        (``OutOfTime``)."""
+        best integer plan found by then, or ``None``). ``time_limit`` is only the safety net,
+        CPU seconds (``OutOfTime``)."""
         import numpy as np
         from scipy.optimize import Bounds, LinearConstraint, milp
 
+        started = self._cpu_clock()
         with _stdout_to_stderr():
             result: Any = milp(
                 cost,
@@ -148,17 +172,18 @@ class HiGHS:
                 integrality=np.ones(len(cost)),
                 bounds=Bounds(*bounds),
                 options={
-                    "time_limit": time_limit,
+                    "time_limit": time_limit * WALL_FACTOR,
                     "node_limit": node_limit,
                     "disp": False,
                     "mip_rel_gap": gap,
                     "presolve": False,
                 },
             )
-        if result.status == 0:
-            return "optimal", np.asarray(result.x)
         if result.status == 1:
             raise OutOfTime(result.message)
+        self._check(started, time_limit, "integer solve")
+        if result.status == 0:
+            return "optimal", np.asarray(result.x)
         if _NODE_LIMIT_STATUS in str(result.message):
             x = getattr(result, "x", None)
             return "budget-exhausted", None if x is None else np.asarray(x)

@@ -26,9 +26,10 @@ is charged to its patterns when pricing and listing them. Both run on HiGHS thro
 
 The work is counted, never timed (column generation rounds, branch-and-bound nodes, nodes of the
 pattern listing's search), so the same cluster state gives the same plan on an idle machine and
-on a loaded one, and a decision can be reproduced afterwards. A wall-clock cap (``budget``
-seconds, HiGHS's own time limit on each solve) remains only as a safety net: reaching it keeps
-greedy's plan and says so (``timed-out``) rather than use whatever the clock let it find.
+on a loaded one, and a decision can be reproduced afterwards. A cap (``budget`` seconds of the
+solving thread's CPU time on each solve, and HiGHS's own wall-clock time limit ``WALL_FACTOR``
+times further: ``highs.py``) remains only as a safety net: reaching it keeps greedy's plan and
+says so (``timed-out``) rather than use whatever the clock let it find.
 
 kube-scheduler does not read the plan: it scores nodes LeastAllocated, and the new nodes become
 Ready together or in any order, so small pods queued first may spread onto the node planned for
@@ -78,9 +79,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_BUDGET_SECONDS: Final = 5.0
-"""The wall-clock safety net of each HiGHS solve; the work budget below ends each solve of the
-benchmark's seeds in well under a second on a loaded 2-core machine, so this is never reached
-unless the machine all but stops."""
+"""The safety net of each HiGHS solve, in the solving thread's CPU seconds (HiGHS's own
+wall-clock limit is ``highs.WALL_FACTOR`` times it); the work budget below ends nearly every
+solve of the benchmark's seeds in well under a second of CPU, and CPU hogs beside the
+controller do not bring it closer as they do wall time. A root node over many listed patterns,
+which no node limit bounds, can still take seconds (``docs/benchmarks.md``, seed 127)."""
 EPSILON: Final = 1e-6
 """Relative: a plan must be cheaper than greedy's by more than this share to replace it."""
 FIRST_GAP: Final = 0.02
@@ -142,7 +145,7 @@ def optimize(
         global _warned
         if not _warned:
             log.warning(
-                "re-packing kept the greedy plan: a solve reached its %gs wall-clock safety net "
+                "re-packing kept the greedy plan: a solve reached its %gs safety net "
                 "(%s); the machine may be overloaded",
                 budget,
                 exc,
@@ -170,7 +173,7 @@ class Work:
 class _Search:
     problem: PackingProblem
     backend: HiGHS
-    safety: float  # seconds: each solve's wall-clock safety net
+    safety: float  # seconds: each solve's safety net (CPU time, ``highs.HiGHS``)
     realizer: Realizer
     depth: int = 0  # how deep in residual re-solves (``_residual``)
     greedy_cost: float = 0.0

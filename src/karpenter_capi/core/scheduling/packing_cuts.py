@@ -85,7 +85,7 @@ def integer_program(
     """How many nodes of each pattern of ``columns`` to buy (cost, and ``A @ x <= b``:
     ``rows``), at most ``caps[t]`` nodes of type ``t``: the backend's status and solution, its
     first ``len(columns)`` values the patterns'. At most ``nodes`` branch-and-bound nodes;
-    ``safety`` seconds is the wall-clock safety net."""
+    ``safety`` seconds (CPU) is the safety net."""
     import numpy as np
 
     cost, matrix, high = rows

@@ -68,7 +68,7 @@ class PackingOutcome:
 
     ``status``: ``improved``, ``not-cheaper`` (greedy is optimal or nothing cheaper was found),
     ``not-robust`` (every cheaper plan found strands a pod), ``budget-exhausted`` (the work
-    budget ran out before any cheaper plan; the same every time), ``timed-out`` (the wall-clock
+    budget ran out before any cheaper plan; the same every time), ``timed-out`` (the CPU-time
     safety net struck: a machine too loaded to finish), ``too-large``, ``disabled``, or (set by
     ``repack.py``) ``voided``: the plan was no cheaper once built as NodeClaims within the
     NodePool's limits. ``packing_summary.py`` words them for the user.

@@ -24,7 +24,7 @@ TIMED_OUT: Final = "timed-out"
 TOO_LARGE: Final = "too-large"
 
 # The optimizer's statuses, mapped to what the user is told: its counted work budget spent
-# (the same on any machine) or its wall-clock safety net struck (a machine too loaded).
+# (the same on any machine) or its CPU-time safety net struck (a machine too loaded).
 _OUTCOME: Final = {
     "improved": RE_PACKED,
     "not-cheaper": NOT_CHEAPER,
@@ -122,7 +122,7 @@ def _reason(kind: str, outcomes: Sequence[PackingOutcome]) -> str:
         return f"{said} ({refused})" if rejected else said
     if kind == TIMED_OUT:
         said = (
-            "the solver's wall-clock safety net stopped it (the machine is too loaded, or "
+            "the solver's CPU-time safety net stopped it (the machine is too loaded, or "
             "--packing-optimizer-budget too short)"
         )
         return f"{said} ({refused})" if rejected else said

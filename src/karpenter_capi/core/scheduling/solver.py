@@ -134,7 +134,7 @@ class Solver:
         plans_nominated: bool = False,
         pod_specs: PodSpecs | None = None,
     ) -> None:
-        """``packing_budget``: each re-packing solve's wall-clock safety net, seconds
+        """``packing_budget``: each re-packing solve's safety net, CPU seconds
         (``packing.py``; 0 disables it); ``packing_outcomes`` says what it decided.
         ``plans_nominated``: pods are nominated to their planned nodes (KEP-5278), so no
         readiness model applies. ``pod_specs``: parsed pods kept across rounds (a fresh cache
