@@ -19,7 +19,14 @@ from benchmarks import fleet_http
 @pytest.mark.slow
 def test_a_fleet_over_http_binds_every_pod_beside_a_storming_cluster() -> None:
     args = argparse.Namespace(
-        nodes=2, pods=10, waves=1, spread=0.0, timeout=90.0, workers=2, fleet_workers=8
+        nodes=2,
+        pods=10,
+        waves=1,
+        spread=0.0,
+        timeout=90.0,
+        workers=2,
+        fleet_workers=8,
+        emulators=0,
     )
     figures = fleet_http.run_phase(args, 2, storm=True)
     assert figures["all_served"]
