@@ -18,7 +18,8 @@ from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube.resources import NODECLAIMS, PODS
 from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
-from karpenter_capi.core.provisioning.provisioner import Provisioner, ProvisioningReport
+from karpenter_capi.core.provisioning.provisioner import Provisioner
+from karpenter_capi.core.provisioning.report import ProvisioningReport
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
 from karpenter_capi.sim.demo import DEMO_SCENARIO, mark_unschedulable

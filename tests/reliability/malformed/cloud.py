@@ -25,7 +25,8 @@ from karpenter_capi.core.kube.resources import (
     NODEPOOLS,
 )
 from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
-from karpenter_capi.core.provisioning.provisioner import Provisioner, ProvisioningReport
+from karpenter_capi.core.provisioning.provisioner import Provisioner
+from karpenter_capi.core.provisioning.report import ProvisioningReport
 from karpenter_capi.plugins.capz.plugin import CapzPlugin
 from karpenter_capi.plugins.generic_capi.plugin import GenericCapiPlugin
 from karpenter_capi.plugins.generic_capi.shape import PRICE_ANNOTATION

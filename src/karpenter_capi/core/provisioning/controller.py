@@ -30,7 +30,8 @@ from karpenter_capi.core.kube.resources import (
 from karpenter_capi.core.provisioning.batcher import Batcher
 from karpenter_capi.core.provisioning.pending import is_provisionable
 from karpenter_capi.core.provisioning.plans import missing_claims
-from karpenter_capi.core.provisioning.provisioner import Provisioner, ProvisioningReport
+from karpenter_capi.core.provisioning.provisioner import Provisioner
+from karpenter_capi.core.provisioning.report import ProvisioningReport
 from karpenter_capi.core.provisioning.state import ClusterSnapshot, unreplaced_pods
 from karpenter_capi.core.runtime.controller import WORKLOAD, ControllerContext, Result
 from karpenter_capi.core.scheduling.packing import DEFAULT_BUDGET_SECONDS as DEFAULT_PACKING_BUDGET

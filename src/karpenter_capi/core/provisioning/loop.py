@@ -11,11 +11,8 @@ from collections.abc import Mapping
 from typing import TextIO
 
 from karpenter_capi.core.provisioning.nodeclaims import nodeclaim_body
-from karpenter_capi.core.provisioning.provisioner import (
-    LaunchDecision,
-    Provisioner,
-    ProvisioningReport,
-)
+from karpenter_capi.core.provisioning.provisioner import Provisioner
+from karpenter_capi.core.provisioning.report import LaunchDecision, ProvisioningReport
 
 __all__ = [
     "LaunchDecision",

@@ -31,7 +31,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from karpenter_capi.core.api import wellknown
@@ -55,6 +54,11 @@ from karpenter_capi.core.provisioning.inventory import NodePoolInventory, resolv
 from karpenter_capi.core.provisioning.nodeclaims import log_created, nodeclaim_body
 from karpenter_capi.core.provisioning.pending import is_provisionable
 from karpenter_capi.core.provisioning.plans import finish_plans, missing_claims, stamp_plan
+from karpenter_capi.core.provisioning.report import (
+    LaunchDecision,
+    ProvisioningReport,
+    launch_decision,
+)
 from karpenter_capi.core.provisioning.state import (
     ClusterSnapshot,
     ParsedCluster,
@@ -68,7 +72,7 @@ from karpenter_capi.core.provisioning.state import (
 from karpenter_capi.core.provisioning.unseen import UnseenClaims, outcome_unknown
 from karpenter_capi.core.scheduling import packing
 from karpenter_capi.core.scheduling.daemons import DaemonOverhead
-from karpenter_capi.core.scheduling.packing_summary import PackingSummary, summarize
+from karpenter_capi.core.scheduling.packing_summary import summarize
 from karpenter_capi.core.scheduling.podspec import PodSpecs, missing_claim_reason, pod_key
 from karpenter_capi.core.scheduling.solver import (
     DEFAULT_MAX_INSTANCE_TYPES,
@@ -79,40 +83,6 @@ from karpenter_capi.core.scheduling.solver_io import ExistingNode, NodePoolOptio
 from karpenter_capi.core.values.resources import ResourceList
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class LaunchDecision:
-    """A NodeClaim this round created, and what it expects to get."""
-
-    nodeclaim: str
-    nodepool: str
-    instance_type: str
-    zone: str
-    capacity_type: str
-    price: float
-    pods: tuple[str, ...]
-    requests: Mapping[str, str]
-    alternatives: tuple[str, ...]
-
-
-@dataclass
-class ProvisioningReport:
-    launched: list[LaunchDecision] = field(default_factory=list)
-    unschedulable: dict[str, str] = field(default_factory=dict)  # pod key -> why
-    placed: dict[str, str] = field(default_factory=dict)
-    """Pending pod key -> the node or launching NodeClaim the round counted it on."""
-    nodepool_errors: dict[str, str] = field(default_factory=dict)
-    pending: int = 0
-    in_flight_pods: int = 0
-    existing_pods: int = 0
-    timed_out: bool = False
-    packing: PackingSummary | None = None
-    """What the re-packing stage decided, when it ran (``packing_summary.py``)."""
-
-    @property
-    def hourly_cost(self) -> float:
-        return sum(decision.price for decision in self.launched)
 
 
 def _as_floats(resources: ResourceList) -> dict[str, float]:
@@ -552,7 +522,7 @@ class Provisioner:
         keys = tuple(sorted(pod_key(p) for p in claim.pods))
         if created is None:
             log_created("(dry run)", claim, dry_run=True, level=level)
-            return _decision("(dry run)", claim, keys)
+            return launch_decision("(dry run)", claim, keys)
         name = str(created["metadata"]["name"])
         self.unseen.created(created)
         if self._metrics is not None:
@@ -560,7 +530,7 @@ class Provisioner:
         self._nominations[name] = frozenset(keys)
         self._nominated_at[name] = self._clock.monotonic()
         log_created(name, claim)
-        return _decision(name, claim, keys)
+        return launch_decision(name, claim, keys)
 
     def _nominate(self, launched: Sequence[tuple[ProposedNodeClaim, str]]) -> None:
         """Launched pods' ``Nominated`` Events, once every claim of the round is created and
@@ -584,18 +554,3 @@ class Provisioner:
         workers = min(self._create_concurrency, len(events))
         with ThreadPoolExecutor(workers, thread_name_prefix="nominated-event") as pool:
             list(pool.map(record, events))
-
-
-def _decision(name: str, claim: ProposedNodeClaim, pods: tuple[str, ...]) -> LaunchDecision:
-    instance_type, offering = claim.cheapest()
-    return LaunchDecision(
-        nodeclaim=name,
-        nodepool=claim.nodepool.name,
-        instance_type=instance_type.name,
-        zone=offering.zone,
-        capacity_type=offering.capacity_type,
-        price=offering.price,
-        pods=pods,
-        requests=claim.requests.to_dict(),
-        alternatives=tuple(it.name for it in claim.instance_types),
-    )

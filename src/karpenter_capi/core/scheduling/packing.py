@@ -57,12 +57,12 @@ from typing import TYPE_CHECKING, Final
 from karpenter_capi.core.scheduling import pricing
 from karpenter_capi.core.scheduling.highs import HiGHS, OutOfTime
 from karpenter_capi.core.scheduling.packing_cuts import Caps, integer_program, kinds, program_rows
+from karpenter_capi.core.scheduling.packing_patterns import maximal_patterns
 from karpenter_capi.core.scheduling.packing_problem import (
     Bin,
     PackingOutcome,
     PackingProblem,
     fit_count,
-    fits,
     launch_type,
     load,
     plan_cost,
@@ -481,54 +481,22 @@ class _Search:
 
     def _maximal_patterns(self) -> list[Bin] | None:
         """Every pattern no pod could be added to whose reduced cost may be within
-        ``self.gap``, or ``None`` past ``_MAX_PATTERNS`` or ``LISTING_VISITS``."""
-        found: list[Bin] = []
+        ``self.gap``, or ``None`` past ``_MAX_PATTERNS`` or ``LISTING_VISITS``
+        (``packing_patterns``)."""
         problem = self.problem
-        for t, kind in enumerate(problem.types):
-            counts = [0] * len(problem.groups)
-            left = kind.price + self._rent(t)
-            if not self._walk(t, 0, list(kind.room), counts, found=found, left=left):
-                return None
-        return found
-
-    def _walk(
-        self, t: int, g: int, room: list[int], counts: list[int], *, found: list[Bin], left: float
-    ) -> bool:
-        """Depth first over how many pods of group ``g`` on; ``left``: the pattern's reduced
-        cost so far (its price, less what the pods already on it are worth)."""
-        groups = self.problem.groups
-        self.visited += 1
+        costs = [kind.price + self._rent(t) for t, kind in enumerate(problem.types)]
+        found, self.visited = maximal_patterns(
+            problem,
+            self.prices,
+            costs,
+            self.gap,
+            visited=self.visited,
+            max_visits=LISTING_VISITS,
+            max_patterns=_MAX_PATTERNS,
+        )
         if self.visited > LISTING_VISITS:
             self.exhausted = True
-            return False
-        if g == len(groups):
-            full = all(
-                counts[k] == group.count
-                or t not in group.types
-                or not fits(group.vector, tuple(room))
-                for k, group in enumerate(groups)
-            )
-            if full and any(counts):
-                found.append(Bin(t, tuple(counts)))
-            return len(found) <= _MAX_PATTERNS
-        # Even filled with everything else at its dual price, could it get within the gap?
-        hope = sum(
-            self.prices[k] * min(groups[k].count, fit_count(groups[k].vector, tuple(room)))
-            for k in range(g, len(groups))
-            if t in groups[k].types
-        )
-        if left - hope > self.gap:
-            return True
-        group = groups[g]
-        most = min(group.count, fit_count(group.vector, tuple(room))) if t in group.types else 0
-        for n in range(most, -1, -1):
-            counts[g] = n
-            rest = [r - v * n for r, v in zip(room, group.vector, strict=True)]
-            if not self._walk(t, g + 1, rest, counts, found=found, left=left - self.prices[g] * n):
-                counts[g] = 0
-                return False
-        counts[g] = 0
-        return True
+        return found
 
     # -- column generation ------------------------------------------------------------------
 

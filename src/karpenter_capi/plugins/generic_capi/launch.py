@@ -63,9 +63,10 @@ NodeClaim then gives back the replica it asked for and falls through to the next
 the resource is marked unavailable.
 
 The counting rules themselves (waiting NodeClaims, pairing, target, ranking) are in
-``planning``; this module reads, writes and decides what to try next. The NodeClaims and a
-resource's Machines are read through ``mirror``: as fresh as a list, at the cost of the changes
-since the previous call (a list per call made a burst of N NodeClaims cost O(N^2)).
+``planning``, the reads in ``launch_reads``; this module writes and decides what to try next.
+The NodeClaims and a resource's Machines are read through ``mirror``: as fresh as a list, at
+the cost of the changes since the previous call (a list per call made a burst of N NodeClaims
+cost O(N^2)).
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from karpenter_capi.plugin_api import (
@@ -85,7 +86,7 @@ from karpenter_capi.plugin_api import (
     PluginContext,
     RetryableCreateError,
 )
-from karpenter_capi.plugin_api.karpenter import NodeClass, format_timestamp, wellknown
+from karpenter_capi.plugin_api.karpenter import NodeClass, format_timestamp
 from karpenter_capi.plugin_api.kube import ApiError, CapiResources, Conflict, NotFound
 from karpenter_capi.plugins.generic_capi.binding import (
     ANNOTATION_MACHINE,
@@ -100,13 +101,9 @@ from karpenter_capi.plugins.generic_capi.binding import (
 )
 from karpenter_capi.plugins.generic_capi.inflight import LaunchesInFlight
 from karpenter_capi.plugins.generic_capi.instances import MachineCache
-from karpenter_capi.plugins.generic_capi.inventory import (
-    Inventory,
-    UnavailableOfferings,
-    collect_inventory,
-    raw_nodeclass,
-)
+from karpenter_capi.plugins.generic_capi.inventory import UnavailableOfferings
 from karpenter_capi.plugins.generic_capi.just_selected import JustSelected
+from karpenter_capi.plugins.generic_capi.launch_reads import InventoryOf, LaunchReads
 from karpenter_capi.plugins.generic_capi.mirror import ClusterMirrors, WaitingClaims
 from karpenter_capi.plugins.generic_capi.planning import (
     Candidate,
@@ -121,15 +118,12 @@ from karpenter_capi.plugins.generic_capi.scaling import (
     ResourceRef,
     ResourceState,
     owner_of,
-    read_state,
     scale,
     withdrawal_blocked,
 )
 
 log = logging.getLogger(__name__)
 
-InventoryOf = Callable[[NodeClass], Inventory]
-"""The resources behind a NodeClass's offerings (default: the ones its selector matches)."""
 Prepare = Callable[[Candidate], str | None]
 """Called before a candidate resource is read: makes it exist if it may (a native plugin's
 lazily created pool), or says why it cannot serve now (a pool its provider reports failed)."""
@@ -184,8 +178,9 @@ class Launcher:
         selected: JustSelected | None = None,
     ) -> None:
         self._ctx = ctx
-        self._just_selected = selected
-        self._inventory_of = inventory or self._selected
+        self._reads = LaunchReads(
+            ctx, capi, cache, mirrors, inflight, inventory=inventory, selected=selected
+        )
         self._prepare = prepare
         self._inflight = inflight
         self._client: KubeClient = ctx.management
@@ -194,13 +189,6 @@ class Launcher:
         self._mirrors = mirrors
         self._unavailable = unavailable
         self._settings = settings
-
-    def _selected(self, nodeclass: NodeClass) -> Inventory:
-        if self._just_selected is not None:
-            kept = self._just_selected.take(raw_nodeclass(nodeclass))
-            if kept is not None:
-                return kept
-        return collect_inventory(self._ctx, nodeclass, self._capi)
 
     # --- entry point ----------------------------------------------------------------------------
 
@@ -231,10 +219,10 @@ class Launcher:
         # replica standing (issue 25); the resource decides again from a fresh read instead.
         sent = claim.intent or self._inflight.intent_of(claim.name) or ""
         intent = ResourceRef.parse(sent) if sent else None
-        machine, lost = self._find_binding(claim)
+        machine, lost = self._reads.find_binding(claim)
         if machine is not None:
             owner = owner_of(machine) or intent
-            candidate = self._describe(claim, owner, nodeclass)
+            candidate = self._reads.describe(claim, owner, nodeclass)
             if candidate is None:
                 raise RetryableCreateError(
                     f"Machine {machine.key} is bound but its scalable resource is unknown"
@@ -243,7 +231,7 @@ class Launcher:
         tried: list[Candidate] = []
         reasons: list[str] = []
         if intent is not None:
-            sticky = self._describe(claim, intent, nodeclass)
+            sticky = self._reads.describe(claim, intent, nodeclass)
             if sticky is not None:
                 outcome = self._attempt(sticky, call, sticky=True)
                 if outcome.machine is not None:
@@ -255,10 +243,10 @@ class Launcher:
             else:
                 # The resource it waited on is no longer described anywhere: withdraw its
                 # replica there before choosing again, or it would be counted twice.
-                state = self._read_state(intent)
-                claims = self._on(call.claims(self._mirrors), intent)
+                state = self._reads.read_state(intent)
+                claims = self._reads.on(call.claims(self._mirrors), intent)
                 self._give_back(state, claim, claims, self._cache.bound_claims())
-        inventory = self._inventory_of(nodeclass)
+        inventory = self._reads.inventory_of(nodeclass)
         candidates = rank_candidates(instance_types, inventory, self._unavailable)
         for candidate in candidates:
             if any(candidate.ref == done.ref for done in tried):
@@ -276,27 +264,7 @@ class Launcher:
             [(c.instance_type, c.offering) for c in tried if c.offering is not None],
         )
 
-    # --- reading --------------------------------------------------------------------------------
-
-    def _on(self, waiting: WaitingClaims, ref: ResourceRef) -> list[ClaimFacts]:
-        """The NodeClaims that may wait on ``ref``: as the API shows them, with the intents
-        this process has sent to the core and the API does not show yet (``inflight``)."""
-        key = ref.key
-        sent = self._inflight.intents_on(key)
-        claims = []
-        for claim in waiting.on(ref):
-            if self._inflight.was_deleted(claim):
-                continue  # a copy that lags may show it as it was before it went
-            where = self._inflight.intent_of(claim.name)
-            if where is None or where == key:
-                claims.append(claim)
-                sent.pop(claim.name, None)
-        for name in sent:
-            shown = waiting.find(name)
-            if shown is not None:
-                annotations = {**shown.annotations, ANNOTATION_SCALABLE_RESOURCE: key}
-                claims.append(replace(shown, annotations=annotations))
-        return claims
+    # --- the round (the reads: ``launch_reads``) ------------------------------------------------
 
     def _choosing(self, call: _Call) -> bool:
         """Whether another NodeClaim of this round has yet to choose its resource: created
@@ -316,69 +284,20 @@ class Launcher:
             )
         return call.choosing
 
-    def _read_state(self, ref: ResourceRef) -> ResourceState | None:
-        return read_state(self._client, self._capi, ref, self._mirrors.machines_of)
-
-    def _find_binding(self, claim: ClaimFacts) -> tuple[MachineFacts | None, bool]:
-        """The Machine bound to ``claim``, and whether a Machine it recorded was lost."""
-        recorded = claim.machine_ref
-        if recorded is not None:
-            machine = self._get_machine(*recorded)
-            if machine is not None and machine.bound_to(claim) and not machine.deleting:
-                return machine, False
-            return None, True
-        for cached in self._cache.bound_to(claim.name):
-            machine = self._get_machine(cached.namespace, cached.name)
-            if machine is not None and machine.bound_to(claim) and not machine.deleting:
-                return machine, False
-        return None, False
-
-    def _get_machine(self, namespace: str, name: str) -> MachineFacts | None:
-        try:
-            raw = self._client.get(self._capi.machines, name, namespace)
-        except NotFound:
-            self._cache.forget(namespace, name)
-            return None
-        machine = machine_facts(raw)
-        self._cache.observe(machine)
-        return machine
-
-    def _describe(
-        self, claim: ClaimFacts, ref: ResourceRef | None, nodeclass: NodeClass
-    ) -> Candidate | None:
-        """The offering ``ref`` makes, from the labels an earlier result gave the NodeClaim,
-        else from the inventory."""
-        if ref is None:
-            return None
-        labels = claim.labels
-        instance_type = labels.get(wellknown.LABEL_INSTANCE_TYPE)
-        if instance_type and claim.intent == ref.key:
-            return Candidate(
-                ref,
-                instance_type,
-                labels.get(wellknown.LABEL_TOPOLOGY_ZONE, ""),
-                labels.get(wellknown.LABEL_CAPACITY_TYPE, wellknown.CAPACITY_TYPE_ON_DEMAND),
-            )
-        inventory = self._inventory_of(nodeclass)
-        for resource in inventory.resources:
-            if resource.key == ref.key:
-                return Candidate(ref, resource.instance_type, resource.zone, resource.capacity_type)
-        return None
-
     # --- one resource ---------------------------------------------------------------------------
 
     def _attempt(self, candidate: Candidate, call: _Call, *, sticky: bool) -> _Outcome:
         ref = candidate.ref
         claim, now = call.claim, call.now
-        claims = self._on(call.claims(self._mirrors), ref)
+        claims = self._reads.on(call.claims(self._mirrors), ref)
         bound_elsewhere = self._cache.bound_claims()
         problem = self._prepare(candidate) if self._prepare is not None else None
         if problem is not None:
             if sticky:
-                self._give_back(self._read_state(ref), claim, claims, bound_elsewhere)
+                self._give_back(self._reads.read_state(ref), claim, claims, bound_elsewhere)
             return _Outcome(skip=problem, mark=True)
         for _ in range(self._settings.conflict_retries):
-            state = self._read_state(ref)
+            state = self._reads.read_state(ref)
             if state is None or state.deleting:
                 gone = "no longer exists" if state is None else "is being deleted"
                 return _Outcome(skip=f"{ref} {gone}")
@@ -397,7 +316,7 @@ class Launcher:
                 except (Conflict, NotFound):
                     # The copy the bind was made from lags the API: read the Machine itself,
                     # so the next try decides from what the API has (``mirror`` docstring).
-                    self._refresh_machine(ref, free)
+                    self._reads.refresh_machine(ref, free)
                     continue
                 bound = machine_facts(written)
                 self._cache.observe(bound)
@@ -439,18 +358,6 @@ class Launcher:
             self._settings.conflict_retries,
         )
         return _Outcome(waiting=True)
-
-    def _refresh_machine(self, ref: ResourceRef, machine: MachineFacts) -> None:
-        """Read ``machine`` from the API after a write to it failed (409 or 404) and give the
-        answer to ``ref``'s mirror, which may lag the API by seconds on a loaded machine:
-        retrying on the same stale copy failed the same way until the retries ran out."""
-        try:
-            raw = self._client.get(self._capi.machines, machine.name, machine.namespace)
-        except NotFound:
-            self._cache.forget(machine.namespace, machine.name)
-            self._mirrors.machine_gone(ref, machine.key)
-            return
-        self._cache.observe(self._mirrors.saw_machine(ref, raw))
 
     def _machine_on_its_way(
         self, state: ResourceState, waiting: Sequence[ClaimFacts], claim: ClaimFacts
@@ -560,11 +467,11 @@ class Launcher:
 
     def _raise_deferred(self, ref: ResourceRef, on_behalf: str) -> None:
         for _ in range(self._settings.conflict_retries):
-            state = self._read_state(ref)
+            state = self._reads.read_state(ref)
             if state is None or state.deleting:
                 self._inflight.covered(ref.key, None)
                 return
-            claims = self._on(self._mirrors.waiting(), ref)
+            claims = self._reads.on(self._mirrors.waiting(), ref)
             others = waiting_claims(claims, state, self._cache.bound_claims())
             plan = self._plan(state, others, self._ctx.clock.now())
             if self._raise(state, plan, on_behalf) is not None:
@@ -601,7 +508,7 @@ class Launcher:
             try:
                 scale(self._client, self._capi, state, state.replicas - 1)
             except Conflict:
-                state = self._read_state(state.ref)
+                state = self._reads.read_state(state.ref)
                 continue
             log.info(
                 "NodeClaim %s gave back its replica of %s (%d -> %d)",

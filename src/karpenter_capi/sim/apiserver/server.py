@@ -46,17 +46,16 @@ from karpenter_capi.sim.apiserver.eviction import check_eviction
 from karpenter_capi.sim.apiserver.faults import FaultInjector
 from karpenter_capi.sim.apiserver.field_validation import check_directive, check_fields
 from karpenter_capi.sim.apiserver.hook_order import WRITE_HOOKS
-from karpenter_capi.sim.apiserver.patch import json_patch, merge_patch
 from karpenter_capi.sim.apiserver.request_counts import RequestCounts
 from karpenter_capi.sim.apiserver.selectors import (
     object_filter,
     parse_field_selector,
     parse_label_selector,
 )
-from karpenter_capi.sim.apiserver.strategic import strategic_merge_patch
 from karpenter_capi.sim.apiserver.subresources import check_subresource, scale_of, write_scale
 from karpenter_capi.sim.apiserver.version import VERSION_INFO
 from karpenter_capi.sim.apiserver.watch import InMemoryWatch, WatchFilter
+from karpenter_capi.sim.apiserver.write_requests import apply_patch, check_delete_preconditions
 
 JsonObject = dict[str, Any]
 
@@ -460,11 +459,11 @@ class InMemoryAPIServer:
         with self._lock:
             stored = self._engine.get_stored(definition, table, name, namespace)
             if subresource == "scale":
-                patched_scale = self._apply_patch(
+                patched_scale = apply_patch(
                     scale_of(definition, stored), patch, patch_type, "Scale"
                 )
                 return write_scale(self._engine, definition, table, stored, patched_scale)
-            patched = self._apply_patch(
+            patched = apply_patch(
                 self._present(stored, resource), patch, patch_type, definition.kind
             )
             patched_meta = patched.get("metadata") or {}
@@ -496,26 +495,6 @@ class InMemoryAPIServer:
         check_fields(
             self._engine, definition, resource, body, directive=directive, warnings=warnings
         )
-
-    @staticmethod
-    def _apply_patch(
-        base: JsonObject,
-        patch: JsonObject | builtins.list[JsonObject],
-        patch_type: PatchType,
-        kind: str,
-    ) -> JsonObject:
-        if patch_type == PatchType.JSON:
-            result = json_patch(base, patch)
-        elif isinstance(patch, dict):
-            if patch_type == PatchType.STRATEGIC:
-                result = strategic_merge_patch(base, patch, kind)
-            else:
-                result = merge_patch(base, patch)
-        else:
-            raise BadRequest(f"a {patch_type.value} patch must be a JSON object")
-        if not isinstance(result, dict):
-            raise BadRequest("the patched document is not a JSON object")
-        return result
 
     def delete(
         self,
@@ -557,37 +536,11 @@ class InMemoryAPIServer:
             raise messages.forbidden(definition, name, "this namespace may not be deleted")
         with self._lock:
             stored = self._engine.get_stored(definition, table, name, namespace)
-            self._check_preconditions(definition, stored, preconditions)
+            check_delete_preconditions(definition, stored, preconditions)
             result, deleted = self._engine.delete_object(
                 table, stored, propagation_policy, grace_period_seconds
             )
             return DeleteResult(self._present(result, resource), deleted)
-
-    def _check_preconditions(
-        self,
-        definition: ResourceDefinition,
-        stored: JsonObject,
-        preconditions: Preconditions | None,
-    ) -> None:
-        if preconditions is None:
-            return
-        meta = stored["metadata"]
-        name = str(meta["name"])
-        if preconditions.uid and preconditions.uid != meta.get("uid"):
-            raise messages.conflict(
-                definition,
-                name,
-                f"Precondition failed: UID in precondition: {preconditions.uid}, UID in object "
-                f"meta: {meta.get('uid')}",
-            )
-        version = preconditions.resource_version
-        if version and version != meta.get("resourceVersion"):
-            raise messages.conflict(
-                definition,
-                name,
-                f"Precondition failed: ResourceVersion in precondition: {version}, "
-                f"ResourceVersion in object meta: {meta.get('resourceVersion')}",
-            )
 
     def evict(self, name: str, namespace: str, *, grace_period_seconds: int | None = None) -> None:
         """The Eviction API: delete the pod unless its PodDisruptionBudget forbids it (429)."""

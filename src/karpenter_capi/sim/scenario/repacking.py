@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from karpenter_capi.core.provisioning.controller import ProvisioningController
-from karpenter_capi.core.provisioning.provisioner import ProvisioningReport
+from karpenter_capi.core.provisioning.report import ProvisioningReport
 from karpenter_capi.core.scheduling.packing_summary import PackingSummary
 
 
