@@ -18,7 +18,7 @@ import pytest
 from benchmarks import scheduling as bench
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.scheduling import solver as solver_module
-from karpenter_capi.core.scheduling._solver_view import SolverNode
+from karpenter_capi.core.scheduling._solver_view import SolverNode, proposed_claim
 from karpenter_capi.core.scheduling.claims import (
     ClaimState,
     Fit,
@@ -32,7 +32,7 @@ from karpenter_capi.core.scheduling.solver import Solver
 from karpenter_capi.core.scheduling.solver_io import ExistingNode
 from karpenter_capi.core.values.refusal import Refusal
 from karpenter_capi.core.values.requirements import Requirement, Requirements
-from tests.core.scheduling.test_solver import _node, _pod, _pool, _spread
+from tests.core.scheduling.test_solver import _node, _pod, _pool, _spread, _type
 
 ZONE = "topology.kubernetes.io/zone"
 
@@ -254,3 +254,25 @@ def test_constrained_pods_look_at_a_bounded_number_of_claims_each(
         result = Solver([bench.nodepool(bench.instance_types())], clock=FakeClock()).solve(pods)
         assert not result.unschedulable
         assert sum(looked[key] for key in classes) <= 6 * len(group)
+
+
+def test_claims_sharing_a_window_of_types_get_what_checking_each_type_gives() -> None:
+    # Price order is not size order here: a cheap small type sits among dear large ones, so a
+    # window of types can hold one claim's pods and not another's. Read once per window or
+    # type by type, every claim gets the same types, cheapest first.
+    rng = random.Random(3)
+    types = [
+        _type(f"t{i:02d}", cpu, 4 * cpu, price=0.01 * i + 0.001 * cpu)
+        for i, cpu in enumerate(rng.choice((1, 2, 4, 8, 16)) for _ in range(40))
+    ]
+    pods = [_pod(f"p{i}", rng.choice(("100m", "500m", "1", "3"))) for i in range(60)]
+    spread = {"topologySpreadConstraints": [_spread(ZONE, "s")]}
+    pods += [_pod(f"s{i}", "250m", labels={"app": "s"}, **spread) for i in range(12)]
+    solver = Solver([_pool(instance_types=types)], clock=FakeClock(), max_instance_types=5)
+    result = solver.solve(pods)
+
+    one_by_one = [proposed_claim(c, solver._resources, 5) for c in solver._claims]
+    assert len(result.new_nodeclaims) > 3
+    assert [(c.hostname, c.requirements, c.instance_types) for c in result.new_nodeclaims] == [
+        (c.hostname, c.requirements, c.instance_types) for c in one_by_one
+    ]

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from karpenter_capi.core.api import wellknown
+from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.scheduling.claims import (
     ClaimState,
     PodClass,
@@ -321,41 +322,96 @@ def largest_first(pods: Sequence[PodSpec], pools: Sequence[PoolState]) -> list[P
     return ordered
 
 
+# A window of a claim's types, by the list and where it starts: the window's smallest room in
+# each resource, its instance types, and the instance-type requirement naming them.
+_Window = tuple[list[TypeInfo], Vector, list[InstanceType], Requirement]
+
+
+def proposed_claims(
+    claims: Sequence[ClaimState], names: Sequence[str], max_instance_types: int
+) -> list[ProposedNodeClaim]:
+    """A ``ProposedNodeClaim`` per claim (``proposed_claim``), in order.
+
+    Claims share their type lists (a pool's, or one narrowing's) and most start them at one of
+    a few cut-offs, so the window of the first ``max_instance_types`` types from a cut-off is
+    read once per list and cut-off, not once per claim."""
+    windows: dict[tuple[int, int], _Window] = {}
+    return [proposed_claim(c, names, max_instance_types, windows) for c in claims]
+
+
 def proposed_claim(
-    claim: ClaimState, names: Sequence[str], max_instance_types: int
+    claim: ClaimState,
+    names: Sequence[str],
+    max_instance_types: int,
+    windows: dict[tuple[int, int], _Window] | None = None,
 ) -> ProposedNodeClaim:
     """The NodeClaim to create for ``claim``: every type that still holds its pods, cheapest
-    first, at most ``max_instance_types`` of them."""
+    first, at most ``max_instance_types`` of them.
+
+    ``windows``: read windows of type lists (``proposed_claims``); when every type of the
+    window holds the claim's total, the window is the answer without checking each type."""
     total = add(claim.pods_total, claim.daemon)
     pool_requirements = claim.pool.requirements
     same_offerings = all(
         claim.requirements.get(key) == pool_requirements.get(key)
         for key in (wellknown.LABEL_TOPOLOGY_ZONE, wellknown.LABEL_CAPACITY_TYPE)
     )
-    types: list[TypeInfo] = []
     le = operator.le  # fits() inlined: this loop sees up to every type of every claim
-    for info in claim.types[claim.first :]:
-        if all(map(le, total, info.allocatable)):
-            types.append(info)
-            # In pool price order already unless the claim narrowed zone or capacity type.
-            if same_offerings and len(types) == max_instance_types:
-                break
-    if not same_offerings:
-        types.sort(key=lambda t: (cheapest_price(t, claim.requirements), t.instance_type.name))
-    chosen = [t.instance_type for t in types[:max_instance_types]]
-    requirements = claim.requirements.with_requirement(
-        # Built directly: the names are strings already and the key is normalized.
-        Requirement(wellknown.LABEL_INSTANCE_TYPE, False, frozenset(t.name for t in chosen))
-    )
+    window = None
+    if same_offerings and windows is not None:
+        window = _window(claim.types, claim.first, max_instance_types, windows)
+    if window is not None and all(map(le, total, window[1])):
+        # In pool price order and each holds the total: the first that hold it, as below.
+        chosen, named = list(window[2]), window[3]
+    else:
+        types: list[TypeInfo] = []
+        for info in claim.types[claim.first :]:
+            if all(map(le, total, info.allocatable)):
+                types.append(info)
+                # In pool price order already unless the claim narrowed zone or capacity type.
+                if same_offerings and len(types) == max_instance_types:
+                    break
+        if not same_offerings:
+            types.sort(key=lambda t: (cheapest_price(t, claim.requirements), t.instance_type.name))
+        chosen = [t.instance_type for t in types[:max_instance_types]]
+        named = _instance_types_requirement(chosen)
     return ProposedNodeClaim(
         nodepool=claim.pool.option,
         hostname=claim.hostname,
-        requirements=requirements,
+        requirements=claim.requirements.with_requirement(named),
         instance_types=chosen,
         pods=claim.pods,
         requests=_resource_list(names, total),
         daemon_requests=_resource_list(names, claim.daemon),
     )
+
+
+def _window(
+    types: list[TypeInfo], first: int, size: int, windows: dict[tuple[int, int], _Window]
+) -> _Window | None:
+    """The (cached) window of ``size`` types of ``types`` from ``first``; ``None`` if empty."""
+    key = (id(types), first)
+    found = windows.get(key)
+    if found is not None and found[0] is types:
+        return found
+    infos = types[first : first + size]
+    if not infos:
+        return None
+    smallest = tuple(map(min, *(t.allocatable for t in infos))) if len(infos) > 1 else None
+    chosen = [t.instance_type for t in infos]
+    found = (
+        types,
+        smallest if smallest is not None else infos[0].allocatable,
+        chosen,
+        _instance_types_requirement(chosen),
+    )
+    windows[key] = found  # the list is kept too, so its id is not reused while cached
+    return found
+
+
+def _instance_types_requirement(chosen: Sequence[InstanceType]) -> Requirement:
+    # Built directly: the names are strings already and the key is normalized.
+    return Requirement(wellknown.LABEL_INSTANCE_TYPE, False, frozenset(t.name for t in chosen))
 
 
 def _resource_list(names: Sequence[str], vector: Vector) -> ResourceList:

@@ -36,7 +36,7 @@ from karpenter_capi.core.scheduling._solver_view import (
     new_pod_class,
     node_window,
     nominated_index,
-    proposed_claim,
+    proposed_claims,
     resource_names,
 )
 from karpenter_capi.core.scheduling.claims import (
@@ -261,10 +261,9 @@ class Solver:
                 result.existing[node.node.name] = [originals[pod_key(p)] for p in node.placed]
         for claim in self._claims:
             claim.pods = [originals[pod_key(p)] for p in claim.pods]
-        result.new_nodeclaims = [
-            proposed_claim(claim, self._resources, self._max_instance_types)
-            for claim in self._claims
-        ]
+        result.new_nodeclaims = proposed_claims(
+            self._claims, self._resources, self._max_instance_types
+        )
         result.unschedulable = errors
         return result
 
