@@ -27,7 +27,9 @@ MachineDeployments and one Deployment whose pods fill ``--nodes`` nodes, scaled 
   included, as a user sees it). A wave reaches the clusters one after another over
   ``--spread`` seconds (tenants deploy independently; 0: every cluster at the same instant).
 - Storm: the same fleet again, one more cluster whose every controller request gets 429 with
-  ``Retry-After: 1``.
+  ``Retry-After: 1``. Control (``--phases ...,control``): the same shape, the extra cluster
+  getting every wave first too, but answering; storm over control is the 429s' own effect,
+  without the extra cluster's emulation and controllers.
 - Replicas: 3 fleets with shards on, one killed after the first wave (http: SIGKILL); the time
   until its clusters' Leases are all held by the others, then the next waves; double
   launches: NodeClaims beyond the lone run's count.
@@ -40,7 +42,7 @@ the benchmark's own process holds only the management cluster and the emulation 
 shares one GIL with every front.
 
     .venv/bin/python benchmarks/fleet.py [--mode http|inprocess] [--clusters 20] [--nodes 20]
-        [--pods 200] [--waves 2] [--spread 10] [--phases lone,fleet,storm,replicas]
+        [--pods 200] [--waves 2] [--spread 10] [--phases lone,fleet,control,storm,replicas]
         [--emulators 0|K|auto] [--json]
 """
 
@@ -493,8 +495,11 @@ def _stop(stop: threading.Event, thread: threading.Thread) -> None:
     thread.join(60)
 
 
-def _run_phase(args: argparse.Namespace, clusters: int, storm: bool = False) -> dict[str, Any]:
-    world = _world(args, clusters + (1 if storm else 0))
+def _run_phase(
+    args: argparse.Namespace, clusters: int, storm: bool = False, control: bool = False
+) -> dict[str, Any]:
+    extra = storm or control
+    world = _world(args, clusters + (1 if extra else 0))
     names = [c.name for c in world.clusters.values()]
     before = _rss_mib()
     stop, thread = _serve(world.fleet)
@@ -504,6 +509,7 @@ def _run_phase(args: argparse.Namespace, clusters: int, storm: bool = False) -> 
     if storm:
         # A served cluster starts storming: every request of its controllers gets a 429.
         world.cluster(names[-1]).storm = lambda: throttled(1)
+    if extra:
         names = names[:-1]
     storming = [c.name for c in world.clusters.values()][len(names) :]
     figures = _waves(world, args, names, args.timeout, storming=storming)
@@ -515,6 +521,7 @@ def _run_phase(args: argparse.Namespace, clusters: int, storm: bool = False) -> 
     return {
         "clusters": len(names),
         "storming": 1 if storm else 0,
+        "control": 1 if control else 0,
         "all_served": served,
         "serve_all_seconds": serve_seconds,
         "latency": figures,
@@ -671,6 +678,9 @@ def _run_phases(args: argparse.Namespace, phases: set[str]) -> dict[str, Any]:
     if "fleet" in phases:
         result["fleet"] = phase(args, args.clusters)
         print(f"fleet: {result['fleet']}", file=sys.stderr)
+    if "control" in phases:
+        result["control"] = phase(args, args.clusters, control=True)
+        print(f"control: {result['control']}", file=sys.stderr)
     if "storm" in phases:
         result["storm"] = phase(args, args.clusters, storm=True)
         print(f"storm: {result['storm']}", file=sys.stderr)
@@ -687,22 +697,27 @@ RATIOS = (
     "storm_p99_change",
     "fleet_share_p99_over_lone",
     "storm_share_p99_change",
+    "storm_p99_over_control",
+    "storm_share_p99_over_control",
 )
 """The ratios a run reports: the decision p99 (a wave's first pod to its first NodeClaim) and
 the controller's share of it (the scheduler's last ``Unschedulable`` mark to that NodeClaim),
-the fleet's over the lone cluster's and the storm's change from the fleet's."""
+the fleet's over the lone cluster's, the storm's change from the fleet's, and the storm's over
+the control's (the same shape, the extra cluster answering: the 429s' own effect)."""
 
 
 def _ratios(result: dict[str, Any]) -> None:
     for suffix, field in (("", "p99_ms"), ("_share", "last_mark_to_claim_p99_ms")):
-        lone, fleet, storm = (
+        lone, fleet, control, storm = (
             (result.get(phase) or {}).get("latency", {}).get(field)
-            for phase in ("lone", "fleet", "storm")
+            for phase in ("lone", "fleet", "control", "storm")
         )
         if lone and fleet:
             result[f"fleet{suffix}_p99_over_lone"] = round(fleet / lone, 2)
         if fleet and storm:
             result[f"storm{suffix}_p99_change"] = round(storm / fleet - 1, 3)
+        if control and storm:
+            result[f"storm{suffix}_p99_over_control"] = round(storm / control, 3)
     lone_rss = (result.get("lone") or {}).get("controller_rss_mib")
     fleet_phase = result.get("fleet") or {}
     if lone_rss and fleet_phase.get("controller_rss_mib") and fleet_phase["clusters"] > 1:
@@ -718,7 +733,7 @@ def _print(result: dict[str, Any]) -> None:
         f"fleet benchmark: {result['clusters']} clusters x {result['nodes']} nodes x "
         f"{result['pods']} pods, {result['waves']} waves"
     )
-    for phase in ("lone", "fleet", "storm"):
+    for phase in ("lone", "fleet", "control", "storm"):
         figures = result.get(phase)
         if not figures:
             continue
@@ -743,6 +758,9 @@ def _print(result: dict[str, Any]) -> None:
     if "storm_share_p99_change" in result:
         change = result["storm_share_p99_change"]
         print(f"  the controller's share of it: {change:+.1%}")
+    if "storm_p99_over_control" in result:
+        over, share = result["storm_p99_over_control"], result.get("storm_share_p99_over_control")
+        print(f"  storm p99 / control p99 (the 429s alone): {over}, the controller's share {share}")
     replicas = result.get("replicas")
     if replicas:
         print(f"  replicas: {json.dumps(replicas)}")
