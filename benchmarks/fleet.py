@@ -27,7 +27,9 @@ MachineDeployments and one Deployment whose pods fill ``--nodes`` nodes, scaled 
   included, as a user sees it). A wave reaches the clusters one after another over
   ``--spread`` seconds (tenants deploy independently; 0: every cluster at the same instant).
 - Storm: the same fleet again, one more cluster whose every controller request gets 429 with
-  ``Retry-After: 1``.
+  ``Retry-After: 1``. Control (``--phases ...,control``): the same shape, the extra cluster
+  getting every wave first too, but answering; storm over control is the 429s' own effect,
+  without the extra cluster's emulation and controllers.
 - Replicas: 3 fleets with shards on, one killed after the first wave (http: SIGKILL); the time
   until its clusters' Leases are all held by the others, then the next waves; double
   launches: NodeClaims beyond the lone run's count.
@@ -40,7 +42,7 @@ the benchmark's own process holds only the management cluster and the emulation 
 shares one GIL with every front.
 
     .venv/bin/python benchmarks/fleet.py [--mode http|inprocess] [--clusters 20] [--nodes 20]
-        [--pods 200] [--waves 2] [--spread 10] [--phases lone,fleet,storm,replicas]
+        [--pods 200] [--waves 2] [--spread 10] [--phases lone,fleet,control,storm,replicas]
         [--emulators 0|K|auto] [--json]
 """
 
@@ -52,6 +54,7 @@ import importlib.util
 import itertools
 import json
 import logging
+import statistics
 import sys
 import threading
 import time
@@ -319,6 +322,31 @@ def _wait(done: Callable[[], bool], timeout: float, poll: float = 0.5) -> bool:
     return done()
 
 
+def _settled(
+    servers: dict[str, _TimedServer], clusters: list[str], count: int
+) -> Callable[[], bool]:
+    """Whether every cluster has its ``count`` pods and none pending. A poll asks only the
+    clusters not yet seen settled (listing a hundred clusters' pods twice a second is the
+    benchmark's own load, on the emulation's GIL), then, once all were, every one again."""
+    seen: set[str] = set()
+
+    def settled(name: str) -> bool:
+        return len(servers[name].pods) >= count and _pending(servers[name]) == 0
+
+    def all_settled() -> bool:
+        for name in clusters:
+            if name not in seen:
+                if not settled(name):
+                    return False
+                seen.add(name)
+        if all(settled(name) for name in clusters):
+            return True
+        seen.clear()
+        return False
+
+    return all_settled
+
+
 def _waves(
     world: FleetWorld,
     args: argparse.Namespace,
@@ -364,12 +392,7 @@ def _waves(
                 time.sleep(delay)
             _scale(world, name, wave, replicas)
 
-        def settled_at(count: int = replicas) -> bool:
-            return all(
-                len(servers[n].pods) >= count and _pending(servers[n]) == 0 for n in clusters
-            )
-
-        settled = _wait(settled_at, timeout)
+        settled = _wait(_settled(servers, clusters, replicas), timeout)
         unsettled += 0 if settled else 1
         for name in clusters:
             pods_mark, claims_mark, marked_mark = marks[name]
@@ -472,8 +495,11 @@ def _stop(stop: threading.Event, thread: threading.Thread) -> None:
     thread.join(60)
 
 
-def _run_phase(args: argparse.Namespace, clusters: int, storm: bool = False) -> dict[str, Any]:
-    world = _world(args, clusters + (1 if storm else 0))
+def _run_phase(
+    args: argparse.Namespace, clusters: int, storm: bool = False, control: bool = False
+) -> dict[str, Any]:
+    extra = storm or control
+    world = _world(args, clusters + (1 if extra else 0))
     names = [c.name for c in world.clusters.values()]
     before = _rss_mib()
     stop, thread = _serve(world.fleet)
@@ -483,6 +509,7 @@ def _run_phase(args: argparse.Namespace, clusters: int, storm: bool = False) -> 
     if storm:
         # A served cluster starts storming: every request of its controllers gets a 429.
         world.cluster(names[-1]).storm = lambda: throttled(1)
+    if extra:
         names = names[:-1]
     storming = [c.name for c in world.clusters.values()][len(names) :]
     figures = _waves(world, args, names, args.timeout, storming=storming)
@@ -494,6 +521,7 @@ def _run_phase(args: argparse.Namespace, clusters: int, storm: bool = False) -> 
     return {
         "clusters": len(names),
         "storming": 1 if storm else 0,
+        "control": 1 if control else 0,
         "all_served": served,
         "serve_all_seconds": serve_seconds,
         "latency": figures,
@@ -594,6 +622,9 @@ def main(argv: list[str] | None = None) -> int:
         "(0: the benchmark's own; auto: one per 10 clusters, at most 4)",
     )
     parser.add_argument("--phases", default="lone,fleet,storm,replicas")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="run the phases this many times; medians of ratios"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
@@ -607,14 +638,39 @@ def main(argv: list[str] | None = None) -> int:
         "workers": args.workers,
         "emulation": EMULATION,
         "emulators": args.emulators,
+        "mode": args.mode,
     }
+    runs = [_run_phases(args, phases) for _ in range(args.repeat)]
+    if len(runs) == 1:
+        result |= runs[0]
+    else:
+        # One p99 of a few dozen samples moves by more than the targets between runs on a
+        # shared machine: each run's figures, and the median of each ratio over the runs.
+        result["runs"] = runs
+        result["median"] = {
+            key: round(statistics.median(values), 3)
+            for key in RATIOS
+            if (values := [run[key] for run in runs if key in run])
+        }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for run in runs:
+            _print(result | run)
+        if "median" in result:
+            print(f"  median over {len(runs)} runs: {json.dumps(result['median'])}")
+    return 0
+
+
+def _run_phases(args: argparse.Namespace, phases: set[str]) -> dict[str, Any]:
+    """One run of the ``--phases`` asked for, and their ratios (``RATIOS``)."""
     phase, replicas = _run_phase, _run_replicas
     if args.mode == "http":
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
         from benchmarks import fleet_http
 
         phase, replicas = fleet_http.run_phase, fleet_http.run_replicas
-    result["mode"] = args.mode
+    result: dict[str, Any] = {}
     lone_args = argparse.Namespace(**{**vars(args), "waves": max(args.waves, 4)})
     if "lone" in phases:
         result["lone"] = phase(lone_args, 1)
@@ -622,6 +678,9 @@ def main(argv: list[str] | None = None) -> int:
     if "fleet" in phases:
         result["fleet"] = phase(args, args.clusters)
         print(f"fleet: {result['fleet']}", file=sys.stderr)
+    if "control" in phases:
+        result["control"] = phase(args, args.clusters, control=True)
+        print(f"control: {result['control']}", file=sys.stderr)
     if "storm" in phases:
         result["storm"] = phase(args, args.clusters, storm=True)
         print(f"storm: {result['storm']}", file=sys.stderr)
@@ -630,21 +689,35 @@ def main(argv: list[str] | None = None) -> int:
         result["replicas"] = replicas(args, args.clusters, lone_claims)
         print(f"replicas: {result['replicas']}", file=sys.stderr)
     _ratios(result)
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        _print(result)
-    return 0
+    return result
+
+
+RATIOS = (
+    "fleet_p99_over_lone",
+    "storm_p99_change",
+    "fleet_share_p99_over_lone",
+    "storm_share_p99_change",
+    "storm_p99_over_control",
+    "storm_share_p99_over_control",
+)
+"""The ratios a run reports: the decision p99 (a wave's first pod to its first NodeClaim) and
+the controller's share of it (the scheduler's last ``Unschedulable`` mark to that NodeClaim),
+the fleet's over the lone cluster's, the storm's change from the fleet's, and the storm's over
+the control's (the same shape, the extra cluster answering: the 429s' own effect)."""
 
 
 def _ratios(result: dict[str, Any]) -> None:
-    lone = (result.get("lone") or {}).get("latency", {}).get("p99_ms")
-    fleet = (result.get("fleet") or {}).get("latency", {}).get("p99_ms")
-    storm = (result.get("storm") or {}).get("latency", {}).get("p99_ms")
-    if lone and fleet:
-        result["fleet_p99_over_lone"] = round(fleet / lone, 2)
-    if fleet and storm:
-        result["storm_p99_change"] = round(storm / fleet - 1, 3)
+    for suffix, field in (("", "p99_ms"), ("_share", "last_mark_to_claim_p99_ms")):
+        lone, fleet, control, storm = (
+            (result.get(phase) or {}).get("latency", {}).get(field)
+            for phase in ("lone", "fleet", "control", "storm")
+        )
+        if lone and fleet:
+            result[f"fleet{suffix}_p99_over_lone"] = round(fleet / lone, 2)
+        if fleet and storm:
+            result[f"storm{suffix}_p99_change"] = round(storm / fleet - 1, 3)
+        if control and storm:
+            result[f"storm{suffix}_p99_over_control"] = round(storm / control, 3)
     lone_rss = (result.get("lone") or {}).get("controller_rss_mib")
     fleet_phase = result.get("fleet") or {}
     if lone_rss and fleet_phase.get("controller_rss_mib") and fleet_phase["clusters"] > 1:
@@ -660,7 +733,7 @@ def _print(result: dict[str, Any]) -> None:
         f"fleet benchmark: {result['clusters']} clusters x {result['nodes']} nodes x "
         f"{result['pods']} pods, {result['waves']} waves"
     )
-    for phase in ("lone", "fleet", "storm"):
+    for phase in ("lone", "fleet", "control", "storm"):
         figures = result.get(phase)
         if not figures:
             continue
@@ -677,8 +750,17 @@ def _print(result: dict[str, Any]) -> None:
     if "controller_rss_per_added_cluster_mib" in result:
         added = result["controller_rss_per_added_cluster_mib"]
         print(f"  controller RSS per added cluster: {added} MiB")
+    if "fleet_share_p99_over_lone" in result:
+        share = result["fleet_share_p99_over_lone"]
+        print(f"  the controller's share, fleet p99 / lone p99: {share}")
     if "storm_p99_change" in result:
         print(f"  others' p99 change under a 429 storm: {result['storm_p99_change']:+.1%}")
+    if "storm_share_p99_change" in result:
+        change = result["storm_share_p99_change"]
+        print(f"  the controller's share of it: {change:+.1%}")
+    if "storm_p99_over_control" in result:
+        over, share = result["storm_p99_over_control"], result.get("storm_share_p99_over_control")
+        print(f"  storm p99 / control p99 (the 429s alone): {over}, the controller's share {share}")
     replicas = result.get("replicas")
     if replicas:
         print(f"  replicas: {json.dumps(replicas)}")

@@ -191,10 +191,14 @@ def _memory(stats: ProcessStats, clusters: int) -> dict[str, Any]:
     }
 
 
-def run_phase(args: argparse.Namespace, clusters: int, storm: bool = False) -> dict[str, Any]:
+def run_phase(
+    args: argparse.Namespace, clusters: int, storm: bool = False, control: bool = False
+) -> dict[str, Any]:
     """One ``run --fleet --no-fleet-shards`` serving ``clusters`` (one more, storming, with
-    ``storm``): its decision latency, CPU and memory over the waves."""
-    world = _world(args, clusters + (1 if storm else 0))
+    ``storm``; one more answering as the others do, with ``control``: the storm phase without
+    the storm): its decision latency, CPU and memory over the waves."""
+    extra = storm or control
+    world = _world(args, clusters + (1 if extra else 0))
     names = [c.name for c in world.clusters.values()]
     emulators = _emulators(args, len(world.clusters))
     with (
@@ -215,6 +219,7 @@ def run_phase(args: argparse.Namespace, clusters: int, storm: bool = False) -> d
             rule = None
             if storm:
                 rule = http.storm(names[-1])
+            if extra:
                 names = names[:-1]
             storming = [c.name for c in world.clusters.values()][len(names) :]
             idle = _memory(stats, len(world.clusters))
@@ -238,6 +243,7 @@ def run_phase(args: argparse.Namespace, clusters: int, storm: bool = False) -> d
         "emulators": emulators,
         "clusters": len(names),
         "storming": 1 if storm else 0,
+        "control": 1 if control else 0,
         "storm_429s": hits,
         "all_served": served,
         "serve_all_seconds": serve_seconds,

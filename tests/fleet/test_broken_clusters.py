@@ -14,6 +14,7 @@ from karpenter_capi.core.kube import SECRETS, KubeClient
 from karpenter_capi.core.kube.config import connect_kubeconfig
 from karpenter_capi.core.kube.errors import ServiceUnavailable
 from karpenter_capi.core.operator import OperatorOptions
+from karpenter_capi.sim.apiserver.faulty_client import FaultyClient, throttled
 from tests.fleet.world import FleetWorld, kubeconfig_secret, server_url, until
 
 
@@ -163,3 +164,54 @@ def test_a_kubeconfig_the_client_refuses_is_invalid_not_unreachable(world: Fleet
         "Secret team-alpha/alpha-kubeconfig: the client cannot use its kubeconfig: "
         "ConfigException: Invalid kube-config file. Expected object with name admin@alpha"
     )
+
+
+def _storming_world(storm: bool) -> tuple[FleetWorld, FaultyClient]:
+    """Clusters alpha and beta served; with ``storm``, every request of alpha's controllers
+    gets 429 with ``Retry-After: 1`` from then on (alpha itself keeps running)."""
+    world = FleetWorld()
+    world.add_cluster("alpha")
+    world.add_cluster("beta")
+    clients: list[FaultyClient] = []
+    storming = [False]
+    connect = world.connect
+
+    def connect_alpha(kubeconfig: Kubeconfig) -> KubeClient:
+        client = connect(kubeconfig)
+        if kubeconfig.server != server_url("alpha"):
+            return client
+        clients.append(FaultyClient(client, lambda: throttled(1) if storming[0] else None))
+        return clients[-1]
+
+    world.connect = connect_alpha  # type: ignore[method-assign]
+    world.start()
+    storming[0] = storm
+    (alpha,) = clients
+    return world, alpha
+
+
+def test_a_cluster_storming_429s_retries_boundedly_and_delays_no_other() -> None:
+    decided: dict[bool, float] = {}
+    for storm in (False, True):
+        world, alpha = _storming_world(storm)
+        began = world.clock.monotonic()
+        world.deploy("alpha", "api", 3)
+        world.deploy("beta", "api", 3)
+        refused: list[int] = []
+        for _ in range(180):
+            world.advance(1)
+            if storm not in decided and world.nodeclaims("beta"):
+                decided[storm] = world.clock.monotonic() - began
+            refused.append(alpha.refused)
+        assert world.bound("beta") == 3
+        if not storm:
+            continue
+        assert world.nodeclaims("alpha") == []
+        # Past the first minute (every cache and controller failing once, backing off), alpha
+        # costs a bounded trickle: each informer about twice a minute at its 30 s cap, each
+        # periodic controller at its own interval, Retry-After honoured. A retry loop would
+        # be thousands a minute.
+        per_minute = [refused[end] - refused[end - 60] for end in (119, 179)]
+        assert all(0 < count <= 40 for count in per_minute), per_minute
+    # The other cluster decides at the same virtual moment with or without the storm.
+    assert decided[True] == decided[False]
