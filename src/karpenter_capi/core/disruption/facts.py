@@ -55,6 +55,11 @@ def _is_active(pod: PodObject) -> bool:
     return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
 
 
+def _is_active_phase(pod: PodObject) -> bool:
+    """Not finished: a pod the pass parses (bound, or pending)."""
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
 def _pod_started(pod: PodObject) -> datetime | None:
     raw = (pod.get("status") or {}).get("startTime") or _meta(pod).get("creationTimestamp")
     return parse_timestamp(str(raw)) if raw else None
@@ -237,7 +242,7 @@ def cluster_versions(snapshot: ClusterSnapshot) -> tuple[object, ...] | None:
             uid, version = meta.get("uid"), meta.get("resourceVersion")
             if not uid or not version:
                 return None
-            keys.append((uid, version))
+            keys.append((str(uid), str(version)))
         keys.append(None)  # where one kind ends
     return tuple(keys)
 
@@ -281,15 +286,55 @@ class PassFacts:
         for kept in (self._pods, self._nodes, self._claims):
             kept.new_round()
 
-    def begin(self, snapshot: ClusterSnapshot) -> None:
-        """A new pass over ``snapshot``. Over the very versions of the last pass, its facts
-        stay as they are: what it derived is taken whole, so they are not asked for again and
-        must not age out."""
+    def begin(self, snapshot: ClusterSnapshot) -> bool:
+        """A new pass over ``snapshot``; whether it holds the very versions of the last pass.
+        Then its facts stay as they are: what it derived is taken whole, so they are not asked
+        for again and must not age out."""
         versions = cluster_versions(snapshot)
-        if versions is None or versions != self.versions:
+        same = versions is not None and versions == self.versions
+        if not same:
             self.new_round()
         self.versions = versions
         self._lists = (snapshot.pods, snapshot.nodes, snapshot.nodeclaims)
+        return same
+
+    def read_all(self, snapshot: ClusterSnapshot, parsed: ParsedCluster | None) -> None:
+        """Read each object version of ``snapshot`` that no earlier pass read: the pod's facts
+        and, unless it finished, its parse (``parsed.specs``); each Node's and NodeClaim's
+        facts, each Node's allocatable and labels as requirements.
+
+        The pass would read them where it first needs them; read first, what reading costs
+        (work in proportion to the objects that changed, what informer events bring) is told
+        apart from what the pass itself costs (``PassReport.read_seconds``). An object without
+        a version (a hand-made cluster) leaves it all to the pass. Call after ``begin``.
+        """
+        if self.versions is None:
+            return
+        versions: tuple[Any, ...] = self.versions
+        pods, nodes, claims = snapshot.pods, snapshot.nodes, snapshot.nodeclaims
+        # ``versions`` holds the pods', a None, the Nodes', a None, the NodeClaims'.
+        start = len(pods) + 1
+        for pod, key in zip(pods, versions[: start - 1], strict=True):
+            if self._pods.get(key) is None:
+                self.reads += 1
+                self._pods.put(key, PodFacts.read(pod))
+                if parsed is not None and _is_active_phase(pod):
+                    parsed.specs.get(pod)
+        for node, key in zip(nodes, versions[start : start + len(nodes)], strict=True):
+            if self._nodes.get(key) is None:
+                self.reads += 1
+                self._nodes.put(key, NodeFacts.read(node))
+                if parsed is not None:
+                    meta = _meta(node)
+                    parsed.allocatable(node)
+                    labels = dict(meta.get("labels") or {})
+                    labels.setdefault(wellknown.LABEL_HOSTNAME, str(meta.get("name")))
+                    parsed.label_requirements(node, labels)
+        start += len(nodes) + 1
+        for claim, key in zip(claims, versions[start:-1], strict=True):
+            if self._claims.get(key) is None:
+                self.reads += 1
+                self._claims.put(key, ClaimFacts.read(claim))
 
     def versions_of(
         self,
