@@ -200,16 +200,15 @@ class Candidate:
     consolidatable: bool = False
     problems: list[str] = field(default_factory=list)
 
-    # Properties, not ``cached_property``: its lock made the first reads of 10,000 candidates'
-    # names (a sort) cost more than reading them each time.
-    @property
-    def name(self) -> str:
-        """The NodeClaim's name."""
-        return _name(self.nodeclaim)
+    name: str = field(init=False)
+    """The NodeClaim's name."""
+    node_name: str = field(init=False)
 
-    @property
-    def node_name(self) -> str:
-        return _name(self.node)
+    def __post_init__(self) -> None:
+        # Read once here: a ``cached_property``'s lock made the first reads of 10,000
+        # candidates' names (a sort) cost more than the sort.
+        self.name = _name(self.nodeclaim)
+        self.node_name = _name(self.node)
 
     @property
     def empty(self) -> bool:
@@ -373,8 +372,11 @@ def bound_pods(pods: Iterable[PodObject], facts: PassFacts) -> Mapping[str, _Nod
 def _by_node(pods: Iterable[PodObject], facts: PassFacts) -> dict[str, _NodePods]:
     """The bound pods by node name, read."""
     pods_by_node: dict[str, list[tuple[PodObject, PodFacts]]] = {}
-    for pod in pods:
-        pod_facts = facts.pod(pod)
+    read = facts.pods_read(pods)
+    pairs: Iterable[tuple[PodObject, PodFacts]] = (
+        zip(pods, read, strict=True) if read is not None else ((p, facts.pod(p)) for p in pods)
+    )
+    for pod, pod_facts in pairs:
         if pod_facts.node_name:
             pods_by_node.setdefault(pod_facts.node_name, []).append((pod, pod_facts))
     return {name: _NodePods(node_pods) for name, node_pods in pods_by_node.items()}

@@ -263,6 +263,8 @@ class PassFacts:
         self.versions: tuple[object, ...] | None = None
         """``cluster_versions`` of this pass's cluster (``begin``)."""
         self._lists: tuple[object, object, object] = (None, None, None)
+        self._pod_facts: list[PodFacts] | None = None
+        """The facts of this pass's pods, in their order (``read_all``)."""
         self.reads = 0
         self.reused = 0
         """How many times ``remember`` found its value kept (for tests and figures)."""
@@ -294,6 +296,7 @@ class PassFacts:
         same = versions is not None and versions == self.versions
         if not same:
             self.new_round()
+            self._pod_facts = None
         self.versions = versions
         self._lists = (snapshot.pods, snapshot.nodes, snapshot.nodeclaims)
         return same
@@ -314,12 +317,17 @@ class PassFacts:
         pods, nodes, claims = snapshot.pods, snapshot.nodes, snapshot.nodeclaims
         # ``versions`` holds the pods', a None, the Nodes', a None, the NodeClaims'.
         start = len(pods) + 1
+        read: list[PodFacts] = []
         for pod, key in zip(pods, versions[: start - 1], strict=True):
-            if self._pods.get(key) is None:
+            found = self._pods.get(key)
+            if found is None:
                 self.reads += 1
-                self._pods.put(key, PodFacts.read(pod))
+                found = PodFacts.read(pod)
+                self._pods.put(key, found)
                 if parsed is not None and _is_active_phase(pod):
                     parsed.specs.get(pod)
+            read.append(found)
+        self._pod_facts = read
         for node, key in zip(nodes, versions[start : start + len(nodes)], strict=True):
             if self._nodes.get(key) is None:
                 self.reads += 1
@@ -335,6 +343,11 @@ class PassFacts:
             if self._claims.get(key) is None:
                 self.reads += 1
                 self._claims.put(key, ClaimFacts.read(claim))
+
+    def pods_read(self, pods: object) -> list[PodFacts] | None:
+        """The facts of ``pods``, in order, when they are this pass's pods and ``read_all``
+        read them; else ``None`` (ask ``pod`` for each)."""
+        return self._pod_facts if pods is self._lists[0] else None
 
     def versions_of(
         self,
