@@ -138,13 +138,11 @@ def pool_totals(
     # candidate checks summed it; a node without pods costs its own only.
     node_costs = bound_pods(snapshot.pods, facts)
     nodes: dict[str, NodeFacts] = {}
-    for raw_node in snapshot.nodes:
-        node_facts = facts.node(raw_node)
+    for _, node_facts in facts.nodes(snapshot.nodes):
         nodes[node_facts.name] = node_facts
     price: dict[str, float] = {}
     cost: dict[str, float] = {}
-    for raw in snapshot.nodeclaims:
-        claim = facts.claim(raw)
+    for _, claim in facts.claims(snapshot.nodeclaims):
         pool = str(claim.labels.get(wellknown.LABEL_NODEPOOL, ""))
         if pool not in types:
             continue

@@ -275,7 +275,7 @@ def find_candidates(
     claims = facts.remember(
         "claims",
         unchanged,
-        lambda: sorted(((c, facts.claim(c)) for c in nodeclaims), key=lambda pair: pair[1].name),
+        lambda: sorted(facts.claims(nodeclaims), key=lambda pair: pair[1].name),
     )
     for claim, claim_facts in claims:
         name = claim_facts.name
@@ -329,8 +329,7 @@ def _nodes(
     nodes: Iterable[Mapping[str, Any]], facts: PassFacts
 ) -> dict[str, tuple[Mapping[str, Any], NodeFacts]]:
     node_by_name: dict[str, tuple[Mapping[str, Any], NodeFacts]] = {}
-    for node in nodes:
-        node_facts = facts.node(node)
+    for node, node_facts in facts.nodes(nodes):
         node_by_name[node_facts.name] = (node, node_facts)
     return node_by_name
 
@@ -372,11 +371,7 @@ def bound_pods(pods: Iterable[PodObject], facts: PassFacts) -> Mapping[str, _Nod
 def _by_node(pods: Iterable[PodObject], facts: PassFacts) -> dict[str, _NodePods]:
     """The bound pods by node name, read."""
     pods_by_node: dict[str, list[tuple[PodObject, PodFacts]]] = {}
-    read = facts.pods_read(pods)
-    pairs: Iterable[tuple[PodObject, PodFacts]] = (
-        zip(pods, read, strict=True) if read is not None else ((p, facts.pod(p)) for p in pods)
-    )
-    for pod, pod_facts in pairs:
+    for pod, pod_facts in facts.pods(pods):
         if pod_facts.node_name:
             pods_by_node.setdefault(pod_facts.node_name, []).append((pod, pod_facts))
     return {name: _NodePods(node_pods) for name, node_pods in pods_by_node.items()}

@@ -13,7 +13,8 @@ life left) over those values. An object without both (a hand-made one) is read a
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+import functools
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -186,15 +187,22 @@ class ClaimFacts:
     def read(cls, claim: Mapping[str, Any]) -> ClaimFacts:
         meta = _meta(claim)
         labels = meta.get("labels") or {}
+        status = claim.get("status") or {}
+        # ``condition_true`` of each type, in one walk over the conditions.
+        true = {
+            kind
+            for c in status.get("conditions") or []
+            if c.get("status") == "True" and isinstance(kind := c.get("type"), str)
+        }
         return cls(
             name=str(meta.get("name", "")),
             labels=labels,
             nodepool=str(labels.get(wellknown.LABEL_NODEPOOL) or ""),
-            node_name=str((claim.get("status") or {}).get("nodeName") or ""),
+            node_name=str(status.get("nodeName") or ""),
             deleting=bool(meta.get("deletionTimestamp")),
-            initialized=condition_true(claim, NodeClaimConditionType.INITIALIZED),
-            drifted=condition_true(claim, NodeClaimConditionType.DRIFTED),
-            consolidatable=condition_true(claim, NodeClaimConditionType.CONSOLIDATABLE),
+            initialized=NodeClaimConditionType.INITIALIZED in true,
+            drifted=NodeClaimConditionType.DRIFTED in true,
+            consolidatable=NodeClaimConditionType.CONSOLIDATABLE in true,
             do_not_disrupt=_annotated_do_not_disrupt(claim),
             expiry=_expiry(claim),
         )
@@ -217,13 +225,22 @@ def _expiry(claim: Mapping[str, Any]) -> tuple[timedelta, datetime | None] | Non
     created = _meta(claim).get("creationTimestamp")
     if not raw or raw == "Never" or not created:
         return None
-    try:
-        total = parse_duration(str(raw))
-    except DurationError:
+    total = _duration(str(raw))
+    if total is None:
         return None
     if total <= timedelta(0):
         return (total, None)
     return (total, parse_timestamp(str(created)))
+
+
+@functools.lru_cache(maxsize=256)
+def _duration(raw: str) -> timedelta | None:
+    """``parse_duration(raw)``, ``None`` when it is not a duration: a NodePool's few
+    ``expireAfter`` values, read for each of its NodeClaims."""
+    try:
+        return parse_duration(raw)
+    except DurationError:
+        return None
 
 
 def lifetime_remaining(nodeclaim: Mapping[str, Any], now: datetime) -> float:
@@ -263,8 +280,8 @@ class PassFacts:
         self.versions: tuple[object, ...] | None = None
         """``cluster_versions`` of this pass's cluster (``begin``)."""
         self._lists: tuple[object, object, object] = (None, None, None)
-        self._pod_facts: list[PodFacts] | None = None
-        """The facts of this pass's pods, in their order (``read_all``)."""
+        self._read: tuple[list[PodFacts], list[NodeFacts], list[ClaimFacts]] | None = None
+        """The facts of this pass's pods, Nodes and NodeClaims, in their order (``read_all``)."""
         self.reads = 0
         self.reused = 0
         """How many times ``remember`` found its value kept (for tests and figures)."""
@@ -296,7 +313,7 @@ class PassFacts:
         same = versions is not None and versions == self.versions
         if not same:
             self.new_round()
-            self._pod_facts = None
+            self._read = None
         self.versions = versions
         self._lists = (snapshot.pods, snapshot.nodes, snapshot.nodeclaims)
         return same
@@ -317,7 +334,7 @@ class PassFacts:
         pods, nodes, claims = snapshot.pods, snapshot.nodes, snapshot.nodeclaims
         # ``versions`` holds the pods', a None, the Nodes', a None, the NodeClaims'.
         start = len(pods) + 1
-        read: list[PodFacts] = []
+        pod_facts: list[PodFacts] = []
         for pod, key in zip(pods, versions[: start - 1], strict=True):
             found = self._pods.get(key)
             if found is None:
@@ -326,28 +343,50 @@ class PassFacts:
                 self._pods.put(key, found)
                 if parsed is not None and _is_active_phase(pod):
                     parsed.specs.get(pod)
-            read.append(found)
-        self._pod_facts = read
+            pod_facts.append(found)
+        node_facts: list[NodeFacts] = []
         for node, key in zip(nodes, versions[start : start + len(nodes)], strict=True):
-            if self._nodes.get(key) is None:
+            read = self._nodes.get(key)
+            if read is None:
                 self.reads += 1
-                self._nodes.put(key, NodeFacts.read(node))
+                read = NodeFacts.read(node)
+                self._nodes.put(key, read)
                 if parsed is not None:
                     meta = _meta(node)
                     parsed.allocatable(node)
                     labels = dict(meta.get("labels") or {})
                     labels.setdefault(wellknown.LABEL_HOSTNAME, str(meta.get("name")))
                     parsed.label_requirements(node, labels)
+            node_facts.append(read)
         start += len(nodes) + 1
+        claim_facts: list[ClaimFacts] = []
         for claim, key in zip(claims, versions[start:-1], strict=True):
-            if self._claims.get(key) is None:
+            kept = self._claims.get(key)
+            if kept is None:
                 self.reads += 1
-                self._claims.put(key, ClaimFacts.read(claim))
+                kept = ClaimFacts.read(claim)
+                self._claims.put(key, kept)
+            claim_facts.append(kept)
+        self._read = (pod_facts, node_facts, claim_facts)
 
-    def pods_read(self, pods: object) -> list[PodFacts] | None:
-        """The facts of ``pods``, in order, when they are this pass's pods and ``read_all``
-        read them; else ``None`` (ask ``pod`` for each)."""
-        return self._pod_facts if pods is self._lists[0] else None
+    def pods(self, pods: Iterable[PodObject]) -> Iterable[tuple[PodObject, PodFacts]]:
+        """Each of ``pods`` with its facts, in order: those ``read_all`` read when they are
+        this pass's pods (no version looked up again), else each one's asked for."""
+        if self._read is not None and pods is self._lists[0]:
+            return zip(pods, self._read[0], strict=True)
+        return ((pod, self.pod(pod)) for pod in pods)
+
+    def nodes(self, nodes: Iterable[Mapping[str, Any]]) -> Iterable[tuple[Any, NodeFacts]]:
+        """Each of ``nodes`` with its facts, in order (see ``pods``)."""
+        if self._read is not None and nodes is self._lists[1]:
+            return zip(nodes, self._read[1], strict=True)
+        return ((node, self.node(node)) for node in nodes)
+
+    def claims(self, claims: Iterable[Mapping[str, Any]]) -> Iterable[tuple[Any, ClaimFacts]]:
+        """Each of ``claims`` with its facts, in order (see ``pods``)."""
+        if self._read is not None and claims is self._lists[2]:
+            return zip(claims, self._read[2], strict=True)
+        return ((claim, self.claim(claim)) for claim in claims)
 
     def versions_of(
         self,
