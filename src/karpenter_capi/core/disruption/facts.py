@@ -117,13 +117,17 @@ class PodFacts:
     @classmethod
     def read(cls, pod: PodObject) -> PodFacts:
         meta = _meta(pod)
+        spec = pod.get("spec") or {}
+        # Most pods have no annotation and no priority: their cost is 1 and nothing forbids
+        # disrupting them, without asking.
+        plain = not meta.get("annotations") and "priority" not in spec
         return cls(
             key=pod_key(pod),
-            node_name=str((pod.get("spec") or {}).get("nodeName") or ""),
+            node_name=str(spec.get("nodeName") or ""),
             active=_is_active(pod),
             reschedulable=is_reschedulable(pod),
-            cost=rescheduling_cost(pod),
-            do_not_disrupt=do_not_disrupt_until(pod),
+            cost=1.0 if plain else rescheduling_cost(pod),
+            do_not_disrupt=None if plain else do_not_disrupt_until(pod),
             namespace=str(meta.get("namespace", "")),
             labels=tuple(sorted((meta.get("labels") or {}).items())),
         )
