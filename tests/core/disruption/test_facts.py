@@ -43,6 +43,9 @@ def test_each_object_version_is_read_once_across_passes(monkeypatch: pytest.Monk
     assert [version for version, count in counts.items() if count > 1] == []
 
 
+_NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+
 def _cluster() -> tuple[ClusterSnapshot, list[Any]]:
     """The consolidation benchmark's fragmented cluster, small."""
     snapshot, inventories, _ = build(60, seed=3)
@@ -95,6 +98,30 @@ def test_a_changed_cluster_is_read_again_where_it_changed() -> None:
     reads = facts.reads
     assert _pass(changed, inventories, parsed) == _pass(changed, inventories, None)
     assert facts.reads == reads, "objects whose version did not change were read again"
+
+
+def test_a_pass_reads_the_new_object_versions_first_and_says_so() -> None:
+    snapshot, inventories = _cluster()
+    parsed = ParsedCluster()
+    first = plan(snapshot, inventories, [], now=_NOW, clock=FakeClock(), parsed=parsed)
+    objects = len(snapshot.pods) + len(snapshot.nodes) + len(snapshot.nodeclaims)
+    assert first.objects_read == objects
+    # Every pod not finished was parsed by the read, before the pass needed it.
+    assert parsed.specs.parses == len(snapshot.pods)
+    again = plan(snapshot, inventories, [], now=_NOW, clock=FakeClock(), parsed=parsed)
+    assert again.objects_read == 0
+    # Two pods updated (a new resourceVersion): those two are read, and parsed, again.
+    pods = [
+        {**p, "metadata": {**p["metadata"], "resourceVersion": "2"}} if i < 2 else p
+        for i, p in enumerate(snapshot.pods)
+    ]
+    changed = ClusterSnapshot(
+        pods=pods, nodes=snapshot.nodes, nodeclaims=snapshot.nodeclaims, daemonsets=[]
+    )
+    later = plan(changed, inventories, [], now=_NOW, clock=FakeClock(), parsed=parsed)
+    assert later.objects_read == 2
+    assert parsed.specs.parses == len(snapshot.pods) + 2
+    assert later.summary() == first.summary()
 
 
 def test_class_parts_keep_apart_what_json_keeps_apart() -> None:

@@ -35,8 +35,8 @@ from karpenter_capi.core.api.nodepool import ConsolidationPolicy
 from karpenter_capi.core.disruption.candidates import (
     PER_NODE_DISRUPTION_COST,
     Candidate,
+    bound_pods,
     offering_price,
-    summed_move_cost,
 )
 from karpenter_capi.core.disruption.facts import NodeFacts, PassFacts
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
@@ -134,17 +134,15 @@ def pool_totals(
     facts = facts if facts is not None else PassFacts()
     known = move_costs or {}
     types = {inv.nodepool: {it.name: it for it in inv.instance_types} for inv in inventories}
-    node_costs = facts.remember(
-        "move_costs", facts.versions_of(snapshot.pods), lambda: _node_move_costs(snapshot, facts)
-    )
+    # Each node's move cost (``candidates.move_cost`` of its reschedulable pods), as the
+    # candidate checks summed it; a node without pods costs its own only.
+    node_costs = bound_pods(snapshot.pods, facts)
     nodes: dict[str, NodeFacts] = {}
-    for raw_node in snapshot.nodes:
-        node_facts = facts.node(raw_node)
+    for _, node_facts in facts.nodes(snapshot.nodes):
         nodes[node_facts.name] = node_facts
     price: dict[str, float] = {}
     cost: dict[str, float] = {}
-    for raw in snapshot.nodeclaims:
-        claim = facts.claim(raw)
+    for _, claim in facts.claims(snapshot.nodeclaims):
         pool = str(claim.labels.get(wellknown.LABEL_NODEPOOL, ""))
         if pool not in types:
             continue
@@ -161,21 +159,10 @@ def pool_totals(
         price[pool] = price.get(pool, 0.0) + (found if found and not math.isnan(found) else 0.0)
         moving = known.get(node_name)
         if moving is None:
-            moving = node_costs.get(node_name, PER_NODE_DISRUPTION_COST)
+            pods = node_costs.get(node_name)
+            moving = pods.move_cost if pods is not None else PER_NODE_DISRUPTION_COST
         cost[pool] = cost.get(pool, 0.0) + moving
     return {pool: PoolTotals(price[pool], cost[pool]) for pool in price}
-
-
-def _node_move_costs(snapshot: ClusterSnapshot, facts: PassFacts) -> dict[str, float]:
-    """Each node's move cost (``candidates.move_cost`` of its reschedulable pods) by name; a
-    node without such pods is left out (its cost is the node's own)."""
-    costs_by_node: dict[str, list[float]] = {}
-    for pod in snapshot.pods:
-        pod_facts = facts.pod(pod)
-        node_name = pod_facts.node_name
-        if node_name and pod_facts.reschedulable:
-            costs_by_node.setdefault(node_name, []).append(pod_facts.cost)
-    return {name: summed_move_cost(costs) for name, costs in costs_by_node.items()}
 
 
 def score_move(

@@ -33,11 +33,10 @@ class BudgetLedger:
     ) -> None:
         """``facts``: what earlier passes read of each object version (``facts.PassFacts``)."""
         facts = facts if facts is not None else PassFacts()
-        node_by_name = {str(n["metadata"]["name"]): facts.node(n) for n in nodes}
+        node_by_name = {str(n["metadata"]["name"]): f for n, f in facts.nodes(nodes)}
         total: dict[str, int] = {}
         disrupting: dict[str, int] = {}
-        for raw in nodeclaims:
-            claim = facts.claim(raw)
+        for _, claim in facts.claims(nodeclaims):
             if claim.nodepool not in pools:
                 continue
             node = node_by_name.get(claim.node_name)

@@ -13,7 +13,8 @@ life left) over those values. An object without both (a hand-made one) is read a
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+import functools
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -52,6 +53,11 @@ def _is_active(pod: PodObject) -> bool:
     """Neither finished nor terminating (upstream's ``IsActive``)."""
     if _meta(pod).get("deletionTimestamp"):
         return False
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def _is_active_phase(pod: PodObject) -> bool:
+    """Not finished: a pod the pass parses (bound, or pending)."""
     return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
 
 
@@ -111,13 +117,17 @@ class PodFacts:
     @classmethod
     def read(cls, pod: PodObject) -> PodFacts:
         meta = _meta(pod)
+        spec = pod.get("spec") or {}
+        # Most pods have no annotation and no priority: their cost is 1 and nothing forbids
+        # disrupting them, without asking.
+        plain = not meta.get("annotations") and "priority" not in spec
         return cls(
             key=pod_key(pod),
-            node_name=str((pod.get("spec") or {}).get("nodeName") or ""),
+            node_name=str(spec.get("nodeName") or ""),
             active=_is_active(pod),
             reschedulable=is_reschedulable(pod),
-            cost=rescheduling_cost(pod),
-            do_not_disrupt=do_not_disrupt_until(pod),
+            cost=1.0 if plain else rescheduling_cost(pod),
+            do_not_disrupt=None if plain else do_not_disrupt_until(pod),
             namespace=str(meta.get("namespace", "")),
             labels=tuple(sorted((meta.get("labels") or {}).items())),
         )
@@ -181,15 +191,22 @@ class ClaimFacts:
     def read(cls, claim: Mapping[str, Any]) -> ClaimFacts:
         meta = _meta(claim)
         labels = meta.get("labels") or {}
+        status = claim.get("status") or {}
+        # ``condition_true`` of each type, in one walk over the conditions.
+        true = {
+            kind
+            for c in status.get("conditions") or []
+            if c.get("status") == "True" and isinstance(kind := c.get("type"), str)
+        }
         return cls(
             name=str(meta.get("name", "")),
             labels=labels,
             nodepool=str(labels.get(wellknown.LABEL_NODEPOOL) or ""),
-            node_name=str((claim.get("status") or {}).get("nodeName") or ""),
+            node_name=str(status.get("nodeName") or ""),
             deleting=bool(meta.get("deletionTimestamp")),
-            initialized=condition_true(claim, NodeClaimConditionType.INITIALIZED),
-            drifted=condition_true(claim, NodeClaimConditionType.DRIFTED),
-            consolidatable=condition_true(claim, NodeClaimConditionType.CONSOLIDATABLE),
+            initialized=NodeClaimConditionType.INITIALIZED in true,
+            drifted=NodeClaimConditionType.DRIFTED in true,
+            consolidatable=NodeClaimConditionType.CONSOLIDATABLE in true,
             do_not_disrupt=_annotated_do_not_disrupt(claim),
             expiry=_expiry(claim),
         )
@@ -212,13 +229,22 @@ def _expiry(claim: Mapping[str, Any]) -> tuple[timedelta, datetime | None] | Non
     created = _meta(claim).get("creationTimestamp")
     if not raw or raw == "Never" or not created:
         return None
-    try:
-        total = parse_duration(str(raw))
-    except DurationError:
+    total = _duration(str(raw))
+    if total is None:
         return None
     if total <= timedelta(0):
         return (total, None)
     return (total, parse_timestamp(str(created)))
+
+
+@functools.lru_cache(maxsize=256)
+def _duration(raw: str) -> timedelta | None:
+    """``parse_duration(raw)``, ``None`` when it is not a duration: a NodePool's few
+    ``expireAfter`` values, read for each of its NodeClaims."""
+    try:
+        return parse_duration(raw)
+    except DurationError:
+        return None
 
 
 def lifetime_remaining(nodeclaim: Mapping[str, Any], now: datetime) -> float:
@@ -237,7 +263,7 @@ def cluster_versions(snapshot: ClusterSnapshot) -> tuple[object, ...] | None:
             uid, version = meta.get("uid"), meta.get("resourceVersion")
             if not uid or not version:
                 return None
-            keys.append((uid, version))
+            keys.append((str(uid), str(version)))
         keys.append(None)  # where one kind ends
     return tuple(keys)
 
@@ -258,6 +284,8 @@ class PassFacts:
         self.versions: tuple[object, ...] | None = None
         """``cluster_versions`` of this pass's cluster (``begin``)."""
         self._lists: tuple[object, object, object] = (None, None, None)
+        self._read: tuple[list[PodFacts], list[NodeFacts], list[ClaimFacts]] | None = None
+        """The facts of this pass's pods, Nodes and NodeClaims, in their order (``read_all``)."""
         self.reads = 0
         self.reused = 0
         """How many times ``remember`` found its value kept (for tests and figures)."""
@@ -281,15 +309,88 @@ class PassFacts:
         for kept in (self._pods, self._nodes, self._claims):
             kept.new_round()
 
-    def begin(self, snapshot: ClusterSnapshot) -> None:
-        """A new pass over ``snapshot``. Over the very versions of the last pass, its facts
-        stay as they are: what it derived is taken whole, so they are not asked for again and
-        must not age out."""
+    def begin(self, snapshot: ClusterSnapshot) -> bool:
+        """A new pass over ``snapshot``; whether it holds the very versions of the last pass.
+        Then its facts stay as they are: what it derived is taken whole, so they are not asked
+        for again and must not age out."""
         versions = cluster_versions(snapshot)
-        if versions is None or versions != self.versions:
+        same = versions is not None and versions == self.versions
+        if not same:
             self.new_round()
+            self._read = None
         self.versions = versions
         self._lists = (snapshot.pods, snapshot.nodes, snapshot.nodeclaims)
+        return same
+
+    def read_all(self, snapshot: ClusterSnapshot, parsed: ParsedCluster | None) -> None:
+        """Read each object version of ``snapshot`` that no earlier pass read: the pod's facts
+        and, unless it finished, its parse (``parsed.specs``); each Node's and NodeClaim's
+        facts, each Node's allocatable and labels as requirements.
+
+        The pass would read them where it first needs them; read first, what reading costs
+        (work in proportion to the objects that changed, what informer events bring) is told
+        apart from what the pass itself costs (``PassReport.read_seconds``). An object without
+        a version (a hand-made cluster) leaves it all to the pass. Call after ``begin``.
+        """
+        if self.versions is None:
+            return
+        versions: tuple[Any, ...] = self.versions
+        pods, nodes, claims = snapshot.pods, snapshot.nodes, snapshot.nodeclaims
+        # ``versions`` holds the pods', a None, the Nodes', a None, the NodeClaims'.
+        start = len(pods) + 1
+        pod_facts: list[PodFacts] = []
+        for pod, key in zip(pods, versions[: start - 1], strict=True):
+            found = self._pods.get(key)
+            if found is None:
+                self.reads += 1
+                found = PodFacts.read(pod)
+                self._pods.put(key, found)
+                if parsed is not None and _is_active_phase(pod):
+                    parsed.specs.get(pod)
+            pod_facts.append(found)
+        node_facts: list[NodeFacts] = []
+        for node, key in zip(nodes, versions[start : start + len(nodes)], strict=True):
+            read = self._nodes.get(key)
+            if read is None:
+                self.reads += 1
+                read = NodeFacts.read(node)
+                self._nodes.put(key, read)
+                if parsed is not None:
+                    meta = _meta(node)
+                    parsed.allocatable(node)
+                    labels = dict(meta.get("labels") or {})
+                    labels.setdefault(wellknown.LABEL_HOSTNAME, str(meta.get("name")))
+                    parsed.label_requirements(node, labels)
+            node_facts.append(read)
+        start += len(nodes) + 1
+        claim_facts: list[ClaimFacts] = []
+        for claim, key in zip(claims, versions[start:-1], strict=True):
+            kept = self._claims.get(key)
+            if kept is None:
+                self.reads += 1
+                kept = ClaimFacts.read(claim)
+                self._claims.put(key, kept)
+            claim_facts.append(kept)
+        self._read = (pod_facts, node_facts, claim_facts)
+
+    def pods(self, pods: Iterable[PodObject]) -> Iterable[tuple[PodObject, PodFacts]]:
+        """Each of ``pods`` with its facts, in order: those ``read_all`` read when they are
+        this pass's pods (no version looked up again), else each one's asked for."""
+        if self._read is not None and pods is self._lists[0]:
+            return zip(pods, self._read[0], strict=True)
+        return ((pod, self.pod(pod)) for pod in pods)
+
+    def nodes(self, nodes: Iterable[Mapping[str, Any]]) -> Iterable[tuple[Any, NodeFacts]]:
+        """Each of ``nodes`` with its facts, in order (see ``pods``)."""
+        if self._read is not None and nodes is self._lists[1]:
+            return zip(nodes, self._read[1], strict=True)
+        return ((node, self.node(node)) for node in nodes)
+
+    def claims(self, claims: Iterable[Mapping[str, Any]]) -> Iterable[tuple[Any, ClaimFacts]]:
+        """Each of ``claims`` with its facts, in order (see ``pods``)."""
+        if self._read is not None and claims is self._lists[2]:
+            return zip(claims, self._read[2], strict=True)
+        return ((claim, self.claim(claim)) for claim in claims)
 
     def versions_of(
         self,

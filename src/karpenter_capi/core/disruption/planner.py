@@ -65,6 +65,11 @@ class PassReport:
     """Each NodePool's price and move cost, what ``Balanced`` scores are shares of."""
     simulations: int = 0
     seconds: float = 0.0
+    read_seconds: float = 0.0
+    """Of ``seconds``, what reading the object versions no earlier pass read took (pods parsed,
+    the facts of pods, Nodes and NodeClaims): the whole cluster on a first pass, what changed
+    since on a later one (``facts.PassFacts.read_all``)."""
+    objects_read: int = 0
     method_seconds: dict[str, float] = field(default_factory=dict)
     simulation_seconds: list[float] = field(default_factory=list)
 
@@ -134,7 +139,10 @@ def _read(
     # What earlier passes read of each object version is kept; what this pass does not read
     # of it (objects gone) is dropped at the end of the next.
     facts = pass_facts(parsed)
-    facts.begin(snapshot)
+    read_started, reads = clock.monotonic(), facts.reads
+    if not facts.begin(snapshot):
+        facts.read_all(snapshot, parsed)
+    read_seconds, objects_read = clock.monotonic() - read_started, facts.reads - reads
     found = find_candidates(
         nodes=snapshot.nodes,
         nodeclaims=snapshot.nodeclaims,
@@ -149,7 +157,12 @@ def _read(
         refused = provider_refusals(blocked, snapshot, consolidation_order(found.candidates))
         found.excluded.update(refused)
         found.candidates = [c for c in found.candidates if c.name not in refused]
-    report = PassReport(candidates=found.candidates, excluded=found.excluded)
+    report = PassReport(
+        candidates=found.candidates,
+        excluded=found.excluded,
+        read_seconds=read_seconds,
+        objects_read=objects_read,
+    )
     pools = {inv.nodepool: inv.model for inv in usable if inv.model is not None}
     ledger = BudgetLedger(pools, snapshot.nodeclaims, snapshot.nodes, now, facts=facts)
     report.budgets = ledger.snapshot()
