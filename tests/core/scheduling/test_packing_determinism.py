@@ -8,6 +8,7 @@ counts its work instead of timing it; these tests compare plans, never durations
 from __future__ import annotations
 
 import random
+import warnings
 from typing import Any
 
 import pytest
@@ -15,7 +16,8 @@ import pytest
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead, Offering
-from karpenter_capi.core.scheduling import highs
+from karpenter_capi.core.scheduling import highs, packing_cuts
+from karpenter_capi.core.scheduling.packing_problem import Bin, BinType, PackingProblem, PodGroup
 from karpenter_capi.core.scheduling.solver import Solver
 from karpenter_capi.core.scheduling.solver_io import NodePoolOption, SolveResult
 from karpenter_capi.core.values.resources import ResourceList
@@ -184,3 +186,72 @@ def test_random_cases_get_the_same_plans_next_to_cpu_hogs() -> None:
     with cpu_load(2):  # the machine has about two cores
         loaded = _plans(FakeClock())
     assert loaded == quiet
+
+
+def _patterns(count: int) -> tuple[PackingProblem, list[Bin]]:
+    """Three pod groups on one 120-slot node type and the first ``count`` patterns of them."""
+    problem = PackingProblem(
+        types=(BinType(room=(120,), price=1.0, limit_use=(0,)),),
+        groups=tuple(PodGroup((size,), 200, frozenset({0})) for size in (1, 2, 3)),
+        greedy=(),
+        queue=(),
+    )
+    columns = [
+        Bin(0, (a, b, c))
+        for a in range(0, 121, 4)
+        for b in range(0, 61, 4)
+        for c in range(0, 41, 4)
+        if 0 < a + 2 * b + 3 * c <= 120
+    ]
+    return problem, columns[:count]
+
+
+class _Recording(highs.HiGHS):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lean: list[bool] = []
+
+    def milp(self, *args: Any, **kwargs: Any) -> Any:
+        self.lean.append(kwargs.get("lean", False))
+        return super().milp(*args, **kwargs)
+
+
+def test_a_large_pattern_program_is_solved_lean_decided_by_its_size_alone() -> None:
+    # HiGHS's sub-MIP heuristics and strong branching, which no node limit bounds, took
+    # seconds over seed 127's 202 patterns (benchmarks/packing.py), near the CPU-time net:
+    # past LEAN_COLUMNS patterns they are off, whatever the clock says.
+    backend = _Recording()
+    for count in (packing_cuts.LEAN_COLUMNS, packing_cuts.LEAN_COLUMNS + 1):
+        problem, columns = _patterns(count)
+        assert len(columns) == count
+        rows = packing_cuts.program_rows(problem, columns, (), (1,), ())
+        status, x = packing_cuts.integer_program(
+            problem, columns, rows, backend, safety=60.0, nodes=50, gap=0.005, caps={}
+        )
+        assert status in ("optimal", "budget-exhausted")
+        assert x is not None
+    assert backend.lean == [False, True]
+
+
+def test_highs_knows_every_lean_option() -> None:
+    # SciPy hands HiGHS the options it does not document, and one HiGHS does not know is
+    # only warned about (OptimizeWarning) and skipped: a renamed option would silently
+    # bring the unbounded work back.
+    import numpy as np
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        status, x = highs.HiGHS().milp(
+            np.ones(2),
+            -np.ones((1, 2)),
+            np.full(1, -np.inf),
+            -np.ones(1),
+            bounds=(np.zeros(2), np.full(2, 5.0)),
+            time_limit=60.0,
+            node_limit=10,
+            gap=0.0,
+            lean=True,
+        )
+    assert status == "optimal"
+    assert x is not None
+    assert sum(x) == 1

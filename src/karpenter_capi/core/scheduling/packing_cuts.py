@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from karpenter_capi.core.scheduling.packing_problem import Bin, PackingProblem
 
@@ -31,6 +31,13 @@ if TYPE_CHECKING:
 
     from karpenter_capi.core.scheduling.highs import HiGHS
 
+
+LEAN_COLUMNS: Final = 100
+"""Past this many patterns the program is solved ``lean`` (``highs.LEAN_OPTIONS``): decided
+from its size before solving, so the same problem gets the same solve on any machine.
+HiGHS's sub-MIP heuristics, which no node limit bounds, took seconds over 200 patterns
+(``benchmarks/packing.py`` seed 127, near the 5 s safety net) where they take well under a
+second over the 61 of the ``consolidation`` scenario, whose $0.98 plan needs them."""
 
 Caps = dict[int, int]
 """The most nodes of a type (the key) a plan may buy."""
@@ -84,8 +91,8 @@ def integer_program(
 ) -> tuple[str, np.ndarray | None]:
     """How many nodes of each pattern of ``columns`` to buy (cost, and ``A @ x <= b``:
     ``rows``), at most ``caps[t]`` nodes of type ``t``: the backend's status and solution, its
-    first ``len(columns)`` values the patterns'. At most ``nodes`` branch-and-bound nodes;
-    ``safety`` seconds (CPU) is the safety net."""
+    first ``len(columns)`` values the patterns'. At most ``nodes`` branch-and-bound nodes,
+    lean past ``LEAN_COLUMNS`` patterns; ``safety`` seconds (CPU) is the safety net."""
     import numpy as np
 
     cost, matrix, high = rows
@@ -119,6 +126,7 @@ def integer_program(
         time_limit=safety,
         node_limit=nodes,
         gap=gap,
+        lean=len(columns) > LEAN_COLUMNS,
     )
 
 
