@@ -397,14 +397,9 @@ def _window(
     infos = types[first : first + size]
     if not infos:
         return None
-    smallest = tuple(map(min, *(t.allocatable for t in infos))) if len(infos) > 1 else None
+    smallest = tuple(map(min, zip(*(t.allocatable for t in infos), strict=True)))
     chosen = [t.instance_type for t in infos]
-    found = (
-        types,
-        smallest if smallest is not None else infos[0].allocatable,
-        chosen,
-        _instance_types_requirement(chosen),
-    )
+    found = (types, smallest, chosen, _instance_types_requirement(chosen))
     windows[key] = found  # the list is kept too, so its id is not reused while cached
     return found
 
