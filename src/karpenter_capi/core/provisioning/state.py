@@ -256,13 +256,15 @@ class ParsedCluster:
         (``disruption.facts.PassFacts``), kept across passes as the parsed pods are."""
 
     def label_requirements(
-        self, node: Mapping[str, Any], labels: Mapping[str, str]
+        self, node: Mapping[str, Any], labels: Mapping[str, str], lent: object = None
     ) -> Requirements:
-        """``labels`` (the node's, with its hostname) as requirements, once per node version."""
+        """``labels`` (the node's, with its hostname) as requirements, once per node version
+        (and per version of the NodeClaim that ``lent`` labels to a node not registered yet)."""
         meta = node.get("metadata") or {}
-        name, version = str(meta.get("name")), (meta.get("uid"), meta.get("resourceVersion"))
+        name = str(meta.get("name"))
+        version = (meta.get("uid"), meta.get("resourceVersion"), lent)
         found = self._labels.get(name)
-        if found is not None and found[0] == version and all(version):
+        if found is not None and found[0] == version and all(version[:2]):
             return found[1]
         requirements = Requirements.from_labels(labels)
         self._labels[name] = (version, requirements)
@@ -347,6 +349,11 @@ def existing_nodes(
         for c in snapshot.nodeclaims
         if (c.get("status") or {}).get("nodeName")
     }
+    claim_by_node = {
+        str((c.get("status") or {}).get("nodeName")): c
+        for c in snapshot.nodeclaims
+        if (c.get("status") or {}).get("nodeName")
+    }
     for node in sorted(snapshot.nodes, key=lambda n: str(n["metadata"]["name"])):
         meta, spec = node["metadata"], node.get("spec") or {}
         if meta.get("deletionTimestamp"):
@@ -355,6 +362,19 @@ def existing_nodes(
         registered.add(name)
         labels = dict(meta.get("labels") or {})
         taints = _taints(spec.get("taints"))
+        claim = claim_by_node.get(name)
+        lent = None
+        if claim is not None and wellknown.LABEL_REGISTERED not in labels:
+            # Its NodeClaim names it but registration has not synced it yet (or the Node's
+            # cache has not caught up with the NodeClaim's): as upstream's cluster state, its
+            # labels are its NodeClaim's, so it is ours and starting (below) and keeps the
+            # room its pods were launched for. Judged by the kubelet's Node alone (tainted
+            # unregistered, no NodePool label), that room was gone and a round launched again.
+            claim_meta = claim.get("metadata") or {}
+            lent = (claim_meta.get("uid"), claim_meta.get("resourceVersion"))
+            own = _claim_labels(claim)
+            own.pop(wellknown.LABEL_HOSTNAME, None)
+            labels = {**labels, **own}
         if wellknown.LABEL_NODEPOOL in labels and labels.get(wellknown.LABEL_INITIALIZED) != "true":
             # Ours and still starting: its ephemeral and startup taints are about to go, so
             # pods are judged by the taints it will keep (upstream's initializing nodes).
@@ -372,7 +392,7 @@ def existing_nodes(
                 labels=labels,
                 allocatable=sums.allocatable(node),
                 requested=sums.of(name, pods),
-                label_requirements=sums.label_requirements(node, labels),
+                label_requirements=sums.label_requirements(node, labels, lent),
                 taints=taints,
                 pods=pods,
                 nodepool=labels.get(wellknown.LABEL_NODEPOOL),
