@@ -42,11 +42,11 @@ from karpenter_capi.core.scheduling._solver_view import (
 from karpenter_capi.core.scheduling.claims import (
     HOSTNAME_PLACEHOLDER,
     ClaimState,
+    CompatibleTypes,
     Fit,
     PodClass,
     PoolState,
     RuledOut,
-    TypeInfo,
     Vector,
     add,
     claim_window,
@@ -55,10 +55,10 @@ from karpenter_capi.core.scheduling.claims import (
     imbalance,
     limit_use,
     max_capacity,
+    merged_requirements,
     min_values_problem,
     to_vector,
     tolerates_every_type,
-    type_tolerated,
     untolerated_pool_taint,
 )
 from karpenter_capi.core.scheduling.collector import collection_paused
@@ -82,7 +82,6 @@ from karpenter_capi.core.scheduling.solver_io import (
     ExistingNode,
     NodePoolOption,
     SolveResult,
-    compatible_offerings,
 )
 from karpenter_capi.core.scheduling.topology import Topology
 from karpenter_capi.core.values.refusal import Refusal
@@ -155,7 +154,7 @@ class Solver:
         self._nodes: list[SolverNode] = []
         self._pools: list[PoolState] = []
         self._topology: Topology | None = None
-        self._types_cache: dict[tuple[int, Requirements, str], list[TypeInfo]] = {}
+        self._compatible_types = CompatibleTypes()
         self._packing_budget = packing_budget
         self._packing_backend = packing_backend
         self._plans_nominated = plans_nominated
@@ -392,24 +391,6 @@ class Solver:
         node.ports.add(pod_class.host_ports)
         node.placed.append(pod)
 
-    def _merged(self, pod_class: PodClass, requirements: Requirements) -> Requirements | Refusal:
-        """The claim's requirements with the pod's, or why they conflict (cached per class)."""
-        assert pod_class.requirements is not None
-        cache = pod_class.merged
-        cached = cache.get(id(requirements))
-        if cached is not None and cached[0] is requirements:
-            return cached[1]
-        why = requirements.incompatibility(pod_class.requirements)
-        merged: Requirements | Refusal
-        if why is not None:
-            merged = why
-        else:
-            merged = requirements.merged(pod_class.requirements)
-            if merged == requirements:
-                merged = requirements  # keep identity: the claim's fast path relies on it
-        cache[id(requirements)] = (requirements, merged)
-        return merged
-
     def _fit_claim(self, claim: ClaimState, pod_class: PodClass, spec: PodSpec) -> Fit | Refusal:
         """How ``claim`` would look with the pod on it, or why it cannot take the pod.
 
@@ -426,7 +407,7 @@ class Solver:
         if pod_class.host_ports and claim.ports.conflicts(pod_class.host_ports):
             rejected.add(claim.index)
             return _HOST_PORT
-        merged = self._merged(pod_class, claim.requirements)
+        merged = merged_requirements(pod_class, claim.requirements)
         if isinstance(merged, Refusal):
             rejected.add(claim.index)
             return merged
@@ -481,31 +462,6 @@ class Solver:
         claim.pods.append(pod)
         claim.version += 1
         self._topology.record(spec, fit.requirements)
-
-    def _compatible_types(
-        self, pool: PoolState, requirements: Requirements, pod_class: PodClass
-    ) -> list[TypeInfo]:
-        """The pool's types (price order) that ``requirements`` and the pod's tolerations allow.
-
-        Cached by the requirements without the hostname, which every claim has its own of and
-        no instance type speaks about; the list is shared, so callers never change it.
-        """
-        relevant = Requirements(
-            r for key, r in requirements.items() if key != wellknown.LABEL_HOSTNAME
-        )
-        tolerations = pod_class.signature if pool.tainted_types else ""
-        cache_key = (id(pool), relevant, tolerations)
-        cached = self._types_cache.get(cache_key)
-        if cached is None:
-            cached = [
-                t
-                for t in pool.types
-                if relevant.conflict_with(t.requirements) is None
-                and compatible_offerings(t.instance_type, relevant)
-                and type_tolerated(t, pod_class)
-            ]
-            self._types_cache[cache_key] = cached
-        return cached
 
     def _place_on_new_claim(
         self, pool: PoolState, pod_class: PodClass, pod: PodObject, spec: PodSpec
