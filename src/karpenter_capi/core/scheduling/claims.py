@@ -148,6 +148,12 @@ class PodClass:
     merged: dict[int, tuple[Requirements, Requirements | Refusal]] = field(default_factory=dict)
 
 
+# The checks of a claim for a pod class that read nothing else (Solver._prepare_fit): the
+# claim's requirements merged with the class's, the pods' total with it, that plus the
+# DaemonSets, the first type that holds it, and whether the class tolerates every type.
+Prepared = tuple[Requirements, Vector, Vector, int, bool]
+
+
 @dataclass(eq=False, slots=True)
 class Fit:
     """A claim as it would be with one more pod (see ``Solver._fit_claim``)."""
@@ -176,6 +182,9 @@ class ClaimState:
     reserved: Vector  # what it counts against the NodePool's limits
     pods: list[PodObject] = field(default_factory=list)
     version: int = 0  # bumped whenever a pod is added
+    # Per pod class, what the solver found on the claim as it is (Solver._fit_claim): emptied
+    # whenever a pod is added.
+    seen: dict[PodClass, Prepared | Fit | Refusal] = field(default_factory=dict)
 
 
 def cheapest_price(info: TypeInfo, requirements: Requirements) -> float:

@@ -46,6 +46,7 @@ from karpenter_capi.core.scheduling.claims import (
     Fit,
     PodClass,
     PoolState,
+    Prepared,
     RuledOut,
     Vector,
     add,
@@ -117,6 +118,10 @@ class Solver:
     solve by ``timeout_seconds``: pods not reached by then are reported unschedulable with a
     reason saying so, and the provisioner retries them in the next round.
     """
+
+    memo_fits: bool = True
+    """Whether a claim keeps what a class found on it (``_fit_claim``); tests turn it off to
+    compare with finding it again every time."""
 
     def __init__(
         self,
@@ -242,6 +247,8 @@ class Solver:
             stalled += 1
             if stalled <= len(queue):
                 queue.append(spec)
+        for claim in self._claims:
+            claim.seen = {}  # what the greedy pass kept per class: no use after it
         # Report the pods as given, not the relaxed copies that were placed.
         originals = {p.key: p.raw for p in readable}
         if self._packing_budget > 0 and self._claims:
@@ -397,9 +404,32 @@ class Solver:
         The checks whose failure lasts (taints, ports, labels, room) come first and mark the
         claim as never again for this pod class; topology, which can change as other pods
         land, comes last and marks it only when its refusal is permanent.
+
+        What a class's pods find on a claim depends only on the claim as it is, but for the
+        topology's verdict: so the claim keeps it (``ClaimState.seen``) until a pod lands on it.
+        A class without topology constraints gets the whole answer from there; one with them,
+        the checks before the topology's.
         """
-        assert pod_class.requirements is not None
-        assert self._topology is not None
+        known = claim.seen.get(pod_class) if self.memo_fits else None
+        if known is None:
+            prepared = self._prepare_fit(claim, pod_class)
+            if isinstance(prepared, Refusal):
+                return prepared
+            if not pod_class.topological:
+                answer = self._narrowed_fit(claim, pod_class, spec, prepared)
+                if self.memo_fits:
+                    claim.seen[pod_class] = answer
+                return answer
+            if self.memo_fits:
+                claim.seen[pod_class] = prepared
+        elif type(known) is tuple:
+            prepared = known
+        else:
+            return known  # type: ignore[return-value]  # a Fit or a Refusal, kept whole
+        return self._narrowed_fit(claim, pod_class, spec, prepared)
+
+    def _prepare_fit(self, claim: ClaimState, pod_class: PodClass) -> Prepared | Refusal:
+        """The checks of :meth:`_fit_claim` that read only the claim and the class."""
         rejected = pod_class.rejected_claims
         if untolerated_pool_taint(pod_class, claim.pool) is not None:
             rejected.add(claim.index)
@@ -419,6 +449,14 @@ class Solver:
             # Narrowing only removes types and adds DaemonSets, so there will be no more room.
             rejected.add(claim.index)
             return _NO_ROOM
+        return (merged, pods_total, total, room, fast)
+
+    def _narrowed_fit(
+        self, claim: ClaimState, pod_class: PodClass, spec: PodSpec, prepared: Prepared
+    ) -> Fit | Refusal:
+        """The rest of :meth:`_fit_claim`: the topology, then the types left after it."""
+        assert self._topology is not None
+        merged, pods_total, total, room, fast = prepared
         narrowed = merged
         if pod_class.topological:
             topological = self._topology.add_requirements(
@@ -445,7 +483,7 @@ class Solver:
             ]
             if not types:
                 if not pod_class.topological:
-                    rejected.add(claim.index)
+                    pod_class.rejected_claims.add(claim.index)
                 return _NO_ROOM
             first = 0
         if claim.pool.min_values and min_values_problem(narrowed, types[first:], total) is not None:
@@ -461,6 +499,7 @@ class Solver:
         claim.ports.add(pod_class.host_ports)
         claim.pods.append(pod)
         claim.version += 1
+        claim.seen = {}
         self._topology.record(spec, fit.requirements)
 
     def _place_on_new_claim(
