@@ -18,6 +18,7 @@ from benchmarks import scheduling as bench
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.scheduling.solver import Solver
 from karpenter_capi.core.scheduling.solver_io import SolveResult
+from karpenter_capi.core.scheduling.topology import Topology
 from tests.core.scheduling.test_checker_random import Cluster
 
 
@@ -41,8 +42,9 @@ def _plan(result: SolveResult) -> tuple[Any, ...]:
 
 
 def _both(monkeypatch: pytest.MonkeyPatch, solve: Any) -> tuple[Any, Any, int, int]:
-    """The plan with the claims' kept answers (``Solver.memo_fits``) and without, and how
-    many claims were checked from scratch in each."""
+    """The plan with kept answers (a claim's per class, ``Solver.memo_fits``; the topology's
+    per domains, ``Topology.memo_verdicts``) and without, and how many claims were checked from
+    scratch in each."""
     prepared = Solver._prepare_fit
     calls = {"n": 0}
 
@@ -54,8 +56,10 @@ def _both(monkeypatch: pytest.MonkeyPatch, solve: Any) -> tuple[Any, Any, int, i
     fast = _plan(solve())
     fast_calls, calls["n"] = calls["n"], 0
     monkeypatch.setattr(Solver, "memo_fits", False)
+    monkeypatch.setattr(Topology, "memo_verdicts", False)
     slow = _plan(solve())
     monkeypatch.setattr(Solver, "memo_fits", True)
+    monkeypatch.setattr(Topology, "memo_verdicts", True)
     return fast, slow, fast_calls, calls["n"]
 
 
