@@ -13,7 +13,8 @@ the replicas of one Deployment) form a class, and everything that depends only o
 decided once per class: the requirements, the toleration verdicts, and which nodes can never
 take the class again (a node that rejected a class for lack of room, a port, a label or a taint
 rejects it for good, since nodes only fill up during a solve). A NodeClaim's instance types
-are kept in price order with a moving cut-off instead of being refiltered for every pod.
+are kept in price order with a moving cut-off instead of being refiltered for every pod, and
+what a class found on a claim is kept until a pod lands on it (``_fit_claim``).
 """
 
 from __future__ import annotations
