@@ -93,6 +93,10 @@ class NodePoolCounterController:
     def __init__(self, ctx: ControllerContext) -> None:
         self._ctx = ctx
         self._writes = Writes(ctx, NAME)
+        # NodePool -> (the resourceVersion a status write patched, the status written). While
+        # the informer's copy is still at that version it has not shown the write yet, and
+        # the same status computed again would be written again for nothing.
+        self._written: dict[str, tuple[str, dict[str, Any]]] = {}
 
     def watches(self) -> Sequence[Watch]:
         return [Watch(NODECLAIMS, self._pool_key), Watch(NODES, self._pool_key)]
@@ -109,6 +113,7 @@ class NodePoolCounterController:
         caches = self._ctx.caches
         pool = caches.store(NODEPOOLS).get(key)
         if pool is None:
+            self._written.pop(key, None)
             return DONE
         resources = nodepool_resources(
             key, caches.store(NODECLAIMS).list(), caches.store(NODES).list()
@@ -122,7 +127,11 @@ class NodePoolCounterController:
         # A merge patch keeps keys it does not name: a resource gone from every node is nulled.
         patch: dict[str, Any] = {name: None for name in current if name not in resources}
         patch.update(resources)
-        self._writes.patch(
-            NODEPOOLS, pool, {"status": {"resources": patch, "nodes": nodes}}, subresource="status"
-        )
+        body = {"status": {"resources": patch, "nodes": nodes}}
+        version = str((pool.get("metadata") or {}).get("resourceVersion") or "")
+        if version and self._written.get(key) == (version, body):
+            return DONE  # written over this very version: its watch event brings it back
+        self._writes.patch(NODEPOOLS, pool, body, subresource="status")
+        if not self._writes.dry_run:  # a dry run's copy never changes: it says each time
+            self._written[key] = (version, body)
         return DONE

@@ -14,7 +14,9 @@ the refusal is said on the NodePool and its pods and the round goes on with the 
 that is away or busy fails the round, which is retried as a whole.
 
 Pods placed on a NodeClaim are remembered (Karpenter's "nominated" pods): the next round sends
-them back to the same claim first, so a claim still launching is not asked for twice. The pods a
+them back to the same claim first, so a claim still launching is not asked for twice; pods
+placed on its Node once it registered are remembered the same way, so a plan (and each pod's
+``status.nominatedNodeName``) holds while the pod still fits there. The pods a
 claim was launched for are also written on it (``karpenter.cluster.x-k8s.io/nominated-pods``),
 so a restarted controller rebuilds those nominations from the API instead of packing the
 pending pods afresh onto in-flight capacity and launching again for what does not fit.
@@ -227,6 +229,11 @@ class Provisioner:
         self._observe(seconds, options)
         report.timed_out = result.timed_out
         claim_names = {str(c["metadata"]["name"]) for c in snapshot.nodeclaims}
+        claim_of_node = {
+            str(node_name): str(c["metadata"]["name"])
+            for c in snapshot.nodeclaims
+            if (node_name := (c.get("status") or {}).get("nodeName"))
+        }
         live = {str(c["metadata"]["name"]) for c in snapshot.nodeclaims}
         live |= {str(n["metadata"]["name"]) for n in snapshot.nodes}
         self._nominations = {n: pods for n, pods in self._nominations.items() if n in live}
@@ -246,6 +253,12 @@ class Provisioner:
                 self._nominations[node_name] = frozenset(map(pod_key, pods))
             else:
                 report.existing_pods += waiting
+                # A NodeClaim's registered Node keeps the pods counted on it, as the claim did
+                # before it registered: the next round sends them back there first, so a plan
+                # (and each pod's nomination) holds until it must change.
+                holder = claim_of_node.get(node_name)
+                if holder is not None:
+                    self._nominations[holder] = frozenset(map(pod_key, pods))
         raw_pools = {inventory.nodepool: inventory for inventory in usable}
         wanted = []
         for claim in result.new_nodeclaims:
