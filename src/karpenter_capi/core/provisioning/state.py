@@ -248,9 +248,10 @@ class ParsedCluster:
         self._nodes: dict[str, _NodeSum] = {}
         self._labels: dict[str, tuple[object, Requirements]] = {}
         self._allocatable: dict[str, tuple[object, ResourceList]] = {}
-        self.existing_view: tuple[object, object] | None = None
-        """The disruption pass's solver view of the nodes and what it was built from
-        (``disruption.simulation``), reused while nothing in it changed."""
+        self._existing: dict[str, tuple[object, ExistingNode]] = {}
+        self.existing_view: object | None = None
+        """The disruption pass's solver view of the nodes (``disruption.simulation``): the
+        next pass's when none of them changed, what the next one is made from otherwise."""
         self.facts: object | None = None
         """What disruption read of each pod, Node and NodeClaim version
         (``disruption.facts.PassFacts``), kept across passes as the parsed pods are."""
@@ -314,6 +315,26 @@ class ParsedCluster:
             del self._labels[name]
         for name in [n for n in self._allocatable if n not in keep]:
             del self._allocatable[name]
+        for name in [n for n in self._existing if n not in keep]:
+            del self._existing[name]
+
+    def kept_existing(
+        self, name: str, key: object | None, requested: ResourceList
+    ) -> ExistingNode | None:
+        """The node's ``ExistingNode`` of the last round when ``key`` (its version, taints and
+        nominations) is the same and so is its bound pods' sum (the very object, while no pod
+        bound to it came, went or changed): what is derived from it (``ExistingView``) then
+        tells an unchanged node by identity."""
+        found = self._existing.get(name)
+        if key is None or found is None or found[0] != key or found[1].requested is not requested:
+            return None
+        return found[1]
+
+    def keep_existing(self, name: str, key: object | None, node: ExistingNode) -> None:
+        if key is None:
+            self._existing.pop(name, None)
+        else:
+            self._existing[name] = (key, node)
 
 
 def existing_nodes(
@@ -366,19 +387,25 @@ def existing_nodes(
             taints = (*taints, UNSCHEDULABLE_TAINT)
         pods = bound.get(name, [])
         labels.setdefault(wellknown.LABEL_HOSTNAME, name)
-        result.append(
-            ExistingNode(
+        requested = sums.of(name, pods)
+        nominated = nominations.get(claim_of_node.get(name, ""), frozenset())
+        version = (meta.get("uid"), meta.get("resourceVersion"))
+        key = (version, taints, nominated) if all(version) else None
+        existing = sums.kept_existing(name, key, requested)
+        if existing is None:
+            existing = ExistingNode(
                 name=name,
                 labels=labels,
                 allocatable=sums.allocatable(node),
-                requested=sums.of(name, pods),
+                requested=requested,
                 label_requirements=sums.label_requirements(node, labels),
                 taints=taints,
                 pods=pods,
                 nodepool=labels.get(wellknown.LABEL_NODEPOOL),
-                nominated=nominations.get(claim_of_node.get(name, ""), frozenset()),
+                nominated=nominated,
             )
-        )
+            sums.keep_existing(name, key, existing)
+        result.append(existing)
     types_by_pool = {
         inv.nodepool: {it.name: it for it in inv.instance_types} for inv in inventories
     }
