@@ -190,8 +190,9 @@ def _view_state(view: ExistingView) -> dict[str, Any]:
         "nodes": list(view.nodes),
         "requirements": view.requirements,
         "ports": [list(p) for p in view.ports],
-        "resources": list(view._resources.items()),
-        "domains": [(k, list(v.items())) for k, v in view._domains.items()],
+        "resources": view._resources,
+        # Label keys in order (a topology's domains by key); values are handed out as sets.
+        "domains": (list(view._domains), view._domains),
         "vectors": view.vectors(names),
         "pod_nodes": list(pods.nodes),
         "position": list(pods.position.items()),

@@ -142,7 +142,7 @@ class _Reading:
         # Every simulation solves over these nodes but its candidates: turned into solver input
         # once (``ExistingView``), each simulation leaving its candidates out of it.
         self.view = _view(self.nodes, parsed)
-        self.moving: list[PodObject] = moving_pods(snapshot)
+        self.moving: list[PodObject] = moving_pods(snapshot, disrupting)
         self.pending: list[PodObject] = [p for p in snapshot.pods if is_provisionable(p)]
         # Room on a NodeClaim still launching, or a node not yet initialized, is a promise: a
         # pod that must move may not count on it (upstream rejects such a result too).

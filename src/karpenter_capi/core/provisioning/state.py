@@ -26,7 +26,7 @@ from karpenter_capi.core.kube.resources import (
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.scheduling.podspec import PodObject, PodSpecs
 from karpenter_capi.core.scheduling.solver_io import ExistingNode, NodePoolOption
-from karpenter_capi.core.values.requirements import Requirements
+from karpenter_capi.core.values.requirements import Requirement, Requirements
 from karpenter_capi.core.values.resources import ResourceList, empty
 from karpenter_capi.core.values.taints import Taint
 
@@ -249,6 +249,9 @@ class ParsedCluster:
         self._labels: dict[str, tuple[object, Requirements]] = {}
         self._allocatable: dict[str, tuple[object, ResourceList]] = {}
         self._existing: dict[str, tuple[object, ExistingNode]] = {}
+        # One label's requirement, shared by every node that has the label: a node's labels
+        # are mostly those of its type, zone and pool (made once, not once per node).
+        self._label_requirement: dict[tuple[str, str], Requirement] = {}
         self.existing_view: object | None = None
         """The disruption pass's solver view of the nodes (``disruption.simulation``): the
         next pass's when none of them changed, what the next one is made from otherwise."""
@@ -265,7 +268,12 @@ class ParsedCluster:
         found = self._labels.get(name)
         if found is not None and found[0] == version and all(version):
             return found[1]
-        requirements = Requirements.from_labels(labels)
+        shared = self._label_requirement
+        requirements = Requirements(
+            shared.get((key, str(value)))
+            or shared.setdefault((key, str(value)), _label_requirement(key, str(value)))
+            for key, value in labels.items()
+        )
         self._labels[name] = (version, requirements)
         return requirements
 
@@ -317,16 +325,18 @@ class ParsedCluster:
             del self._allocatable[name]
         for name in [n for n in self._existing if n not in keep]:
             del self._existing[name]
+        # What nodes gone named (their hostnames) goes once it outnumbers what they name.
+        if len(self._label_requirement) > 16 * len(keep) + 1024:
+            self._label_requirement.clear()
 
     def kept_existing(
-        self, name: str, key: object | None, requested: ResourceList
+        self, name: str, key: object | None, pods: Sequence[PodObject]
     ) -> ExistingNode | None:
         """The node's ``ExistingNode`` of the last round when ``key`` (its version, taints and
-        nominations) is the same and so is its bound pods' sum (the very object, while no pod
-        bound to it came, went or changed): what is derived from it (``ExistingView``) then
-        tells an unchanged node by identity."""
+        nominations) is the same and so are its bound pods (the very objects, or equal ones):
+        what is derived from it (``ExistingView``) then tells an unchanged node by identity."""
         found = self._existing.get(name)
-        if key is None or found is None or found[0] != key or found[1].requested is not requested:
+        if key is None or found is None or found[0] != key or found[1].pods != pods:
             return None
         return found[1]
 
@@ -335,6 +345,11 @@ class ParsedCluster:
             self._existing.pop(name, None)
         else:
             self._existing[name] = (key, node)
+
+
+def _label_requirement(key: str, value: str) -> Requirement:
+    """``key In [value]``, as ``Requirements.from_labels`` makes it."""
+    return Requirement.new(key, "In", (value,))
 
 
 def existing_nodes(
@@ -387,17 +402,16 @@ def existing_nodes(
             taints = (*taints, UNSCHEDULABLE_TAINT)
         pods = bound.get(name, [])
         labels.setdefault(wellknown.LABEL_HOSTNAME, name)
-        requested = sums.of(name, pods)
         nominated = nominations.get(claim_of_node.get(name, ""), frozenset())
         version = (meta.get("uid"), meta.get("resourceVersion"))
         key = (version, taints, nominated) if all(version) else None
-        existing = sums.kept_existing(name, key, requested)
+        existing = sums.kept_existing(name, key, pods)
         if existing is None:
             existing = ExistingNode(
                 name=name,
                 labels=labels,
                 allocatable=sums.allocatable(node),
-                requested=requested,
+                requested=sums.of(name, pods),
                 label_requirements=sums.label_requirements(node, labels),
                 taints=taints,
                 pods=pods,

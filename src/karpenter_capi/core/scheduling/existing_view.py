@@ -31,7 +31,7 @@ class _Entry:
     same ``ExistingNode`` (``state.ParsedCluster`` hands back the last round's while nothing
     of it or its pods changed)."""
 
-    __slots__ = ("info", "labels", "node", "ports", "requirements", "specs")
+    __slots__ = ("anti_affinity", "info", "labels", "node", "ports", "requirements", "specs")
 
     def __init__(self, node: ExistingNode, specs: PodSpecs) -> None:
         self.node = node
@@ -45,6 +45,12 @@ class _Entry:
         self.ports = HostPortUsage()
         for spec in self.specs:
             self.ports.add(spec.host_ports)
+        # Its pods the topology index lists for their required anti-affinity.
+        self.anti_affinity = [
+            spec
+            for spec in self.specs
+            if spec.anti_affinity and ExistingPods.counted(spec) is not None
+        ]
 
     def counted(self) -> list[tuple[str, str, object] | None]:
         """What the topology index counts of its pods (``ExistingPods.counted``)."""
@@ -83,11 +89,6 @@ class ExistingView:
                 entry = _Entry(node, specs)
                 changed.append(index)
             self._entries.append(entry)
-            for name in node.allocatable:
-                self._resources[name] = self._resources.get(name, 0) + 1
-            for key, value in entry.labels.items():
-                values = self._domains.setdefault(key, {})
-                values[value] = values.get(value, 0) + 1
         entries = self._entries
         self._by_name: dict[str, _Entry] = {e.node.name: e for e in entries}
         self.requirements: list[Requirements] = [e.requirements for e in entries]
@@ -99,6 +100,28 @@ class ExistingView:
             and len(self._by_name) == len(self.nodes)
             and all(a.name == b.name for a, b in zip(previous.nodes, self.nodes, strict=True))
         )
+        if previous is not None and same_names:
+            # The counts as they were, less what the changed nodes counted, plus what they do;
+            # counted again from scratch when a resource, label key or value comes or goes (the
+            # label keys then in the order counting them from scratch gives).
+            self._resources = dict(previous._resources)
+            self._domains = {key: dict(values) for key, values in previous._domains.items()}
+            steady = True
+            for index in changed:
+                steady = steady and list(previous._entries[index].labels) == list(
+                    entries[index].labels
+                )
+                steady = self._count(previous._entries[index], -1) and steady
+                steady = self._count(entries[index], +1) and steady
+            steady = steady and all(self._resources.values())
+            steady = steady and all(all(values.values()) for values in self._domains.values())
+            if not steady:
+                self._resources, self._domains = {}, {}
+                for entry in entries:
+                    self._count(entry, +1)
+        else:
+            for entry in entries:
+                self._count(entry, +1)
         if previous is not None and same_names:
             pods = _patched(previous, entries, changed)
             if pods is not None:
@@ -114,6 +137,19 @@ class ExistingView:
                     self._vectors[names] = vectors
                 return
         self.pods = ExistingPods((spec, e.info) for e in entries for spec in e.specs)
+
+    def _count(self, entry: _Entry, sign: int) -> bool:
+        """Count ``entry``'s resources and label values in (``sign`` 1) or out (-1); whether
+        each was counted already."""
+        known = True
+        for name in entry.node.allocatable:
+            known = known and name in self._resources
+            self._resources[name] = self._resources.get(name, 0) + sign
+        for key, value in entry.labels.items():
+            values = self._domains.setdefault(key, {})
+            known = known and value in values
+            values[value] = values.get(value, 0) + sign
+        return known
 
     def without(self, names: Iterable[str]) -> ExistingSubset:
         """The nodes but those named, in the same order."""
@@ -205,8 +241,8 @@ def _patched(
     anti_affinity = [
         (spec, base.position[e.node.name])
         for e in entries
-        for spec in e.specs
-        if spec.anti_affinity and ExistingPods.counted(spec) is not None
+        if e.anti_affinity
+        for spec in e.anti_affinity
     ]
     return base.with_nodes(nodes, anti_affinity)
 
