@@ -332,9 +332,10 @@ class ParsedCluster:
     def kept_existing(
         self, name: str, key: object | None, pods: Sequence[PodObject]
     ) -> ExistingNode | None:
-        """The node's ``ExistingNode`` of the last round when ``key`` (its version, taints and
-        nominations) is the same and so are its bound pods (the very objects, or equal ones):
-        what is derived from it (``ExistingView``) then tells an unchanged node by identity."""
+        """The node's ``ExistingNode`` of the last round when ``key`` (its version, its
+        NodeClaim's startup taints, its nominations) is the same and so are its bound pods
+        (the very objects, or equal ones): what is derived from it (``ExistingView``) then
+        tells an unchanged node by identity."""
         found = self._existing.get(name)
         if key is None or found is None or found[0] != key or found[1].pods != pods:
             return None
@@ -350,6 +351,39 @@ class ParsedCluster:
 def _label_requirement(key: str, value: str) -> Requirement:
     """``key In [value]``, as ``Requirements.from_labels`` makes it."""
     return Requirement.new(key, "In", (value,))
+
+
+def _existing_node(
+    node: Mapping[str, Any],
+    name: str,
+    pods: list[PodObject],
+    *,
+    startup: tuple[Taint, ...],
+    nominated: frozenset[str],
+    sums: ParsedCluster,
+) -> ExistingNode:
+    """A registered node as the solver takes it (see ``existing_nodes``)."""
+    meta, spec = node["metadata"], node.get("spec") or {}
+    labels = dict(meta.get("labels") or {})
+    taints = _taints(spec.get("taints"))
+    if wellknown.LABEL_NODEPOOL in labels and labels.get(wellknown.LABEL_INITIALIZED) != "true":
+        # Ours and still starting: its ephemeral and startup taints are about to go, so
+        # pods are judged by the taints it will keep (upstream's initializing nodes).
+        taints = tuple(t for t in taints if t.key not in EPHEMERAL_TAINT_KEYS and t not in startup)
+    if spec.get("unschedulable"):
+        taints = (*taints, UNSCHEDULABLE_TAINT)
+    labels.setdefault(wellknown.LABEL_HOSTNAME, name)
+    return ExistingNode(
+        name=name,
+        labels=labels,
+        allocatable=sums.allocatable(node),
+        requested=sums.of(name, pods),
+        label_requirements=sums.label_requirements(node, labels),
+        taints=taints,
+        pods=pods,
+        nodepool=labels.get(wellknown.LABEL_NODEPOOL),
+        nominated=nominated,
+    )
 
 
 def existing_nodes(
@@ -384,39 +418,22 @@ def existing_nodes(
         if (c.get("status") or {}).get("nodeName")
     }
     for node in sorted(snapshot.nodes, key=lambda n: str(n["metadata"]["name"])):
-        meta, spec = node["metadata"], node.get("spec") or {}
+        meta = node["metadata"]
         if meta.get("deletionTimestamp"):
             continue
         name = str(meta["name"])
         registered.add(name)
-        labels = dict(meta.get("labels") or {})
-        taints = _taints(spec.get("taints"))
-        if wellknown.LABEL_NODEPOOL in labels and labels.get(wellknown.LABEL_INITIALIZED) != "true":
-            # Ours and still starting: its ephemeral and startup taints are about to go, so
-            # pods are judged by the taints it will keep (upstream's initializing nodes).
-            startup = startup_taints.get(name, ())
-            taints = tuple(
-                t for t in taints if t.key not in EPHEMERAL_TAINT_KEYS and t not in startup
-            )
-        if spec.get("unschedulable"):
-            taints = (*taints, UNSCHEDULABLE_TAINT)
         pods = bound.get(name, [])
-        labels.setdefault(wellknown.LABEL_HOSTNAME, name)
         nominated = nominations.get(claim_of_node.get(name, ""), frozenset())
+        startup = startup_taints.get(name, ())
+        # What the node's ExistingNode is made of: this version of it, its NodeClaim's
+        # startup taints, its nominations and its pods (compared in ``kept_existing``).
         version = (meta.get("uid"), meta.get("resourceVersion"))
-        key = (version, taints, nominated) if all(version) else None
+        key = (version, startup, nominated) if all(version) else None
         existing = sums.kept_existing(name, key, pods)
         if existing is None:
-            existing = ExistingNode(
-                name=name,
-                labels=labels,
-                allocatable=sums.allocatable(node),
-                requested=sums.of(name, pods),
-                label_requirements=sums.label_requirements(node, labels),
-                taints=taints,
-                pods=pods,
-                nodepool=labels.get(wellknown.LABEL_NODEPOOL),
-                nominated=nominated,
+            existing = _existing_node(
+                node, name, pods, startup=startup, nominated=nominated, sums=sums
             )
             sums.keep_existing(name, key, existing)
         result.append(existing)
