@@ -30,6 +30,23 @@ class ProcessStats:
             return float("nan")
         return (int(fields[11]) + int(fields[12])) / self._tick  # utime + stime
 
+    def runqueue_wait_seconds(self) -> float:
+        """Seconds the process's threads have spent runnable but waiting for a core, summed
+        over the threads alive now (``/proc/PID/task/*/schedstat``, second field): how much
+        the machine, not the process's own work, held it back. Threads that ended since an
+        earlier reading are missing from a later one, so a difference is a lower bound."""
+        total = 0
+        try:
+            tasks = os.listdir(f"/proc/{self.pid}/task")
+        except OSError:
+            return float("nan")
+        for task in tasks:
+            try:
+                total += int(Path(f"/proc/{self.pid}/task/{task}/schedstat").read_text().split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+        return total / 1e9
+
     def _status_mb(self, key: str) -> float:
         try:
             for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():

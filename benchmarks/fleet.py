@@ -363,6 +363,7 @@ def _waves(
     servers = _servers(world)
     probes = _probe(world, clusters, fleets or [world.fleet])
     latencies: dict[str, list[float]] = {name: [] for name in clusters}
+    shares: dict[str, list[float | None]] = {name: [] for name in clusters}
     stages: list[tuple[float, dict[str, float]]] = []
     # The emulation's share (its ReplicaSet making the wave's pods) and the controller's own
     # (from the wave's last pod to the first NodeClaim; negative: it decided before the end).
@@ -406,6 +407,9 @@ def _waves(
                 marked = [m for m in server.unschedulable[marked_mark:] if m <= claim]
                 if marked:
                     after_marked.append(claim - marked[-1])
+                    shares[name].append(round((claim - marked[-1]) * 1000, 1))
+                else:
+                    shares[name].append(None)
                 if name in probes:
                     stages.append(
                         (claim - first_pod, probes[name].stages(first_pod, last_pod, claim))
@@ -428,6 +432,12 @@ def _waves(
         "last_mark_to_claim_p50_ms": _ms(after_marked, 0.5),
         "last_mark_to_claim_p99_ms": _ms(after_marked, 0.99),
         "stages": _stage_figures(stages),
+        # Every sample, per cluster and wave (ms): pooled over ``--repeat`` runs and paired
+        # cluster by cluster between phases (``_pooled``, ``_paired``).
+        "per_cluster_ms": {
+            name: [round(v * 1000, 1) for v in latencies[name]] for name in clusters
+        },
+        "share_per_cluster_ms": shares,
         # The whole process (controllers, emulation, in-memory servers) over the waves, and
         # the provisioner's share: its looks, the rounds among them.
         "cpu_seconds": {
@@ -640,18 +650,25 @@ def main(argv: list[str] | None = None) -> int:
         "emulators": args.emulators,
         "mode": args.mode,
     }
-    runs = [_run_phases(args, phases) for _ in range(args.repeat)]
+    # Every other run takes the phases in the reverse order, so that a machine getting busier
+    # (or quieter) through a run does not always land on the same phase.
+    runs = [_run_phases(args, phases, reverse=index % 2 == 1) for index in range(args.repeat)]
     if len(runs) == 1:
         result |= runs[0]
     else:
         # One p99 of a few dozen samples moves by more than the targets between runs on a
-        # shared machine: each run's figures, and the median of each ratio over the runs.
+        # shared machine: each run's figures, the median of each ratio over the runs, and the
+        # runs' samples pooled and paired cluster by cluster (``fleet_stats``).
         result["runs"] = runs
         result["median"] = {
             key: round(statistics.median(values), 3)
             for key in RATIOS
             if (values := [run[key] for run in runs if key in run])
         }
+    from benchmarks import fleet_stats  # the repository root is on the path (``__main__``)
+
+    result["pooled"] = fleet_stats.pooled(runs)
+    result["paired"] = fleet_stats.paired(runs)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -659,11 +676,16 @@ def main(argv: list[str] | None = None) -> int:
             _print(result | run)
         if "median" in result:
             print(f"  median over {len(runs)} runs: {json.dumps(result['median'])}")
+        print(f"  pooled over {len(runs)} runs: {json.dumps(result['pooled'])}")
+        print(f"  paired, cluster by cluster: {json.dumps(result['paired'])}")
     return 0
 
 
-def _run_phases(args: argparse.Namespace, phases: set[str]) -> dict[str, Any]:
-    """One run of the ``--phases`` asked for, and their ratios (``RATIOS``)."""
+def _run_phases(
+    args: argparse.Namespace, phases: set[str], reverse: bool = False
+) -> dict[str, Any]:
+    """One run of the ``--phases`` asked for (lone, fleet, control, storm in that order, or
+    the reverse), then replicas, and their ratios (``RATIOS``)."""
     phase, replicas = _run_phase, _run_replicas
     if args.mode == "http":
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
@@ -672,18 +694,16 @@ def _run_phases(args: argparse.Namespace, phases: set[str]) -> dict[str, Any]:
         phase, replicas = fleet_http.run_phase, fleet_http.run_replicas
     result: dict[str, Any] = {}
     lone_args = argparse.Namespace(**{**vars(args), "waves": max(args.waves, 4)})
-    if "lone" in phases:
-        result["lone"] = phase(lone_args, 1)
-        print(f"lone: {result['lone']}", file=sys.stderr)
-    if "fleet" in phases:
-        result["fleet"] = phase(args, args.clusters)
-        print(f"fleet: {result['fleet']}", file=sys.stderr)
-    if "control" in phases:
-        result["control"] = phase(args, args.clusters, control=True)
-        print(f"control: {result['control']}", file=sys.stderr)
-    if "storm" in phases:
-        result["storm"] = phase(args, args.clusters, storm=True)
-        print(f"storm: {result['storm']}", file=sys.stderr)
+    runs: dict[str, Callable[[], dict[str, Any]]] = {
+        "lone": lambda: phase(lone_args, 1),
+        "fleet": lambda: phase(args, args.clusters),
+        "control": lambda: phase(args, args.clusters, control=True),
+        "storm": lambda: phase(args, args.clusters, storm=True),
+    }
+    order = [name for name in runs if name in phases]
+    for name in reversed(order) if reverse else order:
+        result[name] = runs[name]()
+        print(f"{name}: {result[name]}", file=sys.stderr)
     if "replicas" in phases:
         lone_claims = result.get("lone", {}).get("nodeclaims", args.nodes)
         result["replicas"] = replicas(args, args.clusters, lone_claims)

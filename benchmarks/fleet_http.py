@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import os
 import subprocess
 import tempfile
 import threading
@@ -224,9 +225,21 @@ def run_phase(
             storming = [c.name for c in world.clusters.values()][len(names) :]
             idle = _memory(stats, len(world.clusters))
             cpu = stats.cpu_seconds()
+            waited = stats.runqueue_wait_seconds()
+            own = ProcessStats(os.getpid())
+            own_waited = own.runqueue_wait_seconds()
+            waves_began = time.monotonic()
             emulation_cpu = http.emulators.cpu_seconds() if http.emulators else 0.0
             figures = _waves(world, args, names, args.timeout, fleets=[], storming=storming)
             cpu = stats.cpu_seconds() - cpu
+            # Time runnable but without a core over the waves: the controller's and the
+            # benchmark's (the emulated control plane's); what the machine's load took from
+            # the wall-clock figures, which CPU-seconds do not show.
+            figures["runqueue_wait_seconds"] = {
+                "waves_wall": round(time.monotonic() - waves_began, 1),
+                "controller": round(stats.runqueue_wait_seconds() - waited, 1),
+                "benchmark": round(own.runqueue_wait_seconds() - own_waited, 1),
+            }
             if http.emulators is not None:
                 emulation_cpu = http.emulators.cpu_seconds() - emulation_cpu
                 figures["cpu_seconds"]["emulators"] = round(emulation_cpu, 1)

@@ -260,13 +260,15 @@ class ParsedCluster:
         (``disruption.facts.PassFacts``), kept across passes as the parsed pods are."""
 
     def label_requirements(
-        self, node: Mapping[str, Any], labels: Mapping[str, str]
+        self, node: Mapping[str, Any], labels: Mapping[str, str], lent: object = None
     ) -> Requirements:
-        """``labels`` (the node's, with its hostname) as requirements, once per node version."""
+        """``labels`` (the node's, with its hostname) as requirements, once per node version
+        (and per version of the NodeClaim that ``lent`` labels to a node not registered yet)."""
         meta = node.get("metadata") or {}
-        name, version = str(meta.get("name")), (meta.get("uid"), meta.get("resourceVersion"))
+        name = str(meta.get("name"))
+        version = (meta.get("uid"), meta.get("resourceVersion"), lent)
         found = self._labels.get(name)
-        if found is not None and found[0] == version and all(version):
+        if found is not None and found[0] == version and all(version[:2]):
             return found[1]
         shared = self._label_requirement
         requirements = Requirements(
@@ -360,12 +362,24 @@ def _existing_node(
     *,
     startup: tuple[Taint, ...],
     nominated: frozenset[str],
+    lender: Mapping[str, Any] | None,
+    lent: object,
     sums: ParsedCluster,
 ) -> ExistingNode:
-    """A registered node as the solver takes it (see ``existing_nodes``)."""
+    """A registered node as the solver takes it (see ``existing_nodes``); ``lender``: its
+    NodeClaim when the node is not registered yet, ``lent`` that NodeClaim's version."""
     meta, spec = node["metadata"], node.get("spec") or {}
     labels = dict(meta.get("labels") or {})
     taints = _taints(spec.get("taints"))
+    if lender is not None:
+        # Its NodeClaim names it but registration has not synced it yet (or the Node's
+        # cache has not caught up with the NodeClaim's): as upstream's cluster state, its
+        # labels are its NodeClaim's, so it is ours and starting (below) and keeps the
+        # room its pods were launched for. Judged by the kubelet's Node alone (tainted
+        # unregistered, no NodePool label), that room was gone and a round launched again.
+        own = _claim_labels(lender)
+        own.pop(wellknown.LABEL_HOSTNAME, None)
+        labels = {**labels, **own}
     if wellknown.LABEL_NODEPOOL in labels and labels.get(wellknown.LABEL_INITIALIZED) != "true":
         # Ours and still starting: its ephemeral and startup taints are about to go, so
         # pods are judged by the taints it will keep (upstream's initializing nodes).
@@ -378,7 +392,7 @@ def _existing_node(
         labels=labels,
         allocatable=sums.allocatable(node),
         requested=sums.of(name, pods),
-        label_requirements=sums.label_requirements(node, labels),
+        label_requirements=sums.label_requirements(node, labels, lent),
         taints=taints,
         pods=pods,
         nodepool=labels.get(wellknown.LABEL_NODEPOOL),
@@ -417,6 +431,11 @@ def existing_nodes(
         for c in snapshot.nodeclaims
         if (c.get("status") or {}).get("nodeName")
     }
+    claim_by_node = {
+        str((c.get("status") or {}).get("nodeName")): c
+        for c in snapshot.nodeclaims
+        if (c.get("status") or {}).get("nodeName")
+    }
     for node in sorted(snapshot.nodes, key=lambda n: str(n["metadata"]["name"])):
         meta = node["metadata"]
         if meta.get("deletionTimestamp"):
@@ -426,14 +445,28 @@ def existing_nodes(
         pods = bound.get(name, [])
         nominated = nominations.get(claim_of_node.get(name, ""), frozenset())
         startup = startup_taints.get(name, ())
+        claim = claim_by_node.get(name)
+        lent = None
+        if claim is not None and wellknown.LABEL_REGISTERED not in (meta.get("labels") or {}):
+            claim_meta = claim.get("metadata") or {}
+            lent = (claim_meta.get("uid"), claim_meta.get("resourceVersion"))
         # What the node's ExistingNode is made of: this version of it, its NodeClaim's
-        # startup taints, its nominations and its pods (compared in ``kept_existing``).
+        # startup taints (and labels, lent to it until it registers), its nominations and its
+        # pods (compared in ``kept_existing``).
         version = (meta.get("uid"), meta.get("resourceVersion"))
-        key = (version, startup, nominated) if all(version) else None
+        known = all(version) and (lent is None or all(lent))
+        key = (version, startup, nominated, lent) if known else None
         existing = sums.kept_existing(name, key, pods)
         if existing is None:
             existing = _existing_node(
-                node, name, pods, startup=startup, nominated=nominated, sums=sums
+                node,
+                name,
+                pods,
+                startup=startup,
+                nominated=nominated,
+                lender=claim if lent is not None else None,
+                lent=lent,
+                sums=sums,
             )
             sums.keep_existing(name, key, existing)
         result.append(existing)
