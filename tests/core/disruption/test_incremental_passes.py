@@ -63,6 +63,15 @@ def versions_only(snapshot: ClusterSnapshot) -> ClusterSnapshot:
     return _with(snapshot, nodes=nodes, nodeclaims=claims)
 
 
+def claim_relabelled(snapshot: ClusterSnapshot) -> ClusterSnapshot:
+    """A NodeClaim given a new label: its node, not registered (no ``registered`` label, as
+    the benchmark's nodes), takes its NodeClaim's labels."""
+    claims = list(snapshot.nodeclaims)
+    claims[9] = _bumped(claims[9])
+    claims[9]["metadata"]["labels"]["team"] = "red"
+    return _with(snapshot, nodeclaims=claims)
+
+
 def relabelled_and_gone(snapshot: ClusterSnapshot) -> ClusterSnapshot:
     """A pod with a new label set, pods deleted, a pod finished, and a pod with required
     anti-affinity and a host port added."""
@@ -149,6 +158,7 @@ def node_emptied(snapshot: ClusterSnapshot) -> ClusterSnapshot:
 CHANGES: list[Change] = [
     status_updates,
     versions_only,
+    claim_relabelled,
     relabelled_and_gone,
     anti_affinity_updated,
     node_replaced,
