@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.scheduling.hostports import HostPort, HostPortUsage
 from karpenter_capi.core.scheduling.podspec import PodObject
@@ -147,6 +148,12 @@ class PodClass:
     merged: dict[int, tuple[Requirements, Requirements | Refusal]] = field(default_factory=dict)
 
 
+# The checks of a claim for a pod class that read nothing else (Solver._prepare_fit): the
+# claim's requirements merged with the class's, the pods' total with it, that plus the
+# DaemonSets, the first type that holds it, and whether the class tolerates every type.
+Prepared = tuple[Requirements, Vector, Vector, int, bool]
+
+
 @dataclass(eq=False, slots=True)
 class Fit:
     """A claim as it would be with one more pod (see ``Solver._fit_claim``)."""
@@ -175,6 +182,9 @@ class ClaimState:
     reserved: Vector  # what it counts against the NodePool's limits
     pods: list[PodObject] = field(default_factory=list)
     version: int = 0  # bumped whenever a pod is added
+    # Per pod class, what the solver found on the claim as it is (Solver._fit_claim): emptied
+    # whenever a pod is added.
+    seen: dict[PodClass, Prepared | Fit | Refusal] = field(default_factory=dict)
 
 
 def cheapest_price(info: TypeInfo, requirements: Requirements) -> float:
@@ -309,3 +319,55 @@ def claim_window(
             continue
         yield claims[index]
         index += 1
+
+
+def merged_requirements(pod_class: PodClass, requirements: Requirements) -> Requirements | Refusal:
+    """A claim's requirements with the pod class's, or why they conflict (cached per class)."""
+    assert pod_class.requirements is not None
+    cache = pod_class.merged
+    cached = cache.get(id(requirements))
+    if cached is not None and cached[0] is requirements:
+        return cached[1]
+    why = requirements.incompatibility(pod_class.requirements)
+    merged: Requirements | Refusal
+    if why is not None:
+        merged = why
+    else:
+        merged = requirements.merged(pod_class.requirements)
+        if merged == requirements:
+            merged = requirements  # keep identity: the claim's fast path relies on it
+    cache[id(requirements)] = (requirements, merged)
+    return merged
+
+
+class CompatibleTypes:
+    """A pool's types (price order) that some requirements and a pod's tolerations allow.
+
+    Cached by the requirements without the hostname, which every claim has its own of and no
+    instance type speaks about; the list is shared, so callers never change it.
+    """
+
+    __slots__ = ("_cache",)
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[int, Requirements, str], list[TypeInfo]] = {}
+
+    def __call__(
+        self, pool: PoolState, requirements: Requirements, pod_class: PodClass
+    ) -> list[TypeInfo]:
+        relevant = Requirements(
+            r for key, r in requirements.items() if key != wellknown.LABEL_HOSTNAME
+        )
+        tolerations = pod_class.signature if pool.tainted_types else ""
+        cache_key = (id(pool), relevant, tolerations)
+        cached = self._cache.get(cache_key)
+        if cached is None:
+            cached = [
+                t
+                for t in pool.types
+                if relevant.conflict_with(t.requirements) is None
+                and compatible_offerings(t.instance_type, relevant)
+                and type_tolerated(t, pod_class)
+            ]
+            self._cache[cache_key] = cached
+        return cached

@@ -337,7 +337,27 @@ def _class_of(pod: PodObject) -> Hashable | None:
     """``pod``'s class (``podspec_class``), or ``None`` when its spec cannot be read that far
     (the full parse then says why, in its own words)."""
     try:
-        return class_parts(scheduling_spec(pod))
+        # scheduling_spec's values in its order, as a list: the same text for the same parts,
+        # without writing its ten keys for every pod of a batch.
+        spec = pod.get("spec") or {}
+        meta = pod.get("metadata") or {}
+        return class_parts(
+            (
+                meta.get("namespace"),
+                meta.get("labels"),
+                spec.get("nodeSelector"),
+                spec.get("affinity"),
+                spec.get("tolerations"),
+                spec.get("topologySpreadConstraints"),
+                [(c.get("resources"), c.get("ports")) for c in spec.get("containers") or ()],
+                [
+                    (c.get("resources"), c.get("ports"), c.get("restartPolicy"))
+                    for c in spec.get("initContainers") or ()
+                ],
+                spec.get("overhead"),
+                spec.get("resources"),
+            )
+        )
     except SPEC_ERRORS:
         return None
 

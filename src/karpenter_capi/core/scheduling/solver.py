@@ -13,7 +13,8 @@ the replicas of one Deployment) form a class, and everything that depends only o
 decided once per class: the requirements, the toleration verdicts, and which nodes can never
 take the class again (a node that rejected a class for lack of room, a port, a label or a taint
 rejects it for good, since nodes only fill up during a solve). A NodeClaim's instance types
-are kept in price order with a moving cut-off instead of being refiltered for every pod.
+are kept in price order with a moving cut-off instead of being refiltered for every pod, and
+what a class found on a claim is kept until a pod lands on it (``_fit_claim``).
 """
 
 from __future__ import annotations
@@ -42,11 +43,12 @@ from karpenter_capi.core.scheduling._solver_view import (
 from karpenter_capi.core.scheduling.claims import (
     HOSTNAME_PLACEHOLDER,
     ClaimState,
+    CompatibleTypes,
     Fit,
     PodClass,
     PoolState,
+    Prepared,
     RuledOut,
-    TypeInfo,
     Vector,
     add,
     claim_window,
@@ -55,10 +57,10 @@ from karpenter_capi.core.scheduling.claims import (
     imbalance,
     limit_use,
     max_capacity,
+    merged_requirements,
     min_values_problem,
     to_vector,
     tolerates_every_type,
-    type_tolerated,
     untolerated_pool_taint,
 )
 from karpenter_capi.core.scheduling.collector import collection_paused
@@ -82,7 +84,6 @@ from karpenter_capi.core.scheduling.solver_io import (
     ExistingNode,
     NodePoolOption,
     SolveResult,
-    compatible_offerings,
 )
 from karpenter_capi.core.scheduling.topology import Topology
 from karpenter_capi.core.values.refusal import Refusal
@@ -118,6 +119,10 @@ class Solver:
     solve by ``timeout_seconds``: pods not reached by then are reported unschedulable with a
     reason saying so, and the provisioner retries them in the next round.
     """
+
+    memo_fits: bool = True
+    """Whether a claim keeps what a class found on it (``_fit_claim``); tests turn it off to
+    compare with finding it again every time."""
 
     def __init__(
         self,
@@ -155,7 +160,7 @@ class Solver:
         self._nodes: list[SolverNode] = []
         self._pools: list[PoolState] = []
         self._topology: Topology | None = None
-        self._types_cache: dict[tuple[int, Requirements, str], list[TypeInfo]] = {}
+        self._compatible_types = CompatibleTypes()
         self._packing_budget = packing_budget
         self._packing_backend = packing_backend
         self._plans_nominated = plans_nominated
@@ -243,6 +248,8 @@ class Solver:
             stalled += 1
             if stalled <= len(queue):
                 queue.append(spec)
+        for claim in self._claims:
+            claim.seen = {}  # what the greedy pass kept per class: no use after it
         # Report the pods as given, not the relaxed copies that were placed.
         originals = {p.key: p.raw for p in readable}
         if self._packing_budget > 0 and self._claims:
@@ -392,33 +399,38 @@ class Solver:
         node.ports.add(pod_class.host_ports)
         node.placed.append(pod)
 
-    def _merged(self, pod_class: PodClass, requirements: Requirements) -> Requirements | Refusal:
-        """The claim's requirements with the pod's, or why they conflict (cached per class)."""
-        assert pod_class.requirements is not None
-        cache = pod_class.merged
-        cached = cache.get(id(requirements))
-        if cached is not None and cached[0] is requirements:
-            return cached[1]
-        why = requirements.incompatibility(pod_class.requirements)
-        merged: Requirements | Refusal
-        if why is not None:
-            merged = why
-        else:
-            merged = requirements.merged(pod_class.requirements)
-            if merged == requirements:
-                merged = requirements  # keep identity: the claim's fast path relies on it
-        cache[id(requirements)] = (requirements, merged)
-        return merged
-
     def _fit_claim(self, claim: ClaimState, pod_class: PodClass, spec: PodSpec) -> Fit | Refusal:
         """How ``claim`` would look with the pod on it, or why it cannot take the pod.
 
         The checks whose failure lasts (taints, ports, labels, room) come first and mark the
         claim as never again for this pod class; topology, which can change as other pods
         land, comes last and marks it only when its refusal is permanent.
+
+        What a class's pods find on a claim depends only on the claim as it is, but for the
+        topology's verdict: so the claim keeps it (``ClaimState.seen``) until a pod lands on it.
+        A class without topology constraints gets the whole answer from there; one with them,
+        the checks before the topology's.
         """
-        assert pod_class.requirements is not None
-        assert self._topology is not None
+        known = claim.seen.get(pod_class) if self.memo_fits else None
+        if known is None:
+            prepared = self._prepare_fit(claim, pod_class)
+            if isinstance(prepared, Refusal):
+                return prepared
+            if not pod_class.topological:
+                answer = self._narrowed_fit(claim, pod_class, spec, prepared)
+                if self.memo_fits:
+                    claim.seen[pod_class] = answer
+                return answer
+            if self.memo_fits:
+                claim.seen[pod_class] = prepared
+        elif type(known) is tuple:
+            prepared = known
+        else:
+            return known  # type: ignore[return-value]  # a Fit or a Refusal, kept whole
+        return self._narrowed_fit(claim, pod_class, spec, prepared)
+
+    def _prepare_fit(self, claim: ClaimState, pod_class: PodClass) -> Prepared | Refusal:
+        """The checks of :meth:`_fit_claim` that read only the claim and the class."""
         rejected = pod_class.rejected_claims
         if untolerated_pool_taint(pod_class, claim.pool) is not None:
             rejected.add(claim.index)
@@ -426,7 +438,7 @@ class Solver:
         if pod_class.host_ports and claim.ports.conflicts(pod_class.host_ports):
             rejected.add(claim.index)
             return _HOST_PORT
-        merged = self._merged(pod_class, claim.requirements)
+        merged = merged_requirements(pod_class, claim.requirements)
         if isinstance(merged, Refusal):
             rejected.add(claim.index)
             return merged
@@ -438,6 +450,14 @@ class Solver:
             # Narrowing only removes types and adds DaemonSets, so there will be no more room.
             rejected.add(claim.index)
             return _NO_ROOM
+        return (merged, pods_total, total, room, fast)
+
+    def _narrowed_fit(
+        self, claim: ClaimState, pod_class: PodClass, spec: PodSpec, prepared: Prepared
+    ) -> Fit | Refusal:
+        """The rest of :meth:`_fit_claim`: the topology, then the types left after it."""
+        assert self._topology is not None
+        merged, pods_total, total, room, fast = prepared
         narrowed = merged
         if pod_class.topological:
             topological = self._topology.add_requirements(
@@ -464,7 +484,7 @@ class Solver:
             ]
             if not types:
                 if not pod_class.topological:
-                    rejected.add(claim.index)
+                    pod_class.rejected_claims.add(claim.index)
                 return _NO_ROOM
             first = 0
         if claim.pool.min_values and min_values_problem(narrowed, types[first:], total) is not None:
@@ -480,32 +500,8 @@ class Solver:
         claim.ports.add(pod_class.host_ports)
         claim.pods.append(pod)
         claim.version += 1
+        claim.seen = {}
         self._topology.record(spec, fit.requirements)
-
-    def _compatible_types(
-        self, pool: PoolState, requirements: Requirements, pod_class: PodClass
-    ) -> list[TypeInfo]:
-        """The pool's types (price order) that ``requirements`` and the pod's tolerations allow.
-
-        Cached by the requirements without the hostname, which every claim has its own of and
-        no instance type speaks about; the list is shared, so callers never change it.
-        """
-        relevant = Requirements(
-            r for key, r in requirements.items() if key != wellknown.LABEL_HOSTNAME
-        )
-        tolerations = pod_class.signature if pool.tainted_types else ""
-        cache_key = (id(pool), relevant, tolerations)
-        cached = self._types_cache.get(cache_key)
-        if cached is None:
-            cached = [
-                t
-                for t in pool.types
-                if relevant.conflict_with(t.requirements) is None
-                and compatible_offerings(t.instance_type, relevant)
-                and type_tolerated(t, pod_class)
-            ]
-            self._types_cache[cache_key] = cached
-        return cached
 
     def _place_on_new_claim(
         self, pool: PoolState, pod_class: PodClass, pod: PodObject, spec: PodSpec

@@ -187,9 +187,12 @@ class Requirement:
 
     def has(self, value: str) -> bool:
         """Whether a node labelled ``key=value`` satisfies this requirement."""
-        if self.complement:
-            return value not in self.values and self._in_bounds(value)
-        return value in self.values and self._in_bounds(value)
+        # The topology asks this for every domain of every candidate node; bounds are rare,
+        # so their check (a call) is made only when there are some.
+        listed = value in self.values
+        if listed == self.complement:  # listed and excluded, or unlisted and required
+            return False
+        return (self.greater_than is None and self.less_than is None) or self._in_bounds(value)
 
     def _bounds_empty(self) -> bool:
         return (

@@ -44,7 +44,9 @@ def domain_of(node: NodeInfo, key: str) -> str | None:
 def single_value(requirement: Requirement | None) -> str | None:
     if requirement is None or requirement.complement or len(requirement.values) != 1:
         return None
-    value = next(iter(requirement.values))
+    (value,) = requirement.values
+    if requirement.greater_than is None and requirement.less_than is None:
+        return value  # listed, and no bounds to meet
     return value if requirement.has(value) else None
 
 

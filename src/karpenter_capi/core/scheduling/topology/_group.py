@@ -106,6 +106,7 @@ class Profile:
         "inverse_owned",
         "inverse_selecting",
         "labels",
+        "memo_keys",
         "namespace",
         "owned",
         "pins",
@@ -122,6 +123,8 @@ class Profile:
         self.selected: list[Group] = []
         self.inverse_selecting: list[Group] = []
         self.seen = 0  # how many of Topology._groups ``selected`` has been checked against
+        # The keys its narrowing reads, when answers may be kept by them (Topology._verdict_key)
+        self.memo_keys: tuple[str, ...] = ()
 
 
 def possible_domains(group: Group, requirement: Requirement | None) -> list[str]:

@@ -10,9 +10,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Final
 
+from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.scheduling.pod_terms import PodAffinityTerm, Spread
 from karpenter_capi.core.scheduling.podspec import PodSpec
-from karpenter_capi.core.scheduling.topology._domains import NodeInfo, TaintSets, domain_of
+from karpenter_capi.core.scheduling.topology._domains import (
+    NodeInfo,
+    TaintSets,
+    domain_of,
+    single_value,
+)
 from karpenter_capi.core.scheduling.topology._existing import ExistingPods
 from karpenter_capi.core.scheduling.topology._existing import pod_identity as _identity
 from karpenter_capi.core.scheduling.topology._filter import NodeFilter, spread_filter
@@ -62,6 +68,9 @@ class Topology:
     assumed to come from an untainted node and is tolerated by every pod.
     """
 
+    memo_verdicts: bool = True
+    """Whether ``add_requirements`` keeps its answers (``_verdict_key``); tests turn it off."""
+
     def __init__(
         self,
         *,
@@ -77,6 +86,11 @@ class Topology:
         self._by_identity: dict[tuple[object, ...], Group] = {}
         self._profiles: dict[str, Profile] = {}
         self._placements: list[tuple[Profile, Requirements, tuple[Taint, ...]]] = []
+        # Bumped whenever a count, a domain or a group is added: what add_requirements said
+        # while it stays the same holds for any node with the same domains (``_verdicts``).
+        self._epoch = 0
+        self._verdicts: dict[tuple[object, ...], bool | Refusal] = {}
+        self._verdicts_epoch = 0
 
         self._universe: dict[str, dict[str, TaintSets]] = {}
         self._universe_complete: set[str] = set()
@@ -153,6 +167,55 @@ class Topology:
         profile = self._refreshed(pod)
         if not profile.owned and not profile.inverse_selecting:
             return node_requirements
+        memo_key = None
+        if not explain and profile.memo_keys and self.memo_verdicts:
+            memo_key = self._verdict_key(profile, pod_requirements, node_requirements, node_taints)
+            if memo_key is not None:
+                known = self._verdicts.get(memo_key)
+                if known is True:
+                    return node_requirements
+                if isinstance(known, Refusal):
+                    return known
+        result = self._narrowed(profile, pod_requirements, node_requirements, node_taints, explain)
+        if memo_key is not None:
+            # A node in one domain of every key: narrowing keeps it as it is, or refuses it.
+            if result is node_requirements:
+                self._verdicts[memo_key] = True
+            elif isinstance(result, Refusal):
+                self._verdicts[memo_key] = result
+        return result
+
+    def _verdict_key(
+        self,
+        profile: Profile,
+        pod_requirements: Requirements,
+        node_requirements: Requirements,
+        node_taints: Sequence[Taint],
+    ) -> tuple[object, ...] | None:
+        """What :meth:`add_requirements` reads of a node in one domain of each key the pod's
+        groups are on, ``None`` for any other node. Nodes alike in it get the same answer until
+        the next count, domain or group (``_epoch``): several claims of a pod's candidates are
+        typically in one zone, and their hostnames differ (``Profile.memo_keys`` is empty when
+        a group is on the hostname)."""
+        if self._verdicts_epoch != self._epoch:
+            self._verdicts.clear()
+            self._verdicts_epoch = self._epoch
+        singles: list[object] = [profile, pod_requirements, tuple(node_taints)]
+        for key in profile.memo_keys:
+            value = single_value(node_requirements.get(key))
+            if value is None:
+                return None
+            singles.append(value)
+        return tuple(singles)
+
+    def _narrowed(
+        self,
+        profile: Profile,
+        pod_requirements: Requirements,
+        node_requirements: Requirements,
+        node_taints: Sequence[Taint],
+        explain: bool,
+    ) -> Requirements | Refusal:
         result = node_requirements
         for group in profile.inverse_selecting:
             narrowed = narrow(group, False, pod_requirements, result, node_taints, explain=explain)
@@ -211,6 +274,7 @@ class Topology:
         pod's own required anti-affinity terms, block every domain the node could still be in.
         ``node_taints`` matter only to spreads with ``nodeTaintsPolicy: Honor``.
         """
+        self._epoch += 1
         profile = self._refreshed(pod)
         taints = tuple(node_taints)
         for group in profile.selected:
@@ -222,6 +286,7 @@ class Topology:
 
     def register_domain(self, key: str, value: str, taints: Sequence[Taint] = ()) -> None:
         """A new domain (a NodeClaim's hostname placeholder, say) on a node with ``taints``."""
+        self._epoch += 1
         key = normalize_key(key)
         bucket = self._universe_for(key)
         taint_sets = bucket.get(value)
@@ -236,6 +301,7 @@ class Topology:
     def _universe_for(self, key: str) -> dict[str, TaintSets]:
         bucket = self._universe.setdefault(key, {})
         if key not in self._universe_complete:
+            self._epoch += 1
             for index, node in enumerate(self._nodes):
                 if index in self._absent:
                     continue
@@ -291,6 +357,7 @@ class Topology:
                     record_in(group, requirements, taints)
         self._by_identity[identity] = group
         self._groups.append(group)
+        self._epoch += 1
         return group
 
     def _count_existing(self, group: Group) -> None:
@@ -366,6 +433,7 @@ class Topology:
                     else:
                         profile.selected.append(group)
             profile.seen = len(groups)
+            profile.memo_keys = _memo_keys(profile)
         return profile
 
     def _profile(self, pod: PodSpec) -> Profile:
@@ -413,4 +481,14 @@ class Topology:
             if group.kind == SPREAD:
                 pins[group.key].append(group)
         profile.pins = list(pins.items())
+        profile.memo_keys = _memo_keys(profile)
         return profile
+
+
+def _memo_keys(profile: Profile) -> tuple[str, ...]:
+    """The keys of every group narrowing the profile's pods, none if one is the hostname."""
+    keys = dict.fromkeys(g.key for g in profile.inverse_selecting)
+    keys.update(dict.fromkeys(g.key for g, _ in profile.owned))
+    if wellknown.LABEL_HOSTNAME in keys:
+        return ()
+    return tuple(keys)
