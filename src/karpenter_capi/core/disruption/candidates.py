@@ -346,9 +346,10 @@ def _first_blocker(node_pods: _NodePods, now: datetime) -> str | None:
 class _NodePods:
     """What the candidate checks read of one node's bound pods, summed once per cluster."""
 
-    __slots__ = ("blockers", "cost", "move_cost", "moving", "moving_facts")
+    __slots__ = ("blockers", "cost", "move_cost", "moving", "moving_facts", "pods")
 
     def __init__(self, pods: Sequence[tuple[PodObject, PodFacts]]) -> None:
+        self.pods = pods
         self.blockers = tuple(
             (f.key, f.do_not_disrupt) for _, f in pods if f.active and f.do_not_disrupt is not None
         )
@@ -365,16 +366,37 @@ _NO_PODS = _NodePods(())
 def bound_pods(pods: Iterable[PodObject], facts: PassFacts) -> Mapping[str, _NodePods]:
     """``pods`` bound to each node by its name, read once per pass (``_by_node``): what the
     candidate checks and ``balanced.pool_totals`` read of them."""
-    return facts.remember("pods_by_node", facts.versions_of(pods), lambda: _by_node(pods, facts))
+    previous = facts.last("pods_by_node")
+    return facts.remember(
+        "pods_by_node", facts.versions_of(pods), lambda: _by_node(pods, facts, previous)
+    )
 
 
-def _by_node(pods: Iterable[PodObject], facts: PassFacts) -> dict[str, _NodePods]:
-    """The bound pods by node name, read."""
+def _by_node(
+    pods: Iterable[PodObject], facts: PassFacts, previous: object = None
+) -> dict[str, _NodePods]:
+    """The bound pods by node name, read; a node's as ``previous`` (the last pass's) read
+    them while they are the very same pods with the very same facts."""
+    kept: Mapping[str, _NodePods] = previous if isinstance(previous, dict) else {}
     pods_by_node: dict[str, list[tuple[PodObject, PodFacts]]] = {}
     for pod, pod_facts in facts.pods(pods):
         if pod_facts.node_name:
             pods_by_node.setdefault(pod_facts.node_name, []).append((pod, pod_facts))
-    return {name: _NodePods(node_pods) for name, node_pods in pods_by_node.items()}
+    result = {}
+    for name, node_pods in pods_by_node.items():
+        old = kept.get(name)
+        if old is None or not _same(old.pods, node_pods):
+            old = _NodePods(node_pods)
+        result[name] = old
+    return result
+
+
+def _same(
+    old: Sequence[tuple[PodObject, PodFacts]], new: Sequence[tuple[PodObject, PodFacts]]
+) -> bool:
+    return len(old) == len(new) and all(
+        a[0] is b[0] and a[1] is b[1] for a, b in zip(old, new, strict=True)
+    )
 
 
 def _not_a_candidate(

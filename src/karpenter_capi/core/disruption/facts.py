@@ -304,6 +304,11 @@ class PassFacts:
             self._derived[slot] = (key, value)
         return value
 
+    def last(self, slot: str) -> object:
+        """What ``remember`` last kept in ``slot``, whatever it was kept for (``None``: none)."""
+        found = self._derived.get(slot)
+        return None if found is None else found[1]
+
     def new_round(self) -> None:
         """A new pass: facts no object asked for during the last one go at the end of it."""
         for kept in (self._pods, self._nodes, self._claims):

@@ -9,7 +9,8 @@ than what they replace; drift accepts any replacements.
 The cluster is converted to solver input once per pass (``Simulator``: the existing nodes'
 vectors, label requirements, host ports, topology domains and pod counts, in an
 ``ExistingView``), and each simulation only leaves its candidates out of it, so a pass over
-10,000 nodes spends its time placing the candidates' pods, not rebuilding the cluster.
+10,000 nodes spends its time placing the candidates' pods, not rebuilding the cluster. The next
+pass makes its view from this one, reading again only the nodes that changed (``_view``).
 
 Unlike upstream, which replaces one node or several by at most one new node, a consolidation
 may launch as many replacements as the solver proposes (one node by several smaller ones, or
@@ -64,35 +65,24 @@ either; a much shorter net would bring that dependence back on a loaded machine.
 
 
 def _view(nodes: Sequence[ExistingNode], parsed: ParsedCluster) -> ExistingView:
-    """The solver's view of ``nodes``: the last pass's when nothing in it changed.
+    """The solver's view of ``nodes``, made from the last pass's.
 
-    A node's sums, allocatable and label requirements are the very objects ``parsed`` kept
-    while no pod bound to it and nothing of it changed (a new ``resourceVersion``), so their
-    identities, with what a node holds besides (its taints, nominations, whether it is still
-    launching), say whether the view built for the last pass still describes it. A launching
-    NodeClaim, or a pod without a uid or version, makes new objects every pass: the view is
-    then built afresh, as it would be without the cache."""
-    key = tuple(
-        (
-            n.name,
-            n.in_flight,
-            n.nodepool,
-            n.nominated,
-            n.taints,
-            id(n.allocatable),
-            id(n.requested),
-            id(n.requirements),
-            id(n.label_requirements)
-            if n.label_requirements is not None
-            else tuple(n.labels.items()),
-        )
-        for n in nodes
-    )
+    ``existing_nodes`` hands back the very ``ExistingNode`` of the last pass for a node of
+    which nothing changed (its version, its bound pods' versions, its nominations), so
+    identity says what the last view still describes: the same nodes are that view, and
+    otherwise the new view takes from it what it read of every node still the same and reads
+    only the others (``ExistingView``'s ``previous``). A launching NodeClaim, or a node with a
+    pod without a uid or version, is a new object every pass: read again each time."""
     kept = parsed.existing_view
-    if kept is not None and kept[0] == key and isinstance(kept[1], ExistingView):
-        return kept[1]
-    view = ExistingView(nodes, parsed.specs)
-    parsed.existing_view = (key, view)
+    previous = kept if isinstance(kept, ExistingView) else None
+    if (
+        previous is not None
+        and len(previous.nodes) == len(nodes)
+        and all(a is b for a, b in zip(previous.nodes, nodes, strict=True))
+    ):
+        return previous
+    view = ExistingView(nodes, parsed.specs, previous)
+    parsed.existing_view = view
     return view
 
 
@@ -152,7 +142,7 @@ class _Reading:
         # Every simulation solves over these nodes but its candidates: turned into solver input
         # once (``ExistingView``), each simulation leaving its candidates out of it.
         self.view = _view(self.nodes, parsed)
-        self.moving: list[PodObject] = moving_pods(snapshot)
+        self.moving: list[PodObject] = moving_pods(snapshot, disrupting)
         self.pending: list[PodObject] = [p for p in snapshot.pods if is_provisionable(p)]
         # Room on a NodeClaim still launching, or a node not yet initialized, is a promise: a
         # pod that must move may not count on it (upstream rejects such a result too).

@@ -26,7 +26,7 @@ from karpenter_capi.core.kube.resources import (
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.scheduling.podspec import PodObject, PodSpecs
 from karpenter_capi.core.scheduling.solver_io import ExistingNode, NodePoolOption
-from karpenter_capi.core.values.requirements import Requirements
+from karpenter_capi.core.values.requirements import Requirement, Requirements
 from karpenter_capi.core.values.resources import ResourceList, empty
 from karpenter_capi.core.values.taints import Taint
 
@@ -248,9 +248,13 @@ class ParsedCluster:
         self._nodes: dict[str, _NodeSum] = {}
         self._labels: dict[str, tuple[object, Requirements]] = {}
         self._allocatable: dict[str, tuple[object, ResourceList]] = {}
-        self.existing_view: tuple[object, object] | None = None
-        """The disruption pass's solver view of the nodes and what it was built from
-        (``disruption.simulation``), reused while nothing in it changed."""
+        self._existing: dict[str, tuple[object, ExistingNode]] = {}
+        # One label's requirement, shared by every node that has the label: a node's labels
+        # are mostly those of its type, zone and pool (made once, not once per node).
+        self._label_requirement: dict[tuple[str, str], Requirement] = {}
+        self.existing_view: object | None = None
+        """The disruption pass's solver view of the nodes (``disruption.simulation``): the
+        next pass's when none of them changed, what the next one is made from otherwise."""
         self.facts: object | None = None
         """What disruption read of each pod, Node and NodeClaim version
         (``disruption.facts.PassFacts``), kept across passes as the parsed pods are."""
@@ -266,7 +270,12 @@ class ParsedCluster:
         found = self._labels.get(name)
         if found is not None and found[0] == version and all(version[:2]):
             return found[1]
-        requirements = Requirements.from_labels(labels)
+        shared = self._label_requirement
+        requirements = Requirements(
+            shared.get((key, str(value)))
+            or shared.setdefault((key, str(value)), _label_requirement(key, str(value)))
+            for key, value in labels.items()
+        )
         self._labels[name] = (version, requirements)
         return requirements
 
@@ -316,6 +325,79 @@ class ParsedCluster:
             del self._labels[name]
         for name in [n for n in self._allocatable if n not in keep]:
             del self._allocatable[name]
+        for name in [n for n in self._existing if n not in keep]:
+            del self._existing[name]
+        # What nodes gone named (their hostnames) goes once it outnumbers what they name.
+        if len(self._label_requirement) > 16 * len(keep) + 1024:
+            self._label_requirement.clear()
+
+    def kept_existing(
+        self, name: str, key: object | None, pods: Sequence[PodObject]
+    ) -> ExistingNode | None:
+        """The node's ``ExistingNode`` of the last round when ``key`` (its version, its
+        NodeClaim's startup taints, its nominations) is the same and so are its bound pods
+        (the very objects, or equal ones): what is derived from it (``ExistingView``) then
+        tells an unchanged node by identity."""
+        found = self._existing.get(name)
+        if key is None or found is None or found[0] != key or found[1].pods != pods:
+            return None
+        return found[1]
+
+    def keep_existing(self, name: str, key: object | None, node: ExistingNode) -> None:
+        if key is None:
+            self._existing.pop(name, None)
+        else:
+            self._existing[name] = (key, node)
+
+
+def _label_requirement(key: str, value: str) -> Requirement:
+    """``key In [value]``, as ``Requirements.from_labels`` makes it."""
+    return Requirement.new(key, "In", (value,))
+
+
+def _existing_node(
+    node: Mapping[str, Any],
+    name: str,
+    pods: list[PodObject],
+    *,
+    startup: tuple[Taint, ...],
+    nominated: frozenset[str],
+    lender: Mapping[str, Any] | None,
+    lent: object,
+    sums: ParsedCluster,
+) -> ExistingNode:
+    """A registered node as the solver takes it (see ``existing_nodes``); ``lender``: its
+    NodeClaim when the node is not registered yet, ``lent`` that NodeClaim's version."""
+    meta, spec = node["metadata"], node.get("spec") or {}
+    labels = dict(meta.get("labels") or {})
+    taints = _taints(spec.get("taints"))
+    if lender is not None:
+        # Its NodeClaim names it but registration has not synced it yet (or the Node's
+        # cache has not caught up with the NodeClaim's): as upstream's cluster state, its
+        # labels are its NodeClaim's, so it is ours and starting (below) and keeps the
+        # room its pods were launched for. Judged by the kubelet's Node alone (tainted
+        # unregistered, no NodePool label), that room was gone and a round launched again.
+        own = _claim_labels(lender)
+        own.pop(wellknown.LABEL_HOSTNAME, None)
+        labels = {**labels, **own}
+    if wellknown.LABEL_NODEPOOL in labels and labels.get(wellknown.LABEL_INITIALIZED) != "true":
+        # Ours and still starting: its ephemeral and startup taints are about to go, so
+        # pods are judged by the taints it will keep (upstream's initializing nodes).
+        taints = tuple(t for t in taints if t.key not in EPHEMERAL_TAINT_KEYS and t not in startup)
+    if spec.get("unschedulable"):
+        taints = (*taints, UNSCHEDULABLE_TAINT)
+    labels.setdefault(wellknown.LABEL_HOSTNAME, name)
+    return ExistingNode(
+        name=name,
+        labels=labels,
+        allocatable=sums.allocatable(node),
+        requested=sums.of(name, pods),
+        label_requirements=sums.label_requirements(node, labels, lent),
+        taints=taints,
+        pods=pods,
+        nodepool=labels.get(wellknown.LABEL_NODEPOOL),
+        nominated=nominated,
+    )
 
 
 def existing_nodes(
@@ -355,50 +437,39 @@ def existing_nodes(
         if (c.get("status") or {}).get("nodeName")
     }
     for node in sorted(snapshot.nodes, key=lambda n: str(n["metadata"]["name"])):
-        meta, spec = node["metadata"], node.get("spec") or {}
+        meta = node["metadata"]
         if meta.get("deletionTimestamp"):
             continue
         name = str(meta["name"])
         registered.add(name)
-        labels = dict(meta.get("labels") or {})
-        taints = _taints(spec.get("taints"))
+        pods = bound.get(name, [])
+        nominated = nominations.get(claim_of_node.get(name, ""), frozenset())
+        startup = startup_taints.get(name, ())
         claim = claim_by_node.get(name)
         lent = None
-        if claim is not None and wellknown.LABEL_REGISTERED not in labels:
-            # Its NodeClaim names it but registration has not synced it yet (or the Node's
-            # cache has not caught up with the NodeClaim's): as upstream's cluster state, its
-            # labels are its NodeClaim's, so it is ours and starting (below) and keeps the
-            # room its pods were launched for. Judged by the kubelet's Node alone (tainted
-            # unregistered, no NodePool label), that room was gone and a round launched again.
+        if claim is not None and wellknown.LABEL_REGISTERED not in (meta.get("labels") or {}):
             claim_meta = claim.get("metadata") or {}
             lent = (claim_meta.get("uid"), claim_meta.get("resourceVersion"))
-            own = _claim_labels(claim)
-            own.pop(wellknown.LABEL_HOSTNAME, None)
-            labels = {**labels, **own}
-        if wellknown.LABEL_NODEPOOL in labels and labels.get(wellknown.LABEL_INITIALIZED) != "true":
-            # Ours and still starting: its ephemeral and startup taints are about to go, so
-            # pods are judged by the taints it will keep (upstream's initializing nodes).
-            startup = startup_taints.get(name, ())
-            taints = tuple(
-                t for t in taints if t.key not in EPHEMERAL_TAINT_KEYS and t not in startup
+        # What the node's ExistingNode is made of: this version of it, its NodeClaim's
+        # startup taints (and labels, lent to it until it registers), its nominations and its
+        # pods (compared in ``kept_existing``).
+        version = (meta.get("uid"), meta.get("resourceVersion"))
+        known = all(version) and (lent is None or all(lent))
+        key = (version, startup, nominated, lent) if known else None
+        existing = sums.kept_existing(name, key, pods)
+        if existing is None:
+            existing = _existing_node(
+                node,
+                name,
+                pods,
+                startup=startup,
+                nominated=nominated,
+                lender=claim if lent is not None else None,
+                lent=lent,
+                sums=sums,
             )
-        if spec.get("unschedulable"):
-            taints = (*taints, UNSCHEDULABLE_TAINT)
-        pods = bound.get(name, [])
-        labels.setdefault(wellknown.LABEL_HOSTNAME, name)
-        result.append(
-            ExistingNode(
-                name=name,
-                labels=labels,
-                allocatable=sums.allocatable(node),
-                requested=sums.of(name, pods),
-                label_requirements=sums.label_requirements(node, labels, lent),
-                taints=taints,
-                pods=pods,
-                nodepool=labels.get(wellknown.LABEL_NODEPOOL),
-                nominated=nominations.get(claim_of_node.get(name, ""), frozenset()),
-            )
-        )
+            sums.keep_existing(name, key, existing)
+        result.append(existing)
     types_by_pool = {
         inv.nodepool: {it.name: it for it in inv.instance_types} for inv in inventories
     }

@@ -59,6 +59,29 @@ class ExistingPods:
             if pod.anti_affinity:
                 self.anti_affinity.append((pod, index))
 
+    @staticmethod
+    def counted(pod: PodSpec) -> tuple[str, str, object] | None:
+        """What the index counts of ``pod`` (namespace, label set, identity); ``None``: not
+        counted (finished, terminating)."""
+        if ignored(pod):
+            return None
+        return (pod.namespace or "default", repr(pod.labels), pod_identity(pod))
+
+    def with_nodes(
+        self, nodes: list[NodeInfo], anti_affinity: list[tuple[PodSpec, int]]
+    ) -> ExistingPods:
+        """The same counts over ``nodes`` (one for one with this index's: the same names, new
+        labels or taints) and ``anti_affinity`` (the same pods in new versions): what building
+        the index again would give when no pod came, went or changed what is counted of it.
+        The counts are shared, as every solve shares them: neither index changes them."""
+        other = ExistingPods(())
+        other.nodes = nodes
+        other.position = self.position
+        other.buckets = self.buckets
+        other.where = self.where
+        other.anti_affinity = anti_affinity
+        return other
+
     def node_indexes(self, names: Iterable[str]) -> frozenset[int]:
         """The indexes of the nodes named (those holding no pod have none)."""
         return frozenset(i for i in map(self.position.get, names) if i is not None)
