@@ -365,3 +365,15 @@ def test_a_machine_set_carries_no_conversion_data(capi: InMemoryAPIServer) -> No
     capi.create(at(MACHINE_SETS, "v1beta1"), body, NS)
     old = capi.get(at(MACHINE_SETS, "v1beta1"), "workers", NS)
     assert DATA not in old["metadata"]["annotations"]
+
+
+def test_a_shared_list_converts_as_a_copied_list_does(capi: InMemoryAPIServer) -> None:
+    """The simulator's observers list without copies (``shared``); what they read is still each
+    version's layout, never the stored object at another version."""
+    capi.create(at(MACHINE_DEPLOYMENTS, "v1beta1"), v1beta1_deployment(), NS)
+    for version in ("v1beta1", "v1beta2"):
+        resource = at(MACHINE_DEPLOYMENTS, version)
+        [copied] = capi.list(resource, NS).items
+        [shared] = capi.list(resource, NS, shared=True).items
+        assert shared == copied
+        assert shared["apiVersion"] == f"cluster.x-k8s.io/{version}"

@@ -139,6 +139,16 @@ class Engine:
         fill = self.read_defaults.get((resource.group, resource.plural))
         return copied if fill is None else fill(copied, resource.version)
 
+    def present_shared(self, resource: Resource, obj: JsonObject) -> JsonObject:
+        """Stored ``obj`` itself where ``present`` would change nothing but copy it (no
+        conversion, no read defaults), else ``present``'s copy: for readers that never mutate."""
+        if (
+            obj.get("apiVersion") == resource.api_version
+            and (resource.group, resource.plural) not in self.read_defaults
+        ):
+            return obj
+        return self.present(resource, obj)
+
     # ----------------------------------------------------------------------------- commits
 
     def commit(

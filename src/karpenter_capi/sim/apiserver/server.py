@@ -250,7 +250,12 @@ class InMemoryAPIServer:
         limit: int | None = None,
         continue_token: str | None = None,
         resource_version: str | None = None,
+        shared: bool = False,
     ) -> ListResult:
+        """The objects, as an API server lists them; ``shared``: the stored objects themselves
+        where serving them needs no change, for the simulator's own observers, which read every
+        pod at every sample and never mutate what they read (a deep copy each was most of
+        their cost)."""
         definition, table = self._engine.resolve(resource)
         self._check_fault("list", definition)
         predicate = object_filter(
@@ -284,8 +289,9 @@ class InMemoryAPIServer:
                         break
         # Stored objects are never mutated, so copying them needs no lock.
         more = bool(limit) and index < high
+        present = self._engine.present_shared if shared else self._engine.present
         return ListResult(
-            items=[self._present(obj, resource) for obj in matched],
+            items=[present(resource, obj) for obj in matched],
             resource_version=str(snapshot_rv),
             continue_token=_encode_continue(snapshot_rv, last_key) if more else None,
             remaining_item_count=(high - index) if more and predicate is None else None,

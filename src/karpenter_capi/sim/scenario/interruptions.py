@@ -29,9 +29,9 @@ from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock, parse_timestamp
-from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.errors import ApiError, NotFound
 from karpenter_capi.core.kube.resources import NODECLAIMS, NODES, PODS
+from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.scenario.observer import bound_after
 from karpenter_capi.sim.scenario.schema import DEFAULT_NOTICE, TimelineAction
 
@@ -73,7 +73,7 @@ class Queue:
 class Interruptions:
     """The interruptions of one run, and the measures taken of them."""
 
-    def __init__(self, server: KubeClient, clock: Clock, queue: Queue | None = None) -> None:
+    def __init__(self, server: InMemoryAPIServer, clock: Clock, queue: Queue | None = None) -> None:
         self._server = server
         self._clock = clock
         self._queue = queue
@@ -137,13 +137,13 @@ class Interruptions:
     def observe(self) -> None:
         """Remember when each NodeClaim was made and each Node turned Ready (they may be gone
         by the time the summary is made)."""
-        for claim in self._server.list(NODECLAIMS).items:
+        for claim in self._server.list(NODECLAIMS, shared=True).items:
             name = claim["metadata"]["name"]
             node_name = (claim.get("status") or {}).get("nodeName")
             created = parse_timestamp(claim["metadata"]["creationTimestamp"])
             if node_name:
                 self._claims[name] = (created, str(node_name))
-        for node in self._server.list(NODES).items:
+        for node in self._server.list(NODES, shared=True).items:
             ready = _ready_at(node)
             if ready is not None:
                 self._ready.setdefault(node["metadata"]["name"], ready)

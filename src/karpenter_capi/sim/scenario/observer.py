@@ -132,7 +132,7 @@ class Observer:
 
     def _list(self, resource: Resource) -> list[JsonObject]:
         self._count("list")
-        return self.server.list(resource).items
+        return self.server.list(resource, shared=True).items
 
     # ------------------------------------------------------------------- disruptions
 
