@@ -15,15 +15,15 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock
-from karpenter_capi.core.kube.resources import NODECLAIMS, NODES, PODS
+from karpenter_capi.core.kube.resources import PODS
 from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.core.provisioning.provisioner import Provisioner
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
 from karpenter_capi.sim.demo import DEMO_SCENARIO, mark_unschedulable
 from karpenter_capi.sim.manifests import load_manifest_files
+from tests.support.joining import join_node
 
 
 def _cluster() -> tuple[InMemoryAPIServer, Provisioner]:
@@ -38,38 +38,6 @@ def _cluster() -> tuple[InMemoryAPIServer, Provisioner]:
         ),
     )
     return server, Provisioner(server, plugins, clock)
-
-
-def _register(server: InMemoryAPIServer, claim_name: str, allocatable: dict[str, str]) -> str:
-    """The claim's Node joins, Ready and initialized, its pods still pending."""
-    claim = server.get(NODECLAIMS, claim_name)
-    node_name = f"node-{claim_name}"
-    labels = {
-        **claim["metadata"]["labels"],
-        wellknown.LABEL_HOSTNAME: node_name,
-        wellknown.LABEL_INITIALIZED: "true",
-    }
-    server.create(
-        NODES,
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": node_name, "labels": labels},
-            "spec": {"providerID": f"test:///{claim_name}"},
-            "status": {
-                "conditions": [{"type": "Ready", "status": "True"}],
-                "allocatable": allocatable,
-                "capacity": allocatable,
-            },
-        },
-    )
-    server.patch(
-        NODECLAIMS,
-        claim_name,
-        {"status": {"nodeName": node_name, "providerID": f"test:///{claim_name}"}},
-        subresource="status",
-    )
-    return node_name
 
 
 def _pending(server: InMemoryAPIServer, name: str, cpu: str, memory: str) -> None:
@@ -92,7 +60,7 @@ def test_a_pod_counted_on_a_registered_node_is_not_displaced_by_a_bigger_one() -
     first = provisioner.reconcile()
     # The claim of the eight web pods (4 CPU of requests) becomes a Node with 4 CPU to spare.
     claim = next(d for d in first.launched if len(d.pods) == 8).nodeclaim
-    node = _register(server, claim, {"cpu": "8", "memory": "32Gi", "pods": "110"})
+    node = join_node(server, claim, allocatable={"cpu": "8", "memory": "32Gi", "pods": "110"})
     _pending(server, "late-small", "500m", "1Gi")
     provisioner.reconcile()
     plan = provisioner.planned()

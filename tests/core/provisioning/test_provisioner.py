@@ -11,7 +11,7 @@ import pytest
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock
-from karpenter_capi.core.kube.resources import EVENTS, NODECLAIMS, NODEPOOLS, NODES, PODS
+from karpenter_capi.core.kube.resources import EVENTS, NODECLAIMS, NODEPOOLS, PODS
 from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.core.provisioning import nodeclaims as nodeclaims_module
 from karpenter_capi.core.provisioning.batcher import Batcher
@@ -20,6 +20,7 @@ from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
 from karpenter_capi.sim.demo import DEMO_SCENARIO, mark_unschedulable
 from karpenter_capi.sim.manifests import load_manifest_files
+from tests.support.joining import join_node
 
 
 @pytest.fixture
@@ -287,34 +288,7 @@ def test_a_round_reports_metrics(
 
 def _land(server: InMemoryAPIServer, claim_name: str, pods: tuple[str, ...]) -> str:
     """The claim's Node joins, Ready, and the pods it was launched for are bound to it."""
-    claim = server.get(NODECLAIMS, claim_name)
-    node_name = f"node-{claim_name}"
-    labels = {
-        **claim["metadata"]["labels"],
-        wellknown.LABEL_HOSTNAME: node_name,
-        wellknown.LABEL_INITIALIZED: "true",
-    }
-    server.create(
-        NODES,
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": node_name, "labels": labels},
-            "spec": {"providerID": f"test:///{claim_name}"},
-            "status": {
-                "conditions": [{"type": "Ready", "status": "True"}],
-                # Full: the pods it was launched for and nothing more.
-                "allocatable": {**claim["spec"]["resources"]["requests"], "pods": "110"},
-                "capacity": {**claim["spec"]["resources"]["requests"], "pods": "110"},
-            },
-        },
-    )
-    server.patch(
-        NODECLAIMS,
-        claim_name,
-        {"status": {"nodeName": node_name, "providerID": f"test:///{claim_name}"}},
-        subresource="status",
-    )
+    node_name = join_node(server, claim_name)
     for key in pods:
         namespace, name = key.split("/")
         # Bound, and made by a controller that makes it again once it is evicted.

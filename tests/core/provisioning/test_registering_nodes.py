@@ -17,48 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock
-from karpenter_capi.core.kube.resources import NODECLAIMS, NODES
-from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
 from karpenter_capi.sim.demo import DEMO_SCENARIO, mark_unschedulable
 from karpenter_capi.sim.manifests import load_manifest_files
 from tests.core.provisioning.test_provisioner import _provisioner
-
-
-def _joined(server: InMemoryAPIServer, claim_name: str, *, registered: bool) -> str:
-    """The claim's Node as the kubelet registers it (not Ready, the unregistered taint, none of
-    the claim's labels), and the claim naming it; ``registered``: as registration leaves it."""
-    claim = server.get(NODECLAIMS, claim_name)
-    node_name = f"node-{claim_name}"
-    labels = {wellknown.LABEL_HOSTNAME: node_name, "kubernetes.io/os": "linux"}
-    taints = [{"key": wellknown.TAINT_UNREGISTERED_KEY, "effect": "NoExecute"}]
-    if registered:
-        labels |= {**claim["metadata"]["labels"], wellknown.LABEL_REGISTERED: "true"}
-        taints = []
-    requests = claim["spec"]["resources"]["requests"]
-    server.create(
-        NODES,
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": node_name, "labels": labels},
-            "spec": {"providerID": f"test:///{claim_name}", "taints": taints},
-            "status": {
-                "conditions": [{"type": "Ready", "status": "False"}],
-                "allocatable": {**requests, "pods": "110"},
-                "capacity": {**requests, "pods": "110"},
-            },
-        },
-    )
-    server.patch(
-        NODECLAIMS,
-        claim_name,
-        {"status": {"nodeName": node_name, "providerID": f"test:///{claim_name}"}},
-        subresource="status",
-    )
-    return node_name
+from tests.support.joining import join_node
 
 
 @pytest.mark.parametrize("registered", [False, True])
@@ -73,7 +37,7 @@ def test_a_node_seen_before_its_registration_keeps_the_room_of_its_claim(
     first = provisioner.reconcile()
     assert first.launched
     for decision in first.launched:
-        _joined(server, decision.nodeclaim, registered=registered)
+        join_node(server, decision.nodeclaim, stage="registered" if registered else "kubelet")
     second = provisioner.reconcile()
     assert not second.launched, "the pods still fit where they were launched for"
     planned = provisioner.planned() or {}
