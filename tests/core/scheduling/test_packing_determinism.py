@@ -167,9 +167,17 @@ def _random_case(seed: int) -> tuple[NodePoolOption, list[Pod]]:
     return NodePoolOption(name="default", instance_types=tuple(types)), pods
 
 
-def _plans(clock: FakeClock) -> list[list[tuple[str, tuple[str, ...]]]]:
+SEEDS = tuple(range(12))
+# Every seed but the two slowest (6 and 10: 14 of the 20 CPU-seconds): the outcomes they reach,
+# improved and not-robust, are reached by others too or checked on the runaway clock above.
+HOG_SEEDS = tuple(s for s in SEEDS if s not in (6, 10))
+
+
+def _plans(
+    clock: FakeClock, seeds: tuple[int, ...] = SEEDS
+) -> list[list[tuple[str, tuple[str, ...]]]]:
     plans = []
-    for seed in range(12):
+    for seed in seeds:
         pool, pods = _random_case(seed)
         plans.append(_plan(Solver([pool], clock=clock).solve(pods)))
     return plans
@@ -186,14 +194,14 @@ def test_random_cases_get_the_same_plans_from_a_frozen_and_a_runaway_clock() -> 
     assert _plans(_RunawayClock()) == _quiet_plans()
 
 
-# About 20 CPU seconds a pass; next to the hogs on a shared two-core machine the wall time
-# is several times that, past the suite's default two minutes.
+# One hog next to the suite's two workers on a two-core machine: every solve shares a core.
+# The hog is kept to a few seconds of solving because it slows the other worker as much.
 @pytest.mark.timeout(600)
-def test_random_cases_get_the_same_plans_next_to_cpu_hogs() -> None:
-    quiet = _quiet_plans()
-    with cpu_load(2):  # the machine has about two cores
-        loaded = _plans(FakeClock())
-    assert loaded == quiet
+def test_random_cases_get_the_same_plans_next_to_a_cpu_hog() -> None:
+    quiet = dict(zip(SEEDS, _quiet_plans(), strict=True))
+    with cpu_load(1):
+        loaded = _plans(FakeClock(), HOG_SEEDS)
+    assert loaded == [quiet[seed] for seed in HOG_SEEDS]
 
 
 def _patterns(count: int) -> tuple[PackingProblem, list[Bin]]:
