@@ -334,7 +334,12 @@ def run_replicas(args: argparse.Namespace, clusters: int, lone_claims: int) -> d
 
             took = _wait(taken, lease * 4, 0.1)
             takeover = round(time.monotonic() - killed_at, 2)
-            later = _waves(world, args, names, args.timeout, range(2, args.waves + 1), fleets=[])
+            # No later wave with --waves 1 (an empty range once ran wave 1 again).
+            later = (
+                _waves(world, args, names, args.timeout, range(2, args.waves + 1), fleets=[])
+                if args.waves > 1
+                else {}
+            )
         finally:
             for proc in procs:
                 stop_controller(proc)
