@@ -19,7 +19,7 @@ from karpenter_capi.core.kube.resources import (
     NODES,
     PODS,
 )
-from karpenter_capi.core.operator import Operator
+from karpenter_capi.core.operator import Operator, OperatorOptions
 from karpenter_capi.core.provisioning.relook import RECHECK_SECONDS, RoundView
 from karpenter_capi.core.runtime.stepped import SteppedDriver
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
@@ -31,22 +31,36 @@ from tests.support.provider import FakeProvider
 PODS_PENDING = ("web-0", "web-1", "web-2")
 
 
-def _launched() -> tuple[InMemoryAPIServer, SteppedDriver, list[int], str]:
-    """The operator after the round that launched one NodeClaim for three pods, a counter of
-    its rounds, and the NodeClaim's name. The provider never launches it: the test plays the
-    NodeClaim's steps itself."""
+def _started(
+    dry_run: bool = False,
+) -> tuple[InMemoryAPIServer, SteppedDriver, list[int]]:
+    """The operator with three pending pods, five seconds on, and a counter of its rounds."""
     clock = FakeClock()
     api = new_cluster(clock=clock)
     provider = FakeProvider(clock, bind_after_polls=10**6)
     api.create(CLUSTER_API_NODE_CLASSES, world.nodeclass())
     api.create(NODEPOOLS, world.nodepool())
-    operator = world.operator(api, clock, provider)
+    operator = Operator(
+        api,
+        api,
+        provider.plugins(api),
+        clock,
+        OperatorOptions(leader_elect=False, metrics_port=None, dry_run=dry_run),
+    )
     rounds = _count_rounds(operator)
     driver = operator.stepped()
     driver.run_until_quiet()
     for name in PODS_PENDING:
         world.pending_pod(api, name)
     driver.advance(5)
+    return api, driver, rounds
+
+
+def _launched() -> tuple[InMemoryAPIServer, SteppedDriver, list[int], str]:
+    """The operator after the round that launched one NodeClaim for three pods, a counter of
+    its rounds, and the NodeClaim's name. The provider never launches it: the test plays the
+    NodeClaim's steps itself."""
+    api, driver, rounds = _started()
     claims = api.list(NODECLAIMS).items
     assert len(claims) == 1
     assert rounds[0] == 1
@@ -120,6 +134,14 @@ def test_a_nodeclaim_gone_brings_a_round_and_a_new_launch() -> None:
     names = {c["metadata"]["name"] for c in api.list(NODECLAIMS).items}
     assert names, "the pods got a NodeClaim again"
     assert claim not in names
+
+
+def test_a_dry_run_does_not_look_for_the_nodeclaims_it_never_created() -> None:
+    api, driver, rounds = _started(dry_run=True)
+    assert rounds[0] == 1
+    driver.advance(8)
+    assert rounds[0] == 1, "nothing changed: its planned NodeClaims are not gone"
+    assert not api.list(NODECLAIMS).items
 
 
 def _view(

@@ -302,9 +302,9 @@ class ProvisioningController:
             self._last_world = None
             raise
         self.last_report = report
-        self._last_world = world.after_round(
-            [d.nodeclaim for d in report.launched], self._provisioner.planned()
-        )
+        # A dry run's NodeClaims are never created: counted as launched they would look gone.
+        launched = [] if self._ctx.dry_run else [d.nodeclaim for d in report.launched]
+        self._last_world = world.after_round(launched, self._provisioner.planned())
         self._retry_at = (
             self._ctx.clock.monotonic() + RETRY_AFTER_NODEPOOL_ERRORS_SECONDS
             if report.nodepool_errors and report.unschedulable
