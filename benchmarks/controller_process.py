@@ -108,3 +108,36 @@ def stop_controller(controller: subprocess.Popen[bytes], timeout: float = 20.0) 
     except subprocess.TimeoutExpired:
         controller.kill()
         controller.wait()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nothing listens on now (for the controller's ``/metrics``)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+ROUNDS_METRIC = "karpenter_scheduler_scheduling_duration_seconds_count{"
+CREATED_METRIC = "karpenter_nodeclaims_created_total{"
+
+
+def provisioning_counts(port: int) -> dict[str, float]:
+    """From the controller's ``/metrics`` on ``port``, summed over clusters: ``rounds``, the
+    provisioning rounds that solved pending pods (each observes the scheduling duration once),
+    and ``nodeclaims_created``. Empty when the endpoint does not answer."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return {}
+    rounds = created = 0.0
+    for line in text.splitlines():
+        if line.startswith(ROUNDS_METRIC) and 'controller="provisioner"' in line:
+            rounds += float(line.rsplit(" ", 1)[1])
+        elif line.startswith(CREATED_METRIC):
+            created += float(line.rsplit(" ", 1)[1])
+    return {"rounds": rounds, "nodeclaims_created": created}

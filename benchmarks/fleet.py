@@ -372,7 +372,7 @@ def _waves(
     after_marked: list[float] = []
     unsettled = 0
     cpu_began = time.process_time()
-    for wave in waves or range(1, args.waves + 1):
+    for wave in waves if waves is not None else range(1, args.waves + 1):
         replicas = args.pods * wave // args.waves
         marks = {
             name: (
@@ -585,7 +585,12 @@ def _run_replicas(args: argparse.Namespace, clusters: int, lone_claims: int) -> 
     killed_at = time.monotonic()
     taken = _wait(lambda: victim <= served_by(fleets[1:]), args.lease_duration * 4, 0.1)
     takeover = round(time.monotonic() - killed_at, 2)
-    later = _waves(world, args, names, args.timeout, range(2, args.waves + 1), fleets=fleets[1:])
+    # No later wave with --waves 1 (an empty range once ran wave 1 again).
+    later = (
+        _waves(world, args, names, args.timeout, range(2, args.waves + 1), fleets=fleets[1:])
+        if args.waves > 1
+        else {}
+    )
     servers = _servers(world)
     pending = sum(_pending(servers[n]) for n in names)
     claims = {n: len(servers[n].list(NODECLAIMS).items) for n in names}

@@ -35,7 +35,13 @@ from typing import Any
 
 import yaml
 
-from benchmarks.controller_process import ProcessStats, start_controller, stop_controller
+from benchmarks.controller_process import (
+    ProcessStats,
+    free_port,
+    provisioning_counts,
+    start_controller,
+    stop_controller,
+)
 from benchmarks.fleet import _claims_report, _pending, _servers, _wait, _waves, _world
 from benchmarks.fleet_emulators import Emulators, default_emulators
 from karpenter_capi.core.fleet import ScopedClient, secret_name
@@ -207,7 +213,9 @@ def run_phase(
         HttpFleetWorld(world, Path(tmp), emulators) as http,
     ):
         started = time.monotonic()
-        proc = http.controller(["--no-fleet-shards", *_controller_flags(args)], "controller.log")
+        port = free_port()
+        flags = ["--no-fleet-shards", "--metrics-port", str(port), *_controller_flags(args)]
+        proc = http.controller(flags, "controller.log")
         stats = ProcessStats(proc.pid)
         try:
             served = _wait(
@@ -230,8 +238,12 @@ def run_phase(
             own_waited = own.runqueue_wait_seconds()
             waves_began = time.monotonic()
             emulation_cpu = http.emulators.cpu_seconds() if http.emulators else 0.0
+            counted = provisioning_counts(port)
             figures = _waves(world, args, names, args.timeout, fleets=[], storming=storming)
             cpu = stats.cpu_seconds() - cpu
+            # Provisioning rounds that solved pending pods over the waves, and NodeClaims made.
+            after = provisioning_counts(port)
+            figures["provisioning"] = {k: after[k] - counted.get(k, 0.0) for k in after}
             # Time runnable but without a core over the waves: the controller's and the
             # benchmark's (the emulated control plane's); what the machine's load took from
             # the wall-clock figures, which CPU-seconds do not show.
@@ -322,7 +334,12 @@ def run_replicas(args: argparse.Namespace, clusters: int, lone_claims: int) -> d
 
             took = _wait(taken, lease * 4, 0.1)
             takeover = round(time.monotonic() - killed_at, 2)
-            later = _waves(world, args, names, args.timeout, range(2, args.waves + 1), fleets=[])
+            # No later wave with --waves 1 (an empty range once ran wave 1 again).
+            later = (
+                _waves(world, args, names, args.timeout, range(2, args.waves + 1), fleets=[])
+                if args.waves > 1
+                else {}
+            )
         finally:
             for proc in procs:
                 stop_controller(proc)

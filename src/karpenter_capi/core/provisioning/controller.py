@@ -31,6 +31,7 @@ from karpenter_capi.core.provisioning.batcher import Batcher
 from karpenter_capi.core.provisioning.pending import is_provisionable
 from karpenter_capi.core.provisioning.plans import missing_claims
 from karpenter_capi.core.provisioning.provisioner import Provisioner
+from karpenter_capi.core.provisioning.relook import RECHECK_SECONDS, RoundView
 from karpenter_capi.core.provisioning.report import ProvisioningReport
 from karpenter_capi.core.provisioning.state import ClusterSnapshot, unreplaced_pods
 from karpenter_capi.core.runtime.controller import WORKLOAD, ControllerContext, Result
@@ -57,18 +58,6 @@ ROUND_RESOURCES: Final = (
 """What a round reads from the caches: the cluster snapshot, NodePools and their NodeClasses."""
 
 
-def _world(
-    snapshot: ClusterSnapshot, pending: Sequence[Mapping[str, Any]]
-) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
-    """Pending pods, Nodes (with readiness) and NodeClaims (with their Node): what a round saw."""
-    nodes = frozenset(f"{n['metadata']['name']}:{_ready(n)}" for n in snapshot.nodes)
-    claims = frozenset(
-        f"{c['metadata']['name']}:{(c.get('status') or {}).get('nodeName', '')}"
-        for c in snapshot.nodeclaims
-    )
-    return frozenset(pod_key(p) for p in pending), nodes, claims
-
-
 _COMPLETE_KEPT: Final = 1024
 """ReplicaSets whose completeness is remembered (``ProvisioningController.complete``)."""
 
@@ -78,13 +67,6 @@ def _active(pod: Mapping[str, Any] | None) -> bool:
     if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
         return False
     return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-
-
-def _ready(node: Mapping[str, Any]) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (node.get("status") or {}).get("conditions") or []
-    )
 
 
 class ProvisioningController:
@@ -134,7 +116,11 @@ class ProvisioningController:
         )
         self.last_report: ProvisioningReport | None = None
         # What the cluster looked like at the last round, for pods it left pending.
-        self._last_world: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None
+        self._last_world: RoundView | None = None
+        # clock.monotonic() at which a round checks pods still pending after a change that
+        # could not alter the last round's decision (``relook``).
+        self._recheck_at: float | None = None
+        self._round_at = 0.0  # clock.monotonic() of the last round
         # clock.monotonic() at which to run a round again although nothing changed.
         self._retry_at: float | None = None
         # Whether this process has not looked yet (``run_once``: an interrupted plan).
@@ -251,8 +237,24 @@ class ProvisioningController:
         return (
             stamp == self._idle_stamp
             and self._batcher.seconds_until_ready() is None
-            and not (self._idle_pending and self._retry_due())
+            and not (self._idle_pending and (self._retry_due() or self._recheck_due()))
         )
+
+    def _recheck_due(self) -> bool:
+        return self._recheck_at is not None and self._ctx.clock.monotonic() >= self._recheck_at
+
+    def _changed_under_pending(self, world: RoundView) -> bool:
+        """Whether the cluster changed since the last round in a way that can alter what it
+        decided for the pods still pending (``relook``); a change that cannot is checked by a
+        round ``RECHECK_SECONDS`` after the last one if pods are still pending then."""
+        last = self._last_world
+        if last is None or last.same(world):
+            return False
+        if last.may_change_decision(world, self._ctx.caches.store(PODS).get):
+            return True
+        if self._recheck_at is None:
+            self._recheck_at = self._round_at + RECHECK_SECONDS
+        return self._recheck_due()
 
     def run_once(self) -> Result:
         stamp = self._stamp()
@@ -263,11 +265,12 @@ class ProvisioningController:
         pending = self._provisioner.pending_pods(snapshot)
         # The pods of a node going away with nothing replacing it open a window too.
         self._batcher.observe(pod_key(p) for p in [*pending, *unreplaced_pods(snapshot)])
-        world = _world(snapshot, pending)
-        if pending and self._last_world is not None and world != self._last_world:
+        world = RoundView.of(snapshot, pending)
+        if pending and self._changed_under_pending(world):
             # Pods a round left pending (expecting them to fit somewhere) are still pending and
-            # the nodes or NodeClaims have changed since: look again, as a pod event would make
-            # Karpenter do, instead of waiting for a new pod.
+            # the nodes, NodeClaims or pods have changed since in a way that can alter where
+            # they go: look again, as a pod event would make Karpenter do, instead of waiting
+            # for a new pod.
             self._batcher.trigger()
             self._last_world = None
         elif pending and self._retry_due():
@@ -287,6 +290,8 @@ class ProvisioningController:
             return Result(requeue_after=self.interval if wait is None else max(wait, 0.01))
         self._batcher.reset()
         self._last_world = world
+        self._recheck_at = None
+        self._round_at = self._ctx.clock.monotonic()
         try:
             report = self._provisioner.reconcile(snapshot)
         except Exception:
@@ -297,6 +302,9 @@ class ProvisioningController:
             self._last_world = None
             raise
         self.last_report = report
+        # A dry run's NodeClaims are never created: counted as launched they would look gone.
+        launched = [] if self._ctx.dry_run else [d.nodeclaim for d in report.launched]
+        self._last_world = world.after_round(launched, self._provisioner.planned())
         self._retry_at = (
             self._ctx.clock.monotonic() + RETRY_AFTER_NODEPOOL_ERRORS_SECONDS
             if report.nodepool_errors and report.unschedulable
