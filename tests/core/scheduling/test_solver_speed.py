@@ -11,19 +11,24 @@ import gc
 import random
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from benchmarks import scheduling as bench
 from karpenter_capi.core.clock import FakeClock
+from karpenter_capi.core.instancetype import Offering
 from karpenter_capi.core.scheduling import solver as solver_module
-from karpenter_capi.core.scheduling._solver_view import SolverNode, proposed_claim
+from karpenter_capi.core.scheduling._solver_view import SolverNode, _price_order, proposed_claim
 from karpenter_capi.core.scheduling.claims import (
     ClaimState,
     Fit,
     PodClass,
+    PoolState,
     RuledOut,
+    TypeInfo,
+    cheapest_price,
     next_allowed,
 )
 from karpenter_capi.core.scheduling.collector import collection_paused
@@ -276,3 +281,89 @@ def test_claims_sharing_a_window_of_types_get_what_checking_each_type_gives() ->
     assert [(c.hostname, c.requirements, c.instance_types) for c in result.new_nodeclaims] == [
         (c.hostname, c.requirements, c.instance_types) for c in one_by_one
     ]
+
+
+def test_claims_narrowed_to_a_zone_list_types_by_that_zones_price() -> None:
+    # Prices differ by zone and some offerings carry a label a pod selects: claims held to
+    # one zone share each type's price under that zone (_price_order), and get what sorting
+    # each claim's own fitting types by their cheapest allowed offering gives.
+    rng = random.Random(5)
+    types = []
+    for i in range(30):
+        cpu = rng.choice((1, 2, 4, 8))
+        offerings = tuple(
+            Offering(zone, "on-demand", round(rng.uniform(0.01, 0.2) * cpu, 3), labels=labels)
+            for zone in ("z1", "z2", "z3")
+            for labels in ({}, {"rack": "r1"} if i % 3 else {})
+        )
+        base = _type(f"t{i:02d}", cpu, 4 * cpu, price=0.0, zones=("z1", "z2", "z3"))
+        types.append(replace(base, offerings=offerings))
+    pods = [
+        _pod(f"s{i}", rng.choice(("100m", "500m", "1")), labels={"app": "s"})
+        | {"spec": _pod("x")["spec"] | {"topologySpreadConstraints": [_spread(ZONE, "s")]}}
+        for i in range(24)
+    ]
+    not_r1 = {"key": "rack", "operator": "NotIn", "values": ["r1"]}
+    racked = {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [not_r1]}]
+                }
+            }
+        },
+        "topologySpreadConstraints": [_spread(ZONE, "r")],
+    }
+    pods += [_pod(f"r{i}", "250m", labels={"app": "r"}, **racked) for i in range(6)]
+    solver = Solver([_pool(instance_types=types)], clock=FakeClock(), max_instance_types=4)
+    result = solver.solve(pods)
+
+    def reference(claim: ClaimState) -> list[str]:
+        total = tuple(a + b for a, b in zip(claim.pods_total, claim.daemon, strict=True))
+        fitting = [
+            t
+            for t in claim.types[claim.first :]
+            if all(a <= b for a, b in zip(total, t.allocatable, strict=True))
+        ]
+        fitting.sort(key=lambda t: (cheapest_price(t, claim.requirements), t.instance_type.name))
+        return [t.instance_type.name for t in fitting[:4]]
+
+    zones = {c.requirements.label_value(ZONE) for c in result.new_nodeclaims}
+    assert len(zones) == 3, "claims are held to each zone"
+    assert any(c.requirements.get("rack") is not None for c in result.new_nodeclaims)
+    assert [[t.name for t in c.instance_types] for c in result.new_nodeclaims] == [
+        reference(c) for c in solver._claims
+    ]
+
+
+def test_price_orders_are_kept_per_what_requirements_say_of_offerings() -> None:
+    # One type list, three requirements: two zones, and a zone plus an offering label the
+    # cheapest offerings carry. Each gets its own order, from one cache, as sorting gives.
+    rng = random.Random(8)
+    types = [
+        TypeInfo(
+            instance_type=replace(
+                _type(f"t{i:02d}", 1, 4, price=0.0),
+                offerings=tuple(
+                    Offering(zone, "on-demand", rng.uniform(0.1, 1.0), labels=labels)
+                    for zone in ("z1", "z2")
+                    for labels in ({}, {"rack": "r1"})
+                ),
+            ),
+            allocatable=(1000,),
+            capacity=(1000,),
+            requirements=Requirements(),
+            price=0.0,
+        )
+        for i in range(12)
+    ]
+    z1, z2 = (Requirements([Requirement.new(ZONE, "In", [z])]) for z in ("z1", "z2"))
+    z1_not_r1 = z1.with_requirement(Requirement.new("rack", "NotIn", ["r1"]))
+    pool = PoolState(_pool(), Requirements(), types, None, False, False, (1000, 1000))
+    orders: dict[int, Any] = {}
+    for requirements in (z1, z2, z1_not_r1, z1):
+        expected = sorted(
+            types[2:], key=lambda t: (cheapest_price(t, requirements), t.instance_type.name)
+        )
+        assert _price_order(pool, types[2:], requirements, orders) == expected
+    assert len(orders[id(pool)][2]) == 3

@@ -10,7 +10,7 @@ follow on its own. Vectors are integer milli-units in the order ``resource_names
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from karpenter_capi.core.api import wellknown
@@ -336,7 +336,8 @@ def proposed_claims(
     a few cut-offs, so the window of the first ``max_instance_types`` types from a cut-off is
     read once per list and cut-off, not once per claim."""
     windows: dict[tuple[int, int], _Window] = {}
-    return [proposed_claim(c, names, max_instance_types, windows) for c in claims]
+    orders: dict[int, _Order] = {}
+    return [proposed_claim(c, names, max_instance_types, windows, orders) for c in claims]
 
 
 def proposed_claim(
@@ -344,18 +345,24 @@ def proposed_claim(
     names: Sequence[str],
     max_instance_types: int,
     windows: dict[tuple[int, int], _Window] | None = None,
+    orders: dict[int, _Order] | None = None,
 ) -> ProposedNodeClaim:
     """The NodeClaim to create for ``claim``: every type that still holds its pods, cheapest
     first, at most ``max_instance_types`` of them.
 
     ``windows``: read windows of type lists (``proposed_claims``); when every type of the
-    window holds the claim's total, the window is the answer without checking each type."""
+    window holds the claim's total, the window is the answer without checking each type.
+    ``orders``: type lists put in price order under the offerings some requirements allow
+    (``_price_order``), for claims that narrowed their zone or capacity type."""
     total = add(claim.pods_total, claim.daemon)
     pool_requirements = claim.pool.requirements
-    same_offerings = all(
-        claim.requirements.get(key) == pool_requirements.get(key)
-        for key in (wellknown.LABEL_TOPOLOGY_ZONE, wellknown.LABEL_CAPACITY_TYPE)
-    )
+    requirements = claim.requirements
+    same_offerings = True
+    for key in _OFFERING_KEYS:
+        mine, pools = requirements.get(key), pool_requirements.get(key)
+        if mine is not pools and mine != pools:
+            same_offerings = False
+            break
     le = operator.le  # fits() inlined: this loop sees up to every type of every claim
     window = None
     if same_offerings and windows is not None:
@@ -372,7 +379,7 @@ def proposed_claim(
                 if same_offerings and len(types) == max_instance_types:
                     break
         if not same_offerings:
-            types.sort(key=lambda t: (cheapest_price(t, claim.requirements), t.instance_type.name))
+            types = _price_order(claim.pool, types, requirements, orders)
         chosen = [t.instance_type for t in types[:max_instance_types]]
         named = _instance_types_requirement(chosen)
     return ProposedNodeClaim(
@@ -402,6 +409,43 @@ def _window(
     found = (types, smallest, chosen, _instance_types_requirement(chosen))
     windows[key] = found  # the list is kept too, so its id is not reused while cached
     return found
+
+
+# Per pool: its offerings' own label keys, and per what some requirements say of the keys
+# offerings are chosen by, each type's cheapest allowed price by the type's id.
+_Order = tuple[PoolState, tuple[str, ...], dict[tuple[object, ...], dict[int, float]]]
+_OFFERING_KEYS = (wellknown.LABEL_TOPOLOGY_ZONE, wellknown.LABEL_CAPACITY_TYPE)
+
+
+def _price_order(
+    pool: PoolState,
+    types: Iterable[TypeInfo],
+    requirements: Requirements,
+    orders: dict[int, _Order] | None,
+) -> list[TypeInfo]:
+    """``types`` (of ``pool``) by their cheapest offering ``requirements`` allow, then name.
+
+    A type's price depends only on what the requirements say of the keys offerings are chosen
+    by (zone, capacity type, the offerings' own labels), so claims sharing those share each
+    type's price (``orders``) instead of reading its offerings again."""
+    found = orders.get(id(pool)) if orders is not None else None
+    if found is None or found[0] is not pool:
+        keys = {k for t in pool.types for o in t.instance_type.offerings for k in o.labels}
+        found = (pool, (*_OFFERING_KEYS, *sorted(keys)), {})
+        if orders is not None:
+            orders[id(pool)] = found  # the pool is kept too, so its id is not reused
+    chosen_by = tuple(requirements.get(k) for k in found[1])
+    prices = found[2].get(chosen_by)
+    if prices is None:
+        prices = found[2][chosen_by] = {}
+
+    def price(info: TypeInfo) -> tuple[float, str]:
+        known = prices.get(id(info))
+        if known is None:
+            known = prices[id(info)] = cheapest_price(info, requirements)
+        return known, info.instance_type.name
+
+    return sorted(types, key=price)
 
 
 def _instance_types_requirement(chosen: Sequence[InstanceType]) -> Requirement:

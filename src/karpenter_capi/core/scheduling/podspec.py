@@ -51,6 +51,11 @@ def pod_key(pod: PodObject) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
+def key_of(pod: PodObject, spec: PodSpec | None) -> str:
+    """``pod_key(pod)``, read from ``spec`` when it is this very pod's (no dict lookups)."""
+    return spec.key if spec is not None and spec.raw is pod else pod_key(pod)
+
+
 def version_of(obj: Mapping[str, Any]) -> tuple[str, str] | None:
     """``(uid, resourceVersion)`` of an API object, ``None`` when it lacks either (a test's or a
     benchmark's hand-made object, which must then be read afresh every time)."""

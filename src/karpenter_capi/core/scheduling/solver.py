@@ -75,6 +75,7 @@ from karpenter_capi.core.scheduling.podspec import (
     PodObject,
     PodSpec,
     PodSpecs,
+    key_of,
     parse_pod,
     pod_key,
 )
@@ -266,8 +267,9 @@ class Solver:
         for node in self._nodes:
             if node.placed:
                 result.existing[node.node.name] = [originals[pod_key(p)] for p in node.placed]
+        known = self._spec_by_id  # the specs of the pods handed over, by identity
         for claim in self._claims:
-            claim.pods = [originals[pod_key(p)] for p in claim.pods]
+            claim.pods = [originals[key_of(p, known.get(id(p)))] for p in claim.pods]
         result.new_nodeclaims = proposed_claims(
             self._claims, self._resources, self._max_instance_types
         )
