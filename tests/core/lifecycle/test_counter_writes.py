@@ -41,13 +41,22 @@ def _launched(env: Env, name: str, cpu: str) -> None:
     )
 
 
-def test_the_same_status_is_not_written_again_before_the_copy_shows_it(
+@pytest.fixture
+def counted(
     env: Env, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> tuple[NodePoolCounterController, list[Any]]:
+    """The counter, one NodeClaim of 2 CPUs launched and synced, and the status writes from
+    here on."""
     counter = NodePoolCounterController(env.ctx)
     _launched(env, "general-a", "2")
     env.caches.sync()
-    writes = _count_status_writes(env, monkeypatch)
+    return counter, _count_status_writes(env, monkeypatch)
+
+
+def test_the_same_status_is_not_written_again_before_the_copy_shows_it(
+    env: Env, counted: tuple[NodePoolCounterController, list[Any]]
+) -> None:
+    counter, writes = counted
     counter.reconcile("general")
     # Another NodeClaim event before the NodePool's own watch event: the copy is stale.
     counter.reconcile("general")
@@ -61,12 +70,9 @@ def test_the_same_status_is_not_written_again_before_the_copy_shows_it(
 
 
 def test_a_changed_status_is_written_even_before_the_copy_shows_the_last(
-    env: Env, monkeypatch: pytest.MonkeyPatch
+    env: Env, counted: tuple[NodePoolCounterController, list[Any]]
 ) -> None:
-    counter = NodePoolCounterController(env.ctx)
-    _launched(env, "general-a", "2")
-    env.caches.sync()
-    writes = _count_status_writes(env, monkeypatch)
+    counter, writes = counted
     counter.reconcile("general")
     _launched(env, "general-b", "4")
     # The NodeClaims' copy moves on, the NodePool's does not (its own write not seen yet).
