@@ -28,8 +28,10 @@ series labelled ``cluster``. ``connect`` receives the parsed kubeconfig (``.docu
 ``core.kube.config.connect_kubeconfig``. Sharding (``core.fleet.sharding``'s
 ``ShardCoordinator`` and ``core.fleet.fencing``'s ``FencedClient``) is found by module name;
 without those modules, or with ``FleetOptions(shards=False)``, this replica serves every
-Cluster unfenced. A sharded replica joins the shard membership at its first sync and takes
-Clusters from the next one (``retry_period`` later).
+Cluster unfenced. A sharded replica joins the shard membership at its first step and takes
+Clusters from the next one (``retry_period`` later). Threaded, the coordinator steps on a
+thread of its own (``core.fleet.shardloop``) so a slow sync never delays a Lease renewal;
+stepped, the sync steps it.
 
 Each sync (every ``retry_period``, and at once on a Cluster or Secret event) reads the
 discovered Clusters, asks the shard coordinator which of them this replica serves, and starts,
