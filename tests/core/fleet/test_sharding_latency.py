@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 
 from karpenter_capi.core.clock import FakeClock
+from karpenter_capi.core.fleet.sharding import ANNOTATION_CLUSTER, ShardCoordinator
 from karpenter_capi.core.kube.resources import LEASES
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 
-from .world import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD, World
+from .world import LEASE_DURATION, NAMESPACE, RENEW_DEADLINE, RETRY_PERIOD, World
 
 LATENCY = 0.5
 """Fake seconds each Lease write takes: 40 of them in a row are twice the renew deadline."""
@@ -110,3 +111,36 @@ def test_a_killed_replicas_clusters_are_taken_within_lease_duration_despite_slow
     # lease duration and a few slow steps (each step also pays for its writes).
     assert victim <= set(world.owners())
     assert world.clock.monotonic() - killed <= LEASE_DURATION + 4 * RETRY_PERIOD
+
+
+def test_the_lease_renewed_longest_ago_is_renewed_first() -> None:
+    world = World(0)
+    slow = _SlowLeaseWrites(world.api, world.clock, LATENCY)
+    written: list[str] = []
+    update = slow.__getattr__("update")
+
+    def recording(resource: Any, obj: Any, **kwargs: Any) -> Any:
+        written.append(obj["metadata"].get("annotations", {}).get(ANNOTATION_CLUSTER, ""))
+        return update(resource, obj, **kwargs)
+
+    slow.update = recording  # type: ignore[attr-defined]
+    coordinator = ShardCoordinator(
+        slow,  # type: ignore[arg-type]
+        world.clock,
+        namespace=NAMESPACE,
+        identity="b",
+        lease_duration=LEASE_DURATION,
+        renew_deadline=RENEW_DEADLINE,
+        retry_period=RETRY_PERIOD,
+        renew_workers=1,
+    )
+    old, new = "team-0/z-held-first", "team-0/a-taken-later"
+    for clusters in ([], [old], [old, new]):
+        coordinator.step(clusters)
+        world.clock.advance(RETRY_PERIOD)
+    written.clear()
+
+    coordinator.step([old, new])
+
+    # By name ``new`` would come first; renewed longest ago, ``old`` does.
+    assert [c for c in written if c in (old, new)] == [old, new]
