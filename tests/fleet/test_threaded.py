@@ -57,3 +57,43 @@ def test_a_cluster_hanging_at_connect_delays_no_other() -> None:
         runner.join(timeout=30)
     assert not runner.is_alive()
     assert fleet.members == {}
+
+
+def test_a_sync_held_up_does_not_hold_up_the_shard_lease_renewals() -> None:
+    """The threaded fleet steps its shard coordinator on a thread of its own: a sync stuck
+    starting or stopping members (here: its lock held) never lets a held Lease lapse, so the
+    replica never fences clusters it holds itself (issue 28 item 3)."""
+    pytest.importorskip("karpenter_capi.core.fleet.sharding")
+    world = FleetWorld(clock=SystemClock())  # type: ignore[arg-type]
+    world.add_cluster("alpha")
+    world.add_cluster("beta")
+    renew_deadline = 1.5
+    fleet = Fleet(
+        world.management,
+        clock=SystemClock(),
+        connect=world.connect,
+        options=FleetOptions(
+            identity="replica-a",
+            lease_namespace="default",
+            lease_duration=2.0,
+            renew_deadline=renew_deadline,
+            retry_period=0.2,
+        ),
+        operator_options=OperatorOptions(leader_elect=False, metrics_port=None, workers=1),
+    )
+    keys = [world.key("alpha"), world.key("beta")]
+    stop = threading.Event()
+    runner = threading.Thread(target=fleet.run, args=(stop,), daemon=True)
+    runner.start()
+    try:
+        _wait_for(lambda: all(k in fleet.members for k in keys), "both clusters served")
+        with fleet._lock:  # the sync cannot run meanwhile
+            began = time.monotonic()
+            while time.monotonic() - began < renew_deadline + 1.0:
+                assert all(fleet.coordinator.holds(k) for k in keys)
+                time.sleep(0.02)
+    finally:
+        stop.set()
+        runner.join(timeout=30)
+    assert not runner.is_alive()
+    assert fleet.members == {}

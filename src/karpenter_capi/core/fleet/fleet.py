@@ -28,8 +28,10 @@ series labelled ``cluster``. ``connect`` receives the parsed kubeconfig (``.docu
 ``core.kube.config.connect_kubeconfig``. Sharding (``core.fleet.sharding``'s
 ``ShardCoordinator`` and ``core.fleet.fencing``'s ``FencedClient``) is found by module name;
 without those modules, or with ``FleetOptions(shards=False)``, this replica serves every
-Cluster unfenced. A sharded replica joins the shard membership at its first sync and takes
-Clusters from the next one (``retry_period`` later).
+Cluster unfenced. A sharded replica joins the shard membership at its first step and takes
+Clusters from the next one (``retry_period`` later). Threaded, the coordinator steps on a
+thread of its own (``core.fleet.shardloop``) so a slow sync never delays a Lease renewal;
+stepped, the sync steps it.
 
 Each sync (every ``retry_period``, and at once on a Cluster or Secret event) reads the
 discovered Clusters, asks the shard coordinator which of them this replica serves, and starts,
@@ -66,6 +68,7 @@ from karpenter_capi.core.fleet.members import DriverFactory, Member, PluginFacto
 from karpenter_capi.core.fleet.metrics import FleetMetrics
 from karpenter_capi.core.fleet.reports import Reports
 from karpenter_capi.core.fleet.scoped import ScopedClient
+from karpenter_capi.core.fleet.shardloop import ShardLoop
 from karpenter_capi.core.kube.backoff import Backoff
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.errors import ApiError, BadRequest, Invalid
@@ -217,6 +220,7 @@ class Fleet:
         self._pool: WorkerPool | None = None
         self._served: frozenset[str] = frozenset()
         self._next_shard_step = -math.inf
+        self._shard_loop: ShardLoop | None = None  # threaded: steps the coordinator apart
 
     def check_selector(self) -> None:
         """Ask the management cluster once whether it takes ``--fleet-cluster-selector``: a
@@ -319,7 +323,11 @@ class Fleet:
 
     def _shards(self, observed: Mapping[str, ObservedCluster], now: float) -> frozenset[str]:
         """The Clusters this replica serves: the coordinator is stepped every
-        ``retry_period`` (its contract), however often discovery events wake the sync."""
+        ``retry_period`` (its contract), however often discovery events wake the sync;
+        threaded, on a thread of its own (``core.fleet.shardloop``), so a slow sync cannot
+        delay the Lease renewals."""
+        if self._shard_loop is not None:
+            return self._shard_loop.served()
         if not isinstance(self.coordinator, ServeEverything) and now < self._next_shard_step:
             return self._served
         self._next_shard_step = now + self.options.retry_period
@@ -330,6 +338,10 @@ class Fleet:
             self._reports.say(_FLEET, "ShardsUnavailable", f"cannot renew shard Leases: {exc}")
             self._served = frozenset(self.members)
         return self._served
+
+    def _shards_failed(self, exc: Exception) -> None:
+        with self._lock:
+            self._reports.say(_FLEET, "ShardsUnavailable", f"cannot renew shard Leases: {exc}")
 
     def _serve(self, cluster: ObservedCluster) -> bool:
         key = cluster.key
@@ -528,6 +540,17 @@ class Fleet:
         self.discovery.on_change(wake.set)
         informer_stop = threading.Event()
         threads = self.discovery.start(informer_stop)
+        if not isinstance(self.coordinator, ServeEverything):
+            self._shard_loop = ShardLoop(
+                self.coordinator,
+                self.clock,
+                self.options.retry_period,
+                clusters=lambda: (
+                    list(self.discovery.clusters()) if self.discovery.has_synced() else None
+                ),
+                on_change=wake.set,
+                on_error=self._shards_failed,
+            ).start()
         options = self.operator_options
         if options.metrics_port is not None:
             self.server = ObservabilityServer(
@@ -546,6 +569,8 @@ class Fleet:
                 self._wait(wake, stop)
         finally:
             log.info("stopping every cluster's controllers")
+            if self._shard_loop is not None:
+                self._shard_loop.stop()  # before release_all: no step may write a Lease back
             self._builds.close()
             with self._lock:
                 for key in list(self.members):
