@@ -18,12 +18,14 @@ from typing import Any
 import pytest
 
 from benchmarks import consolidation as bench
+from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock, format_timestamp
+from karpenter_capi.core.disruption.facts import PassFacts, pass_facts
 from karpenter_capi.core.disruption.planner import PassReport, PassSettings, plan
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.provisioning.state import ClusterSnapshot, ParsedCluster
 from karpenter_capi.core.scheduling.existing_view import ExistingView
-from karpenter_capi.core.scheduling.podspec import PodSpecs
+from karpenter_capi.core.scheduling.podspec import PodSpecs, pod_key
 from karpenter_capi.core.scheduling.topology import ExistingPods
 
 Change = Callable[[ClusterSnapshot], ClusterSnapshot]
@@ -155,6 +157,43 @@ def node_emptied(snapshot: ClusterSnapshot) -> ClusterSnapshot:
     return _with(snapshot, pods=[p for p in snapshot.pods if p["spec"].get("nodeName") != node])
 
 
+def node_disrupted(snapshot: ClusterSnapshot) -> ClusterSnapshot:
+    """A node tainted ``karpenter.sh/disrupted`` (a command under way): its pods must move."""
+    nodes = list(snapshot.nodes)
+    held = _bumped(nodes[10])
+    held["spec"]["taints"] = [{"key": wellknown.TAINT_DISRUPTED_KEY, "effect": "NoSchedule"}]
+    nodes[10] = held
+    return _with(snapshot, nodes=nodes)
+
+
+def claim_interrupted(snapshot: ClusterSnapshot) -> ClusterSnapshot:
+    """A NodeClaim the cloud announced it will take: its node's pods must move too."""
+    claims = list(snapshot.nodeclaims)
+    claims[12] = _bumped(claims[12], annotations={wellknown.ANNOTATION_INTERRUPTION: "spot"})
+    return _with(snapshot, nodeclaims=claims)
+
+
+def pod_pending(snapshot: ClusterSnapshot) -> ClusterSnapshot:
+    """A pod kube-scheduler could not place (what the simulations place first)."""
+    pending = copy.deepcopy(snapshot.pods[0])
+    pending["metadata"].update(name="pending", uid="uid-pending", resourceVersion="1")
+    del pending["spec"]["nodeName"]
+    pending["status"] = {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+    }
+    return _with(snapshot, pods=[*snapshot.pods, pending])
+
+
+def claim_reporting(snapshot: ClusterSnapshot) -> ClusterSnapshot:
+    """The launching NodeClaim reports its capacity (what its NodePool's usage counts)."""
+    claims = list(snapshot.nodeclaims)
+    index = next(i for i, c in enumerate(claims) if c["metadata"]["name"] == "launching")
+    claims[index] = _bumped(claims[index])
+    claims[index]["status"]["capacity"] = {"cpu": "64", "memory": "256Gi", "pods": "110"}
+    return _with(snapshot, nodeclaims=claims)
+
+
 CHANGES: list[Change] = [
     status_updates,
     versions_only,
@@ -164,7 +203,11 @@ CHANGES: list[Change] = [
     node_replaced,
     node_tainted,
     claim_launching,
+    claim_reporting,
     node_emptied,
+    node_disrupted,
+    claim_interrupted,
+    pod_pending,
     status_updates,
 ]
 
@@ -221,6 +264,38 @@ def _view_state(view: ExistingView) -> dict[str, Any]:
     }
 
 
+def _reading(parsed: ParsedCluster) -> dict[str, Any]:
+    """What the pass's ``Simulator`` read of the cluster before any simulation."""
+    reading = pass_facts(parsed).last("simulator")
+    assert reading is not None
+    return {
+        "options": [(o.name, o.usage) for o in reading.options],  # type: ignore[attr-defined]
+        "nodes": [n.name for n in reading.nodes],  # type: ignore[attr-defined]
+        "free": reading.free,  # type: ignore[attr-defined]
+        "moving": [pod_key(p) for p in reading.moving],  # type: ignore[attr-defined]
+        "pending": [pod_key(p) for p in reading.pending],  # type: ignore[attr-defined]
+        "not_ready": reading.not_ready,  # type: ignore[attr-defined]
+    }
+
+
+def _differences(
+    snapshot: ClusterSnapshot, inventories: list[NodePoolInventory], changes: list[Change]
+) -> list[str]:
+    """The changes after which a pass made from the last ones read the cluster otherwise
+    than a pass from scratch (its simulator's reading)."""
+    kept = ParsedCluster()
+    _pass(snapshot, inventories, kept)
+    found = []
+    for change in changes:
+        snapshot = change(snapshot)
+        _pass(snapshot, inventories, kept)
+        fresh = ParsedCluster()
+        _pass(snapshot, inventories, fresh)
+        if _reading(kept) != _reading(fresh):
+            found.append(change.__name__)
+    return found
+
+
 @pytest.mark.parametrize("catalog", ["kwok", "capi"])
 def test_passes_over_a_changing_cluster_decide_as_passes_from_scratch(catalog: str) -> None:
     snapshot, inventories, _ = bench.build(40, seed=3, removed=0.3, kind=catalog)
@@ -233,6 +308,7 @@ def test_passes_over_a_changing_cluster_decide_as_passes_from_scratch(catalog: s
         fresh_parsed = ParsedCluster()
         fresh = _pass(snapshot, inventories, fresh_parsed)
         assert _decided(incremental) == _decided(fresh), change.__name__
+        assert _reading(kept) == _reading(fresh_parsed), change.__name__
         view, scratch = kept.existing_view, fresh_parsed.existing_view
         assert isinstance(view, ExistingView)
         assert isinstance(scratch, ExistingView)
@@ -271,3 +347,27 @@ def test_a_status_update_reads_again_only_the_nodes_it_touched(
     assert isinstance(view, ExistingView)
     # The topology counts are the last view's: the update changed nothing they count.
     assert view.pods.buckets is first.pods.buckets
+
+
+def test_the_simulator_reading_without_facts_is_the_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``Simulator`` over a cluster its pass did not read (no facts) reads the raw objects;
+    both ways read the same cluster alike."""
+    snapshot, inventories, _ = bench.build(40, seed=3, removed=0.3)
+    for change in (node_disrupted, claim_interrupted, pod_pending, relabelled_and_gone):
+        snapshot = change(snapshot)
+    with_facts = ParsedCluster()
+    _pass(snapshot, inventories, with_facts)
+    monkeypatch.setattr(PassFacts, "has_read", lambda self, snapshot: False)
+    without = ParsedCluster()
+    _pass(snapshot, inventories, without)
+    assert _reading(with_facts) == _reading(without)
+    assert _reading(with_facts)["moving"], "the disrupting nodes' pods must move"
+    assert _reading(with_facts)["pending"] == ["default/pending"]
+
+
+def test_a_broken_reuse_of_the_reading_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The NodePools' usage kept whatever the NodeClaims became: the comparison sees it."""
+    snapshot, inventories, _ = bench.build(40, seed=3, removed=0.3)
+    assert _differences(snapshot, inventories, [claim_launching, claim_reporting]) == []
+    monkeypatch.setattr(PassFacts, "claim_versions", lambda self, claims: ("always the same",))
+    assert _differences(snapshot, inventories, [claim_launching, claim_reporting])

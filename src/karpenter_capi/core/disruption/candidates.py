@@ -346,10 +346,13 @@ def _first_blocker(node_pods: _NodePods, now: datetime) -> str | None:
 class _NodePods:
     """What the candidate checks read of one node's bound pods, summed once per cluster."""
 
-    __slots__ = ("blockers", "cost", "move_cost", "moving", "moving_facts", "pods")
+    __slots__ = ("blockers", "bound", "cost", "move_cost", "moving", "moving_facts", "pods")
 
     def __init__(self, pods: Sequence[tuple[PodObject, PodFacts]]) -> None:
         self.pods = pods
+        # The unfinished ones, what the node's requests count (``state.existing_nodes``): the
+        # very list while the node's pods stay the same, so its ``ExistingNode`` is kept.
+        self.bound = [p for p, f in pods if not f.finished]
         self.blockers = tuple(
             (f.key, f.do_not_disrupt) for _, f in pods if f.active and f.do_not_disrupt is not None
         )

@@ -27,6 +27,7 @@ from karpenter_capi.core.provisioning.state import (
     ClusterSnapshot,
     ParsedCluster,
     has_disrupted_taint,
+    is_interrupted,
     is_reschedulable,
 )
 from karpenter_capi.core.scheduling.kept import Kept
@@ -113,6 +114,9 @@ class PodFacts:
     namespace: str
     labels: tuple[tuple[str, str], ...]
     """Sorted: what a PodDisruptionBudget's selector is matched against, once per label set."""
+    finished: bool = False
+    """Phase ``Succeeded`` or ``Failed``: a pod no node's requests count
+    (``state.existing_nodes``)."""
 
     @classmethod
     def read(cls, pod: PodObject) -> PodFacts:
@@ -130,6 +134,7 @@ class PodFacts:
             do_not_disrupt=None if plain else do_not_disrupt_until(pod),
             namespace=str(meta.get("namespace", "")),
             labels=tuple(sorted((meta.get("labels") or {}).items())),
+            finished=not _is_active_phase(pod),
         )
 
 
@@ -186,6 +191,8 @@ class ClaimFacts:
     do_not_disrupt: bool
     expiry: tuple[timedelta, datetime | None] | None
     """Its ``expireAfter`` and creation time; ``None`` when it never expires."""
+    interrupted: bool = False
+    """``state.is_interrupted``: the cloud announced it will take the machine."""
 
     @classmethod
     def read(cls, claim: Mapping[str, Any]) -> ClaimFacts:
@@ -209,6 +216,7 @@ class ClaimFacts:
             consolidatable=NodeClaimConditionType.CONSOLIDATABLE in true,
             do_not_disrupt=_annotated_do_not_disrupt(claim),
             expiry=_expiry(claim),
+            interrupted=is_interrupted(claim),
         )
 
     def lifetime_remaining(self, now: datetime) -> float:
@@ -283,6 +291,7 @@ class PassFacts:
         self._derived: dict[str, tuple[object, Any]] = {}
         self.versions: tuple[object, ...] | None = None
         """``cluster_versions`` of this pass's cluster (``begin``)."""
+        self._claim_versions: tuple[object, ...] | None = None
         self._lists: tuple[object, object, object] = (None, None, None)
         self._read: tuple[list[PodFacts], list[NodeFacts], list[ClaimFacts]] | None = None
         """The facts of this pass's pods, Nodes and NodeClaims, in their order (``read_all``)."""
@@ -324,6 +333,7 @@ class PassFacts:
             self.new_round()
             self._read = None
         self.versions = versions
+        self._claim_versions = None
         self._lists = (snapshot.pods, snapshot.nodes, snapshot.nodeclaims)
         return same
 
@@ -396,6 +406,26 @@ class PassFacts:
         if self._read is not None and claims is self._lists[2]:
             return zip(claims, self._read[2], strict=True)
         return ((claim, self.claim(claim)) for claim in claims)
+
+    def claim_versions(self, nodeclaims: object) -> tuple[object, ...] | None:
+        """The NodeClaims' part of ``versions_of``, when ``nodeclaims`` are this pass's:
+        equal for two passes only when they hold the same versions of the same NodeClaims."""
+        if self.versions is None or nodeclaims is not self._lists[2]:
+            return None
+        if self._claim_versions is None:
+            # The NodeClaims' versions come last, after the pods', the Nodes' and a None each.
+            start = len(self.versions) - len(self._lists[2]) - 1  # type: ignore[arg-type]
+            self._claim_versions = self.versions[start:]
+        return self._claim_versions
+
+    def has_read(self, snapshot: ClusterSnapshot) -> bool:
+        """Whether ``read_all`` read this very snapshot's lists: then ``pods``, ``nodes`` and
+        ``claims`` hand out its facts without a lookup, a walk cheaper than one of the raw
+        objects."""
+        return (
+            self._read is not None
+            and self.versions_of(snapshot.pods, snapshot.nodes, snapshot.nodeclaims) is not None
+        )
 
     def versions_of(
         self,

@@ -27,8 +27,8 @@ from typing import Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock
-from karpenter_capi.core.disruption.candidates import Candidate
-from karpenter_capi.core.disruption.facts import pass_facts
+from karpenter_capi.core.disruption.candidates import Candidate, bound_pods
+from karpenter_capi.core.disruption.facts import PassFacts, pass_facts
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.provisioning.pending import is_provisionable
@@ -86,6 +86,17 @@ def _view(nodes: Sequence[ExistingNode], parsed: ParsedCluster) -> ExistingView:
     return view
 
 
+def _disrupting(snapshot: ClusterSnapshot, facts: PassFacts) -> frozenset[str]:
+    """``state.disrupting_nodes`` read from the pass's facts of its Nodes and NodeClaims."""
+    names = {f.name for _, f in facts.nodes(snapshot.nodes) if f.disrupted or f.deleting}
+    names.update(
+        f.node_name
+        for _, f in facts.claims(snapshot.nodeclaims)
+        if f.node_name and (f.deleting or f.interrupted)
+    )
+    return frozenset(names)
+
+
 def _triple(resources: ResourceList) -> tuple[int, int, int]:
     """cpu, memory and pod slots in milli-units: what the quick feasibility check compares."""
     return (resources.milli("cpu"), resources.milli("memory"), resources.milli("pods"))
@@ -130,20 +141,52 @@ class _Reading:
         parsed: ParsedCluster,
     ) -> None:
         self.inventories = tuple(inventories)  # alive while kept: their ids are in its key
+        facts = pass_facts(parsed)
+        previous = facts.last("simulator")
+        last = previous if isinstance(previous, _Reading) else None
         # A static NodePool never supplies a replacement (its nodes are existing capacity).
-        self.options: list[NodePoolOption] = [
-            nodepool_option(i, snapshot)
-            for i in inventories
-            if not (i.model is not None and i.model.is_static)
-        ]
-        disrupting = disrupting_nodes(snapshot)
-        nodes = existing_nodes(snapshot, inventories, nominations, parsed)
+        # What the NodePools' NodeClaims count against their limits changes only with them.
+        claims = facts.claim_versions(snapshot.nodeclaims)
+        self._options_key = None if claims is None else (claims, tuple(map(id, inventories)))
+        if (
+            last is not None
+            and self._options_key is not None
+            and (last._options_key == self._options_key)
+        ):
+            self.options: list[NodePoolOption] = last.options
+        else:
+            self.options = [
+                nodepool_option(i, snapshot)
+                for i in inventories
+                if not (i.model is not None and i.model.is_static)
+            ]
+        if facts.has_read(snapshot):
+            # The pass read every object's facts: walked here instead of the raw objects.
+            disrupting = _disrupting(snapshot, facts)
+            by_node = bound_pods(snapshot.pods, facts)
+            bound = {name: pods.bound for name, pods in by_node.items()}
+            nodes = existing_nodes(snapshot, inventories, nominations, parsed, bound)
+            self.moving: list[PodObject] = (
+                [
+                    unbound(p)
+                    for p, f in facts.pods(snapshot.pods)
+                    if f.reschedulable and f.node_name in disrupting
+                ]
+                if disrupting
+                else []
+            )
+            self.pending: list[PodObject] = [
+                p for p, f in facts.pods(snapshot.pods) if not f.node_name and is_provisionable(p)
+            ]
+        else:
+            disrupting = disrupting_nodes(snapshot)
+            nodes = existing_nodes(snapshot, inventories, nominations, parsed)
+            self.moving = moving_pods(snapshot, disrupting)
+            self.pending = [p for p in snapshot.pods if is_provisionable(p)]
         self.nodes: list[ExistingNode] = [n for n in nodes if n.name not in disrupting]
         # Every simulation solves over these nodes but its candidates: turned into solver input
         # once (``ExistingView``), each simulation leaving its candidates out of it.
         self.view = _view(self.nodes, parsed)
-        self.moving: list[PodObject] = moving_pods(snapshot, disrupting)
-        self.pending: list[PodObject] = [p for p in snapshot.pods if is_provisionable(p)]
         # Room on a NodeClaim still launching, or a node not yet initialized, is a promise: a
         # pod that must move may not count on it (upstream rejects such a result too).
         self.not_ready = frozenset(
@@ -151,7 +194,18 @@ class _Reading:
             for n in self.nodes
             if n.in_flight or (n.nodepool and n.labels.get(wellknown.LABEL_INITIALIZED) != "true")
         )
-        self.free = {n.name: _triple(n.allocatable.subtract(n.requested)) for n in self.nodes}
+        # A node the last pass read as the very same ``ExistingNode`` has the same free room.
+        kept: dict[str, tuple[ExistingNode, tuple[int, int, int]]] = {}
+        if last is not None:
+            kept = {n.name: (n, last.free[n.name]) for n in last.nodes}
+        self.free: dict[str, tuple[int, int, int]] = {}
+        for n in self.nodes:
+            found = kept.get(n.name)
+            self.free[n.name] = (
+                found[1]
+                if found is not None and found[0] is n
+                else _triple(n.allocatable.subtract(n.requested))
+            )
         frees = list(self.free.values())
         self.total_free = tuple(sum(max(f[i], 0) for f in frees) for i in range(3))
         # Per resource, the two largest free amounts: a node's own is never "elsewhere".

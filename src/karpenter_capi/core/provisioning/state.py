@@ -358,7 +358,7 @@ def _label_requirement(key: str, value: str) -> Requirement:
 def _existing_node(
     node: Mapping[str, Any],
     name: str,
-    pods: list[PodObject],
+    pods: Sequence[PodObject],
     *,
     startup: tuple[Taint, ...],
     nominated: frozenset[str],
@@ -400,42 +400,40 @@ def _existing_node(
     )
 
 
+def bound_by_node(pods: Iterable[PodObject]) -> dict[str, list[PodObject]]:
+    """The unfinished pods bound to each node, by its name, in ``pods``' order."""
+    bound: dict[str, list[PodObject]] = {}
+    for pod in pods:
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if node_name and _is_active(pod):
+            bound.setdefault(str(node_name), []).append(pod)
+    return bound
+
+
 def existing_nodes(
     snapshot: ClusterSnapshot,
     inventories: Sequence[NodePoolInventory],
     nominations: Mapping[str, frozenset[str]],
     parsed: ParsedCluster | None = None,
+    bound: Mapping[str, Sequence[PodObject]] | None = None,
 ) -> list[ExistingNode]:
     """Registered nodes and in-flight NodeClaims, in name order (deterministic passes).
 
     ``parsed``: the bound pods' sums kept from earlier rounds (fresh when not given).
+    ``bound``: the unfinished pods bound to each node, in the snapshot's order, when the
+    caller has them already (``bound_by_node``); read from the snapshot otherwise.
     """
     sums = parsed if parsed is not None else ParsedCluster()
-    bound: dict[str, list[PodObject]] = {}
-    for pod in snapshot.pods:
-        node_name = (pod.get("spec") or {}).get("nodeName")
-        if node_name and _is_active(pod):
-            bound.setdefault(str(node_name), []).append(pod)
+    if bound is None:
+        bound = bound_by_node(snapshot.pods)
     result = []
     registered = set()
     # A pod nominated to a NodeClaim stays nominated to its Node once it registers.
-    claim_of_node = {
-        str((c.get("status") or {}).get("nodeName")): str(c["metadata"]["name"])
-        for c in snapshot.nodeclaims
-        if (c.get("status") or {}).get("nodeName")
-    }
-    startup_taints = {
-        str((c.get("status") or {}).get("nodeName")): _taints(
-            (c.get("spec") or {}).get("startupTaints")
-        )
-        for c in snapshot.nodeclaims
-        if (c.get("status") or {}).get("nodeName")
-    }
-    claim_by_node = {
-        str((c.get("status") or {}).get("nodeName")): c
-        for c in snapshot.nodeclaims
-        if (c.get("status") or {}).get("nodeName")
-    }
+    claim_by_node: dict[str, Mapping[str, Any]] = {}
+    for c in snapshot.nodeclaims:
+        claim_node = (c.get("status") or {}).get("nodeName")
+        if claim_node:
+            claim_by_node[str(claim_node)] = c
     for node in sorted(snapshot.nodes, key=lambda n: str(n["metadata"]["name"])):
         meta = node["metadata"]
         if meta.get("deletionTimestamp"):
@@ -443,9 +441,12 @@ def existing_nodes(
         name = str(meta["name"])
         registered.add(name)
         pods = bound.get(name, [])
-        nominated = nominations.get(claim_of_node.get(name, ""), frozenset())
-        startup = startup_taints.get(name, ())
         claim = claim_by_node.get(name)
+        claim_name = str(claim["metadata"]["name"]) if claim is not None else ""
+        nominated = nominations.get(claim_name, frozenset())
+        startup: tuple[Taint, ...] = ()
+        if claim is not None:
+            startup = _taints((claim.get("spec") or {}).get("startupTaints"))
         lent = None
         if claim is not None and wellknown.LABEL_REGISTERED not in (meta.get("labels") or {}):
             claim_meta = claim.get("metadata") or {}

@@ -113,7 +113,7 @@ class HostPortUsage:
         """An independent usage with the same ports. Copy-on-write: a consolidation solve copies
         every existing node's usage (10,000 of them) and changes a few, so the two share what
         they hold until either takes a port."""
-        clone = HostPortUsage()
+        clone = HostPortUsage.__new__(HostPortUsage)  # no empty dict made only to be dropped
         clone._by_port = self._by_port
         clone._shared = self._shared = True
         return clone
