@@ -325,6 +325,7 @@ class Simulator:
             timeout_seconds=self._timeout,
             packing_budget=SIMULATION_PACKING_BUDGET_SECONDS,
             pod_specs=self._bound.specs,
+            packing_memo=self._bound.packing,
         )
         started = self._clock.monotonic()
         result = solver.solve(moving + self._pending)

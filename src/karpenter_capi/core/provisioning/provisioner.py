@@ -74,6 +74,7 @@ from karpenter_capi.core.provisioning.state import (
 from karpenter_capi.core.provisioning.unseen import UnseenClaims, outcome_unknown
 from karpenter_capi.core.scheduling import packing
 from karpenter_capi.core.scheduling.daemons import DaemonOverhead
+from karpenter_capi.core.scheduling.packing_memo import PackingMemo
 from karpenter_capi.core.scheduling.packing_summary import summarize
 from karpenter_capi.core.scheduling.podspec import PodSpecs, missing_claim_reason, pod_key
 from karpenter_capi.core.scheduling.solver import (
@@ -110,10 +111,12 @@ class Provisioner:
         plans_nominated: bool = False,
         create_concurrency: int = 1,
         pod_specs: PodSpecs | None = None,
+        packing_memo: PackingMemo | None = None,
     ) -> None:
         self._client = client
         # Parsed pods and bound-pod sums, kept across rounds (``pod_specs`` may be shared).
-        self._bound = ParsedCluster(pod_specs)
+        # Re-packing outcomes too: until a round's pods bind, each round re-packs the same claims.
+        self._bound = ParsedCluster(pod_specs, packing_memo)
         # Whether planned pods are nominated to their nodes (``nominations.py``), so that
         # kube-scheduler realizes the plan instead of following its own order.
         self.plans_nominated = plans_nominated
@@ -370,6 +373,7 @@ class Provisioner:
             packing_budget=self._packing_budget if repack else 0,
             plans_nominated=self.plans_nominated,
             pod_specs=self._bound.specs,
+            packing_memo=self._bound.packing,
         )
 
     def _unusable(self, raw_pool: Mapping[str, Any], nodepool: str, why: str) -> None:

@@ -24,6 +24,7 @@ from karpenter_capi.core.kube.resources import (
     Resource,
 )
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
+from karpenter_capi.core.scheduling.packing_memo import PackingMemo
 from karpenter_capi.core.scheduling.podspec import PodObject, PodSpecs
 from karpenter_capi.core.scheduling.solver_io import ExistingNode, NodePoolOption
 from karpenter_capi.core.values.requirements import Requirement, Requirements
@@ -235,7 +236,8 @@ class _NodeSum:
 
 class ParsedCluster:
     """What rounds read of the cluster, kept across them: parsed pods (``specs``), each node's
-    labels as requirements and its allocatable, and what the pods bound to each node request.
+    labels as requirements and its allocatable, and what the pods bound to each node request;
+    and what they decided that depends on nothing else (``packing``, re-packing outcomes).
 
     Summing every bound pod of every node each round was most of a round's work in a large
     cluster where little changes; here a node's total changes only by the pods that came, went
@@ -243,8 +245,11 @@ class ParsedCluster:
     ``resourceVersion`` (hand-made ones) are summed afresh each time.
     """
 
-    def __init__(self, specs: PodSpecs | None = None) -> None:
+    def __init__(self, specs: PodSpecs | None = None, packing: PackingMemo | None = None) -> None:
         self.specs = specs if specs is not None else PodSpecs()
+        self.packing = packing if packing is not None else PackingMemo()
+        """Re-packing outcomes: a round (or a pass's simulation) that meets the same packing
+        problem again gets the kept outcome (``packing_memo``)."""
         self._nodes: dict[str, _NodeSum] = {}
         self._labels: dict[str, tuple[object, Requirements]] = {}
         self._allocatable: dict[str, tuple[object, ResourceList]] = {}

@@ -32,6 +32,7 @@ from karpenter_capi.core.scheduling.claims import (
     untolerated_pool_taint,
 )
 from karpenter_capi.core.scheduling.daemons import DaemonOverhead
+from karpenter_capi.core.scheduling.packing_memo import PackingMemo
 from karpenter_capi.core.scheduling.podspec import PodObject, pod_key
 from karpenter_capi.core.scheduling.preferences import strictly_untolerated
 from karpenter_capi.core.scheduling.solver_io import compatible_offerings
@@ -72,6 +73,7 @@ class Repacker:
         budget: float,
         backend: highs.HiGHS | None = None,
         plans_nominated: bool = False,
+        memo: PackingMemo | None = None,
     ) -> None:
         self._class_of = class_of
         self._compatible_types = compatible_types
@@ -79,6 +81,7 @@ class Repacker:
         self._budget = budget
         self._backend = backend
         self._nominated = plans_nominated
+        self._memo = memo
         self._claims: list[ClaimState] = []
         self._nodes: Sequence[SolverNode] = ()
         self._taken: set[str] = set()  # pods on existing nodes a family already moves
@@ -146,25 +149,13 @@ class Repacker:
                 # plan on 3 of the benchmark's 65 seeds with existing nodes (0.08-1.2%) and a
                 # dearer one on 1, for 80% more CPU on them (docs/benchmarks.md).
                 roomy = self._packing_problem(family, requirements, kept, groups, existing)
-                outcome = packing.optimize(
-                    roomy,
-                    budget=self._budget,
-                    backend=self._backend,
-                    plans_nominated=True,
-                    work=work,
-                )
+                outcome = self._optimize(roomy, plans_nominated=True, work=work)
                 if outcome.cost is not None:
                     problem, own = roomy, groups
                 else:
                     existing = []
             else:
-                outcome = packing.optimize(
-                    problem,
-                    budget=self._budget,
-                    backend=self._backend,
-                    plans_nominated=self._nominated,
-                    work=work,
-                )
+                outcome = self._optimize(problem, plans_nominated=self._nominated, work=work)
             if outcome.bins is not None and self._nominated:
                 # Equal-cost plans differ in node count; with the plan nominated it is realized
                 # as made, so the fewest nodes for its price is safe to take (without, the
@@ -181,6 +172,25 @@ class Repacker:
                     outcome = dataclasses.replace(outcome, status="voided", bins=None, cost=None)
             self.outcomes.append(outcome)
         return self._claims
+
+    def _optimize(
+        self, problem: packing_problem.PackingProblem, *, plans_nominated: bool, work: packing.Work
+    ) -> packing_problem.PackingOutcome:
+        """``packing.optimize``'s outcome for ``problem``, kept in the memo when there is one
+        (``work`` is the family's own and starts empty, so it is not part of what decides)."""
+
+        def solve() -> packing_problem.PackingOutcome:
+            return packing.optimize(
+                problem,
+                budget=self._budget,
+                backend=self._backend,
+                plans_nominated=plans_nominated,
+                work=work,
+            )
+
+        if self._memo is None:
+            return solve()
+        return self._memo.outcome((problem, self._budget, self._backend, plans_nominated), solve)
 
     def _families(
         self, originals: Mapping[str, PodObject]

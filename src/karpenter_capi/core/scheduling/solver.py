@@ -70,6 +70,7 @@ from karpenter_capi.core.scheduling.nofit import (
     no_type_reason,
     too_small_reason,
 )
+from karpenter_capi.core.scheduling.packing_memo import PackingMemo
 from karpenter_capi.core.scheduling.podspec import (
     SPEC_ERRORS,
     PodObject,
@@ -139,12 +140,12 @@ class Solver:
         packing_backend: highs.HiGHS | None = None,
         plans_nominated: bool = False,
         pod_specs: PodSpecs | None = None,
+        packing_memo: PackingMemo | None = None,
     ) -> None:
-        """``packing_budget``: each re-packing solve's safety net, CPU seconds
-        (``packing.py``; 0 disables it); ``packing_outcomes`` says what it decided.
-        ``plans_nominated``: pods are nominated to their planned nodes (KEP-5278), so no
-        readiness model applies. ``pod_specs``: parsed pods kept across rounds (a fresh cache
-        when not given)."""
+        """``packing_budget``: each re-packing solve's safety net, CPU s (``packing.py``; 0
+        disables it); ``packing_outcomes`` says what it decided. ``plans_nominated``: pods are
+        nominated to their planned nodes (KEP-5278), so no readiness model applies. Kept across
+        rounds: ``pod_specs``, parsed pods (fresh if not given); ``packing_memo``, outcomes."""
         # Upstream's OrderByWeight: heaviest first, ties by name, later names first.
         self._options = sorted(nodepools, key=lambda p: (p.weight, p.name), reverse=True)
         self._existing = existing_nodes
@@ -165,6 +166,7 @@ class Solver:
         self._packing_budget = packing_budget
         self._packing_backend = packing_backend
         self._plans_nominated = plans_nominated
+        self._packing_memo = packing_memo
         self._specs = pod_specs if pod_specs is not None else PodSpecs()
         # Each pod JSON the solve handles (relaxed copies too) by identity, for the re-packing
         # stage, which holds pods as JSON; the specs keep the mappings alive.
@@ -261,6 +263,7 @@ class Solver:
                 budget=self._packing_budget,
                 backend=self._packing_backend,
                 plans_nominated=self._plans_nominated,
+                memo=self._packing_memo,
             )
             self._claims = repacker.repack(self._claims, originals, self._nodes)
             self.packing_outcomes = repacker.outcomes
