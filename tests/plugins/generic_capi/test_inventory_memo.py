@@ -323,3 +323,25 @@ def _stale_somewhere(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 def test_every_part_of_the_key_is_needed(index: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(inventory_module, "_memo_key", _dropping(index))
     assert list(_stale_somewhere(monkeypatch)), f"no change catches a key without {NEEDED[index]}"
+
+
+def _malformed(world: World, status: dict[str, Any]) -> None:
+    template = machine_template("small")
+    template["status"] = status
+    world.server.apply_manifests([template])
+    world.clock.advance(61)  # past the template reader's cache
+
+
+def test_a_malformed_template_status_is_a_problem_and_its_changes_show(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _malformed(world, {"capacity": "four"})
+    first = world.inventory()
+    [problem] = [p for p in first.problems if p.name == "md-t"]
+    assert problem.reason == "InvalidShape"
+    assert "status.capacity is not a map" in problem.message
+    _malformed(world, {"capacity": {"cpu": "1"}, "nodeInfo": "linux"})
+    after = world.inventory()
+    assert _seen(after) == _seen(_without_memo(world, monkeypatch))
+    [problem] = [p for p in after.problems if p.name == "md-t"]
+    assert "status.nodeInfo is not an object" in problem.message

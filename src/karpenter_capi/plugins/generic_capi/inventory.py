@@ -229,6 +229,7 @@ class _ResourceInputs:
             _error_key(self.kubelet_error),
             self.learned,
             self.failed,
+            self.out,
         )
 
 
@@ -252,7 +253,11 @@ def _read_inputs(resource: Resource, obj: Mapping[str, Any], sources: _Sources) 
     out = why_out_of_play(resource.kind, obj)
     if out is not None:
         return _ResourceInputs(resource, obj, out=out)
-    template, template_error = _read_template(sources, identity[1], obj)
+    try:
+        template, template_error = _read_template(sources, identity[1], obj)
+    except ShapeError as exc:  # a malformed template status: the resource is left out
+        out = problem_of(resource.kind, obj, REASON_INVALID_SHAPE, str(exc))
+        return _ResourceInputs(resource, obj, out=out)
     native, native_error = _described(sources, template, obj)
     kubelet, kubelet_error = (
         read_kubelet_settings(sources.templates, identity[1], obj)

@@ -11,8 +11,8 @@ reused when its key is equal to the last one's:
 - the ``ShapeSettings`` (the NodeClass's annotations and the plugin options);
 - per selected resource, in order: its kind, namespace, name, ``(uid, resourceVersion)``, the
   template status, the template and kubelet read errors, the native description and its
-  error, the kubelet settings, the learned overhead and the launch-failure reason
-  (``inventory._ResourceInputs.key``).
+  error, the kubelet settings, the learned overhead, the launch-failure reason and why it is
+  left out before describing (``inventory._ResourceInputs.key``).
 
 A resource without a ``resourceVersion`` (an object not from an API server) cannot be keyed, so
 nothing is reused for that build. The problems the selection carried in (with their uids) are
