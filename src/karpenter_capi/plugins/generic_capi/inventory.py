@@ -55,6 +55,8 @@ from karpenter_capi.plugin_api import (
 )
 from karpenter_capi.plugin_api.karpenter import ClusterAPINodeClass, NodeClass
 from karpenter_capi.plugin_api.kube import CapiResources, SelectorError
+from karpenter_capi.plugins.generic_capi.inventory_memo import BuiltPart, InventoryMemo
+from karpenter_capi.plugins.generic_capi.kubelet import KubeletSettings
 from karpenter_capi.plugins.generic_capi.learned import NodeOverheads
 from karpenter_capi.plugins.generic_capi.mirror import WatchedLists
 from karpenter_capi.plugins.generic_capi.offering import (
@@ -63,6 +65,7 @@ from karpenter_capi.plugins.generic_capi.offering import (
     template_spec,
 )
 from karpenter_capi.plugins.generic_capi.overhead import (
+    LearnedOverhead,
     SettingsError,
     default_overhead,
     strongest,
@@ -188,51 +191,135 @@ def _described(
         return None, f"{template.source}: {exc}"
 
 
-def _describe(
-    inventory: Inventory, resource: Resource, obj: Mapping[str, Any], sources: _Sources
-) -> None:
-    """Describe one resource into ``inventory``: a resource, or a problem, plus notices."""
-    identity = _identity(resource.kind, obj)
-    out = why_out_of_play(resource.kind, obj)
-    if out is not None:
-        inventory.problems.append(out)
-        return
+@dataclass(frozen=True)
+class _ResourceInputs:
+    """What describing one resource reads besides the resource itself, read on every call."""
+
+    resource: Resource
+    obj: Mapping[str, Any]
+    out: ResourceProblem | None = None
     template: TemplateStatus | None = None
     template_error: TemplateError | None = None
     native: MachineTemplateDescription | None = None
     native_error: str | None = None
+    kubelet: KubeletSettings | None = None
+    kubelet_error: TemplateError | None = None
+    learned: LearnedOverhead | None = None
+    failed: str | None = None
+    """Why the resource recently failed to produce a Machine (``UnavailableOfferings``)."""
+
+    def key(self) -> tuple[Any, ...] | None:
+        """What the description depends on, compared by value; ``None`` when the resource
+        has no ``resourceVersion`` to tell its versions apart."""
+        meta = self.obj.get("metadata") or {}
+        version = str(meta.get("resourceVersion") or "")
+        if not version:
+            return None
+        return (
+            self.resource,
+            str(meta.get("namespace") or ""),
+            str(meta.get("name") or ""),
+            str(meta.get("uid") or ""),
+            version,
+            self.template,
+            _error_key(self.template_error),
+            self.native,
+            self.native_error,
+            self.kubelet,
+            _error_key(self.kubelet_error),
+            self.learned,
+            self.failed,
+            self.out,
+        )
+
+
+def _error_key(error: TemplateError | None) -> tuple[str, str] | None:
+    return None if error is None else (error.reason, error.message)
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """The launch failures as they were read (``UnavailableOfferings.reason``'s answer)."""
+
+    reason_of: str | None
+
+    def reason(self, key: str) -> str | None:
+        return self.reason_of
+
+
+def _read_inputs(resource: Resource, obj: Mapping[str, Any], sources: _Sources) -> _ResourceInputs:
+    """Everything describing ``obj`` consults, read now (through the sources' caches)."""
+    identity = _identity(resource.kind, obj)
+    out = why_out_of_play(resource.kind, obj)
+    if out is not None:
+        return _ResourceInputs(resource, obj, out=out)
     try:
         template, template_error = _read_template(sources, identity[1], obj)
-        native, native_error = _described(sources, template, obj)
-        kubelet, kubelet_error = (
-            read_kubelet_settings(sources.templates, identity[1], obj)
-            if sources.templates is not None
-            else (None, None)
-        )
+    except ShapeError as exc:  # a malformed template status: the resource is left out
+        out = problem_of(resource.kind, obj, REASON_INVALID_SHAPE, str(exc))
+        return _ResourceInputs(resource, obj, out=out)
+    native, native_error = _described(sources, template, obj)
+    kubelet, kubelet_error = (
+        read_kubelet_settings(sources.templates, identity[1], obj)
+        if sources.templates is not None
+        else (None, None)
+    )
+    return _ResourceInputs(
+        resource,
+        obj,
+        template=template,
+        template_error=template_error,
+        native=native,
+        native_error=native_error,
+        kubelet=kubelet,
+        kubelet_error=kubelet_error,
+        learned=sources.learned.learned(resource, obj) if sources.learned else None,
+        failed=(
+            sources.unavailable.reason(resource_key(*identity))
+            if sources.unavailable is not None
+            else None
+        ),
+    )
+
+
+def _describe(inventory: Inventory, inputs: _ResourceInputs, settings: ShapeSettings) -> None:
+    """Describe one resource into ``inventory``: a resource, or a problem, plus notices."""
+    resource, obj = inputs.resource, inputs.obj
+    identity = _identity(resource.kind, obj)
+    if inputs.out is not None:
+        inventory.problems.append(inputs.out)
+        return
+    native = inputs.native
+    try:
         scalable = describe_resource(
             resource,
             obj,
-            template=template,
+            template=inputs.template,
             native=native,
-            settings=sources.settings,
-            unavailable=sources.unavailable,
-            kubelet=kubelet,
-            learned=sources.learned.learned(resource, obj) if sources.learned else None,
+            settings=settings,
+            unavailable=_Failed(inputs.failed),
+            kubelet=inputs.kubelet,
+            learned=inputs.learned,
         )
     except MissingShapeError as exc:
-        inventory.problems.append(_no_shape(resource, obj, exc, template_error, native_error))
+        inventory.problems.append(
+            _no_shape(resource, obj, exc, inputs.template_error, inputs.native_error)
+        )
         return
     except ShapeError as exc:
         inventory.problems.append(problem_of(resource.kind, obj, REASON_INVALID_SHAPE, str(exc)))
         return
     inventory.resources.append(scalable)
-    inventory.notices.extend(_fallback_notices(identity, template_error, native_error))
-    if kubelet_error is not None:
+    inventory.notices.extend(
+        _fallback_notices(identity, inputs.template_error, inputs.native_error)
+    )
+    if inputs.kubelet_error is not None:
         inventory.notices.append(
             ResourceProblem(
                 *identity,
-                kubelet_error.reason,
-                f"{kubelet_error.message}; its overhead and max pods come from the next source",
+                inputs.kubelet_error.reason,
+                f"{inputs.kubelet_error.message}; its overhead and max pods come from the next "
+                "source",
             )
         )
     inventory.notices.extend(_offering_notices(identity, scalable, native))
@@ -327,6 +414,8 @@ def build_inventory(
     problems: Iterable[ResourceProblem] = (),
     describe: DescribeMachineTemplate | None = None,
     learned: NodeOverheads | None = None,
+    memo: InventoryMemo | None = None,
+    memo_slot: str = "",
 ) -> Inventory:
     """Group the selected resources into instance types with one offering per zone and
     capacity type.
@@ -335,14 +424,40 @@ def build_inventory(
     ``unavailable`` marks recently failed resources; ``problems`` are carried over from the
     selection (resources it left out), and count as selected. ``describe`` asks the native
     plugins about each template read (``PluginContext.describe_machine_template``);
-    ``learned`` gives the overhead real Nodes show (without it, none is learned).
+    ``learned`` gives the overhead real Nodes show (without it, none is learned). With
+    ``memo``, what was built for ``memo_slot`` (a NodeClass) from equal inputs is reused
+    (``inventory_memo``); the reads run either way.
     """
     settings = settings or ShapeSettings()
     sources = _Sources(templates, settings, unavailable, describe, learned)
-    inventory = Inventory(problems=list(problems))
-    for resource, obj in selected:
-        _describe(inventory, resource, obj, sources)
-    inventory.selected = len(inventory.problems) + len(inventory.resources)
+    inputs = [_read_inputs(resource, obj, sources) for resource, obj in selected]
+    if memo is None:
+        part = _build(inputs, settings)
+    else:
+        key = _memo_key(settings, inputs)
+        part = memo.get_or_build(memo_slot, key, lambda: _build(inputs, settings))
+    carried = list(problems)
+    return Inventory(
+        instance_types=list(part.instance_types),
+        resources=list(part.resources),
+        problems=[*carried, *part.problems],
+        notices=list(part.notices),
+        selected=len(carried) + part.described,
+    )
+
+
+def _memo_key(settings: ShapeSettings, inputs: Sequence[_ResourceInputs]) -> tuple[Any, ...] | None:
+    """What ``_build`` depends on, or ``None`` when some resource cannot be keyed."""
+    keys = [one.key() for one in inputs]
+    return None if any(k is None for k in keys) else (settings, *keys)
+
+
+def _build(inputs: Sequence[_ResourceInputs], settings: ShapeSettings) -> BuiltPart:
+    """The pure part of ``build_inventory``: describe each resource and group them."""
+    inventory = Inventory()
+    for one in inputs:
+        _describe(inventory, one, settings)
+    described = len(inventory.problems) + len(inventory.resources)
     groups: dict[str, list[ScalableResource]] = {}
     for scalable in inventory.resources:
         groups.setdefault(scalable.instance_type, []).append(scalable)
@@ -375,8 +490,13 @@ def build_inventory(
             strongest(resolved) if resolved else settings.overhead.overhead(first.shape.capacity)
         )
         inventory.instance_types.append(_instance_type(name, consistent, overhead))
-    inventory.resources = kept
-    return inventory
+    return BuiltPart(
+        instance_types=tuple(inventory.instance_types),
+        resources=tuple(kept),
+        problems=tuple(inventory.problems),
+        notices=tuple(inventory.notices),
+        described=described,
+    )
 
 
 def _instance_type(
@@ -450,6 +570,8 @@ def collect_inventory(
     leave_out_topology_managed(selection)
     return build_inventory(
         selection.selected,
+        memo=InventoryMemo.shared(ctx),
+        memo_slot=str(meta.get("name") or ""),
         templates=templates or TemplateReader.shared(ctx),
         unavailable=unavailable or UnavailableOfferings.shared(ctx),
         settings=settings,

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Protocol
 
 from karpenter_capi.plugin_api import MachineTemplateDescription, Resource
 from karpenter_capi.plugin_api.karpenter import wellknown
@@ -33,7 +34,12 @@ from karpenter_capi.plugins.generic_capi.shape import (
     resolve_shape,
 )
 from karpenter_capi.plugins.generic_capi.shape_settings import ShapeSettings
-from karpenter_capi.plugins.generic_capi.sources import UnavailableOfferings
+
+
+class FailureMarks(Protocol):
+    """Why a resource recently failed to produce a Machine (``sources.UnavailableOfferings``)."""
+
+    def reason(self, key: str) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -195,7 +201,7 @@ def describe_resource(
     template: TemplateStatus | None = None,
     native: MachineTemplateDescription | None = None,
     settings: ShapeSettings | None = None,
-    unavailable: UnavailableOfferings | None = None,
+    unavailable: FailureMarks | None = None,
     kubelet: KubeletSettings | None = None,
     learned: LearnedOverhead | None = None,
 ) -> ScalableResource:
@@ -270,7 +276,7 @@ def describe_resource(
         name=name,
         instance_type=str(instance_type),
         shape=shape,
-        labels=labels,
+        labels=MappingProxyType(labels),
         zone=zone,
         capacity_type=str(capacity_type),
         replicas=replicas,
