@@ -11,33 +11,13 @@ scale-up were such moves).
 
 from __future__ import annotations
 
-import logging
-from pathlib import Path
 from typing import Any
 
-from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube.resources import PODS
-from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
-from karpenter_capi.core.provisioning.provisioner import Provisioner
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
-from karpenter_capi.sim.cluster import new_cluster
-from karpenter_capi.sim.demo import DEMO_SCENARIO, mark_unschedulable
-from karpenter_capi.sim.manifests import load_manifest_files
+from karpenter_capi.sim.demo import mark_unschedulable
+from tests.support.demo_cluster import demo_provisioner
 from tests.support.joining import join_node
-
-
-def _cluster() -> tuple[InMemoryAPIServer, Provisioner]:
-    clock = FakeClock()
-    server = new_cluster(clock=clock)
-    server.apply_manifests(load_manifest_files([Path(DEMO_SCENARIO)]))
-    mark_unschedulable(server)
-    plugins = Plugins.load(
-        ["generic_capi"],
-        PluginEnvironment(
-            workload=server, management=server, clock=clock, logger=logging.getLogger("t")
-        ),
-    )
-    return server, Provisioner(server, plugins, clock)
 
 
 def _pending(server: InMemoryAPIServer, name: str, cpu: str, memory: str) -> None:
@@ -56,7 +36,7 @@ def _pending(server: InMemoryAPIServer, name: str, cpu: str, memory: str) -> Non
 
 
 def test_a_pod_counted_on_a_registered_node_is_not_displaced_by_a_bigger_one() -> None:
-    server, provisioner = _cluster()
+    server, provisioner = demo_provisioner()
     first = provisioner.reconcile()
     # The claim of the eight web pods (4 CPU of requests) becomes a Node with 4 CPU to spare.
     claim = next(d for d in first.launched if len(d.pods) == 8).nodeclaim

@@ -7,23 +7,17 @@ outcome depends on and if nothing that depends on the clock is kept; these tests
 
 from __future__ import annotations
 
-import logging
-from pathlib import Path
 from typing import Any
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead, Offering
-from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
-from karpenter_capi.core.provisioning.provisioner import Provisioner
 from karpenter_capi.core.scheduling import highs
 from karpenter_capi.core.scheduling.packing_memo import PackingMemo
 from karpenter_capi.core.scheduling.solver import Solver
 from karpenter_capi.core.scheduling.solver_io import NodePoolOption, SolveResult
 from karpenter_capi.core.values.resources import ResourceList
-from karpenter_capi.sim.cluster import new_cluster
-from karpenter_capi.sim.demo import DEMO_SCENARIO, mark_unschedulable
-from karpenter_capi.sim.manifests import load_manifest_files
+from tests.support.demo_cluster import demo_provisioner
 
 Pod = dict[str, Any]
 
@@ -185,18 +179,8 @@ def test_changing_a_handed_out_outcome_changes_nothing_kept() -> None:
 
 def test_a_provisioner_solves_a_round_it_already_solved_once() -> None:
     # A dry run launches nothing, so each round plans the same pods on the same claims.
-    clock = FakeClock()
-    server = new_cluster(clock=clock)
-    server.apply_manifests(load_manifest_files([Path(DEMO_SCENARIO)]))
-    mark_unschedulable(server)
-    plugins = Plugins.load(
-        ["generic_capi"],
-        PluginEnvironment(
-            workload=server, management=server, clock=clock, logger=logging.getLogger("t")
-        ),
-    )
     memo = PackingMemo()
-    provisioner = Provisioner(server, plugins, clock, dry_run=True, packing_memo=memo)
+    _, provisioner = demo_provisioner(dry_run=True, packing_memo=memo)
     first = provisioner.reconcile()
     assert first.packing is not None
     solves = memo.solves
