@@ -171,3 +171,18 @@ def add(server: InMemoryAPIServer, capi: CapiResources, *objects: dict[str, Any]
             server.apply_manifests([obj])
         else:
             server.create(resource.with_version(obj["apiVersion"].rpartition("/")[2]), obj)
+
+
+def machine(name: str, deployment: str, node: str, capi: CapiResources) -> dict[str, Any]:
+    """A MachineDeployment's Machine whose Node is ``node``."""
+    return {
+        "apiVersion": capi.machines.api_version,
+        "kind": "Machine",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "labels": {"cluster.x-k8s.io/deployment-name": deployment},
+        },
+        "spec": {"clusterName": "prod"},
+        "status": {"nodeRef": {"name": node}},
+    }

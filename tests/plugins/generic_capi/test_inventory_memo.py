@@ -27,6 +27,7 @@ from karpenter_capi.plugins.generic_capi.inventory_memo import InventoryMemo
 from karpenter_capi.plugins.generic_capi.selection import resource_key
 from tests.plugins.generic_capi.inventory_builders import (
     add,
+    machine,
     machine_template,
     new_env,
     nodeclass,
@@ -125,22 +126,8 @@ def _node(name: str, allocatable_cpu: str) -> dict[str, Any]:
     }
 
 
-def _machine(world: World, name: str, deployment: str, node: str) -> dict[str, Any]:
-    return {
-        "apiVersion": world.capi.machines.api_version,
-        "kind": "Machine",
-        "metadata": {
-            "name": name,
-            "namespace": "default",
-            "labels": {"cluster.x-k8s.io/deployment-name": deployment},
-        },
-        "spec": {"clusterName": "prod"},
-        "status": {"nodeRef": {"name": node}},
-    }
-
-
 def _learn(world: World) -> None:
-    world.server.apply_manifests([_node("n1", "3500m"), _machine(world, "m1", "md-k", "n1")])
+    world.server.apply_manifests([_node("n1", "3500m"), machine("m1", "md-k", "n1", world.capi)])
     world.clock.advance(31)  # past the retry interval of the resource that had no Node
 
 

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from karpenter_capi.core.instancetype import InstanceType, InstanceTypeOverhead
-from karpenter_capi.core.kube.discovery import CapiResources
 from karpenter_capi.core.kube.errors import Invalid
 from karpenter_capi.core.kube.resources import EVENTS
 from karpenter_capi.core.values.resources import ResourceList
@@ -26,7 +25,14 @@ from karpenter_capi.plugins.generic_capi.overhead import (
     OverheadPolicy,
     resolve_overhead,
 )
-from tests.plugins.generic_capi.inventory_builders import add, new_env, nodeclass, scalable, sized
+from tests.plugins.generic_capi.inventory_builders import (
+    add,
+    machine,
+    new_env,
+    nodeclass,
+    scalable,
+    sized,
+)
 
 BOOTSTRAP = "bootstrap.cluster.x-k8s.io"
 GI = 1024**3
@@ -235,20 +241,6 @@ def _node(name: str, capacity: dict[str, str], allocatable: dict[str, str]) -> d
     }
 
 
-def _machine(name: str, deployment: str, node: str, capi: CapiResources) -> dict[str, Any]:
-    return {
-        "apiVersion": capi.machines.api_version,
-        "kind": "Machine",
-        "metadata": {
-            "name": name,
-            "namespace": "default",
-            "labels": {"cluster.x-k8s.io/deployment-name": deployment},
-        },
-        "spec": {"clusterName": "prod"},
-        "status": {"nodeRef": {"name": node}},
-    }
-
-
 CAPACITY = {"cpu": "4", "memory": "16Gi", "ephemeral-storage": "100Gi", "pods": "110"}
 
 
@@ -258,7 +250,7 @@ def test_a_real_nodes_overhead_is_learned_remembered_and_relearned_on_a_template
     world.server.apply_manifests(
         [
             _node("n1", CAPACITY, {**CAPACITY, "cpu": "3800m", "memory": "15Gi"}),
-            _machine("m1", "md", "n1", world.capi),
+            machine("m1", "md", "n1", world.capi),
         ]
     )
     instance_type = world.only()
@@ -284,7 +276,7 @@ def test_a_real_nodes_overhead_is_learned_remembered_and_relearned_on_a_template
     world.server.apply_manifests(
         [
             _node("n2", CAPACITY, {**CAPACITY, "cpu": "3400m", "memory": "14Gi"}),
-            _machine("m2", "md", "n2", world.capi),
+            machine("m2", "md", "n2", world.capi),
         ]
     )
     instance_type = world.only()
@@ -311,7 +303,7 @@ def test_a_resource_without_replicas_reads_nothing_and_a_failed_read_is_retried_
     world.server.apply_manifests(
         [
             _node("n1", CAPACITY, {**CAPACITY, "memory": "15Gi"}),
-            _machine("m1", "md", "n1", world.capi),
+            machine("m1", "md", "n1", world.capi),
         ]
     )
     assert broken.learned(world.capi.machine_deployments, worker(replicas=1)) is None
