@@ -96,7 +96,9 @@ def pending_pod(api: KubeClient, name: str, cpu: str = "500m", memory: str | Non
     )
 
 
-def operator(api: InMemoryAPIServer, clock: FakeClock, provider: FakeProvider) -> Operator:
+def operator(
+    api: InMemoryAPIServer, clock: FakeClock, provider: FakeProvider, dry_run: bool = False
+) -> Operator:
     """Every controller, one cluster for workload and management, no leader election and no
     metrics endpoint."""
     return Operator(
@@ -104,7 +106,7 @@ def operator(api: InMemoryAPIServer, clock: FakeClock, provider: FakeProvider) -
         api,
         provider.plugins(api),
         clock,
-        OperatorOptions(leader_elect=False, metrics_port=None),
+        OperatorOptions(leader_elect=False, metrics_port=None, dry_run=dry_run),
     )
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES, NODECLAIMS, NODEPOOLS, PODS
-from karpenter_capi.core.operator import Operator, OperatorOptions
 from karpenter_capi.core.runtime.stepped import SteppedDriver
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
@@ -28,13 +27,7 @@ def _operator(
     provider.instance_types_error = error
     api.create(CLUSTER_API_NODE_CLASSES, world.nodeclass())
     api.create(NODEPOOLS, world.nodepool())
-    operator = Operator(
-        api,
-        api,
-        provider.plugins(api),
-        clock,
-        OperatorOptions(leader_elect=False, metrics_port=None),
-    )
+    operator = world.operator(api, clock, provider)
     driver = operator.stepped()
     driver.run_until_quiet()
     store = operator.manager.informer(PODS).store

@@ -19,7 +19,7 @@ from karpenter_capi.core.kube.resources import (
     NODES,
     PODS,
 )
-from karpenter_capi.core.operator import Operator, OperatorOptions
+from karpenter_capi.core.operator import Operator
 from karpenter_capi.core.provisioning.relook import RECHECK_SECONDS, RoundView
 from karpenter_capi.core.runtime.stepped import SteppedDriver
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
@@ -40,13 +40,7 @@ def _started(
     provider = FakeProvider(clock, bind_after_polls=10**6)
     api.create(CLUSTER_API_NODE_CLASSES, world.nodeclass())
     api.create(NODEPOOLS, world.nodepool())
-    operator = Operator(
-        api,
-        api,
-        provider.plugins(api),
-        clock,
-        OperatorOptions(leader_elect=False, metrics_port=None, dry_run=dry_run),
-    )
+    operator = world.operator(api, clock, provider, dry_run=dry_run)
     rounds = _count_rounds(operator)
     driver = operator.stepped()
     driver.run_until_quiet()
