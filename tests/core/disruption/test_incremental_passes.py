@@ -20,7 +20,7 @@ import pytest
 from benchmarks import consolidation as bench
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock, format_timestamp
-from karpenter_capi.core.disruption.facts import PassFacts, pass_facts
+from karpenter_capi.core.disruption.passfacts import PassFacts, pass_facts
 from karpenter_capi.core.disruption.planner import PassReport, PassSettings, plan
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.provisioning.state import ClusterSnapshot, ParsedCluster
@@ -194,6 +194,24 @@ def claim_reporting(snapshot: ClusterSnapshot) -> ClusterSnapshot:
     return _with(snapshot, nodeclaims=claims)
 
 
+def relisted(snapshot: ClusterSnapshot) -> ClusterSnapshot:
+    """Every object made anew with its version (an informer's relist): none is the very
+    object of the last pass, every one is the same version."""
+    return _with(
+        snapshot,
+        pods=copy.deepcopy(snapshot.pods),
+        nodes=copy.deepcopy(snapshot.nodes),
+        nodeclaims=copy.deepcopy(snapshot.nodeclaims),
+    )
+
+
+def reordered(snapshot: ClusterSnapshot) -> ClusterSnapshot:
+    """The same objects listed in another order, a pod updated among them."""
+    pods = [*snapshot.pods[len(snapshot.pods) // 2 :], *snapshot.pods[: len(snapshot.pods) // 2]]
+    pods[5] = _bumped(pods[5])
+    return _with(snapshot, pods=pods, nodes=list(reversed(snapshot.nodes)))
+
+
 CHANGES: list[Change] = [
     status_updates,
     versions_only,
@@ -208,6 +226,10 @@ CHANGES: list[Change] = [
     node_disrupted,
     claim_interrupted,
     pod_pending,
+    relisted,
+    status_updates,
+    reordered,
+    node_emptied,
     status_updates,
 ]
 

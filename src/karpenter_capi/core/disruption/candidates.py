@@ -30,13 +30,13 @@ from karpenter_capi.core.disruption.facts import (
     DELETION_COST_ANNOTATION,
     ClaimFacts,
     NodeFacts,
-    PassFacts,
     PodFacts,
     condition_true,
     do_not_disrupt_until,
     lifetime_remaining,
     rescheduling_cost,
 )
+from karpenter_capi.core.disruption.passfacts import PassFacts
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.scheduling.podspec import PodObject, pod_key
@@ -259,7 +259,7 @@ def find_candidates(
 
     ``protected`` holds NodeClaim and Node names that must not be disrupted now (nominated for
     pending pods, replacements of a command under way). ``facts``: what earlier passes read of
-    each object version (``facts.PassFacts``).
+    each object version (``passfacts.PassFacts``).
     """
     facts = facts if facts is not None else PassFacts()
     result = CandidateSet()

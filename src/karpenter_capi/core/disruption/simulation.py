@@ -28,7 +28,7 @@ from typing import Final
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.disruption.candidates import Candidate, bound_pods
-from karpenter_capi.core.disruption.facts import PassFacts, pass_facts
+from karpenter_capi.core.disruption.passfacts import PassFacts, pass_facts
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.provisioning.pending import is_provisionable

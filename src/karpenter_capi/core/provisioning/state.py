@@ -262,7 +262,7 @@ class ParsedCluster:
         next pass's when none of them changed, what the next one is made from otherwise."""
         self.facts: object | None = None
         """What disruption read of each pod, Node and NodeClaim version
-        (``disruption.facts.PassFacts``), kept across passes as the parsed pods are."""
+        (``disruption.passfacts.PassFacts``), kept across passes as the parsed pods are."""
 
     def label_requirements(
         self, node: Mapping[str, Any], labels: Mapping[str, str], lent: object = None
