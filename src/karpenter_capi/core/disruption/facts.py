@@ -5,9 +5,10 @@ active, may it move, what does it cost to move, does it forbid disruption; is th
 initialized, drifted, when does it expire; what does its Node cost), though almost nothing
 changes between two passes 10 s apart. Here each version of an object (``uid`` and
 ``resourceVersion``) is read once into a small frozen value kept across passes
-(``passfacts.PassFacts``, held by the ``ParsedCluster`` the controller keeps, as parsed pods are), and a
-pass only evaluates what depends on the time (a do-not-disrupt duration, a NodeClaim's share of
-life left) over those values. An object without both (a hand-made one) is read afresh.
+(``passfacts.PassFacts``, held by the ``ParsedCluster`` the controller keeps, as parsed pods
+are), and a pass only evaluates what depends on the time (a do-not-disrupt duration, a
+NodeClaim's share of life left) over those values. An object without both (a hand-made one)
+is read afresh.
 """
 
 from __future__ import annotations
