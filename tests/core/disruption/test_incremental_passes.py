@@ -20,6 +20,7 @@ import pytest
 from benchmarks import consolidation as bench
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock, format_timestamp
+from karpenter_capi.core.disruption import candidates
 from karpenter_capi.core.disruption.passfacts import PassFacts, pass_facts
 from karpenter_capi.core.disruption.planner import PassReport, PassSettings, plan
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
@@ -393,3 +394,26 @@ def test_a_broken_reuse_of_the_reading_is_caught(monkeypatch: pytest.MonkeyPatch
     assert _differences(snapshot, inventories, [claim_launching, claim_reporting]) == []
     monkeypatch.setattr(PassFacts, "claim_versions", lambda self, claims: ("always the same",))
     assert _differences(snapshot, inventories, [claim_launching, claim_reporting])
+
+
+def test_a_status_update_regroups_only_its_nodes_pods(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pods by node are the last pass's but for the nodes the changed pods are bound to;
+    the same objects in another order are grouped afresh (the order within a node counts)."""
+    snapshot, inventories, _ = bench.build(40, seed=3, removed=0.3)
+    kept = ParsedCluster()
+    _pass(snapshot, inventories, kept)
+    before = pass_facts(kept).last("pods_by_node")
+    assert isinstance(before, dict)
+    grouped: list[str] = []
+    real = candidates._by_node
+    monkeypatch.setattr(candidates, "_by_node", lambda *args: grouped.append("all") or real(*args))
+    pods = list(snapshot.pods)
+    pods[0] = _bumped(pods[0])
+    _pass(_with(snapshot, pods=pods), inventories, kept)
+    after = pass_facts(kept).last("pods_by_node")
+    assert isinstance(after, dict)
+    assert grouped == []
+    node = pods[0]["spec"]["nodeName"]
+    assert [name for name in after if after[name] is not before.get(name)] == [node]
+    _pass(reordered(_with(snapshot, pods=pods)), inventories, kept)
+    assert grouped == ["all"]

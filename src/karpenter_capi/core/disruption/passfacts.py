@@ -10,8 +10,8 @@ what changed since.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from itertools import compress, repeat
-from operator import is_
+from itertools import compress, islice, repeat
+from operator import is_, lt
 from typing import Any, Generic, TypeAlias, TypeVar
 
 from karpenter_capi.core.api import wellknown
@@ -33,10 +33,10 @@ T = TypeVar("T")
 _Carry: TypeAlias = tuple[
     tuple[list[int], list[int], list[int]],
     tuple[list["PodFacts"], list["NodeFacts"], list["ClaimFacts"]],
-    tuple[list[object], list[object], list[object]],
+    tuple[list[int], list[int], list[int]],
 ]
 """Where each object of a pass was in the last one's lists, what that pass read of them, and
-the versions of its objects that are not carried over (updated or gone)."""
+the positions there of the objects not carried over (updated or gone)."""
 
 
 class _ByVersion(Generic[T]):
@@ -77,9 +77,17 @@ class _ByVersion(Generic[T]):
                     self.kept.put(key, value)
 
 
-def _gone(old: list[object], found: list[int]) -> list[object]:
-    """The versions (``old``) of the last pass's objects that ``found`` does not carry over."""
-    return [old[index] for index in set(range(len(old))).difference(found)]
+def _gone(count: int, found: list[int]) -> list[int]:
+    """The positions of the last pass's ``count`` objects that ``found`` does not carry over,
+    in order."""
+    return sorted(set(range(count)).difference(found))
+
+
+def _in_order(found: list[int]) -> bool:
+    """Whether the objects carried over keep the order they had (a store lists them so: an
+    update keeps an object's place, a new object comes last)."""
+    kept = list(filter(carried.NEW.__ne__, found))
+    return all(map(lt, kept, islice(kept, 1, None)))
 
 
 def cluster_versions(snapshot: ClusterSnapshot) -> tuple[object, ...] | None:
@@ -117,6 +125,10 @@ class PassFacts:
         self._kind_versions: tuple[list[object], list[object], list[object]] | None = None
         """``versions`` cut into the pods', Nodes' and NodeClaims', for the next pass to carry."""
         self._carry: _Carry | None = None
+        self._new: list[int] | None = None
+        """The positions of this pass's pods read anew (``read_all``), not carried over."""
+        self._previous: tuple[object, object] = (None, None)
+        """The last pass's ``versions``, and its versions by kind."""
         self._lists: tuple[object, object, object] = (None, None, None)
         self._read: tuple[list[PodFacts], list[NodeFacts], list[ClaimFacts]] | None = None
         """The facts of this pass's pods, Nodes and NodeClaims, in their order (``read_all``)."""
@@ -137,6 +149,11 @@ class PassFacts:
         else:
             self._derived[slot] = (key, value)
         return value
+
+    def last_key(self, slot: str) -> object:
+        """The key ``remember`` last kept ``slot``'s value for (``None``: none)."""
+        found = self._derived.get(slot)
+        return None if found is None else found[0]
 
     def last(self, slot: str) -> object:
         """What ``remember`` last kept in ``slot``, whatever it was kept for (``None``: none)."""
@@ -166,9 +183,15 @@ class PassFacts:
             self._read = None
         # What ``read_all`` carries over: the last pass's facts, where each object is now.
         self._carry = None
+        self._new = None
         if found is not None and read is not None and old is not None:
-            gone = (_gone(old[0], found[0]), _gone(old[1], found[1]), _gone(old[2], found[2]))
+            gone = (
+                _gone(len(old[0]), found[0]),
+                _gone(len(old[1]), found[1]),
+                _gone(len(old[2]), found[2]),
+            )
             self._carry = (found, read, gone)
+        self._previous = (self.versions, old)
         self.versions = versions
         self._claim_versions = None
         self._lists = lists
@@ -278,7 +301,9 @@ class PassFacts:
             facts, new, gone = [None] * len(objects), None, []
         else:
             facts = carried.carried(carry[1][kind], carry[0][kind], None)
-            new, gone = _to_read(facts), carry[2][kind]
+            old = self._previous[1]
+            assert isinstance(old, tuple)
+            new, gone = _to_read(facts), [old[kind][index] for index in carry[2][kind]]
         for index in range(len(objects)) if new is None else new:
             found = by_version.get(keys[index])
             if found is None:
@@ -287,7 +312,36 @@ class PassFacts:
                 also(objects[index])
             facts[index] = found
         by_version.settle(keys, facts, new, gone)
+        if kind == 0:
+            self._new = new
         return facts
+
+    def pod_changes(
+        self, pods: object, made_for: object
+    ) -> tuple[list[int], list[PodFacts]] | None:
+        """What changed among the pods since the last pass, when ``pods`` are this pass's and
+        ``made_for`` the last pass's ``versions`` (what a reader made from them): the
+        positions of the pods that are not the very pods of the last pass, and the last
+        pass's facts of its pods not carried over (updated or gone). ``None`` when that is
+        not known (no last pass, a relist, the pods in another order): read them all."""
+        carry, last = self._carry, self._previous[0]
+        if (
+            carry is None
+            or self._new is None
+            or self._read is None
+            or pods is not self._lists[0]
+            or made_for is None
+            or not (made_for is last or made_for == last)
+            or not _in_order(carry[0][0])
+        ):
+            return None
+        old = carry[1][0]
+        return self._new, [old[index] for index in carry[2][0]]
+
+    def pod_facts(self) -> list[PodFacts]:
+        """This pass's pods' facts, in their order (after ``read_all``)."""
+        assert self._read is not None
+        return self._read[0]
 
     def pods(self, pods: Iterable[PodObject]) -> Iterable[tuple[PodObject, PodFacts]]:
         """Each of ``pods`` with its facts, in order: those ``read_all`` read when they are
