@@ -20,7 +20,7 @@ import pytest
 from benchmarks import consolidation as bench
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock, format_timestamp
-from karpenter_capi.core.disruption import candidates
+from karpenter_capi.core.disruption import candidates, simulation
 from karpenter_capi.core.disruption.passfacts import PassFacts, pass_facts
 from karpenter_capi.core.disruption.planner import PassReport, PassSettings, plan
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
@@ -417,3 +417,29 @@ def test_a_status_update_regroups_only_its_nodes_pods(monkeypatch: pytest.Monkey
     assert [name for name in after if after[name] is not before.get(name)] == [node]
     _pass(reordered(_with(snapshot, pods=pods)), inventories, kept)
     assert grouped == ["all"]
+
+
+def test_a_status_update_makes_again_only_its_nodes_existing_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the same Nodes, NodeClaims and nominations, the simulator takes the last pass's
+    existing nodes but for those whose bound pods changed; a Node changed reads them all."""
+    snapshot, inventories, _ = bench.build(40, seed=3, removed=0.3)
+    kept = ParsedCluster()
+    _pass(snapshot, inventories, kept)
+    read: list[list[str]] = []
+    real = simulation.existing_nodes
+
+    def counting(snapshot: ClusterSnapshot, *args: Any, **kwargs: Any) -> Any:
+        read.append([n["metadata"]["name"] for n in snapshot.nodes])
+        return real(snapshot, *args, **kwargs)
+
+    monkeypatch.setattr(simulation, "existing_nodes", counting)
+    pods = list(snapshot.pods)
+    pods[0] = _bumped(pods[0])
+    snapshot = _with(snapshot, pods=pods)
+    _pass(snapshot, inventories, kept)
+    assert read == [[pods[0]["spec"]["nodeName"]]]
+    read.clear()
+    _pass(node_tainted(snapshot), inventories, kept)
+    assert [len(names) for names in read] == [len(snapshot.nodes)]

@@ -373,6 +373,17 @@ class PassFacts:
             self._claim_versions = self.versions[start:]
         return self._claim_versions
 
+    def node_versions(self, nodes: object, nodeclaims: object) -> tuple[object, ...] | None:
+        """The Nodes' and NodeClaims' part of ``versions``, when they are this pass's: equal
+        for two passes only when they hold the same versions of the same Nodes and
+        NodeClaims."""
+        pods = self._lists[0]
+        if self.versions is None or nodes is not self._lists[1] or not isinstance(pods, list):
+            return None
+        if nodeclaims is not self._lists[2]:
+            return None
+        return self.versions[len(pods) + 1 :]
+
     def has_read(self, snapshot: ClusterSnapshot) -> bool:
         """Whether ``read_all`` read this very snapshot's lists: then ``pods``, ``nodes`` and
         ``claims`` hand out its facts without a lookup, a walk cheaper than one of the raw
