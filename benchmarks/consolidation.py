@@ -19,8 +19,10 @@ of pods, Nodes and NodeClaims, what informer events bring once per object versio
 is what a later pass over an unchanged cluster costs (``pass_*``), the third one after a status
 update of ``--changed`` of the pods (1%: a new ``resourceVersion`` each, nothing it decides by
 changed), what a later pass costs in a live cluster where something always changed
-(``changed_pass_*``): the changed pods read again, everything derived from the whole cluster
-made again. Seconds are the process's CPU time but ``*_wall_seconds``.
+(``changed_pass_*``): the changed pods read again (the others are the very objects of the last
+pass, as an informer's store shares them, and are carried over), what is derived per node made
+again for the nodes they are bound to. Seconds are the process's CPU time but
+``*_wall_seconds``.
 
     .venv/bin/python benchmarks/consolidation.py [--nodes 1000] [--seed 1] [--removed 0.3]
         [--changed 0.01] [--json] [--converge MAX_COMMANDS] [--catalog kwok|capi]

@@ -12,7 +12,8 @@ import pytest
 
 from benchmarks.consolidation import build
 from karpenter_capi.core.clock import FakeClock
-from karpenter_capi.core.disruption.facts import ClaimFacts, NodeFacts, PodFacts, pass_facts
+from karpenter_capi.core.disruption.facts import ClaimFacts, NodeFacts, PodFacts
+from karpenter_capi.core.disruption.passfacts import pass_facts
 from karpenter_capi.core.disruption.planner import PassReport, PassSettings, plan
 from karpenter_capi.core.provisioning.state import ClusterSnapshot, ParsedCluster
 from karpenter_capi.core.scheduling.hostports import HostPort, HostPortUsage

@@ -20,7 +20,8 @@ import pytest
 from benchmarks import consolidation as bench
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock, format_timestamp
-from karpenter_capi.core.disruption.facts import PassFacts, pass_facts
+from karpenter_capi.core.disruption import candidates, simulation
+from karpenter_capi.core.disruption.passfacts import PassFacts, pass_facts
 from karpenter_capi.core.disruption.planner import PassReport, PassSettings, plan
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.provisioning.state import ClusterSnapshot, ParsedCluster
@@ -194,6 +195,24 @@ def claim_reporting(snapshot: ClusterSnapshot) -> ClusterSnapshot:
     return _with(snapshot, nodeclaims=claims)
 
 
+def relisted(snapshot: ClusterSnapshot) -> ClusterSnapshot:
+    """Every object made anew with its version (an informer's relist): none is the very
+    object of the last pass, every one is the same version."""
+    return _with(
+        snapshot,
+        pods=copy.deepcopy(snapshot.pods),
+        nodes=copy.deepcopy(snapshot.nodes),
+        nodeclaims=copy.deepcopy(snapshot.nodeclaims),
+    )
+
+
+def reordered(snapshot: ClusterSnapshot) -> ClusterSnapshot:
+    """The same objects listed in another order, a pod updated among them."""
+    pods = [*snapshot.pods[len(snapshot.pods) // 2 :], *snapshot.pods[: len(snapshot.pods) // 2]]
+    pods[5] = _bumped(pods[5])
+    return _with(snapshot, pods=pods, nodes=list(reversed(snapshot.nodes)))
+
+
 CHANGES: list[Change] = [
     status_updates,
     versions_only,
@@ -208,6 +227,10 @@ CHANGES: list[Change] = [
     node_disrupted,
     claim_interrupted,
     pod_pending,
+    relisted,
+    status_updates,
+    reordered,
+    node_emptied,
     status_updates,
 ]
 
@@ -371,3 +394,52 @@ def test_a_broken_reuse_of_the_reading_is_caught(monkeypatch: pytest.MonkeyPatch
     assert _differences(snapshot, inventories, [claim_launching, claim_reporting]) == []
     monkeypatch.setattr(PassFacts, "claim_versions", lambda self, claims: ("always the same",))
     assert _differences(snapshot, inventories, [claim_launching, claim_reporting])
+
+
+def test_a_status_update_regroups_only_its_nodes_pods(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pods by node are the last pass's but for the nodes the changed pods are bound to;
+    the same objects in another order are grouped afresh (the order within a node counts)."""
+    snapshot, inventories, _ = bench.build(40, seed=3, removed=0.3)
+    kept = ParsedCluster()
+    _pass(snapshot, inventories, kept)
+    before = pass_facts(kept).last("pods_by_node")
+    assert isinstance(before, dict)
+    grouped: list[str] = []
+    real = candidates._by_node
+    monkeypatch.setattr(candidates, "_by_node", lambda *args: grouped.append("all") or real(*args))
+    pods = list(snapshot.pods)
+    pods[0] = _bumped(pods[0])
+    _pass(_with(snapshot, pods=pods), inventories, kept)
+    after = pass_facts(kept).last("pods_by_node")
+    assert isinstance(after, dict)
+    assert grouped == []
+    node = pods[0]["spec"]["nodeName"]
+    assert [name for name in after if after[name] is not before.get(name)] == [node]
+    _pass(reordered(_with(snapshot, pods=pods)), inventories, kept)
+    assert grouped == ["all"]
+
+
+def test_a_status_update_makes_again_only_its_nodes_existing_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the same Nodes, NodeClaims and nominations, the simulator takes the last pass's
+    existing nodes but for those whose bound pods changed; a Node changed reads them all."""
+    snapshot, inventories, _ = bench.build(40, seed=3, removed=0.3)
+    kept = ParsedCluster()
+    _pass(snapshot, inventories, kept)
+    read: list[list[str]] = []
+    real = simulation.existing_nodes
+
+    def counting(snapshot: ClusterSnapshot, *args: Any, **kwargs: Any) -> Any:
+        read.append([n["metadata"]["name"] for n in snapshot.nodes])
+        return real(snapshot, *args, **kwargs)
+
+    monkeypatch.setattr(simulation, "existing_nodes", counting)
+    pods = list(snapshot.pods)
+    pods[0] = _bumped(pods[0])
+    snapshot = _with(snapshot, pods=pods)
+    _pass(snapshot, inventories, kept)
+    assert read == [[pods[0]["spec"]["nodeName"]]]
+    read.clear()
+    _pass(node_tainted(snapshot), inventories, kept)
+    assert [len(names) for names in read] == [len(snapshot.nodes)]

@@ -38,7 +38,8 @@ from karpenter_capi.core.disruption.candidates import (
     bound_pods,
     offering_price,
 )
-from karpenter_capi.core.disruption.facts import NodeFacts, PassFacts
+from karpenter_capi.core.disruption.facts import NodeFacts
+from karpenter_capi.core.disruption.passfacts import PassFacts
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.provisioning.state import ClusterSnapshot
 

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from karpenter_capi.core.api.nodepool import DisruptionReason, NodePool
-from karpenter_capi.core.disruption.facts import PassFacts
+from karpenter_capi.core.disruption.passfacts import PassFacts
 
 
 class BudgetLedger:
@@ -31,7 +31,7 @@ class BudgetLedger:
         *,
         facts: PassFacts | None = None,
     ) -> None:
-        """``facts``: what earlier passes read of each object version (``facts.PassFacts``)."""
+        """``facts``: what earlier passes read of each object version (``passfacts.PassFacts``)."""
         facts = facts if facts is not None else PassFacts()
         node_by_name = {str(n["metadata"]["name"]): f for n, f in facts.nodes(nodes)}
         total: dict[str, int] = {}

@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import compress
+from operator import attrgetter
 from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
@@ -30,13 +32,13 @@ from karpenter_capi.core.disruption.facts import (
     DELETION_COST_ANNOTATION,
     ClaimFacts,
     NodeFacts,
-    PassFacts,
     PodFacts,
     condition_true,
     do_not_disrupt_until,
     lifetime_remaining,
     rescheduling_cost,
 )
+from karpenter_capi.core.disruption.passfacts import PassFacts
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.scheduling.podspec import PodObject, pod_key
@@ -259,7 +261,7 @@ def find_candidates(
 
     ``protected`` holds NodeClaim and Node names that must not be disrupted now (nominated for
     pending pods, replacements of a command under way). ``facts``: what earlier passes read of
-    each object version (``facts.PassFacts``).
+    each object version (``passfacts.PassFacts``).
     """
     facts = facts if facts is not None else PassFacts()
     result = CandidateSet()
@@ -370,9 +372,50 @@ def bound_pods(pods: Iterable[PodObject], facts: PassFacts) -> Mapping[str, _Nod
     """``pods`` bound to each node by its name, read once per pass (``_by_node``): what the
     candidate checks and ``balanced.pool_totals`` read of them."""
     previous = facts.last("pods_by_node")
+    changes = facts.pod_changes(pods, facts.last_key("pods_by_node"))
+    if changes is not None and isinstance(previous, dict):
+        kept: dict[str, _NodePods] = previous
+        return facts.remember(
+            "pods_by_node",
+            facts.versions_of(pods),
+            lambda: _patched(pods, facts, kept, changes),
+        )
     return facts.remember(
         "pods_by_node", facts.versions_of(pods), lambda: _by_node(pods, facts, previous)
     )
+
+
+def _patched(
+    pods: Iterable[PodObject],
+    facts: PassFacts,
+    previous: dict[str, _NodePods],
+    changes: tuple[list[int], list[PodFacts]],
+) -> dict[str, _NodePods]:
+    """The last pass's pods by node (``previous``) with only the nodes the changed pods were
+    or are bound to read again: the others hold the very same pods, in the same order."""
+    new, gone = changes
+    every = facts.pod_facts()
+    touched = {every[index].node_name for index in new}
+    touched.update(f.node_name for f in gone)
+    touched.discard("")
+    if not touched:
+        return previous
+    listed = pods if isinstance(pods, list) else list(pods)
+    names = list(map(attrgetter("node_name"), every))
+    regrouped: dict[str, list[tuple[PodObject, PodFacts]]] = {}
+    for index in compress(range(len(names)), map(touched.__contains__, names)):
+        regrouped.setdefault(names[index], []).append((listed[index], every[index]))
+    result = dict(previous)
+    for name in touched:
+        node_pods = regrouped.get(name)
+        if node_pods is None:
+            result.pop(name, None)
+            continue
+        old = previous.get(name)
+        result[name] = (
+            old if old is not None and _same(old.pods, node_pods) else _NodePods(node_pods)
+        )
+    return result
 
 
 def _by_node(

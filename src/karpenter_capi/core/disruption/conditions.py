@@ -327,7 +327,7 @@ class NodeClaimDisruptionController:
         over the cached NodeClaim: the disruption pass then decides (and logs) as it would. The
         overlay is another version of the object, as a write would have made: its
         ``resourceVersion`` says so (``+dry-run.N``), so what was read of the cached version
-        (``facts.PassFacts``) is not taken for it."""
+        (``passfacts.PassFacts``) is not taken for it."""
         if not self._ctx.dry_run:
             return claim
         with self._lock:

@@ -47,9 +47,9 @@ from karpenter_capi.core.disruption.candidates import (
     condition_true,
     find_candidates,
 )
-from karpenter_capi.core.disruption.facts import pass_facts
 from karpenter_capi.core.disruption.methods import EMPTINESS, SINGLE_NODE, Command
 from karpenter_capi.core.disruption.orchestration import InFlight, Orchestrator
+from karpenter_capi.core.disruption.passfacts import pass_facts
 from karpenter_capi.core.disruption.planner import (
     PassReport,
     PassSettings,

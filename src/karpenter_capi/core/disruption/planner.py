@@ -21,7 +21,6 @@ from karpenter_capi.core.disruption.candidates import (
     DisruptionBudgets,
     find_candidates,
 )
-from karpenter_capi.core.disruption.facts import pass_facts
 from karpenter_capi.core.disruption.methods import (
     DRIFT,
     EMPTINESS,
@@ -35,6 +34,7 @@ from karpenter_capi.core.disruption.methods import (
     multi_node,
     single_node,
 )
+from karpenter_capi.core.disruption.passfacts import pass_facts
 from karpenter_capi.core.disruption.simulation import Simulator
 from karpenter_capi.core.disruption.staticdrift import STATIC_DRIFT, static_drift
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
@@ -68,7 +68,7 @@ class PassReport:
     read_seconds: float = 0.0
     """Of ``seconds``, what reading the object versions no earlier pass read took (pods parsed,
     the facts of pods, Nodes and NodeClaims): the whole cluster on a first pass, what changed
-    since on a later one (``facts.PassFacts.read_all``)."""
+    since on a later one (``passfacts.PassFacts.read_all``)."""
     objects_read: int = 0
     method_seconds: dict[str, float] = field(default_factory=dict)
     simulation_seconds: list[float] = field(default_factory=list)

@@ -28,7 +28,7 @@ from typing import Final
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.disruption.candidates import Candidate, bound_pods
-from karpenter_capi.core.disruption.facts import PassFacts, pass_facts
+from karpenter_capi.core.disruption.passfacts import PassFacts, pass_facts
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.provisioning.pending import is_provisionable
@@ -141,6 +141,11 @@ class _Reading:
         parsed: ParsedCluster,
     ) -> None:
         self.inventories = tuple(inventories)  # alive while kept: their ids are in its key
+        self._existing_key: object = None
+        """The Nodes' and NodeClaims' versions, the NodePools and the nominations: what the
+        existing nodes are made of but their pods (``_existing``)."""
+        self._bound: Mapping[str, Sequence[PodObject]] = {}
+        self._all: list[ExistingNode] = []
         facts = pass_facts(parsed)
         previous = facts.last("simulator")
         last = previous if isinstance(previous, _Reading) else None
@@ -165,7 +170,18 @@ class _Reading:
             disrupting = _disrupting(snapshot, facts)
             by_node = bound_pods(snapshot.pods, facts)
             bound = {name: pods.bound for name, pods in by_node.items()}
-            nodes = existing_nodes(snapshot, inventories, nominations, parsed, bound)
+            key = facts.node_versions(snapshot.nodes, snapshot.nodeclaims)
+            if key is not None:
+                self._existing_key = (key, tuple(map(id, inventories)), dict(nominations))
+            self._bound = bound
+            nodes = self._existing(
+                snapshot,
+                inventories=inventories,
+                nominations=nominations,
+                parsed=parsed,
+                facts=facts,
+                last=last,
+            )
             self.moving: list[PodObject] = (
                 [
                     unbound(p)
@@ -183,6 +199,7 @@ class _Reading:
             nodes = existing_nodes(snapshot, inventories, nominations, parsed)
             self.moving = moving_pods(snapshot, disrupting)
             self.pending = [p for p in snapshot.pods if is_provisionable(p)]
+        self._all = nodes
         self.nodes: list[ExistingNode] = [n for n in nodes if n.name not in disrupting]
         # Every simulation solves over these nodes but its candidates: turned into solver input
         # once (``ExistingView``), each simulation leaving its candidates out of it.
@@ -225,6 +242,44 @@ class _Reading:
             if allocatable not in seen:
                 seen.add(allocatable)
                 self.shapes.append((price, allocatable))
+
+    def _existing(
+        self,
+        snapshot: ClusterSnapshot,
+        *,
+        inventories: Sequence[NodePoolInventory],
+        nominations: Mapping[str, frozenset[str]],
+        parsed: ParsedCluster,
+        facts: PassFacts,
+        last: _Reading | None,
+    ) -> list[ExistingNode]:
+        """``existing_nodes``, the last pass's but for the nodes whose bound pods changed,
+        while the Nodes, the NodeClaims, the NodePools and the nominations are the same: only
+        those nodes are read again (a status update of a few pods touches a few nodes)."""
+        bound = self._bound
+        if last is None or self._existing_key is None or last._existing_key != self._existing_key:
+            return existing_nodes(snapshot, inventories, nominations, parsed, bound)
+        before = last._bound
+        changed = {
+            n.name
+            for n in last._all
+            if not n.in_flight and bound.get(n.name) is not before.get(n.name)
+        }
+        if not changed:
+            return list(last._all)
+        some = ClusterSnapshot(
+            pods=[],
+            nodes=[node for node, f in facts.nodes(snapshot.nodes) if f.name in changed],
+            nodeclaims=[c for c, f in facts.claims(snapshot.nodeclaims) if f.node_name in changed],
+            daemonsets=[],
+        )
+        again = {
+            n.name: n
+            for n in existing_nodes(some, inventories, nominations, parsed, bound, some=True)
+        }
+        if again.keys() != changed:
+            return existing_nodes(snapshot, inventories, nominations, parsed, bound)
+        return [again[n.name] if n.name in changed and not n.in_flight else n for n in last._all]
 
 
 class Simulator:

@@ -262,7 +262,7 @@ class ParsedCluster:
         next pass's when none of them changed, what the next one is made from otherwise."""
         self.facts: object | None = None
         """What disruption read of each pod, Node and NodeClaim version
-        (``disruption.facts.PassFacts``), kept across passes as the parsed pods are."""
+        (``disruption.passfacts.PassFacts``), kept across passes as the parsed pods are."""
 
     def label_requirements(
         self, node: Mapping[str, Any], labels: Mapping[str, str], lent: object = None
@@ -421,8 +421,11 @@ def existing_nodes(
     nominations: Mapping[str, frozenset[str]],
     parsed: ParsedCluster | None = None,
     bound: Mapping[str, Sequence[PodObject]] | None = None,
+    *,
+    some: bool = False,
 ) -> list[ExistingNode]:
     """Registered nodes and in-flight NodeClaims, in name order (deterministic passes).
+    ``some``: ``snapshot`` holds some of the nodes only (what is kept of the others stays).
 
     ``parsed``: the bound pods' sums kept from earlier rounds (fresh when not given).
     ``bound``: the unfinished pods bound to each node, in the snapshot's order, when the
@@ -503,7 +506,8 @@ def existing_nodes(
                 ),
             )
         )
-    sums.forget_others(registered)
+    if not some:
+        sums.forget_others(registered)
     return result
 
 
