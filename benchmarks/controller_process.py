@@ -8,10 +8,12 @@ the emulated control plane's, which runs in the benchmark's process.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -75,13 +77,20 @@ def start_controller(
     extra: Sequence[str] = (),
     *,
     log_level: str = "INFO",
+    thread_cpu: Path | None = None,
 ) -> subprocess.Popen[bytes]:
     """``karpenter-capi run --kubeconfig KUBECONFIG`` with leader election and metrics off,
-    its JSON log in ``log``; ``extra`` are more flags (``--fleet`` ...)."""
+    its JSON log in ``log``; ``extra`` are more flags (``--fleet`` ...). With ``thread_cpu``,
+    under ``controller_threads.py``, which writes its threads' CPU there when asked
+    (``ThreadCpu``)."""
+    entry = ["-m", "karpenter_capi"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if thread_cpu is not None:
+        entry = [str(Path(__file__).resolve().parent / "controller_threads.py")]
+        env[THREAD_CPU_ENV] = str(thread_cpu)
     command = [
         sys.executable,
-        "-m",
-        "karpenter_capi",
+        *entry,
         "--log-level",
         log_level,
         "--log-format",
@@ -94,8 +103,51 @@ def start_controller(
         "-1",
         *extra,
     ]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(command, stderr=log.open("wb"), stdout=subprocess.DEVNULL, env=env)
+
+
+THREAD_CPU_ENV = "KARPENTER_CAPI_THREAD_CPU"
+"""``controller_threads.ENV``: where the wrapped controller writes its threads' CPU."""
+
+
+class ThreadCpu:
+    """A controller started with ``thread_cpu``: its CPU-seconds by thread name, read when
+    asked (``SIGUSR1``, answered in the file)."""
+
+    def __init__(self, pid: int, path: Path) -> None:
+        self.pid, self.path = pid, path
+        self._sequence = 0
+
+    def read(self, timeout: float = 30.0) -> dict[str, float]:
+        """Each thread name's CPU-seconds so far, and ``(process)``: its total; empty if the
+        controller did not answer within ``timeout`` seconds."""
+        self._sequence += 1
+        try:
+            os.kill(self.pid, signal.SIGUSR1)
+        except OSError:
+            return {}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                data = json.loads(self.path.read_text())
+            except (OSError, ValueError):
+                data = {}
+            if data.get("sequence", 0) >= self._sequence:
+                return {**data["threads"], "(process)": data["process"]}
+            time.sleep(0.02)
+        return {}
+
+
+def cpu_by_thread(start: dict[str, float], end: dict[str, float]) -> dict[str, float]:
+    """CPU-seconds each thread name used between two ``ThreadCpu.read``s, largest first, those
+    of 0.01 s or more; ``(other)``: the process's CPU no live or ended thread accounts for."""
+    if not start or not end:
+        return {}
+    spent = {name: end[name] - start.get(name, 0.0) for name in end if name != "(process)"}
+    shown = {name: round(cpu, 2) for name, cpu in spent.items() if cpu >= 0.01}
+    other = end["(process)"] - start["(process)"] - sum(spent.values())
+    ordered = dict(sorted(shown.items(), key=lambda item: -item[1]))
+    return {**ordered, "(other)": round(other, 2)}
 
 
 def stop_controller(controller: subprocess.Popen[bytes], timeout: float = 20.0) -> None:

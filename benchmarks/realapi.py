@@ -33,10 +33,12 @@ last scale-up write, and from the last Node turning Ready to all pods bound; the
 rounds (creates a second or more apart start a new one), the
 NodeClaims created per second within a round and the longest round's creates; the controller's
 API requests (all verbs, watches included) per node; its CPU-seconds and peak RSS over the
-scale-up and over the whole run; nodes and their hourly cost; empty nodes (bought but holding
-no pod); pods the kube-scheduler stand-in bound where their ``status.nominatedNodeName`` said,
-and nominated pods it bound elsewhere. Figures, not assertions; ``tests/e2e/test_realapi.py``
-runs it small.
+scale-up and over the whole run, and the scale-up's CPU-seconds by thread
+(``controller_cpu_s_by_thread``: the controller runs under ``controller_threads.py``, which
+says on ``SIGUSR1``, so a change to one part shows apart from the whole's noise); nodes and
+their hourly cost; empty nodes (bought but holding no pod); pods the kube-scheduler stand-in
+bound where their ``status.nominatedNodeName`` said, and nominated pods it bound elsewhere.
+Figures, not assertions; ``tests/e2e/test_realapi.py`` runs it small.
 
     .venv/bin/python benchmarks/realapi.py [--pods 1000] [--boot-delay 5] [--json]
         [--controller-arg=--workers=4 ...] [--keep-log FILE]
@@ -76,7 +78,13 @@ from karpenter_capi.sim.scheduler import SimScheduler
 from karpenter_capi.sim.workloads import add_workload_emulation
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
-from benchmarks.controller_process import ProcessStats, start_controller, stop_controller
+from benchmarks.controller_process import (
+    ProcessStats,
+    ThreadCpu,
+    cpu_by_thread,
+    start_controller,
+    stop_controller,
+)
 
 NAMESPACE: Final = "default"
 WORKLOAD: Final = (
@@ -320,8 +328,10 @@ def run(
         kubeconfig = write_kubeconfig(front.url, Path(tmp) / "kubeconfig")
         log = keep_log or Path(tmp) / "controller.log"
         driver.start()
-        controller = start_controller(kubeconfig, log, controller_args)
+        threads_file = Path(tmp) / "threads.json"
+        controller = start_controller(kubeconfig, log, controller_args, thread_cpu=threads_file)
         stats = ProcessStats(controller.pid)
+        threads = ThreadCpu(controller.pid, threads_file)
         try:
             # Started once it has listed pods (the front records a watch only when it ends).
             _wait_until(
@@ -336,6 +346,7 @@ def run(
                 raise RuntimeError(f"the controller exited ({controller.returncode}); see {log}")
             time.sleep(1.0)
             cpu_start, requests_start = stats.cpu_seconds(), len(front.requests)
+            threads_start = threads.read()
             writing = threading.Thread(target=writer.run, daemon=True)
             writing.start()
             deadline = time.monotonic() + timeout
@@ -349,6 +360,7 @@ def run(
                 time.sleep(POLL)
             all_bound = time.monotonic()
             cpu_total = stats.cpu_seconds()
+            threads_end = threads.read()
             cpu_scale_up, rss = cpu_total - cpu_start, stats.peak_rss_mb()
             writing.join(timeout=5)
             # Only the controller speaks HTTP here: every request the front served is its own.
@@ -383,6 +395,7 @@ def run(
         "controller_cpu_s": round(cpu_scale_up, 2),
         "controller_cpu_s_with_start": round(cpu_total, 2),
         "controller_peak_rss_mb": round(rss, 1),
+        "controller_cpu_s_by_thread": cpu_by_thread(threads_start, threads_end),
     }
 
 

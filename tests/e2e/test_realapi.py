@@ -19,3 +19,8 @@ def test_26_pods_are_all_bound_on_nodes_that_each_hold_some() -> None:
     assert figures["requests_by_verb"]["create nodeclaims"] == figures["nodeclaims"]
     assert figures["controller_requests"] > 0
     assert figures["controller_peak_rss_mb"] > 0
+    # The scale-up's CPU by thread: the provisioner's rounds show, and the threads together
+    # account for the process's CPU (``(other)``: what none of them does, to a clock tick).
+    by_thread = figures["controller_cpu_s_by_thread"]
+    assert by_thread["periodic-provisioner"] > 0
+    assert abs(by_thread["(other)"]) <= 0.1

@@ -27,6 +27,7 @@ from karpenter_capi.core.kube._official_credentials import (
     pace_refresh,
     trim_credentials,
 )
+from karpenter_capi.core.kube._official_direct import DirectPool
 from karpenter_capi.core.kube._official_wire import (
     OfficialWatch,
     decode,
@@ -83,6 +84,7 @@ class OfficialClient:
         ends at once (the stepped runtime's poll). Off by default because a real kube-apiserver
         reads 0 as "its default timeout", so a poll would hang for minutes there."""
         self._api = api_client
+        self._direct = DirectPool.of(api_client)
         self._timeout = (_CONNECT_TIMEOUT_SECONDS, request_timeout_seconds)
         self._closed = False
         self._poll_watches = poll_watches
@@ -466,6 +468,11 @@ class OfficialClient:
         if query:
             url += "?" + urlencode(query)
         try:
+            direct = self._direct
+            if direct is not None:
+                sent = direct.send(method, url, header_params, body, timeout or self._timeout)
+                if sent is not None:
+                    return sent
             rest_response = self._api.call_api(
                 method,
                 url,

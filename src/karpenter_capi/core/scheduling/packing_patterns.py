@@ -78,6 +78,8 @@ class _Walk:
             return True
         group = groups[g]
         most = min(group.count, fit_count(group.vector, tuple(room))) if t in group.types else 0
+        if g == len(groups) - 1 and most > 0 and min(room) >= 0:
+            return self._last(t, g, room, counts, most, left=left)
         for n in range(most, -1, -1):
             counts[g] = n
             rest = [r - v * n for r, v in zip(room, group.vector, strict=True)]
@@ -85,4 +87,24 @@ class _Walk:
                 counts[g] = 0
                 return False
         counts[g] = 0
+        return True
+
+    def _last(
+        self, t: int, g: int, room: list[int], counts: list[int], most: int, *, left: float
+    ) -> bool:
+        """The last group's choices, the same as the loop in ``walk`` but cheaper: only
+        ``most`` of it can make a maximal pattern (with fewer, one more of its pods still fits,
+        room being nonnegative), so the ``most`` leaves below it are counted as visited, as
+        the loop would have visited them one by one, without being walked."""
+        group = self.problem.groups[g]
+        counts[g] = most
+        rest = [r - v * most for r, v in zip(room, group.vector, strict=True)]
+        if not self.walk(t, g + 1, rest, counts, left=left - self.prices[g] * most):
+            counts[g] = 0
+            return False
+        counts[g] = 0
+        if self.visited + most > self.max_visits:
+            self.visited = self.max_visits + 1  # where the loop would have stopped
+            return False
+        self.visited += most
         return True

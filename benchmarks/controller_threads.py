@@ -1,0 +1,103 @@
+"""``karpenter-capi`` that tells, when asked, how much CPU each of its threads has used.
+
+Why: a benchmark reads the controller's CPU-seconds from ``/proc`` as one figure, and on a
+shared machine that figure moves by seconds between runs of the same code (issue 25 item 5),
+so a change to one part cannot be told from noise. Split by thread, the parts are apart: the
+provisioner's rounds (``periodic-provisioner``), the NodeClaim lifecycle
+(``worker-nodeclaim.lifecycle``), each informer's decoding and handlers (``informer-...``), the
+nomination writes (``nominate-pod``). Python names its threads but the kernel does not see those
+names, so the controller itself has to say: on ``SIGUSR1`` this wrapper writes, to the file
+named by ``KARPENTER_CAPI_THREAD_CPU``, each thread name's CPU-seconds so far (threads of the
+same name with a trailing number summed), counting threads that have ended too (thread pools
+come and go), and the process's total. Nothing else of the controller changes: the command
+line is ``karpenter-capi``'s.
+
+    python benchmarks/controller_threads.py [karpenter-capi arguments ...]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from types import FrameType
+from typing import Any, Final
+
+ENV: Final = "KARPENTER_CAPI_THREAD_CPU"
+_TICK: Final = os.sysconf("SC_CLK_TCK")
+_NUMBERED: Final = re.compile(r"[-_]\d+$")
+
+_ended: Counter[str] = Counter()
+_lock = threading.Lock()
+_writes = 0
+
+
+def group(name: str) -> str:
+    """``nominate-pod_3`` -> ``nominate-pod``: a pool's threads count as one."""
+    return _NUMBERED.sub("", name)
+
+
+def _cpu_of(native_id: int | None) -> float | None:
+    """A live thread's CPU-seconds, to the nanosecond (``schedstat``'s run time: the clock
+    ``time.thread_time`` reads, which counts the threads that ended)."""
+    try:
+        return int(Path(f"/proc/self/task/{native_id}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def snapshot() -> dict[str, Any]:
+    """Each thread name's CPU-seconds (live and ended threads), and the process's total."""
+    with _lock:
+        by_name = Counter(_ended)
+    for thread in threading.enumerate():
+        cpu = _cpu_of(thread.native_id)
+        if cpu is not None:
+            by_name[group(thread.name)] += cpu
+    # As ``ProcessStats`` reads it (utime + stime, in clock ticks).
+    process = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    return {"threads": dict(by_name), "process": (int(process[11]) + int(process[12])) / _TICK}
+
+
+def _write(_signum: int, _frame: FrameType | None) -> None:
+    global _writes
+    _writes += 1
+    path = Path(os.environ[ENV])
+    data = {"sequence": _writes, **snapshot()}
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(data))
+    partial.replace(path)
+
+
+def _count_ended_threads() -> None:
+    """Add each thread's CPU to its name's count when it ends (``/proc`` forgets it)."""
+    original = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]
+
+    def bootstrap_inner(self: threading.Thread) -> None:
+        try:
+            original(self)
+        finally:
+            spent = time.thread_time()
+            with _lock:
+                _ended[group(self.name)] += spent
+
+    threading.Thread._bootstrap_inner = bootstrap_inner  # type: ignore[attr-defined]
+
+
+def main() -> int:
+    _count_ended_threads()
+    if os.environ.get(ENV):
+        signal.signal(signal.SIGUSR1, _write)
+    from karpenter_capi.cli import main as karpenter_capi
+
+    return int(karpenter_capi(sys.argv[1:]) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
