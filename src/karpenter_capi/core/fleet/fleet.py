@@ -550,6 +550,7 @@ class Fleet:
                 ),
                 on_change=wake.set,
                 on_error=self._shards_failed,
+                on_step=self.metrics.observe_shard_step,
             ).start()
         options = self.operator_options
         if options.metrics_port is not None:

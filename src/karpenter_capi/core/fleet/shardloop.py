@@ -33,7 +33,8 @@ class ShardLoop:
     ``clusters()`` returns the keys to share, or None while they are not known yet (discovery
     not synced: a partial list would take less than the share). ``on_change`` is called when
     the served set changes, ``on_error`` with what a step raised (the set then stays as it
-    was: the fence stops writes once the Leases lapse).
+    was: the fence stops writes once the Leases lapse), ``on_step`` with each step's length
+    in seconds (the fleet's ``karpenter_fleet_shard_step_duration_seconds``).
     """
 
     def __init__(
@@ -45,6 +46,7 @@ class ShardLoop:
         clusters: Callable[[], Collection[str] | None],
         on_change: Callable[[], None],
         on_error: Callable[[Exception], None],
+        on_step: Callable[[float], None] = lambda _seconds: None,
     ) -> None:
         self._coordinator = coordinator
         self._clock = clock
@@ -52,6 +54,7 @@ class ShardLoop:
         self._clusters = clusters
         self._on_change = on_change
         self._on_error = on_error
+        self._on_step = on_step
         self._served: frozenset[str] = frozenset()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -92,6 +95,7 @@ class ShardLoop:
             began = self._clock.monotonic()
             self.step_once()
             took = self._clock.monotonic() - began
+            self._on_step(took)
             if took > self._retry_period:
                 log.debug("a shard step took %.1fs (retry period %gs)", took, self._retry_period)
             deadline = began + self._retry_period
