@@ -21,6 +21,8 @@ log = logging.getLogger(__name__)
 
 _STOP_POLL: Final = 0.25
 """Seconds between looks at the stop flag while waiting for the next step."""
+_AFTER_EXPIRY = 0.01
+"""A step for a Lease's expiry comes this long after it, so the Lease reads as expired."""
 
 
 class Steppable(Protocol):
@@ -34,7 +36,9 @@ class ShardLoop:
     not synced: a partial list would take less than the share). ``on_change`` is called when
     the served set changes, ``on_error`` with what a step raised (the set then stays as it
     was: the fence stops writes once the Leases lapse), ``on_step`` with each step's length
-    in seconds (the fleet's ``karpenter_fleet_shard_step_duration_seconds``).
+    in seconds (the fleet's ``karpenter_fleet_shard_step_duration_seconds``). The next step
+    comes a ``retry_period`` after the last began, or as soon as ``next_expiry()`` (the first
+    foreign Lease to expire, ``ShardCoordinator.next_expiry``) has passed, if that is sooner.
     """
 
     def __init__(
@@ -47,6 +51,7 @@ class ShardLoop:
         on_change: Callable[[], None],
         on_error: Callable[[Exception], None],
         on_step: Callable[[float], None] = lambda _seconds: None,
+        next_expiry: Callable[[], float | None] = lambda: None,
     ) -> None:
         self._coordinator = coordinator
         self._clock = clock
@@ -55,6 +60,7 @@ class ShardLoop:
         self._on_change = on_change
         self._on_error = on_error
         self._on_step = on_step
+        self._next_expiry = next_expiry
         self._served: frozenset[str] = frozenset()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -99,6 +105,9 @@ class ShardLoop:
             if took > self._retry_period:
                 log.debug("a shard step took %.1fs (retry period %gs)", took, self._retry_period)
             deadline = began + self._retry_period
+            expiry = self._next_expiry()
+            if expiry is not None:
+                deadline = min(deadline, expiry + _AFTER_EXPIRY)
             while not self._stop.is_set():
                 left = deadline - self._clock.monotonic()
                 if left <= 0:

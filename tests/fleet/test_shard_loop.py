@@ -1,4 +1,6 @@
-"""The shard coordinator's step length is a metric: ``karpenter_fleet_shard_step_duration_seconds``.
+"""The threaded fleet's shard loop: each step's length is a metric
+(``karpenter_fleet_shard_step_duration_seconds``), and a step comes as soon as a foreign Lease
+expires when that is before the next tick.
 
 A step lists the shard Leases and writes those it renews, takes or releases; one longer than the
 retry period pushes renewals towards the renew deadline, after which the fence stops the
@@ -60,3 +62,36 @@ def test_each_step_is_observed_with_its_length() -> None:
     assert float(count.split()[-1]) >= 1
     assert f'{SHARD_STEP_DURATION}_bucket{{le="0.25"}} 0.0' in text
     assert "_created" not in text
+
+
+def test_the_loop_steps_when_a_foreign_lease_expires_not_at_the_next_tick() -> None:
+    clock = FakeClock()
+    began = clock.monotonic()
+    steps: list[float] = []
+    second = threading.Event()
+
+    class _Coordinator:
+        def step(self, clusters: Collection[str]) -> frozenset[str]:
+            steps.append(clock.monotonic() - began)
+            if len(steps) == 2:
+                second.set()
+            return frozenset()
+
+    loop = ShardLoop(
+        _Coordinator(),
+        clock,
+        2.0,
+        clusters=lambda: ["ns/a"],
+        on_change=lambda: None,
+        on_error=lambda exc: None,
+        next_expiry=lambda: began + 0.5 if len(steps) == 1 else None,
+    ).start()
+    try:
+        while not steps:
+            threading.Event().wait(0.01)
+        clock.advance(0.6)  # past the expiry, short of the retry period
+        assert second.wait(10)
+    finally:
+        clock.advance(10)
+        loop.stop()
+    assert abs(steps[1] - 0.6) < 1e-6
