@@ -32,7 +32,9 @@ MachineDeployments and one Deployment whose pods fill ``--nodes`` nodes, scaled 
   without the extra cluster's emulation and controllers.
 - Replicas: 3 fleets with shards on, one killed after the first wave (http: SIGKILL); the time
   until its clusters' Leases are all held by the others, then the next waves; double
-  launches: NodeClaims beyond the lone run's count.
+  launches (http): NodeClaims created for a cluster by a replica not holding its shard Lease
+  when the create arrived (``fleet_launches.py``); in process: NodeClaims beyond the lone
+  run's count.
 
 Figures, not assertions. ``--json`` prints them as JSON.
 

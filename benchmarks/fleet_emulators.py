@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from benchmarks.fleet_launches import ClaimCreatesFront
 from karpenter_capi.core.fleet import ScopedClient, secret_name
 from karpenter_capi.core.kube.official import OfficialClient
 from karpenter_capi.core.kube.resources import PODS, SECRETS
@@ -38,7 +39,6 @@ from karpenter_capi.core.runtime.manager import Manager
 from karpenter_capi.core.runtime.pool import WorkerPool
 from karpenter_capi.core.runtime.threaded import ThreadedDriver
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
-from karpenter_capi.sim.apiserver.http import HttpFront
 from karpenter_capi.sim.apiserver.kubeconfig import kubeconfig_document
 from karpenter_capi.sim.capi import add_capi_emulation
 from karpenter_capi.sim.scenario.fleet import FleetWorld
@@ -160,6 +160,10 @@ class Emulators:
     def cpu_seconds(self) -> float:
         return sum(e.cpu_seconds() for e in self.emulators)
 
+    def claim_creates(self, name: str) -> list[tuple[float, str]]:
+        """(arrival, User-Agent) of each NodeClaim created through ``name``'s front."""
+        return [tuple(c) for c in self.owner[name].call("creates", name)]  # type: ignore[misc]
+
     def close(self) -> None:
         stopping = [threading.Thread(target=e.stop, daemon=True) for e in self.emulators]
         for thread in stopping:
@@ -171,8 +175,18 @@ class Emulators:
 def _child(conn: Connection, world: FleetWorld, names: list[str], workers: int) -> None:
     """An emulator's life: wait for the management kubeconfig, serve, answer, stop."""
     code = 0
+    prof = None
+    if os.environ.get("FLEET_PROFILE"):
+        import sys
+
+        sys.path.insert(0, "/tmp/fleet28")
+        import tprof as prof
+
+        prof.install()
     try:
         _serve(conn, world, names, workers)
+        if prof is not None:
+            prof.dump(f"{os.environ['FLEET_PROFILE']}/emu-{os.getpid()}.txt")
     except BaseException:
         traceback.print_exc()
         code = 1
@@ -180,9 +194,27 @@ def _child(conn: Connection, world: FleetWorld, names: list[str], workers: int) 
         os._exit(code)
 
 
+def _read(
+    request: tuple[Any, ...],
+    servers: dict[str, InMemoryAPIServer],
+    fronts: dict[str, ClaimCreatesFront],
+    rules: dict[str, Any],
+) -> Any:
+    """The answer to a request that only reads: a record, a count, a storm's hits."""
+    verb, name = request[0], request[1]
+    if verb == "get":
+        value = getattr(servers[name], request[2])
+        return dict(value) if isinstance(value, dict) else list(value)
+    if verb == "pending":
+        return len(servers[name].list(PODS, field_selector="spec.nodeName=").items)
+    if verb == "hits":
+        return rules[name].hits
+    return fronts[name].creates()
+
+
 def _serve(conn: Connection, world: FleetWorld, names: list[str], workers: int) -> None:
     servers: dict[str, InMemoryAPIServer] = {n: world.cluster(n).server for n in names}
-    fronts: dict[str, HttpFront] = {}
+    fronts: dict[str, ClaimCreatesFront] = {}
     drivers: list[ThreadedDriver] = []
     rules: dict[str, Any] = {}
     stack = ExitStack()
@@ -199,7 +231,7 @@ def _serve(conn: Connection, world: FleetWorld, names: list[str], workers: int) 
                 pool = WorkerPool(workers, name="emulation")
                 for name in names:
                     cluster = world.cluster(name)
-                    fronts[name] = stack.enter_context(HttpFront(cluster.server))
+                    fronts[name] = stack.enter_context(ClaimCreatesFront(cluster.server))
                     scoped = ScopedClient(management, cluster.namespace, cluster.name)
                     manager = Manager(cluster.server, scoped, clock=world.clock)
                     add_capi_emulation(manager, **{"nodes": True, **world.emulation})
@@ -209,15 +241,11 @@ def _serve(conn: Connection, world: FleetWorld, names: list[str], workers: int) 
                     driver.start()
                     drivers.append(driver)
                 value: Any = {name: front.url for name, front in fronts.items()}
-            elif verb == "get":
-                value = getattr(servers[request[1]], request[2])
-                value = dict(value) if isinstance(value, dict) else list(value)
+            elif verb in ("get", "pending", "hits", "creates"):
+                value = _read(request, servers, fronts, rules)
             elif verb == "call":
                 _, name, method, args, kwargs = request
                 value = getattr(servers[name], method)(*args, **kwargs)
-            elif verb == "pending":
-                server = servers[request[1]]
-                value = len(server.list(PODS, field_selector="spec.nodeName=").items)
             elif verb == "storm":
                 _, name, seconds = request
                 rules[name] = servers[name].faults.storm(
@@ -226,8 +254,6 @@ def _serve(conn: Connection, world: FleetWorld, names: list[str], workers: int) 
                 fronts[name].close()
                 fronts[name].start()
                 value = None
-            elif verb == "hits":
-                value = rules[request[1]].hits
             elif verb == "stop":
                 conn.send((True, None))
                 break

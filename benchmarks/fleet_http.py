@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import base64
 import os
+import statistics
 import subprocess
 import tempfile
 import threading
@@ -44,6 +45,7 @@ from benchmarks.controller_process import (
 )
 from benchmarks.fleet import _claims_report, _pending, _servers, _wait, _waves, _world
 from benchmarks.fleet_emulators import Emulators, default_emulators
+from benchmarks.fleet_launches import ClaimCreatesFront, LeaseHistory, double_launches
 from karpenter_capi.core.fleet import ScopedClient, secret_name
 from karpenter_capi.core.fleet.sharding import ANNOTATION_CLUSTER, LABEL_SHARD, ROLE_CLUSTER
 from karpenter_capi.core.kube.resources import EVENTS, LEASES, NODECLAIMS, SECRETS
@@ -73,7 +75,7 @@ class HttpFleetWorld:
         self.emulator_count = emulators
         self.emulators: Emulators | None = None
         self._stack = ExitStack()
-        self.fronts: dict[str, HttpFront] = {}
+        self.fronts: dict[str, ClaimCreatesFront] = {}
         self.drivers: list[ThreadedDriver] = []
         # The emulation's controllers share one pool, as the controller's do: unpooled, a
         # hundred clusters' emulation would start some 6,000 threads in this process.
@@ -91,7 +93,7 @@ class HttpFleetWorld:
             self.emulators.start(self.kubeconfig)
             return self
         for cluster in world.clusters.values():
-            workload = self._stack.enter_context(HttpFront(cluster.server))
+            workload = self._stack.enter_context(ClaimCreatesFront(cluster.server))
             self.fronts[cluster.name] = workload
             document = kubeconfig_document(workload.url, cluster.name)
             value = base64.b64encode(yaml.safe_dump(document).encode()).decode()
@@ -141,6 +143,12 @@ class HttpFleetWorld:
         front.close()
         front.start()
         return rule
+
+    def claim_creates(self, name: str) -> list[tuple[float, str]]:
+        """(arrival, User-Agent) of each NodeClaim created through ``name``'s workload front."""
+        if self.emulators is not None:
+            return self.emulators.claim_creates(name)
+        return self.fronts[name].creates()
 
     def serving(self) -> int:
         """Clusters the controller has said it serves (its ``FleetServing`` Events)."""
@@ -304,6 +312,9 @@ def run_replicas(args: argparse.Namespace, clusters: int, lone_claims: int) -> d
         "2",
     ]
     emulators = _emulators(args, len(world.clusters))
+    # Every shard Lease write the management server accepts, timed: who held each cluster
+    # when each NodeClaim create arrived (``fleet_launches``).
+    history = LeaseHistory(world.management, time.monotonic)
     with (
         tempfile.TemporaryDirectory() as tmp,
         HttpFleetWorld(world, Path(tmp), emulators) as http,
@@ -334,6 +345,11 @@ def run_replicas(args: argparse.Namespace, clusters: int, lone_claims: int) -> d
 
             took = _wait(taken, lease * 4, 0.1)
             takeover = round(time.monotonic() - killed_at, 2)
+            # Per cluster: the victim's last renewal and the survivor's first write, from the
+            # kill. A survivor may take a Lease once it has seen it unchanged for the lease
+            # duration, so takeover = expiry wait (last renewal + lease) + what is ours.
+            per_cluster = [history.takeover(key, identities[0], killed_at) for key in victim]
+            split = _takeover_split([t for t in per_cluster if t is not None], lease)
             # No later wave with --waves 1 (an empty range once ran wave 1 again).
             later = (
                 _waves(world, args, names, args.timeout, range(2, args.waves + 1), fleets=[])
@@ -348,6 +364,9 @@ def run_replicas(args: argparse.Namespace, clusters: int, lone_claims: int) -> d
         claims = {n: len(servers[n].list(NODECLAIMS).items) for n in names}
         classified = _claims_report(world, args, names)
         pending = sum(_pending(servers[n]) for n in names)
+        launches = double_launches(
+            {c.key: http.claim_creates(c.name) for c in world.clusters.values()}, history
+        )
     return {
         "mode": "http",
         "clusters": len(names),
@@ -356,10 +375,39 @@ def run_replicas(args: argparse.Namespace, clusters: int, lone_claims: int) -> d
         "killed_served": len(victim),
         "taken_over": took,
         "takeover_seconds": takeover,
+        "takeover_split": split,
         "lease_duration": lease,
         "first_wave": first,
         "after_kill": later,
         "pods_pending": pending,
+        # NodeClaims created by a replica not holding the cluster's Lease when they arrived.
+        "double_launches": launches.pop("double_launches"),
+        "launches": launches,
         "nodeclaims_beyond_lone": sum(max(0, c - lone_claims) for c in claims.values()),
         "nodeclaims_classified": classified,
+    }
+
+
+def _takeover_split(clusters: list[dict[str, float]], lease: float) -> dict[str, Any]:
+    """The takeover of the killed replica's clusters, split: when their Leases expired (the
+    victim's last renewal + the lease duration, from the kill) and how long after expiry a
+    survivor wrote itself in (the part the controller answers for)."""
+    if not clusters:
+        return {}
+    expired = sorted(c["last_renewal"] + lease for c in clusters)
+    after = sorted(c["taken"] - (c["last_renewal"] + lease) for c in clusters)
+    taken = sorted(c["taken"] for c in clusters)
+
+    def spread(values: list[float]) -> dict[str, float]:
+        return {
+            "min": round(values[0], 2),
+            "median": round(statistics.median(values), 2),
+            "max": round(values[-1], 2),
+        }
+
+    return {
+        "clusters": len(clusters),
+        "lease_expired_after_kill": spread(expired),
+        "taken_after_expiry": spread(after),
+        "taken_after_kill": spread(taken),
     }

@@ -235,8 +235,10 @@ def parse_budget(text: str) -> float:
 
 def run_command(args: argparse.Namespace, out: TextIO) -> int:
     """Start the operator (or one round with ``--once``) and run until SIGTERM/SIGINT."""
+    from karpenter_capi import __version__
     from karpenter_capi.core.clock import SystemClock
     from karpenter_capi.core.disruption import DisruptionSettings
+    from karpenter_capi.core.kube.official import set_user_agent
     from karpenter_capi.core.operator import Operator, OperatorOptions
     from karpenter_capi.core.provisioning.loop import print_report
     from karpenter_capi.core.provisioning.nominations import GATE, log_mode, nomination_mode
@@ -244,6 +246,8 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
 
     clock = SystemClock()
     gates = parse_feature_gates(args.feature_gates)
+    identity = args.leader_election_identity
+    set_user_agent(f"karpenter-capi/{__version__}" + (f" ({identity})" if identity else ""))
     if args.fleet:
         if args.once:
             raise InvalidInputError("--once serves one cluster; it cannot be used with --fleet")

@@ -109,6 +109,34 @@ def test_a_killed_replicas_clusters_are_served_again_within_lease_duration_and_a
     assert member_lease_name("replica-0") in names
 
 
+def test_a_survivor_stepping_at_next_expiry_takes_a_killed_replicas_clusters_then() -> None:
+    """``next_expiry`` is when the killed replica's Leases expire on the survivor's clock (a
+    lease after it first saw their last renewal); the threaded fleet steps then
+    (``ShardLoop``), not up to a retry period later."""
+    world = _balanced_world(3, 10)
+    orphans = {c for c, owner in world.owners().items() if owner == "replica-1"}
+    killed_at = world.clock.monotonic()
+    world.kill("replica-1")
+    survivors = world.live()
+
+    def expiry(replica: Any) -> float:
+        found = replica.coordinator.next_expiry()
+        assert found is not None
+        return float(found)
+
+    while min(map(expiry, survivors)) >= world.clock.monotonic() + RETRY_PERIOD:
+        world.tick()  # the others' Leases, renewed every step, expire later than the dead one's
+    for replica in sorted(survivors, key=expiry):
+        at = expiry(replica)
+        # Its last renewal was in the step before the kill: seen then or a step later.
+        assert killed_at - RETRY_PERIOD + LEASE_DURATION <= at <= killed_at + LEASE_DURATION
+        world.clock.advance(max(0.0, at + 0.01 - world.clock.monotonic()))
+        replica.served = replica.coordinator.step(world.clusters)
+        world.check_one_holder()
+    assert {world.owners().get(c) for c in orphans} <= {"replica-0", "replica-2"}
+    assert world.clock.monotonic() <= killed_at + LEASE_DURATION + 0.01
+
+
 def test_a_graceful_stop_hands_every_cluster_over_within_one_step() -> None:
     world = _balanced_world(3, 10)
     leaving = {c for c, owner in world.owners().items() if owner == "replica-2"}

@@ -21,7 +21,7 @@ import pytest
 
 from karpenter_capi.core.kube import errors
 from karpenter_capi.core.kube.client import PatchType, Preconditions, PropagationPolicy
-from karpenter_capi.core.kube.official import OfficialClient
+from karpenter_capi.core.kube.official import OfficialClient, set_user_agent, user_agent
 from karpenter_capi.core.kube.resources import MACHINE_DEPLOYMENTS, NODES, PODS
 from karpenter_capi.sim.apiserver.kubeconfig import write_kubeconfig
 
@@ -101,6 +101,26 @@ def test_requests_carry_bearer_token_and_real_paths(stub: tuple[Script, Official
         scale.path == "/apis/cluster.x-k8s.io/v1beta2/namespaces/capi/machinedeployments/md/scale"
     )
     assert listing.path == "/api/v1/nodes?labelSelector=a%3Db&limit=10&continue=next"
+
+
+def test_clients_built_after_set_user_agent_name_the_replica(
+    stub: tuple[Script, OfficialClient],
+) -> None:
+    """A fleet's replicas are told apart in a server's request log by their User-Agent: the
+    per-cluster clients are built from kubeconfig Secrets after ``run`` has named the process."""
+    script, before = stub
+    default = user_agent()  # "karpenter-capi", or what a `run` earlier in this process set
+    before.get(PODS, "web", "default")
+    assert script.seen[-1].headers["user-agent"] == default
+    assert default.startswith("karpenter-capi")
+    set_user_agent("karpenter-capi/0.1.0 (replica-2)")
+    try:
+        after = OfficialClient.from_url(before.host, token="tok")
+        after.get(PODS, "web", "default")
+        after.close()
+    finally:
+        set_user_agent(default)
+    assert script.seen[-1].headers["user-agent"] == "karpenter-capi/0.1.0 (replica-2)"
 
 
 def test_patch_content_types_and_bodies(stub: tuple[Script, OfficialClient]) -> None:

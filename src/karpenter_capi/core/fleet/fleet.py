@@ -135,6 +135,8 @@ class Coordinator(Protocol):
 
     def release_all(self) -> None: ...
 
+    def next_expiry(self) -> float | None: ...
+
 
 class ServeEverything:
     """The coordinator of a lone replica (``--no-fleet-shards``): every cluster, always held."""
@@ -146,6 +148,9 @@ class ServeEverything:
         return True
 
     def release_all(self) -> None:
+        return None
+
+    def next_expiry(self) -> float | None:
         return None
 
 
@@ -550,6 +555,8 @@ class Fleet:
                 ),
                 on_change=wake.set,
                 on_error=self._shards_failed,
+                on_step=self.metrics.observe_shard_step,
+                next_expiry=self.coordinator.next_expiry,
             ).start()
         options = self.operator_options
         if options.metrics_port is not None:

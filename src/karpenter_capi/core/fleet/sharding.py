@@ -249,6 +249,20 @@ class ShardCoordinator:
             now = self._clock.monotonic()
             return frozenset(c for c, t in self._renewed.items() if now - t < self.renew_deadline)
 
+    def next_expiry(self) -> float | None:
+        """The first moment (this replica's monotonic clock) at which a Lease another replica
+        holds will have expired if it stays unchanged; None when none will. The driver steps
+        then, not at its next tick: a killed replica's clusters are taken as soon as they may
+        be, not up to a retry period later. Call it from the driving thread, between steps."""
+        now = self._clock.monotonic()
+        expiries = [
+            at
+            for seen in list(self._seen.values())
+            if seen.record.holder_identity not in ("", self.identity)
+            and (at := seen.observation.expires_at(self.lease_duration)) > now
+        ]
+        return min(expiries, default=None)
+
     def lease_of(self, cluster: str) -> str:
         """``namespace/name`` of the Lease that guards ``cluster``, for messages."""
         return f"{self.namespace}/{cluster_lease_name(cluster)}"

@@ -21,6 +21,8 @@ log = logging.getLogger(__name__)
 
 _STOP_POLL: Final = 0.25
 """Seconds between looks at the stop flag while waiting for the next step."""
+_AFTER_EXPIRY = 0.01
+"""A step for a Lease's expiry comes this long after it, so the Lease reads as expired."""
 
 
 class Steppable(Protocol):
@@ -33,7 +35,10 @@ class ShardLoop:
     ``clusters()`` returns the keys to share, or None while they are not known yet (discovery
     not synced: a partial list would take less than the share). ``on_change`` is called when
     the served set changes, ``on_error`` with what a step raised (the set then stays as it
-    was: the fence stops writes once the Leases lapse).
+    was: the fence stops writes once the Leases lapse), ``on_step`` with each step's length
+    in seconds (the fleet's ``karpenter_fleet_shard_step_duration_seconds``). The next step
+    comes a ``retry_period`` after the last began, or as soon as ``next_expiry()`` (the first
+    foreign Lease to expire, ``ShardCoordinator.next_expiry``) has passed, if that is sooner.
     """
 
     def __init__(
@@ -45,6 +50,8 @@ class ShardLoop:
         clusters: Callable[[], Collection[str] | None],
         on_change: Callable[[], None],
         on_error: Callable[[Exception], None],
+        on_step: Callable[[float], None] = lambda _seconds: None,
+        next_expiry: Callable[[], float | None] = lambda: None,
     ) -> None:
         self._coordinator = coordinator
         self._clock = clock
@@ -52,6 +59,8 @@ class ShardLoop:
         self._clusters = clusters
         self._on_change = on_change
         self._on_error = on_error
+        self._on_step = on_step
+        self._next_expiry = next_expiry
         self._served: frozenset[str] = frozenset()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -92,9 +101,13 @@ class ShardLoop:
             began = self._clock.monotonic()
             self.step_once()
             took = self._clock.monotonic() - began
+            self._on_step(took)
             if took > self._retry_period:
                 log.debug("a shard step took %.1fs (retry period %gs)", took, self._retry_period)
             deadline = began + self._retry_period
+            expiry = self._next_expiry()
+            if expiry is not None:
+                deadline = min(deadline, expiry + _AFTER_EXPIRY)
             while not self._stop.is_set():
                 left = deadline - self._clock.monotonic()
                 if left <= 0:

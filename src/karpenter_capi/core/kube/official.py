@@ -62,6 +62,24 @@ _CONNECT_TIMEOUT_SECONDS = 10.0
 # gives up reading, so a dead connection is noticed without racing the server's own timeout.
 _WATCH_READ_SLACK_SECONDS = 30.0
 _JSON = "application/json"
+_USER_AGENT = ["karpenter-capi"]
+"""The ``User-Agent`` of every client built from here on (``set_user_agent``)."""
+
+
+def set_user_agent(agent: str) -> None:
+    """Name this process in the ``User-Agent`` of every client built from now on.
+
+    ``run`` puts the program, its version and the replica's leader-election identity there
+    (``karpenter-capi/0.1.0 (replica-0)``), so a server's audit log, or the benchmark's request
+    log, tells the replicas of a fleet apart; fleet members' clients are built later, from the
+    kubeconfig Secrets, so a process-wide default reaches them too."""
+    _USER_AGENT[0] = agent
+
+
+def user_agent() -> str:
+    """What ``set_user_agent`` last set (``karpenter-capi`` before)."""
+    return _USER_AGENT[0]
+
 
 Query = list[tuple[str, str]]
 # Spelled out of class scope, where ``list`` names the verb.
@@ -119,7 +137,9 @@ class OfficialClient:
                 other=0,
                 respect_retry_after_header=False,
             )
-        return cls(ApiClient(configuration), poll_watches=poll_watches)
+        api_client = ApiClient(configuration)
+        api_client.user_agent = _USER_AGENT[0]
+        return cls(api_client, poll_watches=poll_watches)
 
     @classmethod
     def from_url(

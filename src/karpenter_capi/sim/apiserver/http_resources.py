@@ -194,6 +194,8 @@ class ResourceRequest:
             timeout_seconds=float(_int_param("timeoutSeconds", timeout_text))
             if timeout_text
             else None,
+            # Each event is only serialized: the stored object itself, not a copy of it.
+            shared=True,
             **self._list_kwargs(),
         )
         table: Table | None = None

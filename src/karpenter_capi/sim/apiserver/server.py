@@ -321,6 +321,7 @@ class InMemoryAPIServer:
         field_selector: str | None = None,
         allow_bookmarks: bool = False,
         timeout_seconds: float | None = None,
+        shared: bool = False,
     ) -> WatchStream:
         """Watch changes after ``resource_version``.
 
@@ -329,6 +330,9 @@ class InMemoryAPIServer:
         yields one ERROR event carrying the 410 Status, then the stream ends.
         ``timeout_seconds=0`` delivers what is already there and ends without blocking (see
         ``InMemoryWatch``), which is how the stepped simulation polls.
+        ``shared``: events carry the stored objects themselves wherever presenting them would
+        change nothing but copy them (``Engine.present_shared``), for a reader that never
+        mutates them: the HTTP front, which only serializes each event.
         """
         definition, table = self._engine.resolve(resource)
         self._check_fault("watch", definition, poll=timeout_seconds == 0)
@@ -338,8 +342,10 @@ class InMemoryAPIServer:
         scope = namespace if definition.namespaced else None
         engine = self._engine
 
+        presenter = engine.present_shared if shared else engine.present
+
         def present(obj: JsonObject) -> JsonObject:
-            return engine.present(resource, obj)
+            return presenter(resource, obj)
 
         with self._lock:
             initial: builtins.list[WatchEvent] = []

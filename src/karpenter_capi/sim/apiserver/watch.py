@@ -333,6 +333,7 @@ class InMemoryWatch:
         if not matched_before:
             return None
         # It left the selection: a DELETED carrying the old content at the new version.
-        left = self._present(event.prev)
-        left["metadata"]["resourceVersion"] = str(event.rv)
+        # A fresh top and metadata: the presented object may be the stored one (``shared``).
+        left = dict(self._present(event.prev))
+        left["metadata"] = {**left["metadata"], "resourceVersion": str(event.rv)}
         return WatchEvent("DELETED", left)

@@ -1,0 +1,61 @@
+"""``InMemoryAPIServer.watch(shared=True)``: the stored objects themselves, for the HTTP front.
+
+The front only serializes each event, so copying every object first (once per watcher and
+write) was the largest single cost of an emulated control plane at fleet scale. Stored objects
+are never changed in place (a write stores a new top and metadata), so a shared event stays
+what it was when it was written."""
+
+from __future__ import annotations
+
+from karpenter_capi.core.kube.resources import NODES
+from karpenter_capi.sim.apiserver import InMemoryAPIServer
+
+
+def _cm(name: str, labels: dict[str, str]) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"providerID": "k"},
+    }
+
+
+def test_shared_events_are_the_stored_objects_and_stay_as_written() -> None:
+    api = InMemoryAPIServer()
+    api.create(NODES, _cm("a", {"app": "x"}))
+    stream = api.watch(NODES, shared=True, timeout_seconds=0)
+    (added,) = list(stream)
+    again = api.watch(NODES, shared=True, timeout_seconds=0)
+    assert next(iter(again)).object is added.object  # no copy
+    copied = next(iter(api.watch(NODES, timeout_seconds=0))).object
+    assert copied == added.object
+    assert copied is not added.object
+    api.patch(NODES, "a", {"spec": {"unschedulable": True}})
+    assert "unschedulable" not in added.object["spec"]  # the write stored a new object
+
+
+def test_a_shared_object_leaving_the_selection_is_not_changed_by_its_deleted_event() -> None:
+    api = InMemoryAPIServer()
+    created = api.create(NODES, _cm("a", {"app": "x"}))
+    version = created["metadata"]["resourceVersion"]
+    stream = api.watch(
+        NODES,
+        label_selector="app=x",
+        resource_version=version,
+        shared=True,
+        timeout_seconds=0,
+    )
+    api.patch(NODES, "a", {"metadata": {"labels": {"app": "y"}}})
+    (left,) = list(stream)
+    assert left.type == "DELETED"
+    assert left.object["metadata"]["labels"] == {"app": "x"}
+    assert left.object["metadata"]["resourceVersion"] != version
+    before = next(iter(api.watch(NODES, resource_version="0", timeout_seconds=0)))
+    assert before.object["metadata"]["labels"] == {"app": "y"}
+    # The version it left from, as the log keeps it, was not given the new resourceVersion.
+    replay = api.watch(
+        NODES, label_selector="app=x", resource_version=version, shared=True, timeout_seconds=0
+    )
+    (again,) = list(replay)
+    assert again.object["metadata"]["resourceVersion"] == left.object["metadata"]["resourceVersion"]
+    assert again.object is not left.object
