@@ -150,6 +150,18 @@ def cpu_by_thread(start: dict[str, float], end: dict[str, float]) -> dict[str, f
     return {**ordered, "(other)": round(other, 2)}
 
 
+def stop_on_sigterm() -> None:
+    """Make SIGTERM (``kill``, ``pkill``, a CI job's timeout) end this benchmark through its
+    ``finally`` blocks, which stop the controller and the emulators: Python's default for
+    SIGTERM ends the process at once, leaving those children running, and busy, with no parent
+    to stop them. Call it from the main thread."""
+
+    def _exit(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _exit)
+
+
 def stop_controller(controller: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
     """SIGTERM (a graceful stop, as the kubelet asks), then SIGKILL if it does not end."""
     if controller.poll() is not None:

@@ -644,6 +644,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    # Imported here: as a script, the repository root is on the path only once main runs.
+    from benchmarks.controller_process import stop_on_sigterm
+
+    stop_on_sigterm()
     logging.basicConfig(level=logging.ERROR)
     phases = set(args.phases.split(","))
     result: dict[str, Any] = {

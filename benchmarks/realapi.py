@@ -84,6 +84,7 @@ from benchmarks.controller_process import (
     cpu_by_thread,
     start_controller,
     stop_controller,
+    stop_on_sigterm,
 )
 
 NAMESPACE: Final = "default"
@@ -457,6 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    stop_on_sigterm()
     figures = run(
         args.pods,
         args.boot_delay,
