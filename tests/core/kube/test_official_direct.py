@@ -4,7 +4,9 @@ the same requests on the wire as through ``ApiClient.call_api``, and the cases l
 from __future__ import annotations
 
 import dataclasses
+import ssl
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import urllib3
@@ -92,3 +94,25 @@ def test_a_proxy_or_read_retries_keep_the_official_path() -> None:
     assert prefixed is not None
     assert prefixed._origin == "https://h.example"
     assert isinstance(ApiClient(Configuration()).rest_client.pool_manager, urllib3.PoolManager)
+
+
+def test_the_direct_path_keeps_the_kubeconfigs_tls_settings(tmp_path: Path) -> None:
+    # A real kube-apiserver is HTTPS with its own CA and, from kubeadm, client certificates:
+    # the pool the direct path sends through must verify and present them as the official
+    # client's own pool does (built from the same PoolManager, not a bare connection).
+    ca, cert, key = (tmp_path / name for name in ("ca.crt", "client.crt", "client.key"))
+    configuration = Configuration(host="https://10.0.0.1:6443")
+    configuration.ssl_ca_cert = str(ca)
+    configuration.cert_file = str(cert)
+    configuration.key_file = str(key)
+    configuration.tls_server_name = "kubernetes.default.svc"
+    api_client = ApiClient(configuration)
+    direct = DirectPool.of(api_client)
+    assert direct is not None
+    pool = direct._connection_pool()
+    official = api_client.rest_client.pool_manager.connection_from_url("https://10.0.0.1:6443/")
+    assert pool is official  # the very pool the official client's requests use
+    assert isinstance(pool, urllib3.HTTPSConnectionPool)
+    assert pool.cert_reqs == ssl.CERT_REQUIRED
+    assert (pool.ca_certs, pool.cert_file, pool.key_file) == (str(ca), str(cert), str(key))
+    assert pool.conn_kw["server_hostname"] == "kubernetes.default.svc"
