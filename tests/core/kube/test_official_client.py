@@ -224,6 +224,26 @@ def test_retry_after_header_is_kept_on_429(stub: tuple[Script, OfficialClient]) 
     assert "slow down" in info.value.message
 
 
+def test_a_429_is_raised_at_its_first_answer_never_slept_out(
+    stub: tuple[Script, OfficialClient],
+) -> None:
+    """A throttled request costs its caller one round trip: the client neither retries it
+    nor sleeps out ``Retry-After`` (urllib3's default would, on the caller's thread: in fleet
+    mode a worker shared by every cluster). The caller's queue honours it instead."""
+    script, client = stub
+    script.answer = lambda seen, _h: (429, {"Retry-After": "3600"}, b"busy")
+    for call in (
+        lambda: client.get(PODS, "web", "default"),
+        lambda: client.list(NODES),
+        lambda: client.create(PODS, {"metadata": {"name": "web"}}, "default"),
+    ):
+        before = len(script.seen)
+        with pytest.raises(errors.TooManyRequests) as info:
+            call()
+        assert len(script.seen) == before + 1
+        assert info.value.retry_after_seconds == 3600
+
+
 def test_unreachable_server_is_service_unavailable() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
