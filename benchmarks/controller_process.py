@@ -205,3 +205,27 @@ def provisioning_counts(port: int) -> dict[str, float]:
         elif line.startswith(CREATED_METRIC):
             created += float(line.rsplit(" ", 1)[1])
     return {"rounds": rounds, "nodeclaims_created": created}
+
+
+RECONCILE_SECONDS_METRIC = "controller_runtime_reconcile_time_seconds_sum{"
+
+
+def reconcile_seconds(port: int) -> dict[str, float]:
+    """From the controller's ``/metrics`` on ``port``: each cluster's seconds spent in its
+    controllers' reconciles and periodic runs so far (the time it held a worker), keyed by the
+    ``cluster`` label (``""`` outside fleet mode). Empty when the endpoint does not answer."""
+    import re
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return {}
+    seconds: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(RECONCILE_SECONDS_METRIC):
+            found = re.search(r'cluster="([^"]*)"', line)
+            cluster = found.group(1) if found else ""
+            seconds[cluster] = seconds.get(cluster, 0.0) + float(line.rsplit(" ", 1)[1])
+    return seconds

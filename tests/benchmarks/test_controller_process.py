@@ -40,3 +40,43 @@ def test_sigterm_runs_the_benchmarks_finally_blocks(tmp_path: Path) -> None:
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 128 + signal.SIGTERM
     assert marker.read_text() == "stopped"
+
+
+def test_reconcile_seconds_are_read_per_cluster_and_the_extra_one_set_apart() -> None:
+    """What ``fleet.py`` reports as each cluster's hold on the workers over the waves."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from benchmarks.controller_process import reconcile_seconds
+    from benchmarks.fleet_http import _held
+
+    text = (
+        b'controller_runtime_reconcile_time_seconds_sum{cluster="c-1/c-1",controller="a"} 1.5\n'
+        b'controller_runtime_reconcile_time_seconds_sum{cluster="c-1/c-1",controller="b"} 0.5\n'
+        b'controller_runtime_reconcile_time_seconds_sum{cluster="c-2/c-2",controller="a"} 3.0\n'
+        b'controller_runtime_reconcile_time_seconds_sum{cluster="c-3/c-3",controller="a"} 0.25\n'
+        b'controller_runtime_reconcile_time_seconds_count{cluster="c-3/c-3",controller="a"} 9\n'
+    )
+
+    class Metrics(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(text)))
+            self.end_headers()
+            self.wfile.write(text)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Metrics)
+    thread = threading.Thread(target=server.handle_request, daemon=True)
+    thread.start()
+    try:
+        after = reconcile_seconds(server.server_address[1])
+    finally:
+        thread.join(10)
+        server.server_close()
+    assert after == {"c-1/c-1": 2.0, "c-2/c-2": 3.0, "c-3/c-3": 0.25}
+    before = {"c-1/c-1": 1.0, "c-2/c-2": 1.0, "c-3/c-3": 0.0}
+    held = _held(before, after, ["c-3"])
+    assert held == {"extra_cluster": 0.25, "others_median": 2.0, "others_max": 2.0}

@@ -17,7 +17,12 @@ import threading
 from types import FrameType
 from typing import TYPE_CHECKING, TextIO
 
-from karpenter_capi.cli.clusters import clients, fleet_management_client, load_plugins
+from karpenter_capi.cli.clusters import (
+    clients,
+    fleet_management_client,
+    load_plugins,
+    user_agent,
+)
 from karpenter_capi.cli.options import parse_feature_gates, plugin_names
 from karpenter_capi.core.api.duration import DurationError, parse_duration
 from karpenter_capi.core.errors import InvalidInputError
@@ -235,10 +240,8 @@ def parse_budget(text: str) -> float:
 
 def run_command(args: argparse.Namespace, out: TextIO) -> int:
     """Start the operator (or one round with ``--once``) and run until SIGTERM/SIGINT."""
-    from karpenter_capi import __version__
     from karpenter_capi.core.clock import SystemClock
     from karpenter_capi.core.disruption import DisruptionSettings
-    from karpenter_capi.core.kube.official import set_user_agent
     from karpenter_capi.core.operator import Operator, OperatorOptions
     from karpenter_capi.core.provisioning.loop import print_report
     from karpenter_capi.core.provisioning.nominations import GATE, log_mode, nomination_mode
@@ -246,8 +249,6 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
 
     clock = SystemClock()
     gates = parse_feature_gates(args.feature_gates)
-    identity = args.leader_election_identity
-    set_user_agent(f"karpenter-capi/{__version__}" + (f" ({identity})" if identity else ""))
     if args.fleet:
         if args.once:
             raise InvalidInputError("--once serves one cluster; it cannot be used with --fleet")
@@ -351,8 +352,10 @@ def run_fleet(
     from karpenter_capi.core.kube.config import connect_kubeconfig
     from karpenter_capi.core.plugin_host import parse_plugin_options
 
+    agent = user_agent(args)  # the replica's name, on every member's client too
+
     def connect(kubeconfig: Kubeconfig) -> KubeClient:
-        return connect_kubeconfig(kubeconfig.document)
+        return connect_kubeconfig(kubeconfig.document, user_agent=agent)
 
     fleet = Fleet(
         management,

@@ -21,7 +21,8 @@ import pytest
 
 from karpenter_capi.core.kube import errors
 from karpenter_capi.core.kube.client import PatchType, Preconditions, PropagationPolicy
-from karpenter_capi.core.kube.official import OfficialClient, set_user_agent, user_agent
+from karpenter_capi.core.kube.config import connect_kubeconfig
+from karpenter_capi.core.kube.official import DEFAULT_USER_AGENT, OfficialClient
 from karpenter_capi.core.kube.resources import MACHINE_DEPLOYMENTS, NODES, PODS
 from karpenter_capi.sim.apiserver.kubeconfig import write_kubeconfig
 
@@ -103,24 +104,42 @@ def test_requests_carry_bearer_token_and_real_paths(stub: tuple[Script, Official
     assert listing.path == "/api/v1/nodes?labelSelector=a%3Db&limit=10&continue=next"
 
 
-def test_clients_built_after_set_user_agent_name_the_replica(
+def test_each_client_sends_the_user_agent_it_was_built_with(
     stub: tuple[Script, OfficialClient],
 ) -> None:
-    """A fleet's replicas are told apart in a server's request log by their User-Agent: the
-    per-cluster clients are built from kubeconfig Secrets after ``run`` has named the process."""
-    script, before = stub
-    default = user_agent()  # "karpenter-capi", or what a `run` earlier in this process set
-    before.get(PODS, "web", "default")
-    assert script.seen[-1].headers["user-agent"] == default
-    assert default.startswith("karpenter-capi")
-    set_user_agent("karpenter-capi/0.1.0 (replica-2)")
+    """A fleet's replicas are told apart in a server's request log by their User-Agent. The
+    name is given to each client (``run`` gives it to every client it builds, fleet members'
+    too), not set for the process: two clients with different names, built in either order,
+    each keep their own, on the direct HTTP path as on the official client's."""
+    script, default = stub
+    replica = OfficialClient.from_url(
+        default.host, token="tok", user_agent="karpenter-capi/0.1.0 (replica-2)"
+    )
+    document = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": default.host}}],
+        "users": [{"name": "u", "user": {"token": "tok"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+    member = connect_kubeconfig(document, user_agent="karpenter-capi/0.1.0 (replica-3)")
     try:
-        after = OfficialClient.from_url(before.host, token="tok")
-        after.get(PODS, "web", "default")
-        after.close()
+        for client in (replica, default, member):
+            assert client._direct is not None  # the direct path sends these
+            client.get(PODS, "web", "default")
+        replica._direct = None  # as for a proxy: the official client's REST layer sends it
+        replica.get(PODS, "web", "default")
     finally:
-        set_user_agent(default)
-    assert script.seen[-1].headers["user-agent"] == "karpenter-capi/0.1.0 (replica-2)"
+        replica.close()
+        member.close()
+    agents = [seen.headers["user-agent"] for seen in script.seen]
+    assert agents == [
+        "karpenter-capi/0.1.0 (replica-2)",
+        DEFAULT_USER_AGENT,
+        "karpenter-capi/0.1.0 (replica-3)",
+        "karpenter-capi/0.1.0 (replica-2)",
+    ]
 
 
 def test_patch_content_types_and_bodies(stub: tuple[Script, OfficialClient]) -> None:
@@ -203,6 +222,26 @@ def test_retry_after_header_is_kept_on_429(stub: tuple[Script, OfficialClient]) 
         client.evict("web", "default")
     assert info.value.retry_after_seconds == 3
     assert "slow down" in info.value.message
+
+
+def test_a_429_is_raised_at_its_first_answer_never_slept_out(
+    stub: tuple[Script, OfficialClient],
+) -> None:
+    """A throttled request costs its caller one round trip: the client neither retries it
+    nor sleeps out ``Retry-After`` (urllib3's default would, on the caller's thread: in fleet
+    mode a worker shared by every cluster). The caller's queue honours it instead."""
+    script, client = stub
+    script.answer = lambda seen, _h: (429, {"Retry-After": "3600"}, b"busy")
+    for call in (
+        lambda: client.get(PODS, "web", "default"),
+        lambda: client.list(NODES),
+        lambda: client.create(PODS, {"metadata": {"name": "web"}}, "default"),
+    ):
+        before = len(script.seen)
+        with pytest.raises(errors.TooManyRequests) as info:
+            call()
+        assert len(script.seen) == before + 1
+        assert info.value.retry_after_seconds == 3600
 
 
 def test_unreachable_server_is_service_unavailable() -> None:

@@ -14,10 +14,17 @@ from collections.abc import Callable
 import pytest
 
 from karpenter_capi.core.clock import SystemClock
-from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES, NODECLAIMS, NODEPOOLS
+from karpenter_capi.core.kube.client import JsonObject, KubeClient
+from karpenter_capi.core.kube.resources import (
+    CLUSTER_API_NODE_CLASSES,
+    NODECLAIMS,
+    NODEPOOLS,
+    Resource,
+)
 from karpenter_capi.core.operator import Operator, OperatorOptions
 from karpenter_capi.core.runtime.pool import WorkerPool
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
+from karpenter_capi.sim.apiserver.faulty_client import FaultyClient, throttled
 from karpenter_capi.sim.cluster import new_cluster
 from tests.support.operator_world import nodeclass, nodepool, pending_pod
 from tests.support.provider import FakeProvider
@@ -35,7 +42,9 @@ def _wait_for(condition: Callable[[], bool], what: str) -> None:
 
 
 class PooledCluster:
-    def __init__(self, name: str, pool: WorkerPool) -> None:
+    def __init__(
+        self, name: str, pool: WorkerPool, client: Callable[[KubeClient], KubeClient] | None = None
+    ) -> None:
         clock = SystemClock()
         self.api: InMemoryAPIServer = new_cluster(clock=clock)
         self.api.create(CLUSTER_API_NODE_CLASSES, nodeclass())
@@ -44,8 +53,9 @@ class PooledCluster:
             leader_elect=False, metrics_port=None, batch_idle=0.05, batch_max=0.5, packing_budget=0
         )
         provider = FakeProvider(clock)
+        workload = self.api if client is None else client(self.api)
         self.operator = Operator(
-            self.api, self.api, provider.plugins(self.api), clock, options, pool=pool, name=name
+            workload, self.api, provider.plugins(self.api), clock, options, pool=pool, name=name
         )
         self.stop = threading.Event()
         self.started = threading.Event()
@@ -82,3 +92,66 @@ def test_two_operators_provision_their_own_clusters_on_one_pool() -> None:
             cluster.thread.join(WAIT)
             assert not cluster.thread.is_alive()
         assert pool.members == []
+
+
+class WriteStorm(FaultyClient):
+    """Every write of the controller to this cluster gets 429 with ``Retry-After: 3600`` while
+    ``storming``; reads and watches go through, so its controllers see work and keep trying."""
+
+    def __init__(self, inner: KubeClient) -> None:
+        super().__init__(inner, lambda: throttled(3600) if self.storming else None)
+        self.storming = True
+        self.threads: list[str] = []
+
+    def _record(
+        self,
+        verb: str,
+        resource: Resource,
+        namespace: str | None,
+        name: str | None = None,
+        subresource: str | None = None,
+    ) -> None:
+        if verb not in ("get", "list", "watch"):
+            self.threads.append(threading.current_thread().name)
+            self._check()
+
+    def server_version(self) -> JsonObject:
+        return self._inner.server_version()
+
+
+def test_a_storming_cluster_holds_no_worker_of_a_one_worker_pool() -> None:
+    """Issue 28's isolation on the fleet's real shape: one shared worker for two clusters, one
+    of them answering every write with 429 and an hour's ``Retry-After``. The storming
+    cluster's reconciles fail at once and back off on the pool's timer, not on the worker: had
+    any of them slept out the ``Retry-After`` (in a retry loop, the client, or a backoff), the
+    only worker would be gone for an hour and the other cluster would never provision."""
+    storms: list[WriteStorm] = []
+
+    def storming(api: KubeClient) -> KubeClient:
+        storms.append(WriteStorm(api))
+        return storms[-1]
+
+    with WorkerPool(1, name="fleet") as pool:
+        a = PooledCluster("a", pool, storming)
+        b = PooledCluster("b", pool)
+        for cluster in (a, b):
+            cluster.thread.start()
+            assert cluster.started.wait(WAIT)
+        (storm,) = storms
+        pending_pod(a.api, "web-0")
+        _wait_for(lambda: storm.refused > 0, "a's NodeClaim create refused")
+        pending_pod(b.api, "web-0", cpu="5")
+        pending_pod(b.api, "web-1", cpu="5")
+        _wait_for(lambda: b.claims() == 2, "b's two NodeClaims")
+        assert a.claims() == 0
+        # The refused writes were made by the pool's one worker (or threads a reconcile on it
+        # started and ended), and the worker is free again: b's work ran on it since.
+        assert storm.threads
+        assert all(
+            name.startswith(("fleet-worker-", "create-nodeclaim")) for name in storm.threads
+        ), storm.threads
+        storm.storming = False
+        for cluster in (a, b):
+            cluster.stop.set()
+            cluster.thread.join(WAIT)
+            assert not cluster.thread.is_alive()

@@ -19,7 +19,7 @@ from typing import Any
 
 from karpenter_capi.core.errors import InvalidInputError
 from karpenter_capi.core.kube._official_credentials import decode_ca_data
-from karpenter_capi.core.kube.official import OfficialClient
+from karpenter_capi.core.kube.official import DEFAULT_USER_AGENT, OfficialClient
 
 ENV_KUBECONFIG = "KUBECONFIG"
 ENV_MANAGEMENT_KUBECONFIG = "KARPENTER_CAPI_MANAGEMENT_KUBECONFIG"
@@ -197,8 +197,9 @@ def cluster_config_from_args(
     return ClusterConfig(workload=workload, management=management)
 
 
-def connect(conn: ClusterConnection) -> OfficialClient:
-    """Open a client for one connection (nothing is sent until the first call)."""
+def connect(conn: ClusterConnection, *, user_agent: str = DEFAULT_USER_AGENT) -> OfficialClient:
+    """Open a client for one connection (nothing is sent until the first call), naming itself
+    ``user_agent`` in every request."""
     if conn.url:
         return OfficialClient.from_url(
             conn.url,
@@ -206,20 +207,26 @@ def connect(conn: ClusterConnection) -> OfficialClient:
             token_file=conn.token_file,
             ca_data=conn.ca_data,
             insecure_skip_tls_verify=conn.insecure_skip_tls_verify,
+            user_agent=user_agent,
         )
     if conn.in_cluster:
-        return OfficialClient.in_cluster()
-    return OfficialClient.from_kubeconfig(conn.kubeconfig, conn.context)
+        return OfficialClient.in_cluster(user_agent=user_agent)
+    return OfficialClient.from_kubeconfig(conn.kubeconfig, conn.context, user_agent=user_agent)
 
 
 def connect_kubeconfig(
-    document: Mapping[str, Any], *, context: str | None = None, poll_watches: bool = False
+    document: Mapping[str, Any],
+    *,
+    context: str | None = None,
+    poll_watches: bool = False,
+    user_agent: str = DEFAULT_USER_AGENT,
 ) -> OfficialClient:
     """Open a client from a kubeconfig already read into a dict: what fleet mode does with the
     ``value`` of each Cluster's ``<cluster>-kubeconfig`` Secret, which never touches a file.
 
     The library's global default configuration is left untouched, as for a kubeconfig file.
-    ``poll_watches`` as ``OfficialClient`` (for the stepped driver over the in-memory front).
+    ``poll_watches`` as ``OfficialClient`` (for the stepped driver over the in-memory front);
+    ``user_agent``: ``run --fleet`` passes the replica's, as for its management client.
     """
     from kubernetes.client import Configuration
     from kubernetes.config import load_kube_config_from_dict
@@ -231,15 +238,19 @@ def connect_kubeconfig(
         client_configuration=configuration,
         persist_config=False,
     )  # type: ignore[no-untyped-call]
-    return OfficialClient.from_configuration(configuration, poll_watches=poll_watches)
+    return OfficialClient.from_configuration(
+        configuration, poll_watches=poll_watches, user_agent=user_agent
+    )
 
 
-def connect_clusters(config: ClusterConfig) -> tuple[OfficialClient, OfficialClient]:
+def connect_clusters(
+    config: ClusterConfig, *, user_agent: str = DEFAULT_USER_AGENT
+) -> tuple[OfficialClient, OfficialClient]:
     """Clients for (workload, management); one shared client when they are the same cluster."""
-    workload = connect(config.workload)
+    workload = connect(config.workload, user_agent=user_agent)
     if config.single_cluster:
         return workload, workload
-    return workload, connect(config.management_connection)
+    return workload, connect(config.management_connection, user_agent=user_agent)
 
 
 def _workload_connection(

@@ -62,23 +62,10 @@ _CONNECT_TIMEOUT_SECONDS = 10.0
 # gives up reading, so a dead connection is noticed without racing the server's own timeout.
 _WATCH_READ_SLACK_SECONDS = 30.0
 _JSON = "application/json"
-_USER_AGENT = ["karpenter-capi"]
-"""The ``User-Agent`` of every client built from here on (``set_user_agent``)."""
-
-
-def set_user_agent(agent: str) -> None:
-    """Name this process in the ``User-Agent`` of every client built from now on.
-
-    ``run`` puts the program, its version and the replica's leader-election identity there
-    (``karpenter-capi/0.1.0 (replica-0)``), so a server's audit log, or the benchmark's request
-    log, tells the replicas of a fleet apart; fleet members' clients are built later, from the
-    kubeconfig Secrets, so a process-wide default reaches them too."""
-    _USER_AGENT[0] = agent
-
-
-def user_agent() -> str:
-    """What ``set_user_agent`` last set (``karpenter-capi`` before)."""
-    return _USER_AGENT[0]
+DEFAULT_USER_AGENT = "karpenter-capi"
+"""The ``User-Agent`` of a client built without one. ``run`` passes its own to every client it
+builds, fleet members' included: ``karpenter-capi/VERSION (IDENTITY)``, so a server's audit log,
+or the benchmark's request log, tells the replicas of a fleet apart."""
 
 
 Query = list[tuple[str, str]]
@@ -118,7 +105,10 @@ class OfficialClient:
         *,
         pool_maxsize: int = DEFAULT_POOL_MAXSIZE,
         poll_watches: bool = False,
+        user_agent: str = DEFAULT_USER_AGENT,
     ) -> OfficialClient:
+        """A client over ``configuration``, sending ``user_agent`` as its ``User-Agent`` (on the
+        direct HTTP path too: both send the headers ``param_serialize`` builds)."""
         configuration.connection_pool_maxsize = max(
             pool_maxsize, configuration.connection_pool_maxsize or 0
         )
@@ -138,7 +128,7 @@ class OfficialClient:
                 respect_retry_after_header=False,
             )
         api_client = ApiClient(configuration)
-        api_client.user_agent = _USER_AGENT[0]
+        api_client.user_agent = user_agent
         return cls(api_client, poll_watches=poll_watches)
 
     @classmethod
@@ -152,6 +142,7 @@ class OfficialClient:
         token_file: str | None = None,
         pool_maxsize: int = DEFAULT_POOL_MAXSIZE,
         poll_watches: bool = False,
+        user_agent: str = DEFAULT_USER_AGENT,
     ) -> OfficialClient:
         """Connect to ``url`` with an optional bearer token (or a file holding one, re-read
         whenever it changes) and CA bundle.
@@ -172,7 +163,10 @@ class OfficialClient:
             configuration.ca_cert_data = decode_ca_data(ca_data)
         configuration.verify_ssl = not insecure_skip_tls_verify
         return cls.from_configuration(
-            configuration, pool_maxsize=pool_maxsize, poll_watches=poll_watches
+            configuration,
+            pool_maxsize=pool_maxsize,
+            poll_watches=poll_watches,
+            user_agent=user_agent,
         )
 
     @classmethod
@@ -182,6 +176,7 @@ class OfficialClient:
         context: str | None = None,
         *,
         pool_maxsize: int = DEFAULT_POOL_MAXSIZE,
+        user_agent: str = DEFAULT_USER_AGENT,
     ) -> OfficialClient:
         """Load a kubeconfig (``None``: ``$KUBECONFIG`` or ``~/.kube/config``) into a fresh
         ``Configuration``; the library's global default configuration is left untouched."""
@@ -194,16 +189,22 @@ class OfficialClient:
             client_configuration=configuration,
             persist_config=False,
         )  # type: ignore[no-untyped-call]
-        return cls.from_configuration(configuration, pool_maxsize=pool_maxsize)
+        return cls.from_configuration(
+            configuration, pool_maxsize=pool_maxsize, user_agent=user_agent
+        )
 
     @classmethod
-    def in_cluster(cls, *, pool_maxsize: int = DEFAULT_POOL_MAXSIZE) -> OfficialClient:
+    def in_cluster(
+        cls, *, pool_maxsize: int = DEFAULT_POOL_MAXSIZE, user_agent: str = DEFAULT_USER_AGENT
+    ) -> OfficialClient:
         """Use the pod's service account (token file re-read as it rotates)."""
         from kubernetes.config import load_incluster_config
 
         configuration = type.__call__(Configuration)
         load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        return cls.from_configuration(configuration, pool_maxsize=pool_maxsize)
+        return cls.from_configuration(
+            configuration, pool_maxsize=pool_maxsize, user_agent=user_agent
+        )
 
     @property
     def api_client(self) -> ApiClient:
