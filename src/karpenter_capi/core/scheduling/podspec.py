@@ -408,6 +408,8 @@ def _like(template: PodSpec, pod: PodObject, meta: Mapping[str, Any]) -> PodSpec
 
 
 def _owners(meta: Mapping[str, Any]) -> tuple[Owner, ...]:
+    if not meta.get("ownerReferences"):
+        return ()
     return tuple(
         Owner(str(o.get("kind") or ""), str(o.get("name") or ""), bool(o.get("controller")))
         for o in meta.get("ownerReferences") or ()
