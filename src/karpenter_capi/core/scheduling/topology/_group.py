@@ -103,6 +103,7 @@ class Profile:
     """One pod shape's view of the groups: those it owns, and those that select it."""
 
     __slots__ = (
+        "affinity_keys",
         "inverse_owned",
         "inverse_selecting",
         "labels",
@@ -118,6 +119,7 @@ class Profile:
         self.namespace = namespace
         self.labels = labels
         self.owned: list[tuple[Group, bool]] = []  # (group, the pod selects itself)
+        self.affinity_keys: frozenset[str] = frozenset()  # the keys of its owned affinities
         self.pins: list[tuple[str, list[Group]]] = []  # owned keys, with the spreads on each
         self.inverse_owned: list[Group] = []
         self.selected: list[Group] = []

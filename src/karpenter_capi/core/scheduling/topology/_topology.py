@@ -251,6 +251,8 @@ class Topology:
         thousands of nodes and a hostname affinity, that is most of the work saved.
         """
         profile = self._refreshed(pod)
+        if key not in profile.affinity_keys:
+            return None
         result: frozenset[str] | None = None
         for group, self_selecting in profile.owned:
             if group.kind != AFFINITY or group.key != key:
@@ -422,7 +424,10 @@ class Topology:
         ]
 
     def _refreshed(self, pod: PodSpec) -> Profile:
-        profile = self._profile(pod)
+        # Asked several times for every claim a pod is tried on: the look-up is inlined.
+        profile = self._profiles.get(pod.topology_signature)
+        if profile is None:
+            profile = self._profile(pod)
         groups = self._groups
         if profile.seen < len(groups):
             for index in range(profile.seen, len(groups)):
@@ -475,6 +480,7 @@ class Topology:
         unique = list(dict.fromkeys(owned))
         unique.sort(key=lambda g: KIND_ORDER[g.kind])
         profile.owned = [(g, g.selects(namespace, labels)) for g in unique]
+        profile.affinity_keys = frozenset(g.key for g in unique if g.kind == AFFINITY)
         pins: dict[str, list[Group]] = {}
         for group in unique:
             pins.setdefault(group.key, [])
