@@ -278,11 +278,11 @@ class Solver(ClaimFits):
             assert self._topology is not None
             hosts = self._topology.affinity_domains(spec, wellknown.LABEL_HOSTNAME)
             zones = self._topology.affinity_domains(spec, wellknown.LABEL_TOPOLOGY_ZONE)
-        nodes = node_window(self._nodes, pod_class, hosts)
-        for node in nodes:
-            if self._node_refusal(node, pod_class, spec) is None:
-                self._place_on_node(node, pod_class, pod, spec)
-                return None
+        if self._nodes:
+            for node in node_window(self._nodes, pod_class, hosts):
+                if self._node_refusal(node, pod_class, spec) is None:
+                    self._place_on_node(node, pod_class, pod, spec)
+                    return None
         elsewhere = None if zones is None else pod_class.elsewhere.setdefault(zones, RuledOut())
         claims = claim_window(self._claims, self._claims_by_host, pod_class, hosts, zones)
         best = self._best_fit(claims, pod_class, spec, zones, elsewhere)

@@ -104,13 +104,14 @@ class Topology:
                 bucket.setdefault(str(value), []).extend(tuple(s) for s in taint_sets)
 
         pending = list(pending_pods)
-        skip = {_identity(pod) for pod in pending}
         # Indexed here, or once for many solves (a disruption pass's); either way left as is.
         self._base = (
             existing_pods
             if isinstance(existing_pods, ExistingPods)
             else ExistingPods(existing_pods)
         )
+        # The pending pods also counted as existing ones; none when no pod exists yet.
+        skip = {_identity(pod) for pod in pending} if self._base.where else set()
         self._nodes = self._base.nodes
         self._excluded = self._base.node_indexes(excluded_nodes)
         self._minus, emptied = self._base.left_out(skip, self._excluded)
@@ -200,8 +201,14 @@ class Topology:
         if self._verdicts_epoch != self._epoch:
             self._verdicts.clear()
             self._verdicts_epoch = self._epoch
+        keys = profile.memo_keys
+        if len(keys) == 1:  # the usual case (one zonal constraint), without the list
+            value = single_value(node_requirements.get(keys[0]))
+            if value is None:
+                return None
+            return (profile, pod_requirements, tuple(node_taints), value)
         singles: list[object] = [profile, pod_requirements, tuple(node_taints)]
-        for key in profile.memo_keys:
+        for key in keys:
             value = single_value(node_requirements.get(key))
             if value is None:
                 return None
