@@ -187,7 +187,9 @@ class Solver(ClaimFits):
         """Place ``pods``; see the module docstring for the order things are tried in."""
         deadline = self._clock.monotonic() + self._timeout
         errors: dict[str, str] = {}
-        specs = [self._remember(self._specs.get(pod)) for pod in pods]
+        parse, by_id = self._specs.get, self._spec_by_id
+        specs = [parse(pod) for pod in pods]
+        by_id.update((id(s.raw), s) for s in specs)  # what _remember does, for every pod at once
         errors.update((s.key, s.problem) for s in specs if s.problem is not None)
         readable = [s for s in specs if s.problem is None]
         self._resources = resource_names(self._options, readable, self._existing)
@@ -202,7 +204,10 @@ class Solver(ClaimFits):
         # size order with the rest, others could fill the room kept for them.
         nominated = frozenset().union(*(n.nominated for n in self._existing))
         ordered = largest_first(readable, self._pools)
-        queue = deque(sorted(ordered, key=lambda p: p.key not in nominated))
+        queue = deque(
+            sorted(ordered, key=lambda p: p.key not in nominated) if nominated else ordered
+        )
+        relaxed_any = False
         stalled = 0  # pods retried since the last one was placed
         handled = 0
         while queue:
@@ -227,6 +232,7 @@ class Solver(ClaimFits):
             errors[key] = why.reason
             relaxed = relax(spec)
             if relaxed is not None:
+                relaxed_any = True
                 queue.append(self._remember(relaxed))
                 continue
             # Nothing left to relax; retry once everything else has had its turn, since a
@@ -253,9 +259,11 @@ class Solver(ClaimFits):
         for node in self._nodes:
             if node.placed:
                 result.existing[node.node.name] = [originals[pod_key(p)] for p in node.placed]
-        known = self._spec_by_id  # the specs of the pods handed over, by identity
-        for claim in self._claims:
-            claim.pods = [originals[key_of(p, known.get(id(p)))] for p in claim.pods]
+        # Without a relaxed copy or two pods of one key, every pod placed is the one given.
+        if relaxed_any or len(originals) != len(readable):
+            known = self._spec_by_id  # the specs of the pods handed over, by identity
+            for claim in self._claims:
+                claim.pods = [originals[key_of(p, known.get(id(p)))] for p in claim.pods]
         result.new_nodeclaims = proposed_claims(
             self._claims, self._resources, self._max_instance_types
         )
