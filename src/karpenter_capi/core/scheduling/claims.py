@@ -152,6 +152,8 @@ class PodClass:
     passed: dict[frozenset[str] | None, RuledOut] = field(default_factory=dict)
     # Claims that refused it for what is on them alone, and their version at the time.
     unchanged_refusals: dict[int, int] = field(default_factory=dict)
+    # A NodePool's requirements (by its name) merged with the class's.
+    pool_requirements: dict[str, Requirements] = field(default_factory=dict)
     # A claim's requirements (by identity) merged with the class's, or why they conflict.
     merged: dict[int, tuple[Requirements, Requirements | Refusal]] = field(default_factory=dict)
 
@@ -383,6 +385,12 @@ class CompatibleTypes:
         relevant = Requirements(
             r for key, r in requirements.items() if key != wellknown.LABEL_HOSTNAME
         )
+        return self.by_relevant(pool, relevant, pod_class)
+
+    def by_relevant(
+        self, pool: PoolState, relevant: Requirements, pod_class: PodClass
+    ) -> list[TypeInfo]:
+        """The same for requirements known to say nothing of the hostname."""
         tolerations = pod_class.signature if pool.tainted_types else ""
         cache_key = (id(pool), relevant, tolerations)
         cached = self._cache.get(cache_key)

@@ -55,6 +55,7 @@ from karpenter_capi.core.scheduling.claims import (
     PodClass,
     PoolState,
     RuledOut,
+    TypeInfo,
     add,
     claim_window,
     first_fit,
@@ -380,8 +381,13 @@ class Solver(ClaimFits):
         if why is not None:
             return Refusal(f"incompatible requirements: {why.reason}")
         hostname = f"{HOSTNAME_PLACEHOLDER}{len(self._claims):04d}"
-        requirements = pool.requirements.merged(pod_class.requirements).with_requirement(
-            Requirement.new(wellknown.LABEL_HOSTNAME, "In", [hostname])
+        base = pod_class.pool_requirements.get(pool.option.name)
+        if base is None:
+            base = pool.requirements.merged(pod_class.requirements)
+            pod_class.pool_requirements[pool.option.name] = base
+        # Requirement.new(hostname, "In", [hostname]), built directly: the name is a string.
+        unnarrowed = requirements = base.with_requirement(
+            Requirement(wellknown.LABEL_HOSTNAME, False, frozenset((hostname,)))
         )
         taints = pool.option.taints
         if pod_class.topological:
@@ -398,26 +404,10 @@ class Solver(ClaimFits):
         if clash is not None:
             return Refusal(f"host port {clash} is taken by a DaemonSet on every such node")
         total = add(pod_class.vector, daemon)
-        types = self._compatible_types(pool, requirements, pod_class)
-        if not types:
-            if pod_class.topological:
-                shown = Requirements(
-                    r for key, r in requirements.items() if key != wellknown.LABEL_HOSTNAME
-                )
-                return Refusal(f"no instance type is offered where its topology allows ({shown})")
-            relevant = Requirements(
-                r for key, r in requirements.items() if key != wellknown.LABEL_HOSTNAME
-            )
-            return Refusal(
-                no_type_reason(
-                    pool.option.instance_types,
-                    relevant,
-                    lambda it: (
-                        not it.taints
-                        or strictly_untolerated(pod_class.tolerations, it.taints) is None
-                    ),
-                )
-            )
+        found = self._new_claim_types(pool, pod_class, requirements, base, unnarrowed)
+        if isinstance(found, Refusal):
+            return found
+        types = found
         if pool.remaining is not None:
             remaining = pool.remaining
             within = [t for t in types if fits(limit_use(t.capacity), remaining)]
@@ -457,3 +447,37 @@ class Solver(ClaimFits):
         self._claims_by_host[hostname] = claim
         self._topology.record(spec, requirements)
         return None
+
+    def _new_claim_types(
+        self,
+        pool: PoolState,
+        pod_class: PodClass,
+        requirements: Requirements,
+        base: Requirements,
+        unnarrowed: Requirements,
+    ) -> list[TypeInfo] | Refusal:
+        """The pool's types a new claim with ``requirements`` may be, or why there are none.
+
+        ``base`` is the pool's requirements merged with the class's, ``unnarrowed`` that with
+        the claim's hostname, before the topology narrowed it."""
+        if requirements is unnarrowed and wellknown.LABEL_HOSTNAME not in base:
+            # What the types are chosen by (all but the hostname) is the class's in the pool.
+            types = self._compatible_types.by_relevant(pool, base, pod_class)
+        else:
+            types = self._compatible_types(pool, requirements, pod_class)
+        if types:
+            return types
+        relevant = Requirements(
+            r for key, r in requirements.items() if key != wellknown.LABEL_HOSTNAME
+        )
+        if pod_class.topological:
+            return Refusal(f"no instance type is offered where its topology allows ({relevant})")
+        return Refusal(
+            no_type_reason(
+                pool.option.instance_types,
+                relevant,
+                lambda it: (
+                    not it.taints or strictly_untolerated(pod_class.tolerations, it.taints) is None
+                ),
+            )
+        )
