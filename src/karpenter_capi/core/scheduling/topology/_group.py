@@ -104,6 +104,7 @@ class Profile:
 
     __slots__ = (
         "affinity_keys",
+        "hostname_only",
         "inverse_owned",
         "inverse_selecting",
         "labels",
@@ -127,6 +128,9 @@ class Profile:
         self.seen = 0  # how many of Topology._groups ``selected`` has been checked against
         # The keys its narrowing reads, when answers may be kept by them (Topology._verdict_key)
         self.memo_keys: tuple[str, ...] = ()
+        # Its groups in order with whether it selects itself, when all are hostname spreads or
+        # anti-affinities (answered by _narrowing.one_hostname for a node in one hostname).
+        self.hostname_only: list[tuple[Group, bool]] | None = None
 
 
 def possible_domains(group: Group, requirement: Requirement | None) -> list[str]:
