@@ -8,6 +8,7 @@ import pytest
 
 from karpenter_capi.core.provisioning.state import ParsedCluster, unbound
 from karpenter_capi.core.scheduling.podspec import PodSpecs, parse_pod
+from karpenter_capi.core.scheduling.podspec_class import class_parts
 from karpenter_capi.core.scheduling.preferences import relax
 from karpenter_capi.core.values.resources import ResourceList, pod_requests
 from karpenter_capi.core.values.taints import Toleration
@@ -178,3 +179,23 @@ def test_a_replica_whose_own_fields_are_unreadable_says_why() -> None:
 
     assert specs.get(broken).problem == parse_pod(broken).problem
     assert specs.get(broken).problem is not None
+
+
+def test_a_class_key_tells_apart_values_that_read_alike_and_takes_any_value() -> None:
+    # The memo copies a class's parsed part on a hit, so equal keys must mean equal parts: a
+    # number, its text, a bool and a float of it are different specs.
+    values: list[object] = ["1", 1, 1.0, True, None, [1], {"1": 1}]
+    keys = [class_parts(("ns", {"a": value})) for value in values]
+    assert len(set(keys)) == len(values)
+    # Equal parts built apart (not the same objects) share a key.
+    assert class_parts(("ns", {"a": ["x", {"y": 2}]})) == class_parts(
+        ("ns", {"a": ["x", {"y": 2}]})
+    )
+
+    class Quantity:  # not plain JSON data: keyed by its text instead of failing the parse
+        def __str__(self) -> str:
+            return "1Gi"
+
+    odd = class_parts(("ns", {"a": Quantity()}))
+    assert odd == class_parts(("ns", {"a": Quantity()}))
+    assert odd != class_parts(("ns", {"a": "1Gi"}))

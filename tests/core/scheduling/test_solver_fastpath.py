@@ -43,7 +43,8 @@ def _plan(result: SolveResult) -> tuple[Any, ...]:
 
 def _both(monkeypatch: pytest.MonkeyPatch, solve: Any) -> tuple[Any, Any, int, int]:
     """The plan with kept answers (a claim's per class, ``Solver.memo_fits``; the topology's
-    per domains, ``Topology.memo_verdicts``) and without, and how many claims were checked from
+    per domains, ``Topology.memo_verdicts``) and the topology's hostname fast path
+    (``Topology.hostname_fast_path``), and without, and how many claims were checked from
     scratch in each."""
     prepared = Solver._prepare_fit
     calls = {"n": 0}
@@ -57,9 +58,11 @@ def _both(monkeypatch: pytest.MonkeyPatch, solve: Any) -> tuple[Any, Any, int, i
     fast_calls, calls["n"] = calls["n"], 0
     monkeypatch.setattr(Solver, "memo_fits", False)
     monkeypatch.setattr(Topology, "memo_verdicts", False)
+    monkeypatch.setattr(Topology, "hostname_fast_path", False)
     slow = _plan(solve())
     monkeypatch.setattr(Solver, "memo_fits", True)
     monkeypatch.setattr(Topology, "memo_verdicts", True)
+    monkeypatch.setattr(Topology, "hostname_fast_path", True)
     return fast, slow, fast_calls, calls["n"]
 
 

@@ -16,6 +16,8 @@ from karpenter_capi.core.scheduling.topology import (
     schedule_anyway_constraints,
 )
 from karpenter_capi.core.scheduling.topology import Topology as SolverTopology
+from karpenter_capi.core.scheduling.topology import _topology as topology_module
+from karpenter_capi.core.scheduling.topology._narrowing import one_hostname
 from karpenter_capi.core.values.refusal import Refusal
 from karpenter_capi.core.values.requirements import (
     EMPTY,
@@ -635,3 +637,56 @@ def test_a_nil_spread_selector_selects_no_pod_and_an_empty_one_every_pod() -> No
     # nil counts no pod, so zone a holding two is no skew; {} counts both of them.
     assert allowed(topology, nil, claim(["a"])) == {"a"}
     assert "maxSkew 1" in refused(topology, empty, claim(["a"]))
+
+
+@pytest.mark.parametrize("max_skew", [1, 2])
+def test_the_hostname_fast_path_answers_as_narrowing_each_group_does(
+    monkeypatch: pytest.MonkeyPatch, max_skew: int
+) -> None:
+    # Pods narrowed by hostname spreads and anti-affinities alone are answered for a node in one
+    # hostname without narrowing group by group (one_hostname): the same verdict, the same
+    # refusal flags, the requirements kept as the very same object.
+    solo = {"app": "solo"}
+    spreading = [make_pod(f"s-{i}", spread=[spread(HOST, maxSkew=max_skew)]) for i in range(3)]
+    repelling = [make_pod(f"r-{i}", solo, anti=[term(HOST, solo)]) for i in range(3)]
+    pinned = make_pod("pinned", spread=[spread(HOST)], spec={"nodeSelector": {HOST: "claim-1"}})
+    both = make_pod("both", solo, anti=[term(HOST, solo)], spread=[spread(HOST, selector=solo)])
+    pods = [*spreading, *repelling, pinned, both]
+    topology = Topology(domains={ZONE: ZONES, HOST: []}, existing_pods=[], pending_pods=pods)
+    hosts = [f"claim-{i}" for i in range(4)]
+    for host in hosts:
+        topology.register_domain(HOST, host)
+    topology.record(spreading[0], claim(["a"], "claim-0"))
+    topology.record(spreading[1], claim(["b"], "claim-0"))
+    topology.record(repelling[0], claim(["a"], "claim-1"))
+    topology.record(spreading[2], claim(["c"], "claim-2"))
+    candidates = [claim(hostname=h) for h in hosts] + [claim(), claim(["a"], "claim-9")]
+    quick_answers = []
+
+    def counting(*args: Any) -> Any:
+        answer = one_hostname(*args)
+        quick_answers.append(answer)
+        return answer
+
+    monkeypatch.setattr(topology_module, "one_hostname", counting)
+    answers = {}
+    for fast in (True, False):
+        monkeypatch.setattr(SolverTopology, "hostname_fast_path", fast)
+        answers[fast] = [
+            topology.add_requirements(pod, pod_requirements(pod), node, explain=False)
+            for pod in pods
+            for node in candidates
+        ]
+    assert [type(a) for a in answers[True]] == [type(a) for a in answers[False]]
+    for quick, slow in zip(answers[True], answers[False], strict=True):
+        if isinstance(slow, Refusal):
+            assert isinstance(quick, Refusal)
+            assert (quick.permanent, quick.local) == (slow.permanent, slow.local)
+        else:
+            assert quick == slow
+    refusals = sum(isinstance(a, Refusal) for a in answers[True])
+    assert 0 < refusals < len(answers[True])  # both answers were given
+    # The fast path answered for nodes in one hostname, and left the others to narrowing.
+    assert any(isinstance(a, Refusal) for a in quick_answers)
+    assert any(isinstance(a, Requirements) for a in quick_answers)
+    assert None in quick_answers

@@ -94,6 +94,11 @@ class RuledOut:
         if index not in jump:
             jump[index] = index + 1
 
+    def add_run(self, start: int, end: int) -> None:
+        """Rule out ``start`` up to (not including) ``end``, known ruled out elsewhere."""
+        if end > start:
+            self._jump[start] = max(end, self._jump.get(start, end))
+
     def next(self, index: int) -> int:
         jump = self._jump
         target = jump.get(index)
@@ -142,16 +147,22 @@ class PodClass:
     # By the zones its zonal pod affinity accepts: the claims held to other zones. Claims only
     # narrow, so a claim held to other zones stays so while the zones accepted are the same.
     elsewhere: dict[frozenset[str], RuledOut] = field(default_factory=dict)
+    # By the same zones (None: any zone), every claim one of the three above rules out, in
+    # runs: a class's search crosses a run it saw before in one step (``claim_window``).
+    passed: dict[frozenset[str] | None, RuledOut] = field(default_factory=dict)
     # Claims that refused it for what is on them alone, and their version at the time.
     unchanged_refusals: dict[int, int] = field(default_factory=dict)
+    # A NodePool's requirements (by its name) merged with the class's.
+    pool_requirements: dict[str, Requirements] = field(default_factory=dict)
     # A claim's requirements (by identity) merged with the class's, or why they conflict.
     merged: dict[int, tuple[Requirements, Requirements | Refusal]] = field(default_factory=dict)
 
 
-# The checks of a claim for a pod class that read nothing else (Solver._prepare_fit): the
+# The checks of a claim for a pod class that read nothing else (claim_fit._prepare_fit): the
 # claim's requirements merged with the class's, the pods' total with it, that plus the
-# DaemonSets, the first type that holds it, and whether the class tolerates every type.
-Prepared = tuple[Requirements, Vector, Vector, int, bool]
+# DaemonSets, the first type that holds it, whether the class tolerates every type, and the
+# answer when the topology leaves the claim's requirements as they are, once found.
+Prepared = tuple[Requirements, Vector, Vector, int, bool, "Fit | Refusal | None"]
 
 
 @dataclass(eq=False, slots=True)
@@ -290,14 +301,15 @@ def claim_window(
     by_host: Mapping[str, ClaimState],
     pod_class: PodClass,
     hosts: Iterable[str] | None,
-    elsewhere: RuledOut | None = None,
+    zones: frozenset[str] | None = None,
 ) -> Iterator[ClaimState]:
     """The proposed claims a pod of ``pod_class`` may go to, in order.
 
     With ``hosts`` (the hostnames its pod affinity needs it next to), only the claims holding
     one. Otherwise every claim but those this class, or its topology constraints, ruled out
     for good, each passed over in one step (``RuledOut``) wherever it is in the list; and
-    those in ``elsewhere`` (held to zones its zonal pod affinity cannot accept).
+    those in the class's ``elsewhere`` for ``zones``, the only zones its zonal pod affinity
+    accepts (the claims held to others).
     """
     rejected = pod_class.rejected_claims
     by_topology = pod_class.topology_rejected
@@ -307,23 +319,38 @@ def claim_window(
             if claim.index not in rejected and claim.index not in by_topology:
                 yield claim
         return
+    elsewhere = None if zones is None else pod_class.elsewhere.get(zones)
     ruled = (rejected, by_topology) if elsewhere is None else (rejected, by_topology, elsewhere)
     # Most claims are ruled out by none: a lookup in each tells, before any jump is followed.
     own, shared = rejected._jump, by_topology._jump
     other = elsewhere._jump if elsewhere is not None else {}
-    index = 0
+    # What the three ruled out, as this class's earlier searches with these zones found it: a
+    # run of claims ruled out by turns by each (full for the class, then holding a pod its
+    # anti-affinity repels, then full again) is crossed in one jump instead of one per source.
+    # Claims are never let back in, so what was found stays true.
+    passed = pod_class.passed.get(zones)
+    if passed is None:
+        passed = pod_class.passed[zones] = RuledOut()
+    runs = passed._jump
+    index = passed.next(0)
     # Claims are only appended during a solve, so the length is read again each step.
     while index < len(claims):
         if index in own or index in shared or index in other:
+            start = index
             index = next_allowed(index, *ruled)
+            passed.add_run(start, index)
             continue
         yield claims[index]
         index += 1
+        if index in runs:
+            index = passed.next(index)
 
 
 def merged_requirements(pod_class: PodClass, requirements: Requirements) -> Requirements | Refusal:
     """A claim's requirements with the pod class's, or why they conflict (cached per class)."""
     assert pod_class.requirements is not None
+    if not pod_class.requirements:
+        return requirements  # nothing asked: no conflict, and merging adds nothing
     cache = pod_class.merged
     cached = cache.get(id(requirements))
     if cached is not None and cached[0] is requirements:
@@ -358,6 +385,12 @@ class CompatibleTypes:
         relevant = Requirements(
             r for key, r in requirements.items() if key != wellknown.LABEL_HOSTNAME
         )
+        return self.by_relevant(pool, relevant, pod_class)
+
+    def by_relevant(
+        self, pool: PoolState, relevant: Requirements, pod_class: PodClass
+    ) -> list[TypeInfo]:
+        """The same for requirements known to say nothing of the hostname."""
         tolerations = pod_class.signature if pool.tainted_types else ""
         cache_key = (id(pool), relevant, tolerations)
         cached = self._cache.get(cache_key)

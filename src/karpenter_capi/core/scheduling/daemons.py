@@ -147,6 +147,9 @@ class _Verdict:
     requests: ResourceList
 
 
+_NO_DAEMONS: Final = _Verdict(pods=(), requests=empty())
+
+
 class DaemonOverhead:
     """The DaemonSet pods, and their summed requests, that would run on a given node.
 
@@ -169,6 +172,8 @@ class DaemonOverhead:
         return daemonsets if isinstance(daemonsets, DaemonOverhead) else cls(daemonsets)
 
     def _verdict(self, requirements: Requirements, taints: Sequence[Taint]) -> _Verdict:
+        if not self._daemons:
+            return _NO_DAEMONS  # not one kept per claim: each claim has requirements of its own
         key = (requirements, frozenset(taints))
         verdict = self._cache.get(key)
         if verdict is None:

@@ -394,7 +394,7 @@ def _like(template: PodSpec, pod: PodObject, meta: Mapping[str, Any]) -> PodSpec
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
     who = (
-        pod_key(pod),
+        f"{meta.get('namespace', '')}/{meta.get('name', '')}",  # pod_key, meta read already
         str(meta.get("uid") or ""),
         str(meta.get("name") or ""),
         template.namespace,
@@ -408,6 +408,8 @@ def _like(template: PodSpec, pod: PodObject, meta: Mapping[str, Any]) -> PodSpec
 
 
 def _owners(meta: Mapping[str, Any]) -> tuple[Owner, ...]:
+    if not meta.get("ownerReferences"):
+        return ()
     return tuple(
         Owner(str(o.get("kind") or ""), str(o.get("name") or ""), bool(o.get("controller")))
         for o in meta.get("ownerReferences") or ()

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from karpenter_capi.core.api import wellknown
@@ -40,6 +40,13 @@ from karpenter_capi.core.scheduling._solver_view import (
     proposed_claims,
     resource_names,
 )
+from karpenter_capi.core.scheduling.claim_fit import (
+    HOST_PORT,
+    LABELS,
+    RESOURCES,
+    TAINT,
+    ClaimFits,
+)
 from karpenter_capi.core.scheduling.claims import (
     HOSTNAME_PLACEHOLDER,
     ClaimState,
@@ -47,20 +54,15 @@ from karpenter_capi.core.scheduling.claims import (
     Fit,
     PodClass,
     PoolState,
-    Prepared,
     RuledOut,
-    Vector,
+    TypeInfo,
     add,
     claim_window,
     first_fit,
     fits,
-    imbalance,
     limit_use,
     max_capacity,
-    merged_requirements,
     min_values_problem,
-    to_vector,
-    tolerates_every_type,
     untolerated_pool_taint,
 )
 from karpenter_capi.core.scheduling.collector import collection_paused
@@ -90,41 +92,26 @@ from karpenter_capi.core.scheduling.solver_io import (
 from karpenter_capi.core.scheduling.topology import Topology
 from karpenter_capi.core.values.refusal import Refusal
 from karpenter_capi.core.values.requirements import Requirement, Requirements
-from karpenter_capi.core.values.resources import ResourceList
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_INSTANCE_TYPES: Final = 60
 DEFAULT_TIMEOUT_SECONDS: Final = 60.0
 _DEADLINE_CHECK_EVERY: Final = 64
-_BALANCE_CANDIDATES: Final = 4
 
-
-# Refusals whose text no user sees (the solver only asks whether there was one), made once so the
-# hot path allocates nothing to say no.
-_TAINT: Final = Refusal("taint", permanent=True)
-_LABELS: Final = Refusal("labels", permanent=True)
-_RESOURCES: Final = Refusal("resources", permanent=True)
-_HOST_PORT: Final = Refusal("host port", permanent=True)
-_NO_ROOM: Final = Refusal("no instance type can hold it with the pods already there")
-_MIN_VALUES: Final = Refusal("minValues would no longer be met")
 _NO_NODE_MATCHES_TERM: Final = Refusal(
     "its required node affinity term is empty or selects by field, which no new node matches"
 )
 _NO_NODEPOOL: Final = Refusal("no NodePool is available")
 
 
-class Solver:
+class Solver(ClaimFits):
     """One scheduling simulation over a fixed view of the cluster.
 
     Create one per provisioning round; ``solve`` may be called once. ``clock`` bounds the
     solve by ``timeout_seconds``: pods not reached by then are reported unschedulable with a
     reason saying so, and the provisioner retries them in the next round.
     """
-
-    memo_fits: bool = True
-    """Whether a claim keeps what a class found on it (``_fit_claim``); tests turn it off to
-    compare with finding it again every time."""
 
     def __init__(
         self,
@@ -175,9 +162,6 @@ class Solver:
 
     # -- set-up (the rest of it, once per round, is in _solver_view.py) -------------------
 
-    def _vector(self, resources: ResourceList) -> Vector:
-        return to_vector(self._resources, resources)
-
     def _remember(self, spec: PodSpec) -> PodSpec:
         self._spec_by_id[id(spec.raw)] = spec
         return spec
@@ -204,7 +188,9 @@ class Solver:
         """Place ``pods``; see the module docstring for the order things are tried in."""
         deadline = self._clock.monotonic() + self._timeout
         errors: dict[str, str] = {}
-        specs = [self._remember(self._specs.get(pod)) for pod in pods]
+        parse, by_id = self._specs.get, self._spec_by_id
+        specs = [parse(pod) for pod in pods]
+        by_id.update((id(s.raw), s) for s in specs)  # what _remember does, for every pod at once
         errors.update((s.key, s.problem) for s in specs if s.problem is not None)
         readable = [s for s in specs if s.problem is None]
         self._resources = resource_names(self._options, readable, self._existing)
@@ -219,7 +205,10 @@ class Solver:
         # size order with the rest, others could fill the room kept for them.
         nominated = frozenset().union(*(n.nominated for n in self._existing))
         ordered = largest_first(readable, self._pools)
-        queue = deque(sorted(ordered, key=lambda p: p.key not in nominated))
+        queue = deque(
+            sorted(ordered, key=lambda p: p.key not in nominated) if nominated else ordered
+        )
+        relaxed_any = False
         stalled = 0  # pods retried since the last one was placed
         handled = 0
         while queue:
@@ -244,6 +233,7 @@ class Solver:
             errors[key] = why.reason
             relaxed = relax(spec)
             if relaxed is not None:
+                relaxed_any = True
                 queue.append(self._remember(relaxed))
                 continue
             # Nothing left to relax; retry once everything else has had its turn, since a
@@ -270,9 +260,11 @@ class Solver:
         for node in self._nodes:
             if node.placed:
                 result.existing[node.node.name] = [originals[pod_key(p)] for p in node.placed]
-        known = self._spec_by_id  # the specs of the pods handed over, by identity
-        for claim in self._claims:
-            claim.pods = [originals[key_of(p, known.get(id(p)))] for p in claim.pods]
+        # Without a relaxed copy or two pods of one key, every pod placed is the one given.
+        if relaxed_any or len(originals) != len(readable):
+            known = self._spec_by_id  # the specs of the pods handed over, by identity
+            for claim in self._claims:
+                claim.pods = [originals[key_of(p, known.get(id(p)))] for p in claim.pods]
         result.new_nodeclaims = proposed_claims(
             self._claims, self._resources, self._max_instance_types
         )
@@ -295,13 +287,13 @@ class Solver:
             assert self._topology is not None
             hosts = self._topology.affinity_domains(spec, wellknown.LABEL_HOSTNAME)
             zones = self._topology.affinity_domains(spec, wellknown.LABEL_TOPOLOGY_ZONE)
-        nodes = node_window(self._nodes, pod_class, hosts)
-        for node in nodes:
-            if self._node_refusal(node, pod_class, spec) is None:
-                self._place_on_node(node, pod_class, pod, spec)
-                return None
+        if self._nodes:
+            for node in node_window(self._nodes, pod_class, hosts):
+                if self._node_refusal(node, pod_class, spec) is None:
+                    self._place_on_node(node, pod_class, pod, spec)
+                    return None
         elsewhere = None if zones is None else pod_class.elsewhere.setdefault(zones, RuledOut())
-        claims = claim_window(self._claims, self._claims_by_host, pod_class, hosts, elsewhere)
+        claims = claim_window(self._claims, self._claims_by_host, pod_class, hosts, zones)
         best = self._best_fit(claims, pod_class, spec, zones, elsewhere)
         if best is not None:
             self._commit(best, pod_class, pod, spec)
@@ -322,46 +314,6 @@ class Solver:
             return _NO_NODEPOOL
         return Refusal("; ".join(reasons))
 
-    def _best_fit(
-        self,
-        claims: Iterable[ClaimState],
-        pod_class: PodClass,
-        spec: PodSpec,
-        zones: frozenset[str] | None = None,
-        elsewhere: RuledOut | None = None,
-    ) -> Fit | None:
-        """Of the first few claims that can take the pod, the one it leaves best balanced: with
-        instance types of every shape, an unbalanced claim (all memory, little CPU) is what
-        wastes money, and mixing memory-heavy and CPU-heavy pods is what avoids it.
-
-        ``zones``: the only zones the pod's zonal pod affinity accepts, if known. The topology
-        would refuse a claim held to others, after every other check and marking nothing, so
-        it is passed over first, and recorded in ``elsewhere`` (the claims held to zones
-        other than ``zones``) so that later pods accepting the same zones skip it unseen."""
-        best: Fit | None = None
-        best_score = 0.0
-        seen = 0
-        refusals = pod_class.unchanged_refusals
-        for claim in claims:  # ruled-out claims are already left out (claim_window)
-            if refusals and refusals.get(claim.index) == claim.version:
-                continue
-            if zones is not None:
-                allowed = claim.requirements.get(wellknown.LABEL_TOPOLOGY_ZONE)
-                if allowed is not None and not any(map(allowed.has, zones)):
-                    if elsewhere is not None:
-                        elsewhere.add(claim.index)
-                    continue
-            fit = self._fit_claim(claim, pod_class, spec)
-            if isinstance(fit, Refusal):
-                continue
-            score = imbalance(fit.claim, fit.total)
-            if best is None or score < best_score:
-                best, best_score = fit, score
-            seen += 1
-            if seen == _BALANCE_CANDIDATES:
-                break
-        return best
-
     def _node_refusal(self, node: SolverNode, pod_class: PodClass, spec: PodSpec) -> Refusal | None:
         """Why the existing node cannot take a pod of ``pod_class``, or ``None`` if it can.
 
@@ -372,17 +324,17 @@ class Solver:
         assert self._topology is not None
         lasting = None
         if strictly_untolerated(pod_class.tolerations, node.node.taints) is not None:
-            lasting = _TAINT
+            lasting = TAINT
         elif (
             node.requirements.incompatibility(pod_class.requirements) is not None
             if node.node.in_flight
             else not pod_class.requirements.satisfied_by(node.node.labels)
         ):
-            lasting = _LABELS
+            lasting = LABELS
         elif not fits(add(node.total, pod_class.vector), node.allocatable):
-            lasting = _RESOURCES
+            lasting = RESOURCES
         elif pod_class.host_ports and node.ports.conflicts(pod_class.host_ports):
-            lasting = _HOST_PORT
+            lasting = HOST_PORT
         if lasting is not None:
             pod_class.rejected_nodes.add(node.index)
             return lasting
@@ -403,98 +355,6 @@ class Solver:
         node.total = add(node.total, pod_class.vector)
         node.ports.add(pod_class.host_ports)
         node.placed.append(pod)
-
-    def _fit_claim(self, claim: ClaimState, pod_class: PodClass, spec: PodSpec) -> Fit | Refusal:
-        """How ``claim`` would look with the pod on it, or why it cannot take the pod.
-
-        The checks whose failure lasts (taints, ports, labels, room) come first and mark the
-        claim as never again for this pod class; topology, which can change as other pods
-        land, comes last and marks it only when its refusal is permanent.
-
-        What a class's pods find on a claim depends only on the claim as it is, but for the
-        topology's verdict: so the claim keeps it (``ClaimState.seen``) until a pod lands on it.
-        A class without topology constraints gets the whole answer from there; one with them,
-        the checks before the topology's.
-        """
-        known = claim.seen.get(pod_class) if self.memo_fits else None
-        if known is None:
-            prepared = self._prepare_fit(claim, pod_class)
-            if isinstance(prepared, Refusal):
-                return prepared
-            if not pod_class.topological:
-                answer = self._narrowed_fit(claim, pod_class, spec, prepared)
-                if self.memo_fits:
-                    claim.seen[pod_class] = answer
-                return answer
-            if self.memo_fits:
-                claim.seen[pod_class] = prepared
-        elif type(known) is tuple:
-            prepared = known
-        else:
-            return known  # type: ignore[return-value]  # a Fit or a Refusal, kept whole
-        return self._narrowed_fit(claim, pod_class, spec, prepared)
-
-    def _prepare_fit(self, claim: ClaimState, pod_class: PodClass) -> Prepared | Refusal:
-        """The checks of :meth:`_fit_claim` that read only the claim and the class."""
-        rejected = pod_class.rejected_claims
-        if untolerated_pool_taint(pod_class, claim.pool) is not None:
-            rejected.add(claim.index)
-            return _TAINT
-        if pod_class.host_ports and claim.ports.conflicts(pod_class.host_ports):
-            rejected.add(claim.index)
-            return _HOST_PORT
-        merged = merged_requirements(pod_class, claim.requirements)
-        if isinstance(merged, Refusal):
-            rejected.add(claim.index)
-            return merged
-        pods_total = add(claim.pods_total, pod_class.vector)
-        total = add(pods_total, claim.daemon)
-        fast = tolerates_every_type(pod_class, claim.pool)
-        room = first_fit(claim.types, claim.first, total, pod_class, tolerated=fast)
-        if room is None:
-            # Narrowing only removes types and adds DaemonSets, so there will be no more room.
-            rejected.add(claim.index)
-            return _NO_ROOM
-        return (merged, pods_total, total, room, fast)
-
-    def _narrowed_fit(
-        self, claim: ClaimState, pod_class: PodClass, spec: PodSpec, prepared: Prepared
-    ) -> Fit | Refusal:
-        """The rest of :meth:`_fit_claim`: the topology, then the types left after it."""
-        assert self._topology is not None
-        merged, pods_total, total, room, fast = prepared
-        narrowed = merged
-        if pod_class.topological:
-            topological = self._topology.add_requirements(
-                spec, pod_class.required, merged, claim.taints, explain=False
-            )
-            if isinstance(topological, Refusal):
-                if topological.permanent:
-                    pod_class.topology_rejected.add(claim.index)
-                elif topological.local:
-                    pod_class.unchanged_refusals[claim.index] = claim.version
-                return topological
-            narrowed = claim.requirements if topological == claim.requirements else topological
-        if narrowed is claim.requirements and fast:
-            daemon = claim.daemon
-            types, first = claim.types, room
-        else:
-            daemon = self._vector(self._daemons.for_node(narrowed, claim.taints))
-            total = add(pods_total, daemon)
-            allowed = {id(t) for t in self._compatible_types(claim.pool, narrowed, pod_class)}
-            types = [
-                t
-                for t in claim.types[claim.first :]
-                if id(t) in allowed and fits(total, t.allocatable)
-            ]
-            if not types:
-                if not pod_class.topological:
-                    pod_class.rejected_claims.add(claim.index)
-                return _NO_ROOM
-            first = 0
-        if claim.pool.min_values and min_values_problem(narrowed, types[first:], total) is not None:
-            return _MIN_VALUES
-        return Fit(claim, narrowed, types, first, pods_total, daemon, total)
 
     def _commit(self, fit: Fit, pod_class: PodClass, pod: PodObject, spec: PodSpec) -> None:
         assert self._topology is not None
@@ -521,8 +381,13 @@ class Solver:
         if why is not None:
             return Refusal(f"incompatible requirements: {why.reason}")
         hostname = f"{HOSTNAME_PLACEHOLDER}{len(self._claims):04d}"
-        requirements = pool.requirements.merged(pod_class.requirements).with_requirement(
-            Requirement.new(wellknown.LABEL_HOSTNAME, "In", [hostname])
+        base = pod_class.pool_requirements.get(pool.option.name)
+        if base is None:
+            base = pool.requirements.merged(pod_class.requirements)
+            pod_class.pool_requirements[pool.option.name] = base
+        # Requirement.new(hostname, "In", [hostname]), built directly: the name is a string.
+        unnarrowed = requirements = base.with_requirement(
+            Requirement(wellknown.LABEL_HOSTNAME, False, frozenset((hostname,)))
         )
         taints = pool.option.taints
         if pod_class.topological:
@@ -539,26 +404,10 @@ class Solver:
         if clash is not None:
             return Refusal(f"host port {clash} is taken by a DaemonSet on every such node")
         total = add(pod_class.vector, daemon)
-        types = self._compatible_types(pool, requirements, pod_class)
-        if not types:
-            if pod_class.topological:
-                shown = Requirements(
-                    r for key, r in requirements.items() if key != wellknown.LABEL_HOSTNAME
-                )
-                return Refusal(f"no instance type is offered where its topology allows ({shown})")
-            relevant = Requirements(
-                r for key, r in requirements.items() if key != wellknown.LABEL_HOSTNAME
-            )
-            return Refusal(
-                no_type_reason(
-                    pool.option.instance_types,
-                    relevant,
-                    lambda it: (
-                        not it.taints
-                        or strictly_untolerated(pod_class.tolerations, it.taints) is None
-                    ),
-                )
-            )
+        found = self._new_claim_types(pool, pod_class, requirements, base, unnarrowed)
+        if isinstance(found, Refusal):
+            return found
+        types = found
         if pool.remaining is not None:
             remaining = pool.remaining
             within = [t for t in types if fits(limit_use(t.capacity), remaining)]
@@ -598,3 +447,37 @@ class Solver:
         self._claims_by_host[hostname] = claim
         self._topology.record(spec, requirements)
         return None
+
+    def _new_claim_types(
+        self,
+        pool: PoolState,
+        pod_class: PodClass,
+        requirements: Requirements,
+        base: Requirements,
+        unnarrowed: Requirements,
+    ) -> list[TypeInfo] | Refusal:
+        """The pool's types a new claim with ``requirements`` may be, or why there are none.
+
+        ``base`` is the pool's requirements merged with the class's, ``unnarrowed`` that with
+        the claim's hostname, before the topology narrowed it."""
+        if requirements is unnarrowed and wellknown.LABEL_HOSTNAME not in base:
+            # What the types are chosen by (all but the hostname) is the class's in the pool.
+            types = self._compatible_types.by_relevant(pool, base, pod_class)
+        else:
+            types = self._compatible_types(pool, requirements, pod_class)
+        if types:
+            return types
+        relevant = Requirements(
+            r for key, r in requirements.items() if key != wellknown.LABEL_HOSTNAME
+        )
+        if pod_class.topological:
+            return Refusal(f"no instance type is offered where its topology allows ({relevant})")
+        return Refusal(
+            no_type_reason(
+                pool.option.instance_types,
+                relevant,
+                lambda it: (
+                    not it.taints or strictly_untolerated(pod_class.tolerations, it.taints) is None
+                ),
+            )
+        )

@@ -130,14 +130,17 @@ def compatible_offerings(
     """Offerings whose zone, capacity type and labels ``requirements`` allow (by default only
     the available ones)."""
     result = []
+    # Read once for every offering: asked for each type of a pool when a solve starts.
+    zones, capacity_types = requirements.get(_ZONE), requirements.get(_CAPACITY_TYPE)
     for offering in instance_type.offerings:
         if available_only and not offering.available:
             continue
-        if not _allows(requirements, _ZONE, offering.zone):
+        if zones is not None and not zones.has(offering.zone):
             continue
-        if not _allows(requirements, _CAPACITY_TYPE, offering.capacity_type):
+        if capacity_types is not None and not capacity_types.has(offering.capacity_type):
             continue
-        if all(_allows(requirements, k, v) for k, v in offering.labels.items()):
+        labels = offering.labels
+        if not labels or all(_allows(requirements, k, v) for k, v in labels.items()):
             result.append(offering)
     return tuple(result)
 

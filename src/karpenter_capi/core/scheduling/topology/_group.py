@@ -103,6 +103,8 @@ class Profile:
     """One pod shape's view of the groups: those it owns, and those that select it."""
 
     __slots__ = (
+        "affinity_keys",
+        "hostname_only",
         "inverse_owned",
         "inverse_selecting",
         "labels",
@@ -118,6 +120,7 @@ class Profile:
         self.namespace = namespace
         self.labels = labels
         self.owned: list[tuple[Group, bool]] = []  # (group, the pod selects itself)
+        self.affinity_keys: frozenset[str] = frozenset()  # the keys of its owned affinities
         self.pins: list[tuple[str, list[Group]]] = []  # owned keys, with the spreads on each
         self.inverse_owned: list[Group] = []
         self.selected: list[Group] = []
@@ -125,6 +128,9 @@ class Profile:
         self.seen = 0  # how many of Topology._groups ``selected`` has been checked against
         # The keys its narrowing reads, when answers may be kept by them (Topology._verdict_key)
         self.memo_keys: tuple[str, ...] = ()
+        # Its groups in order with whether it selects itself, when all are hostname spreads or
+        # anti-affinities (answered by _narrowing.one_hostname for a node in one hostname).
+        self.hostname_only: list[tuple[Group, bool]] | None = None
 
 
 def possible_domains(group: Group, requirement: Requirement | None) -> list[str]:

@@ -31,7 +31,11 @@ from karpenter_capi.core.scheduling.topology._group import (
     Profile,
     possible_domains,
 )
-from karpenter_capi.core.scheduling.topology._narrowing import narrow, record_in
+from karpenter_capi.core.scheduling.topology._narrowing import (
+    narrow,
+    one_hostname,
+    record_in,
+)
 from karpenter_capi.core.values.refusal import Refusal
 from karpenter_capi.core.values.requirements import Requirement, Requirements, normalize_key
 from karpenter_capi.core.values.selectors import CompiledSelector
@@ -71,6 +75,11 @@ class Topology:
     memo_verdicts: bool = True
     """Whether ``add_requirements`` keeps its answers (``_verdict_key``); tests turn it off."""
 
+    hostname_fast_path: bool = True
+    """Whether ``add_requirements`` answers a pod narrowed by hostname spreads and
+    anti-affinities alone on a node in one hostname by ``one_hostname``; tests turn it off to
+    compare with ``narrow``."""
+
     def __init__(
         self,
         *,
@@ -104,13 +113,14 @@ class Topology:
                 bucket.setdefault(str(value), []).extend(tuple(s) for s in taint_sets)
 
         pending = list(pending_pods)
-        skip = {_identity(pod) for pod in pending}
         # Indexed here, or once for many solves (a disruption pass's); either way left as is.
         self._base = (
             existing_pods
             if isinstance(existing_pods, ExistingPods)
             else ExistingPods(existing_pods)
         )
+        # The pending pods also counted as existing ones; none when no pod exists yet.
+        skip = {_identity(pod) for pod in pending} if self._base.where else set()
         self._nodes = self._base.nodes
         self._excluded = self._base.node_indexes(excluded_nodes)
         self._minus, emptied = self._base.left_out(skip, self._excluded)
@@ -167,6 +177,10 @@ class Topology:
         profile = self._refreshed(pod)
         if not profile.owned and not profile.inverse_selecting:
             return node_requirements
+        if not explain and profile.hostname_only is not None and self.hostname_fast_path:
+            answer = one_hostname(profile.hostname_only, pod_requirements, node_requirements)
+            if answer is not None:
+                return answer
         memo_key = None
         if not explain and profile.memo_keys and self.memo_verdicts:
             memo_key = self._verdict_key(profile, pod_requirements, node_requirements, node_taints)
@@ -200,8 +214,14 @@ class Topology:
         if self._verdicts_epoch != self._epoch:
             self._verdicts.clear()
             self._verdicts_epoch = self._epoch
+        keys = profile.memo_keys
+        if len(keys) == 1:  # the usual case (one zonal constraint), without the list
+            value = single_value(node_requirements.get(keys[0]))
+            if value is None:
+                return None
+            return (profile, pod_requirements, tuple(node_taints), value)
         singles: list[object] = [profile, pod_requirements, tuple(node_taints)]
-        for key in profile.memo_keys:
+        for key in keys:
             value = single_value(node_requirements.get(key))
             if value is None:
                 return None
@@ -251,6 +271,8 @@ class Topology:
         thousands of nodes and a hostname affinity, that is most of the work saved.
         """
         profile = self._refreshed(pod)
+        if key not in profile.affinity_keys:
+            return None
         result: frozenset[str] | None = None
         for group, self_selecting in profile.owned:
             if group.kind != AFFINITY or group.key != key:
@@ -422,7 +444,10 @@ class Topology:
         ]
 
     def _refreshed(self, pod: PodSpec) -> Profile:
-        profile = self._profile(pod)
+        # Asked several times for every claim a pod is tried on: the look-up is inlined.
+        profile = self._profiles.get(pod.topology_signature)
+        if profile is None:
+            profile = self._profile(pod)
         groups = self._groups
         if profile.seen < len(groups):
             for index in range(profile.seen, len(groups)):
@@ -434,6 +459,7 @@ class Topology:
                         profile.selected.append(group)
             profile.seen = len(groups)
             profile.memo_keys = _memo_keys(profile)
+            profile.hostname_only = _hostname_only(profile)
         return profile
 
     def _profile(self, pod: PodSpec) -> Profile:
@@ -475,6 +501,7 @@ class Topology:
         unique = list(dict.fromkeys(owned))
         unique.sort(key=lambda g: KIND_ORDER[g.kind])
         profile.owned = [(g, g.selects(namespace, labels)) for g in unique]
+        profile.affinity_keys = frozenset(g.key for g in unique if g.kind == AFFINITY)
         pins: dict[str, list[Group]] = {}
         for group in unique:
             pins.setdefault(group.key, [])
@@ -482,6 +509,7 @@ class Topology:
                 pins[group.key].append(group)
         profile.pins = list(pins.items())
         profile.memo_keys = _memo_keys(profile)
+        profile.hostname_only = _hostname_only(profile)
         return profile
 
 
@@ -492,3 +520,14 @@ def _memo_keys(profile: Profile) -> tuple[str, ...]:
     if wellknown.LABEL_HOSTNAME in keys:
         return ()
     return tuple(keys)
+
+
+def _hostname_only(profile: Profile) -> list[tuple[Group, bool]] | None:
+    """The groups narrowing the profile's pods in the order ``_narrowed`` asks them, with
+    whether the pod selects itself, when all are hostname spreads or anti-affinities (what
+    ``one_hostname`` answers for); ``None`` otherwise."""
+    checks = [*((g, False) for g in profile.inverse_selecting), *profile.owned]
+    local = all(
+        g.key == wellknown.LABEL_HOSTNAME and g.kind in (SPREAD, ANTI_AFFINITY) for g, _ in checks
+    )
+    return checks if checks and local else None
