@@ -12,6 +12,11 @@ same name with a trailing number summed), counting threads that have ended too (
 come and go), and the process's total. Nothing else of the controller changes: the command
 line is ``karpenter-capi``'s.
 
+With ``KARPENTER_CAPI_PROFILE`` naming a directory, each thread also runs under ``cProfile``
+and every ``SIGUSR1`` writes, there, one ``pstats`` file per thread name (``NAME.prof``, a
+pool's threads merged) with what each has run so far: where a thread's CPU goes. Profiling
+slows calls down, so its CPU figures are not the ones to report.
+
     python benchmarks/controller_threads.py [karpenter-capi arguments ...]
 """
 
@@ -30,12 +35,14 @@ from types import FrameType
 from typing import Any, Final
 
 ENV: Final = "KARPENTER_CAPI_THREAD_CPU"
+PROFILE_ENV: Final = "KARPENTER_CAPI_PROFILE"
 _TICK: Final = os.sysconf("SC_CLK_TCK")
 _NUMBERED: Final = re.compile(r"[-_]\d+$")
 
 _ended: Counter[str] = Counter()
 _lock = threading.Lock()
 _writes = 0
+_profiles: list[tuple[str, Any]] = []  # (thread name group, its cProfile.Profile)
 
 
 def group(name: str) -> str:
@@ -73,15 +80,49 @@ def _write(_signum: int, _frame: FrameType | None) -> None:
     partial = path.with_suffix(".partial")
     partial.write_text(json.dumps(data))
     partial.replace(path)
+    if os.environ.get(PROFILE_ENV):
+        _write_profiles(Path(os.environ[PROFILE_ENV]))
+
+
+def _write_profiles(directory: Path) -> None:
+    import pstats
+
+    directory.mkdir(parents=True, exist_ok=True)
+    by_group: dict[str, pstats.Stats] = {}
+    with _lock:
+        profiles = list(_profiles)
+    for name, profile in profiles:
+        profile.snapshot_stats()  # what the thread has run so far; it keeps profiling
+        stats = pstats.Stats()
+        stats.stats, stats.total_calls = profile.stats, 0
+        stats.get_top_level_stats()
+        if name in by_group:
+            by_group[name].add(stats)
+        else:
+            by_group[name] = stats
+    for name, stats in by_group.items():
+        stats.dump_stats(directory / f"{name.replace('/', '_')}.prof")
 
 
 def _count_ended_threads() -> None:
     """Add each thread's CPU to its name's count when it ends (``/proc`` forgets it)."""
     original = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]
 
+    profiling = bool(os.environ.get(PROFILE_ENV))
+
     def bootstrap_inner(self: threading.Thread) -> None:
         try:
-            original(self)
+            if profiling:
+                import cProfile
+
+                # CPU time, not wall time: a thread waiting for the GIL or the network is not
+                # spending CPU.
+                profile = cProfile.Profile(time.thread_time_ns, 1e-9)
+                with _lock:
+                    _profiles.append((group(self.name), profile))
+                profile.runcall(original, self)
+            else:
+                original(self)
         finally:
             spent = time.thread_time()
             with _lock:
