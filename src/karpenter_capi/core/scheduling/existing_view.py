@@ -41,7 +41,7 @@ class _Entry:
             requirements = Requirements.from_labels(node.labels)
         self.requirements = requirements
         self.info = NodeInfo(node.name, self.labels, tuple(node.taints))
-        self.specs = [specs.get(pod) for pod in node.pods]
+        self.specs = specs.get_all(node.pods)
         self.ports = HostPortUsage()
         for spec in self.specs:
             self.ports.add(spec.host_ports)
