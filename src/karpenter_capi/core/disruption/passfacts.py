@@ -316,9 +316,11 @@ class PassFacts:
             old = self._previous[1]
             assert isinstance(old, tuple)
             new, gone = _to_read(facts), [old[kind][index] for index in carry[2][kind]]
+        # Nothing kept (a first pass): no version to look up.
+        look_up = by_version.get if by_version.live or len(by_version.kept) else _nothing
         for index in range(len(objects)) if new is None else new:
             key = keys[index]
-            found = by_version.get(key)
+            found = look_up(key)
             if found is None:
                 self.reads += 1
                 found = read(objects[index], key)
@@ -443,6 +445,10 @@ class PassFacts:
 
     def claim(self, claim: Mapping[str, Any]) -> ClaimFacts:
         return self._of(self._claims, claim, ClaimFacts.read)
+
+
+def _nothing(_: object) -> None:
+    return None
 
 
 def _to_read(facts: list[Any]) -> list[int]:
