@@ -44,7 +44,8 @@ class _Entry:
         self.specs = specs.get_all(node.pods)
         self.ports = HostPortUsage()
         for spec in self.specs:
-            self.ports.add(spec.host_ports)
+            if spec.host_ports:
+                self.ports.add(spec.host_ports)
         # Its pods the topology index lists for their required anti-affinity.
         self.anti_affinity = [
             spec

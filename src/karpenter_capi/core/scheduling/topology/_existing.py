@@ -25,6 +25,9 @@ def pod_identity(pod: PodSpec) -> object:
     return pod.uid or (pod.namespace or "default", pod.name)
 
 
+_FINISHED: Final = ("Succeeded", "Failed")
+
+
 def ignored(pod: PodSpec) -> bool:
     # Finished and terminating pods no longer occupy their domain (Karpenter's
     # IgnoredForTopology).
@@ -47,22 +50,24 @@ class ExistingPods:
         # to walk. A pod listed twice (``again``) is the rare case.
         self.where: dict[object, tuple[str, str, int]] = {}
         self.again: dict[object, list[tuple[str, str, int]]] = {}
+        position, where, buckets = self.position, self.where, self.buckets
         for pod, node in existing_pods:
-            if ignored(pod):
+            # ``ignored`` and ``pod_identity``, written out: once per bound pod.
+            if pod.deleting or pod.phase in _FINISHED:
                 continue
-            index = self.position.get(node.name)
+            index = position.get(node.name)
             if index is None:
-                index = self.position[node.name] = len(self.nodes)
+                index = position[node.name] = len(self.nodes)
                 self.nodes.append(node)
             namespace = pod.namespace or "default"
             shape = repr(pod.labels)
-            entry = self.buckets.setdefault(namespace, {}).setdefault(shape, (pod.labels, {}))
+            entry = buckets.setdefault(namespace, {}).setdefault(shape, (pod.labels, {}))
             entry[1][index] = entry[1].get(index, 0) + 1
-            identity = pod_identity(pod)
-            if identity in self.where:
+            identity = pod.uid or (namespace, pod.name)
+            if identity in where:
                 self.again.setdefault(identity, []).append((namespace, shape, index))
             else:
-                self.where[identity] = (namespace, shape, index)
+                where[identity] = (namespace, shape, index)
             if pod.anti_affinity:
                 self.anti_affinity.append((pod, index))
 
