@@ -148,7 +148,12 @@ class PodFacts:
             return cls.read(pod)
         meta = pod.get("metadata") or {}
         annotations = meta.get("annotations")
-        active = not spec.deleting and spec.active
+        finished = spec.phase in _FINISHED
+        active = not spec.deleting and not finished
+        # ``state.is_reschedulable``.
+        reschedulable = active and not (annotations and MIRROR_POD_ANNOTATION in annotations)
+        if reschedulable and spec.owners:
+            reschedulable = not any(owner.kind in _NOT_RESCHEDULED for owner in spec.owners)
         # Most pods have no annotation and no priority: their cost is 1 and nothing forbids
         # disrupting them, without asking.
         plain = not annotations and "priority" not in (pod.get("spec") or {})
@@ -156,18 +161,16 @@ class PodFacts:
             key=spec.key,
             node_name=spec.node_name,
             active=active,
-            # ``state.is_reschedulable``.
-            reschedulable=active
-            and not (annotations and MIRROR_POD_ANNOTATION in annotations)
-            and not any(owner.kind in _NOT_RESCHEDULED for owner in spec.owners),
+            reschedulable=reschedulable,
             cost=1.0 if plain else rescheduling_cost(pod),
             do_not_disrupt=None if plain else do_not_disrupt_until(pod),
             namespace=str(meta.get("namespace", "")),
             labels=tuple(sorted(spec.labels.items())) if labels is None else labels,
-            finished=not spec.active,
+            finished=finished,
         )
 
 
+_FINISHED: Final = ("Succeeded", "Failed")
 _NOT_RESCHEDULED: Final = ("DaemonSet", "Node")
 """Owners whose pods do not move when their node goes (``state.is_reschedulable``)."""
 

@@ -394,7 +394,7 @@ def _like(template: PodSpec, pod: PodObject, meta: Mapping[str, Any]) -> PodSpec
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
     who = (
-        pod_key(pod),
+        f"{meta.get('namespace', '')}/{meta.get('name', '')}",  # ``pod_key``, written out
         str(meta.get("uid") or ""),
         str(meta.get("name") or ""),
         template.namespace,
