@@ -181,7 +181,7 @@ def test_a_replica_whose_own_fields_are_unreadable_says_why() -> None:
     assert specs.get(broken).problem is not None
 
 
-def test_a_class_key_tells_apart_values_that_read_alike_and_takes_any_value() -> None:
+def test_a_class_key_tells_apart_values_that_read_alike() -> None:
     # The memo copies a class's parsed part on a hit, so equal keys must mean equal parts: a
     # number, its text, a bool and a float of it are different specs.
     values: list[object] = ["1", 1, 1.0, True, None, [1], {"1": 1}]
@@ -191,11 +191,3 @@ def test_a_class_key_tells_apart_values_that_read_alike_and_takes_any_value() ->
     assert class_parts(("ns", {"a": ["x", {"y": 2}]})) == class_parts(
         ("ns", {"a": ["x", {"y": 2}]})
     )
-
-    class Quantity:  # not plain JSON data: keyed by its text instead of failing the parse
-        def __str__(self) -> str:
-            return "1Gi"
-
-    odd = class_parts(("ns", {"a": Quantity()}))
-    assert odd == class_parts(("ns", {"a": Quantity()}))
-    assert odd != class_parts(("ns", {"a": "1Gi"}))

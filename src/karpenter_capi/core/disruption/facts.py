@@ -18,18 +18,19 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.duration import DurationError, parse_duration
 from karpenter_capi.core.api.nodeclaim import NodeClaimConditionType
 from karpenter_capi.core.clock import parse_timestamp
 from karpenter_capi.core.provisioning.state import (
+    MIRROR_POD_ANNOTATION,
     has_disrupted_taint,
     is_interrupted,
     is_reschedulable,
 )
-from karpenter_capi.core.scheduling.podspec import PodObject, pod_key
+from karpenter_capi.core.scheduling.podspec import PodObject, PodSpec, pod_key
 
 DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 
@@ -134,6 +135,44 @@ class PodFacts:
             labels=tuple(sorted((meta.get("labels") or {}).items())),
             finished=not _is_active_phase(pod),
         )
+
+    @classmethod
+    def of(cls, spec: PodSpec, labels: tuple[tuple[str, str], ...] | None = None) -> PodFacts:
+        """``read(spec.raw)``, taken from the pod's parse where it holds the same: its key,
+        node, phase, deletion and owners (``podspec.parse_pod`` reads them once, for
+        provisioning as for disruption); only its namespace, annotations and priority are read
+        here. ``labels``: its labels sorted, when known already (the pods of one class share
+        them). A spec that could not be parsed (``problem``) holds no owners: read in full."""
+        pod = spec.raw
+        if spec.problem is not None:
+            return cls.read(pod)
+        meta = pod.get("metadata") or {}
+        annotations = meta.get("annotations")
+        finished = spec.phase in _FINISHED
+        active = not spec.deleting and not finished
+        # ``state.is_reschedulable``.
+        reschedulable = active and not (annotations and MIRROR_POD_ANNOTATION in annotations)
+        if reschedulable and spec.owners:
+            reschedulable = not any(owner.kind in _NOT_RESCHEDULED for owner in spec.owners)
+        # Most pods have no annotation and no priority: their cost is 1 and nothing forbids
+        # disrupting them, without asking.
+        plain = not annotations and "priority" not in (pod.get("spec") or {})
+        return cls(
+            key=spec.key,
+            node_name=spec.node_name,
+            active=active,
+            reschedulable=reschedulable,
+            cost=1.0 if plain else rescheduling_cost(pod),
+            do_not_disrupt=None if plain else do_not_disrupt_until(pod),
+            namespace=str(meta.get("namespace", "")),
+            labels=tuple(sorted(spec.labels.items())) if labels is None else labels,
+            finished=finished,
+        )
+
+
+_FINISHED: Final = ("Succeeded", "Failed")
+_NOT_RESCHEDULED: Final = ("DaemonSet", "Node")
+"""Owners whose pods do not move when their node goes (``state.is_reschedulable``)."""
 
 
 def _ready(node: Mapping[str, Any]) -> bool:

@@ -132,6 +132,8 @@ class PassFacts:
         self._lists: tuple[object, object, object] = (None, None, None)
         self._read: tuple[list[PodFacts], list[NodeFacts], list[ClaimFacts]] | None = None
         """The facts of this pass's pods, Nodes and NodeClaims, in their order (``read_all``)."""
+        self._sorted_labels: Kept[str, tuple[tuple[str, str], ...]] = Kept()
+        """A class's labels sorted (``PodFacts.labels``), by its ``class_key``."""
         self.reads = 0
         self.reused = 0
         """How many times ``remember`` found its value kept (for tests and figures)."""
@@ -164,6 +166,7 @@ class PassFacts:
         """A new pass: facts no object asked for during the last one go at the end of it."""
         for by_version in (self._pods, self._nodes, self._claims):
             by_version.kept.new_round()
+        self._sorted_labels.new_round()
 
     def begin(self, snapshot: ClusterSnapshot) -> bool:
         """A new pass over ``snapshot``; whether it holds the very versions of the last pass.
@@ -236,9 +239,10 @@ class PassFacts:
         return (*kinds[0], None, *kinds[1], None, *kinds[2], None)
 
     def read_all(self, snapshot: ClusterSnapshot, parsed: ParsedCluster | None) -> None:
-        """Read each object version of ``snapshot`` that no earlier pass read: the pod's facts
-        and, unless it finished, its parse (``parsed.specs``); each Node's and NodeClaim's
-        facts, each Node's allocatable and labels as requirements.
+        """Read each object version of ``snapshot`` that no earlier pass read: unless the pod
+        finished, its parse (``parsed.specs``, shared with provisioning) and its facts taken
+        from it (``PodFacts.of``), else its facts; each Node's and NodeClaim's facts, each
+        Node's allocatable and, once registered, its labels as requirements.
 
         The pass would read them where it first needs them; read first, what reading costs
         (work in proportion to the objects that changed, what informer events bring) is told
@@ -248,37 +252,46 @@ class PassFacts:
         if self.versions is None or self._kind_versions is None:
             return
         keys = self._kind_versions
+        specs = parsed.specs if parsed is not None else None
+        sorted_labels = self._sorted_labels
 
-        def pod_read(pod: PodObject) -> None:
-            if parsed is not None and _is_active_phase(pod):
-                parsed.specs.get(pod)
+        def pod_read(pod: PodObject, key: object) -> PodFacts:
+            if specs is None or not _is_active_phase(pod):
+                return PodFacts.read(pod)
+            # The pod's parse (shared with provisioning), and its facts taken from it; the
+            # pods of one class share their labels, sorted once.
+            spec = specs.of_version(pod, key)  # type: ignore[arg-type]
+            labels = None
+            if spec.problem is None:
+                labels = sorted_labels.get(spec.class_key)
+                if labels is None:
+                    labels = tuple(sorted(spec.labels.items()))
+                    sorted_labels.put(spec.class_key, labels)
+            return PodFacts.of(spec, labels)
 
-        def node_read(node: Mapping[str, Any]) -> None:
+        def node_read(node: Mapping[str, Any], _: object) -> NodeFacts:
             if parsed is not None:
                 meta = _meta(node)
                 parsed.allocatable(node)
                 labels = dict(meta.get("labels") or {})
-                labels.setdefault(wellknown.LABEL_HOSTNAME, str(meta.get("name")))
-                parsed.label_requirements(node, labels)
+                # A node not registered yet takes its NodeClaim's labels (``existing_nodes``,
+                # which makes its requirements then, with them): made here, they were made
+                # twice.
+                if wellknown.LABEL_REGISTERED in labels:
+                    labels.setdefault(wellknown.LABEL_HOSTNAME, str(meta.get("name")))
+                    parsed.label_requirements(node, labels)
+            return NodeFacts.read(node)
 
-        pods = self._read_kind(
-            0, snapshot.pods, keys=keys[0], by_version=self._pods, read=PodFacts.read, also=pod_read
-        )
+        pods = self._read_kind(0, snapshot.pods, keys=keys[0], by_version=self._pods, read=pod_read)
         nodes = self._read_kind(
-            1,
-            snapshot.nodes,
-            keys=keys[1],
-            by_version=self._nodes,
-            read=NodeFacts.read,
-            also=node_read,
+            1, snapshot.nodes, keys=keys[1], by_version=self._nodes, read=node_read
         )
         claims = self._read_kind(
             2,
             snapshot.nodeclaims,
             keys=keys[2],
             by_version=self._claims,
-            read=ClaimFacts.read,
-            also=lambda _: None,
+            read=lambda claim, _: ClaimFacts.read(claim),
         )
         self._read = (pods, nodes, claims)
 
@@ -289,12 +302,11 @@ class PassFacts:
         *,
         keys: list[object],
         by_version: _ByVersion[T],
-        read: Callable[[Any], T],
-        also: Callable[[Any], None],
+        read: Callable[[Any, object], T],
     ) -> list[T]:
         """The facts of ``objects``: the last pass's for each that is the very object it read
-        (``carried``), those of each other one's version looked up, or read (then ``also``
-        reads it for the simulator)."""
+        (``carried``), those of each other one's version looked up, or read (``read``, given
+        the object and its version, also reads what the simulator takes of it)."""
         carry = self._carry
         facts: list[Any]
         if carry is None:
@@ -304,12 +316,14 @@ class PassFacts:
             old = self._previous[1]
             assert isinstance(old, tuple)
             new, gone = _to_read(facts), [old[kind][index] for index in carry[2][kind]]
+        # Nothing kept (a first pass): no version to look up.
+        look_up = by_version.get if by_version.live or len(by_version.kept) else _nothing
         for index in range(len(objects)) if new is None else new:
-            found = by_version.get(keys[index])
+            key = keys[index]
+            found = look_up(key)
             if found is None:
                 self.reads += 1
-                found = read(objects[index])
-                also(objects[index])
+                found = read(objects[index], key)
             facts[index] = found
         by_version.settle(keys, facts, new, gone)
         if kind == 0:
@@ -431,6 +445,10 @@ class PassFacts:
 
     def claim(self, claim: Mapping[str, Any]) -> ClaimFacts:
         return self._of(self._claims, claim, ClaimFacts.read)
+
+
+def _nothing(_: object) -> None:
+    return None
 
 
 def _to_read(facts: list[Any]) -> list[int]:

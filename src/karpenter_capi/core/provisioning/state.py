@@ -24,6 +24,7 @@ from karpenter_capi.core.kube.resources import (
     Resource,
 )
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
+from karpenter_capi.core.provisioning.nodesum import NodeSum
 from karpenter_capi.core.scheduling.packing_memo import PackingMemo
 from karpenter_capi.core.scheduling.podspec import PodObject, PodSpecs
 from karpenter_capi.core.scheduling.solver_io import ExistingNode, NodePoolOption
@@ -209,31 +210,6 @@ def _claim_labels(claim: Mapping[str, Any]) -> dict[str, str]:
     return labels
 
 
-class _NodeSum:
-    """One node's bound pods: each one's version and requests, and their running total."""
-
-    __slots__ = ("milli", "names", "requests", "total", "versions")
-
-    def __init__(self) -> None:
-        self.versions: dict[str, str] = {}
-        self.requests: dict[str, ResourceList] = {}
-        self.milli: dict[str, int] = {}
-        self.names: dict[str, int] = {}  # how many pods name each resource
-        self.total = empty()
-
-    def change(self, uid: str, requests: ResourceList, sign: int) -> None:
-        for name, value in requests.as_milli_dict().items():
-            self.milli[name] = self.milli.get(name, 0) + sign * value
-            self.names[name] = self.names.get(name, 0) + sign
-            if not self.names[name]:
-                # Named by no pod left: absent, as a fresh sum would have it.
-                del self.names[name], self.milli[name]
-        if sign > 0:
-            self.requests[uid] = requests
-        else:
-            del self.requests[uid]
-
-
 class ParsedCluster:
     """What rounds read of the cluster, kept across them: parsed pods (``specs``), each node's
     labels as requirements and its allocatable, and what the pods bound to each node request;
@@ -250,7 +226,7 @@ class ParsedCluster:
         self.packing = packing if packing is not None else PackingMemo()
         """Re-packing outcomes: a round (or a pass's simulation) that meets the same packing
         problem again gets the kept outcome (``packing_memo``)."""
-        self._nodes: dict[str, _NodeSum] = {}
+        self._nodes: dict[str, NodeSum] = {}
         self._labels: dict[str, tuple[object, Requirements]] = {}
         self._allocatable: dict[str, tuple[object, ResourceList]] = {}
         self._existing: dict[str, tuple[object, ExistingNode]] = {}
@@ -297,26 +273,34 @@ class ParsedCluster:
 
     def of(self, node: str, pods: Sequence[PodObject]) -> ResourceList:
         """The total requests of ``pods`` (``pods: 1`` each), the pods now bound to ``node``."""
-        versions: dict[str, str] = {}
+        keys: list[tuple[str, str]] = []
         for pod in pods:
             meta = pod.get("metadata") or {}
             uid, version = meta.get("uid"), meta.get("resourceVersion")
             if not uid or not version:
                 self._nodes.pop(node, None)
                 return ResourceList.sum(self.specs.get(p).requests for p in pods)
-            versions[str(uid)] = str(version)
+            keys.append((str(uid), str(version)))
+        versions = dict(keys)
         state = self._nodes.get(node)
         if state is None:
-            state = self._nodes[node] = _NodeSum()
+            state = self._nodes[node] = NodeSum()
         elif state.versions == versions:
             return state.total
-        for uid, version in state.versions.items():
-            if versions.get(uid) != version:
-                state.change(uid, state.requests[uid], -1)
-        for pod in pods:
-            uid = str(pod["metadata"]["uid"])
-            if uid not in state.requests:
-                state.change(uid, self.specs.get(pod).requests, +1)
+        specs = self.specs
+        if not state.requests and len(versions) == len(keys):
+            # A node read for the first time (each pod once): summed by equal requests.
+            state.fill(
+                [key[0] for key in keys],
+                [specs.of_version(pod, key).requests for pod, key in zip(pods, keys, strict=True)],
+            )
+        else:
+            for uid, version in state.versions.items():
+                if versions.get(uid) != version:
+                    state.change(uid, state.requests[uid], -1)
+            for pod, key in zip(pods, keys, strict=True):
+                if key[0] not in state.requests:
+                    state.change(key[0], specs.of_version(pod, key).requests, +1)
         state.versions = versions
         state.total = ResourceList.from_milli(state.milli)
         return state.total

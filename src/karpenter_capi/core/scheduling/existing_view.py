@@ -41,10 +41,11 @@ class _Entry:
             requirements = Requirements.from_labels(node.labels)
         self.requirements = requirements
         self.info = NodeInfo(node.name, self.labels, tuple(node.taints))
-        self.specs = [specs.get(pod) for pod in node.pods]
+        self.specs = specs.get_all(node.pods)
         self.ports = HostPortUsage()
         for spec in self.specs:
-            self.ports.add(spec.host_ports)
+            if spec.host_ports:
+                self.ports.add(spec.host_ports)
         # Its pods the topology index lists for their required anti-affinity.
         self.anti_affinity = [
             spec

@@ -17,7 +17,7 @@ import json
 import operator
 import re
 from collections import deque
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields, replace
 from itertools import repeat
 from typing import Any, Final
@@ -570,12 +570,22 @@ class PodSpecs:
         self._memo.new_round()
 
     def get(self, pod: Mapping[str, Any]) -> PodSpec:
-        """``pod`` parsed, from the cache when this version of it was parsed before.
+        """``pod`` parsed, cached per version; a copy unbound (``state.unbound``: a pod that has
+        to move) shares its version's parse, and the spec's ``raw`` is always ``pod``."""
+        return self.of_version(pod, version_of(pod))
 
-        A copy of the same version that differs only by being unbound (``state.unbound``: a
-        pod that has to move) shares the parse; the returned spec's ``raw`` is always ``pod``.
-        """
-        key = version_of(pod)
+    def get_all(self, pods: Iterable[Mapping[str, Any]]) -> list[PodSpec]:
+        """``get`` of each of ``pods``, in order (a node's: two calls fewer per pod)."""
+        kept, result = self._kept.get, list[PodSpec]()
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            uid, version = meta.get("uid"), meta.get("resourceVersion")
+            found = kept((str(uid), str(version))) if uid and version else None
+            result.append(found if found is not None and found.raw is pod else self.get(pod))
+        return result
+
+    def of_version(self, pod: Mapping[str, Any], key: tuple[str, str] | None) -> PodSpec:
+        """``get(pod)`` when its ``version_of`` is known already (``key``)."""
         if key is None:
             self.parses += 1
             return parse_pod(pod, self._memo)

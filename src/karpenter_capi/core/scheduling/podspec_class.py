@@ -3,36 +3,35 @@
 Pods equal in these parts (one Deployment's replicas, mostly) parse to the same values but for
 who they are, so ``podspec.parse_pod`` reads the first of a class and copies the rest from it
 (``ClassMemo``). Finding a pod's class is then most of the cost of reading it, so the memo's
-key is the parts written with ``marshal`` (version 2, which writes every value in full, never a
-reference to one written before) in the order the object holds them: less than half the time of
-compact JSON, which was a sixth of a first solve. Marshal writes exactly what it reads back, so
-equal bytes mean equal parts and a hit is always right; equal parts written differently (in
-another key order, or a string interned in one pod and not in another) only miss, and the full
-parse writes the sorted ``class_key``, once per class. Parts marshal cannot write (anything but
-plain JSON data) are keyed by their JSON text instead: text and bytes never compare equal.
+key is the parts serialized by ``marshal`` in the order the object holds them (C, no text
+escaping: about a third of the time of compact JSON, a sixth of the sorted ``class_key``).
+Format 2 writes every value by its type and contents alone (no back-references, no interned
+strings, which later formats write depending on how the object is shared), so equal parts
+give equal bytes, and equal bytes mean equal parts: ``marshal.loads`` reads them back as one
+value, so a hit is always right. The same parts in another key order (or a tuple where a list
+was) only miss, and the full parse writes the sorted ``class_key``, once per class. A value
+``marshal`` cannot write (anything but JSON's types) raises ``ValueError``: the pod then has no
+class and is parsed in full.
 """
 
 from __future__ import annotations
 
-import json
 import marshal
 from collections.abc import Hashable
-from typing import Any, TypeVar, cast
+from typing import Final, TypeVar
 
 from karpenter_capi.core.scheduling.kept import Kept
 
 V = TypeVar("V")
 
-_MARSHAL_VERSION = 2  # binary floats, and no references to objects written before (3 on)
-_ENCODER = json.JSONEncoder(default=str, check_circular=False, separators=(",", ":"))
+_FORMAT: Final = 2
+"""``marshal`` format 2: no references (format 3) nor short-string forms (format 4)."""
 
 
 def class_parts(parts: object) -> Hashable:
-    """The memo key of a pod's scheduling parts (``podspec.scheduling_spec``)."""
-    try:
-        return marshal.dumps(cast("Any", parts), _MARSHAL_VERSION)
-    except ValueError:  # not plain data ("unmarshallable object"), or nested too deep
-        return _ENCODER.encode(parts)
+    """The memo key of a pod's scheduling parts (``podspec.scheduling_spec``); ``ValueError``
+    when they hold a value that is not JSON's (the pod is then parsed in full)."""
+    return marshal.dumps(parts, _FORMAT)  # type: ignore[arg-type]
 
 
 class ClassMemo(Kept[Hashable, V]):
