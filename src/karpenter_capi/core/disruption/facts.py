@@ -18,14 +18,16 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.duration import DurationError, parse_duration
 from karpenter_capi.core.api.nodeclaim import NodeClaimConditionType
 from karpenter_capi.core.clock import parse_timestamp
 from karpenter_capi.core.provisioning.state import (
+    FINISHED_PHASES,
     MIRROR_POD_ANNOTATION,
+    UNMOVED_OWNER_KINDS,
     has_disrupted_taint,
     is_interrupted,
     is_reschedulable,
@@ -53,12 +55,12 @@ def _is_active(pod: PodObject) -> bool:
     """Neither finished nor terminating (upstream's ``IsActive``)."""
     if _meta(pod).get("deletionTimestamp"):
         return False
-    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    return (pod.get("status") or {}).get("phase") not in FINISHED_PHASES
 
 
 def _is_active_phase(pod: PodObject) -> bool:
     """Not finished: a pod the pass parses (bound, or pending)."""
-    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    return (pod.get("status") or {}).get("phase") not in FINISHED_PHASES
 
 
 def _pod_started(pod: PodObject) -> datetime | None:
@@ -148,12 +150,12 @@ class PodFacts:
             return cls.read(pod)
         meta = pod.get("metadata") or {}
         annotations = meta.get("annotations")
-        finished = spec.phase in _FINISHED
+        finished = spec.phase in FINISHED_PHASES
         active = not spec.deleting and not finished
         # ``state.is_reschedulable``.
         reschedulable = active and not (annotations and MIRROR_POD_ANNOTATION in annotations)
         if reschedulable and spec.owners:
-            reschedulable = not any(owner.kind in _NOT_RESCHEDULED for owner in spec.owners)
+            reschedulable = not any(owner.kind in UNMOVED_OWNER_KINDS for owner in spec.owners)
         # Most pods have no annotation and no priority: their cost is 1 and nothing forbids
         # disrupting them, without asking.
         plain = not annotations and "priority" not in (pod.get("spec") or {})
@@ -168,11 +170,6 @@ class PodFacts:
             labels=tuple(sorted(spec.labels.items())) if labels is None else labels,
             finished=finished,
         )
-
-
-_FINISHED: Final = ("Succeeded", "Failed")
-_NOT_RESCHEDULED: Final = ("DaemonSet", "Node")
-"""Owners whose pods do not move when their node goes (``state.is_reschedulable``)."""
 
 
 def _ready(node: Mapping[str, Any]) -> bool:

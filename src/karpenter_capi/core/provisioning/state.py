@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.instancetype import InstanceType
@@ -43,6 +43,10 @@ EPHEMERAL_TAINT_KEYS = frozenset(
 )
 """Taints a node we launched carries only until it is initialized."""
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+FINISHED_PHASES: Final = ("Succeeded", "Failed")
+"""Phases of a pod that no longer runs: it holds nothing and moves nowhere."""
+UNMOVED_OWNER_KINDS: Final = ("DaemonSet", "Node")
+"""Owners whose pods are not rescheduled when their node goes (DaemonSet and static pods)."""
 
 
 def has_disrupted_taint(node: Mapping[str, Any]) -> bool:
@@ -58,12 +62,12 @@ def is_reschedulable(pod: PodObject) -> bool:
     meta = pod.get("metadata") or {}
     if meta.get("deletionTimestamp"):
         return False
-    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+    if (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
         return False
     if MIRROR_POD_ANNOTATION in (meta.get("annotations") or {}):
         return False
     owners = meta.get("ownerReferences") or []
-    return not any(ref.get("kind") in ("DaemonSet", "Node") for ref in owners)
+    return not any(ref.get("kind") in UNMOVED_OWNER_KINDS for ref in owners)
 
 
 def is_interrupted(claim: Mapping[str, Any]) -> bool:
@@ -185,7 +189,7 @@ def persisted_nominations(snapshot: ClusterSnapshot) -> dict[str, frozenset[str]
 
 def _is_active(pod: PodObject) -> bool:
     phase = (pod.get("status") or {}).get("phase")
-    return phase not in ("Succeeded", "Failed")
+    return phase not in FINISHED_PHASES
 
 
 def _taints(items: Iterable[Mapping[str, Any]] | None) -> tuple[Taint, ...]:
