@@ -31,6 +31,15 @@ T = TypeVar("T")
 _RAW = attrgetter("raw")
 
 
+class _NotRead:
+    """What ``PassFacts.parses`` finds for a pod the read did not parse: no pod's parse."""
+
+    raw = None
+
+
+_NOT_READ = _NotRead()
+
+
 _Carry: TypeAlias = tuple[
     tuple[list[int], list[int], list[int]],
     tuple[list["PodFacts"], list["NodeFacts"], list["ClaimFacts"]],
@@ -135,6 +144,7 @@ class PassFacts:
         """The facts of this pass's pods, Nodes and NodeClaims, in their order (``read_all``)."""
         self._parses: dict[int, PodSpec] = {}
         self._parse_versions: dict[int, tuple[str, str]] = {}
+        self._handed: dict[int, tuple[Sequence[PodObject], list[PodSpec]]] = {}
         """The pods ``read_all`` parsed, and their versions, by the pod object's ``id`` (the
         very object: ``raw``), until ``done_reading``."""
         self._sorted_labels: Kept[str, tuple[tuple[str, str], ...]] = Kept()
@@ -217,21 +227,29 @@ class PassFacts:
         if not self._parses:
             return None
         ids = list(map(id, pods))
-        found = list(map(self._parses.get, ids))
-        if any(map(is_, found, repeat(None))) or not all(map(is_, map(_RAW, found), pods)):
+        found = list(map(self._parses.get, ids, repeat(_NOT_READ)))
+        if not all(map(is_, map(_RAW, found), pods)):
             return None
         specs: list[PodSpec] = found  # type: ignore[assignment]
+        self._handed[id(pods)] = (pods, specs)
         return list(map(self._parse_versions.__getitem__, ids)), specs
 
     def specs_of(self, pods: Sequence[PodObject]) -> list[PodSpec] | None:
-        """The parses of ``parses``."""
+        """The parses of ``parses``, those it handed for the very list ``pods`` already if it
+        did (a node's sum, then its view: looked up once)."""
+        handed = self._handed.pop(id(pods), None)
+        if handed is not None and handed[0] is pods:
+            return handed[1]
         found = self.parses(pods)
-        return None if found is None else found[1]
+        if found is None:
+            return None
+        self._handed.pop(id(pods), None)
+        return found[1]
 
     def done_reading(self) -> None:
         """Forget what ``parses`` hands out: kept past the pass's read, the 70,000 references
         of a first pass over 10,000 nodes were walked by the collector for nothing."""
-        self._parses, self._parse_versions = {}, {}
+        self._parses, self._parse_versions, self._handed = {}, {}, {}
 
     def _found(
         self, lists: tuple[list[Any], list[Any], list[Any]]
