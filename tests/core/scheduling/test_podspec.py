@@ -172,6 +172,19 @@ def test_the_next_replica_of_a_class_is_read_as_a_fresh_parse_would() -> None:
     assert [specs.get(p).key for p in others] == ["ns/b", "ns/c", "ns/d"]
 
 
+def test_the_replicas_of_a_class_share_one_label_set() -> None:
+    # Equal labels in the same order are part of the class: its replicas read the first one's
+    # dict (the topology index reads one label set per class), equal to their own.
+    specs = PodSpecs()
+    first = specs.get(_replica("a", labels={"app": "web", "tier": "1"}))
+    again = _replica("b", labels={"app": "web", "tier": "1"})
+    assert specs.get(again).labels is first.labels
+    assert specs.get(again).labels == again["metadata"]["labels"]
+    # The same labels in another order are another class, read with their own.
+    other = _replica("c", labels={"tier": "1", "app": "web"})
+    assert specs.get(other).labels is other["metadata"]["labels"]
+
+
 def test_a_replica_whose_own_fields_are_unreadable_says_why() -> None:
     specs = PodSpecs()
     specs.get(_replica("a"))

@@ -9,9 +9,9 @@ what changed since.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import compress, islice, repeat
-from operator import is_, lt
+from operator import attrgetter, is_, lt
 from typing import Any, Generic, TypeAlias, TypeVar
 
 from karpenter_capi.core.api import wellknown
@@ -25,9 +25,19 @@ from karpenter_capi.core.disruption.facts import (
 )
 from karpenter_capi.core.provisioning.state import ClusterSnapshot, ParsedCluster
 from karpenter_capi.core.scheduling.kept import Kept
-from karpenter_capi.core.scheduling.podspec import PodObject, version_of
+from karpenter_capi.core.scheduling.podspec import PodObject, PodSpec, version_of
 
 T = TypeVar("T")
+_RAW = attrgetter("raw")
+
+
+class _NotRead:
+    """What ``PassFacts.parses`` finds for a pod the read did not parse: no pod's parse."""
+
+    raw = None
+
+
+_NOT_READ = _NotRead()
 
 
 _Carry: TypeAlias = tuple[
@@ -132,6 +142,11 @@ class PassFacts:
         self._lists: tuple[object, object, object] = (None, None, None)
         self._read: tuple[list[PodFacts], list[NodeFacts], list[ClaimFacts]] | None = None
         """The facts of this pass's pods, Nodes and NodeClaims, in their order (``read_all``)."""
+        self._parses: dict[int, PodSpec] = {}
+        self._parse_versions: dict[int, tuple[str, str]] = {}
+        self._handed: dict[int, tuple[Sequence[PodObject], list[PodSpec]]] = {}
+        """The pods ``read_all`` parsed, and their versions, by the pod object's ``id`` (the
+        very object: ``raw``), until ``done_reading``."""
         self._sorted_labels: Kept[str, tuple[tuple[str, str], ...]] = Kept()
         """A class's labels sorted (``PodFacts.labels``), by its ``class_key``."""
         self.reads = 0
@@ -198,7 +213,43 @@ class PassFacts:
         self.versions = versions
         self._claim_versions = None
         self._lists = lists
+        self.done_reading()
         return same
+
+    def parses(
+        self, pods: Sequence[PodObject]
+    ) -> tuple[list[tuple[str, str]], list[PodSpec]] | None:
+        """The versions and parses ``read_all`` read ``pods`` with, one for one, when it
+        parsed each of these very objects (``None`` otherwise: a pod carried over from the
+        last pass, or read apart from one): what the simulator's set-up sums and indexes a
+        node's pods from, without looking each one up again (``state.existing_nodes``,
+        ``ExistingView``)."""
+        if not self._parses:
+            return None
+        ids = list(map(id, pods))
+        found = list(map(self._parses.get, ids, repeat(_NOT_READ)))
+        if not all(map(is_, map(_RAW, found), pods)):
+            return None
+        specs: list[PodSpec] = found  # type: ignore[assignment]
+        self._handed[id(pods)] = (pods, specs)
+        return list(map(self._parse_versions.__getitem__, ids)), specs
+
+    def specs_of(self, pods: Sequence[PodObject]) -> list[PodSpec] | None:
+        """The parses of ``parses``, those it handed for the very list ``pods`` already if it
+        did (a node's sum, then its view: looked up once)."""
+        handed = self._handed.pop(id(pods), None)
+        if handed is not None and handed[0] is pods:
+            return handed[1]
+        found = self.parses(pods)
+        if found is None:
+            return None
+        self._handed.pop(id(pods), None)
+        return found[1]
+
+    def done_reading(self) -> None:
+        """Forget what ``parses`` hands out: kept past the pass's read, the 70,000 references
+        of a first pass over 10,000 nodes were walked by the collector for nothing."""
+        self._parses, self._parse_versions, self._handed = {}, {}, {}
 
     def _found(
         self, lists: tuple[list[Any], list[Any], list[Any]]
@@ -254,6 +305,9 @@ class PassFacts:
         keys = self._kind_versions
         specs = parsed.specs if parsed is not None else None
         sorted_labels = self._sorted_labels
+        parses: dict[int, PodSpec] = {}
+        versions: dict[int, Any] = {}
+        self._parses, self._parse_versions = parses, versions
 
         def pod_read(pod: PodObject, key: object) -> PodFacts:
             if specs is None or not _is_active_phase(pod):
@@ -267,6 +321,9 @@ class PassFacts:
                 if labels is None:
                     labels = tuple(sorted(spec.labels.items()))
                     sorted_labels.put(spec.class_key, labels)
+            if spec.raw is pod:
+                parses[id(pod)] = spec
+                versions[id(pod)] = key
             return PodFacts.of(spec, labels)
 
         def node_read(node: Mapping[str, Any], _: object) -> NodeFacts:

@@ -178,6 +178,7 @@ def _read(
         nominations=nominations,
         parsed=parsed,
     )
+    facts.done_reading()  # the simulator is set up: the read's parses by pod go
     return report, ledger, totals, simulator
 
 

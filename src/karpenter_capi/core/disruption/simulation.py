@@ -21,7 +21,7 @@ replace, whatever offering each launch falls back to (``consolidate``).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
@@ -35,6 +35,7 @@ from karpenter_capi.core.provisioning.pending import is_provisionable
 from karpenter_capi.core.provisioning.state import (
     ClusterSnapshot,
     ParsedCluster,
+    Parses,
     disrupting_nodes,
     existing_nodes,
     moving_pods,
@@ -42,7 +43,7 @@ from karpenter_capi.core.provisioning.state import (
     unbound,
 )
 from karpenter_capi.core.scheduling.existing_view import ExistingView
-from karpenter_capi.core.scheduling.podspec import PodObject, pod_key
+from karpenter_capi.core.scheduling.podspec import PodObject, PodSpec, pod_key
 from karpenter_capi.core.scheduling.solver import Solver
 from karpenter_capi.core.scheduling.solver_io import (
     ExistingNode,
@@ -64,7 +65,11 @@ work is bounded by counts, so a consolidation decision does not depend on the ma
 either; a much shorter net would bring that dependence back on a loaded machine."""
 
 
-def _view(nodes: Sequence[ExistingNode], parsed: ParsedCluster) -> ExistingView:
+def _view(
+    nodes: Sequence[ExistingNode],
+    parsed: ParsedCluster,
+    parses: Callable[[ExistingNode], list[PodSpec] | None] | None = None,
+) -> ExistingView:
     """The solver's view of ``nodes``, made from the last pass's.
 
     ``existing_nodes`` hands back the very ``ExistingNode`` of the last pass for a node of
@@ -72,7 +77,8 @@ def _view(nodes: Sequence[ExistingNode], parsed: ParsedCluster) -> ExistingView:
     identity says what the last view still describes: the same nodes are that view, and
     otherwise the new view takes from it what it read of every node still the same and reads
     only the others (``ExistingView``'s ``previous``). A launching NodeClaim, or a node with a
-    pod without a uid or version, is a new object every pass: read again each time."""
+    pod without a uid or version, is a new object every pass: read again each time.
+    ``parses``: a node's pods' parses, when the pass read them (``PassFacts.parses``)."""
     kept = parsed.existing_view
     previous = kept if isinstance(kept, ExistingView) else None
     if (
@@ -81,7 +87,7 @@ def _view(nodes: Sequence[ExistingNode], parsed: ParsedCluster) -> ExistingView:
         and all(a is b for a, b in zip(previous.nodes, nodes, strict=True))
     ):
         return previous
-    view = ExistingView(nodes, parsed.specs, previous)
+    view = ExistingView(nodes, parsed.specs, previous, parses)
     parsed.existing_view = view
     return view
 
@@ -145,6 +151,7 @@ class _Reading:
         """The Nodes' and NodeClaims' versions, the NodePools and the nominations: what the
         existing nodes are made of but their pods (``_existing``)."""
         self._bound: Mapping[str, Sequence[PodObject]] = {}
+        self._parses: Callable[[str, Sequence[PodObject]], Parses | None] | None = None
         self._all: list[ExistingNode] = []
         facts = pass_facts(parsed)
         previous = facts.last("simulator")
@@ -174,6 +181,7 @@ class _Reading:
             if key is not None:
                 self._existing_key = (key, tuple(map(id, inventories)), dict(nominations))
             self._bound = bound
+            self._parses = lambda _, pods: facts.parses(pods)
             nodes = self._existing(
                 snapshot,
                 inventories=inventories,
@@ -203,7 +211,9 @@ class _Reading:
         self.nodes: list[ExistingNode] = [n for n in nodes if n.name not in disrupting]
         # Every simulation solves over these nodes but its candidates: turned into solver input
         # once (``ExistingView``), each simulation leaving its candidates out of it.
-        self.view = _view(self.nodes, parsed)
+        reads = self._parses is not None  # the nodes' pods' parses as the pass read them
+        self.view = _view(self.nodes, parsed, (lambda n: facts.specs_of(n.pods)) if reads else None)
+        self._parses = None
         # Room on a NodeClaim still launching, or a node not yet initialized, is a promise: a
         # pod that must move may not count on it (upstream rejects such a result too).
         self.not_ready = frozenset(
@@ -257,8 +267,9 @@ class _Reading:
         while the Nodes, the NodeClaims, the NodePools and the nominations are the same: only
         those nodes are read again (a status update of a few pods touches a few nodes)."""
         bound = self._bound
+        parses = self._parses
         if last is None or self._existing_key is None or last._existing_key != self._existing_key:
-            return existing_nodes(snapshot, inventories, nominations, parsed, bound)
+            return existing_nodes(snapshot, inventories, nominations, parsed, bound, parses=parses)
         before = last._bound
         changed = {
             n.name
@@ -275,10 +286,12 @@ class _Reading:
         )
         again = {
             n.name: n
-            for n in existing_nodes(some, inventories, nominations, parsed, bound, some=True)
+            for n in existing_nodes(
+                some, inventories, nominations, parsed, bound, some=True, parses=parses
+            )
         }
         if again.keys() != changed:
-            return existing_nodes(snapshot, inventories, nominations, parsed, bound)
+            return existing_nodes(snapshot, inventories, nominations, parsed, bound, parses=parses)
         return [again[n.name] if n.name in changed and not n.in_flight else n for n in last._all]
 
 

@@ -26,7 +26,7 @@ from karpenter_capi.core.kube.resources import (
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.provisioning.nodesum import NodeSum
 from karpenter_capi.core.scheduling.packing_memo import PackingMemo
-from karpenter_capi.core.scheduling.podspec import PodObject, PodSpecs
+from karpenter_capi.core.scheduling.podspec import PodObject, PodSpec, PodSpecs
 from karpenter_capi.core.scheduling.solver_io import ExistingNode, NodePoolOption
 from karpenter_capi.core.values.requirements import Requirement, Requirements
 from karpenter_capi.core.values.resources import ResourceList, empty
@@ -47,6 +47,9 @@ FINISHED_PHASES: Final = ("Succeeded", "Failed")
 """Phases of a pod that no longer runs: it holds nothing and moves nowhere."""
 UNMOVED_OWNER_KINDS: Final = ("DaemonSet", "Node")
 """Owners whose pods are not rescheduled when their node goes (DaemonSet and static pods)."""
+Parses = tuple[Sequence[tuple[str, str]], Sequence[PodSpec]]
+"""A node's bound pods' ``(uid, resourceVersion)`` and parses, one for one with them."""
+_NONE: frozenset[str] = frozenset()  # one for every node nothing is nominated to
 
 
 def has_disrupted_taint(node: Mapping[str, Any]) -> bool:
@@ -275,16 +278,22 @@ class ParsedCluster:
         self._allocatable[name] = (version, parsed)
         return parsed
 
-    def of(self, node: str, pods: Sequence[PodObject]) -> ResourceList:
-        """The total requests of ``pods`` (``pods: 1`` each), the pods now bound to ``node``."""
-        keys: list[tuple[str, str]] = []
-        for pod in pods:
-            meta = pod.get("metadata") or {}
-            uid, version = meta.get("uid"), meta.get("resourceVersion")
-            if not uid or not version:
-                self._nodes.pop(node, None)
-                return ResourceList.sum(self.specs.get(p).requests for p in pods)
-            keys.append((str(uid), str(version)))
+    def of(
+        self, node: str, pods: Sequence[PodObject], parses: Parses | None = None
+    ) -> ResourceList:
+        """The total requests of ``pods`` (``pods: 1`` each), the pods now bound to ``node``;
+        ``parses``: their versions and parses, one for one, when the caller has them."""
+        if parses is not None:
+            keys, given = list(parses[0]), parses[1]
+        else:
+            keys, given = [], None
+            for pod in pods:
+                meta = pod.get("metadata") or {}
+                uid, version = meta.get("uid"), meta.get("resourceVersion")
+                if not uid or not version:
+                    self._nodes.pop(node, None)
+                    return ResourceList.sum(self.specs.get(p).requests for p in pods)
+                keys.append((str(uid), str(version)))
         versions = dict(keys)
         state = self._nodes.get(node)
         if state is None:
@@ -296,7 +305,11 @@ class ParsedCluster:
             # A node read for the first time (each pod once): summed by equal requests.
             state.fill(
                 [key[0] for key in keys],
-                [specs.of_version(pod, key).requests for pod, key in zip(pods, keys, strict=True)],
+                [spec.requests for spec in given]
+                if given is not None
+                else [
+                    specs.of_version(pod, key).requests for pod, key in zip(pods, keys, strict=True)
+                ],
             )
         else:
             for uid, version in state.versions.items():
@@ -358,6 +371,7 @@ def _existing_node(
     lender: Mapping[str, Any] | None,
     lent: object,
     sums: ParsedCluster,
+    parses: Parses | None,
 ) -> ExistingNode:
     """A registered node as the solver takes it (see ``existing_nodes``); ``lender``: its
     NodeClaim when the node is not registered yet, ``lent`` that NodeClaim's version."""
@@ -384,7 +398,7 @@ def _existing_node(
         name=name,
         labels=labels,
         allocatable=sums.allocatable(node),
-        requested=sums.of(name, pods),
+        requested=sums.of(name, pods, parses),
         label_requirements=sums.label_requirements(node, labels, lent),
         taints=taints,
         pods=pods,
@@ -411,6 +425,7 @@ def existing_nodes(
     bound: Mapping[str, Sequence[PodObject]] | None = None,
     *,
     some: bool = False,
+    parses: Callable[[str, Sequence[PodObject]], Parses | None] | None = None,
 ) -> list[ExistingNode]:
     """Registered nodes and in-flight NodeClaims, in name order (deterministic passes).
     ``some``: ``snapshot`` holds some of the nodes only (what is kept of the others stays).
@@ -418,6 +433,8 @@ def existing_nodes(
     ``parsed``: the bound pods' sums kept from earlier rounds (fresh when not given).
     ``bound``: the unfinished pods bound to each node, in the snapshot's order, when the
     caller has them already (``bound_by_node``); read from the snapshot otherwise.
+    ``parses(name, pods)``: a node's pods' versions and parses when the caller read them
+    (``None``: each one is looked up).
     """
     sums = parsed if parsed is not None else ParsedCluster()
     if bound is None:
@@ -439,7 +456,7 @@ def existing_nodes(
         pods = bound.get(name, [])
         claim = claim_by_node.get(name)
         claim_name = str(claim["metadata"]["name"]) if claim is not None else ""
-        nominated = nominations.get(claim_name, frozenset())
+        nominated = nominations.get(claim_name, _NONE)
         startup: tuple[Taint, ...] = ()
         if claim is not None:
             startup = _taints((claim.get("spec") or {}).get("startupTaints"))
@@ -464,6 +481,7 @@ def existing_nodes(
                 lender=claim if lent is not None else None,
                 lent=lent,
                 sums=sums,
+                parses=None if parses is None else parses(name, pods),
             )
             sums.keep_existing(name, key, existing)
         result.append(existing)

@@ -13,14 +13,14 @@ The next pass's view is made from this one: only the nodes that changed are read
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import overload
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.scheduling.claims import Vector, to_vector
 from karpenter_capi.core.scheduling.collector import collection_paused
 from karpenter_capi.core.scheduling.hostports import HostPortUsage
-from karpenter_capi.core.scheduling.podspec import PodSpecs
+from karpenter_capi.core.scheduling.podspec import PodSpec, PodSpecs
 from karpenter_capi.core.scheduling.solver_io import ExistingNode
 from karpenter_capi.core.scheduling.topology import ExistingPods, NodeInfo
 from karpenter_capi.core.values.requirements import Requirements
@@ -33,7 +33,9 @@ class _Entry:
 
     __slots__ = ("anti_affinity", "info", "labels", "node", "ports", "requirements", "specs")
 
-    def __init__(self, node: ExistingNode, specs: PodSpecs) -> None:
+    def __init__(
+        self, node: ExistingNode, specs: PodSpecs, given: list[PodSpec] | None = None
+    ) -> None:
         self.node = node
         self.labels = _labels(node)
         requirements = node.label_requirements
@@ -41,17 +43,20 @@ class _Entry:
             requirements = Requirements.from_labels(node.labels)
         self.requirements = requirements
         self.info = NodeInfo(node.name, self.labels, tuple(node.taints))
-        self.specs = specs.get_all(node.pods)
+        # The pods' parses: those the caller read them with (one for one with the very pods),
+        # else each one looked up.
+        self.specs = given if given is not None else specs.get_all(node.pods)
         self.ports = HostPortUsage()
         for spec in self.specs:
             if spec.host_ports:
                 self.ports.add(spec.host_ports)
         # Its pods the topology index lists for their required anti-affinity.
-        self.anti_affinity = [
+        # Most nodes have none: no empty list kept for the collector to walk.
+        self.anti_affinity: list[PodSpec] | tuple[()] = [
             spec
             for spec in self.specs
             if spec.anti_affinity and ExistingPods.counted(spec) is not None
-        ]
+        ] or ()
 
     def counted(self) -> list[tuple[str, str, object] | None]:
         """What the topology index counts of its pods (``ExistingPods.counted``)."""
@@ -66,7 +71,9 @@ class ExistingView:
     nodes are the same names in the same order and the changed ones count the same pods in
     the same label sets (a status update), its topology index and resource vectors are taken
     too, only the changed nodes' entries made again: the view is then what one built from
-    scratch would be, for the work of the nodes that changed."""
+    scratch would be, for the work of the nodes that changed. ``parses(node)``: the node's
+    pods' parses when the caller has them, one for one with ``node.pods`` (``None``: each
+    pod's looked up in ``specs``)."""
 
     @collection_paused()  # tens of thousands of objects, no cycle (see ``collector``)
     def __init__(
@@ -74,6 +81,7 @@ class ExistingView:
         nodes: Sequence[ExistingNode],
         specs: PodSpecs,
         previous: ExistingView | None = None,
+        parses: Callable[[ExistingNode], list[PodSpec] | None] | None = None,
     ) -> None:
         self.nodes = list(nodes)
         self._position = {node.name: index for index, node in enumerate(self.nodes)}
@@ -87,7 +95,7 @@ class ExistingView:
         for index, node in enumerate(self.nodes):
             entry = kept.get(node.name)
             if entry is None or entry.node is not node:
-                entry = _Entry(node, specs)
+                entry = _Entry(node, specs, None if parses is None else parses(node))
                 changed.append(index)
             self._entries.append(entry)
         entries = self._entries

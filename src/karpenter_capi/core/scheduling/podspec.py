@@ -398,7 +398,7 @@ def _like(template: PodSpec, pod: PodObject, meta: Mapping[str, Any]) -> PodSpec
         str(meta.get("uid") or ""),
         str(meta.get("name") or ""),
         template.namespace,
-        meta.get("labels") or {},
+        template.labels,  # the pod's own, equal (the class's key holds them): one per class
         str(spec.get("nodeName") or ""),
         str(status.get("phase") or ""),
         bool(meta.get("deletionTimestamp")),

@@ -34,23 +34,36 @@ def ignored(pod: PodSpec) -> bool:
     return not pod.active or pod.deleting
 
 
+_INDEX_BITS: Final = 32
+_INDEX_MASK: Final = (1 << _INDEX_BITS) - 1
+"""A pod's place in ``ExistingPods.where``: its label set's number, then its node's index."""
+
+
 class ExistingPods:
     """Bound pods by namespace, label set and node (``buckets``), the nodes that hold at least
     one (``nodes``, by first appearance), and the pods with required anti-affinity."""
 
-    __slots__ = ("again", "anti_affinity", "buckets", "nodes", "position", "where")
+    __slots__ = ("again", "anti_affinity", "buckets", "nodes", "position", "shapes", "where")
 
     def __init__(self, existing_pods: Iterable[tuple[PodSpec, NodeInfo]]) -> None:
         self.nodes: list[NodeInfo] = []
         self.position: dict[str, int] = {}  # node name -> index in ``nodes``
         self.buckets: Buckets = {}
         self.anti_affinity: list[tuple[PodSpec, int]] = []
-        # identity -> (namespace, repr(labels), node index): what leaving a pod out subtracts.
-        # A tuple per pod, no list: one more object for each of 70,000 pods for the collector
-        # to walk. A pod listed twice (``again``) is the rare case.
-        self.where: dict[object, tuple[str, str, int]] = {}
-        self.again: dict[object, list[tuple[str, str, int]]] = {}
-        position, where, buckets = self.position, self.where, self.buckets
+        # identity -> where the pod is counted, one int (its label set's number in
+        # ``shapes``, then its node's index): what leaving a pod out subtracts. An int per
+        # pod, no tuple: an int is no object for the collector to walk, nor is a dict that
+        # holds only strings and ints (70,000 pods). A pod listed twice (``again``) is rare.
+        self.where: dict[object, int] = {}
+        self.again: dict[object, list[int]] = {}
+        self.shapes: list[tuple[str, str]] = []
+        """Each namespace and label set counted, by its number in ``where``."""
+        position, where, buckets, shapes = self.position, self.where, self.buckets, self.shapes
+        # Each label set read once: the pods of one class share their labels' dict (and their
+        # namespace), so its text and its bucket are found by the dict's identity (each kept
+        # alive here, so no other takes its id).
+        seen: dict[int, tuple[str, str, dict[int, int], int, Mapping[str, str]]] = {}
+        numbers: dict[tuple[str, str], int] = {}
         for pod, node in existing_pods:
             # ``ignored`` and ``pod_identity``, written out: once per bound pod.
             if pod.deleting or pod.phase in _FINISHED:
@@ -60,14 +73,23 @@ class ExistingPods:
                 index = position[node.name] = len(self.nodes)
                 self.nodes.append(node)
             namespace = pod.namespace or "default"
-            shape = repr(pod.labels)
-            entry = buckets.setdefault(namespace, {}).setdefault(shape, (pod.labels, {}))
-            entry[1][index] = entry[1].get(index, 0) + 1
+            labels = pod.labels
+            found = seen.get(id(labels))
+            if found is None or found[0] != namespace:
+                shape = repr(labels)
+                entry = buckets.setdefault(namespace, {}).setdefault(shape, (labels, {}))
+                number = numbers.setdefault((namespace, shape), len(numbers))
+                if number == len(shapes):
+                    shapes.append((namespace, shape))
+                found = seen[id(labels)] = (namespace, shape, entry[1], number, labels)
+            counts = found[2]
+            counts[index] = counts.get(index, 0) + 1
             identity = pod.uid or (namespace, pod.name)
+            place = found[3] << _INDEX_BITS | index
             if identity in where:
-                self.again.setdefault(identity, []).append((namespace, shape, index))
+                self.again.setdefault(identity, []).append(place)
             else:
-                where[identity] = (namespace, shape, index)
+                where[identity] = place
             if pod.anti_affinity:
                 self.anti_affinity.append((pod, index))
 
@@ -92,6 +114,7 @@ class ExistingPods:
         other.buckets = self.buckets
         other.where = self.where
         other.again = self.again
+        other.shapes = self.shapes
         other.anti_affinity = anti_affinity
         return other
 
@@ -100,7 +123,11 @@ class ExistingPods:
         first = self.where.get(identity)
         if first is None:
             return []
-        return [first, *self.again.get(identity, ())]
+        places = []
+        for place in (first, *self.again.get(identity, ())):
+            namespace, shape = self.shapes[place >> _INDEX_BITS]
+            places.append((namespace, shape, place & _INDEX_MASK))
+        return places
 
     def node_indexes(self, names: Iterable[str]) -> frozenset[int]:
         """The indexes of the nodes named (those holding no pod have none)."""

@@ -1,0 +1,93 @@
+"""The simulator's set-up takes each node's pods' parses from the pass's read.
+
+Why: a first pass over 10,000 nodes parses its 70,000 pods in ``PassFacts.read_all``; summing
+each node's requests (``state.existing_nodes``) and indexing its pods for the solver view
+(``ExistingView``) looked each parse up again by version. They now take the read's, which
+must be the very parses a lookup gives, handed only for the very pod objects read, and
+forgotten once the simulator is set up (kept, they were references for the collector to walk).
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+
+from benchmarks.consolidation import build, touched
+from karpenter_capi.core.clock import FakeClock
+from karpenter_capi.core.disruption.passfacts import pass_facts
+from karpenter_capi.core.disruption.planner import PassSettings, plan
+from karpenter_capi.core.provisioning.state import ParsedCluster, bound_by_node, existing_nodes
+from karpenter_capi.core.scheduling.existing_view import ExistingView
+from karpenter_capi.core.scheduling.podspec import PodSpecs, version_of
+
+
+def test_the_read_hands_each_node_s_parses_for_its_very_pods_only() -> None:
+    snapshot, _, _ = build(40, seed=3)
+    parsed = ParsedCluster()
+    facts = pass_facts(parsed)
+    facts.begin(snapshot)
+    facts.read_all(snapshot, parsed)
+    bound = bound_by_node(snapshot.pods)
+    assert bound
+    for pods in bound.values():
+        found = facts.parses(pods)
+        assert found is not None
+        versions, specs = found
+        assert versions == [version_of(pod) for pod in pods]
+        assert specs == [parsed.specs.get(pod) for pod in pods]
+        assert all(spec.raw is pod for spec, pod in zip(specs, pods, strict=True))
+        # Equal pods that are not the objects read: looked up, not handed.
+        assert facts.parses([copy.deepcopy(pod) for pod in pods]) is None
+    facts.done_reading()
+    assert all(facts.parses(pods) is None for pods in bound.values())
+
+
+def _plan(snapshot: object, inventories: list[object], parsed: ParsedCluster) -> object:
+    report = plan(
+        snapshot,  # type: ignore[arg-type]
+        inventories,  # type: ignore[arg-type]
+        [],
+        now=datetime(2026, 11, 23, 12, 0, tzinfo=UTC),
+        clock=FakeClock(),
+        settings=PassSettings(evaluate_all=True),
+        parsed=parsed,
+    )
+    return (report.summary(), [(c.name, c.price) for c in report.candidates])
+
+
+def test_a_pass_forgets_the_read_s_parses_and_decides_as_without_them() -> None:
+    snapshot, inventories, _ = build(40, seed=3)
+    parsed = ParsedCluster()
+    first = _plan(snapshot, inventories, parsed)
+    facts = pass_facts(parsed)
+    bound = bound_by_node(snapshot.pods)
+    assert all(facts.parses(pods) is None for pods in bound.values())
+    # A changed cluster: the carried pods are not read again, so the changed nodes' pods are
+    # looked up; the pass decides as one over the same cluster from scratch.
+    changed = touched(snapshot, 0.2, seed=5)
+    again = _plan(changed, inventories, parsed)
+    assert again == _plan(changed, inventories, ParsedCluster())
+    assert first == _plan(snapshot, inventories, ParsedCluster())
+
+
+def test_a_view_from_the_read_s_parses_is_the_view_from_lookups() -> None:
+    snapshot, inventories, _ = build(40, seed=3)
+    parsed = ParsedCluster()
+    facts = pass_facts(parsed)
+    facts.begin(snapshot)
+    facts.read_all(snapshot, parsed)
+    nodes = existing_nodes(
+        snapshot, inventories, {}, parsed, parses=lambda _, pods: facts.parses(pods)
+    )
+    unused = PodSpecs()
+    given = ExistingView(nodes, unused, parses=lambda n: facts.specs_of(n.pods))
+    assert unused.parses == 0, "a node's pods were looked up though the read handed them"
+    looked_up = ExistingView(nodes, PodSpecs())
+    assert given.pods.buckets == looked_up.pods.buckets
+    assert given.pods.where == looked_up.pods.where
+    assert given.pods.shapes == looked_up.pods.shapes
+    assert [n.name for n in given.pods.nodes] == [n.name for n in looked_up.pods.nodes]
+    assert [e.specs for e in given._entries] == [e.specs for e in looked_up._entries]
+    # The sums made from the read's parses are those made by looking each pod up.
+    summed = existing_nodes(snapshot, inventories, {}, ParsedCluster())
+    assert [(n.name, n.requested) for n in nodes] == [(n.name, n.requested) for n in summed]
