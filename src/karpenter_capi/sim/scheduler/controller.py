@@ -30,6 +30,8 @@ from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
+import orjson
+
 from karpenter_capi.core.clock import Clock, format_timestamp
 from karpenter_capi.core.kube.cache import object_key
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
@@ -87,6 +89,19 @@ def _scheduling_view(pod: JsonObject) -> JsonObject:
 
 def _node_name(view: Mapping[str, Any] | None) -> str | None:
     return None if view is None else view["spec"].get("nodeName")
+
+
+def _shape(pod: JsonObject) -> bytes | None:
+    """What the filters read of a pending pod: its namespace, labels and spec (``None`` when
+    they cannot be serialized). Two pods of one shape fail on one snapshot for one reason."""
+    meta = metadata(pod)
+    try:
+        return orjson.dumps(
+            [meta.get("namespace"), meta.get("labels"), pod.get("spec")],
+            option=orjson.OPT_SORT_KEYS,
+        )
+    except TypeError:
+        return None
 
 
 def _queue_order(pod: Mapping[str, Any]) -> tuple[int, str, str, str]:
@@ -241,9 +256,10 @@ class SimScheduler:
         active.sort(key=_queue_order)
         snapshot = Snapshot(self.caches.store(NODES).list(), bound)
         nominator = Nominator(pending)  # parked pods keep their nominated room too
+        failed: dict[bytes, tuple[str, frozenset[str]]] = {}
         for pod in active:
             try:
-                self._schedule_one(pod, snapshot, nominator)
+                self._schedule_one(pod, snapshot, nominator, failed)
             except (ValueError, TypeError, AttributeError, KeyError) as exc:
                 # The API server refuses such a spec, so kube-scheduler never meets one; the
                 # stand-in leaves it pending, said why, rather than stop the cycle for all pods.
@@ -285,7 +301,18 @@ class SimScheduler:
             "schedulerName", SCHEDULER_NAME
         ) in (SCHEDULER_NAME, "", None)
 
-    def _schedule_one(self, pod: JsonObject, snapshot: Snapshot, nominator: Nominator) -> None:
+    def _schedule_one(
+        self,
+        pod: JsonObject,
+        snapshot: Snapshot,
+        nominator: Nominator,
+        failed: dict[bytes, tuple[str, frozenset[str]]],
+    ) -> None:
+        """Place ``pod`` or fail it. ``failed``: the message and plugins of each pod shape
+        (``_shape``) that failed against ``snapshot`` as it is now (emptied when a pod is
+        placed): a shape meets the same filters on the same snapshot, so the next pod of a
+        Deployment fails for the same reasons without testing every node again. Only while
+        no pod is nominated anywhere (nominations make room depend on the pod)."""
         missing = missing_claim(self.client, pod)
         if missing is not None:
             nominator.remove(pod)
@@ -296,6 +323,11 @@ class SimScheduler:
                 "available: Preemption is not helpful for scheduling.",
                 frozenset({VOLUME_BINDING}),
             )
+            return
+        shape = _shape(pod) if nominator.empty() else None
+        known = failed.get(shape) if shape is not None else None
+        if known is not None:
+            self._fail(pod, *known)
             return
         context = PodContext(pod, snapshot)
         feasible = self._nominated_fit(pod, context, snapshot, nominator)
@@ -310,7 +342,10 @@ class SimScheduler:
         nominator.remove(pod)
         if not feasible:
             message = unschedulable_message(len(snapshot.nodes), reasons)
-            self._fail(pod, message, plugins_for(reasons))
+            plugins = plugins_for(reasons)
+            if shape is not None:
+                failed[shape] = (message, plugins)
+            self._fail(pod, message, plugins)
             return
         if len(feasible) == 1:  # kube-scheduler does not score a single feasible node either
             chosen = feasible[0].name
@@ -320,6 +355,7 @@ class SimScheduler:
             ].name
         if self._bind(pod, chosen):
             snapshot.place(pod, chosen)
+            failed.clear()
             nominated = nominated_node(pod)
             if nominated == chosen:
                 self.bound_as_nominated += 1

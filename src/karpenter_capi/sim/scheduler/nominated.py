@@ -56,6 +56,10 @@ class Nominator:
                 self._node_of[key] = node
                 self._on.setdefault(node, {})[key] = (priority(pod), rules.pod_requests(pod))
 
+    def empty(self) -> bool:
+        """No pod of the cycle is nominated to any node (any more)."""
+        return not self._node_of
+
     def node_of(self, pod: JsonObject) -> str | None:
         return self._node_of.get(object_key(pod))
 

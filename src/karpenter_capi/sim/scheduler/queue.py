@@ -108,6 +108,9 @@ class SchedulingQueue:
         # thousand pending pods' own events must not each walk every parked pod.
         self._anytime: set[str] = set()
         self._on_pods: set[str] = set()
+        # Whether ``_parked``'s order is also the order of ``since`` (times never went back).
+        self._ordered = True
+        self._last_parked = float("-inf")
 
     def __len__(self) -> int:
         return len(self._parked)
@@ -124,7 +127,13 @@ class SchedulingQueue:
             # judge it, so every event brings it back, as before it was parked.
             requests, plugins = {}, frozenset()
         parked = _Parked(pod, plugins, now, requests)
+        # Re-inserted at the end: ``_parked`` stays in the order pods were parked, so the
+        # longest-parked is first (``next_flush``, ``flush``: no walk over every parked pod at
+        # each of the scheduler's reconciles, one per pod event).
+        self._parked.pop(key, None)
         self._parked[key] = parked
+        self._ordered = self._ordered and now >= self._last_parked
+        self._last_parked = max(self._last_parked, now)
         if _any_event(parked):
             self._anytime.add(key)
         if plugins & _POD_PLUGINS or NODE_RESOURCES_FIT in plugins:
@@ -145,11 +154,20 @@ class SchedulingQueue:
         """When the longest-waiting pod is tried anyway."""
         if not self._parked:
             return None
-        return min(parked.since for parked in self._parked.values()) + FLUSH_AFTER
+        if not self._ordered:
+            return min(parked.since for parked in self._parked.values()) + FLUSH_AFTER
+        return next(iter(self._parked.values())).since + FLUSH_AFTER
 
     def flush(self, now: float) -> bool:
         """``flushUnschedulablePodsLeftover``: back with every pod that waited 5 minutes."""
-        return self._move([k for k, p in self._parked.items() if now - p.since >= FLUSH_AFTER])
+        due: list[str] = []
+        for key, parked in self._parked.items():
+            if now - parked.since < FLUSH_AFTER:
+                if self._ordered:
+                    break  # parked in order: the rest waited less
+                continue
+            due.append(key)
+        return self._move(due)
 
     def node_changed(self, old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
         """A Node added (``old`` None) or updated: back with the pods a hint says it may help."""

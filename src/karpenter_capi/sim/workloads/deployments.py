@@ -110,13 +110,34 @@ class DeploymentController:
     ) -> None:
         self.client, self.caches, self.clock, self.settings = client, caches, clock, settings
         self.expectations = Expectations(clock, settings.expectation_timeout)
+        self._counted: dict[Key, tuple[str, str | None, bool, bool]] = {}
+        """Pod key -> (uid, owner, active, Ready) as last counted (``_owner_of``)."""
 
     def watches(self) -> Sequence[Watch]:
-        def owner(pod: JsonObject) -> list[Key]:
-            key = controller_key_of(pod, "Deployment")
-            return [key] if key else []
+        return [Watch(PODS, to_keys=self._owner_of)]
 
-        return [Watch(PODS, to_keys=owner)]
+    def _owner_of(self, pod: JsonObject) -> list[Key]:
+        """The Deployment to reconcile for a pod event: only when the pod came, went, or
+        changed in what a reconcile counts (its owner, uid, active or Ready); a status patch
+        that changes none of them (a scheduling attempt's message, a binding) cannot change
+        the replicas to create or delete, nor the status (kube's ReplicaSet controller syncs
+        on every pod update; its sync would find nothing to do)."""
+        owner = controller_key_of(pod, "Deployment")
+        key = key_of(pod)
+        current = self.caches.store(PODS).get(key)
+        if current is None:  # deleted (the cache moves before the handlers are told)
+            self._counted.pop(key, None)
+            return [owner] if owner else []
+        version = nested(pod, "metadata", "resourceVersion")
+        if version != nested(current, "metadata", "resourceVersion"):
+            # The old side of an update: its owner lost the pod only if the owner changed.
+            moved = owner != controller_key_of(current, "Deployment")
+            return [owner] if owner and moved else []
+        counted = (uid_of(pod), owner, is_active(pod), is_ready(pod))
+        if self._counted.get(key) == counted:
+            return []
+        self._counted[key] = counted
+        return [owner] if owner else []
 
     def reads(self) -> Sequence[tuple[Resource, str]]:
         return []

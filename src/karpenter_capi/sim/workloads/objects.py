@@ -42,6 +42,9 @@ def _seconds(value: Any) -> float:
 
 
 def phase_of(pod: Mapping[str, Any]) -> str:
+    status = pod.get("status")
+    if type(status) is dict:  # the common case, without ``nested``'s checks at every step
+        return str(status.get("phase") or "Pending")
     return str(nested(pod, "status", "phase") or "Pending")
 
 
@@ -55,11 +58,14 @@ def is_active(pod: Mapping[str, Any]) -> bool:
 
 
 def condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
-    conditions = nested(obj, "status", "conditions")
+    status = obj.get("status")
+    conditions = (
+        status.get("conditions") if type(status) is dict else nested(obj, "status", "conditions")
+    )
     if not isinstance(conditions, list):
         return None
     for entry in conditions:
-        if isinstance(entry, Mapping) and entry.get("type") == kind:
+        if (type(entry) is dict or isinstance(entry, Mapping)) and entry.get("type") == kind:
             return entry
     return None
 
@@ -223,8 +229,9 @@ class Expectations:
         if entry is None:
             return None
         entry.created = {n for n in entry.created if pods.get(make_key(n, namespace)) is None}
-        live = {uid_of(p): p for p in pods.list() if namespace_of(p) == namespace}
-        entry.deleted = {u for u in entry.deleted if u in live and not is_deleting(live[u])}
+        if entry.deleted:  # every pod of the namespace read only when a deletion is awaited
+            live = {uid_of(p): p for p in pods.list() if namespace_of(p) == namespace}
+            entry.deleted = {u for u in entry.deleted if u in live and not is_deleting(live[u])}
         left = entry.since + self._timeout - self._clock.monotonic()
         if (not entry.created and not entry.deleted) or left <= 0:
             del self._pending[owner]
