@@ -176,7 +176,7 @@ class NominationController:
         writes nothing and changes nothing either."""
         caches = self._ctx.caches
         return (
-            planned,
+            None if planned is None else dict(planned),  # a copy: the caller's may change
             *(caches.store(resource, WORKLOAD).changes for resource in (PODS, NODES, NODECLAIMS)),
         )
 
