@@ -77,11 +77,12 @@ def _write(_signum: int, _frame: FrameType | None) -> None:
     _writes += 1
     path = Path(os.environ[ENV])
     data = {"sequence": _writes, **snapshot()}
+    if os.environ.get(PROFILE_ENV):
+        # Before the answer: a reader that copies the profiles once answered gets these.
+        _write_profiles(Path(os.environ[PROFILE_ENV]))
     partial = path.with_suffix(".partial")
     partial.write_text(json.dumps(data))
     partial.replace(path)
-    if os.environ.get(PROFILE_ENV):
-        _write_profiles(Path(os.environ[PROFILE_ENV]))
 
 
 def _write_profiles(directory: Path) -> None:

@@ -633,6 +633,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a wave may take")
     parser.add_argument("--lease-duration", type=float, default=15.0)
     parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=30.0,
+        help="http: after the waves, measure the controller's CPU this long with nothing to do",
+    )
+    parser.add_argument(
         "--emulators",
         default="0",
         help="http: processes holding the workload clusters' servers and emulation "

@@ -38,6 +38,8 @@ import yaml
 
 from benchmarks.controller_process import (
     ProcessStats,
+    ThreadCpu,
+    cpu_by_thread,
     free_port,
     provisioning_counts,
     reconcile_seconds,
@@ -126,9 +128,15 @@ class HttpFleetWorld:
             self.emulators.close()
         self._stack.close()
 
-    def controller(self, extra: Sequence[str], log: str) -> subprocess.Popen[bytes]:
+    def controller(
+        self, extra: Sequence[str], log: str, thread_cpu: Path | None = None
+    ) -> subprocess.Popen[bytes]:
         return start_controller(
-            self.kubeconfig, self.tmp / log, ["--fleet", *extra], log_level="WARNING"
+            self.kubeconfig,
+            self.tmp / log,
+            ["--fleet", *extra],
+            log_level="WARNING",
+            thread_cpu=thread_cpu,
         )
 
     def storm(self, name: str) -> Any:
@@ -224,8 +232,10 @@ def run_phase(
         started = time.monotonic()
         port = free_port()
         flags = ["--no-fleet-shards", "--metrics-port", str(port), *_controller_flags(args)]
-        proc = http.controller(flags, "controller.log")
+        threads_file = Path(tmp) / "threads.json"
+        proc = http.controller(flags, "controller.log", thread_cpu=threads_file)
         stats = ProcessStats(proc.pid)
+        threads = ThreadCpu(proc.pid, threads_file)
         try:
             served = _wait(
                 lambda: http.serving() >= len(names) or proc.poll() is not None, 180, 0.1
@@ -249,8 +259,11 @@ def run_phase(
             emulation_cpu = http.emulators.cpu_seconds() if http.emulators else 0.0
             counted = provisioning_counts(port)
             held = reconcile_seconds(port)
+            threads_began = threads.read()
             figures = _waves(world, args, names, args.timeout, fleets=[], storming=storming)
             cpu = stats.cpu_seconds() - cpu
+            threads_waves = threads.read()
+            _keep_profiles("waves")
             # Provisioning rounds that solved pending pods over the waves, and NodeClaims made.
             after = provisioning_counts(port)
             figures["provisioning"] = {k: after[k] - counted.get(k, 0.0) for k in after}
@@ -267,6 +280,10 @@ def run_phase(
                 emulation_cpu = http.emulators.cpu_seconds() - emulation_cpu
                 figures["cpu_seconds"]["emulators"] = round(emulation_cpu, 1)
             memory = _memory(stats, len(world.clusters))
+            figures["cpu_seconds"]["controller_by_thread"] = cpu_by_thread(
+                threads_began, threads_waves
+            )
+            settled_idle = _idle_cpu(stats, threads, args.idle_seconds, len(world.clusters))
         finally:
             stop_controller(proc)
         # Read while the emulators (``--emulators``), which hold the servers, still run.
@@ -285,6 +302,7 @@ def run_phase(
         "serve_all_seconds": serve_seconds,
         "latency": figures,
         "idle": idle,
+        "settled_idle": settled_idle,
         **memory,
         # Comparable keys with the in-process mode's table.
         "rss_mib": memory["controller_rss_mib"],
@@ -294,6 +312,38 @@ def run_phase(
         "nodeclaims": nodeclaims,
         "nodeclaims_classified": report,
     }
+
+
+def _idle_cpu(
+    stats: ProcessStats, threads: ThreadCpu, seconds: float, clusters: int
+) -> dict[str, Any]:
+    """The controller's CPU over ``seconds`` after the last wave settled, with nothing to do
+    (every pod bound, no change coming): what serving a quiet cluster costs, per cluster and
+    minute, and by thread."""
+    if seconds <= 0:
+        return {}
+    # The last NodeClaims' Nodes turn Ready and their pods bind as the wave settles: let the
+    # lifecycle and the relooks that follow finish before measuring.
+    time.sleep(min(10.0, seconds))
+    before, by_thread = stats.cpu_seconds(), threads.read()
+    time.sleep(seconds)
+    cpu = stats.cpu_seconds() - before
+    return {
+        "seconds": seconds,
+        "controller_cpu_seconds": round(cpu, 2),
+        "per_cluster_per_minute": round(cpu / clusters * 60 / seconds, 3),
+        "by_thread": cpu_by_thread(by_thread, threads.read()),
+    }
+
+
+def _keep_profiles(suffix: str) -> None:
+    """With ``KARPENTER_CAPI_PROFILE`` (``controller_threads.py``), a copy of the profiles
+    written so far, in ``DIR-SUFFIX``: the later reads overwrite them."""
+    import shutil
+
+    directory = os.environ.get("KARPENTER_CAPI_PROFILE")
+    if directory and Path(directory).is_dir():
+        shutil.copytree(directory, f"{directory}-{suffix}", dirs_exist_ok=True)
 
 
 def _held(before: dict[str, float], after: dict[str, float], storming: list[str]) -> Any:

@@ -324,6 +324,34 @@ def test_a_pod_whose_write_failed_while_the_api_was_away_is_nominated_on_the_nex
     assert [_nominated(env, "web-1"), _nominated(env, "web-2")] == ["node-a", "node-a"]
 
 
+def test_a_pass_over_what_a_quiet_pass_read_writes_nothing_but_a_new_plan_is_acted_on(
+    env: Env,
+) -> None:
+    plan = Plan()
+    controller = NominationController(env.ctx, plan)
+    _pod(env, "web-1")
+    _registered(env, "general-a", "node-a")
+    _pass(env, controller)  # nothing planned: nothing written
+    before = _pod_version(env, "web-1")
+    _pass(env, controller)
+    assert _pod_version(env, "web-1") == before
+
+    # Only the plan changes (in place, no store takes a write): the next pass acts on it.
+    assert plan.placed is not None
+    plan.placed["default/web-1"] = "general-a"
+    _pass(env, controller)
+    assert _nominated(env, "web-1") == "node-a"
+
+    # And a store change alone too: cleared by kube-scheduler, then the Node can take it.
+    _set_nominated(env, "web-1", None)
+    _pass(env, controller)
+    assert _nominated(env, "web-1") is None
+    env.set_node_ready("node-a")
+    _untaint(env, "node-a")
+    _pass(env, controller)
+    assert _nominated(env, "web-1") == "node-a"
+
+
 def test_a_pass_writes_its_nominations_together_each_pod_once(env: Env) -> None:
     plan = Plan()
     controller = NominationController(env.ctx, plan, write_concurrency=4)

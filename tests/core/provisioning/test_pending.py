@@ -5,9 +5,15 @@ fields it reads."""
 from __future__ import annotations
 
 import itertools
+import logging
 from typing import Any
 
+from karpenter_capi.core.clock import FakeClock
+from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.core.provisioning.pending import is_owned_by_daemonset, is_provisionable
+from karpenter_capi.core.provisioning.provisioner import Provisioner
+from karpenter_capi.core.provisioning.state import ClusterSnapshot
+from karpenter_capi.sim.cluster import new_cluster
 
 
 def _rules(pod: dict[str, Any]) -> bool:
@@ -83,3 +89,33 @@ def test_the_same_answer_as_the_rules_for_every_mix() -> None:
 
 def test_a_pod_without_metadata_spec_or_status_is_not_provisionable() -> None:
     assert is_provisionable({}) is False
+
+
+def _waiting(name: str, node: str | None = None) -> dict[str, Any]:
+    spec = {"nodeName": node} if node else {}
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    return {
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+        "status": {"phase": "Pending", "conditions": [condition]},
+    }
+
+
+def test_the_provisioner_asks_again_of_each_new_version_of_a_pod_in_order() -> None:
+    """A look keeps each pod's answer while the snapshot holds that very object (a cache
+    replaces an object on each new version): a new object is asked again."""
+    clock = FakeClock()
+    server = new_cluster(clock=clock)
+    plugins = Plugins.load(
+        ["generic_capi"],
+        PluginEnvironment(
+            workload=server, management=server, clock=clock, logger=logging.getLogger("t")
+        ),
+    )
+    provisioner = Provisioner(server, plugins, clock)
+    a, b, c = _waiting("a"), _waiting("b"), _waiting("c", node="n")
+    assert provisioner.pending_pods(ClusterSnapshot([a, b, c], [], [], [])) == [a, b]
+    bound_b, waiting_c = _waiting("b", node="n"), _waiting("c")
+    later = ClusterSnapshot([waiting_c, a, bound_b], [], [], [])
+    assert provisioner.pending_pods(later) == [waiting_c, a]
+    assert provisioner.pending_pods(ClusterSnapshot([], [], [], [])) == []

@@ -346,6 +346,9 @@ class Metrics:
             buckets=RECONCILE_BUCKETS,
             registry=r,
         )
+        self._reconcile_children: dict[
+            tuple[str, bool], tuple[Counter, Counter | None, Histogram]
+        ] = {}
         self._workqueue_depth = Gauge(
             "workqueue_depth",
             "Current depth of workqueue",
@@ -556,10 +559,24 @@ class Metrics:
     ) -> None:
         """One reconcile of ``controller`` finished after ``seconds``; ``error`` if it failed."""
         failed = error is not None and error is not False
-        self._reconcile_total.labels(controller, RESULT_ERROR if failed else RESULT_SUCCESS).inc()
-        if failed:
-            self._reconcile_errors.labels(controller).inc()
-        self._reconcile_time.labels(controller).observe(seconds)
+        children = self._reconcile_children.get((controller, failed))
+        if children is None:
+            # ``labels`` takes a lock and checks its values at each call, and this is called
+            # for every reconcile and periodic run (a fleet's idle members look four times a
+            # second each): the series are looked up once per controller and outcome.
+            children = (
+                self._reconcile_total.labels(
+                    controller, RESULT_ERROR if failed else RESULT_SUCCESS
+                ),
+                self._reconcile_errors.labels(controller) if failed else None,
+                self._reconcile_time.labels(controller),
+            )
+            self._reconcile_children[(controller, failed)] = children
+        total, errors, time = children
+        total.inc()
+        if errors is not None:
+            errors.inc()
+        time.observe(seconds)
 
     def on_queue_depth(self, controller: str, depth: int) -> None:
         """``controller``'s work queue now holds ``depth`` keys."""

@@ -265,8 +265,10 @@ class ProvisioningController:
         pending = self._provisioner.pending_pods(snapshot)
         # The pods of a node going away with nothing replacing it open a window too.
         self._batcher.observe(pod_key(p) for p in [*pending, *unreplaced_pods(snapshot)])
-        world = RoundView.of(snapshot, pending)
-        if pending and self._changed_under_pending(world):
+        # What the round saw: read only when pods are pending or a round runs (a look that
+        # finds none pending and no window closed returns without it).
+        world = RoundView.of(snapshot, pending) if pending else None
+        if world is not None and self._changed_under_pending(world):
             # Pods a round left pending (expecting them to fit somewhere) are still pending and
             # the nodes, NodeClaims or pods have changed since in a way that can alter where
             # they go: look again, as a pod event would make Karpenter do, instead of waiting
@@ -289,6 +291,8 @@ class ProvisioningController:
                 self._idle_stamp, self._idle_pending = stamp, bool(pending)
             return Result(requeue_after=self.interval if wait is None else max(wait, 0.01))
         self._batcher.reset()
+        if world is None:
+            world = RoundView.of(snapshot, pending)
         self._last_world = world
         self._recheck_at = None
         self._round_at = self._ctx.clock.monotonic()

@@ -164,15 +164,26 @@ class NominationController:
         self._written: dict[str, tuple[str, str, str]] = {}
         self._said: dict[str, str] = {}  # pod key -> the refusal last said at WARNING
         self._ours: set[str] = set()  # the Nodes NodeClaims hold, as of the last pass
+        # What the last pass read, when it wrote nothing: the same again would write nothing.
+        self._quiet: tuple[object, ...] | None = None
 
     def reads(self) -> Sequence[tuple[Resource, str]]:
         return [(PODS, WORKLOAD), (NODES, WORKLOAD), (NODECLAIMS, WORKLOAD)]
 
-    def _targets(self) -> dict[str, tuple[str, str, JsonObject]]:
+    def _stamp(self, planned: Mapping[str, str] | None) -> tuple[object, ...]:
+        """What a pass reads: the plan and each store's change count. A pass depends on
+        nothing else (not the time), so a pass over the same stamp as one that wrote nothing
+        writes nothing and changes nothing either."""
+        caches = self._ctx.caches
+        return (
+            None if planned is None else dict(planned),  # a copy: the caller's may change
+            *(caches.store(resource, WORKLOAD).changes for resource in (PODS, NODES, NODECLAIMS)),
+        )
+
+    def _targets(self, planned: Mapping[str, str] | None) -> dict[str, tuple[str, str, JsonObject]]:
         """Pod key -> (node, its resourceVersion, the Node) for every planned pod whose Node
         exists."""
         caches = self._ctx.caches
-        planned = self._plan()
         if planned is not None and not planned and not self._written:
             return {}  # nothing planned, nothing to clear: a pass costs nothing while idle
         claims = caches.store(NODECLAIMS, WORKLOAD).list()
@@ -197,7 +208,14 @@ class NominationController:
         return targets
 
     def run_once(self) -> Result:
-        targets = self._targets()
+        planned = self._plan()
+        stamp = self._stamp(planned)
+        if stamp == self._quiet:
+            # Twice a second in every cluster of a fleet: re-reading every planned pod, Node
+            # and NodeClaim to find nothing to write was most of an idle member's CPU.
+            return Result(requeue_after=self.interval)
+        self._quiet = None
+        targets = self._targets(planned)
         pods = self._ctx.caches.store(PODS, WORKLOAD)
         writes: list[_Write] = []
         for key in sorted(set(targets) | set(self._written)):
@@ -235,7 +253,9 @@ class NominationController:
                     writes.append(_Write(pod, key, None, previous))
                 else:
                     self._forget(key)
-        self._write_all(writes)
+        self._write_all(writes)  # raises when a write did not reach the API: no skip then
+        if not writes:
+            self._quiet = stamp
         return Result(requeue_after=self.interval)
 
     def _write_all(self, writes: Sequence[_Write]) -> None:

@@ -147,6 +147,9 @@ class Provisioner:
         # Pending pod key -> the NodeClaim or node the last round placed it on; None before
         # the first round. What ``nominations.NominationController`` nominates.
         self._planned: dict[str, str] | None = None
+        # id(pod) -> (that pod, whether provisionable), for ``pending_pods``; the pod is kept
+        # so its id cannot be taken by another object.
+        self._provisionable: dict[int, tuple[Mapping[str, Any], bool]] = {}
 
     def _level(self, topic: str, value: Hashable) -> int:
         """INFO when ``value`` differs from what ``topic`` said last round, else DEBUG."""
@@ -170,7 +173,21 @@ class Provisioner:
         return None if (planned := self._planned) is None else dict(planned)
 
     def pending_pods(self, snapshot: ClusterSnapshot) -> list[Mapping[str, Any]]:
-        return [p for p in snapshot.pods if is_provisionable(p)]
+        """The provisionable pods, in the snapshot's order. Asked at every look of a changed
+        cluster (twice a second through a scale-up): each pod's answer is kept while the
+        snapshot holds that very object, which the caches replace on each new version."""
+        known = self._provisionable
+        kept: dict[int, tuple[Mapping[str, Any], bool]] = {}
+        pending = []
+        for pod in snapshot.pods:
+            entry = known.get(id(pod))
+            if entry is None or entry[0] is not pod:
+                entry = (pod, is_provisionable(pod))
+            kept[id(pod)] = entry
+            if entry[1]:
+                pending.append(pod)
+        self._provisionable = kept
+        return pending
 
     def reconcile(self, snapshot: ClusterSnapshot | None = None) -> ProvisioningReport:
         """One round over ``snapshot`` (read from the API when not given)."""

@@ -127,6 +127,8 @@ def unbound(pod: PodObject) -> PodObject:
 def moving_pods(snapshot: ClusterSnapshot, going: frozenset[str] | None = None) -> list[PodObject]:
     """The reschedulable pods of nodes already going away (or of ``going``), unbound."""
     going = disrupting_nodes(snapshot) if going is None else going
+    if not going:
+        return []  # the common case, at every look: no pod to walk
     return [
         unbound(p)
         for p in snapshot.pods

@@ -110,6 +110,10 @@ class Membership:
     in_flight: int = 0
     active: bool = True
     stop_requested: bool = False
+    ready: bool = False
+    """Has an entry in the pool's turn of members with pending slots (``_ready``)."""
+    turn: int = 0
+    """When it was last looked at for work: the lower, the sooner its next turn."""
 
     def wake(self) -> None:
         """Look at every controller again now (leadership was gained)."""
@@ -166,6 +170,12 @@ class WorkerPool:
         self._cond = threading.Condition(lock)
         self._idle = threading.Condition(lock)
         self._members: deque[Membership] = deque()
+        # The members with pending slots, by turn (a heap): a worker looks only at these, so
+        # a pick costs the same beside a hundred quiet clusters as beside none (it scanned
+        # every member). A member looked at takes a new turn, the last: clusters in turn.
+        self._ready: list[tuple[int, Membership]] = []
+        self._turns = itertools.count()
+        self._slots = 0  # every member's slots: the timer heap's live entries at most
         self._timers: list[tuple[float, int, _Slot]] = []
         self._seq = itertools.count()
         self._threads: list[threading.Thread] = []
@@ -242,6 +252,8 @@ class WorkerPool:
             if self._closed:
                 raise RuntimeError("this worker pool is closed")
             self._members.append(member)
+            self._slots += len(member.slots)
+            member.turn = next(self._turns)
             # Keys queued before the listener was set, and every periodic's first run.
             for slot in member.slots:
                 self._mark_pending_locked(slot)
@@ -256,10 +268,14 @@ class WorkerPool:
             self._cond.notify()
 
     def _mark_pending_locked(self, slot: _Slot) -> None:
-        if not slot.pending and slot.member.active:
+        member = slot.member
+        if not slot.pending and member.active:
             slot.pending = True
-            slot.member.pending.append(slot)
+            member.pending.append(slot)
             self._urgent_pending += slot.urgent
+            if not member.ready:
+                member.ready = True
+                heapq.heappush(self._ready, (member.turn, member))
 
     def _schedule(self, slot: _Slot, at: float, floor: float = 0.0) -> None:
         """Look at ``slot`` again at ``at`` on its member's clock (``floor`` seconds at least)."""
@@ -283,8 +299,7 @@ class WorkerPool:
         # A timer superseded by an earlier one stays in the heap until it comes up; a queue
         # whose keys keep getting sooner times (hours-away expiries) would grow it without
         # bound, so once stale entries dominate the heap is rebuilt from the live ones.
-        slots = sum(len(member.slots) for member in self._members)
-        if len(self._timers) <= 4 * slots + 64:
+        if len(self._timers) <= 4 * self._slots + 64:
             return
         self._timers = [
             (slot.timer_at, next(self._seq), slot)
@@ -312,6 +327,8 @@ class WorkerPool:
             if member.active:
                 member.active = False
                 self._members.remove(member)
+                self._slots -= len(member.slots)
+                member.ready = False  # its entry in ``_ready`` is dropped when it comes up
                 member.pending.clear()
                 for slot in member.slots:
                     self._urgent_pending -= slot.urgent and slot.pending
@@ -382,10 +399,17 @@ class WorkerPool:
             urgent = self._pick_urgent_locked()
             if urgent is not None:
                 return urgent
-        # Clusters in turn, each turn moving the cluster looked at to the back.
-        for _ in range(len(self._members)):
-            member = self._members[0]
-            self._members.rotate(-1)
+        # Clusters with work in turn, each one looked at moving to the back; one found with
+        # nothing pending leaves the turn until a slot of it is marked pending again.
+        for _ in range(len(self._ready)):
+            turn, member = heapq.heappop(self._ready)
+            if not member.ready or turn != member.turn:
+                continue  # left the pool, or taken out of turn by an urgent pick
+            if not member.pending:
+                member.ready = False
+                continue
+            member.turn = next(self._turns)
+            heapq.heappush(self._ready, (member.turn, member))
             if not self._may_run_locked(member):
                 continue
             # Then that cluster's controllers in turn: a slot taken goes to the back when it
@@ -399,14 +423,15 @@ class WorkerPool:
 
     def _pick_urgent_locked(self) -> _Slot | None:
         """A due latency-sensitive slot, clusters in turn (the one served goes to the back)."""
-        for member in list(self._members):
-            if not self._may_run_locked(member):
+        for turn, member in sorted(self._ready, key=lambda entry: entry[0]):
+            if not member.ready or turn != member.turn or not self._may_run_locked(member):
                 continue
             for slot in member.pending:
                 if slot.urgent and slot.in_flight < slot.limit:
                     member.pending.remove(slot)
-                    self._members.remove(member)
-                    self._members.append(member)
+                    # To the back of the turn; its old entry is dropped when it comes up.
+                    member.turn = next(self._turns)
+                    heapq.heappush(self._ready, (member.turn, member))
                     return self._take_locked(slot)
         return None
 
