@@ -16,7 +16,8 @@ from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.nodepool import NodePool
 from karpenter_capi.core.clock import format_timestamp
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
-from karpenter_capi.core.provisioning.state import ClusterSnapshot, nodepool_option
+from karpenter_capi.core.provisioning.nodepools import nodepool_option
+from karpenter_capi.core.provisioning.state import ClusterSnapshot
 from karpenter_capi.core.static.plan import (
     count_nodeclaims,
     plan_replicas,

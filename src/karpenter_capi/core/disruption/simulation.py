@@ -31,6 +31,7 @@ from karpenter_capi.core.disruption.candidates import Candidate, bound_pods
 from karpenter_capi.core.disruption.passfacts import PassFacts, pass_facts
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
+from karpenter_capi.core.provisioning.nodepools import nodepool_option
 from karpenter_capi.core.provisioning.pending import is_provisionable
 from karpenter_capi.core.provisioning.state import (
     ClusterSnapshot,
@@ -39,7 +40,6 @@ from karpenter_capi.core.provisioning.state import (
     disrupting_nodes,
     existing_nodes,
     moving_pods,
-    nodepool_option,
     unbound,
 )
 from karpenter_capi.core.scheduling.existing_view import ExistingView

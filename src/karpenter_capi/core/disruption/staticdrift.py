@@ -27,7 +27,8 @@ from karpenter_capi.core.disruption.budgets import BudgetLedger
 from karpenter_capi.core.disruption.candidates import Candidate
 from karpenter_capi.core.disruption.methods import Command, Outcome
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory
-from karpenter_capi.core.provisioning.state import ClusterSnapshot, nodepool_option
+from karpenter_capi.core.provisioning.nodepools import nodepool_option
+from karpenter_capi.core.provisioning.state import ClusterSnapshot
 from karpenter_capi.core.scheduling.solver_io import ProposedNodeClaim
 from karpenter_capi.core.static import plan as static_plan
 

@@ -54,6 +54,7 @@ from karpenter_capi.core.plugin_host import Plugins
 from karpenter_capi.core.provisioning.daemonsets import UnreadableDaemonSets
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory, resolve_inventory
 from karpenter_capi.core.provisioning.nodeclaims import log_created, nodeclaim_body
+from karpenter_capi.core.provisioning.nodepools import nodepool_option, nodepool_usage
 from karpenter_capi.core.provisioning.pending import is_provisionable
 from karpenter_capi.core.provisioning.plans import finish_plans, missing_claims, stamp_plan
 from karpenter_capi.core.provisioning.report import (
@@ -66,8 +67,6 @@ from karpenter_capi.core.provisioning.state import (
     ParsedCluster,
     existing_nodes,
     moving_pods,
-    nodepool_option,
-    nodepool_usage,
     persisted_nominations,
     unreplaced_pods,
 )

@@ -27,9 +27,9 @@ from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.provisioning.nodesum import NodeSum
 from karpenter_capi.core.scheduling.packing_memo import PackingMemo
 from karpenter_capi.core.scheduling.podspec import PodObject, PodSpec, PodSpecs
-from karpenter_capi.core.scheduling.solver_io import ExistingNode, NodePoolOption
+from karpenter_capi.core.scheduling.solver_io import ExistingNode
 from karpenter_capi.core.values.requirements import Requirement, Requirements
-from karpenter_capi.core.values.resources import ResourceList, empty
+from karpenter_capi.core.values.resources import ResourceList
 from karpenter_capi.core.values.taints import Taint
 
 UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "NoSchedule")
@@ -197,11 +197,11 @@ def _is_active(pod: PodObject) -> bool:
     return phase not in FINISHED_PHASES
 
 
-def _taints(items: Iterable[Mapping[str, Any]] | None) -> tuple[Taint, ...]:
+def taints_of(items: Iterable[Mapping[str, Any]] | None) -> tuple[Taint, ...]:
     return tuple(Taint.from_dict(t) for t in items or ())
 
 
-def _claim_instance_types(claim: Mapping[str, Any]) -> list[str]:
+def claim_instance_types(claim: Mapping[str, Any]) -> list[str]:
     for requirement in (claim.get("spec") or {}).get("requirements") or []:
         key, operator = requirement.get("key"), requirement.get("operator")
         if key == wellknown.LABEL_INSTANCE_TYPE and operator == "In":
@@ -379,7 +379,7 @@ def _existing_node(
     NodeClaim when the node is not registered yet, ``lent`` that NodeClaim's version."""
     meta, spec = node["metadata"], node.get("spec") or {}
     labels = dict(meta.get("labels") or {})
-    taints = _taints(spec.get("taints"))
+    taints = taints_of(spec.get("taints"))
     if lender is not None:
         # Its NodeClaim names it but registration has not synced it yet (or the Node's
         # cache has not caught up with the NodeClaim's): as upstream's cluster state, its
@@ -461,7 +461,7 @@ def existing_nodes(
         nominated = nominations.get(claim_name, _NONE)
         startup: tuple[Taint, ...] = ()
         if claim is not None:
-            startup = _taints((claim.get("spec") or {}).get("startupTaints"))
+            startup = taints_of((claim.get("spec") or {}).get("startupTaints"))
         lent = None
         if claim is not None and wellknown.LABEL_REGISTERED not in (meta.get("labels") or {}):
             claim_meta = claim.get("metadata") or {}
@@ -527,8 +527,8 @@ def _in_flight_taints(
     A type's own taints (a GPU MachineDeployment's, say) come with the node; until the claim
     knows its type, a pod must tolerate all of them to count on it.
     """
-    taints = list(_taints((claim.get("spec") or {}).get("taints")))
-    for name in _claim_instance_types(claim):
+    taints = list(taints_of((claim.get("spec") or {}).get("taints")))
+    for name in claim_instance_types(claim):
         instance_type = types.get(name)
         if instance_type is not None:
             taints.extend(t for t in instance_type.taints if t not in taints)
@@ -542,7 +542,7 @@ def _in_flight_allocatable(
     reported = (claim.get("status") or {}).get("allocatable")
     if reported:
         return ResourceList.parse(reported)
-    candidates = [types[n] for n in _claim_instance_types(claim) if n in types]
+    candidates = [types[n] for n in claim_instance_types(claim) if n in types]
     if not candidates:
         return None
     smallest = min(
@@ -550,53 +550,3 @@ def _in_flight_allocatable(
         key=lambda it: (it.allocatable.milli("cpu"), it.allocatable.milli("memory"), it.name),
     )
     return smallest.allocatable
-
-
-def nodepool_usage(
-    nodepool: str, snapshot: ClusterSnapshot, types: Mapping[str, InstanceType]
-) -> ResourceList:
-    """What a NodePool's NodeClaims count against its limits, plus ``nodes``: their number.
-
-    A claim counts its reported capacity, or until it reports one, the largest capacity among
-    the instance types it may become (as Karpenter: pessimistic until launched).
-    """
-    total = empty()
-    count = 0
-    for claim in snapshot.nodeclaims:
-        labels = claim["metadata"].get("labels") or {}
-        if labels.get(wellknown.LABEL_NODEPOOL) != nodepool:
-            continue
-        count += 1
-        capacity = (claim.get("status") or {}).get("capacity")
-        if capacity:
-            total = total.add(ResourceList.parse(capacity))
-            continue
-        largest = empty()
-        for name in _claim_instance_types(claim):
-            if name in types:
-                largest = largest.max_merge(types[name].capacity)
-        total = total.add(largest)
-    return total.add(ResourceList.from_milli({"nodes": count * 1000}))
-
-
-def nodepool_option(inventory: NodePoolInventory, snapshot: ClusterSnapshot) -> NodePoolOption:
-    """A resolved (and validated) NodePool as the solver takes it."""
-    assert inventory.model is not None
-    template = (inventory.raw.get("spec") or {}).get("template") or {}
-    spec = template.get("spec") or {}
-    labels = (template.get("metadata") or {}).get("labels") or {}
-    requirements = Requirements.from_dicts(spec.get("requirements") or []).merged(
-        Requirements.from_labels(labels)
-    )
-    limits = (inventory.raw.get("spec") or {}).get("limits")
-    by_name = {it.name: it for it in inventory.instance_types}
-    return NodePoolOption(
-        name=inventory.nodepool,
-        instance_types=tuple(inventory.instance_types),
-        requirements=requirements,
-        weight=inventory.model.weight,
-        taints=_taints(spec.get("taints")),
-        startup_taints=_taints(spec.get("startupTaints")),
-        limits=ResourceList.parse(limits) if limits else None,
-        usage=nodepool_usage(inventory.nodepool, snapshot, by_name),
-    )

@@ -41,7 +41,8 @@ from karpenter_capi.core.kube.resources import (
 from karpenter_capi.core.observability.logs import ref
 from karpenter_capi.core.provisioning.inventory import resolve_nodepool
 from karpenter_capi.core.provisioning.nodeclaims import log_created, nodeclaim_body
-from karpenter_capi.core.provisioning.state import ClusterSnapshot, nodepool_option
+from karpenter_capi.core.provisioning.nodepools import nodepool_option
+from karpenter_capi.core.provisioning.state import ClusterSnapshot
 from karpenter_capi.core.runtime.controller import (
     DONE,
     WORKLOAD,
