@@ -27,6 +27,7 @@ def test_a_fleet_over_http_binds_every_pod_beside_a_storming_cluster() -> None:
         workers=2,
         fleet_workers=8,
         emulators=0,
+        idle_seconds=0.0,
     )
     figures = fleet_http.run_phase(args, 2, storm=True)
     assert figures["all_served"]
