@@ -41,11 +41,14 @@ Figures, not assertions. ``--json`` prints them as JSON.
 With ``--emulators K`` (http mode; ``auto``: one per 10 clusters, at most 4) the workload
 clusters' servers, fronts and emulation run in K forked processes (``fleet_emulators.py``), so
 the benchmark's own process holds only the management cluster and the emulation no longer
-shares one GIL with every front.
+shares one GIL with every front. ``--emulator-nice N`` runs those processes at niceness N: each
+workload cluster's control plane stands for machines of its own, and at 100 clusters their
+emulation asks more CPU of the two cores than the controller does; niced, it takes what the
+controller leaves (it still makes each wave's pods and marks them, so its delays still count).
 
     .venv/bin/python benchmarks/fleet.py [--mode http|inprocess] [--clusters 20] [--nodes 20]
         [--pods 200] [--waves 2] [--spread 10] [--phases lone,fleet,control,storm,replicas]
-        [--emulators 0|K|auto] [--json]
+        [--emulators 0|K|auto] [--emulator-nice N] [--json]
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ import importlib.util
 import itertools
 import json
 import logging
+import os
 import statistics
 import sys
 import threading
@@ -644,12 +648,21 @@ def main(argv: list[str] | None = None) -> int:
         help="http: processes holding the workload clusters' servers and emulation "
         "(0: the benchmark's own; auto: one per 10 clusters, at most 4)",
     )
+    parser.add_argument(
+        "--emulator-nice",
+        type=int,
+        default=0,
+        help="http with --emulators: the emulator processes' niceness (0: as the controller)",
+    )
     parser.add_argument("--phases", default="lone,fleet,storm,replicas")
     parser.add_argument(
         "--repeat", type=int, default=1, help="run the phases this many times; medians of ratios"
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.emulator_nice:
+        # Read by each forked emulator (``fleet_emulators._child``).
+        os.environ["FLEET_EMULATOR_NICE"] = str(args.emulator_nice)
     # Imported here: as a script, the repository root is on the path only once main runs.
     from benchmarks.controller_process import stop_on_sigterm
 

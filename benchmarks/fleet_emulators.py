@@ -184,6 +184,10 @@ def _child(conn: Connection, world: FleetWorld, names: list[str], workers: int) 
     # collections rarer: they were 7% of an emulator's CPU at 20 clusters.
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+    # ``fleet.py --emulator-nice``: the control planes this process stands for would have
+    # machines of their own, not the controller's CPU.
+    if nice := int(os.environ.get("FLEET_EMULATOR_NICE") or 0):
+        os.nice(nice)
     timers = None
     if os.environ.get("FLEET_PROFILE"):
         from benchmarks.emulator_timers import emulator_timers
