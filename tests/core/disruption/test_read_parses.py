@@ -14,19 +14,31 @@ from datetime import UTC, datetime
 
 from benchmarks.consolidation import build, touched
 from karpenter_capi.core.clock import FakeClock
-from karpenter_capi.core.disruption.passfacts import pass_facts
+from karpenter_capi.core.disruption.passfacts import PassFacts, pass_facts
 from karpenter_capi.core.disruption.planner import PassSettings, plan
-from karpenter_capi.core.provisioning.state import ParsedCluster, bound_by_node, existing_nodes
+from karpenter_capi.core.provisioning.inventory import NodePoolInventory
+from karpenter_capi.core.provisioning.state import (
+    ClusterSnapshot,
+    ParsedCluster,
+    bound_by_node,
+    existing_nodes,
+)
 from karpenter_capi.core.scheduling.existing_view import ExistingView
 from karpenter_capi.core.scheduling.podspec import PodSpecs, version_of
 
 
-def test_the_read_hands_each_node_s_parses_for_its_very_pods_only() -> None:
-    snapshot, _, _ = build(40, seed=3)
+def _read_cluster() -> tuple[ClusterSnapshot, list[NodePoolInventory], ParsedCluster, PassFacts]:
+    """A 40-node benchmark cluster, and a pass's read of it (every object, as a first pass)."""
+    snapshot, inventories, _ = build(40, seed=3)
     parsed = ParsedCluster()
     facts = pass_facts(parsed)
     facts.begin(snapshot)
     facts.read_all(snapshot, parsed)
+    return snapshot, inventories, parsed, facts
+
+
+def test_the_read_hands_each_node_s_parses_for_its_very_pods_only() -> None:
+    snapshot, _, parsed, facts = _read_cluster()
     bound = bound_by_node(snapshot.pods)
     assert bound
     for pods in bound.values():
@@ -71,11 +83,7 @@ def test_a_pass_forgets_the_read_s_parses_and_decides_as_without_them() -> None:
 
 
 def test_a_view_from_the_read_s_parses_is_the_view_from_lookups() -> None:
-    snapshot, inventories, _ = build(40, seed=3)
-    parsed = ParsedCluster()
-    facts = pass_facts(parsed)
-    facts.begin(snapshot)
-    facts.read_all(snapshot, parsed)
+    snapshot, inventories, parsed, facts = _read_cluster()
     nodes = existing_nodes(
         snapshot, inventories, {}, parsed, parses=lambda _, pods: facts.parses(pods)
     )
