@@ -173,28 +173,3 @@ def test_a_node_no_longer_ready_brings_a_round() -> None:
     assert not last.may_change_decision(
         _view({"a"}, {"n1": True, "n2": False}, {"c1": "n1"}), lambda _: None
     )
-
-
-def test_a_pod_on_its_nodeclaims_node_known_by_provider_id_brings_no_round() -> None:
-    # Registration writes the NodeClaim's Node name after the Node exists, and kube-scheduler
-    # can bind pods there first; the Node is known as the NodeClaim's by its provider ID.
-    last = _view({"a", "b"}, {}, {}).after_round(["c1"], {"a": "c1", "b": "c1"})
-    bound = {"a": {"metadata": {}, "spec": {"nodeName": "n1"}}}
-    seen = _view({"b"}, {"n1": True}, {"c1": ""}, claim_providers={"c1": "sim://i-1"})
-    assert last.may_change_decision(seen, bound.get), "no Node with its provider ID yet"
-    linked = _view(
-        {"b"},
-        {"n1": True},
-        {"c1": ""},
-        claim_providers={"c1": "sim://i-1"},
-        nodes_by_provider={"sim://i-1": "n1"},
-    )
-    assert not last.may_change_decision(linked, bound.get)
-    elsewhere = _view(
-        {"b"},
-        {"n1": True, "n2": True},
-        {"c1": ""},
-        claim_providers={"c1": "sim://i-2"},
-        nodes_by_provider={"sim://i-1": "n1", "sim://i-2": "n2"},
-    )
-    assert last.may_change_decision(elsewhere, bound.get), "n1 is another NodeClaim's Node"

@@ -50,11 +50,6 @@ class RoundView:
     allocatable: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """NodeClaim -> its reported ``status.allocatable`` (what the round counted it as)."""
     node_allocatable: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    claim_providers: Mapping[str, str] = field(default_factory=dict)
-    """NodeClaim -> its ``status.providerID``, once its launch reported one."""
-    nodes_by_provider: Mapping[str, str] = field(default_factory=dict)
-    """A Node's ``spec.providerID`` -> its name: how a NodeClaim's Node is known before the
-    NodeClaim names it (upstream's cluster state links the two by provider ID too)."""
     planned: Mapping[str, str] | None = None
     """Pending pod key -> the node or NodeClaim the round placed it on; ``None`` when a
     pending pod was left without a place (then any change asks for a round)."""
@@ -63,15 +58,12 @@ class RoundView:
     def of(cls, snapshot: ClusterSnapshot, pending: Sequence[Mapping[str, Any]]) -> RoundView:
         claims: dict[str, str] = {}
         allocatable: dict[str, Mapping[str, Any]] = {}
-        providers: dict[str, str] = {}
         for claim in snapshot.nodeclaims:
             name = str(claim["metadata"]["name"])
             status = claim.get("status") or {}
             claims[name] = str(status.get("nodeName") or "")
             if status.get("allocatable"):
                 allocatable[name] = status["allocatable"]
-            if status.get("providerID"):
-                providers[name] = str(status["providerID"])
         return cls(
             pending=frozenset(pod_key(p) for p in pending),
             nodes={str(n["metadata"]["name"]): _ready(n) for n in snapshot.nodes},
@@ -80,12 +72,6 @@ class RoundView:
             node_allocatable={
                 str(n["metadata"]["name"]): (n.get("status") or {}).get("allocatable") or {}
                 for n in snapshot.nodes
-            },
-            claim_providers=providers,
-            nodes_by_provider={
-                str(provider): str(n["metadata"]["name"])
-                for n in snapshot.nodes
-                if (provider := (n.get("spec") or {}).get("providerID"))
             },
         )
 
@@ -99,8 +85,6 @@ class RoundView:
             claims=claims,
             allocatable=self.allocatable,
             node_allocatable=self.node_allocatable,
-            claim_providers=self.claim_providers,
-            nodes_by_provider=self.nodes_by_provider,
             planned=dict(planned) if placed_all and planned is not None else None,
         )
 
@@ -140,20 +124,10 @@ class RoundView:
             bound = (found.get("spec") or {}).get("nodeName")
             if not bound:
                 continue  # no longer provisionable, and on no node
-            if bound != now.node_of(self.planned.get(key, "")):
+            target = self.planned.get(key, "")
+            if bound != (target if target in now.nodes else now.claims.get(target)):
                 return True  # it took room the plan kept for another pod
         return False
-
-    def node_of(self, target: str) -> str | None:
-        """The Node a round's target (a Node or a NodeClaim) is in this view: the Node itself,
-        the Node its NodeClaim names, or, before the NodeClaim names it (its status is written
-        after kube-scheduler may already bind pods there), the Node with its provider ID."""
-        if target in self.nodes:
-            return target
-        if node := self.claims.get(target):
-            return node
-        provider = self.claim_providers.get(target)
-        return self.nodes_by_provider.get(provider) if provider else None
 
 
 def _offers_less(reported: Mapping[str, Any] | None, node_allocatable: Mapping[str, Any]) -> bool:
