@@ -116,11 +116,14 @@ def test_a_harmless_change_is_checked_later_while_pods_wait() -> None:
     assert len(api.list(NODECLAIMS).items) == 1, "and still fit where they were placed"
 
 
-def test_a_pod_bound_elsewhere_brings_a_round_at_once() -> None:
+def test_a_pod_bound_on_a_node_outside_the_plan_waits_for_the_recheck() -> None:
     api, driver, rounds, _ = _launched(other_node=True)  # "other" was there for the round
-    _bind(api, PODS_PENDING[0], "other")
+    _bind(api, PODS_PENDING[0], "other")  # no NodeClaim names it, no pod was planned there
     driver.advance(3)
-    assert rounds[0] == 2
+    assert rounds[0] == 1, "it took no room the plan kept, and left its own"
+    driver.advance(RECHECK_SECONDS)
+    assert rounds[0] == 2, "the pods still pending are looked at again"
+    assert len(api.list(NODECLAIMS).items) == 1
 
 
 def test_a_nodeclaim_gone_brings_a_round_and_a_new_launch() -> None:
@@ -200,7 +203,30 @@ def test_a_pod_on_a_node_no_nodeclaim_names_yet_is_judged_once_one_does() -> Non
     assert last.may_change_decision(now({"c1": "", "c2": "n1"}), on_n1), "on b's NodeClaim"
 
 
-def test_a_pod_on_a_node_the_round_saw_but_did_not_plan_brings_a_round() -> None:
-    last = _view({"a", "b"}, {"n0": True}, {}).after_round(["c1"], {"a": "c1", "b": "c1"})
+def test_a_pod_on_a_node_the_plan_used_for_another_brings_a_round() -> None:
+    last = _view({"a", "b"}, {"n0": True}, {}).after_round(["c1"], {"a": "c1", "b": "n0"})
     on_n0 = {"a": {"metadata": {}, "spec": {"nodeName": "n0"}}}.get
     assert last.may_change_decision(_view({"b"}, {"n0": True}, {"c1": ""}), on_n0)
+    unused = _view({"a", "b"}, {"n0": True}, {}).after_round(["c1"], {"a": "c1", "b": "c1"})
+    assert not unused.may_change_decision(_view({"b"}, {"n0": True}, {"c1": ""}), on_n0), (
+        "it took room no pod was planned on, and left its own"
+    )
+
+
+def test_a_pod_on_a_seen_node_no_nodeclaim_names_yet_is_judged_once_one_does() -> None:
+    # The Node had joined before the round, its NodeClaim not naming it yet: the round counted
+    # the NodeClaim, not the Node, and planned nothing on the Node itself.
+    reported = {"cpu": "4", "memory": "8Gi"}
+    seen = {"n1": True}
+    last = _view({"a", "b"}, seen, {"c1": "", "c2": ""}, allocatable={"c1": reported})
+    last = last.after_round([], {"a": "c1", "b": "c2"})
+    on_n1 = {"a": {"metadata": {}, "spec": {"nodeName": "n1"}}}.get
+
+    def now(names: dict[str, str]) -> RoundView:
+        return _view(
+            {"b"}, seen, names, allocatable={"c1": reported}, node_allocatable={"n1": reported}
+        )
+
+    assert not last.may_change_decision(now({"c1": "", "c2": ""}), on_n1)
+    assert not last.may_change_decision(now({"c1": "n1", "c2": ""}), on_n1)
+    assert last.may_change_decision(now({"c1": "", "c2": "n1"}), on_n1)

@@ -9,9 +9,9 @@ each ran about six rounds that launched nothing for every one that did (issue 28
 benchmark: about 400 rounds a phase, 55-71 of them launching). None of those steps takes room
 the plan counted on, so none can make a round launch. What can: a Node or NodeClaim gone, a
 Node no longer Ready, a NodeClaim whose Node offers less than it reported (its allocatable), a
-pod bound somewhere other than where it was placed (it took another pod's room; on a Node that
-joined after the round, once a NodeClaim names that Node), and anything at all after a round
-that could not place every pod. Those ask for a round at once, as every
+pod bound somewhere other than where it was placed (it took another pod's room; on a Node no
+NodeClaim names yet and the plan put no pod on, once a NodeClaim names it), and anything at all
+after a round that could not place every pod. Those ask for a round at once, as every
 change did before; a change judged harmless is checked by a round ``RECHECK_SECONDS`` after the
 last round if pods are still pending then (upstream Karpenter requeues a pending pod's trigger
 every 10 s), so no misjudged change can leave pods waiting for ever, and a node that pending
@@ -125,7 +125,7 @@ class RoundView:
     ) -> bool:
         """Whether a pod of this round, bound since, took room its plan kept for another."""
         assert self.planned is not None
-        linked: set[str] | None = None  # the Nodes NodeClaims name now
+        linked: set[str] | None = None  # the Nodes NodeClaims name now, and the plan's Nodes
         for key in self.pending - now.pending:
             found = pod(key)
             if found is None or (found.get("metadata") or {}).get("deletionTimestamp"):
@@ -138,10 +138,12 @@ class RoundView:
                 continue
             if linked is None:
                 linked = {node for node in now.claims.values() if node}
-            if bound not in self.nodes and bound not in linked:
-                # A Node that joined after the round and no NodeClaim names yet: registration
-                # writes the NodeClaim after kube-scheduler may bind there. Judged at a later
-                # look, which compares with this round's view again, once a NodeClaim names it.
+                linked.update(t for t in self.planned.values() if t in self.nodes)
+            if bound not in linked:
+                # A Node no NodeClaim names yet and the plan put no pod on: registration writes
+                # the NodeClaim after kube-scheduler may bind there. Judged at a later look,
+                # which compares with this round's view again, once a NodeClaim names it (a
+                # Node nothing ever names took no room the plan kept).
                 continue
             return True  # it took room the plan kept for another pod
         return False
