@@ -31,27 +31,15 @@ from tests.support.provider import FakeProvider
 PODS_PENDING = ("web-0", "web-1", "web-2")
 
 
-OTHER_NODE = {
-    "apiVersion": "v1",
-    "kind": "Node",
-    "metadata": {"name": "other"},
-    "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-}
-"""A Ready Node no NodeClaim names, with no room reported: no round places a pod on it."""
-
-
 def _started(
-    dry_run: bool = False, other_node: bool = False
+    dry_run: bool = False,
 ) -> tuple[InMemoryAPIServer, SteppedDriver, list[int]]:
-    """The operator with three pending pods, five seconds on, and a counter of its rounds;
-    ``other_node``: with ``OTHER_NODE`` there before the round."""
+    """The operator with three pending pods, five seconds on, and a counter of its rounds."""
     clock = FakeClock()
     api = new_cluster(clock=clock)
     provider = FakeProvider(clock, bind_after_polls=10**6)
     api.create(CLUSTER_API_NODE_CLASSES, world.nodeclass())
     api.create(NODEPOOLS, world.nodepool())
-    if other_node:
-        api.create(NODES, OTHER_NODE)
     operator = world.operator(api, clock, provider, dry_run=dry_run)
     rounds = _count_rounds(operator)
     driver = operator.stepped()
@@ -62,11 +50,11 @@ def _started(
     return api, driver, rounds
 
 
-def _launched(other_node: bool = False) -> tuple[InMemoryAPIServer, SteppedDriver, list[int], str]:
+def _launched() -> tuple[InMemoryAPIServer, SteppedDriver, list[int], str]:
     """The operator after the round that launched one NodeClaim for three pods, a counter of
     its rounds, and the NodeClaim's name. The provider never launches it: the test plays the
     NodeClaim's steps itself."""
-    api, driver, rounds = _started(other_node=other_node)
+    api, driver, rounds = _started()
     claims = api.list(NODECLAIMS).items
     assert len(claims) == 1
     assert rounds[0] == 1
@@ -116,14 +104,20 @@ def test_a_harmless_change_is_checked_later_while_pods_wait() -> None:
     assert len(api.list(NODECLAIMS).items) == 1, "and still fit where they were placed"
 
 
-def test_a_pod_bound_on_a_node_outside_the_plan_waits_for_the_recheck() -> None:
-    api, driver, rounds, _ = _launched(other_node=True)  # "other" was there for the round
-    _bind(api, PODS_PENDING[0], "other")  # no NodeClaim names it, no pod was planned there
+def test_a_pod_bound_elsewhere_brings_a_round_at_once() -> None:
+    api, driver, rounds, _ = _launched()
+    api.create(
+        NODES,
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "other"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        },
+    )
+    _bind(api, PODS_PENDING[0], "other")
     driver.advance(3)
-    assert rounds[0] == 1, "it took no room the plan kept, and left its own"
-    driver.advance(RECHECK_SECONDS)
-    assert rounds[0] == 2, "the pods still pending are looked at again"
-    assert len(api.list(NODECLAIMS).items) == 1
+    assert rounds[0] == 2
 
 
 def test_a_nodeclaim_gone_brings_a_round_and_a_new_launch() -> None:
@@ -179,54 +173,3 @@ def test_a_node_no_longer_ready_brings_a_round() -> None:
     assert not last.may_change_decision(
         _view({"a"}, {"n1": True, "n2": False}, {"c1": "n1"}), lambda _: None
     )
-
-
-def test_a_pod_on_a_node_no_nodeclaim_names_yet_is_judged_once_one_does() -> None:
-    # Registration writes the NodeClaim's Node name after the Node exists, and kube-scheduler
-    # can bind pods there first: the binding is judged once the NodeClaim names the Node.
-    reported = {"cpu": "4", "memory": "8Gi"}
-    last = _view({"a", "b"}, {}, {}, allocatable={"c1": reported, "c2": reported})
-    last = last.after_round(["c1", "c2"], {"a": "c1", "b": "c2"})
-    on_n1 = {"a": {"metadata": {}, "spec": {"nodeName": "n1"}}}.get
-
-    def now(names: dict[str, str]) -> RoundView:
-        return _view(
-            {"b"},
-            {"n1": True},
-            names,
-            allocatable={"c1": reported, "c2": reported},
-            node_allocatable={"n1": reported},
-        )
-
-    assert not last.may_change_decision(now({"c1": "", "c2": ""}), on_n1), "not known yet"
-    assert not last.may_change_decision(now({"c1": "n1", "c2": ""}), on_n1), "where planned"
-    assert last.may_change_decision(now({"c1": "", "c2": "n1"}), on_n1), "on b's NodeClaim"
-
-
-def test_a_pod_on_a_node_the_plan_used_for_another_brings_a_round() -> None:
-    last = _view({"a", "b"}, {"n0": True}, {}).after_round(["c1"], {"a": "c1", "b": "n0"})
-    on_n0 = {"a": {"metadata": {}, "spec": {"nodeName": "n0"}}}.get
-    assert last.may_change_decision(_view({"b"}, {"n0": True}, {"c1": ""}), on_n0)
-    unused = _view({"a", "b"}, {"n0": True}, {}).after_round(["c1"], {"a": "c1", "b": "c1"})
-    assert not unused.may_change_decision(_view({"b"}, {"n0": True}, {"c1": ""}), on_n0), (
-        "it took room no pod was planned on, and left its own"
-    )
-
-
-def test_a_pod_on_a_seen_node_no_nodeclaim_names_yet_is_judged_once_one_does() -> None:
-    # The Node had joined before the round, its NodeClaim not naming it yet: the round counted
-    # the NodeClaim, not the Node, and planned nothing on the Node itself.
-    reported = {"cpu": "4", "memory": "8Gi"}
-    seen = {"n1": True}
-    last = _view({"a", "b"}, seen, {"c1": "", "c2": ""}, allocatable={"c1": reported})
-    last = last.after_round([], {"a": "c1", "b": "c2"})
-    on_n1 = {"a": {"metadata": {}, "spec": {"nodeName": "n1"}}}.get
-
-    def now(names: dict[str, str]) -> RoundView:
-        return _view(
-            {"b"}, seen, names, allocatable={"c1": reported}, node_allocatable={"n1": reported}
-        )
-
-    assert not last.may_change_decision(now({"c1": "", "c2": ""}), on_n1)
-    assert not last.may_change_decision(now({"c1": "n1", "c2": ""}), on_n1)
-    assert last.may_change_decision(now({"c1": "", "c2": "n1"}), on_n1)

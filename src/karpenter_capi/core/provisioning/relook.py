@@ -9,9 +9,8 @@ each ran about six rounds that launched nothing for every one that did (issue 28
 benchmark: about 400 rounds a phase, 55-71 of them launching). None of those steps takes room
 the plan counted on, so none can make a round launch. What can: a Node or NodeClaim gone, a
 Node no longer Ready, a NodeClaim whose Node offers less than it reported (its allocatable), a
-pod bound somewhere other than where it was placed (it took another pod's room; on a Node no
-NodeClaim names yet and the plan put no pod on, once a NodeClaim names it), and anything at all
-after a round that could not place every pod. Those ask for a round at once, as every
+pod bound somewhere other than where it was placed (it took another pod's room), and anything
+at all after a round that could not place every pod. Those ask for a round at once, as every
 change did before; a change judged harmless is checked by a round ``RECHECK_SECONDS`` after the
 last round if pods are still pending then (upstream Karpenter requeues a pending pod's trigger
 every 10 s), so no misjudged change can leave pods waiting for ever, and a node that pending
@@ -118,14 +117,6 @@ class RoundView:
                 reported = now.allocatable.get(name) or self.allocatable.get(name)
                 if _offers_less(reported, now.node_allocatable.get(node_name) or {}):
                     return True
-        return self._pods_took_room(now, pod)
-
-    def _pods_took_room(
-        self, now: RoundView, pod: Callable[[str], Mapping[str, Any] | None]
-    ) -> bool:
-        """Whether a pod of this round, bound since, took room its plan kept for another."""
-        assert self.planned is not None
-        linked: set[str] | None = None  # the Nodes NodeClaims name now, and the plan's Nodes
         for key in self.pending - now.pending:
             found = pod(key)
             if found is None or (found.get("metadata") or {}).get("deletionTimestamp"):
@@ -134,18 +125,8 @@ class RoundView:
             if not bound:
                 continue  # no longer provisionable, and on no node
             target = self.planned.get(key, "")
-            if bound == (target if target in now.nodes else now.claims.get(target)):
-                continue
-            if linked is None:
-                linked = {node for node in now.claims.values() if node}
-                linked.update(t for t in self.planned.values() if t in self.nodes)
-            if bound not in linked:
-                # A Node no NodeClaim names yet and the plan put no pod on: registration writes
-                # the NodeClaim after kube-scheduler may bind there. Judged at a later look,
-                # which compares with this round's view again, once a NodeClaim names it (a
-                # Node nothing ever names took no room the plan kept).
-                continue
-            return True  # it took room the plan kept for another pod
+            if bound != (target if target in now.nodes else now.claims.get(target)):
+                return True  # it took room the plan kept for another pod
         return False
 
 
