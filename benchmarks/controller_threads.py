@@ -138,7 +138,9 @@ def main() -> int:
         signal.signal(signal.SIGUSR1, _write)
     from karpenter_capi.cli import main as karpenter_capi
 
-    return int(karpenter_capi(sys.argv[1:]) or 0)
+    # No ``argv``: the command reads ``sys.argv`` and owns its process, as the console script
+    # does, so it tunes the collector as production does (``cli.run._settle_heap``).
+    return int(karpenter_capi() or 0)
 
 
 if __name__ == "__main__":
