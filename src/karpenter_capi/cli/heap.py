@@ -1,5 +1,5 @@
 """The controller's heap and CPython's cyclic collector: what survived a full collection is left
-out of the next ones, and the whole heap is looked at again only once it has grown by a quarter.
+out of the next ones, and the whole heap is looked at again only once it has doubled.
 
 Why: a controller's heap is mostly its informers' caches, plain JSON trees that refcounting
 frees the moment a newer version replaces them. CPython's collector cannot tell churn from
@@ -15,9 +15,10 @@ cycle among them that became garbage later (a fleet member's controllers after i
 left, say). So when the heap has grown by ``GROWTH`` since the last complete look (pymalloc's
 allocated blocks, which leaked cycles count in), the frozen objects are given back
 (``gc.unfreeze``) and the next full collection walks everything: a heap that does not grow is
-walked whole only at start-up, one that grows is walked whole in proportion to its growth, as
-CPython itself would for growth alone, and garbage hidden by a freeze is bounded by a quarter of
-the heap.
+walked whole only at start-up, one that grows is walked whole each time it doubles, and garbage
+hidden by a freeze is bounded by the heap's own size, the bound Go's collector keeps by default
+(``GOGC=100``: the heap may double between collections). Such garbage is rare: at 100 clusters
+a whole walk found a few thousand objects to collect in a heap of over a million.
 
 Only where the command owns its process (``cli.run``): a test or an embedding program keeps
 its collector as it is.
@@ -35,7 +36,7 @@ GEN0_THRESHOLD: Final = 10_000
 _OLDEST: Final = 2
 """CPython's oldest generation: a collection of it is a full collection."""
 
-GROWTH: Final = 0.25
+GROWTH: Final = 1.0
 """How much the heap grows (in allocated blocks) before a full collection walks all of it."""
 
 
