@@ -200,7 +200,7 @@ class Candidate:
     """``move_cost(pods)``: what ``Balanced`` weighs, and what consolidation ranks by."""
     drifted: bool = False
     consolidatable: bool = False
-    problems: list[str] = field(default_factory=list)
+    problems: tuple[str, ...] = ()
 
     name: str = field(init=False)
     """The NodeClaim's name."""
@@ -268,24 +268,23 @@ def find_candidates(
     pools = {inv.nodepool: inv for inv in inventories if inv.model is not None}
     pods_by_node = bound_pods(pods, facts)
     unchanged = facts.versions_of(pods, nodes, nodeclaims)
-    node_by_name = facts.remember("node_by_name", unchanged, lambda: _nodes(nodes, facts))
+    node_by_name, node_facts_by_name = facts.remember(
+        "node_by_name", unchanged, lambda: _nodes(nodes, facts)
+    )
     types: dict[str, dict[str, InstanceType]] = {}
     for inventory in pools.values():
         by_name = types[inventory.nodepool] = {}
         for offered in inventory.instance_types:
             by_name.setdefault(offered.name, offered)
-    claims = facts.remember(
-        "claims",
-        unchanged,
-        lambda: sorted(facts.claims(nodeclaims), key=lambda pair: pair[1].name),
-    )
-    for claim, claim_facts in claims:
+    claims, claims_facts = facts.remember("claims", unchanged, lambda: _claims(nodeclaims, facts))
+    for claim, claim_facts in zip(claims, claims_facts, strict=True):
         name = claim_facts.name
-        why = _not_a_candidate(claim_facts, node_by_name, pools, protected)
+        why = _not_a_candidate(claim_facts, node_facts_by_name, pools, protected)
         if why is not None:
             result.excluded[name] = why
             continue
-        node, node_facts = node_by_name[claim_facts.node_name]
+        node = node_by_name[claim_facts.node_name]
+        node_facts = node_facts_by_name[claim_facts.node_name]
         inventory = pools[claim_facts.nodepool]
         assert inventory.model is not None
         node_pods = pods_by_node.get(node_facts.name, _NO_PODS)
@@ -316,12 +315,13 @@ def find_candidates(
                 capacity_type=capacity_type,
                 # A node whose offering is gone can still be deleted, never "replaced cheaper".
                 price=price if price is not None else 0.0,
-                pods=list(node_pods.moving),
+                # Not copied (nothing changes a candidate's pods): one list fewer per node.
+                pods=node_pods.moving,
                 disruption_cost=cost,
                 move_cost=node_pods.move_cost,
                 drifted=claim_facts.drifted,
                 consolidatable=claim_facts.consolidatable,
-                problems=[] if price is not None else [f"no offering {type_name}/{zone}"],
+                problems=() if price is not None else (f"no offering {type_name}/{zone}",),
             )
         )
     return result
@@ -329,11 +329,28 @@ def find_candidates(
 
 def _nodes(
     nodes: Iterable[Mapping[str, Any]], facts: PassFacts
-) -> dict[str, tuple[Mapping[str, Any], NodeFacts]]:
-    node_by_name: dict[str, tuple[Mapping[str, Any], NodeFacts]] = {}
+) -> tuple[dict[str, Mapping[str, Any]], dict[str, NodeFacts]]:
+    """The Nodes and their facts by name: two dicts, not a pair per Node (an object the
+    collector walks)."""
+    node_by_name: dict[str, Mapping[str, Any]] = {}
+    facts_by_name: dict[str, NodeFacts] = {}
     for node, node_facts in facts.nodes(nodes):
-        node_by_name[node_facts.name] = (node, node_facts)
-    return node_by_name
+        node_by_name[node_facts.name] = node
+        facts_by_name[node_facts.name] = node_facts
+    return node_by_name, facts_by_name
+
+
+def _claims(
+    nodeclaims: Iterable[Mapping[str, Any]], facts: PassFacts
+) -> tuple[list[Mapping[str, Any]], list[ClaimFacts]]:
+    """The NodeClaims and their facts in name order, as two lists (see ``_nodes``)."""
+    claims: list[Mapping[str, Any]] = []
+    claims_facts: list[ClaimFacts] = []
+    for claim, claim_facts in facts.claims(nodeclaims):
+        claims.append(claim)
+        claims_facts.append(claim_facts)
+    order = sorted(range(len(claims)), key=lambda index: claims_facts[index].name)
+    return [claims[index] for index in order], [claims_facts[index] for index in order]
 
 
 def _first_blocker(node_pods: _NodePods, now: datetime) -> str | None:
@@ -482,17 +499,17 @@ def _by_node(
 
 def _not_a_candidate(
     claim: ClaimFacts,
-    node_by_name: Mapping[str, tuple[Mapping[str, Any], NodeFacts]],
+    node_facts_by_name: Mapping[str, NodeFacts],
     pools: Mapping[str, NodePoolInventory],
     protected: frozenset[str],
 ) -> str | None:
     why = _claim_not_a_candidate(claim, pools)
     if why is not None:
         return why
-    found = node_by_name.get(claim.node_name)
+    found = node_facts_by_name.get(claim.node_name)
     if found is None:
         return "has no Node"
-    return _node_not_a_candidate(claim, found[1], protected)
+    return _node_not_a_candidate(claim, found, protected)
 
 
 def _claim_not_a_candidate(claim: ClaimFacts, pools: Mapping[str, NodePoolInventory]) -> str | None:

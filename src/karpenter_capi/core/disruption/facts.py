@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import operator
-from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from itertools import repeat
 from typing import Any, Final, TypeVar
 
 from karpenter_capi.core.api import wellknown
@@ -35,6 +32,7 @@ from karpenter_capi.core.provisioning.state import (
     is_interrupted,
     is_reschedulable,
 )
+from karpenter_capi.core.scheduling.assembly import open_twin
 from karpenter_capi.core.scheduling.podspec import PodObject, PodSpec, pod_key
 
 DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
@@ -162,33 +160,23 @@ class PodFacts:
         # Most pods have no annotation and no priority: their cost is 1 and nothing forbids
         # disrupting them, without asking.
         plain = not annotations and "priority" not in (pod.get("spec") or {})
-        # Every field in order, set through the slots (``_assembled``).
-        return _assembled(
-            (
-                spec.key,
-                spec.node_name,
-                active,
-                reschedulable,
-                1.0 if plain else rescheduling_cost(pod),
-                None if plain else do_not_disrupt_until(pod),
-                str(meta.get("namespace", "")),
-                tuple(sorted(spec.labels.items())) if labels is None else labels,
-                finished,
-            )
-        )
+        # Every field, written into the open twin and closed (``scheduling.assembly``): the
+        # dataclass's ``__init__`` took half of taking a pod's facts from its parse.
+        facts: Any = object.__new__(_OpenPodFacts)
+        facts.key = spec.key
+        facts.node_name = spec.node_name
+        facts.active = active
+        facts.reschedulable = reschedulable
+        facts.cost = 1.0 if plain else rescheduling_cost(pod)
+        facts.do_not_disrupt = None if plain else do_not_disrupt_until(pod)
+        facts.namespace = str(meta.get("namespace", ""))
+        facts.labels = tuple(sorted(spec.labels.items())) if labels is None else labels
+        facts.finished = finished
+        facts.__class__ = PodFacts
+        return facts  # type: ignore[no-any-return]
 
 
-_POD_FACT_SETTERS: Final = tuple(getattr(PodFacts, f.name).__set__ for f in fields(PodFacts))
-
-
-def _assembled(values: tuple[Any, ...]) -> PodFacts:
-    """``PodFacts`` of every field's value in order, set through the slots as the frozen
-    dataclass's ``__init__`` would but without a Python call per field: that ``__init__``
-    took half of taking a pod's facts from its parse (as ``podspec._assembled``)."""
-    assert len(values) == len(_POD_FACT_SETTERS)
-    facts = object.__new__(PodFacts)
-    deque(map(operator.call, _POD_FACT_SETTERS, repeat(facts), values), 0)
-    return facts
+_OpenPodFacts: Final = open_twin(PodFacts)
 
 
 def _ready(node: Mapping[str, Any]) -> bool:

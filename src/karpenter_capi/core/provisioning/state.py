@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.instancetype import InstanceType
@@ -219,6 +219,36 @@ def _claim_labels(claim: Mapping[str, Any]) -> dict[str, str]:
     return labels
 
 
+V = TypeVar("V")
+
+
+class _ByNode(Generic[V]):
+    """Values by node name, each with the version of what it was made from (``found`` only
+    while that is the same). Two dicts, not a pair per node: a pair holding a value is an
+    object the cyclic collector walks, a version of strings alone it stops tracking."""
+
+    __slots__ = ("values", "versions")
+
+    def __init__(self) -> None:
+        self.values: dict[str, V] = {}
+        self.versions: dict[str, object] = {}
+
+    def found(self, name: str, version: object) -> V | None:
+        value = self.values.get(name)
+        return value if value is not None and self.versions[name] == version else None
+
+    def put(self, name: str, version: object, value: V) -> None:
+        self.values[name], self.versions[name] = value, version
+
+    def forget(self, name: str) -> None:
+        self.values.pop(name, None)
+        self.versions.pop(name, None)
+
+    def keep_only(self, keep: set[str]) -> None:
+        for name in [n for n in self.values if n not in keep]:
+            self.forget(name)
+
+
 class ParsedCluster:
     """What rounds read of the cluster, kept across them: parsed pods (``specs``), each node's
     labels as requirements and its allocatable, and what the pods bound to each node request;
@@ -236,9 +266,9 @@ class ParsedCluster:
         """Re-packing outcomes: a round (or a pass's simulation) that meets the same packing
         problem again gets the kept outcome (``packing_memo``)."""
         self._nodes: dict[str, NodeSum] = {}
-        self._labels: dict[str, tuple[object, Requirements]] = {}
-        self._allocatable: dict[str, tuple[object, ResourceList]] = {}
-        self._existing: dict[str, tuple[object, ExistingNode]] = {}
+        self._labels: _ByNode[Requirements] = _ByNode()
+        self._allocatable: _ByNode[ResourceList] = _ByNode()
+        self._existing: _ByNode[ExistingNode] = _ByNode()
         # One label's requirement, shared by every node that has the label: a node's labels
         # are mostly those of its type, zone and pool (made once, not once per node).
         self._label_requirement: dict[tuple[str, str], Requirement] = {}
@@ -257,27 +287,27 @@ class ParsedCluster:
         meta = node.get("metadata") or {}
         name = str(meta.get("name"))
         version = (meta.get("uid"), meta.get("resourceVersion"), lent)
-        found = self._labels.get(name)
-        if found is not None and found[0] == version and all(version[:2]):
-            return found[1]
+        found = self._labels.found(name, version)
+        if found is not None and all(version[:2]):
+            return found
         shared = self._label_requirement
         requirements = Requirements(
             shared.get((key, str(value)))
             or shared.setdefault((key, str(value)), _label_requirement(key, str(value)))
             for key, value in labels.items()
         )
-        self._labels[name] = (version, requirements)
+        self._labels.put(name, version, requirements)
         return requirements
 
     def allocatable(self, node: Mapping[str, Any]) -> ResourceList:
         """The node's ``status.allocatable``, parsed once per node version."""
         meta = node.get("metadata") or {}
         name, version = str(meta.get("name")), (meta.get("uid"), meta.get("resourceVersion"))
-        found = self._allocatable.get(name)
-        if found is not None and found[0] == version and all(version):
-            return found[1]
+        found = self._allocatable.found(name, version)
+        if found is not None and all(version):
+            return found
         parsed = ResourceList.parse((node.get("status") or {}).get("allocatable"))
-        self._allocatable[name] = (version, parsed)
+        self._allocatable.put(name, version, parsed)
         return parsed
 
     def of(
@@ -329,12 +359,9 @@ class ParsedCluster:
         keep = set(nodes)
         for name in [n for n in self._nodes if n not in keep]:
             del self._nodes[name]
-        for name in [n for n in self._labels if n not in keep]:
-            del self._labels[name]
-        for name in [n for n in self._allocatable if n not in keep]:
-            del self._allocatable[name]
-        for name in [n for n in self._existing if n not in keep]:
-            del self._existing[name]
+        self._labels.keep_only(keep)
+        self._allocatable.keep_only(keep)
+        self._existing.keep_only(keep)
         # What nodes gone named (their hostnames) goes once it outnumbers what they name.
         if len(self._label_requirement) > 16 * len(keep) + 1024:
             self._label_requirement.clear()
@@ -346,16 +373,16 @@ class ParsedCluster:
         NodeClaim's startup taints, its nominations) is the same and so are its bound pods
         (the very objects, or equal ones): what is derived from it (``ExistingView``) then
         tells an unchanged node by identity."""
-        found = self._existing.get(name)
-        if key is None or found is None or found[0] != key or found[1].pods != pods:
+        found = None if key is None else self._existing.found(name, key)
+        if found is None or found.pods != pods:
             return None
-        return found[1]
+        return found
 
     def keep_existing(self, name: str, key: object | None, node: ExistingNode) -> None:
         if key is None:
-            self._existing.pop(name, None)
+            self._existing.forget(name)
         else:
-            self._existing[name] = (key, node)
+            self._existing.put(name, key, node)
 
 
 def _label_requirement(key: str, value: str) -> Requirement:
@@ -471,7 +498,9 @@ def existing_nodes(
         # pods (compared in ``kept_existing``).
         version = (meta.get("uid"), meta.get("resourceVersion"))
         known = all(version) and (lent is None or all(lent))
-        key = (version, startup, nominated, lent) if known else None
+        # No nomination: ``None``, not the empty set, so that the key holds strings alone and
+        # the collector stops tracking it.
+        key = (version, startup, nominated or None, lent) if known else None
         existing = sums.kept_existing(name, key, pods)
         if existing is None:
             existing = _existing_node(

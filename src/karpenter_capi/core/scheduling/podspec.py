@@ -16,12 +16,11 @@ from __future__ import annotations
 import json
 import operator
 import re
-from collections import deque
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields, replace
-from itertools import repeat
 from typing import Any, Final
 
+from karpenter_capi.core.scheduling.assembly import open_twin
 from karpenter_capi.core.scheduling.hostports import HostPort
 from karpenter_capi.core.scheduling.kept import Kept
 from karpenter_capi.core.scheduling.pod_terms import NodeTerm, PodAffinityTerm, Spread
@@ -29,20 +28,19 @@ from karpenter_capi.core.scheduling.podspec_class import ClassMemo, class_parts
 from karpenter_capi.core.scheduling.podspec_terms import (
     REQUIRED,
     WeightedTerm,
+    list_problem,
     preferred_terms,
     required_terms,
     spread,
 )
 from karpenter_capi.core.values.requirements import Requirements, preferred_node_terms
 from karpenter_capi.core.values.resources import ResourceList, empty, pod_requests
-from karpenter_capi.core.values.taints import EFFECTS, Toleration, parse_tolerations
+from karpenter_capi.core.values.taints import Toleration, parse_tolerations
 
 PodObject = Mapping[str, Any]
 """A Pod as the API server returns it (JSON): what the solver is given and hands back for
 binding and Events. Only this module reads its fields."""
 
-_TOLERATION_OPERATORS: Final = ("Exists", "Equal", "")
-_UNSATISFIABLE: Final = ("DoNotSchedule", "ScheduleAnyway", "")
 SPEC_ERRORS: Final = (ValueError, TypeError, AttributeError, KeyError)
 """What reading a pod spec the API server would have refused raises (a string where a list is,
 an unknown operator, a malformed quantity): one such pod must not stop the round."""
@@ -284,30 +282,6 @@ def pod_host_ports(pod: PodObject) -> tuple[HostPort, ...]:
     return tuple(ports)
 
 
-def _list_problem(spec: Mapping[str, Any]) -> str | None:
-    """What the API server would refuse in the tolerations or spreads, or ``None``."""
-    for field in ("tolerations", "topologySpreadConstraints"):
-        items = spec.get(field) or []
-        if not isinstance(items, list) or not all(isinstance(i, Mapping) for i in items):
-            return f"{field} is not a list of objects"
-    for index, toleration in enumerate(spec.get("tolerations") or ()):
-        operator = toleration.get("operator") or ""
-        effect = toleration.get("effect") or ""
-        if operator not in _TOLERATION_OPERATORS:
-            return f"tolerations[{index}]: operator {operator!r} is not Exists or Equal"
-        if effect and effect not in EFFECTS:
-            return f"tolerations[{index}]: effect {effect!r} is not one of {', '.join(EFFECTS)}"
-    for index, constraint in enumerate(spec.get("topologySpreadConstraints") or ()):
-        where = f"topologySpreadConstraints[{index}]"
-        if int(constraint.get("maxSkew", 1)) < 1:
-            return f"{where}: maxSkew must be at least 1"
-        if (constraint.get("whenUnsatisfiable") or "") not in _UNSATISFIABLE:
-            return f"{where}: whenUnsatisfiable {constraint['whenUnsatisfiable']!r} is unknown"
-        if not constraint.get("topologyKey"):
-            return f"{where}: topologyKey is required"
-    return None
-
-
 def _unreadable(pod: PodObject, meta: Mapping[str, Any], problem: str) -> PodSpec:
     # Its labels still count where it is bound (another pod's spread or affinity selects it).
     labels = meta.get("labels")
@@ -376,35 +350,46 @@ _CLASS_FIELDS: Final = tuple(
     f.name for f in fields(PodSpec)[[f.name for f in fields(PodSpec)].index("requests") : -1]
 )
 _class_part: Final = operator.attrgetter(*_CLASS_FIELDS)
-_FIELD_SETTERS: Final = tuple(getattr(PodSpec, f.name).__set__ for f in fields(PodSpec))
-
-
-def _assembled(values: tuple[Any, ...]) -> PodSpec:
-    """A PodSpec from every field's value in order, set through the slots as the frozen
-    dataclass's ``__init__`` would but without a Python call per field: that ``__init__`` was
-    a third of reading a pod of a known class."""
-    assert len(values) == len(_FIELD_SETTERS)
-    spec = object.__new__(PodSpec)
-    deque(map(operator.call, _FIELD_SETTERS, repeat(spec), values), 0)
-    return spec
+_OpenPodSpec: Final = open_twin(PodSpec)
 
 
 def _like(template: PodSpec, pod: PodObject, meta: Mapping[str, Any]) -> PodSpec:
-    """``pod`` read as ``template``, a pod of its class: only who it is is read again."""
+    """``pod`` read as ``template``, a pod of its class: only who it is is read again. Written
+    field by field into ``PodSpec``'s open twin (``assembly``): its ``__init__`` was a third of
+    reading a pod of a known class. Every field is set, in order."""
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
-    who = (
-        f"{meta.get('namespace', '')}/{meta.get('name', '')}",  # pod_key, meta read already
-        str(meta.get("uid") or ""),
-        str(meta.get("name") or ""),
-        template.namespace,
-        template.labels,  # the pod's own, equal (the class's key holds them): one per class
-        str(spec.get("nodeName") or ""),
-        str(status.get("phase") or ""),
-        bool(meta.get("deletionTimestamp")),
-        _owners(meta),
-    )
-    return _assembled((*who, *_class_part(template), pod))
+    new: Any = object.__new__(_OpenPodSpec)
+    new.key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"  # pod_key, meta read already
+    new.uid = str(meta.get("uid") or "")
+    new.name = str(meta.get("name") or "")
+    new.namespace = template.namespace
+    new.labels = template.labels  # the pod's own, equal (the class's key holds them): one a class
+    new.node_name = str(spec.get("nodeName") or "")
+    new.phase = str(status.get("phase") or "")
+    new.deleting = bool(meta.get("deletionTimestamp"))
+    new.owners = _owners(meta)
+    (
+        new.requests,
+        new.host_ports,
+        new.tolerations,
+        new.node_selector,
+        new.node_terms,
+        new.preferred_node_terms,
+        new.affinity,
+        new.preferred_affinity,
+        new.anti_affinity,
+        new.preferred_anti_affinity,
+        new.spreads,
+        new.requirements,
+        new.required,
+        new.class_key,
+        new.topology_signature,
+        new.problem,
+    ) = _class_part(template)
+    new.raw = pod
+    new.__class__ = PodSpec
+    return new  # type: ignore[no-any-return]
 
 
 def _owners(meta: Mapping[str, Any]) -> tuple[Owner, ...]:
@@ -444,7 +429,7 @@ def _parse(pod: PodObject, meta: Mapping[str, Any]) -> PodSpec:
         if negative:
             return _unreadable(pod, meta, f"requests of {', '.join(negative)} must not be negative")
         host_ports = pod_host_ports(pod)
-        problem = _list_problem(spec)
+        problem = list_problem(spec)
         if problem is not None:
             return _unreadable(pod, meta, problem)
         labels = meta.get("labels") or {}

@@ -2,8 +2,9 @@
 
 Why a module of its own: it is the part of reading a pod (``podspec.parse_pod``) that follows
 kube-scheduler's rules for selectors (a nil selector selects nothing, ``matchLabelKeys`` copy
-the pod's own labels in), and ``podspec`` holds the rest of the parse and the caches of it.
-One of the two parser modules of ``core.scheduling`` allowed to read a pod's JSON.
+the pod's own labels in), and what the API server would refuse in the tolerations and spreads
+(``list_problem``); ``podspec`` holds the rest of the parse and the caches of it. One of the
+parser modules of ``core.scheduling`` allowed to read a pod's JSON.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from karpenter_capi.core.values.selectors import (
     SelectorError,
     compile_selector,
 )
+from karpenter_capi.core.values.taints import EFFECTS
 
 WeightedTerm = tuple[int, PodAffinityTerm | None]
 """A preferred pod (anti-)affinity term and its weight; ``None`` for a term without a
@@ -26,6 +28,8 @@ WeightedTerm = tuple[int, PodAffinityTerm | None]
 
 REQUIRED: Final = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED: Final = "preferredDuringSchedulingIgnoredDuringExecution"
+_TOLERATION_OPERATORS: Final = ("Exists", "Equal", "")
+_UNSATISFIABLE: Final = ("DoNotSchedule", "ScheduleAnyway", "")
 
 
 def term_selector(raw: Mapping[str, Any] | None, extra: Iterable[Clause] = ()) -> CompiledSelector:
@@ -102,3 +106,27 @@ def spread(constraint: Mapping[str, Any], labels: Mapping[str, str]) -> Spread:
         honor_affinity=(constraint.get("nodeAffinityPolicy") or "Honor") == "Honor",
         honor_taints=(constraint.get("nodeTaintsPolicy") or "Ignore") == "Honor",
     )
+
+
+def list_problem(spec: Mapping[str, Any]) -> str | None:
+    """What the API server would refuse in the tolerations or spreads, or ``None``."""
+    for field in ("tolerations", "topologySpreadConstraints"):
+        items = spec.get(field) or []
+        if not isinstance(items, list) or not all(isinstance(i, Mapping) for i in items):
+            return f"{field} is not a list of objects"
+    for index, toleration in enumerate(spec.get("tolerations") or ()):
+        operator = toleration.get("operator") or ""
+        effect = toleration.get("effect") or ""
+        if operator not in _TOLERATION_OPERATORS:
+            return f"tolerations[{index}]: operator {operator!r} is not Exists or Equal"
+        if effect and effect not in EFFECTS:
+            return f"tolerations[{index}]: effect {effect!r} is not one of {', '.join(EFFECTS)}"
+    for index, constraint in enumerate(spec.get("topologySpreadConstraints") or ()):
+        where = f"topologySpreadConstraints[{index}]"
+        if int(constraint.get("maxSkew", 1)) < 1:
+            return f"{where}: maxSkew must be at least 1"
+        if (constraint.get("whenUnsatisfiable") or "") not in _UNSATISFIABLE:
+            return f"{where}: whenUnsatisfiable {constraint['whenUnsatisfiable']!r} is unknown"
+        if not constraint.get("topologyKey"):
+            return f"{where}: topologyKey is required"
+    return None
