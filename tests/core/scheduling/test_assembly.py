@@ -56,3 +56,69 @@ def test_only_a_slotted_dataclass_has_an_open_twin() -> None:
 
     with pytest.raises(TypeError):
         open_twin(Unslotted)
+
+
+def _term(key: str) -> dict[str, Any]:
+    return {"topologyKey": key, "labelSelector": {"matchLabels": {"app": key}}}
+
+
+def _every_class_field_set(name: str) -> dict[str, Any]:
+    """A replica whose class part has no empty field, each unlike the others, so a copy that
+    wrote one field's value into another could not equal a fresh parse."""
+    pod = _replica(name)
+    spec = pod["spec"]
+    spec["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
+    spec["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "arch", "operator": "In", "values": ["arm"]}]}
+                ]
+            },
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 3,
+                    "preference": {
+                        "matchExpressions": [{"key": "tier", "operator": "In", "values": ["x"]}]
+                    },
+                }
+            ],
+        },
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [_term("zone")],
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 5, "podAffinityTerm": _term("rack")}
+            ],
+        },
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [_term("kubernetes.io/hostname")],
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 7, "podAffinityTerm": _term("region")}
+            ],
+        },
+    }
+    return pod
+
+
+def test_a_copy_writes_each_class_field_into_its_own_slot() -> None:
+    specs = PodSpecs()
+    specs.get(_every_class_field_set("a"))
+    pod = _every_class_field_set("b")
+    copied = specs.get(pod)
+    fresh = PodSpecs().get(pod)
+    assert fresh.problem is None
+    for name in (
+        "host_ports",
+        "tolerations",
+        "node_terms",
+        "preferred_node_terms",
+        "affinity",
+        "preferred_affinity",
+        "anti_affinity",
+        "preferred_anti_affinity",
+        "spreads",
+    ):
+        assert getattr(fresh, name), f"{name} is empty: the test would not see it misplaced"
+    assert [getattr(copied, f.name) for f in fields(PodSpec)] == [
+        getattr(fresh, f.name) for f in fields(PodSpec)
+    ]
