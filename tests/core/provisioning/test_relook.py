@@ -3,8 +3,9 @@
 A round's pods stay pending while their NodeClaims launch, join and turn Ready. Each of those
 steps used to bring a round that launched nothing (issue 28's fleet benchmark: about 400 rounds
 a phase for 55-71 that launched). These tests hold both sides: the steps of a plan coming true
-bring no round; a NodeClaim gone, or a pod bound where another was placed, bring one at once,
-and a harmless change is still checked ``RECHECK_SECONDS`` later while pods wait.
+bring no round; a NodeClaim gone or being deleted, or a pod bound where another was placed,
+bring one at once; and pods still pending get a round ``RECHECK_SECONDS`` after the last one
+whatever changed, as upstream requeues them.
 """
 
 from __future__ import annotations
@@ -130,10 +131,45 @@ def test_a_nodeclaim_gone_brings_a_round_and_a_new_launch() -> None:
     assert claim not in names
 
 
+def test_a_nodeclaim_being_deleted_brings_a_round_and_a_new_launch() -> None:
+    # Its termination may take long (a Machine slow to go, a finalizer of someone else's):
+    # a round counts no room on it, so its pods need a NodeClaim now, not once it is gone.
+    api, driver, rounds, claim = _launched()
+    api.patch(NODECLAIMS, claim, {"metadata": {"finalizers": ["example.com/hold"]}})
+    api.delete(NODECLAIMS, claim)
+    driver.advance(3)
+    assert rounds[0] == 2
+    others = {c["metadata"]["name"] for c in api.list(NODECLAIMS).items} - {claim}
+    assert others, "the pods got a NodeClaim while the first one is still being deleted"
+
+
+def test_pods_left_pending_get_a_round_every_recheck_though_nothing_changed() -> None:
+    # A NodePool at its limit leaves the pods pending; raising the limit changes nothing a
+    # round's view holds (pods, Nodes, NodeClaims), yet the next round can launch.
+    clock = FakeClock()
+    api = new_cluster(clock=clock)
+    provider = FakeProvider(clock, bind_after_polls=10**6)
+    api.create(CLUSTER_API_NODE_CLASSES, world.nodeclass())
+    api.create(NODEPOOLS, world.nodepool(limits={"cpu": "0"}))
+    operator = world.operator(api, clock, provider)
+    rounds = _count_rounds(operator)
+    driver = operator.stepped()
+    driver.run_until_quiet()
+    for name in PODS_PENDING:
+        world.pending_pod(api, name)
+    driver.advance(3)
+    assert rounds[0] == 1
+    assert not api.list(NODECLAIMS).items, "the NodePool's limit leaves no room"
+    api.patch(NODEPOOLS, "general", {"spec": {"limits": {"cpu": "1000"}}})
+    driver.advance(RECHECK_SECONDS)
+    assert rounds[0] == 2
+    assert api.list(NODECLAIMS).items, "the limit raised, the pods got a NodeClaim"
+
+
 def test_a_dry_run_does_not_look_for_the_nodeclaims_it_never_created() -> None:
     api, driver, rounds = _started(dry_run=True)
     assert rounds[0] == 1
-    driver.advance(8)
+    driver.advance(RECHECK_SECONDS - 7)
     assert rounds[0] == 1, "nothing changed: its planned NodeClaims are not gone"
     assert not api.list(NODECLAIMS).items
 

@@ -244,16 +244,20 @@ class ProvisioningController:
         return self._recheck_at is not None and self._ctx.clock.monotonic() >= self._recheck_at
 
     def _changed_under_pending(self, world: RoundView) -> bool:
-        """Whether the cluster changed since the last round in a way that can alter what it
-        decided for the pods still pending (``relook``); a change that cannot is checked by a
-        round ``RECHECK_SECONDS`` after the last one if pods are still pending then."""
+        """Whether pods the last round left pending need a round now: the cluster changed in
+        a way that can alter what it decided for them (``relook``), or ``RECHECK_SECONDS``
+        have passed since that round, changed or not. A round reads more than its view (the
+        NodePools and their limits, the NodeClasses, the provider's offerings), so waiting
+        for a change of the view alone could leave pods pending for ever after, say, a
+        NodePool's limit was raised; upstream requeues each pending pod's trigger every 10 s
+        (``provisioning/controller.go: PodController.Reconcile``)."""
         last = self._last_world
-        if last is None or last.same(world):
+        if last is None:
             return False
-        if last.may_change_decision(world, self._ctx.caches.store(PODS).get):
+        if not last.same(world) and last.may_change_decision(
+            world, self._ctx.caches.store(PODS).get
+        ):
             return True
-        if self._recheck_at is None:
-            self._recheck_at = self._round_at + RECHECK_SECONDS
         return self._recheck_due()
 
     def run_once(self) -> Result:
@@ -294,8 +298,8 @@ class ProvisioningController:
         if world is None:
             world = RoundView.of(snapshot, pending)
         self._last_world = world
-        self._recheck_at = None
         self._round_at = self._ctx.clock.monotonic()
+        self._recheck_at = self._round_at + RECHECK_SECONDS
         try:
             report = self._provisioner.reconcile(snapshot)
         except Exception:

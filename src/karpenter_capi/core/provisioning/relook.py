@@ -7,15 +7,17 @@ appearing, a kubelet's Node, the NodeClaim naming it, the Node turning Ready, ku
 binding the pods where they were placed) changes what a round reads, and looking again after
 each ran about six rounds that launched nothing for every one that did (issue 28's fleet
 benchmark: about 400 rounds a phase, 55-71 of them launching). None of those steps takes room
-the plan counted on, so none can make a round launch. What can: a Node or NodeClaim gone, a
-Node no longer Ready, a NodeClaim whose Node offers less than it reported (its allocatable), a
-pod bound somewhere other than where it was placed (it took another pod's room), and anything
-at all after a round that could not place every pod. Those ask for a round at once, as every
-change did before; a change judged harmless is checked by a round ``RECHECK_SECONDS`` after the
-last round if pods are still pending then (upstream Karpenter requeues a pending pod's trigger
-every 10 s), so no misjudged change can leave pods waiting for ever, and a node that pending
-pods are counted on has their nomination renewed within disruption's 20 s window. New pending
-pods open the batch window themselves (``batcher``), as upstream's pod events do.
+the plan counted on, so none can make a round launch. What can: a Node or NodeClaim gone (or
+being deleted: a round counts no room on it), a Node no longer Ready, a NodeClaim whose Node
+offers less than it reported (its allocatable), a pod bound somewhere other than where it was
+placed (it took another pod's room), and anything at all after a round that could not place
+every pod. Those ask for a round at once, as every change did before. Whatever changed or not,
+pods still pending get a round ``RECHECK_SECONDS`` after the last one (upstream Karpenter
+requeues a pending pod's trigger every 10 s), so no misjudged change, nor one a round reads but
+this view does not hold (a NodePool's limit raised, a NodeClass fixed, an offering available
+again), can leave pods waiting for ever, and a node that pending pods are counted on has their
+nomination renewed within disruption's 20 s window. New pending pods open the batch window
+themselves (``batcher``), as upstream's pod events do.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ class RoundView:
         claims: dict[str, str] = {}
         allocatable: dict[str, Mapping[str, Any]] = {}
         for claim in snapshot.nodeclaims:
+            if claim["metadata"].get("deletionTimestamp"):
+                continue  # a round counts no room on it: for the pods placed there, it is gone
             name = str(claim["metadata"]["name"])
             status = claim.get("status") or {}
             claims[name] = str(status.get("nodeName") or "")
