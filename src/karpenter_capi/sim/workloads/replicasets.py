@@ -18,7 +18,9 @@ complete (``ProvisioningController.complete`` counts the ReplicaSet's pods again
 * **scale-down** deletes the surplus in ``controller_utils.go: ActivePodsWithRanks`` order:
   unscheduled before scheduled, ``Pending`` before ``Unknown`` before ``Running``, not Ready
   before Ready, Ready for a shorter time first, more restarts first, then the newest (kube
-  also ranks by how many active pods share the pod's node, which is not modelled);
+  also ranks by ``controller.kubernetes.io/pod-deletion-cost`` and by how many of the
+  ReplicaSet's pods share the pod's node, and compares Ready times on a log scale; not
+  modelled);
 * **status** (``replica_set_utils.go: calculateStatus``): ``replicas`` (active pods),
   ``fullyLabeledReplicas`` (those carrying every template label), ``readyReplicas``,
   ``availableReplicas`` (Ready; ``minReadySeconds`` is not honoured) and
