@@ -58,6 +58,7 @@ _PLURALS = frozenset(
         "nodeclaims",
         "nodepools",
         "deployments",
+        "replicasets",
         "events",
         "leases",
         "clusterapinodeclasses",
@@ -79,7 +80,7 @@ def emulator_timers() -> Timers:
     from karpenter_capi.sim.apiserver import http, server, watch
     from karpenter_capi.sim.capi import machine, machineset, nodes
     from karpenter_capi.sim.scheduler import controller
-    from karpenter_capi.sim.workloads import deployments, kubelet
+    from karpenter_capi.sim.workloads import deployments, kubelet, replicasets
 
     timers = Timers()
     began: list[float] = []
@@ -124,6 +125,7 @@ def emulator_timers() -> Timers:
     for module, cls in (
         (controller, "SimScheduler"),
         (deployments, "DeploymentController"),
+        (replicasets, "ReplicaSetController"),
         (kubelet, "PodKubelet"),
         (machine, "MachineController"),
         (machineset, "MachineSetController"),

@@ -46,9 +46,14 @@ workload cluster's control plane stands for machines of its own, and at 100 clus
 emulation asks more CPU of the two cores than the controller does; niced, it takes what the
 controller leaves (it still makes each wave's pods and marks them, so its delays still count).
 
+``--controller-arg FLAG`` (http mode, repeatable, as in ``realapi.py``) adds a flag to every
+controller's command line: ``--controller-arg=--batch-complete-idle-duration=-1`` runs with
+Karpenter's own window (a full idle second after the last new pod) instead of ``run``'s
+default, which closes it 0.2 s after the burst once each pod's ReplicaSet has all its replicas.
+
     .venv/bin/python benchmarks/fleet.py [--mode http|inprocess] [--clusters 20] [--nodes 20]
         [--pods 200] [--waves 2] [--spread 10] [--phases lone,fleet,control,storm,replicas]
-        [--emulators 0|K|auto] [--emulator-nice N] [--json]
+        [--emulators 0|K|auto] [--emulator-nice N] [--controller-arg=FLAG ...] [--json]
 """
 
 from __future__ import annotations
@@ -658,8 +663,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeat", type=int, default=1, help="run the phases this many times; medians of ratios"
     )
+    parser.add_argument(
+        "--controller-arg",
+        action="append",
+        default=[],
+        help="http: an extra flag for the controller (repeatable), e.g. "
+        "--controller-arg=--batch-complete-idle-duration=-1",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.controller_arg and args.mode != "http":
+        parser.error("--controller-arg: only http mode runs the controller as a command")
     if args.emulator_nice:
         # Read by each forked emulator (``fleet_emulators._child``).
         os.environ["FLEET_EMULATOR_NICE"] = str(args.emulator_nice)
@@ -680,6 +694,8 @@ def main(argv: list[str] | None = None) -> int:
         "emulators": args.emulators,
         "mode": args.mode,
     }
+    if args.controller_arg:
+        result["controller_args"] = list(args.controller_arg)
     # Every other run takes the phases in the reverse order, so that a machine getting busier
     # (or quieter) through a run does not always land on the same phase.
     runs = [_run_phases(args, phases, reverse=index % 2 == 1) for index in range(args.repeat)]

@@ -202,7 +202,10 @@ def _emulators(args: argparse.Namespace, clusters: int) -> int:
 
 
 def _controller_flags(args: argparse.Namespace) -> list[str]:
-    return ["--workers", str(args.workers), "--fleet-workers", str(args.fleet_workers)]
+    """The controller's flags of every phase: the benchmark's, then ``--controller-arg``'s
+    (last, so that one of them overrides the benchmark's)."""
+    extra = list(getattr(args, "controller_arg", None) or [])
+    return ["--workers", str(args.workers), "--fleet-workers", str(args.fleet_workers), *extra]
 
 
 def _memory(stats: ProcessStats, clusters: int) -> dict[str, Any]:

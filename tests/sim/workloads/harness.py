@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from karpenter_capi.core.clock import FakeClock
-from karpenter_capi.core.kube import DEPLOYMENTS, NODES, PODS, JsonObject
+from karpenter_capi.core.kube import DEPLOYMENTS, NODES, PODS, REPLICASETS, JsonObject
 from karpenter_capi.core.runtime.manager import Manager
 from karpenter_capi.core.runtime.stepped import SteppedDriver
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
@@ -31,13 +31,28 @@ class Sim:
         self.driver.advance(seconds)
 
     def pods(self, owner: str | None = None) -> list[JsonObject]:
+        """The pods (of ``owner``: one it owns, or one its ReplicaSets own)."""
         items = self.api.list(PODS, NS).items
         if owner is None:
             return items
+        owners = {owner, *(rs["metadata"]["name"] for rs in self.replicasets(owner))}
         return [
             p
             for p in items
-            if any(r.get("name") == owner for r in p["metadata"].get("ownerReferences") or [])
+            if any(r.get("name") in owners for r in p["metadata"].get("ownerReferences") or [])
+        ]
+
+    def replicasets(self, deployment: str) -> list[JsonObject]:
+        """The ReplicaSets the Deployment ``deployment`` controls."""
+        return [
+            rs
+            for rs in self.api.list(REPLICASETS, NS).items
+            if any(
+                r.get("kind") == "Deployment"
+                and r.get("name") == deployment
+                and r.get("controller")
+                for r in rs["metadata"].get("ownerReferences") or []
+            )
         ]
 
     def live(self, owner: str) -> list[JsonObject]:

@@ -1,4 +1,5 @@
-"""Deployments: pods from the template, scaling, replacement, deletion order, status."""
+"""Deployments: pods from the template (through a ReplicaSet), scaling, replacement, deletion
+order, status. The ReplicaSet in between: ``test_replicasets``."""
 
 from __future__ import annotations
 
@@ -7,18 +8,20 @@ from tests.sim.workloads.harness import NS, Sim, condition, new_sim
 
 
 def test_deployment_creates_owned_pods_from_its_template(sim: Sim) -> None:
-    web = sim.deployment("web", 3)
+    sim.deployment("web", 3)
     sim.settle()
 
+    (replicaset,) = sim.replicasets("web")
+    digest = replicaset["metadata"]["labels"]["pod-template-hash"]
     pods = sim.pods("web")
     assert len(pods) == 3
     for pod in pods:
         meta = pod["metadata"]
-        assert meta["name"].startswith("web-")
-        assert meta["labels"] == {"app": "web"}
+        assert meta["name"].startswith(f"web-{digest}-")
+        assert meta["labels"] == {"app": "web", "pod-template-hash": digest}
         (ref,) = meta["ownerReferences"]
-        assert ref["kind"] == "Deployment"
-        assert ref["uid"] == web["metadata"]["uid"]
+        assert (ref["apiVersion"], ref["kind"]) == ("apps/v1", "ReplicaSet")
+        assert ref["uid"] == replicaset["metadata"]["uid"]
         assert ref["controller"] is True
         assert pod["status"]["phase"] == "Pending"
     status = sim.api.get(DEPLOYMENTS, "web", NS)["status"]

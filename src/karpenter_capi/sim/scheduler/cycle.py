@@ -32,7 +32,8 @@ _HOSTNAME: Final = "kubernetes.io/hostname"
 _ZONE: Final = "topology.kubernetes.io/zone"
 # Owners whose pods get PodTopologySpread's system default constraints. kube finds them by the
 # ReplicaSets, StatefulSets, ReplicationControllers (and Services) selecting the pod; the
-# emulated Deployments own their pods directly, standing in for their ReplicaSet.
+# emulated Deployments make their pods through a ReplicaSet as kube's do, and a Deployment
+# owning pods itself (as a test may make them) stands in for its ReplicaSet.
 _SPREAD_OWNERS: Final = frozenset(
     {"ReplicaSet", "StatefulSet", "ReplicationController", "Deployment"}
 )

@@ -47,7 +47,6 @@ from karpenter_capi.sim.capi.objects import (
     nested,
     uid_of,
 )
-from karpenter_capi.sim.workloads.deployments import pod_from_template
 from karpenter_capi.sim.workloads.objects import (
     Expectations,
     Fit,
@@ -58,6 +57,7 @@ from karpenter_capi.sim.workloads.objects import (
     is_ready,
     phase_of,
 )
+from karpenter_capi.sim.workloads.replicasets import pod_from_template
 from karpenter_capi.sim.workloads.settings import WorkloadSettings
 from karpenter_capi.sim.workloads.tolerations import with_daemon_tolerations
 

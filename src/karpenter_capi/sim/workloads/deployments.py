@@ -1,45 +1,67 @@
-"""Deployments (``apps/v1``): keep ``spec.replicas`` pods from the template, and report them.
+"""Deployments (``apps/v1``): one ReplicaSet per pod template, scaled with the Deployment.
 
-Workloads in the simulated cluster come from Deployments, so that pods the autoprovisioner's
-drain evicts come back (pending, wanting capacity) and a scale-up creates pending pods, as in
-a real cluster. This controller plays kube's Deployment and ReplicaSet controllers at once:
+Workloads in the simulated cluster come from Deployments and, as in kube, a Deployment's pods
+come from a ReplicaSet it controls (``sim.workloads.replicasets`` keeps the ReplicaSet's pods).
+The chain matters to the autoprovisioner: its batch window closes early once every new pod's
+controlling ``apps/v1 ReplicaSet`` has all its replicas (``core.provisioning.batcher``), and
+the server's PodDisruptionBudget arithmetic walks pod -> ReplicaSet -> Deployment for the
+scale. Modelled on ``pkg/controller/deployment`` (``sync.go``, ``util/deployment_util.go``):
 
-* **pods are owned by the Deployment directly** (a controller ownerReference to
-  ``apps/v1 Deployment``, ``blockOwnerDeletion``), without a ReplicaSet in between. Nothing in
-  the autoprovisioner looks at the ReplicaSet, the server's PodDisruptionBudget arithmetic finds
-  the Deployment's scale through the pod's owner either way, and one object fewer keeps
-  the emulation simple. Pods are named ``<deployment>-<5 random>`` (``generateName``);
-* **active pods** (``FilterActivePods``: neither ``Succeeded``/``Failed`` nor being deleted)
-  are counted; missing ones are created from ``spec.template`` (labels, annotations, spec),
-  so an evicted or deleted pod is replaced at once, while it is still terminating;
-* **scale-down** deletes the surplus in kube's ``ActivePodsWithRanks`` order: unscheduled
-  before scheduled, ``Pending`` before ``Unknown`` before ``Running``, not Ready before Ready,
-  Ready for a shorter time first, more restarts first, then the newest;
-* **status**: ``replicas`` (active pods), ``readyReplicas``, ``availableReplicas`` (Ready;
-  ``minReadySeconds`` is not honoured), ``updatedReplicas``, ``unavailableReplicas`` and
-  ``observedGeneration``, written only when they change.
+* **the new ReplicaSet** (``sync.go: getNewReplicaSet``): the ReplicaSet whose template equals
+  the Deployment's, ignoring the ``pod-template-hash`` label (``EqualIgnoreHash``). When there
+  is none, one is created, named ``<deployment>-<hash>``, with ``pod-template-hash: <hash>``
+  added to its selector, to its labels and to its template's labels (so to its pods), a
+  controller ownerReference to the Deployment (``blockOwnerDeletion``), ``spec.replicas`` and
+  ``minReadySeconds`` of the Deployment, and the annotations of
+  ``deployment_util.go: SetNewReplicaSetAnnotations``: the Deployment's own (but
+  ``kubectl.kubernetes.io/last-applied-configuration`` and the ``deployment.kubernetes.io``
+  ones), ``deployment.kubernetes.io/revision`` (one above the old ReplicaSets' highest),
+  ``desired-replicas`` (the Deployment's replicas) and ``max-replicas`` (plus ``MaxSurge``:
+  ``rollingUpdate.maxSurge``, 25% rounded up by default, 0 for ``Recreate``). A name taken by
+  a ReplicaSet of another template bumps ``status.collisionCount``, which enters the hash;
+* **the hash** (``controller_utils.go: ComputeHash``): kube hashes the template with fnv32a
+  (over its Go value as ``DeepHashObject`` prints it, then ``collisionCount``) and renders the
+  decimal digits with ``rand.SafeEncodeString``. Here fnv32a runs over the template's canonical
+  JSON (sorted keys) and the same collision bytes, rendered the same way: as deterministic and
+  as stable for one template, but a kube cluster would name the same template differently;
+* **scaling** (``sync.go: scale``, ``scaleReplicaSet``): the new ReplicaSet is kept at the
+  Deployment's ``spec.replicas`` (with ``desired-replicas``/``max-replicas`` updated), so
+  scaling the Deployment scales it, and its ReplicaSet creates or deletes the pods;
+* **status** (``sync.go: calculateStatus``, written by ``syncDeploymentStatus``/
+  ``syncStatusOnly``): summed over the Deployment's ReplicaSets' statuses: ``replicas``,
+  ``readyReplicas``, ``availableReplicas``, ``updatedReplicas`` (the new ReplicaSet's),
+  ``unavailableReplicas`` (their ``spec.replicas`` less available) and ``observedGeneration``
+  (and ``collisionCount`` once set), written only when they change. A Deployment being
+  deleted only has its status synced.
 
-Not emulated: rollouts (a changed template does not replace running pods; new pods take the
-new template), ``paused``, ``progressDeadlineSeconds``, conditions, revision annotations,
-adoption of orphans matching the selector, slow-start batching of creations.
+Not emulated: rollouts. A changed template makes its new ReplicaSet at the full count and
+scales the old ones to 0 at once (neither RollingUpdate's maxSurge/maxUnavailable steps nor
+Recreate's wait for the old pods), ``paused``, ``progressDeadlineSeconds``, conditions, the
+Deployment's own ``revision`` annotation, ``revision-history``, ``revisionHistoryLimit``
+clean-up, adoption of orphaned ReplicaSets matching the selector. The ReplicaSet controller
+(``replicasets``) lists what it does not model.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import logging
+import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
-from karpenter_capi.core.kube.errors import NotFound
-from karpenter_capi.core.kube.resources import DEPLOYMENTS, PODS, Resource
+from karpenter_capi.core.kube.errors import AlreadyExists, NotFound
+from karpenter_capi.core.kube.resources import DEPLOYMENTS, REPLICASETS, Resource
 from karpenter_capi.core.runtime.controller import DONE, WORKLOAD, Caches, Key, Result, Watch
 from karpenter_capi.sim.capi.objects import (
+    annotations_of,
     as_int,
     controlled_by,
+    controller_ref,
     is_deleting,
     key_of,
     name_of,
@@ -48,58 +70,76 @@ from karpenter_capi.sim.capi.objects import (
     uid_of,
 )
 from karpenter_capi.sim.workloads.objects import (
-    Expectations,
     controller_key_of,
     created_seconds,
-    is_active,
-    is_ready,
     owner_reference,
-    phase_of,
-    ready_since,
 )
 from karpenter_capi.sim.workloads.settings import WorkloadSettings
 
 _log = logging.getLogger(__name__)
 
-_PHASE_RANK = {"Pending": 0, "Unknown": 1, "Running": 2}
-
-
-def deletion_rank(pod: Mapping[str, Any]) -> tuple[int, int, int, float, int, float, str]:
-    """Sort key putting the pod to delete first first (``ActivePodsWithRanks.Less``)."""
-    restarts = sum(
-        as_int(s.get("restartCount"))
-        for s in nested(pod, "status", "containerStatuses") or []
-        if isinstance(s, Mapping)
-    )
-    ready = is_ready(pod)
-    return (
-        1 if nested(pod, "spec", "nodeName") else 0,
-        _PHASE_RANK.get(phase_of(pod), 1),
-        1 if ready else 0,
-        -ready_since(pod) if ready else 0.0,
-        -restarts,
-        -created_seconds(pod),
-        name_of(pod),
-    )
-
-
-def pod_from_template(owner: Mapping[str, Any], kind: str) -> JsonObject:
-    """A new pod of ``owner``'s ``spec.template``, owned by it (no name: ``generateName``)."""
-    template = nested(owner, "spec", "template") or {}
-    meta = template.get("metadata") or {}
-    pod_meta: JsonObject = {
-        "generateName": f"{name_of(owner)}-",
-        "labels": dict(meta.get("labels") or {}),
-        "ownerReferences": [owner_reference(owner, kind)],
+LABEL_POD_TEMPLATE_HASH: Final = "pod-template-hash"
+ANNOTATION_REVISION: Final = "deployment.kubernetes.io/revision"
+ANNOTATION_DESIRED_REPLICAS: Final = "deployment.kubernetes.io/desired-replicas"
+ANNOTATION_MAX_REPLICAS: Final = "deployment.kubernetes.io/max-replicas"
+_NOT_COPIED: Final = frozenset(
+    {
+        "kubectl.kubernetes.io/last-applied-configuration",
+        ANNOTATION_REVISION,
+        "deployment.kubernetes.io/revision-history",
+        ANNOTATION_DESIRED_REPLICAS,
+        ANNOTATION_MAX_REPLICAS,
+        "deprecated.deployment.rollback.to",
     }
-    if meta.get("annotations"):
-        pod_meta["annotations"] = dict(meta["annotations"])
-    spec = copy.deepcopy(dict(template.get("spec") or {}))
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}
+)
+"""Annotations of the Deployment its ReplicaSets do not get (``annotationsToSkip``)."""
+
+_SAFE_ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"  # rand.SafeEncodeString's: no vowels
+_FNV32_OFFSET: Final = 0x811C9DC5
+_FNV32_PRIME: Final = 0x01000193
+
+
+def _fnv32a(data: bytes, value: int = _FNV32_OFFSET) -> int:
+    for byte in data:
+        value = ((value ^ byte) * _FNV32_PRIME) & 0xFFFFFFFF
+    return value
+
+
+def template_hash(template: Mapping[str, Any], collision_count: int | None = None) -> str:
+    """The ``pod-template-hash`` of a pod template (see the module's docstring)."""
+    value = _fnv32a(json.dumps(template, sort_keys=True, separators=(",", ":")).encode())
+    if collision_count is not None:
+        value = _fnv32a((collision_count & 0xFFFFFFFF).to_bytes(4, "little") + bytes(4), value)
+    return "".join(_SAFE_ALPHABET[b % len(_SAFE_ALPHABET)] for b in str(value).encode())
+
+
+def _without_hash(template: Any) -> Any:
+    """The template with its ``pod-template-hash`` label dropped (``EqualIgnoreHash``)."""
+    if not isinstance(template, Mapping):
+        return template
+    labels = nested(template, "metadata", "labels")
+    if not isinstance(labels, Mapping) or LABEL_POD_TEMPLATE_HASH not in labels:
+        return template
+    stripped = copy.deepcopy(dict(template))
+    del stripped["metadata"]["labels"][LABEL_POD_TEMPLATE_HASH]
+    return stripped
+
+
+def max_surge(deployment: Mapping[str, Any]) -> int:
+    """``deployment_util.go: MaxSurge``: pods over ``spec.replicas`` a rollout may add."""
+    strategy = nested(deployment, "spec", "strategy") or {}
+    if strategy.get("type", "RollingUpdate") != "RollingUpdate":
+        return 0
+    surge = (strategy.get("rollingUpdate") or {}).get("maxSurge", "25%")
+    replicas = as_int(nested(deployment, "spec", "replicas"), 1)
+    if isinstance(surge, str) and surge.endswith("%"):
+        # ``ResolveFenceposts``: the surge's percentage rounds up.
+        return math.ceil(replicas * as_int(surge[:-1]) / 100)
+    return as_int(surge)
 
 
 class DeploymentController:
-    """Creates and deletes a Deployment's pods to match ``spec.replicas``; writes its status."""
+    """Keeps a Deployment's new ReplicaSet at its replicas; writes the Deployment's status."""
 
     name = "sim.workloads.deployment"
     primary = DEPLOYMENTS
@@ -109,34 +149,13 @@ class DeploymentController:
         self, client: KubeClient, caches: Caches, clock: Clock, settings: WorkloadSettings
     ) -> None:
         self.client, self.caches, self.clock, self.settings = client, caches, clock, settings
-        self.expectations = Expectations(clock, settings.expectation_timeout)
-        self._counted: dict[Key, tuple[str, str | None, bool, bool]] = {}
-        """Pod key -> (uid, owner, active, Ready) as last counted (``_owner_of``)."""
 
     def watches(self) -> Sequence[Watch]:
-        return [Watch(PODS, to_keys=self._owner_of)]
+        return [Watch(REPLICASETS, to_keys=self._owner_of)]
 
-    def _owner_of(self, pod: JsonObject) -> list[Key]:
-        """The Deployment to reconcile for a pod event: only when the pod came, went, or
-        changed in what a reconcile counts (its owner, uid, active or Ready); a status patch
-        that changes none of them (a scheduling attempt's message, a binding) cannot change
-        the replicas to create or delete, nor the status (kube's ReplicaSet controller syncs
-        on every pod update; its sync would find nothing to do)."""
-        owner = controller_key_of(pod, "Deployment")
-        key = key_of(pod)
-        current = self.caches.store(PODS).get(key)
-        if current is None:  # deleted (the cache moves before the handlers are told)
-            self._counted.pop(key, None)
-            return [owner] if owner else []
-        version = nested(pod, "metadata", "resourceVersion")
-        if version != nested(current, "metadata", "resourceVersion"):
-            # The old side of an update: its owner lost the pod only if the owner changed.
-            moved = owner != controller_key_of(current, "Deployment")
-            return [owner] if owner and moved else []
-        counted = (uid_of(pod), owner, is_active(pod), is_ready(pod))
-        if self._counted.get(key) == counted:
-            return []
-        self._counted[key] = counted
+    @staticmethod
+    def _owner_of(replicaset: JsonObject) -> list[Key]:
+        owner = controller_key_of(replicaset, "Deployment")
         return [owner] if owner else []
 
     def reads(self) -> Sequence[tuple[Resource, str]]:
@@ -145,49 +164,152 @@ class DeploymentController:
     def reconcile(self, key: Key) -> Result:
         deployment = self.caches.store(DEPLOYMENTS).get(key)
         if deployment is None:
-            self.expectations.forget(key)
             return DONE
-        pods_store = self.caches.store(PODS)
+        owned = sorted(
+            controlled_by(self.caches.store(REPLICASETS), deployment),
+            key=lambda rs: (created_seconds(rs), name_of(rs)),
+        )
+        template = nested(deployment, "spec", "template") or {}
+        new = next(
+            (rs for rs in owned if _without_hash(nested(rs, "spec", "template")) == template), None
+        )
+        if not is_deleting(deployment):
+            old = [rs for rs in owned if rs is not new]
+            if new is None:
+                new = self._create_replicaset(deployment, old)
+                if new is None:
+                    return DONE  # a hash collision: the status write brings the next try
+                owned = [*[rs for rs in owned if name_of(rs) != name_of(new)], new]
+            else:
+                self._scale(deployment, new, self._annotations(deployment, new, old))
+            for rs in old:
+                if as_int(nested(rs, "spec", "replicas"), 1) != 0:
+                    self._scale(deployment, rs, {}, replicas=0)
+        self._write_status(deployment, new, owned)
+        return DONE
+
+    def _annotations(
+        self, deployment: JsonObject, replicaset: JsonObject | None, old: list[JsonObject]
+    ) -> dict[str, str]:
+        """``SetNewReplicaSetAnnotations``: what the new ReplicaSet's annotations should be."""
+        current = annotations_of(replicaset) if replicaset is not None else {}
+        wanted = {k: v for k, v in annotations_of(deployment).items() if k not in _NOT_COPIED}
+        highest = max(
+            (as_int(annotations_of(rs).get(ANNOTATION_REVISION)) for rs in old), default=0
+        )
+        revision = as_int(current.get(ANNOTATION_REVISION))
+        wanted[ANNOTATION_REVISION] = str(max(revision, highest + 1))
+        replicas = as_int(nested(deployment, "spec", "replicas"), 1)
+        wanted[ANNOTATION_DESIRED_REPLICAS] = str(replicas)
+        wanted[ANNOTATION_MAX_REPLICAS] = str(replicas + max_surge(deployment))
+        return wanted
+
+    def _create_replicaset(
+        self, deployment: JsonObject, old: list[JsonObject]
+    ) -> JsonObject | None:
+        """Create the Deployment's ReplicaSet for its template; the ReplicaSet, or ``None``
+        after a hash collision (``collisionCount`` bumped)."""
+        collisions = nested(deployment, "status", "collisionCount")
+        template = copy.deepcopy(nested(deployment, "spec", "template") or {})
+        digest = template_hash(template, collisions if isinstance(collisions, int) else None)
+        metadata = template.setdefault("metadata", {})
+        metadata["labels"] = {**(metadata.get("labels") or {}), LABEL_POD_TEMPLATE_HASH: digest}
+        selector = copy.deepcopy(nested(deployment, "spec", "selector") or {})
+        selector["matchLabels"] = {
+            **(selector.get("matchLabels") or {}),
+            LABEL_POD_TEMPLATE_HASH: digest,
+        }
+        spec: JsonObject = {
+            "replicas": as_int(nested(deployment, "spec", "replicas"), 1),
+            "selector": selector,
+            "template": template,
+        }
+        min_ready = nested(deployment, "spec", "minReadySeconds")
+        if min_ready:
+            spec["minReadySeconds"] = min_ready
+        name = f"{name_of(deployment)}-{digest}"
+        body: JsonObject = {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {
+                "name": name,
+                "labels": dict(metadata["labels"]),
+                "annotations": self._annotations(deployment, None, old),
+                "ownerReferences": [owner_reference(deployment, "Deployment")],
+            },
+            "spec": spec,
+        }
         namespace = namespace_of(deployment)
-        pods = controlled_by(pods_store, deployment)
-        active = [p for p in pods if is_active(p)]
-        wait = self.expectations.wait(key, pods_store, namespace)
-        result = DONE
-        if wait is not None:
-            result = Result(requeue_after=wait)
-        elif not is_deleting(deployment):
-            wanted = as_int(nested(deployment, "spec", "replicas"), 1)
-            if len(active) < wanted:
-                self._create(key, deployment, wanted - len(active))
-            elif len(active) > wanted:
-                surplus = sorted(active, key=deletion_rank)[: len(active) - wanted]
-                self._delete(key, surplus)
-        self._write_status(deployment, active)
-        return result
-
-    def _create(self, key: Key, deployment: JsonObject, count: int) -> None:
-        for _ in range(count):
-            created = self.client.create(
-                PODS, pod_from_template(deployment, "Deployment"), namespace_of(deployment)
+        try:
+            return self.client.create(REPLICASETS, body, namespace)
+        except AlreadyExists:
+            pass
+        # The cache may not show a ReplicaSet this controller made a moment ago: ask the server.
+        with contextlib.suppress(NotFound):
+            existing = self.client.get(REPLICASETS, name, namespace)
+            ref = controller_ref(existing) or {}
+            same = _without_hash(nested(existing, "spec", "template")) == nested(
+                deployment, "spec", "template"
             )
-            self.expectations.created(key, name_of(created))
+            if ref.get("uid") == uid_of(deployment) and same:
+                return existing
+        count = (collisions if isinstance(collisions, int) else 0) + 1
+        with contextlib.suppress(NotFound):
+            self.client.patch(
+                DEPLOYMENTS,
+                name_of(deployment),
+                {"status": {"collisionCount": count}},
+                namespace,
+                subresource="status",
+            )
+        _log.info(
+            "deployment %s: ReplicaSet %s collides, collisionCount %d",
+            key_of(deployment),
+            name,
+            count,
+        )
+        return None
 
-    def _delete(self, key: Key, pods: list[JsonObject]) -> None:
-        for pod in pods:
-            self.expectations.deleted(key, uid_of(pod))
-            with contextlib.suppress(NotFound):
-                self.client.delete(PODS, name_of(pod), namespace_of(pod))
+    def _scale(
+        self,
+        deployment: JsonObject,
+        replicaset: JsonObject,
+        annotations: Mapping[str, str],
+        replicas: int | None = None,
+    ) -> None:
+        """``scaleReplicaSet``: the ReplicaSet's replicas (the Deployment's unless told) and
+        annotations, written when either differs."""
+        wanted = as_int(nested(deployment, "spec", "replicas"), 1) if replicas is None else replicas
+        current = annotations_of(replicaset)
+        changed = {k: v for k, v in annotations.items() if current.get(k) != v}
+        min_ready = nested(deployment, "spec", "minReadySeconds")
+        patch: JsonObject = {}
+        if as_int(nested(replicaset, "spec", "replicas"), 1) != wanted:
+            patch["spec"] = {"replicas": wanted}
+        if replicas is None and nested(replicaset, "spec", "minReadySeconds") != min_ready:
+            patch.setdefault("spec", {})["minReadySeconds"] = min_ready
+        if changed:
+            patch["metadata"] = {"annotations": changed}
+        if not patch:
+            return
+        with contextlib.suppress(NotFound):
+            self.client.patch(REPLICASETS, name_of(replicaset), patch, namespace_of(replicaset))
 
-    def _write_status(self, deployment: JsonObject, active: list[JsonObject]) -> None:
-        ready = sum(1 for p in active if is_ready(p))
-        wanted = as_int(nested(deployment, "spec", "replicas"), 1)
-        desired = {
+    def _write_status(
+        self, deployment: JsonObject, new: JsonObject | None, owned: list[JsonObject]
+    ) -> None:
+        def total(field: str, of: list[JsonObject]) -> int:
+            return sum(as_int(nested(rs, "status", field)) for rs in of)
+
+        available = total("availableReplicas", owned)
+        wanted = sum(as_int(nested(rs, "spec", "replicas"), 1) for rs in owned)
+        desired: JsonObject = {
             "observedGeneration": as_int(nested(deployment, "metadata", "generation"), 1),
-            "replicas": len(active),
-            "updatedReplicas": len(active),
-            "readyReplicas": ready,
-            "availableReplicas": ready,
-            "unavailableReplicas": max(0, wanted - ready),
+            "replicas": total("replicas", owned),
+            "updatedReplicas": total("replicas", [new] if new is not None else []),
+            "readyReplicas": total("readyReplicas", owned),
+            "availableReplicas": available,
+            "unavailableReplicas": max(0, wanted - available),
         }
         current = deployment.get("status") or {}
         if all(current.get(k) == v for k, v in desired.items()):

@@ -1,0 +1,217 @@
+"""ReplicaSets (``apps/v1``): keep ``spec.replicas`` pods from the template, and report them.
+
+Workloads in the simulated cluster come from Deployments, and a Deployment's pods come from
+its ReplicaSet (``sim.workloads.deployments`` makes one per pod template), as in kube: a pod's
+controller is ``apps/v1 ReplicaSet <deployment>-<pod-template-hash>``, whose controller is the
+Deployment. So pods the autoprovisioner's drain evicts come back (pending, wanting capacity), a
+scale-up creates pending pods, and the provisioner's batch window can tell when a burst is
+complete (``ProvisioningController.complete`` counts the ReplicaSet's pods against its
+``spec.replicas``). Modelled on ``pkg/controller/replicaset/replica_set.go``:
+
+* **active pods** (``controller_utils.go: FilterActivePods``: neither ``Succeeded``/``Failed``
+  nor being deleted) are counted; missing ones are created from ``spec.template`` (labels,
+  annotations, spec) with a controller ownerReference to the ReplicaSet
+  (``blockOwnerDeletion``), so an evicted or deleted pod is replaced at once, while it is still
+  terminating (``manageReplicas``). At most ``burstReplicas`` (500) pods are created or deleted
+  in one sync, as kube's controller does; the rest come at the next sync, once the cache shows
+  the first ones (expectations). Pods are named ``<replicaset>-<5 random>`` (``generateName``);
+* **scale-down** deletes the surplus in ``controller_utils.go: ActivePodsWithRanks`` order:
+  unscheduled before scheduled, ``Pending`` before ``Unknown`` before ``Running``, not Ready
+  before Ready, Ready for a shorter time first, more restarts first, then the newest (kube
+  also ranks by ``controller.kubernetes.io/pod-deletion-cost`` and by how many of the
+  ReplicaSet's pods share the pod's node, and compares Ready times on a log scale; not
+  modelled);
+* **status** (``replica_set_utils.go: calculateStatus``): ``replicas`` (active pods),
+  ``fullyLabeledReplicas`` (those carrying every template label), ``readyReplicas``,
+  ``availableReplicas`` (Ready; ``minReadySeconds`` is not honoured) and
+  ``observedGeneration``, written only when they change.
+
+Not emulated: ``slowStartBatch``'s doubling batches (every create here succeeds, so they make the
+same pods), adoption and release of pods by selector (``claimPods``: pods are found by their
+controller reference), the ``ReplicaFailure`` condition, ``terminatingReplicas``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from karpenter_capi.core.clock import Clock
+from karpenter_capi.core.kube.client import JsonObject, KubeClient
+from karpenter_capi.core.kube.errors import NotFound
+from karpenter_capi.core.kube.resources import PODS, REPLICASETS, Resource
+from karpenter_capi.core.runtime.controller import DONE, WORKLOAD, Caches, Key, Result, Watch
+from karpenter_capi.sim.capi.objects import (
+    as_int,
+    controlled_by,
+    is_deleting,
+    key_of,
+    labels_of,
+    name_of,
+    namespace_of,
+    nested,
+    uid_of,
+)
+from karpenter_capi.sim.workloads.objects import (
+    Expectations,
+    controller_key_of,
+    created_seconds,
+    is_active,
+    is_ready,
+    owner_reference,
+    phase_of,
+    ready_since,
+)
+from karpenter_capi.sim.workloads.settings import WorkloadSettings
+
+_log = logging.getLogger(__name__)
+
+BURST_REPLICAS: Final = 500
+"""Pods a ReplicaSet creates or deletes in one sync (kube's ``BurstReplicas``)."""
+
+_PHASE_RANK = {"Pending": 0, "Unknown": 1, "Running": 2}
+
+
+def deletion_rank(pod: Mapping[str, Any]) -> tuple[int, int, int, float, int, float, str]:
+    """Sort key putting the pod to delete first first (``ActivePodsWithRanks.Less``)."""
+    restarts = sum(
+        as_int(s.get("restartCount"))
+        for s in nested(pod, "status", "containerStatuses") or []
+        if isinstance(s, Mapping)
+    )
+    ready = is_ready(pod)
+    return (
+        1 if nested(pod, "spec", "nodeName") else 0,
+        _PHASE_RANK.get(phase_of(pod), 1),
+        1 if ready else 0,
+        -ready_since(pod) if ready else 0.0,
+        -restarts,
+        -created_seconds(pod),
+        name_of(pod),
+    )
+
+
+def pod_from_template(owner: Mapping[str, Any], kind: str) -> JsonObject:
+    """A new pod of ``owner``'s ``spec.template``, owned by it (no name: ``generateName``)."""
+    template = nested(owner, "spec", "template") or {}
+    meta = template.get("metadata") or {}
+    pod_meta: JsonObject = {
+        "generateName": f"{name_of(owner)}-",
+        "labels": dict(meta.get("labels") or {}),
+        "ownerReferences": [owner_reference(owner, kind)],
+    }
+    if meta.get("annotations"):
+        pod_meta["annotations"] = dict(meta["annotations"])
+    spec = copy.deepcopy(dict(template.get("spec") or {}))
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}
+
+
+class ReplicaSetController:
+    """Creates and deletes a ReplicaSet's pods to match ``spec.replicas``; writes its status."""
+
+    name = "sim.workloads.replicaset"
+    primary = REPLICASETS
+    primary_cluster = WORKLOAD
+
+    def __init__(
+        self, client: KubeClient, caches: Caches, clock: Clock, settings: WorkloadSettings
+    ) -> None:
+        self.client, self.caches, self.clock, self.settings = client, caches, clock, settings
+        self.expectations = Expectations(clock, settings.expectation_timeout)
+        self._counted: dict[Key, tuple[str, str | None, bool, bool]] = {}
+        """Pod key -> (uid, owner, active, Ready) as last counted (``_owner_of``)."""
+
+    def watches(self) -> Sequence[Watch]:
+        return [Watch(PODS, to_keys=self._owner_of)]
+
+    def _owner_of(self, pod: JsonObject) -> list[Key]:
+        """The ReplicaSet to reconcile for a pod event: only when the pod came, went, or
+        changed in what a reconcile counts (its owner, uid, active or Ready); a status patch
+        that changes none of them (a scheduling attempt's message, a binding) cannot change
+        the replicas to create or delete, nor the status (kube's ReplicaSet controller syncs
+        on every pod update; its sync would find nothing to do)."""
+        owner = controller_key_of(pod, "ReplicaSet")
+        key = key_of(pod)
+        current = self.caches.store(PODS).get(key)
+        if current is None:  # deleted (the cache moves before the handlers are told)
+            self._counted.pop(key, None)
+            return [owner] if owner else []
+        version = nested(pod, "metadata", "resourceVersion")
+        if version != nested(current, "metadata", "resourceVersion"):
+            # The old side of an update: its owner lost the pod only if the owner changed.
+            moved = owner != controller_key_of(current, "ReplicaSet")
+            return [owner] if owner and moved else []
+        counted = (uid_of(pod), owner, is_active(pod), is_ready(pod))
+        if self._counted.get(key) == counted:
+            return []
+        self._counted[key] = counted
+        return [owner] if owner else []
+
+    def reads(self) -> Sequence[tuple[Resource, str]]:
+        return []
+
+    def reconcile(self, key: Key) -> Result:
+        replicaset = self.caches.store(REPLICASETS).get(key)
+        if replicaset is None:
+            self.expectations.forget(key)
+            return DONE
+        pods_store = self.caches.store(PODS)
+        namespace = namespace_of(replicaset)
+        active = [p for p in controlled_by(pods_store, replicaset) if is_active(p)]
+        wait = self.expectations.wait(key, pods_store, namespace)
+        result = DONE
+        if wait is not None:
+            result = Result(requeue_after=wait)
+        elif not is_deleting(replicaset):
+            wanted = as_int(nested(replicaset, "spec", "replicas"), 1)
+            if len(active) < wanted:
+                self._create(key, replicaset, min(wanted - len(active), BURST_REPLICAS))
+            elif len(active) > wanted:
+                surplus = sorted(active, key=deletion_rank)[: len(active) - wanted]
+                self._delete(key, surplus[:BURST_REPLICAS])
+        self._write_status(replicaset, active)
+        return result
+
+    def _create(self, key: Key, replicaset: JsonObject, count: int) -> None:
+        for _ in range(count):
+            created = self.client.create(
+                PODS, pod_from_template(replicaset, "ReplicaSet"), namespace_of(replicaset)
+            )
+            self.expectations.created(key, name_of(created))
+
+    def _delete(self, key: Key, pods: list[JsonObject]) -> None:
+        for pod in pods:
+            self.expectations.deleted(key, uid_of(pod))
+            with contextlib.suppress(NotFound):
+                self.client.delete(PODS, name_of(pod), namespace_of(pod))
+
+    def _write_status(self, replicaset: JsonObject, active: list[JsonObject]) -> None:
+        template_labels = nested(replicaset, "spec", "template", "metadata", "labels") or {}
+        labelled = sum(
+            1
+            for p in active
+            if all(labels_of(p).get(str(k)) == str(v) for k, v in template_labels.items())
+        )
+        ready = sum(1 for p in active if is_ready(p))
+        desired = {
+            "replicas": len(active),
+            "fullyLabeledReplicas": labelled,
+            "readyReplicas": ready,
+            "availableReplicas": ready,
+            "observedGeneration": as_int(nested(replicaset, "metadata", "generation"), 1),
+        }
+        current = replicaset.get("status") or {}
+        if all(current.get(k) == v for k, v in desired.items()):
+            return
+        with contextlib.suppress(NotFound):
+            self.client.patch(
+                REPLICASETS,
+                name_of(replicaset),
+                {"status": desired},
+                namespace_of(replicaset),
+                subresource="status",
+            )
+        _log.debug("replicaset %s: %s", key_of(replicaset), desired)
