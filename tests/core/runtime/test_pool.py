@@ -21,7 +21,14 @@ from karpenter_capi.core.runtime.manager import Manager
 from karpenter_capi.core.runtime.pool import WorkerPool
 from karpenter_capi.core.runtime.threaded import ThreadedDriver
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
-from tests.core.runtime.toys import Recorder, Scripted, Ticker, Woken, configmap
+from tests.core.runtime.toys import (
+    Recorder,
+    Scripted,
+    Ticker,
+    Woken,
+    WokenWhileRunning,
+    configmap,
+)
 
 WAIT = 10.0
 QUIET = 0.2
@@ -284,6 +291,23 @@ def test_an_informer_event_runs_a_pooled_periodic_controller_before_its_interval
     cluster.create("other")
     cluster.create("wake-up")
     assert cluster.wait_until(lambda: len(ticker.runs) == 2)
+    assert cluster.driver.stop(WAIT)
+
+
+def test_an_event_during_a_pooled_run_is_not_lost_to_the_run_s_own_schedule(
+    pool: WorkerPool,
+) -> None:
+    # The run under way plans its next in an hour; the event that came meanwhile asked for now.
+    ticker = WokenWhileRunning(SystemClock(), interval=3600, read=[(CONFIGMAPS, WORKLOAD)])
+    cluster = Cluster("a", pool, ticker, poll_interval=30).start()
+    assert cluster.wait_until(lambda: len(ticker.runs) == 1)
+    cluster.create("wake-a")
+    assert ticker.entered.wait(WAIT)
+    cluster.create("wake-b")
+    assert ticker.asked.acquire(timeout=WAIT)  # wake-a
+    assert ticker.asked.acquire(timeout=WAIT)  # wake-b, during the run
+    ticker.release.set()
+    assert cluster.wait_until(lambda: len(ticker.runs) == 3)
     assert cluster.driver.stop(WAIT)
 
 

@@ -19,7 +19,15 @@ from karpenter_capi.core.runtime.controller import DONE, WORKLOAD, Key, Result
 from karpenter_capi.core.runtime.manager import Manager
 from karpenter_capi.core.runtime.threaded import ThreadedDriver
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
-from tests.core.runtime.toys import Failing, Recorder, Scripted, Ticker, Woken, configmap
+from tests.core.runtime.toys import (
+    Failing,
+    Recorder,
+    Scripted,
+    Ticker,
+    Woken,
+    WokenWhileRunning,
+    configmap,
+)
 
 WAIT = 10.0
 QUIET = 0.2
@@ -245,3 +253,20 @@ def test_an_informer_event_runs_a_periodic_controller_before_its_interval(
         api.create(CONFIGMAPS, configmap("other", {}))
         api.create(CONFIGMAPS, configmap("wake-up", {}))
         assert recorder.wait_until(lambda: len(ticker.runs) == 2)
+
+
+def test_an_event_during_a_run_is_not_lost_to_the_run_s_own_schedule(
+    api: InMemoryAPIServer, recorder: Recorder
+) -> None:
+    """A look that found a burst incomplete plans its next run for when the full window ends;
+    the pod event that completes the burst may come while that look still runs."""
+    ticker = WokenWhileRunning(SystemClock(), interval=3600, read=[(CONFIGMAPS, WORKLOAD)])
+    with Running(ThreadedDriver(manager_of(api, recorder, ticker), poll_interval=30)):
+        assert recorder.wait_until(lambda: len(ticker.runs) == 1)
+        api.create(CONFIGMAPS, configmap("wake-a", {}))
+        assert ticker.entered.wait(10)
+        api.create(CONFIGMAPS, configmap("wake-b", {}))
+        assert ticker.asked.acquire(timeout=10)  # wake-a
+        assert ticker.asked.acquire(timeout=10)  # wake-b, during the run
+        ticker.release.set()
+        assert recorder.wait_until(lambda: len(ticker.runs) == 3)

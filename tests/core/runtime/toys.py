@@ -156,6 +156,35 @@ class Woken(Ticker):
         return [(CONFIGMAPS, WORKLOAD, when)]
 
 
+class WokenWhileRunning(Woken):
+    """A ``Woken`` whose second run blocks until ``release`` is set, after telling ``entered``;
+    ``asked`` is released once for each ``wake-*`` event its ``wake_on`` judged."""
+
+    def __init__(self, clock: Clock, **kw: Any) -> None:
+        super().__init__(clock, **kw)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.asked = threading.Semaphore(0)
+
+    def run_once(self) -> Result:
+        result = super().run_once()
+        if len(self.runs) == 2:
+            self.entered.set()
+            self.release.wait(30)
+        return result
+
+    def wake_on(self) -> list[tuple[object, str, object]]:
+        [(resource, cluster, when)] = super().wake_on()
+
+        def counted(obj: dict[str, object]) -> float | None:
+            at = when(obj)  # type: ignore[operator]
+            if at is not None:
+                self.asked.release()
+            return at  # type: ignore[no-any-return]
+
+        return [(resource, cluster, counted)]
+
+
 class Failing(Exception):
     """What scripted controllers raise."""
 

@@ -312,8 +312,7 @@ class WorkerPool:
     def _wake_periodic(self, slot: _Slot, at: float) -> None:
         entry = slot.entry
         assert isinstance(entry, PeriodicEntry)
-        if entry.next_run is not None and at < entry.next_run:
-            entry.next_run = at
+        if entry.ask(at):
             self._schedule(slot, at)
 
     def _wake_member(self, member: Membership) -> None:

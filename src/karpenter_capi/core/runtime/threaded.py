@@ -423,8 +423,7 @@ class ThreadedDriver:
     def _wake_at(self, entry: PeriodicEntry, at: float) -> None:
         """Run ``entry`` at ``at`` if that is sooner than planned (an informer event asked)."""
         with self._wake:
-            if entry.next_run is not None and at < entry.next_run:
-                entry.next_run = at
+            if entry.ask(at):
                 self._wake.notify_all()
 
     def _notify(self) -> None:
