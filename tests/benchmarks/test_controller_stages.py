@@ -16,9 +16,11 @@ from benchmarks.controller_stages import (
     StageRecorder,
     decision_stages,
     installed,
+    pool_and_collector,
     read_recording,
 )
 from benchmarks.fleet import EMULATION, _deployment, _scenario
+from benchmarks.fleet_http import _stages
 from karpenter_capi.core.kube.resources import NODECLAIMS, PODS
 from karpenter_capi.core.operator import OperatorOptions
 from karpenter_capi.core.provisioning.provisioner import Provisioner
@@ -83,6 +85,30 @@ def test_a_known_timeline_splits_into_its_stages() -> None:
     assert decision_stages(recording, "ns/b", 50.0, 50.53) is None
     assert decision_stages(recording, "ns/c", 100.0, 100.82) is None
     assert decision_stages(recording, "ns/a", 250.0, 260.0) is None
+
+
+def test_the_phase_figures_spread_stages_over_decisions_and_diff_pool_and_collector() -> None:
+    before = {
+        "pool": {"provisioner": [4, 0.5, 1.0]},
+        "collections": {"0": [20, 0.2]},
+        "pauses": [],
+    }
+    decisions = [("a", 100.0, 100.82), ("a", 200.0, 201.15), ("b", 50.0, 50.53)]
+    figures = _stages(before, _recording(), decisions, {"a": "ns/a", "b": "ns/b"}, 90.0)
+    assert (figures["decisions"], figures["unmatched"]) == (2, 1)
+    assert figures["window"]["max_ms"] == 200.0
+    assert set(figures["wake"]) == {"p50_ms", "p90_ms", "p99_ms", "max_ms"}
+    assert figures["slowest"][0]["total_ms"] == pytest.approx(1150.0)
+    assert figures["pool"] == {"provisioner": {"runs": 6, "cpu_s": 1.0, "wall_s": 3.0}}
+    collector = figures["collector"]
+    assert (collector["pauses"], collector["pause_seconds"], collector["longest_ms"]) == (
+        2,
+        1.2,
+        1000.0,
+    )
+    assert collector["seconds_by_generation"] == {"0": 0.3, "2": 1.2}
+    assert pool_and_collector({}, _recording(), 120.0, 300.0)["collector"]["pauses"] == 1
+    assert _stages(before, {}, decisions, {}, 90.0) == {}
 
 
 def _one_cluster_scale_up(recorder: StageRecorder | None = None) -> tuple[list[str], int, float]:
