@@ -10,10 +10,11 @@ lease duration + 5 s, with no double launch.
 Two modes. ``--mode http`` (the default, ``fleet_http.py``): the controller is what production
 runs, ``karpenter-capi run --fleet`` in a process of its own speaking HTTP with the official
 client to the management cluster and to each workload cluster (through its kubeconfig Secret);
-its CPU, RSS and threads are its own, from ``/proc``. ``--mode inprocess``: the real ``Fleet``
-on threads in this process, the emulation in each member's driver; it alone can time the
-stages of a decision inside the controller (``_Probe``: batch window, round) and tell a round
-that decided on a stale cache, and its RSS counts the servers too (an upper bound).
+its CPU, RSS and threads are its own, from ``/proc``, and it times each decision's stages
+itself (``controller_stages.py``). ``--mode inprocess``: the real ``Fleet`` on threads in this
+process, the emulation in each member's driver; ``_Probe`` times the stages from outside
+(batch window, round) on the emulation's GIL, it alone tells a round that decided on a stale
+cache, and its RSS counts the servers too (an upper bound).
 
 Both over ``sim.scenario.fleet.FleetWorld``: the management cluster and every workload cluster
 are in-memory API servers in this process; what is emulated is Cluster API (Machines and Nodes
