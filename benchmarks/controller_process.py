@@ -78,16 +78,21 @@ def start_controller(
     *,
     log_level: str = "INFO",
     thread_cpu: Path | None = None,
+    stages: Path | None = None,
 ) -> subprocess.Popen[bytes]:
     """``karpenter-capi run --kubeconfig KUBECONFIG`` with leader election and metrics off,
     its JSON log in ``log``; ``extra`` are more flags (``--fleet`` ...). With ``thread_cpu``,
     under ``controller_threads.py``, which writes its threads' CPU there when asked
-    (``ThreadCpu``)."""
+    (``ThreadCpu``); with ``stages`` too, its decisions' stages (``controller_stages``) there,
+    written on the same signal just before."""
     entry = ["-m", "karpenter_capi"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    if thread_cpu is not None:
+    if thread_cpu is not None or stages is not None:
         entry = [str(Path(__file__).resolve().parent / "controller_threads.py")]
+    if thread_cpu is not None:
         env[THREAD_CPU_ENV] = str(thread_cpu)
+    if stages is not None:
+        env[STAGES_ENV] = str(stages)
     command = [
         sys.executable,
         *entry,
@@ -108,6 +113,8 @@ def start_controller(
 
 THREAD_CPU_ENV = "KARPENTER_CAPI_THREAD_CPU"
 """``controller_threads.ENV``: where the wrapped controller writes its threads' CPU."""
+STAGES_ENV = "KARPENTER_CAPI_STAGES"
+"""``controller_stages.ENV``: where it writes its decisions' stages."""
 
 
 class ThreadCpu:

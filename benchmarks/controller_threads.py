@@ -17,6 +17,11 @@ and every ``SIGUSR1`` writes, there, one ``pstats`` file per thread name (``NAME
 pool's threads merged) with what each has run so far: where a thread's CPU goes. Profiling
 slows calls down, so its CPU figures are not the ones to report.
 
+With ``KARPENTER_CAPI_STAGES`` naming a file, a ``controller_stages.StageRecorder`` times each
+scale-up decision's stages inside the controller, and every ``SIGUSR1`` (and the exit) writes
+its recording there, before the threads' CPU: a reader that sees the CPU answered reads the
+stages written for the same signal.
+
     python benchmarks/controller_threads.py [karpenter-capi arguments ...]
 """
 
@@ -35,6 +40,7 @@ from types import FrameType
 from typing import Any, Final
 
 ENV: Final = "KARPENTER_CAPI_THREAD_CPU"
+STAGES_ENV: Final = "KARPENTER_CAPI_STAGES"
 PROFILE_ENV: Final = "KARPENTER_CAPI_PROFILE"
 _TICK: Final = os.sysconf("SC_CLK_TCK")
 _NUMBERED: Final = re.compile(r"[-_]\d+$")
@@ -43,6 +49,7 @@ _ended: Counter[str] = Counter()
 _lock = threading.Lock()
 _writes = 0
 _profiles: list[tuple[str, Any]] = []  # (thread name group, its cProfile.Profile)
+_stages: Any = None  # the ``controller_stages.StageRecorder``, with ``KARPENTER_CAPI_STAGES``
 
 
 def group(name: str) -> str:
@@ -75,6 +82,10 @@ def snapshot() -> dict[str, Any]:
 def _write(_signum: int, _frame: FrameType | None) -> None:
     global _writes
     _writes += 1
+    if _stages is not None:
+        _stages.write(Path(os.environ[STAGES_ENV]))
+    if not os.environ.get(ENV):
+        return
     path = Path(os.environ[ENV])
     data = {"sequence": _writes, **snapshot()}
     if os.environ.get(PROFILE_ENV):
@@ -132,9 +143,23 @@ def _count_ended_threads() -> None:
     threading.Thread._bootstrap_inner = bootstrap_inner  # type: ignore[attr-defined]
 
 
+def _record_stages(path: Path) -> None:
+    """Time the decisions' stages (``controller_stages``), written on ``SIGUSR1`` and at exit."""
+    global _stages
+    import atexit
+
+    from benchmarks.controller_stages import StageRecorder, install
+
+    _stages = StageRecorder()
+    install(_stages)
+    atexit.register(_stages.write, path)
+
+
 def main() -> int:
     _count_ended_threads()
-    if os.environ.get(ENV):
+    if os.environ.get(STAGES_ENV):
+        _record_stages(Path(os.environ[STAGES_ENV]))
+    if os.environ.get(ENV) or os.environ.get(STAGES_ENV):
         signal.signal(signal.SIGUSR1, _write)
     from karpenter_capi.cli import main as karpenter_capi
 
@@ -144,4 +169,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    # The repository root, for ``benchmarks.controller_stages`` (run as a script, only this
+    # file's folder is on the path).
+    sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
     sys.exit(main())

@@ -10,10 +10,11 @@ lease duration + 5 s, with no double launch.
 Two modes. ``--mode http`` (the default, ``fleet_http.py``): the controller is what production
 runs, ``karpenter-capi run --fleet`` in a process of its own speaking HTTP with the official
 client to the management cluster and to each workload cluster (through its kubeconfig Secret);
-its CPU, RSS and threads are its own, from ``/proc``. ``--mode inprocess``: the real ``Fleet``
-on threads in this process, the emulation in each member's driver; it alone can time the
-stages of a decision inside the controller (``_Probe``: batch window, round) and tell a round
-that decided on a stale cache, and its RSS counts the servers too (an upper bound).
+its CPU, RSS and threads are its own, from ``/proc``, and it times each decision's stages
+itself (``controller_stages.py``). ``--mode inprocess``: the real ``Fleet`` on threads in this
+process, the emulation in each member's driver; ``_Probe`` times the stages from outside
+(batch window, round) on the emulation's GIL, it alone tells a round that decided on a stale
+cache, and its RSS counts the servers too (an upper bound).
 
 Both over ``sim.scenario.fleet.FleetWorld``: the management cluster and every workload cluster
 are in-memory API servers in this process; what is emulated is Cluster API (Machines and Nodes
@@ -367,10 +368,13 @@ def _waves(
     *,
     fleets: list[Fleet] | None = None,
     storming: list[str] | None = None,
+    decisions: list[tuple[str, float, float]] | None = None,
 ) -> dict[str, Any]:
     """Scale every cluster's Deployment up in ``args.waves`` steps (``waves``: only those);
     each wave's decision latency per cluster. ``storming`` clusters get each wave first (so
-    their controllers keep asking while the storm answers 429) and are not measured."""
+    their controllers keep asking while the storm answers 429) and are not measured. Each
+    decision is added to ``decisions`` as (cluster, first pod created, first NodeClaim
+    created), for the http mode to split by the controller's recording."""
     servers = _servers(world)
     probes = _probe(world, clusters, fleets or [world.fleet])
     latencies: dict[str, list[float]] = {name: [] for name in clusters}
@@ -412,6 +416,8 @@ def _waves(
             if len(server.pods) > pods_mark and len(server.claims) > claims_mark:
                 first_pod, claim = server.pods[pods_mark], server.claims[claims_mark]
                 latencies[name].append(claim - first_pod)
+                if decisions is not None:
+                    decisions.append((name, first_pod, claim))
                 last_pod = server.pods[-1]
                 bursts.append(last_pod - first_pod)
                 after_last.append(claim - last_pod)
@@ -472,15 +478,16 @@ def _scale(world: FleetWorld, name: str, wave: int, replicas: int) -> None:
 
 
 def _stage_figures(stages: list[tuple[float, dict[str, float]]]) -> dict[str, Any]:
-    """Each stage's p50 and p99 over the samples, and the stages of the slowest samples."""
+    """Each stage's p50, p90, p99 and max over the samples, and the stages of the slowest
+    samples."""
     if not stages:
         return {}
     names = list(stages[0][1])
     out: dict[str, Any] = {
         name: {
-            "p50_ms": round(percentile([s[name] for _, s in stages], 0.5) * 1000, 1),
-            "p99_ms": round(percentile([s[name] for _, s in stages], 0.99) * 1000, 1),
+            f"p{round(q * 100)}_ms": _ms([s[name] for _, s in stages], q) for q in (0.5, 0.9, 0.99)
         }
+        | {"max_ms": round(max(s[name] for _, s in stages) * 1000, 1)}
         for name in names
     }
     slowest = sorted(stages, key=lambda item: -item[0])[:3]
@@ -811,6 +818,18 @@ def _print(result: dict[str, Any]) -> None:
             f"(+{figures['rss_added_mib']}, {figures['rss_added_per_cluster_mib']} per cluster)"
             f"  threads {figures['threads']}"
         )
+    for phase in ("lone", "fleet", "control", "storm"):
+        stages = ((result.get(phase) or {}).get("latency") or {}).get("stages") or {}
+        shown = [
+            f"{k} {v['p50_ms']}/{v['p99_ms']}"
+            for k, v in stages.items()
+            if isinstance(v, dict) and "p50_ms" in v
+        ]
+        if "collector" in stages:  # http: timed inside the controller's process
+            pauses = stages["collector"]
+            shown.append(f"collector {pauses['pauses']} pauses, longest {pauses['longest_ms']}")
+        if shown:
+            print(f"  {phase:<6} stages p50/p99 ms: {', '.join(shown)}")
     if "fleet_p99_over_lone" in result:
         print(f"  fleet p99 / lone p99: {result['fleet_p99_over_lone']} (target <= 2)")
     if "controller_rss_per_added_cluster_mib" in result:

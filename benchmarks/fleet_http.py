@@ -46,7 +46,16 @@ from benchmarks.controller_process import (
     start_controller,
     stop_controller,
 )
-from benchmarks.fleet import _claims_report, _pending, _servers, _wait, _waves, _world
+from benchmarks.controller_stages import decision_stages, pool_and_collector, read_recording
+from benchmarks.fleet import (
+    _claims_report,
+    _pending,
+    _servers,
+    _stage_figures,
+    _wait,
+    _waves,
+    _world,
+)
 from benchmarks.fleet_emulators import Emulators, default_emulators
 from benchmarks.fleet_launches import ClaimCreatesFront, LeaseHistory, double_launches
 from karpenter_capi.core.fleet import ScopedClient, secret_name
@@ -129,7 +138,11 @@ class HttpFleetWorld:
         self._stack.close()
 
     def controller(
-        self, extra: Sequence[str], log: str, thread_cpu: Path | None = None
+        self,
+        extra: Sequence[str],
+        log: str,
+        thread_cpu: Path | None = None,
+        stages: Path | None = None,
     ) -> subprocess.Popen[bytes]:
         return start_controller(
             self.kubeconfig,
@@ -137,6 +150,7 @@ class HttpFleetWorld:
             ["--fleet", *extra],
             log_level="WARNING",
             thread_cpu=thread_cpu,
+            stages=stages,
         )
 
     def storm(self, name: str) -> Any:
@@ -235,8 +249,8 @@ def run_phase(
         started = time.monotonic()
         port = free_port()
         flags = ["--no-fleet-shards", "--metrics-port", str(port), *_controller_flags(args)]
-        threads_file = Path(tmp) / "threads.json"
-        proc = http.controller(flags, "controller.log", thread_cpu=threads_file)
+        threads_file, stages_file = Path(tmp) / "threads.json", Path(tmp) / "stages.json"
+        proc = http.controller(flags, "controller.log", thread_cpu=threads_file, stages=stages_file)
         stats = ProcessStats(proc.pid)
         threads = ThreadCpu(proc.pid, threads_file)
         try:
@@ -262,10 +276,19 @@ def run_phase(
             emulation_cpu = http.emulators.cpu_seconds() if http.emulators else 0.0
             counted = provisioning_counts(port)
             held = reconcile_seconds(port)
+            # Each read also has the controller write its stages' recording (just before).
             threads_began = threads.read()
-            figures = _waves(world, args, names, args.timeout, fleets=[], storming=storming)
+            stages_began = read_recording(stages_file)
+            decisions: list[tuple[str, float, float]] = []
+            figures = _waves(
+                world, args, names, args.timeout, fleets=[], storming=storming, decisions=decisions
+            )
             cpu = stats.cpu_seconds() - cpu
             threads_waves = threads.read()
+            keys = {c.name: c.key for c in world.clusters.values()}
+            figures["stages"] = _stages(
+                stages_began, read_recording(stages_file), decisions, keys, waves_began
+            )
             _keep_profiles("waves")
             # Provisioning rounds that solved pending pods over the waves, and NodeClaims made.
             after = provisioning_counts(port)
@@ -314,6 +337,31 @@ def run_phase(
         "threads": memory["controller_threads"],
         "nodeclaims": nodeclaims,
         "nodeclaims_classified": report,
+    }
+
+
+def _stages(
+    before: dict[str, Any],
+    after: dict[str, Any],
+    decisions: list[tuple[str, float, float]],
+    keys: dict[str, str],
+    waves_began: float,
+) -> dict[str, Any]:
+    """The decisions' stages as the controller timed them (``controller_stages``): each
+    stage's spread over clusters and waves, the slowest decisions, and what the waves cost
+    the pool's controllers and the collector. Empty without a recording."""
+    if not after:
+        return {}
+    split = [
+        (claim - first_pod, stages)
+        for name, first_pod, claim in decisions
+        if (stages := decision_stages(after, keys[name], first_pod, claim)) is not None
+    ]
+    return {
+        **_stage_figures(split),
+        "decisions": len(split),
+        "unmatched": len(decisions) - len(split),
+        **pool_and_collector(before, after, waves_began, after.get("written_at", 0.0)),
     }
 
 
