@@ -150,8 +150,7 @@ class PeriodicEntry:
     next_run: float | None = None
     """``None`` until the first run, which is due as soon as the caches have synced."""
     wake: Callable[[float], None] | None = None
-    """Set by a driver that can run the controller early (the threaded one): called with the
-    clock-monotonic time at which an informer event asks for a run (``wake_on``)."""
+    """Set by a threaded or pooled driver: an informer event asks for a run then (``ask``)."""
     _synced: bool = field(default=False, init=False, repr=False)
     _asked: float | None = field(default=None, init=False, repr=False)
     _asking: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
@@ -169,26 +168,21 @@ class PeriodicEntry:
         return self.next_run is None or self.next_run <= now
 
     def ask(self, at: float) -> bool:
-        """An informer event asks for a run at ``at``; True when that is sooner than planned,
-        so the driver must look at the entry sooner. The ask is also kept for a run under way,
-        which would otherwise plan its next run with the delay it worked out before the event
-        came (``planned``): at 100 clusters such lost asks held decisions for up to a second
-        (a pod whose event made its burst complete, seen while the look that had just found it
-        incomplete was still running)."""
+        """An informer event asks for a run at ``at``: True when sooner than planned. Kept for
+        a run under way too, whose ``planned`` next run was worked out before the event (lost,
+        such asks held decisions up to a second at 100 clusters: issue 28)."""
         with self._asking:
             self._asked = at if self._asked is None else min(self._asked, at)
-            if self.next_run is not None and at < self.next_run:
-                self.next_run = at
-                return True
-            return False
+            sooner = self.next_run is not None and at < self.next_run
+            self.next_run = at if sooner else self.next_run
+            return sooner
 
     def running(self) -> None:
-        """A run starts: asks from now on are for after it."""
         with self._asking:
-            self._asked = None
+            self._asked = None  # a run starts: asks from now on are for after it
 
     def planned(self, at: float) -> None:
-        """The run just ended asks to run next at ``at``; sooner if an event asked meanwhile."""
+        """The run that ended asks to run next at ``at``; sooner if an event asked meanwhile."""
         with self._asking:
             asked, self._asked = self._asked, None
             self.next_run = at if asked is None else min(at, asked)
