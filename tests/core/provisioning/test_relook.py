@@ -33,14 +33,15 @@ PODS_PENDING = ("web-0", "web-1", "web-2")
 
 
 def _started(
-    dry_run: bool = False,
+    dry_run: bool = False, **nodepool: Any
 ) -> tuple[InMemoryAPIServer, SteppedDriver, list[int]]:
-    """The operator with three pending pods, five seconds on, and a counter of its rounds."""
+    """The operator with three pending pods, five seconds on, and a counter of its rounds;
+    ``nodepool`` adds to the NodePool's spec."""
     clock = FakeClock()
     api = new_cluster(clock=clock)
     provider = FakeProvider(clock, bind_after_polls=10**6)
     api.create(CLUSTER_API_NODE_CLASSES, world.nodeclass())
-    api.create(NODEPOOLS, world.nodepool())
+    api.create(NODEPOOLS, world.nodepool(**nodepool))
     operator = world.operator(api, clock, provider, dry_run=dry_run)
     rounds = _count_rounds(operator)
     driver = operator.stepped()
@@ -146,18 +147,7 @@ def test_a_nodeclaim_being_deleted_brings_a_round_and_a_new_launch() -> None:
 def test_pods_left_pending_get_a_round_every_recheck_though_nothing_changed() -> None:
     # A NodePool at its limit leaves the pods pending; raising the limit changes nothing a
     # round's view holds (pods, Nodes, NodeClaims), yet the next round can launch.
-    clock = FakeClock()
-    api = new_cluster(clock=clock)
-    provider = FakeProvider(clock, bind_after_polls=10**6)
-    api.create(CLUSTER_API_NODE_CLASSES, world.nodeclass())
-    api.create(NODEPOOLS, world.nodepool(limits={"cpu": "0"}))
-    operator = world.operator(api, clock, provider)
-    rounds = _count_rounds(operator)
-    driver = operator.stepped()
-    driver.run_until_quiet()
-    for name in PODS_PENDING:
-        world.pending_pod(api, name)
-    driver.advance(3)
+    api, driver, rounds = _started(limits={"cpu": "0"})
     assert rounds[0] == 1
     assert not api.list(NODECLAIMS).items, "the NodePool's limit leaves no room"
     api.patch(NODEPOOLS, "general", {"spec": {"limits": {"cpu": "1000"}}})
