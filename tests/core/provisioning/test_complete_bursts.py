@@ -188,3 +188,24 @@ def test_a_complete_replicaset_is_counted_once_while_its_pods_and_replicas_stay(
     api.delete(PODS, "web-0", "default", grace_period_seconds=0)
     driver.run_until_quiet()
     assert not controller.complete(owner)  # one short
+
+
+def test_a_replicaset_that_completes_the_burst_asks_for_the_short_wait() -> None:
+    """The ReplicaSets' cache can lag the pods' events: the window that found the owner short
+    must hear of it when the ReplicaSet comes, not only at the look its full second planned."""
+    api, operator = _operator()
+    driver = operator.stepped()
+    replicaset = _replicaset(api, "web", 4)
+    _owned_pods(api, replicaset, 3)
+    driver.advance(0.1)  # the pods are seen; their ReplicaSet still wants a fourth
+    [owner_event] = [when for r, _, when in operator.provisioning.wake_on() if r == REPLICASETS]
+    now = operator.context.clock.monotonic()
+    short = owner_event(replicaset)
+    assert short is not None
+    assert short > now + 0.5, "short of a replica: the full idle second"
+    api.patch(REPLICASETS, "web", {"spec": {"replicas": 3}}, "default")
+    driver.advance(0.05)
+    complete = owner_event(api.get(REPLICASETS, "web", "default"))
+    assert complete is not None
+    assert complete <= operator.context.clock.monotonic() + 0.2, "complete: the short wait"
+    assert not api.list(NODECLAIMS).items, "no look has run since"

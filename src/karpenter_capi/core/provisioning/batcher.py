@@ -12,8 +12,8 @@ window closes after ``complete_idle`` (0.2 s) without a new pod instead. A Deplo
 still short of pods, keeps the full ``idle`` wait, so the rule only ever shortens a window whose
 burst is visibly complete; the short wait is for other Deployments applied in the same breath.
 Who owns a pod and whether an owner is complete is the caller's to say (``Bursts``); the window
-asks again, at each look, about an owner it last found short, since the caches that tell may
-lag the pod events that feed the window.
+asks again, at each look (and, from the provisioner, at each ReplicaSet event), about an owner
+it last found short, since the caches that tell may lag the pod events that feed the window.
 Time comes from the injected clock. Pods are observed when a round looks (``observe``) and,
 against a real API, as their events arrive (``saw``, from an informer's thread), so the window
 counts from the pod itself and not from the next look.

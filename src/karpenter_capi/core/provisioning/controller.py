@@ -154,12 +154,24 @@ class ProvisioningController:
         its rounds fall on the same virtual instants run after run."""
         if not self._wake_on_pods:
             return []
-        return [(PODS, WORKLOAD, self._pod_event)]
+        wakes: list[tuple[Resource, str, Callable[[JsonObject], float | None]]]
+        wakes = [(PODS, WORKLOAD, self._pod_event)]
+        if self._bursts_by_owner:
+            # The ReplicaSets' cache can lag the pods' events (two watches): a window that found
+            # an owner short waits the full idle second unless its owner's event asks again.
+            wakes.append((REPLICASETS, WORKLOAD, self._owner_event))
+        return wakes
 
     def _pod_event(self, pod: JsonObject) -> float | None:
         if not is_provisionable(pod):
             return None
         wait = self._batcher.saw(pod_key(pod))
+        return None if wait is None else self._ctx.clock.monotonic() + wait
+
+    def _owner_event(self, _replicaset: JsonObject) -> float | None:
+        """A ReplicaSet changed: when the open window now closes (sooner if it completed a
+        burst), ``None`` when no window is open."""
+        wait = self._batcher.seconds_until_ready()
         return None if wait is None else self._ctx.clock.monotonic() + wait
 
     def owner_of(self, key: str) -> str | None:
