@@ -106,7 +106,7 @@ def test_a_harmless_change_is_checked_later_while_pods_wait() -> None:
     assert len(api.list(NODECLAIMS).items) == 1, "and still fit where they were placed"
 
 
-def test_a_pod_bound_elsewhere_brings_a_round_at_once() -> None:
+def test_a_pod_bound_on_a_node_outside_the_plan_is_checked_by_the_recheck() -> None:
     api, driver, rounds, _ = _launched()
     api.create(
         NODES,
@@ -119,7 +119,10 @@ def test_a_pod_bound_elsewhere_brings_a_round_at_once() -> None:
     )
     _bind(api, PODS_PENDING[0], "other")
     driver.advance(3)
-    assert rounds[0] == 2
+    assert rounds[0] == 1, "it took no room the plan counted on: the others still fit"
+    driver.advance(RECHECK_SECONDS)
+    assert rounds[0] == 2, "and pods still pending are looked at again"
+    assert len(api.list(NODECLAIMS).items) == 1
 
 
 def test_a_nodeclaim_gone_brings_a_round_and_a_new_launch() -> None:
@@ -199,3 +202,114 @@ def test_a_node_no_longer_ready_brings_a_round() -> None:
     assert not last.may_change_decision(
         _view({"a"}, {"n1": True, "n2": False}, {"c1": "n1"}), lambda _: None
     )
+
+
+def _bound(where: dict[str, str]) -> Any:
+    """A pod cache lookup: pod key -> the pod, bound to ``where[key]``."""
+    return lambda key: {"metadata": {}, "spec": {"nodeName": where[key]}} if key in where else None
+
+
+def _two_nodes_planned(classes: dict[str, str] | None) -> RoundView:
+    """A round that placed pod a on NodeClaim c1 (Node n1) and pod b on c2 (Node n2)."""
+    nodes, claims = {"n1": True, "n2": True}, {"c1": "n1", "c2": "n2"}
+    return _view({"a", "b"}, nodes, claims).after_round([], {"a": "c1", "b": "c2"}, classes)
+
+
+def test_replicas_swapped_by_kube_scheduler_bring_no_round() -> None:
+    last = _two_nodes_planned({"a": "web", "b": "web"})
+    nodes, claims = {"n1": True, "n2": True}, {"c1": "n1", "c2": "n2"}
+    swapped = _bound({"a": "n2", "b": "n1"})
+    assert not last.may_change_decision(_view(set(), nodes, claims), swapped)
+    one_early = _bound({"a": "n2"})  # b, still pending, has a's room on n1
+    assert not last.may_change_decision(_view({"b"}, nodes, claims), one_early)
+
+
+def test_more_replicas_on_a_node_than_planned_bring_a_round() -> None:
+    last = _two_nodes_planned({"a": "web", "b": "web"})
+    nodes, claims = {"n1": True, "n2": True}, {"c1": "n1", "c2": "n2"}
+    assert last.may_change_decision(_view(set(), nodes, claims), _bound({"a": "n2", "b": "n2"}))
+
+
+def test_a_pod_in_room_planned_for_another_class_brings_a_round() -> None:
+    nodes, claims = {"n1": True, "n2": True}, {"c1": "n1", "c2": "n2"}
+    for classes in ({"a": "web", "b": "db"}, None):
+        last = _two_nodes_planned(classes)
+        assert last.may_change_decision(_view({"b"}, nodes, claims), _bound({"a": "n2"}))
+
+
+def test_replicas_bound_to_each_others_nodeclaims_bring_no_round() -> None:
+    clock = FakeClock()
+    api = new_cluster(clock=clock)
+    provider = FakeProvider(clock, bind_after_polls=10**6)
+    api.create(CLUSTER_API_NODE_CLASSES, world.nodeclass())
+    api.create(NODEPOOLS, world.nodepool())
+    operator = world.operator(api, clock, provider)
+    rounds = _count_rounds(operator)
+    driver = operator.stepped()
+    driver.run_until_quiet()
+    for name in ("big-0", "big-1"):
+        world.pending_pod(api, name, cpu="1500m")  # one a node: two NodeClaims
+    driver.advance(5)
+    planned = operator.provisioning._provisioner.planned()
+    assert planned is not None
+    assert rounds[0] == 1
+    assert len(set(planned.values())) == 2, planned
+    nodes = {claim: _join(api, claim) for claim in set(planned.values())}
+    driver.advance(3)
+    # kube-scheduler binds one replica to the Node launched for the other, still pending.
+    _bind(api, "big-0", nodes[planned["default/big-1"]])
+    driver.advance(3)
+    assert rounds[0] == 1, "a swap of equal replicas leaves the plan as it was"
+    _bind(api, "big-1", nodes[planned["default/big-0"]])
+    driver.advance(3)
+    assert rounds[0] == 1
+    assert len(api.list(NODECLAIMS).items) == 2
+
+
+def _two_claims_launching(classes: dict[str, str]) -> RoundView:
+    """A round that placed pods a and b on NodeClaim c1 and c, d on c2, neither named yet."""
+    return _view({"a", "b", "c", "d"}, {}, {"c1": "", "c2": ""}, allocatable=_REPORTED).after_round(
+        [], {"a": "c1", "b": "c1", "c": "c2", "d": "c2"}, classes
+    )
+
+
+_REPORTED = {"c1": {"cpu": "2"}, "c2": {"cpu": "2"}}
+
+
+def _n1_joined(pending: set[str], c1: str = "", c2: str = "") -> RoundView:
+    """Node n1 joined, named by NodeClaim c1 or c2 (``"n1"``) or by neither yet."""
+    claims = {"c1": c1, "c2": c2}
+    return _view(
+        pending, {"n1": True}, claims, allocatable=_REPORTED, node_allocatable={"n1": {"cpu": "2"}}
+    )
+
+
+def test_replicas_on_a_node_no_nodeclaim_names_yet_bring_no_round() -> None:
+    # kube-scheduler fills the first Node to join with replicas the round placed on another
+    # NodeClaim, before the cache holds the NodeClaim naming that Node.
+    last = _two_claims_launching({"a": "web", "b": "web", "c": "web", "d": "web"})
+    on_n1 = _bound({"c": "n1", "d": "n1"})
+    assert not last.may_change_decision(_n1_joined({"a", "b"}), on_n1)
+    # The same if the round saw n1 already, not named yet (and so not usable, tainted
+    # unregistered): it counted n1's room as its NodeClaim's.
+    seen = _view(
+        {"a", "b", "c", "d"}, {"n1": False}, {"c1": "", "c2": ""}, allocatable=_REPORTED
+    ).after_round([], {"a": "c1", "b": "c1", "c": "c2", "d": "c2"}, dict.fromkeys("abcd", "web"))
+    assert not seen.may_change_decision(_n1_joined({"a", "b"}), on_n1)
+    # And once a NodeClaim names it, whichever it is: a and b have c and d's room on c2.
+    assert not last.may_change_decision(_n1_joined({"a", "b"}, c1="n1"), on_n1)
+    assert not last.may_change_decision(_n1_joined({"a", "b"}, c2="n1"), on_n1)
+
+
+def test_pods_on_an_unnamed_node_in_room_planned_for_another_class_bring_a_round() -> None:
+    last = _two_claims_launching({"a": "db", "b": "db", "c": "web", "d": "web"})
+    on_n1 = _bound({"c": "n1", "d": "n1"})
+    assert not last.may_change_decision(_n1_joined({"a", "b"}), on_n1), "n1 may be c2's"
+    assert last.may_change_decision(_n1_joined({"a", "b"}, c1="n1"), on_n1), "a and b's room"
+    assert not last.may_change_decision(_n1_joined({"a", "b"}, c2="n1"), on_n1)
+
+
+def test_more_pods_on_an_unnamed_node_than_any_nodeclaim_holds_bring_a_round() -> None:
+    last = _two_claims_launching({"a": "web", "b": "web", "c": "web", "d": "web"})
+    three = _bound({"a": "n1", "c": "n1", "d": "n1"})
+    assert last.may_change_decision(_n1_joined({"b"}), three), "c1 or c2, one too many"

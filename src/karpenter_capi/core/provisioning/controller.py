@@ -324,7 +324,10 @@ class ProvisioningController:
         self.last_report = report
         # A dry run's NodeClaims are never created: counted as launched they would look gone.
         launched = [] if self._ctx.dry_run else [d.nodeclaim for d in report.launched]
-        self._last_world = world.after_round(launched, self._provisioner.planned())
+        # Each pending pod's class as this round parsed it (a cache hit): kube-scheduler
+        # binding one replica where the plan put another is no reason to look again.
+        classes = {spec.key: spec.class_key for spec in map(self._ctx.pod_specs.get, pending)}
+        self._last_world = world.after_round(launched, self._provisioner.planned(), classes)
         self._retry_at = (
             self._ctx.clock.monotonic() + RETRY_AFTER_NODEPOOL_ERRORS_SECONDS
             if report.nodepool_errors and report.unschedulable
