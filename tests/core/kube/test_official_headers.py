@@ -12,7 +12,7 @@ from kubernetes.client import ApiClient, Configuration
 
 from karpenter_capi.core.kube import errors
 from karpenter_capi.core.kube._official_credentials import RequestHeaders
-from karpenter_capi.core.kube._official_direct import _serialize
+from karpenter_capi.core.kube._official_direct import DirectPool, _serialize
 from karpenter_capi.core.kube.official import OfficialClient
 from karpenter_capi.core.kube.resources import NAMESPACES
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
@@ -99,3 +99,13 @@ def test_bodies_are_compact_json_and_what_orjson_refuses_goes_through_json_dumps
     )
     big = {"spec": {"replicas": 2**70}}
     assert json.loads(_serialize(big)) == big
+
+
+def test_the_timeouts_kept_for_reuse_stay_few() -> None:
+    pool = DirectPool.of(ApiClient(Configuration(host="http://127.0.0.1:1")))
+    assert pool is not None
+    request = pool._timeout((10.0, 60.0))
+    assert pool._timeout((10.0, 60.0)) is request  # made once
+    for seconds in range(500):  # every watch asks its own read timeout
+        pool._timeout((10.0, 30.0 + seconds))
+    assert len(pool._timeouts) <= 32

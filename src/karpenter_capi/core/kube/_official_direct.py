@@ -37,6 +37,9 @@ _JSON_TYPES: Final = frozenset(
 )
 """Content types this client sends; the REST layer ``json.dumps`` a body under each of them."""
 _BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "OPTIONS", "DELETE"})
+_TIMEOUTS_KEPT: Final = 32
+"""``urllib3.Timeout`` objects kept for reuse (requests share one; a watch's depends on its
+``timeoutSeconds``)."""
 
 
 class DirectPool:
@@ -119,6 +122,8 @@ class DirectPool:
         try:
             return self._timeouts[value]
         except KeyError:
+            if len(self._timeouts) >= _TIMEOUTS_KEPT:
+                self._timeouts.clear()  # watches' read timeouts vary: keep only the recent
             made = self._timeouts[value] = _timeout(value)
             return made
         except TypeError:  # not hashable: made each time
