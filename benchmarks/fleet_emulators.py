@@ -168,6 +168,10 @@ class Emulators:
         """(arrival, User-Agent) of each NodeClaim created through ``name``'s front."""
         return [tuple(c) for c in self.owner[name].call("creates", name)]  # type: ignore[misc]
 
+    def requests(self) -> list[dict[str, int]]:
+        """Each workload front's count of the controller's requests (``fleet_requests``)."""
+        return [e.call("requests", name) for e in self.emulators for name in e.names]
+
     def close(self) -> None:
         stopping = [threading.Thread(target=e.stop, daemon=True) for e in self.emulators]
         for thread in stopping:
@@ -222,6 +226,8 @@ def _read(
         return len(servers[name].list(PODS, field_selector="spec.nodeName=").items)
     if verb == "hits":
         return rules[name].hits
+    if verb == "requests":
+        return fronts[name].tally.snapshot()
     return fronts[name].creates()
 
 
@@ -254,7 +260,7 @@ def _serve(conn: Connection, world: FleetWorld, names: list[str], workers: int) 
                     driver.start()
                     drivers.append(driver)
                 value: Any = {name: front.url for name, front in fronts.items()}
-            elif verb in ("get", "pending", "hits", "creates"):
+            elif verb in ("get", "pending", "hits", "creates", "requests"):
                 value = _read(request, servers, fronts, rules)
             elif verb == "call":
                 _, name, method, args, kwargs = request

@@ -58,13 +58,13 @@ from benchmarks.fleet import (
 )
 from benchmarks.fleet_emulators import Emulators, default_emulators
 from benchmarks.fleet_launches import ClaimCreatesFront, LeaseHistory, double_launches
+from benchmarks.fleet_requests import TallyFront, requests_figures, summed
 from karpenter_capi.core.fleet import ScopedClient, secret_name
 from karpenter_capi.core.fleet.sharding import ANNOTATION_CLUSTER, LABEL_SHARD, ROLE_CLUSTER
 from karpenter_capi.core.kube.resources import EVENTS, LEASES, NODECLAIMS, SECRETS
 from karpenter_capi.core.runtime.manager import Manager
 from karpenter_capi.core.runtime.pool import WorkerPool
 from karpenter_capi.core.runtime.threaded import ThreadedDriver
-from karpenter_capi.sim.apiserver.http import HttpFront
 from karpenter_capi.sim.apiserver.kubeconfig import kubeconfig_document, write_kubeconfig
 from karpenter_capi.sim.capi import add_capi_emulation
 from karpenter_capi.sim.scenario.fleet import FleetWorld
@@ -99,7 +99,8 @@ class HttpFleetWorld:
         if self.emulator_count:
             # Forked first, before this process starts the management front's threads.
             self.emulators = Emulators(world, self.emulator_count, EMULATION_WORKERS)
-        front = self._stack.enter_context(HttpFront(world.management))
+        front = self._stack.enter_context(TallyFront(world.management))
+        self.management_front = front
         write_kubeconfig(front.url, self.kubeconfig)
         if self.emulators is not None:
             self.emulators.start(self.kubeconfig)
@@ -172,6 +173,13 @@ class HttpFleetWorld:
         if self.emulators is not None:
             return self.emulators.claim_creates(name)
         return self.fronts[name].creates()
+
+    def requests(self) -> dict[str, int]:
+        """The controller's requests so far, all fronts summed (``fleet_requests``)."""
+        fronts = [f.tally.snapshot() for f in self.fronts.values()]
+        if self.emulators is not None:
+            fronts += self.emulators.requests()
+        return summed([self.management_front.tally.snapshot(), *fronts])
 
     def serving(self) -> int:
         """Clusters the controller has said it serves (its ``FleetServing`` Events)."""
@@ -275,6 +283,7 @@ def run_phase(
             waves_began = time.monotonic()
             emulation_cpu = http.emulators.cpu_seconds() if http.emulators else 0.0
             counted = provisioning_counts(port)
+            requested = http.requests()
             held = reconcile_seconds(port)
             # Each read also has the controller write its stages' recording (just before).
             threads_began = threads.read()
@@ -293,6 +302,10 @@ def run_phase(
             # Provisioning rounds that solved pending pods over the waves, and NodeClaims made.
             after = provisioning_counts(port)
             figures["provisioning"] = {k: after[k] - counted.get(k, 0.0) for k in after}
+            made = int(figures["provisioning"].get("nodeclaims_created", 0) or 0)
+            figures["requests"] = requests_figures(
+                requested, http.requests(), made, args.pods * len(names)
+            )
             figures["reconcile_seconds"] = _held(held, reconcile_seconds(port), storming)
             # Time runnable but without a core over the waves: the controller's and the
             # benchmark's (the emulated control plane's); what the machine's load took from

@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from benchmarks.fleet_requests import TallyFront
 from karpenter_capi.core.fleet.sharding import ANNOTATION_CLUSTER, LABEL_SHARD, ROLE_CLUSTER
 from karpenter_capi.core.kube.resources import LEASES, NODECLAIMS
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
@@ -117,19 +118,20 @@ class LeaseHistory:
             return sum(len(h) for h in self._holders.values())
 
 
-class ClaimCreatesFront(HttpFront):
-    """An ``HttpFront`` that keeps only the NodeClaim creates it answered with 201."""
+class ClaimCreatesFront(TallyFront):
+    """A ``TallyFront`` that also keeps the NodeClaim creates it answered with 201."""
 
     def __init__(self, server: InMemoryAPIServer, **kwargs: Any) -> None:
-        super().__init__(server, record_requests=True, **kwargs)
+        super().__init__(server, **kwargs)
 
     def record(self, request: ServedRequest) -> None:
+        self.tally.add(request)
         if (
             request.method == "POST"
             and request.status == 201
             and request.path.endswith(f"/{NODECLAIMS.plural}")
         ):
-            super().record(request)
+            HttpFront.record(self, request)
 
     def creates(self) -> list[tuple[float, str]]:
         """(arrival time, User-Agent) of every NodeClaim created through this front."""

@@ -56,7 +56,12 @@ def test_the_direct_path_sends_what_the_official_client_sends(
     official = list(script.seen)
     assert len(direct) == len(official) == len(_CALLS)
     for ours, theirs in zip(direct, official, strict=True):
-        assert dataclasses.asdict(ours) == dataclasses.asdict(theirs)
+        # The same request; only the body's length differs: orjson writes the same JSON
+        # document without json.dumps's spaces and escapes.
+        mine, its = dataclasses.asdict(ours), dataclasses.asdict(theirs)
+        for seen in (mine, its):
+            seen["headers"].pop("content-length", None)
+        assert mine == its
 
 
 def test_a_redirect_goes_the_official_clients_way(

@@ -373,3 +373,37 @@ def test_a_pass_writes_its_nominations_together_each_pod_once(env: Env) -> None:
     assert [_nominated(env, name) for name in names] == ["node-a"] * 12
     assert sorted(name for name, _ in writes) == sorted(names)  # each pod once, none again
     assert all(thread.startswith("nominate-pod") for _, thread in writes)
+
+
+def _pod_writes(env: Env) -> int:
+    return env.api.requests.by_resource().get("patch pods/status", 0)
+
+
+def test_a_nomination_the_cache_has_not_caught_up_with_is_not_written_again(env: Env) -> None:
+    """The API holds what was written; the pod cache lags it (its watch is slow) while the
+    Node changes. The cached pod predates the write's answer, so the write is not repeated."""
+    plan = Plan()
+    controller = NominationController(env.ctx, plan)
+    _pod(env, "web")
+    _registered(env, "general-a", "node-a")
+    env.set_node_ready("node-a")
+    _untaint(env, "node-a")  # it can take the pod: nothing holds a rewrite back but the cache
+    plan.placed = {"default/web": "general-a"}
+    env.caches.sync()
+    controller.run_once()  # written; the pod cache does not see it yet
+    assert _nominated(env, "web") == "node-a"
+    written = _pod_writes(env)
+
+    env.api.patch(NODES, "node-a", {"metadata": {"labels": {"example.com/seen": "yes"}}})
+    env.caches.sync_only(NODES, NODECLAIMS)
+    controller.run_once()
+    assert _pod_writes(env) == written  # the API holds it: no second write
+
+    # kube-scheduler clears it, and the Node changes: once the cache shows the clear, the
+    # nomination is written again.
+    _set_nominated(env, "web", None)
+    env.api.patch(NODES, "node-a", {"metadata": {"labels": {"example.com/seen": "again"}}})
+    written = _pod_writes(env)
+    _pass(env, controller)
+    assert _nominated(env, "web") == "node-a"
+    assert _pod_writes(env) == written + 1

@@ -22,6 +22,7 @@ from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
 
 from karpenter_capi.core.kube._official_credentials import (
+    RequestHeaders,
     TokenFile,
     decode_ca_data,
     pace_refresh,
@@ -90,6 +91,7 @@ class OfficialClient:
         reads 0 as "its default timeout", so a poll would hang for minutes there."""
         self._api = api_client
         self._direct = DirectPool.of(api_client)
+        self._headers = RequestHeaders(api_client)
         self._timeout = (_CONNECT_TIMEOUT_SECONDS, request_timeout_seconds)
         self._closed = False
         self._poll_watches = poll_watches
@@ -474,18 +476,23 @@ class OfficialClient:
         content_type: str = _JSON,
         timeout: tuple[float, float | None] | None = None,
     ) -> urllib3.BaseHTTPResponse:
-        headers = {"Accept": _JSON}
-        if body is not None:
-            headers["Content-Type"] = content_type
-        # param_serialize adds the default headers and the (possibly refreshed) bearer token
-        # and prefixes the configured host. The body is passed to call_api untouched: the REST
-        # layer json.dumps it, which is all the generic path needs.
-        _method, url, header_params, _body, _post = self._api.param_serialize(
-            method=method,
-            resource_path=path,
-            header_params=headers,
-            auth_settings=["BearerToken"],
-        )
+        # The headers param_serialize would add (the defaults, the possibly refreshed bearer
+        # token), kept between requests (``RequestHeaders``); the URL is the configured host's.
+        # The body is passed on untouched: the direct path serializes it, or the REST layer
+        # json.dumps it, which is all the generic path needs.
+        header_params = self._headers(_JSON, content_type if body is not None else None)
+        if header_params is not None:
+            url = str(self._api.configuration.host) + path
+        else:
+            headers = {"Accept": _JSON}
+            if body is not None:
+                headers["Content-Type"] = content_type
+            _method, url, header_params, _body, _post = self._api.param_serialize(
+                method=method,
+                resource_path=path,
+                header_params=headers,
+                auth_settings=["BearerToken"],
+            )
         if query:
             url += "?" + urlencode(query)
         try:

@@ -18,7 +18,9 @@ Node has changed and can take the pod (Ready, not cordoned, its taints tolerated
 pass, so the two never trade writes while nothing happens. Until the Node can take the pod
 every attempt there fails, and kube-scheduler attempts the pod again on every change to it or
 to the Node (the kubelet's status, registration's labels and taints): a rewrite on each such
-change would only be cleared again.
+change would only be cleared again. Nor is a nomination written again while the pod cache has
+not yet caught up with the write of it (the cached pod's resourceVersion is older than the one
+the write answered with): the API holds it, and a second write would change nothing.
 
 Before a restarted controller's first round, the plan is what the NodeClaims say they were
 launched for (``karpenter.cluster.x-k8s.io/nominated-pods``). A nomination this controller did
@@ -43,6 +45,7 @@ from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.errors import ApiError, NotFound, refused_by_api
 from karpenter_capi.core.kube.resources import NODECLAIMS, NODES, PODS, Resource
 from karpenter_capi.core.kube.version import server_version
+from karpenter_capi.core.kube.writelog import resource_version_number
 from karpenter_capi.core.lifecycle.nodes import node_is_ready
 from karpenter_capi.core.observability.logs import first, ref
 from karpenter_capi.core.provisioning.state import ClusterSnapshot, persisted_nominations
@@ -163,6 +166,8 @@ class NominationController:
         # Pod key -> (pod uid, node, the Node's resourceVersion) of the nomination last written.
         self._written: dict[str, tuple[str, str, str]] = {}
         self._said: dict[str, str] = {}  # pod key -> the refusal last said at WARNING
+        # Pod key -> the pod's resourceVersion in the answer to the nomination last written.
+        self._answered: dict[str, int] = {}
         self._ours: set[str] = set()  # the Nodes NodeClaims hold, as of the last pass
         # What the last pass read, when it wrote nothing: the same again would write nothing.
         self._quiet: tuple[object, ...] | None = None
@@ -234,6 +239,8 @@ class NominationController:
                 if current == node:
                     self._written[key] = (uid, node, previous[2] if previous else version)
                     continue
+                if previous is not None and previous[:2] == (uid, node) and self._unseen(key, pod):
+                    continue  # the cache has not caught up with our write: the API holds it
                 if current is not None and current not in self._ours:
                     continue  # someone else's nomination, to a node no NodeClaim holds
                 if (
@@ -306,6 +313,16 @@ class NominationController:
     def _forget(self, key: str) -> None:
         self._written.pop(key, None)
         self._said.pop(key, None)
+        self._answered.pop(key, None)
+
+    def _unseen(self, key: str, pod: JsonObject) -> bool:
+        """Whether the cached ``pod`` predates the answer to our last nomination of it: then
+        the API holds that nomination (any later change would show a later resourceVersion),
+        and writing it again would change nothing. ResourceVersions that are not integers
+        (opaque by contract) tell nothing: the nomination is written as before."""
+        answered = self._answered.get(key)
+        cached = resource_version_number(pod["metadata"].get("resourceVersion"))
+        return answered is not None and cached is not None and cached < answered
 
     def _write(self, pod: JsonObject, key: str, node: str | None) -> bool:
         """Patch the pod's nomination; False when the API refused it for this pod only."""
@@ -313,7 +330,7 @@ class NominationController:
             return True
         meta = pod["metadata"]
         try:
-            self._ctx.client.patch(
+            answer = self._ctx.client.patch(
                 PODS,
                 str(meta["name"]),
                 {"status": {"nominatedNodeName": node}},
@@ -334,6 +351,11 @@ class NominationController:
                 )
             self._said[key] = error.message
             return False
+        answered = resource_version_number((answer.get("metadata") or {}).get("resourceVersion"))
+        if node is not None and answered is not None:
+            self._answered[key] = answered
+        else:
+            self._answered.pop(key, None)
         return True
 
     def _report(self, nominated: list[str], cleared: list[str]) -> None:

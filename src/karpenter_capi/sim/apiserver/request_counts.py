@@ -14,6 +14,10 @@ where a real informer keeps one watch per resource open for minutes. Those drain
 apart, as ``watch/poll`` (``WATCH_POLL``), so ``watch`` counts only the watches opened to stay
 open (the threaded runtime's, kubectl's ``-w``) and the other verbs are not drowned out.
 
+``by_resource`` keeps the same counts with the resource too (``patch nodeclaims/status``,
+``create pods/eviction``, the API group left out), for a test or benchmark that asks which
+writes a controller makes, not only how many.
+
 The counter sits on the hot path of every simulation, so it is a dict increment under a lock
 of its own (never the server's lock, which writers hold while copying objects).
 """
@@ -32,14 +36,32 @@ class RequestCounts:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}
+        self._resources: dict[str, int] = {}
 
-    def record(self, verb: str, subresource: str | None = None, *, poll: bool = False) -> None:
-        """Count one request; ``poll``: a zero-timeout watch, counted as ``WATCH_POLL``."""
+    def record(
+        self,
+        verb: str,
+        subresource: str | None = None,
+        *,
+        poll: bool = False,
+        resource: str = "",
+    ) -> None:
+        """Count one request; ``poll``: a zero-timeout watch, counted as ``WATCH_POLL``.
+        ``resource`` (its plural) is counted in ``by_resource`` too."""
         if verb == "evict":  # the Eviction API is a create on pods/eviction
             verb = "create"
         key = WATCH_POLL if poll else f"{verb}/{subresource}" if subresource else verb
+        what = f"{key.split('/', 1)[0]} {resource}{f'/{subresource}' if subresource else ''}"
         with self._lock:
             self._counts[key] = self._counts.get(key, 0) + 1
+            if resource:
+                self._resources[what] = self._resources.get(what, 0) + 1
+
+    def by_resource(self) -> dict[str, int]:
+        """The counts so far by ``verb resource[/subresource]`` (a copy); a zero-timeout watch
+        is a ``watch`` here."""
+        with self._lock:
+            return dict(self._resources)
 
     def snapshot(self) -> dict[str, int]:
         """The counts so far, by key (a copy)."""

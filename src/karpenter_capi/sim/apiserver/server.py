@@ -217,7 +217,7 @@ class InMemoryAPIServer:
         *,
         poll: bool = False,
     ) -> None:
-        self.requests.record(verb, subresource, poll=poll)
+        self.requests.record(verb, subresource, poll=poll, resource=definition.plural)
         self.faults.check(verb, definition.plural, definition.group_resource, name, subresource)
 
     def _present(self, obj: JsonObject, resource: Resource) -> JsonObject:
