@@ -205,6 +205,15 @@ def add_fleet_arguments(run: argparse.ArgumentParser) -> None:
         "(env FLEET_WORKERS, default 8)",
     )
     fleet.add_argument(
+        "--fleet-decision-workers",
+        type=int,
+        default=env("FLEET_DECISION_WORKERS", "2"),
+        help="more pool threads that run only provisioning decisions, so a closed batch "
+        "window never waits for a shared worker busy with another cluster (env "
+        "FLEET_DECISION_WORKERS, default 2; ignored with "
+        "--fleet-workers 0)",
+    )
+    fleet.add_argument(
         "--fleet-shards",
         action=argparse.BooleanOptionalAction,
         default=_env_bool("FLEET_SHARDS", True),
@@ -366,6 +375,7 @@ def run_fleet(
             namespaces=fleet_namespaces(args),
             shards=args.fleet_shards,
             pool_workers=max(0, args.fleet_workers),
+            decision_workers=max(0, args.fleet_decision_workers),
             identity=args.leader_election_identity,
             lease_namespace=args.leader_election_namespace,
             lease_duration=args.leader_election_lease_duration,

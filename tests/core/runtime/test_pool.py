@@ -370,6 +370,45 @@ def test_a_driver_stopped_from_its_own_reconcile_does_not_wait_for_it(pool: Work
     assert pool.members == []
 
 
+def test_a_decision_runs_while_every_shared_worker_is_busy() -> None:
+    # At a fleet's burst every shared worker may be inside another cluster's reconcile
+    # (waiting on its API server): a closed batch window must not wait for one of them to end.
+    # The urgent-only worker takes the decision, and nothing else.
+    order: list[str] = []
+    entered, release = threading.Event(), threading.Event()
+
+    @dataclass
+    class Decides(Scripted):
+        latency_sensitive: bool = True
+
+    def behaviour(cluster: str) -> Callable[[Key, int], Result]:
+        def reconcile(key: Key, call: int) -> Result:
+            order.append(cluster)
+            if cluster == "a":
+                entered.set()
+                release.wait(WAIT)
+            return DONE
+
+        return reconcile
+
+    with WorkerPool(1, urgent_workers=1) as pool:
+        a = Cluster("a", pool, Scripted(SystemClock(), behaviour=behaviour("a"))).start()
+        b = Cluster("b", pool, Scripted(SystemClock(), behaviour=behaviour("b"))).start()
+        c = Cluster("c", pool, Decides(SystemClock(), behaviour=behaviour("c"))).start()
+        a.create("a0")
+        assert entered.wait(WAIT)
+        b.create("b1")
+        c.create("c1")
+        assert c.wait_until(lambda: "c" in order)
+        # b's key is not the urgent worker's to take: it waits for the shared one.
+        assert b.manager.queue("scripted").depth == 1
+        assert order == ["a", "c"]
+        release.set()
+        assert b.wait_until(lambda: "b" in order)
+        for cluster in (a, b, c):
+            assert cluster.driver.stop(WAIT)
+
+
 def test_a_latency_sensitive_controller_goes_before_other_clusters_backlogs() -> None:
     # A scale-up decision waits on a pod; a status write or a launch check can wait a moment.
     # Across clusters, a due decision takes the next free worker, ahead of every other

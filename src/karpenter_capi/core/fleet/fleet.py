@@ -78,7 +78,11 @@ from karpenter_capi.core.observability.endpoint import ObservabilityServer
 from karpenter_capi.core.operator import Operator, OperatorOptions
 from karpenter_capi.core.plugin_host import Plugins, load_plugins
 from karpenter_capi.core.runtime.leader import make_identity
-from karpenter_capi.core.runtime.pool import DEFAULT_POOL_WORKERS, WorkerPool
+from karpenter_capi.core.runtime.pool import (
+    DEFAULT_POOL_WORKERS,
+    DEFAULT_URGENT_WORKERS,
+    WorkerPool,
+)
 from karpenter_capi.core.runtime.threaded import ThreadedDriver
 
 if TYPE_CHECKING:
@@ -122,6 +126,9 @@ class FleetOptions:
     pool_workers: int = DEFAULT_POOL_WORKERS
     """Threads shared by every served cluster's controllers (``core.runtime.pool``), fair
     across clusters; 0: each cluster's drivers start their own (threaded only)."""
+    decision_workers: int = DEFAULT_URGENT_WORKERS
+    """More pool threads that run provisioning decisions alone (``WorkerPool``'s
+    ``urgent_workers``), so a closed batch window never waits for a shared worker."""
     plugins: tuple[str, ...] = ("generic_capi",)
     plugin_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
@@ -541,7 +548,11 @@ class Fleet:
         wake = threading.Event()
         self._builds = Builds(self._build, threads=BUILD_THREADS, on_done=wake.set)
         if self.options.pool_workers > 0:
-            self._pool = WorkerPool(self.options.pool_workers, name="fleet").start()
+            self._pool = WorkerPool(
+                self.options.pool_workers,
+                urgent_workers=self.options.decision_workers,
+                name="fleet",
+            ).start()
         self.discovery.on_change(wake.set)
         informer_stop = threading.Event()
         threads = self.discovery.start(informer_stop)

@@ -279,11 +279,12 @@ class ProvisioningController:
         self._idle_stamp = None
         snapshot = self._snapshot()
         pending = self._provisioner.pending_pods(snapshot)
+        keys = self._provisioner.pending_keys
         # The pods of a node going away with nothing replacing it open a window too.
-        self._batcher.observe(pod_key(p) for p in [*pending, *unreplaced_pods(snapshot)])
+        self._batcher.observe([*keys, *map(pod_key, unreplaced_pods(snapshot))])
         # What the round saw: read only when pods are pending or a round runs (a look that
         # finds none pending and no window closed returns without it).
-        world = RoundView.of(snapshot, pending) if pending else None
+        world = RoundView.of(snapshot, pending, keys) if pending else None
         if world is not None and self._changed_under_pending(world):
             # Pods a round left pending (expecting them to fit somewhere) are still pending and
             # the nodes, NodeClaims or pods have changed since in a way that can alter where
@@ -308,7 +309,7 @@ class ProvisioningController:
             return Result(requeue_after=self.interval if wait is None else max(wait, 0.01))
         self._batcher.reset()
         if world is None:
-            world = RoundView.of(snapshot, pending)
+            world = RoundView.of(snapshot, pending, keys)
         self._last_world = world
         self._round_at = self._ctx.clock.monotonic()
         self._recheck_at = self._round_at + RECHECK_SECONDS

@@ -146,9 +146,11 @@ class Provisioner:
         # Pending pod key -> the NodeClaim or node the last round placed it on; None before
         # the first round. What ``nominations.NominationController`` nominates.
         self._planned: dict[str, str] | None = None
-        # id(pod) -> (that pod, whether provisionable), for ``pending_pods``; the pod is kept
-        # so its id cannot be taken by another object.
-        self._provisionable: dict[int, tuple[Mapping[str, Any], bool]] = {}
+        # id(pod) -> (that pod, its key if provisionable, else None), for ``pending_pods``; the
+        # pod is kept so its id cannot be taken by another object.
+        self._provisionable: dict[int, tuple[Mapping[str, Any], str | None]] = {}
+        self.pending_keys: list[str] = []
+        """``pod_key`` of each pod the last ``pending_pods`` returned, in its order."""
 
     def _level(self, topic: str, value: Hashable) -> int:
         """INFO when ``value`` differs from what ``topic`` said last round, else DEBUG."""
@@ -176,16 +178,18 @@ class Provisioner:
         cluster (twice a second through a scale-up): each pod's answer is kept while the
         snapshot holds that very object, which the caches replace on each new version."""
         known = self._provisionable
-        kept: dict[int, tuple[Mapping[str, Any], bool]] = {}
-        pending = []
+        kept: dict[int, tuple[Mapping[str, Any], str | None]] = {}
+        pending, keys = [], []
         for pod in snapshot.pods:
             entry = known.get(id(pod))
             if entry is None or entry[0] is not pod:
-                entry = (pod, is_provisionable(pod))
+                entry = (pod, pod_key(pod) if is_provisionable(pod) else None)
             kept[id(pod)] = entry
-            if entry[1]:
+            if entry[1] is not None:
                 pending.append(pod)
+                keys.append(entry[1])
         self._provisionable = kept
+        self.pending_keys = keys
         return pending
 
     def reconcile(self, snapshot: ClusterSnapshot | None = None) -> ProvisioningReport:

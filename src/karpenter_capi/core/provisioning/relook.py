@@ -74,7 +74,14 @@ class RoundView:
     counted once per round: every look that finds a change reads it)."""
 
     @classmethod
-    def of(cls, snapshot: ClusterSnapshot, pending: Sequence[Mapping[str, Any]]) -> RoundView:
+    def of(
+        cls,
+        snapshot: ClusterSnapshot,
+        pending: Sequence[Mapping[str, Any]],
+        keys: Sequence[str] | None = None,
+    ) -> RoundView:
+        """The view of ``snapshot`` with its ``pending`` pods (``keys``: their ``pod_key``s,
+        when the caller has them)."""
         claims: dict[str, str] = {}
         allocatable: dict[str, Mapping[str, Any]] = {}
         for claim in snapshot.nodeclaims:
@@ -86,7 +93,7 @@ class RoundView:
             if status.get("allocatable"):
                 allocatable[name] = status["allocatable"]
         return cls(
-            pending=frozenset(pod_key(p) for p in pending),
+            pending=frozenset(map(pod_key, pending) if keys is None else keys),
             nodes={str(n["metadata"]["name"]): _ready(n) for n in snapshot.nodes},
             claims=claims,
             allocatable=allocatable,

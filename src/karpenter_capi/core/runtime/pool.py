@@ -17,6 +17,11 @@ who goes next:
   pending pods into a scale-up decision) that is due takes the next free worker ahead of
   every other cluster's queued work (status writes, launch checks can wait a moment; a pod
   waiting for a node cannot), within the same per-cluster caps;
+* ``urgent_workers`` more threads take only those latency-sensitive runs, so a decision never
+  waits for a worker to come back from another cluster's reconcile: at a fleet's burst every
+  shared worker is busy, most of them waiting on an API server, and a window that closed then
+  waited for the first of them to finish (issue 28's 100-cluster wave: the shared workers were
+  busy 7.4 of 8 on average);
 * each controller keeps its own concurrency (its driver's ``workers`` for it) and its queue's
   guarantees (a key is never reconciled twice at once, per-key backoff);
 * one heap of due times stands in for every per-queue and per-periodic-controller timer:
@@ -48,6 +53,8 @@ from karpenter_capi.core.runtime.manager import ControllerEntry, Entry, Periodic
 _log = logging.getLogger(__name__)
 
 DEFAULT_POOL_WORKERS = 8
+DEFAULT_URGENT_WORKERS = 2
+"""Fleet mode's workers for provisioning decisions alone (``urgent_workers``)."""
 _SYNC_POLL = 0.1
 """How often a controller whose caches have not synced is looked at again."""
 _RECHECK = 0.01
@@ -149,17 +156,21 @@ class WorkerPool:
         workers: int = DEFAULT_POOL_WORKERS,
         *,
         per_cluster: int | None = None,
+        urgent_workers: int = 0,
         poll_interval: float = 1.0,
         name: str = "pool",
     ) -> None:
         if workers < 1:
             raise ValueError("a worker pool needs at least one worker")
+        if urgent_workers < 0:
+            raise ValueError("urgent_workers cannot be negative")
         cap = max(1, workers // 4) if per_cluster is None else per_cluster
         if cap < 1:
             raise ValueError("per_cluster must be at least one")
         if poll_interval <= 0:
             raise ValueError("poll_interval must be positive")
         self.workers = workers
+        self.urgent_workers = urgent_workers
         self.per_cluster = cap
         self._poll_interval = poll_interval
         self._name = name
@@ -169,6 +180,9 @@ class WorkerPool:
         # is spent on it.
         self._cond = threading.Condition(lock)
         self._idle = threading.Condition(lock)
+        # The urgent-only workers wait on their own condition: a wake-up for other work spent
+        # on one of them would leave that work waiting.
+        self._urgent_cond = threading.Condition(lock)
         self._members: deque[Membership] = deque()
         # The members with pending slots, by turn (a heap): a worker looks only at these, so
         # a pick costs the same beside a hundred quiet clusters as beside none (it scanned
@@ -180,6 +194,7 @@ class WorkerPool:
         self._seq = itertools.count()
         self._threads: list[threading.Thread] = []
         self._busy = 0
+        """Shared workers running a step (the urgent-only ones are not counted)."""
         self._urgent_pending = 0
         """Pending slots of latency-sensitive controllers (skips their scan when none)."""
         # The member whose step this thread is running, if it is a worker: a driver stopped
@@ -200,6 +215,9 @@ class WorkerPool:
             self._started = True
             for index in range(self.workers):
                 self._threads.append(_spawn(f"{self._name}-worker-{index}", self._work))
+            for index in range(self.urgent_workers):
+                name = f"{self._name}-urgent-{index}"
+                self._threads.append(_spawn(name, lambda: self._work(urgent_only=True)))
             self._threads.append(_spawn(f"{self._name}-stopper", self._stop_on_request))
         return self
 
@@ -208,6 +226,7 @@ class WorkerPool:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+            self._urgent_cond.notify_all()
         self._stop_requests.set()
         deadline = None if timeout is None else time.monotonic() + timeout
         for thread in self._threads:
@@ -273,6 +292,8 @@ class WorkerPool:
             slot.pending = True
             member.pending.append(slot)
             self._urgent_pending += slot.urgent
+            if slot.urgent:
+                self._urgent_cond.notify()
             if not member.ready:
                 member.ready = True
                 heapq.heappush(self._ready, (member.turn, member))
@@ -292,8 +313,10 @@ class WorkerPool:
             heapq.heappush(self._timers, (due, next(self._seq), slot))
             self._compact_timers_locked()
             if first:
-                # A waiting worker may have planned to sleep past this.
+                # A waiting worker may have planned to sleep past this (an urgent-only one
+                # fires it when every shared worker is busy).
                 self._cond.notify()
+                self._urgent_cond.notify()
 
     def _compact_timers_locked(self) -> None:
         # A timer superseded by an earlier one stays in the heap until it comes up; a queue
@@ -345,10 +368,10 @@ class WorkerPool:
 
     # Workers.
 
-    def _work(self) -> None:
+    def _work(self, urgent_only: bool = False) -> None:
         while True:
             with self._cond:
-                slot = self._next_locked()
+                slot = self._next_locked(urgent_only)
                 if slot is None:
                     return
             self._serving.member = slot.member
@@ -363,23 +386,29 @@ class WorkerPool:
                 with self._cond:
                     slot.in_flight -= 1
                     slot.member.in_flight -= 1
-                    self._busy -= 1
+                    self._busy -= not urgent_only
                     # The slot or its member may have been at its cap.
                     self._cond.notify()
+                    if self._urgent_pending:
+                        self._urgent_cond.notify()
                     if not slot.member.active:
                         self._idle.notify_all()
 
-    def _next_locked(self) -> _Slot | None:
-        """Block until a slot may run and reserve it; ``None`` once the pool closes."""
+    def _next_locked(self, urgent_only: bool) -> _Slot | None:
+        """Block until a slot may run and reserve it; ``None`` once the pool closes. An
+        urgent-only worker takes latency-sensitive slots alone."""
         while not self._closed:
             self._fire_timers_locked()
-            slot = self._pick_locked()
+            if urgent_only:
+                slot = self._pick_urgent_locked(shared=False) if self._urgent_pending else None
+            else:
+                slot = self._pick_locked()
             if slot is not None:
                 return slot
             wait = _LONGEST_WAIT
             if self._timers:
                 wait = min(wait, max(0.0, self._timers[0][0] - time.monotonic()))
-            self._cond.wait(wait)
+            (self._urgent_cond if urgent_only else self._cond).wait(wait)
         return None
 
     def _fire_timers_locked(self) -> None:
@@ -395,7 +424,7 @@ class WorkerPool:
 
     def _pick_locked(self) -> _Slot | None:
         if self._urgent_pending:
-            urgent = self._pick_urgent_locked()
+            urgent = self._pick_urgent_locked(shared=True)
             if urgent is not None:
                 return urgent
         # Clusters with work in turn, each one looked at moving to the back; one found with
@@ -420,10 +449,13 @@ class WorkerPool:
                 member.pending.append(slot)
         return None
 
-    def _pick_urgent_locked(self) -> _Slot | None:
-        """A due latency-sensitive slot, clusters in turn (the one served goes to the back)."""
+    def _pick_urgent_locked(self, shared: bool) -> _Slot | None:
+        """A due latency-sensitive slot, clusters in turn (the one served goes to the back),
+        for a shared worker or (not ``shared``) an urgent-only one."""
         for turn, member in sorted(self._ready, key=lambda entry: entry[0]):
-            if not member.ready or turn != member.turn or not self._may_run_locked(member):
+            if not member.ready or turn != member.turn:
+                continue
+            if not self._may_run_locked(member, shared):
                 continue
             for slot in member.pending:
                 if slot.urgent and slot.in_flight < slot.limit:
@@ -431,22 +463,23 @@ class WorkerPool:
                     # To the back of the turn; its old entry is dropped when it comes up.
                     member.turn = next(self._turns)
                     heapq.heappush(self._ready, (member.turn, member))
-                    return self._take_locked(slot)
+                    return self._take_locked(slot, shared)
         return None
 
-    def _may_run_locked(self, member: Membership) -> bool:
+    def _may_run_locked(self, member: Membership, shared: bool = True) -> bool:
         if member.in_flight >= self.per_cluster or not member.pending:
             return False
-        # A cluster's second reconcile must leave a worker free, so that clusters stuck
-        # together cannot hold every worker as long as one has nothing running.
-        return not (member.in_flight and self._busy + 1 >= self.workers)
+        # A cluster's second reconcile must leave a shared worker free, so that clusters
+        # stuck together cannot hold every worker as long as one has nothing running (an
+        # urgent-only worker takes nothing from the others).
+        return not (shared and member.in_flight and self._busy + 1 >= self.workers)
 
-    def _take_locked(self, slot: _Slot) -> _Slot:
+    def _take_locked(self, slot: _Slot, shared: bool = True) -> _Slot:
         slot.pending = False
         self._urgent_pending -= slot.urgent
         slot.in_flight += 1
         slot.member.in_flight += 1
-        self._busy += 1
+        self._busy += shared
         return slot
 
     def _serve(self, slot: _Slot) -> None:
@@ -503,4 +536,10 @@ def _spawn(name: str, target: Callable[[], None]) -> threading.Thread:
     return thread
 
 
-__all__ = ["DEFAULT_POOL_WORKERS", "Membership", "PoolMember", "WorkerPool"]
+__all__ = [
+    "DEFAULT_POOL_WORKERS",
+    "DEFAULT_URGENT_WORKERS",
+    "Membership",
+    "PoolMember",
+    "WorkerPool",
+]
