@@ -1,14 +1,14 @@
 """The cyclic garbage collector's policy for a controller that runs for months: what survives
-the young collections is frozen, and given back for a whole walk at a bounded rate.
+a middle collection is frozen, and given back for a whole walk at a bounded rate.
 
 Why: a controller's heap is its informers' caches, millions of GC-tracked containers (the
 orjson-decoded pods, Nodes and NodeClaims, the objects parsed from them) that live for minutes
-or for ever. CPython's collector (3.11, ``Modules/gcmodule.c``) walks them again and again: each
-new object once in a young collection, once more in a middle one, then in every full
-collection, each of which walks the whole oldest generation, holding the interpreter, and so
-every thread of every served cluster, for its duration. At 100 clusters a full collection
-took 1.2-1.6 s, several per scale-up wave, and each lands in the decision latency of the
-clusters whose rounds were due meanwhile (docs/runtime.md, docs/benchmarks.md).
+or for good. CPython's collector (3.11, ``Modules/gcmodule.c``) walks each new object in a
+young collection, again in a middle one, then in every full collection, each of which walks
+the whole oldest generation while holding the interpreter: every thread of every served
+cluster waits. Measured in ``run --fleet`` at 100 clusters, one scale-up wave: 3 full
+collections of about 0.9 CPU-seconds each (up to 1.8 s of pause) over 1.2-1.5 million objects,
+freeing 4,930 objects in all (docs/benchmarks.md).
 
 What ``CollectorPolicy.install`` sets up (``karpenter-capi run``, where it owns its process):
 
@@ -17,31 +17,31 @@ What ``CollectorPolicy.install`` sets up (``karpenter-capi run``, where it owns 
   700 to ``YOUNG_THRESHOLD`` allocations;
 - after every collection of the middle or oldest generation (a ``gc.callbacks`` hook), its
   survivors frozen too. So each long-lived object is walked twice (a young and a middle
-  collection) and never again; the oldest generation stays nearly empty, and its collections
-  (CPython runs one when what the middle ones promoted since the last exceeds a quarter of
-  what that one left, ``long_lived_pending > long_lived_total / 4``) walk only that.
+  collection) and never again; the oldest generation stays nearly empty, and a full
+  collection (CPython runs one when what the middle ones promoted since the last exceeds a
+  quarter of what that one left, ``long_lived_pending > long_lived_total / 4``) walks about
+  what a middle one does.
 
 The risk, and its bound: a frozen object is still freed by reference counting when its last
 reference goes, but frozen *cyclic* garbage (objects that only reference each other) is never
-collected. What makes such cycles here: a served cluster's controllers, informers, threads and
-bound-method callbacks reference each other, so a fleet member that is dropped (its Cluster
-deleted or handed to another replica, its kubeconfig rotated) is freed only by a collection
-that walks it; and a few objects of exception handling and threads. So the frozen heap is
-given back (``gc.unfreeze``, with the middle and oldest thresholds at 0 so that the next
-young collection's trigger, ``YOUNG_THRESHOLD`` allocations later, runs a full collection that
-walks all of it and frees what is garbage; its survivors are frozen again):
+collected. A served cluster's controllers, informers and bound-method callbacks reference
+each other, so a fleet member that stops (its Cluster deleted, paused or handed to another
+replica, its kubeconfig rotated) is freed only by a collection that walks it; other cycles
+(exceptions' tracebacks, threads) are a few objects a wave. So the frozen heap is given back
+(``gc.unfreeze``: it rejoins the oldest generation, and nothing is frozen until the next full
+collection, which CPython's own rule brings, has walked all of it and freed what is garbage):
 
-- when a fleet member stops (``request_whole_walk``), and
-- at least every ``WHOLE_WALK_EVERY`` seconds whatever happened,
+- when a fleet member stops (``request_whole_walk``; members stopping before that collection
+  are covered by it), and
+- once ``WHOLE_WALK_EVERY`` seconds have passed since the last whole walk, whatever happened,
 
-never more often than once every ``MIN_WHOLE_WALK_GAP`` seconds (a rotation of many members
-at once, or a flapping one, brings one whole walk, not one each). Cyclic garbage then lives at
-most ``WHOLE_WALK_EVERY`` seconds (``MIN_WHOLE_WALK_GAP`` for a dropped member), as it would
-with CPython's own rule between two full collections of a heap this size.
+never sooner than ``MIN_WHOLE_WALK_GAP`` seconds after the last whole walk (a request within
+the gap is served once it has passed): a rotation of many members at once, or a flapping one,
+brings one whole walk, not one each.
 
-Time is the injected ``Clock`` (read only in the hook of middle and oldest collections).
-``--gc-policy`` (``cli/run.py``) chooses this (``survivors``), start-up's freeze alone
-(``startup``) or CPython's defaults (``off``).
+Time is the injected ``Clock`` (read only in the hook of middle and full collections and in
+``request_whole_walk``). ``--gc-policy`` (``cli/run.py``) chooses this (``survivors``),
+start-up's freeze alone (``startup``) or CPython's defaults (``off``).
 """
 
 from __future__ import annotations
