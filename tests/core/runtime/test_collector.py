@@ -59,6 +59,19 @@ def test_install_freezes_start_up_and_survivors_of_a_middle_collection(clock: Fa
     assert gc.get_freeze_count() == 0
 
 
+def test_no_full_collection_comes_between_whole_walks(clock: FakeClock) -> None:
+    # gc.freeze zeroes the oldest generation's counter too: CPython's rule never comes due.
+    with CollectorPolicy(clock, young_threshold=100).applied() as policy:
+        stats = gc.get_stats()
+        kept = [[] for _ in range(30_000)]  # 300 young collections' worth, kept alive
+        after = gc.get_stats()
+        assert after[1]["collections"] - stats[1]["collections"] >= 20
+        assert after[2]["collections"] == stats[2]["collections"]
+        assert policy.freezes >= 20
+        assert not _walked(kept[0])
+    assert len(kept) == 30_000
+
+
 def test_frozen_cyclic_garbage_stays_until_a_requested_whole_walk(clock: FakeClock) -> None:
     with CollectorPolicy(clock, min_whole_walk_gap=0.0).applied() as policy:
         cycle = _Cycle()

@@ -17,10 +17,9 @@ What ``CollectorPolicy.install`` sets up (``karpenter-capi run``, where it owns 
   700 to ``YOUNG_THRESHOLD`` allocations;
 - after every collection of the middle or oldest generation (a ``gc.callbacks`` hook), its
   survivors frozen too. So each long-lived object is walked twice (a young and a middle
-  collection) and never again; the oldest generation stays nearly empty, and a full
-  collection (CPython runs one when what the middle ones promoted since the last exceeds a
-  quarter of what that one left, ``long_lived_pending > long_lived_total / 4``) walks about
-  what a middle one does.
+  collection) and never again. ``gc.freeze`` also zeroes every generation's counter (3.11),
+  the oldest one's included, which counts middle collections up to its threshold of 10: no
+  full collection comes between whole walks (the oldest generation holds nothing to walk).
 
 The risk, and its bound: a frozen object is still freed by reference counting when its last
 reference goes, but frozen *cyclic* garbage (objects that only reference each other) is never
@@ -29,7 +28,9 @@ each other, so a fleet member that stops (its Cluster deleted, paused or handed 
 replica, its kubeconfig rotated) is freed only by a collection that walks it; other cycles
 (exceptions' tracebacks, threads) are a few objects a wave. So the frozen heap is given back
 (``gc.unfreeze``: it rejoins the oldest generation, and nothing is frozen until the next full
-collection, which CPython's own rule brings, has walked all of it and freed what is garbage):
+collection has walked all of it and freed what is garbage; CPython's own rule brings that
+one, from the 11th middle collection on once what they promoted since the last full one
+exceeds a quarter of what that one left, ``long_lived_pending > long_lived_total / 4``):
 
 - when a fleet member stops (``request_whole_walk``; members stopping before that collection
   are covered by it), and
