@@ -19,8 +19,12 @@ cluster key (a fleet member's ``namespace/name``; ``""`` for a controller of one
   its end, creates]`` (the first create is the round's own; the others run beside it);
 
 and for the process: the collector's pauses of generation 1 or 2 over ``PAUSE_KEPT_OVER``
-seconds, every collection's count and seconds by generation, and each controller's runs,
-CPU-seconds and wall seconds on the fleet's worker pool (``WorkerPool._serve``).
+seconds; by generation, every collection's count, wall seconds, CPU-seconds (the collecting
+thread's ``time.thread_time``: a collection holds the interpreter, so its wall time less its CPU
+is the machine's load), objects freed (``collected``) and found uncollectable; the heap the
+collector sees when the recording is written (``heap``: objects tracked per generation, frozen,
+the young counter, pymalloc's blocks); and each controller's runs, CPU-seconds and wall seconds
+on the fleet's worker pool (``WorkerPool._serve``).
 
 The other half runs in the benchmark: ``decision_stages`` splits one decision by its cluster's
 recording, ``pool_and_collector`` tells what the waves cost the pool and the collector.
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import gc
 import json
+import sys
 import threading
 import time
 import weakref
@@ -71,8 +76,9 @@ class StageRecorder:
         # A provisioner -> the record of the round it is running.
         self._rounds: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
         self._pauses: deque[tuple[float, float, int]] = deque(maxlen=KEPT)
-        self._collections: dict[int, list[float]] = {}  # generation -> [count, seconds]
-        self._collecting: tuple[float, int] | None = None
+        # generation -> [count, seconds, CPU-seconds, collected, uncollectable]
+        self._collections: dict[int, list[float]] = {}
+        self._collecting: tuple[float, int, float] | None = None
         self._pool: dict[str, list[float]] = {}  # controller -> [runs, CPU, wall]
 
     def _cluster(self, owner: Any) -> _Cluster:
@@ -135,21 +141,25 @@ class StageRecorder:
     def on_collection(self, phase: str, info: dict[str, Any]) -> None:
         """``gc.callbacks``' signature. No lock: a collection may start inside any code."""
         if phase == "start":
-            self._collecting = (self.clock(), info["generation"])
+            self._collecting = (self.clock(), info["generation"], time.thread_time())
             return
         if self._collecting is None:
             return
-        began, generation = self._collecting
+        began, generation, cpu = self._collecting
         self._collecting = None
         seconds = self.clock() - began
-        counted = self._collections.setdefault(generation, [0, 0.0])
+        counted = self._collections.setdefault(generation, [0, 0.0, 0.0, 0, 0])
         counted[0] += 1
         counted[1] += seconds
+        counted[2] += time.thread_time() - cpu
+        counted[3] += info.get("collected", 0)
+        counted[4] += info.get("uncollectable", 0)
         if generation >= 1 and seconds > PAUSE_KEPT_OVER:
             self._pauses.append((began, seconds, generation))
 
     def recording(self) -> dict[str, Any]:
         """What ``write`` writes, as JSON-ready data."""
+        heap = heap_now()
         with self._lock:
             return {
                 "written_at": self.clock(),
@@ -160,12 +170,28 @@ class StageRecorder:
                 "pauses": [list(p) for p in list(self._pauses)],
                 "collections": {str(g): list(c) for g, c in dict(self._collections).items()},
                 "pool": {name: list(spent) for name, spent in self._pool.items()},
+                "heap": heap,
             }
 
     def write(self, path: Path) -> None:
         partial = path.with_suffix(".partial")
         partial.write_text(json.dumps(self.recording()))
         partial.replace(path)
+
+
+def heap_now() -> dict[str, Any]:
+    """What the cyclic collector sees now: the objects it tracks in each generation (a walk
+    of each list, about 10 ms a million), those frozen (``gc.freeze``, never walked), the
+    generations' counters and thresholds, its own totals (``gc.get_stats``) and pymalloc's
+    allocated blocks (every small object, tracked or not)."""
+    return {
+        "tracked": [len(gc.get_objects(generation)) for generation in range(3)],
+        "frozen": gc.get_freeze_count(),
+        "count": list(gc.get_count()),
+        "threshold": list(gc.get_threshold()),
+        "stats": gc.get_stats(),
+        "blocks": sys.getallocatedblocks(),
+    }
 
 
 @contextmanager
@@ -338,9 +364,20 @@ def pool_and_collector(
     pauses = [p for p in after.get("pauses") or [] if start <= p[0] <= end]
     counted = before.get("collections") or {}
     collections = {
-        generation: round(seconds - counted.get(generation, [0, 0.0])[1], 2)
-        for generation, (_count, seconds) in (after.get("collections") or {}).items()
+        generation: round(c[1] - counted.get(generation, [0, 0.0])[1], 2)
+        for generation, c in (after.get("collections") or {}).items()
     }
+    by_generation = {}
+    for generation, c in (after.get("collections") or {}).items():
+        was = [*counted.get(generation, []), 0, 0.0, 0.0, 0, 0][:5]
+        now = [*c, 0.0, 0, 0][:5]
+        by_generation[generation] = {
+            "count": int(now[0] - was[0]),
+            "wall_s": round(now[1] - was[1], 2),
+            "cpu_s": round(now[2] - was[2], 2),
+            "collected": int(now[3] - was[3]),
+            "uncollectable": int(now[4] - was[4]),
+        }
     return {
         "pool": pool,
         "collector": {
@@ -348,5 +385,8 @@ def pool_and_collector(
             "pause_seconds": round(sum((p[1] for p in pauses), 0.0), 2),
             "longest_ms": round(max((p[1] for p in pauses), default=0.0) * 1000, 1),
             "seconds_by_generation": collections,
+            "by_generation": by_generation,
+            "heap_before": before.get("heap"),
+            "heap_after": after.get("heap"),
         },
     }

@@ -7,6 +7,7 @@ deciding what it decides without them, and record what the stages need.
 from __future__ import annotations
 
 import argparse
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 from benchmarks.controller_stages import (
     StageRecorder,
     decision_stages,
+    heap_now,
     installed,
     pool_and_collector,
     read_recording,
@@ -107,6 +109,14 @@ def test_the_phase_figures_spread_stages_over_decisions_and_diff_pool_and_collec
         1000.0,
     )
     assert collector["seconds_by_generation"] == {"0": 0.3, "2": 1.2}
+    # Recordings of before CPU and freed objects were counted read as none of either.
+    assert collector["by_generation"]["0"] == {
+        "count": 30,
+        "wall_s": 0.3,
+        "cpu_s": 0.0,
+        "collected": 0,
+        "uncollectable": 0,
+    }
     assert pool_and_collector({}, _recording(), 120.0, 300.0)["collector"]["pauses"] == 1
     assert _stages(before, {}, decisions, {}, 90.0) == {}
 
@@ -166,3 +176,17 @@ def test_the_wrapped_controller_decides_as_before_and_records_its_stages(
     # On the fake clock: the window closes 0.2 s after the ReplicaSet's last pod.
     assert stages["window"] == pytest.approx(0.2, abs=1e-6)
     assert read_recording(tmp_path / "missing.json") == {}
+
+
+def test_each_collection_counts_its_cpu_and_what_it_freed_and_the_heap_is_recorded() -> None:
+    recorder = StageRecorder(clock=iter([10.0, 10.5]).__next__)
+    recorder.on_collection("start", {"generation": 2})
+    recorder.on_collection("stop", {"generation": 2, "collected": 7, "uncollectable": 1})
+    count, wall, cpu, collected, uncollectable = recorder._collections[2]
+    assert (count, wall, collected, uncollectable) == (1, 0.5, 7, 1)
+    assert cpu >= 0.0
+    assert [p[1:] for p in recorder._pauses] == [(0.5, 2)]
+    heap = heap_now()
+    assert len(heap["tracked"]) == 3
+    assert heap["frozen"] >= 0
+    assert heap["threshold"] == list(gc.get_threshold())

@@ -16,6 +16,7 @@ import yaml
 
 from karpenter_capi.cli import main
 from karpenter_capi.cli.entry import EXIT_BUG
+from karpenter_capi.core.runtime.collector import CollectorPolicy
 from karpenter_capi.sim.scenario.schema import SHIPPED
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -413,9 +414,11 @@ class _StopWhenStarted(io.StringIO):
         return super().write(text)
 
 
-@pytest.mark.parametrize("owns_process", [True, False])
+@pytest.mark.parametrize(
+    ("owns_process", "policy"), [(True, "survivors"), (True, "off"), (False, "survivors")]
+)
 def test_run_settles_the_heap_only_in_a_process_of_its_own(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, owns_process: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, owns_process: bool, policy: str
 ) -> None:
     # The console script (no argv) freezes what start-up made, so full collections stop
     # walking it; a test or embedding program calling main(argv) keeps its heap unfrozen.
@@ -433,7 +436,7 @@ def test_run_settles_the_heap_only_in_a_process_of_its_own(
         with HttpFront(server) as front:
             kubeconfig = write_kubeconfig(front.url, tmp_path / "kubeconfig")
             argv = ["run", "--kubeconfig", str(kubeconfig), "--no-leader-elect"]
-            argv += ["--metrics-port", "-1"]
+            argv += ["--metrics-port", "-1", "--gc-policy", policy]
             if owns_process:
                 monkeypatch.setattr(sys, "argv", ["karpenter-capi", *argv])
                 code = main(out=_StopWhenStarted())
@@ -443,4 +446,20 @@ def test_run_settles_the_heap_only_in_a_process_of_its_own(
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     assert code == 0
-    assert frozen == ([True] if owns_process else [])
+    # Start-up frozen, then survivors of collections (``--gc-policy survivors``).
+    assert bool(frozen) == (owns_process and policy != "off")
+    # Uninstalled when run returns: no hook of the policy left.
+    assert not [c for c in gc.callbacks if type(getattr(c, "__self__", None)) is CollectorPolicy]
+
+
+def test_an_unknown_gc_policy_from_the_environment_is_a_one_line_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # argparse checks the flag's choices, not a default read from GC_POLICY; the command
+    # refuses it before it connects anywhere.
+    monkeypatch.setenv("GC_POLICY", "never")
+    code = main(["run", "--kubeconfig", str(tmp_path / "absent"), "--no-leader-elect"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "--gc-policy (env GC_POLICY): unknown collector policy 'never'" in err
+    assert "Traceback" not in err

@@ -9,7 +9,6 @@ graceful stop.
 from __future__ import annotations
 
 import argparse
-import gc
 import math
 import os
 import signal
@@ -26,8 +25,10 @@ from karpenter_capi.cli.clusters import (
 from karpenter_capi.cli.options import parse_feature_gates, plugin_names
 from karpenter_capi.core.api.duration import DurationError, parse_duration
 from karpenter_capi.core.errors import InvalidInputError
+from karpenter_capi.core.runtime.collector import POLICIES, CollectorPolicy, policy_named
 
 if TYPE_CHECKING:
+    from karpenter_capi.core.clock import Clock
     from karpenter_capi.core.kube.client import KubeClient
     from karpenter_capi.core.operator import OperatorOptions
 
@@ -160,6 +161,16 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         "SpotToSpotConsolidation=true,NominatedNodeNameForExpectation=false "
         "(env FEATURE_GATES)",
     )
+    run.add_argument(
+        "--gc-policy",
+        choices=POLICIES,
+        default=env("GC_POLICY", "survivors"),
+        help="the cyclic garbage collector's policy: survivors freezes what its middle and "
+        "full collections leave, so long-lived caches are not walked again, and gives it back "
+        "for a whole walk when a fleet member stops and hourly; startup freezes start-up's "
+        "objects only; off keeps CPython's defaults (env GC_POLICY, default survivors; "
+        "docs/runtime.md)",
+    )
     add_fleet_arguments(run)
     run.add_argument(
         "--disruption-poll-interval",
@@ -258,6 +269,7 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
 
     clock = SystemClock()
     gates = parse_feature_gates(args.feature_gates)
+    policy = _collector_policy(args, clock)
     if args.fleet:
         if args.once:
             raise InvalidInputError("--once serves one cluster; it cannot be used with --fleet")
@@ -315,37 +327,34 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
-    if args.fleet:
-        return run_fleet(args, out, management, options, stop)
-    plugins = load_plugins(args, workload, management)
-    operator = Operator(workload, management, plugins, clock, options)
+    try:
+        if args.fleet:
+            return run_fleet(args, out, management, options, stop, policy=policy)
+        plugins = load_plugins(args, workload, management)
+        operator = Operator(workload, management, plugins, clock, options)
 
-    def started() -> None:
-        if getattr(args, "owns_process", False):
-            _settle_heap()
-        where = f" on {operator.server.url}" if operator.server is not None else ""
-        out.write(f"karpenter-capi running{where}: {', '.join(operator.controller_names)}\n")
-        out.flush()
+        def started() -> None:
+            if policy is not None:
+                policy.install()
+            where = f" on {operator.server.url}" if operator.server is not None else ""
+            out.write(f"karpenter-capi running{where}: {', '.join(operator.controller_names)}\n")
+            out.flush()
 
-    return operator.run(stop, on_started=started)
+        return operator.run(stop, on_started=started)
+    finally:
+        if policy is not None:
+            policy.uninstall()
 
 
-GEN0_THRESHOLD = 10_000
-"""Allocations between young-generation collections once started (CPython's default: 700)."""
-
-
-def _settle_heap() -> None:
-    """Once started, keep what start-up made out of every later collection, and collect the
-    young generation less often.
-
-    Why: start-up (imports, plugins, the clients' generated models) leaves about 120,000
-    long-lived objects that every full collection walks again for nothing: 3 full collections
-    cost 0.35 CPU-seconds of a 1,000-pod burst (docs/benchmarks.md). Only where the command
-    owns its process: a frozen heap would hide a test process's objects from ``sim.footprint``'s
-    walks. A cycle start-up left is collected first, so nothing frozen is garbage."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(GEN0_THRESHOLD, *gc.get_threshold()[1:])
+def _collector_policy(args: argparse.Namespace, clock: Clock) -> CollectorPolicy | None:
+    """``--gc-policy``'s policy (``core/runtime/collector.py``), installed once started, only
+    where the command owns its process: a frozen heap would hide a test process's objects
+    from ``sim.footprint``'s walks, and one process has one collector."""
+    try:
+        policy = policy_named(args.gc_policy, clock)
+    except ValueError as exc:  # GC_POLICY's value: argparse checks only the flag's
+        raise InvalidInputError(f"--gc-policy (env GC_POLICY): {exc}") from None
+    return policy if getattr(args, "owns_process", False) else None
 
 
 def run_fleet(
@@ -354,6 +363,8 @@ def run_fleet(
     management: KubeClient,
     options: OperatorOptions,
     stop: threading.Event,
+    *,
+    policy: CollectorPolicy | None = None,
 ) -> int:
     """``run --fleet``: every selected Cluster's controllers, from the management cluster."""
     from karpenter_capi.core.clock import SystemClock
@@ -389,8 +400,8 @@ def run_fleet(
     fleet.check_selector()
 
     def started() -> None:
-        if getattr(args, "owns_process", False):
-            _settle_heap()
+        if policy is not None:
+            policy.install()
         where = f" on {fleet.server.url}" if fleet.server is not None else ""
         scope = ", ".join(fleet.options.namespaces) or "all namespaces"
         out.write(f"karpenter-capi running in fleet mode{where}: Clusters in {scope}\n")

@@ -21,6 +21,7 @@ from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.operator import Operator, OperatorOptions
 from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
+from karpenter_capi.core.runtime.collector import request_whole_walk
 from karpenter_capi.core.runtime.stepped import SteppedDriver
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,9 @@ class Member:
                 self._on_close()
             except Exception as exc:  # a client that fails to close is no reason to stop
                 log.warning("cluster %s: closing its client failed: %s", self.key, exc)
+        # Its controllers reference each other (cycles): have the collector walk them, frozen
+        # or not, so that they are freed (``core/runtime/collector.py``).
+        request_whole_walk()
 
 
 __all__ = ["DriverFactory", "Member", "MemberDriver", "PluginFactory"]
