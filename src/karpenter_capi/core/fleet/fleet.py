@@ -48,9 +48,8 @@ import importlib
 import logging
 import math
 import threading
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 from karpenter_capi.core.clock import Clock, FakeClock
 from karpenter_capi.core.errors import InvalidInputError
@@ -66,6 +65,7 @@ from karpenter_capi.core.fleet.kubeconfigs import (
 )
 from karpenter_capi.core.fleet.members import DriverFactory, Member, PluginFactory
 from karpenter_capi.core.fleet.metrics import FleetMetrics
+from karpenter_capi.core.fleet.options import Coordinator, FleetOptions, ServeEverything
 from karpenter_capi.core.fleet.reports import Reports
 from karpenter_capi.core.fleet.scoped import ScopedClient
 from karpenter_capi.core.fleet.shardloop import ShardLoop
@@ -78,11 +78,7 @@ from karpenter_capi.core.observability.endpoint import ObservabilityServer
 from karpenter_capi.core.operator import Operator, OperatorOptions
 from karpenter_capi.core.plugin_host import Plugins, load_plugins
 from karpenter_capi.core.runtime.leader import make_identity
-from karpenter_capi.core.runtime.pool import (
-    DEFAULT_POOL_WORKERS,
-    DEFAULT_URGENT_WORKERS,
-    WorkerPool,
-)
+from karpenter_capi.core.runtime.pool import WorkerPool
 from karpenter_capi.core.runtime.threaded import ThreadedDriver
 
 if TYPE_CHECKING:
@@ -101,64 +97,12 @@ PAUSED_MESSAGE: Final = (
 BUILD_THREADS: Final = 4
 """Members built at once by the threaded fleet (``core.fleet.building``)."""
 _STOP_POLL: Final = 0.25
+"""Seconds between looks at the stop flag while the threaded fleet waits for its next sync."""
 _FLEET: Final = "fleet"
 """Where the fleet's own messages (not one Cluster's) are remembered in ``Reports``."""
-"""Seconds between looks at the stop flag while the threaded fleet waits for its next sync."""
 
 Connect = Callable[[Kubeconfig], KubeClient]
 """Opens a client of a workload cluster from its kubeconfig (nothing need be sent yet)."""
-
-
-@dataclass(frozen=True)
-class FleetOptions:
-    """``karpenter-capi run --fleet``'s own flags."""
-
-    cluster_selector: str | None = None
-    namespaces: tuple[str, ...] = ()
-    """Namespaces of the management cluster whose Clusters are served; empty: all."""
-    shards: bool = True
-    """Share the clusters among replicas through Leases; off: this replica serves them all."""
-    identity: str | None = None
-    lease_namespace: str = "kube-system"
-    lease_duration: float = 15.0
-    renew_deadline: float = 10.0
-    retry_period: float = 2.0
-    pool_workers: int = DEFAULT_POOL_WORKERS
-    """Threads shared by every served cluster's controllers (``core.runtime.pool``), fair
-    across clusters; 0: each cluster's drivers start their own (threaded only)."""
-    decision_workers: int = DEFAULT_URGENT_WORKERS
-    """More pool threads that run provisioning decisions alone (``WorkerPool``'s
-    ``urgent_workers``), so a closed batch window never waits for a shared worker."""
-    plugins: tuple[str, ...] = ("generic_capi",)
-    plugin_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-
-
-class Coordinator(Protocol):
-    """``core.fleet.sharding.ShardCoordinator``'s interface."""
-
-    def step(self, clusters: Collection[str]) -> frozenset[str]: ...
-
-    def holds(self, cluster: str) -> bool: ...
-
-    def release_all(self) -> None: ...
-
-    def next_expiry(self) -> float | None: ...
-
-
-class ServeEverything:
-    """The coordinator of a lone replica (``--no-fleet-shards``): every cluster, always held."""
-
-    def step(self, clusters: Collection[str]) -> frozenset[str]:
-        return frozenset(clusters)
-
-    def holds(self, cluster: str) -> bool:
-        return True
-
-    def release_all(self) -> None:
-        return None
-
-    def next_expiry(self) -> float | None:
-        return None
 
 
 def _sharding_part(name: str) -> Any:
