@@ -140,6 +140,7 @@ class SimScheduler:
         self._dirty = True
         self._assumed: dict[str, tuple[str, str]] = {}  # pod key -> (uid, node)
         self._seen: dict[str, JsonObject] = {}  # pod key -> the pod as a cycle would see it
+        self._seen_at: dict[str, str] = {}  # pod key -> the resourceVersion it was seen at
         self._queue = SchedulingQueue()
         # Events not yet put to the queue: a node, or (pod key, before, after; None when
         # absent). Appended by the informers' threads, drained under the lock by a cycle, so
@@ -178,10 +179,17 @@ class SimScheduler:
             if key not in self._seen:
                 return ()
             del self._seen[key]
+            self._seen_at.pop(key, None)
             self._events.append((key, before, None))  # deleted
             self._dirty = True
             return (CYCLE_KEY,)
+        # One resourceVersion is one content: the old side of an update was seen already.
+        version = metadata(pod).get("resourceVersion")
+        if version and self._seen_at.get(key) == version:
+            return ()
         seen = _scheduling_view(pod)
+        if version:
+            self._seen_at[key] = version
         if before == seen:
             return ()
         self._seen[key] = seen
