@@ -34,7 +34,6 @@ controller reference), the ``ReplicaFailure`` condition, ``terminatingReplicas``
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -44,6 +43,7 @@ from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.errors import NotFound
 from karpenter_capi.core.kube.resources import PODS, REPLICASETS, Resource
 from karpenter_capi.core.runtime.controller import DONE, WORKLOAD, Caches, Key, Result, Watch
+from karpenter_capi.sim.apiserver.objects import copy_json
 from karpenter_capi.sim.capi.objects import (
     as_int,
     controlled_by,
@@ -105,7 +105,7 @@ def pod_from_template(owner: Mapping[str, Any], kind: str) -> JsonObject:
     }
     if meta.get("annotations"):
         pod_meta["annotations"] = dict(meta["annotations"])
-    spec = copy.deepcopy(dict(template.get("spec") or {}))
+    spec: JsonObject = copy_json(dict(template.get("spec") or {}))
     return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}
 
 
