@@ -59,3 +59,46 @@ def test_a_shared_object_leaving_the_selection_is_not_changed_by_its_deleted_eve
     (again,) = list(replay)
     assert again.object["metadata"]["resourceVersion"] == left.object["metadata"]["resourceVersion"]
     assert again.object is not left.object
+
+
+def test_a_merge_patch_of_a_built_in_kind_leaves_every_stored_version_as_written() -> None:
+    """A merge patch of a built-in kind is applied to the stored object without a deep copy
+    first: what it shares with the new version must stay unchanged in the old one, in the
+    watch log, and in what the caller gets back (a private copy)."""
+    api = InMemoryAPIServer()
+    node = _cm("a", {"app": "x"})
+    node["status"] = {
+        "conditions": [{"type": "Ready", "status": "False"}],
+        "capacity": {"cpu": "8"},
+    }
+    created = api.create(NODES, node)
+    version = created["metadata"]["resourceVersion"]
+    (before,) = list(api.watch(NODES, shared=True, timeout_seconds=0))
+    old = before.object
+    ready = {"conditions": [{"type": "Ready", "status": "True"}]}
+    written = api.patch(NODES, "a", {"status": ready}, subresource="status")
+    api.patch(NODES, "a", {"metadata": {"labels": {"app": "y"}}, "spec": {"unschedulable": True}})
+    assert old["status"]["conditions"] == [{"type": "Ready", "status": "False"}]
+    assert old["metadata"]["labels"] == {"app": "x"}
+    assert old["spec"] == {"providerID": "k"}
+    assert old["metadata"]["resourceVersion"] == version
+    # The caller's copy is its own: changing it changes nothing stored.
+    written["status"]["capacity"]["cpu"] = "1"
+    written["metadata"]["labels"]["app"] = "z"
+    current = api.get(NODES, "a")
+    assert current["status"] == {
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "capacity": {"cpu": "8"},
+    }
+    assert current["metadata"]["labels"] == {"app": "y"}
+    assert current["spec"] == {"providerID": "k", "unschedulable": True}
+    replay = list(api.watch(NODES, resource_version=version, timeout_seconds=0))
+    assert [e.object["status"]["conditions"][0]["status"] for e in replay] == ["True", "True"]
+    assert [e.object["metadata"]["labels"]["app"] for e in replay] == ["x", "y"]
+
+
+def test_a_no_op_merge_patch_keeps_the_resource_version() -> None:
+    api = InMemoryAPIServer()
+    created = api.create(NODES, _cm("a", {"app": "x"}))
+    same = api.patch(NODES, "a", {"metadata": {"labels": {"app": "x"}}})
+    assert same["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]

@@ -155,3 +155,35 @@ def test_a_bind_refused_for_a_stale_pod_is_tried_again_once_the_cache_catches_up
     sim.api.faults.remove(rule)
     sim.driver.advance(30)
     assert sim.node_of("web") == "n1"
+
+
+def test_status_writes_wake_no_reconcile_and_a_deletion_still_does(sim: Sim) -> None:
+    """Pod events are no work for the stand-in unless its queue would see them (its primary
+    resource is Nodes): the kubelet's and its own status writes do not reconcile it, while a
+    pod added or deleted does, deleted pods included (their room is free for the next)."""
+    calls: list[str] = []
+    reconcile = sim.scheduler.reconcile
+
+    def counted(key: str) -> object:
+        calls.append(key)
+        return reconcile(key)
+
+    sim.scheduler.reconcile = counted  # type: ignore[method-assign]
+    sim.node("only", cpu="2")
+    sim.pod("a-first", cpu="2")
+    sim.settle()
+    assert sim.node_of("a-first") == "only"
+    calls.clear()
+    ready = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    sim.api.patch(PODS, "a-first", {"status": ready}, NAMESPACE, subresource="status")
+    sim.settle()
+    assert calls == []
+    sim.pod("b-second", cpu="2")
+    sim.settle()
+    assert calls  # a new pod is an event
+    assert sim.node_of("b-second") is None
+    calls.clear()
+    sim.api.delete(PODS, "a-first", NAMESPACE, grace_period_seconds=0)
+    sim.settle()
+    assert calls
+    assert sim.node_of("b-second") == "only"

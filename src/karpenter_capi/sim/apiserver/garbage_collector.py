@@ -22,7 +22,7 @@ from typing import Any
 
 from karpenter_capi.core.kube.client import PropagationPolicy, WatchEventType
 from karpenter_capi.sim.apiserver.engine import FOREGROUND_FINALIZER, ORPHAN_FINALIZER
-from karpenter_capi.sim.apiserver.store import Table, key_of
+from karpenter_capi.sim.apiserver.store import Table, key_of, same_owners
 from karpenter_capi.sim.apiserver.write_hook import WriteHook
 
 JsonObject = dict[str, Any]
@@ -39,8 +39,9 @@ class GarbageCollector(WriteHook):
             for owner_uid in owner_uids(stored):
                 self._release_foreground_owner(owner_uid)
         elif event_type == "MODIFIED" and prev is not None:
-            for owner_uid in owner_uids(prev) - owner_uids(stored):
-                self._release_foreground_owner(owner_uid)
+            if not same_owners(prev, stored):
+                for owner_uid in owner_uids(prev) - owner_uids(stored):
+                    self._release_foreground_owner(owner_uid)
             self._propagate(stored, prev)
 
     def _propagate(self, stored: JsonObject, prev: JsonObject) -> None:

@@ -476,7 +476,10 @@ class InMemoryAPIServer:
                 )
                 return write_scale(self._engine, definition, table, stored, patched_scale)
             patched = apply_patch(
-                self._present(stored, resource), patch, patch_type, definition.kind
+                self._patch_base(definition, resource, stored, patch_type),
+                patch,
+                patch_type,
+                definition.kind,
             )
             patched_meta = patched.get("metadata") or {}
             if patched_meta.get("name") != name:
@@ -494,6 +497,21 @@ class InMemoryAPIServer:
                 warnings=warnings,
             )
             return self._present(written, resource)
+
+    def _patch_base(
+        self,
+        definition: ResourceDefinition,
+        resource: Resource,
+        stored: JsonObject,
+        patch_type: PatchType,
+    ) -> JsonObject:
+        """What a patch is applied to. A merge patch of a built-in kind: the stored object
+        itself (``merge_patch`` copies what it changes; no later step of a built-in kind's
+        update edits in place; stored objects are never mutated). Else a private copy (JSON
+        patches edit in place; custom resources are pruned and defaulted in place)."""
+        if patch_type == PatchType.MERGE and not definition.custom:
+            return self._engine.present_shared(resource, stored)
+        return self._present(stored, resource)
 
     def _check_fields(
         self,

@@ -46,6 +46,13 @@ def _owner_uids(obj: JsonObject | None) -> set[str]:
     return {str(ref.get("uid")) for ref in refs if ref.get("uid")}
 
 
+def same_owners(before: JsonObject, after: JsonObject) -> bool:
+    """Whether two versions of an object carry the very same ownerReferences list: a write
+    that does not touch them (a status write, most patches) keeps the stored list itself."""
+    refs = (before.get("metadata") or {}).get("ownerReferences")
+    return refs is not None and refs is (after.get("metadata") or {}).get("ownerReferences")
+
+
 @dataclass
 class Table:
     """The objects of one resource (all versions share it), and their event log."""
@@ -182,6 +189,8 @@ class Store:
     def _reindex_owners(
         self, ref: TableRef, before: JsonObject | None, after: JsonObject | None
     ) -> None:
+        if before is not None and after is not None and same_owners(before, after):
+            return
         old, new = _owner_uids(before), _owner_uids(after)
         for uid in old - new:
             holders = self.dependents.get(uid)

@@ -126,7 +126,10 @@ class SimScheduler:
     """
 
     name = "sim.kube-scheduler"
-    primary: Resource = PODS
+    primary: Resource = NODES
+    """Nodes, not pods: a primary event enqueues its object's key, and most pod events (the
+    kubelet's status writes, this scheduler's own ``PodScheduled`` writes) are no scheduling
+    event; ``_on_pod`` enqueues ``CYCLE_KEY`` for those that are. A node's events all are."""
     primary_cluster = WORKLOAD
 
     def __init__(self, client: KubeClient, caches: Caches, clock: Clock, *, seed: int = 0) -> None:
@@ -137,6 +140,7 @@ class SimScheduler:
         self._dirty = True
         self._assumed: dict[str, tuple[str, str]] = {}  # pod key -> (uid, node)
         self._seen: dict[str, JsonObject] = {}  # pod key -> the pod as a cycle would see it
+        self._seen_at: dict[str, str] = {}  # pod key -> the resourceVersion it was seen at
         self._queue = SchedulingQueue()
         # Events not yet put to the queue: a node, or (pod key, before, after; None when
         # absent). Appended by the informers' threads, drained under the lock by a cycle, so
@@ -162,24 +166,39 @@ class SimScheduler:
     def _on_node(self, node: JsonObject) -> Iterable[Key]:
         self._events.append(node)
         self._dirty = True
-        return (CYCLE_KEY,)
+        return ()  # the node's own key is enqueued as the primary event
 
     def _on_pod(self, pod: JsonObject) -> Iterable[Key]:
         # A change kube-scheduler's queue ignores (status, the nomination included) is no
-        # event: no cycle for that.
-        key, seen = object_key(pod), _scheduling_view(pod)
+        # event: no cycle for that. Called on the informer's thread, which alone writes
+        # ``_seen``; the cache moves before the handlers are told, so a pod it no longer has
+        # was deleted (an update's old side is still there, as its new one).
+        key = object_key(pod)
         before = self._seen.get(key)
-        if before != seen:
-            self._seen[key] = seen
-            self._events.append((key, before, seen))
-            self._dirty = True  # the pod's own key is enqueued as the primary event
-        return ()
+        if self.caches.store(PODS).get(key) is None:
+            if key not in self._seen:
+                return ()
+            del self._seen[key]
+            self._seen_at.pop(key, None)
+            self._events.append((key, before, None))  # deleted
+            self._dirty = True
+            return (CYCLE_KEY,)
+        # One resourceVersion is one content: the old side of an update was seen already.
+        version = metadata(pod).get("resourceVersion")
+        if version and self._seen_at.get(key) == version:
+            return ()
+        seen = _scheduling_view(pod)
+        if version:
+            self._seen_at[key] = version
+        if before == seen:
+            return ()
+        self._seen[key] = seen
+        self._events.append((key, before, seen))
+        self._dirty = True
+        return (CYCLE_KEY,)
 
     def reconcile(self, key: Key) -> Result:
         with self._lock:
-            if key in self._seen and self.caches.store(PODS).get(key) is None:
-                self._events.append((key, self._seen.pop(key), None))  # deleted
-                self._dirty = True
             now = self.clock.monotonic()
             if self._queue.flush(now):
                 self._dirty = True
