@@ -107,10 +107,10 @@ def decode(data: bytes) -> object:
 
 
 def _parse_event(line: bytes) -> WatchEvent | None:
-    line = line.strip()
-    if not line:
+    # JSON allows whitespace around a value, so the line goes to orjson unstripped (no copy).
+    if not line or line.isspace():
         return None
-    raw = decode(line)
+    raw = orjson.loads(line)
     if not isinstance(raw, dict):
         raise ValueError("a watch event that is not a JSON object")
     event_type = raw.get("type")
