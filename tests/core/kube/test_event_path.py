@@ -17,7 +17,7 @@ import pytest
 
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube._handlers import EventHandler, HandlerSet
-from karpenter_capi.core.kube._official_wire import _parse_event
+from karpenter_capi.core.kube._official_wire import OfficialWatch, _parse_event
 from karpenter_capi.core.kube.cache import Store
 from karpenter_capi.core.kube.client import KubeClient, WatchEvent
 from karpenter_capi.core.kube.indexes import (
@@ -246,3 +246,31 @@ def test_a_wake_hears_every_add_and_update_with_the_new_object() -> None:
     apply(pods, "ADDED", pod("a", "1"))
     apply(pods, "MODIFIED", pod("a", "2", phase="Running"))
     assert wakes == [1.0, 2.0]
+
+
+class _Chunked:
+    """A chunked response as ``OfficialWatch`` reads it."""
+
+    chunked = True
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self._chunks = chunks
+
+    def read_chunked(self, decode_content: bool) -> Iterator[bytes]:
+        yield from self._chunks
+
+    def close(self) -> None:
+        pass
+
+    def release_conn(self) -> None:
+        pass
+
+
+def test_a_watch_reads_whole_event_chunks_and_split_ones_alike() -> None:
+    def line(name: str) -> bytes:
+        return b'{"type":"ADDED","object":{"metadata":{"name":"%s"}}}\n' % name.encode()
+
+    chunks = [line("a"), b"", line("b") + line("c")[:9], line("c")[9:], line("d"), b"\n"]
+    chunks += [line("e")[:-1]]  # the stream ends without the last newline
+    watch = OfficialWatch(cast(Any, _Chunked(chunks)))
+    assert [event.object["metadata"]["name"] for event in watch] == ["a", "b", "c", "d", "e"]
