@@ -28,30 +28,51 @@ class EventHandler(Generic[T]):
 
 
 class HandlerSet(Generic[T]):
-    """The handlers of one informer (``name`` in the log), called on the caller's thread."""
+    """The handlers of one informer (``name`` in the log), called on the caller's thread.
+
+    ``notify`` runs for every watch event, so the callbacks of each kind are kept as a tuple,
+    rebuilt when a handler is added: an event walks only the handlers that have a callback
+    for it, without copying the list or looking the callback up.
+    """
 
     def __init__(self, name: str) -> None:
         self.name = name
         self._handlers: list[EventHandler[T]] = []
+        self._on_add: tuple[tuple[EventHandler[T], Callable[[T], None]], ...] = ()
+        self._on_update: tuple[tuple[EventHandler[T], Callable[[T, T], None]], ...] = ()
+        self._on_delete: tuple[tuple[EventHandler[T], Callable[[T], None]], ...] = ()
 
     def add(self, handler: EventHandler[T], *, replay: Iterable[T] = ()) -> None:
         """Register ``handler``; ``replay`` are objects its ``on_add`` hears about first."""
         self._handlers.append(handler)
         if handler.on_add is not None:
+            self._on_add = (*self._on_add, (handler, handler.on_add))
+        if handler.on_update is not None:
+            self._on_update = (*self._on_update, (handler, handler.on_update))
+        if handler.on_delete is not None:
+            self._on_delete = (*self._on_delete, (handler, handler.on_delete))
+        if handler.on_add is not None:
             for obj in replay:
                 self._call(handler, "on_add", handler.on_add, obj)
 
     def notify(self, old: T | None, new: T | None, *, final: T | None = None) -> None:
-        for handler in list(self._handlers):
-            if new is None:
-                if handler.on_delete is not None and old is not None:
-                    gone = final if final is not None else old
-                    self._call(handler, "on_delete", handler.on_delete, gone)
-            elif old is None:
-                if handler.on_add is not None:
-                    self._call(handler, "on_add", handler.on_add, new)
-            elif handler.on_update is not None:
-                self._call(handler, "on_update", handler.on_update, old, new)
+        if new is None:
+            if old is not None:
+                gone = final if final is not None else old
+                for handler, on_delete in self._on_delete:
+                    self._call(handler, "on_delete", on_delete, gone)
+        elif old is None:
+            for handler, on_add in self._on_add:
+                try:
+                    on_add(new)
+                except Exception:
+                    _log.exception("%s: %s handler %r raised", self.name, "on_add", handler)
+        else:
+            for handler, on_update in self._on_update:
+                try:
+                    on_update(old, new)
+                except Exception:
+                    _log.exception("%s: %s handler %r raised", self.name, "on_update", handler)
 
     def _call(self, handler: EventHandler[T], which: str, func: Any, *args: T) -> None:
         try:

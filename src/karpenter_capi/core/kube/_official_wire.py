@@ -39,6 +39,13 @@ class OfficialWatch:
         pending = b""
         try:
             for chunk in self._chunks():
+                if not pending and chunk.find(b"\n") == len(chunk) - 1:
+                    # The usual chunk: one whole event (an API server flushes each), parsed
+                    # as it came, without the copy and lists of the split below.
+                    event = _parse_event(chunk)
+                    if event is not None:
+                        yield event
+                    continue
                 pending += chunk
                 # A chunk may hold several events, or end in the middle of one.
                 *lines, pending = pending.split(b"\n")
@@ -107,10 +114,10 @@ def decode(data: bytes) -> object:
 
 
 def _parse_event(line: bytes) -> WatchEvent | None:
-    line = line.strip()
-    if not line:
+    # JSON allows whitespace around a value, so the line goes to orjson unstripped (no copy).
+    if not line or line.isspace():
         return None
-    raw = decode(line)
+    raw = orjson.loads(line)
     if not isinstance(raw, dict):
         raise ValueError("a watch event that is not a JSON object")
     event_type = raw.get("type")

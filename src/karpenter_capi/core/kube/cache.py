@@ -26,6 +26,9 @@ IndexFunc = Callable[[T], list[str]]
 
 _log = logging.getLogger(__name__)
 
+_NO_VALUES: list[str] = []  # never mutated: what an object not in an index compares with
+_NO_METADATA: Mapping[str, Any] = {}
+
 
 def object_key(obj: Mapping[str, Any]) -> str:
     """The cache key of a raw object: ``namespace/name``, or ``name`` when cluster-scoped."""
@@ -35,6 +38,22 @@ def object_key(obj: Mapping[str, Any]) -> str:
         raise ValueError("object has no metadata.name")
     namespace = metadata.get("namespace")
     return f"{namespace}/{name}" if namespace else name
+
+
+def event_key_and_version(obj: Mapping[str, Any]) -> tuple[str | None, str]:
+    """A watch event object's key and resourceVersion, read in one look at its metadata for
+    every event an informer applies. The key is ``None`` unless the metadata is a dict with a
+    non-empty string name (then ``object_key`` says what is wrong); the resourceVersion is
+    ``""`` when absent. Metadata that is not a mapping raises ``AttributeError``."""
+    metadata = obj.get("metadata", _NO_METADATA)
+    rv = metadata.get("resourceVersion", "")
+    if type(rv) is not str:
+        rv = str(rv)
+    name = metadata.get("name") if type(metadata) is dict else None
+    if type(name) is not str or not name:
+        return None, rv
+    namespace = metadata.get("namespace")
+    return (f"{namespace}/{name}" if namespace else name), rv
 
 
 def make_key(name: str, namespace: str | None = None) -> str:
@@ -180,10 +199,19 @@ class Store(Generic[T]):
                     self._index_one(name, key, obj)
                 return old
             # Most updates (a pod's status, a NodeClaim's conditions) leave every indexed value
-            # as it was: the buckets are touched only for an index whose values changed.
-            for name, by_key in self._indexed_values.items():
-                values = self._values_of(name, key, obj)
-                if values != by_key.get(key, []):
+            # as it was: the buckets are touched only for an index whose values changed. This
+            # runs for every watch event, so the common case (an index function returning a
+            # list of at most one value, as all of ``indexes``' do) is spelled out inline.
+            indexed = self._indexed_values
+            for name, func in self._indexers.items():
+                try:
+                    values = func(obj)
+                    if type(values) is not list or len(values) > 1:
+                        values = list(dict.fromkeys(values))
+                except Exception:
+                    values = self._values_of(name, key, obj)  # logs, indexes nothing
+                by_key = indexed[name]
+                if values != by_key.get(key, _NO_VALUES):
                     self._unindex_one(name, key)
                     self._store_values(name, key, values)
             return old
@@ -214,7 +242,11 @@ class Store(Generic[T]):
 
     def _values_of(self, name: str, key: str, obj: T) -> builtins.list[str]:
         try:
-            return list(dict.fromkeys(self._indexers[name](obj)))
+            values = self._indexers[name](obj)
+            # Duplicates dropped, order kept; a list of one value (the usual) is taken as is.
+            if type(values) is not list or len(values) > 1:
+                values = list(dict.fromkeys(values))
+            return values
         except Exception:
             # A malformed object must not take the cache down: it is simply not indexed.
             _log.warning("index %r failed for %s; object left out of it", name, key, exc_info=True)

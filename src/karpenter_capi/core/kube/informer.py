@@ -43,7 +43,7 @@ from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.kube._handlers import EventHandler, HandlerSet
 from karpenter_capi.core.kube._outage import OutageLog
 from karpenter_capi.core.kube.backoff import RECONNECT_MAX, Backoff
-from karpenter_capi.core.kube.cache import IndexFunc, Store, object_key
+from karpenter_capi.core.kube.cache import IndexFunc, Store, event_key_and_version, object_key
 from karpenter_capi.core.kube.client import JsonObject, KubeClient, WatchEvent, WatchStream
 from karpenter_capi.core.kube.errors import ApiError, Gone, error_from_status, unreachable
 from karpenter_capi.core.kube.resources import Resource
@@ -487,28 +487,29 @@ class Informer(Generic[T]):
 
     def _apply(self, event: WatchEvent) -> bool:
         """Apply one event; False for a bookmark, which only moves the resume point."""
-        if event.type == "ERROR":
+        kind = event.type
+        if kind == "ERROR":
             # 410 comes out as Gone (relist); anything else backs off and resumes.
             raise error_from_status(event.object)
-        rv = event.resource_version
-        if event.type == "BOOKMARK":
+        raw: Any = event.object
+        key, rv = event_key_and_version(raw)
+        if kind == "BOOKMARK":
             self._advance(rv)
             return False
-        key = self._key_or_none(event.object)
-        if key is None:
+        if key is None and (key := self._key_or_none(raw)) is None:
             self._advance(rv)
             return True
         with self._dispatch_lock:
             # Cache and resume point move first, so handlers observe a consistent informer.
-            if event.type == "DELETED":
+            if kind == "DELETED":
                 old = self._store.delete(key)
                 self._versions.pop(key, None)
                 self._advance(rv)
                 if old is not None:
-                    final = self._transform_or_none(event.object, key)
+                    final = self._transform_or_none(raw, key)
                     self._handlers.notify(old, None, final=final)
             elif self._versions.get(key) != rv:
-                new = self._transform_or_none(event.object, key)
+                new = raw if self._transform is _identity else self._transform_or_none(raw, key)
                 self._advance(rv)
                 if new is not None:
                     old = self._store.upsert(key, new)

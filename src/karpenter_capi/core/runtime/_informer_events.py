@@ -8,7 +8,7 @@ running; the handlers are what every informer event goes through.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from karpenter_capi.core.kube.client import JsonObject
@@ -46,7 +46,10 @@ def wake_on_events(
         if at is not None and entry.wake is not None:
             entry.wake(at)
 
-    informer.add_handler(on_add=on_event, on_update=lambda _old, new: on_event(new))
+    def on_update(_old: JsonObject, new: JsonObject) -> None:
+        on_event(new)
+
+    informer.add_handler(on_add=on_event, on_update=on_update)
 
 
 def enqueue_on_events(
@@ -65,13 +68,18 @@ def enqueue_on_events(
     one per object the controller ever saw.
     """
 
-    def keys_of(obj: JsonObject) -> list[Key]:
+    to_keys = watch.to_keys
+
+    def keys_of(obj: JsonObject) -> Sequence[Key]:
         try:
-            return list(watch.to_keys(obj))
+            keys = to_keys(obj)
+            # Most events map to no key or one, returned as a tuple or list: used as is. A
+            # generator is drawn here, so its failure is caught like the mapping's.
+            return keys if type(keys) is tuple or type(keys) is list else list(keys)
         except Exception:
             # One bad mapping must not hide the other side of an update from the controller.
             _log.exception("%s: mapping a %s event to keys failed", controller, watch.resource.kind)
-            return []
+            return ()
 
     def enqueue(obj: JsonObject) -> None:
         for key in keys_of(obj):
@@ -85,7 +93,16 @@ def enqueue_on_events(
 
     def on_update(old: JsonObject, new: JsonObject) -> None:
         # Both sides: a pod moving from ConfigMap a to b must wake a (lost one) and b (got one).
-        enqueue(old)
-        enqueue(new)
+        # Both are mapped before either is queued, and a key of both is queued once: the
+        # second add of a key still queued would change nothing.
+        before = keys_of(old)
+        after = keys_of(new)
+        for key in before:
+            queue.add(key)
+        if after:
+            seen = before if len(before) < 8 else set(before)
+            for key in after:
+                if key not in seen:
+                    queue.add(key)
 
     informer.add_handler(on_add=enqueue, on_update=on_update, on_delete=on_delete)
