@@ -370,27 +370,38 @@ def test_a_driver_stopped_from_its_own_reconcile_does_not_wait_for_it(pool: Work
     assert pool.members == []
 
 
-def test_a_decision_runs_while_every_shared_worker_is_busy() -> None:
-    # At a fleet's burst every shared worker may be inside another cluster's reconcile
-    # (waiting on its API server): a closed batch window must not wait for one of them to end.
-    # The urgent-only worker takes the decision, and nothing else.
-    order: list[str] = []
-    entered, release = threading.Event(), threading.Event()
+@dataclass
+class Decides(Scripted):
+    """A scripted controller the pool treats as a scale-up decision."""
 
-    @dataclass
-    class Decides(Scripted):
-        latency_sensitive: bool = True
+    latency_sensitive: bool = True
 
-    def behaviour(cluster: str) -> Callable[[Key, int], Result]:
+
+class HeldFirst:
+    """Reconciles that log their cluster in ``order``; cluster a's first one is held until
+    ``release`` (``entered`` says it began), keeping a worker busy."""
+
+    def __init__(self) -> None:
+        self.order: list[str] = []
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def behaviour(self, cluster: str) -> Callable[[Key, int], Result]:
         def reconcile(key: Key, call: int) -> Result:
-            order.append(cluster)
-            if cluster == "a":
-                entered.set()
-                release.wait(WAIT)
+            self.order.append(cluster)
+            if cluster == "a" and call == 1:
+                self.entered.set()
+                self.release.wait(WAIT)
             return DONE
 
         return reconcile
 
+
+def test_a_decision_runs_while_every_shared_worker_is_busy() -> None:
+    # At a fleet's burst every shared worker may be inside another cluster's reconcile
+    # (waiting on its API server): a closed batch window must not wait for one of them to end.
+    # The urgent-only worker takes the decision, and nothing else.
+    held = HeldFirst()
+    order, entered, release, behaviour = held.order, held.entered, held.release, held.behaviour
     with WorkerPool(1, urgent_workers=1) as pool:
         a = Cluster("a", pool, Scripted(SystemClock(), behaviour=behaviour("a"))).start()
         b = Cluster("b", pool, Scripted(SystemClock(), behaviour=behaviour("b"))).start()
@@ -413,23 +424,8 @@ def test_a_latency_sensitive_controller_goes_before_other_clusters_backlogs() ->
     # A scale-up decision waits on a pod; a status write or a launch check can wait a moment.
     # Across clusters, a due decision takes the next free worker, ahead of every other
     # cluster's queued work (which then goes on in turn).
-    order: list[str] = []
-    entered, release = threading.Event(), threading.Event()
-
-    @dataclass
-    class Decides(Scripted):
-        latency_sensitive: bool = True
-
-    def behaviour(cluster: str) -> Callable[[Key, int], Result]:
-        def reconcile(key: Key, call: int) -> Result:
-            order.append(cluster)
-            if cluster == "a" and call == 1:
-                entered.set()
-                release.wait(WAIT)
-            return DONE
-
-        return reconcile
-
+    held = HeldFirst()
+    order, entered, release, behaviour = held.order, held.entered, held.release, held.behaviour
     with WorkerPool(1) as pool:
         a = Cluster("a", pool, Scripted(SystemClock(), behaviour=behaviour("a"))).start()
         b = Cluster("b", pool, Scripted(SystemClock(), behaviour=behaviour("b"))).start()
