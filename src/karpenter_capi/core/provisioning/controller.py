@@ -278,8 +278,7 @@ class ProvisioningController:
             return Result(requeue_after=self.interval)
         self._idle_stamp = None
         snapshot = self._snapshot()
-        pending = self._provisioner.pending_pods(snapshot)
-        keys = self._provisioner.pending_keys
+        pending, keys = self._provisioner.pending(snapshot)
         # The pods of a node going away with nothing replacing it open a window too.
         self._batcher.observe([*keys, *map(pod_key, unreplaced_pods(snapshot))])
         # What the round saw: read only when pods are pending or a round runs (a look that

@@ -149,8 +149,6 @@ class Provisioner:
         # id(pod) -> (that pod, its key if provisionable, else None), for ``pending_pods``; the
         # pod is kept so its id cannot be taken by another object.
         self._provisionable: dict[int, tuple[Mapping[str, Any], str | None]] = {}
-        self.pending_keys: list[str] = []
-        """``pod_key`` of each pod the last ``pending_pods`` returned, in its order."""
 
     def _level(self, topic: str, value: Hashable) -> int:
         """INFO when ``value`` differs from what ``topic`` said last round, else DEBUG."""
@@ -174,9 +172,14 @@ class Provisioner:
         return None if (planned := self._planned) is None else dict(planned)
 
     def pending_pods(self, snapshot: ClusterSnapshot) -> list[Mapping[str, Any]]:
-        """The provisionable pods, in the snapshot's order. Asked at every look of a changed
-        cluster (twice a second through a scale-up): each pod's answer is kept while the
-        snapshot holds that very object, which the caches replace on each new version."""
+        """The provisionable pods, in the snapshot's order (``pending``'s first half)."""
+        return self.pending(snapshot)[0]
+
+    def pending(self, snapshot: ClusterSnapshot) -> tuple[list[Mapping[str, Any]], list[str]]:
+        """The provisionable pods, in the snapshot's order, and their ``pod_key``s. Asked at
+        every look of a changed cluster (twice a second through a scale-up): each pod's answer
+        is kept while the snapshot holds that very object, which the caches replace on each
+        new version."""
         known = self._provisionable
         kept: dict[int, tuple[Mapping[str, Any], str | None]] = {}
         pending, keys = [], []
@@ -189,8 +192,7 @@ class Provisioner:
                 pending.append(pod)
                 keys.append(entry[1])
         self._provisionable = kept
-        self.pending_keys = keys
-        return pending
+        return pending, keys
 
     def reconcile(self, snapshot: ClusterSnapshot | None = None) -> ProvisioningReport:
         """One round over ``snapshot`` (read from the API when not given)."""

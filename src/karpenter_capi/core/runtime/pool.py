@@ -453,9 +453,7 @@ class WorkerPool:
         """A due latency-sensitive slot, clusters in turn (the one served goes to the back),
         for a shared worker or (not ``shared``) an urgent-only one."""
         for turn, member in sorted(self._ready, key=lambda entry: entry[0]):
-            if not member.ready or turn != member.turn:
-                continue
-            if not self._may_run_locked(member, shared):
+            if not member.ready or turn != member.turn or not self._may_run_locked(member, shared):
                 continue
             for slot in member.pending:
                 if slot.urgent and slot.in_flight < slot.limit:
