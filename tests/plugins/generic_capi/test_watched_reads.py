@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from karpenter_capi.core.kube import MACHINE_DEPLOYMENTS, Conflict, Resource
+import pytest
+
+from karpenter_capi.core.kube import MACHINE_DEPLOYMENTS, MACHINE_SETS, Conflict, Resource
 from karpenter_capi.plugins.generic_capi.drift import REASON_VERSION
 from tests.plugins.generic_capi.env import CountingClient, Env, new_env
 from tests.plugins.generic_capi.lagging import LaggingApi
@@ -82,10 +84,14 @@ def settle(env: Env, api: LaggingApi, names: list[str], rounds: int = 10) -> Non
     raise AssertionError(f"not launched: {[n for n in names if not env.provider_id(n)]}")
 
 
+@pytest.mark.parametrize("kind", ["MachineDeployment", "MachineSet"])
 def test_a_launch_and_its_drift_check_read_no_capi_object_once_the_mirrors_are_warm(
-    env: Env,
+    env: Env, kind: str
 ) -> None:
-    env.deployment("md-a")
+    if kind == "MachineDeployment":
+        env.deployment("md-a")
+    else:
+        env.machine_set("ms-a")
     api, client = watched(env)
     env.nodeclaim("nc-000")
     settle(env, api, ["nc-000"])
@@ -96,7 +102,10 @@ def test_a_launch_and_its_drift_check_read_no_capi_object_once_the_mirrors_are_w
     settle(env, api, ["nc-001"])
     assert drifted(env, "nc-001") is None
     assert client.capi_gets() == {}
-    assert env.replicas("md-a") == 2
+    if kind == "MachineDeployment":
+        assert env.replicas("md-a") == 2
+    else:
+        assert env.replicas("ms-a", env.res(MACHINE_SETS)) == 2
     assert sorted(env.bindings()) == ["nc-000", "nc-001"]
 
 
