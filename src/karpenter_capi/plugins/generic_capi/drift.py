@@ -17,6 +17,12 @@ standalone MachineSet or a MachinePool changes its template in place; there the 
 machine's and bootstrap config's ``cluster.x-k8s.io/cloned-from-name`` annotations say which
 template made them.
 
+Where the plugin's mirrors follow watches (a real API server), the Machine, its resource and its
+MachineSet are read from them (``ClusterMirrors``), not fetched for every check: a template change
+shows once its watch event arrives. Drift is checked again at every disruption pass, so that lag
+only delays a verdict, as upstream Karpenter's cached reads do. What a copy does not hold is
+fetched.
+
 Who replaces drifted Machines is the NodeClass's choice, annotation
 ``karpenter.cluster.x-k8s.io/drift-remediation`` (or plugin option
 ``generic_capi.drift_remediation``):
@@ -49,12 +55,14 @@ from karpenter_capi.plugin_api.kube import (
     NotFound,
 )
 from karpenter_capi.plugins.generic_capi.binding import (
+    ClaimFacts,
     MachineFacts,
     claim_facts,
     machine_facts,
 )
 from karpenter_capi.plugins.generic_capi.instances import MachineCache
 from karpenter_capi.plugins.generic_capi.inventory import raw_nodeclass
+from karpenter_capi.plugins.generic_capi.mirror import ClusterMirrors
 from karpenter_capi.plugins.generic_capi.scaling import (
     ANNOTATION_REVISION,
     STRATEGY_ON_DELETE,
@@ -182,11 +190,18 @@ def compare_templates(
 class DriftDetector:
     """The ``karpenter_capi_is_drifted`` logic for one management cluster."""
 
-    def __init__(self, ctx: PluginContext, capi: CapiResources, cache: MachineCache) -> None:
+    def __init__(
+        self,
+        ctx: PluginContext,
+        capi: CapiResources,
+        cache: MachineCache,
+        mirrors: ClusterMirrors | None = None,
+    ) -> None:
         self._ctx = ctx
         self._client: KubeClient = ctx.management
         self._capi = capi
         self._cache = cache
+        self._mirrors = mirrors if mirrors is not None and mirrors.watched else None
 
     def is_drifted(self, nodeclaim: NodeClaim, nodeclass: NodeClass) -> str | None:
         if remediation(nodeclass, self._ctx.options) != REMEDIATION_KARPENTER:
@@ -194,9 +209,7 @@ class DriftDetector:
         claim = claim_facts(nodeclaim)
         machine: MachineFacts | None = None
         if claim.machine_ref is not None:
-            namespace, name = claim.machine_ref
-            raw = self._get_raw(self._capi.machines, namespace, name)
-            machine = machine_facts(raw) if raw is not None else None
+            machine = self._machine(claim, *claim.machine_ref)
             if machine is not None:
                 self._cache.observe(machine)
         elif claim.provider_id:
@@ -206,7 +219,9 @@ class DriftDetector:
         owner = owner_of(machine)
         if owner is None:
             return None
-        resource = self._get_raw(owner.resource(self._capi), owner.namespace, owner.name)
+        resource = self._mirrors.scalable(owner) if self._mirrors is not None else None
+        if resource is None:
+            resource = self._get_raw(owner.resource(self._capi), owner.namespace, owner.name)
         if resource is None:
             return None
         try:
@@ -223,9 +238,11 @@ class DriftDetector:
         machine_spec = machine.raw.get("spec") or {}
         wanted = _template_spec(deployment)
         set_name = machine.labels.get(SET_NAME_LABEL, "")
-        machine_set = (
-            self._get_raw(self._capi.machine_sets, owner.namespace, set_name) if set_name else None
-        )
+        machine_set = None
+        if set_name and self._mirrors is not None:
+            machine_set = self._mirrors.machine_set(owner.namespace, set_name)
+        if set_name and machine_set is None:
+            machine_set = self._get_raw(self._capi.machine_sets, owner.namespace, set_name)
         if machine_set is None:
             return compare_templates(machine_spec, machine_spec, wanted)
         reason = compare_templates(machine_spec, _template_spec(machine_set), wanted)
@@ -236,6 +253,18 @@ class DriftDetector:
         if ms_revision is not None and md_revision is not None and ms_revision < md_revision:
             return REASON_MACHINE_SET
         return None
+
+    def _machine(self, claim: ClaimFacts, namespace: str, name: str) -> MachineFacts | None:
+        """The NodeClaim's recorded Machine: from the mirror of the resource it waits on when
+        that mirror holds it (a moment's lag only delays a verdict: drift is checked again),
+        else from the API."""
+        ref = ResourceRef.parse(claim.intent) if claim.intent else None
+        if self._mirrors is not None and ref is not None:
+            held = self._mirrors.machine(ref, namespace, name)
+            if held is not None:
+                return held
+        raw = self._get_raw(self._capi.machines, namespace, name)
+        return machine_facts(raw) if raw is not None else None
 
     def _template_drift(self, machine: MachineFacts, resource: Mapping[str, Any]) -> str | None:
         spec = machine.raw.get("spec") or {}

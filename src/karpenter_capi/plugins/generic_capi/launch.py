@@ -436,6 +436,7 @@ class Launcher:
         try:
             scale(self._client, self._capi, state, plan.target)
         except Conflict:
+            self._reads.conflicted(state.ref)
             return None
         self._inflight.covered(state.ref.key, counted)
         log.info(
@@ -508,6 +509,7 @@ class Launcher:
             try:
                 scale(self._client, self._capi, state, state.replicas - 1)
             except Conflict:
+                self._reads.conflicted(state.ref)
                 state = self._reads.read_state(state.ref)
                 continue
             log.info(

@@ -6,10 +6,21 @@ API, the member-Machine cache or the cluster's mirrors (``mirror``), never from 
 call decided (the ``launch`` module docstring: each call takes one step from durable state).
 The one thing it adds to what the API shows is ``inflight``: the intents this process sent that
 the API does not show yet.
+
+Where the mirrors follow watches (``ClusterMirrors.watched``: a real API server), the resource a
+launch scales and the Machine a NodeClaim is bound to come from them too, not from a ``GET`` per
+call (issue 28). The copies show this process's own writes (the barrier), so a launch decides
+from the replicas its own last scale wrote; another actor's write may not show yet, and then the
+scale, whose precondition is the copy's resourceVersion, answers 409: ``conflicted`` makes the
+next read of that resource a ``GET`` (the copy takes the answer), and the launch decides again,
+as after a 409 on a live read. So the launches are those of live reads. What the copies do not
+hold, or a recorded Machine they do not show bound and alive, is asked of the API: a resource
+is gone, and a recorded Machine lost, only on the API's word.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -32,7 +43,12 @@ from karpenter_capi.plugins.generic_capi.inventory import (
 from karpenter_capi.plugins.generic_capi.just_selected import JustSelected
 from karpenter_capi.plugins.generic_capi.mirror import ClusterMirrors, WaitingClaims
 from karpenter_capi.plugins.generic_capi.planning import Candidate
-from karpenter_capi.plugins.generic_capi.scaling import ResourceRef, ResourceState, read_state
+from karpenter_capi.plugins.generic_capi.scaling import (
+    ResourceRef,
+    ResourceState,
+    owner_of,
+    read_state,
+)
 
 InventoryOf = Callable[[NodeClass], Inventory]
 """The resources behind a NodeClass's offerings (default: the ones its selector matches)."""
@@ -60,6 +76,9 @@ class LaunchReads:
         self._capi = capi
         self._cache = cache
         self._mirrors = mirrors
+        self._lock = threading.Lock()
+        self._conflicted: set[str] = set()
+        """Resources whose copy a write found stale (``conflicted``)."""
 
     def on(self, waiting: WaitingClaims, ref: ResourceRef) -> list[ClaimFacts]:
         """The NodeClaims that may wait on ``ref``: as the API shows them, with the intents
@@ -82,21 +101,66 @@ class LaunchReads:
         return claims
 
     def read_state(self, ref: ResourceRef) -> ResourceState | None:
-        return read_state(self._client, self._capi, ref, self._mirrors.machines_of)
+        """``ref`` and its Machines as of now (module docstring: from the mirrors where they
+        follow watches, except right after a write to ``ref`` answered 409)."""
+        if not self._mirrors.watched:
+            return read_state(self._client, self._capi, ref, self._mirrors.machines_of)
+        with self._lock:
+            live = ref.key in self._conflicted
+            self._conflicted.discard(ref.key)
+        obj = None if live else self._mirrors.scalable(ref)
+        if obj is None:
+            # Not in the copy (made a moment ago by someone else, or gone), or the copy was
+            # just found stale: the API says, and the copy takes its answer.
+            try:
+                obj = self._client.get(ref.resource(self._capi), ref.name, ref.namespace)
+            except NotFound:
+                self._mirrors.saw_scalable(ref, None)
+                return None
+            self._mirrors.saw_scalable(ref, obj)
+        return ResourceState(ref, obj, self._mirrors.machines_of(ref))
+
+    def conflicted(self, ref: ResourceRef) -> None:
+        """A write to ``ref`` with the resourceVersion of its copy answered 409: the copy lags
+        someone else's write, so the next ``read_state`` of ``ref`` asks the API (retrying
+        on the same copy would fail the same way until the retries ran out)."""
+        if self._mirrors.watched:
+            with self._lock:
+                self._conflicted.add(ref.key)
 
     def find_binding(self, claim: ClaimFacts) -> tuple[MachineFacts | None, bool]:
         """The Machine bound to ``claim``, and whether a Machine it recorded was lost."""
         recorded = claim.machine_ref
         if recorded is not None:
-            machine = self._get_machine(*recorded)
+            machine = self._held(claim, *recorded) or self._get_machine(*recorded)
             if machine is not None and machine.bound_to(claim) and not machine.deleting:
                 return machine, False
             return None, True
         for cached in self._cache.bound_to(claim.name):
-            machine = self._get_machine(cached.namespace, cached.name)
+            machine = self._held(claim, cached.namespace, cached.name, owner_of(cached))
+            machine = machine or self._get_machine(cached.namespace, cached.name)
             if machine is not None and machine.bound_to(claim) and not machine.deleting:
                 return machine, False
         return None, False
+
+    def _held(
+        self, claim: ClaimFacts, namespace: str, name: str, owner: ResourceRef | None = None
+    ) -> MachineFacts | None:
+        """Machine ``namespace/name`` from the mirror of its resource's Machines (``owner``,
+        else the resource ``claim`` waits on) when that mirror shows it bound to ``claim`` and
+        not deleting: as a list made now would, and this process's binds included (the
+        barrier). Anything else (not held, not bound, deleting) is for the API to confirm:
+        only a ``GET`` may say a recorded Machine was lost."""
+        if not self._mirrors.watched:
+            return None
+        ref = owner or (ResourceRef.parse(claim.intent) if claim.intent else None)
+        if ref is None:
+            return None
+        machine = self._mirrors.machine(ref, namespace, name)
+        if machine is None or not machine.bound_to(claim) or machine.deleting:
+            return None
+        self._cache.observe(machine)
+        return machine
 
     def _get_machine(self, namespace: str, name: str) -> MachineFacts | None:
         try:

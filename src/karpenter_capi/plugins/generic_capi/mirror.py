@@ -27,6 +27,13 @@ made at that moment could have missed them too. When the watch has not caught up
 ``barrier_seconds``, when it ended, or when a write's resourceVersion is not an integer, the read
 lists afresh and the watch starts again from that list. A client without a write log gets a list
 on every read.
+
+``ClusterMirrors`` also holds, only where mirrors follow watches (``ClusterMirrors.watched``),
+one copy of every MachineDeployment, MachineSet and MachinePool: what launch scales and drift
+compares against, read from here instead of a ``GET`` per NodeClaim (issue 28). Such a copy
+may lag others' writes, which is safe where the write it leads to carries the resourceVersion
+as precondition (a 409, then a ``GET``: ``launch_reads``) or where a lag only delays a
+verdict (``drift``).
 """
 
 from __future__ import annotations
@@ -143,6 +150,12 @@ class Mirror(Generic[T]):
                 if value not in self._frozen:
                     self._frozen[value] = tuple(members[key] for key in sorted(members))
             return dict(self._frozen)
+
+    def find(self, key: str) -> T | None:
+        """Object ``key`` as of the moment of the call; ``None`` when the copy does not hold it."""
+        self._shared()
+        with self._lock:
+            return self._items.get(key)
 
     def saw(self, raw: JsonObject) -> T:
         """Take ``raw``, just read from the API, into the copy when it is newer than what the
@@ -343,6 +356,14 @@ class ClusterMirrors:
         )
         self._lock = threading.Lock()
         self._machines: dict[str, Mirror[MachineFacts]] = {}
+        self._kinds: dict[str, Mirror[JsonObject]] = {}
+        log = getattr(management, "write_log", None)
+        self.watched = not management.drains_zero_timeout_watch and isinstance(log, WriteLog)
+        """Whether the management cluster's mirrors follow watches (a client with a write log
+        that cannot drain one: the official client against a real API server). Only then does
+        a read from a mirror cost no request, so only then do ``scalable``, ``machine_set`` and
+        ``machine`` answer from mirrors; elsewhere every mirror read drains a watch, a request
+        as a ``GET`` is, and their callers ``GET``."""
 
     def claims(self) -> list[ClaimFacts]:
         """Every NodeClaim, as a list made now would show them."""
@@ -355,6 +376,14 @@ class ClusterMirrors:
 
     def machines_of(self, ref: ResourceRef) -> list[MachineFacts]:
         """The Machines of ``ref`` (its deployment-, set- or pool-name label), as of now."""
+        return self._machines_mirror(ref).read()
+
+    def machine(self, ref: ResourceRef, namespace: str, name: str) -> MachineFacts | None:
+        """Machine ``namespace/name`` from the mirror of ``ref``'s Machines, as of now;
+        ``None`` when that mirror does not hold it (not ``ref``'s, or gone: ask the API)."""
+        return self._machines_mirror(ref).find(f"{namespace}/{name}")
+
+    def _machines_mirror(self, ref: ResourceRef) -> Mirror[MachineFacts]:
         with self._lock:
             mirror = self._machines.get(ref.key)
             if mirror is None:
@@ -367,7 +396,41 @@ class ClusterMirrors:
                     barrier_seconds=self._barrier_seconds,
                 )
                 self._machines[ref.key] = mirror
-        return mirror.read()
+        return mirror
+
+    def scalable(self, ref: ResourceRef) -> JsonObject | None:
+        """Scalable resource ``ref`` as its kind's mirror holds it now (every object of the
+        kind, shared between calls: read-only); ``None`` when the mirror does not hold it."""
+        return self._kind(ref.resource(self._capi)).find(f"{ref.namespace}/{ref.name}")
+
+    def machine_set(self, namespace: str, name: str) -> JsonObject | None:
+        """MachineSet ``namespace/name`` as the MachineSets' mirror holds it now, or ``None``."""
+        return self._kind(self._capi.machine_sets).find(f"{namespace}/{name}")
+
+    def saw_scalable(self, ref: ResourceRef, raw: JsonObject | None) -> None:
+        """``ref`` just read from the API (``None``: it answered 404): its kind's mirror, if
+        any, takes the answer when newer (``Mirror.saw``, ``Mirror.gone``)."""
+        with self._lock:
+            mirror = self._kinds.get(ref.resource(self._capi).group_resource)
+        if mirror is None:
+            return
+        if raw is None:
+            mirror.gone(f"{ref.namespace}/{ref.name}")
+        else:
+            mirror.saw(raw)
+
+    def _kind(self, resource: Resource) -> Mirror[JsonObject]:
+        with self._lock:
+            mirror = self._kinds.get(resource.group_resource)
+            if mirror is None:
+                mirror = Mirror(
+                    self._management,
+                    resource,
+                    _as_listed,
+                    barrier_seconds=self._barrier_seconds,
+                )
+                self._kinds[resource.group_resource] = mirror
+        return mirror
 
     def saw_machine(self, ref: ResourceRef, raw: JsonObject) -> MachineFacts:
         """A Machine of ``ref`` just read from the API (after a 409): the mirror of ``ref``'s
@@ -396,9 +459,12 @@ class ClusterMirrors:
         """Stop following every watch."""
         with self._lock:
             machines = list(self._machines.values())
+            kinds = list(self._kinds.values())
         self._claims.close()
         for mirror in machines:
             mirror.close()
+        for kind in kinds:
+            kind.close()
 
 
 def _as_listed(raw: JsonObject) -> JsonObject:

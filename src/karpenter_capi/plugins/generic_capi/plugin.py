@@ -139,7 +139,7 @@ def _new_state(ctx: PluginContext) -> _State:
         ),
         deleter=Deleter(ctx, capi, machines, settings, mirrors),
         instances=Instances(ctx.management, capi, machines, resources, mirrors),
-        drift=DriftDetector(ctx, capi, machines),
+        drift=DriftDetector(ctx, capi, machines, mirrors),
         mirrors=mirrors,
         inflight=inflight,
         unclaimed=UnclaimedMachines(ctx, capi, machines, mirrors, settings),

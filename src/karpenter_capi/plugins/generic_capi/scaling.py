@@ -6,7 +6,9 @@ that selector, never all Machines, or read through the plugin's ``mirror`` of th
 is as fresh), and written through the ``scale`` subresource with the resourceVersion of that read as
 precondition (design decision 4, "Deletes target one Machine": never a full update of a CAPI
 object). A 409 means somebody changed the resource since; the caller reads again and decides again,
-so no decision is ever applied to a state it was not made on.
+so no decision is ever applied to a state it was not made on. That is also what lets launch read
+the resource itself from a watch-fed copy (``launch_reads``): a copy that lags another actor's
+write costs a 409 and a ``GET``, never a decision made on a state that is gone.
 
 The MachineDeployment rollout guard lives here too. Lowering a MachineDeployment's replicas only
 removes the Machines marked ``cluster.x-k8s.io/delete-machine`` when exactly one MachineSet has
