@@ -263,3 +263,53 @@ def test_served_versions_are_discovered_once_per_five_minutes_while_templates_ar
         assert _capacity(_build(server, reader))["cpu"] == "2"
         clock.advance(60)  # each template read again
     assert [group for group in discoveries if group == INFRA] == [INFRA]
+
+
+def test_a_template_kind_no_crd_serves_is_looked_for_again_after_five_minutes() -> None:
+    """No CRD serves the kind: one comes with a provider's installation, so the answer is
+    kept five minutes from the first miss, then the kind is looked for (discovery included)."""
+    server, clock, _, capi = new_env()
+    add(
+        server,
+        capi,
+        scalable(
+            "MachineDeployment",
+            "md",
+            template="t",
+            template_kind="FooMachineTemplate",
+            annotations=sized(),
+        ),
+    )
+    reader = TemplateReader(server, clock)
+    asked: list[str] = []  # discoveries, gets and lists of the kind (its 404s are not counted)
+    served, get, listed = server.served_versions, server.get, server.list
+
+    def discover(group: str) -> list[str]:
+        asked.append(f"discover {group}")
+        return served(group)
+
+    def counted_get(resource: Resource, *args: Any, **kw: Any) -> Any:
+        asked.append(f"get {resource.plural}")
+        return get(resource, *args, **kw)
+
+    def counted_list(resource: Resource, *args: Any, **kw: Any) -> Any:
+        asked.append(f"list {resource.plural}")
+        return listed(resource, *args, **kw)
+
+    server.served_versions = discover  # type: ignore[method-assign]
+    server.get = counted_get  # type: ignore[method-assign]
+    server.list = counted_list  # type: ignore[method-assign]
+
+    def reads() -> list[str]:
+        asked.clear()
+        _build(server, reader)
+        return sorted(a for a in asked if "foo" in a or a == f"discover {INFRA}")
+
+    first = reads()
+    assert f"discover {INFRA}" in first
+    assert "get foomachinetemplates" in first
+    for _ in range(4):
+        clock.advance(60)
+        assert reads() == []
+    clock.advance(61)
+    assert reads() == first  # looked for again, its group's versions too

@@ -8,11 +8,11 @@ produce a Machine, marked by the launch code and read by the inventory for three
 heard of: the reader discovers the served version, derives the plural as cluster-autoscaler does
 (lower-case kind + ``s``, the kubebuilder convention every infrastructure provider follows) and
 caches what it read for a minute, because the inventory is rebuilt at every provisioning round.
-A template that is missing (or whose kind is not served) is remembered a minute after the first
-miss and five minutes after each miss that follows (``TemplateReader`` docstring), and a group's
-served versions five minutes: each read costs a round trip on the decision path, and a template
-that stays missing (a provider that describes shapes by annotations alone) was read again every
-minute in every cluster.
+A template that is missing is remembered a minute after the first miss and five minutes after
+each miss that follows, one whose kind no CRD serves five minutes at once (``TemplateReader``
+docstring), and a group's served versions five minutes: each read costs round trips on the
+decision path, and a template that stays missing (a provider that describes shapes by
+annotations alone) was read again every minute in every cluster.
 The kubeadm bootstrap config a resource references is read through the same reader (and cache)
 for its kubelet settings (``read_kubelet_settings``, ``kubelet``). Split from ``inventory`` so
 that module stays about grouping resources into instance types.
@@ -94,6 +94,11 @@ class _Failure:
 _Cached = TemplateStatus | Mapping[str, Any] | _Failure
 
 
+def _not_served(result: _Cached) -> bool:
+    """A read that found the template's kind or group served by no CRD."""
+    return isinstance(result, _Failure) and result.reason == REASON_TEMPLATE_NOT_SERVED
+
+
 def _is_miss(result: _Cached) -> bool:
     """A read that found no template: missing, or its kind or group not served."""
     return isinstance(result, _Failure) and result.reason in (
@@ -112,13 +117,14 @@ class TemplateReader:
     failures included, are cached for ``ttl_seconds`` (a minute) on the injected clock, with
     two exceptions that bound how long a change takes to be seen:
 
-    - a **miss** (the template not found, or its kind or group not served) is remembered
-      ``ttl_seconds`` the first time and ``miss_ttl_seconds`` (five minutes) each time it is
-      read missing again: a template created just after its resource is found within the
-      minute, one missing for longer within five minutes of its creation;
-    - a group's **served versions** are remembered ``served_ttl_seconds`` (five minutes), and
-      forgotten whenever a read through them misses, so a provider installed or upgraded is
-      discovered again at the next read of a missing template.
+    - a **missing template** (its kind served) is remembered ``ttl_seconds`` the first time
+      and ``miss_ttl_seconds`` (five minutes) each time it is read missing again: a template
+      created just after its resource is found within the minute, one missing for longer
+      within five minutes of its creation;
+    - a template whose **kind or group no CRD serves** is remembered ``miss_ttl_seconds`` at
+      once (a CRD comes with a provider's installation), and its group's served versions are
+      forgotten, so the next read discovers them again;
+    - a group's **served versions** are remembered ``served_ttl_seconds`` (five minutes).
 
     Thread-safe.
     """
@@ -210,11 +216,14 @@ class TemplateReader:
             except ShapeError as exc:
                 result = _Failure(shape=True, reason="", message=str(exc))
             ttl = self._ttl
-            if _is_miss(result):
+            if _not_served(result):
+                # No CRD serves it: one comes with a provider's installation, not in seconds.
+                # Discovery is asked again at the next read, should one have come meanwhile.
+                ttl = self._miss_ttl
                 with self._lock:
-                    self._served.pop(group, None)  # a provider may have come or changed
-                if cached is not None and _is_miss(cached[1]):
-                    ttl = self._miss_ttl  # missing a minute ago, missing still
+                    self._served.pop(group, None)
+            elif _is_miss(result) and cached is not None and _is_miss(cached[1]):
+                ttl = self._miss_ttl  # missing a minute ago, missing still
             with self._lock:
                 self._templates[key] = (now + ttl, result)
         else:
