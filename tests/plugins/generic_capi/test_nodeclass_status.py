@@ -194,8 +194,9 @@ def test_an_invalid_configuration_is_not_ready_with_the_reason() -> None:
 def test_a_concurrent_status_write_is_retried_next_round_without_duplicate_events() -> None:
     server, _, ctx, capi = new_env()
     add(server, capi, nodeclass(), scalable("MachineDeployment", "bad", annotations=sized("x")))
+    # The write over the caller's copy conflicts, then the one over a fresh read too.
     server.faults.fail(
-        "patch", "clusterapinodeclasses", Conflict("the object has been modified"), times=1
+        "patch", "clusterapinodeclasses", Conflict("the object has been modified"), times=2
     )
     assert not _round(ctx, capi)
     assert "conditions" not in server.get(CLUSTER_API_NODE_CLASSES, "default").get("status", {})
@@ -208,7 +209,8 @@ def test_a_concurrent_status_write_is_retried_next_round_without_duplicate_event
 def test_a_verdict_the_callers_copy_already_shows_costs_no_read() -> None:
     """Every round and every launch call judges the NodeClass; over a real API a read of it
     each time was one request in twenty of a 1,000-pod scale-up. The copy the caller passes
-    (the informer's) already shows the verdict: nothing is read or written."""
+    (the informer's) already shows the verdict, or is the very version this process wrote it
+    over (the informer has not delivered the write yet): nothing is read or written."""
     server, clock, ctx, capi = new_env()
     add(
         server,
@@ -216,16 +218,40 @@ def test_a_verdict_the_callers_copy_already_shows_costs_no_read() -> None:
         nodeclass(),
         scalable("MachineDeployment", "good", annotations=sized(**{PRICE: "0.1"})),
     )
-    assert _round(ctx, capi)
+    before_write = ClusterAPINodeClass.model_validate(
+        server.get(CLUSTER_API_NODE_CLASSES, "default")
+    )
+    assert update_nodeclass_status(ctx, before_write, collect_inventory(ctx, before_write, capi))
     model = ClusterAPINodeClass.model_validate(server.get(CLUSTER_API_NODE_CLASSES, "default"))
     before = server.requests.snapshot()
     clock.advance(60)
     assert not update_nodeclass_status(ctx, model, collect_inventory(ctx, model, capi))
-    assert server.requests.since(before).get("get", 0) == 0
-    # A copy that does not show it yet (a stale cache, a changed verdict) still reads.
-    stale = ClusterAPINodeClass.model_validate(
-        {**server.get(CLUSTER_API_NODE_CLASSES, "default"), "status": {}}
+    assert not update_nodeclass_status(
+        ctx, before_write, collect_inventory(ctx, before_write, capi)
     )
+    assert server.requests.since(before).get("get", 0) == 0
+    assert server.requests.since(before).get("patch/status", 0) == 0
+    # A copy that lags another's write (a stale cache) and a new verdict: the write over the
+    # copy is refused, a read and a write over it follow.
+    server.patch(CLUSTER_API_NODE_CLASSES, "default", {"metadata": {"labels": {"a": "b"}}})
+    add(server, capi, scalable("MachineDeployment", "bad", annotations=sized("x")))
     before = server.requests.snapshot()
-    assert not update_nodeclass_status(ctx, stale, collect_inventory(ctx, stale, capi))
+    assert update_nodeclass_status(ctx, model, collect_inventory(ctx, model, capi))
     assert server.requests.since(before).get("get", 0) == 1
+    assert "bad" in _ready(server)["message"]
+
+
+def test_a_changed_verdict_is_written_over_the_callers_copy_without_a_read() -> None:
+    """The copy the caller passes (the informer's) is current: the new verdict is written with
+    its resourceVersion as the precondition, no read first."""
+    server, _, ctx, capi = new_env()
+    add(server, capi, nodeclass(), scalable("MachineDeployment", "bad", annotations=sized("x")))
+    assert _round(ctx, capi)
+    assert _ready(server)["reason"] == "NoUsableScalableResources"
+    add(server, capi, scalable("MachineDeployment", "good", annotations=sized()))
+    model = ClusterAPINodeClass.model_validate(server.get(CLUSTER_API_NODE_CLASSES, "default"))
+    inventory = collect_inventory(ctx, model, capi)
+    before = server.requests.snapshot()
+    assert update_nodeclass_status(ctx, model, inventory)
+    assert server.requests.since(before).get("get", 0) == 0
+    assert _ready(server)["reason"] == "Ready"

@@ -216,3 +216,100 @@ def test_discovery_works_the_same_through_the_official_client_over_http() -> Non
     assert [(p.name, p.reason) for p in inventory.problems] == [
         ("unserved", "InfrastructureTemplateNotServed")
     ]
+
+
+def test_a_missing_template_is_remembered_and_found_once_the_bound_passes() -> None:
+    """A template that stays missing (a provider whose shapes come from annotations alone) is
+    not looked for on every round: a minute after the first miss, then five minutes after
+    each miss that follows, discovery included. One created later is found within that."""
+    server, clock, _, capi = new_env()
+    add(server, capi, scalable("MachineDeployment", "md", template="later", annotations=sized()))
+    reader = TemplateReader(server, clock)
+
+    def reads() -> int:
+        """Requests for templates one inventory build makes."""
+        before = server.requests.by_resource()
+        inventory = _build(server, reader)
+        assert [r.name for r in inventory.resources] == ["md"]
+        after = server.requests.by_resource()
+        return sum(n - before.get(k, 0) for k, n in after.items() if "templates" in k)
+
+    assert reads() > 0  # the first miss
+    clock.advance(60)
+    assert reads() > 0  # missing a minute later: looked for again
+    for _ in range(4):
+        clock.advance(60)
+        assert reads() == 0  # remembered for five minutes now
+    add(server, capi, machine_template("later", capacity={"cpu": "2", "memory": "8Gi"}))
+    clock.advance(60)
+    inventory = _build(server, reader)
+    assert not [n for n in inventory.notices if n.reason == "InfrastructureTemplateNotFound"]
+
+
+def test_served_versions_are_discovered_once_per_five_minutes_while_templates_are_found() -> None:
+    server, clock, _, capi = new_env()
+    template = machine_template("workers", capacity={"cpu": "2", "memory": "4Gi"})
+    add(server, capi, template, scalable("MachineDeployment", "md", template="workers"))
+    discoveries: list[str] = []
+    served = server.served_versions
+
+    def counted(group: str) -> list[str]:
+        discoveries.append(group)
+        return served(group)
+
+    server.served_versions = counted  # type: ignore[method-assign]
+    reader = TemplateReader(server, clock)
+    for _ in range(5):
+        assert _capacity(_build(server, reader))["cpu"] == "2"
+        clock.advance(60)  # each template read again
+    assert [group for group in discoveries if group == INFRA] == [INFRA]
+
+
+def test_a_template_kind_no_crd_serves_is_looked_for_again_after_five_minutes() -> None:
+    """No CRD serves the kind: one comes with a provider's installation, so the answer is
+    kept five minutes from the first miss, then the kind is looked for (discovery included)."""
+    server, clock, _, capi = new_env()
+    add(
+        server,
+        capi,
+        scalable(
+            "MachineDeployment",
+            "md",
+            template="t",
+            template_kind="FooMachineTemplate",
+            annotations=sized(),
+        ),
+    )
+    reader = TemplateReader(server, clock)
+    asked: list[str] = []  # discoveries, gets and lists of the kind (its 404s are not counted)
+    served, get, listed = server.served_versions, server.get, server.list
+
+    def discover(group: str) -> list[str]:
+        asked.append(f"discover {group}")
+        return served(group)
+
+    def counted_get(resource: Resource, *args: Any, **kw: Any) -> Any:
+        asked.append(f"get {resource.plural}")
+        return get(resource, *args, **kw)
+
+    def counted_list(resource: Resource, *args: Any, **kw: Any) -> Any:
+        asked.append(f"list {resource.plural}")
+        return listed(resource, *args, **kw)
+
+    server.served_versions = discover  # type: ignore[method-assign]
+    server.get = counted_get  # type: ignore[method-assign]
+    server.list = counted_list  # type: ignore[method-assign]
+
+    def reads() -> list[str]:
+        asked.clear()
+        _build(server, reader)
+        return sorted(a for a in asked if "foo" in a or a == f"discover {INFRA}")
+
+    first = reads()
+    assert f"discover {INFRA}" in first
+    assert "get foomachinetemplates" in first
+    for _ in range(4):
+        clock.advance(60)
+        assert reads() == []
+    clock.advance(61)
+    assert reads() == first  # looked for again, its group's versions too

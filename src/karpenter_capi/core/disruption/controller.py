@@ -298,7 +298,8 @@ class DisruptionController:
 
     def _inventories(self) -> list[NodePoolInventory]:
         try:
-            return resolve_inventory(self._ctx.client, self._ctx.plugins)
+            ctx = self._ctx
+            return resolve_inventory(ctx.client, ctx.plugins, stores=ctx.caches.store)
         except ApiError as error:
             log.warning("disruption: cannot read NodePools: %s", error)
             return []

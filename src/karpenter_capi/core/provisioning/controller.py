@@ -113,6 +113,7 @@ class ProvisioningController:
             plans_nominated=plans_nominated,
             create_concurrency=create_concurrency,
             pod_specs=ctx.pod_specs,
+            stores=ctx.caches.store,
         )
         self.last_report: ProvisioningReport | None = None
         # What the cluster looked like at the last round, for pods it left pending.

@@ -5,11 +5,20 @@ NodePool, fetch the NodeClass its ``nodeClassRef`` names, ask the plugin that se
 for the inventory, and let the pricing chain adjust the offerings. A NodePool whose NodeClass is
 missing, invalid or not ready gets an error string instead of instance types, so one broken
 NodePool never stops the others.
+
+Where the NodePools and NodeClasses come from is the caller's: the controllers read them from
+their informers' caches (``stores``), as upstream's provisioner reads them through
+controller-runtime's cached client (``provisioning/provisioner.go: NewScheduler`` lists NodePools
+with ``nodepoolutils.ListManaged`` and ``utils/nodepool/nodepool.go: GetNodeClass`` gets the
+NodeClass, both through the manager's client, which reads its informer cache), so a look or a
+round on a cluster whose objects did not change sends no request for them; the command line
+(``instance-types``, ``explain``) and a ``Provisioner`` built without caches read the API.
+A NodeClass the cache does not hold is "not found", as the API's 404 was.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,10 +30,14 @@ from karpenter_capi.core.api.nodepool import NodePool
 from karpenter_capi.core.api.runtime_validation import runtime_problems
 from karpenter_capi.core.errors import ProviderError
 from karpenter_capi.core.instancetype import InstanceType
-from karpenter_capi.core.kube.client import KubeClient
+from karpenter_capi.core.kube.cache import Store
+from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.errors import ApiError, NotFound
-from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES, NODEPOOLS
+from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES, NODEPOOLS, Resource
 from karpenter_capi.core.plugin_host import PluginError, Plugins
+
+Stores = Callable[[Resource], Store[JsonObject]]
+"""The informer cache of a workload resource (``ControllerContext.caches.store``)."""
 
 
 @dataclass
@@ -32,7 +45,7 @@ class NodePoolInventory:
     nodepool: str
     nodeclass: str
     model: NodePool | None
-    raw: dict[str, Any]
+    raw: Mapping[str, Any]
     instance_types: list[InstanceType] = field(default_factory=list)
     error: str | None = None
 
@@ -69,9 +82,13 @@ def _validation_message(exc: ValidationError) -> str:
     return f"{problems[0]}{more}"
 
 
-def nodepools_by_weight(client: KubeClient) -> list[dict[str, Any]]:
-    """NodePools highest weight first, ties by name descending, as upstream's OrderByWeight."""
-    pools = client.list(NODEPOOLS).items
+def nodepools_by_weight(
+    client: KubeClient, stores: Stores | None = None
+) -> list[Mapping[str, Any]]:
+    """NodePools highest weight first, ties by name descending, as upstream's OrderByWeight;
+    from ``stores`` when given (read-only objects), else listed."""
+    pools: Sequence[Mapping[str, Any]]
+    pools = client.list(NODEPOOLS).items if stores is None else stores(NODEPOOLS).list()
     return sorted(
         pools,
         key=lambda p: (int((p.get("spec") or {}).get("weight") or 0), p["metadata"]["name"]),
@@ -79,8 +96,22 @@ def nodepools_by_weight(client: KubeClient) -> list[dict[str, Any]]:
     )
 
 
+def _nodeclass(client: KubeClient, stores: Stores | None, name: str) -> Mapping[str, Any]:
+    """NodeClass ``name`` from ``stores`` when given, else from the API; ``NotFound`` when
+    there is none."""
+    if stores is None:
+        return client.get(CLUSTER_API_NODE_CLASSES, name)
+    found = stores(CLUSTER_API_NODE_CLASSES).get(name)
+    if found is None:
+        raise NotFound(f"clusterapinodeclasses {name!r} not found")
+    return found
+
+
 def resolve_nodepool(
-    client: KubeClient, plugins: Plugins, raw: dict[str, Any]
+    client: KubeClient,
+    plugins: Plugins,
+    raw: Mapping[str, Any],
+    stores: Stores | None = None,
 ) -> NodePoolInventory:
     name = str(raw.get("metadata", {}).get("name", ""))
     ref = ((raw.get("spec") or {}).get("template") or {}).get("spec", {}).get("nodeClassRef") or {}
@@ -100,7 +131,7 @@ def resolve_nodepool(
         return inventory
     try:
         nodeclass = ClusterAPINodeClass.model_validate(
-            client.get(CLUSTER_API_NODE_CLASSES, inventory.nodeclass)
+            _nodeclass(client, stores, inventory.nodeclass)
         )
     except NotFound:
         inventory.error = f"ClusterAPINodeClass {inventory.nodeclass} not found"
@@ -118,14 +149,19 @@ def resolve_nodepool(
 
 
 def resolve_inventory(
-    client: KubeClient, plugins: Plugins, nodepool_name: str | None = None
+    client: KubeClient,
+    plugins: Plugins,
+    nodepool_name: str | None = None,
+    *,
+    stores: Stores | None = None,
 ) -> list[NodePoolInventory]:
-    """The inventory of every NodePool (or of one), in weight order."""
-    pools: Sequence[dict[str, Any]]
+    """The inventory of every NodePool (or of one), in weight order; NodePools and NodeClasses
+    from ``stores`` when given (module docstring), else from the API."""
+    pools: Sequence[Mapping[str, Any]]
     if nodepool_name is not None:
         pools = [client.get(NODEPOOLS, nodepool_name)]
     else:
-        pools = nodepools_by_weight(client)
+        pools = nodepools_by_weight(client, stores)
     # Errors are in each inventory's ``error``; callers say them (the provisioner logs one
     # WARNING per error while it lasts, not one per round).
-    return [resolve_nodepool(client, plugins, raw) for raw in pools]
+    return [resolve_nodepool(client, plugins, raw, stores) for raw in pools]

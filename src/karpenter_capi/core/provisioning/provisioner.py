@@ -52,7 +52,7 @@ from karpenter_capi.core.observability.logs import first, ref
 from karpenter_capi.core.observability.metrics import Metrics
 from karpenter_capi.core.plugin_host import Plugins
 from karpenter_capi.core.provisioning.daemonsets import UnreadableDaemonSets
-from karpenter_capi.core.provisioning.inventory import NodePoolInventory, resolve_inventory
+from karpenter_capi.core.provisioning.inventory import NodePoolInventory, Stores, resolve_inventory
 from karpenter_capi.core.provisioning.nodeclaims import log_created, nodeclaim_body
 from karpenter_capi.core.provisioning.nodepools import nodepool_option, nodepool_usage
 from karpenter_capi.core.provisioning.pending import is_provisionable
@@ -111,8 +111,10 @@ class Provisioner:
         create_concurrency: int = 1,
         pod_specs: PodSpecs | None = None,
         packing_memo: PackingMemo | None = None,
+        stores: Stores | None = None,
     ) -> None:
         self._client = client
+        self._stores = stores  # NodePools and NodeClasses: caches, or the API (``inventory``)
         # Parsed pods and bound-pod sums, kept across rounds (``pod_specs`` may be shared).
         # Re-packing outcomes too: until a round's pods bind, each round re-packs the same claims.
         self._bound = ParsedCluster(pod_specs, packing_memo)
@@ -350,7 +352,7 @@ class Provisioner:
         """
         usable = []
         options = []
-        for inventory in resolve_inventory(self._client, self._plugins):
+        for inventory in resolve_inventory(self._client, self._plugins, stores=self._stores):
             if inventory.error is None:
                 try:
                     option = nodepool_option(inventory, snapshot)

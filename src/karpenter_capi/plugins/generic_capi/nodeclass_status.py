@@ -35,6 +35,7 @@ appearance" without any memory in the process, so a restart does not repeat them
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -180,6 +181,38 @@ def _shows(obj: Mapping[str, Any], status: str, reason: str, message: str) -> bo
     ) == (status, reason, message, generation)
 
 
+class WrittenVerdicts:
+    """The verdict this process last wrote per NodeClass and the resourceVersion it wrote over,
+    so that a caller's copy that does not show our write yet (the informer's, a moment behind)
+    is known to lag it, and no request is sent to find that out. Per cluster
+    (``PluginContext.state``); one entry per NodeClass name. Thread-safe."""
+
+    _MAX: Final = 1024
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_name: dict[str, tuple[str, tuple[str, str, str]]] = {}
+
+    @classmethod
+    def shared(cls, ctx: PluginContext) -> WrittenVerdicts:
+        return ctx.state(cls, cls)
+
+    def wrote(self, name: str, over: str, verdict: tuple[str, str, str]) -> None:
+        with self._lock:
+            if len(self._by_name) >= self._MAX:
+                self._by_name.clear()  # NodeClasses come and go: keep it bounded
+            self._by_name[name] = (over, verdict)
+
+    def lags(self, name: str, copy_version: str, verdict: tuple[str, str, str]) -> bool:
+        """Whether a copy at ``copy_version`` is the very version we wrote ``verdict`` over."""
+        with self._lock:
+            return bool(copy_version) and self._by_name.get(name) == (copy_version, verdict)
+
+
+def _version_of(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
 def update_nodeclass_status(
     ctx: PluginContext,
     nodeclass: NodeClass | Mapping[str, Any],
@@ -189,28 +222,60 @@ def update_nodeclass_status(
 ) -> bool:
     """Write the Ready condition for ``result`` and record an Event per new problem.
 
-    Reads the NodeClass fresh from ``ctx.workload`` (where karpenter objects live) unless
-    ``nodeclass`` already shows the verdict, writes
-    through the ``status`` subresource with a resourceVersion precondition, and does nothing
-    when the condition is unchanged. Returns True when it wrote. A concurrent write or a deleted
-    NodeClass is not an error: the next round tries again. Conditions of other types are kept.
+    Writes over the caller's copy of the NodeClass (the informer's) with its resourceVersion as
+    a precondition, so a copy that shows another verdict costs the write alone; a copy that
+    lags the API (a 409), or one without a resourceVersion, is read fresh from
+    ``ctx.workload`` (where karpenter objects live) and written over once more. The write goes
+    through the ``status`` subresource and only when the condition changes; returns True when
+    it wrote. A concurrent write or a deleted NodeClass is not an error: the next round tries
+    again. Conditions of other types are kept.
     """
     known = raw_nodeclass(nodeclass)
     name = str((known.get("metadata") or {}).get("name") or "")
-    status, reason, message = ready_condition(result)
+    verdict = ready_condition(result)
     # Every round and every launch call judges the NodeClass. When the caller's copy (the
-    # informer's) already shows the verdict, reading it again only cost a request each time;
-    # a copy that lags shows an older verdict and falls through to the fresh read.
-    if _shows(known, status, reason, message):
+    # informer's) already shows the verdict, or is the very version this process wrote it
+    # over (the informer has not delivered our write yet), there is nothing to write.
+    if _shows(known, *verdict):
         return False
-    try:
-        live = ctx.workload.get(CLUSTER_API_NODE_CLASSES, name)
-    except NotFound:
+    written = WrittenVerdicts.shared(ctx)
+    if written.lags(name, _version_of(known), verdict):
         return False
-    if _shows(live, status, reason, message):
-        return False
+    live: Mapping[str, Any] | None = known if _version_of(known) else None
+    for _ in range(2):
+        if live is None:
+            try:
+                live = ctx.workload.get(CLUSTER_API_NODE_CLASSES, name)
+            except NotFound:
+                return False
+            if _shows(live, *verdict):
+                return False
+            fresh = True
+        else:
+            fresh = False
+        try:
+            _write(ctx, live, verdict)
+        except Conflict:
+            if fresh:
+                return False
+            live = None  # the caller's copy lags the API: read it and decide again
+            continue
+        except NotFound:
+            return False
+        written.wrote(name, _version_of(live), verdict)
+        _announce(ctx, live, result, _ready_of(live), verdict, recorder=recorder)
+        return True
+    return False
+
+
+def _write(ctx: PluginContext, live: Mapping[str, Any], verdict: tuple[str, str, str]) -> None:
+    """Patch the Ready condition ``verdict`` over ``live`` (its resourceVersion a
+    precondition), keeping its other conditions and, while the status is the same, the
+    transition time."""
+    status, reason, message = verdict
     previous = _ready_of(live)
-    generation = (live.get("metadata") or {}).get("generation")
+    meta = live.get("metadata") or {}
+    generation = meta.get("generation")
     since = (
         previous.get("lastTransitionTime")
         if previous is not None and previous.get("status") == status
@@ -230,21 +295,15 @@ def update_nodeclass_status(
         for c in (live.get("status") or {}).get("conditions") or []
         if isinstance(c, Mapping) and c.get("type") != READY
     ]
-    meta = live.get("metadata") or {}
-    try:
-        ctx.workload.patch(
-            CLUSTER_API_NODE_CLASSES,
-            name,
-            {
-                "metadata": {"resourceVersion": meta.get("resourceVersion")},
-                "status": {"conditions": [*others, condition]},
-            },
-            subresource="status",
-        )
-    except (Conflict, NotFound):
-        return False
-    _announce(ctx, live, result, previous, (status, reason, message), recorder=recorder)
-    return True
+    ctx.workload.patch(
+        CLUSTER_API_NODE_CLASSES,
+        str(meta.get("name") or ""),
+        {
+            "metadata": {"resourceVersion": meta.get("resourceVersion")},
+            "status": {"conditions": [*others, condition]},
+        },
+        subresource="status",
+    )
 
 
 def _announce(

@@ -8,6 +8,11 @@ produce a Machine, marked by the launch code and read by the inventory for three
 heard of: the reader discovers the served version, derives the plural as cluster-autoscaler does
 (lower-case kind + ``s``, the kubebuilder convention every infrastructure provider follows) and
 caches what it read for a minute, because the inventory is rebuilt at every provisioning round.
+A template that is missing is remembered a minute after the first miss and five minutes after
+each miss that follows, one whose kind no CRD serves five minutes at once (``TemplateReader``
+docstring), and a group's served versions five minutes: each read costs round trips on the
+decision path, and a template that stays missing (a provider that describes shapes by
+annotations alone) was read again every minute in every cluster.
 The kubeadm bootstrap config a resource references is read through the same reader (and cache)
 for its kubelet settings (``read_kubelet_settings``, ``kubelet``). Split from ``inventory`` so
 that module stays about grouping resources into instance types.
@@ -89,6 +94,19 @@ class _Failure:
 _Cached = TemplateStatus | Mapping[str, Any] | _Failure
 
 
+def _not_served(result: _Cached) -> bool:
+    """A read that found the template's kind or group served by no CRD."""
+    return isinstance(result, _Failure) and result.reason == REASON_TEMPLATE_NOT_SERVED
+
+
+def _is_miss(result: _Cached) -> bool:
+    """A read that found no template: missing, or its kind or group not served."""
+    return isinstance(result, _Failure) and result.reason in (
+        REASON_TEMPLATE_NOT_FOUND,
+        REASON_TEMPLATE_NOT_SERVED,
+    )
+
+
 class TemplateReader:
     """Reads infrastructure machine templates by reference, for any provider's kind.
 
@@ -96,17 +114,39 @@ class TemplateReader:
     version the group serves, preferred first (a group's versions differ per kind, e.g. the
     Docker kinds lag behind the AWS ones), and the one that worked is remembered per kind.
     The plural is the lower-cased kind plus ``s``, as cluster-autoscaler derives it. Results,
-    failures included, are cached for ``ttl_seconds`` on the injected clock. Thread-safe.
+    failures included, are cached for ``ttl_seconds`` (a minute) on the injected clock, with
+    two exceptions that bound how long a change takes to be seen:
+
+    - a **missing template** (its kind served) is remembered ``ttl_seconds`` the first time
+      and ``miss_ttl_seconds`` (five minutes) each time it is read missing again: a template
+      created just after its resource is found within the minute, one missing for longer
+      within five minutes of its creation;
+    - a template whose **kind or group no CRD serves** is remembered ``miss_ttl_seconds`` at
+      once (a CRD comes with a provider's installation), and its group's served versions are
+      forgotten, so the next read discovers them again;
+    - a group's **served versions** are remembered ``served_ttl_seconds`` (five minutes).
+
+    Thread-safe.
     """
 
     DEFAULT_TTL_SECONDS: ClassVar[float] = 60.0
+    MISS_TTL_SECONDS: ClassVar[float] = 300.0
+    SERVED_TTL_SECONDS: ClassVar[float] = 300.0
 
     def __init__(
-        self, client: KubeClient, clock: Clock, ttl_seconds: float = DEFAULT_TTL_SECONDS
+        self,
+        client: KubeClient,
+        clock: Clock,
+        ttl_seconds: float = DEFAULT_TTL_SECONDS,
+        *,
+        miss_ttl_seconds: float = MISS_TTL_SECONDS,
+        served_ttl_seconds: float = SERVED_TTL_SECONDS,
     ) -> None:
         self._client = client
         self._clock = clock
         self._ttl = ttl_seconds
+        self._miss_ttl = max(miss_ttl_seconds, ttl_seconds)
+        self._served_ttl = served_ttl_seconds
         self._lock = threading.Lock()
         self._templates: dict[tuple[str, str, str, str], tuple[float, _Cached]] = {}
         self._served: dict[str, tuple[float, list[str]]] = {}
@@ -175,8 +215,17 @@ class TemplateReader:
                 result = _Failure(shape=False, reason=exc.reason, message=exc.message)
             except ShapeError as exc:
                 result = _Failure(shape=True, reason="", message=str(exc))
+            ttl = self._ttl
+            if _not_served(result):
+                # No CRD serves it: one comes with a provider's installation, not in seconds.
+                # Discovery is asked again at the next read, should one have come meanwhile.
+                ttl = self._miss_ttl
+                with self._lock:
+                    self._served.pop(group, None)
+            elif _is_miss(result) and cached is not None and _is_miss(cached[1]):
+                ttl = self._miss_ttl  # missing a minute ago, missing still
             with self._lock:
-                self._templates[key] = (now + self._ttl, result)
+                self._templates[key] = (now + ttl, result)
         else:
             result = cached[1]
         if isinstance(result, _Failure):
@@ -191,7 +240,7 @@ class TemplateReader:
             return cached[1]
         versions = list(self._client.served_versions(group))
         with self._lock:
-            self._served[group] = (now + self._ttl, versions)
+            self._served[group] = (now + self._served_ttl, versions)
         return versions
 
     def _get(
