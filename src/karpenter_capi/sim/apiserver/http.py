@@ -348,9 +348,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.flush()
             hangups.watch(self.connection, stream)
-            for event in stream:
-                line = _dumps(encode(event)) + b"\n"
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+            # An in-memory stream hands out what is there at once: one write for all of it.
+            batches = getattr(stream, "batches", None)
+            for batch in batches() if batches is not None else ([e] for e in stream):
+                self.wfile.write(b"".join(_watch_chunk(encode(event)) for event in batch))
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True
@@ -358,6 +359,12 @@ class _Handler(BaseHTTPRequestHandler):
             hangups.forget(self.connection)
             stream.close()
             self.server.track_watch(stream, False)
+
+
+def _watch_chunk(obj: JsonObject) -> bytes:
+    """One watch event as one HTTP chunk: a JSON line."""
+    line = _dumps(obj) + b"\n"
+    return b"%x\r\n%s\r\n" % (len(line), line)
 
 
 class _Router:
