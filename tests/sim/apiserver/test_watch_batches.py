@@ -77,3 +77,25 @@ def test_the_front_writes_a_batch_as_one_json_line_per_event() -> None:
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
         ("ADDED", f"p{i:02}") for i in range(40)
     ]
+
+
+def test_a_client_expecting_100_continue_gets_it_before_sending_the_body() -> None:
+    """The front's ``wfile`` is buffered (an answer's headers and body in one write): the
+    interim ``100 Continue`` must still leave at once, or such a client would wait forever."""
+    api = InMemoryAPIServer()
+    with HttpFront(api) as front:
+        conn = http.client.HTTPConnection("127.0.0.1", front.port, timeout=10)
+        body = json.dumps(_pod("late")).encode()
+        conn.putrequest("POST", "/api/v1/namespaces/default/pods")
+        conn.putheader("Content-Type", "application/json")
+        conn.putheader("Content-Length", str(len(body)))
+        conn.putheader("Expect", "100-continue")
+        conn.endheaders()
+        assert conn.sock is not None
+        interim = conn.sock.recv(64)  # blocks until the front answers (timeout: 10 s)
+        assert interim.startswith(b"HTTP/1.1 100")
+        conn.sock.sendall(body)
+        response = conn.getresponse()
+        assert response.status == 201
+        conn.close()
+    assert api.get(PODS, "late", "default")["metadata"]["name"] == "late"

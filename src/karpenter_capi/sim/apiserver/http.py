@@ -262,6 +262,12 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: a simulated cluster serving kubectl should not flood the terminal."""
 
+    def handle_expect_100(self) -> bool:
+        """``100 Continue`` goes out at once: the client waits for it before the body."""
+        answered = super().handle_expect_100()
+        self.wfile.flush()
+        return answered
+
     def date_time_string(self, timestamp: float | None = None) -> str:
         """The ``Date`` header, formatted once a second (not once an answer)."""
         if timestamp is not None:
