@@ -102,3 +102,27 @@ def test_a_no_op_merge_patch_keeps_the_resource_version() -> None:
     created = api.create(NODES, _cm("a", {"app": "x"}))
     same = api.patch(NODES, "a", {"metadata": {"labels": {"app": "x"}}})
     assert same["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+
+
+def test_shared_replies_are_the_stored_objects_and_default_replies_are_copies() -> None:
+    """The HTTP front asks for its replies ``shared`` (it only serializes them): get, create,
+    update and patch then return the stored object itself; every other caller still gets a
+    private copy, which it may change without changing anything stored."""
+    api = InMemoryAPIServer()
+    created = api.create(NODES, _cm("a", {"app": "x"}), shared=True)
+    assert api.get(NODES, "a", shared=True) is created
+    patched = api.patch(NODES, "a", {"spec": {"unschedulable": True}}, shared=True)
+    assert api.get(NODES, "a", shared=True) is patched
+    assert "unschedulable" not in created["spec"]  # the write stored a new object
+    body = api.get(NODES, "a")
+    body["metadata"]["labels"]["app"] = "z"  # a private copy: stored is unchanged
+    assert patched["metadata"]["labels"] == {"app": "x"}
+    updated = api.update(NODES, body, shared=True)
+    assert api.get(NODES, "a", shared=True) is updated
+    assert patched["metadata"]["labels"] == {"app": "x"}
+    copied = api.patch(NODES, "a", {"metadata": {"labels": {"tier": "1"}}})
+    copied["metadata"]["labels"]["app"] = "changed"
+    copied["spec"]["providerID"] = "changed"
+    stored = api.get(NODES, "a", shared=True)
+    assert stored["metadata"]["labels"] == {"app": "z", "tier": "1"}
+    assert stored["spec"] == {"providerID": "k", "unschedulable": True}

@@ -36,15 +36,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import cel
+import orjson
 
 from karpenter_capi.sim.apiserver import cel_library, cel_values
 from karpenter_capi.sim.apiserver.correlate import (
     ABSENT,
+    Correlation,
+    Ratchet,
     deep_equal,
+    key_ratchet,
     list_type,
     map_key,
     map_list_index,
-    unchanged,
+    should_ratchet,
 )
 from karpenter_capi.sim.apiserver.messages import (
     FieldError,
@@ -233,7 +237,17 @@ def normalize_field_path(text: str, schema: JsonObject) -> str:
 class _Node:
     """Rules of one schema node and the children whose subtrees hold rules."""
 
-    __slots__ = ("additional", "all_of", "convert", "items", "properties", "rules", "schema")
+    __slots__ = (
+        "additional",
+        "all_of",
+        "convert",
+        "items",
+        "memo",
+        "properties",
+        "rules",
+        "schema",
+        "uses_old_self",
+    )
 
     def __init__(self, rules_schema: JsonObject, schema: JsonObject, resource_root: bool) -> None:
         self.schema = schema
@@ -243,6 +257,11 @@ class _Node:
             if isinstance(raw, dict)
         )
         self.convert = cel_values.converter(schema, resource_root) if self.rules else None
+        self.uses_old_self = any(rule.uses_old_self for rule in self.rules)
+        # Outcomes of the rules without ``oldSelf`` by ``_memo_key(self)`` (``_Run._evaluate``);
+        # a node's rules run under its ``RuleValidator``'s lock.
+        plain = any(r.program is not None and not r.uses_old_self for r in self.rules)
+        self.memo: dict[bytes, tuple[_Outcome, ...]] | None = {} if plain else None
         self.properties: dict[str, _Node] = {}
         node_properties = schema.get("properties") or {}
         for name, child in (rules_schema.get("properties") or {}).items():
@@ -280,60 +299,6 @@ def _build(rules_schema: JsonObject, schema: JsonObject, resource_root: bool) ->
     return None if node.empty else node
 
 
-class _Correlation:
-    """A new value paired with its old one for ratcheting, with the equality computed once."""
-
-    __slots__ = ("_equal", "new", "old", "schema")
-
-    def __init__(self, new: Any, old: Any, schema: JsonObject) -> None:
-        self.new, self.old, self.schema = new, old, schema
-        self._equal: bool | None = None
-
-    def equal(self) -> bool:
-        if self._equal is None:
-            self._equal = unchanged(self.new, self.old, self.schema)
-        return self._equal
-
-    def key(self, key: str) -> _Correlation | None:
-        if not (isinstance(self.new, dict) and isinstance(self.old, dict)):
-            return None
-        if key not in self.new or key not in self.old:
-            return None
-        child = (self.schema.get("properties") or {}).get(key)
-        if child is None:
-            child = self.schema.get("additionalProperties")
-        if not isinstance(child, dict):
-            return None
-        return _Correlation(self.new[key], self.old[key], child)
-
-    def index(self, index: int, keyed_old: Any) -> _Correlation | None:
-        items = self.schema.get("items")
-        if not (isinstance(self.new, list) and isinstance(self.old, list)):
-            return None
-        if not isinstance(items, dict):
-            return None
-        kind = list_type(self.schema)
-        if kind == "map":
-            old = keyed_old
-        elif kind in ("set", "atomic") or index >= len(self.old):
-            return None
-        else:
-            old = self.old[index]
-        if old is ABSENT or old is None:
-            return None
-        return _Correlation(self.new[index], old, items)
-
-
-Ratchet = tuple[_Correlation | None, _Correlation | None]  # (this node, nearest correlated parent)
-
-
-def _should_ratchet(ratchet: Ratchet) -> bool:
-    current, parent = ratchet
-    if current is not None:
-        return current.equal()
-    return parent is not None and parent.equal()
-
-
 class RuleValidator:
     """The compiled rules of one CRD version's schema. ``validate`` checks one write."""
 
@@ -358,18 +323,36 @@ class RuleValidator:
             return []
         root: Ratchet = (None, None)
         if old is not None:
-            root = (_Correlation(obj, old, self._schema), None)
+            root = (Correlation(obj, old, self._schema), None)
         with self._lock:
             run = _Run(self._context, warnings)
             run.walk(self._root, obj, ABSENT if old is None else old, "", root)
         return run.errors
 
 
-def _key_ratchet(ratchet: Ratchet, key: str) -> Ratchet:
-    current = ratchet[0]
-    if current is None:
-        return ratchet
-    return current.key(key), current
+_Outcome = tuple[Any, str | None]
+"""A rule's run: its result, or the detail of the error evaluating it."""
+_MEMO_SIZE = 256
+"""Values remembered per schema node (then forgotten all at once)."""
+
+
+def _memo_key(value: Any) -> bytes | None:
+    """``value`` as JSON bytes: equal only for the same types and values in the same order
+    (``true`` is not ``1``, ``1`` is not ``1.0``), which CEL may tell apart; ``None`` where
+    that does not hold (orjson writes NaN and infinities as ``null``) or it cannot encode."""
+    try:
+        key = orjson.dumps(value)
+    except (orjson.JSONEncodeError, TypeError):
+        return None
+    return None if b"null" in key else key
+
+
+def _execute(rule: Rule, context: cel.Context) -> _Outcome:
+    assert rule.program is not None
+    try:
+        return rule.program.execute(context), None
+    except Exception as error:  # the bindings raise many types; all are rule errors
+        return None, _evaluation_detail(error, rule)
 
 
 class _Run:
@@ -410,7 +393,7 @@ class _Run:
                 child = node.additional
                 where = f"{path}[{key}]"
             if child is not None:
-                self.walk(child, item, old_map.get(key, ABSENT), where, _key_ratchet(ratchet, key))
+                self.walk(child, item, old_map.get(key, ABSENT), where, key_ratchet(ratchet, key))
 
     def _walk_list(
         self, node: _Node, value: list[Any], old: Any, path: str, ratchet: Ratchet
@@ -435,34 +418,58 @@ class _Run:
             self.walk(items, item, old_item, f"{path}[{index}]", child_ratchet)
 
     def _evaluate(self, node: _Node, value: Any, old: Any, path: str, ratchet: Ratchet) -> None:
-        context = self.context()
-        self_bound = False  # converting a value for CEL is the costly step: only when needed
         old_value: Any = ABSENT
-        if old is not ABSENT and any(rule.uses_old_self for rule in node.rules):
+        if old is not ABSENT and node.uses_old_self:
             old_value = node.convert(old) if node.convert else old
         where = path or _ROOT_PATH
+        for rule, (result, detail) in self._outcomes(node, value, old, old_value):
+            if detail is not None:
+                self.errors.append(invalid_value(where, node.type_name, detail))
+            elif result is not True:
+                if rule.message_program is not None:  # it reads ``self``, maybe not bound
+                    self._bind_self(node, value)
+                self._report(node, rule, result, path=path, old_value=old_value, ratchet=ratchet)
+
+    def _bind_self(self, node: _Node, value: Any) -> None:
+        self.context().add_variable("self", node.convert(value) if node.convert else value)
+
+    def _outcomes(
+        self, node: _Node, value: Any, old: Any, old_value: Any
+    ) -> Iterator[tuple[Rule, _Outcome]]:
+        """Each rule that applies here, with its outcome. Those of the rules without
+        ``oldSelf`` are a function of ``self`` alone: for a value seen before at this node
+        (the same JSON, ``_memo_key``) they are the remembered ones (``_Node.memo``)."""
+        context = self.context()
+        self_bound = False  # converting a value for CEL is the costly step: only when needed
+        memo = node.memo
+        key = _memo_key(value) if memo is not None else None
+        known = memo.get(key) if memo is not None and key is not None else None
+        fresh: list[_Outcome] = []
         for rule in node.rules:
             if rule.error is not None:
-                self.errors.append(
-                    invalid_value(where, node.type_name, f"rule compile error: {rule.error}")
-                )
+                yield rule, (None, f"rule compile error: {rule.error}")
                 continue
             if rule.program is None:
                 continue
-            if rule.uses_old_self and not _bind_old_self(context, rule, value, old, old_value):
+            if rule.uses_old_self:
+                if not _bind_old_self(context, rule, value, old, old_value):
+                    continue
+            elif known is not None:
+                outcome = known[len(fresh)]
+                fresh.append(outcome)
+                yield rule, outcome
                 continue
             if not self_bound:
-                context.add_variable("self", node.convert(value) if node.convert else value)
+                self._bind_self(node, value)
                 self_bound = True
-            try:
-                result = rule.program.execute(context)
-            except Exception as error:  # the bindings raise many types; all are rule errors
-                self.errors.append(
-                    invalid_value(where, node.type_name, _evaluation_detail(error, rule))
-                )
-                continue
-            if result is not True:
-                self._report(node, rule, result, path=path, old_value=old_value, ratchet=ratchet)
+            outcome = _execute(rule, context)
+            if not rule.uses_old_self:
+                fresh.append(outcome)
+            yield rule, outcome
+        if memo is not None and key is not None and known is None:
+            if len(memo) >= _MEMO_SIZE:
+                memo.clear()
+            memo[key] = tuple(fresh)
 
     def _report(
         self, node: _Node, rule: Rule, result: Any, *, path: str, old_value: Any, ratchet: Ratchet
@@ -485,7 +492,7 @@ class _Run:
         failed = _rule_error(
             rule, field or _ROOT_PATH, node.type_name, self._message(rule, old_value)
         )
-        if not rule.uses_old_self and _should_ratchet(ratchet):
+        if not rule.uses_old_self and should_ratchet(ratchet):
             if self.warnings is not None:
                 self.warnings.append(failed.render())
         else:

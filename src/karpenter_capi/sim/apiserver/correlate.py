@@ -122,3 +122,64 @@ def _unchanged_object(new: JsonObject, old: JsonObject, schema: JsonObject) -> b
         if not unchanged(value, old[key], child):
             return False
     return True
+
+
+class Correlation:
+    """A new value paired with its old one for ratcheting, with the equality computed once."""
+
+    __slots__ = ("_equal", "new", "old", "schema")
+
+    def __init__(self, new: Any, old: Any, schema: JsonObject) -> None:
+        self.new, self.old, self.schema = new, old, schema
+        self._equal: bool | None = None
+
+    def equal(self) -> bool:
+        if self._equal is None:
+            self._equal = unchanged(self.new, self.old, self.schema)
+        return self._equal
+
+    def key(self, key: str) -> Correlation | None:
+        if not (isinstance(self.new, dict) and isinstance(self.old, dict)):
+            return None
+        if key not in self.new or key not in self.old:
+            return None
+        child = (self.schema.get("properties") or {}).get(key)
+        if child is None:
+            child = self.schema.get("additionalProperties")
+        if not isinstance(child, dict):
+            return None
+        return Correlation(self.new[key], self.old[key], child)
+
+    def index(self, index: int, keyed_old: Any) -> Correlation | None:
+        items = self.schema.get("items")
+        if not (isinstance(self.new, list) and isinstance(self.old, list)):
+            return None
+        if not isinstance(items, dict):
+            return None
+        kind = list_type(self.schema)
+        if kind == "map":
+            old = keyed_old
+        elif kind in ("set", "atomic") or index >= len(self.old):
+            return None
+        else:
+            old = self.old[index]
+        if old is ABSENT or old is None:
+            return None
+        return Correlation(self.new[index], old, items)
+
+
+Ratchet = tuple[Correlation | None, Correlation | None]  # (this node, nearest correlated parent)
+
+
+def should_ratchet(ratchet: Ratchet) -> bool:
+    current, parent = ratchet
+    if current is not None:
+        return current.equal()
+    return parent is not None and parent.equal()
+
+
+def key_ratchet(ratchet: Ratchet, key: str) -> Ratchet:
+    current = ratchet[0]
+    if current is None:
+        return ratchet
+    return current.key(key), current

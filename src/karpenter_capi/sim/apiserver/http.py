@@ -14,11 +14,14 @@ encoding for watches, one daemon thread per connection.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hmac
 import json
 import socket
 import threading
+import time
 from dataclasses import dataclass
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -240,11 +243,14 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Httpd
     server_version = "karpenter-capi-sim"
     lost_reply: Reply | None = None  # the answer a lose_answers fault kept from the client
+    # A buffered ``wfile``: an answer's headers and body go out in one write (the standard
+    # library's default, unbuffered, writes each part); every write here is flushed at once.
+    wbufsize = 64 * 1024
 
     def setup(self) -> None:
         super().setup()
-        # Headers and body go out in two writes; without NODELAY, Nagle plus the client's
-        # delayed ACK would add ~40 ms to every kept-alive request.
+        # A watch's headers and its events go out in separate writes; without NODELAY, Nagle
+        # plus the client's delayed ACK would add ~40 ms to each of them.
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.server.track_connection(self.connection, True)
 
@@ -255,6 +261,18 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: a simulated cluster serving kubectl should not flood the terminal."""
+
+    def handle_expect_100(self) -> bool:
+        """``100 Continue`` goes out at once: the client waits for it before the body."""
+        answered = super().handle_expect_100()
+        self.wfile.flush()
+        return answered
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        """The ``Date`` header, formatted once a second (not once an answer)."""
+        if timestamp is not None:
+            return super().date_time_string(timestamp)
+        return _http_date(int(time.time()))
 
     def do_GET(self) -> None:
         self._dispatch("GET")
@@ -333,6 +351,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header("Warning", warning_header(warning))
             self.end_headers()
             self.wfile.write(data)
+            self.wfile.flush()  # headers and body in one write (``wbufsize``)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
@@ -348,16 +367,30 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.flush()
             hangups.watch(self.connection, stream)
-            for event in stream:
-                line = _dumps(encode(event)) + b"\n"
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+            # An in-memory stream hands out what is there at once: one write for all of it.
+            batches = getattr(stream, "batches", None)
+            for batch in batches() if batches is not None else ([e] for e in stream):
+                self.wfile.write(b"".join(_watch_chunk(encode(event)) for event in batch))
+                self.wfile.flush()
             self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True
         finally:
             hangups.forget(self.connection)
             stream.close()
             self.server.track_watch(stream, False)
+
+
+@functools.lru_cache(maxsize=2)
+def _http_date(second: int) -> str:
+    return formatdate(second, usegmt=True)
+
+
+def _watch_chunk(obj: JsonObject) -> bytes:
+    """One watch event as one HTTP chunk: a JSON line."""
+    line = _dumps(obj) + b"\n"
+    return b"%x\r\n%s\r\n" % (len(line), line)
 
 
 class _Router:

@@ -133,7 +133,9 @@ class ResourceRequest:
             if method == "POST":
                 return self._evict()
         elif method == "GET":
-            obj = self.api.get(self.resource, name, self.namespace, subresource=self.subresource)
+            obj = self.api.get(
+                self.resource, name, self.namespace, subresource=self.subresource, shared=True
+            )
             return self._object_reply(200, obj)
         elif method == "PUT":
             return self._update()
@@ -251,6 +253,7 @@ class ResourceRequest:
             self.namespace,
             field_validation=self._field_validation(),
             warnings=warnings,
+            shared=True,  # only serialized: the stored object itself, not a copy
         )
         return Reply(201, created, warnings=warnings)
 
@@ -274,6 +277,7 @@ class ResourceRequest:
             subresource=self.subresource,
             field_validation=self._field_validation(),
             warnings=warnings,
+            shared=True,  # only serialized: the stored object itself, not a copy
         )
         return Reply(200, updated, warnings=warnings)
 
@@ -309,6 +313,7 @@ class ResourceRequest:
             subresource=self.subresource,
             field_validation=self._field_validation(),
             warnings=warnings,
+            shared=True,  # only serialized: the stored object itself, not a copy
         )
         return Reply(200, patched, warnings=warnings)
 

@@ -220,8 +220,10 @@ class InMemoryAPIServer:
         self.requests.record(verb, subresource, poll=poll, resource=definition.plural)
         self.faults.check(verb, definition.plural, definition.group_resource, name, subresource)
 
-    def _present(self, obj: JsonObject, resource: Resource) -> JsonObject:
-        return self._engine.present(resource, obj)
+    def _present(self, obj: JsonObject, resource: Resource, shared: bool = False) -> JsonObject:
+        """``obj`` as served; ``shared`` (the HTTP front, which only serializes the reply): the
+        stored object itself where serving it changes nothing (``Engine.present_shared``)."""
+        return (self._engine.present_shared if shared else self._engine.present)(resource, obj)
 
     def get(
         self,
@@ -230,6 +232,7 @@ class InMemoryAPIServer:
         namespace: str | None = None,
         *,
         subresource: str | None = None,
+        shared: bool = False,
     ) -> JsonObject:
         definition, table = self._engine.resolve(resource)
         check_subresource(definition, subresource)
@@ -238,7 +241,7 @@ class InMemoryAPIServer:
             stored = self._engine.get_stored(definition, table, name, namespace)
             if subresource == "scale":
                 return scale_of(definition, stored)
-            return self._present(stored, resource)
+            return self._present(stored, resource, shared)
 
     def list(
         self,
@@ -389,8 +392,10 @@ class InMemoryAPIServer:
         *,
         field_validation: str | None = None,
         warnings: builtins.list[str] | None = None,
+        shared: bool = False,
     ) -> JsonObject:
-        """Create ``obj``. ``field_validation`` (see ``_check_fields``) defaults to Ignore."""
+        """Create ``obj``. ``field_validation`` (see ``_check_fields``) defaults to Ignore;
+        ``shared`` as for ``_present``."""
         definition, table = self._engine.resolve(resource)
         check_directive(field_validation, "CreateOptions")
         self._check_fault("create", definition, (obj.get("metadata") or {}).get("name"))
@@ -400,7 +405,7 @@ class InMemoryAPIServer:
             stored = self._engine.create_object(
                 definition, table, body, namespace, resource.version, warnings=warnings
             )
-            return self._present(stored, resource)
+            return self._present(stored, resource, shared)
 
     def seed(self, resource: Resource, obj: JsonObject, namespace: str | None = None) -> JsonObject:
         """Create keeping the ``status`` the caller wrote (a fixture shortcut; no API does this)."""
@@ -420,6 +425,7 @@ class InMemoryAPIServer:
         subresource: str | None = None,
         field_validation: str | None = None,
         warnings: builtins.list[str] | None = None,
+        shared: bool = False,
     ) -> JsonObject:
         definition, table = self._engine.resolve(resource)
         check_subresource(definition, subresource)
@@ -444,7 +450,7 @@ class InMemoryAPIServer:
                 require_version=definition.custom,
                 warnings=warnings,
             )
-            return self._present(written, resource)
+            return self._present(written, resource, shared)
 
     def patch(
         self,
@@ -457,6 +463,7 @@ class InMemoryAPIServer:
         subresource: str | None = None,
         field_validation: str | None = None,
         warnings: builtins.list[str] | None = None,
+        shared: bool = False,
     ) -> JsonObject:
         definition, table = self._engine.resolve(resource)
         check_subresource(definition, subresource)
@@ -496,7 +503,7 @@ class InMemoryAPIServer:
                 subresource=subresource,
                 warnings=warnings,
             )
-            return self._present(written, resource)
+            return self._present(written, resource, shared)
 
     def _patch_base(
         self,

@@ -252,25 +252,36 @@ class InMemoryWatch:
         self.close()
 
     def __iter__(self) -> Iterator[WatchEvent]:
+        return self._events(self.batches())
+
+    def batches(self) -> Iterator[list[WatchEvent]]:
+        """The same events, in the batches they become available in: a writer sends each
+        batch in one write (one system call and one wakeup of the reader for what was there
+        at once, not one per event). Either this or ``__iter__``, once."""
         if self._started:
             raise RuntimeError("a watch stream can be iterated only once")
         self._started = True
-        return self._events()
+        return self._batches()
 
-    def _events(self) -> Iterator[WatchEvent]:
-        try:
-            initial, self._initial = self._initial, []
-            for event in initial:
+    def _events(self, batches: Iterator[list[WatchEvent]]) -> Iterator[WatchEvent]:
+        for batch in batches:
+            for event in batch:
                 if self._closed:
                     return
                 yield event
+
+    def _batches(self) -> Iterator[list[WatchEvent]]:
+        try:
+            initial, self._initial = self._initial, []
+            if initial and not self._closed:
+                yield initial
             deadline = None if self._timeout is None else time.monotonic() + self._timeout
             while True:
                 batch, finished = self._next_batch(deadline)
-                for event in batch:
-                    if self._closed:
-                        return
-                    yield event
+                if self._closed:
+                    return
+                if batch:
+                    yield batch
                 self._last_sent = time.monotonic()
                 if finished:
                     return

@@ -38,6 +38,7 @@ from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.errors import Conflict, NotFound
 from karpenter_capi.core.kube.resources import NODES, PERSISTENT_VOLUME_CLAIMS, PODS, Resource
 from karpenter_capi.core.runtime.controller import DONE, WORKLOAD, Caches, Key, Result, Watch
+from karpenter_capi.sim.apiserver.server import InMemoryAPIServer
 from karpenter_capi.sim.scheduler import rules, scoring
 from karpenter_capi.sim.scheduler.cycle import (
     NodeInfo,
@@ -397,8 +398,7 @@ class SimScheduler:
         meta = metadata(pod)
         name, namespace = meta["name"], meta.get("namespace")
         try:
-            written = self.client.patch(
-                PODS,
+            written = self._patch_pod(
                 name,
                 {
                     "metadata": {"resourceVersion": meta.get("resourceVersion")},
@@ -414,6 +414,17 @@ class SimScheduler:
         self._assumed[object_key(pod)] = (str(meta.get("uid", "")), node_name)
         self._set_scheduled(written, "True", None, None)
         return True
+
+    def _patch_pod(
+        self, name: str, patch: JsonObject, namespace: str | None, subresource: str | None = None
+    ) -> JsonObject:
+        """A pod write whose answer is only read, never changed: from the in-memory server,
+        the stored object itself (``shared``), not a copy made for nothing."""
+        if isinstance(self.client, InMemoryAPIServer):
+            return self.client.patch(
+                PODS, name, patch, namespace, subresource=subresource, shared=True
+            )
+        return self.client.patch(PODS, name, patch, namespace, subresource=subresource)
 
     def _fail(self, pod: JsonObject, message: str, plugins: frozenset[str]) -> None:
         """Parked until an event ``plugins``' hints answer for; ``PodScheduled=False`` says
@@ -452,10 +463,6 @@ class SimScheduler:
         if nominated:
             written["nominatedNodeName"] = None
         with contextlib.suppress(NotFound):
-            self.client.patch(
-                PODS,
-                meta["name"],
-                {"status": written},
-                meta.get("namespace"),
-                subresource="status",
+            self._patch_pod(
+                meta["name"], {"status": written}, meta.get("namespace"), subresource="status"
             )
