@@ -42,6 +42,9 @@ JUSTIFIED: dict[tuple[str, str, str], str] = {
     ("", "pods/eviction", "create"): _SINGLE + "controllers, which drain a node with pods",
     ("", "pods/status", "patch"): _SINGLE + "controllers, which mark pods they nominate",
     ("", "events", "patch"): _SINGLE + "EventRecorder, which counts a repeated Event",
+    ("karpenter.cluster.x-k8s.io", "clusterapinodeclasses", "get"): _SINGLE
+    + "controllers: rounds read NodeClasses from the cache, but a NodeClass status write that "
+    "conflicts reads it again, and static NodePools read theirs",
     ("coordination.k8s.io", "leases", "get"): "core.fleet.sharding re-reads a shard Lease after "
     "a write conflict (two replicas racing for it), which the stepped run does not interleave",
 }

@@ -409,10 +409,12 @@ def test_a_decision_runs_while_every_shared_worker_is_busy() -> None:
         a.create("a0")
         assert entered.wait(WAIT)
         b.create("b1")
+        queued = b.manager.queue("scripted")
+        assert b.wait_until(lambda: queued.depth == 1)  # b's informer has delivered it
         c.create("c1")
         assert c.wait_until(lambda: "c" in order)
         # b's key is not the urgent worker's to take: it waits for the shared one.
-        assert b.manager.queue("scripted").depth == 1
+        assert queued.depth == 1
         assert order == ["a", "c"]
         release.set()
         assert b.wait_until(lambda: "b" in order)

@@ -46,6 +46,10 @@ RETRY_AFTER_NODEPOOL_ERRORS_SECONDS: Final = 10.0
 (upstream requeues every pending pod after 10 s). The cause is often outside this cluster
 (the management cluster down, a cloud API failing): nothing in the cached view changes when
 it recovers, so without this the pods would wait for an unrelated event."""
+RETRY_AFTER_UNREACHABLE_SECONDS: Final = 1.0
+"""How soon instead when every such NodePool failed for a server away or not answering yet
+(``kube.errors.unreachable``): a round whose own reads failed so was retried as soon, and the
+pods should not wait ten seconds past the server's return."""
 ROUND_RESOURCES: Final = (
     PODS,
     NODES,
@@ -329,11 +333,11 @@ class ProvisioningController:
         # binding one replica where the plan put another is no reason to look again.
         classes = {spec.key: spec.class_key for spec in map(self._ctx.pod_specs.get, pending)}
         self._last_world = world.after_round(launched, self._provisioner.planned(), classes)
-        self._retry_at = (
-            self._ctx.clock.monotonic() + RETRY_AFTER_NODEPOOL_ERRORS_SECONDS
-            if report.nodepool_errors and report.unschedulable
-            else None
-        )
+        self._retry_at = None
+        if report.nodepool_errors and report.unschedulable:
+            away = report.unreachable_nodepools >= set(report.nodepool_errors)
+            retry = RETRY_AFTER_UNREACHABLE_SECONDS if away else RETRY_AFTER_NODEPOOL_ERRORS_SECONDS
+            self._retry_at = self._ctx.clock.monotonic() + retry
         if report.launched:
             # The round logged each NodeClaim; this is the tally, for debugging.
             log.debug(

@@ -32,7 +32,7 @@ from karpenter_capi.core.errors import ProviderError
 from karpenter_capi.core.instancetype import InstanceType
 from karpenter_capi.core.kube.cache import Store
 from karpenter_capi.core.kube.client import JsonObject, KubeClient
-from karpenter_capi.core.kube.errors import ApiError, NotFound
+from karpenter_capi.core.kube.errors import ApiError, NotFound, unreachable
 from karpenter_capi.core.kube.resources import CLUSTER_API_NODE_CLASSES, NODEPOOLS, Resource
 from karpenter_capi.core.plugin_host import PluginError, Plugins
 
@@ -48,6 +48,9 @@ class NodePoolInventory:
     raw: Mapping[str, Any]
     instance_types: list[InstanceType] = field(default_factory=list)
     error: str | None = None
+    unreachable: bool = False
+    """The error is a server that could not be reached or answer yet (``kube.errors``): it ends
+    when the server is back, so the pods it left pending are retried within a second."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -145,6 +148,7 @@ def resolve_nodepool(
         inventory.instance_types = plugins.instance_types(nodeclass, inventory.model)
     except (ProviderError, PluginError, ApiError) as exc:
         inventory.error = str(exc)
+        inventory.unreachable = unreachable(exc)
     return inventory
 
 

@@ -360,6 +360,8 @@ class Provisioner:
                     inventory.error = f"invalid NodePool: {error}"
             if inventory.error:
                 report.nodepool_errors[inventory.nodepool] = inventory.error
+                if inventory.unreachable:
+                    report.unreachable_nodepools.add(inventory.nodepool)
                 self._unusable(inventory.raw, inventory.nodepool, inventory.error)
                 continue
             usable.append(inventory)

@@ -36,6 +36,8 @@ class ProvisioningReport:
     placed: dict[str, str] = field(default_factory=dict)
     """Pending pod key -> the node or launching NodeClaim the round counted it on."""
     nodepool_errors: dict[str, str] = field(default_factory=dict)
+    unreachable_nodepools: set[str] = field(default_factory=set)
+    """The NodePools of ``nodepool_errors`` whose error was a server away (``unreachable``)."""
     pending: int = 0
     in_flight_pods: int = 0
     existing_pods: int = 0
