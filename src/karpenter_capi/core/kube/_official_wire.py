@@ -87,7 +87,9 @@ class OfficialWatch:
             # itself (a server that dropped the connection mid-stream). Closed either way.
             with contextlib.suppress(OSError, RuntimeError, ValueError):
                 shutdown()
-        with contextlib.suppress(OSError, urllib3.exceptions.HTTPError):
+        # ValueError ("I/O operation on closed file"): the reader, woken by the shutdown, saw
+        # the stream end and closed it first; http.client's close then flushes a closed file.
+        with contextlib.suppress(OSError, ValueError, urllib3.exceptions.HTTPError):
             response.close()
         response.release_conn()
 
