@@ -52,7 +52,6 @@ from karpenter_capi.plugin_api.kube import (
     ApiError,
     CapiResources,
     NotFound,
-    SelectorError,
     capi_resources,
 )
 from karpenter_capi.plugins.generic_capi.binding import machine_facts
@@ -75,7 +74,7 @@ from karpenter_capi.plugins.generic_capi.inventory import (
 )
 from karpenter_capi.plugins.generic_capi.just_selected import JustSelected
 from karpenter_capi.plugins.generic_capi.launch import Launcher
-from karpenter_capi.plugins.generic_capi.mirror import ClusterMirrors, WatchedLists
+from karpenter_capi.plugins.generic_capi.mirror import ClusterMirrors
 from karpenter_capi.plugins.generic_capi.nodeclass_status import (
     ManagementClusterError,
     management_cluster_error,
@@ -85,7 +84,7 @@ from karpenter_capi.plugins.generic_capi.nodeclass_status import (
 from karpenter_capi.plugins.generic_capi.planning import LaunchSettings, seconds_option
 from karpenter_capi.plugins.generic_capi.provider_versions import StartChecks, cluster_api
 from karpenter_capi.plugins.generic_capi.scaling import ResourceRef
-from karpenter_capi.plugins.generic_capi.selection import MACHINE_DEPLOYMENT, label_selector
+from karpenter_capi.plugins.generic_capi.selection import MACHINE_DEPLOYMENT
 from karpenter_capi.plugins.generic_capi.unclaimed import UnclaimedMachines
 
 NODECLASS_KIND = "ClusterAPINodeClass"
@@ -207,30 +206,18 @@ def _update_status(
 
 
 def _selected_deployments(
-    ctx: PluginContext, state: _State, raw: Mapping[str, Any], inventory: Inventory
+    state: _State, inventory: Inventory
 ) -> list[tuple[str, str, Mapping[str, Any]]]:
     """The MachineDeployments ``inventory`` holds, as objects, for their rollout strategy:
-    from the watch-fed list the selection just read (``WatchedLists``, no request), else
-    through ``ResourceCache`` (a ``GET`` at most once per ``cache_ttl``)."""
-    wanted = [r for r in inventory.resources if r.kind == MACHINE_DEPLOYMENT]
-    if not wanted:
-        return []
-    listed: dict[tuple[str, str], Mapping[str, Any]] = {}
-    lister = WatchedLists.shared(ctx)
-    if lister is not None:
-        try:
-            selector = label_selector((raw.get("spec") or {}).get("scalableResourceSelector"))
-            objects = lister(state.capi.machine_deployments, selector)
-        except (SelectorError, ApiError):
-            objects = []
-        for obj in objects:
-            meta = obj.get("metadata") or {}
-            listed[(str(meta.get("namespace") or ""), str(meta.get("name") or ""))] = obj
-    deployments = []
-    for resource in wanted:
-        found = listed.get((resource.namespace, resource.name))
+    from the watch-fed copies where mirrors follow watches (``ClusterMirrors.scalable``, no
+    request), else through ``ResourceCache`` (a ``GET`` at most once per ``cache_ttl``)."""
+    deployments: list[tuple[str, str, Mapping[str, Any]]] = []
+    for resource in inventory.resources:
+        if resource.kind != MACHINE_DEPLOYMENT:
+            continue
+        ref = ResourceRef(resource.kind, resource.namespace, resource.name)
+        found = state.mirrors.scalable(ref) if state.mirrors.watched else None
         if found is None:
-            ref = ResourceRef(resource.kind, resource.namespace, resource.name)
             found = state.resources.get(ref)
         if found is not None:
             deployments.append((resource.namespace, resource.name, found))
@@ -286,7 +273,7 @@ class GenericCapiPlugin:
             reason = _unreadable_management(ctx, raw, name, exc)
             raise ManagementClusterError(f"ClusterAPINodeClass {name}: {reason}") from exc
         self._versions.once(name, _NEEDS)  # once the management cluster answered
-        deployments = _selected_deployments(ctx, state, raw, inventory)
+        deployments = _selected_deployments(state, inventory)
         inventory.notices.extend(rollout_warnings(raw, ctx.options, deployments))
         state.selected.keep(raw, inventory)
         _update_status(ctx, raw, name, inventory)
