@@ -13,6 +13,7 @@ cluster after a scale-up wave (durations drawn from a fixed seed), and added to 
 * ``cold``: every cluster's every series changed since the last render (a wave);
 * ``settled``: between renders, only the periodic controllers of each cluster reconciled (what
   a settled fleet records between two scrapes);
+* the garbage collections one settled render set off (young, middle, old);
 * ``http``: a GET of ``/metrics`` through the controller's ``ObservabilityServer``, as
   Prometheus scrapes it (wall time, and the process's CPU for it).
 
@@ -26,6 +27,7 @@ not counted). Samples are counted with prometheus_client's own parser, outside t
 from __future__ import annotations
 
 import argparse
+import gc
 import gzip
 import json
 import random
@@ -124,6 +126,17 @@ def _cpu(call: Any) -> tuple[float, Any]:
     return time.process_time() - start, out
 
 
+def _collections() -> list[int]:
+    return [generation["collections"] for generation in gc.get_stats()]
+
+
+def _gc_during(call: Any) -> list[int]:
+    """The collections (young, middle, old) the collector ran during ``call``."""
+    before = _collections()
+    call()
+    return [after - was for after, was in zip(_collections(), before, strict=True)]
+
+
 def measure(clusters: int, rounds: int, http: bool) -> dict[str, Any]:
     fleet, members = build(clusters)
     rng = random.Random(11)
@@ -136,6 +149,8 @@ def measure(clusters: int, rounds: int, http: bool) -> dict[str, Any]:
         cold.append(_cpu(fleet.render)[0])
         settle(members, rng)
         settled.append(_cpu(fleet.render)[0])
+    settle(members, rng)
+    collections = _gc_during(fleet.render)
     report: dict[str, Any] = {
         "clusters": clusters,
         "samples": samples,
@@ -147,6 +162,7 @@ def measure(clusters: int, rounds: int, http: bool) -> dict[str, Any]:
             "cold": statistics.median(cold),
             "settled": statistics.median(settled),
         },
+        "gc_collections_per_settled_render": collections,
     }
     if http:
         server = ObservabilityServer(fleet, port=0, ready=lambda: True).start()
@@ -189,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"settled {med['settled']:.3f}")
     for kind, runs in report["render_cpu_seconds"].items():
         print(f"  {kind}: " + ", ".join(f"{run:.3f}" for run in runs))
+    young, middle, old = report["gc_collections_per_settled_render"]
+    print(f"collections during a settled render: young {young}, middle {middle}, old {old}")
     if "http" in report:
         h = report["http"]
         print(f"GET /metrics: wall {h['wall_median']:.3f} s, CPU {h['cpu_median']:.3f} s (medians)")

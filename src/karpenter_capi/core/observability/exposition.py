@@ -27,7 +27,6 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
 from prometheus_client.exposition import generate_latest
-from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics.exposition import escape_label_name, escape_metric_name
 from prometheus_client.utils import floatToGoString
@@ -186,7 +185,7 @@ class Exposition:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._series: dict[tuple[str | None, str, tuple[str, ...]], _Series] = {}
+        self._series: dict[tuple[str | None, object], _Series] = {}
 
     def render(
         self, sources: Sequence[Source], trailer: Iterable[CollectorRegistry | Metric] = ()
@@ -194,7 +193,7 @@ class Exposition:
         if not FAST:
             return generate_latest(_Reference(sources, trailer))
         with self._lock:
-            kept: dict[tuple[str | None, str, tuple[str, ...]], _Series] = {}
+            kept: dict[tuple[str | None, object], _Series] = {}
             families: dict[str, _Family] = {}
             for cluster, registry in sources:
                 self._add(families, kept, cluster, registry)
@@ -212,7 +211,7 @@ class Exposition:
     def _add(
         self,
         families: dict[str, _Family],
-        kept: dict[tuple[str | None, str, tuple[str, ...]], _Series],
+        kept: dict[tuple[str | None, object], _Series],
         cluster: str | None,
         registry: CollectorRegistry,
     ) -> None:
@@ -220,7 +219,7 @@ class Exposition:
             collectors = list(registry._collector_to_names)
         for collector in collectors:
             kind = _TYPES.get(type(collector))
-            if kind is None or not isinstance(collector, MetricWrapperBase):
+            if kind is None:
                 for metric in collector.collect():
                     family = families.get(metric.name)
                     if family is None:
@@ -229,23 +228,27 @@ class Exposition:
                         )
                     family.lines.append(_generic_text(metric, cluster, header=False))
                 continue
-            name: str = collector._name
+            wrapper: Any = collector  # one of _TYPES: prometheus_client's metric classes
+            name: str = wrapper._name
             family = families.get(name)
             if family is None:
-                family = families[name] = _Family(name, collector._documentation, kind)
+                family = families[name] = _Family(name, wrapper._documentation, kind)
             for labelvalues, child in _children(collector):
-                key = (cluster, name, labelvalues)
+                key = (cluster, child)  # a child's labels and buckets are its own for good
                 series = self._series.get(key)
                 if series is None:
                     labels = with_cluster(
-                        cluster, dict(zip(collector._labelnames, labelvalues, strict=True))
+                        cluster, dict(zip(wrapper._labelnames, labelvalues, strict=True))
                     )
                     series = _Series(_prefixes(name, kind, labels, child))
                 kept[key] = series
                 version = getattr(child, "_version", None)
-                if version is None or version != series.version:
-                    series.version = -1 if version is None else version
+                if version is None:
                     series.render(_values(kind, child), _counts(kind, child))
+                elif version != series.version:
+                    series.render(_values(kind, child), _counts(kind, child))
+                    series.version = version
+                    series.values = None  # the stamp says when to read them again
                 family.lines.append(series.text)
 
 
