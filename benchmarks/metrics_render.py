@@ -21,7 +21,7 @@ CPU is ``time.process_time`` around ``FleetMetrics.render()`` (the feeding betwe
 not counted). Samples are counted with prometheus_client's own parser, outside the timing.
 
     PYTHONPATH=src .venv/bin/python benchmarks/metrics_render.py [--clusters 100]
-        [--rounds 5] [--no-http] [--json]
+        [--rounds 5] [--no-http] [--young-threshold 10000] [--json]
 """
 
 from __future__ import annotations
@@ -192,8 +192,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clusters", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-http", action="store_true", help="skip the scrape over HTTP")
+    parser.add_argument(
+        "--young-threshold",
+        type=int,
+        help="the collector's young threshold (a fleet controller runs at 10000; "
+        "core/runtime/collector.py); Python's default (700) when omitted",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.young_threshold:
+        gc.set_threshold(args.young_threshold, *gc.get_threshold()[1:])
     report = measure(args.clusters, args.rounds, http=not args.no_http)
     if args.json:
         print(json.dumps(report))
