@@ -10,12 +10,9 @@ untouched: its names and labels stay upstream Karpenter's exactly.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
-from karpenter_capi.core.observability._collectors import WithoutCreated
 from karpenter_capi.core.observability.fleet_metrics import CLUSTER, ClusterLabelledRegistry
 from karpenter_capi.core.observability.metrics import RECONCILE_BUCKETS
 
@@ -42,15 +39,14 @@ class FleetMetrics(ClusterLabelledRegistry):
         """One shard step took ``seconds`` (``shardloop.ShardLoop``)."""
         self._shard_step.observe(seconds)
 
-    def collect(self) -> Iterable[Metric]:
-        yield from super().collect()
-        yield from WithoutCreated(self._own).collect()
+    def trailer(self) -> list[CollectorRegistry | Metric]:
+        """The process's metrics, then the shard steps and how many clusters are served."""
         served = GaugeMetricFamily(
             "karpenter_fleet_clusters_served",
             "Number of workload clusters this replica serves in fleet mode.",
         )
         served.add_metric([], float(len(self.clusters)))
-        yield served
+        return [*super().trailer(), self._own, served]
 
 
 __all__ = ["CLUSTER", "SHARD_STEP_DURATION", "FleetMetrics"]

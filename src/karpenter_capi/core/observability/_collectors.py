@@ -1,8 +1,8 @@
-"""The two Prometheus collectors prometheus_client lacks and Karpenter's exposition needs.
+"""The Prometheus collector prometheus_client lacks and Karpenter's exposition needs.
 
-Why a module of its own: ``metrics.py`` names and records the series; these are general
-plumbing under it (a registry view without ``*_created`` series, and a summary with quantiles
-over a sliding window, as client_golang has), with their own locking and clock.
+Why a module of its own: ``metrics.py`` names and records the series; this is general plumbing
+under it (a summary with quantiles over a sliding window, as client_golang has), with its own
+locking and clock. (``*_created`` series are left out by ``exposition.py``.)
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Sequence
 
-from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 
 from karpenter_capi.core.clock import Clock
@@ -26,23 +25,6 @@ SUMMARY_MAX_AGE_SECONDS = 600.0
 _SUMMARY_MAX_SAMPLES = 4096
 """Observations kept per series for quantiles; beyond it the oldest go first (bounded memory
 when a burst of pods starts at once)."""
-
-
-class WithoutCreated:
-    """The registry minus the ``*_created`` series prometheus_client adds to counters,
-    histograms and summaries: Karpenter (client_golang) exposes none, and they would double
-    the size of a scrape. Filtering here, not ``disable_created_metrics()``, leaves the
-    process-global setting alone."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self._registry = registry
-
-    def collect(self) -> Iterable[Metric]:
-        for family in self._registry.collect():
-            created = family.name + "_created"
-            trimmed = Metric(family.name, family.documentation, family.type, family.unit)
-            trimmed.samples = [s for s in family.samples if s.name != created]
-            yield trimmed
 
 
 class WindowedSummary:

@@ -15,17 +15,15 @@ import threading
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
-from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
 
-from karpenter_capi.core.observability._collectors import WithoutCreated
+from karpenter_capi.core.observability.exposition import (
+    CLUSTER,
+    Exposition,
+    reference,
+    reference_families,
+)
 from karpenter_capi.core.observability.metrics import Metrics
-
-CLUSTER = "cluster"
-"""The label every sample of a cluster's metrics gets."""
-
-_EXPORTED = "exported_" + CLUSTER
-"""Where a sample's own ``cluster`` label goes, as Prometheus does with clashing target labels."""
 
 
 class ClusterLabelledRegistry:
@@ -33,13 +31,17 @@ class ClusterLabelledRegistry:
 
     ``add(cluster, metrics)`` starts exposing a cluster (replacing what was exposed under that
     name: a cluster whose operator was rebuilt keeps its label), ``remove(cluster)`` stops.
-    Thread-safe: clusters come and go while Prometheus scrapes.
+    Thread-safe: clusters come and go while Prometheus scrapes. ``render()`` goes through
+    ``exposition.Exposition`` (the same bytes as ``generate_latest(self)``, for a fraction of
+    the CPU: each series' label text is built once, and a series unchanged since the last
+    scrape reuses its lines).
     """
 
     def __init__(self, *, process: bool = True) -> None:
         self._lock = threading.Lock()
         self._clusters: dict[str, Metrics] = {}
         self._process = CollectorRegistry()
+        self._exposition = Exposition()
         if process:
             ProcessCollector(registry=self._process)
             PlatformCollector(registry=self._process)
@@ -60,33 +62,29 @@ class ClusterLabelledRegistry:
         with self._lock:
             return sorted(self._clusters)
 
-    def collect(self) -> Iterable[Metric]:
+    def _sources(self) -> list[tuple[str | None, CollectorRegistry]]:
         with self._lock:
-            clusters = sorted(self._clusters.items())
-        families: dict[str, Metric] = {}
-        for cluster, metrics in clusters:
-            for family in WithoutCreated(metrics.registry).collect():
-                merged = families.get(family.name)
-                if merged is None:
-                    merged = Metric(family.name, family.documentation, family.type, family.unit)
-                    families[family.name] = merged
-                merged.samples.extend(
-                    sample._replace(labels=_labelled(cluster, sample.labels))
-                    for sample in family.samples
-                )
-        yield from families.values()
-        yield from self._process.collect()
+            return [
+                (cluster, metrics.registry) for cluster, metrics in sorted(self._clusters.items())
+            ]
+
+    def trailer(self) -> list[CollectorRegistry | Metric]:
+        """What follows the clusters' families, unlabelled: the process's metrics."""
+        return [self._process]
+
+    def collect(self) -> Iterable[Metric]:
+        """Every cluster's families merged (each sample with its ``cluster``), then the
+        trailer's; ``generate_latest(self)`` is the reference ``render()`` is held to."""
+        return reference_families(self._sources(), self.trailer())
 
     def render(self) -> bytes:
         """Every cluster's metrics, then the process's, in the Prometheus text format."""
-        return generate_latest(self)
+        return self._exposition.render(self._sources(), self.trailer())
 
-
-def _labelled(cluster: str, labels: dict[str, str]) -> dict[str, str]:
-    own = dict(labels)
-    if CLUSTER in own:
-        own[_EXPORTED] = own.pop(CLUSTER)
-    return {CLUSTER: cluster, **own}
+    def reference(self) -> bytes:
+        """``render()`` as prometheus_client's ``generate_latest`` writes it (for tests and
+        the benchmark: slower, same bytes)."""
+        return reference(self._sources(), self.trailer())
 
 
 __all__ = ["CLUSTER", "ClusterLabelledRegistry"]
