@@ -446,3 +446,86 @@ def test_a_latency_sensitive_controller_goes_before_other_clusters_backlogs() ->
         assert sorted(order[2:]) == ["a", "a", "b", "b"]
         for cluster in (a, b, c):
             assert cluster.driver.stop(WAIT)
+
+
+@dataclass
+class Rechecks(Scripted):
+    """A latency-sensitive controller whose runs are decisions only while ``decides`` is set
+    (``urgent_run``), as the provisioner's rechecks of pods a round already placed are not."""
+
+    latency_sensitive: bool = True
+    decides: bool = False
+
+    def urgent_run(self) -> bool:
+        return self.decides
+
+
+def _logged(
+    order: list[str], cluster: str, release: threading.Event | None = None
+) -> Callable[[Key, int], Result]:
+    """Reconciles that log ``cluster`` in ``order``, then wait for ``release`` if given."""
+
+    def reconcile(key: Key, call: int) -> Result:
+        order.append(cluster)
+        if release is not None:
+            release.wait(WAIT)
+        return DONE
+
+    return reconcile
+
+
+def test_a_recheck_leaves_the_urgent_worker_to_another_clusters_decision() -> None:
+    # At a fleet's saturated wave most provisioning rounds are rechecks of pods a round already
+    # placed: in the urgent lane, they held the workers another cluster's closing window
+    # needed. A recheck waits for a shared worker, and still runs.
+    held = HeldFirst()
+    order, release = held.order, held.release
+    with WorkerPool(1, urgent_workers=1) as pool:
+        a = Cluster("a", pool, Scripted(SystemClock(), behaviour=held.behaviour("a"))).start()
+        r = Cluster("r", pool, Rechecks(SystemClock(), behaviour=_logged(order, "r", release)))
+        c = Cluster("c", pool, Rechecks(SystemClock(), behaviour=_logged(order, "c"), decides=True))
+        a.create("a0")
+        assert held.entered.wait(WAIT)  # the shared worker is held
+        r.start().create("r1")
+        queued = r.manager.queue("scripted")
+        assert r.wait_until(lambda: queued.depth == 1)
+        c.start().create("c1")
+        assert c.wait_until(lambda: "c" in order)
+        assert order == ["a", "c"]
+        assert queued.depth == 1  # the recheck waits its turn
+        release.set()
+        assert r.wait_until(lambda: "r" in order)
+        for cluster in (a, r, c):
+            assert cluster.driver.stop(WAIT)
+
+
+@dataclass
+class WokenDecision(Woken):
+    """A latency-sensitive ``Woken`` whose runs are decisions once ``decides`` is set."""
+
+    latency_sensitive: bool = True
+    decides: bool = False
+
+    def urgent_run(self) -> bool:
+        return self.decides
+
+
+def test_a_run_waiting_in_the_ordinary_lane_turns_urgent_when_its_event_makes_it_a_decision() -> (
+    None
+):
+    # A cluster's look is due and waiting its turn behind a busy shared worker when a new pod
+    # comes: the look is now the pod's decision, and the urgent worker takes it.
+    held = HeldFirst()
+    with WorkerPool(1, urgent_workers=1) as pool:
+        a = Cluster("a", pool, Scripted(SystemClock(), behaviour=held.behaviour("a"))).start()
+        a.create("a0")
+        assert held.entered.wait(WAIT)
+        looks = WokenDecision(SystemClock())
+        b = Cluster("b", pool, looks).start()  # its first run is due, in the ordinary lane
+        looks.decides = True
+        b.create("wake-1")
+        assert b.wait_until(lambda: len(looks.runs) >= 1)
+        assert held.order == ["a"]  # the shared worker is still held
+        held.release.set()
+        for cluster in (a, b):
+            assert cluster.driver.stop(WAIT)

@@ -69,6 +69,7 @@ class Batcher:
         # such owner, so the full idle wait holds.
         self._owners: dict[str, bool] = {}
         self._unowned = False
+        self._new = False
         self._lock = threading.Lock()
 
     def track(self, bursts: Bursts, complete_idle: float) -> None:
@@ -90,6 +91,7 @@ class Batcher:
                 if self._opened is None:
                     self._opened = now
                 self._last_new = now
+                self._new = True
                 for key in sorted(new):
                     self._note_owner(key)
             self._seen = current
@@ -105,6 +107,7 @@ class Batcher:
             if self._opened is None:
                 self._opened = now
             self._last_new = now
+            self._new = True
             self._note_owner(key)
             return max(0.0, self._closes_at() - now)
 
@@ -134,15 +137,23 @@ class Batcher:
             closes = min(closes, self._last_new + self._complete_idle)
         return closes
 
-    def trigger(self) -> None:
+    def trigger(self, *, new_pods: bool = False) -> None:
         """Something other than a new pod calls for a round (the cluster changed under pods
-        still pending): open or extend the window as a new pod would."""
+        still pending): open or extend the window as a new pod would. ``new_pods``: the
+        round is still the first for pods it holds (one that failed part-way is retried)."""
         with self._lock:
             now = self._clock.now().timestamp()
             if self._opened is None:
                 self._opened = now
             self._last_new = now
             self._unowned = True  # no new pod says the burst is complete: wait the full idle
+            self._new = self._new or new_pods
+
+    @property
+    def holds_new_pods(self) -> bool:
+        """Whether the open window holds a pod no round has seen yet (not only a trigger):
+        its round is a first decision. Read without the lock (one attribute)."""
+        return self._new
 
     def ready(self) -> bool:
         """Whether the open window has closed, so a solve should run now."""
@@ -164,3 +175,4 @@ class Batcher:
             self._opened = None
             self._owners = {}
             self._unowned = False
+            self._new = False

@@ -78,8 +78,8 @@ class ProvisioningController:
 
     name = "provisioner"
     latency_sensitive = True
-    """A shared worker pool (fleet mode) runs its looks ahead of other clusters' queued work:
-    pods wait on its decision, status writes do not."""
+    """A shared worker pool (fleet mode) runs its decisions ahead of other clusters' queued
+    work: pods wait on them, status writes do not. Which runs are decisions: ``urgent_run``."""
 
     def __init__(
         self,
@@ -134,6 +134,15 @@ class ProvisioningController:
         # whether it found pods pending.
         self._idle_stamp: tuple[object, ...] | None = None
         self._idle_pending = False
+
+    def urgent_run(self) -> bool:
+        """Whether a run now would be a first decision: its batch window holds a pod no round
+        has seen (or the process has not looked yet). A shared pool runs only those in its
+        urgent lane; a look that finds nothing, a recheck and a relook (pods a round already
+        placed, ``relook``) wait their turn with other work, so that at a fleet's saturated
+        wave (100 clusters: some 800 rechecks for 100 first decisions) they do not hold the
+        workers a closing window needs. Cheap: the pool asks it under its lock."""
+        return self._first_look or self._batcher.holds_new_pods
 
     def nominated_within(self, seconds: float) -> frozenset[str]:
         """Nodes and NodeClaims pending pods were counted on in the last ``seconds``."""
@@ -311,6 +320,7 @@ class ProvisioningController:
             if wait is None:
                 self._idle_stamp, self._idle_pending = stamp, bool(pending)
             return Result(requeue_after=self.interval if wait is None else max(wait, 0.01))
+        first = self._batcher.holds_new_pods
         self._batcher.reset()
         if world is None:
             world = RoundView.of(snapshot, pending, keys)
@@ -323,7 +333,7 @@ class ProvisioningController:
             # The round failed part-way (say a 429 creating a NodeClaim). Its pods are still
             # pending and no new pod may ever come to reopen the window, so reopen it here:
             # the retry solves them again, counting whatever NodeClaims the round did create.
-            self._batcher.trigger()
+            self._batcher.trigger(new_pods=first)
             self._last_world = None
             raise
         self.last_report = report

@@ -14,14 +14,19 @@ who goes next:
   to end; and a cluster's second (third...) reconcile runs only while another worker stays
   free, so even several slow clusters leave a worker for the others, short of one per worker;
 * a latency-sensitive controller (``latency_sensitive = True``: provisioning, whose look turns
-  pending pods into a scale-up decision) that is due takes the next free worker ahead of
-  every other cluster's queued work (status writes, launch checks can wait a moment; a pod
-  waiting for a node cannot), within the same per-cluster caps;
-* ``urgent_workers`` more threads take only those latency-sensitive runs, so a decision never
-  waits for a worker to come back from another cluster's reconcile: at a fleet's burst every
-  shared worker is busy, most of them waiting on an API server, and a window that closed then
-  waited for the first of them to finish (issue 28's 100-cluster wave: the shared workers were
-  busy 7.4 of 8 on average);
+  pending pods into a scale-up decision) whose due run is a decision takes the next free
+  worker ahead of every other cluster's queued work (status writes, launch checks can wait a
+  moment; a pod waiting for a node cannot), within the same per-cluster caps: the urgent
+  lane. Which runs are decisions is the controller's to say (``urgent_run()``, asked when
+  the run is marked due and again at each wake-up while it waits, so a recheck waiting its
+  turn moves up when a new pod makes it a decision; without it, every run is one). The
+  provisioner says so of a window holding a pod no round has seen: its looks that find
+  nothing, its rechecks and relooks of pods already placed go in turn with other work;
+* ``urgent_workers`` more threads take only those decisions, so a decision never waits for
+  a worker to come back from another cluster's reconcile: at a fleet's burst every shared
+  worker is busy, most of them waiting on an API server, and a window that closed then waited
+  for the first of them to finish (issue 28's 100-cluster wave: the shared workers were busy
+  7.4 of 8 on average);
 * each controller keeps its own concurrency (its driver's ``workers`` for it) and its queue's
   guarantees (a key is never reconciled twice at once, per-key backoff);
 * one heap of due times stands in for every per-queue and per-periodic-controller timer:
@@ -95,8 +100,12 @@ class _Slot:
     in_flight: int = 0
     pending: bool = False
     timer_at: float | None = None
+    sensitive: bool = False
+    """The controller is latency-sensitive (``latency_sensitive``)."""
+    asks: Callable[[], bool] | None = None
+    """Its ``urgent_run``: whether the run now due is a decision (``None``: every run is)."""
     urgent: bool = False
-    """The controller is latency-sensitive: picked before any other cluster's work."""
+    """Pending in the urgent lane: picked before any other cluster's work."""
 
     # QueueListener, called with the queue's lock held.
     def on_ready(self) -> None:
@@ -260,8 +269,10 @@ class WorkerPool:
         for entry, limit in spec.entries:
             if limit < 1:
                 raise ValueError(f"{spec.name}/{entry.name}: a controller needs a limit >= 1")
-            urgent = getattr(entry.controller, "latency_sensitive", False) is True
-            slot = _Slot(self, member, entry, limit, urgent=urgent)
+            sensitive = getattr(entry.controller, "latency_sensitive", False) is True
+            asks = getattr(entry.controller, "urgent_run", None)
+            slot = _Slot(self, member, entry, limit, sensitive=sensitive)
+            slot.asks = asks if sensitive and callable(asks) else None
             member.slots.append(slot)
             if isinstance(entry, ControllerEntry):
                 entry.queue.set_listener(slot)
@@ -288,15 +299,33 @@ class WorkerPool:
 
     def _mark_pending_locked(self, slot: _Slot) -> None:
         member = slot.member
-        if not slot.pending and member.active:
-            slot.pending = True
-            member.pending.append(slot)
-            self._urgent_pending += slot.urgent
-            if slot.urgent:
-                self._urgent_cond.notify()
-            if not member.ready:
-                member.ready = True
-                heapq.heappush(self._ready, (member.turn, member))
+        if not member.active:
+            return
+        if slot.pending:
+            self._relane_locked(slot)
+            return
+        slot.pending = True
+        member.pending.append(slot)
+        slot.urgent = False
+        self._relane_locked(slot)
+        if not member.ready:
+            member.ready = True
+            heapq.heappush(self._ready, (member.turn, member))
+
+    def _relane_locked(self, slot: _Slot) -> None:
+        """Move a pending slot to the urgent lane if its run now due is a decision (asked
+        again each time it is marked: a new pod may come while a recheck waits its turn)."""
+        if slot.urgent or not slot.pending or not slot.sensitive:
+            return
+        if slot.asks is not None:
+            try:
+                if not slot.asks():
+                    return
+            except Exception:
+                _log.exception("%s/%s: urgent_run raised", slot.member.spec.name, slot.entry.name)
+        slot.urgent = True
+        self._urgent_pending += 1
+        self._urgent_cond.notify()
 
     def _schedule(self, slot: _Slot, at: float, floor: float = 0.0) -> None:
         """Look at ``slot`` again at ``at`` on its member's clock (``floor`` seconds at least)."""
@@ -337,6 +366,11 @@ class WorkerPool:
         assert isinstance(entry, PeriodicEntry)
         if entry.ask(at):
             self._schedule(slot, at)
+        elif slot.asks is not None:
+            # Due already and waiting in the ordinary lane, perhaps: the event may have made
+            # its run a decision.
+            with self._cond:
+                self._relane_locked(slot)
 
     def _wake_member(self, member: Membership) -> None:
         with self._cond:
@@ -354,7 +388,7 @@ class WorkerPool:
                 member.pending.clear()
                 for slot in member.slots:
                     self._urgent_pending -= slot.urgent and slot.pending
-                    slot.pending = False
+                    slot.pending = slot.urgent = False
                     slot.timer_at = None
                 self._cond.notify_all()
             own = 1 if getattr(self._serving, "member", None) is member else 0
@@ -475,6 +509,7 @@ class WorkerPool:
     def _take_locked(self, slot: _Slot, shared: bool = True) -> _Slot:
         slot.pending = False
         self._urgent_pending -= slot.urgent
+        slot.urgent = False
         slot.in_flight += 1
         slot.member.in_flight += 1
         self._busy += shared
