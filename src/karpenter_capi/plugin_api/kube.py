@@ -42,7 +42,12 @@ from karpenter_capi.core.kube.resources import (
     Resource,
 )
 from karpenter_capi.core.kube.writelog import WriteLog, Written
-from karpenter_capi.core.values.selectors import SelectorError, selector_to_string
+from karpenter_capi.core.values.selectors import (
+    CompiledSelector,
+    SelectorError,
+    compile_selector,
+    selector_to_string,
+)
 
 __all__ = [
     "CAPI_GROUP",
@@ -61,6 +66,7 @@ __all__ = [
     "AlreadyExists",
     "ApiError",
     "CapiResources",
+    "CompiledSelector",
     "Conflict",
     "EventRecorder",
     "Gone",
@@ -75,6 +81,7 @@ __all__ = [
     "WriteLog",
     "Written",
     "capi_resources",
+    "compile_selector",
     "error_from_status",
     "object_key",
     "selector_to_string",

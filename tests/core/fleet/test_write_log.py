@@ -22,11 +22,12 @@ from karpenter_capi.core.fleet import ScopedClient
 from karpenter_capi.core.fleet.fencing import FencedClient
 from karpenter_capi.core.kube.official import OfficialClient
 from karpenter_capi.core.kube.resources import MACHINE_DEPLOYMENTS, NAMESPACES
-from karpenter_capi.plugins.generic_capi.mirror import WatchedLists
+from karpenter_capi.core.values.selectors import compile_selector
+from karpenter_capi.plugins.generic_capi.mirror import KindMirrors, WatchedLists
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.apiserver.http import HttpFront
 
-SELECTOR = "pool=a"
+SELECTOR = compile_selector({"matchLabels": {"pool": "a"}}, nil_matches=True)
 
 
 def _md(name: str, namespace: str) -> dict[str, object]:
@@ -85,7 +86,7 @@ def _lists(front: HttpFront) -> int:
 def test_a_members_cluster_api_reads_list_once_then_follow_a_watch(front: HttpFront) -> None:
     official = OfficialClient.from_url(front.url)
     management = FencedClient(ScopedClient(official, "team-a", "a"), lambda: True, "team-a/a")
-    lists = WatchedLists(management)
+    lists = WatchedLists(KindMirrors(management))
     try:
         assert lists(MACHINE_DEPLOYMENTS, SELECTOR) == []
         management.create(MACHINE_DEPLOYMENTS, _md("md-1", "team-a"), "team-a")

@@ -82,6 +82,8 @@ KUBE_EXPORTS_BY_PURPOSE = {
     "selectors and CAPI's labels": [
         "SelectorError",
         "selector_to_string",
+        "CompiledSelector",
+        "compile_selector",
         "DEPLOYMENT_NAME_LABEL",
         "SET_NAME_LABEL",
         "POOL_NAME_LABEL",

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,7 +10,7 @@ import pytest
 from karpenter_capi.core.kube.official import OfficialClient
 from karpenter_capi.core.kube.resources import Resource
 from karpenter_capi.core.values.selectors import SelectorError
-from karpenter_capi.plugins.generic_capi.mirror import WatchedLists
+from karpenter_capi.plugins.generic_capi.mirror import KindMirrors, WatchedLists
 from karpenter_capi.plugins.generic_capi.selection import select, select_resources
 from karpenter_capi.sim.apiserver.http import HttpFront
 from tests.plugins.generic_capi.inventory_builders import MEMBER, add, new_env, scalable, sized
@@ -134,7 +132,7 @@ def test_through_the_official_client_the_selection_is_read_from_watches() -> Non
     with HttpFront(server, host="127.0.0.1", port=0) as front:
         official = OfficialClient.from_url(front.url)
         client = _CountingLists(official)
-        lists = WatchedLists(client)
+        lists = WatchedLists(KindMirrors(client))
         try:
             first = select(client, capi, {}, lister=lists)
             official.patch(
@@ -153,9 +151,10 @@ def test_through_the_official_client_the_selection_is_read_from_watches() -> Non
     assert client.lists == 4  # deployments, sets, pools, clusters: once each
 
 
-def test_a_scale_write_to_a_resource_a_selection_does_not_hold_keeps_its_watch() -> None:
-    # A Scale answer does not show the labels: the write concerns a copy only if the copy holds
-    # the object. With watches that never deliver, a wait for it would end in a list.
+def test_two_selections_read_one_copy_of_each_kind_and_each_sees_only_its_own() -> None:
+    # Two NodeClasses with different selectors: one list and one watch per kind, not one per
+    # selector; each sees only what a list with its selector would (a relabelled resource
+    # leaves one selection for the other), and this process's scale of its resource.
     server, _, _, capi = new_env()
     pool_a = {**MEMBER, "example.com/pool": "a"}
     pool_b = {**MEMBER, "example.com/pool": "b"}
@@ -164,14 +163,16 @@ def test_a_scale_write_to_a_resource_a_selection_does_not_hold_keeps_its_watch()
         capi,
         scalable("MachineDeployment", "md-a", labels=pool_a, annotations=sized()),
         scalable("MachineDeployment", "md-b", labels=pool_b, annotations=sized()),
+        scalable("MachineDeployment", "md-other", labels={"example.com/pool": "a"}),
     )
-    selector = {"matchLabels": {"example.com/pool": "a"}}
+    a = {"matchLabels": {"example.com/pool": "a"}}
+    b = {"matchExpressions": [{"key": "example.com/pool", "operator": "In", "values": ["b"]}]}
     with HttpFront(server, host="127.0.0.1", port=0) as front:
         official = OfficialClient.from_url(front.url)
-        client = _CountingLists(official, silent_watches=True)
-        lists = WatchedLists(client)
+        client = _CountingLists(official)
+        lists = WatchedLists(KindMirrors(client))
         try:
-            select(client, capi, selector, lister=lists)
+            first = (select(client, capi, a, lister=lists), select(client, capi, b, lister=lists))
             official.patch(
                 capi.machine_deployments,
                 "md-b",
@@ -179,25 +180,41 @@ def test_a_scale_write_to_a_resource_a_selection_does_not_hold_keeps_its_watch()
                 "default",
                 subresource="scale",
             )
-            again = select(client, capi, selector, lister=lists)
+            official.patch(
+                capi.machine_deployments,
+                "md-a",
+                {"metadata": {"labels": {"example.com/pool": "b"}}},
+                "default",
+            )
+            then = (select(client, capi, a, lister=lists), select(client, capi, b, lister=lists))
         finally:
             lists.close()
             official.close()
-    assert _names(again.selected) == ["MachineDeployment/md-a"]
-    assert client.lists == 4
+    assert [_names(s.selected) for s in first] == [
+        ["MachineDeployment/md-a"],
+        ["MachineDeployment/md-b"],
+    ]
+    assert [_names(s.selected) for s in then] == [
+        [],
+        ["MachineDeployment/md-a", "MachineDeployment/md-b"],
+    ]
+    replicas = {obj["metadata"]["name"]: obj["spec"]["replicas"] for _, obj in then[1].selected}
+    assert replicas["md-b"] == 2
+    assert client.lists == 4  # deployments, sets, pools, clusters: once each for both
+    assert client.watches == 4
 
 
 class _CountingLists:
-    """The official client, counting its lists; with ``silent_watches`` its watches deliver
-    nothing until closed (a watch-fed copy that lags as long as it likes)."""
+    """The official client, counting its lists and watches."""
 
-    def __init__(self, inner: OfficialClient, *, silent_watches: bool = False) -> None:
+    def __init__(self, inner: OfficialClient) -> None:
         self.inner = inner
         self.lists = 0
-        self._silent = silent_watches
+        self.watches = 0
 
     def watch(self, *args: Any, **kw: Any) -> Any:
-        return _Silent() if self._silent else self.inner.watch(*args, **kw)
+        self.watches += 1
+        return self.inner.watch(*args, **kw)
 
     def list(self, *args: Any, **kw: Any) -> Any:
         self.lists += 1
@@ -205,15 +222,3 @@ class _CountingLists:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
-
-
-class _Silent:
-    def __init__(self) -> None:
-        self._closed = threading.Event()
-
-    def __iter__(self) -> Iterator[Any]:
-        self._closed.wait()
-        return iter(())
-
-    def close(self) -> None:
-        self._closed.set()

@@ -101,7 +101,7 @@ from karpenter_capi.plugins.generic_capi.delete import Deleter
 from karpenter_capi.plugins.generic_capi.inflight import LaunchesInFlight
 from karpenter_capi.plugins.generic_capi.instances import DEFAULT_CACHE_TTL, MachineCache
 from karpenter_capi.plugins.generic_capi.launch import Launcher
-from karpenter_capi.plugins.generic_capi.mirror import ClusterMirrors
+from karpenter_capi.plugins.generic_capi.mirror import ClusterMirrors, KindMirrors
 from karpenter_capi.plugins.generic_capi.planning import (
     Candidate,
     LaunchSettings,
@@ -196,7 +196,9 @@ class PoolLaunch:
         self.grace = seconds_option(ctx.options, POOL_GRACE_OPTION, DEFAULT_POOL_GRACE, ctx.logger)
         self.pools = PoolIndex()
         self.marks = _Marks(ctx, provider.unavailable, self.pools)
-        self.mirrors = ClusterMirrors(ctx.management, ctx.workload, self.capi)
+        self.mirrors = ClusterMirrors(
+            ctx.management, ctx.workload, self.capi, kinds=KindMirrors.shared(ctx)
+        )
         self.inflight = LaunchesInFlight(ctx.clock.monotonic)
         self.machines = MachineCache(ctx.management, self.capi, ctx.clock, DEFAULT_CACHE_TTL)
         self.launcher = Launcher(

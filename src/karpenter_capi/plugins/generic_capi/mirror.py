@@ -46,6 +46,7 @@ from karpenter_capi.plugin_api import KubeClient, PluginContext, Resource
 from karpenter_capi.plugin_api.kube import (
     NODECLAIMS,
     CapiResources,
+    CompiledSelector,
     Gone,
     JsonObject,
     WriteLog,
@@ -347,6 +348,7 @@ class ClusterMirrors:
         capi: CapiResources,
         *,
         barrier_seconds: float | None = None,
+        kinds: KindMirrors | None = None,
     ) -> None:
         self._management = management
         self._capi = capi
@@ -356,9 +358,10 @@ class ClusterMirrors:
         )
         self._lock = threading.Lock()
         self._machines: dict[str, Mirror[MachineFacts]] = {}
-        self._kinds: dict[str, Mirror[JsonObject]] = {}
-        log = getattr(management, "write_log", None)
-        self.watched = not management.drains_zero_timeout_watch and isinstance(log, WriteLog)
+        self._kinds = (
+            KindMirrors(management, barrier_seconds=barrier_seconds) if kinds is None else kinds
+        )
+        self.watched = follows_watches(management)
         """Whether the management cluster's mirrors follow watches (a client with a write log
         that cannot drain one: the official client against a real API server). Only then does
         a read from a mirror cost no request, so only then do ``scalable``, ``machine_set`` and
@@ -401,36 +404,22 @@ class ClusterMirrors:
     def scalable(self, ref: ResourceRef) -> JsonObject | None:
         """Scalable resource ``ref`` as its kind's mirror holds it now (every object of the
         kind, shared between calls: read-only); ``None`` when the mirror does not hold it."""
-        return self._kind(ref.resource(self._capi)).find(f"{ref.namespace}/{ref.name}")
+        return self._kinds(ref.resource(self._capi)).find(f"{ref.namespace}/{ref.name}")
 
     def machine_set(self, namespace: str, name: str) -> JsonObject | None:
         """MachineSet ``namespace/name`` as the MachineSets' mirror holds it now, or ``None``."""
-        return self._kind(self._capi.machine_sets).find(f"{namespace}/{name}")
+        return self._kinds(self._capi.machine_sets).find(f"{namespace}/{name}")
 
     def saw_scalable(self, ref: ResourceRef, raw: JsonObject | None) -> None:
         """``ref`` just read from the API (``None``: it answered 404): its kind's mirror, if
         any, takes the answer when newer (``Mirror.saw``, ``Mirror.gone``)."""
-        with self._lock:
-            mirror = self._kinds.get(ref.resource(self._capi).group_resource)
+        mirror = self._kinds.made(ref.resource(self._capi))
         if mirror is None:
             return
         if raw is None:
             mirror.gone(f"{ref.namespace}/{ref.name}")
         else:
             mirror.saw(raw)
-
-    def _kind(self, resource: Resource) -> Mirror[JsonObject]:
-        with self._lock:
-            mirror = self._kinds.get(resource.group_resource)
-            if mirror is None:
-                mirror = Mirror(
-                    self._management,
-                    resource,
-                    _as_listed,
-                    barrier_seconds=self._barrier_seconds,
-                )
-                self._kinds[resource.group_resource] = mirror
-        return mirror
 
     def saw_machine(self, ref: ResourceRef, raw: JsonObject) -> MachineFacts:
         """A Machine of ``ref`` just read from the API (after a 409): the mirror of ``ref``'s
@@ -459,50 +448,58 @@ class ClusterMirrors:
         """Stop following every watch."""
         with self._lock:
             machines = list(self._machines.values())
-            kinds = list(self._kinds.values())
         self._claims.close()
         for mirror in machines:
             mirror.close()
-        for kind in kinds:
-            kind.close()
+        self._kinds.close()
+
+
+def follows_watches(client: KubeClient) -> bool:
+    """Whether ``client``'s mirrors follow watches (a write log, and a zero-timeout watch that
+    does not drain: the official client against a real API server), so that reading a mirror
+    costs no request. Elsewhere every mirror read drains a watch, a request as a list is."""
+    return not client.drains_zero_timeout_watch and isinstance(
+        getattr(client, "write_log", None), WriteLog
+    )
 
 
 def _as_listed(raw: JsonObject) -> JsonObject:
     return raw
 
 
-class WatchedLists:
-    """Lists of the management cluster answered from watch-fed mirrors, one per resource and
-    label selector: what the NodeClass's selection reads on every launch call (four lists over
-    a real API). Only where mirrors follow watches (a client with a write log that cannot
-    drain a watch: the official client against a real API server); elsewhere ``shared`` says
-    ``None`` and the caller lists, as a drained mirror would cost a request per read anyway.
-    The objects are shared between calls: read-only.
-    """
+class KindMirrors:
+    """One copy of every object of a kind the management client sees (in fleet mode: its
+    Cluster's), by resource: what launch scales and drift compares (``ClusterMirrors``) and
+    what the NodeClass selections list (``WatchedLists``, filtering by their label selector).
+    One watch per kind and cluster, however many readers and selectors. The objects are shared
+    between calls: read-only."""
 
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: KubeClient, *, barrier_seconds: float | None = None) -> None:
         self._client = client
+        self._barrier_seconds = barrier_seconds
         self._lock = threading.Lock()
-        self._mirrors: dict[tuple[Resource, str | None], Mirror[JsonObject]] = {}
+        self._mirrors: dict[str, Mirror[JsonObject]] = {}
 
     @classmethod
-    def shared(cls, ctx: PluginContext) -> WatchedLists | None:
+    def shared(cls, ctx: PluginContext) -> KindMirrors:
+        """The one kept for ``ctx``'s cluster (``PluginContext.state``), shared by plugins."""
         client = ctx.management
-        if client.drains_zero_timeout_watch:
-            return None
-        if not isinstance(getattr(client, "write_log", None), WriteLog):
-            return None
         return ctx.state(cls, lambda: cls(client))
 
-    def __call__(self, resource: Resource, label_selector: str | None) -> list[JsonObject]:
-        """The objects a list would return now (``NotFound`` when the kind is not served)."""
-        key = (resource, label_selector)
+    def __call__(self, resource: Resource) -> Mirror[JsonObject]:
         with self._lock:
-            mirror = self._mirrors.get(key)
+            mirror = self._mirrors.get(resource.group_resource)
             if mirror is None:
-                mirror = Mirror(self._client, resource, _as_listed, label_selector=label_selector)
-                self._mirrors[key] = mirror
-        return mirror.read()
+                mirror = Mirror(
+                    self._client, resource, _as_listed, barrier_seconds=self._barrier_seconds
+                )
+                self._mirrors[resource.group_resource] = mirror
+        return mirror
+
+    def made(self, resource: Resource) -> Mirror[JsonObject] | None:
+        """``resource``'s mirror if one was made (a reader asked for it), else ``None``."""
+        with self._lock:
+            return self._mirrors.get(resource.group_resource)
 
     def close(self) -> None:
         """Stop following every watch."""
@@ -510,3 +507,40 @@ class WatchedLists:
             mirrors = list(self._mirrors.values())
         for mirror in mirrors:
             mirror.close()
+
+
+class WatchedLists:
+    """Lists of the management cluster answered from the watch-fed copy of each kind
+    (``KindMirrors``), filtered by the list's label selector as the API server would: what the
+    NodeClass's selection reads on every launch call (four lists over a real API). Only where
+    mirrors follow watches (``follows_watches``); elsewhere ``shared`` says ``None`` and the
+    caller lists, as a drained mirror would cost a request per read anyway. The objects are
+    shared between calls: read-only.
+
+    Before, each selector had a watch of its own beside the kind's (issue 28: 100 to 300 more
+    watches, and threads, at 100 clusters); a read now waits, as launch's reads of the kind
+    do, for this process's writes to any object of the kind to show, not only to the selected.
+    """
+
+    def __init__(self, kinds: KindMirrors) -> None:
+        self._kinds = kinds
+
+    @classmethod
+    def shared(cls, ctx: PluginContext) -> WatchedLists | None:
+        if not follows_watches(ctx.management):
+            return None
+        kinds = KindMirrors.shared(ctx)  # not in the factory: ``state`` holds its lock there
+        return ctx.state(cls, lambda: cls(kinds))
+
+    def __call__(self, resource: Resource, selector: CompiledSelector) -> list[JsonObject]:
+        """The objects a list with ``selector`` would return now, in its order (``NotFound``
+        when the kind is not served)."""
+        return [
+            obj
+            for obj in self._kinds(resource).read()
+            if selector.matches((obj.get("metadata") or {}).get("labels") or {})
+        ]
+
+    def close(self) -> None:
+        """Stop following every watch."""
+        self._kinds.close()

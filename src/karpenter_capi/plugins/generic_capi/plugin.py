@@ -74,7 +74,7 @@ from karpenter_capi.plugins.generic_capi.inventory import (
 )
 from karpenter_capi.plugins.generic_capi.just_selected import JustSelected
 from karpenter_capi.plugins.generic_capi.launch import Launcher
-from karpenter_capi.plugins.generic_capi.mirror import ClusterMirrors
+from karpenter_capi.plugins.generic_capi.mirror import ClusterMirrors, KindMirrors
 from karpenter_capi.plugins.generic_capi.nodeclass_status import (
     ManagementClusterError,
     management_cluster_error,
@@ -120,7 +120,7 @@ def _new_state(ctx: PluginContext) -> _State:
     resources = ResourceCache(ctx.management, capi, ctx.clock, ttl)
     settings = LaunchSettings.from_options(ctx.options)
     unavailable = UnavailableOfferings.shared(ctx)
-    mirrors = ClusterMirrors(ctx.management, ctx.workload, capi)
+    mirrors = ClusterMirrors(ctx.management, ctx.workload, capi, kinds=KindMirrors.shared(ctx))
     inflight = LaunchesInFlight(ctx.clock.monotonic)
     selected = JustSelected()
     return _State(

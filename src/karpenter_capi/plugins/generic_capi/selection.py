@@ -42,8 +42,10 @@ from karpenter_capi.plugin_api.karpenter import (
 from karpenter_capi.plugin_api.kube import (
     ApiError,
     CapiResources,
+    CompiledSelector,
     NotFound,
     SelectorError,
+    compile_selector,
     selector_to_string,
 )
 
@@ -198,16 +200,30 @@ def label_selector(selector: Mapping[str, Any] | None) -> str:
     return ",".join(filter(None, (selector_to_string(selector), wellknown.LABEL_KARPENTER_MEMBER)))
 
 
-Lister = Callable[[Resource, str | None], list[dict[str, Any]]]
+EVERYTHING: Final = compile_selector({}, nil_matches=True)
+"""A selector that selects every object (a list without one)."""
+
+
+def _compiled(selector: Mapping[str, Any] | None) -> CompiledSelector:
+    """``label_selector``'s selector, compiled to match labels here as the API server would."""
+    member = (wellknown.LABEL_KARPENTER_MEMBER, "Exists", frozenset[str]())
+    return compile_selector(selector or {}, nil_matches=True, extra=(member,))
+
+
+Lister = Callable[[Resource, CompiledSelector], list[dict[str, Any]]]
 """What a list of ``resource`` with a label selector returns now (``mirror.WatchedLists``)."""
 
 
 def _list(
-    client: KubeClient, resource: Resource, selector: str, lister: Lister | None = None
+    client: KubeClient,
+    resource: Resource,
+    selector: str,
+    lister: Lister | None = None,
+    compiled: CompiledSelector | None = None,
 ) -> list[dict[str, Any]]:
     try:
-        if lister is not None:
-            return lister(resource, selector)
+        if lister is not None and compiled is not None:
+            return lister(resource, compiled)
         return client.list(resource, label_selector=selector).items
     except NotFound:
         # The kind is not served (e.g. no MachinePool CRD): it contributes nothing.
@@ -229,14 +245,15 @@ def select(
     propagate (a transient failure must not look like "nothing selected").
     """
     string = label_selector(selector)
+    compiled = _compiled(selector) if lister is not None else None
     selection = Selection()
-    deployments = _list(client, capi.machine_deployments, string, lister)
+    deployments = _list(client, capi.machine_deployments, string, lister, compiled)
     deployment_keys = {
         (str(_metadata(md).get("namespace") or ""), str(_metadata(md).get("name") or ""))
         for md in deployments
     }
-    sets = _list(client, capi.machine_sets, string, lister)
-    pools = _list(client, capi.machine_pools, string, lister)
+    sets = _list(client, capi.machine_sets, string, lister, compiled)
+    pools = _list(client, capi.machine_pools, string, lister, compiled)
     for resource, objects in (
         (capi.machine_deployments, deployments),
         (capi.machine_sets, sets),
@@ -279,7 +296,7 @@ def _leave_out_clusterless(
     if not selection.selected:
         return
     try:
-        clusters = lister(capi.clusters, None) if lister else client.list(capi.clusters).items
+        clusters = lister(capi.clusters, EVERYTHING) if lister else client.list(capi.clusters).items
     except ApiError:
         return
     if not clusters:
