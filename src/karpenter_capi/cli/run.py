@@ -165,11 +165,11 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         "--gc-policy",
         choices=POLICIES,
         default=env("GC_POLICY", "survivors"),
-        help="the cyclic garbage collector's policy: survivors freezes what its middle and "
-        "full collections leave, so long-lived caches are not walked again, and gives it back "
-        "for a whole walk when a fleet member stops and hourly; startup freezes start-up's "
-        "objects only; off keeps CPython's defaults (env GC_POLICY, default survivors; "
-        "docs/runtime.md)",
+        help="the cyclic garbage collector's policy: survivors freezes what each of its "
+        "collections leaves, so long-lived caches are walked once, and gives it back for a "
+        "whole walk when a fleet member stops and hourly; middle-survivors freezes only what "
+        "its middle and full collections leave; startup freezes start-up's objects only; off "
+        "keeps CPython's defaults (env GC_POLICY, default survivors; docs/runtime.md)",
     )
     add_fleet_arguments(run)
     run.add_argument(

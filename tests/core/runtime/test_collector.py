@@ -1,5 +1,6 @@
-"""``core/runtime/collector.py``: what survives a middle or full collection is frozen, and the
-frozen heap is given back for a whole walk when asked or after a period, at a bounded rate.
+"""``core/runtime/collector.py``: what survives a collection (``--gc-policy survivors``: any;
+``middle-survivors``: a middle or full one) is frozen, and the frozen heap is given back for a
+whole walk when asked or after a period, at a bounded rate.
 
 Frozen objects are told by their absence from ``gc.get_objects()`` (which lists what the
 collections walk) and by weak references: frozen cyclic garbage stays, a whole walk frees it.
@@ -42,7 +43,7 @@ def test_install_freezes_start_up_and_survivors_of_a_middle_collection(clock: Fa
     thresholds = gc.get_threshold()
     before = _Cycle()
     assert _walked(before)
-    with CollectorPolicy(clock).applied() as policy:
+    with CollectorPolicy(clock, freeze_after=1).applied() as policy:
         assert not _walked(before)  # start-up's objects: frozen
         assert gc.get_threshold()[0] == YOUNG_THRESHOLD
         frozen = gc.get_freeze_count()
@@ -59,9 +60,51 @@ def test_install_freezes_start_up_and_survivors_of_a_middle_collection(clock: Fa
     assert gc.get_freeze_count() == 0
 
 
+def test_survivors_of_a_young_collection_are_frozen_and_no_middle_one_comes(
+    clock: FakeClock,
+) -> None:
+    """``survivors`` (the default): each long-lived object is walked by one young collection,
+    and the middle collections, which walked it again with everything else young collections
+    had left, never come (``gc.freeze`` zeroes their counter)."""
+    policy = policy_named("survivors", clock)
+    assert policy is not None
+    with policy.applied():
+        kept = [_Cycle() for _ in range(200)]
+        assert _walked(kept[0])
+        gc.collect(0)
+        assert not _walked(kept[0])
+        stats = gc.get_stats()
+        more = [[] for _ in range(30_000)]  # 3 young collections' worth, kept alive
+        gc.collect(0)
+        after = gc.get_stats()
+        assert after[0]["collections"] - stats[0]["collections"] >= 3
+        assert after[1]["collections"] == stats[1]["collections"]
+        assert not _walked(more[-1])
+    assert len(more) == 30_000
+
+
+def test_a_young_collection_after_a_request_leaves_the_heap_for_the_whole_walk(
+    clock: FakeClock,
+) -> None:
+    with CollectorPolicy(clock, min_whole_walk_gap=0.0).applied() as policy:
+        cycle = _Cycle()
+        ref = weakref.ref(cycle)
+        gc.collect(0)  # frozen by a young collection
+        del cycle
+        gc.collect(1)
+        assert ref() is not None
+        policy.request_whole_walk()
+        young = _Cycle()
+        gc.collect(0)
+        assert _walked(young)  # not frozen: the whole walk has not come yet
+        gc.collect()
+        assert ref() is None
+        assert policy.whole_walks == 1
+
+
 def test_no_full_collection_comes_between_whole_walks(clock: FakeClock) -> None:
     # gc.freeze zeroes the oldest generation's counter too: CPython's rule never comes due.
-    with CollectorPolicy(clock, young_threshold=100).applied() as policy:
+    with CollectorPolicy(clock, freeze_after=1, young_threshold=100).applied() as policy:
         stats = gc.get_stats()
         kept = [[] for _ in range(30_000)]  # 300 young collections' worth, kept alive
         after = gc.get_stats()
@@ -133,6 +176,14 @@ def test_the_startup_policy_freezes_once_and_off_is_cpythons(clock: FakeClock) -
         kept = _Cycle()
         gc.collect(1)
         assert _walked(kept)  # survivors are not frozen
+    middle = policy_named("middle-survivors", clock)
+    assert middle is not None
+    with middle.applied():
+        kept = _Cycle()
+        gc.collect(0)
+        assert _walked(kept)  # a young collection's survivors are not frozen
+        gc.collect(1)
+        assert not _walked(kept)
     assert policy_named("off", clock) is None
     with pytest.raises(ValueError, match="unknown collector policy"):
         policy_named("never", clock)

@@ -8,7 +8,7 @@ import pytest
 
 from karpenter_capi.core.api.duration import DurationError
 from karpenter_capi.core.clock import FakeClock
-from karpenter_capi.core.kube.errors import Invalid
+from karpenter_capi.core.kube.errors import Conflict, Invalid
 from karpenter_capi.core.kube.indexes import BY_NODE_NAME, BY_PROVIDER_ID
 from karpenter_capi.core.kube.resources import (
     CONFIGMAPS,
@@ -26,6 +26,7 @@ from karpenter_capi.core.values.quantity import QuantityError
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
 from tests.core.runtime.toys import Failing, Mirror, Recorder, Scripted, Ticker, configmap, pod
+from tests.cyclic import cyclic_garbage, exceptions_in
 
 
 @pytest.fixture
@@ -197,3 +198,29 @@ def test_an_expected_error_is_one_warning_line_per_change_and_a_bug_keeps_its_tr
         ] + [("ERROR", True)] * (len(loud) - 4), [r.getMessage() for r in said]
         first = next(r.getMessage() for r in said if r.levelno == logging.WARNING)
         assert "invalid duration '99999999999h'" in first
+
+
+def test_a_failed_reconcile_or_run_leaves_no_cyclic_garbage(
+    api: InMemoryAPIServer, clock: FakeClock
+) -> None:
+    """An error kept past its ``except`` references, through its traceback, the frame that
+    keeps it: such cycles are freed only by the cyclic collector, whose pauses hold every
+    cluster's decisions (a Conflict on every other write of a busy fleet)."""
+
+    def conflicting(key: Key, call: int) -> Result:
+        raise Conflict("the object changed")
+
+    def refused(run: int) -> Result:
+        raise Invalid("refused")
+
+    api.create(CONFIGMAPS, configmap("app", {}), "default")
+    manager = Manager(api, clock=clock)
+    scripted = Scripted(clock, behaviour=conflicting)
+    ticker = Ticker(clock, interval=1.0, behaviour=refused)
+    manager.add(scripted, ticker)
+    driver = SteppedDriver(manager)
+    with cyclic_garbage() as found:
+        driver.advance(30)
+    assert len(scripted.calls) > 2  # retried, failing every time
+    assert len(ticker.runs) > 2
+    assert exceptions_in(found) == []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from karpenter_capi.core.kube.client import KubeClient
 from karpenter_capi.core.kube.discovery import capi_resources
@@ -14,7 +14,13 @@ from karpenter_capi.plugins.generic_capi.inventory import (
     build_inventory,
 )
 from karpenter_capi.plugins.generic_capi.selection import select
+from karpenter_capi.plugins.generic_capi.sources import (
+    REASON_TEMPLATE_UNREADABLE,
+    TemplateError,
+    read_kubelet_settings,
+)
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
+from tests.cyclic import cyclic_garbage, exceptions_in
 from tests.plugins.generic_capi.inventory_builders import (
     INFRA,
     PRICE,
@@ -44,6 +50,24 @@ def _build(server: InMemoryAPIServer, reader: TemplateReader, version: str = "")
 def _capacity(inventory: Inventory) -> dict[str, str]:
     [instance_type] = inventory.instance_types
     return instance_type.capacity.to_dict()
+
+
+def test_a_missing_template_leaves_no_cyclic_garbage() -> None:
+    """The read's error, kept for the notice, without its traceback: with it, its frames held
+    the whole inventory in a cycle, a collector's walk for every NodePool's every round."""
+    server, clock, _, capi = new_env()
+    add(
+        server,
+        capi,
+        scalable("MachineDeployment", "annotated", template="gone", annotations=sized()),
+    )
+    reader = TemplateReader(server, clock)
+    _build(server, reader)  # discovery and the reader's cache settled first
+    with cyclic_garbage() as found:
+        inventory = _build(server, reader)
+        del inventory
+    assert exceptions_in(found) == []
+    assert len(found) == 0
 
 
 def test_a_v1beta2_reference_finds_a_kind_served_only_at_v1beta1() -> None:
@@ -313,3 +337,39 @@ def test_a_template_kind_no_crd_serves_is_looked_for_again_after_five_minutes() 
         assert reads() == []
     clock.advance(61)
     assert reads() == first  # looked for again, its group's versions too
+
+
+def test_an_unreadable_kubeadm_config_leaves_no_cyclic_garbage() -> None:
+    """The kubelet settings' error, kept for the notice, without its traceback either."""
+
+    class _Refusing:
+        def read_bootstrap(self, namespace: str, ref: Any) -> Any:
+            raise TemplateError(REASON_TEMPLATE_UNREADABLE, "cannot read bootstrap config")
+
+    obj = {
+        "spec": {
+            "template": {
+                "spec": {
+                    "bootstrap": {
+                        "configRef": {
+                            "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta1",
+                            "kind": "KubeadmConfigTemplate",
+                            "name": "workers",
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    def reason() -> str:
+        # As the inventory does: the error kept in a local of the caller, whose frame the
+        # traceback's frames reference (``f_back``).
+        settings, error = read_kubelet_settings(cast(TemplateReader, _Refusing()), "default", obj)
+        assert settings is None
+        assert error is not None
+        return error.reason
+
+    with cyclic_garbage() as found:
+        assert reason() == REASON_TEMPLATE_UNREADABLE
+    assert exceptions_in(found) == []

@@ -1,5 +1,5 @@
 """The cyclic garbage collector's policy for a controller that runs for months: what survives
-a middle collection is frozen, and given back for a whole walk at a bounded rate.
+a collection is frozen, and given back for a whole walk at a bounded rate.
 
 Why: a controller's heap is its informers' caches, millions of GC-tracked containers (the
 orjson-decoded pods, Nodes and NodeClaims, the objects parsed from them) that live for minutes
@@ -8,28 +8,39 @@ young collection, again in a middle one, then in every full collection, each of 
 the whole oldest generation while holding the interpreter: every thread of every served
 cluster waits. Measured in ``run --fleet`` at 100 clusters, one scale-up wave: 3 full
 collections of about 0.9 CPU-seconds each (up to 1.8 s of pause) over 1.2-1.5 million objects,
-freeing 4,930 objects in all (docs/benchmarks.md).
+freeing 4,930 objects in all; with those gone (survivors of middle collections frozen), 29
+middle collections of 3.3 CPU-seconds and pauses up to 0.48 s, each overlapping one of the
+slowest decisions, for 34,157 objects found (docs/benchmarks.md). Nearly all the cyclic garbage
+was two cycles of our own, an error kept with its traceback, whose frames held it (and all
+they referenced) back; broken, a 20-cluster wave leaves none to the collector.
 
 What ``CollectorPolicy.install`` sets up (``karpenter-capi run``, where it owns its process):
 
 - start-up's objects collected, then frozen (``gc.freeze``: every tracked object moves to the
   permanent generation, which no collection walks; O(1)), and the young threshold raised from
   700 to ``YOUNG_THRESHOLD`` allocations;
-- after every collection of the middle or oldest generation (a ``gc.callbacks`` hook), its
-  survivors frozen too. So each long-lived object is walked twice (a young and a middle
-  collection) and never again. ``gc.freeze`` also zeroes every generation's counter (3.11),
-  the oldest one's included, which counts middle collections up to its threshold of 10: no
-  full collection comes between whole walks (the oldest generation holds nothing to walk).
+- after every collection (``--gc-policy survivors``; ``middle-survivors``: every middle or
+  full one, a ``gc.callbacks`` hook), its survivors frozen too. So each long-lived object is
+  walked once, by the young collection after it was made, and never again. ``gc.freeze`` also
+  zeroes every generation's counter (3.11), so no middle collection comes (with
+  ``middle-survivors``: none of the oldest, whose counter counts middle collections up to its
+  threshold of 10). A young collection still walks all that was made since the last one and
+  is alive: CPython 3.11 counts allocations less deallocations of any tracked object, frozen
+  ones included, so while the informers replace cached objects the young list grows well
+  past the threshold (289,393 objects at a 100-cluster wave's end).
 
 The risk, and its bound: a frozen object is still freed by reference counting when its last
 reference goes, but frozen *cyclic* garbage (objects that only reference each other) is never
-collected. A served cluster's controllers, informers and bound-method callbacks reference
-each other, so a fleet member that stops (its Cluster deleted, paused or handed to another
-replica, its kubeconfig rotated) is freed only by a collection that walks it; other cycles
-(exceptions' tracebacks, threads) are a few objects a wave. So the frozen heap is given back
-(``gc.unfreeze``: it rejoins the oldest generation, and nothing is frozen until the next full
-collection has walked all of it and freed what is garbage; CPython's own rule brings that
-one, from the 11th middle collection on once what they promoted since the last full one
+collected: a cycle still reachable at its young collection that becomes garbage after it.
+A served cluster's controllers, informers and bound-method callbacks reference each other, so a
+fleet member that stops (its Cluster deleted, paused or handed to another replica, its
+kubeconfig rotated) is freed only by a collection that walks it; other cycles are none to a
+few objects a wave (measured: a whole walk after three 20-cluster waves freed 0 objects, after
+a 100-cluster wave 97; before the two cycles were broken, under ``middle-survivors``, 1,423 and
+5,226). So the frozen heap is
+given back (``gc.unfreeze``: it rejoins the oldest generation, and nothing is frozen until the
+next full collection has walked all of it and freed what is garbage; CPython's own rule brings
+that one, from the 11th middle collection on once what they promoted since the last full one
 exceeds a quarter of what that one left, ``long_lived_pending > long_lived_total / 4``):
 
 - when a fleet member stops (``request_whole_walk``; members stopping before that collection
@@ -40,9 +51,10 @@ never sooner than ``MIN_WHOLE_WALK_GAP`` seconds after the last whole walk (a re
 the gap is served once it has passed): a rotation of many members at once, or a flapping one,
 brings one whole walk, not one each.
 
-Time is the injected ``Clock`` (read only in the hook of middle and full collections and in
-``request_whole_walk``). ``--gc-policy`` (``cli/run.py``) chooses this (``survivors``),
-start-up's freeze alone (``startup``) or CPython's defaults (``off``).
+Time is the injected ``Clock`` (read only in the hook and in ``request_whole_walk``).
+``--gc-policy`` (``cli/run.py``) chooses this (``survivors``), the same freezing only what
+middle and full collections leave (``middle-survivors``), start-up's freeze alone
+(``startup``) or CPython's defaults (``off``).
 """
 
 from __future__ import annotations
@@ -62,8 +74,9 @@ WHOLE_WALK_EVERY: Final = 3600.0
 MIN_WHOLE_WALK_GAP: Final = 60.0
 """Seconds at least between two whole walks, however many members stop meanwhile."""
 
-POLICIES: Final = ("survivors", "startup", "off")
-"""``--gc-policy``'s choices: this module's policy, start-up frozen only, CPython's defaults."""
+POLICIES: Final = ("survivors", "middle-survivors", "startup", "off")
+"""``--gc-policy``'s choices: this module's policy, the same freezing only what middle and full
+collections leave, start-up frozen only, CPython's defaults."""
 
 _lock = threading.Lock()
 _installed: CollectorPolicy | None = None
@@ -72,6 +85,8 @@ _installed: CollectorPolicy | None = None
 class CollectorPolicy:
     """The collector's settings for a long-running controller (see the module docstring).
 
+    ``freeze_after``: the youngest generation whose collections' survivors are frozen (0,
+    every collection's; 1, ``--gc-policy middle-survivors``, those of middle and full ones).
     ``freeze_survivors=False`` keeps only the start-up part (collect, freeze, young
     threshold): the policy of ``--gc-policy startup``."""
 
@@ -80,12 +95,14 @@ class CollectorPolicy:
         clock: Clock,
         *,
         freeze_survivors: bool = True,
+        freeze_after: int = 0,
         young_threshold: int = YOUNG_THRESHOLD,
         whole_walk_every: float = WHOLE_WALK_EVERY,
         min_whole_walk_gap: float = MIN_WHOLE_WALK_GAP,
     ) -> None:
         self.clock = clock
         self.freeze_survivors = freeze_survivors
+        self.freeze_after = freeze_after
         self.young_threshold = young_threshold
         self.whole_walk_every = whole_walk_every
         self.min_whole_walk_gap = min_whole_walk_gap
@@ -161,11 +178,12 @@ class CollectorPolicy:
         self._requested = False
 
     def _on_collection(self, phase: str, info: dict[str, Any]) -> None:
-        """``gc.callbacks``: after a middle or full collection, freeze what it left, or give
-        the frozen heap back when a whole walk is due. Never raises (a collection may start
-        inside any code) and does O(1) work: ``gc.freeze`` and ``gc.unfreeze`` move lists."""
+        """``gc.callbacks``: after a collection of ``freeze_after``'s generation or an older one,
+        freeze what it left, or give the frozen heap back when a whole walk is due. Never
+        raises (a collection may start inside any code) and does O(1) work: ``gc.freeze`` and
+        ``gc.unfreeze`` move lists."""
         generation = info.get("generation", 0)
-        if phase != "stop" or generation < 1:
+        if phase != "stop" or generation < self.freeze_after:
             return
         now = self.clock.monotonic()
         if self._unfrozen:
@@ -197,7 +215,9 @@ def policy_named(name: str, clock: Clock) -> CollectorPolicy | None:
         raise ValueError(f"unknown collector policy {name!r} (known: {', '.join(POLICIES)})")
     if name == "off":
         return None
-    return CollectorPolicy(clock, freeze_survivors=name == "survivors")
+    if name == "startup":
+        return CollectorPolicy(clock, freeze_survivors=False)
+    return CollectorPolicy(clock, freeze_after=0 if name == "survivors" else 1)
 
 
 __all__ = [

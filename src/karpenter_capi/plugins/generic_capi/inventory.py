@@ -336,7 +336,9 @@ def _read_template(
     try:
         return sources.templates.read(namespace, ref), None
     except TemplateError as exc:
-        return None, exc
+        # Without its traceback: its frames (this one's included) would hold it in a cycle
+        # with the whole inventory, left for the cyclic collector.
+        return None, exc.with_traceback(None)
 
 
 def _no_shape(

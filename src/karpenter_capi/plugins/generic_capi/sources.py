@@ -316,7 +316,7 @@ def read_kubelet_settings(
     except TemplateError as exc:
         if exc.reason in (REASON_TEMPLATE_NOT_FOUND, REASON_TEMPLATE_NOT_SERVED):
             return None, None
-        return None, exc
+        return None, exc.with_traceback(None)  # kept: its frames would make a cycle
     try:
         return kubelet_settings(config), None
     except KubeletConfigError as exc:
