@@ -42,6 +42,7 @@ from karpenter_capi.core.runtime.pool import WorkerPool
 from karpenter_capi.core.runtime.threaded import ThreadedDriver
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.apiserver.kubeconfig import kubeconfig_document
+from karpenter_capi.sim.apiserver.shared_reads import SharedReads
 from karpenter_capi.sim.capi import add_capi_emulation
 from karpenter_capi.sim.scenario.fleet import FleetWorld
 from karpenter_capi.sim.scheduler import SimScheduler
@@ -252,7 +253,7 @@ def _serve(conn: Connection, world: FleetWorld, names: list[str], workers: int) 
                     cluster = world.cluster(name)
                     fronts[name] = stack.enter_context(ClaimCreatesFront(cluster.server))
                     scoped = ScopedClient(management, cluster.namespace, cluster.name)
-                    manager = Manager(cluster.server, scoped, clock=world.clock)
+                    manager = Manager(SharedReads(cluster.server), scoped, clock=world.clock)
                     add_capi_emulation(manager, **{"nodes": True, **world.emulation})
                     add_workload_emulation(manager)
                     manager.add(SimScheduler(cluster.server, manager, world.clock, seed=world.seed))

@@ -66,6 +66,7 @@ from karpenter_capi.core.runtime.manager import Manager
 from karpenter_capi.core.runtime.pool import WorkerPool
 from karpenter_capi.core.runtime.threaded import ThreadedDriver
 from karpenter_capi.sim.apiserver.kubeconfig import kubeconfig_document, write_kubeconfig
+from karpenter_capi.sim.apiserver.shared_reads import SharedReads
 from karpenter_capi.sim.capi import add_capi_emulation
 from karpenter_capi.sim.scenario.fleet import FleetWorld
 from karpenter_capi.sim.scheduler import SimScheduler
@@ -117,7 +118,7 @@ class HttpFleetWorld:
             # management cluster (scoped as its controllers are), Nodes, ReplicaSets and
             # the scheduler in the workload cluster.
             scoped = ScopedClient(world.management, cluster.namespace, cluster.name)
-            manager = Manager(cluster.server, scoped, clock=world.clock)
+            manager = Manager(SharedReads(cluster.server), scoped, clock=world.clock)
             add_capi_emulation(manager, **{"nodes": True, **world.emulation})
             add_workload_emulation(manager)
             manager.add(SimScheduler(cluster.server, manager, world.clock, seed=world.seed))

@@ -73,3 +73,48 @@ def test_a_waiting_watch_still_gets_its_events_and_ends_on_close(
     assert seen == ["here"]
     assert idle == []
     assert other.woken == 0
+
+
+def test_a_reader_blocked_in_its_wait_is_woken_by_each_write_and_none_is_lost(
+    apiserver: InMemoryAPIServer,
+) -> None:
+    # A write notifies a stream's condition only while its reader waits on it: each write
+    # here lands while the reader is blocked (it would sleep out its 60 s timeout if the
+    # write did not wake it), and the last ones while it is busy delivering (found without
+    # a notify, by its look at the log before it waits again).
+    _namespaces(apiserver)
+    stream = apiserver.watch(
+        PODS, "a", resource_version=apiserver.resource_version, timeout_seconds=60
+    )
+    seen: list[str] = []
+    arrived = threading.Condition()
+
+    def read() -> None:
+        for event in stream:
+            with arrived:
+                seen.append(event.object["metadata"]["name"])
+                arrived.notify_all()
+
+    def blocked() -> bool:
+        with apiserver._lock:  # the flag is read and set under the server's lock
+            return stream._waiting
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    for index in range(3):
+        waited = 0
+        while not blocked() and waited < 10_000:
+            waited += 1
+            threading.Event().wait(0.001)
+        assert blocked()
+        apiserver.create(PODS, _pod(f"p{index}", "a"))
+        with arrived:
+            assert arrived.wait_for(lambda n=index: len(seen) > n, 10)
+    for index in range(3, 40):
+        apiserver.create(PODS, _pod(f"p{index}", "a"))
+    with arrived:
+        assert arrived.wait_for(lambda: len(seen) == 40, 10)
+    stream.close()
+    reader.join(10)
+    assert seen == [f"p{index}" for index in range(40)]
+    assert stream.woken == 40

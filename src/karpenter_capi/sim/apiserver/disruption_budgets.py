@@ -58,8 +58,8 @@ class DisruptionBudgets(WriteHook):
 
     def _refresh_budgets(self, namespace: str, changed_pods: list[JsonObject] | None) -> None:
         budgets_table = self.engine.table_of("policy", "poddisruptionbudgets")
-        if budgets_table is None:
-            return
+        if budgets_table is None or not budgets_table.objects:
+            return  # no budget anywhere (every pod write of a cluster without one): no scan
         for budget in in_namespace(budgets_table, namespace):
             if changed_pods is None or any(pdb_selects(budget, pod) for pod in changed_pods):
                 self._refresh_budget(budgets_table, budget)

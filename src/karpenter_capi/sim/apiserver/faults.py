@@ -484,6 +484,11 @@ class FaultInjector:
         ``over_http`` is True only for the HTTP front's own check, which sees the HTTP-only
         rules; the server's verbs check the others, whoever calls them.
         """
+        if not self._rules:
+            # Nothing to inject (every request of a run without faults): no clock, no lock. A
+            # rule added meanwhile by another thread applies from the next request on, as if
+            # it had been added just after this one.
+            return
         now = self._clock.monotonic()
         request = (verb, plural, group_resource, name, subresource)
         with self._lock:
@@ -503,6 +508,8 @@ class FaultInjector:
         agent: str | None = None,
     ) -> float:
         """Wait as long as the longest matching slow rule says; returns the seconds waited."""
+        if not self._slow:
+            return 0.0  # as in ``check``
         now = self._clock.monotonic()
         seconds = 0.0
         request = (verb, plural, group_resource, name, subresource)

@@ -30,6 +30,15 @@ WATCH_POLL = "watch/poll"
 """The key of zero-timeout watches (the stepped informers' drains), apart from ``watch``."""
 
 
+def _names(verb: str, subresource: str | None, poll: bool, resource: str) -> tuple[str, str]:
+    """The count keys of one kind of request: ``verb[/subresource]`` (or ``WATCH_POLL``), and
+    ``verb resource[/subresource]`` for ``by_resource``."""
+    if verb == "evict":  # the Eviction API is a create on pods/eviction
+        verb = "create"
+    key = WATCH_POLL if poll else f"{verb}/{subresource}" if subresource else verb
+    return key, f"{key.split('/', 1)[0]} {resource}{f'/{subresource}' if subresource else ''}"
+
+
 class RequestCounts:
     """Thread-safe request counts by ``verb`` or ``verb/subresource``."""
 
@@ -37,6 +46,10 @@ class RequestCounts:
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}
         self._resources: dict[str, int] = {}
+        # The two names each kind of request is counted under, made once per kind, not per
+        # request (a dict may be read and filled from many threads: the worst is a name made
+        # twice, both the same).
+        self._names: dict[tuple[str, str | None, bool, str], tuple[str, str]] = {}
 
     def record(
         self,
@@ -48,10 +61,12 @@ class RequestCounts:
     ) -> None:
         """Count one request; ``poll``: a zero-timeout watch, counted as ``WATCH_POLL``.
         ``resource`` (its plural) is counted in ``by_resource`` too."""
-        if verb == "evict":  # the Eviction API is a create on pods/eviction
-            verb = "create"
-        key = WATCH_POLL if poll else f"{verb}/{subresource}" if subresource else verb
-        what = f"{key.split('/', 1)[0]} {resource}{f'/{subresource}' if subresource else ''}"
+        names = self._names.get((verb, subresource, poll, resource))
+        if names is None:
+            names = self._names[(verb, subresource, poll, resource)] = _names(
+                verb, subresource, poll, resource
+            )
+        key, what = names
         with self._lock:
             self._counts[key] = self._counts.get(key, 0) + 1
             if resource:

@@ -119,7 +119,11 @@ class WatchHub:
     def __init__(self, condition: threading.Condition) -> None:
         self.condition = condition
         self._streams: weakref.WeakSet[InMemoryWatch] = weakref.WeakSet()
-        self._by_key: dict[tuple[int, str | None], weakref.WeakSet[InMemoryWatch]] = {}
+        # Weak references by ``id``, not a ``WeakSet``: a write walks its keys' streams, and
+        # iterating a ``WeakSet`` (its iteration guard) cost ten times what the walk does.
+        # A stream collected without unregistering (never iterated nor closed) leaves a dead
+        # reference, skipped by ``notify`` and dropped when its key next registers a stream.
+        self._by_key: dict[tuple[int, str | None], dict[int, weakref.ref[InMemoryWatch]]] = {}
         self.wakeups = 0
         """Streams woken by writes so far (what ``notify`` cost; for tests and benchmarks)."""
 
@@ -130,17 +134,18 @@ class WatchHub:
     def register(self, stream: InMemoryWatch) -> None:
         with self.condition:
             self._streams.add(stream)
-            key = stream.wake_key
-            if key not in self._by_key:
-                self._by_key[key] = weakref.WeakSet()
-            self._by_key[key].add(stream)
+            streams = self._by_key.setdefault(stream.wake_key, {})
+            for dead in [ident for ident, ref in streams.items() if ref() is None]:
+                del streams[dead]
+            streams[id(stream)] = weakref.ref(stream)
 
     def unregister(self, stream: InMemoryWatch) -> None:
         with self.condition:
             self._streams.discard(stream)
             streams = self._by_key.get(stream.wake_key)
-            if streams is not None:
-                streams.discard(stream)
+            ref = streams.get(id(stream)) if streams is not None else None
+            if streams is not None and ref is not None and ref() is stream:
+                del streams[id(stream)]
                 if not streams:
                     del self._by_key[stream.wake_key]
 
@@ -153,9 +158,13 @@ class WatchHub:
         for key in ((id(log), namespace), (id(log), None)) if namespace else ((id(log), None),):
             streams = self._by_key.get(key)
             if streams:
-                for stream in list(streams):
-                    stream.wake()
-                    self.wakeups += 1
+                # A copy: a stream collected meanwhile (a collection may run at any allocation)
+                # unregisters from its generator's ``finally``, on this thread.
+                for ref in tuple(streams.values()):
+                    stream = ref()
+                    if stream is not None:
+                        stream.wake()
+                        self.wakeups += 1
 
     def drop_all(self) -> int:
         """End every open stream as if its connection dropped; returns how many."""
@@ -217,6 +226,7 @@ class InMemoryWatch:
         self._bookmark_due = False
         self._last_sent = time.monotonic()
         self._started = False
+        self._waiting = False  # blocked in ``_next_batch``'s wait (read and set under the lock)
         self._wake = hub.new_condition()
         self.woken = 0
         """How many writes woke this stream (each one of its resource, in its namespace)."""
@@ -229,7 +239,11 @@ class InMemoryWatch:
     # Called with the hub's condition held.
     def wake(self) -> None:
         self.woken += 1
-        self._wake.notify_all()
+        # Only a reader blocked in ``_next_batch``'s wait needs waking. One that is not (it is
+        # delivering, or has not started) looks at the log under this same lock before it
+        # waits again, so it finds this write without a notify.
+        if self._waiting:
+            self._wake.notify_all()
 
     def mark_closed(self) -> None:
         self._closed = True
@@ -316,7 +330,11 @@ class InMemoryWatch:
                     if now >= idle_until:
                         return [self._bookmark_event()], False
                     remaining = min(remaining or idle_until - now, idle_until - now)
-                condition.wait(remaining)
+                self._waiting = True
+                try:
+                    condition.wait(remaining)
+                finally:
+                    self._waiting = False
 
     def _bookmark_event(self) -> WatchEvent:
         assert self._bookmark is not None

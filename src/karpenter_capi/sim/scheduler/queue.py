@@ -55,6 +55,7 @@ VOLUME_BINDING: Final = "VolumeBinding"
 # Plugins whose hints answer Queue to every bound pod's add, label change or deletion.
 _POD_PLUGINS: Final = frozenset({TOPOLOGY_SPREAD, INTER_POD_AFFINITY})
 _UNSCHEDULABLE_TAINT: Final = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+_CORDONED: Final = {"spec": {"taints": [_UNSCHEDULABLE_TAINT]}}  # never mutated
 
 
 def plugins_for(reasons: Iterable[str]) -> frozenset[str]:
@@ -86,14 +87,12 @@ class _Parked:
     requests: dict[str, int]
 
 
-def _tolerated(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    return rules.node_ready(node) and rules.untolerated_taint(pod, node) is None
+def _cordoned(node: Mapping[str, Any]) -> bool:
+    return bool((node.get("spec") or {}).get("unschedulable"))
 
 
-def _schedulable(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    if not (node.get("spec") or {}).get("unschedulable"):
-        return True
-    return rules.untolerated_taint(pod, {"spec": {"taints": [_UNSCHEDULABLE_TAINT]}}) is None
+def _tolerates_cordon(pod: Mapping[str, Any]) -> bool:
+    return rules.untolerated_taint(pod, _CORDONED) is None
 
 
 class SchedulingQueue:
@@ -212,6 +211,14 @@ class _NodeChange:
         self.allocatable = rules.node_allocatable(new)
         self.before = rules.node_allocatable(old) if old is not None else None
         self.relabelled = old is None or rules.labels_of(old) != rules.labels_of(new)
+        # What the hints read of the Node alone, read once for every parked pod: a Node that
+        # is not Ready tolerates no pod, and one never cordoned lets every pod through.
+        self.ready, self.was_ready = (
+            rules.node_ready(new),
+            old is not None and rules.node_ready(old),
+        )
+        self.cordoned = _cordoned(new)
+        self.was_cordoned = old is not None and _cordoned(old)
 
     def helps(self, parked: _Parked) -> bool:
         """Whether a rejector plugin's hint answers ``Queue`` for this event."""
@@ -220,13 +227,30 @@ class _NodeChange:
             return True
         if NODE_RESOURCES_FIT in plugins and self._more_room(parked.requests):
             return True
-        for plugin, passes in (
-            (TAINT_TOLERATION, _tolerated),
-            (NODE_UNSCHEDULABLE, _schedulable),
-            (NODE_AFFINITY, rules.node_affinity_matches),
+        # Each filter passes for the pod on the new Node and did not on the old one. Taints:
+        # a Ready Node whose taints the pod tolerates (the Ready filter plays the not-ready
+        # taint). Cordon: a Node not cordoned, or a pod that tolerates the cordon's taint.
+        if (
+            TAINT_TOLERATION in plugins
+            and self.ready
+            and rules.untolerated_taint(pod, new) is None
+            and not (
+                self.was_ready and old is not None and rules.untolerated_taint(pod, old) is None
+            )
         ):
-            if plugin in plugins and passes(pod, new) and (old is None or not passes(pod, old)):
-                return True
+            return True
+        if (
+            NODE_UNSCHEDULABLE in plugins
+            and (not self.cordoned or _tolerates_cordon(pod))
+            and (old is None or (self.was_cordoned and not _tolerates_cordon(pod)))
+        ):
+            return True
+        if (
+            NODE_AFFINITY in plugins
+            and rules.node_affinity_matches(pod, new)
+            and (old is None or not rules.node_affinity_matches(pod, old))
+        ):
+            return True
         return bool(plugins & _POD_PLUGINS) and self.relabelled
 
     def _more_room(self, requests: Mapping[str, int]) -> bool:
