@@ -17,7 +17,8 @@ from karpenter_capi.core.kube.errors import InternalError, TooManyRequests, retr
 from karpenter_capi.core.kube.resources import CONFIGMAPS, Resource
 from karpenter_capi.core.kube.workqueue import WorkQueue
 from karpenter_capi.core.runtime.controller import WORKLOAD, Key, Result, Watch
-from karpenter_capi.core.runtime.manager import ControllerEntry, Manager, PeriodicEntry
+from karpenter_capi.core.runtime.entries import ControllerEntry, PeriodicEntry
+from karpenter_capi.core.runtime.manager import Manager
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 
 THROTTLED = TooManyRequests("slow down", retry_after_seconds=7)

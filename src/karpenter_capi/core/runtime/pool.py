@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 
 from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.runtime.controller import Key
-from karpenter_capi.core.runtime.manager import ControllerEntry, Entry, PeriodicEntry
+from karpenter_capi.core.runtime.entries import ControllerEntry, Entry, PeriodicEntry
 
 _log = logging.getLogger(__name__)
 

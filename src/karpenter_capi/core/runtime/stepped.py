@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from karpenter_capi.core.clock import FakeClock
-from karpenter_capi.core.runtime.manager import ControllerEntry, Manager
+from karpenter_capi.core.runtime.entries import ControllerEntry
+from karpenter_capi.core.runtime.manager import Manager
 
 DEFAULT_MAX_ITERATIONS = 1000
 """Passes ``run_until_quiet`` allows before deciding the system cannot settle."""

@@ -40,7 +40,8 @@ from karpenter_capi.core.kube.client import JsonObject
 from karpenter_capi.core.kube.informer import Informer
 from karpenter_capi.core.observability.logs import log_fields
 from karpenter_capi.core.runtime.controller import Key
-from karpenter_capi.core.runtime.manager import ControllerEntry, Manager, PeriodicEntry
+from karpenter_capi.core.runtime.entries import ControllerEntry, PeriodicEntry
+from karpenter_capi.core.runtime.manager import Manager
 from karpenter_capi.core.runtime.pool import Membership, PoolMember, WorkerPool
 
 _log = logging.getLogger(__name__)
