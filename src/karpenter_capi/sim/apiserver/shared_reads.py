@@ -19,27 +19,20 @@ order, same resourceVersions); only the copies are gone.
 
 from __future__ import annotations
 
-import builtins
-
-from karpenter_capi.core.kube.client import (
-    JsonObject,
-    ListResult,
-    PatchType,
-    Preconditions,
-    PropagationPolicy,
-    WatchStream,
-)
+from karpenter_capi.core.kube.client import ListResult, WatchStream
+from karpenter_capi.core.kube.forwarding import ForwardingClient
 from karpenter_capi.core.kube.resources import Resource
 from karpenter_capi.sim.apiserver.server import InMemoryAPIServer
 
 __all__ = ["SharedReads"]
 
 
-class SharedReads:
+class SharedReads(ForwardingClient):
     """``KubeClient`` over ``server``: ``list`` and ``watch`` share the stored objects (module
-    docstring); the other verbs are the server's."""
+    docstring); the other verbs are the server's, forwarded (``ForwardingClient``)."""
 
     def __init__(self, server: InMemoryAPIServer) -> None:
+        super().__init__(server)
         self.server = server
 
     def list(
@@ -85,69 +78,3 @@ class SharedReads:
             timeout_seconds=timeout_seconds,
             shared=True,
         )
-
-    @property
-    def drains_zero_timeout_watch(self) -> bool:
-        return self.server.drains_zero_timeout_watch
-
-    def get(
-        self,
-        resource: Resource,
-        name: str,
-        namespace: str | None = None,
-        *,
-        subresource: str | None = None,
-    ) -> JsonObject:
-        return self.server.get(resource, name, namespace, subresource=subresource)
-
-    def create(
-        self, resource: Resource, obj: JsonObject, namespace: str | None = None
-    ) -> JsonObject:
-        return self.server.create(resource, obj, namespace)
-
-    def update(
-        self, resource: Resource, obj: JsonObject, *, subresource: str | None = None
-    ) -> JsonObject:
-        return self.server.update(resource, obj, subresource=subresource)
-
-    def patch(
-        self,
-        resource: Resource,
-        name: str,
-        patch: JsonObject | builtins.list[JsonObject],
-        namespace: str | None = None,
-        *,
-        patch_type: PatchType = PatchType.MERGE,
-        subresource: str | None = None,
-    ) -> JsonObject:
-        return self.server.patch(
-            resource, name, patch, namespace, patch_type=patch_type, subresource=subresource
-        )
-
-    def delete(
-        self,
-        resource: Resource,
-        name: str,
-        namespace: str | None = None,
-        *,
-        preconditions: Preconditions | None = None,
-        propagation_policy: PropagationPolicy | None = None,
-        grace_period_seconds: int | None = None,
-    ) -> JsonObject:
-        return self.server.delete(
-            resource,
-            name,
-            namespace,
-            preconditions=preconditions,
-            propagation_policy=propagation_policy,
-            grace_period_seconds=grace_period_seconds,
-        )
-
-    def evict(self, name: str, namespace: str, *, grace_period_seconds: int | None = None) -> None:
-        self.server.evict(name, namespace, grace_period_seconds=grace_period_seconds)
-
-    def served_versions(self, group: str) -> builtins.list[str]:
-        return self.server.served_versions(group)
-
-    def server_version(self) -> JsonObject:
-        return self.server.server_version()
