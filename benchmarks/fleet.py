@@ -77,7 +77,13 @@ from typing import Any
 
 from karpenter_capi.core.clock import SystemClock
 from karpenter_capi.core.fleet import Fleet, FleetOptions
-from karpenter_capi.core.kube.resources import DEPLOYMENTS, NODECLAIMS, PODS, Resource
+from karpenter_capi.core.kube.resources import (
+    DEPLOYMENTS,
+    NODECLAIMS,
+    PODS,
+    REPLICASETS,
+    Resource,
+)
 from karpenter_capi.core.operator import OperatorOptions
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.apiserver.faulty_client import throttled
@@ -359,6 +365,45 @@ def _settled(
     return all_settled
 
 
+def _unsettled(
+    servers: dict[str, _TimedServer], clusters: list[str], count: int
+) -> dict[str, dict[str, Any]]:
+    """Where each cluster that did not settle stands: the pods made and pending, its
+    Deployment's and ReplicaSets' replicas, its NodeClaims: which part of the emulation or the
+    controller stopped short."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in clusters:
+        server = servers[name]
+        pending = _pending(server)
+        if len(server.pods) >= count and pending == 0:
+            continue
+        try:
+            deployments = server.list(DEPLOYMENTS).items
+            replicasets = server.list(REPLICASETS).items
+            claims = len(server.list(NODECLAIMS).items)
+        except Exception as exc:  # the figure must still come out: say what failed
+            out[name] = {"error": repr(exc)}
+            continue
+        out[name] = {
+            "pods_made": len(server.pods),
+            "pending": pending,
+            "deployments": [
+                [d["metadata"]["name"], d["spec"].get("replicas"), d.get("status") or {}]
+                for d in deployments
+            ],
+            "replicasets": [
+                [
+                    r["metadata"]["name"],
+                    r["spec"].get("replicas"),
+                    (r.get("status") or {}).get("replicas"),
+                ]
+                for r in replicasets
+            ],
+            "nodeclaims": claims,
+        }
+    return out
+
+
 def _waves(
     world: FleetWorld,
     args: argparse.Namespace,
@@ -386,6 +431,7 @@ def _waves(
     after_last: list[float] = []
     after_marked: list[float] = []
     unsettled = 0
+    stuck: list[dict[str, Any]] = []
     cpu_began = time.process_time()
     for wave in waves if waves is not None else range(1, args.waves + 1):
         replicas = args.pods * wave // args.waves
@@ -410,6 +456,8 @@ def _waves(
 
         settled = _wait(_settled(servers, clusters, replicas), timeout)
         unsettled += 0 if settled else 1
+        if not settled:
+            stuck.append({"wave": wave, "clusters": _unsettled(servers, clusters, replicas)})
         for name in clusters:
             pods_mark, claims_mark, marked_mark = marks[name]
             server = servers[name]
@@ -441,6 +489,7 @@ def _waves(
         "p99_ms": round(percentile(values, 0.99) * 1000, 1) if values else None,
         "max_ms": round(max(values) * 1000, 1) if values else None,
         "waves_not_settled": unsettled,
+        "not_settled": stuck,
         "burst_p99_ms": _ms(bursts, 0.99),
         "last_pod_to_claim_p50_ms": _ms(after_last, 0.5),
         "last_pod_to_claim_p99_ms": _ms(after_last, 0.99),
