@@ -366,9 +366,13 @@ class WorkerPool:
         assert isinstance(entry, PeriodicEntry)
         if entry.ask(at):
             self._schedule(slot, at)
-        elif slot.asks is not None:
-            # Due already and waiting in the ordinary lane, perhaps: the event may have made
-            # its run a decision.
+        elif slot.asks is not None and slot.pending and not slot.urgent and slot.asks():
+            # Due already and waiting in the ordinary lane, and the event made its run a
+            # decision. Checked before taking the pool's lock: this runs on the informer's
+            # thread for every pending pod's event, and taking the lock for each held a
+            # burst's later pods behind every worker's pick (docs/runtime.md). A race is
+            # harmless: a slot marked pending meanwhile is asked then, and
+            # ``_relane_locked`` checks again under the lock.
             with self._cond:
                 self._relane_locked(slot)
 
