@@ -43,6 +43,7 @@ from karpenter_capi.core.kube.resources import (
 )
 from karpenter_capi.core.kube.writelog import WriteLog, Written
 from karpenter_capi.core.values.selectors import (
+    EVERYTHING,
     CompiledSelector,
     SelectorError,
     compile_selector,
@@ -56,6 +57,7 @@ __all__ = [
     "CLUSTER_API_NODE_CLASSES",
     "CONFIGMAPS",
     "DEPLOYMENT_NAME_LABEL",
+    "EVERYTHING",
     "NODECLAIMS",
     "NODES",
     "NORMAL",

@@ -84,6 +84,7 @@ KUBE_EXPORTS_BY_PURPOSE = {
         "selector_to_string",
         "CompiledSelector",
         "compile_selector",
+        "EVERYTHING",
         "DEPLOYMENT_NAME_LABEL",
         "SET_NAME_LABEL",
         "POOL_NAME_LABEL",

@@ -40,6 +40,7 @@ from karpenter_capi.plugin_api.karpenter import (
     wellknown,
 )
 from karpenter_capi.plugin_api.kube import (
+    EVERYTHING,
     ApiError,
     CapiResources,
     CompiledSelector,
@@ -198,10 +199,6 @@ def label_selector(selector: Mapping[str, Any] | None) -> str:
     if selector:
         _check_labels(selector)
     return ",".join(filter(None, (selector_to_string(selector), wellknown.LABEL_KARPENTER_MEMBER)))
-
-
-EVERYTHING: Final = compile_selector({}, nil_matches=True)
-"""A selector that selects every object (a list without one)."""
 
 
 def _compiled(selector: Mapping[str, Any] | None) -> CompiledSelector:
