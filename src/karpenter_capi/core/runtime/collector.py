@@ -37,11 +37,11 @@ fleet member that stops (its Cluster deleted, paused or handed to another replic
 kubeconfig rotated) is freed only by a collection that walks it; other cycles are none to a
 few objects a wave (measured: a whole walk after three 20-cluster waves freed 0 objects, after
 a 100-cluster wave 97; before the two cycles were broken, under ``middle-survivors``, 1,423 and
-5,226). So the frozen heap is
-given back (``gc.unfreeze``: it rejoins the oldest generation, and nothing is frozen until the
-next full collection has walked all of it and freed what is garbage; CPython's own rule brings
-that one, from the 11th middle collection on once what they promoted since the last full one
-exceeds a quarter of what that one left, ``long_lived_pending > long_lived_total / 4``):
+5,226). So the frozen heap is given back (``gc.unfreeze``: it rejoins the oldest generation,
+and nothing is frozen until the next full collection has walked all of it and freed what is
+garbage; CPython's own rule brings that one, from the 11th middle collection on once what they
+promoted since the last full one exceeds a quarter of what that one left,
+``long_lived_pending > long_lived_total / 4``):
 
 - when a fleet member stops (``request_whole_walk``; members stopping before that collection
   are covered by it), and
