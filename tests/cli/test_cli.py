@@ -416,7 +416,13 @@ class _StopWhenStarted(io.StringIO):
 
 @pytest.mark.parametrize(
     ("owns_process", "policy"),
-    [(True, "survivors"), (True, "middle-survivors"), (True, "off"), (False, "survivors")],
+    [
+        (True, "survivors"),
+        (True, "unwalked"),
+        (True, "middle-survivors"),
+        (True, "off"),
+        (False, "survivors"),
+    ],
 )
 def test_run_settles_the_heap_only_in_a_process_of_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, owns_process: bool, policy: str

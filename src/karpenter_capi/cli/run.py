@@ -164,12 +164,14 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--gc-policy",
         choices=POLICIES,
-        default=env("GC_POLICY", "survivors"),
+        default=env("GC_POLICY", "unwalked"),
         help="the cyclic garbage collector's policy: survivors freezes what each of its "
         "collections leaves, so long-lived caches are walked once, and gives it back for a "
-        "whole walk when a fleet member stops and hourly; middle-survivors freezes only what "
+        "whole walk when a fleet member stops and hourly; unwalked also freezes what a young or "
+        "middle collection would walk before it walks it, so only whole walks look for "
+        "cycles; middle-survivors freezes only what "
         "its middle and full collections leave; startup freezes start-up's objects only; off "
-        "keeps CPython's defaults (env GC_POLICY, default survivors; docs/runtime.md)",
+        "keeps CPython's defaults (env GC_POLICY, default unwalked; docs/runtime.md)",
     )
     add_fleet_arguments(run)
     run.add_argument(

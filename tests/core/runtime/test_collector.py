@@ -15,6 +15,7 @@ import pytest
 
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.runtime.collector import (
+    MIN_WHOLE_WALK_GAP,
     YOUNG_THRESHOLD,
     CollectorPolicy,
     policy_named,
@@ -81,6 +82,44 @@ def test_survivors_of_a_young_collection_are_frozen_and_no_middle_one_comes(
         assert after[1]["collections"] == stats[1]["collections"]
         assert not _walked(more[-1])
     assert len(more) == 30_000
+
+
+def test_unwalked_collections_walk_nothing_and_their_cycles_wait_for_the_whole_walk(
+    clock: FakeClock,
+) -> None:
+    """``unwalked``: a young or middle collection's objects are frozen as it starts, so it
+    finds nothing; a cycle dropped before it waits, frozen, for the whole walk, which is
+    walked as under ``survivors``, the young collections before it included."""
+    policy = policy_named("unwalked", clock)
+    assert policy is not None
+    with policy.applied():
+        cycle = _Cycle()
+        ref = weakref.ref(cycle)
+        del cycle
+        kept = _Cycle()
+        assert _walked(kept)
+        stats = gc.get_stats()
+        gc.collect(0)
+        gc.collect(1)
+        after = gc.get_stats()
+        assert [after[g]["collected"] - stats[g]["collected"] for g in (0, 1)] == [0, 0]
+        assert ref() is not None  # garbage, but frozen before the collection could find it
+        assert not _walked(kept)
+        assert policy.unwalked == 2
+        more = [[] for _ in range(3 * YOUNG_THRESHOLD)]  # automatic young collections too
+        assert policy.unwalked >= 5
+        assert not _walked(more[0])
+
+        clock.advance(MIN_WHOLE_WALK_GAP)
+        policy.request_whole_walk()
+        young = _Cycle()
+        gc.collect(0)
+        assert _walked(young)  # given back: walked until the whole walk has come
+        gc.collect()
+        assert ref() is None
+        assert policy.whole_walks == 1
+        assert not _walked(kept)  # what the whole walk left is frozen again
+    assert len(more) == 3 * YOUNG_THRESHOLD
 
 
 def test_a_young_collection_after_a_request_leaves_the_heap_for_the_whole_walk(

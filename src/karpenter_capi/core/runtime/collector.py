@@ -27,7 +27,11 @@ What ``CollectorPolicy.install`` sets up (``karpenter-capi run``, where it owns 
   threshold of 10). A young collection still walks all that was made since the last one and
   is alive: CPython 3.11 counts allocations less deallocations of any tracked object, frozen
   ones included, so while the informers replace cached objects the young list grows well
-  past the threshold (289,393 objects at a 100-cluster wave's end).
+  past the threshold (289,393 objects at a 100-cluster wave's end);
+- with ``--gc-policy unwalked``, at the start of every young or middle collection, all it
+  would walk frozen first (the hook's ``start`` phase), so it walks nothing. In a 100-cluster
+  wave the young collections found no garbage at all, and each held the interpreter for about
+  13.5 ms of CPU (35 ms of wall on loaded cores); only the whole walks below look for cycles.
 
 The risk, and its bound: a frozen object is still freed by reference counting when its last
 reference goes, but frozen *cyclic* garbage (objects that only reference each other) is never
@@ -74,9 +78,10 @@ WHOLE_WALK_EVERY: Final = 3600.0
 MIN_WHOLE_WALK_GAP: Final = 60.0
 """Seconds at least between two whole walks, however many members stop meanwhile."""
 
-POLICIES: Final = ("survivors", "middle-survivors", "startup", "off")
-"""``--gc-policy``'s choices: this module's policy, the same freezing only what middle and full
-collections leave, start-up frozen only, CPython's defaults."""
+POLICIES: Final = ("survivors", "unwalked", "middle-survivors", "startup", "off")
+"""``--gc-policy``'s choices: this module's policy, the same with what a collection would walk
+frozen before it walks it, the same freezing only what middle and full collections leave,
+start-up frozen only, CPython's defaults."""
 
 _lock = threading.Lock()
 _installed: CollectorPolicy | None = None
@@ -88,7 +93,9 @@ class CollectorPolicy:
     ``freeze_after``: the youngest generation whose collections' survivors are frozen (0,
     every collection's; 1, ``--gc-policy middle-survivors``, those of middle and full ones).
     ``freeze_survivors=False`` keeps only the start-up part (collect, freeze, young
-    threshold): the policy of ``--gc-policy startup``."""
+    threshold): the policy of ``--gc-policy startup``. ``freeze_unwalked``: a young or middle
+    collection's objects are frozen as it starts, so it walks nothing, and only whole walks
+    look for cycles (``--gc-policy unwalked``)."""
 
     def __init__(
         self,
@@ -96,6 +103,7 @@ class CollectorPolicy:
         *,
         freeze_survivors: bool = True,
         freeze_after: int = 0,
+        freeze_unwalked: bool = False,
         young_threshold: int = YOUNG_THRESHOLD,
         whole_walk_every: float = WHOLE_WALK_EVERY,
         min_whole_walk_gap: float = MIN_WHOLE_WALK_GAP,
@@ -103,11 +111,14 @@ class CollectorPolicy:
         self.clock = clock
         self.freeze_survivors = freeze_survivors
         self.freeze_after = freeze_after
+        self.freeze_unwalked = freeze_unwalked and freeze_survivors
         self.young_threshold = young_threshold
         self.whole_walk_every = whole_walk_every
         self.min_whole_walk_gap = min_whole_walk_gap
         self.freezes = 0
         """Collections whose survivors were frozen."""
+        self.unwalked = 0
+        """Collections whose objects were frozen before they walked them (``freeze_unwalked``)."""
         self.whole_walks = 0
         """Full collections that walked the heap given back (``gc.unfreeze``)."""
         self._thresholds: tuple[int, int, int] | None = None
@@ -183,6 +194,13 @@ class CollectorPolicy:
         raises (a collection may start inside any code) and does O(1) work: ``gc.freeze`` and
         ``gc.unfreeze`` move lists."""
         generation = info.get("generation", 0)
+        if phase == "start":
+            if self.freeze_unwalked and generation < 2 and not self._unfrozen:
+                # Nothing for this collection to walk: a cycle made since the last one waits
+                # for the whole walk. Frozen objects still go when their last reference does.
+                gc.freeze()
+                self.unwalked += 1
+            return
         if phase != "stop" or generation < self.freeze_after:
             return
         now = self.clock.monotonic()
@@ -217,6 +235,8 @@ def policy_named(name: str, clock: Clock) -> CollectorPolicy | None:
         return None
     if name == "startup":
         return CollectorPolicy(clock, freeze_survivors=False)
+    if name == "unwalked":
+        return CollectorPolicy(clock, freeze_unwalked=True)
     return CollectorPolicy(clock, freeze_after=0 if name == "survivors" else 1)
 
 
