@@ -133,8 +133,9 @@ def _read(
     nominations: Mapping[str, frozenset[str]] | None,
     settings: PassSettings,
     parsed: ParsedCluster | None,
-) -> tuple[PassReport, BudgetLedger, dict[str, PoolTotals], Simulator]:
-    """The pass's reading of the cluster: its candidates, budgets, totals and simulator."""
+) -> tuple[PassReport, BudgetLedger, dict[str, PoolTotals], Simulator | None]:
+    """The pass's reading of the cluster: its candidates, budgets, totals and simulator
+    (``None`` when there is no candidate: no method simulates anything then)."""
     usable = [inv for inv in inventories if inv.model is not None and not inv.error]
     # What earlier passes read of each object version is kept; what this pass does not read
     # of it (objects gone) is dropped at the end of the next.
@@ -170,13 +171,22 @@ def _read(
     report.totals = totals = pool_totals(
         snapshot, usable, {c.node_name: c.move_cost for c in found.candidates}, facts=facts
     )
-    simulator = Simulator(
-        snapshot,
-        usable,
-        clock,
-        spot_to_spot=settings.spot_to_spot,
-        nominations=nominations,
-        parsed=parsed,
+    # No candidate, no simulation: as upstream's ``Controller.disrupt``, which moves on to the
+    # next method without computing a command when ``GetCandidates`` finds none. During a
+    # scale-up no node is a candidate yet, and setting the simulator up (the solver's view of
+    # every node) was most of such a pass. Nothing carries over from the set-up but what the
+    # next one reuses by version, as after a pass the quiet check skipped.
+    simulator = (
+        Simulator(
+            snapshot,
+            usable,
+            clock,
+            spot_to_spot=settings.spot_to_spot,
+            nominations=nominations,
+            parsed=parsed,
+        )
+        if found.candidates
+        else None
     )
     facts.done_reading()  # the simulator is set up: the read's parses by pod go
     return report, ledger, totals, simulator
@@ -230,6 +240,14 @@ def plan(
         return lambda: clock.monotonic() > limit
 
     candidates = report.candidates
+    if simulator is None:
+        # Without candidates every method finds nothing (each returns ``None`` for an empty
+        # list before it would simulate): their outcomes, as they would say.
+        for method in (EMPTINESS, STATIC_DRIFT, DRIFT, MULTI_NODE, SINGLE_NODE):
+            report.method_seconds[method] = 0.0
+            report.outcomes[method] = None
+        report.seconds = clock.monotonic() - started
+        return report
     steps: tuple[tuple[str, Callable[[], Outcome]], ...] = (
         (EMPTINESS, lambda: emptiness(candidates, ledger, report.kept)),
         (
