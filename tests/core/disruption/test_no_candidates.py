@@ -1,10 +1,12 @@
-"""A pass with no candidate computes no command, and later passes decide as from scratch.
+"""A pass with nothing to simulate sets no simulator up, and decides as one that did.
 
-Why: during a scale-up no node is a disruption candidate yet (all launching, or protected as
-the provisioner's nominations), yet every pass set up the simulator (the solver's view of every
-node) for methods that had nothing to simulate. As upstream's ``Controller.disrupt`` moves on
-when ``GetCandidates`` finds none, the planner now sets it up only when some candidate exists;
-what it would have kept for the next pass is rebuilt from what that pass finds, by version.
+Why: during a scale-up no node is drifted or consolidatable yet (launching, protected as the
+provisioner's nominations, within ``consolidateAfter``, or of a NodePool that never
+consolidates), yet every pass set up the simulator (the solver's view of every node) for
+methods that had nothing to simulate. As upstream's ``Controller.disrupt`` moves on when
+``GetCandidates`` finds no candidate its method admits, the planner now sets it up only when a
+method may simulate (``methods.simulates``); what it would have kept for the next pass is
+rebuilt from what that pass finds, by version.
 And ``ask_providers`` validates each NodeClaim once per object version (``ClaimModels``),
 not at every pass.
 """
@@ -41,6 +43,7 @@ from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.provisioning.state import ClusterSnapshot, ParsedCluster
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 
+from .builders import Cluster
 from .test_incremental_passes import CHANGES, _decided, _reading
 
 hookimpl = pluggy.HookimplMarker("karpenter_capi")
@@ -68,22 +71,24 @@ def _everything(snapshot: ClusterSnapshot) -> frozenset[str]:
     return frozenset(str(n["metadata"]["name"]) for n in snapshot.nodes)
 
 
+class _Counting(Simulator):
+    made: list[Simulator] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _Counting.made.append(self)
+
+
 def test_a_pass_without_candidates_sets_no_simulator_up_and_finds_what_the_methods_would(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     snapshot, inventories, _ = bench.build(20, seed=3)
-    made: list[Simulator] = []
-
-    class Counting(Simulator):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            made.append(self)
-
-    monkeypatch.setattr(planner, "Simulator", Counting)
+    monkeypatch.setattr(_Counting, "made", [])
+    monkeypatch.setattr(planner, "Simulator", _Counting)
     report = _pass(snapshot, inventories, ParsedCluster(), _everything(snapshot))
 
     assert report.candidates == []
-    assert made == []
+    assert _Counting.made == []
     assert report.command is None
     assert report.simulations == 0
     assert set(report.excluded) == {str(c["metadata"]["name"]) for c in snapshot.nodeclaims}
@@ -104,8 +109,53 @@ def test_a_pass_without_candidates_sets_no_simulator_up_and_finds_what_the_metho
     # The same cluster with candidates: the simulator is set up, and a command is found.
     found = _pass(snapshot, inventories, ParsedCluster())
     assert found.candidates
-    assert len(made) == 1
+    assert len(_Counting.made) == 1
     assert found.command is not None
+
+
+def _not_yet(cluster: Cluster) -> None:
+    """Candidates, none consolidatable yet (``consolidateAfter`` not elapsed)."""
+    for name in ("a", "b", "c"):
+        cluster.node(name, "large", consolidatable=False)
+    cluster.pod("app-0", "a", cpu="1")
+    cluster.pod("app-1", "b", cpu="1")
+
+
+def _never(cluster: Cluster) -> None:
+    """Consolidatable candidates of a NodePool with ``consolidateAfter: Never`` (the fleet
+    benchmark's), one of them empty."""
+    cluster.disruption = {**cluster.disruption, "consolidateAfter": "Never"}
+    for name in ("a", "b", "c"):
+        cluster.node(name, "large")
+    cluster.pod("app-0", "a", cpu="1")
+    cluster.pod("app-1", "b", cpu="1")
+
+
+def _when_empty(cluster: Cluster) -> None:
+    """A ``WhenEmpty`` NodePool's candidate with a pod, not consolidatable yet."""
+    cluster.disruption = {**cluster.disruption, "consolidationPolicy": "WhenEmpty"}
+    cluster.node("a", "large", consolidatable=False)
+    cluster.pod("app-0", "a", cpu="1")
+
+
+@pytest.mark.parametrize("build", [_not_yet, _never, _when_empty])
+def test_candidates_no_method_simulates_for_are_judged_as_with_a_simulator(
+    build: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = Cluster()
+    build(cluster)
+    monkeypatch.setattr(_Counting, "made", [])
+    monkeypatch.setattr(planner, "Simulator", _Counting)
+
+    report = cluster.plan(blocked={})
+    assert report.candidates
+    assert _Counting.made == []
+
+    monkeypatch.setattr(planner, "simulates", lambda _candidates: True)
+    reference = cluster.plan(blocked={})
+    assert len(_Counting.made) == 1
+    assert _decided(report) == _decided(reference)
+    assert report.budgets == reference.budgets
 
 
 @pytest.mark.parametrize("catalog", ["kwok", "capi"])

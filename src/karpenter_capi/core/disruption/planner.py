@@ -32,6 +32,7 @@ from karpenter_capi.core.disruption.methods import (
     drift,
     emptiness,
     multi_node,
+    simulates,
     single_node,
 )
 from karpenter_capi.core.disruption.passfacts import pass_facts
@@ -135,7 +136,7 @@ def _read(
     parsed: ParsedCluster | None,
 ) -> tuple[PassReport, BudgetLedger, dict[str, PoolTotals], Simulator | None]:
     """The pass's reading of the cluster: its candidates, budgets, totals and simulator
-    (``None`` when there is no candidate: no method simulates anything then)."""
+    (``None`` when no method would simulate anything, ``methods.simulates``)."""
     usable = [inv for inv in inventories if inv.model is not None and not inv.error]
     # What earlier passes read of each object version is kept; what this pass does not read
     # of it (objects gone) is dropped at the end of the next.
@@ -171,11 +172,13 @@ def _read(
     report.totals = totals = pool_totals(
         snapshot, usable, {c.node_name: c.move_cost for c in found.candidates}, facts=facts
     )
-    # No candidate, no simulation: as upstream's ``Controller.disrupt``, which moves on to the
-    # next method without computing a command when ``GetCandidates`` finds none. During a
-    # scale-up no node is a candidate yet, and setting the simulator up (the solver's view of
-    # every node) was most of such a pass. Nothing carries over from the set-up but what the
-    # next one reuses by version, as after a pass the quiet check skipped.
+    # No simulation without something to simulate: as upstream's ``Controller.disrupt``, which
+    # moves on to the next method without ``ComputeCommand`` when ``GetCandidates`` finds none
+    # its ``ShouldDisrupt`` admits (``Drifted``, ``Consolidatable``). During a scale-up no node
+    # is either yet, and setting the simulator up (the solver's view of every node) was most of
+    # such a pass. The methods run all the same: none reads the simulator then
+    # (``methods.simulates``). The next set-up reuses what it can by version, as after a pass
+    # the quiet check skipped.
     simulator = (
         Simulator(
             snapshot,
@@ -185,7 +188,7 @@ def _read(
             nominations=nominations,
             parsed=parsed,
         )
-        if found.candidates
+        if simulates(found.candidates)
         else None
     )
     facts.done_reading()  # the simulator is set up: the read's parses by pod go
@@ -240,14 +243,6 @@ def plan(
         return lambda: clock.monotonic() > limit
 
     candidates = report.candidates
-    if simulator is None:
-        # Without candidates every method finds nothing (each returns ``None`` for an empty
-        # list before it would simulate): their outcomes, as they would say.
-        for method in (EMPTINESS, STATIC_DRIFT, DRIFT, MULTI_NODE, SINGLE_NODE):
-            report.method_seconds[method] = 0.0
-            report.outcomes[method] = None
-        report.seconds = clock.monotonic() - started
-        return report
     steps: tuple[tuple[str, Callable[[], Outcome]], ...] = (
         (EMPTINESS, lambda: emptiness(candidates, ledger, report.kept)),
         (
@@ -292,7 +287,8 @@ def plan(
     if report.command is not None:
         for chosen in report.command.candidates:
             report.kept.pop(chosen.name, None)
-    report.simulations = simulator.simulations
-    report.simulation_seconds = list(simulator.durations)
+    if simulator is not None:
+        report.simulations = simulator.simulations
+        report.simulation_seconds = list(simulator.durations)
     report.seconds = clock.monotonic() - started
     return report
