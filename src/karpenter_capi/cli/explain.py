@@ -216,8 +216,9 @@ def explain(
 ) -> Explanation:
     """Read the cluster once; run one dry-run provisioning round and one disruption pass
     (``plans_nominated``: plan as a controller that nominates planned pods does)."""
-    from karpenter_capi.core.disruption.controller import DEFAULT_NOMINATION_WINDOW, ask_providers
+    from karpenter_capi.core.disruption.controller import DEFAULT_NOMINATION_WINDOW
     from karpenter_capi.core.disruption.planner import PassSettings, plan
+    from karpenter_capi.core.disruption.refusals import ask_providers
     from karpenter_capi.core.disruption.verdicts import node_verdicts
     from karpenter_capi.core.kube.resources import POD_DISRUPTION_BUDGETS
     from karpenter_capi.core.provisioning.inventory import resolve_inventory

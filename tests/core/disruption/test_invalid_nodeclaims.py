@@ -13,7 +13,7 @@ import pluggy
 
 from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock
-from karpenter_capi.core.disruption.controller import ask_providers
+from karpenter_capi.core.disruption.refusals import ask_providers
 from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 

@@ -34,11 +34,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from pydantic import ValidationError
-
 from karpenter_capi.core.api import wellknown
-from karpenter_capi.core.api.meta import validation_problems
-from karpenter_capi.core.api.nodeclaim import NodeClaim, NodeClaimConditionType
+from karpenter_capi.core.api.nodeclaim import NodeClaimConditionType
 from karpenter_capi.core.disruption.budgets import BudgetLedger
 from karpenter_capi.core.disruption.candidates import (
     Candidate,
@@ -56,9 +53,9 @@ from karpenter_capi.core.disruption.planner import (
     plan,
     provider_refusals,
 )
+from karpenter_capi.core.disruption.refusals import ClaimModels, ask_providers
 from karpenter_capi.core.disruption.simulation import Replacement, Simulator
 from karpenter_capi.core.disruption.verdicts import UNCONSOLIDATABLE, node_verdicts
-from karpenter_capi.core.errors import ProviderError
 from karpenter_capi.core.kube.errors import ApiError
 from karpenter_capi.core.kube.events import NORMAL, UNCONSOLIDATABLE_DEDUPE
 from karpenter_capi.core.kube.resources import (
@@ -69,7 +66,6 @@ from karpenter_capi.core.kube.resources import (
     POD_DISRUPTION_BUDGETS,
     Resource,
 )
-from karpenter_capi.core.plugin_host import PluginError, Plugins
 from karpenter_capi.core.provisioning.controller import ROUND_RESOURCES
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory, resolve_inventory
 from karpenter_capi.core.provisioning.state import (
@@ -114,28 +110,6 @@ class _Pending:
     due: float
 
 
-def ask_providers(plugins: Plugins, nodeclaims: list[Mapping[str, Any]]) -> Mapping[str, str]:
-    """Which NodeClaims the providers refuse to remove (``karpenter_capi_disruption_blocked``);
-    every one of them when the providers cannot be asked. A NodeClaim the model refuses is
-    held (naming why; the lifecycle controller marks it) and the others are still asked."""
-    claims: list[NodeClaim] = []
-    invalid: dict[str, str] = {}
-    for raw in nodeclaims:
-        try:
-            claims.append(NodeClaim.model_validate(raw))
-        except ValidationError as error:
-            name = str((raw.get("metadata") or {}).get("name") or "")
-            invalid[name] = "invalid NodeClaim: " + "; ".join(validation_problems(error))
-    try:
-        return {**invalid, **plugins.disruption_blocked(claims)}
-    except (PluginError, ProviderError, ApiError) as error:
-        # Unsure what the providers allow: disrupt nothing rather than break a floor.
-        log.warning("disruption: cannot ask the providers what may be removed: %s", error)
-        return {
-            str(c["metadata"]["name"]): f"providers could not be asked: {error}" for c in nodeclaims
-        }
-
-
 def _nothing_nominated(_seconds: float) -> frozenset[str]:
     return frozenset()
 
@@ -176,6 +150,7 @@ class DisruptionController:
         self._quiet_since: int | None = None
         self._quiet_stamp: tuple[object, ...] | None = None
         self._deleted_until: dict[str, float] = {}
+        self._claim_models = ClaimModels()
         self.last_report: PassReport | None = None
         self.history: deque[InFlight] = deque(maxlen=HISTORY)
         """The latest commands started, for tests and debugging (bounded)."""
@@ -313,7 +288,7 @@ class DisruptionController:
         return frozenset(names) | self._nominated(self.settings.nomination_window)
 
     def _blocked(self, nodeclaims: list[Mapping[str, Any]]) -> Mapping[str, str]:
-        return ask_providers(self._ctx.plugins, nodeclaims)
+        return ask_providers(self._ctx.plugins, nodeclaims, self._claim_models)
 
     def _plan(
         self, snapshot: ClusterSnapshot, inventories: Sequence[NodePoolInventory]

@@ -134,6 +134,21 @@ def _consolidatable(candidate: Candidate) -> bool:
     return candidate.consolidatable and not after.is_never
 
 
+def simulates(candidates: Sequence[Candidate]) -> bool:
+    """Whether a method may simulate anything for ``candidates``: drift for a drifted node of
+    a NodePool that is not static, consolidation for a consolidatable one. Without either, no
+    method reads the simulator (as upstream, whose methods find no candidate then: each one's
+    ``ShouldDisrupt`` asks for the ``Drifted`` or the ``Consolidatable`` condition)."""
+    return any((c.drifted and not c.pool.is_static) or _consolidatable(c) for c in candidates)
+
+
+def _needed(simulator: Simulator | None) -> Simulator:
+    """The simulator a method is about to use; only ``None`` when ``simulates`` said no."""
+    if simulator is None:
+        raise AssertionError("a disruption method simulates, but the pass set no simulator up")
+    return simulator
+
+
 def emptiness(
     candidates: Sequence[Candidate], ledger: BudgetLedger, kept: dict[str, str] | None = None
 ) -> Outcome:
@@ -152,7 +167,9 @@ def emptiness(
     return Command(EMPTINESS, DisruptionReason.EMPTY, chosen, savings=sum(c.price for c in chosen))
 
 
-def drift(candidates: Sequence[Candidate], ledger: BudgetLedger, simulator: Simulator) -> Outcome:
+def drift(
+    candidates: Sequence[Candidate], ledger: BudgetLedger, simulator: Simulator | None
+) -> Outcome:
     drifted = [c for c in candidates if c.drifted and not c.pool.is_static]
     if not drifted:
         return None
@@ -164,7 +181,7 @@ def drift(candidates: Sequence[Candidate], ledger: BudgetLedger, simulator: Simu
     for candidate in sorted(drifted, key=lambda c: (c.disruption_cost, c.name)):
         if not _within_budget([candidate], ledger, DisruptionReason.DRIFTED):
             continue
-        simulation = simulator.simulate([candidate])
+        simulation = _needed(simulator).simulate([candidate])
         if not simulation.all_scheduled:
             key, reason = next(iter(sorted(simulation.unschedulable.items())))
             why = f"{candidate.name}: pod {key} would not schedule: {reason}"
@@ -237,7 +254,7 @@ def _move(outcome: Replacement) -> str:
 def multi_node(
     candidates: Sequence[Candidate],
     ledger: BudgetLedger,
-    simulator: Simulator,
+    simulator: Simulator | None,
     *,
     expired: Callable[[], bool] = lambda: False,
     kept: dict[str, str] | None = None,
@@ -257,7 +274,7 @@ def multi_node(
     why = "no prefix of two or more nodes consolidates"
     while low <= high and not expired():
         middle = (low + high) // 2
-        outcome = simulator.consolidate(eligible[:middle])
+        outcome = _needed(simulator).consolidate(eligible[:middle])
         refusal = None
         if isinstance(outcome, Replacement) and outcome.savings > 0:
             scores = score_move(eligible[:middle], outcome.savings, totals or {})
@@ -277,7 +294,7 @@ def multi_node(
 def single_node(
     candidates: Sequence[Candidate],
     ledger: BudgetLedger,
-    simulator: Simulator,
+    simulator: Simulator | None,
     *,
     expired: Callable[[], bool] = lambda: False,
     kept: dict[str, str] | None = None,
@@ -301,11 +318,11 @@ def single_node(
         if bound is not None and not bound.approved:
             _keep(kept, candidate, f"even {bound.rejection('deleting it')}")
             continue
-        if not simulator.might_consolidate(candidate):
+        if not _needed(simulator).might_consolidate(candidate):
             _keep(kept, candidate, NO_ROOM)
             continue
         tried += 1
-        outcome = simulator.consolidate([candidate])
+        outcome = _needed(simulator).consolidate([candidate])
         if isinstance(outcome, Replacement) and outcome.savings > 0:
             scores = score_move([candidate], outcome.savings, totals or {})
             refusal = rejected(scores.values())

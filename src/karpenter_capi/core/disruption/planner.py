@@ -32,6 +32,7 @@ from karpenter_capi.core.disruption.methods import (
     drift,
     emptiness,
     multi_node,
+    simulates,
     single_node,
 )
 from karpenter_capi.core.disruption.passfacts import pass_facts
@@ -133,8 +134,9 @@ def _read(
     nominations: Mapping[str, frozenset[str]] | None,
     settings: PassSettings,
     parsed: ParsedCluster | None,
-) -> tuple[PassReport, BudgetLedger, dict[str, PoolTotals], Simulator]:
-    """The pass's reading of the cluster: its candidates, budgets, totals and simulator."""
+) -> tuple[PassReport, BudgetLedger, dict[str, PoolTotals], Simulator | None]:
+    """The pass's reading of the cluster: its candidates, budgets, totals and simulator
+    (``None`` when no method would simulate anything, ``methods.simulates``)."""
     usable = [inv for inv in inventories if inv.model is not None and not inv.error]
     # What earlier passes read of each object version is kept; what this pass does not read
     # of it (objects gone) is dropped at the end of the next.
@@ -170,13 +172,24 @@ def _read(
     report.totals = totals = pool_totals(
         snapshot, usable, {c.node_name: c.move_cost for c in found.candidates}, facts=facts
     )
-    simulator = Simulator(
-        snapshot,
-        usable,
-        clock,
-        spot_to_spot=settings.spot_to_spot,
-        nominations=nominations,
-        parsed=parsed,
+    # No simulation without something to simulate: as upstream's ``Controller.disrupt``, which
+    # moves on to the next method without ``ComputeCommand`` when ``GetCandidates`` finds none
+    # its ``ShouldDisrupt`` admits (``Drifted``, ``Consolidatable``). During a scale-up no node
+    # is either yet, and setting the simulator up (the solver's view of every node) was most of
+    # such a pass. The methods run all the same: none reads the simulator then
+    # (``methods.simulates``). The next set-up reuses what it can by version, as after a pass
+    # the quiet check skipped.
+    simulator = (
+        Simulator(
+            snapshot,
+            usable,
+            clock,
+            spot_to_spot=settings.spot_to_spot,
+            nominations=nominations,
+            parsed=parsed,
+        )
+        if simulates(found.candidates)
+        else None
     )
     facts.done_reading()  # the simulator is set up: the read's parses by pod go
     return report, ledger, totals, simulator
@@ -274,7 +287,8 @@ def plan(
     if report.command is not None:
         for chosen in report.command.candidates:
             report.kept.pop(chosen.name, None)
-    report.simulations = simulator.simulations
-    report.simulation_seconds = list(simulator.durations)
+    if simulator is not None:
+        report.simulations = simulator.simulations
+        report.simulation_seconds = list(simulator.durations)
     report.seconds = clock.monotonic() - started
     return report

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from functools import lru_cache
 from typing import Any, Final
 
 from karpenter_capi.core.clock import format_timestamp, parse_timestamp
@@ -46,8 +47,15 @@ def _normalized(condition: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
+@lru_cache(maxsize=4096)
+def _parsed(text: str) -> datetime:
+    """``parse_timestamp``, once per text: a set sorts its conditions by transition time at
+    every change, and the same few timestamps come back in every reconcile."""
+    return parse_timestamp(text)
+
+
 def _time(condition: Mapping[str, Any]) -> datetime:
-    return parse_timestamp(str(condition.get("lastTransitionTime") or _EPOCH))
+    return _parsed(str(condition.get("lastTransitionTime") or _EPOCH))
 
 
 class ConditionSet:

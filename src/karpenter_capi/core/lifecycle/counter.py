@@ -58,29 +58,53 @@ def _marked_for_deletion(claim: Mapping[str, Any], node: Mapping[str, Any] | Non
     return any(t.get("key") == wellknown.TAINT_DISRUPTED_KEY for t in taints)
 
 
+def _counted(claim: Mapping[str, Any], node: Mapping[str, Any] | None) -> ResourceList | None:
+    """What one NodeClaim (and its Node) adds to its NodePool's count; ``None``: nothing."""
+    if _marked_for_deletion(claim, node):
+        return None
+    # The Node's own capacity once it has registered, what the launch reported before.
+    status = claim.get("status") or {}
+    capacity = ((node or {}).get("status") or {}).get("capacity") or status.get("capacity")
+    if not capacity:
+        return None  # not launched yet: nothing to count
+    return ResourceList.parse(capacity)
+
+
+Counted = dict[str, tuple[Mapping[str, Any], Mapping[str, Any] | None, ResourceList | None]]
+"""What ``nodepool_resources`` found each NodeClaim adds, by name, with the very NodeClaim and
+Node objects it read (the informer cache replaces an object when it changes)."""
+
+
 def nodepool_resources(
     nodepool: str,
     nodeclaims: Iterable[Mapping[str, Any]],
     nodes: Iterable[Mapping[str, Any]],
-) -> ResourceList:
-    """The capacity of ``nodepool``'s launched nodes not marked for deletion, and ``nodes``."""
+    memo: Counted | None = None,
+) -> tuple[ResourceList, Counted]:
+    """The capacity of ``nodepool``'s launched nodes not marked for deletion, and ``nodes``;
+    and what each NodeClaim added. ``memo``, the last call's, gives what a NodeClaim adds
+    while it and its Node are the very objects read then."""
     by_name = {str(_meta(n).get("name")): n for n in nodes}
     total = ResourceList.from_milli(dict.fromkeys(BASE_RESOURCES, 0))
     count = 0
+    counted: Counted = {}
     for claim in nodeclaims:
         if _pool_of(claim) != nodepool:
             continue
         status = claim.get("status") or {}
         node = by_name.get(str(status.get("nodeName"))) if status.get("nodeName") else None
-        if _marked_for_deletion(claim, node):
+        name = str(_meta(claim).get("name"))
+        kept = memo.get(name) if memo is not None else None
+        if kept is not None and kept[0] is claim and kept[1] is node:
+            capacity = kept[2]
+        else:
+            capacity = _counted(claim, node)
+        counted[name] = (claim, node, capacity)
+        if capacity is None:
             continue
-        # The Node's own capacity once it has registered, what the launch reported before.
-        capacity = ((node or {}).get("status") or {}).get("capacity") or status.get("capacity")
-        if not capacity:
-            continue  # not launched yet: nothing to count
-        total = total.add(ResourceList.parse(capacity))
+        total = total.add(capacity)
         count += 1
-    return total.add(ResourceList.from_milli({"nodes": count * 1000}))
+    return total.add(ResourceList.from_milli({"nodes": count * 1000})), counted
 
 
 class NodePoolCounterController:
@@ -97,6 +121,9 @@ class NodePoolCounterController:
         # the informer's copy is still at that version it has not shown the write yet, and
         # the same status computed again would be written again for nothing.
         self._written: dict[str, tuple[str, dict[str, Any]]] = {}
+        # NodePool -> what its last reconcile found each NodeClaim adds: a reconcile comes with
+        # every event of any of its NodeClaims and Nodes, and reads each of them again.
+        self._counted: dict[str, Counted] = {}
 
     def watches(self) -> Sequence[Watch]:
         return [Watch(NODECLAIMS, self._pool_key), Watch(NODES, self._pool_key)]
@@ -114,10 +141,12 @@ class NodePoolCounterController:
         pool = caches.store(NODEPOOLS).get(key)
         if pool is None:
             self._written.pop(key, None)
+            self._counted.pop(key, None)
             return DONE
-        resources = nodepool_resources(
-            key, caches.store(NODECLAIMS).list(), caches.store(NODES).list()
-        ).to_dict()
+        found, self._counted[key] = nodepool_resources(
+            key, caches.store(NODECLAIMS).list(), caches.store(NODES).list(), self._counted.get(key)
+        )
+        resources = found.to_dict()
         nodes = ResourceList.parse({"nodes": resources["nodes"]}).value("nodes")
         status = pool.get("status") or {}
         current = dict(status.get("resources") or {})

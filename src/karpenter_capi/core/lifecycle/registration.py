@@ -25,7 +25,6 @@ the node forever.
 
 from __future__ import annotations
 
-import copy
 import logging
 from typing import Any, Final
 
@@ -44,7 +43,7 @@ from karpenter_capi.core.lifecycle.nodes import (
     taint_matches,
 )
 from karpenter_capi.core.lifecycle.said import SaidOnce
-from karpenter_capi.core.lifecycle.work import NodeClaimWork
+from karpenter_capi.core.lifecycle.work import NodeClaimWork, json_copy
 from karpenter_capi.core.lifecycle.writes import Writes
 from karpenter_capi.core.observability.logs import ref
 from karpenter_capi.core.runtime.controller import DONE, ControllerContext, Result
@@ -65,7 +64,7 @@ def _do_not_sync_taints(work: NodeClaimWork, node: dict[str, Any]) -> bool:
 
 def synced_node(work: NodeClaimWork, node: dict[str, Any]) -> dict[str, Any]:
     """``node`` as registration leaves it (a new dict; ``node`` is not modified)."""
-    synced = copy.deepcopy(node)
+    synced: dict[str, Any] = json_copy(node)
     meta = synced.setdefault("metadata", {})
     spec = synced.setdefault("spec", {})
     first_sync = wellknown.LABEL_REGISTERED not in (meta.get("labels") or {})

@@ -9,7 +9,6 @@ precondition, so a reconcile never overwrites a condition another controller wro
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,6 +18,17 @@ from karpenter_capi.core.api.nodeclaim import READINESS_CONDITIONS, NodeClaim
 from karpenter_capi.core.clock import parse_timestamp
 from karpenter_capi.core.kube.client import JsonObject
 from karpenter_capi.core.lifecycle.conditions import READY, ConditionSet
+
+
+def json_copy(value: Any) -> Any:
+    """A deep copy of a JSON value (dicts, lists, scalars), as ``copy.deepcopy`` makes of one
+    at a fraction of its cost: no memo, no dispatch on type. Anything else is shared, as
+    ``deepcopy`` shares strings and numbers."""
+    if isinstance(value, dict):
+        return {key: json_copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [json_copy(item) for item in value]
+    return value
 
 
 @dataclass
@@ -39,7 +49,7 @@ class NodeClaimWork:
     @classmethod
     def start(cls, raw: JsonObject, model: NodeClaim, now: datetime) -> NodeClaimWork:
         meta = raw.get("metadata") or {}
-        status = copy.deepcopy(dict(raw.get("status") or {}))
+        status: dict[str, Any] = json_copy(dict(raw.get("status") or {}))
         conditions = status.pop("conditions", None) or []
         created = meta.get("creationTimestamp")
         generation = meta.get("generation")
@@ -89,10 +99,17 @@ class NodeClaimWork:
         read, unless a step changed it (then validated again, with the changes)."""
         if not self.metadata_patch() and not self.status_patch():
             return self.model
-        body = copy.deepcopy(self.raw)
-        body["metadata"]["labels"] = dict(self.labels)
-        body["metadata"]["annotations"] = dict(self.annotations)
-        body["status"] = {**self.status, "conditions": self.conditions.to_json()}
+        # Validation reads its input and keeps none of it (the models copy what they hold),
+        # so the body shares what did not change with ``raw`` instead of copying it.
+        body = {
+            **self.raw,
+            "metadata": {
+                **self.raw["metadata"],
+                "labels": dict(self.labels),
+                "annotations": dict(self.annotations),
+            },
+            "status": {**self.status, "conditions": self.conditions.to_json()},
+        }
         return NodeClaim.model_validate(body)
 
     def metadata_patch(self) -> dict[str, Any]:
