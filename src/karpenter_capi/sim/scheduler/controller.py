@@ -140,6 +140,9 @@ class SimScheduler:
         self._lock = threading.Lock()
         self._dirty = True
         self._assumed: dict[str, tuple[str, str]] = {}  # pod key -> (uid, node)
+        # Pod key -> the pod as this scheduler's last status write stored it, until the cache
+        # shows that version (``_latest``).
+        self._written: dict[str, JsonObject] = {}
         self._seen: dict[str, JsonObject] = {}  # pod key -> the pod as a cycle would see it
         self._seen_at: dict[str, str] = {}  # pod key -> the resourceVersion it was seen at
         self._queue = SchedulingQueue()
@@ -313,6 +316,8 @@ class SimScheduler:
                 pending.append(pod)
         for key in [k for k in self._assumed if k not in live]:
             del self._assumed[key]
+        for key in [k for k in self._written if k not in live]:
+            del self._written[key]
         return bound, pending
 
     @staticmethod
@@ -432,9 +437,38 @@ class SimScheduler:
         self._queue.park(object_key(pod), pod, plugins, self.clock.monotonic())
         self._set_scheduled(pod, "False", "Unschedulable", message)
 
+    def _latest(self, pod: JsonObject) -> JsonObject:
+        """``pod``, or the newer version this scheduler's own last status write stored, while
+        the cache does not show it yet.
+
+        kube's scheduling queue holds each pod as the informer last delivered it, and its own
+        ``PodScheduled`` write comes back through that informer long before the pod is tried
+        again (1 s of backoff, or an idle queue's turn: microseconds). Here the cache can lag
+        a whole cycle behind under load, and a pod tried again meanwhile (an unplaceable pod
+        comes back on every event) was compared with its version before that write: the
+        condition looked missing, and was written again, with a new ``lastTransitionTime``
+        once the clock's second had turned (a new resourceVersion and watch event for every
+        watcher, the controller's included, for a condition that had not changed)."""
+        key = object_key(pod)
+        mine = self._written.get(key)
+        if mine is None:
+            return pod
+        meta, written = metadata(pod), metadata(mine)
+        try:
+            newer = written.get("uid") == meta.get("uid") and int(
+                written.get("resourceVersion") or 0
+            ) > int(meta.get("resourceVersion") or 0)
+        except ValueError:
+            newer = False
+        if not newer:
+            del self._written[key]  # the cache caught up (or the pod is another one)
+            return pod
+        return mine
+
     def _set_scheduled(
         self, pod: JsonObject, status: str, reason: str | None, message: str | None
     ) -> None:
+        pod = self._latest(pod)
         conditions = list((pod.get("status") or {}).get("conditions") or [])
         current = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
         # Bound (the API server clears it with the binding) or failed (kube-scheduler's
@@ -463,6 +497,6 @@ class SimScheduler:
         if nominated:
             written["nominatedNodeName"] = None
         with contextlib.suppress(NotFound):
-            self._patch_pod(
+            self._written[object_key(pod)] = self._patch_pod(
                 meta["name"], {"status": written}, meta.get("namespace"), subresource="status"
             )

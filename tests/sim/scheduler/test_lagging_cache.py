@@ -1,0 +1,103 @@
+"""A pod tried again before the cache shows the stand-in's own ``PodScheduled`` write is not
+written again.
+
+An unplaceable pod (no node at all) comes back on every event, another pending pod's arrival
+included. Under load the scheduler's pod cache can lag a cycle behind the server: the pod it
+tries again is its version from before its last failure write. kube's queue would hold the pod
+as its informer delivered that write (``scheduling_queue.go: Update``) and ``updatePod`` finds
+the condition unchanged and writes nothing (``podutil.UpdatePodCondition``); the stand-in must
+too, not write the same condition again with a new ``lastTransitionTime``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from karpenter_capi.core.clock import FakeClock
+from karpenter_capi.core.kube import PODS, JsonObject
+from karpenter_capi.core.kube.cache import Store
+from karpenter_capi.core.kube.resources import Resource
+from karpenter_capi.core.runtime.controller import WORKLOAD
+from karpenter_capi.sim.apiserver import InMemoryAPIServer
+from karpenter_capi.sim.cluster import new_cluster
+from karpenter_capi.sim.scheduler import CYCLE_KEY, SimScheduler
+
+NS = "default"
+
+
+class _Caches:
+    """Caches the test moves by hand: a lagging informer."""
+
+    def __init__(self) -> None:
+        self.stores: dict[str, Store[JsonObject]] = {}
+
+    def store(self, resource: Resource, cluster: str = WORKLOAD) -> Store[JsonObject]:
+        return self.stores.setdefault(resource.plural, Store())
+
+    def has_synced(self) -> bool:
+        return True
+
+    def resource_version(self, resource: Resource, cluster: str = WORKLOAD) -> str:
+        return ""
+
+
+def _pod(name: str) -> JsonObject:
+    return {
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "c", "image": "app"}]},
+    }
+
+
+def _deliver(api: InMemoryAPIServer, caches: _Caches, sched: SimScheduler, name: str) -> None:
+    pod = api.get(PODS, name, NS)
+    caches.store(PODS).upsert(f"{NS}/{name}", pod)
+    sched._on_pod(pod)
+
+
+def _status_writes(api: InMemoryAPIServer) -> list[str]:
+    writes: list[str] = []
+    patch = api.patch
+
+    def recording(resource: Resource, name: str, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("subresource") == "status":
+            writes.append(name)
+        return patch(resource, name, *args, **kwargs)
+
+    api.patch = recording  # type: ignore[method-assign]
+    return writes
+
+
+def test_a_pod_tried_again_on_a_lagging_cache_keeps_its_condition_as_written() -> None:
+    clock = FakeClock()
+    api = new_cluster(clock=clock)
+    caches = _Caches()
+    sched = SimScheduler(api, caches, clock)  # type: ignore[arg-type]
+    writes = _status_writes(api)
+    api.create(PODS, _pod("a"), NS)
+    _deliver(api, caches, sched, "a")
+    sched.reconcile(CYCLE_KEY)
+    assert writes == ["a"]
+    written = api.get(PODS, "a", NS)
+    condition = written["status"]["conditions"][0]
+    assert (condition["status"], condition["message"]) == ("False", "0/0 nodes are available.")
+
+    # A second later, another pending pod arrives; the cache still has "a" as created.
+    clock.advance(1.5)
+    api.create(PODS, _pod("b"), NS)
+    _deliver(api, caches, sched, "b")
+    cached = caches.store(PODS).get(f"{NS}/a")
+    assert cached is not None
+    assert not (cached.get("status") or {}).get("conditions")
+    sched.reconcile(CYCLE_KEY)
+
+    assert writes == ["a", "b"]  # "a" was tried again (no plugin rejected it), not written
+    assert api.get(PODS, "a", NS) == written  # same resourceVersion, same lastTransitionTime
+    assert sched.cycles == 2
+
+    # Once the cache shows the write, the pod is read from the cache again.
+    _deliver(api, caches, sched, "a")
+    clock.advance(1.5)
+    api.create(PODS, _pod("c"), NS)
+    _deliver(api, caches, sched, "c")
+    sched.reconcile(CYCLE_KEY)
+    assert writes == ["a", "b", "c"]
+    assert api.get(PODS, "a", NS) == written
