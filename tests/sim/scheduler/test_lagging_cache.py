@@ -20,6 +20,7 @@ from karpenter_capi.core.runtime.controller import WORKLOAD
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
 from karpenter_capi.sim.scheduler import CYCLE_KEY, SimScheduler
+from karpenter_capi.sim.scheduler.queue import NODE_RESOURCES_FIT, SchedulingQueue
 
 NS = "default"
 
@@ -101,3 +102,36 @@ def test_a_pod_tried_again_on_a_lagging_cache_keeps_its_condition_as_written() -
     sched.reconcile(CYCLE_KEY)
     assert writes == ["a", "b", "c"]
     assert api.get(PODS, "a", NS) == written
+
+
+def _sized(cpu: str, version: str) -> JsonObject:
+    return {
+        "metadata": {"name": "p", "namespace": NS, "resourceVersion": version},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
+    }
+
+
+def _node(cpu: str) -> JsonObject:
+    return {
+        "metadata": {"name": "n", "labels": {}},
+        "spec": {},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "allocatable": {"cpu": cpu, "memory": "1Gi", "pods": "10"},
+        },
+    }
+
+
+def test_a_pod_parked_again_is_judged_by_its_requests_as_it_is_now() -> None:
+    """The queue reads a pod's requests once per stored version (a pod no hint covers is parked
+    again at every cycle), and again for a new version: a resized pod is judged by its new
+    requests (``isSchedulableAfterNodeChange``: a Node added that fits the pod)."""
+    queue = SchedulingQueue()
+    big = _sized("2", "1")
+    for _ in range(2):  # parked, tried again, parked again: the same object
+        queue.park(f"{NS}/p", big, frozenset({NODE_RESOURCES_FIT}), 0.0)
+    assert not queue.node_changed(None, _node("1"))  # a 1-CPU Node cannot take 2 CPUs
+    assert queue.parked(f"{NS}/p")
+    queue.park(f"{NS}/p", _sized("500m", "2"), frozenset({NODE_RESOURCES_FIT}), 1.0)
+    assert queue.node_changed(None, _node("1"))  # resized: it fits now
+    assert not queue.parked(f"{NS}/p")
