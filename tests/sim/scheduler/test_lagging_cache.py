@@ -20,6 +20,8 @@ from karpenter_capi.core.runtime.controller import WORKLOAD
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.cluster import new_cluster
 from karpenter_capi.sim.scheduler import CYCLE_KEY, SimScheduler
+from karpenter_capi.sim.scheduler.cycle import Snapshot
+from karpenter_capi.sim.scheduler.facts import PodFacts
 from karpenter_capi.sim.scheduler.queue import NODE_RESOURCES_FIT, SchedulingQueue
 
 NS = "default"
@@ -135,3 +137,20 @@ def test_a_pod_parked_again_is_judged_by_its_requests_as_it_is_now() -> None:
     queue.park(f"{NS}/p", _sized("500m", "2"), frozenset({NODE_RESOURCES_FIT}), 1.0)
     assert queue.node_changed(None, _node("1"))  # resized: it fits now
     assert not queue.parked(f"{NS}/p")
+
+
+def test_a_snapshot_reads_each_pod_version_as_it_is() -> None:
+    """A cycle's snapshot reads what it needs of a pod once per stored version and keeps it for
+    the next cycle (``PodFacts``); a new version (resized, terminating) is read again."""
+    facts = PodFacts()
+    pod = _sized("2", "1")
+    first = Snapshot([_node("4")], [(pod, "n")], facts)
+    assert first.by_name["n"].requested["cpu"] == 2 * 10**9  # nano-CPUs
+    facts.next_cycle()
+    resized = _sized("500m", "2")
+    resized["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    second = Snapshot([_node("4")], [(pod, "n"), (resized, "n")], facts)
+    assert second.by_name["n"].requested["cpu"] == 25 * 10**8
+    assert facts.of(pod) is not facts.of(resized)
+    assert facts.of(resized).terminating
+    assert not facts.of(pod).terminating

@@ -43,6 +43,7 @@ from karpenter_capi.sim.scheduler import rules, scoring
 from karpenter_capi.sim.scheduler.cycle import (
     NodeInfo,
     PodContext,
+    PodFacts,
     Snapshot,
     finished,
     metadata,
@@ -143,6 +144,7 @@ class SimScheduler:
         # Pod key -> the pod as this scheduler's last status write stored it, until the cache
         # shows that version (``_latest``).
         self._written: dict[str, JsonObject] = {}
+        self._facts = PodFacts()  # what each cycle's snapshot reads of each pod
         self._shapes: dict[str, tuple[JsonObject, bytes | None]] = {}  # pending pods' ``_shape``
         self._seen: dict[str, JsonObject] = {}  # pod key -> the pod as a cycle would see it
         self._seen_at: dict[str, str] = {}  # pod key -> the resourceVersion it was seen at
@@ -280,7 +282,8 @@ class SimScheduler:
         if not active:
             return
         active.sort(key=lambda keyed: _queue_order(keyed[1]))
-        snapshot = Snapshot(self.caches.store(NODES).list(), bound)
+        self._facts.next_cycle()
+        snapshot = Snapshot(self.caches.store(NODES).list(), bound, self._facts)
         nominator = Nominator(pending.values())  # parked pods keep their nominated room too
         failed: dict[bytes, tuple[str, frozenset[str]]] = {}
         for key, pod in active:
