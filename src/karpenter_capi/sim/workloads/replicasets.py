@@ -146,17 +146,25 @@ class ReplicaSetController:
         that changes none of them (a scheduling attempt's message, a binding) cannot change
         the replicas to create or delete, nor the status (kube's ReplicaSet controller syncs
         on every pod update; its sync would find nothing to do)."""
-        owner = controller_key_of(pod, "ReplicaSet")
         key = key_of(pod)
         current = self.caches.store(PODS).get(key)
         if current is None:  # deleted (the cache moves before the handlers are told)
             self._counted.pop(key, None)
+            owner = controller_key_of(pod, "ReplicaSet")
             return [owner] if owner else []
-        version = nested(pod, "metadata", "resourceVersion")
-        if version != nested(current, "metadata", "resourceVersion"):
+        if current is not pod and nested(pod, "metadata", "resourceVersion") != nested(
+            current, "metadata", "resourceVersion"
+        ):
             # The old side of an update: its owner lost the pod only if the owner changed.
+            # (Most writes leave the references as they were: the same list, shared between
+            # the stored versions, needs no second look.)
+            refs = nested(pod, "metadata", "ownerReferences")
+            if refs is not None and refs is nested(current, "metadata", "ownerReferences"):
+                return []
+            owner = controller_key_of(pod, "ReplicaSet")
             moved = owner != controller_key_of(current, "ReplicaSet")
             return [owner] if owner and moved else []
+        owner = controller_key_of(pod, "ReplicaSet")
         counted = (uid_of(pod), owner, is_active(pod), is_ready(pod))
         if self._counted.get(key) == counted:
             return []
