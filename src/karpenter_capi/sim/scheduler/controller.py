@@ -141,8 +141,8 @@ class SimScheduler:
         self._lock = threading.Lock()
         self._dirty = True
         self._assumed: dict[str, tuple[str, str]] = {}  # pod key -> (uid, node)
-        # Pod key -> the pod as this scheduler's last status write stored it, until the cache
-        # shows that version (``_latest``).
+        # Pod key -> the pod as this scheduler's last status write stored it, while the cache
+        # does not show that version and the pod is pending (``_latest``).
         self._written: dict[str, JsonObject] = {}
         self._facts = PodFacts()  # what each cycle's snapshot reads of each pod
         self._shapes: dict[str, tuple[JsonObject, bytes | None]] = {}  # pending pods' ``_shape``
@@ -276,8 +276,9 @@ class SimScheduler:
         bound, pending = self._bound_and_pending(self.caches.store(PODS).list())
         queue = self._queue
         queue.keep_only(pending.keys())
-        for key in [key for key in self._shapes if key not in pending]:
-            del self._shapes[key]
+        for kept in (self._shapes, self._written):  # only pending pods are tried again
+            for key in [key for key in kept if key not in pending]:
+                del kept[key]
         active = [(key, pod) for key, pod in pending.items() if not queue.parked(key)]
         if not active:
             return
@@ -322,8 +323,6 @@ class SimScheduler:
                 pending[key] = pod
         for key in [k for k in self._assumed if k not in live]:
             del self._assumed[key]
-        for key in [k for k in self._written if k not in live]:
-            del self._written[key]
         return bound, pending
 
     @staticmethod
