@@ -672,3 +672,30 @@ def test_one_thread_watches_every_watch_for_hang_ups(front: HttpFront) -> None:
     while front.open_watches and time.monotonic() < deadline:
         time.sleep(0.05)
     assert front.open_watches == 0
+
+
+def test_each_request_is_read_by_its_own_headers_in_any_case(
+    apiserver: InMemoryAPIServer,
+) -> None:
+    """Headers are looked up case-insensitively, the first of a repeated one counting (as
+    ``email.message.Message.get``), and afresh for each request of a kept-alive connection."""
+    with HttpFront(apiserver, record_requests=True) as front:
+        conn = http.client.HTTPConnection("127.0.0.1", front.port, timeout=10)
+        body = json.dumps(_pod("p")).encode()
+        conn.putrequest("POST", "/api/v1/namespaces/default/pods", skip_accept_encoding=True)
+        conn.putheader("user-agent", "first")
+        conn.putheader("USER-AGENT", "repeated")
+        conn.putheader("content-type", "application/json")
+        conn.putheader("content-LENGTH", str(len(body)))
+        conn.endheaders(body)
+        created = conn.getresponse()
+        assert created.status == 201, created.read()
+        created.read()
+        conn.request("GET", "/api/v1/namespaces/default/pods/p", headers={"User-Agent": "second"})
+        got = conn.getresponse()
+        assert json.loads(got.read())["metadata"]["name"] == "p"
+        conn.request("GET", "/api/v1/namespaces/default/pods/p")
+        conn.getresponse().read()
+        conn.close()
+        agents = [(r.method, r.agent) for r in front.requests]
+    assert agents == [("POST", "first"), ("GET", "second"), ("GET", "")]  # none sent: ""

@@ -21,7 +21,7 @@ from karpenter_capi.core.runtime.manager import Manager
 from karpenter_capi.core.runtime.stepped import SteppedDriver
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 from karpenter_capi.sim.apiserver.objects import copy_json
-from karpenter_capi.sim.apiserver.shared_reads import SharedReads
+from karpenter_capi.sim.apiserver.shared_reads import SharedReads, create_read_only
 from karpenter_capi.sim.capi import add_capi_emulation
 from karpenter_capi.sim.cluster import new_cluster
 from karpenter_capi.sim.scheduler import SimScheduler
@@ -130,3 +130,13 @@ def test_a_receiver_writing_into_what_it_got_is_caught(monkeypatch: pytest.Monke
     informer.step()
     assert versions.changed() == ["Pod/p@" + api.get(PODS, "p", NS)["metadata"]["resourceVersion"]]
     assert api.get(PODS, "p", NS)["metadata"]["labels"] == {"mine": "yes"}  # the store changed
+
+
+def test_a_create_whose_answer_is_only_read_gets_the_stored_object() -> None:
+    api = new_cluster()
+    body = _pod("p")
+    created = create_read_only(SharedReads(api), PODS, body, NS)
+    assert created is api.get(PODS, "p", NS, shared=True)  # no copy
+    assert body == _pod("p")  # the body given stays the caller's, unchanged
+    other = create_read_only(api, PODS, _pod("q"), NS)
+    assert other is api.get(PODS, "q", NS, shared=True)

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.kube import DEPLOYMENTS, PODS, REPLICASETS
+from karpenter_capi.core.runtime.manager import Manager
+from karpenter_capi.core.runtime.stepped import SteppedDriver
+from karpenter_capi.sim.apiserver.shared_reads import SharedReads
+from karpenter_capi.sim.cluster import new_cluster
+from karpenter_capi.sim.workloads import add_workload_emulation
 from karpenter_capi.sim.workloads.deployments import template_hash
 from tests.sim.workloads.harness import NS, Sim, deployment, new_sim, pod_spec
 
@@ -174,3 +182,29 @@ def test_a_replicaset_of_its_own_keeps_its_pods(sim: Sim) -> None:
     sim.settle()
     assert len(sim.live("cache")) == 2
     assert victim not in {p["metadata"]["name"] for p in sim.live("cache")}
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["copies", "shared-reads"])
+def test_a_pod_released_by_its_replicaset_is_replaced_and_a_relabelled_one_is_not(
+    shared: bool,
+) -> None:
+    """The ReplicaSet learns it lost a pod from the old side of the pod's update (its new side
+    names no owner); over ``SharedReads`` the two sides share what a write left unchanged."""
+    clock = FakeClock()
+    api = new_cluster(clock=clock)
+    client = SharedReads(api) if shared else api
+    manager = Manager(client, client, clock=clock)
+    add_workload_emulation(manager)
+    sim = Sim(clock, api, SteppedDriver(manager))
+    sim.deployment("web", 2)
+    sim.settle()
+    first, second = sorted(p["metadata"]["name"] for p in sim.pods("web"))
+    api.patch(PODS, first, {"metadata": {"labels": {"extra": "yes"}}}, NS)
+    sim.settle()
+    assert sorted(p["metadata"]["name"] for p in sim.pods("web")) == [first, second]
+    api.patch(PODS, first, {"metadata": {"ownerReferences": []}}, NS)
+    sim.settle()
+    owned = sorted(p["metadata"]["name"] for p in sim.pods("web"))
+    assert len(owned) == 2
+    assert first not in owned
+    assert second in owned

@@ -243,6 +243,8 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Httpd
     server_version = "karpenter-capi-sim"
     lost_reply: Reply | None = None  # the answer a lose_answers fault kept from the client
+    _header_values: dict[str, str] = {}  # replaced, never mutated (``header``)
+    _header_source: object = None  # the ``headers`` that ``_header_values`` was read from
     # A buffered ``wfile``: an answer's headers and body go out in one write (the standard
     # library's default, unbuffered, writes each part); every write here is flushed at once.
     wbufsize = 64 * 1024
@@ -258,6 +260,20 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.track_connection(self.connection, False)
         with contextlib.suppress(OSError):
             super().finish()
+
+    def header(self, name: str, default: str = "") -> str:
+        """The request's first ``name`` header (any case), as ``self.headers.get`` answers it.
+
+        ``email.message.Message.get`` walks every header, lower-casing and sanitizing each, at
+        each look; a request looks up six. Read into a dict once a request instead (the values
+        as parsed: ``http.client`` decodes them as Latin-1, which the sanitizing leaves as is).
+        """
+        if self._header_source is not self.headers:
+            values: dict[str, str] = {}
+            for key, value in self.headers.raw_items():
+                values.setdefault(key.lower(), value)
+            self._header_values, self._header_source = values, self.headers
+        return self._header_values.get(name.lower(), default)
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: a simulated cluster serving kubectl should not flood the terminal."""
@@ -309,7 +325,7 @@ class _Handler(BaseHTTPRequestHandler):
         lost, self.lost_reply = self.lost_reply, None
         answer = reply or lost
         status = 200 if answer is None else answer.code
-        agent = self.headers.get("User-Agent", "")
+        agent = self.header("User-Agent")
         front.record(ServedRequest(arrived, method, path, query, status, agent, lost is None))
         if reply is not None:
             self._send(reply)
@@ -318,12 +334,12 @@ class _Handler(BaseHTTPRequestHandler):
         expected = self.server.front.token
         if expected is None:
             return
-        given = self.headers.get("Authorization") or ""
+        given = self.header("Authorization")
         if not hmac.compare_digest(given.encode(), f"Bearer {expected}".encode()):
             raise Unauthorized("Unauthorized")
 
     def _read_body(self) -> bytes:
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+        if self.header("Transfer-Encoding").lower() == "chunked":
             parts: list[bytes] = []
             while True:
                 size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
@@ -332,7 +348,7 @@ class _Handler(BaseHTTPRequestHandler):
                     return b"".join(parts)
                 parts.append(self.rfile.read(size))
                 self.rfile.readline()
-        length = int(self.headers.get("Content-Length") or 0)
+        length = int(self.header("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
 
     def _send(self, reply: Reply) -> None:
@@ -404,8 +420,8 @@ class _Router:
         parts = urlsplit(handler.path)
         self.segments = [unquote(s) for s in parts.path.split("/") if s]
         self.query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-        self.accept = handler.headers.get("Accept", "")
-        self.content_type = handler.headers.get("Content-Type", "").split(";")[0].strip()
+        self.accept = handler.header("Accept")
+        self.content_type = handler.header("Content-Type").split(";")[0].strip()
         self.tables = handler.server.tables
 
     def stream_watch(self, stream: WatchStream, encode: Callable[[WatchEvent], JsonObject]) -> None:
@@ -510,7 +526,7 @@ class _Router:
         verb = _VERB_OF_METHOD.get(self.method, self.method.lower())
         if self.method == "GET" and name is None:
             verb = "watch" if self.truthy("watch") else "list"
-        agent = self.handler.headers.get("User-Agent", "")
+        agent = self.handler.header("User-Agent")
         faults = self.api.faults
         args = (verb, definition.plural, definition.group_resource, name, subresource)
         faults.delay(*args, agent=agent)

@@ -19,12 +19,12 @@ order, same resourceVersions); only the copies are gone.
 
 from __future__ import annotations
 
-from karpenter_capi.core.kube.client import ListResult, WatchStream
+from karpenter_capi.core.kube.client import JsonObject, KubeClient, ListResult, WatchStream
 from karpenter_capi.core.kube.forwarding import ForwardingClient
 from karpenter_capi.core.kube.resources import Resource
 from karpenter_capi.sim.apiserver.server import InMemoryAPIServer
 
-__all__ = ["SharedReads"]
+__all__ = ["SharedReads", "create_read_only"]
 
 
 class SharedReads(ForwardingClient):
@@ -78,3 +78,15 @@ class SharedReads(ForwardingClient):
             timeout_seconds=timeout_seconds,
             shared=True,
         )
+
+
+def create_read_only(
+    client: KubeClient, resource: Resource, body: JsonObject, namespace: str | None
+) -> JsonObject:
+    """``client.create``, for a caller that only reads the answer (a ReplicaSet, its new pod's
+    name): from an in-memory server (itself, or under ``SharedReads``), the stored object
+    itself (``InMemoryAPIServer.create``'s ``shared``), not a copy made for nothing."""
+    server = client.server if isinstance(client, SharedReads) else client
+    if isinstance(server, InMemoryAPIServer):
+        return server.create(resource, body, namespace, shared=True)
+    return client.create(resource, body, namespace)

@@ -43,6 +43,7 @@ from karpenter_capi.sim.scheduler import rules, scoring
 from karpenter_capi.sim.scheduler.cycle import (
     NodeInfo,
     PodContext,
+    PodFacts,
     Snapshot,
     finished,
     metadata,
@@ -140,6 +141,11 @@ class SimScheduler:
         self._lock = threading.Lock()
         self._dirty = True
         self._assumed: dict[str, tuple[str, str]] = {}  # pod key -> (uid, node)
+        # Pod key -> the pod as this scheduler's last status write stored it, while the cache
+        # does not show that version and the pod is pending (``_latest``).
+        self._written: dict[str, JsonObject] = {}
+        self._facts = PodFacts()  # what each cycle's snapshot reads of each pod
+        self._shapes: dict[str, tuple[JsonObject, bytes | None]] = {}  # pending pods' ``_shape``
         self._seen: dict[str, JsonObject] = {}  # pod key -> the pod as a cycle would see it
         self._seen_at: dict[str, str] = {}  # pod key -> the resourceVersion it was seen at
         self._queue = SchedulingQueue()
@@ -269,31 +275,35 @@ class SimScheduler:
         self._put_events()
         bound, pending = self._bound_and_pending(self.caches.store(PODS).list())
         queue = self._queue
-        queue.keep_only({object_key(pod) for pod in pending})
-        active = [pod for pod in pending if not queue.parked(object_key(pod))]
+        queue.keep_only(pending.keys())
+        for kept in (self._shapes, self._written):  # only pending pods are tried again
+            for key in [key for key in kept if key not in pending]:
+                del kept[key]
+        active = [(key, pod) for key, pod in pending.items() if not queue.parked(key)]
         if not active:
             return
-        active.sort(key=_queue_order)
-        snapshot = Snapshot(self.caches.store(NODES).list(), bound)
-        nominator = Nominator(pending)  # parked pods keep their nominated room too
+        active.sort(key=lambda keyed: _queue_order(keyed[1]))
+        self._facts.next_cycle()
+        snapshot = Snapshot(self.caches.store(NODES).list(), bound, self._facts)
+        nominator = Nominator(pending.values())  # parked pods keep their nominated room too
         failed: dict[bytes, tuple[str, frozenset[str]]] = {}
-        for pod in active:
+        for key, pod in active:
             try:
-                self._schedule_one(pod, snapshot, nominator, failed)
+                self._schedule_one(key, pod, snapshot, nominator, failed)
             except (ValueError, TypeError, AttributeError, KeyError) as exc:
                 # The API server refuses such a spec, so kube-scheduler never meets one; the
                 # stand-in leaves it pending, said why, rather than stop the cycle for all pods.
                 nominator.remove(pod)
-                self._fail(pod, f"cannot read the pod's spec: {exc}", frozenset())
+                self._fail(key, pod, f"cannot read the pod's spec: {exc}", frozenset())
 
     def _bound_and_pending(
         self, pods: list[JsonObject]
-    ) -> tuple[list[tuple[JsonObject, str]], list[JsonObject]]:
+    ) -> tuple[list[tuple[JsonObject, str]], dict[str, JsonObject]]:
         """(pod, node) of every running pod, bound or assumed bound by an earlier cycle whose
-        binding the cache has not seen yet; and the pending pods this scheduler places.
+        binding the cache has not seen yet; and the pending pods this scheduler places, by key.
         Assumptions the cache now answers (or whose pod went) are dropped."""
         bound: list[tuple[JsonObject, str]] = []
-        pending: list[JsonObject] = []
+        pending: dict[str, JsonObject] = {}
         live: set[str] = set()
         for pod in pods:
             key = object_key(pod)
@@ -310,7 +320,7 @@ class SimScheduler:
             elif assumed:
                 bound.append((pod, assumed[1]))
             elif self._wants(pod):
-                pending.append(pod)
+                pending[key] = pod
         for key in [k for k in self._assumed if k not in live]:
             del self._assumed[key]
         return bound, pending
@@ -323,6 +333,7 @@ class SimScheduler:
 
     def _schedule_one(
         self,
+        key: str,
         pod: JsonObject,
         snapshot: Snapshot,
         nominator: Nominator,
@@ -338,16 +349,17 @@ class SimScheduler:
             nominator.remove(pod)
             nodes = len(snapshot.nodes)
             self._fail(
+                key,
                 pod,
                 f"0/{nodes} nodes are available: {missing}. preemption: 0/{nodes} nodes are "
                 "available: Preemption is not helpful for scheduling.",
                 frozenset({VOLUME_BINDING}),
             )
             return
-        shape = _shape(pod) if nominator.empty() else None
+        shape = self._shape(key, pod) if nominator.empty() else None
         known = failed.get(shape) if shape is not None else None
         if known is not None:
-            self._fail(pod, *known)
+            self._fail(key, pod, *known)
             return
         context = PodContext(pod, snapshot)
         feasible = self._nominated_fit(pod, context, snapshot, nominator)
@@ -365,7 +377,7 @@ class SimScheduler:
             plugins = plugins_for(reasons)
             if shape is not None:
                 failed[shape] = (message, plugins)
-            self._fail(pod, message, plugins)
+            self._fail(key, pod, message, plugins)
             return
         if len(feasible) == 1:  # kube-scheduler does not score a single feasible node either
             chosen = feasible[0].name
@@ -381,6 +393,15 @@ class SimScheduler:
                 self.bound_as_nominated += 1
             elif nominated is not None:
                 self.bound_elsewhere += 1
+
+    def _shape(self, key: str, pod: JsonObject) -> bytes | None:
+        """``_shape``, once per stored pod object (never changed in place): a pod no hint
+        covers is tried again at every cycle."""
+        known = self._shapes.get(key)
+        if known is None or known[0] is not pod:
+            known = (pod, _shape(pod))
+            self._shapes[key] = known
+        return known[1]
 
     @staticmethod
     def _nominated_fit(
@@ -411,8 +432,9 @@ class SimScheduler:
         except Conflict:
             self._refused = True  # changed since the cache saw it: tried again (``reconcile``)
             return False
-        self._assumed[object_key(pod)] = (str(meta.get("uid", "")), node_name)
-        self._set_scheduled(written, "True", None, None)
+        key = object_key(pod)
+        self._assumed[key] = (str(meta.get("uid", "")), node_name)
+        self._set_scheduled(key, written, "True", None, None)
         return True
 
     def _patch_pod(
@@ -426,15 +448,43 @@ class SimScheduler:
             )
         return self.client.patch(PODS, name, patch, namespace, subresource=subresource)
 
-    def _fail(self, pod: JsonObject, message: str, plugins: frozenset[str]) -> None:
+    def _fail(self, key: str, pod: JsonObject, message: str, plugins: frozenset[str]) -> None:
         """Parked until an event ``plugins``' hints answer for; ``PodScheduled=False`` says
         why (``handleSchedulingFailure``)."""
-        self._queue.park(object_key(pod), pod, plugins, self.clock.monotonic())
-        self._set_scheduled(pod, "False", "Unschedulable", message)
+        self._queue.park(key, pod, plugins, self.clock.monotonic())
+        self._set_scheduled(key, pod, "False", "Unschedulable", message)
+
+    def _latest(self, key: str, pod: JsonObject) -> JsonObject:
+        """``pod``, or the newer version this scheduler's own last status write stored, while
+        the cache does not show it yet.
+
+        kube's scheduling queue holds each pod as the informer last delivered it, and its own
+        ``PodScheduled`` write comes back through that informer long before the pod is tried
+        again (1 s of backoff, or an idle queue's turn: microseconds). Here the cache can lag
+        a whole cycle behind under load, and a pod tried again meanwhile (an unplaceable pod
+        comes back on every event) was compared with its version before that write: the
+        condition looked missing, and was written again, with a new ``lastTransitionTime``
+        once the clock's second had turned (a new resourceVersion and watch event for every
+        watcher, the controller's included, for a condition that had not changed)."""
+        mine = self._written.get(key)
+        if mine is None:
+            return pod
+        meta, written = metadata(pod), metadata(mine)
+        try:
+            newer = written.get("uid") == meta.get("uid") and int(
+                written.get("resourceVersion") or 0
+            ) > int(meta.get("resourceVersion") or 0)
+        except ValueError:
+            newer = False
+        if not newer:
+            del self._written[key]  # the cache caught up (or the pod is another one)
+            return pod
+        return mine
 
     def _set_scheduled(
-        self, pod: JsonObject, status: str, reason: str | None, message: str | None
+        self, key: str, pod: JsonObject, status: str, reason: str | None, message: str | None
     ) -> None:
+        pod = self._latest(key, pod)
         conditions = list((pod.get("status") or {}).get("conditions") or [])
         current = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
         # Bound (the API server clears it with the binding) or failed (kube-scheduler's
@@ -463,6 +513,6 @@ class SimScheduler:
         if nominated:
             written["nominatedNodeName"] = None
         with contextlib.suppress(NotFound):
-            self._patch_pod(
+            self._written[key] = self._patch_pod(
                 meta["name"], {"status": written}, meta.get("namespace"), subresource="status"
             )

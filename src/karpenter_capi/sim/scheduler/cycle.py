@@ -17,10 +17,12 @@ from typing import Any, Final
 
 from karpenter_capi.core.kube.client import JsonObject
 from karpenter_capi.sim.scheduler import rules, scoring
+from karpenter_capi.sim.scheduler.facts import PodFacts, facts_of, metadata, spread_owner
 
 __all__ = [
     "NodeInfo",
     "PodContext",
+    "PodFacts",
     "Snapshot",
     "finished",
     "metadata",
@@ -30,20 +32,8 @@ __all__ = [
 _UNSCHEDULABLE_TAINT: Final = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 _HOSTNAME: Final = "kubernetes.io/hostname"
 _ZONE: Final = "topology.kubernetes.io/zone"
-# Owners whose pods get PodTopologySpread's system default constraints. kube finds them by the
-# ReplicaSets, StatefulSets, ReplicationControllers (and Services) selecting the pod; the
-# emulated Deployments make their pods through a ReplicaSet as kube's do, and a Deployment
-# owning pods itself (as a test may make them) stands in for its ReplicaSet.
-_SPREAD_OWNERS: Final = frozenset(
-    {"ReplicaSet", "StatefulSet", "ReplicationController", "Deployment"}
-)
-
 MatchKey = tuple[frozenset[str] | None, str, bool]
 """(namespaces or ``None`` for all, canonical selector JSON, whether terminating pods count)."""
-
-
-def metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
 
 
 def finished(pod: Mapping[str, Any]) -> bool:
@@ -100,7 +90,13 @@ class _AntiGroup:
 class Snapshot:
     """The cluster as one cycle sees it, updated in place as the cycle places pods."""
 
-    def __init__(self, nodes: Iterable[JsonObject], bound: Iterable[tuple[JsonObject, str]]):
+    def __init__(
+        self,
+        nodes: Iterable[JsonObject],
+        bound: Iterable[tuple[JsonObject, str]],
+        facts: PodFacts | None = None,
+    ):
+        self._facts = facts.of if facts is not None else facts_of
         self.nodes = sorted(
             (
                 NodeInfo(n, metadata(n)["name"], rules.labels_of(n), rules.node_allocatable(n))
@@ -125,23 +121,20 @@ class Snapshot:
         node = self.by_name.get(node_name)
         if node is None:
             return  # bound to a node that is gone: it takes nothing anywhere
-        node.add(rules.pod_requests(pod), rules.pod_nonzero_cpu_memory(pod))
+        facts = self._facts(pod)
+        node.add(facts.requests, facts.nonzero)
         self.pods_on.setdefault(node_name, []).append(pod)
-        terminating = bool(metadata(pod).get("deletionTimestamp"))
-        owner = _spread_owner(pod)
+        terminating = facts.terminating
+        owner = facts.owner
         if owner is not None and not terminating:
             self.owned.setdefault(owner, Counter())[node_name] += 1
-        if (
-            rules.pod_terms(pod, "podAffinity")
-            or rules.preferred_pod_terms(pod, "podAffinity")
-            or rules.preferred_pod_terms(pod, "podAntiAffinity")
-        ):
+        if facts.scores_affinity:
             self.scoring_affinity.append((pod, node))
         for (in_namespaces, _, with_terminating), (selector, counts) in self._matches.items():
             if (with_terminating or not terminating) and _matches(in_namespaces, selector, pod):
                 counts[node_name] += 1
-        namespace = metadata(pod).get("namespace", "")
-        for term in rules.pod_terms(pod, "podAntiAffinity"):
+        namespace = facts.namespace
+        for term in facts.anti_terms:
             key = term.get("topologyKey", "")
             if key not in node.labels:
                 continue
@@ -432,7 +425,7 @@ class PodContext:
                 for c in own
                 if c.get("whenUnsatisfiable") == "ScheduleAnyway"
             ], True
-        owner = _spread_owner(self.pod)
+        owner = spread_owner(self.pod)
         if owner is None:
             return [], False
         per_node = snapshot.owned.get(owner) or Counter()
@@ -558,14 +551,6 @@ def _raw_spread_scores(
                 total += matching * weight + skew
         raw.append(scoring.round_half_away(total))
     return raw
-
-
-def _spread_owner(pod: Mapping[str, Any]) -> str | None:
-    """The uid of the controller whose pods the system default spreading groups, if any."""
-    for owner in metadata(pod).get("ownerReferences") or []:
-        if owner.get("controller") and owner.get("kind") in _SPREAD_OWNERS:
-            return str(owner.get("uid", ""))
-    return None
 
 
 def _spread_selector(constraint: Mapping[str, Any], labels: Mapping[str, str]) -> Any:

@@ -32,7 +32,7 @@ tries every active pod at once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -110,6 +110,11 @@ class SchedulingQueue:
         # Whether ``_parked``'s order is also the order of ``since`` (times never went back).
         self._ordered = True
         self._last_parked = float("-inf")
+        # Pod key -> (the pod object, its requests, whether they could be read) as last
+        # parked: a pod no hint covers is parked again at every cycle (an event brings it
+        # back each time), and the same stored object (never changed in place) is not parsed
+        # again. Kept while the pod is pending (``keep_only``).
+        self._parsed: dict[str, tuple[JsonObject, dict[str, int], bool]] = {}
 
     def __len__(self) -> int:
         return len(self._parked)
@@ -119,12 +124,18 @@ class SchedulingQueue:
 
     def park(self, key: str, pod: JsonObject, plugins: frozenset[str], now: float) -> None:
         """``AddUnschedulableIfNotPresent``: the pod failed, rejected by ``plugins``."""
-        try:
-            requests = rules.pod_requests(pod)
-        except (ValueError, TypeError, AttributeError, KeyError, OverflowError):
+        known = self._parsed.get(key)
+        if known is None or known[0] is not pod:
+            try:
+                known = (pod, rules.pod_requests(pod), True)
+            except (ValueError, TypeError, AttributeError, KeyError, OverflowError):
+                known = (pod, {}, False)
+            self._parsed[key] = known
+        requests = known[1]
+        if not known[2]:
             # A spec the stand-in cannot read (the cycle said so on the pod): no hint can
             # judge it, so every event brings it back, as before it was parked.
-            requests, plugins = {}, frozenset()
+            plugins = frozenset()
         parked = _Parked(pod, plugins, now, requests)
         # Re-inserted at the end: ``_parked`` stays in the order pods were parked, so the
         # longest-parked is first (``next_flush``, ``flush``: no walk over every parked pod at
@@ -144,10 +155,12 @@ class SchedulingQueue:
             self._anytime.discard(key)
             self._on_pods.discard(key)
 
-    def keep_only(self, keys: set[str]) -> None:
+    def keep_only(self, keys: Container[str]) -> None:
         """Forget the parked pods that are no longer pending."""
         for key in [key for key in self._parked if key not in keys]:
             self.forget(key)
+        for key in [key for key in self._parsed if key not in keys]:
+            del self._parsed[key]
 
     def next_flush(self) -> float | None:
         """When the longest-waiting pod is tried anyway."""

@@ -43,7 +43,7 @@ from karpenter_capi.core.kube.client import JsonObject, KubeClient
 from karpenter_capi.core.kube.errors import NotFound
 from karpenter_capi.core.kube.resources import PODS, REPLICASETS, Resource
 from karpenter_capi.core.runtime.controller import DONE, WORKLOAD, Caches, Key, Result, Watch
-from karpenter_capi.sim.apiserver.objects import copy_json
+from karpenter_capi.sim.apiserver.shared_reads import create_read_only
 from karpenter_capi.sim.capi.objects import (
     as_int,
     controlled_by,
@@ -105,7 +105,10 @@ def pod_from_template(owner: Mapping[str, Any], kind: str) -> JsonObject:
     }
     if meta.get("annotations"):
         pod_meta["annotations"] = dict(meta["annotations"])
-    spec: JsonObject = copy_json(dict(template.get("spec") or {}))
+    # The spec is the template's own, copied one level: the caller may set a field of it (the
+    # DaemonSet's tolerations), and a create never changes the body it is given (the server
+    # stores a private copy; a client sends its JSON).
+    spec: JsonObject = dict(template.get("spec") or {})
     return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}
 
 
@@ -143,17 +146,25 @@ class ReplicaSetController:
         that changes none of them (a scheduling attempt's message, a binding) cannot change
         the replicas to create or delete, nor the status (kube's ReplicaSet controller syncs
         on every pod update; its sync would find nothing to do)."""
-        owner = controller_key_of(pod, "ReplicaSet")
         key = key_of(pod)
         current = self.caches.store(PODS).get(key)
         if current is None:  # deleted (the cache moves before the handlers are told)
             self._counted.pop(key, None)
+            owner = controller_key_of(pod, "ReplicaSet")
             return [owner] if owner else []
-        version = nested(pod, "metadata", "resourceVersion")
-        if version != nested(current, "metadata", "resourceVersion"):
+        if current is not pod and nested(pod, "metadata", "resourceVersion") != nested(
+            current, "metadata", "resourceVersion"
+        ):
             # The old side of an update: its owner lost the pod only if the owner changed.
+            # (Most writes leave the references as they were: the same list, shared between
+            # the stored versions, needs no second look.)
+            refs = nested(pod, "metadata", "ownerReferences")
+            if refs is not None and refs is nested(current, "metadata", "ownerReferences"):
+                return []
+            owner = controller_key_of(pod, "ReplicaSet")
             moved = owner != controller_key_of(current, "ReplicaSet")
             return [owner] if owner and moved else []
+        owner = controller_key_of(pod, "ReplicaSet")
         counted = (uid_of(pod), owner, is_active(pod), is_ready(pod))
         if self._counted.get(key) == counted:
             return []
@@ -187,8 +198,11 @@ class ReplicaSetController:
 
     def _create(self, key: Key, replicaset: JsonObject, count: int) -> None:
         for _ in range(count):
-            created = self.client.create(
-                PODS, pod_from_template(replicaset, "ReplicaSet"), namespace_of(replicaset)
+            created = create_read_only(
+                self.client,
+                PODS,
+                pod_from_template(replicaset, "ReplicaSet"),
+                namespace_of(replicaset),
             )
             self.expectations.created(key, name_of(created))
 
