@@ -470,3 +470,32 @@ def test_a_nomination_the_cache_has_not_caught_up_with_is_not_written_again(env:
     _pass(env, controller)
     assert _nominated(env, "web") == "node-a"
     assert _pod_writes(env) == written + 1
+
+
+def test_writers_run_every_job_once_from_many_threads_and_survive_a_raising_job() -> None:
+    writers = Writers("many-test", idle_seconds=0.01)
+    ran: list[int] = []
+    finished = threading.Semaphore(0)
+
+    def job(number: int) -> None:
+        ran.append(number)
+        finished.release()
+        if number % 7 == 0:
+            raise RuntimeError("a bug in a job")  # logged; the thread goes on
+
+    def submit(base: int) -> None:
+        for number in range(base, base + 50):
+            writers.run(lambda number=number: job(number))  # type: ignore[misc]
+
+    submitters = [threading.Thread(target=submit, args=(50 * i,)) for i in range(8)]
+    for thread in submitters:
+        thread.start()
+    for thread in submitters:
+        thread.join()
+    for _ in range(400):
+        finished.acquire()
+    assert sorted(ran) == list(range(400))
+    for thread in threading.enumerate():
+        if thread.name.startswith("many-test_"):
+            thread.join()  # each ends once idle
+    assert writers.threads == 0

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -155,41 +154,51 @@ class Writers:
     def __init__(self, name: str = "nominate-pod", idle_seconds: float = 10.0) -> None:
         self._name = name
         self._idle_seconds = idle_seconds
-        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._idle = threading.Semaphore(0)  # a token for each thread waiting for a job
-        self._lock = threading.Lock()
+        self._lock = threading.Condition(threading.Lock())
+        self._jobs: deque[Callable[[], None]] = deque()
+        self._idle = 0  # threads waiting for a job
         self._started = 0
         self.threads = 0
         """Threads started and not ended."""
 
     def run(self, job: Callable[[], None]) -> None:
-        """Run ``job`` on an idle thread, or on a new one if none is idle. ``job`` must not
-        raise (what it raises is logged and dropped)."""
-        self._jobs.put(job)
-        if self._idle.acquire(blocking=False):
-            return  # an idle thread takes it (the token it gave is spent on this job)
+        """Run ``job`` on an idle thread, or on a new one if none is idle (here, if no thread
+        can be started). ``job`` must not raise (what it raises is logged and dropped)."""
         with self._lock:
+            if self._idle > len(self._jobs):  # a waiting thread no queued job has claimed
+                self._jobs.append(job)
+                self._lock.notify()
+                return
             self._started += 1
             self.threads += 1
             name = f"{self._name}_{self._started}"
-        threading.Thread(target=self._work, name=name, daemon=True).start()
+        try:
+            threading.Thread(target=self._work, args=(job,), name=name, daemon=True).start()
+        except RuntimeError:  # no thread to be had: the job runs here, as it would have
+            with self._lock:
+                self.threads -= 1
+            self._run(job)
 
-    def _work(self) -> None:
+    def _work(self, job: Callable[[], None]) -> None:
         while True:
-            try:
-                job = self._jobs.get(timeout=self._idle_seconds)
-            except queue.Empty:
-                if self._idle.acquire(blocking=False):
-                    # A token of an idle thread, not promised to a job: this one may end.
-                    with self._lock:
+            self._run(job)
+            with self._lock:
+                self._idle += 1
+                while not self._jobs:
+                    if not self._lock.wait(self._idle_seconds) and not self._jobs:
+                        # Idle that long, and no job queued: none was counted on this one.
+                        self._idle -= 1
                         self.threads -= 1
-                    return
-                continue  # every idle token is promised to a job on its way: stay for it
-            try:
-                job()
-            except Exception:
-                log.exception("a nomination job raised")
-            self._idle.release()
+                        return
+                job = self._jobs.popleft()
+                self._idle -= 1
+
+    @staticmethod
+    def _run(job: Callable[[], None]) -> None:
+        try:
+            job()
+        except Exception:
+            log.exception("a nomination job raised")
 
 
 WRITERS: Final = Writers()
