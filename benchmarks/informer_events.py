@@ -14,7 +14,7 @@ and fed every line through the official client's parser and ``Informer._apply``,
 times; CPU (``time.process_time``) per event is reported, with each stage's share measured the
 same way (parse alone; parse and store without handlers; everything with the collector off).
 ``wire+parse`` is the read side of the HTTP path as well: the lines served as one chunk each
-by a local socket (all sent before the reading starts, as a backlog) and read back through the
+by a local socket (sent as fast as the reader takes them) and read back through the
 official client's watch (urllib3's chunked reader, ``OfficialWatch``), CPU of the reading
 thread only (``time.thread_time``).
 
@@ -109,7 +109,7 @@ def _wire_per_event(lines: list[bytes], rounds: int) -> list[float]:
     body = b"".join(b"%x\r\n%s\r\n" % (len(line), line) for line in lines) + b"0\r\n\r\n"
     head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
     listener = socket.create_server(("127.0.0.1", 0))
-    sent = threading.Semaphore(0)
+    sent = threading.Semaphore(0)  # the answer is on its way
 
     def serve() -> None:
         for _ in range(rounds):
@@ -117,8 +117,8 @@ def _wire_per_event(lines: list[bytes], rounds: int) -> list[float]:
             with connection, connection.makefile("rb") as request:
                 while request.readline() not in (b"\r\n", b""):
                     pass
+                sent.release()  # the reader starts now: more than the socket holds is sent
                 connection.sendall(head + b"Connection: close\r\n\r\n" + body)
-                sent.release()
                 connection.recv(1)  # until the client closes
 
     server = threading.Thread(target=serve, daemon=True)
