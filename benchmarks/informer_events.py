@@ -13,6 +13,10 @@ fleet member registers: termination, disruption conditions, the provisioner's wa
 and fed every line through the official client's parser and ``Informer._apply``, ``--rounds``
 times; CPU (``time.process_time``) per event is reported, with each stage's share measured the
 same way (parse alone; parse and store without handlers; everything with the collector off).
+``wire+parse`` is the read side of the HTTP path as well: the lines served as one chunk each
+by a local socket (sent as fast as the reader takes them) and read back through the
+official client's watch (urllib3's chunked reader, ``OfficialWatch``), CPU of the reading
+thread only (``time.thread_time``).
 
     PYTHONPATH=src .venv/bin/python benchmarks/informer_events.py [--scenario basic-1000]
         [--until 240] [--rounds 5] [--save EVENTS.jsonl] [--json]
@@ -23,8 +27,10 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import socket
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +43,7 @@ from karpenter_capi.core.kube._handlers import HandlerSet
 from karpenter_capi.core.kube._official_wire import _parse_event
 from karpenter_capi.core.kube.client import WatchEvent
 from karpenter_capi.core.kube.informer import Informer
+from karpenter_capi.core.kube.official import OfficialClient
 from karpenter_capi.core.kube.resources import PODS
 from karpenter_capi.core.operator import Operator, OperatorOptions
 from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
@@ -97,6 +104,42 @@ def _cpu_per_event(lines: list[bytes], feed: Callable[[bytes], None], rounds: in
     return figures
 
 
+def _wire_per_event(lines: list[bytes], rounds: int) -> list[float]:
+    """µs of the reading thread's CPU per event, each line served as one HTTP chunk."""
+    body = b"".join(b"%x\r\n%s\r\n" % (len(line), line) for line in lines) + b"0\r\n\r\n"
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+    listener = socket.create_server(("127.0.0.1", 0))
+    sent = threading.Semaphore(0)  # the answer is on its way
+
+    def serve() -> None:
+        for _ in range(rounds):
+            connection, _address = listener.accept()
+            with connection, connection.makefile("rb") as request:
+                while request.readline() not in (b"\r\n", b""):
+                    pass
+                sent.release()  # the reader starts now: more than the socket holds is sent
+                connection.sendall(head + b"Connection: close\r\n\r\n" + body)
+                connection.recv(1)  # until the client closes
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    client = OfficialClient.from_url(f"http://127.0.0.1:{listener.getsockname()[1]}")
+    figures = []
+    try:
+        for _ in range(rounds):
+            stream = client.watch(PODS)
+            sent.acquire()
+            gc.collect()
+            started = time.thread_time()
+            events = sum(1 for _ in stream)
+            figures.append((time.thread_time() - started) / max(1, events) * 1e6)
+    finally:
+        client.close()
+        server.join()
+        listener.close()
+    return figures
+
+
 def measure(lines: list[bytes], operator: Operator, rounds: int) -> dict[str, Any]:
     informer: Informer[Any] = operator.manager.informer(PODS, WORKLOAD)
     handlers = informer._handlers
@@ -111,6 +154,7 @@ def measure(lines: list[bytes], operator: Operator, rounds: int) -> dict[str, An
 
     # Each round starts from an empty cache: a pod's first line is its ADDED again.
     stages: dict[str, list[float]] = {
+        "wire+parse": _wire_per_event(lines, rounds),
         "parse": [],
         "parse+store": [],
         "total": [],

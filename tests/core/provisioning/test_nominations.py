@@ -18,6 +18,7 @@ from karpenter_capi.core.kube.resources import NODECLAIMS, NODES, PODS
 from karpenter_capi.core.provisioning.nominations import (
     GATE,
     NominationController,
+    Writers,
     log_mode,
     nomination_mode,
 )
@@ -372,7 +373,69 @@ def test_a_pass_writes_its_nominations_together_each_pod_once(env: Env) -> None:
     _pass(env, controller)
     assert [_nominated(env, name) for name in names] == ["node-a"] * 12
     assert sorted(name for name, _ in writes) == sorted(names)  # each pod once, none again
-    assert all(thread.startswith("nominate-pod") for _, thread in writes)
+    # The pass's own thread is one lane; the process's shared writers run the others.
+    helpers = {thread for _, thread in writes} - {threading.current_thread().name}
+    assert all(thread.startswith("nominate-pod_") for thread in helpers)
+
+
+def test_passes_share_the_writers_threads_at_most_write_concurrency_in_flight(env: Env) -> None:
+    """Each pass used to start (and join) an executor of its own: a new thread for each lane
+    of every pass. The writers' threads outlive a pass, so the next one finds them idle."""
+    writers = Writers(idle_seconds=60)
+    plan = Plan()
+    controller = NominationController(env.ctx, plan, write_concurrency=4, writers=writers)
+    names = [f"web-{i}" for i in range(12)]
+    for name in names:
+        _pod(env, name)
+    _registered(env, "general-a", "node-a")
+    _registered(env, "general-b", "node-b")
+    lock = threading.Lock()
+    in_flight = [0, 0]  # now, most
+    threads: set[str] = set()
+    patch = env.ctx.client.patch
+
+    def counted(*args: object, **kwargs: object) -> object:
+        with lock:
+            in_flight[0] += 1
+            in_flight[1] = max(in_flight)
+            threads.add(threading.current_thread().name)
+        try:
+            return patch(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            with lock:
+                in_flight[0] -= 1
+
+    env.ctx.client.patch = counted  # type: ignore[method-assign]
+    for claim, node in (("general-a", "node-a"), ("general-b", "node-b"), ("general-a", "node-a")):
+        plan.placed = {f"{NAMESPACE}/{name}": claim for name in names}
+        _pass(env, controller)
+        assert [_nominated(env, name) for name in names] == [node] * 12
+    assert in_flight[1] <= 4
+    helpers = threads - {threading.current_thread().name}
+    assert all(name.startswith("nominate-pod_") for name in helpers)
+    assert len(helpers) <= 3  # three passes: no new threads after the first
+    assert writers.threads <= 3
+
+
+def test_a_writer_thread_idle_for_idle_seconds_ends_and_a_later_job_starts_one() -> None:
+    writers = Writers("idle-test", idle_seconds=0.01)
+    ran: list[str] = []
+    done = threading.Event()
+
+    def job() -> None:
+        ran.append(threading.current_thread().name)
+        done.set()
+
+    writers.run(job)
+    done.wait()
+    for thread in threading.enumerate():
+        if thread.name == ran[0]:
+            thread.join()  # it ends on its own once idle
+    assert writers.threads == 0
+    done.clear()
+    writers.run(job)
+    done.wait()
+    assert ran == ["idle-test_1", "idle-test_2"]
 
 
 def _pod_writes(env: Env) -> int:
@@ -407,3 +470,32 @@ def test_a_nomination_the_cache_has_not_caught_up_with_is_not_written_again(env:
     _pass(env, controller)
     assert _nominated(env, "web") == "node-a"
     assert _pod_writes(env) == written + 1
+
+
+def test_writers_run_every_job_once_from_many_threads_and_survive_a_raising_job() -> None:
+    writers = Writers("many-test", idle_seconds=0.01)
+    ran: list[int] = []
+    finished = threading.Semaphore(0)
+
+    def job(number: int) -> None:
+        ran.append(number)
+        finished.release()
+        if number % 7 == 0:
+            raise RuntimeError("a bug in a job")  # logged; the thread goes on
+
+    def submit(base: int) -> None:
+        for number in range(base, base + 50):
+            writers.run(lambda number=number: job(number))  # type: ignore[misc]
+
+    submitters = [threading.Thread(target=submit, args=(50 * i,)) for i in range(8)]
+    for thread in submitters:
+        thread.start()
+    for thread in submitters:
+        thread.join()
+    for _ in range(400):
+        finished.acquire()
+    assert sorted(ran) == list(range(400))
+    for thread in threading.enumerate():
+        if thread.name.startswith("many-test_"):
+            thread.join()  # each ends once idle
+    assert writers.threads == 0
