@@ -195,9 +195,11 @@ def test_fleet_flags_read_their_environment_variables(monkeypatch: pytest.Monkey
     monkeypatch.setenv("FLEET_SHARDS", "false")
     monkeypatch.setenv("FLEET_WORKERS", "3")
     monkeypatch.setenv("FLEET_DECISION_WORKERS", "1")
+    monkeypatch.setenv("FLEET_RUNNING_WORKERS", "0")
     args = build_parser().parse_args(["run"])
     assert args.fleet_workers == 3
     assert args.fleet_decision_workers == 1
+    assert args.fleet_running_workers == 0
     assert args.fleet is True
     assert args.fleet_cluster_selector == "autoscaler=karpenter"
     assert fleet_namespaces(args) == ("team-a", "team-b")

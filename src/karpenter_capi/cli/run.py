@@ -227,6 +227,14 @@ def add_fleet_arguments(run: argparse.ArgumentParser) -> None:
         "--fleet-workers 0)",
     )
     fleet.add_argument(
+        "--fleet-running-workers",
+        type=int,
+        default=env("FLEET_RUNNING_WORKERS", "2"),
+        help="shared pool workers that may run Python at once; one waiting on an API server "
+        "does not count, and provisioning decisions never wait (env FLEET_RUNNING_WORKERS, "
+        "default 2; 0: no limit)",
+    )
+    fleet.add_argument(
         "--fleet-shards",
         action=argparse.BooleanOptionalAction,
         default=_env_bool("FLEET_SHARDS", True),
@@ -372,12 +380,21 @@ def run_fleet(
     from karpenter_capi.core.clock import SystemClock
     from karpenter_capi.core.fleet import Fleet, FleetOptions, Kubeconfig
     from karpenter_capi.core.kube.config import connect_kubeconfig
+    from karpenter_capi.core.kube.official import OfficialClient
     from karpenter_capi.core.plugin_host import parse_plugin_options
+    from karpenter_capi.core.runtime.gate import RunGate
 
     agent = user_agent(args)  # the replica's name, on every member's client too
+    # The pool's gate counts a worker waiting on any of the fleet's clients as not running.
+    gate = RunGate(args.fleet_running_workers) if args.fleet_running_workers > 0 else None
+    if gate is not None and isinstance(management, OfficialClient):
+        management.blocking = gate
 
     def connect(kubeconfig: Kubeconfig) -> KubeClient:
-        return connect_kubeconfig(kubeconfig.document, user_agent=agent)
+        client = connect_kubeconfig(kubeconfig.document, user_agent=agent)
+        if gate is not None:
+            client.blocking = gate
+        return client
 
     fleet = Fleet(
         management,
@@ -389,6 +406,7 @@ def run_fleet(
             shards=args.fleet_shards,
             pool_workers=max(0, args.fleet_workers),
             decision_workers=max(0, args.fleet_decision_workers),
+            gate=gate,
             identity=args.leader_election_identity,
             lease_namespace=args.leader_election_namespace,
             lease_duration=args.leader_election_lease_duration,

@@ -476,3 +476,31 @@ def test_a_paced_refresh_hook_still_renews_the_token_once_the_interval_passes() 
     configuration.auth_settings()
     assert configuration.api_key["BearerToken"] == "two"
     assert isinstance(configuration.refresh_api_key_hook, RefreshAtMostEvery)
+
+
+class _Waits:
+    """A ``blocking`` hook that records whether the request was on the wire while entered."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.log: list[str] = []
+
+    def __enter__(self) -> None:
+        self.log.append(f"enter, {len(self.script.seen)} seen")
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.log.append(f"exit, {len(self.script.seen)} seen")
+
+
+def test_the_wait_for_each_answer_is_inside_the_blocking_hook(
+    stub: tuple[Script, OfficialClient],
+) -> None:
+    # A fleet's worker pool counts a worker waiting on its API server as not running Python
+    # (core.runtime.gate): the client enters its hook around the request, answer or error.
+    script, client = stub
+    waits = client.blocking = _Waits(script)
+    client.get(PODS, "web-1", "default")
+    script.answer = lambda seen, _h: (503, {}, {"kind": "Status", "code": 503})
+    with pytest.raises(errors.ApiError):
+        client.get(PODS, "web-1", "default")
+    assert waits.log == ["enter, 0 seen", "exit, 1 seen", "enter, 1 seen", "exit, 2 seen"]

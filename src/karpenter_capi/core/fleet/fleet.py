@@ -496,6 +496,7 @@ class Fleet:
                 self.options.pool_workers,
                 urgent_workers=self.options.decision_workers,
                 name="fleet",
+                gate=self.options.gate,
             ).start()
         self.discovery.on_change(wake.set)
         informer_stop = threading.Event()

@@ -12,6 +12,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from karpenter_capi.core.runtime.gate import RunGate
 from karpenter_capi.core.runtime.pool import DEFAULT_POOL_WORKERS, DEFAULT_URGENT_WORKERS
 
 
@@ -35,6 +36,9 @@ class FleetOptions:
     decision_workers: int = DEFAULT_URGENT_WORKERS
     """More pool threads that run provisioning decisions alone (``WorkerPool``'s
     ``urgent_workers``), so a closed batch window never waits for a shared worker."""
+    gate: RunGate | None = None
+    """The pool's gate (``core.runtime.gate``): how many shared workers run Python at once;
+    the clients handed to the fleet must enter it around their waits (``run --fleet`` does)."""
     plugins: tuple[str, ...] = ("generic_capi",)
     plugin_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 

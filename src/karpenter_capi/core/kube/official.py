@@ -14,6 +14,7 @@ so controller code never sees ``ApiException`` or a urllib3 error.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
@@ -97,6 +98,9 @@ class OfficialClient:
         self._poll_watches = poll_watches
         self.write_log = WriteLog()
         """Every write that succeeded, for readers of watch-fed copies (``core.kube.writelog``)."""
+        self.blocking: AbstractContextManager[object] = nullcontext()
+        """Entered around each request's wait for the server (its answer's headers): a fleet's
+        worker pool counts the thread as not running Python meanwhile (``core.runtime.gate``)."""
 
     # ---------------------------------------------------------------- constructors
 
@@ -496,18 +500,19 @@ class OfficialClient:
         if query:
             url += "?" + urlencode(query)
         try:
-            direct = self._direct
-            if direct is not None:
-                sent = direct.send(method, url, header_params, body, timeout or self._timeout)
-                if sent is not None:
-                    return sent
-            rest_response = self._api.call_api(
-                method,
-                url,
-                header_params=header_params,
-                body=body,
-                _request_timeout=timeout or self._timeout,
-            )
+            with self.blocking:
+                direct = self._direct
+                if direct is not None:
+                    sent = direct.send(method, url, header_params, body, timeout or self._timeout)
+                    if sent is not None:
+                        return sent
+                rest_response = self._api.call_api(
+                    method,
+                    url,
+                    header_params=header_params,
+                    body=body,
+                    _request_timeout=timeout or self._timeout,
+                )
         except ApiException as exc:  # TLS failures and client-side retries end up here
             raise error_from_api_exception(exc, method, path) from exc
         except urllib3.exceptions.ReadTimeoutError as exc:

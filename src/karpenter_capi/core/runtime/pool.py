@@ -27,6 +27,9 @@ who goes next:
   worker is busy, most of them waiting on an API server, and a window that closed then waited
   for the first of them to finish (issue 28's 100-cluster wave: the shared workers were busy
   7.4 of 8 on average);
+* given a ``RunGate`` (``gate.py``), a shared worker's run executes Python only while few
+  others do (a worker waiting on an API server does not count, decisions never wait): the
+  workers' isolation without their contention for the one interpreter;
 * each controller keeps its own concurrency (its driver's ``workers`` for it) and its queue's
   guarantees (a key is never reconciled twice at once, per-key backoff);
 * one heap of due times stands in for every per-queue and per-periodic-controller timer:
@@ -54,6 +57,7 @@ from dataclasses import dataclass, field
 from karpenter_capi.core.clock import Clock
 from karpenter_capi.core.runtime.controller import Key
 from karpenter_capi.core.runtime.entries import ControllerEntry, Entry, PeriodicEntry
+from karpenter_capi.core.runtime.gate import RunGate
 
 _log = logging.getLogger(__name__)
 
@@ -168,6 +172,7 @@ class WorkerPool:
         urgent_workers: int = 0,
         poll_interval: float = 1.0,
         name: str = "pool",
+        gate: RunGate | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError("a worker pool needs at least one worker")
@@ -183,6 +188,8 @@ class WorkerPool:
         self.per_cluster = cap
         self._poll_interval = poll_interval
         self._name = name
+        self.gate = gate
+        """Admits a shared worker's run only while few others run Python (``gate.py``)."""
         lock = threading.Lock()
         # Workers wait on ``_cond`` and are woken one by one (``notify``); a driver leaving
         # waits on ``_idle`` for its reconciles in flight, so no wake-up meant for a worker
@@ -413,6 +420,9 @@ class WorkerPool:
                 if slot is None:
                     return
             self._serving.member = slot.member
+            gate = self.gate
+            if gate is not None:
+                gate.enter(urgent=urgent_only or self._serving.urgent)
             try:
                 self._serve(slot)
             except Exception:
@@ -420,6 +430,8 @@ class WorkerPool:
                     "%s/%s: a pooled step raised", slot.member.spec.name, slot.entry.name
                 )
             finally:
+                if gate is not None:
+                    gate.leave()
                 self._serving.member = None
                 with self._cond:
                     slot.in_flight -= 1
@@ -511,6 +523,7 @@ class WorkerPool:
         return not (shared and member.in_flight and self._busy + 1 >= self.workers)
 
     def _take_locked(self, slot: _Slot, shared: bool = True) -> _Slot:
+        self._serving.urgent = slot.urgent  # on the worker's thread: for the gate
         slot.pending = False
         self._urgent_pending -= slot.urgent
         slot.urgent = False
