@@ -47,6 +47,28 @@ def default_types() -> list[InstanceType]:
     ]
 
 
+def nodeclaim_object(name: str, *, version: str | None = None, **spec: Any) -> dict[str, Any]:
+    """A bare NodeClaim as the API serves it, on the default NodeClass; with ``version``, a uid
+    and that resourceVersion too (what a cache keyed by object version needs)."""
+    metadata: dict[str, Any] = {"name": name}
+    if version is not None:
+        metadata |= {"uid": f"uid-{name}", "resourceVersion": version}
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": metadata,
+        "spec": {
+            "nodeClassRef": {
+                "group": wellknown.NODECLASS_GROUP,
+                "kind": wellknown.NODECLASS_KIND,
+                "name": "default",
+            },
+            "requirements": [],
+            **spec,
+        },
+    }
+
+
 @dataclass
 class Cluster:
     """Nodes, NodeClaims, pods and PDBs, plus one NodePool ``default`` and any ``others`` (name

@@ -11,11 +11,12 @@ from typing import Any
 
 import pluggy
 
-from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.disruption.refusals import ask_providers
 from karpenter_capi.core.plugin_host import PluginEnvironment, Plugins
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
+
+from .builders import nodeclaim_object
 
 hookimpl = pluggy.HookimplMarker("karpenter_capi")
 
@@ -32,23 +33,6 @@ class _Blocks:
         return {"held": "the provider holds it"} if "held" in self.asked else {}
 
 
-def _claim(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodeClaim",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeClassRef": {
-                "group": wellknown.NODECLASS_GROUP,
-                "kind": wellknown.NODECLASS_KIND,
-                "name": "default",
-            },
-            "requirements": [],
-            **spec,
-        },
-    }
-
-
 def test_an_invalid_nodeclaim_is_held_naming_its_field_and_the_others_are_asked() -> None:
     clock = FakeClock()
     api = InMemoryAPIServer(clock=clock)
@@ -58,7 +42,12 @@ def test_an_invalid_nodeclaim_is_held_naming_its_field_and_the_others_are_asked(
     )
 
     blocked = ask_providers(
-        plugins, [_claim("good"), _claim("bad", expireAfter="99999999999h"), _claim("held")]
+        plugins,
+        [
+            nodeclaim_object("good"),
+            nodeclaim_object("bad", expireAfter="99999999999h"),
+            nodeclaim_object("held"),
+        ],
     )
 
     assert plugin.asked == ["good", "held"]

@@ -20,7 +20,6 @@ import pluggy
 import pytest
 
 from benchmarks import consolidation as bench
-from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.clock import FakeClock
 from karpenter_capi.core.disruption import planner
 from karpenter_capi.core.disruption.budgets import BudgetLedger
@@ -43,7 +42,7 @@ from karpenter_capi.core.provisioning.inventory import NodePoolInventory
 from karpenter_capi.core.provisioning.state import ClusterSnapshot, ParsedCluster
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 
-from .builders import Cluster
+from .builders import Cluster, nodeclaim_object
 from .test_incremental_passes import CHANGES, _decided, _reading
 
 hookimpl = pluggy.HookimplMarker("karpenter_capi")
@@ -192,22 +191,6 @@ class _Asked:
         return {}
 
 
-def _claim(name: str, version: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodeClaim",
-        "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": version},
-        "spec": {
-            "nodeClassRef": {
-                "group": wellknown.NODECLASS_GROUP,
-                "kind": wellknown.NODECLASS_KIND,
-                "name": "default",
-            },
-            "requirements": [],
-        },
-    }
-
-
 def test_each_nodeclaim_version_is_validated_once_and_a_new_version_is_seen() -> None:
     clock = FakeClock()
     api = InMemoryAPIServer(clock=clock)
@@ -216,7 +199,7 @@ def test_each_nodeclaim_version_is_validated_once_and_a_new_version_is_seen() ->
         [("asked", plugin)], PluginEnvironment(workload=api, management=api, clock=clock)
     )
     models = ClaimModels()
-    a, b = _claim("a", "1"), _claim("b", "1")
+    a, b = nodeclaim_object("a", version="1"), nodeclaim_object("b", version="1")
 
     ask_providers(plugins, [a, b], models)
     first = {c.metadata.name: c for c in plugin.asked}
