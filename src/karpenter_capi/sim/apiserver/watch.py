@@ -424,8 +424,10 @@ class InMemoryWatch:
 
     def _translate(self, event: LoggedEvent) -> WatchEvent | None:
         selection = self._selection
-        namespace = (event.obj.get("metadata") or {}).get("namespace")
-        if selection.namespace is not None and namespace != selection.namespace:
+        if (
+            selection.namespace is not None
+            and (event.obj.get("metadata") or {}).get("namespace") != selection.namespace
+        ):
             return None
         predicate = selection.predicate
         if predicate is None:
