@@ -118,34 +118,3 @@ def test_a_wake_up_given_as_a_wait_times_out_is_taken_by_the_next_wait(
         assert not stream._signalled
     assert stream.woken == 4
     stream.close()
-
-
-def test_a_write_wakes_its_waiting_readers_as_it_lets_the_lock_go(
-    apiserver: InMemoryAPIServer,
-) -> None:
-    stream = apiserver.watch(PODS, "default", resource_version=apiserver.resource_version)
-    assert isinstance(stream, InMemoryWatch)
-    with apiserver._engine.writing:
-        stream._waiting = True  # as a reader blocked in its wait
-        apiserver.create(PODS, _pod("a"), "default")  # a write within the write: nested
-        # Given (no later write gives it again), not released while the lock is held.
-        assert stream._signalled
-        assert stream._token.locked()
-    assert not stream._token.locked()
-    stream._waiting = False
-    with apiserver._lock:
-        stream._wait(60.0)  # takes it at once
-    assert not stream._signalled
-    # A write that fails after committing still wakes what it committed for.
-
-    def failing_write() -> None:
-        with apiserver._engine.writing:
-            stream._waiting = True
-            apiserver.create(PODS, _pod("b"), "default")
-            raise RuntimeError("the write fails after a commit")
-
-    with pytest.raises(RuntimeError):
-        failing_write()
-    assert not stream._token.locked()
-    assert apiserver._engine.hub.deferring == 0
-    stream.close()

@@ -36,7 +36,7 @@ from karpenter_capi.sim.apiserver.definitions import ResourceDefinition
 from karpenter_capi.sim.apiserver.namespace_lifecycle import require_open_namespace
 from karpenter_capi.sim.apiserver.objects import copy_object, object_key
 from karpenter_capi.sim.apiserver.store import Store, Table
-from karpenter_capi.sim.apiserver.watch import WatchHub, WriteLock
+from karpenter_capi.sim.apiserver.watch import WatchHub
 from karpenter_capi.sim.apiserver.write_hook import (
     PHASES,
     Deletion,
@@ -93,9 +93,6 @@ class Engine:
         # from etcd (set by ``apiextensions``).
         self.read_defaults: dict[tuple[str, str], Callable[[JsonObject, str], JsonObject]] = {}
         self.hub = WatchHub(self.condition)
-        # The lock a write verb holds: the watch readers its commits wake are woken as it
-        # lets the lock go (``WriteLock``).
-        self.writing = WriteLock(self.lock, self.hub)
         # Seeded, generated names and uids repeat run after run (deterministic simulations);
         # unseeded they are as random as kube's.
         self._random = random.Random(random_seed)

@@ -400,7 +400,7 @@ class InMemoryAPIServer:
         check_directive(field_validation, "CreateOptions")
         self._check_fault("create", definition, (obj.get("metadata") or {}).get("name"))
         body = self._engine.private_copy(obj)
-        with self._engine.writing:
+        with self._lock:
             self._check_fields(definition, resource, body, field_validation, warnings)
             stored = self._engine.create_object(
                 definition, table, body, namespace, resource.version, warnings=warnings
@@ -411,7 +411,7 @@ class InMemoryAPIServer:
         """Create keeping the ``status`` the caller wrote (a fixture shortcut; no API does this)."""
         definition, table = self._engine.resolve(resource)
         body = self._engine.private_copy(obj)
-        with self._engine.writing:
+        with self._lock:
             stored = self._engine.create_object(
                 definition, table, body, namespace, resource.version, keep_status=True
             )
@@ -434,7 +434,7 @@ class InMemoryAPIServer:
         name = str(meta.get("name") or "")
         self._check_fault("update", definition, name, subresource)
         body = self._engine.private_copy(obj)
-        with self._engine.writing:
+        with self._lock:
             stored = self._engine.get_stored(definition, table, name, meta.get("namespace"))
             if subresource == "scale":
                 return write_scale(self._engine, definition, table, stored, body)
@@ -475,7 +475,7 @@ class InMemoryAPIServer:
                 "include: application/json-patch+json, application/merge-patch+json, "
                 "application/apply-patch+yaml"
             )
-        with self._engine.writing:
+        with self._lock:
             stored = self._engine.get_stored(definition, table, name, namespace)
             if subresource == "scale":
                 patched_scale = apply_patch(
@@ -571,7 +571,7 @@ class InMemoryAPIServer:
         self._check_fault("delete", definition, name)
         if definition.group == "" and definition.plural == "namespaces" and name in _UNDELETABLE:
             raise messages.forbidden(definition, name, "this namespace may not be deleted")
-        with self._engine.writing:
+        with self._lock:
             stored = self._engine.get_stored(definition, table, name, namespace)
             check_delete_preconditions(definition, stored, preconditions)
             result, deleted = self._engine.delete_object(
@@ -584,7 +584,7 @@ class InMemoryAPIServer:
         pods = self._served[("", "pods")]
         self._check_fault("evict", pods, name, "eviction")
         self.faults.check("create", pods.plural, pods.group_resource, name, "eviction")
-        with self._engine.writing:
+        with self._lock:
             table = self._store.tables["pods"]
             stored = self._engine.get_stored(pods, table, name, namespace)
             check_eviction(stored, budgets_in(self._engine, namespace))

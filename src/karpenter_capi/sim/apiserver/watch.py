@@ -127,11 +127,6 @@ class WatchHub:
         self._by_key: dict[tuple[int, str | None], dict[int, weakref.ref[InMemoryWatch]]] = {}
         self.wakeups = 0
         """Streams woken by writes so far (what ``notify`` cost; for tests and benchmarks)."""
-        # While a write verb holds the lock (``Engine.writing``), the wake-ups its commits give
-        # are released when it lets the lock go (``release_deferred``): a reader woken inside
-        # the write would only block again on the lock the writer still holds.
-        self.deferring = 0
-        self._deferred: list[Any] = []
 
     @property
     def lock(self) -> Any:
@@ -170,22 +165,8 @@ class WatchHub:
                 for ref in tuple(streams.values()):
                     stream = ref()
                     if stream is not None:
-                        if self.deferring:
-                            stream.wake(self._deferred)
-                        else:
-                            stream.wake()
+                        stream.wake()
                         self.wakeups += 1
-
-    def take_deferred(self) -> list[Any]:
-        """The wake-ups the write that is ending gave (lock held); ``release_deferred`` them
-        once the lock is released."""
-        deferred, self._deferred = self._deferred, []
-        return deferred
-
-    @staticmethod
-    def release_deferred(tokens: list[Any]) -> None:
-        for token in tokens:
-            token.release()
 
     def drop_all(self) -> int:
         """End every open stream as if its connection dropped; returns how many."""
@@ -206,31 +187,6 @@ class WatchHub:
         with self.condition:
             for stream in self.open_streams():
                 stream.mark_bookmark_due()
-
-
-class WriteLock:
-    """The server's lock, held for one write verb (``with engine.writing:``): the watch readers
-    its commits wake are woken as it lets the lock go, not inside it, where each would only
-    block again on the lock the writer still holds (a second sleep and wake-up per reader and
-    write). Nested holds wake at the outermost; a write that fails wakes what it committed."""
-
-    __slots__ = ("_hub", "_lock")
-
-    def __init__(self, lock: Any, hub: WatchHub) -> None:
-        self._lock = lock
-        self._hub = hub
-
-    def __enter__(self) -> None:
-        self._lock.acquire()
-        self._hub.deferring += 1
-
-    def __exit__(self, *_exc: object) -> None:
-        hub = self._hub
-        hub.deferring -= 1
-        tokens = hub.take_deferred() if not hub.deferring else None
-        self._lock.release()
-        if tokens:
-            hub.release_deferred(tokens)
 
 
 class InMemoryWatch:
@@ -288,21 +244,13 @@ class InMemoryWatch:
         return self._log is log
 
     # Called with the hub's condition held.
-    def wake(self, deferred: list[Any] | None = None) -> None:
-        """A write concerns this stream. ``deferred``: give the wake-up, but leave releasing
-        ``_token`` to the writer, once it lets the server's lock go (``WatchHub``)."""
+    def wake(self) -> None:
         self.woken += 1
         # Only a reader blocked in ``_next_batch``'s wait needs waking, and once: one that is
         # not (it is delivering, or has not started) looks at the log under this same lock
         # before it waits again, so it finds this write without a wake-up.
         if self._waiting and not self._signalled:
-            if deferred is None:
-                self._signal()
-            else:
-                # Given (no other write releases it again), released by the writer: until then
-                # the reader sleeps on, or, timed out, finds the write in the log itself.
-                self._signalled = True
-                deferred.append(self._token)
+            self._signal()
 
     def _signal(self) -> None:
         """Wake the reader from ``_wait`` (lock held; it waits, not woken yet)."""
