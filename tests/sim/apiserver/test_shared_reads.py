@@ -38,8 +38,8 @@ class _Versions:
         store = api._store
         commit: Callable[..., JsonObject] = store.commit
 
-        def recording(*args: Any) -> JsonObject:
-            stored = commit(*args)
+        def recording(*args: Any, **kwargs: Any) -> JsonObject:
+            stored = commit(*args, **kwargs)
             self.written.append((stored, copy_json(stored)))
             return stored
 

@@ -152,10 +152,18 @@ class Engine:
     # ----------------------------------------------------------------------------- commits
 
     def commit(
-        self, table: Table, event_type: WatchEventType, obj: JsonObject, prev: JsonObject | None
+        self,
+        table: Table,
+        event_type: WatchEventType,
+        obj: JsonObject,
+        prev: JsonObject | None,
+        *,
+        owned: bool = False,
     ) -> JsonObject:
-        """Store ``obj``, wake watchers, then let each hook react, in order (depth first)."""
-        stored = self.store.commit(table, event_type, obj, prev)
+        """Store ``obj``, wake watchers, then let each hook react, in order (depth first).
+
+        ``owned``: ``obj`` and its metadata were made for this write alone (``Store.commit``)."""
+        stored = self.store.commit(table, event_type, obj, prev, owned=owned)
         self.hub.notify(table.log, stored["metadata"].get("namespace"))
         for hook in self._after_commit:
             hook.after_commit(table, event_type, stored, prev)
@@ -278,7 +286,8 @@ class Engine:
         obj = self.admit(definition, obj, None, warnings)
         for hook in self._phase["prepare_create"]:
             hook.prepare_create(definition, obj)
-        return self.commit(table, "ADDED", obj, None)
+        # ``obj`` is the caller's private copy, its metadata edited in place above.
+        return self.commit(table, "ADDED", obj, None, owned=True)
 
     def admit(
         self,
@@ -337,7 +346,7 @@ class Engine:
         errors = kinds.validate_update(definition, old, new)
         errors.extend(self._finalizer_errors(old, new))
         if subresource is None and new["metadata"] != old_meta:
-            errors.extend(messages.validate_metadata(new["metadata"]))
+            errors.extend(messages.validate_metadata(_changed_parts(old_meta, new["metadata"])))
         if errors:
             raise messages.invalid(definition, name, errors)
         if kinds.generation_changed(definition, old, new):
@@ -348,7 +357,9 @@ class Engine:
             hook.prepare_update(definition, old, new)
         if old_meta.get("deletionTimestamp") and not new["metadata"].get("finalizers"):
             return self.finish_deletion(table, new, old)
-        return self.commit(table, "MODIFIED", new, old)
+        # ``new`` and its metadata are this write's own (``_status_update`` and
+        # ``_merge_system_fields`` build both; admission returns them or copies).
+        return self.commit(table, "MODIFIED", new, old, owned=True)
 
     def _status_update(
         self, definition: ResourceDefinition, old: JsonObject, incoming: JsonObject
@@ -486,6 +497,24 @@ class Engine:
 def precondition_of(meta: JsonObject) -> str | None:
     """The resourceVersion a client's metadata pins its write to, if any."""
     return str(meta.get("resourceVersion") or "") or None
+
+
+# What ``messages.validate_metadata`` checks, each part on its own.
+_VALIDATED_METADATA = ("labels", "annotations", "ownerReferences")
+
+
+def _changed_parts(old_meta: JsonObject, new_meta: JsonObject) -> JsonObject:
+    """The parts of ``new_meta`` that ``validate_metadata`` checks and the update changed.
+
+    Every stored metadata was validated when it was written (on create, and on each update
+    that changed it), so an unchanged part cannot fail again: an annotation patch no longer
+    checks every label's name and value, nor a label patch the owner references. A changed
+    part is checked whole (the annotations' total size included), in the same order."""
+    return {
+        part: new_meta[part]
+        for part in _VALIDATED_METADATA
+        if part in new_meta and new_meta[part] != old_meta.get(part)
+    }
 
 
 def _drop_unknown_metadata(meta: JsonObject) -> None:

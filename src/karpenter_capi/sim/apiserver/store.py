@@ -135,12 +135,27 @@ class Store:
         return found
 
     def commit(
-        self, table: Table, event_type: WatchEventType, obj: JsonObject, prev: JsonObject | None
+        self,
+        table: Table,
+        event_type: WatchEventType,
+        obj: JsonObject,
+        prev: JsonObject | None,
+        *,
+        owned: bool = False,
     ) -> JsonObject:
-        """Write ``obj`` (or delete it, for DELETED) at the next resourceVersion; return it."""
+        """Write ``obj`` (or delete it, for DELETED) at the next resourceVersion; return it.
+
+        ``owned``: ``obj`` and its metadata are dicts the write made for itself, referenced by
+        nothing else, so they become the stored object (its resourceVersion set in place)
+        instead of being copied once more. A metadata that is ``prev``'s is copied anyway."""
         self.rv += 1
         version = str(self.rv)
-        stored = {**obj, "metadata": {**obj["metadata"], "resourceVersion": version}}
+        meta = obj["metadata"]
+        if owned and (prev is None or meta is not prev["metadata"]):
+            meta["resourceVersion"] = version
+            stored = obj
+        else:
+            stored = {**obj, "metadata": {**meta, "resourceVersion": version}}
         key = key_of(stored)
         uid = str(stored["metadata"].get("uid", ""))
         ref = (table.name, key)
