@@ -46,6 +46,9 @@ shares one GIL with every front. ``--emulator-nice N`` runs those processes at n
 workload cluster's control plane stands for machines of its own, and at 100 clusters their
 emulation asks more CPU of the two cores than the controller does; niced, it takes what the
 controller leaves (it still makes each wave's pods and marks them, so its delays still count).
+``--emulator-batch`` runs them under ``SCHED_BATCH`` instead: the same share of the CPU, but
+none of their woken threads preempts a running thread (a write no longer hands the core to each
+watch reader it wakes, nor an emulator's wake-up the controller's core).
 
 ``--controller-arg FLAG`` (http mode, repeatable, as in ``realapi.py``) adds a flag to every
 controller's command line: ``--controller-arg=--batch-complete-idle-duration=-1`` runs with
@@ -54,7 +57,8 @@ default, which closes it 0.2 s after the burst once each pod's ReplicaSet has al
 
     .venv/bin/python benchmarks/fleet.py [--mode http|inprocess] [--clusters 20] [--nodes 20]
         [--pods 200] [--waves 2] [--spread 10] [--phases lone,fleet,control,storm,replicas]
-        [--emulators 0|K|auto] [--emulator-nice N] [--controller-arg=FLAG ...] [--json]
+        [--emulators 0|K|auto] [--emulator-nice N] [--emulator-batch]
+        [--controller-arg=FLAG ...] [--json]
 """
 
 from __future__ import annotations
@@ -715,6 +719,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="http with --emulators: the emulator processes' niceness (0: as the controller)",
     )
+    parser.add_argument(
+        "--emulator-batch",
+        action="store_true",
+        help="http with --emulators: the emulator processes under SCHED_BATCH (their woken "
+        "threads do not preempt a running one; same share of the CPU)",
+    )
     parser.add_argument("--phases", default="lone,fleet,storm,replicas")
     parser.add_argument(
         "--repeat", type=int, default=1, help="run the phases this many times; medians of ratios"
@@ -733,6 +743,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.emulator_nice:
         # Read by each forked emulator (``fleet_emulators._child``).
         os.environ["FLEET_EMULATOR_NICE"] = str(args.emulator_nice)
+    if args.emulator_batch:
+        os.environ["FLEET_EMULATOR_BATCH"] = "1"
     # Imported here: as a script, the repository root is on the path only once main runs.
     from benchmarks.controller_process import stop_on_sigterm
 
@@ -748,6 +760,7 @@ def main(argv: list[str] | None = None) -> int:
         "workers": args.workers,
         "emulation": EMULATION,
         "emulators": args.emulators,
+        "emulator_batch": args.emulator_batch,
         "mode": args.mode,
     }
     if args.controller_arg:

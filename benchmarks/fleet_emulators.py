@@ -193,6 +193,12 @@ def _child(conn: Connection, world: FleetWorld, names: list[str], workers: int) 
     # machines of their own, not the controller's CPU.
     if nice := int(os.environ.get("FLEET_EMULATOR_NICE") or 0):
         os.nice(nice)
+    # ``fleet.py --emulator-batch``: SCHED_BATCH, set before this process starts a thread (its
+    # threads inherit it). The kernel then never lets one of its woken threads preempt a
+    # running thread: a write no longer hands the core to each watch reader it wakes, nor does
+    # the emulation's wake-up take the core from the controller; its share stays the same.
+    if os.environ.get("FLEET_EMULATOR_BATCH"):
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
     timers = None
     if os.environ.get("FLEET_PROFILE"):
         from benchmarks.emulator_timers import emulator_timers
