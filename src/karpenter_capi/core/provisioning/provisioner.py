@@ -53,7 +53,7 @@ from karpenter_capi.core.observability.metrics import Metrics
 from karpenter_capi.core.plugin_host import Plugins
 from karpenter_capi.core.provisioning.daemonsets import UnreadableDaemonSets
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory, Stores, resolve_inventory
-from karpenter_capi.core.provisioning.nodeclaims import log_created, nodeclaim_body
+from karpenter_capi.core.provisioning.nodeclaims import log_created, nodeclaim_body, template_hashes
 from karpenter_capi.core.provisioning.nodepools import nodepool_option, nodepool_usage
 from karpenter_capi.core.provisioning.pending import is_provisionable
 from karpenter_capi.core.provisioning.plans import finish_plans, missing_claims, stamp_plan
@@ -478,9 +478,12 @@ class Provisioner:
         """
         accepted: list[tuple[ProposedNodeClaim, JsonObject]] = []
         listed: list[JsonObject] | None = None
+        hashes = template_hashes(raw_pools[c.nodepool.name].model for c in wanted)
         for number, claim in enumerate(wanted):
             inventory = raw_pools[claim.nodepool.name]
-            body = nodeclaim_body(inventory.raw, claim)
+            body = nodeclaim_body(
+                inventory.raw, claim, template_hash=hashes.get(inventory.nodepool)
+            )
             if stamps is not None:
                 body["metadata"]["annotations"][wellknown.ANNOTATION_PLAN] = stamps[number]
             if claim.nodepool.limits is not None:
