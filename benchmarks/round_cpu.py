@@ -1,24 +1,21 @@
 """The CPU of one provisioning round of a fleet benchmark's cluster, in process.
 
 Why: ``fleet.py``'s stage timings (``controller_stages.py``) give a round's thread CPU inside
-the fleet controller, 20-25 ms at 100 clusters against 8 ms for a lone cluster of the same
-shape. This times the same round alone: one cluster of ``fleet.py``'s world (its NodePool,
-NodeClass and Cluster API objects, served by a stepped fleet whose informers fill the caches
-the round reads), ``--pods`` pending pods of its Deployment's template (the wave's burst, marked
-unschedulable as kube-scheduler would), and a round over them that plans and creates
-``--pods / 10`` NodeClaims 8 at a time, as ``run --fleet`` does. Each repetition starts from
+the fleet controller, 20-25 ms at 100 clusters against 8 ms for its lone cluster, whose rounds
+are smaller (its phase scales in four waves of ``--pods / 4``; the fleet's one wave is all of
+``--pods``). This times a fleet wave's round alone, without the fleet: one cluster of
+``fleet.py``'s world (its NodePool, NodeClass and Cluster API objects, served by a stepped
+fleet whose informers fill the caches the round reads), ``--pods`` pending pods of its
+Deployment's template (the wave's burst, marked unschedulable as kube-scheduler would), and a
+round over them that plans and creates ``--pods / 10`` NodeClaims 8 at a time, as
+``run --fleet`` does. Each repetition starts from
 the same state (the round's NodeClaims deleted, a fresh ``Provisioner`` whose caches of parsed
 pods start empty, as a wave's first round finds them, or with ``--parsed`` hold the pods, as
 the pods' events now leave them) and is timed with ``time.thread_time``. Its NodeClaim creates
 are the in-memory server's, far dearer in CPU than a create over HTTP (about 150 us of the
 client's), and the round's thread makes some of them itself (``together.py``).
 
-``--busy N`` runs N threads beside the rounds that walk and rebuild a large heap of dicts (a
-stand-in for a fleet's other threads: informers parsing events, other clusters' rounds), so the
-round shares the interpreter and the caches as it does in a fleet: the same work, with
-whatever the sharing adds to its CPU.
-
-    PYTHONPATH=src python benchmarks/round_cpu.py [--pods 200] [--rounds 30] [--busy 0] [--parsed]
+    PYTHONPATH=src python benchmarks/round_cpu.py [--pods 200] [--rounds 30] [--parsed]
 """
 
 from __future__ import annotations
@@ -29,7 +26,6 @@ import json
 import pstats
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -100,23 +96,10 @@ def _fresh(template: Provisioner, snapshot: ClusterSnapshot, *, parsed: bool) ->
     )
 
 
-def _busy(stop: threading.Event) -> None:
-    heap = [{"k": i, "v": [i, str(i)], "m": {"a": i}} for i in range(200_000)]
-    while not stop.is_set():
-        for start in range(0, len(heap), 1000):
-            heap[start : start + 1000] = [
-                {"k": d["k"], "v": [d["v"][0], d["v"][1]], "m": dict(d["m"])}
-                for d in heap[start : start + 1000]
-            ]
-            if stop.is_set():
-                return
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--busy", type=int, default=0, help="threads churning a heap beside")
     parser.add_argument(
         "--parsed", action="store_true", help="pods parsed before the round, by their events"
     )
@@ -126,36 +109,26 @@ def main() -> int:
     world, member = _world(args.pods)
     [cluster] = world.clusters.values()
     server = cluster.server
-    stop = threading.Event()
-    busy = [threading.Thread(target=_busy, args=(stop,), daemon=True) for _ in range(args.busy)]
-    for thread in busy:
-        thread.start()
     profile = cProfile.Profile(time.thread_time) if args.profile else None
     cpu: list[float] = []
     wall: list[float] = []
     launched = 0
-    try:
-        for _ in range(args.rounds):
-            for claim in server.list(NODECLAIMS).items:
-                server.delete(NODECLAIMS, claim["metadata"]["name"])
-            snapshot = ClusterSnapshot.read(server)
-            provisioner = _fresh(member, snapshot, parsed=args.parsed)
-            started, begun = time.thread_time(), time.perf_counter()
-            if profile is not None:
-                profile.enable()
-            report = provisioner.reconcile(snapshot)
-            if profile is not None:
-                profile.disable()
-            cpu.append(time.thread_time() - started)
-            wall.append(time.perf_counter() - begun)
-            launched = len(report.launched)
-    finally:
-        stop.set()
-        for thread in busy:
-            thread.join()
+    for _ in range(args.rounds):
+        for claim in server.list(NODECLAIMS).items:
+            server.delete(NODECLAIMS, claim["metadata"]["name"])
+        snapshot = ClusterSnapshot.read(server)
+        provisioner = _fresh(member, snapshot, parsed=args.parsed)
+        started, begun = time.thread_time(), time.perf_counter()
+        if profile is not None:
+            profile.enable()
+        report = provisioner.reconcile(snapshot)
+        if profile is not None:
+            profile.disable()
+        cpu.append(time.thread_time() - started)
+        wall.append(time.perf_counter() - begun)
+        launched = len(report.launched)
     out: dict[str, Any] = {
         "pods": args.pods,
-        "busy_threads": args.busy,
         "parsed_before": args.parsed,
         "nodeclaims": launched,
         "round_cpu_ms": {
