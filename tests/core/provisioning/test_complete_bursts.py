@@ -209,3 +209,26 @@ def test_a_replicaset_that_completes_the_burst_asks_for_the_short_wait() -> None
     assert complete is not None
     assert complete <= operator.context.clock.monotonic() + 0.2, "complete: the short wait"
     assert not api.list(NODECLAIMS).items, "no look has run since"
+
+
+def test_a_pending_pods_event_parses_it_for_the_round() -> None:
+    """Reading a burst's pods was a seventh of a round's CPU, spent after its window had
+    closed; each new pending pod's event parses it while the window is open, and the round
+    (which asks the same ``PodSpecs`` by the pod's version) finds it parsed."""
+    api, operator = _operator()
+    _owned_pods(api, _replicaset(api, "web", 1), 1)
+    world.pending_pod(api, "bound")
+    api.patch(PODS, "bound", {"spec": {"nodeName": "node-a"}}, "default")
+    pending, bound = (api.get(PODS, name, "default") for name in ("web-0", "bound"))
+    specs = operator.provisioning._ctx.pod_specs
+    operator.provisioning._pod_event(bound)  # not provisionable: not read
+    assert specs.parses == 0
+    operator.provisioning._pod_event(pending)
+    assert specs.parses == 1
+    assert specs.get(pending).raw is pending  # the round's ask: no second parse
+    assert specs.parses == 1
+    # A later version of a pod the window has seen (say its nomination written) is left to
+    # the round that needs it, if any.
+    api.patch(PODS, "web-0", {"status": {"nominatedNodeName": "node-a"}}, "default")
+    operator.provisioning._pod_event(api.get(PODS, "web-0", "default"))
+    assert specs.parses == 1

@@ -8,7 +8,7 @@ from the provisioning round so each creator builds the same object.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from karpenter_capi.core.api import wellknown
@@ -50,8 +50,22 @@ def log_created(
     )
 
 
-def nodeclaim_body(raw_pool: Mapping[str, Any], claim: ProposedNodeClaim) -> JsonObject:
-    """The NodeClaim Karpenter would create for a proposed claim of this NodePool."""
+def template_hashes(models: Iterable[NodePool | None]) -> dict[str, str]:
+    """Each NodePool's ``template_hash`` by name, once for all the NodeClaims a round makes of
+    it (``None``: a NodePool not validated, which ``nodeclaim_body`` hashes itself)."""
+    return {m.name: m.template_hash() for m in {id(m): m for m in models if m}.values()}
+
+
+def nodeclaim_body(
+    raw_pool: Mapping[str, Any],
+    claim: ProposedNodeClaim,
+    *,
+    template_hash: str | None = None,
+) -> JsonObject:
+    """The NodeClaim Karpenter would create for a proposed claim of this NodePool.
+
+    ``template_hash``: the NodePool's ``NodePool.template_hash()`` when the caller has it (a
+    round creating twenty NodeClaims of one NodePool validated and hashed it twenty times)."""
     meta = raw_pool["metadata"]
     template = (raw_pool.get("spec") or {}).get("template") or {}
     spec = template.get("spec") or {}
@@ -77,9 +91,9 @@ def nodeclaim_body(raw_pool: Mapping[str, Any], claim: ProposedNodeClaim) -> Jso
     )
     labels[wellknown.LABEL_NODEPOOL] = name
     annotations = dict((template.get("metadata") or {}).get("annotations") or {})
-    annotations[wellknown.ANNOTATION_NODEPOOL_HASH] = NodePool.model_validate(
-        raw_pool
-    ).template_hash()
+    if template_hash is None:
+        template_hash = NodePool.model_validate(raw_pool).template_hash()
+    annotations[wellknown.ANNOTATION_NODEPOOL_HASH] = template_hash
     annotations[wellknown.ANNOTATION_NODEPOOL_HASH_VERSION] = NODEPOOL_HASH_VERSION
     nominated = ",".join(sorted(pod_key(p) for p in claim.pods))
     if nominated and len(nominated) <= NOMINATED_PODS_MAX_CHARS:

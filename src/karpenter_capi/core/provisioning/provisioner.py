@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Hashable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from karpenter_capi.core.api import wellknown
@@ -53,7 +52,7 @@ from karpenter_capi.core.observability.metrics import Metrics
 from karpenter_capi.core.plugin_host import Plugins
 from karpenter_capi.core.provisioning.daemonsets import UnreadableDaemonSets
 from karpenter_capi.core.provisioning.inventory import NodePoolInventory, Stores, resolve_inventory
-from karpenter_capi.core.provisioning.nodeclaims import log_created, nodeclaim_body
+from karpenter_capi.core.provisioning.nodeclaims import log_created, nodeclaim_body, template_hashes
 from karpenter_capi.core.provisioning.nodepools import nodepool_option, nodepool_usage
 from karpenter_capi.core.provisioning.pending import is_provisionable
 from karpenter_capi.core.provisioning.plans import finish_plans, missing_claims, stamp_plan
@@ -70,6 +69,7 @@ from karpenter_capi.core.provisioning.state import (
     persisted_nominations,
     unreplaced_pods,
 )
+from karpenter_capi.core.provisioning.together import CREATES, EVENTS, together
 from karpenter_capi.core.provisioning.unseen import UnseenClaims, outcome_unknown
 from karpenter_capi.core.scheduling import packing
 from karpenter_capi.core.scheduling.daemons import DaemonOverhead
@@ -478,9 +478,12 @@ class Provisioner:
         """
         accepted: list[tuple[ProposedNodeClaim, JsonObject]] = []
         listed: list[JsonObject] | None = None
+        hashes = template_hashes(raw_pools[c.nodepool.name].model for c in wanted)
         for number, claim in enumerate(wanted):
             inventory = raw_pools[claim.nodepool.name]
-            body = nodeclaim_body(inventory.raw, claim)
+            body = nodeclaim_body(
+                inventory.raw, claim, template_hash=hashes.get(inventory.nodepool)
+            )
             if stamps is not None:
                 body["metadata"]["annotations"][wellknown.ANNOTATION_PLAN] = stamps[number]
             if claim.nodepool.limits is not None:
@@ -533,7 +536,8 @@ class Provisioner:
         With ``create_concurrency`` 1 in the plan's order, stopping at an API that is away or
         busy (a simulation needs the server to name the claims in the same order every run);
         otherwise the first, then the others together, at most ``create_concurrency`` in
-        flight."""
+        flight: this thread and the process's shared create threads (``together.py``), which
+        outlive the round, so no round waits for threads of its own to start."""
         if self._create_concurrency <= 1 or len(bodies) <= 1:
             outcomes: list[JsonObject | ApiError | None] = []
             for body in bodies:
@@ -545,9 +549,7 @@ class Provisioner:
         carrier = self._create(bodies[0])
         if isinstance(carrier, ApiError) and not refused_by_api(carrier):
             return [carrier, *(None for _ in bodies[1:])]
-        workers = min(self._create_concurrency, len(bodies) - 1)
-        with ThreadPoolExecutor(workers, thread_name_prefix="create-nodeclaim") as pool:
-            return [carrier, *pool.map(self._create, bodies[1:])]
+        return [carrier, *together(CREATES, self._create, bodies[1:], self._create_concurrency)]
 
     def _create(self, body: JsonObject) -> JsonObject | ApiError:
         try:
@@ -594,6 +596,4 @@ class Provisioner:
             for event in events:
                 record(event)
             return
-        workers = min(self._create_concurrency, len(events))
-        with ThreadPoolExecutor(workers, thread_name_prefix="nominated-event") as pool:
-            list(pool.map(record, events))
+        together(EVENTS, record, events, self._create_concurrency)
