@@ -504,3 +504,22 @@ def test_the_wait_for_each_answer_is_inside_the_blocking_hook(
     with pytest.raises(errors.ApiError):
         client.get(PODS, "web-1", "default")
     assert waits.log == ["enter, 0 seen", "exit, 1 seen", "enter, 1 seen", "exit, 2 seen"]
+
+
+def test_a_watch_whose_server_goes_silent_ends_at_the_read_timeout(
+    stub: tuple[Script, OfficialClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that stops sending, with the connection open, ends the watch after the read
+    timeout (the informer then resumes it), and the event before it was delivered."""
+    monkeypatch.setattr("karpenter_capi.core.kube.official._WATCH_READ_SLACK_SECONDS", 0.0)
+    script, client = stub
+    hold = threading.Event()
+    script.answer = _chunked_watch([b'{"type":"ADDED","object":{"metadata":{"name":"a"}}}\n'], hold)
+    try:
+        stream = client.watch(PODS, "default", timeout_seconds=1)
+        assert [e.type for e in stream] == ["ADDED"]
+    finally:
+        hold.set()
+    # The connection's next user gets its own timeout back from urllib3.
+    script.answer = lambda seen, _h: (200, {}, {"kind": "Node", "metadata": {"name": "n1"}})
+    assert client.get(NODES, "n1")["metadata"]["name"] == "n1"
