@@ -121,6 +121,8 @@ def test_core_discovery(wire: Wire) -> None:
         "v1",
         "Eviction",
     )
+    binding = by_name["pods/binding"]
+    assert (binding["kind"], binding["verbs"]) == ("Binding", ["create"])
     assert by_name["nodes"]["namespaced"] is False
 
 

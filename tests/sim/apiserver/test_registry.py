@@ -23,7 +23,7 @@ def test_built_in_definitions_match_kubectl_api_resources(apiserver: InMemoryAPI
     assert pods.singular == "pod"
     assert pods.short_names == ("po",)
     assert pods.categories == ("all",)
-    assert pods.subresources == {"status", "eviction"}
+    assert pods.subresources == {"status", "eviction", "binding"}
     assert pods.list_kind == "PodList"
     deployments = apiserver.definition("apps", "v1", "deployments")
     assert deployments.short_names == ("deploy",)

@@ -1,6 +1,7 @@
-"""The stand-in's pod writes take the in-memory server's answer ``shared`` (the stored object
-itself, no copy): it only reads what a binding returns. Stored objects must then stay exactly
-as written; this catches the stand-in (or anything it hands the answer to) changing one."""
+"""The stand-in's pod status writes take the in-memory server's answer ``shared`` (the stored
+object itself, no copy): it only reads what a write returns. Stored objects must then stay
+exactly as written; this catches the stand-in (or anything it hands the answer to) changing
+one. (A binding answers a Status, not the pod: nothing to share.)"""
 
 from __future__ import annotations
 
@@ -33,8 +34,8 @@ def test_the_pods_the_scheduler_writes_stay_as_stored() -> None:
     too_big = sim.scheduled("too-big")
     assert too_big is not None
     assert too_big["reason"] == "Unschedulable"
-    # A binding and two status writes, each answered with the stored object itself ...
-    assert len(answers) == 3
-    assert any(a is sim.api.get(PODS, "fits", "default", shared=True) for a, _ in answers)
+    # One status write (the failure), answered with the stored object itself ...
+    assert len(answers) == 1
+    assert answers[0][0] is sim.api.get(PODS, "too-big", "default", shared=True)
     # ... none of which changed since it was stored.
     assert [orjson.dumps(a) for a, _ in answers] == [b for _, b in answers]

@@ -10,10 +10,11 @@ API stand-ins), which call the same object, so the recording sits on the control
 before passing it on, as kube-apiserver's audit log would under the controller's
 ServiceAccount.
 
-Verbs are RBAC's: an eviction is ``create`` on ``pods/eviction``; a ``watch`` and a ``list``
-are themselves whatever their timeout. ``served_versions`` is API discovery (a GET of
-``/apis/<group>``), which RBAC grants every authenticated user through ``system:discovery``;
-it is recorded as a non-resource request so a check can say so instead of dropping it.
+Verbs are RBAC's: an eviction is ``create`` on ``pods/eviction``, a scheduler's binding
+``create`` on ``pods/binding``; a ``watch`` and a ``list`` are themselves whatever their
+timeout. ``served_versions`` is API discovery (a GET of ``/apis/<group>``), which RBAC grants
+every authenticated user through ``system:discovery``; it is recorded as a non-resource
+request so a check can say so instead of dropping it.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ from karpenter_capi.core.kube.client import (
     PropagationPolicy,
     WatchStream,
 )
+from karpenter_capi.core.kube.errors import MethodNotAllowed
 from karpenter_capi.core.kube.resources import PODS, Resource
+from karpenter_capi.sim.apiserver.subresources import PodBinder, binding_name
 
 WORKLOAD_CLUSTER = "workload"
 MANAGEMENT_CLUSTER = "management"
@@ -263,6 +266,15 @@ class AuditingClient:
     def evict(self, name: str, namespace: str, *, grace_period_seconds: int | None = None) -> None:
         with self._writing("create", PODS, namespace, name, "eviction"):
             self._inner.evict(name, namespace, grace_period_seconds=grace_period_seconds)
+
+    def bind(self, binding: JsonObject, namespace: str, name: str | None = None) -> None:
+        """A scheduler's ``create`` on ``pods/binding``; only a wrapped client that binds
+        (``PodBinder``: the in-memory server) can."""
+        inner = self._inner
+        if not isinstance(inner, PodBinder):
+            raise MethodNotAllowed("this client cannot create pods/binding")
+        with self._writing("create", PODS, namespace, name or binding_name(binding), "binding"):
+            inner.bind(binding, namespace, name)
 
     def server_version(self) -> JsonObject:
         self.log.record(AuditRecord(self.cluster, "get", "", "", None, None, None, path="/version"))

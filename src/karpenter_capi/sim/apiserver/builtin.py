@@ -84,7 +84,7 @@ BUILTIN_DEFINITIONS: tuple[ResourceDefinition, ...] = (
         "Pod",
         short=("po",),
         categories=("all",),
-        subresources=frozenset({"status", "eviction"}),
+        subresources=frozenset({"status", "eviction", "binding"}),
         fields=_POD_FIELDS,
     ),
     _core(

@@ -125,5 +125,7 @@ def _discovery_entries(definition: ResourceDefinition) -> list[JsonObject]:
             sub_entry.update(group="autoscaling", version="v1", kind="Scale")
         elif sub == "eviction":
             sub_entry.update(group="policy", version="v1", kind="Eviction", verbs=["create"])
+        elif sub == "binding":
+            sub_entry.update(kind="Binding", verbs=["create"])
         entries.append(sub_entry)
     return entries

@@ -132,6 +132,9 @@ class ResourceRequest:
         if self.subresource == "eviction":
             if method == "POST":
                 return self._evict()
+        elif self.subresource == "binding":
+            if method == "POST":
+                return self._bind(name)
         elif method == "GET":
             obj = self.api.get(
                 self.resource, name, self.namespace, subresource=self.subresource, shared=True
@@ -417,6 +420,23 @@ class ResourceRequest:
                 "code": 201,
             },
         )
+
+    def _bind(self, name: str) -> Reply:
+        """``pods/NAME/binding``: kube-scheduler's bind (``InMemoryAPIServer.bind``); 201 with a
+        Success Status, as ``BindingREST.Create`` answers."""
+        if self.namespace is None:
+            raise BadRequest("bindings are namespaced")
+        self.api.bind(self.router.json_body(), self.namespace, name)
+        return Reply(201, {**_SUCCESS})
+
+
+_SUCCESS: JsonObject = {
+    "kind": "Status",
+    "apiVersion": "v1",
+    "metadata": {},
+    "status": "Success",
+    "code": 201,
+}
 
 
 def _int_param(name: str, text: str | None) -> int:

@@ -36,7 +36,7 @@ from karpenter_capi.core.kube.errors import (
     UnsupportedMediaType,
 )
 from karpenter_capi.core.kube.resources import NAMESPACES, Resource
-from karpenter_capi.sim.apiserver import manifests, messages
+from karpenter_capi.sim.apiserver import manifests, messages, subresources
 from karpenter_capi.sim.apiserver.builtin import BUILTIN_DEFINITIONS, INITIAL_NAMESPACES
 from karpenter_capi.sim.apiserver.capi_crds import cluster_api_crds
 from karpenter_capi.sim.apiserver.definitions import ResourceDefinition, version_priority
@@ -589,6 +589,10 @@ class InMemoryAPIServer:
             stored = self._engine.get_stored(pods, table, name, namespace)
             check_eviction(stored, budgets_in(self._engine, namespace))
             self._engine.delete_object(table, stored, None, grace_period_seconds)
+
+    def bind(self, binding: JsonObject, namespace: str, name: str | None = None) -> None:
+        """A create on ``pods/binding``: the pod bound in one write (``subresources.bind_pod``)."""
+        subresources.bind_pod(self._engine, self._check_fault, binding, namespace, name)
 
     def budgets_in(self, namespace: str) -> builtins.list[JsonObject]:
         """The PodDisruptionBudgets stored in ``namespace``, as stored (do not modify)."""

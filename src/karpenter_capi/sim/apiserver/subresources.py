@@ -1,16 +1,21 @@
-"""The ``scale`` subresource, and which subresources a request may name.
+"""The ``scale`` and ``pods/binding`` subresources, and which subresources a request may name.
 
 HorizontalPodAutoscalers, ``kubectl scale`` and CAPI's MachineDeployment scaling read and write
 replicas through ``/scale`` as an ``autoscaling/v1`` Scale, whatever the kind stores them in
 (``spec.replicas`` of a Deployment, a CRD's ``scale`` paths). The server verbs map between the
 two here; the write itself is an ordinary update through the engine.
+
+kube-scheduler binds a pod by creating a ``v1.Binding`` on ``pods/NAME/binding``, and the API
+server's binding storage sets ``spec.nodeName`` and ``PodScheduled=True`` in one stored write
+(``bind_pod``), where a pod update may not set ``spec.nodeName`` at all.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
 
-from karpenter_capi.core.kube.errors import NotFound
+from karpenter_capi.core.kube.errors import BadRequest, Conflict, InternalError, NotFound
 from karpenter_capi.core.values.selectors import selector_to_string
 from karpenter_capi.sim.apiserver import messages
 from karpenter_capi.sim.apiserver.definitions import ResourceDefinition
@@ -21,11 +26,17 @@ from karpenter_capi.sim.apiserver.store import Table
 JsonObject = dict[str, Any]
 
 
+_OWN_VERBS = frozenset({"eviction", "binding"})
+"""Subresources that are only created, each through its own server method (``evict``,
+``bind``): get, update and patch do not reach them."""
+
+
 def check_subresource(definition: ResourceDefinition, subresource: str | None) -> None:
-    """404 for a subresource the resource does not have (eviction has its own verb)."""
+    """404 for a subresource the resource does not have (eviction and binding have their own
+    verbs)."""
     if subresource is None:
         return
-    if subresource not in definition.subresources or subresource == "eviction":
+    if subresource not in definition.subresources or subresource in _OWN_VERBS:
         raise NotFound(
             f"the server could not find the requested resource ({definition.plural}/{subresource})"
         )
@@ -81,3 +92,145 @@ def write_scale(
     set_path(new, definition.scale_spec_path, replicas)
     written = engine.update_object(table, stored, new, precondition=precondition_of(meta))
     return scale_of(definition, written)
+
+
+@runtime_checkable
+class PodBinder(Protocol):
+    """A client that can create ``pods/binding`` (the in-memory server, or a wrapper of one):
+    what a scheduler needs beyond ``KubeClient``, which the controller's clients never have."""
+
+    def bind(self, binding: JsonObject, namespace: str, name: str | None = None) -> None:
+        """Bind the pod ``binding`` names to its target node; ``name``: the URL's, if any."""
+        ...
+
+
+def binding_name(binding: Any) -> str | None:
+    """The pod a ``v1.Binding`` names (``metadata.name``), if it names one."""
+    meta = binding.get("metadata") if isinstance(binding, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return str(name) if name else None
+
+
+def _check_binding(binding: Any, namespace: str, name: str | None) -> tuple[str, str, JsonObject]:
+    """(pod name, node name, annotations) of a well-formed Binding, or what kube answers.
+
+    ``BindingREST.Create`` (``pkg/registry/core/pod/storage/storage.go``): 400 when the URL's
+    name is not the Binding's; ``ValidatePodBinding`` (``pkg/apis/core/validation``) wants a
+    ``target.name`` and a ``target.kind`` of ``Node`` or none, and its error list is no
+    ``Status``, so kube-apiserver answers it as a 500. The request's namespace check
+    (``rest.EnsureObjectNamespaceMatchesRequestNamespace``) comes first.
+    """
+    if not isinstance(binding, dict):
+        raise BadRequest("the Binding must be a JSON object")
+    meta = binding.get("metadata") or {}
+    if meta.get("namespace", namespace) != namespace:
+        raise BadRequest(
+            "the namespace of the provided object does not match the namespace sent on the request"
+        )
+    pod_name = binding_name(binding)
+    if name is not None and name != pod_name:
+        raise BadRequest("name in URL does not match name in Binding object")
+    if pod_name is None:
+        raise BadRequest("name is required in the Binding's metadata")
+    target = binding.get("target") or {}
+    kind, node = target.get("kind") or "", target.get("name") or ""
+    errors = []
+    if kind and kind != "Node":
+        errors.append(
+            f'target.kind: Unsupported value: "{kind}": supported values: "Node", "<empty>"'
+        )
+    if not node:
+        errors.append("target.name: Required value")
+    if errors:
+        raise InternalError(errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]", reason="")
+    annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, Mapping) or not all(
+        isinstance(v, str) for v in annotations.values()
+    ):
+        raise BadRequest("metadata.annotations of a Binding must map strings to strings")
+    return pod_name, str(node), dict(annotations)
+
+
+def _binding_refused(name: str, why: str) -> Conflict:
+    """``assignPod``: a refusal of the update function is a 409 on ``pods/binding``."""
+    return Conflict(
+        f'Operation cannot be fulfilled on pods/binding "{name}": {why}',
+        details={"name": name, "group": "", "kind": "pods/binding"},
+    )
+
+
+def _scheduled(conditions: list[JsonObject], now: str) -> list[JsonObject]:
+    """``conditions`` with ``PodScheduled=True``, as ``podutil.UpdatePodCondition`` sets it:
+    the condition replaced where it stands (reason and message gone), its transition time
+    kept when its status was already True."""
+    condition: JsonObject = {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}
+    for index, current in enumerate(conditions):
+        if isinstance(current, dict) and current.get("type") == "PodScheduled":
+            if current.get("status") == "True" and current.get("lastTransitionTime"):
+                condition["lastTransitionTime"] = current["lastTransitionTime"]
+            return [*conditions[:index], condition, *conditions[index + 1 :]]
+    return [*conditions, condition]
+
+
+def bind_pod(
+    engine: Engine,
+    check_fault: Callable[[str, ResourceDefinition, str | None, str | None], None],
+    binding: Any,
+    namespace: str,
+    name: str | None,
+) -> None:
+    """Bind the pod a ``v1.Binding`` names to its ``target`` node, in one stored write (one
+    resourceVersion, one MODIFIED event). ``check_fault``: the server's request count and fault
+    check, as a ``create`` on ``pods/binding``; ``name``: the URL's, when the Binding came over
+    HTTP.
+
+    kube's ``BindingREST`` (``pkg/registry/core/pod/storage/storage.go``: ``Create``,
+    ``assignPod``, ``setPodNodeAndMetadata``) updates the stored pod directly, not through the
+    pod's update strategy: the Binding's ``uid`` and ``resourceVersion``, when given, are
+    preconditions (409 on the pod); a pod being deleted, already bound or still gated
+    (``spec.schedulingGates``) is refused with 409 on ``pods/binding``; then ``spec.nodeName``
+    is set, ``status.nominatedNodeName`` cleared (KEP-5278's
+    ``ClearingNominatedNodeNameAfterBinding``), the Binding's annotations copied onto the pod
+    and ``PodScheduled`` set True.
+    """
+    pods = engine.served[("", "pods")]
+    check_fault("create", pods, name or binding_name(binding), "binding")
+    with engine.lock:
+        _bind(engine, pods, binding, namespace, name)
+
+
+def _bind(
+    engine: Engine, pods: ResourceDefinition, binding: Any, namespace: str, name: str | None
+) -> None:
+    """``setPodNodeAndMetadata`` on the stored pod (``bind_pod``). Lock must be held."""
+    pod_name, node, annotations = _check_binding(binding, namespace, name)
+    table = engine.store.tables["pods"]
+    stored = engine.get_stored(pods, table, pod_name, namespace)
+    meta = stored["metadata"]
+    wanted = binding.get("metadata") or {}
+    for field, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+        if wanted.get(field) and str(wanted[field]) != meta.get(field):
+            raise messages.conflict(
+                pods,
+                pod_name,
+                f"Precondition failed: {label} in precondition: {wanted[field]}, {label} in "
+                f"object meta: {meta.get(field)}",
+            )
+    spec, status = stored.get("spec") or {}, stored.get("status") or {}
+    if meta.get("deletionTimestamp"):
+        raise _binding_refused(
+            pod_name, f"pod {pod_name} is being deleted, cannot be assigned to a host"
+        )
+    if spec.get("nodeName"):
+        raise _binding_refused(
+            pod_name, f'pod {pod_name} is already assigned to node "{spec["nodeName"]}"'
+        )
+    if spec.get("schedulingGates"):
+        raise _binding_refused(pod_name, f"pod {pod_name} has non-empty .spec.schedulingGates")
+    new_meta = dict(meta)
+    if annotations:
+        new_meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
+    new_status = {k: v for k, v in status.items() if k != "nominatedNodeName"}
+    new_status["conditions"] = _scheduled(list(status.get("conditions") or []), engine.now())
+    new = {**stored, "metadata": new_meta, "spec": {**spec, "nodeName": node}, "status": new_status}
+    engine.commit(table, "MODIFIED", new, stored)

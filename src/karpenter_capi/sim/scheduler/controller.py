@@ -28,7 +28,7 @@ import random
 import threading
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import orjson
 
@@ -39,6 +39,7 @@ from karpenter_capi.core.kube.errors import Conflict, NotFound
 from karpenter_capi.core.kube.resources import NODES, PERSISTENT_VOLUME_CLAIMS, PODS, Resource
 from karpenter_capi.core.runtime.controller import DONE, WORKLOAD, Caches, Key, Result, Watch
 from karpenter_capi.sim.apiserver.server import InMemoryAPIServer
+from karpenter_capi.sim.apiserver.subresources import PodBinder
 from karpenter_capi.sim.scheduler import rules, scoring
 from karpenter_capi.sim.scheduler.cycle import (
     NodeInfo,
@@ -52,7 +53,7 @@ from karpenter_capi.sim.scheduler.cycle import (
 from karpenter_capi.sim.scheduler.nominated import Nominator, nominated_node
 from karpenter_capi.sim.scheduler.queue import VOLUME_BINDING, SchedulingQueue, plugins_for
 
-__all__ = ["CYCLE_KEY", "SCHEDULER_NAME", "SimScheduler", "missing_claim"]
+__all__ = ["CYCLE_KEY", "SCHEDULER_NAME", "SchedulerClient", "SimScheduler", "missing_claim"]
 
 SCHEDULER_NAME: Final = "default-scheduler"
 CYCLE_KEY: Final = "sim.kube-scheduler/cycle"
@@ -121,6 +122,11 @@ def _queue_order(pod: Mapping[str, Any]) -> tuple[int, str, str, str]:
     )
 
 
+class SchedulerClient(KubeClient, PodBinder, Protocol):
+    """What the stand-in writes through: the API, and ``pods/binding`` (the in-memory server,
+    or a wrapper of one such as ``FaultyClient``)."""
+
+
 class SimScheduler:
     """A kube-scheduler stand-in for the simulator; add it to a ``Manager`` like any controller.
 
@@ -134,7 +140,9 @@ class SimScheduler:
     event; ``_on_pod`` enqueues ``CYCLE_KEY`` for those that are. A node's events all are."""
     primary_cluster = WORKLOAD
 
-    def __init__(self, client: KubeClient, caches: Caches, clock: Clock, *, seed: int = 0) -> None:
+    def __init__(
+        self, client: SchedulerClient, caches: Caches, clock: Clock, *, seed: int = 0
+    ) -> None:
         self.client, self.caches, self.clock = client, caches, clock
         # Breaks ties between equally scored nodes; seeded so a run repeats for its seed.
         self._rng = random.Random(seed)
@@ -416,37 +424,43 @@ class SimScheduler:
         return [] if context.failures(node, nominator.reserved(node.name, pod)) else [node]
 
     def _bind(self, pod: JsonObject, node_name: str) -> bool:
+        """Create the pod's ``pods/binding``, as kube-scheduler's DefaultBinder does: one write,
+        in which the API server sets ``spec.nodeName`` and ``PodScheduled=True`` and clears
+        the nomination. The Binding names the pod's uid (as DefaultBinder) and the
+        resourceVersion the cycle read (a precondition the API allows): a pod changed since
+        the cache saw it is refused (409) and tried again."""
         meta = metadata(pod)
-        name, namespace = meta["name"], meta.get("namespace")
+        name, namespace = meta["name"], str(meta.get("namespace") or "")
+        binding_meta: JsonObject = {"name": name, "namespace": namespace}
+        for field in ("uid", "resourceVersion"):
+            if meta.get(field):
+                binding_meta[field] = meta[field]
+        binding: JsonObject = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": binding_meta,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node_name},
+        }
         try:
-            written = self._patch_pod(
-                name,
-                {
-                    "metadata": {"resourceVersion": meta.get("resourceVersion")},
-                    "spec": {"nodeName": node_name},
-                },
-                namespace,
-            )
+            self.client.bind(binding, namespace)
         except NotFound:
             return False  # gone: its deletion is an event
         except Conflict:
-            self._refused = True  # changed since the cache saw it: tried again (``reconcile``)
+            # Changed since the cache saw it, or bound or deleted meanwhile: tried again
+            # (``reconcile``).
+            self._refused = True
             return False
-        key = object_key(pod)
-        self._assumed[key] = (str(meta.get("uid", "")), node_name)
-        self._set_scheduled(key, written, "True", None, None)
+        self._assumed[object_key(pod)] = (str(meta.get("uid", "")), node_name)
         return True
 
-    def _patch_pod(
-        self, name: str, patch: JsonObject, namespace: str | None, subresource: str | None = None
-    ) -> JsonObject:
-        """A pod write whose answer is only read, never changed: from the in-memory server,
-        the stored object itself (``shared``), not a copy made for nothing."""
+    def _patch_status(self, name: str, patch: JsonObject, namespace: str | None) -> JsonObject:
+        """A pod status write whose answer is only read, never changed: from the in-memory
+        server, the stored object itself (``shared``), not a copy made for nothing."""
         if isinstance(self.client, InMemoryAPIServer):
             return self.client.patch(
-                PODS, name, patch, namespace, subresource=subresource, shared=True
+                PODS, name, patch, namespace, subresource="status", shared=True
             )
-        return self.client.patch(PODS, name, patch, namespace, subresource=subresource)
+        return self.client.patch(PODS, name, patch, namespace, subresource="status")
 
     def _fail(self, key: str, pod: JsonObject, message: str, plugins: frozenset[str]) -> None:
         """Parked until an event ``plugins``' hints answer for; ``PodScheduled=False`` says
@@ -487,8 +501,7 @@ class SimScheduler:
         pod = self._latest(key, pod)
         conditions = list((pod.get("status") or {}).get("conditions") or [])
         current = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
-        # Bound (the API server clears it with the binding) or failed (kube-scheduler's
-        # ``clearNominatedNode``): either way the nomination goes.
+        # Failed: kube-scheduler's ``clearNominatedNode`` (a binding clears it server-side).
         nominated = nominated_node(pod) is not None
         if (
             not nominated
@@ -513,6 +526,6 @@ class SimScheduler:
         if nominated:
             written["nominatedNodeName"] = None
         with contextlib.suppress(NotFound):
-            self._written[key] = self._patch_pod(
-                meta["name"], {"status": written}, meta.get("namespace"), subresource="status"
+            self._written[key] = self._patch_status(
+                meta["name"], {"status": written}, meta.get("namespace")
             )
