@@ -9,8 +9,7 @@ import threading
 
 import pytest
 
-from karpenter_capi.core.provisioning.nominations import Writers
-from karpenter_capi.core.provisioning.together import together
+from karpenter_capi.core.provisioning.together import Writers, together
 
 
 def test_each_call_once_results_in_order_the_callers_thread_one_of_the_lanes() -> None:

@@ -36,8 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -50,6 +48,7 @@ from karpenter_capi.core.kube.writelog import resource_version_number
 from karpenter_capi.core.lifecycle.nodes import node_is_ready
 from karpenter_capi.core.observability.logs import first, ref
 from karpenter_capi.core.provisioning.state import ClusterSnapshot, persisted_nominations
+from karpenter_capi.core.provisioning.together import Writers, together
 from karpenter_capi.core.runtime.controller import WORKLOAD, ControllerContext, Result
 from karpenter_capi.core.values.taints import Taint, TaintError, parse_tolerations, untolerated
 
@@ -135,70 +134,6 @@ def _may_take(node: JsonObject, pod: JsonObject) -> bool:
             taints.append(Taint.from_dict(raw))
     tolerations = parse_tolerations((pod.get("spec") or {}).get("tolerations") or ())
     return untolerated(tolerations, taints) is None
-
-
-class Writers:
-    """Threads that write nominations for every ``NominationController`` of the process: one
-    is started only when a job finds none idle, and one idle for ``idle_seconds`` ends.
-
-    Why not an executor per pass: each pass with several writes started (and joined) its own
-    ``ThreadPoolExecutor``, up to ``write_concurrency`` new threads a pass; in a 100-cluster
-    fleet that was thousands of thread start-ups a wave, about 50 µs of CPU each, on top of
-    the writes. Why not one executor per controller: its threads never end, eight a cluster.
-    Here the threads live as long as passes keep them busy, so the process holds at most what
-    the passes in flight use together (as many as the executors did at their peak), and none
-    once nominating has stopped for ``idle_seconds``. Jobs are not bounded here: each pass
-    bounds its own (``write_concurrency``), so a cluster whose API hangs holds only its own.
-    """
-
-    def __init__(self, name: str = "nominate-pod", idle_seconds: float = 10.0) -> None:
-        self._name = name
-        self._idle_seconds = idle_seconds
-        self._lock = threading.Condition(threading.Lock())
-        self._jobs: deque[Callable[[], None]] = deque()
-        self._idle = 0  # threads waiting for a job
-        self._started = 0
-        self.threads = 0
-        """Threads started and not ended."""
-
-    def run(self, job: Callable[[], None]) -> None:
-        """Run ``job`` on an idle thread, or on a new one if none is idle (here, if no thread
-        can be started). ``job`` must not raise (what it raises is logged and dropped)."""
-        with self._lock:
-            if self._idle > len(self._jobs):  # a waiting thread no queued job has claimed
-                self._jobs.append(job)
-                self._lock.notify()
-                return
-            self._started += 1
-            self.threads += 1
-            name = f"{self._name}_{self._started}"
-        try:
-            threading.Thread(target=self._work, args=(job,), name=name, daemon=True).start()
-        except RuntimeError:  # no thread to be had: the job runs here, as it would have
-            with self._lock:
-                self.threads -= 1
-            self._run(job)
-
-    def _work(self, job: Callable[[], None]) -> None:
-        while True:
-            self._run(job)
-            with self._lock:
-                self._idle += 1
-                while not self._jobs:
-                    if not self._lock.wait(self._idle_seconds) and not self._jobs:
-                        # Idle that long, and no job queued: none was counted on this one.
-                        self._idle -= 1
-                        self.threads -= 1
-                        return
-                job = self._jobs.popleft()
-                self._idle -= 1
-
-    @staticmethod
-    def _run(job: Callable[[], None]) -> None:
-        try:
-            job()
-        except Exception:
-            log.exception("a nomination job raised")
 
 
 WRITERS: Final = Writers()
@@ -383,37 +318,11 @@ class NominationController:
         self, writes: Sequence[_Write], write: Callable[[_Write], bool | ApiError]
     ) -> list[bool | ApiError | None]:
         """Every write's outcome, ``write_concurrency`` lanes taking the next write as each
-        finishes one: this thread is one lane, the shared ``Writers`` run the others."""
-        outcomes: list[bool | ApiError | None] = [None] * len(writes)
-        todo = deque(enumerate(writes))
-        lanes = min(self._write_concurrency, len(writes))
-        done = threading.Semaphore(0)
-        failures: list[BaseException] = []
-
-        def lane() -> None:
-            try:
-                while True:
-                    try:
-                        index, job = todo.popleft()
-                    except IndexError:
-                        return
-                    outcomes[index] = write(job)
-            except BaseException as error:  # a bug: raised in the pass, as before
-                failures.append(error)
-
-        def helper() -> None:
-            try:
-                lane()
-            finally:
-                done.release()
-
-        for _ in range(lanes - 1):
-            self._writers.run(helper)
-        lane()
-        for _ in range(lanes - 1):
-            done.acquire()
-        if failures:
-            raise failures[0]
+        finishes one: this thread is one lane, the shared ``Writers`` run the others (a bug
+        one raises is raised in the pass, as before)."""
+        outcomes: list[bool | ApiError | None] = list(
+            together(self._writers, write, writes, self._write_concurrency)
+        )
         return outcomes
 
     def _forget(self, key: str) -> None:
