@@ -31,7 +31,8 @@ Row = dict[str, Any]
 _SENT_AT = "bench/sent-at"
 
 
-def _pod(name: str, namespace: str, sent_at: float | None = None) -> dict[str, Any]:
+def bench_pod(name: str, namespace: str, sent_at: float | None = None) -> dict[str, Any]:
+    """A small pod with one container's requests (``apiserver_writes.py`` builds on it)."""
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
@@ -91,7 +92,7 @@ def bench_create(pods: int, http_pods: int) -> tuple[list[Row], InMemoryAPIServe
             "create pods in process",
             pods,
             "pods/s",
-            lambda: [local.create(PODS, _pod(f"p-{i:05d}", "bench")) for i in range(pods)],
+            lambda: [local.create(PODS, bench_pod(f"p-{i:05d}", "bench")) for i in range(pods)],
         )
     )
     server = InMemoryAPIServer()
@@ -103,12 +104,14 @@ def bench_create(pods: int, http_pods: int) -> tuple[list[Row], InMemoryAPIServe
             "create pods over HTTP (OfficialClient)",
             http_pods,
             "pods/s",
-            lambda: [client.create(PODS, _pod(f"p-{i:05d}", "bench")) for i in range(http_pods)],
+            lambda: [
+                client.create(PODS, bench_pod(f"p-{i:05d}", "bench")) for i in range(http_pods)
+            ],
         )
     )
     # Fill the rest in process, so the list benchmarks see ``pods`` objects.
     for i in range(http_pods, pods):
-        server.create(PODS, _pod(f"p-{i:05d}", "bench"))
+        server.create(PODS, bench_pod(f"p-{i:05d}", "bench"))
     client.close()
     return rows, server, front
 
@@ -184,7 +187,7 @@ def bench_watch_fanout(front: HttpFront, watchers: int, events: int) -> Row:
         thread.start()
     begin = time.perf_counter()
     for i in range(events):
-        server.create(PODS, _pod(f"w-{i:05d}", namespace, sent_at=time.perf_counter()))
+        server.create(PODS, bench_pod(f"w-{i:05d}", namespace, sent_at=time.perf_counter()))
     done.wait(timeout=120)
     elapsed = time.perf_counter() - begin
     for stream in streams:

@@ -21,8 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -30,40 +32,27 @@ import orjson
 from karpenter_capi.core.kube.resources import NAMESPACES, PODS
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
+from benchmarks.apiserver_bench import bench_pod
+
 NS = "bench"
 
 
 def _pod(index: int) -> dict[str, Any]:
     """A pod as a ReplicaSet makes it (an owner, labels, one container with requests)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"web-{index}",
-            "namespace": NS,
-            "labels": {"app": "web", "pod-template-hash": "7d4b9c8f6"},
-            "ownerReferences": [
-                {
-                    "apiVersion": "apps/v1",
-                    "kind": "ReplicaSet",
-                    "name": "web-7d4b9c8f6",
-                    "uid": "0b5c7c9e-2f43-4f7e-9d55-0d1c8a3c4b21",
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
-        "spec": {
-            "containers": [
-                {
-                    "name": "app",
-                    "image": "registry.example/app:1.0",
-                    "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}},
-                }
-            ],
-            "tolerations": [{"key": "karpenter.sh/disrupted", "operator": "Exists"}],
-        },
-    }
+    pod = bench_pod(f"web-{index}", NS)
+    pod["metadata"]["labels"] = {"app": "web", "pod-template-hash": "7d4b9c8f6"}
+    pod["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "name": "web-7d4b9c8f6",
+            "uid": "0b5c7c9e-2f43-4f7e-9d55-0d1c8a3c4b21",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    return pod
 
 
 def _unschedulable(attempt: int) -> dict[str, Any]:
