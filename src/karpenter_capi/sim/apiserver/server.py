@@ -579,6 +579,13 @@ class InMemoryAPIServer:
         """A create on ``pods/binding``: the pod bound in one write (``subresources.bind_pod``)."""
         subresources.bind_pod(self._engine, self._check_fault, binding, namespace, name)
 
+    def create_binding(self, binding: JsonObject, namespace: str) -> None:
+        """A create on the deprecated ``bindings`` collection: ``bind``, the pod named by the
+        Binding alone (kube's ``LegacyBindingREST``)."""
+        subresources.bind_pod(
+            self._engine, self._check_fault, binding, namespace, None, collection=True
+        )
+
     def budgets_in(self, namespace: str) -> builtins.list[JsonObject]:
         """The PodDisruptionBudgets stored in ``namespace``, as stored (do not modify)."""
         with self._lock:
