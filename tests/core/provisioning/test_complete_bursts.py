@@ -218,7 +218,9 @@ def test_a_pending_pods_event_parses_it_for_the_round() -> None:
     api, operator = _operator()
     _owned_pods(api, _replicaset(api, "web", 1), 1)
     world.pending_pod(api, "bound")
-    api.patch(PODS, "bound", {"spec": {"nodeName": "node-a"}}, "default")
+    api.bind(
+        {"metadata": {"name": "bound"}, "target": {"kind": "Node", "name": "node-a"}}, "default"
+    )
     pending, bound = (api.get(PODS, name, "default") for name in ("web-0", "bound"))
     specs = operator.provisioning._ctx.pod_specs
     operator.provisioning._pod_event(bound)  # not provisionable: not read

@@ -202,7 +202,9 @@ def test_someone_else_s_nomination_and_bound_pods_are_left_alone(env: Env) -> No
     _pod(env, "preemptor", nominated="other")
     _registered(env, "general-a", "node-a")
     _pod(env, "bound")
-    env.api.patch(PODS, "bound", {"spec": {"nodeName": "node-a"}}, NAMESPACE)
+    env.api.bind(
+        {"metadata": {"name": "bound"}, "target": {"kind": "Node", "name": "node-a"}}, NAMESPACE
+    )
     plan.placed = {"default/preemptor": "general-a", "default/bound": "general-a"}
     _pass(env, controller)
     assert _nominated(env, "preemptor") == "other"

@@ -296,12 +296,11 @@ def _land(server: InMemoryAPIServer, claim_name: str, pods: tuple[str, ...]) -> 
         server.patch(
             PODS,
             name,
-            {
-                "metadata": {"ownerReferences": [{**owner, "controller": True}]},
-                "spec": {"nodeName": node_name},
-            },
+            {"metadata": {"ownerReferences": [{**owner, "controller": True}]}},
             namespace,
         )
+        binding = {"metadata": {"name": name}, "target": {"kind": "Node", "name": node_name}}
+        server.bind(binding, namespace)
         server.patch(PODS, name, {"status": {"phase": "Running"}}, namespace, subresource="status")
     return node_name
 

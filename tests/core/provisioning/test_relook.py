@@ -18,7 +18,6 @@ from karpenter_capi.core.kube.resources import (
     NODECLAIMS,
     NODEPOOLS,
     NODES,
-    PODS,
 )
 from karpenter_capi.core.operator import Operator
 from karpenter_capi.core.provisioning.relook import RECHECK_SECONDS, RoundView
@@ -82,7 +81,7 @@ def _join(api: InMemoryAPIServer, claim: str) -> str:
 
 
 def _bind(api: InMemoryAPIServer, pod: str, node: str) -> None:
-    api.patch(PODS, pod, {"spec": {"nodeName": node}}, "default")
+    api.bind({"metadata": {"name": pod}, "target": {"kind": "Node", "name": node}}, "default")
 
 
 def test_a_plan_coming_true_brings_no_round() -> None:

@@ -9,8 +9,11 @@ resourceVersion precondition.
 
 from __future__ import annotations
 
+import http.client
+import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from kubernetes.client import ApiClient, Configuration, CoreV1Api, V1Binding, V1ObjectMeta
@@ -164,6 +167,8 @@ def test_malformed_bindings(api: InMemoryAPIServer) -> None:
         api.bind(_binding("web", "n1"), NS, "other")
     with pytest.raises(BadRequest, match="namespace of the provided object does not match"):
         api.bind(_binding("web", "n1"), "elsewhere")
+    with pytest.raises(BadRequest, match=r"^Name parameter required\.$"):
+        api.create_binding({"metadata": {}, "target": {"name": "n1"}}, NS)
     assert not api.get(PODS, "web", NS)["spec"].get("nodeName")
 
 
@@ -209,3 +214,94 @@ def test_the_official_client_binds_over_http(api: InMemoryAPIServer, core: CoreV
         core.create_namespaced_pod_binding("web", NS, body, _preload_content=False)
     assert refused.value.status == 409
     assert "is already assigned to node" in str(refused.value.body)
+
+
+# The deprecated collection: kube's ``LegacyBindingREST`` (same storage.go), registered as
+# ``bindings`` in ``pkg/registry/core/rest/storage_core.go``, takes the pod's name from the
+# Binding's ``metadata.name`` and is otherwise ``BindingREST.Create``.
+
+
+def _post(front_url: str, path: str, body: Any, method: str = "POST") -> tuple[int, JsonObject]:
+    connection = http.client.HTTPConnection(urlsplit(front_url).netloc, timeout=10)
+    try:
+        connection.request(method, path, json.dumps(body), {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, json.loads(response.read() or b"{}")
+    finally:
+        connection.close()
+
+
+def test_the_official_client_binds_through_the_bindings_collection(
+    api: InMemoryAPIServer, core: CoreV1Api
+) -> None:
+    _pod(api)
+    body = V1Binding(
+        metadata=V1ObjectMeta(name="web", annotations={"a": "b"}),
+        target=Ref(api_version="v1", kind="Node", name="n1"),
+    )
+    answer = core.create_namespaced_binding(NS, body, _preload_content=False)
+    assert answer.status == 201
+    assert answer.json() == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "code": 201,
+    }
+    bound = api.get(PODS, "web", NS)
+    assert bound["spec"]["nodeName"] == "n1"
+    assert bound["metadata"]["annotations"] == {"a": "b"}
+    assert bound["status"]["conditions"][-1]["type"] == "PodScheduled"
+    # The request is a create on ``bindings``, not on ``pods/binding``.
+    assert api.requests.by_resource().get("create bindings") == 1
+    assert "create pods/binding" not in api.requests.by_resource()
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_binding(NS, body, _preload_content=False)
+    assert refused.value.status == 409
+    assert json.loads(refused.value.body)["message"] == (
+        'Operation cannot be fulfilled on pods/binding "web": pod web is already assigned to '
+        'node "n1"'
+    )
+
+
+def test_the_bindings_collection_refuses_as_kube_does(api: InMemoryAPIServer) -> None:
+    _pod(api)
+    target = {"kind": "Node", "name": "n1"}
+    path = f"/api/v1/namespaces/{NS}/bindings"
+    with HttpFront(api) as front:
+        # No name: ``NamespaceKeyFunc``'s 400, after ``ValidatePodBinding``'s 500.
+        status, answer = _post(front.url, path, {"metadata": {}, "target": target})
+        assert (status, answer["reason"], answer["message"]) == (
+            400,
+            "BadRequest",
+            "Name parameter required.",
+        )
+        status, answer = _post(front.url, path, {"metadata": {}, "target": {}})
+        assert (status, answer["message"]) == (500, "target.name: Required value")
+        status, answer = _post(
+            front.url, path, {"metadata": {"name": "web", "namespace": "other"}, "target": target}
+        )
+        assert (status, answer["reason"]) == (400, "BadRequest")
+        assert "does not match the namespace sent on the request" in answer["message"]
+        status, answer = _post(front.url, path, {"metadata": {"name": "gone"}, "target": target})
+        assert (status, answer["message"]) == (404, 'pods "gone" not found')
+        # Only created: no list, no items, no cluster-wide collection.
+        assert _post(front.url, path, None, method="GET")[0] == 405
+        assert _post(front.url, f"{path}/web", {"metadata": {"name": "web"}})[0] == 404
+        assert _post(front.url, "/api/v1/bindings", {"metadata": {"name": "web"}})[0] == 404
+    assert not api.get(PODS, "web", NS)["spec"].get("nodeName")
+
+
+def test_discovery_lists_the_bindings_collection(api: InMemoryAPIServer) -> None:
+    with HttpFront(api) as front:
+        status, listing = _post(front.url, "/api/v1", None, method="GET")
+    assert status == 200
+    names = [r["name"] for r in listing["resources"]]
+    assert names[0] == "bindings"  # kube lists /api/v1 in name order
+    assert listing["resources"][0] == {
+        "name": "bindings",
+        "singularName": "binding",
+        "namespaced": True,
+        "kind": "Binding",
+        "verbs": ["create"],
+    }

@@ -68,7 +68,10 @@ class Sim:
         self.api.patch(DEPLOYMENTS, name, {"spec": {"replicas": replicas}}, NS)
 
     def bind(self, pod: Mapping[str, Any], node_name: str) -> None:
-        self.api.patch(PODS, pod["metadata"]["name"], {"spec": {"nodeName": node_name}}, NS)
+        """Bind as kube-scheduler does, through ``pods/binding`` (an update may not)."""
+        name = pod["metadata"]["name"]
+        target = {"kind": "Node", "name": node_name}
+        self.api.bind({"metadata": {"name": name, "namespace": NS}, "target": target}, NS)
 
 
 def new_sim(**overrides: Any) -> Sim:

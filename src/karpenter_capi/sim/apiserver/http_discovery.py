@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from karpenter_capi.core.kube.client import JsonObject
 from karpenter_capi.core.kube.errors import NotFound
+from karpenter_capi.sim.apiserver.subresources import BINDINGS
 
 if TYPE_CHECKING:
     from karpenter_capi.sim.apiserver import InMemoryAPIServer
@@ -74,9 +75,10 @@ def api_group(api: InMemoryAPIServer, group: str) -> JsonObject:
 
 
 def api_resource_list(api: InMemoryAPIServer, group: str, version: str) -> JsonObject:
-    """``/api/v1`` or ``/apis/<group>/<version>``: the resources served there."""
+    """``/api/v1`` or ``/apis/<group>/<version>``: the resources served there, by name (core/v1
+    lists the ``bindings`` collection too, as kube does)."""
     resources: list[JsonObject] = []
-    for definition in _definitions_in(api, group, version):
+    for definition in sorted(_definitions_in(api, group, version), key=lambda d: d.plural):
         resources.extend(_discovery_entries(definition))
     if not resources:
         raise NotFound(f"the server could not find the requested resource ({group} {version})")
@@ -90,13 +92,19 @@ def api_resource_list(api: InMemoryAPIServer, group: str, version: str) -> JsonO
 
 
 def _definitions_in(api: InMemoryAPIServer, group: str, version: str) -> list[ResourceDefinition]:
-    return [d for d in api.definitions() if d.group == group and version in d.versions]
+    found = [d for d in api.definitions() if d.group == group and version in d.versions]
+    if (group, version) == (BINDINGS.group, BINDINGS.versions[0]):
+        found.append(BINDINGS)
+    return found
 
 
 def lookup(
     api: InMemoryAPIServer, group: str, version: str, plural: str
 ) -> ResourceDefinition | None:
-    """The resource ``plural`` served in ``group/version``, or None."""
+    """The resource ``plural`` served in ``group/version``, or None (``bindings`` in core/v1:
+    the create-only collection, ``subresources.BINDINGS``)."""
+    if (group, version, plural) == (BINDINGS.group, BINDINGS.versions[0], BINDINGS.plural):
+        return BINDINGS
     return api.find_definition(group, version, plural)
 
 
@@ -106,7 +114,7 @@ def _discovery_entries(definition: ResourceDefinition) -> list[JsonObject]:
         "singularName": definition.singular,
         "namespaced": definition.namespaced,
         "kind": definition.kind,
-        "verbs": list(_OBJECT_VERBS),
+        "verbs": ["create"] if definition is BINDINGS else list(_OBJECT_VERBS),
     }
     if definition.short_names:
         entry["shortNames"] = list(definition.short_names)

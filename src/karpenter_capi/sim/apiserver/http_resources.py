@@ -29,6 +29,7 @@ from karpenter_capi.core.kube.errors import (
 )
 from karpenter_capi.core.kube.resources import Resource
 from karpenter_capi.sim.apiserver.http_tables import Table, TableRenderer, wants_table
+from karpenter_capi.sim.apiserver.subresources import BINDINGS
 
 if TYPE_CHECKING:
     from karpenter_capi.sim.apiserver import InMemoryAPIServer
@@ -110,6 +111,8 @@ class ResourceRequest:
 
     def handle(self) -> Reply | None:
         method = self.router.method
+        if self.definition is BINDINGS:
+            return self._create_binding(method)
         if self.name is None:
             return self._handle_collection(method)
         return self._handle_object(method, self.name)
@@ -427,6 +430,17 @@ class ResourceRequest:
         if self.namespace is None:
             raise BadRequest("bindings are namespaced")
         self.api.bind(self.router.json_body(), self.namespace, name)
+        return Reply(201, {**_SUCCESS})
+
+    def _create_binding(self, method: str) -> Reply:
+        """``POST /api/v1/namespaces/NS/bindings``, the deprecated collection
+        (``InMemoryAPIServer.create_binding``): only that path and verb are routed, as kube
+        routes a ``rest.Creater`` (no name, no list, no cluster-wide path)."""
+        if self.namespace is None or self.name is not None:
+            raise NotFound("the server could not find the requested resource")
+        if method != "POST":
+            raise MethodNotAllowed(f"{method} is not supported on this path")
+        self.api.create_binding(self.router.json_body(), self.namespace)
         return Reply(201, {**_SUCCESS})
 
 

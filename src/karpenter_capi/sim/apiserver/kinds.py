@@ -2,8 +2,9 @@
 
 A real API server is not a generic document store: a new pod starts ``Pending`` with a QoS
 class, a namespace starts ``Active``, a custom resource with a status subresource drops the
-status a client sent on create, and a pod cannot be moved to another node. The simulation and
-the controllers rely on those rules, so they are reproduced here, kept to what matters.
+status a client sent on create, and a pod update cannot bind, move or unbind the pod. The
+simulation and the controllers rely on those rules, so they are reproduced here, kept to what
+matters.
 """
 
 from __future__ import annotations
@@ -15,11 +16,18 @@ from karpenter_capi.sim.apiserver.messages import FieldError, forbidden_field
 
 JsonObject = dict[str, Any]
 
-_POD_UPDATE_RULE = (
-    "pod updates may not change fields other than `spec.containers[*].image`,"
-    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` "
-    "(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` "
-    "(allow it to be set to 1 if it was previously negative)"
+# ``ValidatePodUpdate``'s Forbidden detail: ``updatablePodSpecFields`` joined by commas
+# (``pkg/apis/core/validation/validation.go``). kube appends a go-cmp diff of the spec after a
+# newline; it is not reproduced.
+_POD_UPDATE_RULE = "pod updates may not change fields other than " + ",".join(
+    (
+        "`spec.containers[*].image`",
+        "`spec.initContainers[*].image`",
+        "`spec.activeDeadlineSeconds`",
+        "`spec.tolerations` (only additions to existing tolerations)",
+        "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously "
+        "negative)",
+    )
 )
 # Kinds whose create keeps the status the client sent (kube: "nodes allow all fields").
 _STATUS_KEPT_ON_CREATE = frozenset({"nodes"})
@@ -147,12 +155,17 @@ def generation_changed(definition: ResourceDefinition, old: JsonObject, new: Jso
 def validate_update(
     definition: ResourceDefinition, old: JsonObject, new: JsonObject
 ) -> list[FieldError]:
-    """Immutability rules enforced on update (kept modest: the ones controllers can trip)."""
+    """Immutability rules enforced on update (kept modest: the ones controllers can trip).
+
+    A pod's ``spec.nodeName`` may not be set, changed or cleared (``ValidatePodUpdate``: it is
+    none of the mutable fields); only ``pods/binding`` sets it. An empty name is no name, as
+    in kube's Go types.
+    """
     errors: list[FieldError] = []
     if definition.group == "" and definition.plural == "pods":
-        before = (old.get("spec") or {}).get("nodeName")
-        after = (new.get("spec") or {}).get("nodeName")
-        if before and after != before:
+        before = (old.get("spec") or {}).get("nodeName") or ""
+        after = (new.get("spec") or {}).get("nodeName") or ""
+        if after != before:
             errors.append(forbidden_field("spec", _POD_UPDATE_RULE))
     if definition.group in ("apps",) and definition.plural in ("deployments", "replicasets"):
         before_selector = (old.get("spec") or {}).get("selector")

@@ -12,10 +12,7 @@ every object returned is a private copy, so callers can never alias stored state
 
 from __future__ import annotations
 
-import base64
-import binascii
 import builtins
-import json
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from typing import Any, Final, NamedTuple
@@ -39,6 +36,7 @@ from karpenter_capi.core.kube.resources import NAMESPACES, Resource
 from karpenter_capi.sim.apiserver import manifests, messages, subresources
 from karpenter_capi.sim.apiserver.builtin import BUILTIN_DEFINITIONS, INITIAL_NAMESPACES
 from karpenter_capi.sim.apiserver.capi_crds import cluster_api_crds
+from karpenter_capi.sim.apiserver.continue_tokens import decode_continue, encode_continue
 from karpenter_capi.sim.apiserver.definitions import ResourceDefinition, version_priority
 from karpenter_capi.sim.apiserver.disruption_budgets import budgets_in
 from karpenter_capi.sim.apiserver.engine import Engine, precondition_of
@@ -73,19 +71,6 @@ class DeleteResult(NamedTuple):
 
     object: JsonObject
     deleted: bool
-
-
-def _encode_continue(rv: int, start: str) -> str:
-    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": start}).encode()
-    return base64.urlsafe_b64encode(raw).decode()
-
-
-def _decode_continue(token: str) -> tuple[int, str]:
-    try:
-        decoded = json.loads(base64.urlsafe_b64decode(token.encode()))
-        return int(decoded["rv"]), str(decoded["start"])
-    except (ValueError, KeyError, TypeError, binascii.Error):
-        raise BadRequest(f"continue key is not valid: {token!r}") from None
 
 
 class InMemoryAPIServer:
@@ -268,7 +253,7 @@ class InMemoryAPIServer:
         with self._lock:
             self._check_not_too_new(resource_version)
             if continue_token:
-                snapshot_rv, start = _decode_continue(continue_token)
+                snapshot_rv, start = decode_continue(continue_token)
                 objects, keys = table.snapshot_at(snapshot_rv)
             else:
                 snapshot_rv, start = self._store.rv, ""
@@ -296,7 +281,7 @@ class InMemoryAPIServer:
         return ListResult(
             items=[present(resource, obj) for obj in matched],
             resource_version=str(snapshot_rv),
-            continue_token=_encode_continue(snapshot_rv, last_key) if more else None,
+            continue_token=encode_continue(snapshot_rv, last_key) if more else None,
             remaining_item_count=(high - index) if more and predicate is None else None,
         )
 
@@ -593,6 +578,13 @@ class InMemoryAPIServer:
     def bind(self, binding: JsonObject, namespace: str, name: str | None = None) -> None:
         """A create on ``pods/binding``: the pod bound in one write (``subresources.bind_pod``)."""
         subresources.bind_pod(self._engine, self._check_fault, binding, namespace, name)
+
+    def create_binding(self, binding: JsonObject, namespace: str) -> None:
+        """A create on the deprecated ``bindings`` collection: ``bind``, the pod named by the
+        Binding alone (kube's ``LegacyBindingREST``)."""
+        subresources.bind_pod(
+            self._engine, self._check_fault, binding, namespace, None, collection=True
+        )
 
     def budgets_in(self, namespace: str) -> builtins.list[JsonObject]:
         """The PodDisruptionBudgets stored in ``namespace``, as stored (do not modify)."""

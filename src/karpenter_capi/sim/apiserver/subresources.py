@@ -7,7 +7,9 @@ two here; the write itself is an ordinary update through the engine.
 
 kube-scheduler binds a pod by creating a ``v1.Binding`` on ``pods/NAME/binding``, and the API
 server's binding storage sets ``spec.nodeName`` and ``PodScheduled=True`` in one stored write
-(``bind_pod``), where a pod update may not set ``spec.nodeName`` at all.
+(``bind_pod``), where a pod update may not set ``spec.nodeName`` at all. The deprecated
+``bindings`` collection (``BINDINGS``: ``POST /api/v1/namespaces/NS/bindings``, the official
+client's ``create_namespaced_binding``) is the same bind, the pod named by the Binding alone.
 """
 
 from __future__ import annotations
@@ -25,6 +27,19 @@ from karpenter_capi.sim.apiserver.store import Table
 
 JsonObject = dict[str, Any]
 
+
+BINDINGS = ResourceDefinition(
+    group="",
+    versions=("v1",),
+    plural="bindings",
+    singular="binding",
+    kind="Binding",
+    namespaced=True,
+)
+"""The deprecated ``bindings`` collection of core/v1: only created, nothing stored. kube
+registers ``LegacyBindingREST`` as ``bindings`` (``pkg/registry/core/rest/storage_core.go``:
+``NewRESTStorage``), whose ``Create`` (``pkg/registry/core/pod/storage/storage.go``) is
+``BindingREST.Create`` with the Binding's own ``metadata.name`` as the pod's."""
 
 _OWN_VERBS = frozenset({"eviction", "binding"})
 """Subresources that are only created, each through its own server method (``evict``,
@@ -118,7 +133,10 @@ def _check_binding(binding: Any, namespace: str, name: str | None) -> tuple[str,
     name is not the Binding's; ``ValidatePodBinding`` (``pkg/apis/core/validation``) wants a
     ``target.name`` and a ``target.kind`` of ``Node`` or none, and its error list is no
     ``Status``, so kube-apiserver answers it as a 500. The request's namespace check
-    (``rest.EnsureObjectNamespaceMatchesRequestNamespace``) comes first.
+    (``rest.EnsureObjectNamespaceMatchesRequestNamespace``) comes first. A Binding without a
+    name (possible only without a URL name: the ``bindings`` collection's, or in process) gets
+    as far as the storage key, whose ``NamespaceKeyFunc`` (``k8s.io/apiserver``'s
+    ``registry/generic/registry/store.go``) answers 400 ``Name parameter required.``
     """
     if not isinstance(binding, dict):
         raise BadRequest("the Binding must be a JSON object")
@@ -130,8 +148,6 @@ def _check_binding(binding: Any, namespace: str, name: str | None) -> tuple[str,
     pod_name = binding_name(binding)
     if name is not None and name != pod_name:
         raise BadRequest("name in URL does not match name in Binding object")
-    if pod_name is None:
-        raise BadRequest("name is required in the Binding's metadata")
     target = binding.get("target") or {}
     kind, node = target.get("kind") or "", target.get("name") or ""
     errors = []
@@ -143,6 +159,8 @@ def _check_binding(binding: Any, namespace: str, name: str | None) -> tuple[str,
         errors.append("target.name: Required value")
     if errors:
         raise InternalError(errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]", reason="")
+    if pod_name is None:
+        raise BadRequest("Name parameter required.")
     annotations = meta.get("annotations") or {}
     if not isinstance(annotations, Mapping) or not all(
         isinstance(v, str) for v in annotations.values()
@@ -178,11 +196,13 @@ def bind_pod(
     binding: Any,
     namespace: str,
     name: str | None,
+    *,
+    collection: bool = False,
 ) -> None:
     """Bind the pod a ``v1.Binding`` names to its ``target`` node, in one stored write (one
     resourceVersion, one MODIFIED event). ``check_fault``: the server's request count and fault
-    check, as a ``create`` on ``pods/binding``; ``name``: the URL's, when the Binding came over
-    HTTP.
+    check, as a ``create`` on ``pods/binding``, or on ``bindings`` for the ``collection``;
+    ``name``: the URL's, when the Binding came over HTTP to ``pods/NAME/binding``.
 
     kube's ``BindingREST`` (``pkg/registry/core/pod/storage/storage.go``: ``Create``,
     ``assignPod``, ``setPodNodeAndMetadata``) updates the stored pod directly, not through the
@@ -194,7 +214,10 @@ def bind_pod(
     and ``PodScheduled`` set True.
     """
     pods = engine.served[("", "pods")]
-    check_fault("create", pods, name or binding_name(binding), "binding")
+    if collection:
+        check_fault("create", BINDINGS, binding_name(binding), None)
+    else:
+        check_fault("create", pods, name or binding_name(binding), "binding")
     with engine.lock:
         _bind(engine, pods, binding, namespace, name)
 
