@@ -12,6 +12,10 @@ changes that follow within the interval together at its end.
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from karpenter_capi.core.kube.resources import NODECLAIMS, NODEPOOLS, NODES
 from karpenter_capi.core.lifecycle import NodePoolCounterController
 from karpenter_capi.core.lifecycle.counter import WRITE_INTERVAL
@@ -99,3 +103,45 @@ def test_a_round_registering_together_sets_the_nodepool_healthy_once(env: Env) -
     assert _writes(env, before)["patch nodepools/status"] == 1
     pool = env.api.get(NODEPOOLS, "general")
     assert condition(pool, "NodeRegistrationHealthy")["status"] == "True"
+
+
+def test_a_reconcile_from_a_copy_older_than_our_own_write_writes_nothing(env: Env) -> None:
+    """A wake-up (a Machine's event, a Node's) can come before the NodeClaim's cache shows the
+    controller's last write. Reconciling from that copy wrote the same again over a stale
+    resourceVersion: the finalizer or the launch's fields, and a ``409`` (upstream sleeps 1 s
+    after each write to read its own: ``nodeclaim/lifecycle/controller.go: Reconcile``)."""
+    env.nodeclaim("nc")
+    lifecycle = env.lifecycle()
+    env.caches.sync()
+    lifecycle.reconcile("nc")  # the finalizer and the launch; the cache does not show them
+    before = env.api.requests.by_resource()
+    assert lifecycle.reconcile("nc").requeue_after is None  # on main: Conflict
+    assert _writes(env, before) == {}
+    # The write's watch event brings the NodeClaim back, from the copy that shows it.
+    env.node("node-1", env.get("nc")["status"]["providerID"], ready=True)
+    env.reconcile(lifecycle, "nc")
+    assert condition(env.get("nc"), "Ready")["status"] == "True"
+
+
+def test_a_write_the_server_kept_nothing_of_does_not_hold_the_nodeclaim_back(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that changes nothing the server keeps (a field its schema prunes) leaves the
+    resourceVersion as it was and sends no watch event: the next reconcile must not wait for
+    one."""
+    env.nodeclaim("nc")
+    lifecycle = env.lifecycle()
+    env.reconcile(lifecycle, "nc")
+    real = env.api.patch
+
+    def pruned(resource: Any, name: str, body: Any, *args: Any, **kwargs: Any) -> Any:
+        if resource == NODECLAIMS and kwargs.get("subresource") == "status":
+            return env.api.get(NODECLAIMS, name)  # kept nothing: the same version
+        return real(resource, name, body, *args, **kwargs)
+
+    monkeypatch.setattr(env.api, "patch", pruned)
+    env.node("node-1", env.get("nc")["status"]["providerID"], ready=True)
+    env.reconcile(lifecycle, "nc")  # registration's status write is "pruned"
+    monkeypatch.setattr(env.api, "patch", real)
+    env.reconcile(lifecycle, "nc")  # the same copy: reconciled, not skipped
+    assert condition(env.get("nc"), "Ready")["status"] == "True"
