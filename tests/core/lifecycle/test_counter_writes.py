@@ -14,6 +14,7 @@ import pytest
 
 from karpenter_capi.core.kube.resources import NODECLAIMS, NODEPOOLS
 from karpenter_capi.core.lifecycle import NodePoolCounterController
+from karpenter_capi.core.lifecycle.counter import WRITE_INTERVAL
 from karpenter_capi.core.runtime.controller import WORKLOAD
 from tests.core.lifecycle.harness import Env
 
@@ -78,8 +79,32 @@ def test_a_changed_status_is_written_even_before_the_copy_shows_the_last(
     # The NodeClaims' copy moves on, the NodePool's does not (its own write not seen yet).
     env.caches._drain(env.caches._informers[(NODECLAIMS, WORKLOAD)])
     assert "status" not in env.caches.store(NODEPOOLS).get("general")
+    env.clock.advance(WRITE_INTERVAL)
     counter.reconcile("general")
     assert len(writes) == 2
     status = env.api.get(NODEPOOLS, "general")["status"]
     assert status["nodes"] == 2
     assert status["resources"]["cpu"] == "6"
+
+
+def test_changes_within_the_interval_go_in_one_write_at_its_end(
+    env: Env, counted: tuple[NodePoolCounterController, list[Any]]
+) -> None:
+    """Upstream's counter writes a NodePool at most once per 5 s (it polls, and watches no
+    NodeClaim); ours writes the first change at once, and what follows at the interval's end."""
+    counter, writes = counted
+    assert counter.reconcile("general").requeue_after is None
+    env.clock.advance(1.0)
+    _launched(env, "general-b", "4")
+    env.caches.sync()
+    assert counter.reconcile("general").requeue_after == WRITE_INTERVAL - 1.0
+    env.clock.advance(1.0)
+    _launched(env, "general-c", "8")
+    env.caches.sync()
+    assert counter.reconcile("general").requeue_after == WRITE_INTERVAL - 2.0
+    assert len(writes) == 1
+    env.clock.advance(WRITE_INTERVAL - 2.0)
+    assert counter.reconcile("general").requeue_after is None
+    assert len(writes) == 2
+    status = env.api.get(NODEPOOLS, "general")["status"]
+    assert (status["nodes"], status["resources"]["cpu"]) == (3, "14")

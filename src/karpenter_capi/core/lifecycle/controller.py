@@ -23,6 +23,14 @@ Writes: metadata (finalizer, labels, annotations) through the main resource and 
 the status subresource, each with the resourceVersion just read or written as precondition. A
 ``Conflict`` propagates and the driver retries with backoff against the fresh object; whatever a
 provider already answered is remembered by the launch step, so nothing is launched twice.
+
+A NodeClaim whose cached copy is still the very version this controller's last write patched
+is not reconciled: the cache has not shown that write yet, and a reconcile from the copy would
+write again what was just written (the finalizer, the launch's fields) over a resourceVersion
+the server has moved past, a ``409`` for nothing. The write's own watch event brings the
+NodeClaim back with the copy that shows it. Upstream waits for its cache instead
+(``nodeclaim/lifecycle/controller.go: Reconcile`` sleeps 1 s after writing "so that we are able
+to read our own writes"); waiting is not done in a reconcile here.
 """
 
 from __future__ import annotations
@@ -155,6 +163,8 @@ class NodeClaimLifecycleController:
             registration_timeout=registration_timeout,
         )
         self._launch_watches = self._wake_ups(launch_poll_interval)
+        self._written_over: dict[Key, str] = {}
+        """NodeClaim -> the resourceVersion this controller's last write patched."""
 
     def watches(self) -> Sequence[Watch]:
         return (Watch(NODES, self._nodeclaims_of_node, WORKLOAD), *self._launch_watches)
@@ -213,7 +223,11 @@ class NodeClaimLifecycleController:
             self._launch.forget(key)
             self._said.forget(key)
             self._nodeclaims.forget(key)
+            self._written_over.pop(key, None)
             return DONE
+        version = raw["metadata"].get("resourceVersion")
+        if version and self._written_over.get(key) == version:
+            return DONE  # our last write is not in the cache yet: its watch event brings it
         try:
             model = self._nodeclaims.parse(raw)
         except ValidationError:
@@ -254,15 +268,28 @@ class NodeClaimLifecycleController:
         self._writes.event(raw, WARNING, INVALID_REASON, message)
 
     def _reconcile(self, raw: JsonObject, model: NodeClaim) -> Result:
+        read = raw
         raw = self._ensure_finalizer(raw)
+        if raw is not read:
+            self._wrote_over(read, raw)
         work = NodeClaimWork.start(raw, model, self._ctx.clock.now())
         results = []
         for step in (self._launch, self._registration, self._initialization, self._liveness):
             results.append(step.reconcile(work))
             if work.deleted:
                 return DONE
-        self._write_back(work)
+        self._write_back(work, read)
         return earliest(results)
+
+    def _wrote_over(self, read: JsonObject, written: JsonObject) -> None:
+        """A write over ``read`` landed as ``written``: until the cache moves past ``read``, it
+        lags. Not when the write changed nothing the server keeps (same resourceVersion): no
+        watch event would come to bring the NodeClaim back."""
+        if self._writes.dry_run:  # a dry run's cache never shows its writes
+            return
+        version = str(read["metadata"].get("resourceVersion") or "")
+        if version and (written.get("metadata") or {}).get("resourceVersion") != version:
+            self._written_over[str(read["metadata"]["name"])] = version
 
     def _ensure_finalizer(self, raw: JsonObject) -> JsonObject:
         meta = raw.get("metadata") or {}
@@ -280,14 +307,16 @@ class NodeClaimLifecycleController:
             },
         )
 
-    def _write_back(self, work: NodeClaimWork) -> None:
+    def _write_back(self, work: NodeClaimWork, read: JsonObject) -> None:
+        """Write what the steps changed (``read``: the copy the reconcile started from)."""
         metadata = work.metadata_patch()
         if metadata:
             metadata["resourceVersion"] = work.raw["metadata"].get("resourceVersion")
             work.raw = self._writes.patch(NODECLAIMS, work.raw, {"metadata": metadata})
+            self._wrote_over(read, work.raw)
         status = work.status_patch()
         if status:
-            self._writes.patch(
+            written = self._writes.patch(
                 NODECLAIMS,
                 work.raw,
                 {
@@ -296,3 +325,4 @@ class NodeClaimLifecycleController:
                 },
                 subresource="status",
             )
+            self._wrote_over(read, written)

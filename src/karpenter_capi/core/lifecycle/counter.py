@@ -6,8 +6,17 @@ nodes add up to (``karpenter_nodepools_usage`` upstream). Upstream's ``nodepool.
 the capacity of the NodePool's nodes that are launched (their capacity is known) and not marked
 for deletion (deleting, or held by a disruption command), plus ``nodes``: their count; with
 ``cpu``, ``memory``, ``pods``, ``ephemeral-storage`` and ``nodes`` always present, at zero when
-nothing runs. This controller writes the same through the status subresource whenever the
-NodePool's NodeClaims or Nodes change.
+nothing runs. This controller writes the same through the status subresource when the
+NodePool's NodeClaims or Nodes change it, at most once per ``WRITE_INTERVAL`` per NodePool.
+
+Upstream's counter (``nodepool/counter/controller.go: Reconcile``, ``Register``) does not
+watch NodeClaims or Nodes: it counts each NodePool when it is created and then every 5 s, so a
+scale-up round costs a NodePool one status write per 5 s. Reacting to every event wrote once
+per NodeClaim of a round instead (a write, and a watch event to every watcher of NodePools,
+for each). So the first change is written at once (sooner than upstream), and the changes
+that follow within the interval wait for its end and go in one write, counted from the
+caches as they stand then. Nothing in the controller reads these figures back: they are for
+``kubectl`` and the scale subresource.
 """
 
 from __future__ import annotations
@@ -33,6 +42,8 @@ from karpenter_capi.core.values.resources import ResourceList
 NAME: Final = "nodepool.counter"
 BASE_RESOURCES: Final = ("cpu", "memory", "pods", "ephemeral-storage", "nodes")
 """Always reported, at zero when the NodePool has nothing (upstream's ``BaseResources``)."""
+WRITE_INTERVAL: Final = 5.0
+"""Seconds between two status writes of one NodePool (upstream's counter polls every 5 s)."""
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -124,6 +135,8 @@ class NodePoolCounterController:
         # NodePool -> what its last reconcile found each NodeClaim adds: a reconcile comes with
         # every event of any of its NodeClaims and Nodes, and reads each of them again.
         self._counted: dict[str, Counted] = {}
+        # NodePool -> when (clock.monotonic) its status was last written.
+        self._last_write: dict[str, float] = {}
 
     def watches(self) -> Sequence[Watch]:
         return [Watch(NODECLAIMS, self._pool_key), Watch(NODES, self._pool_key)]
@@ -142,6 +155,7 @@ class NodePoolCounterController:
         if pool is None:
             self._written.pop(key, None)
             self._counted.pop(key, None)
+            self._last_write.pop(key, None)
             return DONE
         found, self._counted[key] = nodepool_resources(
             key, caches.store(NODECLAIMS).list(), caches.store(NODES).list(), self._counted.get(key)
@@ -160,7 +174,14 @@ class NodePoolCounterController:
         version = str((pool.get("metadata") or {}).get("resourceVersion") or "")
         if version and self._written.get(key) == (version, body):
             return DONE  # written over this very version: its watch event brings it back
+        now = self._ctx.clock.monotonic()
+        last = self._last_write.get(key)
+        if last is not None and now - last < WRITE_INTERVAL:
+            # Written within the interval: this change and those that follow go together at its
+            # end, counted again then.
+            return Result(requeue_after=WRITE_INTERVAL - (now - last))
         self._writes.patch(NODEPOOLS, pool, body, subresource="status")
         if not self._writes.dry_run:  # a dry run's copy never changes: it says each time
             self._written[key] = (version, body)
+            self._last_write[key] = now
         return DONE

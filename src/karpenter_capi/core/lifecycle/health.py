@@ -8,6 +8,14 @@ it on ``kubectl describe nodepool``; the next successful registration marks it T
 (Upstream weighs a window of recent outcomes; one outcome at a time is enough to tell the user
 and keeps no state across restarts.) ``NodeRegistrationHealthy`` is informational: it is not a
 dependent of the NodePool's ``Ready``, exactly as upstream.
+
+It is written only when it changes (upstream: ``registration.go:
+updateNodePoolRegistrationHealth`` patches when ``SetTrue`` changed the condition). A round's
+NodeClaims register together, and every one after the first read the NodePool from a cache
+that did not show the first's write yet: each wrote ``True`` again, over a resourceVersion the
+server had moved past, and lost a ``409 Conflict`` that failed its whole reconcile (70 such in
+``basic-1000``). ``RegistrationHealth`` remembers the version its ``True`` was written over:
+while the cache still shows that version, the condition is ``True`` on the server already.
 """
 
 from __future__ import annotations
@@ -43,6 +51,28 @@ def _owning_nodepool(ctx: ControllerContext, work: NodeClaimWork) -> JsonObject 
     return None
 
 
+class RegistrationHealth:
+    """What this process wrote: NodePool name -> the resourceVersion a ``True`` patched."""
+
+    def __init__(self) -> None:
+        self._true_over: dict[str, str] = {}
+
+    def written_true(self, pool: JsonObject) -> bool:
+        """Whether ``pool``, as read, is the very version a ``True`` was written over (the
+        cache has not shown that write yet)."""
+        meta = pool.get("metadata") or {}
+        version = str(meta.get("resourceVersion") or "")
+        return bool(version) and self._true_over.get(str(meta.get("name"))) == version
+
+    def wrote(self, pool: JsonObject, *, healthy: bool) -> None:
+        meta = pool.get("metadata") or {}
+        name = str(meta.get("name"))
+        if healthy:
+            self._true_over[name] = str(meta.get("resourceVersion") or "")
+        else:
+            self._true_over.pop(name, None)
+
+
 def set_registration_health(
     ctx: ControllerContext,
     writes: Writes,
@@ -51,14 +81,18 @@ def set_registration_health(
     healthy: bool,
     reason: str = "",
     message: str = "",
+    written: RegistrationHealth | None = None,
 ) -> None:
-    """Set the owning NodePool's ``NodeRegistrationHealthy`` (no write when unchanged).
+    """Set the owning NodePool's ``NodeRegistrationHealthy`` (no write when unchanged, nor
+    when ``written`` says this process set it ``True`` over the version read).
 
     The whole condition list is written with the NodePool's resourceVersion as precondition;
     a ``Conflict`` propagates so the reconcile is retried against the fresh NodePool.
     """
     pool = _owning_nodepool(ctx, work)
     if pool is None:
+        return
+    if healthy and written is not None and written.written_true(pool):
         return
     meta = pool.get("metadata") or {}
     created = meta.get("creationTimestamp")
@@ -89,5 +123,7 @@ def set_registration_health(
         },
         subresource="status",
     )
+    if written is not None and not writes.dry_run:
+        written.wrote(pool, healthy=healthy)
     if not healthy and not was_false:
         writes.event(pool, WARNING, "NodeRegistrationUnhealthy", f"{reason}: {message}")

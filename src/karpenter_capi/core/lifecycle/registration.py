@@ -32,7 +32,7 @@ from karpenter_capi.core.api import wellknown
 from karpenter_capi.core.api.nodeclaim import NodeClaimConditionType
 from karpenter_capi.core.kube.events import WARNING
 from karpenter_capi.core.kube.resources import NODECLAIMS, NODES
-from karpenter_capi.core.lifecycle.health import set_registration_health
+from karpenter_capi.core.lifecycle.health import RegistrationHealth, set_registration_health
 from karpenter_capi.core.lifecycle.launch import LAUNCHED
 from karpenter_capi.core.lifecycle.metrics import LifecycleReporter
 from karpenter_capi.core.lifecycle.nodes import (
@@ -144,6 +144,7 @@ class Registration:
         self._writes = writes
         self._metrics = metrics
         self._said = said or SaidOnce()
+        self._health = RegistrationHealth()
 
     def reconcile(self, work: NodeClaimWork) -> Result:
         if work.conditions.is_true(REGISTERED) or not work.conditions.is_true(LAUNCHED):
@@ -197,5 +198,5 @@ class Registration:
             },
         )
         self._metrics.registered(work.nodepool, labels.get(ZONE) or work.labels.get(ZONE, ""))
-        set_registration_health(self._ctx, self._writes, work, healthy=True)
+        set_registration_health(self._ctx, self._writes, work, healthy=True, written=self._health)
         return DONE
