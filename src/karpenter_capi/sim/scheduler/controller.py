@@ -51,10 +51,10 @@ from karpenter_capi.sim.scheduler.cycle import (
 )
 from karpenter_capi.sim.scheduler.nominated import Nominator, nominated_node
 from karpenter_capi.sim.scheduler.queue import VOLUME_BINDING, SchedulingQueue, plugins_for
+from karpenter_capi.sim.scheduler.views import SCHEDULER_NAME, PodViews
 
 __all__ = ["CYCLE_KEY", "SCHEDULER_NAME", "SchedulerClient", "SimScheduler", "missing_claim"]
 
-SCHEDULER_NAME: Final = "default-scheduler"
 CYCLE_KEY: Final = "sim.kube-scheduler/cycle"
 BIND_RETRY: Final = 1.0
 """Seconds before a cycle tries again a pod whose binding was refused as stale (409): kube's
@@ -106,21 +106,6 @@ def _shape(pod: JsonObject) -> bytes | None:
         return None
 
 
-def _queue_order(pod: Mapping[str, Any]) -> tuple[int, str, str, str]:
-    """kube-scheduler's PrioritySort: higher ``spec.priority`` first, then the older pod.
-
-    kube orders equal priorities by when each pod entered the queue; a pod enters it when it
-    is created, so creation time (then namespace and name, for a total order) stands in.
-    """
-    meta = metadata(pod)
-    return (
-        -int((pod.get("spec") or {}).get("priority") or 0),
-        meta.get("creationTimestamp") or "",
-        meta.get("namespace", ""),
-        meta["name"],
-    )
-
-
 class SchedulerClient(KubeClient, PodBinder, Protocol):
     """What the stand-in writes through: the API, and ``pods/binding`` (the in-memory server,
     or a wrapper of one such as ``FaultyClient``)."""
@@ -152,6 +137,7 @@ class SimScheduler:
         # does not show that version and the pod is pending (``_latest``).
         self._written: dict[str, JsonObject] = {}
         self._facts = PodFacts()  # what each cycle's snapshot reads of each pod
+        self._views = PodViews()  # what each cycle's walk over the pods reads of each pod
         # The last cycle's snapshot, and the nodes and placed pods it was made of, while no pod
         # was placed on it; the pod shapes that failed on it (``_schedule_one``).
         self._snapshot: tuple[Snapshot, list[JsonObject], list[tuple[JsonObject, str]]] | None
@@ -297,7 +283,8 @@ class SimScheduler:
         active = [(key, pod) for key, pod in pending.items() if not queue.parked(key)]
         if not active:
             return
-        active.sort(key=lambda keyed: _queue_order(keyed[1]))
+        order = self._views.order
+        active.sort(key=lambda keyed: order(keyed[1]))
         snapshot = self._snapshot_of(self.caches.store(NODES).list(), bound)
         nominator = Nominator(pending.values())  # parked pods keep their nominated room too
         failed = self._failed
@@ -347,31 +334,25 @@ class SimScheduler:
         bound: list[tuple[JsonObject, str]] = []
         pending: dict[str, JsonObject] = {}
         live: set[str] = set()
-        for pod in pods:
-            key = object_key(pod)
+        for pod, view in self._views.walk(pods):
+            key = view.key
             live.add(key)
-            node_name = (pod.get("spec") or {}).get("nodeName")
+            node_name = view.node_name
             assumed = self._assumed.get(key)
-            if node_name or (assumed and assumed[0] != metadata(pod).get("uid")):
+            if node_name or (assumed and assumed[0] != view.uid):
                 self._assumed.pop(key, None)
                 assumed = None
-            if finished(pod):
+            if view.finished:
                 continue
             if node_name:
                 bound.append((pod, node_name))
             elif assumed:
                 bound.append((pod, assumed[1]))
-            elif self._wants(pod):
+            elif view.wanted:
                 pending[key] = pod
         for key in [k for k in self._assumed if k not in live]:
             del self._assumed[key]
         return bound, pending
-
-    @staticmethod
-    def _wants(pod: JsonObject) -> bool:
-        return not metadata(pod).get("deletionTimestamp") and (pod.get("spec") or {}).get(
-            "schedulerName", SCHEDULER_NAME
-        ) in (SCHEDULER_NAME, "", None)
 
     def _schedule_one(
         self,
@@ -386,7 +367,7 @@ class SimScheduler:
         placed): a shape meets the same filters on the same snapshot, so the next pod of a
         Deployment fails for the same reasons without testing every node again. Only while
         no pod is nominated anywhere (nominations make room depend on the pod)."""
-        missing = missing_claim(self.client, pod)
+        missing = missing_claim(self.client, pod) if self._views.claims(pod) else None
         if missing is not None:
             nominator.remove(pod)
             nodes = len(snapshot.nodes)
