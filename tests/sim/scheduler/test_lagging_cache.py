@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from karpenter_capi.core.clock import FakeClock
-from karpenter_capi.core.kube import PODS, JsonObject
+from karpenter_capi.core.kube import NODES, PODS, JsonObject
 from karpenter_capi.core.kube.cache import Store
 from karpenter_capi.core.kube.resources import Resource
 from karpenter_capi.core.runtime.controller import WORKLOAD
@@ -154,3 +154,32 @@ def test_a_snapshot_reads_each_pod_version_as_it_is() -> None:
     assert facts.of(pod) is not facts.of(resized)
     assert facts.of(resized).terminating
     assert not facts.of(pod).terminating
+
+
+def test_a_cycle_keeps_the_last_snapshot_only_while_the_cluster_is_the_same() -> None:
+    """Pods that fail again against the same cluster keep their condition, unwritten; a Node in
+    the cache that no event has announced yet (the cache moves before the handlers are told)
+    is a new cluster: the next cycle tests every pod it tries against it."""
+    clock = FakeClock()
+    api = new_cluster(clock=clock)
+    caches = _Caches()
+    sched = SimScheduler(api, caches, clock)  # type: ignore[arg-type]
+    writes = _status_writes(api)
+    for name in ("a", "b", "c"):
+        api.create(PODS, _pod(name), NS)
+        _deliver(api, caches, sched, name)
+        sched.reconcile(CYCLE_KEY)
+    assert writes == ["a", "b", "c"]  # each tried at every cycle, written once
+    assert sched.cycles == 3
+
+    node = _node("1")
+    node["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    caches.store(NODES).upsert("n", node)
+    api.create(PODS, _pod("d"), NS)
+    _deliver(api, caches, sched, "d")
+    sched.reconcile(CYCLE_KEY)
+
+    assert sorted(writes[3:]) == ["a", "b", "c", "d"]
+    for name in ("a", "b", "c", "d"):
+        condition = api.get(PODS, name, NS)["status"]["conditions"][0]
+        assert condition["message"] == "0/1 nodes are available: 1 node(s) were not ready."

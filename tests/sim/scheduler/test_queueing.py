@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from karpenter_capi.core.kube import NODES, PODS
+from karpenter_capi.core.kube import NODES, PERSISTENT_VOLUME_CLAIMS, PODS
 from karpenter_capi.core.kube.errors import ServiceUnavailable
 from tests.sim.scheduler.harness import NAMESPACE, Sim, new_sim
 
@@ -187,3 +187,26 @@ def test_status_writes_wake_no_reconcile_and_a_deletion_still_does(sim: Sim) -> 
     sim.settle()
     assert calls
     assert sim.node_of("b-second") == "only"
+
+
+def test_a_pod_naming_a_missing_claim_waits_for_it_at_every_attempt(sim: Sim) -> None:
+    """VolumeBinding's PreFilter looks the claim up at every attempt, however often the same
+    stored pod is tried (the cycle reads the rest of it once per stored version)."""
+    sim.node("n1")
+    volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+    sim.pod("db", volumes=volumes)
+    sim.settle()
+    assert sim.node_of("db") is None
+    assert 'persistentvolumeclaim "data" not found' in _message(sim, "db")
+    sim.pod("other")  # an event that brings "db" back: still no claim
+    sim.settle()
+    assert sim.node_of("db") is None
+
+    sim.api.create(
+        PERSISTENT_VOLUME_CLAIMS,
+        {"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"]}},
+        NAMESPACE,
+    )
+    sim.pod("third")
+    sim.settle()
+    assert sim.node_of("db") == "n1"

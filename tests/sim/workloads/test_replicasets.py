@@ -208,3 +208,44 @@ def test_a_pod_released_by_its_replicaset_is_replaced_and_a_relabelled_one_is_no
     assert len(owned) == 2
     assert first not in owned
     assert second in owned
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["copies", "shared-reads"])
+def test_each_sync_counts_the_pods_as_the_cache_now_holds_them(shared: bool) -> None:
+    """A sync keeps what it read of each stored pod object for the next; a pod's new version
+    (no longer Ready; relabelled) is read again, over ``SharedReads`` too."""
+    clock = FakeClock()
+    api = new_cluster(clock=clock)
+    client = SharedReads(api) if shared else api
+    manager = Manager(client, client, clock=clock)
+    add_workload_emulation(manager, start_delay=1)
+    sim = Sim(clock, api, SteppedDriver(manager))
+    sim.node("n1")
+    sim.deployment("web", 3)
+    sim.settle()
+    pods = sorted(sim.pods("web"), key=lambda p: p["metadata"]["name"])
+    for pod in pods:
+        sim.bind(pod, "n1")
+    sim.advance(2)
+    (replicaset,) = sim.replicasets("web")
+    assert replicaset["status"]["readyReplicas"] == 3
+
+    name = pods[0]["metadata"]["name"]
+    stored = api.get(PODS, name, NS)
+    conditions = [
+        {**c, "status": "False"} if c["type"] == "Ready" else c
+        for c in stored["status"]["conditions"]
+    ]
+    api.patch(PODS, name, {"status": {"conditions": conditions}}, NS, subresource="status")
+    sim.settle()
+    (replicaset,) = sim.replicasets("web")
+    assert replicaset["status"]["readyReplicas"] == 2
+    assert replicaset["status"]["fullyLabeledReplicas"] == 3
+
+    # A label change alone syncs nothing (``_owner_of``); the next sync (a scale) counts it.
+    api.patch(PODS, pods[1]["metadata"]["name"], {"metadata": {"labels": {"app": None}}}, NS)
+    sim.scale("web", 4)
+    sim.settle()
+    (replicaset,) = sim.replicasets("web")
+    assert replicaset["status"]["replicas"] == 4
+    assert replicaset["status"]["fullyLabeledReplicas"] == 3

@@ -23,7 +23,6 @@ twice or overcommit a node.
 
 from __future__ import annotations
 
-import contextlib
 import random
 import threading
 from collections import Counter, deque
@@ -52,10 +51,10 @@ from karpenter_capi.sim.scheduler.cycle import (
 )
 from karpenter_capi.sim.scheduler.nominated import Nominator, nominated_node
 from karpenter_capi.sim.scheduler.queue import VOLUME_BINDING, SchedulingQueue, plugins_for
+from karpenter_capi.sim.scheduler.views import SCHEDULER_NAME, PodViews
 
 __all__ = ["CYCLE_KEY", "SCHEDULER_NAME", "SchedulerClient", "SimScheduler", "missing_claim"]
 
-SCHEDULER_NAME: Final = "default-scheduler"
 CYCLE_KEY: Final = "sim.kube-scheduler/cycle"
 BIND_RETRY: Final = 1.0
 """Seconds before a cycle tries again a pod whose binding was refused as stale (409): kube's
@@ -107,21 +106,6 @@ def _shape(pod: JsonObject) -> bytes | None:
         return None
 
 
-def _queue_order(pod: Mapping[str, Any]) -> tuple[int, str, str, str]:
-    """kube-scheduler's PrioritySort: higher ``spec.priority`` first, then the older pod.
-
-    kube orders equal priorities by when each pod entered the queue; a pod enters it when it
-    is created, so creation time (then namespace and name, for a total order) stands in.
-    """
-    meta = metadata(pod)
-    return (
-        -int((pod.get("spec") or {}).get("priority") or 0),
-        meta.get("creationTimestamp") or "",
-        meta.get("namespace", ""),
-        meta["name"],
-    )
-
-
 class SchedulerClient(KubeClient, PodBinder, Protocol):
     """What the stand-in writes through: the API, and ``pods/binding`` (the in-memory server,
     or a wrapper of one such as ``FaultyClient``)."""
@@ -153,6 +137,15 @@ class SimScheduler:
         # does not show that version and the pod is pending (``_latest``).
         self._written: dict[str, JsonObject] = {}
         self._facts = PodFacts()  # what each cycle's snapshot reads of each pod
+        self._views = PodViews()  # what each cycle's walk over the pods reads of each pod
+        # The last cycle's snapshot, and the nodes and placed pods it was made of, while no pod
+        # was placed on it; the pod shapes that failed on it (``_schedule_one``).
+        self._snapshot: tuple[Snapshot, list[JsonObject], list[tuple[JsonObject, str]]] | None
+        self._snapshot = None
+        self._failed: dict[bytes, tuple[str, frozenset[str]]] = {}
+        # Pod key -> (the pod, and the condition) of the last ``_set_scheduled`` that left the
+        # pod's condition as the API holds it (``_set_scheduled``).
+        self._tried: dict[str, tuple[JsonObject, str, str | None, str | None]] = {}
         self._shapes: dict[str, tuple[JsonObject, bytes | None]] = {}  # pending pods' ``_shape``
         self._seen: dict[str, JsonObject] = {}  # pod key -> the pod as a cycle would see it
         self._seen_at: dict[str, str] = {}  # pod key -> the resourceVersion it was seen at
@@ -284,17 +277,17 @@ class SimScheduler:
         bound, pending = self._bound_and_pending(self.caches.store(PODS).list())
         queue = self._queue
         queue.keep_only(pending.keys())
-        for kept in (self._shapes, self._written):  # only pending pods are tried again
-            for key in [key for key in kept if key not in pending]:
+        for kept in (self._shapes, self._written, self._tried):  # only pending pods are tried
+            for key in [key for key in kept if key not in pending]:  # again
                 del kept[key]
         active = [(key, pod) for key, pod in pending.items() if not queue.parked(key)]
         if not active:
             return
-        active.sort(key=lambda keyed: _queue_order(keyed[1]))
-        self._facts.next_cycle()
-        snapshot = Snapshot(self.caches.store(NODES).list(), bound, self._facts)
+        order = self._views.order
+        active.sort(key=lambda keyed: order(keyed[1]))
+        snapshot = self._snapshot_of(self.caches.store(NODES).list(), bound)
         nominator = Nominator(pending.values())  # parked pods keep their nominated room too
-        failed: dict[bytes, tuple[str, frozenset[str]]] = {}
+        failed = self._failed
         for key, pod in active:
             try:
                 self._schedule_one(key, pod, snapshot, nominator, failed)
@@ -303,6 +296,34 @@ class SimScheduler:
                 # stand-in leaves it pending, said why, rather than stop the cycle for all pods.
                 nominator.remove(pod)
                 self._fail(key, pod, f"cannot read the pod's spec: {exc}", frozenset())
+
+    def _snapshot_of(
+        self, nodes: list[JsonObject], bound: list[tuple[JsonObject, str]]
+    ) -> Snapshot:
+        """A snapshot of ``nodes`` with ``bound`` placed: the last cycle's again when it placed
+        no pod and was made of the same stored objects (never changed in place), else a new
+        one, on which no shape has failed yet (``_failed``).
+
+        A burst runs a cycle per few pods, and in a cluster with no room (none yet, or nodes
+        not Ready) the pods an event brings back fail again against the same cluster. What a
+        pod's attempt computes depends on the snapshot, the pod's shape and the nominations
+        (``_schedule_one`` keeps a shape's failure only while none holds), so a shape that
+        failed on this snapshot fails again for the same reasons, as it would were every node
+        filtered again (``pkg/scheduler/schedule_one.go: findNodesThatFitPod``)."""
+        last = self._snapshot
+        if (
+            last is not None
+            and len(last[1]) == len(nodes)
+            and len(last[2]) == len(bound)
+            and all(a is b for a, b in zip(last[1], nodes, strict=True))
+            and all(a[0] is b[0] and a[1] == b[1] for a, b in zip(last[2], bound, strict=True))
+        ):
+            return last[0]
+        self._facts.next_cycle()
+        snapshot = Snapshot(nodes, bound, self._facts)
+        self._snapshot = (snapshot, nodes, bound)
+        self._failed.clear()
+        return snapshot
 
     def _bound_and_pending(
         self, pods: list[JsonObject]
@@ -313,31 +334,25 @@ class SimScheduler:
         bound: list[tuple[JsonObject, str]] = []
         pending: dict[str, JsonObject] = {}
         live: set[str] = set()
-        for pod in pods:
-            key = object_key(pod)
+        for pod, view in self._views.walk(pods):
+            key = view.key
             live.add(key)
-            node_name = (pod.get("spec") or {}).get("nodeName")
+            node_name = view.node_name
             assumed = self._assumed.get(key)
-            if node_name or (assumed and assumed[0] != metadata(pod).get("uid")):
+            if node_name or (assumed and assumed[0] != view.uid):
                 self._assumed.pop(key, None)
                 assumed = None
-            if finished(pod):
+            if view.finished:
                 continue
             if node_name:
                 bound.append((pod, node_name))
             elif assumed:
                 bound.append((pod, assumed[1]))
-            elif self._wants(pod):
+            elif view.wanted:
                 pending[key] = pod
         for key in [k for k in self._assumed if k not in live]:
             del self._assumed[key]
         return bound, pending
-
-    @staticmethod
-    def _wants(pod: JsonObject) -> bool:
-        return not metadata(pod).get("deletionTimestamp") and (pod.get("spec") or {}).get(
-            "schedulerName", SCHEDULER_NAME
-        ) in (SCHEDULER_NAME, "", None)
 
     def _schedule_one(
         self,
@@ -352,7 +367,7 @@ class SimScheduler:
         placed): a shape meets the same filters on the same snapshot, so the next pod of a
         Deployment fails for the same reasons without testing every node again. Only while
         no pod is nominated anywhere (nominations make room depend on the pod)."""
-        missing = missing_claim(self.client, pod)
+        missing = missing_claim(self.client, pod) if self._views.claims(pod) else None
         if missing is not None:
             nominator.remove(pod)
             nodes = len(snapshot.nodes)
@@ -395,6 +410,7 @@ class SimScheduler:
             ].name
         if self._bind(pod, chosen):
             snapshot.place(pod, chosen)
+            self._snapshot = None  # changed: the next cycle makes its own
             failed.clear()
             nominated = nominated_node(pod)
             if nominated == chosen:
@@ -498,6 +514,21 @@ class SimScheduler:
     def _set_scheduled(
         self, key: str, pod: JsonObject, status: str, reason: str | None, message: str | None
     ) -> None:
+        """Write the pod's ``PodScheduled`` condition when it changes (``updatePod``)."""
+        tried = (pod, status, reason, message)
+        last = self._tried.get(key)
+        if last is not None and last[0] is pod and last[1:] == tried[1:]:
+            # The same stored pod failed the same way again: its last call left the API's
+            # pod with this condition (wrote it, or found it), and only this method's own
+            # writes (``_written``) could have changed what it compares with since.
+            return
+        if self._set_condition(key, pod, status, reason, message):
+            self._tried[key] = tried
+
+    def _set_condition(
+        self, key: str, pod: JsonObject, status: str, reason: str | None, message: str | None
+    ) -> bool:
+        """Whether the API's pod now has the condition (found, or written)."""
         pod = self._latest(key, pod)
         conditions = list((pod.get("status") or {}).get("conditions") or [])
         current = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
@@ -510,7 +541,7 @@ class SimScheduler:
             and current.get("reason") == reason
             and current.get("message") == message
         ):
-            return
+            return True
         condition: JsonObject = {"type": "PodScheduled", "status": status}
         if reason is not None:
             condition["reason"] = reason
@@ -525,7 +556,10 @@ class SimScheduler:
         written: JsonObject = {"conditions": conditions}
         if nominated:
             written["nominatedNodeName"] = None
-        with contextlib.suppress(NotFound):
+        try:
             self._written[key] = self._patch_status(
                 meta["name"], {"status": written}, meta.get("namespace")
             )
+        except NotFound:
+            return False  # gone: its deletion is an event
+        return True

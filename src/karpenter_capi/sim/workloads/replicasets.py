@@ -24,7 +24,13 @@ complete (``ProvisioningController.complete`` counts the ReplicaSet's pods again
 * **status** (``replica_set_utils.go: calculateStatus``): ``replicas`` (active pods),
   ``fullyLabeledReplicas`` (those carrying every template label), ``readyReplicas``,
   ``availableReplicas`` (Ready; ``minReadySeconds`` is not honoured) and
-  ``observedGeneration``, written only when they change.
+  ``observedGeneration``, written only when they change. Every sync computes it over all the
+  ReplicaSet's active pods (``syncReplicaSet``), and syncs are driven as kube's are: a pod
+  event that can change the count enqueues its ReplicaSet's key, and the work queue syncs a
+  key queued many times before a worker takes it once (client-go's workqueue), so 200 pods
+  turning Ready one by one make as many syncs as the workers find the key anew. What a sync
+  reads of each pod object is kept for the next (``_Counted``): the same status, read once
+  per stored version of a pod.
 
 Not emulated: ``slowStartBatch``'s doubling batches (every create here succeeds, so they make the
 same pods), adoption and release of pods by selector (``claimPods``: pods are found by their
@@ -112,14 +118,41 @@ def pod_from_template(owner: Mapping[str, Any], kind: str) -> JsonObject:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}
 
 
-def _carries(pod: Mapping[str, Any], wanted: list[tuple[str, str]]) -> bool:
-    """Whether ``labels_of(pod)`` has every (key, value) of ``wanted``, the pod's labels read
-    once (not once per template label: this runs for every pod at every status write, and a
-    ReplicaSet of 200 pods turning Ready one by one walks some 40,000)."""
-    if not wanted:
-        return True
-    labels = labels_of(pod)
+def _carries(labels: Mapping[str, str], wanted: list[tuple[str, str]]) -> bool:
+    """Whether a pod's ``labels`` have every (key, value) of ``wanted``."""
     return all(labels.get(key) == value for key, value in wanted)
+
+
+class _Counted:
+    """What the last sync of one ReplicaSet read of each of its pods (active, Ready, carrying
+    the template's labels), by stored pod object.
+
+    A sync walks every pod of its ReplicaSet (``calculateStatus``), and one of 200 pods
+    turning Ready one by one syncs 200 times: 40,000 reads of pods of which all but one did
+    not change. A stored object is never changed in place (a write stores a new one), so
+    what was read of it holds; each sync keeps only the pods it walked.
+    """
+
+    def __init__(self) -> None:
+        self.wanted: list[tuple[str, str]] | None = None
+        self.read: dict[int, tuple[JsonObject, bool, bool, bool]] = {}
+
+    def walk(
+        self, pods: list[JsonObject], wanted: list[tuple[str, str]]
+    ) -> list[tuple[JsonObject, bool, bool]]:
+        """(pod, Ready, labelled) of each active pod of ``pods``."""
+        known = self.read if wanted == self.wanted else {}
+        read: dict[int, tuple[JsonObject, bool, bool, bool]] = {}
+        active: list[tuple[JsonObject, bool, bool]] = []
+        for pod in pods:
+            facts = known.get(id(pod))
+            if facts is None or facts[0] is not pod:
+                facts = (pod, is_active(pod), is_ready(pod), _carries(labels_of(pod), wanted))
+            read[id(pod)] = facts
+            if facts[1]:
+                active.append((pod, facts[2], facts[3]))
+        self.wanted, self.read = wanted, read
+        return active
 
 
 class ReplicaSetController:
@@ -136,6 +169,7 @@ class ReplicaSetController:
         self.expectations = Expectations(clock, settings.expectation_timeout)
         self._counted: dict[Key, tuple[str, str | None, bool, bool]] = {}
         """Pod key -> (uid, owner, active, Ready) as last counted (``_owner_of``)."""
+        self._counted_by: dict[Key, _Counted] = {}  # ReplicaSet key -> its last sync's reads
 
     def watches(self) -> Sequence[Watch]:
         return [Watch(PODS, to_keys=self._owner_of)]
@@ -178,20 +212,25 @@ class ReplicaSetController:
         replicaset = self.caches.store(REPLICASETS).get(key)
         if replicaset is None:
             self.expectations.forget(key)
+            self._counted_by.pop(key, None)
             return DONE
         pods_store = self.caches.store(PODS)
         namespace = namespace_of(replicaset)
-        active = [p for p in controlled_by(pods_store, replicaset) if is_active(p)]
+        template_labels = nested(replicaset, "spec", "template", "metadata", "labels") or {}
+        wanted = [(str(k), str(v)) for k, v in template_labels.items()]
+        counted = self._counted_by.setdefault(key, _Counted())
+        active = counted.walk(controlled_by(pods_store, replicaset), wanted)
         wait = self.expectations.wait(key, pods_store, namespace)
         result = DONE
         if wait is not None:
             result = Result(requeue_after=wait)
         elif not is_deleting(replicaset):
-            wanted = as_int(nested(replicaset, "spec", "replicas"), 1)
-            if len(active) < wanted:
-                self._create(key, replicaset, min(wanted - len(active), BURST_REPLICAS))
-            elif len(active) > wanted:
-                surplus = sorted(active, key=deletion_rank)[: len(active) - wanted]
+            replicas = as_int(nested(replicaset, "spec", "replicas"), 1)
+            if len(active) < replicas:
+                self._create(key, replicaset, min(replicas - len(active), BURST_REPLICAS))
+            elif len(active) > replicas:
+                pods = [pod for pod, _, _ in active]
+                surplus = sorted(pods, key=deletion_rank)[: len(active) - replicas]
                 self._delete(key, surplus[:BURST_REPLICAS])
         self._write_status(replicaset, active)
         return result
@@ -212,11 +251,12 @@ class ReplicaSetController:
             with contextlib.suppress(NotFound):
                 self.client.delete(PODS, name_of(pod), namespace_of(pod))
 
-    def _write_status(self, replicaset: JsonObject, active: list[JsonObject]) -> None:
-        template_labels = nested(replicaset, "spec", "template", "metadata", "labels") or {}
-        wanted = [(str(k), str(v)) for k, v in template_labels.items()]
-        labelled = sum(1 for p in active if _carries(p, wanted))
-        ready = sum(1 for p in active if is_ready(p))
+    def _write_status(
+        self, replicaset: JsonObject, active: list[tuple[JsonObject, bool, bool]]
+    ) -> None:
+        """``calculateStatus`` over the active pods, as (pod, Ready, labelled)."""
+        labelled = sum(1 for _, _, carries in active if carries)
+        ready = sum(1 for _, is_pod_ready, _ in active if is_pod_ready)
         desired = {
             "replicas": len(active),
             "fullyLabeledReplicas": labelled,
