@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from karpenter_capi.sim.apiserver.cel import RuleValidator, normalize_field_path
+from karpenter_capi.sim.apiserver.cel import RuleValidator
+from karpenter_capi.sim.apiserver.cel_paths import normalize_field_path
 from karpenter_capi.sim.apiserver.cel_values import parse_go_duration
 from karpenter_capi.sim.apiserver.messages import FieldError
 

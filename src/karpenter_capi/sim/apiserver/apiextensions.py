@@ -71,6 +71,8 @@ class CustomResourceDefinitions(WriteHook):
         self._stored_at: dict[tuple[str, str], str] = {}
         # Their compiled CEL rules (x-kubernetes-validations), built once per CRD write.
         self._rules: dict[tuple[str, str], dict[str, RuleValidator]] = {}
+        # What each version's top-level fields were stored as and which passed (``schema``).
+        self._memos: dict[tuple[str, str], dict[str, schema.AdmitMemo]] = {}
 
     def admit(
         self, definition: ResourceDefinition, obj: JsonObject, old: Previous, warnings: Warnings
@@ -86,8 +88,9 @@ class CustomResourceDefinitions(WriteHook):
         version, found = self._schema_of(key, by_version, obj)
         if old is not None and old.get("apiVersion") != obj.get("apiVersion"):
             old = self.engine.present(definition.resource(version), old)
-        stored = schema.prune_and_default(obj, found)
-        errors = schema.validate(stored, found, old)
+        memo = self._memos[key].get(version)
+        stored = schema.prune_and_default(obj, found, memo)
+        errors = schema.validate(stored, found, old, memo)
         rules = self._rules[key].get(version)
         if rules is not None and rules.has_rules:
             if any(e.reason in _BLOCKING for e in errors):
@@ -222,6 +225,7 @@ class CustomResourceDefinitions(WriteHook):
                     self._default_on_read(key, schemas)
                 self._schemas[key] = schemas
                 self._rules[key] = {v: RuleValidator(found) for v, found in schemas.items()}
+                self._memos[key] = {v: schema.AdmitMemo() for v in schemas}
             self._stored_at[key] = definition.versions[0]
             convert = converter_of(crd, self._version_of)
             if convert is None:
@@ -242,6 +246,7 @@ class CustomResourceDefinitions(WriteHook):
         del self.engine.served[key]
         self._schemas.pop(key, None)
         self._rules.pop(key, None)
+        self._memos.pop(key, None)
         self._stored_at.pop(key, None)
         self.engine.conversions.pop(key, None)
         self.engine.hub.drop_for(table.log)  # as kube ends watches of a resource that is gone

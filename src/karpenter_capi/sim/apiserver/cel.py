@@ -23,7 +23,9 @@ Semantics follow apiextensions-apiserver's ``schema/cel`` validator:
   value is not an error but a warning (evaluation errors are never ratcheted).
 
 Rules are compiled once per text (``compile_expression``) and a CRD's rule tree once per
-schema (``RuleValidator``); subtrees without rules are never visited.
+schema (``RuleValidator``); subtrees without rules are never visited. Outcomes are remembered
+by the values they were computed on (``cel_memo``): a node's rules without ``oldSelf`` by the
+fields of ``self`` they read, a subtree's pass by its value and its old value.
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import cel
-import orjson
 
 from karpenter_capi.sim.apiserver import cel_library, cel_values
+from karpenter_capi.sim.apiserver.cel_memo import memo_key, pass_key, project, self_fields
+from karpenter_capi.sim.apiserver.cel_paths import normalize_field_path
 from karpenter_capi.sim.apiserver.correlate import (
     ABSENT,
     Correlation,
@@ -156,81 +159,6 @@ def _compile_rule(raw: JsonObject, schema: JsonObject) -> Rule:
     )
 
 
-# ------------------------------------------------------------------------------ field paths
-
-
-def _tokens(text: str) -> Iterator[str]:
-    position = 0
-    while position < len(text):
-        char = text[position]
-        if char in ".[]":
-            yield char
-            position += 1
-        elif char == "'":
-            end = position + 1
-            while end < len(text) and not (text[end] == "'" and text[end - 1] != "\\"):
-                end += 1
-            yield text[position : end + 1]
-            position = end + 1
-        else:
-            end = position
-            while end < len(text) and text[end] not in ".[]":
-                end += 1
-            yield text[position:end]
-            position = end
-
-
-_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
-
-
-def _unquote(token: str) -> str:
-    if len(token) < 2 or token[0] != "'" or token[-1] != "'":
-        raise ValueError(f"expected single quoted string but got {token}")
-
-    def unescape(match: re.Match[str]) -> str:
-        char = match.group(1)
-        if char in ("'", "\\"):
-            return char
-        if char in _ESCAPES:
-            return _ESCAPES[char]
-        raise ValueError(f"invalid string literal: invalid escape char \\{char}")
-
-    return re.sub(r"\\(.)", unescape, token[1:-1])
-
-
-def normalize_field_path(text: str, schema: JsonObject) -> str:
-    """A rule's ``fieldPath`` (``.spec['x'].y``) as the field path kube reports (``spec[x].y``).
-
-    Only properties (``.name`` or ``['name']``) and map keys are allowed; ValueError otherwise.
-    """
-    path = ""
-    tokens = iter(list(_tokens(text)))
-    for token in tokens:
-        if token == "[":
-            name = _unquote(next(tokens, ""))
-            if next(tokens, None) != "]":
-                raise ValueError("expected ]")
-        elif token == ".":
-            name = next(tokens, "")
-            if not name:
-                raise ValueError("unexpected end of JSON path")
-        else:
-            raise ValueError(f"expected [ or . but got: {token}")
-        properties = schema.get("properties")
-        additional = schema.get("additionalProperties")
-        if isinstance(properties, dict):
-            if name not in properties:
-                raise ValueError("does not refer to a valid field")
-            schema = properties[name]
-            path = f"{path}.{name}" if path else name
-        elif isinstance(additional, dict):
-            schema = additional
-            path = f"{path}[{name}]"
-        else:
-            raise ValueError("does not refer to a valid field")
-    return path
-
-
 # ---------------------------------------------------------------------------- the rule tree
 
 
@@ -241,11 +169,16 @@ class _Node:
         "additional",
         "all_of",
         "convert",
+        "embedded",
         "items",
         "memo",
+        "memo_fields",
+        "passed",
         "properties",
+        "rule_nodes",
         "rules",
         "schema",
+        "subtree_old_self",
         "uses_old_self",
     )
 
@@ -262,6 +195,9 @@ class _Node:
         # a node's rules run under its ``RuleValidator``'s lock.
         plain = any(r.program is not None and not r.uses_old_self for r in self.rules)
         self.memo: dict[bytes, tuple[_Outcome, ...]] | None = {} if plain else None
+        # ... keyed by the fields of ``self`` those rules read, where that is all they read.
+        self.embedded = resource_root
+        self.memo_fields = _fields_read(self.rules)
         self.properties: dict[str, _Node] = {}
         node_properties = schema.get("properties") or {}
         for name, child in (rules_schema.get("properties") or {}).items():
@@ -277,6 +213,18 @@ class _Node:
             for branch in rules_schema.get("allOf") or []
             if isinstance(branch, dict) and (built := _build(branch, schema, resource_root))
         )
+        children = [*self.properties.values(), *self.all_of]
+        children += [c for c in (self.additional, self.items) if c is not None]
+        self.rule_nodes: int = bool(self.rules) + sum(c.rule_nodes for c in children)
+        self.subtree_old_self: bool = self.uses_old_self or any(
+            c.subtree_old_self for c in children
+        )
+        # The (value, old value) keys this subtree passed with (``cel_memo.pass_key``): where
+        # it holds more than one node of rules, below a resource root (whose ``metadata``
+        # changes with every write).
+        self.passed: dict[bytes, None] | None = (
+            {} if self.rule_nodes > 1 and not resource_root else None
+        )
 
     @property
     def empty(self) -> bool:
@@ -285,6 +233,19 @@ class _Node:
     @property
     def type_name(self) -> str:
         return str(self.schema.get("type") or "")
+
+
+def _fields_read(rules: tuple[Rule, ...]) -> frozenset[str] | None:
+    """The fields of ``self`` a node's rules without ``oldSelf`` read (``cel_memo``)."""
+    fields: set[str] = set()
+    for rule in rules:
+        if rule.program is None or rule.uses_old_self:
+            continue
+        found = self_fields(rule.text)
+        if found is None:
+            return None
+        fields |= found
+    return frozenset(fields)
 
 
 def _child(rules_schema: JsonObject, schema: JsonObject, keyword: str) -> _Node | None:
@@ -336,15 +297,7 @@ _MEMO_SIZE = 256
 """Values remembered per schema node (then forgotten all at once)."""
 
 
-def _memo_key(value: Any) -> bytes | None:
-    """``value`` as JSON bytes: equal only for the same types and values in the same order
-    (``true`` is not ``1``, ``1`` is not ``1.0``), which CEL may tell apart; ``None`` where
-    that does not hold (orjson writes NaN and infinities as ``null``) or it cannot encode."""
-    try:
-        key = orjson.dumps(value)
-    except (orjson.JSONEncodeError, TypeError):
-        return None
-    return None if b"null" in key else key
+_memo_key = memo_key  # the tests' name for it
 
 
 def _execute(rule: Rule, context: cel.Context) -> _Outcome:
@@ -362,6 +315,8 @@ class _Run:
         self.errors: list[FieldError] = []
         self.warnings = warnings
         self._context = context
+        # Rules that did not hold (errors, ratcheted ones too): a subtree that added none passed.
+        self.failures = 0
 
     def context(self) -> cel.Context:
         return self._context
@@ -371,6 +326,22 @@ class _Run:
             return  # rules check present values; a parent's rule checks presence
         if old is None:
             old = ABSENT
+        passed = node.passed
+        if passed is not None:
+            key = pass_key(value, old, ABSENT, node.subtree_old_self)
+            if key is not None:
+                if key in passed:
+                    return  # every rule below held for this pair: no error, no warning
+                failures = self.failures
+                self._walk(node, value, old, path, ratchet)
+                if self.failures == failures:
+                    if len(passed) >= _MEMO_SIZE:
+                        passed.clear()
+                    passed[key] = None
+                return
+        self._walk(node, value, old, path, ratchet)
+
+    def _walk(self, node: _Node, value: Any, old: Any, path: str, ratchet: Ratchet) -> None:
         if node.rules:
             self._evaluate(node, value, old, path, ratchet)
         for branch in node.all_of:
@@ -423,6 +394,8 @@ class _Run:
             old_value = node.convert(old) if node.convert else old
         where = path or _ROOT_PATH
         for rule, (result, detail) in self._outcomes(node, value, old, old_value):
+            if detail is not None or result is not True:
+                self.failures += 1
             if detail is not None:
                 self.errors.append(invalid_value(where, node.type_name, detail))
             elif result is not True:
@@ -442,7 +415,9 @@ class _Run:
         context = self.context()
         self_bound = False  # converting a value for CEL is the costly step: only when needed
         memo = node.memo
-        key = _memo_key(value) if memo is not None else None
+        key = None
+        if memo is not None:
+            key = memo_key(project(value, node.memo_fields, node.embedded))
         known = memo.get(key) if memo is not None and key is not None else None
         fresh: list[_Outcome] = []
         for rule in node.rules:

@@ -13,9 +13,9 @@ from karpenter_capi.sim.apiserver.cel import (
     REASONS,
     CompileError,
     compile_expression,
-    normalize_field_path,
     uses_old_self,
 )
+from karpenter_capi.sim.apiserver.cel_paths import normalize_field_path
 from karpenter_capi.sim.apiserver.correlate import list_type
 from karpenter_capi.sim.apiserver.messages import FieldError, invalid_value, required
 

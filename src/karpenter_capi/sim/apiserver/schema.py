@@ -16,6 +16,12 @@ under an older, looser schema can still be updated where it is not changed.
 
 Every function returns new containers and never mutates its input: stored objects are shared
 with watch events and list snapshots.
+
+A write mostly leaves a custom resource's ``spec`` (or ``status``) as it was, so with an
+``AdmitMemo`` (one per CRD version, ``apiextensions``) each top-level field remembers, by its
+JSON bytes, what it was stored as (pruning and defaulting are functions of the value) and which
+stored values passed validation whole, without ratcheting: such a value passes again whatever
+the old object (ratcheting only forgives), so it is not walked again.
 """
 
 from __future__ import annotations
@@ -23,6 +29,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import orjson
+
+from karpenter_capi.sim.apiserver.cel_memo import memo_key
 from karpenter_capi.sim.apiserver.correlate import (
     ABSENT,
     list_type,
@@ -35,6 +44,25 @@ from karpenter_capi.sim.apiserver.objects import copy_json
 
 JsonObject = dict[str, Any]
 _ROOT_FIELDS = ("apiVersion", "kind", "metadata")
+_MEMO_SIZE = 256  # values remembered per top-level field (then forgotten all at once)
+
+
+class AdmitMemo:
+    """Per top-level field of one schema: stored value by written value, and the stored
+    values that passed validation whole (all as JSON bytes, ``cel_memo.memo_key``)."""
+
+    __slots__ = ("passed", "stored")
+
+    def __init__(self) -> None:
+        self.stored: dict[str, dict[bytes, bytes]] = {}
+        self.passed: dict[str, dict[bytes, None]] = {}
+
+
+def _remember(table: dict[str, dict[bytes, Any]], field: str, key: bytes, value: Any) -> None:
+    found = table.setdefault(field, {})
+    if len(found) >= _MEMO_SIZE:
+        found.clear()
+    found[key] = value
 
 
 # ---------------------------------------------------------------------- pruning + defaulting
@@ -72,13 +100,53 @@ def _normalize_object(value: JsonObject, schema: JsonObject) -> Any:
     return result
 
 
-def prune_and_default(obj: JsonObject, schema: JsonObject | None) -> JsonObject:
+def prune_and_default(
+    obj: JsonObject, schema: JsonObject | None, memo: AdmitMemo | None = None
+) -> JsonObject:
     """``obj`` as the API server would store it: unknown fields dropped, defaults applied."""
     if not schema:
         return obj
     body = {k: v for k, v in obj.items() if k not in _ROOT_FIELDS}
-    normalized = _normalize(body, {**schema, "properties": _without_root(schema)})
+    root = {**schema, "properties": _without_root(schema)}
+    normalized = _normalize(body, root) if memo is None else _normalize_top(body, root, memo)
     return {**{k: obj[k] for k in _ROOT_FIELDS if k in obj}, **normalized}
+
+
+def _normalize_top(body: JsonObject, root: JsonObject, memo: AdmitMemo) -> JsonObject:
+    """``_normalize_object(body, root)``, each described top-level field's stored value
+    taken from ``memo`` when that value was written before (decoded anew: a fresh copy)."""
+    properties: JsonObject = root["properties"]
+    additional = root.get("additionalProperties")
+    keep_unknown = bool(root.get("x-kubernetes-preserve-unknown-fields"))
+    result: JsonObject = {}
+    for key, item in body.items():
+        if key in properties:
+            child = properties[key]
+            if item is None and not child.get("nullable"):
+                continue
+            result[key] = _normalize_field(key, item, child, memo)
+        elif isinstance(additional, dict):
+            result[key] = _normalize(item, additional)
+        elif additional is True or keep_unknown:
+            result[key] = item
+    for key, child in properties.items():
+        if key not in result and "default" in child:
+            result[key] = _normalize(copy_json(child["default"]), child)
+    return result
+
+
+def _normalize_field(key: str, item: Any, schema: JsonObject, memo: AdmitMemo) -> Any:
+    raw = memo_key(item)
+    if raw is None:
+        return _normalize(item, schema)
+    found = memo.stored.get(key, {}).get(raw)
+    if found is not None:
+        return orjson.loads(found)
+    value = _normalize(item, schema)
+    stored = memo_key(value)
+    if stored is not None:
+        _remember(memo.stored, key, raw, stored)
+    return value
 
 
 def _fill_defaults(value: Any, schema: JsonObject) -> Any:
@@ -187,8 +255,13 @@ def _join(path: str, key: str) -> str:
 
 
 class _Validator:
-    def __init__(self) -> None:
+    def __init__(self, skip: frozenset[str] = frozenset()) -> None:
         self.errors: list[FieldError] = []
+        # Top-level fields known to pass (``AdmitMemo``), and those that passed here without
+        # ratcheting forgiving anything (``ratcheted`` counts the subtrees it skipped).
+        self.skip = skip
+        self.clean: list[str] = []
+        self.ratcheted = 0
 
     def fail(self, field: str, reason: str, detail: str) -> None:
         self.errors.append(FieldError(field, reason, detail))
@@ -198,6 +271,7 @@ class _Validator:
         if value is None and schema.get("nullable"):
             return
         if path and old is not ABSENT and unchanged(value, old, schema):
+            self.ratcheted += 1
             return  # ratcheting: an unchanged subtree keeps whatever errors it had
         if not _has_type(value, schema):
             expected = (
@@ -290,7 +364,13 @@ class _Validator:
         for key, item in value.items():
             before = ABSENT if old is None else old.get(key, ABSENT)
             if key in properties:
-                self.check(item, properties[key], _join(path, key), before)
+                if path:
+                    self.check(item, properties[key], _join(path, key), before)
+                elif key not in self.skip:
+                    found = (len(self.errors), self.ratcheted)
+                    self.check(item, properties[key], key, before)
+                    if found == (len(self.errors), self.ratcheted):
+                        self.clean.append(key)
             elif isinstance(additional, dict):
                 self.check(item, additional, _join(path, key), before)
 
@@ -369,17 +449,35 @@ def _matches(value: Any, schema: JsonObject, path: str) -> bool:
 
 
 def validate(
-    obj: JsonObject, schema: JsonObject | None, old: JsonObject | None = None
+    obj: JsonObject,
+    schema: JsonObject | None,
+    old: JsonObject | None = None,
+    memo: AdmitMemo | None = None,
 ) -> list[FieldError]:
     """Schema violations of a custom resource (``metadata`` is validated elsewhere).
 
     ``old`` (the stored object, on update) turns ratcheting on. The root itself never counts
-    as unchanged (its ``metadata`` holds keys no schema describes), as in kube.
+    as unchanged (its ``metadata`` holds keys no schema describes), as in kube. With
+    ``memo``, a top-level field whose value passed whole before is not walked again.
     """
     if not schema:
         return []
-    validator = _Validator()
     body = {k: v for k, v in obj.items() if k not in _ROOT_FIELDS}
+    if memo is None or any(schema.get(k) for k in ("allOf", "anyOf", "oneOf")):
+        return _validate(body, schema, old, _Validator())
+    keys = {k: memo_key(v) for k, v in body.items() if k in (schema.get("properties") or {})}
+    skip = frozenset(k for k, key in keys.items() if key in memo.passed.get(k, {}))
+    validator = _Validator(skip)
+    errors = _validate(body, schema, old, validator)
+    for field in validator.clean:
+        if (key := keys.get(field)) is not None:
+            _remember(memo.passed, field, key, None)
+    return errors
+
+
+def _validate(
+    body: JsonObject, schema: JsonObject, old: JsonObject | None, validator: _Validator
+) -> list[FieldError]:
     root = {**schema, "properties": _without_root(schema)}
     root["required"] = [k for k in schema.get("required") or [] if k not in _ROOT_FIELDS]
     before: Any = ABSENT
