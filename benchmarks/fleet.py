@@ -49,6 +49,11 @@ controller leaves (it still makes each wave's pods and marks them, so its delays
 ``--emulator-batch`` runs them under ``SCHED_BATCH`` instead: the same share of the CPU, but
 none of their woken threads preempts a running thread (a write no longer hands the core to each
 watch reader it wakes, nor an emulator's wake-up the controller's core).
+``--emulator-switch-interval S`` sets the emulator processes' interpreter switch interval
+(``sys.setswitchinterval``; the default 5 ms otherwise): how long one of their threads keeps the
+interpreter while another asks for it. Each process stands for many clusters' control planes,
+which would each have machines of their own; at 5 ms one cluster's burst of creates and marks
+is cut into turns with every other cluster's threads, a hand-over each.
 
 ``--controller-arg FLAG`` (http mode, repeatable, as in ``realapi.py``) adds a flag to every
 controller's command line: ``--controller-arg=--batch-complete-idle-duration=-1`` runs with
@@ -58,6 +63,7 @@ default, which closes it 0.2 s after the burst once each pod's ReplicaSet has al
     .venv/bin/python benchmarks/fleet.py [--mode http|inprocess] [--clusters 20] [--nodes 20]
         [--pods 200] [--waves 2] [--spread 10] [--phases lone,fleet,control,storm,replicas]
         [--emulators 0|K|auto] [--emulator-nice N] [--emulator-batch]
+        [--emulator-switch-interval SECONDS]
         [--controller-arg=FLAG ...] [--json]
 """
 
@@ -725,6 +731,13 @@ def main(argv: list[str] | None = None) -> int:
         help="http with --emulators: the emulator processes under SCHED_BATCH (their woken "
         "threads do not preempt a running one; same share of the CPU)",
     )
+    parser.add_argument(
+        "--emulator-switch-interval",
+        type=float,
+        default=0.0,
+        help="http with --emulators: the emulator processes' interpreter switch interval in "
+        "seconds (sys.setswitchinterval; 0: the interpreter's default, 0.005)",
+    )
     parser.add_argument("--phases", default="lone,fleet,storm,replicas")
     parser.add_argument(
         "--repeat", type=int, default=1, help="run the phases this many times; medians of ratios"
@@ -745,6 +758,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["FLEET_EMULATOR_NICE"] = str(args.emulator_nice)
     if args.emulator_batch:
         os.environ["FLEET_EMULATOR_BATCH"] = "1"
+    if args.emulator_switch_interval:
+        os.environ["FLEET_EMULATOR_SWITCH_INTERVAL"] = str(args.emulator_switch_interval)
     # Imported here: as a script, the repository root is on the path only once main runs.
     from benchmarks.controller_process import stop_on_sigterm
 
@@ -761,6 +776,7 @@ def main(argv: list[str] | None = None) -> int:
         "emulation": EMULATION,
         "emulators": args.emulators,
         "emulator_batch": args.emulator_batch,
+        "emulator_switch_interval": args.emulator_switch_interval or sys.getswitchinterval(),
         "mode": args.mode,
     }
     if args.controller_arg:

@@ -22,6 +22,7 @@ import base64
 import gc
 import multiprocessing
 import os
+import sys
 import threading
 import time
 import traceback
@@ -199,6 +200,12 @@ def _child(conn: Connection, world: FleetWorld, names: list[str], workers: int) 
     # the emulation's wake-up take the core from the controller; its share stays the same.
     if os.environ.get("FLEET_EMULATOR_BATCH"):
         os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    # ``fleet.py --emulator-switch-interval``: how long a thread of this process keeps the
+    # interpreter while another asks for it. This process stands for many clusters' control
+    # planes, each on machines of its own: at the default 5 ms one cluster's burst of creates
+    # is cut into turns with every other cluster's threads, and each turn is a hand-over.
+    if switch := float(os.environ.get("FLEET_EMULATOR_SWITCH_INTERVAL") or 0):
+        sys.setswitchinterval(switch)
     timers = None
     if os.environ.get("FLEET_PROFILE"):
         from benchmarks.emulator_timers import emulator_timers
