@@ -35,9 +35,11 @@ from typing import Any
 import yaml
 
 from benchmarks.fleet_launches import ClaimCreatesFront
+from karpenter_capi.core.clock import SystemClock
 from karpenter_capi.core.fleet import ScopedClient, secret_name
 from karpenter_capi.core.kube.official import OfficialClient
 from karpenter_capi.core.kube.resources import PODS, SECRETS
+from karpenter_capi.core.runtime.collector import policy_named
 from karpenter_capi.core.runtime.manager import Manager
 from karpenter_capi.core.runtime.pool import WorkerPool
 from karpenter_capi.core.runtime.threaded import ThreadedDriver
@@ -52,7 +54,8 @@ from karpenter_capi.sim.workloads import add_workload_emulation
 CLUSTERS_PER_EMULATOR = 10
 MAX_EMULATORS = 4
 GC_THRESHOLDS = (20_000, 20, 20)
-"""The emulators' collector thresholds (Python's default: 700, 10, 10)."""
+"""The emulators' collector thresholds with ``--emulator-gc-policy off`` (Python's default:
+700, 10, 10)."""
 RECORDED = frozenset({"pods", "claims", "unschedulable", "unseen_at_create", "deleted_by"})
 """``_TimedServer``'s records, read as values (everything else on a server is a call)."""
 
@@ -189,7 +192,16 @@ def _child(conn: Connection, world: FleetWorld, names: list[str], workers: int) 
     # object of every cluster at each full collection, nor dirties their shared pages), and
     # collections rarer: they were 7% of an emulator's CPU at 20 clusters.
     gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
+    # ``fleet.py --emulator-gc-policy``: the controller's collector policy (``run --gc-policy``,
+    # ``core/runtime/collector.py``). With only the thresholds below, a wave's young and
+    # middle collections walked each emulator's growing heap while holding its interpreter:
+    # middle ones of 0.4-0.6 s, young ones up to 0.1 s, each stalling 25 clusters' API
+    # servers and emulation at once (a Go control plane's collector runs beside its work).
+    policy = policy_named(os.environ.get("FLEET_EMULATOR_GC_POLICY") or "off", SystemClock())
+    if policy is None:
+        gc.set_threshold(*GC_THRESHOLDS)
+    else:
+        policy.install()
     # ``fleet.py --emulator-nice``: the control planes this process stands for would have
     # machines of their own, not the controller's CPU.
     if nice := int(os.environ.get("FLEET_EMULATOR_NICE") or 0):
