@@ -327,3 +327,16 @@ def new_env(*, dry_run: bool = False, **provider_options: Any) -> Env:
     env.nodeclass()
     env.nodepool()
     return env
+
+
+_READS = ("get", "list", "watch")
+
+
+def writes_since(env: Env, before: dict[str, int]) -> dict[str, int]:
+    """The writes since ``before`` (a ``requests.by_resource()`` snapshot), by ``verb resource``."""
+    now = env.api.requests.by_resource()
+    return {
+        key: count - before.get(key, 0)
+        for key, count in sorted(now.items())
+        if key.split(" ", 1)[0] not in _READS and count > before.get(key, 0)
+    }

@@ -20,18 +20,7 @@ from karpenter_capi.core.kube.resources import NODECLAIMS, NODEPOOLS, NODES
 from karpenter_capi.core.lifecycle import NodePoolCounterController
 from karpenter_capi.core.lifecycle.counter import WRITE_INTERVAL
 from karpenter_capi.core.runtime.controller import Result
-from tests.core.lifecycle.harness import Env, condition
-
-_READS = ("get", "list", "watch")
-
-
-def _writes(env: Env, before: dict[str, int]) -> dict[str, int]:
-    now = env.api.requests.by_resource()
-    return {
-        key: count - before.get(key, 0)
-        for key, count in sorted(now.items())
-        if key.split(" ", 1)[0] not in _READS and count > before.get(key, 0)
-    }
+from tests.core.lifecycle.harness import Env, condition, writes_since
 
 
 def _count(env: Env, counter: NodePoolCounterController) -> Result:
@@ -75,7 +64,11 @@ def test_a_round_of_nodeclaims_costs_these_writes_from_creation_to_initialized(e
     # NodeRegistrationHealthy once (``registration.go: updateNodePoolRegistrationHealth``), and
     # the counter twice: the first launch at once, everything after at the interval's end.
     kubelets = {"create nodes": len(names)}
-    assert _writes(env, before) == {**per_nodeclaim, **kubelets, "patch nodepools/status": 1 + 2}
+    assert writes_since(env, before) == {
+        **per_nodeclaim,
+        **kubelets,
+        "patch nodepools/status": 1 + 2,
+    }
     status = env.api.get(NODEPOOLS, "general")["status"]
     assert status["nodes"] == len(names)
 
@@ -100,7 +93,7 @@ def test_a_round_registering_together_sets_the_nodepool_healthy_once(env: Env) -
         env.caches.sync_only(NODECLAIMS, NODES)
         lifecycle.reconcile(name)
         assert condition(env.get(name), "Ready")["status"] == "True"
-    assert _writes(env, before)["patch nodepools/status"] == 1
+    assert writes_since(env, before)["patch nodepools/status"] == 1
     pool = env.api.get(NODEPOOLS, "general")
     assert condition(pool, "NodeRegistrationHealthy")["status"] == "True"
 
@@ -116,7 +109,7 @@ def test_a_reconcile_from_a_copy_older_than_our_own_write_writes_nothing(env: En
     lifecycle.reconcile("nc")  # the finalizer and the launch; the cache does not show them
     before = env.api.requests.by_resource()
     assert lifecycle.reconcile("nc").requeue_after is None  # on main: Conflict
-    assert _writes(env, before) == {}
+    assert writes_since(env, before) == {}
     # The write's watch event brings the NodeClaim back, from the copy that shows it.
     env.node("node-1", env.get("nc")["status"]["providerID"], ready=True)
     env.reconcile(lifecycle, "nc")

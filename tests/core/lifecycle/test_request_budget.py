@@ -8,19 +8,7 @@ tens of thousands of them), so a write that changes nothing is a cost with no ef
 from __future__ import annotations
 
 from karpenter_capi.core.api import wellknown
-from tests.core.lifecycle.harness import Env, condition
-
-_READS = ("get", "list", "watch")
-
-
-def _writes(env: Env, before: dict[str, int]) -> dict[str, int]:
-    """The writes since ``before`` (a ``by_resource`` snapshot), by ``verb resource``."""
-    now = env.api.requests.by_resource()
-    return {
-        key: count - before.get(key, 0)
-        for key, count in sorted(now.items())
-        if key.split(" ", 1)[0] not in _READS and count > before.get(key, 0)
-    }
+from tests.core.lifecycle.harness import Env, condition, writes_since
 
 
 def test_a_nodeclaim_costs_these_writes_from_creation_to_ready(env: Env) -> None:
@@ -30,7 +18,7 @@ def test_a_nodeclaim_costs_these_writes_from_creation_to_ready(env: Env) -> None
     env.reconcile(controller, "nc")
     # The finalizer first, in its own write (nothing is launched for a NodeClaim that could
     # vanish without termination), then what the launch recorded: metadata and status.
-    assert _writes(env, before) == {"patch nodeclaims": 2, "patch nodeclaims/status": 1}
+    assert writes_since(env, before) == {"patch nodeclaims": 2, "patch nodeclaims/status": 1}
 
     env.node("node-1", env.get("nc")["status"]["providerID"], ready=True)
     before = env.api.requests.by_resource()
@@ -39,7 +27,7 @@ def test_a_nodeclaim_costs_these_writes_from_creation_to_ready(env: Env) -> None
     # Registration's sync of the Node, initialization's label (a Node the kubelet made Ready
     # and nothing taints: both in this reconcile), one status write for both, and the
     # NodePool's NodeRegistrationHealthy, set by its first registration (as upstream's).
-    assert _writes(env, before) == {
+    assert writes_since(env, before) == {
         "patch nodes": 2,
         "patch nodeclaims/status": 1,
         "patch nodepools/status": 1,
@@ -53,7 +41,7 @@ def test_a_reconcile_that_changes_nothing_writes_nothing(env: Env) -> None:
     # Launched, its Node not there yet: asked again, nothing has changed.
     before = env.api.requests.by_resource()
     env.reconcile(controller, "nc")
-    assert _writes(env, before) == {}
+    assert writes_since(env, before) == {}
 
     env.node("node-1", env.get("nc")["status"]["providerID"], ready=True)
     env.reconcile(controller, "nc")
@@ -61,4 +49,4 @@ def test_a_reconcile_that_changes_nothing_writes_nothing(env: Env) -> None:
     before = env.api.requests.by_resource()
     for _ in range(3):
         env.reconcile(controller, "nc")
-    assert _writes(env, before) == {}
+    assert writes_since(env, before) == {}
