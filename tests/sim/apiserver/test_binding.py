@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import http.client
 import json
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from kubernetes.client import ApiClient, Configuration, CoreV1Api, V1Binding, V1ObjectMeta
+from kubernetes.client import CoreV1Api, V1Binding, V1ObjectMeta
 from kubernetes.client import V1ObjectReference as Ref
 from kubernetes.client.exceptions import ApiException
 
@@ -185,15 +184,6 @@ def test_wrapping_clients_bind_as_a_create_on_pods_binding(api: InMemoryAPIServe
     with pytest.raises(ServiceUnavailable):
         cut_off.bind(_binding("api", "n1"), NS)
     assert not api.get(PODS, "api", NS)["spec"].get("nodeName")
-
-
-@pytest.fixture
-def core(api: InMemoryAPIServer) -> Iterator[CoreV1Api]:
-    with HttpFront(api) as front:
-        configuration = Configuration()
-        configuration.host = front.url
-        with ApiClient(configuration) as client:
-            yield CoreV1Api(client)
 
 
 def test_the_official_client_binds_over_http(api: InMemoryAPIServer, core: CoreV1Api) -> None:

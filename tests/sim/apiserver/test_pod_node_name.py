@@ -11,17 +11,15 @@ with ``spec.nodeName`` (a DaemonSet's, a static pod's) is not refused.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes.client import ApiClient, Configuration, CoreV1Api
+from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from karpenter_capi.core.kube import PODS, JsonObject, PatchType
 from karpenter_capi.core.kube.errors import Invalid
 from karpenter_capi.sim.apiserver import InMemoryAPIServer
-from karpenter_capi.sim.apiserver.http import HttpFront
 
 NS = "default"
 RULE = (
@@ -105,15 +103,6 @@ def test_what_may_change_still_does(api: InMemoryAPIServer) -> None:
     _pod(api)
     # An empty name is no name (kube's Go struct cannot tell them apart): nothing changed.
     assert not api.patch(PODS, "web", {"spec": {"nodeName": ""}}, NS)["spec"].get("nodeName")
-
-
-@pytest.fixture
-def core(api: InMemoryAPIServer) -> Iterator[CoreV1Api]:
-    with HttpFront(api) as front:
-        configuration = Configuration()
-        configuration.host = front.url
-        with ApiClient(configuration) as client:
-            yield CoreV1Api(client)
 
 
 def test_the_official_client_is_refused_with_422(api: InMemoryAPIServer, core: CoreV1Api) -> None:
