@@ -49,11 +49,12 @@ controller leaves (it still makes each wave's pods and marks them, so its delays
 ``--emulator-batch`` runs them under ``SCHED_BATCH`` instead: the same share of the CPU, but
 none of their woken threads preempts a running thread (a write no longer hands the core to each
 watch reader it wakes, nor an emulator's wake-up the controller's core).
-``--emulator-switch-interval S`` sets the emulator processes' interpreter switch interval
-(``sys.setswitchinterval``; the default 5 ms otherwise): how long one of their threads keeps the
-interpreter while another asks for it. Each process stands for many clusters' control planes,
-which would each have machines of their own; at 5 ms one cluster's burst of creates and marks
-is cut into turns with every other cluster's threads, a hand-over each.
+``--emulator-switch-interval S`` (default 0.02; 0: the interpreter's 5 ms) sets the emulator
+processes' interpreter switch interval (``sys.setswitchinterval``): how long one of their
+threads keeps the interpreter while another asks for it. Each process stands for many
+clusters' control planes, which would each have machines of their own; at 5 ms one cluster's
+burst of creates and marks is cut into turns with every other cluster's threads, a hand-over
+each.
 ``--emulator-gc-policy NAME`` (default ``unwalked``, as ``run``'s ``--gc-policy``) installs the
 controller's collector policy in each emulator process; ``off`` keeps the young threshold of
 20,000 they used before, whose middle collections paused a process (25 clusters) for 0.4-0.6 s.
@@ -738,7 +739,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--emulator-switch-interval",
         type=float,
-        default=0.0,
+        default=0.02,
         help="http with --emulators: the emulator processes' interpreter switch interval in "
         "seconds (sys.setswitchinterval; 0: the interpreter's default, 0.005)",
     )
